@@ -1,0 +1,33 @@
+/* kiln: portable LLM inference with kernels written at startup. */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#ifndef KILN_COMMIT
+#define KILN_COMMIT "unknown"
+#endif
+
+static const char usage[] =
+    "usage: kiln COMMAND [ARGS]\n"
+    "commands:\n"
+    "  inspect FILE.gguf [--json]        metadata, tensor table, totals, hyperparameters\n"
+    "  synth --preset NAME -o FILE.gguf  write a model with random weights (kiln synth --help)\n"
+    "  version                           print kiln's version\n"
+    "  help                              this text\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2) return cli_usage_error(usage, "no command given");
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);
+    if (strcmp(cmd, "synth") == 0) return cmd_synth(argc - 1, argv + 1);
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("kiln %s\n", KILN_COMMIT);
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    return cli_usage_error(usage, "unknown command '%s'", cmd);
+}
