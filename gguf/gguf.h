@@ -72,8 +72,8 @@ typedef enum gguf_ttype {
     GGUF_T_IQ4_NL = 20, GGUF_T_IQ3_S = 21, GGUF_T_IQ2_S = 22, GGUF_T_IQ4_XS = 23,
     GGUF_T_I8 = 24, GGUF_T_I16 = 25, GGUF_T_I32 = 26, GGUF_T_I64 = 27, GGUF_T_F64 = 28,
     GGUF_T_IQ1_M = 29, GGUF_T_BF16 = 30, GGUF_T_TQ1_0 = 34, GGUF_T_TQ2_0 = 35,
-    GGUF_T_MXFP4 = 39,
-    GGUF_T_COUNT = 40
+    GGUF_T_MXFP4 = 39, GGUF_T_NVFP4 = 40, GGUF_T_Q1_0 = 41, GGUF_T_Q2_0 = 42,
+    GGUF_T_COUNT = 43
 } gguf_ttype;
 
 typedef struct gguf_type_info {

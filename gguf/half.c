@@ -46,7 +46,7 @@ uint16_t gguf_f32_to_f16(float f) {
         return (uint16_t)(sign | h);
     }
 
-    if (a < 0x33000000u) /* <= 2^-25 rounds to zero (2^-25 itself ties to even 0) */
+    if (a < 0x33000000u) /* below 2^-25: rounds to zero (2^-25 itself ties to 0 below) */
         return sign;
 
     /* subnormal: value / 2^-24 = m * 2^(e - 126), with e in [102, 112] */

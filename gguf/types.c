@@ -42,6 +42,9 @@ static const gguf_type_info gguf_types[GGUF_T_COUNT] = {
     [GGUF_T_TQ1_0] = {"TQ1_0", 256, 54, RAW},    /* qs 48, qh 4, d */
     [GGUF_T_TQ2_0] = {"TQ2_0", 256, 66, RAW},    /* qs 64, d */
     [GGUF_T_MXFP4] = {"MXFP4", 32, 17, RAW},     /* e8m0 e, 16 */
+    [GGUF_T_NVFP4] = {"NVFP4", 64, 36, RAW},
+    [GGUF_T_Q1_0] = {"Q1_0", 128, 18, RAW},
+    [GGUF_T_Q2_0] = {"Q2_0", 64, 18, RAW},
 };
 
 const gguf_type_info *gguf_type_info_of(uint32_t type) {

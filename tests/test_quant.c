@@ -583,7 +583,8 @@ static const struct {
     {23, "IQ4_XS", 256, 136}, {24, "I8", 1, 1},         {25, "I16", 1, 2},
     {26, "I32", 1, 4},        {27, "I64", 1, 8},        {28, "F64", 1, 8},
     {29, "IQ1_M", 256, 56},   {30, "BF16", 1, 2},       {34, "TQ1_0", 256, 54},
-    {35, "TQ2_0", 256, 66},   {39, "MXFP4", 32, 17},
+    {35, "TQ2_0", 256, 66},   {39, "MXFP4", 32, 17},     {40, "NVFP4", 64, 36},
+    {41, "Q1_0", 128, 18},    {42, "Q2_0", 64, 18},
 };
 #define N_GGML_TYPES (sizeof GGML_TYPES / sizeof GGML_TYPES[0])
 
@@ -602,7 +603,7 @@ Test(types, undefined_numbers) {
     for (uint32_t t = 0; t < 200; t++)
         defined += gguf_type_info_of(t) != NULL;
     cr_assert_eq(defined, N_GGML_TYPES);
-    static const uint32_t gone[] = {4, 5, 31, 32, 33, 36, 37, 38, 40, 41, 42, UINT32_MAX};
+    static const uint32_t gone[] = {4, 5, 31, 32, 33, 36, 37, 38, 43, 44, UINT32_MAX};
     for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++)
         cr_assert_null(gguf_type_info_of(gone[i]), "type %u", gone[i]);
 }

@@ -9,6 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "gguf.h"
 #include "tok_import.h"
 
@@ -441,6 +443,71 @@ Test(tok_import, pre_families) {
         tok_vocab_free(&v);
         rm_file(j);
     }
+}
+
+/* A Sequence of isolated regex Splits, then Digits(individual) if digits, then ByteLevel;
+ * built with jansson so the regexes need one level of C escaping only. */
+static char *split_seq_tokenizer(const char *const *res, size_t n, bool digits) {
+    json_t *steps = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(steps, json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "Regex",
+                                               res[i], "behavior", "Isolated", "invert", 0));
+    if (digits) json_array_append_new(steps, json_pack("{s:s, s:b}", "type", "Digits", "individual_digits", 1));
+    json_array_append_new(steps, json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0,
+                                           "trim_offsets", 1, "use_regex", 0));
+    json_t *pre = json_pack("{s:s, s:o}", "type", "Sequence", "pretokenizers", steps);
+    char *text = json_dumps(pre, 0);
+    json_decref(pre);
+    char *path = mini_tokenizer(text, "[]", "null");
+    free(text);
+    return path;
+}
+
+Test(tok_import, pre_families_from_regexes) {
+    static const char *const deepseek_llm[] = {
+        "[\r\n]",
+        "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
+        "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
+        "\\s+$",
+        "[一-龥ࠀ-一가-퟿]+",
+    };
+    /* literal CR/LF inside the class, as DeepSeek-V3's file has them */
+    static const char *const deepseek_v3[] = {
+        "\\p{N}{1,3}",
+        "[一-龥぀-ゟ゠-ヿ]+",
+        "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|"
+        " ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+    };
+    static const char *const gpt4o[] = {
+        "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+"
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+"
+        "[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+        "[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    };
+    static const char *const llama3[] = {
+        "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
+        "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    };
+    static const struct { const char *const *res; size_t n; bool digits; const char *name; } cases[] = {
+        {deepseek_llm, 5, true, "deepseek-llm"},
+        {deepseek_v3, 3, false, "deepseek-v3"},
+        {gpt4o, 1, false, "gpt-4o"},
+        {llama3, 1, false, "llama-bpe"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *j = split_seq_tokenizer(cases[i].res, cases[i].n, cases[i].digits);
+        tok_vocab v = import_ok(j, NULL, NULL);
+        cr_assert_str_eq(v.pre, cases[i].name);
+        tok_vocab_free(&v);
+        rm_file(j);
+    }
+    /* one step off is not the family */
+    char *j = split_seq_tokenizer(deepseek_llm, 4, true);
+    import_fails(j, NULL, NULL, "--pre");
+    rm_file(j);
+    j = split_seq_tokenizer(llama3, 1, true);
+    import_fails(j, NULL, NULL, "--pre");
+    rm_file(j);
 }
 
 /* ---- bad input ---------------------------------------------------------------------------- */
