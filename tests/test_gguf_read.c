@@ -515,6 +515,22 @@ Test(gguf_read, reject_data_misaligned_outside_overlapping) {
     tu_free(&b);
 }
 
+/* The fuzzer's hand-made seeds are valid files: every convertible type decodes. */
+Test(gguf_read, fuzz_seeds_open_and_convert) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/tests/fuzz/seeds/all-convertible-types.gguf", KILN_SOURCE_DIR);
+    gguf_error err;
+    gguf_file *g = gguf_open(p, &err);
+    cr_assert_not_null(g, "%s", err.msg);
+    cr_assert_eq(gguf_n_tensors(g), 13);
+    for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        float row[1024];
+        cr_assert_eq(gguf_tensor_rows_f32(t, 1, 1, row, &err), 0, "%s: %s", t->name, err.msg);
+    }
+    gguf_close(g);
+}
+
 /* Crashers found by the fuzzer stay here as regressions: each must be handled. */
 Test(gguf_read, fuzz_regressions) {
     char dir[1024];
