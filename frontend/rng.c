@@ -36,46 +36,62 @@ uint64_t rng_next(rng *r) {
 
 double rng_uniform(rng *r) { return (double)(int64_t)(rng_next(r) >> 11) * 0x1.0p-53; }
 
-/* Ziggurat of 128 layers of equal area V under f(x) = exp(-x^2/2); R is the base
- * layer's right edge. zx[i] is layer i's right edge (zx[0] the base strip's virtual
- * width V/f(R)), zf[i] = f(zx[i]). */
+/* Ziggurat of 128 layers of equal area V under f(x) = exp(-x^2/2), in Marsaglia &
+ * Tsang's integer form: a signed 32-bit draw hz and a layer iz from other bits of the
+ * same 64-bit word (never the same bits: Doornik's fix). Layer 0 is the base strip
+ * with the tail beyond R; kn[] holds each layer's core bound scaled by 2^31, so ~99%
+ * of draws cost one compare and one multiply. */
 #define ZN 128
 static const double ZR = 3.442619855899, ZV = 9.91256303526217e-3;
-static double zx[ZN + 1], zf[ZN + 1];
+static uint32_t kn[ZN];
+static double wn[ZN], fn[ZN];
 static pthread_once_t zonce = PTHREAD_ONCE_INIT;
 
 static void zinit(void) {
-    zf[0] = exp(-0.5 * ZR * ZR);
-    zx[0] = ZV / zf[0];
-    zx[1] = ZR;
-    zf[1] = zf[0];
-    for (int i = 2; i < ZN; i++) {
-        zx[i] = sqrt(-2.0 * log(ZV / zx[i - 1] + zf[i - 1]));
-        zf[i] = exp(-0.5 * zx[i] * zx[i]);
+    const double m1 = 2147483648.0;
+    double dn = ZR, tn = dn, q = ZV / exp(-0.5 * dn * dn);
+    kn[0] = (uint32_t)((dn / q) * m1);
+    kn[1] = 0;
+    wn[0] = q / m1;
+    wn[ZN - 1] = dn / m1;
+    fn[0] = 1.0;
+    fn[ZN - 1] = exp(-0.5 * dn * dn);
+    for (int i = ZN - 2; i >= 1; i--) {
+        dn = sqrt(-2.0 * log(ZV / dn + exp(-0.5 * dn * dn)));
+        kn[i + 1] = (uint32_t)((dn / tn) * m1);
+        tn = dn;
+        fn[i] = exp(-0.5 * dn * dn);
+        wn[i] = dn / m1;
     }
-    zx[ZN] = 0.0;
-    zf[ZN] = 1.0;
 }
 
 static void zinit_once(void) { pthread_once(&zonce, zinit); }
 
-static inline double normal(rng *r) {
+static double normal_slow(rng *r, int32_t hz, uint32_t iz) {
     for (;;) {
-        uint64_t u = rng_next(r);
-        int i = (int)(u & (ZN - 1));
-        int neg = (int)((u >> 7) & 1);
-        double x = (double)(int64_t)(u >> 11) * 0x1.0p-53 * zx[i];
-        if (x < zx[i + 1]) return neg ? -x : x; /* inside the layer's rectangle core */
-        if (i == 0) {                           /* the tail beyond R */
+        double x = hz * wn[iz];
+        if (iz == 0) { /* the tail beyond R */
             double a, b;
             do {
                 a = -log(1.0 - rng_uniform(r)) / ZR;
                 b = -log(1.0 - rng_uniform(r));
             } while (b + b < a * a);
-            return neg ? -(ZR + a) : ZR + a;
+            return hz > 0 ? ZR + a : -ZR - a;
         }
-        if (zf[i] + rng_uniform(r) * (zf[i + 1] - zf[i]) < exp(-0.5 * x * x)) return neg ? -x : x;
+        if (fn[iz] + rng_uniform(r) * (fn[iz - 1] - fn[iz]) < exp(-0.5 * x * x)) return x;
+        uint64_t u = rng_next(r);
+        hz = (int32_t)(uint32_t)(u >> 32);
+        iz = (uint32_t)u & (ZN - 1);
+        if ((uint32_t)(hz < 0 ? -(int64_t)hz : hz) < kn[iz]) return hz * wn[iz];
     }
+}
+
+static inline double normal(rng *r) {
+    uint64_t u = rng_next(r);
+    int32_t hz = (int32_t)(uint32_t)(u >> 32);
+    uint32_t iz = (uint32_t)u & (ZN - 1);
+    if ((uint32_t)(hz < 0 ? -(int64_t)hz : hz) < kn[iz]) return hz * wn[iz];
+    return normal_slow(r, hz, iz);
 }
 
 double rng_normal(rng *r) { return normal(r); }
