@@ -6,7 +6,6 @@
 #include "testutil.h"
 
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -387,36 +386,24 @@ Test(inspect, text_and_json) {
 
 /* Every GGUF in the test data (vocab-only ones of other architectures too) inspects
  * cleanly, as text and as JSON. */
-static int inspect_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    cr_assert_not_null(d, "cannot list %s", dir);
-    struct dirent *e;
-    int n = 0;
-    while ((e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        if (len < 5 || strcmp(e->d_name + len - 5, ".gguf")) continue;
-        char p[2048];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        cr_assert_eq(RUN("inspect", p), 0, "%s: %s", p, err);
-        cr_assert(strstr(out, "hyperparameters"), "%s", out);
-        cr_assert_eq(RUN("inspect", "--json", p), 0, "%s: %s", p, err);
-        json_error_t je;
-        json_t *j = json_loads(out, 0, &je);
-        cr_assert_not_null(j, "%s: bad JSON: %s", p, je.text);
-        cr_assert(json_is_array(json_object_get(j, "metadata")));
-        json_decref(j);
-        n++;
-    }
-    closedir(d);
-    return n;
+static void inspect_one(const char *p, void *ctx) {
+    (void)ctx;
+    cr_assert_eq(RUN("inspect", p), 0, "%s: %s", p, err);
+    cr_assert(strstr(out, "hyperparameters"), "%s", out);
+    cr_assert_eq(RUN("inspect", "--json", p), 0, "%s: %s", p, err);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    cr_assert_not_null(j, "%s: bad JSON: %s", p, je.text);
+    cr_assert(json_is_array(json_object_get(j, "metadata")));
+    json_decref(j);
 }
 
 Test(inspect, every_testdata_gguf) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/tokenizer", tu_testdata());
-    int n = inspect_dir(dir);
+    int n = tu_each_gguf(dir, inspect_one, NULL);
     snprintf(dir, sizeof dir, "%s/models", tu_testdata());
-    n += inspect_dir(dir);
+    n += tu_each_gguf(dir, inspect_one, NULL);
     cr_assert_geq(n, 13);
     cr_assert_eq(RUN("inspect", tu_data_file("tokenizer/ggml-vocab-bert-bge.gguf")), 0);
     cr_assert(strstr(out, "tensors (0)"), "%s", out);

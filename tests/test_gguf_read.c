@@ -122,35 +122,24 @@ Test(gguf_read, stories260k_rows_convert) {
     gguf_close(g);
 }
 
-static void open_every_gguf_in(const char *dir) {
-    DIR *d = opendir(dir);
-    cr_assert_not_null(d, "cannot list %s", dir);
-    struct dirent *e;
-    int n = 0;
-    while ((e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        if (len < 5 || strcmp(e->d_name + len - 5, ".gguf")) continue;
-        char p[1024];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        gguf_error err;
-        gguf_file *g = gguf_open(p, &err);
-        cr_assert_not_null(g, "%s: %s", p, err.msg);
-        const gguf_array *toks;
-        cr_assert_eq(gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_VT_STR, &toks, &err), 0, "%s: %s", p, err.msg);
-        cr_assert_gt(toks->n, 100);
-        gguf_close(g);
-        n++;
-    }
-    closedir(d);
-    cr_assert_gt(n, 0, "no GGUF in %s", dir);
+static void open_and_check(const char *p, void *ctx) {
+    (void)ctx;
+    gguf_error err;
+    gguf_file *g = gguf_open(p, &err);
+    cr_assert_not_null(g, "%s: %s", p, err.msg);
+    const gguf_array *toks;
+    cr_assert_eq(gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_VT_STR, &toks, &err), 0, "%s: %s", p, err.msg);
+    cr_assert_gt(toks->n, 100);
+    gguf_close(g);
 }
 
 Test(gguf_read, every_testdata_gguf_opens) {
     char p[1024];
     snprintf(p, sizeof p, "%s/tokenizer", tu_testdata());
-    open_every_gguf_in(p);
+    int n = tu_each_gguf(p, open_and_check, NULL);
     snprintf(p, sizeof p, "%s/models", tu_testdata());
-    open_every_gguf_in(p);
+    n += tu_each_gguf(p, open_and_check, NULL);
+    cr_assert_geq(n, 13);
 }
 
 /* Every strict prefix of a real file's header is rejected cleanly, never read past. */

@@ -4,7 +4,6 @@
 #include "testutil.h"
 
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,23 +99,15 @@ static void round_trip(const char *path) {
 
 Test(gguf_write, round_trip_stories260k) { round_trip(tu_data_file("models/stories260K.gguf")); }
 
+static void round_trip_cb(const char *path, void *ctx) {
+    (void)ctx;
+    round_trip(path);
+}
+
 Test(gguf_write, round_trip_every_vocab_gguf) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/tokenizer", tu_testdata());
-    DIR *d = opendir(dir);
-    cr_assert_not_null(d);
-    struct dirent *e;
-    int n = 0;
-    while ((e = readdir(d))) {
-        size_t len = strlen(e->d_name);
-        if (len < 5 || strcmp(e->d_name + len - 5, ".gguf")) continue;
-        char p[2048];
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        round_trip(p);
-        n++;
-    }
-    closedir(d);
-    cr_assert_geq(n, 10);
+    cr_assert_geq(tu_each_gguf(dir, round_trip_cb, NULL), 10);
 }
 
 Test(gguf_write, custom_alignment_and_all_types) {

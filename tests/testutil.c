@@ -31,6 +31,23 @@ const char *tu_data_file(const char *rel) {
     return p;
 }
 
+int tu_each_gguf(const char *dir, void (*fn)(const char *path, void *ctx), void *ctx) {
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "cannot list %s", dir);
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        if (len < 5 || strcmp(e->d_name + len - 5, ".gguf")) continue;
+        char p[2048];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        fn(p, ctx);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
 static char tmpdir[256];
 
 static void rm_tmpdir(void) {

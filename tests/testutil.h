@@ -13,6 +13,9 @@ const char *tu_testdata(void);
 /* tu_testdata() + "/" + rel, checked to exist (a missing file fails the test). */
 const char *tu_data_file(const char *rel);
 
+/* Calls fn(path, ctx) for every *.gguf file in dir; returns how many. */
+int tu_each_gguf(const char *dir, void (*fn)(const char *path, void *ctx), void *ctx);
+
 /* A fresh temporary directory for this test process (removed at exit). */
 const char *tu_tmpdir(void);
 /* tu_tmpdir() + "/" + name (static buffer rotation: hold at most 8 at once). */
