@@ -7,7 +7,7 @@
 
 #include "arch.h"
 #include "gguf.h"
-#include "tok_import.h"
+#include "tok_vocab.h"
 
 #include <stdbool.h>
 #include <stdint.h>

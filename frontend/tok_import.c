@@ -11,101 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
-void tok_vocab_init(tok_vocab *v) {
-    memset(v, 0, sizeof *v);
-    v->bos_id = v->eos_id = v->pad_id = v->unk_id = v->eot_id = -1;
-    v->sep_id = v->cls_id = v->mask_id = -1;
-    v->add_bos = v->add_eos = v->add_sep = -1;
-}
-
-void tok_vocab_free(tok_vocab *v) {
-    if (!v) return;
-    free(v->model);
-    free(v->pre);
-    if (v->tokens)
-        for (uint64_t i = 0; i < v->n_tokens; i++) free((void *)v->tokens[i].ptr);
-    free(v->tokens);
-    free(v->types);
-    if (v->merges)
-        for (uint64_t i = 0; i < v->n_merges; i++) free(v->merges[i]);
-    free(v->merges);
-    free(v->chat_template);
-    tok_vocab_init(v);
-}
-
-int64_t tok_vocab_find(const tok_vocab *v, const char *s) {
-    size_t n = strlen(s);
-    for (uint64_t i = 0; i < v->n_tokens; i++)
-        if (v->tokens[i].len == n && memcmp(v->tokens[i].ptr, s, n) == 0) return (int64_t)i;
-    return -1;
-}
-
-/* ---- a hash index over byte strings (duplicates, added-token lookups) ------------------ */
-
-typedef struct tok_index {
-    uint32_t *slot; /* entry + 1; 0 = empty */
-    size_t mask;
-} tok_index;
-
-static uint64_t hash_bytes(const char *p, size_t n) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
-    return h;
-}
-
-static int index_init(tok_index *ix, uint64_t n) {
-    size_t cap = 16;
-    while (cap < 2 * n) cap *= 2;
-    ix->slot = calloc(cap, sizeof *ix->slot);
-    ix->mask = cap - 1;
-    return ix->slot ? 0 : -1;
-}
-
-/* Inserts entry i of keys; returns the earlier entry with the same bytes, or -1. */
-static int64_t index_put(tok_index *ix, const gguf_str *keys, uint32_t i) {
-    size_t h = (size_t)hash_bytes(keys[i].ptr, keys[i].len) & ix->mask;
-    for (;; h = (h + 1) & ix->mask) {
-        uint32_t s = ix->slot[h];
-        if (!s) {
-            ix->slot[h] = i + 1;
-            return -1;
-        }
-        const gguf_str *k = &keys[s - 1];
-        if (k->len == keys[i].len && memcmp(k->ptr, keys[i].ptr, k->len) == 0) return s - 1;
-    }
-}
-
-static int64_t index_get(const tok_index *ix, const gguf_str *keys, const char *p, size_t n) {
-    size_t h = (size_t)hash_bytes(p, n) & ix->mask;
-    for (;; h = (h + 1) & ix->mask) {
-        uint32_t s = ix->slot[h];
-        if (!s) return -1;
-        const gguf_str *k = &keys[s - 1];
-        if (k->len == n && memcmp(k->ptr, p, n) == 0) return s - 1;
-    }
-}
-
-/* ---- small helpers ------------------------------------------------------------------ */
-
-static char *dup_bytes(const char *p, size_t n) {
-    char *s = malloc(n + 1);
-    if (!s) return NULL;
-    memcpy(s, p, n);
-    s[n] = 0;
-    return s;
-}
-
 /* Integers past int64 (tokenizer_config's model_max_length is 1e30 in Llama 3) make
  * jansson give up; then the file is read again with every number as a double, which
  * still holds every id exactly (see json_int). */
@@ -115,8 +20,8 @@ static json_t *load_json(const char *path, char *err, size_t errlen) {
     if (!j && json_error_code(&je) == json_error_numeric_overflow)
         j = json_load_file(path, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
     if (!j) {
-        if (je.line < 0) fail(err, errlen, "%s", je.text); /* "unable to open PATH: reason" */
-        else fail(err, errlen, "%s: invalid JSON at line %d, column %d: %s", path, je.line, je.column, je.text);
+        if (je.line < 0) tok_fail(err, errlen, "%s", je.text); /* "unable to open PATH: reason" */
+        else tok_fail(err, errlen, "%s: invalid JSON at line %d, column %d: %s", path, je.line, je.column, je.text);
     }
     return j;
 }
@@ -169,7 +74,7 @@ static int read_whole(const char *path, char **out, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         if (errno == ENOENT) return 1;
-        return fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return tok_fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
     }
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
@@ -190,7 +95,7 @@ static int read_whole(const char *path, char **out, char *err, size_t errlen) {
     fclose(f);
     if (bad) {
         free(buf);
-        return fail(err, errlen, "cannot read %s", path);
+        return tok_fail(err, errlen, "cannot read %s", path);
     }
     buf[len] = 0;
     *out = buf;
@@ -259,9 +164,9 @@ static char *dup_user_defined(const char *p, size_t n, size_t *out_len) {
 
 static int id_of(importer *im, const json_t *j, const char *what, int64_t *out) {
     int64_t id;
-    if (!json_int(j, &id)) return fail(im->err, im->errlen, "%s: %s has no integer id", im->path, what);
+    if (!json_int(j, &id)) return tok_fail(im->err, im->errlen, "%s: %s has no integer id", im->path, what);
     if (id < 0 || id >= (int64_t)TOK_MAX_VOCAB)
-        return fail(im->err, im->errlen, "%s: %s has id %lld, outside 0..%u", im->path, what, (long long)id,
+        return tok_fail(im->err, im->errlen, "%s: %s has id %lld, outside 0..%u", im->path, what, (long long)id,
                     TOK_MAX_VOCAB - 1);
     *out = id;
     return 0;
@@ -270,17 +175,17 @@ static int id_of(importer *im, const json_t *j, const char *what, int64_t *out) 
 static int read_added(importer *im) {
     const json_t *arr = json_object_get(im->root, "added_tokens");
     if (!arr || json_is_null(arr)) return 0;
-    if (!json_is_array(arr)) return fail(im->err, im->errlen, "%s: \"added_tokens\" is not a list", im->path);
+    if (!json_is_array(arr)) return tok_fail(im->err, im->errlen, "%s: \"added_tokens\" is not a list", im->path);
     size_t n = json_array_size(arr);
     im->added = calloc(n ? n : 1, sizeof *im->added);
     im->added_keys = calloc(n ? n : 1, sizeof *im->added_keys);
-    if (!im->added || !im->added_keys) return fail(im->err, im->errlen, "out of memory");
+    if (!im->added || !im->added_keys) return tok_fail(im->err, im->errlen, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const json_t *a = json_array_get(arr, i);
         const json_t *c = json_object_get(a, "content");
         char what[48];
         snprintf(what, sizeof what, "added token %zu", i);
-        if (!json_is_string(c)) return fail(im->err, im->errlen, "%s: %s has no string content", im->path, what);
+        if (!json_is_string(c)) return tok_fail(im->err, im->errlen, "%s: %s has no string content", im->path, what);
         added_tok *t = &im->added[i];
         if (id_of(im, json_object_get(a, "id"), what, &t->id)) return -1;
         t->content = (gguf_str){json_string_value(c), json_string_length(c)};
@@ -296,22 +201,22 @@ static int read_vocab(importer *im, tok_vocab *v) {
     char *err = im->err;
     size_t errlen = im->errlen;
     const json_t *model = json_object_get(im->root, "model");
-    if (!json_is_object(model)) return fail(err, errlen, "%s: no \"model\" object", path);
+    if (!json_is_object(model)) return tok_fail(err, errlen, "%s: no \"model\" object", path);
     const char *type = json_string_value(json_object_get(model, "type"));
-    if (!type) return fail(err, errlen, "%s: model has no \"type\"", path);
+    if (!type) return tok_fail(err, errlen, "%s: model has no \"type\"", path);
     if (strcmp(type, "BPE") != 0)
-        return fail(err, errlen,
+        return tok_fail(err, errlen,
                     "%s: model type \"%s\" is not supported: only byte-level BPE can be imported "
                     "(WordPiece and Unigram are not yet)",
                     path, type);
     /* byte_fallback marks a SentencePiece-style BPE: llama.cpp's "llama" model, not "gpt2". */
     if (json_is_true(json_object_get(model, "byte_fallback")))
-        return fail(err, errlen,
+        return tok_fail(err, errlen,
                     "%s: BPE with byte_fallback is SentencePiece-style (llama.cpp model \"llama\"), "
                     "not byte-level; not supported yet",
                     path);
     const json_t *vocab = json_object_get(model, "vocab");
-    if (!json_is_object(vocab)) return fail(err, errlen, "%s: model has no \"vocab\" object", path);
+    if (!json_is_object(vocab)) return tok_fail(err, errlen, "%s: model has no \"vocab\" object", path);
     if (read_added(im)) return -1;
 
     int64_t max_id = -1;
@@ -326,20 +231,20 @@ static int read_vocab(importer *im, tok_vocab *v) {
     }
     for (size_t i = 0; i < im->n_added; i++)
         if (im->added[i].id > max_id) max_id = im->added[i].id;
-    if (max_id < 0) return fail(err, errlen, "%s: the vocabulary is empty", path);
+    if (max_id < 0) return tok_fail(err, errlen, "%s: the vocabulary is empty", path);
 
     uint64_t n = (uint64_t)max_id + 1;
     v->tokens = calloc(n, sizeof *v->tokens);
     v->types = calloc(n, sizeof *v->types);
-    if (!v->tokens || !v->types) return fail(err, errlen, "out of memory");
+    if (!v->tokens || !v->types) return tok_fail(err, errlen, "out of memory");
     v->n_tokens = n;
 
     tok_index added_ix = {0};
-    if (index_init(&added_ix, im->n_added)) return fail(err, errlen, "out of memory");
+    if (tok_index_init(&added_ix, im->n_added)) return tok_fail(err, errlen, "out of memory");
     int rc = -1;
     for (size_t i = 0; i < im->n_added; i++) {
-        if (index_put(&added_ix, im->added_keys, (uint32_t)i) >= 0) {
-            fail(err, errlen, "%s: added token \"%.60s\" is listed twice", path, im->added[i].content.ptr);
+        if (tok_index_put(&added_ix, im->added_keys, (uint32_t)i) >= 0) {
+            tok_fail(err, errlen, "%s: added token \"%.60s\" is listed twice", path, im->added[i].content.ptr);
             goto out;
         }
     }
@@ -352,15 +257,15 @@ static int read_vocab(importer *im, tok_vocab *v) {
         size_t klen = json_object_iter_key_len(it);
         int64_t id = 0;
         json_int(json_object_iter_value(it), &id); /* checked above */
-        if (index_get(&added_ix, im->added_keys, k, klen) >= 0) continue;
+        if (tok_index_get(&added_ix, im->added_keys, k, klen) >= 0) continue;
         if (v->tokens[id].ptr) {
-            fail(err, errlen, "%s: id %lld is given to both \"%.40s\" and \"%.40s\"", path, (long long)id,
+            tok_fail(err, errlen, "%s: id %lld is given to both \"%.40s\" and \"%.40s\"", path, (long long)id,
                  v->tokens[id].ptr, k);
             goto out;
         }
-        char *s = dup_bytes(k, klen);
+        char *s = tok_dup_bytes(k, klen);
         if (!s) {
-            fail(err, errlen, "out of memory");
+            tok_fail(err, errlen, "out of memory");
             goto out;
         }
         v->tokens[id] = (gguf_str){s, klen};
@@ -369,21 +274,21 @@ static int read_vocab(importer *im, tok_vocab *v) {
     for (size_t i = 0; i < im->n_added; i++) {
         const added_tok *a = &im->added[i];
         if (v->tokens[a->id].ptr) {
-            fail(err, errlen, "%s: id %lld is given to both \"%.40s\" and added token \"%.40s\"", path,
+            tok_fail(err, errlen, "%s: id %lld is given to both \"%.40s\" and added token \"%.40s\"", path,
                  (long long)a->id, v->tokens[a->id].ptr, a->content.ptr);
             goto out;
         }
         char *s;
         size_t len = a->content.len;
         if (a->special || looks_special(a->content.ptr, a->content.len)) {
-            s = dup_bytes(a->content.ptr, len);
+            s = tok_dup_bytes(a->content.ptr, len);
             v->types[a->id] = TOK_TYPE_CONTROL;
         } else {
             s = dup_user_defined(a->content.ptr, a->content.len, &len);
             v->types[a->id] = TOK_TYPE_USER_DEFINED;
         }
         if (!s) {
-            fail(err, errlen, "out of memory");
+            tok_fail(err, errlen, "out of memory");
             goto out;
         }
         v->tokens[a->id] = (gguf_str){s, len};
@@ -393,9 +298,9 @@ static int read_vocab(importer *im, tok_vocab *v) {
         if (v->tokens[i].ptr) continue;
         char buf[32];
         int len = snprintf(buf, sizeof buf, "[PAD%llu]", (unsigned long long)i);
-        char *s = dup_bytes(buf, (size_t)len);
+        char *s = tok_dup_bytes(buf, (size_t)len);
         if (!s) {
-            fail(err, errlen, "out of memory");
+            tok_fail(err, errlen, "out of memory");
             goto out;
         }
         v->tokens[i] = (gguf_str){s, (size_t)len};
@@ -403,7 +308,7 @@ static int read_vocab(importer *im, tok_vocab *v) {
     }
     rc = 0;
 out:
-    free(added_ix.slot);
+    tok_index_free(&added_ix);
     return rc;
 }
 
@@ -412,23 +317,23 @@ out:
 static int read_merges(importer *im, tok_vocab *v) {
     const json_t *merges = json_object_get(json_object_get(im->root, "model"), "merges");
     if (!merges || json_is_null(merges)) return 0;
-    if (!json_is_array(merges)) return fail(im->err, im->errlen, "%s: model.merges is not a list", im->path);
+    if (!json_is_array(merges)) return tok_fail(im->err, im->errlen, "%s: model.merges is not a list", im->path);
     size_t n = json_array_size(merges);
     if (!n) return 0;
     bool pairs = !json_is_string(json_array_get(merges, 0));
     v->merges = calloc(n, sizeof *v->merges);
-    if (!v->merges) return fail(im->err, im->errlen, "out of memory");
+    if (!v->merges) return tok_fail(im->err, im->errlen, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const json_t *m = json_array_get(merges, i);
         char *s = NULL;
         if (!pairs) {
             if (!json_is_string(m) || strlen(json_string_value(m)) != json_string_length(m))
-                return fail(im->err, im->errlen, "%s: merge %zu is not a string like the first one", im->path, i);
-            s = dup_bytes(json_string_value(m), json_string_length(m));
+                return tok_fail(im->err, im->errlen, "%s: merge %zu is not a string like the first one", im->path, i);
+            s = tok_dup_bytes(json_string_value(m), json_string_length(m));
         } else {
             const json_t *a = json_array_get(m, 0), *b = json_array_get(m, 1);
             if (!json_is_array(m) || json_array_size(m) != 2 || !json_is_string(a) || !json_is_string(b))
-                return fail(im->err, im->errlen,
+                return tok_fail(im->err, im->errlen,
                             "%s: unknown merges format at merge %zu (expected \"a b\" strings or [a, b] pairs)",
                             im->path, i);
             size_t la = json_string_length(a), lb = json_string_length(b);
@@ -446,7 +351,7 @@ static int read_merges(importer *im, tok_vocab *v) {
                             s[o++] = (char)0xA0;
                         } else if (c == 0) {
                             free(s);
-                            return fail(im->err, im->errlen, "%s: merge %zu holds a NUL byte", im->path, i);
+                            return tok_fail(im->err, im->errlen, "%s: merge %zu holds a NUL byte", im->path, i);
                         } else {
                             s[o++] = c;
                         }
@@ -455,7 +360,7 @@ static int read_merges(importer *im, tok_vocab *v) {
                 s[o] = 0;
             }
         }
-        if (!s) return fail(im->err, im->errlen, "out of memory");
+        if (!s) return tok_fail(im->err, im->errlen, "out of memory");
         v->merges[i] = s;
         v->n_merges = i + 1;
     }
@@ -630,7 +535,7 @@ static int infer_pre(importer *im, char **out) {
     const char *hint = "pass --pre NAME with llama.cpp's tokenizer.ggml.pre name for it "
                        "(e.g. llama-bpe, qwen2, gpt-2, starcoder, deepseek-llm)";
     if (!json_is_object(pt))
-        return fail(im->err, im->errlen, "%s: no pre_tokenizer to recognize; %s", im->path, hint);
+        return tok_fail(im->err, im->errlen, "%s: no pre_tokenizer to recognize; %s", im->path, hint);
     const json_t *list = NULL;
     size_t n = 1;
     const char *type = json_string_value(json_object_get(pt, "type"));
@@ -648,25 +553,25 @@ static int infer_pre(importer *im, char **out) {
     }
     for (; rc == 0 && got < n; got++) {
         rc = pt_reduce(list ? json_array_get(list, got) : pt, &seen[got], why, sizeof why);
-        if (rc < 0) rc = fail(im->err, im->errlen, "out of memory");
+        if (rc < 0) rc = tok_fail(im->err, im->errlen, "out of memory");
     }
     if (rc == 0) {
         rc = 1;
         for (size_t f = 0; f < sizeof pt_families / sizeof pt_families[0]; f++) {
             if (pt_matches(&pt_families[f], seen, n)) {
                 *out = strdup(pt_families[f].name);
-                rc = *out ? 0 : fail(im->err, im->errlen, "out of memory");
+                rc = *out ? 0 : tok_fail(im->err, im->errlen, "out of memory");
                 break;
             }
         }
         if (rc == 1) {
             char desc[200];
             pt_describe(seen, n, desc, sizeof desc);
-            fail(im->err, im->errlen, "%s: pre-tokenizer not recognized: %s; %s", im->path, desc, hint);
+            tok_fail(im->err, im->errlen, "%s: pre-tokenizer not recognized: %s; %s", im->path, desc, hint);
             rc = -1;
         }
     } else if (rc == 1) {
-        fail(im->err, im->errlen, "%s: pre-tokenizer not recognized: %s; %s", im->path, why, hint);
+        tok_fail(im->err, im->errlen, "%s: pre-tokenizer not recognized: %s; %s", im->path, why, hint);
         rc = -1;
     }
     for (size_t i = 0; i < PT_MAX_STEPS; i++) free(seen[i].re);
@@ -814,7 +719,7 @@ static int set_template(importer *im, const json_t *ct, tok_vocab *v) {
     }
     if (!t) return 0;
     v->chat_template = strdup(t);
-    return v->chat_template ? 0 : fail(im->err, im->errlen, "out of memory");
+    return v->chat_template ? 0 : tok_fail(im->err, im->errlen, "out of memory");
 }
 
 /* chat_template.jinja, else chat_template.json, beside tokenizer_config.json. */
@@ -822,7 +727,7 @@ static int template_from_files(importer *im, const char *config_path, tok_vocab 
     const char *slash = strrchr(config_path, '/');
     size_t dlen = slash ? (size_t)(slash - config_path) + 1 : 0;
     char *p = malloc(dlen + 32);
-    if (!p) return fail(im->err, im->errlen, "out of memory");
+    if (!p) return tok_fail(im->err, im->errlen, "out of memory");
     memcpy(p, config_path, dlen);
     strcpy(p + dlen, "chat_template.jinja");
     char *text;
@@ -850,7 +755,7 @@ static int special_vocab(importer *im, json_t *cfg, const char *config_path, tok
         s.add[t] = -1;
         s.ids[t] = -1;
     }
-    if (!s.keep) return fail(im->err, im->errlen, "out of memory");
+    if (!s.keep) return tok_fail(im->err, im->errlen, "out of memory");
     int rc = post_processor_pass(im, &s);
     if (rc == 0 && truthy(cfg)) {
         json_t *ct = json_object_get(cfg, "chat_template");
@@ -897,7 +802,7 @@ static int special_vocab(importer *im, json_t *cfg, const char *config_path, tok
 int tok_import_hf(const char *tokenizer_json, const char *tokenizer_config, const char *pre_override,
                   tok_vocab *out, char *err, size_t errlen) {
     tok_vocab_init(out);
-    if (!tokenizer_json) return fail(err, errlen, "no tokenizer.json given");
+    if (!tokenizer_json) return tok_fail(err, errlen, "no tokenizer.json given");
     tok_vocab v;
     tok_vocab_init(&v);
     importer im = {.path = tokenizer_json, .err = err, .errlen = errlen};
@@ -906,14 +811,14 @@ int tok_import_hf(const char *tokenizer_json, const char *tokenizer_config, cons
     im.root = load_json(tokenizer_json, err, errlen);
     if (!im.root) goto done;
     if (!json_is_object(im.root)) {
-        fail(err, errlen, "%s: not a JSON object", tokenizer_json);
+        tok_fail(err, errlen, "%s: not a JSON object", tokenizer_json);
         goto done;
     }
     if (tokenizer_config) {
         cfg = load_json(tokenizer_config, err, errlen);
         if (!cfg) goto done;
         if (!json_is_object(cfg)) {
-            fail(err, errlen, "%s: not a JSON object", tokenizer_config);
+            tok_fail(err, errlen, "%s: not a JSON object", tokenizer_config);
             goto done;
         }
     }
@@ -921,7 +826,7 @@ int tok_import_hf(const char *tokenizer_json, const char *tokenizer_config, cons
     if (pre_override && *pre_override) {
         v.pre = strdup(pre_override);
         if (!v.pre) {
-            fail(err, errlen, "out of memory");
+            tok_fail(err, errlen, "out of memory");
             goto done;
         }
     } else if (infer_pre(&im, &v.pre)) {
@@ -929,7 +834,7 @@ int tok_import_hf(const char *tokenizer_json, const char *tokenizer_config, cons
     }
     v.model = strdup("gpt2");
     if (!v.model) {
-        fail(err, errlen, "out of memory");
+        tok_fail(err, errlen, "out of memory");
         goto done;
     }
     if (special_vocab(&im, cfg, tokenizer_config, &v)) goto done;
@@ -954,7 +859,7 @@ int tok_import_hf_model_config(const char *config_json, tok_vocab *v, char *err,
     int rc = 0;
     if (!json_is_object(cfg)) {
         json_decref(cfg);
-        return fail(err, errlen, "%s: not a JSON object", config_json);
+        return tok_fail(err, errlen, "%s: not a JSON object", config_json);
     }
     int64_t *ids[] = {&v->bos_id, &v->eos_id, &v->unk_id, &v->sep_id, &v->pad_id, &v->cls_id, &v->mask_id};
     json_t *text = json_object_get(cfg, "text_config"); /* multimodal models keep them there */
@@ -966,7 +871,7 @@ int tok_import_hf_model_config(const char *config_json, tok_vocab *v, char *err,
         int64_t x;
         if (!json_int(id, &x)) continue; /* a list (several eos ids) is skipped too */
         if (x < 0) {
-            rc = fail(err, errlen, "%s: invalid value for %s: %lld", config_json, key, (long long)x);
+            rc = tok_fail(err, errlen, "%s: invalid value for %s: %lld", config_json, key, (long long)x);
             break;
         }
         if (*ids[t] < 0) *ids[t] = x;
@@ -975,203 +880,3 @@ int tok_import_hf_model_config(const char *config_json, tok_vocab *v, char *err,
     return rc;
 }
 
-/* ---- kiln's default byte-level vocab ------------------------------------------------- */
-
-/* GPT-2's bytes_to_unicode: printable Latin-1 bytes keep their code point, the others
- * take 256, 257, ... in byte order. */
-static size_t byte_spelling(unsigned b, char out[4]) {
-    unsigned cp;
-    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) {
-        cp = b;
-    } else {
-        unsigned k = 0;
-        for (unsigned x = 0; x < b; x++)
-            if (!((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255))) k++;
-        cp = 256 + k;
-    }
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    out[0] = (char)(0xC0 | (cp >> 6));
-    out[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-}
-
-static int put_token(tok_vocab *v, const char *p, size_t n, int32_t type) {
-    char *s = dup_bytes(p, n);
-    if (!s) return -1;
-    v->tokens[v->n_tokens] = (gguf_str){s, n};
-    v->types[v->n_tokens] = type;
-    v->n_tokens++;
-    return 0;
-}
-
-/* Adds token a+b and the merge "a b" (a, b spelled). */
-static int put_merged(tok_vocab *v, const char *a, size_t na, const char *b, size_t nb) {
-    char tok[8], mer[9];
-    memcpy(tok, a, na);
-    memcpy(tok + na, b, nb);
-    memcpy(mer, a, na);
-    mer[na] = ' ';
-    memcpy(mer + na + 1, b, nb);
-    mer[na + 1 + nb] = 0;
-    char *m = dup_bytes(mer, na + 1 + nb);
-    if (!m || put_token(v, tok, na + nb, TOK_TYPE_NORMAL)) {
-        free(m);
-        return -1;
-    }
-    v->merges[v->n_merges++] = m;
-    return 0;
-}
-
-#define BYTELEVEL_MIN 258u /* 256 bytes + bos + eos */
-#define BYTELEVEL_MERGED (26u + 26u * 26u + 26u)
-
-int tok_vocab_bytelevel(uint64_t vocab_size, tok_vocab *out, char *err, size_t errlen) {
-    tok_vocab_init(out);
-    if (vocab_size < BYTELEVEL_MIN)
-        return fail(err, errlen, "vocab size %llu is too small: the byte-level vocab needs %u tokens "
-                                 "(256 bytes, bos, eos)",
-                    (unsigned long long)vocab_size, BYTELEVEL_MIN);
-    if (vocab_size > TOK_MAX_VOCAB)
-        return fail(err, errlen, "vocab size %llu is larger than %u", (unsigned long long)vocab_size, TOK_MAX_VOCAB);
-    tok_vocab v;
-    tok_vocab_init(&v);
-    uint64_t n_merged = vocab_size - BYTELEVEL_MIN;
-    if (n_merged > BYTELEVEL_MERGED) n_merged = BYTELEVEL_MERGED;
-    v.model = strdup("gpt2");
-    v.pre = strdup("default");
-    v.tokens = calloc(BYTELEVEL_MIN + n_merged, sizeof *v.tokens);
-    v.types = calloc(BYTELEVEL_MIN + n_merged, sizeof *v.types);
-    v.merges = calloc(n_merged ? n_merged : 1, sizeof *v.merges);
-    if (!v.model || !v.pre || !v.tokens || !v.types || !v.merges) goto oom;
-    char sp[256][4];
-    size_t sl[256];
-    for (unsigned b = 0; b < 256; b++) {
-        sl[b] = byte_spelling(b, sp[b]);
-        if (put_token(&v, sp[b], sl[b], TOK_TYPE_NORMAL)) goto oom;
-    }
-    v.bos_id = (int64_t)v.n_tokens;
-    if (put_token(&v, "<|begin_of_text|>", 17, TOK_TYPE_CONTROL)) goto oom;
-    v.eos_id = (int64_t)v.n_tokens;
-    if (put_token(&v, "<|end_of_text|>", 15, TOK_TYPE_CONTROL)) goto oom;
-    /* "Ġ"+lowercase, lowercase pairs, "Ġ"+uppercase: enough to make merges real */
-    for (unsigned c = 0; c < 26 && v.n_merges < n_merged; c++)
-        if (put_merged(&v, sp[' '], sl[' '], sp['a' + c], 1)) goto oom;
-    for (unsigned c = 0; c < 26 * 26 && v.n_merges < n_merged; c++)
-        if (put_merged(&v, sp['a' + c / 26], 1, sp['a' + c % 26], 1)) goto oom;
-    for (unsigned c = 0; c < 26 && v.n_merges < n_merged; c++)
-        if (put_merged(&v, sp[' '], sl[' '], sp['A' + c], 1)) goto oom;
-    /* a synthetic model starts every prompt with bos, in kiln and in llama.cpp alike */
-    v.add_bos = 1;
-    v.add_eos = 0;
-    if (tok_vocab_pad(&v, vocab_size, err, errlen)) {
-        tok_vocab_free(&v);
-        return -1;
-    }
-    *out = v;
-    return 0;
-oom:
-    tok_vocab_free(&v);
-    return fail(err, errlen, "out of memory");
-}
-
-int tok_vocab_pad(tok_vocab *v, uint64_t vocab_size, char *err, size_t errlen) {
-    if (v->n_tokens > vocab_size)
-        return fail(err, errlen, "the vocab has %llu tokens, more than the %llu asked for",
-                    (unsigned long long)v->n_tokens, (unsigned long long)vocab_size);
-    if (vocab_size > TOK_MAX_VOCAB)
-        return fail(err, errlen, "vocab size %llu is larger than %u", (unsigned long long)vocab_size, TOK_MAX_VOCAB);
-    if (v->n_tokens == vocab_size) return 0;
-    gguf_str *t = realloc(v->tokens, vocab_size * sizeof *t);
-    if (t) v->tokens = t;
-    int32_t *ty = realloc(v->types, vocab_size * sizeof *ty);
-    if (ty) v->types = ty;
-    if (!t || !ty) return fail(err, errlen, "out of memory");
-    while (v->n_tokens < vocab_size) {
-        char buf[32];
-        int len = snprintf(buf, sizeof buf, "[PAD%llu]", (unsigned long long)v->n_tokens);
-        if (put_token(v, buf, (size_t)len, TOK_TYPE_UNUSED)) return fail(err, errlen, "out of memory");
-    }
-    return 0;
-}
-
-/* ---- writing ------------------------------------------------------------------------ */
-
-static int werr(gguf_error *err, const char *fmt, ...) {
-    if (!err) return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-int tok_vocab_write(const tok_vocab *v, gguf_writer *w, gguf_error *err) {
-    if (!v->model || !v->n_tokens || !v->tokens || !v->types)
-        return werr(err, "tokenizer: the vocab is empty");
-    if (v->n_tokens > TOK_MAX_VOCAB) return werr(err, "tokenizer: %llu tokens is too many", (unsigned long long)v->n_tokens);
-    /* llama.cpp asserts that every token string is distinct */
-    tok_index ix;
-    if (index_init(&ix, v->n_tokens)) return werr(err, "out of memory");
-    for (uint64_t i = 0; i < v->n_tokens; i++) {
-        int64_t j = index_put(&ix, v->tokens, (uint32_t)i);
-        if (j >= 0) {
-            free(ix.slot);
-            return werr(err, "tokenizer: tokens %lld and %llu are both \"%.*s\"; llama.cpp needs distinct tokens",
-                        (long long)j, (unsigned long long)i, (int)(v->tokens[i].len > 60 ? 60 : v->tokens[i].len),
-                        v->tokens[i].ptr);
-        }
-    }
-    free(ix.slot);
-    struct { const char *key; int64_t id; bool write; } ids[] = {
-        {"tokenizer.ggml.bos_token_id", v->bos_id, true},
-        {"tokenizer.ggml.eos_token_id", v->eos_id, true},
-        {"tokenizer.ggml.unknown_token_id", v->unk_id, true},
-        {"tokenizer.ggml.seperator_token_id", v->sep_id, true}, /* sic: llama.cpp's spelling */
-        {"tokenizer.ggml.padding_token_id", v->pad_id, true},
-        {"tokenizer.ggml.mask_token_id", v->mask_id, true},
-        {"tokenizer.ggml.eot_token_id", v->eot_id, v->write_eot != 0},
-    };
-    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
-        if (ids[i].write && ids[i].id >= (int64_t)v->n_tokens)
-            return werr(err, "tokenizer: %s %lld is outside the %llu tokens", ids[i].key, (long long)ids[i].id,
-                        (unsigned long long)v->n_tokens);
-
-    if (gguf_writer_add_str(w, "tokenizer.ggml.model", v->model, err)) return -1;
-    if (v->pre && gguf_writer_add_str(w, "tokenizer.ggml.pre", v->pre, err)) return -1;
-    if (gguf_writer_add_arr_gstr(w, "tokenizer.ggml.tokens", v->tokens, v->n_tokens, err)) return -1;
-    if (gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_VT_I32, v->types, v->n_tokens, err)) return -1;
-    /* llama.cpp refuses a gpt2 vocab without the merges key, even when there are none */
-    if ((v->n_merges || strcmp(v->model, "gpt2") == 0) &&
-        gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, v->n_merges, err))
-        return -1;
-    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
-        if (ids[i].write && ids[i].id >= 0 && gguf_writer_add_u32(w, ids[i].key, (uint32_t)ids[i].id, err))
-            return -1;
-    if (v->add_bos >= 0 && gguf_writer_add_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos != 0, err)) return -1;
-    if (v->add_eos >= 0 && gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", v->add_eos != 0, err)) return -1;
-    if (v->add_sep >= 0 && gguf_writer_add_bool(w, "tokenizer.ggml.add_sep_token", v->add_sep != 0, err)) return -1;
-    if (v->chat_template && gguf_writer_add_str(w, "tokenizer.chat_template", v->chat_template, err)) return -1;
-    return 0;
-}
-
-/* tokenizer.ggml.pre names llama-vocab.cpp accepts (others load as "default", warned). */
-static const char *const known_pre[] = {
-    "default", "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
-    "deepseek-llm", "deepseek-coder", "deepseek-v3", "falcon", "mpt", "starcoder", "gpt-2", "phi-2",
-    "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum", "jina-v1-en",
-    "jina-v2-code", "roberta-bpe", "refact", "command-r", "qwen2", "deepseek-r1-qwen", "kormo",
-    "stablelm2", "olmo", "dbrx", "smaug-bpe", "poro-chat", "glm4", "chatglm-bpe", "viking", "jais",
-    "tekken", "smollm", "codeshell", "bloom", "gpt3-finnish", "exaone", "exaone4", "chameleon",
-    "minerva-7b", "megrez", "gpt-4o", "llama4", "superbpe", "trillion", "granite-docling", "bailingmoe",
-    "bailingmoe2", "llada-moe", "seed-coder", "hunyuan", "hunyuan-dense", "kimi-k2", "grok-2", "afmoe",
-    "minimax-m2",
-};
-
-int tok_pre_known(const char *name) {
-    for (size_t i = 0; name && i < sizeof known_pre / sizeof known_pre[0]; i++)
-        if (strcmp(name, known_pre[i]) == 0) return 1;
-    return 0;
-}
