@@ -5,6 +5,7 @@
 #include "gguf.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,7 +219,7 @@ static json_t *json_value(const gguf_value *v, bool top) {
     case GGUF_VT_U8: case GGUF_VT_U16: case GGUF_VT_U32: case GGUF_VT_U64:
         return v->v.u > (uint64_t)INT64_MAX ? json_real((double)v->v.u) : json_integer((json_int_t)v->v.u);
     case GGUF_VT_I8: case GGUF_VT_I16: case GGUF_VT_I32: case GGUF_VT_I64: return json_integer(v->v.i);
-    case GGUF_VT_F32: case GGUF_VT_F64: return json_real(v->v.f);
+    case GGUF_VT_F32: case GGUF_VT_F64: return isfinite(v->v.f) ? json_real(v->v.f) : json_null(); /* JSON has no NaN */
     case GGUF_VT_BOOL: return json_boolean(v->v.b);
     case GGUF_VT_STR: return json_bytes(v->v.str.ptr, v->v.str.len);
     case GGUF_VT_ARR: {

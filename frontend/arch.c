@@ -94,6 +94,11 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, gguf_error *err) {
     if (get_f32(g, arch, "rope.freq_base", &hp->rope_base, false, err) ||
         get_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, true, err))
         return -1;
+    if (!(hp->rope_base > 0 && hp->rope_base < 1e30f) || !(hp->rms_eps > 0 && hp->rms_eps < 1)) {
+        snprintf(err->msg, sizeof err->msg, "rope.freq_base %g or layer_norm_rms_epsilon %g is out of range",
+                 (double)hp->rope_base, (double)hp->rms_eps);
+        return -1;
+    }
     hp->rope_neox = hp->arch != ARCH_LLAMA;
 
     char key[160];
