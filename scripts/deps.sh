@@ -11,6 +11,7 @@ PKGS=(
   spirv-tools spirv-headers            # SPIR-V validator/disassembler, headers
   libcriterion-dev                     # tests
   libjansson-dev                       # JSON (inspect --json, tokenizer.json, server)
+  libutf8proc-dev                      # Unicode categories for the pre-tokenizers
   python3
 )
 
