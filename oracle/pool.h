@@ -1,0 +1,16 @@
+/* A fixed pool of threads that split a range of rows: run(fn, ctx, n) calls fn on
+ * disjoint [begin, end) pieces of [0, n) and returns when all are done. */
+#ifndef KILN_ORACLE_POOL_H
+#define KILN_ORACLE_POOL_H
+
+#include <stdint.h>
+
+typedef void (*orc_range_fn)(void *ctx, uint64_t begin, uint64_t end);
+typedef struct orc_pool orc_pool;
+
+orc_pool *orc_pool_create(int threads); /* threads <= 0: one per core */
+void orc_pool_destroy(orc_pool *p);
+int orc_pool_threads(const orc_pool *p);
+void orc_pool_run(orc_pool *p, orc_range_fn fn, void *ctx, uint64_t n);
+
+#endif
