@@ -3,7 +3,10 @@
 #define KILN_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+struct tokenizer;
 
 #define EXIT_USAGE 2 /* a bad command, flag or value */
 #define EXIT_BADFILE 1 /* a file that fails validation, or a failed run */
@@ -17,10 +20,18 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 bool cli_parse_f32(const char *s, float min, float max, float *out);
 
+/* Tokenizes a prompt as llama.cpp's tools do (special tokens matched; BOS when
+ * add_special and the model adds one), after checking it is UTF-8. 0, or 1 (printed). */
+int cli_tokenize_prompt(const struct tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
+                        uint32_t *n);
+
 /* Fetches the value of flag argv[*i] (advancing *i); NULL when it is missing. */
 const char *cli_flag_value(int argc, char **argv, int *i);
 
 int cmd_inspect(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 
 #endif

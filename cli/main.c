@@ -13,6 +13,9 @@ static const char usage[] =
     "commands:\n"
     "  inspect FILE.gguf [--json]        metadata, tensor table, totals, hyperparameters\n"
     "  synth --preset NAME -o FILE.gguf  write a model with random weights (kiln synth --help)\n"
+    "  run MODEL -p TEXT [-n N]          generate text (kiln run --help)\n"
+    "  chat MODEL                        interactive chat through the model's template\n"
+    "  tokenize MODEL -p TEXT            the ids and pieces of a text\n"
     "  version                           print kiln's version\n"
     "  help                              this text\n";
 
@@ -21,6 +24,9 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "synth") == 0) return cmd_synth(argc - 1, argv + 1);
+    if (strcmp(cmd, "run") == 0) return cmd_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "chat") == 0) return cmd_chat(argc - 1, argv + 1);
+    if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("kiln %s\n", KILN_COMMIT);
         return 0;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# kiln's main job, for now: synthesize the `tiny` model and inspect it.
-# (Later: run a model on every device found and report how far each is from the oracle.)
+# kiln's main job: synthesize the `tiny` model, inspect it, and run it on every device
+# found (today the CPU oracle; the GPU backends join as they land).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -8,3 +8,5 @@ bash scripts/build.sh build
 out=${KILN_OUT:-build/tiny.gguf}
 ./build/kiln synth --preset tiny -o "$out"
 ./build/kiln inspect "$out"
+# every device found (today: the CPU oracle) runs the model
+./build/kiln run "$out" -p "Hello" -n 16 --device cpu

@@ -1,0 +1,86 @@
+#include "model_opts.h"
+
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void model_opts_init(model_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->device = "cpu";
+    o->orc.mode = ORC_CONTRACT;
+    samp_params_default(&o->samp);
+}
+
+int model_opts_parse(model_opts *o, int argc, char **argv, int *i, const char *usage) {
+    const char *a = argv[*i];
+    static const char *const flags[] = {"--device", "--oracle-mode", "--dtype", "--ctx", "--threads", "--temp",
+                                        "--top-k", "--top-p", "--min-p", "--seed", "--repeat-penalty",
+                                        "--repeat-last-n", "--frequency-penalty", "--presence-penalty"};
+    size_t k = 0;
+    while (k < sizeof flags / sizeof flags[0] && strcmp(a, flags[k])) k++;
+    if (k == sizeof flags / sizeof flags[0]) return 0;
+    const char *v = cli_flag_value(argc, argv, i);
+    if (!v) return cli_usage_error(usage, "%s needs a value", a), -1;
+    uint64_t u;
+    float f;
+    bool ok = true;
+    switch (k) {
+    case 0: o->device = v; break;
+    case 1:
+        if (!strcmp(v, "contract")) o->orc.mode = ORC_CONTRACT;
+        else if (!strcmp(v, "f32")) o->orc.mode = ORC_F32;
+        else ok = false;
+        break;
+    case 2:
+        if (!strcmp(v, "bf16")) o->orc.dtype = GGUF_T_BF16;
+        else if (!strcmp(v, "f16")) o->orc.dtype = GGUF_T_F16;
+        else ok = false;
+        break;
+    case 3: ok = cli_parse_u64(v, 2, 1u << 24, &u), o->orc.n_ctx = (uint32_t)u; break;
+    case 4: ok = cli_parse_u64(v, 1, 256, &u), o->orc.threads = (int)u; break;
+    case 5: ok = cli_parse_f32(v, -1e9f, 1e9f, &o->samp.temperature); break;
+    case 6: ok = cli_parse_u64(v, 0, 1u << 30, &u), o->samp.top_k = (int32_t)u; break;
+    case 7: ok = cli_parse_f32(v, -1e9f, 1e9f, &o->samp.top_p); break;
+    case 8: ok = cli_parse_f32(v, -1e9f, 1e9f, &o->samp.min_p); break;
+    case 9: ok = cli_parse_u64(v, 0, UINT64_MAX, &o->samp.seed); break;
+    case 10: ok = cli_parse_f32(v, -1e9f, 1e9f, &o->samp.repeat_penalty); break;
+    case 11:
+        if (!strcmp(v, "-1")) o->samp.penalty_last_n = -1;
+        else ok = cli_parse_u64(v, 0, 1u << 30, &u), o->samp.penalty_last_n = (int32_t)u;
+        break;
+    case 12: ok = cli_parse_f32(v, -1e9f, 1e9f, &f), o->samp.frequency_penalty = f; break;
+    case 13: ok = cli_parse_f32(v, -1e9f, 1e9f, &f), o->samp.presence_penalty = f; break;
+    }
+    if (!ok) return cli_usage_error(usage, "%s: bad value '%s'", a, v), -1;
+    if (k >= 5) o->sampling_set = true;
+    if (k == 5) o->temp_set = true;
+    return 1;
+}
+
+int model_opts_check(model_opts *o, const char *usage) {
+    char msg[256];
+    if (o->sampling_set && !o->temp_set) o->samp.temperature = 0.8f;
+    if (samp_params_check(&o->samp, msg, sizeof msg)) return cli_usage_error(usage, "%s", msg);
+    if (strcmp(o->device, "cpu") != 0)
+        return cli_usage_error(usage, "--device %s: only 'cpu' is available in this build (the GPU backends are "
+                                      "not built yet)",
+                               o->device);
+    return 0;
+}
+
+int model_opts_open(const model_opts *o, const char *path, model **m, tokenizer **t, engine **e) {
+    char err[512];
+    *t = NULL;
+    *e = NULL;
+    *m = model_load(path, err, sizeof err);
+    if (!*m) return cli_fail("%s", err);
+    *t = tok_load((*m)->file, err, sizeof err);
+    if (!*t) return cli_fail("%s: %s", path, err);
+    if (tok_n_vocab(*t) != (*m)->hp.n_vocab)
+        return cli_fail("%s: the tokenizer has %u tokens but the model's vocab is %u", path, tok_n_vocab(*t),
+                        (*m)->hp.n_vocab);
+    *e = orc_create(*m, &o->orc, err, sizeof err);
+    if (!*e) return cli_fail("%s: %s", path, err);
+    return 0;
+}

@@ -1,0 +1,38 @@
+/* Flags shared by the commands that run a model (run, chat): the device and engine
+ * options and the sampling options, parsed one way everywhere. */
+#ifndef KILN_CLI_MODEL_OPTS_H
+#define KILN_CLI_MODEL_OPTS_H
+
+#include "engine.h"
+#include "model.h"
+#include "oracle.h"
+#include "sampler.h"
+#include "tok.h"
+
+typedef struct model_opts {
+    const char *device;   /* "cpu" (default) */
+    orc_options orc;
+    samp_params samp;
+    bool sampling_set;    /* any sampling flag given: otherwise greedy */
+    bool temp_set;        /* sampling flags without --temp sample at 0.8, as llama.cpp */
+} model_opts;
+
+#define MODEL_OPTS_USAGE                                                                                   \
+    "  --device D               cpu (the oracle; GPU devices arrive with their backends)\n"               \
+    "  --oracle-mode M          contract (16-bit rounding as a GPU plan; default) | f32\n"                \
+    "  --dtype T                bf16 | f16: the 16-bit type of contract mode (default: the file's)\n"     \
+    "  --ctx N                  context length (default min(model's, 4096))  --threads N\n"               \
+    "  --temp F --top-k N --top-p F --min-p F --seed N\n"                                                 \
+    "  --repeat-penalty F --repeat-last-n N --frequency-penalty F --presence-penalty F\n"
+
+void model_opts_init(model_opts *o);
+/* Consumes argv[*i] (and its value) when it is one of the shared flags: returns 1;
+ * 0 when it is not; -1 after printing a usage error (exit status 2). */
+int model_opts_parse(model_opts *o, int argc, char **argv, int *i, const char *usage);
+/* Validates the combination (prints and returns 2 on a bad one). */
+int model_opts_check(model_opts *o, const char *usage);
+
+/* Loads the model, its tokenizer and an engine on the chosen device; 0 or 1 (printed). */
+int model_opts_open(const model_opts *o, const char *path, model **m, tokenizer **t, engine **e);
+
+#endif

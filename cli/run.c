@@ -1,0 +1,172 @@
+/* kiln run MODEL -p TEXT: generate text from a prompt, streamed as it is produced. */
+#include "cli.h"
+#include "generate.h"
+#include "model_opts.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: kiln run MODEL.gguf -p TEXT [-n N] [flags]\n"
+    "  -p TEXT                  the prompt ('-' reads it from stdin); BOS is added as the model says\n"
+    "  -n N                     tokens to generate (default 128)\n"
+    "  --stop S                 stop when S appears (repeatable)\n"
+    "  --ids                    also print the generated token ids\n"
+    "  --truncate               keep the end of a prompt longer than the context\n"
+    "  --no-echo                do not print the prompt before the generated text\n" MODEL_OPTS_USAGE;
+
+#define MAX_STOPS 16
+
+static int emit_stdout(void *ctx, const char *text, size_t len) {
+    (void)ctx;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+/* Reads all of stdin (for -p -). */
+static char *read_stdin(size_t *len) {
+    size_t cap = 4096, n = 0;
+    char *b = malloc(cap);
+    size_t k;
+    while (b && (k = fread(b + n, 1, cap - n - 1, stdin)) > 0) {
+        n += k;
+        if (n + 1 == cap) {
+            char *nb = realloc(b, cap *= 2);
+            if (!nb) free(b);
+            b = nb;
+        }
+    }
+    if (b) b[n] = 0;
+    *len = n;
+    return b;
+}
+
+/* Tokenizes a prompt with the model's BOS and special tokens, as llama.cpp's tools do. */
+int cli_tokenize_prompt(const tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
+                        uint32_t *n) {
+    char err[256];
+    size_t bad = tok_utf8_invalid_at(text, len);
+    if (bad) return cli_fail("the prompt is not valid UTF-8 (byte %zu)", bad - 1);
+    int64_t k = tok_encode(t, text, len, add_special, true, NULL, 0, err, sizeof err);
+    if (k < 0) return cli_fail("%s", err);
+    *ids = malloc(((size_t)k + 1) * sizeof **ids);
+    if (!*ids) return cli_fail("out of memory");
+    k = tok_encode(t, text, len, add_special, true, *ids, (size_t)k + 1, err, sizeof err);
+    if (k < 0) return cli_fail("%s", err);
+    *n = (uint32_t)k;
+    return 0;
+}
+
+int cmd_run(int argc, char **argv) {
+    model_opts mo;
+    model_opts_init(&mo);
+    const char *path = NULL, *prompt = NULL, *stops[MAX_STOPS];
+    size_t n_stop = 0;
+    uint64_t n_gen = 128;
+    bool ids_out = false, truncate = false, echo = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = model_opts_parse(&mo, argc, argv, &i, usage);
+        if (r < 0) return EXIT_USAGE;
+        if (r > 0) continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage, stdout);
+            return 0;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "--stop")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            if (!v) return cli_usage_error(usage, "%s needs a value", a);
+            if (!strcmp(a, "-p")) prompt = v;
+            else if (!strcmp(a, "-n")) {
+                if (!cli_parse_u64(v, 1, 1u << 24, &n_gen))
+                    return cli_usage_error(usage, "-n: '%s' is not a token count of at least 1", v);
+            } else {
+                if (!*v) return cli_usage_error(usage, "--stop needs a non-empty string");
+                if (n_stop == MAX_STOPS) return cli_usage_error(usage, "at most %d --stop strings", MAX_STOPS);
+                stops[n_stop++] = v;
+            }
+        } else if (!strcmp(a, "--ids")) ids_out = true;
+        else if (!strcmp(a, "--truncate")) truncate = true;
+        else if (!strcmp(a, "--no-echo")) echo = false;
+        else if (a[0] == '-' && a[1]) return cli_usage_error(usage, "unknown flag '%s'", a);
+        else if (path) return cli_usage_error(usage, "more than one model given");
+        else path = a;
+    }
+    if (!path) return cli_usage_error(usage, "no model given");
+    if (!prompt) return cli_usage_error(usage, "-p TEXT is required ('-' reads stdin)");
+    if (model_opts_check(&mo, usage)) return EXIT_USAGE;
+
+    size_t plen = strlen(prompt);
+    char *owned = NULL;
+    if (!strcmp(prompt, "-")) {
+        owned = read_stdin(&plen);
+        if (!owned) return cli_fail("cannot read the prompt from stdin");
+        prompt = owned;
+    }
+    model *m = NULL;
+    tokenizer *t = NULL;
+    engine *e = NULL;
+    gen_session *s = NULL;
+    sampler *smp = NULL;
+    int32_t *ids = NULL;
+    gen_result res = {0};
+    int rc = model_opts_open(&mo, path, &m, &t, &e);
+    if (rc) goto out;
+    uint32_t n = 0;
+    if ((rc = cli_tokenize_prompt(t, prompt, plen, true, &ids, &n))) goto out;
+    if (n == 0) {
+        rc = cli_fail("the prompt is empty and this model adds no BOS token: nothing to start from");
+        goto out;
+    }
+    if (n >= e->n_ctx) {
+        if (!truncate) {
+            rc = cli_fail("the prompt has %u tokens but the context holds %u (use --truncate to keep the end, or "
+                          "--ctx)",
+                          n, e->n_ctx);
+            goto out;
+        }
+        uint32_t keep = e->n_ctx / 2;
+        memmove(ids, ids + (n - keep), keep * sizeof *ids);
+        n = keep;
+        fprintf(stderr, "kiln: prompt truncated to its last %u tokens\n", keep);
+    }
+    s = gen_session_create(e, t);
+    smp = samp_create(&mo.samp, e->n_vocab);
+    if (!s || !smp) {
+        rc = cli_fail("out of memory");
+        goto out;
+    }
+    if (echo) {
+        fwrite(prompt, 1, plen, stdout);
+        fflush(stdout);
+    }
+    gen_params gp = {.max_tokens = (uint32_t)n_gen, .stop = stops, .n_stop = n_stop, .extra_eog = -1};
+    char err[512];
+    if (gen_run(s, smp, ids, n, &gp, emit_stdout, NULL, &res, err, sizeof err)) {
+        rc = cli_fail("%s", err);
+        goto out;
+    }
+    putchar('\n');
+    if (ids_out) {
+        printf("ids:");
+        for (uint32_t i = 0; i < res.n_generated; i++) printf(" %d", res.ids[i]);
+        putchar('\n');
+    }
+    fflush(stdout);
+    fprintf(stderr, "\n%s: prompt %u tokens in %.3f s (%.1f tok/s); generated %u tokens in %.3f s (%.1f tok/s); %s\n",
+            e->name, res.n_prompt, res.t_prompt, res.t_prompt > 0 ? res.n_prompt / res.t_prompt : 0.0,
+            res.n_generated, res.t_generate,
+            res.t_generate > 0 && res.n_generated > 1 ? (res.n_generated - 1) / res.t_generate : 0.0,
+            gen_finish_name(res.finish));
+out:
+    free(res.ids);
+    free(ids);
+    free(owned);
+    samp_free(smp);
+    gen_session_free(s);
+    engine_destroy(e);
+    tok_free(t);
+    model_free(m);
+    return rc;
+}

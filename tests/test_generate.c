@@ -1,0 +1,184 @@
+/* Text generation end to end: `kiln run` on stories260K against the float64 greedy
+ * golden, stop strings, seeds, prefix reuse across turns, `kiln tokenize`, `kiln chat`,
+ * and bad input. */
+#include "engine.h"
+#include "generate.h"
+#include "model.h"
+#include "oracle.h"
+#include "sampler.h"
+#include "testutil.h"
+#include "tok.h"
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BIG (1 << 20)
+static char out[BIG], err[BIG];
+#define RUN(...) tu_run_kiln((const char *const[]){__VA_ARGS__, NULL}, out, sizeof out, err, sizeof err)
+
+/* The golden's text for ids[1..n] (BOS excluded), detokenized by kiln's tokenizer. */
+static char *golden_text(tokenizer *t, json_t *ids, size_t n) {
+    char *s = calloc(1, 65536);
+    tok_stream ts;
+    tok_stream_init(&ts, t);
+    size_t k = 0;
+    for (size_t i = 1; i <= n; i++)
+        k += tok_stream_push(&ts, (int32_t)json_integer_value(json_array_get(ids, i)), s + k, 65536 - k);
+    k += tok_stream_flush(&ts, s + k, 65536 - k);
+    s[k] = 0;
+    return s;
+}
+
+/* "Once upon a time" is how the greedy golden from BOS begins, so greedy generation from
+ * that prompt must continue exactly as the golden does. */
+Test(generate, run_stories_matches_golden, .timeout = 120) {
+    const char *model_path = tu_data_file("models/stories260K.gguf");
+    json_error_t je;
+    json_t *golden = json_load_file(tu_data_file("models/stories260K.greedy.json"), 0, &je);
+    cr_assert_not_null(golden);
+    json_t *ids = json_object_get(golden, "ids");
+    char e[256];
+    gguf_error ge;
+    gguf_file *g = gguf_open(model_path, &ge);
+    tokenizer *t = tok_load(g, e, sizeof e);
+    cr_assert_not_null(t, "%s", e);
+    int32_t p[16];
+    int64_t np = tok_encode(t, "Once upon a time", 16, true, true, p, 16, e, sizeof e);
+    cr_assert_gt(np, 1);
+    for (int64_t i = 0; i < np; i++)
+        cr_assert_eq(p[i], json_integer_value(json_array_get(ids, (size_t)i)), "prompt token %lld", (long long)i);
+    char *want = golden_text(t, ids, (size_t)(np - 1) + 64);
+
+    for (int mode = 0; mode < 2; mode++) {
+        int rc = RUN("run", model_path, "-p", "Once upon a time", "-n", "64", "--oracle-mode", mode ? "contract" : "f32",
+                     "--ids");
+        cr_assert_eq(rc, 0, "%s", err);
+        cr_assert(strncmp(out, want, strlen(want)) == 0, "mode %d:\n got: %s\nwant: %s", mode, out, want);
+        cr_assert(strstr(err, "tok/s"), "%s", err);
+    }
+    /* empty prompt: generation from BOS alone is the golden itself */
+    cr_assert_eq(RUN("run", model_path, "-p", "", "-n", "40", "--oracle-mode", "f32", "--no-echo"), 0, "%s", err);
+    char *from_bos = golden_text(t, ids, 40);
+    cr_assert(strncmp(out, from_bos, strlen(from_bos)) == 0, "got: %s\nwant: %s", out, from_bos);
+    free(from_bos);
+    free(want);
+    tok_free(t);
+    gguf_close(g);
+    json_decref(golden);
+}
+
+Test(generate, stop_strings_seeds_and_stdin, .timeout = 120) {
+    const char *m = tu_data_file("models/stories260K.gguf");
+    cr_assert_eq(RUN("run", m, "-p", "Once upon a time", "-n", "64", "--stop", "Lily", "--no-echo"), 0, "%s", err);
+    cr_assert(strstr(out, "named ") && !strstr(out, "Lily"), "%s", out);
+    cr_assert(strstr(err, "; stop"), "%s", err);
+    static char a[4096], b[4096], c[4096];
+    cr_assert_eq(RUN("run", m, "-p", "Once", "-n", "48", "--temp", "1.0", "--seed", "7"), 0, "%s", err);
+    strcpy(a, out);
+    cr_assert_eq(RUN("run", m, "-p", "Once", "-n", "48", "--temp", "1.0", "--seed", "7"), 0, "%s", err);
+    strcpy(b, out);
+    cr_assert_eq(RUN("run", m, "-p", "Once", "-n", "48", "--temp", "1.0", "--seed", "8"), 0, "%s", err);
+    strcpy(c, out);
+    cr_assert_str_eq(a, b, "same seed, same text");
+    cr_assert_str_neq(a, c, "another seed, another text");
+}
+
+Test(generate, bad_input) {
+    const char *m = tu_data_file("models/stories260K.gguf");
+    cr_assert_eq(RUN("run", m, "-p", "x", "-n", "0"), 2);
+    cr_assert(strstr(err, "-n: '0'"), "%s", err);
+    cr_assert_eq(RUN("run", m, "-p", "x", "--temp", "-1"), 2);
+    cr_assert(strstr(err, "temperature"), "%s", err);
+    cr_assert_eq(RUN("run", m, "-p", "x", "--top-p", "1.5"), 2);
+    cr_assert_eq(RUN("run", m, "-p", "x", "--oracle-mode", "f64"), 2);
+    cr_assert_eq(RUN("run", m, "-p", "x", "--device", "vulkan:0"), 2);
+    cr_assert_eq(RUN("run", m), 2);
+    cr_assert_eq(RUN("run", "-p", "x"), 2);
+    cr_assert_eq(RUN("run", m, "-p", "\xff\xfe bad"), 1);
+    cr_assert(strstr(err, "not valid UTF-8"), "%s", err);
+    cr_assert_eq(RUN("run", m, "-p", "Once upon a time there was a long story", "--ctx", "8"), 1);
+    cr_assert(strstr(err, "--truncate"), "%s", err);
+    cr_assert_eq(RUN("run", m, "-p", "Once upon a time there was a long story", "--ctx", "8", "--truncate", "-n", "2"),
+                 0, "%s", err);
+    cr_assert_eq(RUN("run", "/nonexistent.gguf", "-p", "x"), 1);
+    cr_assert_eq(RUN("run", tu_data_file("tokenizer/ggml-vocab-llama-spm.gguf"), "-p", "x"), 1);
+    cr_assert(strstr(err, "token_embd.weight"), "%s", err);
+}
+
+Test(generate, tokenize_command) {
+    const char *m = tu_data_file("models/stories260K.gguf");
+    cr_assert_eq(RUN("tokenize", m, "-p", "Hello world", "--json"), 0, "%s", err);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    cr_assert_not_null(j, "%s: %s", je.text, out);
+    json_t *ids = json_object_get(j, "ids"), *pieces = json_object_get(j, "pieces");
+    cr_assert_gt(json_array_size(ids), 1);
+    cr_assert_eq(json_array_size(ids), json_array_size(pieces));
+    json_decref(j);
+    cr_assert_eq(RUN("tokenize", m, "-p", "Hi", "--special"), 0, "%s", err);
+    cr_assert(strstr(out, "     1 -> '<s>'"), "BOS first with --special: %s", out);
+    cr_assert_eq(RUN("tokenize", tu_data_file("tokenizer/ggml-vocab-gpt-2.gguf"), "-p", "Hello world"), 0, "%s", err);
+    cr_assert(strstr(out, "15496 -> 'Hello'") && strstr(out, "995 -> ' world'"), "%s", out);
+    cr_assert_eq(RUN("tokenize", m), 2);
+    cr_assert_eq(RUN("tokenize", m, "-p", "a", "-f", "b"), 2);
+    cr_assert_eq(RUN("tokenize", m, "-f", "/nonexistent"), 1);
+}
+
+static int sink(void *ctx, const char *text, size_t len) {
+    (void)ctx, (void)text, (void)len;
+    return 0;
+}
+
+typedef struct rig { model *m; tokenizer *t; engine *e; gen_session *s; sampler *smp; } rig;
+
+static void rig_open(rig *r) {
+    char e[256];
+    r->m = model_load(tu_data_file("models/stories260K.gguf"), e, sizeof e);
+    cr_assert_not_null(r->m, "%s", e);
+    r->t = tok_load(r->m->file, e, sizeof e);
+    cr_assert_not_null(r->t, "%s", e);
+    orc_options o = {.mode = ORC_F32, .threads = 1};
+    r->e = orc_create(r->m, &o, e, sizeof e);
+    r->s = gen_session_create(r->e, r->t);
+    samp_params sp;
+    samp_params_default(&sp);
+    r->smp = samp_create(&sp, r->e->n_vocab);
+}
+
+static void rig_close(rig *r) {
+    samp_free(r->smp);
+    gen_session_free(r->s);
+    engine_destroy(r->e);
+    tok_free(r->t);
+    model_free(r->m);
+}
+
+/* A second turn that extends the first evaluates only its new tokens, and generates
+ * what a cold session generates. */
+Test(generate, session_reuses_prefix, .timeout = 60) {
+    rig warm, cold;
+    rig_open(&warm);
+    rig_open(&cold);
+    char e[256];
+    int32_t p1[64], p2[64];
+    int64_t n1 = tok_encode(warm.t, "Once upon a time", 16, true, true, p1, 64, e, sizeof e);
+    int64_t n2 = tok_encode(warm.t, "Once upon a time there was a dog", 32, true, true, p2, 64, e, sizeof e);
+    cr_assert_eq(memcmp(p1, p2, (size_t)n1 * sizeof *p1), 0);
+    gen_params gp = {.max_tokens = 8, .extra_eog = -1};
+    gen_result r1, r2, rc;
+    cr_assert_eq(gen_run(warm.s, warm.smp, p1, (uint32_t)n1, &gp, sink, NULL, &r1, e, sizeof e), 0, "%s", e);
+    cr_assert_eq(r1.n_reused, 0);
+    cr_assert_eq(gen_run(warm.s, warm.smp, p2, (uint32_t)n2, &gp, sink, NULL, &r2, e, sizeof e), 0, "%s", e);
+    cr_assert_geq(r2.n_reused, (uint32_t)n1, "reused %u of %lld", r2.n_reused, (long long)n2);
+    cr_assert_eq(gen_run(cold.s, cold.smp, p2, (uint32_t)n2, &gp, sink, NULL, &rc, e, sizeof e), 0, "%s", e);
+    cr_assert_eq(r2.n_generated, rc.n_generated);
+    cr_assert_eq(memcmp(r2.ids, rc.ids, rc.n_generated * sizeof *rc.ids), 0, "warm and cold runs differ");
+    free(r1.ids);
+    free(r2.ids);
+    free(rc.ids);
+    rig_close(&warm);
+    rig_close(&cold);
+}
