@@ -182,3 +182,42 @@ Test(generate, session_reuses_prefix, .timeout = 60) {
     rig_close(&warm);
     rig_close(&cold);
 }
+
+/* kiln chat through a model's own template: two turns from stdin, one reply each; and
+ * run's `-p -` reads the prompt from stdin. */
+Test(generate, chat_and_stdin_prompt, .timeout = 300) {
+    const char *tj = tu_data_file("tokenizers/qwen3/tokenizer.json");
+    const char *tc = tu_data_file("tokenizers/qwen3/tokenizer_config.json");
+    const char *path = tu_tmp("chat.gguf");
+    cr_assert_eq(RUN("synth", "--preset", "tiny", "--layers", "1", "--hidden", "64", "--heads", "2", "--kv-heads", "1",
+                     "--ffn", "96", "--tokenizer", tj, "--tokenizer-config", tc, "-o", path),
+                 0, "%s", err);
+    int rc = tu_run_kiln_input((const char *const[]){"chat", path, "-n", "6", "--system", "Be brief.", NULL},
+                               "Hello there\n\n/exit\nnever read\n", out, sizeof out, err, sizeof err);
+    cr_assert_eq(rc, 0, "%s", err);
+    int lines = 0;
+    for (const char *p = out; *p; p++) lines += *p == '\n';
+    cr_assert_eq(lines, 1, "one reply before /exit: '%s'", out);
+    rc = tu_run_kiln_input((const char *const[]){"chat", path, "-n", "4", NULL}, "one\ntwo\n", out, sizeof out, err,
+                           sizeof err);
+    cr_assert_eq(rc, 0, "%s", err);
+    lines = 0;
+    for (const char *p = out; *p; p++) lines += *p == '\n';
+    cr_assert_eq(lines, 2, "two replies: '%s'", out);
+    cr_assert_eq(tu_run_kiln_input((const char *const[]){"chat", path, "--chat-template", "nope", NULL}, "", out,
+                                   sizeof out, err, sizeof err),
+                 2);
+    cr_assert_eq(tu_run_kiln_input((const char *const[]){"chat", tu_data_file("models/stories260K.gguf"), NULL}, "hi\n",
+                                   out, sizeof out, err, sizeof err),
+                 1);
+    cr_assert(strstr(err, "--chat-template"), "%s", err);
+
+    const char *m = tu_data_file("models/stories260K.gguf");
+    rc = tu_run_kiln_input((const char *const[]){"run", m, "-p", "-", "-n", "8", NULL}, "Once upon a time", out,
+                           sizeof out, err, sizeof err);
+    cr_assert_eq(rc, 0, "%s", err);
+    static char piped[4096];
+    strcpy(piped, out);
+    cr_assert_eq(RUN("run", m, "-p", "Once upon a time", "-n", "8"), 0, "%s", err);
+    cr_assert_str_eq(piped, out);
+}

@@ -157,6 +157,20 @@ static void slurp(int fd, char *buf, size_t cap) {
 }
 
 int tu_run_kiln(const char *const *args, char *out, size_t out_cap, char *errbuf, size_t err_cap) {
+    return tu_run_kiln_input(args, NULL, out, out_cap, errbuf, err_cap);
+}
+
+int tu_run_kiln_input(const char *const *args, const char *input, char *out, size_t out_cap, char *errbuf,
+                      size_t err_cap) {
+    char ip[600] = "/dev/null";
+    if (input) {
+        snprintf(ip, sizeof ip, "%s/in-XXXXXX", tu_tmpdir());
+        int ifd = mkstemp(ip);
+        cr_assert(ifd >= 0);
+        size_t len = strlen(input);
+        cr_assert_eq(write(ifd, input, len), (ssize_t)len);
+        close(ifd);
+    }
     char op[600], ep[600];
     snprintf(op, sizeof op, "%s/out-XXXXXX", tu_tmpdir());
     snprintf(ep, sizeof ep, "%s/err-XXXXXX", tu_tmpdir());
@@ -170,8 +184,8 @@ int tu_run_kiln(const char *const *args, char *out, size_t out_cap, char *errbuf
         char **argv = calloc((size_t)argc + 2, sizeof *argv);
         argv[0] = (char *)KILN_BIN;
         for (int i = 0; i < argc; i++) argv[i + 1] = (char *)args[i];
-        int nul = open("/dev/null", O_RDONLY);
-        dup2(nul, 0);
+        int in = open(ip, O_RDONLY);
+        dup2(in, 0);
         dup2(ofd, 1);
         dup2(efd, 2);
         execv(KILN_BIN, argv);
@@ -187,5 +201,6 @@ int tu_run_kiln(const char *const *args, char *out, size_t out_cap, char *errbuf
     close(efd);
     unlink(op);
     unlink(ep);
+    if (input) unlink(ip);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }

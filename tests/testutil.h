@@ -42,5 +42,8 @@ bool tu_write_file(const char *path, const void *p, size_t n);
  * cap bytes each, NUL-terminated; pass NULL to discard). Returns the exit status, or
  * -1 if it did not exit normally. */
 int tu_run_kiln(const char *const *args, char *out, size_t out_cap, char *errbuf, size_t err_cap);
+/* The same with the bytes of input on stdin. */
+int tu_run_kiln_input(const char *const *args, const char *input, char *out, size_t out_cap, char *errbuf,
+                      size_t err_cap);
 
 #endif
