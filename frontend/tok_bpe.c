@@ -67,48 +67,11 @@ typedef struct {
     size_t size;
 } bpe_pair;
 
-typedef struct {
-    bpe_pair *v;
-    size_t n, cap;
-} bpe_heap;
-
 static bool before(const bpe_pair *a, const bpe_pair *b) {
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
 }
 
-static int heap_push(bpe_heap *h, bpe_pair p) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 64;
-        bpe_pair *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return -1;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!before(&p, &h->v[up])) break;
-        h->v[i] = h->v[up];
-        i = up;
-    }
-    h->v[i] = p;
-    return 0;
-}
-
-static bpe_pair heap_pop(bpe_heap *h) {
-    bpe_pair top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) c++;
-        if (!before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
+TOK_HEAP(bpe_heap, bpe_pair, before)
 
 /* Scratch buffers reused across the spans of one call. */
 typedef struct {
@@ -147,7 +110,7 @@ static int try_pair(const tokenizer *t, bpe_work *w, int32_t l, int32_t r) {
     memcpy(w->key + a->n + 1, w->word + b->start, b->n);
     int64_t rank = tok_index_get(&t->merge_ix, t->merges, w->key, a->n + 1 + b->n);
     if (rank < 0) return 0;
-    return heap_push(&w->heap, (bpe_pair){l, r, rank, a->n + b->n});
+    return bpe_heap_push(&w->heap, (bpe_pair){l, r, rank, a->n + b->n});
 }
 
 static int encode_span(const tokenizer *t, bpe_work *w, const char *p, size_t len, tok_ids *out) {
@@ -165,7 +128,7 @@ static int encode_span(const tokenizer *t, bpe_work *w, const char *p, size_t le
     for (size_t i = 1; i < len; i++)
         if (try_pair(t, w, (int32_t)i - 1, (int32_t)i)) return -1;
     while (w->heap.n) {
-        bpe_pair q = heap_pop(&w->heap);
+        bpe_pair q = bpe_heap_pop(&w->heap);
         bpe_sym *l = &w->sym[q.left], *r = &w->sym[q.right];
         /* Starts never move and a symbol only grows by taking its right neighbour, so equal
          * sizes mean the pair's text is unchanged (llama.cpp compares the strings). */

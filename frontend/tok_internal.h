@@ -81,4 +81,45 @@ int tok_bpe_encode(const tokenizer *t, const char *text, size_t len, tok_ids *ou
 /* GPT-2's byte-to-unicode undone on a token's text; writes up to cap, returns the length. */
 size_t tok_bpe_unmap(const char *s, size_t n, char *buf, size_t cap);
 
+/* A binary heap of T ordered by BEFORE(const T *, const T *), for the merge queues of
+ * both SPM and BPE: NAME with NAME##_push (0, or -1 out of memory) and NAME##_pop
+ * (n > 0). Generated per element type so the queues stay as fast as hand-written ones. */
+#define TOK_HEAP(NAME, T, BEFORE)                                                          \
+    typedef struct NAME {                                                                 \
+        T *v;                                                                             \
+        size_t n, cap;                                                                    \
+    } NAME;                                                                               \
+    static int NAME##_push(NAME *h, T p) {                                                \
+        if (h->n == h->cap) {                                                             \
+            size_t cap = h->cap ? 2 * h->cap : 64;                                        \
+            T *v = realloc(h->v, cap * sizeof *v);                                        \
+            if (!v) return -1;                                                            \
+            h->v = v;                                                                     \
+            h->cap = cap;                                                                 \
+        }                                                                                 \
+        size_t i = h->n++;                                                                \
+        while (i > 0) {                                                                   \
+            size_t up = (i - 1) / 2;                                                      \
+            if (!BEFORE(&p, &h->v[up])) break;                                            \
+            h->v[i] = h->v[up];                                                           \
+            i = up;                                                                       \
+        }                                                                                 \
+        h->v[i] = p;                                                                      \
+        return 0;                                                                         \
+    }                                                                                     \
+    static T NAME##_pop(NAME *h) {                                                        \
+        T top = h->v[0], last = h->v[--h->n];                                             \
+        size_t i = 0;                                                                     \
+        for (;;) {                                                                        \
+            size_t c = 2 * i + 1;                                                         \
+            if (c >= h->n) break;                                                         \
+            if (c + 1 < h->n && BEFORE(&h->v[c + 1], &h->v[c])) c++;                      \
+            if (!BEFORE(&h->v[c], &last)) break;                                          \
+            h->v[i] = h->v[c];                                                            \
+            i = c;                                                                        \
+        }                                                                                 \
+        if (h->n) h->v[i] = last;                                                         \
+        return top;                                                                       \
+    }
+
 #endif

@@ -18,56 +18,19 @@ typedef struct {
     size_t size; /* bytes of the pair when pushed: a later size mismatch means it is stale */
 } spm_pair;
 
-typedef struct {
-    spm_pair *v;
-    size_t n, cap;
-} spm_heap;
-
 /* Higher score first, then the leftmost pair (llama.cpp's llm_bigram_spm ordering). */
 static bool before(const spm_pair *a, const spm_pair *b) {
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-static int heap_push(spm_heap *h, spm_pair p) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 64;
-        spm_pair *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return -1;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!before(&p, &h->v[up])) break;
-        h->v[i] = h->v[up];
-        i = up;
-    }
-    h->v[i] = p;
-    return 0;
-}
-
-static spm_pair heap_pop(spm_heap *h) {
-    spm_pair top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) c++;
-        if (!before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
+TOK_HEAP(spm_heap, spm_pair, before)
 
 static int try_pair(const tokenizer *t, const char *text, const spm_sym *s, int32_t l, int32_t r, spm_heap *h) {
     if (l < 0 || r < 0) return 0;
     size_t size = s[l].n + s[r].n;
     int64_t id = tok_lookup(t, text + s[l].start, size);
     if (id < 0) return 0;
-    return heap_push(h, (spm_pair){l, r, t->score[id], size});
+    return spm_heap_push(h, (spm_pair){l, r, t->score[id], size});
 }
 
 int tok_spm_encode(const tokenizer *t, const char *text, size_t len, tok_ids *out, char *err, size_t errlen) {
@@ -87,7 +50,7 @@ int tok_spm_encode(const tokenizer *t, const char *text, size_t len, tok_ids *ou
     for (size_t i = 1; i < n; i++)
         if (try_pair(t, text, s, (int32_t)i - 1, (int32_t)i, &h)) goto oom;
     while (h.n) {
-        spm_pair p = heap_pop(&h);
+        spm_pair p = spm_heap_pop(&h);
         spm_sym *l = &s[p.left], *r = &s[p.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != p.size) continue;
         l->n += r->n;

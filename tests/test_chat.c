@@ -26,6 +26,8 @@
  * with each model's BOS and EOS texts. A NULL expectation is a conversation the template
  * refuses (raise_exception). The template excerpts in the detection tests are quoted from
  * the same files. */
+#include "testutil.h"
+
 #include <criterion/criterion.h>
 
 #include <stdio.h>
@@ -37,33 +39,10 @@
 
 #include "chat.h"
 
-#ifndef KILN_TESTDATA_DIR
-#define KILN_TESTDATA_DIR "../shared/testdata"
-#endif
 
 /* ---- helpers --------------------------------------------------------------------------- */
 
-static const char *testdata(void) {
-    const char *e = getenv("KILN_TESTDATA");
-    return e && *e ? e : KILN_TESTDATA_DIR;
-}
 
-/* Path of a test data file. A missing folder skips the test (a fresh clone has no
- * ../shared) unless KILN_REQUIRE_TESTDATA=1; a missing file in a present folder fails. */
-static const char *tdpath(const char *rel) {
-    static char buf[4][1024];
-    static int k;
-    char *p = buf[k++ % 4];
-    struct stat st;
-    if (stat(testdata(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-        const char *req = getenv("KILN_REQUIRE_TESTDATA");
-        if (req && strcmp(req, "1") == 0) cr_assert_fail("testdata absent: %s (KILN_REQUIRE_TESTDATA=1)", testdata());
-        cr_skip_test("testdata absent: %s", testdata());
-    }
-    snprintf(p, 1024, "%s/%s", testdata(), rel);
-    cr_assert(stat(p, &st) == 0, "test data file missing: %s", p);
-    return p;
-}
 
 /* Where two renderings first differ, for failure messages. */
 static size_t first_diff(const char *a, const char *b) {
@@ -103,7 +82,7 @@ static void expect_refused(chat_family f, const chat_msg *m, size_t n, const cha
 static void check_chat_example(const char *dir, chat_family want) {
     char rel[256];
     snprintf(rel, sizeof rel, "tokenizers/%s/chat_example.json", dir);
-    const char *path = tdpath(rel);
+    const char *path = tu_data_file(rel);
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
     cr_assert_not_null(root, "%s: %s", path, je.text);
@@ -142,7 +121,7 @@ static void check_chat_example(const char *dir, chat_family want) {
     json_decref(root);
 
     snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer_config.json", dir);
-    path = tdpath(rel);
+    path = tu_data_file(rel);
     root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je); /* model_max_length can exceed int64 */
     cr_assert_not_null(root, "%s: %s", path, je.text);
     tmpl = json_string_value(json_object_get(root, "chat_template"));

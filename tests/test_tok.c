@@ -2,6 +2,8 @@
  * the llama-bpe/qwen2 vectors and the npm goldens through GGUFs that `kiln synth` makes
  * from the Llama 3 and Qwen3 tokenizer.json files, detokenization (pieces and the stream),
  * speed on 100 kB, and bad input. */
+#include "testutil.h"
+
 #include <criterion/criterion.h>
 
 #include <stdio.h>
@@ -18,36 +20,13 @@
 #include "gguf.h"
 #include "tok.h"
 
-#ifndef KILN_TESTDATA_DIR
-#define KILN_TESTDATA_DIR "../shared/testdata"
-#endif
 #ifndef KILN_BIN
 #define KILN_BIN "build/kiln"
 #endif
 
 /* ---- helpers --------------------------------------------------------------------------- */
 
-static const char *testdata(void) {
-    const char *e = getenv("KILN_TESTDATA");
-    return e && *e ? e : KILN_TESTDATA_DIR;
-}
 
-/* Path of a test data file. A missing folder skips the test (a fresh clone has no
- * ../shared) unless KILN_REQUIRE_TESTDATA=1; a missing file in a present folder fails. */
-static const char *tdpath(const char *rel) {
-    static char buf[8][1024];
-    static int k;
-    char *p = buf[k++ % 8];
-    struct stat st;
-    if (stat(testdata(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-        const char *req = getenv("KILN_REQUIRE_TESTDATA");
-        if (req && strcmp(req, "1") == 0) cr_assert_fail("testdata absent: %s (KILN_REQUIRE_TESTDATA=1)", testdata());
-        cr_skip_test("testdata absent: %s", testdata());
-    }
-    snprintf(p, 1024, "%s/%s", testdata(), rel);
-    cr_assert(stat(p, &st) == 0, "test data file missing: %s", p);
-    return p;
-}
 
 static char *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -87,9 +66,9 @@ static void vocab_synth(vocab *v, const char *name) {
     char rel[128];
     snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer.json", name);
     char json[1024], cfg[1024];
-    snprintf(json, sizeof json, "%s", tdpath(rel));
+    snprintf(json, sizeof json, "%s", tu_data_file(rel));
     snprintf(rel, sizeof rel, "tokenizers/%s/tokenizer_config.json", name);
-    snprintf(cfg, sizeof cfg, "%s", tdpath(rel));
+    snprintf(cfg, sizeof cfg, "%s", tu_data_file(rel));
     snprintf(v->dir, sizeof v->dir, "/tmp/kiln-tok-XXXXXX");
     cr_assert_not_null(mkdtemp(v->dir));
     snprintf(v->path, sizeof v->path, "%s/%s.gguf", v->dir, name);
@@ -190,9 +169,9 @@ static int run_vectors(const tokenizer *t, const char *vectors, bool spm, int *t
     char rel[256];
     size_t in_len, out_len;
     snprintf(rel, sizeof rel, "tokenizer/%s.inp", vectors);
-    char *inp = slurp(tdpath(rel), &in_len);
+    char *inp = slurp(tu_data_file(rel), &in_len);
     snprintf(rel, sizeof rel, "tokenizer/%s.out", vectors);
-    char *outs = slurp(tdpath(rel), &out_len);
+    char *outs = slurp(tu_data_file(rel), &out_len);
     int n = 0, pass = 0;
     char *line = outs;
     for (const char *p = inp;;) {
@@ -244,7 +223,7 @@ static void vectors_of(const char *name, bool spm) {
     char rel[256];
     snprintf(rel, sizeof rel, "tokenizer/ggml-vocab-%s.gguf", name);
     vocab v = {0};
-    vocab_open(&v, tdpath(rel));
+    vocab_open(&v, tu_data_file(rel));
     snprintf(rel, sizeof rel, "ggml-vocab-%s.gguf", name);
     int total = 0, pass = run_vectors(v.t, rel, spm, &total);
     cr_log_info("%s: %d/%d vectors match", name, pass, total);
@@ -296,7 +275,7 @@ static void golden(const char *model) {
     char rel[128];
     snprintf(rel, sizeof rel, "tokenizers/%s/golden.jsonl", model);
     size_t len;
-    char *all = slurp(tdpath(rel), &len);
+    char *all = slurp(tu_data_file(rel), &len);
     int n = 0, pass = 0;
     for (char *line = all, *nl; *line; line = nl + 1) {
         nl = strchr(line, '\n');
@@ -406,7 +385,7 @@ Test(tok, specials_qwen3, .timeout = 120) {
 
 Test(tok, specials_spm) {
     vocab v = {0};
-    vocab_open(&v, tdpath("tokenizer/ggml-vocab-llama-spm.gguf"));
+    vocab_open(&v, tu_data_file("tokenizer/ggml-vocab-llama-spm.gguf"));
     const tokenizer *t = v.t;
     cr_assert(tok_bos(t) == 1 && tok_eos(t) == 2 && tok_add_bos(t) && tok_eot(t) == -1);
     cr_assert(tok_is_eog(t, 2) && !tok_is_eog(t, 1));
@@ -447,7 +426,7 @@ Test(tok, specials_spm) {
  * <|endoftext|>: the spaces after <|user|> go, those after <s> stay. */
 Test(tok, specials_phi3_rstrip) {
     vocab v = {0};
-    vocab_open(&v, tdpath("tokenizer/ggml-vocab-phi-3.gguf"));
+    vocab_open(&v, tu_data_file("tokenizer/ggml-vocab-phi-3.gguf"));
     const char *s = "<|user|>  hi<s> y";
     int32_t *ids;
     int64_t n = encode(v.t, s, strlen(s), false, true, &ids);
@@ -470,7 +449,7 @@ Test(tok, random_roundtrip) {
         char rel[128];
         snprintf(rel, sizeof rel, "tokenizer/ggml-vocab-%s.gguf", files[f]);
         vocab v = {0};
-        vocab_open(&v, tdpath(rel));
+        vocab_open(&v, tu_data_file(rel));
         bool spm = f == 0;
         for (int round = 0; round < 200; round++) {
             char text[600];
@@ -500,7 +479,7 @@ Test(tok, random_roundtrip) {
 /* A character split over byte tokens: the stream holds the bytes until it is whole. */
 Test(tok, stream_split_character) {
     vocab v = {0};
-    vocab_open(&v, tdpath("tokenizer/ggml-vocab-llama-spm.gguf"));
+    vocab_open(&v, tu_data_file("tokenizer/ggml-vocab-llama-spm.gguf"));
     const tokenizer *t = v.t;
     const char *llama = "\xf0\x9f\xa6\x99"; /* 🦙: no token, four <0xNN> */
     int32_t *ids;
@@ -532,7 +511,7 @@ Test(tok, stream_split_character) {
     vocab_close(&v);
 
     /* gpt-2: 🦙 is several byte-level tokens, some ending mid-character */
-    vocab_open(&v, tdpath("tokenizer/ggml-vocab-gpt-2.gguf"));
+    vocab_open(&v, tu_data_file("tokenizer/ggml-vocab-gpt-2.gguf"));
     const char *text = " this is \xf0\x9f\xa6\x99.cpp \xe6\x88\x91\xe6\x83\xb3";
     n = encode(v.t, text, strlen(text), false, false, &ids);
     check_stream(v.t, ids, (size_t)n, text, strlen(text), "gpt-2 split");
@@ -558,7 +537,7 @@ static double now(void) {
 /* ~100 kB of mixed text (all llama.cpp inputs: scripts, emoji, code-like runs, spaces). */
 static char *big_text(size_t *n) {
     size_t len;
-    char *inp = slurp(tdpath("tokenizer/ggml-vocab-gpt-2.gguf.inp"), &len);
+    char *inp = slurp(tu_data_file("tokenizer/ggml-vocab-gpt-2.gguf.inp"), &len);
     for (char *p; (p = strstr(inp, SEP));) { /* each separator becomes one space */
         *p = ' ';
         memmove(p + 1, p + strlen(SEP), strlen(p + strlen(SEP)) + 1);
@@ -601,7 +580,7 @@ Test(tok, speed_100k, .timeout = 240) {
         char rel[128];
         snprintf(rel, sizeof rel, "tokenizer/ggml-vocab-%s.gguf", files[i]);
         vocab v = {0};
-        vocab_open(&v, tdpath(rel));
+        vocab_open(&v, tu_data_file(rel));
         time_encode(v.t, files[i], text, n);
         vocab_close(&v);
     }
@@ -619,7 +598,7 @@ Test(tok, speed_100k, .timeout = 240) {
 
 Test(tok, invalid_utf8) {
     vocab v = {0};
-    vocab_open(&v, tdpath("tokenizer/ggml-vocab-gpt-2.gguf"));
+    vocab_open(&v, tu_data_file("tokenizer/ggml-vocab-gpt-2.gguf"));
     static const struct { const char *s; size_t at; } bad[] = {
         {"ab\xff", 3},         {"\x80", 1},           {"a\xc3", 2},     {"\xc3(", 2},
         {"\xe2\x82", 1},       {"\xed\xa0\x80", 2},   {"\xc0\xaf", 1},  {"\xf4\x90\x80\x80", 2},
@@ -663,7 +642,7 @@ Test(tok, refuses_files_without_a_usable_tokenizer) {
     unlink(path);
 
     /* WordPiece */
-    g = gguf_open(tdpath("tokenizer/ggml-vocab-bert-bge.gguf"), &ge);
+    g = gguf_open(tu_data_file("tokenizer/ggml-vocab-bert-bge.gguf"), &ge);
     cr_assert_not_null(g, "%s", ge.msg);
     err[0] = 0;
     cr_assert_null(tok_load(g, err, sizeof err));
@@ -704,7 +683,7 @@ Test(tok, refuses_files_without_a_usable_tokenizer) {
 /* stories260K's SPM vocab (512 tokens) loads and round-trips. */
 Test(tok, stories260k) {
     vocab v = {0};
-    vocab_open(&v, tdpath("models/stories260K.gguf"));
+    vocab_open(&v, tu_data_file("models/stories260K.gguf"));
     cr_assert_eq(tok_n_vocab(v.t), 512);
     const char *s = "Once upon a time, there was a little girl named Lily.";
     int32_t *ids;

@@ -1,5 +1,7 @@
 /* Hugging Face tokenizer import: real Qwen3 and Llama 3 files, kiln's byte-level default,
  * padding, the GGUF keys as llama.cpp's converter writes them, and bad input. */
+#include "testutil.h"
+
 #include <criterion/criterion.h>
 
 #include <stdio.h>
@@ -14,38 +16,15 @@
 #include "gguf.h"
 #include "tok_import.h"
 
-#ifndef KILN_TESTDATA_DIR
-#define KILN_TESTDATA_DIR "../shared/testdata"
-#endif
 
 /* ---- helpers --------------------------------------------------------------------------- */
 
-static const char *testdata(void) {
-    const char *e = getenv("KILN_TESTDATA");
-    return e && *e ? e : KILN_TESTDATA_DIR;
-}
 
-/* Path of a test data file. A missing folder skips the test (a fresh clone has no
- * ../shared) unless KILN_REQUIRE_TESTDATA=1; a missing file in a present folder fails. */
-static const char *tdpath(const char *rel) {
-    static char buf[8][1024];
-    static int k;
-    char *p = buf[k++ % 8];
-    struct stat st;
-    if (stat(testdata(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-        const char *req = getenv("KILN_REQUIRE_TESTDATA");
-        if (req && strcmp(req, "1") == 0) cr_assert_fail("testdata absent: %s (KILN_REQUIRE_TESTDATA=1)", testdata());
-        cr_skip_test("testdata absent: %s", testdata());
-    }
-    snprintf(p, 1024, "%s/%s", testdata(), rel);
-    cr_assert(stat(p, &st) == 0, "test data file missing: %s", p);
-    return p;
-}
 
-#define QWEN3_JSON tdpath("tokenizers/qwen3/tokenizer.json")
-#define QWEN3_CFG tdpath("tokenizers/qwen3/tokenizer_config.json")
-#define LLAMA3_JSON tdpath("tokenizers/llama3/tokenizer.json")
-#define LLAMA3_CFG tdpath("tokenizers/llama3/tokenizer_config.json")
+#define QWEN3_JSON tu_data_file("tokenizers/qwen3/tokenizer.json")
+#define QWEN3_CFG tu_data_file("tokenizers/qwen3/tokenizer_config.json")
+#define LLAMA3_JSON tu_data_file("tokenizers/llama3/tokenizer.json")
+#define LLAMA3_CFG tu_data_file("tokenizers/llama3/tokenizer_config.json")
 
 /* A temporary file holding text; the caller unlinks and frees the path. */
 static char *tmp_file(const char *text) {

@@ -23,11 +23,9 @@
 
 #include <jansson.h>
 
+#include "testutil.h"
 #include "tok_pretok.h"
 
-#ifndef KILN_TESTDATA_DIR
-#define KILN_TESTDATA_DIR "../shared/testdata"
-#endif
 #ifndef KILN_SOURCE_DIR
 #define KILN_SOURCE_DIR "."
 #endif
@@ -38,23 +36,6 @@ static const char *const FAMS[] = {"gpt-2",          "default", "llama-bpe", "qw
 #define N_FAMS (sizeof FAMS / sizeof FAMS[0])
 
 /* ---- helpers --------------------------------------------------------------------------- */
-
-static const char *testdata(void) {
-    const char *e = getenv("KILN_TESTDATA");
-    return e && *e ? e : KILN_TESTDATA_DIR;
-}
-
-/* The test data folder; skips the test when it is absent (a fresh clone has no
- * ../shared) unless KILN_REQUIRE_TESTDATA=1, when it fails. */
-static const char *need_testdata(void) {
-    struct stat st;
-    if (stat(testdata(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-        const char *req = getenv("KILN_REQUIRE_TESTDATA");
-        if (req && strcmp(req, "1") == 0) cr_assert_fail("testdata absent: %s (KILN_REQUIRE_TESTDATA=1)", testdata());
-        cr_skip_test("testdata absent: %s", testdata());
-    }
-    return testdata();
-}
 
 static char *read_file(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
@@ -281,7 +262,7 @@ Test(tok_pretok, golden_extra_inputs) {
 
 /* Every family over the 46 inputs of every tokenizer test-vector file. */
 Test(tok_pretok, golden_vocab_inputs) {
-    const char *td = need_testdata();
+    const char *td = tu_testdata();
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/tokenizer", td);
     DIR *d = opendir(dir);
