@@ -122,7 +122,7 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
     tok_stream ts;
     tok_stream_init(&ts, s->t);
     pending pend = {0};
-    char piece[512];
+    char piece[4096]; /* tok_stream_push needs 3 x (longest piece + 4) */
     bool stopped = false;
     int rc = 0;
     r->finish = GEN_LENGTH;
