@@ -32,6 +32,7 @@ int cmd_inspect(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_probe(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 
 #endif

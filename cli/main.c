@@ -16,6 +16,7 @@ static const char usage[] =
     "  run MODEL -p TEXT [-n N]          generate text (kiln run --help)\n"
     "  chat MODEL                        interactive chat through the model's template\n"
     "  tokenize MODEL -p TEXT            the ids and pieces of a text\n"
+    "  probe [--caps LIST] [--json]      every device and what it offers kernels\n"
     "  version                           print kiln's version\n"
     "  help                              this text\n";
 
@@ -27,6 +28,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 1, argv + 1);
     if (strcmp(cmd, "chat") == 0) return cmd_chat(argc - 1, argv + 1);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
+    if (strcmp(cmd, "probe") == 0) return cmd_probe(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("kiln %s\n", KILN_COMMIT);
         return 0;

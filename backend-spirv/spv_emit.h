@@ -1,0 +1,44 @@
+/* backend-spirv/ — the SPIR-V emitter: a verified IR kernel -> SPIR-V 1.6 words for a
+ * Vulkan 1.3 compute pipeline, written by kiln itself (no glslang, no shaderc).
+ *
+ * The module it writes: one GLCompute entry point "main"; buffer i is a StorageBuffer
+ * block { elem data[]; } at descriptor set 0, binding i (bf16 kept as 16-bit unsigned
+ * ints); scalar parameters are the members of one push-constant block, 4 bytes each, in
+ * declaration order; spec constant i has SpecId i; a spec-constant workgroup size uses
+ * LocalSizeId (the device must enable maintenance4, core in Vulkan 1.3).
+ *
+ * Features are used only when the caps offer them, and a kernel that needs what the caps
+ * lack is refused with a message naming the instruction and the missing capability:
+ *   f16 arithmetic -> caps.f16_arith; bf16 arithmetic -> caps.bf16_arith (computed in f32,
+ *   rounded to bf16 after each op); 16-bit buffers -> caps.storage16 (no 32-bit packing
+ *   fallback yet); subgroup reduce -> subgroup_arith; shuffles/broadcast ->
+ *   subgroup_shuffle; f32 atomic add on buffers -> atomic_f32_add; fragments -> a matching
+ *   caps.mma shape, f16 fragments also f16_arith, bf16 fragments bf16_arith
+ *   (VK_KHR_shader_bfloat16).
+ * Without caps.f16_arith, f16 values live in f32 registers (loads/stores/conversions,
+ * compares, selects and shuffles work; rounding to f16 is done exactly with f32 ops). */
+#ifndef KILN_SPV_EMIT_H
+#define KILN_SPV_EMIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "caps.h"
+#include "ir.h"
+
+typedef struct spv_module {
+    uint32_t *words;
+    size_t n;
+} spv_module;
+
+/* Emits k (which must pass ir_verify; spv_emit checks) for a device with caps c.
+ * 0, or -1 with err (out is then empty). The same kernel and caps give the same words. */
+int spv_emit(const ir_kernel *k, const rt_caps *c, spv_module *out, char *err, size_t errlen);
+void spv_module_free(spv_module *m);
+
+/* SPIRV-Tools validation for Vulkan 1.3 (0, or -1 with the validator's message) and
+ * disassembly (malloc'ed text, NULL on failure). These link SPIRV-Tools. */
+int spv_validate(const spv_module *m, char *err, size_t errlen);
+char *spv_disassemble(const spv_module *m);
+
+#endif

@@ -1,0 +1,537 @@
+/* Vulkan implementation of runtime/device.h. Buffers are device-local and reached
+ * through one host-visible staging buffer; each kernel is a compute pipeline (descriptor
+ * set 0: its buffers in order; push constants: its scalars); a recording is a command
+ * buffer with its own descriptor sets, submitted again for every replay. */
+#include "vk_device.h"
+
+#include "spv_emit.h"
+#include "vk_probe.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vulkan/vulkan.h>
+
+typedef struct vk_dev {
+    rt_device base;
+    VkInstance instance;
+    VkPhysicalDevice phys;
+    VkDevice dev;
+    VkQueue queue;
+    uint32_t queue_family;
+    VkCommandPool cmd_pool;
+    VkFence fence;
+    VkPhysicalDeviceMemoryProperties mem;
+    VkBuffer staging;
+    VkDeviceMemory staging_mem;
+    void *staging_map;
+    size_t staging_size;
+    bool subgroup_control; /* the pipeline can ask for caps.subgroup_size */
+} vk_dev;
+
+struct rt_buffer {
+    VkBuffer buf;
+    VkDeviceMemory mem;
+    size_t size;
+};
+
+struct rt_kernel {
+    VkShaderModule module;
+    VkDescriptorSetLayout set_layout;
+    VkPipelineLayout layout;
+    VkPipeline pipeline;
+    uint32_t n_params, n_buffers, n_scalars;
+    bool *is_buffer; /* per parameter */
+};
+
+struct rt_recording {
+    VkCommandBuffer cmd;
+    VkDescriptorPool pool;
+};
+
+static int vk_fail(char *err, size_t errlen, const char *what, VkResult r) {
+    snprintf(err, errlen, "vulkan: %s failed (VkResult %d)", what, (int)r);
+    return -1;
+}
+
+/* ---- memory ------------------------------------------------------------------------ */
+
+static int find_memory(const vk_dev *d, uint32_t bits, VkMemoryPropertyFlags want) {
+    for (uint32_t i = 0; i < d->mem.memoryTypeCount; i++)
+        if ((bits & (1u << i)) && (d->mem.memoryTypes[i].propertyFlags & want) == want) return (int)i;
+    return -1;
+}
+
+static int make_buffer(vk_dev *d, size_t size, VkBufferUsageFlags usage, VkMemoryPropertyFlags props, VkBuffer *buf,
+                       VkDeviceMemory *mem, char *err, size_t errlen) {
+    VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size ? size : 4, .usage = usage,
+                             .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+    VkResult r = vkCreateBuffer(d->dev, &bi, NULL, buf);
+    if (r) return vk_fail(err, errlen, "vkCreateBuffer", r);
+    VkMemoryRequirements req;
+    vkGetBufferMemoryRequirements(d->dev, *buf, &req);
+    int type = find_memory(d, req.memoryTypeBits, props);
+    if (type < 0) {
+        vkDestroyBuffer(d->dev, *buf, NULL);
+        snprintf(err, errlen, "vulkan: no memory type for a %zu-byte buffer", size);
+        return -1;
+    }
+    VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size,
+                               .memoryTypeIndex = (uint32_t)type};
+    if ((r = vkAllocateMemory(d->dev, &ai, NULL, mem))) {
+        vkDestroyBuffer(d->dev, *buf, NULL);
+        snprintf(err, errlen, "vulkan: cannot allocate %zu bytes of device memory (VkResult %d)", size, (int)r);
+        return -1;
+    }
+    vkBindBufferMemory(d->dev, *buf, *mem, 0);
+    return 0;
+}
+
+static int ensure_staging(vk_dev *d, size_t n, char *err, size_t errlen) {
+    if (n <= d->staging_size) return 0;
+    if (d->staging) {
+        vkUnmapMemory(d->dev, d->staging_mem);
+        vkDestroyBuffer(d->dev, d->staging, NULL);
+        vkFreeMemory(d->dev, d->staging_mem, NULL);
+        d->staging = VK_NULL_HANDLE;
+        d->staging_size = 0;
+    }
+    size_t size = 1 << 20;
+    while (size < n) size *= 2;
+    if (make_buffer(d, size, VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                    VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, &d->staging,
+                    &d->staging_mem, err, errlen))
+        return -1;
+    VkResult r = vkMapMemory(d->dev, d->staging_mem, 0, VK_WHOLE_SIZE, 0, &d->staging_map);
+    if (r) return vk_fail(err, errlen, "vkMapMemory", r);
+    d->staging_size = size;
+    return 0;
+}
+
+/* One-off command buffer: record with fn, submit, wait. */
+static int submit_once(vk_dev *d, void (*fn)(VkCommandBuffer, void *), void *ctx, char *err, size_t errlen) {
+    VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                      .commandPool = d->cmd_pool, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                      .commandBufferCount = 1};
+    VkCommandBuffer cb;
+    VkResult r = vkAllocateCommandBuffers(d->dev, &ai, &cb);
+    if (r) return vk_fail(err, errlen, "vkAllocateCommandBuffers", r);
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                   .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    vkBeginCommandBuffer(cb, &bi);
+    fn(cb, ctx);
+    vkEndCommandBuffer(cb);
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb};
+    vkResetFences(d->dev, 1, &d->fence);
+    r = vkQueueSubmit(d->queue, 1, &si, d->fence);
+    if (!r) r = vkWaitForFences(d->dev, 1, &d->fence, VK_TRUE, UINT64_MAX);
+    vkFreeCommandBuffers(d->dev, d->cmd_pool, 1, &cb);
+    return r ? vk_fail(err, errlen, "queue submit", r) : 0;
+}
+
+typedef struct copy_job { VkBuffer src, dst; VkBufferCopy region; } copy_job;
+
+static void record_copy(VkCommandBuffer cb, void *ctx) {
+    copy_job *j = ctx;
+    vkCmdCopyBuffer(cb, j->src, j->dst, 1, &j->region);
+}
+
+static rt_buffer *vk_alloc(rt_device *base, size_t bytes, char *err, size_t errlen) {
+    vk_dev *d = (vk_dev *)base;
+    rt_buffer *b = calloc(1, sizeof *b);
+    if (!b) return snprintf(err, errlen, "out of memory"), NULL;
+    if (make_buffer(d, bytes,
+                    VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                        VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+                    VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, &b->buf, &b->mem, err, errlen)) {
+        free(b);
+        return NULL;
+    }
+    b->size = bytes;
+    return b;
+}
+
+static void vk_release(rt_device *base, rt_buffer *b) {
+    vk_dev *d = (vk_dev *)base;
+    if (!b) return;
+    vkDestroyBuffer(d->dev, b->buf, NULL);
+    vkFreeMemory(d->dev, b->mem, NULL);
+    free(b);
+}
+
+static int check_range(const rt_buffer *b, size_t off, size_t n, char *err, size_t errlen) {
+    if (off > b->size || n > b->size - off) {
+        snprintf(err, errlen, "copy of %zu bytes at %zu is outside a %zu-byte buffer", n, off, b->size);
+        return -1;
+    }
+    return 0;
+}
+
+static int vk_upload(rt_device *base, rt_buffer *b, size_t off, const void *src, size_t n, char *err, size_t errlen) {
+    vk_dev *d = (vk_dev *)base;
+    if (check_range(b, off, n, err, errlen) || ensure_staging(d, n, err, errlen)) return -1;
+    if (!n) return 0;
+    memcpy(d->staging_map, src, n);
+    copy_job j = {d->staging, b->buf, {0, off, n}};
+    return submit_once(d, record_copy, &j, err, errlen);
+}
+
+static int vk_download(rt_device *base, rt_buffer *b, size_t off, void *dst, size_t n, char *err, size_t errlen) {
+    vk_dev *d = (vk_dev *)base;
+    if (check_range(b, off, n, err, errlen) || ensure_staging(d, n, err, errlen)) return -1;
+    if (!n) return 0;
+    copy_job j = {b->buf, d->staging, {off, 0, n}};
+    if (submit_once(d, record_copy, &j, err, errlen)) return -1;
+    memcpy(dst, d->staging_map, n);
+    return 0;
+}
+
+/* ---- kernels ----------------------------------------------------------------------- */
+
+static void vk_release_kernel(rt_device *base, rt_kernel *k) {
+    vk_dev *d = (vk_dev *)base;
+    if (!k) return;
+    if (k->pipeline) vkDestroyPipeline(d->dev, k->pipeline, NULL);
+    if (k->layout) vkDestroyPipelineLayout(d->dev, k->layout, NULL);
+    if (k->set_layout) vkDestroyDescriptorSetLayout(d->dev, k->set_layout, NULL);
+    if (k->module) vkDestroyShaderModule(d->dev, k->module, NULL);
+    free(k->is_buffer);
+    free(k);
+}
+
+static rt_kernel *vk_compile(rt_device *base, const ir_kernel *ir, const double *spec_values, char *err,
+                             size_t errlen) {
+    vk_dev *d = (vk_dev *)base;
+    if (ir_verify(ir, err, errlen)) return NULL;
+    spv_module m = {0};
+    if (spv_emit(ir, &base->caps, &m, err, errlen)) return NULL;
+    rt_kernel *k = calloc(1, sizeof *k);
+    uint32_t np = ir_n_params(ir), ns = ir_n_specs(ir);
+    VkDescriptorSetLayoutBinding *binds = calloc(np ? np : 1, sizeof *binds);
+    VkSpecializationMapEntry *entries = calloc(ns ? ns : 1, sizeof *entries);
+    uint32_t *spec_data = calloc(ns ? ns : 1, sizeof *spec_data);
+    if (!k || !binds || !entries || !spec_data || !(k->is_buffer = calloc(np ? np : 1, sizeof *k->is_buffer))) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    k->n_params = np;
+    for (uint32_t i = 0; i < np; i++) {
+        const ir_param *p = ir_param_at(ir, i);
+        k->is_buffer[i] = p->is_buffer;
+        if (p->is_buffer)
+            binds[k->n_buffers] = (VkDescriptorSetLayoutBinding){.binding = k->n_buffers,
+                                                                 .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                                                 .descriptorCount = 1,
+                                                                 .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT},
+            k->n_buffers++;
+        else k->n_scalars++;
+    }
+    for (uint32_t i = 0; i < ns; i++) {
+        const ir_spec *s = ir_spec_at(ir, i);
+        double v = spec_values ? spec_values[i] : s->dflt;
+        if (s->type == IR_F32) {
+            float f = (float)v;
+            memcpy(&spec_data[i], &f, 4);
+        } else if (s->type == IR_I32) {
+            int32_t x = (int32_t)v;
+            memcpy(&spec_data[i], &x, 4);
+        } else {
+            spec_data[i] = (uint32_t)v; /* u32, and bool as VkBool32 */
+        }
+        entries[i] = (VkSpecializationMapEntry){.constantID = i, .offset = 4 * i, .size = 4};
+    }
+    VkShaderModuleCreateInfo mi = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = m.n * 4,
+                                   .pCode = m.words};
+    VkResult r = vkCreateShaderModule(d->dev, &mi, NULL, &k->module);
+    if (r) {
+        vk_fail(err, errlen, "vkCreateShaderModule", r);
+        goto fail;
+    }
+    VkDescriptorSetLayoutCreateInfo li = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+                                          .bindingCount = k->n_buffers, .pBindings = binds};
+    if ((r = vkCreateDescriptorSetLayout(d->dev, &li, NULL, &k->set_layout))) {
+        vk_fail(err, errlen, "vkCreateDescriptorSetLayout", r);
+        goto fail;
+    }
+    VkPushConstantRange pc = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = 4 * k->n_scalars};
+    VkPipelineLayoutCreateInfo pli = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
+                                      .pSetLayouts = &k->set_layout, .pushConstantRangeCount = k->n_scalars ? 1 : 0,
+                                      .pPushConstantRanges = &pc};
+    if ((r = vkCreatePipelineLayout(d->dev, &pli, NULL, &k->layout))) {
+        vk_fail(err, errlen, "vkCreatePipelineLayout", r);
+        goto fail;
+    }
+    VkSpecializationInfo si = {.mapEntryCount = ns, .pMapEntries = entries, .dataSize = 4 * ns, .pData = spec_data};
+    VkPipelineShaderStageRequiredSubgroupSizeCreateInfo sg = {
+        .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
+        .requiredSubgroupSize = base->caps.subgroup_size};
+    VkComputePipelineCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                  .pNext = d->subgroup_control ? &sg : NULL,
+                  .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                  .module = k->module,
+                  .pName = "main",
+                  .pSpecializationInfo = ns ? &si : NULL},
+        .layout = k->layout};
+    if ((r = vkCreateComputePipelines(d->dev, VK_NULL_HANDLE, 1, &ci, NULL, &k->pipeline))) {
+        vk_fail(err, errlen, "vkCreateComputePipelines", r);
+        goto fail;
+    }
+    free(binds);
+    free(entries);
+    free(spec_data);
+    spv_module_free(&m);
+    return k;
+fail:
+    free(binds);
+    free(entries);
+    free(spec_data);
+    spv_module_free(&m);
+    vk_release_kernel(base, k);
+    return NULL;
+}
+
+/* ---- launches ------------------------------------------------------------------------ */
+
+static int check_launch(const rt_launch *l, char *err, size_t errlen) {
+    if (!l->kernel || l->n_args != l->kernel->n_params) {
+        snprintf(err, errlen, "launch with %u arguments for a kernel of %u parameters", l->n_args,
+                 l->kernel ? l->kernel->n_params : 0);
+        return -1;
+    }
+    for (uint32_t i = 0; i < l->n_args; i++)
+        if (l->kernel->is_buffer[i] && !l->args[i].buf) {
+            snprintf(err, errlen, "launch argument %u is a buffer parameter without a buffer", i);
+            return -1;
+        }
+    return 0;
+}
+
+/* Records launches into cb, with descriptor sets from pool, and a barrier after each so
+ * the next launch sees its writes. */
+static int record_launches(vk_dev *d, VkCommandBuffer cb, VkDescriptorPool pool, const rt_launch *l, uint32_t n,
+                           char *err, size_t errlen) {
+    for (uint32_t i = 0; i < n; i++) {
+        const rt_kernel *k = l[i].kernel;
+        VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                          .descriptorPool = pool, .descriptorSetCount = 1,
+                                          .pSetLayouts = &k->set_layout};
+        VkDescriptorSet set;
+        VkResult r = vkAllocateDescriptorSets(d->dev, &ai, &set);
+        if (r) return vk_fail(err, errlen, "vkAllocateDescriptorSets", r);
+        uint32_t push[64], nb = 0, nsc = 0;
+        VkDescriptorBufferInfo infos[64];
+        VkWriteDescriptorSet writes[64];
+        if (k->n_buffers > 64 || k->n_scalars > 64) return snprintf(err, errlen, "too many kernel parameters"), -1;
+        for (uint32_t a = 0; a < l[i].n_args; a++) {
+            if (k->is_buffer[a]) {
+                infos[nb] = (VkDescriptorBufferInfo){l[i].args[a].buf->buf, 0, VK_WHOLE_SIZE};
+                writes[nb] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set,
+                                                    .dstBinding = nb, .descriptorCount = 1,
+                                                    .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                                    .pBufferInfo = &infos[nb]};
+                nb++;
+            } else {
+                push[nsc++] = l[i].args[a].bits;
+            }
+        }
+        vkUpdateDescriptorSets(d->dev, nb, writes, 0, NULL);
+        vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, k->pipeline);
+        vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, k->layout, 0, 1, &set, 0, NULL);
+        if (nsc) vkCmdPushConstants(cb, k->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, 4 * nsc, push);
+        vkCmdDispatch(cb, l[i].groups[0], l[i].groups[1], l[i].groups[2]);
+        VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                              .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+                              .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
+                                               VK_ACCESS_TRANSFER_READ_BIT};
+        vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                             VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0, NULL,
+                             0, NULL);
+    }
+    return 0;
+}
+
+static void vk_release_recording(rt_device *base, rt_recording *r) {
+    vk_dev *d = (vk_dev *)base;
+    if (!r) return;
+    if (r->cmd) vkFreeCommandBuffers(d->dev, d->cmd_pool, 1, &r->cmd);
+    if (r->pool) vkDestroyDescriptorPool(d->dev, r->pool, NULL);
+    free(r);
+}
+
+static rt_recording *vk_record(rt_device *base, const rt_launch *l, uint32_t n, char *err, size_t errlen) {
+    vk_dev *d = (vk_dev *)base;
+    uint32_t n_bufs = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (check_launch(&l[i], err, errlen)) return NULL;
+        n_bufs += l[i].kernel->n_buffers;
+    }
+    rt_recording *rec = calloc(1, sizeof *rec);
+    if (!rec) return snprintf(err, errlen, "out of memory"), NULL;
+    VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, n_bufs ? n_bufs : 1};
+    VkDescriptorPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = n ? n : 1,
+                                     .poolSizeCount = 1, .pPoolSizes = &ps};
+    VkResult r = vkCreateDescriptorPool(d->dev, &pi, NULL, &rec->pool);
+    VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                      .commandPool = d->cmd_pool, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                      .commandBufferCount = 1};
+    if (!r) r = vkAllocateCommandBuffers(d->dev, &ai, &rec->cmd);
+    if (r) {
+        vk_fail(err, errlen, "creating a recording", r);
+        vk_release_recording(base, rec);
+        return NULL;
+    }
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    vkBeginCommandBuffer(rec->cmd, &bi);
+    int rc = record_launches(d, rec->cmd, rec->pool, l, n, err, errlen);
+    vkEndCommandBuffer(rec->cmd);
+    if (rc) {
+        vk_release_recording(base, rec);
+        return NULL;
+    }
+    return rec;
+}
+
+static int vk_replay(rt_device *base, rt_recording *rec, char *err, size_t errlen) {
+    vk_dev *d = (vk_dev *)base;
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &rec->cmd};
+    vkResetFences(d->dev, 1, &d->fence);
+    VkResult r = vkQueueSubmit(d->queue, 1, &si, d->fence);
+    if (!r) r = vkWaitForFences(d->dev, 1, &d->fence, VK_TRUE, UINT64_MAX);
+    return r ? vk_fail(err, errlen, "replay", r) : 0;
+}
+
+static int vk_run(rt_device *base, const rt_launch *l, uint32_t n, char *err, size_t errlen) {
+    rt_recording *rec = vk_record(base, l, n, err, errlen);
+    if (!rec) return -1;
+    int rc = vk_replay(base, rec, err, errlen);
+    vk_release_recording(base, rec);
+    return rc;
+}
+
+/* ---- the device ------------------------------------------------------------------------ */
+
+static void vk_destroy(rt_device *base) {
+    vk_dev *d = (vk_dev *)base;
+    if (!d) return;
+    if (d->dev) {
+        vkDeviceWaitIdle(d->dev);
+        if (d->staging) {
+            vkUnmapMemory(d->dev, d->staging_mem);
+            vkDestroyBuffer(d->dev, d->staging, NULL);
+            vkFreeMemory(d->dev, d->staging_mem, NULL);
+        }
+        if (d->fence) vkDestroyFence(d->dev, d->fence, NULL);
+        if (d->cmd_pool) vkDestroyCommandPool(d->dev, d->cmd_pool, NULL);
+        vkDestroyDevice(d->dev, NULL);
+    }
+    if (d->instance) vkDestroyInstance(d->instance, NULL);
+    free(d);
+}
+
+static const rt_device_ops vk_ops = {vk_alloc,  vk_release,    vk_upload, vk_download,        vk_compile,
+                                     vk_release_kernel, vk_run, vk_record, vk_replay, vk_release_recording,
+                                     vk_destroy};
+
+rt_device *vk_device_open(uint32_t index, const char *caps_override, char *err, size_t errlen) {
+    rt_caps all[16];
+    uint32_t n = 0;
+    if (vk_probe_devices(all, 16, &n, err, errlen) || index >= n) {
+        if (index >= n) snprintf(err, errlen, "no Vulkan device vulkan:%u (%u found)", index, n);
+        return NULL;
+    }
+    vk_dev *d = calloc(1, sizeof *d);
+    if (!d) return snprintf(err, errlen, "out of memory"), NULL;
+    d->base.ops = &vk_ops;
+    d->base.caps = all[index];
+    snprintf(d->base.label, sizeof d->base.label, "vulkan:%u", index);
+    rt_caps *c = &d->base.caps;
+    /* Cooperative matrices, float atomics and bf16 arithmetic need extension features
+     * this runtime does not enable yet: kernels must not use them. */
+    c->n_mma = 0;
+    c->atomic_f32_add = false;
+    c->bf16_arith = false;
+    if (caps_override && rt_caps_override(c, caps_override, err, errlen)) goto fail;
+
+    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "kiln",
+                             .apiVersion = VK_API_VERSION_1_3};
+    VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
+    VkResult r = vkCreateInstance(&ici, NULL, &d->instance);
+    if (r) {
+        vk_fail(err, errlen, "vkCreateInstance", r);
+        goto fail;
+    }
+    uint32_t np = 0;
+    vkEnumeratePhysicalDevices(d->instance, &np, NULL);
+    VkPhysicalDevice phys[16];
+    if (np > 16) np = 16;
+    vkEnumeratePhysicalDevices(d->instance, &np, phys);
+    if (index >= np) {
+        snprintf(err, errlen, "no Vulkan device vulkan:%u", index);
+        goto fail;
+    }
+    d->phys = phys[index];
+    vkGetPhysicalDeviceMemoryProperties(d->phys, &d->mem);
+    uint32_t nq = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &nq, NULL);
+    VkQueueFamilyProperties qf[32];
+    if (nq > 32) nq = 32;
+    vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &nq, qf);
+    d->queue_family = UINT32_MAX;
+    for (uint32_t i = 0; i < nq && d->queue_family == UINT32_MAX; i++)
+        if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) d->queue_family = i;
+    if (d->queue_family == UINT32_MAX) {
+        snprintf(err, errlen, "vulkan:%u has no compute queue", index);
+        goto fail;
+    }
+
+    /* Enable what the caps promise kernels (and nothing the device lacks). */
+    VkPhysicalDeviceVulkan13Features f13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &f13};
+    VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, .pNext = &f12};
+    VkPhysicalDeviceFeatures2 have = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f11};
+    vkGetPhysicalDeviceFeatures2(d->phys, &have);
+    VkPhysicalDeviceVulkan13Features e13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
+                                            .subgroupSizeControl = f13.subgroupSizeControl,
+                                            .computeFullSubgroups = f13.computeFullSubgroups,
+                                            .maintenance4 = f13.maintenance4};
+    VkPhysicalDeviceVulkan12Features e12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                            .pNext = &e13,
+                                            .shaderFloat16 = c->f16_arith && f12.shaderFloat16,
+                                            .shaderInt8 = c->int8_arith && f12.shaderInt8,
+                                            .storageBuffer8BitAccess = f12.storageBuffer8BitAccess,
+                                            .vulkanMemoryModel = f12.vulkanMemoryModel};
+    VkPhysicalDeviceVulkan11Features e11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
+                                            .pNext = &e12,
+                                            .storageBuffer16BitAccess = c->storage16 && f11.storageBuffer16BitAccess};
+    VkPhysicalDeviceFeatures2 want = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &e11};
+    want.features.shaderInt64 = have.features.shaderInt64;
+    c->f16_arith = e12.shaderFloat16;
+    c->int8_arith = e12.shaderInt8;
+    c->storage16 = e11.storageBuffer16BitAccess;
+    d->subgroup_control = f13.subgroupSizeControl && c->subgroup_min != c->subgroup_max;
+
+    float prio = 1.0f;
+    VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                  .queueFamilyIndex = d->queue_family, .queueCount = 1, .pQueuePriorities = &prio};
+    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &want, .queueCreateInfoCount = 1,
+                              .pQueueCreateInfos = &qi};
+    if ((r = vkCreateDevice(d->phys, &dci, NULL, &d->dev))) {
+        vk_fail(err, errlen, "vkCreateDevice", r);
+        goto fail;
+    }
+    vkGetDeviceQueue(d->dev, d->queue_family, 0, &d->queue);
+    VkCommandPoolCreateInfo cpi = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                   .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                   .queueFamilyIndex = d->queue_family};
+    VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    if ((r = vkCreateCommandPool(d->dev, &cpi, NULL, &d->cmd_pool)) || (r = vkCreateFence(d->dev, &fi, NULL, &d->fence))) {
+        vk_fail(err, errlen, "creating the command pool", r);
+        goto fail;
+    }
+    return &d->base;
+fail:
+    vk_destroy(&d->base);
+    return NULL;
+}

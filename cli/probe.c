@@ -1,0 +1,146 @@
+/* kiln probe [--caps LIST] [--json]: what every device offers kernels — the CPU oracle
+ * and each Vulkan device — after the --caps overrides, so an A/B run can be checked
+ * before it starts. */
+#include "caps.h"
+#include "cli.h"
+#include "ir.h"
+#include "vk_probe.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: kiln probe [--caps LIST] [--json]\n"
+    "  --caps LIST  take capabilities away, comma-separated: no-coopmat no-f16 no-bf16 no-storage16\n"
+    "               no-subgroup-arith no-subgroup-shuffle no-atomic-f32 subgroup=N shared=BYTES workgroup=N\n"
+    "  --json       one JSON array, one object per device\n";
+
+#define PROBE_MAX_VULKAN 16
+
+typedef struct probed {
+    char label[24];    /* "cpu", "vulkan:0" */
+    rt_caps caps;
+    bool refused;      /* the overrides did not fit this device: caps are as probed */
+    char why[256];
+} probed;
+
+/* ---- text ------------------------------------------------------------------------------ */
+
+static void print_text(const probed *d, uint32_t nd, const char *caps_list) {
+    char buf[4096];
+    for (uint32_t i = 0; i < nd; i++) {
+        if (i) putchar('\n');
+        printf("%s\n", d[i].label);
+        if (caps_list) printf("  overrides: %s%s\n", d[i].refused ? "refused: " : "applied", d[i].refused ? d[i].why : "");
+        rt_caps_describe(&d[i].caps, buf, sizeof buf);
+        for (const char *p = buf; *p;) { /* indented under the device's label */
+            size_t n = strcspn(p, "\n");
+            printf("  %.*s\n", (int)n, p);
+            p += n + (p[n] == '\n');
+        }
+    }
+}
+
+/* ---- JSON ------------------------------------------------------------------------------ */
+
+/* Driver strings are not promised to be UTF-8; anything else becomes '?'. */
+static json_t *json_text(const char *s, size_t cap) {
+    char tmp[256];
+    size_t n = strnlen(s, cap < sizeof tmp ? cap : sizeof tmp - 1);
+    for (size_t i = 0; i < n; i++) tmp[i] = (unsigned char)s[i] < 0x80 ? s[i] : '?';
+    return json_stringn(tmp, n);
+}
+
+static const char *type_name(uint32_t t) {
+    switch (t) {
+    case IR_F16: return "f16";
+    case IR_BF16: return "bf16";
+    case IR_F32: return "f32";
+    default: return "?";
+    }
+}
+
+static json_t *json_device(const probed *d, const char *caps_list) {
+    const rt_caps *c = &d->caps;
+    static const char *const backends[] = {"cpu", "vulkan", "cuda"};
+    json_t *mma = json_array();
+    for (uint32_t i = 0; i < c->n_mma && i < RT_MAX_MMA_SHAPES; i++)
+        json_array_append_new(mma, json_pack("{s:I,s:I,s:I,s:s,s:s}", "m", (json_int_t)c->mma[i].m, "n",
+                                             (json_int_t)c->mma[i].n, "k", (json_int_t)c->mma[i].k, "ab",
+                                             type_name(c->mma[i].ab_type), "acc", type_name(c->mma[i].acc_type)));
+    json_t *o = json_pack(
+        "{s:s,s:s,s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:o,s:I,s:I,s:I,s:I,s:I}", "device",
+        d->label, "backend", (unsigned)c->backend <= RT_CUDA ? backends[c->backend] : "unknown", "vendor",
+        json_text(c->vendor, sizeof c->vendor), "name", json_text(c->name, sizeof c->name), "driver",
+        json_text(c->driver, sizeof c->driver), "api_version", (json_int_t)c->api_version, "compute_capability",
+        (json_int_t)c->compute_capability, "subgroup_size", (json_int_t)c->subgroup_size, "subgroup_min",
+        (json_int_t)c->subgroup_min, "subgroup_max", (json_int_t)c->subgroup_max, "subgroup_arith",
+        (int)c->subgroup_arith, "subgroup_shuffle", (int)c->subgroup_shuffle, "f16_arith", (int)c->f16_arith,
+        "bf16_arith", (int)c->bf16_arith, "int8_arith", (int)c->int8_arith, "storage16", (int)c->storage16,
+        "atomic_f32_add", (int)c->atomic_f32_add, "mma", mma, "shared_bytes", (json_int_t)c->shared_bytes,
+        "max_workgroup", (json_int_t)c->max_workgroup, "compute_units", (json_int_t)c->compute_units, "memory_bytes",
+        (json_int_t)c->memory_bytes, "free_bytes", (json_int_t)c->free_bytes);
+    if (o && caps_list) {
+        json_t *ov = json_pack("{s:o,s:b}", "list", json_text(caps_list, strlen(caps_list) + 1), "applied",
+                               !d->refused);
+        if (ov && d->refused) json_object_set_new(ov, "error", json_text(d->why, sizeof d->why));
+        json_object_set_new(o, "overrides", ov ? ov : json_null());
+    }
+    return o;
+}
+
+static int print_json(const probed *d, uint32_t nd, const char *caps_list) {
+    json_t *arr = json_array();
+    bool ok = arr != NULL;
+    for (uint32_t i = 0; ok && i < nd; i++) ok = json_array_append_new(arr, json_device(&d[i], caps_list)) == 0;
+    if (ok) ok = json_dumpf(arr, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0;
+    json_decref(arr);
+    if (!ok) return cli_fail("cannot write JSON");
+    putchar('\n');
+    return 0;
+}
+
+/* ---- command ------------------------------------------------------------------------------ */
+
+int cmd_probe(int argc, char **argv) {
+    const char *caps_list = NULL;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) json = true;
+        else if (strcmp(argv[i], "--caps") == 0) {
+            if (!(caps_list = cli_flag_value(argc, argv, &i))) return cli_usage_error(usage, "--caps needs a value");
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(usage, stdout);
+            return 0;
+        } else if (argv[i][0] == '-') return cli_usage_error(usage, "unknown flag '%s'", argv[i]);
+        else return cli_usage_error(usage, "unexpected argument '%s'", argv[i]);
+    }
+    char err[256];
+    /* A malformed list is the user's mistake on any machine: refuse it before probing. */
+    if (caps_list && rt_caps_override_check(caps_list, err, sizeof err))
+        return cli_usage_error(usage, "--caps: %s", err);
+
+    probed dev[1 + PROBE_MAX_VULKAN];
+    memset(dev, 0, sizeof dev);
+    snprintf(dev[0].label, sizeof dev[0].label, "cpu");
+    rt_caps_default(&dev[0].caps, RT_CPU);
+    rt_caps vk[PROBE_MAX_VULKAN];
+    uint32_t nvk = 0;
+    if (vk_probe_devices(vk, PROBE_MAX_VULKAN, &nvk, err, sizeof err)) return cli_fail("%s", err);
+    if (err[0]) fprintf(stderr, "kiln: %s\n", err); /* a note: no Vulkan here, or devices left out */
+    for (uint32_t i = 0; i < nvk; i++) {
+        snprintf(dev[1 + i].label, sizeof dev[1 + i].label, "vulkan:%u", i);
+        dev[1 + i].caps = vk[i];
+    }
+    uint32_t nd = 1 + nvk;
+
+    /* A list that is well formed but asks a device for more than it has (subgroup=16 on
+     * an 8-wide device) is shown per device rather than hiding the others. */
+    for (uint32_t i = 0; caps_list && i < nd; i++)
+        dev[i].refused = rt_caps_override(&dev[i].caps, caps_list, dev[i].why, sizeof dev[i].why) != 0;
+
+    if (json) return print_json(dev, nd, caps_list);
+    print_text(dev, nd, caps_list);
+    return 0;
+}

@@ -1,0 +1,325 @@
+/* ir/ — kiln's kernel IR: what kernels/ writes and both emitters (SPIR-V, PTX via LLVM)
+ * lower. It knows nothing of either target.
+ *
+ * A kernel is a function of buffer parameters (global arrays with an element type),
+ * scalar parameters (push constants / kernel arguments) and specialization constants.
+ * Values are SSA. Control flow is structured: `for` (with loop-carried values) and
+ * `if`/`else` (with results), each closed by an explicit yield, because SPIR-V needs
+ * merge blocks; LLVM takes the same shape as phis. Memory is reached only through
+ * (buffer or workgroup array, element index): no pointer arithmetic, so every access
+ * names its array, and masked accesses name their bound.
+ *
+ * Everything lives in the kernel's arena and is freed with it. Builder calls that get
+ * wrong input do not abort: they record the first error (ir_kernel_error) and return
+ * IR_NONE, and the verifier refuses the kernel. */
+#ifndef KILN_IR_H
+#define KILN_IR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef uint32_t ir_val;  /* an SSA value; IR_NONE = 0 is no value */
+typedef uint32_t ir_type; /* an interned type */
+typedef uint32_t ir_buf;  /* a buffer parameter (index among buffer params) */
+typedef uint32_t ir_shm;  /* a workgroup-memory array (index among them) */
+#define IR_NONE 0u
+
+/* ---- types ---------------------------------------------------------------------------- */
+
+typedef enum ir_scalar { IR_BOOL, IR_I32, IR_U32, IR_I64, IR_U64, IR_F16, IR_BF16, IR_F32, IR_SCALAR_COUNT } ir_scalar;
+
+typedef enum ir_type_kind { IR_T_SCALAR, IR_T_VECTOR, IR_T_FRAG } ir_type_kind;
+
+/* Matrix fragments: a cooperative tile the whole subgroup holds. A is M x K, B is K x N,
+ * ACC is M x N; A and B hold f16 or bf16, ACC f32 (or f16). */
+typedef enum ir_frag_use { IR_FRAG_A, IR_FRAG_B, IR_FRAG_ACC } ir_frag_use;
+
+typedef struct ir_type_desc {
+    ir_type_kind kind;
+    ir_scalar elem;
+    uint32_t lanes;       /* vectors: 2, 3 or 4 (scalars: 1, fragments: 0) */
+    ir_frag_use use;      /* fragments */
+    uint32_t m, n, k;     /* fragments: the A/B/ACC shape of the multiply it takes part in (1..256) */
+} ir_type_desc;
+
+typedef struct ir_kernel ir_kernel;
+
+ir_type ir_t_scalar(ir_kernel *k, ir_scalar s);
+ir_type ir_t_vector(ir_kernel *k, ir_scalar s, uint32_t lanes);
+ir_type ir_t_frag(ir_kernel *k, ir_frag_use use, ir_scalar elem, uint32_t m, uint32_t n, uint32_t kk);
+const ir_type_desc *ir_type_get(const ir_kernel *k, ir_type t); /* NULL for 0 and unknown types */
+ir_type ir_type_of(const ir_kernel *k, ir_val v);
+const char *ir_scalar_name(ir_scalar s); /* "bool", "i32", ..., "bf16", "f32" */
+
+/* ---- kernels and parameters ----------------------------------------------------------------- */
+
+/* Names (of the kernel, params, specs and shared arrays) are C identifiers of 1..64
+ * characters; params, specs and shared arrays share one namespace (the printer's @name). A
+ * bad name is a builder error, not a NULL kernel (NULL means out of memory). */
+ir_kernel *ir_kernel_create(const char *name);
+void ir_kernel_destroy(ir_kernel *k);
+const char *ir_kernel_name(const ir_kernel *k);
+/* The first builder error ("" when none). */
+const char *ir_kernel_error(const ir_kernel *k);
+
+enum { IR_READ = 1, IR_WRITE = 2 };
+/* A global array of elem (not bool); access is IR_READ, IR_WRITE or both. */
+ir_buf ir_param_buffer(ir_kernel *k, const char *name, ir_scalar elem, unsigned access);
+/* A scalar argument (i32, u32 or f32), set per launch. */
+ir_val ir_param_scalar(ir_kernel *k, const char *name, ir_scalar s);
+/* A specialization constant (bool, i32, u32 or f32) with its default, fixed at compile
+ * time by the backend or folded by ir_specialize. */
+ir_val ir_spec_const(ir_kernel *k, const char *name, ir_scalar s, double dflt);
+/* Workgroup size: constants, or a u32 spec constant for x (then y = z = 1). The verifier
+ * checks each dimension is 1..1024 and the product <= 1024 (for a spec, its default). */
+void ir_set_workgroup(ir_kernel *k, uint32_t x, uint32_t y, uint32_t z);
+void ir_set_workgroup_spec(ir_kernel *k, ir_val x_spec);
+/* A workgroup (shared) memory array of count (1..2^24) elements of a non-bool scalar. */
+ir_shm ir_shared_array(ir_kernel *k, const char *name, ir_scalar elem, uint32_t count);
+
+/* ---- values ----------------------------------------------------------------------------- */
+
+ir_val ir_const_bool(ir_kernel *k, bool v);
+ir_val ir_const_i32(ir_kernel *k, int32_t v);
+ir_val ir_const_u32(ir_kernel *k, uint32_t v);
+ir_val ir_const_f32(ir_kernel *k, float v);
+
+typedef enum ir_op {
+    /* constants, parameters, ids */
+    IR_OP_CONST, IR_OP_PARAM, IR_OP_SPEC, IR_OP_ID,
+    /* arithmetic (operands and result of one type; ints or floats, scalars or vectors;
+     * REM on floats has the dividend's sign, like fmod) */
+    IR_OP_ADD, IR_OP_SUB, IR_OP_MUL, IR_OP_DIV, IR_OP_REM, IR_OP_MIN, IR_OP_MAX,
+    IR_OP_AND, IR_OP_OR, IR_OP_XOR, IR_OP_SHL, IR_OP_SHR, /* bits: ints and bools (and/or/xor) */
+    IR_OP_NEG, IR_OP_NOT, IR_OP_ABS, /* NEG ints/floats, NOT ints/bools, ABS signed ints/floats */
+    IR_OP_EXP, IR_OP_LOG, IR_OP_SQRT, IR_OP_RSQRT, IR_OP_TANH, IR_OP_SIN, IR_OP_COS, IR_OP_FLOOR, /* f32 (or f32 vectors) */
+    IR_OP_FMA, /* f32 or f16, scalars or vectors */
+    IR_OP_CMP, IR_OP_SELECT,
+    IR_OP_CONVERT, IR_OP_BITCAST,
+    IR_OP_VEC, IR_OP_EXTRACT,
+    /* memory */
+    IR_OP_LOAD, IR_OP_STORE, IR_OP_LOAD_MASKED, IR_OP_STORE_MASKED,
+    IR_OP_SHM_LOAD, IR_OP_SHM_STORE,
+    IR_OP_ATOMIC,
+    IR_OP_BARRIER,
+    /* subgroup */
+    IR_OP_SG_REDUCE, IR_OP_SG_SHUFFLE, IR_OP_SG_SHUFFLE_XOR, IR_OP_SG_BROADCAST,
+    /* matrix fragments */
+    IR_OP_FRAG_FILL, IR_OP_FRAG_LOAD, IR_OP_FRAG_STORE, IR_OP_FRAG_MMA,
+    /* structured control flow */
+    IR_OP_FOR, IR_OP_IF, IR_OP_YIELD,
+    IR_OP_COUNT
+} ir_op;
+
+const char *ir_op_name(ir_op op);
+
+/* Binary (ADD..SHR), unary (NEG..FLOOR) and FMA arithmetic. Ints are two's complement;
+ * DIV/REM/SHR follow the operand's signedness (I32/I64 signed, U32/U64 unsigned). */
+ir_val ir_bin(ir_kernel *k, ir_op op, ir_val a, ir_val b);
+ir_val ir_un(ir_kernel *k, ir_op op, ir_val a);
+ir_val ir_fma(ir_kernel *k, ir_val a, ir_val b, ir_val c);
+
+typedef enum ir_cmp { IR_EQ, IR_NE, IR_LT, IR_LE, IR_GT, IR_GE } ir_cmp; /* floats: ordered */
+ir_val ir_compare(ir_kernel *k, ir_cmp c, ir_val a, ir_val b); /* -> bool (or bool vector) */
+ir_val ir_select(ir_kernel *k, ir_val cond, ir_val a, ir_val b);
+
+/* Value conversion: int <-> int (wrap or extend by signedness), int <-> f32 (float to
+ * int rounds toward zero), f32 -> f16 / bf16 rounds to nearest even, f16 / bf16 -> f32
+ * exact; no other pairs (no bool, no f16 <-> bf16, no int <-> f16). Vectors convert lane by
+ * lane. Converting or bitcasting to the operand's own type returns the operand itself. */
+ir_val ir_convert(ir_kernel *k, ir_val a, ir_type to);
+ir_val ir_bitcast(ir_kernel *k, ir_val a, ir_type to); /* same bit width */
+ir_val ir_vec(ir_kernel *k, const ir_val *lanes, uint32_t n);
+ir_val ir_extract(ir_kernel *k, ir_val v, uint32_t lane);
+
+/* All ids are u32; SG_* take dim 0 only. */
+typedef enum ir_id_kind {
+    IR_ID_GLOBAL,      /* global invocation id (dim 0-2), u32 */
+    IR_ID_LOCAL,       /* id within the workgroup */
+    IR_ID_GROUP,       /* workgroup id */
+    IR_ID_NUM_GROUPS,  /* workgroups in the dispatch */
+    IR_ID_SG_ID,       /* subgroup index within the workgroup (dim 0) */
+    IR_ID_SG_LANE,     /* lane within the subgroup */
+    IR_ID_SG_SIZE,     /* lanes per subgroup */
+    IR_ID_COUNT
+} ir_id_kind;
+ir_val ir_id(ir_kernel *k, ir_id_kind kind, uint32_t dim);
+
+/* ---- memory ------------------------------------------------------------------------------- */
+
+/* Element index is u32. lanes > 1 loads/stores a vector of consecutive elements starting
+ * at index (the caller keeps index a multiple of lanes). */
+ir_val ir_load(ir_kernel *k, ir_buf b, ir_val index, uint32_t lanes);
+void ir_store(ir_kernel *k, ir_buf b, ir_val index, ir_val value);
+/* Tensor ends: lanes whose index + lane >= limit read fallback (a scalar of the element
+ * type) and are not written. */
+ir_val ir_load_masked(ir_kernel *k, ir_buf b, ir_val index, uint32_t lanes, ir_val limit, ir_val fallback);
+void ir_store_masked(ir_kernel *k, ir_buf b, ir_val index, ir_val value, ir_val limit);
+ir_val ir_shm_load(ir_kernel *k, ir_shm s, ir_val index, uint32_t lanes);
+void ir_shm_store(ir_kernel *k, ir_shm s, ir_val index, ir_val value);
+/* Workgroup execution and memory barrier (workgroup and global memory); must be reached
+ * by the whole workgroup (uniform control flow). The verifier checks this conservatively:
+ * no barrier inside an if whose condition, or a for whose bounds, depend on an id other
+ * than GROUP, NUM_GROUPS or SG_SIZE (or on an atomic's result). */
+void ir_barrier(ir_kernel *k);
+
+typedef enum ir_atomic_op { IR_ATOMIC_ADD, IR_ATOMIC_MIN, IR_ATOMIC_MAX, IR_ATOMIC_XCHG } ir_atomic_op;
+/* On a buffer (shm == false: target is an ir_buf, which needs IR_READ | IR_WRITE) or a
+ * workgroup array; value is the element type; returns the old value. ADD takes
+ * i32/u32/f32; MIN/MAX i32/u32; XCHG any 32-bit type (i32/u32/f32). */
+ir_val ir_atomic(ir_kernel *k, ir_atomic_op op, bool shm, uint32_t target, ir_val index, ir_val value);
+
+/* ---- subgroups ---------------------------------------------------------------------------- */
+
+typedef enum ir_reduce { IR_REDUCE_ADD, IR_REDUCE_MIN, IR_REDUCE_MAX } ir_reduce;
+/* reduce: i32/u32/f32 scalars; shuffles and broadcast: those or vectors of them; lane u32 */
+ir_val ir_sg_reduce(ir_kernel *k, ir_reduce r, ir_val v);      /* over the subgroup; all lanes get it */
+ir_val ir_sg_shuffle(ir_kernel *k, ir_val v, ir_val lane);     /* v from another lane */
+ir_val ir_sg_shuffle_xor(ir_kernel *k, ir_val v, ir_val mask); /* v from lane ^ mask */
+ir_val ir_sg_broadcast(ir_kernel *k, ir_val v, ir_val lane);   /* lane must be uniform */
+
+/* ---- matrix fragments --------------------------------------------------------------------- */
+
+ir_val ir_frag_fill(ir_kernel *k, ir_type frag, ir_val scalar);
+/* Tile at element base with a row stride of `stride` elements (row_major) or a column
+ * stride (column-major), from a buffer (shm == false) or a workgroup array. */
+ir_val ir_frag_load(ir_kernel *k, ir_type frag, bool shm, uint32_t src, ir_val base, ir_val stride, bool row_major);
+void ir_frag_store(ir_kernel *k, ir_val frag, bool shm, uint32_t dst, ir_val base, ir_val stride, bool row_major);
+ir_val ir_frag_mma(ir_kernel *k, ir_val a, ir_val b, ir_val acc); /* acc + a * b */
+
+/* ---- structured control flow --------------------------------------------------------------- */
+
+/* for (iv = lo; iv < hi; iv += step) with n carried values: inside, the body sees iv and
+ * the carried values; it ends with ir_for_end's yields; after it, the results are the
+ * last yields (the inits when the loop runs zero times). lo/hi/step are i32 or u32 (one
+ * type; a constant step must be positive). Results get their value numbers at
+ * ir_for_end (ir_for_result is IR_NONE before). A construct that could not begin returns
+ * NULL; every ir_for_* / ir_if_* call takes NULL and then returns IR_NONE or does nothing. */
+typedef struct ir_for ir_for;
+ir_for *ir_for_begin(ir_kernel *k, ir_val lo, ir_val hi, ir_val step, uint32_t n, const ir_val *init);
+ir_val ir_for_iv(const ir_for *f);
+ir_val ir_for_arg(const ir_for *f, uint32_t i);
+void ir_for_end(ir_kernel *k, ir_for *f, const ir_val *yields);
+ir_val ir_for_result(const ir_for *f, uint32_t i);
+
+/* if (cond) { ... yield a } else { ... yield b }, giving n results (typed by the
+ * then-yields; numbered at ir_if_end). cond is a bool scalar. With n == 0 the else may be
+ * empty: ir_if_else is optional then, and the IF still gets an else region holding only
+ * an empty yield. */
+typedef struct ir_if ir_if;
+ir_if *ir_if_begin(ir_kernel *k, ir_val cond, uint32_t n);
+void ir_if_else(ir_kernel *k, ir_if *f, const ir_val *then_yields);
+void ir_if_end(ir_kernel *k, ir_if *f, const ir_val *yields); /* else's yields (or then's if no else) */
+ir_val ir_if_result(const ir_if *f, uint32_t i);
+
+/* ---- reading a kernel (emitters, passes, printer) ----------------------------------------- */
+
+typedef struct ir_inst ir_inst;
+
+typedef struct ir_region {
+    ir_inst **inst;
+    uint32_t n, cap;
+} ir_region;
+
+struct ir_inst {
+    ir_op op;
+    ir_val result;        /* IR_NONE for stores, barriers, yields */
+    ir_type type;         /* the result's type */
+    ir_val *operand;      /* arena */
+    uint32_t n_operand;
+    /* op-specific:
+     *   CONST      imm[0] = value: bool 0/1, i32 sign-extended, u32 zero-extended, f32 its
+     *              bits (zero-extended); constants are only ever bool, i32, u32 or f32
+     *   PARAM      imm[0] = index among all params;  SPEC imm[0] = index among specs
+     *   ID         imm[0] = ir_id_kind, imm[1] = dim
+     *   CMP        imm[0] = ir_cmp;  SG_REDUCE imm[0] = ir_reduce;  EXTRACT imm[0] = lane
+     *   LOAD, LOAD_MASKED, STORE, STORE_MASKED, SHM_LOAD, SHM_STORE
+     *              imm[0] = buffer (ir_buf) or shm index, imm[1] = lanes (1, 2 or 4)
+     *   ATOMIC     imm[0] = buffer or shm index, imm[1] = ir_atomic_op, imm[2] = 1 if shm
+     *   FRAG_LOAD, FRAG_STORE
+     *              imm[0] = buffer or shm index, imm[1] = 1 if row_major, imm[2] = 1 if shm
+     * operands, in order:
+     *   LOAD/SHM_LOAD [index]; STORE/SHM_STORE [index, value]; LOAD_MASKED [index, limit,
+     *   fallback]; STORE_MASKED [index, value, limit]; ATOMIC [index, value]; SELECT [cond,
+     *   a, b]; SG_SHUFFLE* / SG_BROADCAST [value, lane]; FRAG_FILL [scalar]; FRAG_LOAD
+     *   [base, stride]; FRAG_STORE [frag, base, stride]; FRAG_MMA [a, b, acc]; FOR [lo, hi,
+     *   step, inits...]; IF [cond]; YIELD [values...] */
+    int64_t imm[3];
+    /* FOR: body (region 0; its block arguments are block_arg[]: iv then carried values);
+     * IF: then (0) and else (1), always both. Each region ends with exactly one YIELD. */
+    ir_region region[2];
+    uint32_t n_region;
+    ir_val *block_arg;    /* FOR: iv then the n carried values seen inside the body */
+    uint32_t n_block_arg;
+    ir_val *results;      /* FOR/IF: the n results after the construct */
+    uint32_t n_results;
+};
+
+typedef struct ir_param {
+    const char *name;
+    bool is_buffer;
+    ir_scalar elem;       /* buffers: element; scalars: type */
+    unsigned access;      /* buffers */
+    ir_val value;         /* scalars: the PARAM value */
+} ir_param;
+
+typedef struct ir_spec {
+    const char *name;
+    ir_scalar type;
+    double dflt;
+    ir_val value;
+} ir_spec;
+
+typedef struct ir_shared_decl {
+    const char *name;
+    ir_scalar elem;
+    uint32_t count;
+} ir_shared_decl;
+
+/* PARAM and SPEC instructions are in no region: they are defined at kernel entry and
+ * visible everywhere (reach them through ir_param_at / ir_spec_at or ir_def). */
+const ir_region *ir_kernel_body(const ir_kernel *k);
+uint32_t ir_n_params(const ir_kernel *k);   /* buffers and scalars, in declaration order */
+const ir_param *ir_param_at(const ir_kernel *k, uint32_t i);
+uint32_t ir_n_buffers(const ir_kernel *k);
+uint32_t ir_buffer_param(const ir_kernel *k, ir_buf b); /* its index among all params (UINT32_MAX if none) */
+uint32_t ir_n_specs(const ir_kernel *k);
+const ir_spec *ir_spec_at(const ir_kernel *k, uint32_t i);
+uint32_t ir_n_shared(const ir_kernel *k);
+const ir_shared_decl *ir_shared_at(const ir_kernel *k, ir_shm s);
+/* x_spec IR_NONE if constant; with a spec, xyz is {its default, 1, 1} */
+void ir_workgroup(const ir_kernel *k, uint32_t xyz[3], ir_val *x_spec);
+uint32_t ir_n_values(const ir_kernel *k);   /* values are 1..n */
+/* The instruction that defines v (CONST/PARAM/SPEC/ID/... or FOR/IF for their results
+ * and block arguments); NULL for IR_NONE, unknown values and values a pass removed.
+ * Values keep their numbers through passes (gaps appear). */
+const ir_inst *ir_def(const ir_kernel *k, ir_val v);
+
+/* ---- verification, printing, passes -------------------------------------------------------- */
+
+/* Every rule (types of operands, defined-before-use in structured scopes, yields that
+ * match, access modes, fragment shapes, masks, ...). 0, or -1 with one line naming the
+ * instruction and the rule. A kernel with a builder error or an open for/if fails with
+ * that. err may be NULL. */
+int ir_verify(const ir_kernel *k, char *err, size_t errlen);
+/* The stable text form (same kernel, same text), malloc'ed. */
+char *ir_print(const ir_kernel *k);
+
+/* Replace spec constants named in names[] by values[] and fold what becomes constant
+ * (arithmetic, compares, selects, ifs on a constant condition, loops that run zero
+ * times). Unnamed spec constants stay (renumbered: a replaced spec leaves ir_spec_at's
+ * list, its value becomes a CONST at the top of the body, keeping its number; a replaced
+ * workgroup spec makes the workgroup size constant). Folding gives the device's bits:
+ * IEEE f32 and wrapping ints; it leaves division by zero, NaN or subnormal f32, out of
+ * range float-to-int and transcendentals to the device. The kernel must verify before;
+ * unknown names or values that do not fit the spec's type fail with the kernel unchanged;
+ * the result is verified again (-1 if, say, a folded step or workgroup size is invalid:
+ * then discard the kernel). */
+int ir_specialize(ir_kernel *k, const char *const *names, const double *values, uint32_t n, char *err, size_t errlen);
+/* Remove instructions whose results are unused and that have no effect (stores, atomics,
+ * barriers, fragment stores and constructs holding them stay), until none is left. Does
+ * nothing while a for/if is still open. */
+void ir_dce(ir_kernel *k);
+
+#endif

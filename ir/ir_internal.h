@@ -1,0 +1,117 @@
+/* ir/ internals shared by the builder, verifier, printer and passes. Not for other rooms:
+ * they read a kernel only through ir.h. */
+#ifndef KILN_IR_INTERNAL_H
+#define KILN_IR_INTERNAL_H
+
+#include <stdarg.h>
+
+#include "ir.h"
+
+/* One arena block; its data follows the header (rounded up to IR_ALIGN). */
+typedef struct ir_block {
+    struct ir_block *next;
+    size_t cap, used;
+} ir_block;
+
+#define IR_ALIGN 16u
+#define IR_MAX_NAME 64u
+
+typedef struct ir_value_info {
+    ir_inst *def;  /* NULL once a pass removed it */
+    ir_type type;
+    bool closed;   /* its region has ended: the builder no longer accepts it as an operand */
+} ir_value_info;
+
+struct ir_for {
+    ir_inst *inst;
+    uint32_t n;
+    bool ended;
+};
+
+struct ir_if {
+    ir_inst *inst;
+    uint32_t n;
+    uint32_t phase;   /* 0: building then, 1: building else, 2: ended */
+    ir_type *types;   /* result types, known from the then-yields */
+};
+
+/* An open construct and the region being appended to. */
+typedef struct ir_open {
+    ir_inst *inst;
+    uint32_t region;
+} ir_open;
+
+struct ir_kernel {
+    ir_block *blocks;
+    char name[IR_MAX_NAME + 1];
+    char error[256];
+    bool failed;
+
+    ir_type_desc *types;   /* [0] unused: type 0 is no type */
+    uint32_t n_types, cap_types;
+    ir_value_info *vals;   /* [0] unused: value 0 is IR_NONE */
+    uint32_t n_vals, cap_vals;
+
+    ir_param *params;
+    uint32_t n_params, cap_params;
+    uint32_t *buffers;     /* param index of each buffer */
+    uint32_t n_buffers, cap_buffers;
+    ir_spec *specs;
+    uint32_t n_specs, cap_specs;
+    ir_shared_decl *shared;
+    uint32_t n_shared, cap_shared;
+
+    uint32_t wg[3];
+    ir_val wg_spec;
+    bool wg_set;
+
+    ir_region body;
+    ir_open *open;
+    uint32_t n_open, cap_open;
+};
+
+/* ---- arena and errors (ir.c) ---- */
+void *ir_alloc(ir_kernel *k, size_t size); /* zeroed; NULL (and an error) when out of memory */
+/* Grows an arena array to hold need elements; returns the (maybe moved) array or NULL. */
+void *ir_grow(ir_kernel *k, void *arr, uint32_t *cap, uint32_t need, size_t esz);
+void ir_fail(ir_kernel *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool ir_region_push(ir_kernel *k, ir_region *r, ir_inst *in);
+ir_val ir_new_value(ir_kernel *k, ir_inst *def, ir_type t);
+ir_type ir_type_find(const ir_kernel *k, const ir_type_desc *d); /* 0 if never interned */
+
+/* ---- type helpers (ir.c) ---- */
+bool ir_scalar_is_int(ir_scalar s);   /* i32 u32 i64 u64 */
+bool ir_scalar_is_float(ir_scalar s); /* f16 bf16 f32 */
+bool ir_scalar_is_signed(ir_scalar s);
+uint32_t ir_scalar_bits(ir_scalar s); /* bool: 0 (no defined width) */
+/* The element of a scalar or vector type; false for fragments and bad types. */
+bool ir_type_elem(const ir_kernel *k, ir_type t, ir_scalar *elem, uint32_t *lanes);
+/* Why a type descriptor is malformed (vector lanes, fragment shape), or NULL. */
+const char *ir_type_problem(const ir_type_desc *d);
+void ir_type_str(const ir_kernel *k, ir_type t, char *buf, size_t len);
+bool ir_op_has_result(ir_op op);
+bool ir_op_is_effect(ir_op op); /* stores, atomics, barriers, frag stores: never removed */
+/* A spec value as its CONST encoding; 0, or -1 with why it does not fit the type. */
+int ir_encode_spec_value(ir_scalar s, double v, int64_t *out, const char **why);
+
+/* ---- verifier pieces (verify.c) ---- */
+/* The per-op typing rules, shared by the builder (before it appends) and the verifier.
+ * Operands must be values (1..n); their types may be anything. */
+bool ir_check_op(const ir_kernel *k, const ir_inst *in, char *msg, size_t len);
+
+/* ---- text (print.c) ---- */
+typedef struct ir_sb {
+    char *s;
+    size_t n, cap;
+    bool oom;
+} ir_sb;
+void ir_sb_printf(ir_sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* One instruction's line without indentation or newline (FOR/IF: their opening line). */
+void ir_sb_inst(ir_sb *b, const ir_kernel *k, const ir_inst *in);
+
+/* ---- constants (passes.c, print.c) ---- */
+/* The CONST encoding of imm[0]: bool 0/1, i32 sign-extended, u32 zero-extended, f32 bits. */
+static inline float ir_bits_f32(uint32_t u) { union { uint32_t u; float f; } x = { .u = u }; return x.f; }
+static inline uint32_t ir_f32_bits(float f) { union { float f; uint32_t u; } x = { .f = f }; return x.u; }
+
+#endif

@@ -1,0 +1,793 @@
+/* The verifier: per-op typing rules (also run by the builder before it appends), and the
+ * structural walk (scopes, yields, uniform barriers, declarations).
+ *
+ * Barrier uniformity is checked conservatively: a value is "divergent" when it depends,
+ * through operands, loop-carried values or if-results, on an id other than GROUP,
+ * NUM_GROUPS and SG_SIZE (the ids every invocation of a workgroup shares), or on an
+ * atomic's result. A barrier inside an if whose condition is divergent, or inside a for
+ * whose bounds or step are divergent, is refused, even where the data would in fact
+ * agree; loads are taken as uniform when their index is (a racing write is a bug of its
+ * own). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ir_internal.h"
+
+/* ---- per-op rules ----------------------------------------------------------------------- */
+
+typedef struct ck {
+    const ir_kernel *k;
+    const ir_inst *in;
+    char *msg;
+    size_t len;
+} ck;
+
+static bool bad(ck *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool bad(ck *c, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->msg, c->len, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+static ir_type ty(ck *c, uint32_t i) { return ir_type_of(c->k, c->in->operand[i]); }
+
+static const char *tname(ck *c, ir_type t, char *buf) {
+    ir_type_str(c->k, t, buf, 48);
+    return buf;
+}
+
+static bool nops(ck *c, uint32_t n) {
+    if (c->in->n_operand != n || (n && !c->in->operand))
+        return bad(c, "%s takes %u operands, has %u", ir_op_name(c->in->op), n, c->in->n_operand);
+    return true;
+}
+
+/* Scalar or vector with its element and lanes. */
+static bool sv(ck *c, ir_type t, ir_scalar *e, uint32_t *l) { return ir_type_elem(c->k, t, e, l); }
+
+static bool is_u32(ck *c, ir_type t) {
+    const ir_type_desc *d = ir_type_get(c->k, t);
+    return d && d->kind == IR_T_SCALAR && d->elem == IR_U32;
+}
+
+static bool is_scalar(ck *c, ir_type t, ir_scalar s) {
+    const ir_type_desc *d = ir_type_get(c->k, t);
+    return d && d->kind == IR_T_SCALAR && d->elem == s;
+}
+
+static bool same_types(ck *c, uint32_t from, uint32_t to) {
+    char a[48], b[48];
+    for (uint32_t i = from; i < to; i++)
+        if (ty(c, i) != ty(c, from))
+            return bad(c, "operands must have one type (%s, %s)", tname(c, ty(c, from), a), tname(c, ty(c, i), b));
+    return true;
+}
+
+static bool result_is(ck *c, ir_type want) {
+    char a[48], b[48];
+    if (c->in->type != want || !want)
+        return bad(c, "result type is %s, expected %s", tname(c, c->in->type, a), tname(c, want, b));
+    return true;
+}
+
+/* The (scalar or vector) type of elem with lanes, if the kernel has it. */
+static ir_type find_sv(ck *c, ir_scalar e, uint32_t lanes) {
+    ir_type_desc d = { .kind = lanes == 1 ? IR_T_SCALAR : IR_T_VECTOR, .elem = e, .lanes = lanes };
+    return ir_type_find(c->k, &d);
+}
+
+static bool index_u32(ck *c, uint32_t i, const char *what) {
+    char a[48];
+    if (!is_u32(c, ty(c, i)))
+        return bad(c, "%s must be u32, is %s", what, tname(c, ty(c, i), a));
+    return true;
+}
+
+/* Buffer or workgroup array: its element, after the access check. */
+static bool target(ck *c, bool shm, int64_t idx, unsigned need, ir_scalar *elem) {
+    if (shm) {
+        const ir_shared_decl *s = idx >= 0 && idx <= UINT32_MAX ? ir_shared_at(c->k, (uint32_t)idx) : NULL;
+        if (!s)
+            return bad(c, "no workgroup array %lld", (long long)idx);
+        *elem = s->elem;
+        return true;
+    }
+    if (idx < 0 || idx >= c->k->n_buffers)
+        return bad(c, "no buffer %lld", (long long)idx);
+    const ir_param *p = &c->k->params[c->k->buffers[idx]];
+    if ((need & IR_READ) && !(p->access & IR_READ))
+        return bad(c, "buffer @%s is not readable (IR_READ)", p->name);
+    if ((need & IR_WRITE) && !(p->access & IR_WRITE))
+        return bad(c, "buffer @%s is not writable (IR_WRITE)", p->name);
+    *elem = p->elem;
+    return true;
+}
+
+static bool lanes_ok(ck *c, int64_t lanes) {
+    if (lanes != 1 && lanes != 2 && lanes != 4)
+        return bad(c, "memory accesses take 1, 2 or 4 lanes, not %lld", (long long)lanes);
+    return true;
+}
+
+/* A stored value: the element or a vector of it, as wide as imm[1] says. */
+static bool stored_value(ck *c, uint32_t i, ir_scalar elem) {
+    ir_scalar e;
+    uint32_t l;
+    char a[48];
+    if (!sv(c, ty(c, i), &e, &l) || e != elem)
+        return bad(c, "stored value is %s, the array holds %s", tname(c, ty(c, i), a), ir_scalar_name(elem));
+    if (!lanes_ok(c, l))
+        return false;
+    if (c->in->imm[1] != l)
+        return bad(c, "lanes %lld differ from the value's %u", (long long)c->in->imm[1], l);
+    return true;
+}
+
+static bool loaded_type(ck *c, ir_scalar elem) {
+    if (!lanes_ok(c, c->in->imm[1]))
+        return false;
+    return result_is(c, find_sv(c, elem, (uint32_t)c->in->imm[1]));
+}
+
+static bool arith(ck *c, bool ints, bool bools, bool floats, const char *what) {
+    ir_scalar e;
+    uint32_t l;
+    char a[48];
+    if (!sv(c, c->in->type, &e, &l))
+        return bad(c, "%s takes %s, not %s", ir_op_name(c->in->op), what, tname(c, c->in->type, a));
+    bool ok = (ints && ir_scalar_is_int(e)) || (bools && e == IR_BOOL) || (floats && ir_scalar_is_float(e));
+    if (!ok)
+        return bad(c, "%s takes %s, not %s", ir_op_name(c->in->op), what, tname(c, c->in->type, a));
+    for (uint32_t i = 0; i < c->in->n_operand; i++)
+        if (!result_is(c, ty(c, i)))
+            return bad(c, "operands and result must have one type");
+    return true;
+}
+
+static bool convert_ok(ir_scalar f, ir_scalar t) {
+    if (ir_scalar_is_int(f) && ir_scalar_is_int(t))
+        return true;
+    if ((ir_scalar_is_int(f) && t == IR_F32) || (f == IR_F32 && ir_scalar_is_int(t)))
+        return true;
+    if ((f == IR_F32 && (t == IR_F16 || t == IR_BF16)) || ((f == IR_F16 || f == IR_BF16) && t == IR_F32))
+        return true;
+    return false;
+}
+
+static bool frag_of(ck *c, ir_type t, ir_frag_use use, const ir_type_desc **out) {
+    const ir_type_desc *d = ir_type_get(c->k, t);
+    static const char *const uses[] = { "A", "B", "ACC" };
+    char a[48];
+    if (!d || d->kind != IR_T_FRAG || d->use != use)
+        return bad(c, "expected an %s fragment, got %s", uses[use], tname(c, t, a));
+    *out = d;
+    return true;
+}
+
+static bool check(ck *c) {
+    const ir_inst *in = c->in;
+    const ir_kernel *k = c->k;
+    char a[48], b[48];
+    ir_scalar e, e2;
+    uint32_t l, l2;
+    if ((unsigned)in->op >= IR_OP_COUNT)
+        return bad(c, "unknown op %d", (int)in->op);
+    if (in->n_operand && !in->operand)
+        return bad(c, "operands missing");
+    if (ir_op_has_result(in->op)) {
+        const char *why = ir_type_problem(ir_type_get(k, in->type));
+        if (why)
+            return bad(c, "result type: %s", why);
+    }
+    switch (in->op) {
+    case IR_OP_CONST: {
+        if (!nops(c, 0))
+            return false;
+        const ir_type_desc *d = ir_type_get(k, in->type);
+        int64_t v = in->imm[0];
+        if (d->kind != IR_T_SCALAR)
+            return bad(c, "constants are scalars");
+        switch (d->elem) {
+        case IR_BOOL: return v == 0 || v == 1 ? true : bad(c, "bool constant is 0 or 1");
+        case IR_I32: return v >= INT32_MIN && v <= INT32_MAX ? true : bad(c, "i32 constant out of range");
+        case IR_U32: case IR_F32: return v >= 0 && v <= UINT32_MAX ? true : bad(c, "32-bit constant out of range");
+        default: return bad(c, "constants are bool, i32, u32 or f32");
+        }
+    }
+    case IR_OP_PARAM: {
+        const ir_param *p = in->imm[0] >= 0 && in->imm[0] < k->n_params ? &k->params[in->imm[0]] : NULL;
+        if (!nops(c, 0))
+            return false;
+        if (!p || p->is_buffer || p->value != in->result)
+            return bad(c, "param %lld is not this scalar parameter", (long long)in->imm[0]);
+        return result_is(c, find_sv(c, p->elem, 1));
+    }
+    case IR_OP_SPEC: {
+        const ir_spec *s = in->imm[0] >= 0 && in->imm[0] < k->n_specs ? &k->specs[in->imm[0]] : NULL;
+        if (!nops(c, 0))
+            return false;
+        if (!s || s->value != in->result)
+            return bad(c, "spec %lld is not this spec constant", (long long)in->imm[0]);
+        return result_is(c, find_sv(c, s->type, 1));
+    }
+    case IR_OP_ID:
+        if (!nops(c, 0))
+            return false;
+        if (in->imm[0] < 0 || in->imm[0] >= IR_ID_COUNT)
+            return bad(c, "unknown id kind %lld", (long long)in->imm[0]);
+        if (in->imm[1] < 0 || in->imm[1] > (in->imm[0] >= IR_ID_SG_ID ? 0 : 2))
+            return bad(c, "id dimension %lld out of range", (long long)in->imm[1]);
+        return result_is(c, find_sv(c, IR_U32, 1));
+    case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_REM:
+    case IR_OP_MIN: case IR_OP_MAX:
+        return nops(c, 2) && same_types(c, 0, 2) && arith(c, true, false, true, "ints or floats");
+    case IR_OP_AND: case IR_OP_OR: case IR_OP_XOR:
+        return nops(c, 2) && same_types(c, 0, 2) && arith(c, true, true, false, "ints or bools");
+    case IR_OP_SHL: case IR_OP_SHR:
+        return nops(c, 2) && same_types(c, 0, 2) && arith(c, true, false, false, "ints");
+    case IR_OP_NEG:
+        return nops(c, 1) && arith(c, true, false, true, "ints or floats");
+    case IR_OP_NOT:
+        return nops(c, 1) && arith(c, true, true, false, "ints or bools");
+    case IR_OP_ABS:
+        if (!nops(c, 1) || !arith(c, true, false, true, "signed ints or floats"))
+            return false;
+        sv(c, in->type, &e, &l);
+        return ir_scalar_is_int(e) && !ir_scalar_is_signed(e) ? bad(c, "abs takes signed ints or floats") : true;
+    case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT: case IR_OP_TANH:
+    case IR_OP_SIN: case IR_OP_COS: case IR_OP_FLOOR:
+        if (!nops(c, 1) || !arith(c, false, false, true, "f32"))
+            return false;
+        sv(c, in->type, &e, &l);
+        return e == IR_F32 ? true : bad(c, "%s takes f32, not %s", ir_op_name(in->op), tname(c, in->type, a));
+    case IR_OP_FMA:
+        if (!nops(c, 3) || !same_types(c, 0, 3) || !arith(c, false, false, true, "f32 or f16"))
+            return false;
+        sv(c, in->type, &e, &l);
+        return e == IR_F32 || e == IR_F16 ? true : bad(c, "fma takes f32 or f16, not %s", tname(c, in->type, a));
+    case IR_OP_CMP:
+        if (!nops(c, 2) || !same_types(c, 0, 2))
+            return false;
+        if (in->imm[0] < IR_EQ || in->imm[0] > IR_GE)
+            return bad(c, "unknown comparison %lld", (long long)in->imm[0]);
+        if (!sv(c, ty(c, 0), &e, &l))
+            return bad(c, "cmp takes scalars or vectors, not %s", tname(c, ty(c, 0), a));
+        if (e == IR_BOOL && in->imm[0] != IR_EQ && in->imm[0] != IR_NE)
+            return bad(c, "bools compare only eq/ne");
+        return result_is(c, find_sv(c, IR_BOOL, l));
+    case IR_OP_SELECT:
+        if (!nops(c, 3) || !same_types(c, 1, 3))
+            return false;
+        if (!sv(c, ty(c, 1), &e, &l))
+            return bad(c, "select takes scalars or vectors, not %s", tname(c, ty(c, 1), a));
+        if (!sv(c, ty(c, 0), &e2, &l2) || e2 != IR_BOOL || (l2 != 1 && l2 != l))
+            return bad(c, "select condition must be bool (or a bool vector as wide), is %s", tname(c, ty(c, 0), a));
+        return result_is(c, ty(c, 1));
+    case IR_OP_CONVERT:
+        if (!nops(c, 1))
+            return false;
+        if (!sv(c, ty(c, 0), &e, &l) || !sv(c, in->type, &e2, &l2) || l != l2 || e == e2 || !convert_ok(e, e2))
+            return bad(c, "convert from %s to %s is not allowed", tname(c, ty(c, 0), a), tname(c, in->type, b));
+        return true;
+    case IR_OP_BITCAST:
+        if (!nops(c, 1))
+            return false;
+        if (!sv(c, ty(c, 0), &e, &l) || !sv(c, in->type, &e2, &l2) || e == IR_BOOL || e2 == IR_BOOL)
+            return bad(c, "bitcast takes non-bool scalars or vectors (%s to %s)", tname(c, ty(c, 0), a),
+                       tname(c, in->type, b));
+        if (ir_scalar_bits(e) * l != ir_scalar_bits(e2) * l2 || ty(c, 0) == in->type)
+            return bad(c, "bitcast needs another type of the same width (%s to %s)", tname(c, ty(c, 0), a),
+                       tname(c, in->type, b));
+        return true;
+    case IR_OP_VEC:
+        if (!sv(c, in->type, &e, &l) || l < 2)
+            return bad(c, "vec makes a vector, not %s", tname(c, in->type, a));
+        if (!nops(c, l))
+            return false;
+        for (uint32_t i = 0; i < l; i++)
+            if (!is_scalar(c, ty(c, i), e))
+                return bad(c, "vec lane %u is %s, expected %s", i, tname(c, ty(c, i), a), ir_scalar_name(e));
+        return true;
+    case IR_OP_EXTRACT:
+        if (!nops(c, 1))
+            return false;
+        if (!sv(c, ty(c, 0), &e, &l) || l < 2)
+            return bad(c, "extract takes a vector, not %s", tname(c, ty(c, 0), a));
+        if (in->imm[0] < 0 || in->imm[0] >= l)
+            return bad(c, "lane %lld out of 0..%u", (long long)in->imm[0], l - 1);
+        return result_is(c, find_sv(c, e, 1));
+    case IR_OP_LOAD:
+        return nops(c, 1) && target(c, false, in->imm[0], IR_READ, &e) && index_u32(c, 0, "index") &&
+               loaded_type(c, e);
+    case IR_OP_LOAD_MASKED:
+        if (!nops(c, 3) || !target(c, false, in->imm[0], IR_READ, &e) || !index_u32(c, 0, "index") ||
+            !index_u32(c, 1, "mask limit"))
+            return false;
+        if (!is_scalar(c, ty(c, 2), e))
+            return bad(c, "fallback must be %s (the element type), is %s", ir_scalar_name(e), tname(c, ty(c, 2), a));
+        return loaded_type(c, e);
+    case IR_OP_STORE:
+        return nops(c, 2) && target(c, false, in->imm[0], IR_WRITE, &e) && index_u32(c, 0, "index") &&
+               stored_value(c, 1, e);
+    case IR_OP_STORE_MASKED:
+        return nops(c, 3) && target(c, false, in->imm[0], IR_WRITE, &e) && index_u32(c, 0, "index") &&
+               index_u32(c, 2, "mask limit") && stored_value(c, 1, e);
+    case IR_OP_SHM_LOAD:
+        return nops(c, 1) && target(c, true, in->imm[0], 0, &e) && index_u32(c, 0, "index") && loaded_type(c, e);
+    case IR_OP_SHM_STORE:
+        return nops(c, 2) && target(c, true, in->imm[0], 0, &e) && index_u32(c, 0, "index") &&
+               stored_value(c, 1, e);
+    case IR_OP_ATOMIC: {
+        if (!nops(c, 2))
+            return false;
+        if (in->imm[2] != 0 && in->imm[2] != 1)
+            return bad(c, "atomic shm flag is 0 or 1");
+        if (!target(c, in->imm[2] == 1, in->imm[0], IR_READ | IR_WRITE, &e) || !index_u32(c, 0, "index"))
+            return false;
+        if (!is_scalar(c, ty(c, 1), e))
+            return bad(c, "atomic value is %s, the array holds %s", tname(c, ty(c, 1), a), ir_scalar_name(e));
+        switch (in->imm[1]) {
+        case IR_ATOMIC_ADD: case IR_ATOMIC_XCHG:
+            if (e != IR_I32 && e != IR_U32 && e != IR_F32)
+                return bad(c, "atomic %s takes i32, u32 or f32, not %s", in->imm[1] ? "xchg" : "add",
+                           ir_scalar_name(e));
+            break;
+        case IR_ATOMIC_MIN: case IR_ATOMIC_MAX:
+            if (e != IR_I32 && e != IR_U32)
+                return bad(c, "atomic min/max takes i32 or u32, not %s", ir_scalar_name(e));
+            break;
+        default:
+            return bad(c, "unknown atomic op %lld", (long long)in->imm[1]);
+        }
+        return result_is(c, ty(c, 1));
+    }
+    case IR_OP_BARRIER:
+        return nops(c, 0);
+    case IR_OP_SG_REDUCE:
+        if (!nops(c, 1))
+            return false;
+        if (in->imm[0] < IR_REDUCE_ADD || in->imm[0] > IR_REDUCE_MAX)
+            return bad(c, "unknown reduction %lld", (long long)in->imm[0]);
+        if (!sv(c, ty(c, 0), &e, &l) || l != 1 || (e != IR_I32 && e != IR_U32 && e != IR_F32))
+            return bad(c, "subgroup reduce takes i32, u32 or f32, not %s", tname(c, ty(c, 0), a));
+        return result_is(c, ty(c, 0));
+    case IR_OP_SG_SHUFFLE: case IR_OP_SG_SHUFFLE_XOR: case IR_OP_SG_BROADCAST:
+        if (!nops(c, 2))
+            return false;
+        if (!sv(c, ty(c, 0), &e, &l) || (e != IR_I32 && e != IR_U32 && e != IR_F32))
+            return bad(c, "%s takes i32, u32, f32 or vectors of them, not %s", ir_op_name(in->op),
+                       tname(c, ty(c, 0), a));
+        if (!index_u32(c, 1, in->op == IR_OP_SG_SHUFFLE_XOR ? "lane mask" : "lane"))
+            return false;
+        return result_is(c, ty(c, 0));
+    case IR_OP_FRAG_FILL: {
+        const ir_type_desc *d = ir_type_get(k, in->type);
+        if (!nops(c, 1))
+            return false;
+        if (!d || d->kind != IR_T_FRAG)
+            return bad(c, "frag.fill makes a fragment, not %s", tname(c, in->type, a));
+        if (!is_scalar(c, ty(c, 0), d->elem))
+            return bad(c, "fill value is %s, the fragment holds %s", tname(c, ty(c, 0), a), ir_scalar_name(d->elem));
+        return true;
+    }
+    case IR_OP_FRAG_LOAD: case IR_OP_FRAG_STORE: {
+        bool st = in->op == IR_OP_FRAG_STORE;
+        if (!nops(c, st ? 3 : 2))
+            return false;
+        if ((in->imm[1] != 0 && in->imm[1] != 1) || (in->imm[2] != 0 && in->imm[2] != 1))
+            return bad(c, "row_major and shm flags are 0 or 1");
+        if (!target(c, in->imm[2] == 1, in->imm[0], st ? IR_WRITE : IR_READ, &e))
+            return false;
+        ir_type ft = st ? ty(c, 0) : in->type;
+        const ir_type_desc *d = ir_type_get(k, ft);
+        if (!d || d->kind != IR_T_FRAG)
+            return bad(c, "%s needs a fragment, not %s", ir_op_name(in->op), tname(c, ft, a));
+        if (d->elem != e)
+            return bad(c, "fragment holds %s, the array %s", ir_scalar_name(d->elem), ir_scalar_name(e));
+        return index_u32(c, st, "base") && index_u32(c, st + 1, "stride");
+    }
+    case IR_OP_FRAG_MMA: {
+        const ir_type_desc *fa, *fb, *fc;
+        if (!nops(c, 3) || !frag_of(c, ty(c, 0), IR_FRAG_A, &fa) || !frag_of(c, ty(c, 1), IR_FRAG_B, &fb) ||
+            !frag_of(c, ty(c, 2), IR_FRAG_ACC, &fc))
+            return false;
+        if (fa->m != fb->m || fa->m != fc->m || fa->n != fb->n || fa->n != fc->n || fa->k != fb->k || fa->k != fc->k)
+            return bad(c, "frag.mma shapes differ (A m%un%uk%u, B m%un%uk%u, ACC m%un%uk%u)", fa->m, fa->n, fa->k,
+                       fb->m, fb->n, fb->k, fc->m, fc->n, fc->k);
+        if (fa->elem != fb->elem)
+            return bad(c, "A and B hold %s and %s", ir_scalar_name(fa->elem), ir_scalar_name(fb->elem));
+        return result_is(c, ty(c, 2));
+    }
+    case IR_OP_FOR: {
+        if (in->n_operand < 3 || !in->operand)
+            return bad(c, "for takes lo, hi, step and its inits");
+        ir_type t = ty(c, 0);
+        if (!(is_scalar(c, t, IR_I32) || is_scalar(c, t, IR_U32)) || ty(c, 1) != t || ty(c, 2) != t)
+            return bad(c, "for bounds must be one type, i32 or u32 (%s, %s, %s)", tname(c, t, a),
+                       tname(c, ty(c, 1), b), tname(c, ty(c, 2), (char[48]){ 0 }));
+        const ir_inst *s = ir_def(k, in->operand[2]);
+        if (s && s->op == IR_OP_CONST && (s->imm[0] == 0 || (is_scalar(c, t, IR_I32) && s->imm[0] < 0)))
+            return bad(c, "for step must be positive");
+        return true;
+    }
+    case IR_OP_IF:
+        if (!nops(c, 1))
+            return false;
+        return is_scalar(c, ty(c, 0), IR_BOOL) ? true : bad(c, "if condition must be bool, is %s", tname(c, ty(c, 0), a));
+    case IR_OP_YIELD:
+        return true;
+    case IR_OP_COUNT:
+        break;
+    }
+    return bad(c, "unknown op");
+}
+
+bool ir_check_op(const ir_kernel *k, const ir_inst *in, char *msg, size_t len) {
+    ck c = { .k = k, .in = in, .msg = msg, .len = len };
+    if (len)
+        msg[0] = 0;
+    return check(&c);
+}
+
+/* ---- divergence ---------------------------------------------------------------------------- */
+
+typedef struct vs {
+    const ir_kernel *k;
+    uint8_t *state;  /* per value: 0 not yet defined, 1 in scope, 2 out of scope */
+    uint8_t *taint;  /* per value: divergent */
+    char *err;
+    size_t len;
+    bool failed;
+} vs;
+
+static bool val_ok(const vs *s, ir_val v) { return v != IR_NONE && v <= s->k->n_vals; }
+
+static bool tainted(const vs *s, ir_val v) { return val_ok(s, v) && s->taint[v]; }
+
+static void set_taint(vs *s, ir_val v, bool t, bool *changed) {
+    if (val_ok(s, v) && t && !s->taint[v]) {
+        s->taint[v] = 1;
+        *changed = true;
+    }
+}
+
+static const ir_inst *region_yield(const ir_region *r) {
+    if (!r->n || !r->inst || !r->inst[r->n - 1] || r->inst[r->n - 1]->op != IR_OP_YIELD)
+        return NULL;
+    return r->inst[r->n - 1];
+}
+
+static ir_val yielded(const ir_region *r, uint32_t i) {
+    const ir_inst *y = region_yield(r);
+    return y && i < y->n_operand && y->operand ? y->operand[i] : IR_NONE;
+}
+
+/* Marks divergent values; returns whether anything changed. Loops iterate to a fixpoint
+ * so a divergence carried around the back edge reaches the loop's block arguments. */
+static bool taint_region(vs *s, const ir_region *r, int depth) {
+    bool changed = false;
+    if (depth > 1000 || !r->inst)
+        return false;
+    for (uint32_t i = 0; i < r->n; i++) {
+        const ir_inst *in = r->inst[i];
+        if (!in)
+            continue;
+        bool t = false;
+        for (uint32_t j = 0; j < in->n_operand && in->operand; j++)
+            t |= tainted(s, in->operand[j]);
+        if (in->op == IR_OP_ID)
+            t = in->imm[0] != IR_ID_GROUP && in->imm[0] != IR_ID_NUM_GROUPS && in->imm[0] != IR_ID_SG_SIZE;
+        if (in->op == IR_OP_ATOMIC)
+            t = true;
+        if (in->op == IR_OP_FOR && in->n_region >= 1 && in->block_arg) {
+            bool bounds = false;
+            for (uint32_t j = 0; j < 3 && j < in->n_operand; j++)
+                bounds |= tainted(s, in->operand[j]);
+            bool again = true;
+            while (again) {
+                again = false;
+                set_taint(s, in->block_arg[0], bounds, &again);
+                for (uint32_t j = 1; j < in->n_block_arg; j++) {
+                    bool tj = bounds || (3 + j - 1 < in->n_operand && tainted(s, in->operand[3 + j - 1])) ||
+                              tainted(s, yielded(&in->region[0], j - 1));
+                    set_taint(s, in->block_arg[j], tj, &again);
+                }
+                again |= taint_region(s, &in->region[0], depth + 1);
+                changed |= again;
+            }
+            for (uint32_t j = 0; j < in->n_results && in->results; j++) {
+                bool tj = bounds || (j + 1 < in->n_block_arg && tainted(s, in->block_arg[j + 1]));
+                set_taint(s, in->results[j], tj, &changed);
+            }
+            continue;
+        }
+        if (in->op == IR_OP_IF) {
+            for (uint32_t g = 0; g < in->n_region && g < 2; g++)
+                changed |= taint_region(s, &in->region[g], depth + 1);
+            for (uint32_t j = 0; j < in->n_results && in->results; j++) {
+                bool tj = t || tainted(s, yielded(&in->region[0], j)) || tainted(s, yielded(&in->region[1], j));
+                set_taint(s, in->results[j], tj, &changed);
+            }
+            continue;
+        }
+        set_taint(s, in->result, t, &changed);
+    }
+    return changed;
+}
+
+/* ---- structure ----------------------------------------------------------------------------- */
+
+static bool fail(vs *s, const ir_inst *in, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool fail(vs *s, const ir_inst *in, const char *fmt, ...) {
+    if (s->failed)
+        return false;
+    s->failed = true;
+    char rule[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rule, sizeof rule, fmt, ap);
+    va_end(ap);
+    if (!in) {
+        snprintf(s->err, s->len, "%s", rule);
+        return false;
+    }
+    ir_sb b = { 0 };
+    ir_sb_inst(&b, s->k, in);
+    snprintf(s->err, s->len, "`%s`: %s", b.s ? b.s : ir_op_name(in->op), rule);
+    free(b.s);
+    return false;
+}
+
+static bool define(vs *s, const ir_inst *in, ir_val v, const char *what) {
+    if (!val_ok(s, v))
+        return fail(s, in, "%s %%%u is not a value", what, v);
+    if (s->state[v])
+        return fail(s, in, "%%%u is defined more than once", v);
+    if (s->k->vals[v].def != in)
+        return fail(s, in, "%%%u names another defining instruction", v);
+    s->state[v] = 1;
+    return true;
+}
+
+static bool use(vs *s, const ir_inst *in, ir_val v) {
+    if (!val_ok(s, v))
+        return fail(s, in, "operand %%%u is not a value", v);
+    if (s->state[v] == 1)
+        return true;
+    if (s->state[v] == 2)
+        return fail(s, in, "%%%u is used outside the for/if body that defines it", v);
+    return fail(s, in, "%%%u is used before its definition", v);
+}
+
+/* Values a region defined leave scope when it ends. */
+static void close_scope(vs *s, const ir_region *r) {
+    for (uint32_t i = 0; i < r->n; i++) {
+        const ir_inst *in = r->inst[i];
+        if (!in)
+            continue;
+        if (val_ok(s, in->result))
+            s->state[in->result] = 2;
+        for (uint32_t j = 0; j < in->n_results && in->results; j++)
+            if (val_ok(s, in->results[j]))
+                s->state[in->results[j]] = 2;
+    }
+}
+
+static bool walk(vs *s, const ir_region *r, const ir_inst *parent, bool divergent, int depth);
+
+/* A region of a construct: walks it and checks its closing yield against types[]. */
+static bool walk_body(vs *s, const ir_inst *in, const ir_region *r, const ir_type *types, uint32_t n,
+                      bool divergent, int depth) {
+    if (!walk(s, r, in, divergent, depth + 1))
+        return false;
+    const ir_inst *y = region_yield(r);
+    if (!y)
+        return fail(s, in, "every %s region must end with a yield", ir_op_name(in->op));
+    if (y->n_operand != n)
+        return fail(s, y, "yields %u values, the %s has %u", y->n_operand, ir_op_name(in->op), n);
+    for (uint32_t i = 0; i < n; i++)
+        if (ir_type_of(s->k, y->operand[i]) != types[i]) {
+            char a[48], b[48];
+            ir_type_str(s->k, ir_type_of(s->k, y->operand[i]), a, sizeof a);
+            ir_type_str(s->k, types[i], b, sizeof b);
+            return fail(s, y, "yield %u is %s, expected %s", i, a, b);
+        }
+    close_scope(s, r);
+    return true;
+}
+
+static bool walk_for(vs *s, const ir_inst *in, bool divergent, int depth) {
+    uint32_t n = in->n_operand - 3;
+    if (in->n_region != 1 || in->n_results != n || in->n_block_arg != n + 1 || !in->block_arg ||
+        (n && !in->results))
+        return fail(s, in, "a for has one region, %u block arguments and %u results", n + 1, n);
+    ir_type *types = malloc((n + 1) * sizeof *types);
+    if (!types)
+        return fail(s, in, "out of memory");
+    bool ok = true;
+    for (uint32_t i = 0; i < n && ok; i++)
+        types[i] = ir_type_of(s->k, in->operand[3 + i]);
+    if (ir_type_of(s->k, in->block_arg[0]) != ir_type_of(s->k, in->operand[0]))
+        ok = fail(s, in, "the induction variable must have the bounds' type");
+    for (uint32_t i = 0; i < n && ok; i++)
+        if (ir_type_of(s->k, in->block_arg[1 + i]) != types[i] || ir_type_of(s->k, in->results[i]) != types[i])
+            ok = fail(s, in, "carried value %u must keep its init's type", i);
+    for (uint32_t i = 0; i <= n && ok; i++)
+        ok = define(s, in, in->block_arg[i], "block argument");
+    bool div = divergent || tainted(s, in->operand[0]) || tainted(s, in->operand[1]) || tainted(s, in->operand[2]);
+    if (ok)
+        ok = walk_body(s, in, &in->region[0], types, n, div, depth);
+    for (uint32_t i = 0; i <= n && ok; i++)
+        s->state[in->block_arg[i]] = 2;
+    for (uint32_t i = 0; i < n && ok; i++)
+        ok = define(s, in, in->results[i], "result");
+    free(types);
+    return ok;
+}
+
+static bool walk_if(vs *s, const ir_inst *in, bool divergent, int depth) {
+    uint32_t n = in->n_results;
+    if (in->n_region != 2 || (n && !in->results))
+        return fail(s, in, "an if has a then and an else region");
+    ir_type *types = malloc((n + 1) * sizeof *types);
+    if (!types)
+        return fail(s, in, "out of memory");
+    for (uint32_t i = 0; i < n; i++)
+        types[i] = ir_type_of(s->k, in->results[i]);
+    bool div = divergent || tainted(s, in->operand[0]);
+    bool ok = walk_body(s, in, &in->region[0], types, n, div, depth) &&
+              walk_body(s, in, &in->region[1], types, n, div, depth);
+    for (uint32_t i = 0; i < n && ok; i++)
+        ok = define(s, in, in->results[i], "result");
+    free(types);
+    return ok;
+}
+
+static bool walk(vs *s, const ir_region *r, const ir_inst *parent, bool divergent, int depth) {
+    if (depth > 1000)
+        return fail(s, parent, "constructs nest too deeply");
+    if (r->n && !r->inst)
+        return fail(s, parent, "region has no instruction array");
+    for (uint32_t i = 0; i < r->n; i++) {
+        const ir_inst *in = r->inst[i];
+        if (!in)
+            return fail(s, parent, "region holds a null instruction");
+        if ((unsigned)in->op >= IR_OP_COUNT)
+            return fail(s, NULL, "unknown op %d", (int)in->op);
+        if (in->op == IR_OP_PARAM || in->op == IR_OP_SPEC)
+            return fail(s, in, "params and spec constants are defined at entry, not in a region");
+        if (in->op == IR_OP_YIELD && (!parent || i + 1 != r->n))
+            return fail(s, in, parent ? "yield must end its region" : "yield outside a for/if");
+        if (in->n_operand && !in->operand)
+            return fail(s, in, "operands missing");
+        for (uint32_t j = 0; j < in->n_operand; j++)
+            if (!use(s, in, in->operand[j]))
+                return false;
+        char msg[200];
+        if (!ir_check_op(s->k, in, msg, sizeof msg))
+            return fail(s, in, "%s", msg);
+        if (in->op == IR_OP_BARRIER && divergent)
+            return fail(s, in, "barrier in control flow that depends on a per-invocation id "
+                               "(only GROUP, NUM_GROUPS and SG_SIZE ids are uniform)");
+        bool has = ir_op_has_result(in->op);
+        if (has != (in->result != IR_NONE))
+            return fail(s, in, has ? "%s must define a value" : "%s defines no value", ir_op_name(in->op));
+        if (has && !define(s, in, in->result, "result"))
+            return false;
+        if (in->op == IR_OP_FOR && !walk_for(s, in, divergent, depth))
+            return false;
+        if (in->op == IR_OP_IF && !walk_if(s, in, divergent, depth))
+            return false;
+        if (in->op != IR_OP_FOR && in->op != IR_OP_IF && (in->n_region || in->n_results || in->n_block_arg))
+            return fail(s, in, "only for and if have regions");
+    }
+    return true;
+}
+
+/* Parameters and spec constants: defined at entry, visible everywhere. */
+static bool entry(vs *s) {
+    const ir_kernel *k = s->k;
+    for (uint32_t i = 0; i < k->n_params; i++) {
+        const ir_param *p = &k->params[i];
+        if (p->is_buffer) {
+            if (p->elem == IR_BOOL || (unsigned)p->elem >= IR_SCALAR_COUNT)
+                return fail(s, NULL, "buffer @%s: element must be a non-bool scalar", p->name);
+            if (!p->access || (p->access & ~(unsigned)(IR_READ | IR_WRITE)))
+                return fail(s, NULL, "buffer @%s: access must be IR_READ, IR_WRITE or both", p->name);
+            continue;
+        }
+        const ir_inst *d = ir_def(k, p->value);
+        if (!d || d->op != IR_OP_PARAM)
+            return fail(s, NULL, "param @%s has no PARAM instruction", p->name);
+        char msg[200];
+        if (!ir_check_op(k, d, msg, sizeof msg))
+            return fail(s, d, "%s", msg);
+        if (p->elem != IR_I32 && p->elem != IR_U32 && p->elem != IR_F32)
+            return fail(s, d, "scalar parameters are i32, u32 or f32");
+        if (!define(s, d, p->value, "param"))
+            return false;
+    }
+    for (uint32_t i = 0; i < k->n_specs; i++) {
+        const ir_spec *sp = &k->specs[i];
+        const ir_inst *d = ir_def(k, sp->value);
+        if (!d || d->op != IR_OP_SPEC)
+            return fail(s, NULL, "spec @%s has no SPEC instruction", sp->name);
+        char msg[200];
+        if (!ir_check_op(k, d, msg, sizeof msg))
+            return fail(s, d, "%s", msg);
+        if (sp->type != IR_BOOL && sp->type != IR_I32 && sp->type != IR_U32 && sp->type != IR_F32)
+            return fail(s, d, "spec constants are bool, i32, u32 or f32");
+        if (!define(s, d, sp->value, "spec"))
+            return false;
+    }
+    for (uint32_t i = 0; i < k->n_shared; i++) {
+        const ir_shared_decl *sh = &k->shared[i];
+        if (sh->elem == IR_BOOL || (unsigned)sh->elem >= IR_SCALAR_COUNT || sh->count == 0)
+            return fail(s, NULL, "shared @%s: a non-bool element and a count of at least 1", sh->name);
+    }
+    return true;
+}
+
+static bool workgroup(vs *s) {
+    const ir_kernel *k = s->k;
+    if (!k->wg_set)
+        return fail(s, NULL, "workgroup size not set");
+    uint64_t x = k->wg[0], y = k->wg[1], z = k->wg[2];
+    if (k->wg_spec) {
+        const ir_inst *d = ir_def(k, k->wg_spec);
+        const ir_spec *sp = d && d->op == IR_OP_SPEC ? ir_spec_at(k, (uint32_t)d->imm[0]) : NULL;
+        if (!sp || sp->type != IR_U32)
+            return fail(s, NULL, "workgroup size %%%u is not a u32 spec constant", k->wg_spec);
+        x = (uint64_t)sp->dflt, y = z = 1;
+    }
+    if (x < 1 || x > 1024 || y < 1 || y > 1024 || z < 1 || z > 1024 || x * y * z > 1024)
+        return fail(s, NULL, "workgroup size %llux%llux%llu: each dimension 1..1024, product <= 1024",
+                    (unsigned long long)x, (unsigned long long)y, (unsigned long long)z);
+    return true;
+}
+
+int ir_verify(const ir_kernel *k, char *err, size_t errlen) {
+    char dummy[8];
+    if (!err || !errlen)
+        err = dummy, errlen = sizeof dummy;
+    err[0] = 0;
+    if (!k) {
+        snprintf(err, errlen, "no kernel");
+        return -1;
+    }
+    if (k->failed) {
+        snprintf(err, errlen, "builder: %s", k->error);
+        return -1;
+    }
+    if (k->n_open) {
+        snprintf(err, errlen, "%s is still open", k->open[k->n_open - 1].inst->op == IR_OP_IF ? "an if" : "a for");
+        return -1;
+    }
+    vs s = { .k = k, .err = err, .len = errlen };
+    s.state = calloc((size_t)k->n_vals + 1, 1);
+    s.taint = calloc((size_t)k->n_vals + 1, 1);
+    if (!s.state || !s.taint) {
+        free(s.state);
+        free(s.taint);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (uint32_t t = 1; t < k->n_types; t++) {
+        const char *why = ir_type_problem(&k->types[t]);
+        if (why) {
+            char name[48];
+            ir_type_str(k, t, name, sizeof name);
+            fail(&s, NULL, "type %s: %s", name, why);
+            break;
+        }
+    }
+    if (!s.failed)
+        taint_region(&s, &k->body, 0);
+    bool ok = !s.failed && entry(&s) && walk(&s, &k->body, NULL, false, 0) && workgroup(&s);
+    free(s.state);
+    free(s.taint);
+    return ok ? 0 : -1;
+}

@@ -1,0 +1,71 @@
+/* The capability probe (DESIGN.md): one struct every backend fills from its device, with
+ * spec-minimum defaults, read by kernel builders to choose variants and by the
+ * emitters to choose instructions. `--caps` overrides (no-coopmat, no-f16, subgroup=16,
+ * ...) force the other variants on any device, so every variant can be tested. */
+#ifndef KILN_RUNTIME_CAPS_H
+#define KILN_RUNTIME_CAPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum rt_backend { RT_CPU, RT_VULKAN, RT_CUDA } rt_backend;
+
+/* One cooperative-matrix (MMA) shape a device offers: C[MxN] (+)= A[MxK] B[KxN]. */
+typedef struct rt_mma_shape {
+    uint32_t m, n, k;
+    uint32_t ab_type;   /* ir_scalar of A and B (IR_F16 or IR_BF16) */
+    uint32_t acc_type;  /* ir_scalar of C (IR_F32 or IR_F16) */
+} rt_mma_shape;
+
+#define RT_MAX_MMA_SHAPES 16
+
+typedef struct rt_caps {
+    rt_backend backend;
+    char vendor[32];          /* "NVIDIA", "Mesa", ... */
+    char name[128];           /* "NVIDIA H200", "llvmpipe (LLVM 15.0.6, 256 bits)" */
+    char driver[64];          /* driver version text */
+    uint32_t api_version;     /* Vulkan: VK_MAKE_API_VERSION; CUDA: driver API (e.g. 13000) */
+    uint32_t compute_capability; /* CUDA: major*10+minor (90 for sm_90); 0 elsewhere */
+
+    uint32_t subgroup_size;   /* the size kernels are built for */
+    uint32_t subgroup_min, subgroup_max; /* what the device can be asked for */
+    bool subgroup_arith;      /* reduce add/min/max */
+    bool subgroup_shuffle;    /* shuffle, shuffle_xor, broadcast */
+
+    bool f16_arith;           /* f16 arithmetic in kernels */
+    bool bf16_arith;          /* bf16 arithmetic (VK_KHR_shader_bfloat16 / sm_80+) */
+    bool int8_arith;
+    bool storage16;           /* 16-bit loads/stores from buffers */
+    bool atomic_f32_add;      /* float atomic add on buffers */
+
+    uint32_t n_mma;           /* cooperative-matrix / mma shapes offered (0: none) */
+    rt_mma_shape mma[RT_MAX_MMA_SHAPES];
+
+    uint32_t shared_bytes;    /* workgroup memory per workgroup */
+    uint32_t max_workgroup;   /* invocations per workgroup */
+    uint32_t compute_units;   /* SMs / CUs / cores */
+    uint64_t memory_bytes, free_bytes;
+} rt_caps;
+
+/* The minimums the Vulkan 1.3 spec (and kiln) guarantee: subgroup 4..4, no 16-bit
+ * types, no coopmat, 16 KiB workgroup memory, 128 invocations. */
+void rt_caps_default(rt_caps *c, rt_backend b);
+
+/* Applies a comma-separated override list to caps read from a device:
+ *   no-coopmat | no-f16 | no-bf16 | no-storage16 | no-subgroup-arith | no-subgroup-shuffle
+ *   | no-atomic-f32 | subgroup=N (a power of two within [min, max]) | shared=BYTES (<= the
+ *   device's) | workgroup=N (<= the device's).
+ * Overrides only take capabilities away (a device cannot be made to offer more). 0, or
+ * -1 with a message naming the bad item. */
+int rt_caps_override(rt_caps *c, const char *list, char *err, size_t errlen);
+/* The same list checked for syntax alone (unknown items, malformed numbers, subgroup not
+ * a power of two, workgroup=0), as a command does when it parses its flags, before any
+ * device is known. 0, or -1 with a message naming the bad item. */
+int rt_caps_override_check(const char *list, char *err, size_t errlen);
+
+/* One "key: value" line per field, for `kiln probe`, into buf; returns the length it needs
+ * (as snprintf: without the NUL, so the text fit when it is < cap; buf may be NULL with cap 0). */
+size_t rt_caps_describe(const rt_caps *c, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,58 @@
+/* The device interface both GPU backends implement (Vulkan in backend-spirv/, CUDA in
+ * backend-ptx/): buffers, compiling an IR kernel, launching, synchronizing, and a
+ * sequence of launches recorded once and replayed (a Vulkan command buffer, a CUDA
+ * graph). What changes between replays (the token, the position) lives in a small
+ * device buffer the kernels read, so a replay needs no patching. */
+#ifndef KILN_RUNTIME_DEVICE_H
+#define KILN_RUNTIME_DEVICE_H
+
+#include "caps.h"
+#include "ir.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct rt_device rt_device;
+typedef struct rt_buffer rt_buffer;
+typedef struct rt_kernel rt_kernel;
+typedef struct rt_recording rt_recording;
+
+/* One launch: a compiled kernel, its grid of workgroups, and one argument per kernel
+ * parameter in declaration order (buffers and scalars). */
+typedef struct rt_arg {
+    rt_buffer *buf;    /* buffer parameters */
+    uint32_t bits;     /* scalar parameters: u32/i32 value or f32 bits */
+} rt_arg;
+
+typedef struct rt_launch {
+    rt_kernel *kernel;
+    uint32_t groups[3];
+    const rt_arg *args;
+    uint32_t n_args;
+} rt_launch;
+
+typedef struct rt_device_ops {
+    rt_buffer *(*alloc)(rt_device *d, size_t bytes, char *err, size_t errlen);
+    void (*release)(rt_device *d, rt_buffer *b);
+    int (*upload)(rt_device *d, rt_buffer *b, size_t offset, const void *src, size_t n, char *err, size_t errlen);
+    int (*download)(rt_device *d, rt_buffer *b, size_t offset, void *dst, size_t n, char *err, size_t errlen);
+    /* Compiles a verified kernel; spec constants take spec_values[i] for the i-th
+     * (NULL: their defaults). */
+    rt_kernel *(*compile)(rt_device *d, const ir_kernel *k, const double *spec_values, char *err, size_t errlen);
+    void (*release_kernel)(rt_device *d, rt_kernel *k);
+    /* Runs launches in order (each sees the previous one's writes) and waits. */
+    int (*run)(rt_device *d, const rt_launch *l, uint32_t n, char *err, size_t errlen);
+    /* Records launches once; replay submits them again and waits. */
+    rt_recording *(*record)(rt_device *d, const rt_launch *l, uint32_t n, char *err, size_t errlen);
+    int (*replay)(rt_device *d, rt_recording *r, char *err, size_t errlen);
+    void (*release_recording)(rt_device *d, rt_recording *r);
+    void (*destroy)(rt_device *d);
+} rt_device_ops;
+
+struct rt_device {
+    const rt_device_ops *ops;
+    rt_caps caps;
+    char label[32]; /* "vulkan:0", "cuda:0" */
+};
+
+#endif
