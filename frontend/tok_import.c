@@ -223,7 +223,7 @@ static int read_vocab(importer *im, tok_vocab *v) {
     const char *key;
     const json_t *val;
     json_object_foreach((json_t *)vocab, key, val) {
-        int64_t id;
+        int64_t id = -1;
         char what[80];
         snprintf(what, sizeof what, "vocab entry \"%.40s\"", key);
         if (id_of(im, val, what, &id)) return -1;

@@ -390,7 +390,7 @@ static bool check(ck *c) {
         return index_u32(c, st, "base") && index_u32(c, st + 1, "stride");
     }
     case IR_OP_FRAG_MMA: {
-        const ir_type_desc *fa, *fb, *fc;
+        const ir_type_desc *fa = NULL, *fb = NULL, *fc = NULL;
         if (!nops(c, 3) || !frag_of(c, ty(c, 0), IR_FRAG_A, &fa) || !frag_of(c, ty(c, 1), IR_FRAG_B, &fb) ||
             !frag_of(c, ty(c, 2), IR_FRAG_ACC, &fc))
             return false;
