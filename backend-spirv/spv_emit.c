@@ -29,11 +29,15 @@ enum {
 
 /* How a workgroup array stores its elements. */
 typedef enum shm_mode {
-    SHM_REP,        /* in the value representation (f16 widened to f32 when not native) */
-    SHM_BF16_NATIVE /* bf16 read by fragments: the SPV_KHR_bfloat16 type */
+    SHM_REP,         /* in the value representation (f16 widened to f32 when not native) */
+    SHM_BF16_NATIVE, /* bf16 read by fragments: the SPV_KHR_bfloat16 type */
+    SHM_F32_BITS     /* f32 exchanged atomically: kept as u32 bits (float atomics need a feature) */
 } shm_mode;
 
-#define N_VIEW_LANES 3 /* views of a buffer as scalars, 2-vectors, 4-vectors */
+/* Views of a buffer: scalars, 2-vectors, 4-vectors, and an f32 buffer's bits as u32 (for
+ * atomic exchange: Vulkan allows f32 atomics only with shaderBufferFloat32Atomics). */
+#define N_VIEW_LANES 4
+#define VIEW_BITS 0u /* the lanes argument that asks for the u32 view */
 
 typedef struct buf_info {
     const ir_param *p;
@@ -45,6 +49,7 @@ typedef struct shm_info {
     const ir_shared_decl *d;
     shm_mode mode;
     bool frag;   /* read or written by fragment loads/stores */
+    bool xchg_f32; /* f32 exchanged atomically */
     uint32_t var, elem_type;
 } shm_info;
 
@@ -477,8 +482,10 @@ static uint32_t convert(ctx *x, ir_scalar from, ir_scalar to, uint32_t n, uint32
         if (from == IR_F16 && x->f16_native) f = fn1(x, SpvOpFConvert, f32n, v);
         if (to == IR_F32) return f;
         if (to == IR_BF16) return round_bf16(x, n, f);
-        if (x->f16_native) return fn1(x, SpvOpFConvert, rt, f); /* Vulkan converts to nearest even */
-        return round_f16(x, n, f);
+        /* rounded with f32 ops even for native f16: NVIDIA's compiler (580.159) folds an
+         * f32 -> f16 -> f32 OpFConvert pair away, and the conversion of a rounded value is exact */
+        f = round_f16(x, n, f);
+        return x->f16_native ? fn1(x, SpvOpFConvert, rt, f) : f;
     }
     if (!ff && !tf) {
         if (s_bits(from) == s_bits(to)) return fn1(x, SpvOpBitcast, rt, v);
@@ -517,10 +524,15 @@ static uint32_t to_storage(ctx *x, ir_scalar s, uint32_t n, uint32_t v) {
 
 /* ---- buffers ------------------------------------------------------------------------------ */
 
-static int view_slot(uint32_t lanes) { return lanes == 4 ? 2 : lanes == 2 ? 1 : 0; }
+static int view_slot(uint32_t lanes) { return lanes == VIEW_BITS ? 3 : lanes == 4 ? 2 : lanes == 2 ? 1 : 0; }
 
-/* The variable viewing buffer b as an array of `lanes`-vectors (1, 2 or 4); each view is a
- * separate Block at the same binding. */
+/* The element type of a view. */
+static uint32_t view_elem(ctx *x, ir_scalar s, uint32_t lanes) {
+    return lanes == VIEW_BITS ? t_u32(x) : t_vec(x, t_store_s(x, s), lanes);
+}
+
+/* The variable viewing buffer b as an array of `lanes`-vectors (1, 2 or 4, or VIEW_BITS);
+ * each view is a separate Block at the same binding. */
 static uint32_t buf_view(ctx *x, uint32_t b, uint32_t lanes) {
     if (b >= x->n_buf) {
         fail(x, "buffer %u out of range", b);
@@ -539,16 +551,17 @@ static uint32_t buf_view(ctx *x, uint32_t b, uint32_t lanes) {
              bi->p->name, ir_scalar_name(s));
         return 0;
     }
-    uint32_t elem = t_vec(x, t_store_s(x, s), lanes);
+    uint32_t elem = view_elem(x, s, lanes);
     uint32_t arr = spv_b_id(&x->b), st = spv_b_id(&x->b);
     spv_b_emitv(&x->b, SPV_SEC_GLOBAL, SpvOpTypeRuntimeArray, 2, arr, elem);
     spv_b_emitv(&x->b, SPV_SEC_GLOBAL, SpvOpTypeStruct, 2, st, arr);
-    decorate(x, arr, SpvDecorationArrayStride, 1, s_bits(s) / 8 * lanes);
+    decorate(x, arr, SpvDecorationArrayStride, 1, lanes == VIEW_BITS ? 4 : s_bits(s) / 8 * lanes);
     decorate(x, st, SpvDecorationBlock, 0, 0);
     spv_b_emitv(&x->b, SPV_SEC_ANNOTATION, SpvOpMemberDecorate, 4, st, 0, SpvDecorationOffset, 0);
     uint32_t var = global_var(x, t_ptr(x, SpvStorageClassStorageBuffer, st), SpvStorageClassStorageBuffer);
     char nm[96], snm[104];
-    snprintf(nm, sizeof nm, lanes > 1 ? "%s_v%u" : "%s", bi->p->name ? bi->p->name : "buf", lanes);
+    snprintf(nm, sizeof nm, lanes == VIEW_BITS ? "%s_bits" : lanes > 1 ? "%s_v%u" : "%s", bi->p->name ? bi->p->name : "buf",
+             lanes);
     snprintf(snm, sizeof snm, "%s_block", nm);
     name(x, st, snm);
     name(x, var, nm);
@@ -562,7 +575,7 @@ static uint32_t buf_view(ctx *x, uint32_t b, uint32_t lanes) {
 static uint32_t buf_ptr(ctx *x, uint32_t b, uint32_t lanes, uint32_t index) {
     uint32_t var = buf_view(x, b, lanes);
     if (!var) return 0;
-    uint32_t elem = t_vec(x, t_store_s(x, x->buf[b].p->elem), lanes);
+    uint32_t elem = view_elem(x, x->buf[b].p->elem, lanes);
     return fn3(x, SpvOpAccessChain, t_ptr(x, SpvStorageClassStorageBuffer, elem), var, c_u32(x, 0), index);
 }
 
@@ -616,10 +629,12 @@ static uint32_t shm_ptr(ctx *x, uint32_t s, uint32_t index) {
 static uint32_t shm_load1(ctx *x, uint32_t s, uint32_t index) {
     uint32_t v = op_load(x, x->shm[s].elem_type, shm_ptr(x, s, index));
     if (x->shm[s].mode == SHM_BF16_NATIVE) v = fn1(x, SpvOpFConvert, t_f32(x), v); /* exact */
+    if (x->shm[s].mode == SHM_F32_BITS) v = fn1(x, SpvOpBitcast, t_f32(x), v);
     return v;
 }
 static void shm_store1(ctx *x, uint32_t s, uint32_t index, uint32_t v) {
     if (x->shm[s].mode == SHM_BF16_NATIVE) v = fn1(x, SpvOpFConvert, x->shm[s].elem_type, v); /* exact: v is a bf16 */
+    if (x->shm[s].mode == SHM_F32_BITS) v = fn1(x, SpvOpBitcast, x->shm[s].elem_type, v);
     op_store(x, shm_ptr(x, s, index), v);
 }
 
@@ -995,6 +1010,15 @@ static uint32_t in_bounds(ctx *x, uint32_t index, uint32_t limit, uint32_t lanes
     return fn2(x, SpvOpLogicalAnd, tb, lt, fn2(x, SpvOpUGreaterThanEqual, tb, room, c_u32(x, lanes)));
 }
 
+/* index + l < limit, computed without wrapping: index < limit && limit - index > l. */
+static uint32_t lane_in_bounds(ctx *x, uint32_t index, uint32_t limit, uint32_t l) {
+    uint32_t tb = t_bool(x);
+    uint32_t lt = fn2(x, SpvOpULessThan, tb, index, limit);
+    if (!l) return lt;
+    uint32_t room = fn2(x, SpvOpISub, t_u32(x), limit, index);
+    return fn2(x, SpvOpLogicalAnd, tb, lt, fn2(x, SpvOpUGreaterThan, tb, room, c_u32(x, l)));
+}
+
 /* Masked loads never touch an element at or past limit: the whole vector when it fits,
  * else lane by lane, each in its own selection construct. */
 static uint32_t masked_load(ctx *x, uint32_t b, uint32_t index, uint32_t lanes, uint32_t limit, uint32_t fallback) {
@@ -1017,7 +1041,7 @@ static uint32_t masked_load(ctx *x, uint32_t b, uint32_t index, uint32_t lanes, 
     uint32_t part[4];
     for (uint32_t l = 0; l < lanes; l++) {
         uint32_t il = add_u32(x, index, l);
-        guard g = guard_begin(x, fn2(x, SpvOpULessThan, t_bool(x), il, limit));
+        guard g = guard_begin(x, lane_in_bounds(x, index, limit, l));
         uint32_t v = buf_load(x, b, il, 1);
         part[l] = guard_end(x, g, ts, v, fallback);
     }
@@ -1050,7 +1074,7 @@ static void masked_store(ctx *x, uint32_t b, uint32_t index, uint32_t lanes, uin
     op_label(x, part_l);
     for (uint32_t l = 0; l < lanes; l++) {
         uint32_t il = add_u32(x, index, l);
-        guard g = guard_begin(x, fn2(x, SpvOpULessThan, t_bool(x), il, limit));
+        guard g = guard_begin(x, lane_in_bounds(x, index, limit, l));
         buf_store(x, b, il, 1, lane_of(x, s, lanes, v, l));
         guard_end(x, g, 0, 0, 0);
     }
@@ -1181,18 +1205,24 @@ static void emit_atomic(ctx *x, const ir_inst *in) {
         return;
     }
     uint32_t index = V(x, in->operand[0]), v = V(x, in->operand[1]);
+    /* an f32 exchange moves bits: a u32 exchange needs no float-atomics feature */
+    bool bits = spvop == SpvOpAtomicExchange && s == IR_F32;
+    if (bits) {
+        t = t_u32(x);
+        v = fn1(x, SpvOpBitcast, t, v);
+    }
     uint32_t ptr;
     if (shm) {
-        ptr = shm_ptr(x, target, index);
+        ptr = shm_ptr(x, target, index); /* the array holds u32 bits then (scan_frags) */
     } else {
         x->buf[target].atomic = true;
-        ptr = buf_ptr(x, target, 1, index);
+        ptr = buf_ptr(x, target, bits ? VIEW_BITS : 1, index);
     }
     uint32_t scope = c_u32(x, shm ? SCOPE_WORKGROUP : x->vulkan_mm ? SCOPE_QUEUE_FAMILY : SCOPE_DEVICE);
     uint32_t sem = c_u32(x, SEM_RELAXED);
     uint32_t id = spv_b_id(&x->b);
     spv_b_emitv(&x->b, SPV_SEC_FUNCTION, spvop, 6, t, id, ptr, scope, sem, v);
-    def(x, in->result, id);
+    def(x, in->result, bits ? fn1(x, SpvOpBitcast, t_f32(x), id) : id);
 }
 
 /* ---- subgroups -------------------------------------------------------------------------------- */
@@ -1415,16 +1445,17 @@ static const ir_inst *emit_region(ctx *x, const ir_region *r) {
 static bool is_frag_op(ir_op op) { return op >= IR_OP_FRAG_FILL && op <= IR_OP_FRAG_MMA; }
 
 /* Before anything is declared: does the kernel use fragments (then the module takes the
- * Vulkan memory model), and which workgroup arrays do fragments touch (they take the
- * fragment's element type)? */
+ * Vulkan memory model), which workgroup arrays do fragments touch (they take the
+ * fragment's element type), and which f32 arrays are exchanged atomically (kept as bits)? */
 static void scan_frags(ctx *x, const ir_region *r, int depth) {
     for (uint32_t i = 0; i < r->n && depth < 1000; i++) {
         const ir_inst *in = r->inst[i];
         if (!in) continue;
         if (is_frag_op(in->op)) x->vulkan_mm = true;
-        if ((in->op == IR_OP_FRAG_LOAD || in->op == IR_OP_FRAG_STORE) && in->imm[2] && in->imm[0] >= 0 &&
-            (uint64_t)in->imm[0] < x->n_shm)
-            x->shm[in->imm[0]].frag = true;
+        bool on_shm = in->imm[2] == 1 && in->imm[0] >= 0 && (uint64_t)in->imm[0] < x->n_shm;
+        if ((in->op == IR_OP_FRAG_LOAD || in->op == IR_OP_FRAG_STORE) && on_shm) x->shm[in->imm[0]].frag = true;
+        if (in->op == IR_OP_ATOMIC && on_shm && in->imm[1] == IR_ATOMIC_XCHG && x->shm[in->imm[0]].d->elem == IR_F32)
+            x->shm[in->imm[0]].xchg_f32 = true;
         for (uint32_t j = 0; j < in->n_region && j < 2; j++) scan_frags(x, &in->region[j], depth + 1);
     }
 }
@@ -1456,6 +1487,10 @@ static void declare_shared(ctx *x) {
             si->mode = SHM_BF16_NATIVE;
             elem = t_bf16(x);
             size = 2;
+        } else if (si->xchg_f32) {
+            si->mode = SHM_F32_BITS;
+            elem = t_u32(x);
+            size = 4;
         } else {
             si->mode = SHM_REP;
             elem = t_rep_s(x, d->elem);

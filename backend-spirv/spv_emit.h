@@ -7,6 +7,14 @@
  * declaration order; spec constant i has SpecId i; a spec-constant workgroup size uses
  * LocalSizeId (the device must enable maintenance4, core in Vulkan 1.3).
  *
+ * What the device must enable for a module: storageBuffer16BitAccess (16-bit buffers),
+ * shaderFloat16 (caps.f16_arith), shaderInt64 (i64/u64 values: caps has no flag for it),
+ * maintenance4 (spec-constant workgroup size); for fragments VK_KHR_cooperative_matrix and
+ * vulkanMemoryModel (SPIR-V requires the Vulkan memory model with CooperativeMatrixKHR:
+ * such modules use it, with non-private buffer/workgroup accesses and QueueFamily-scope
+ * atomics), and for bf16 fragments VK_KHR_shader_bfloat16 (shaderBFloat16Type and
+ * shaderBFloat16CooperativeMatrix).
+ *
  * Features are used only when the caps offer them, and a kernel that needs what the caps
  * lack is refused with a message naming the instruction and the missing capability:
  *   f16 arithmetic -> caps.f16_arith; bf16 arithmetic -> caps.bf16_arith (computed in f32,
@@ -37,7 +45,9 @@ int spv_emit(const ir_kernel *k, const rt_caps *c, spv_module *out, char *err, s
 void spv_module_free(spv_module *m);
 
 /* SPIRV-Tools validation for Vulkan 1.3 (0, or -1 with the validator's message) and
- * disassembly (malloc'ed text, NULL on failure). These link SPIRV-Tools. */
+ * disassembly (malloc'ed text, NULL on failure). These link SPIRV-Tools; Debian 12's
+ * (2023.1) predates SPV_KHR_cooperative_matrix and SPV_KHR_bfloat16 and rejects modules
+ * with fragments as unknown opcodes (tests/test_spirv.c then uses $KILN_SPIRV_VAL). */
 int spv_validate(const spv_module *m, char *err, size_t errlen);
 char *spv_disassemble(const spv_module *m);
 
