@@ -1,0 +1,101 @@
+/* Helpers shared by the kernel builders: argument checks, workgroup sizing, the
+ * workgroup-wide f32 sum. */
+#include "kn_common.h"
+
+#include <stdio.h>
+
+void kn_fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+int kn_check_dtype(const rt_caps *c, ir_scalar dtype, char *err, size_t errlen) {
+    if (!c) {
+        kn_fail(err, errlen, "no caps");
+        return -1;
+    }
+    if (dtype != IR_BF16 && dtype != IR_F16) {
+        kn_fail(err, errlen, "dtype must be bf16 or f16, not %s", ir_scalar_name(dtype));
+        return -1;
+    }
+    if (!c->storage16) {
+        kn_fail(err, errlen, "16-bit buffers need caps.storage16 (no 32-bit packing variant yet)");
+        return -1;
+    }
+    return 0;
+}
+
+uint32_t kn_workgroup(const rt_caps *c, uint32_t want) {
+    uint32_t lim = want;
+    if (c->max_workgroup && c->max_workgroup < lim) lim = c->max_workgroup;
+    if (lim > 1024) lim = 1024;
+    uint32_t p = 1;
+    while (p * 2 <= lim) p *= 2;
+    return p;
+}
+
+uint32_t kn_vec_width(uint32_t n) { return n % 4 == 0 ? 4 : n % 2 == 0 ? 2 : 1; }
+
+ir_val kn_lane_sum(ir_kernel *k, ir_val v, uint32_t lanes) {
+    if (lanes == 1) return v;
+    ir_val s = ir_extract(k, v, 0);
+    for (uint32_t i = 1; i < lanes; i++) s = ir_bin(k, IR_OP_ADD, s, ir_extract(k, v, i));
+    return s;
+}
+
+/* Tree over workgroup memory: log2(wg) halving steps, unrolled (wg is a constant). */
+static ir_val tree_sum(ir_kernel *k, uint32_t wg, ir_val v, const char *shm_name) {
+    ir_shm s = ir_shared_array(k, shm_name, IR_F32, wg);
+    ir_val lid = ir_id(k, IR_ID_LOCAL, 0);
+    ir_shm_store(k, s, lid, v);
+    ir_barrier(k);
+    for (uint32_t h = wg / 2; h >= 1; h /= 2) {
+        ir_if *f = ir_if_begin(k, ir_compare(k, IR_LT, lid, ir_const_u32(k, h)), 0);
+        ir_val o = ir_shm_load(k, s, ir_bin(k, IR_OP_ADD, lid, ir_const_u32(k, h)), 1);
+        ir_shm_store(k, s, lid, ir_bin(k, IR_OP_ADD, ir_shm_load(k, s, lid, 1), o));
+        ir_if_end(k, f, NULL);
+        ir_barrier(k);
+    }
+    return ir_shm_load(k, s, ir_const_u32(k, 0), 1);
+}
+
+ir_val kn_wg_sum(ir_kernel *k, const rt_caps *c, uint32_t wg, ir_val v, const char *shm_name) {
+    if (!c->subgroup_arith || wg == 1) return wg == 1 ? v : tree_sum(k, wg, v, shm_name);
+    ir_val s = ir_sg_reduce(k, IR_REDUCE_ADD, v);
+    /* room for the most subgroups the device can split wg into */
+    uint32_t sg_min = c->subgroup_min ? c->subgroup_min : 1, cap = (wg + sg_min - 1) / sg_min;
+    ir_shm part = ir_shared_array(k, shm_name, IR_F32, cap);
+    ir_val lane = ir_id(k, IR_ID_SG_LANE, 0), sgsz = ir_id(k, IR_ID_SG_SIZE, 0);
+    ir_val zero = ir_const_u32(k, 0);
+    ir_if *f = ir_if_begin(k, ir_compare(k, IR_EQ, lane, zero), 0);
+    ir_shm_store(k, part, ir_id(k, IR_ID_SG_ID, 0), s);
+    ir_if_end(k, f, NULL);
+    ir_barrier(k);
+    /* every subgroup sums the partials the same way, so all invocations agree bit for bit */
+    ir_val nsg = ir_bin(k, IR_OP_DIV, ir_bin(k, IR_OP_ADD, ir_const_u32(k, wg - 1), sgsz), sgsz);
+    ir_val init = ir_const_f32(k, 0.0f);
+    ir_for *lp = ir_for_begin(k, lane, nsg, sgsz, 1, &init);
+    ir_val acc = ir_bin(k, IR_OP_ADD, ir_for_arg(lp, 0), ir_shm_load(k, part, ir_for_iv(lp), 1));
+    ir_for_end(k, lp, &acc);
+    return ir_sg_reduce(k, IR_REDUCE_ADD, ir_for_result(lp, 0));
+}
+
+ir_kernel *kn_finish(ir_kernel *k, char *err, size_t errlen) {
+    char msg[512];
+    if (ir_verify(k, msg, sizeof msg)) {
+        const char *be = ir_kernel_error(k);
+        kn_fail(err, errlen, "%s: %s", ir_kernel_name(k), be && *be ? be : msg);
+        ir_kernel_destroy(k);
+        return NULL;
+    }
+    return k;
+}
+
+ir_kernel *kn_create(const char *name, char *err, size_t errlen) {
+    ir_kernel *k = ir_kernel_create(name);
+    if (!k) kn_fail(err, errlen, "%s: out of memory", name);
+    return k;
+}

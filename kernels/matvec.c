@@ -1,0 +1,75 @@
+/* Matrix-vector product, the decode step's projections and the logits head. Each row
+ * is one dot product over cols: lanes stride the row with vector loads (the widest that
+ * divides cols), each keeps an f32 accumulator, and a reduce sums the lanes. Products of
+ * two 16-bit values are exact in f32, so only the summation order differs from a loop. */
+#include "kn_common.h"
+
+/* Lanes of one group of invocations walk a row: c = first, first + stride, ... < cols. */
+static ir_val row_dot(ir_kernel *k, ir_buf w, ir_buf x, ir_val row, ir_val first, uint32_t stride, uint32_t cols,
+                      uint32_t v) {
+    ir_type f32 = ir_t_scalar(k, IR_F32), fv = v == 1 ? f32 : ir_t_vector(k, IR_F32, v);
+    ir_val z[4];
+    for (uint32_t i = 0; i < v; i++) z[i] = ir_const_f32(k, 0.0f);
+    ir_val zero = v == 1 ? z[0] : ir_vec(k, z, v);
+    ir_val base = ir_bin(k, IR_OP_MUL, row, ir_const_u32(k, cols));
+    ir_for *l = ir_for_begin(k, first, ir_const_u32(k, cols), ir_const_u32(k, stride), 1, &zero);
+    ir_val c = ir_for_iv(l);
+    ir_val wv = ir_convert(k, ir_load(k, w, ir_bin(k, IR_OP_ADD, base, c), v), fv);
+    ir_val xv = ir_convert(k, ir_load(k, x, c, v), fv);
+    ir_val acc = ir_fma(k, wv, xv, ir_for_arg(l, 0));
+    ir_for_end(k, l, &acc);
+    return kn_lane_sum(k, ir_for_result(l, 0), v);
+}
+
+ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out,
+                     uint32_t *groups_x, char *err, size_t errlen) {
+    if (kn_check_dtype(c, dtype, err, errlen)) return NULL;
+    if (out != dtype && out != IR_F32) {
+        kn_fail(err, errlen, "kn_matvec: output must be %s or f32, not %s", ir_scalar_name(dtype), ir_scalar_name(out));
+        return NULL;
+    }
+    if (rows == 0 || cols == 0 || (uint64_t)rows * cols > UINT32_MAX) {
+        kn_fail(err, errlen, "kn_matvec: bad shape %u x %u (u32 indices: rows * cols < 2^32)", rows, cols);
+        return NULL;
+    }
+    ir_kernel *k = kn_create("kn_matvec", err, errlen);
+    if (!k) return NULL;
+    ir_buf w = ir_param_buffer(k, "W", dtype, IR_READ), x = ir_param_buffer(k, "x", dtype, IR_READ);
+    ir_buf y = ir_param_buffer(k, "y", out, IR_WRITE);
+    uint32_t v = kn_vec_width(cols), sg = c->subgroup_size;
+    ir_type ot = ir_t_scalar(k, out);
+    uint32_t gx, wg = kn_workgroup(c, 256);
+    /* narrower subgroups would leave too few lanes per row */
+    if (c->subgroup_arith && sg >= 8 && sg <= wg) {
+        /* one subgroup per row, wg / sg rows per workgroup: no workgroup memory, no
+         * barrier; a subgroup past the last row skips its row */
+        uint32_t rpw = wg / sg;
+        ir_set_workgroup(k, wg, 1, 1);
+        ir_val row = ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_MUL, ir_id(k, IR_ID_GROUP, 0), ir_const_u32(k, rpw)),
+                            ir_id(k, IR_ID_SG_ID, 0));
+        ir_val lane = ir_id(k, IR_ID_SG_LANE, 0);
+        ir_if *in = ir_if_begin(k, ir_compare(k, IR_LT, row, ir_const_u32(k, rows)), 0);
+        ir_val first = ir_bin(k, IR_OP_MUL, lane, ir_const_u32(k, v));
+        ir_val sum = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot(k, w, x, row, first, sg * v, cols, v));
+        ir_if *l0 = ir_if_begin(k, ir_compare(k, IR_EQ, lane, ir_const_u32(k, 0)), 0);
+        ir_store(k, y, row, ir_convert(k, sum, ot));
+        ir_if_end(k, l0, NULL);
+        ir_if_end(k, in, NULL);
+        gx = (rows + rpw - 1) / rpw;
+    } else {
+        /* one workgroup per row, summed through workgroup memory (rows workgroups in x:
+         * past Vulkan's guaranteed 65535 for a vocabulary head, but within what
+         * NVIDIA, AMD, Intel and lavapipe offer) */
+        wg = kn_workgroup(c, 128);
+        ir_set_workgroup(k, wg, 1, 1);
+        ir_val lid = ir_id(k, IR_ID_LOCAL, 0), row = ir_id(k, IR_ID_GROUP, 0);
+        ir_val first = ir_bin(k, IR_OP_MUL, lid, ir_const_u32(k, v));
+        ir_val sum = kn_wg_sum(k, c, wg, row_dot(k, w, x, row, first, wg * v, cols, v), "dot_part");
+        ir_if *l0 = ir_if_begin(k, ir_compare(k, IR_EQ, lid, ir_const_u32(k, 0)), 0);
+        ir_store(k, y, row, ir_convert(k, sum, ot));
+        ir_if_end(k, l0, NULL);
+        gx = rows;
+    }
+    if (groups_x) *groups_x = gx;
+    return kn_finish(k, err, errlen);
+}

@@ -1,0 +1,575 @@
+/* kernels/ on the Vulkan device (lavapipe in CI): each kernel at odd sizes against a
+ * plain C reference with f32 accumulation, outputs poisoned (NaN) with a guard region
+ * after them that must stay poisoned; each run also with caps overrides that change the
+ * generated code; and every builder's variants built, verified and emitted for
+ * spec-minimum and H200-like caps. Skipped by name when no Vulkan device exists.
+ *
+ * Tolerances. Products of two 16-bit values are exact in f32, so a kernel and the
+ * reference differ only in summation order: for sums of n terms each order is within
+ * (n-1) * 2^-24 * sum|terms| of the exact sum, so two orders are within
+ * 2n * 2^-24 * sum|terms|. Rounding to the 16-bit type on store can then move the two
+ * results at most one 16-bit ulp further apart (at the larger magnitude). Where the
+ * device computes exp/sin/cos, its own precision (Vulkan: sin/cos absolute 2^-11 on
+ * [-pi, pi], exp 3 + 2|x| ulp) is added. Kernels that only add or copy must match
+ * bit for bit. */
+#include "half.h"
+#include "ir.h"
+#include "kernels.h"
+#include "spv_emit.h"
+#include "vk_device.h"
+#include "vk_probe.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 64
+
+/* ---- device plumbing ------------------------------------------------------------------ */
+
+static rt_device *open_or_skip(const char *caps) {
+    rt_caps all[4];
+    uint32_t n = 0;
+    char err[512];
+    vk_probe_devices(all, 4, &n, err, sizeof err);
+    if (n == 0) cr_skip_test("no Vulkan device: %s", err);
+    rt_device *d = vk_device_open(0, caps, err, sizeof err);
+    cr_assert_not_null(d, "%s", err);
+    return d;
+}
+
+static rt_buffer *upload(rt_device *d, const void *src, size_t bytes) {
+    char err[512];
+    rt_buffer *b = d->ops->alloc(d, bytes, err, sizeof err);
+    cr_assert_not_null(b, "%s", err);
+    cr_assert_eq(d->ops->upload(d, b, 0, src, bytes, err, sizeof err), 0, "%s", err);
+    return b;
+}
+
+static void download(rt_device *d, rt_buffer *b, void *dst, size_t bytes) {
+    char err[512];
+    cr_assert_eq(d->ops->download(d, b, 0, dst, bytes, err, sizeof err), 0, "%s", err);
+}
+
+static void launch(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
+    char err[512];
+    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
+    cr_assert_not_null(ck, "%s: %s", ir_kernel_name(k), err);
+    rt_launch l = {ck, {gx, gy, 1}, args, n};
+    cr_assert_eq(d->ops->run(d, &l, 1, err, sizeof err), 0, "%s", err);
+    d->ops->release_kernel(d, ck);
+}
+
+/* ---- 16-bit values ------------------------------------------------------------------- */
+
+static const char *dname(ir_scalar t) { return t == IR_BF16 ? "bf16" : "f16"; }
+static uint16_t to16(ir_scalar t, float f) { return t == IR_BF16 ? gguf_f32_to_bf16(f) : gguf_f32_to_f16(f); }
+static float from16(ir_scalar t, uint16_t h) { return t == IR_BF16 ? gguf_bf16_to_f32(h) : gguf_f16_to_f32(h); }
+static uint16_t nan16(ir_scalar t) { return t == IR_BF16 ? 0x7fc0 : 0x7e00; }
+
+/* One unit in the last place of the 16-bit type at |v|'s magnitude (subnormal floor). */
+static double ulp16(ir_scalar t, double v) {
+    int e;
+    frexp(fabs(v), &e); /* |v| = m * 2^e, m in [0.5, 1) */
+    int mant = t == IR_BF16 ? 7 : 10, emin = t == IR_BF16 ? -126 : -14;
+    if (e - 1 < emin) e = emin + 1;
+    return ldexp(1.0, e - 1 - mant);
+}
+
+static uint64_t rng_state;
+static void seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
+static float urand(float lo, float hi) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (hi - lo) * (float)((rng_state >> 40) / 16777216.0);
+}
+
+/* n random 16-bit values in [lo, hi), and their exact f32 values. */
+static uint16_t *rand16(ir_scalar t, size_t n, float lo, float hi, float **as_f32) {
+    uint16_t *h = malloc(n * 2);
+    float *f = malloc(n * 4);
+    cr_assert(h && f);
+    for (size_t i = 0; i < n; i++) h[i] = to16(t, urand(lo, hi)), f[i] = from16(t, h[i]);
+    *as_f32 = f;
+    return h;
+}
+
+/* A device buffer of n 16-bit outputs plus the guard, all NaN. */
+static rt_buffer *poisoned16(rt_device *d, ir_scalar t, size_t n) {
+    uint16_t *p = malloc((n + GUARD) * 2);
+    for (size_t i = 0; i < n + GUARD; i++) p[i] = nan16(t);
+    rt_buffer *b = upload(d, p, (n + GUARD) * 2);
+    free(p);
+    return b;
+}
+
+/* Downloads n outputs + guard; the guard must still hold the poison. */
+static uint16_t *fetch16(rt_device *d, rt_buffer *b, ir_scalar t, size_t n, const char *what) {
+    uint16_t *p = malloc((n + GUARD) * 2);
+    download(d, b, p, (n + GUARD) * 2);
+    for (size_t i = n; i < n + GUARD; i++)
+        cr_assert_eq(p[i], nan16(t), "%s: wrote past the end at %zu (n=%zu)", what, i, n);
+    return p;
+}
+
+static void check16(ir_scalar t, const uint16_t *got, const float *want, const double *tol_f32, size_t n,
+                    const char *what) {
+    for (size_t i = 0; i < n; i++) {
+        double g = from16(t, got[i]), w = want[i];
+        cr_assert(!isnan(g), "%s: [%zu] not written (NaN)", what, i);
+        double tol = (tol_f32 ? tol_f32[i] : 0) + ulp16(t, fmax(fabs(g), fabs(w)));
+        cr_assert(fabs(g - w) <= tol, "%s: [%zu] %.9g != %.9g (tol %.3g)", what, i, g, w, tol);
+    }
+}
+
+static const ir_scalar dtypes[2] = {IR_BF16, IR_F16};
+/* caps variants the device can be forced into, each changing the generated code */
+static const char *const variants[] = {NULL, "no-subgroup-arith", "workgroup=32"};
+#define N_VARIANTS (sizeof variants / sizeof variants[0])
+
+/* ---- rmsnorm ------------------------------------------------------------------------------ */
+
+static void rmsnorm_case(rt_device *d, bool heads, uint32_t n, uint32_t rows, ir_scalar t, const char *var) {
+    char err[512], what[128];
+    snprintf(what, sizeof what, "%s n=%u rows=%u %s caps=%s", heads ? "rmsnorm_heads" : "rmsnorm", n, rows, dname(t),
+             var ? var : "device");
+    const float eps = 1e-6f;
+    ir_kernel *k = heads ? kn_rmsnorm_heads(&d->caps, n, t, eps, err, sizeof err)
+                         : kn_rmsnorm(&d->caps, n, t, eps, err, sizeof err);
+    cr_assert_not_null(k, "%s: %s", what, err);
+    float *xf, *wf;
+    uint16_t *x = rand16(t, (size_t)n * rows, -3, 3, &xf), *w = rand16(t, n, -2, 2, &wf);
+    rt_buffer *bx = upload(d, x, (size_t)n * rows * 2), *bw = upload(d, w, (size_t)n * 2);
+    rt_buffer *by = poisoned16(d, t, (size_t)n * rows);
+    rt_arg args[3] = {{bx, 0}, {bw, 0}, {by, 0}};
+    launch(d, k, rows, 1, args, 3);
+    uint16_t *y = fetch16(d, by, t, (size_t)n * rows, what);
+    float *want = malloc((size_t)n * rows * 4);
+    double *tol = malloc((size_t)n * rows * sizeof *tol);
+    for (uint32_t r = 0; r < rows; r++) {
+        const float *xr = xf + (size_t)r * n;
+        float ss = 0;
+        for (uint32_t i = 0; i < n; i++) ss += xr[i] * xr[i];
+        float scale = 1.0f / sqrtf(ss / (float)n + eps);
+        for (uint32_t i = 0; i < n; i++) {
+            want[(size_t)r * n + i] = (xr[i] * scale) * wf[i];
+            /* ss (positive terms) differs by <= 2n * 2^-24 relative; the scale by half
+             * that plus a few roundings (mean, sqrt, divide, two products) */
+            tol[(size_t)r * n + i] = (n + 8) * ldexp(1.0, -24) * fabs(want[(size_t)r * n + i]);
+        }
+    }
+    check16(t, y, want, tol, (size_t)n * rows, what);
+    d->ops->release(d, bx), d->ops->release(d, bw), d->ops->release(d, by);
+    free(x), free(w), free(xf), free(wf), free(y), free(want), free(tol);
+    ir_kernel_destroy(k);
+}
+
+Test(kernels, rmsnorm_odd_sizes_with_guards) {
+    const uint32_t sizes[] = {1, 7, 200, 1000, 4096, 4097};
+    for (size_t v = 0; v < N_VARIANTS; v++) {
+        rt_device *d = open_or_skip(variants[v]);
+        seed(1);
+        for (size_t ti = 0; ti < 2; ti++)
+            for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+                rmsnorm_case(d, false, sizes[si], 3, dtypes[ti], variants[v]);
+        d->ops->destroy(d);
+    }
+}
+
+Test(kernels, rmsnorm_per_head) {
+    const uint32_t dims[] = {1, 7, 64, 128, 256};
+    for (size_t v = 0; v < N_VARIANTS; v++) {
+        rt_device *d = open_or_skip(variants[v]);
+        seed(2);
+        for (size_t ti = 0; ti < 2; ti++)
+            for (size_t si = 0; si < sizeof dims / sizeof dims[0]; si++)
+                rmsnorm_case(d, true, dims[si], 2 * 16 + 3, dtypes[ti], variants[v]); /* tokens x heads rows */
+        d->ops->destroy(d);
+    }
+}
+
+/* ---- matvec ------------------------------------------------------------------------------- */
+
+static void matvec_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t, ir_scalar out, const char *var) {
+    char err[512], what[128];
+    snprintf(what, sizeof what, "matvec %ux%u %s->%s caps=%s", rows, cols, dname(t), out == IR_F32 ? "f32" : dname(t),
+             var ? var : "device");
+    uint32_t gx = 0;
+    ir_kernel *k = kn_matvec(&d->caps, rows, cols, t, out, &gx, err, sizeof err);
+    cr_assert_not_null(k, "%s: %s", what, err);
+    float *wf, *xf;
+    uint16_t *w = rand16(t, (size_t)rows * cols, -1, 1, &wf), *x = rand16(t, cols, -2, 2, &xf);
+    rt_buffer *bw = upload(d, w, (size_t)rows * cols * 2), *bx = upload(d, x, (size_t)cols * 2), *by;
+    if (out == IR_F32) {
+        float *p = malloc(((size_t)rows + GUARD) * 4);
+        for (size_t i = 0; i < (size_t)rows + GUARD; i++) p[i] = NAN;
+        by = upload(d, p, ((size_t)rows + GUARD) * 4);
+        free(p);
+    } else {
+        by = poisoned16(d, t, rows);
+    }
+    rt_arg args[3] = {{bw, 0}, {bx, 0}, {by, 0}};
+    launch(d, k, gx, 1, args, 3);
+    float *want = malloc((size_t)rows * 4);
+    double *tol = malloc((size_t)rows * sizeof *tol);
+    for (uint32_t r = 0; r < rows; r++) {
+        float s = 0;
+        double mag = 0;
+        for (uint32_t c = 0; c < cols; c++) {
+            float p = wf[(size_t)r * cols + c] * xf[c]; /* exact */
+            s += p;
+            mag += fabs(p);
+        }
+        want[r] = s;
+        tol[r] = 2.0 * cols * ldexp(1.0, -24) * mag; /* two summation orders */
+    }
+    if (out == IR_F32) {
+        float *y = malloc(((size_t)rows + GUARD) * 4);
+        download(d, by, y, ((size_t)rows + GUARD) * 4);
+        for (uint32_t r = 0; r < rows; r++)
+            cr_assert(fabs((double)y[r] - want[r]) <= tol[r], "%s: [%u] %.9g != %.9g (tol %.3g)", what, r, y[r],
+                      want[r], tol[r]);
+        for (size_t i = rows; i < (size_t)rows + GUARD; i++) cr_assert(isnan(y[i]), "%s: wrote past the end at %zu", what, i);
+        free(y);
+    } else {
+        uint16_t *y = fetch16(d, by, t, rows, what);
+        check16(t, y, want, tol, rows, what);
+        free(y);
+    }
+    d->ops->release(d, bw), d->ops->release(d, bx), d->ops->release(d, by);
+    free(w), free(x), free(wf), free(xf), free(want), free(tol);
+    ir_kernel_destroy(k);
+}
+
+Test(kernels, matvec_odd_shapes_with_guards) {
+    const uint32_t shapes[][2] = {{1, 1}, {7, 200}, {200, 7}, {1000, 4097}, {4097, 1000}, {33, 4096}, {65, 2}};
+    for (size_t v = 0; v < N_VARIANTS; v++) {
+        rt_device *d = open_or_skip(variants[v]);
+        seed(3);
+        for (size_t ti = 0; ti < 2; ti++)
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+                matvec_case(d, shapes[si][0], shapes[si][1], dtypes[ti], dtypes[ti], variants[v]);
+                matvec_case(d, shapes[si][0], shapes[si][1], dtypes[ti], IR_F32, variants[v]);
+            }
+        d->ops->destroy(d);
+    }
+}
+
+/* ---- add, swiglu ---------------------------------------------------------------------------- */
+
+static void eltwise_case(rt_device *d, bool swiglu, uint32_t n, ir_scalar t, const char *var) {
+    char err[512], what[128];
+    snprintf(what, sizeof what, "%s n=%u %s caps=%s", swiglu ? "swiglu" : "add", n, dname(t), var ? var : "device");
+    uint32_t gx = 0;
+    ir_kernel *k = swiglu ? kn_swiglu(&d->caps, n, t, &gx, err, sizeof err) : kn_add(&d->caps, n, t, &gx, err, sizeof err);
+    cr_assert_not_null(k, "%s: %s", what, err);
+    float *af, *bf;
+    uint16_t *a = rand16(t, n, -8, 8, &af), *b = rand16(t, n, -4, 4, &bf);
+    rt_buffer *ba = upload(d, a, (size_t)n * 2), *bb = upload(d, b, (size_t)n * 2), *bo = poisoned16(d, t, n);
+    rt_arg args[3] = {{ba, 0}, {bb, 0}, {bo, 0}};
+    launch(d, k, gx, 1, args, 3);
+    uint16_t *o = fetch16(d, bo, t, n, what);
+    for (uint32_t i = 0; i < n; i++) {
+        if (!swiglu) { /* one f32 add, one rounding: bit for bit */
+            cr_assert_eq(o[i], to16(t, af[i] + bf[i]), "%s: [%u] %#x != %#x", what, i, o[i], to16(t, af[i] + bf[i]));
+            continue;
+        }
+        float want = af[i] / (1.0f + expf(-af[i])) * bf[i];
+        /* the device's exp (3 + 2|x| ulp) carries through divide and multiply */
+        double tol = (3 + 2 * fabs(af[i]) + 4) * ldexp(1.0, -23) * fabs(want) + ulp16(t, fmax(fabs(want), fabs(from16(t, o[i]))));
+        cr_assert(fabs(from16(t, o[i]) - want) <= tol, "%s: [%u] %.9g != %.9g", what, i, from16(t, o[i]), want);
+    }
+    d->ops->release(d, ba), d->ops->release(d, bb), d->ops->release(d, bo);
+    free(a), free(b), free(af), free(bf), free(o);
+    ir_kernel_destroy(k);
+}
+
+Test(kernels, add_and_swiglu_odd_sizes_with_guards) {
+    const uint32_t sizes[] = {1, 7, 200, 1000, 4096, 4097, 6 * 4096 + 2};
+    rt_device *d = open_or_skip(NULL);
+    seed(4);
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            eltwise_case(d, false, sizes[si], dtypes[ti], NULL);
+            eltwise_case(d, true, sizes[si], dtypes[ti], NULL);
+        }
+    d->ops->destroy(d);
+}
+
+/* ---- rope ------------------------------------------------------------------------------------ */
+
+/* The oracle's rope (oracle/forward.c) on one head, in f32. */
+static void rope_ref(float *x, uint32_t n_rot, bool neox, float base, uint32_t pos) {
+    uint32_t half = n_rot / 2;
+    float theta_scale = powf(base, -2.0f / (float)n_rot), theta = (float)pos;
+    for (uint32_t i = 0; i < half; i++, theta *= theta_scale) {
+        float c = cosf(theta), s = sinf(theta);
+        uint32_t a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        float x0 = x[a], x1 = x[b];
+        x[a] = x0 * c - x1 * s;
+        x[b] = x0 * s + x1 * c;
+    }
+}
+
+static void rope_case(rt_device *d, uint32_t heads, uint32_t hd, uint32_t n_rot, bool neox, float base, uint32_t pos0,
+                      uint32_t tokens, ir_scalar t) {
+    char err[512], what[160];
+    snprintf(what, sizeof what, "rope heads=%u hd=%u rot=%u %s pos=%u+%u %s", heads, hd, n_rot, neox ? "neox" : "norm",
+             pos0, tokens, dname(t));
+    uint32_t gx = 0;
+    ir_kernel *k = kn_rope(&d->caps, heads, hd, n_rot, neox, base, t, &gx, err, sizeof err);
+    cr_assert_not_null(k, "%s: %s", what, err);
+    size_t n = (size_t)tokens * heads * hd;
+    float *xf;
+    uint16_t *x = rand16(t, n, -4, 4, &xf);
+    /* the kernel works in place: the guard after x must stay poisoned */
+    uint16_t *buf = malloc((n + GUARD) * 2);
+    memcpy(buf, x, n * 2);
+    for (size_t i = n; i < n + GUARD; i++) buf[i] = nan16(t);
+    rt_buffer *bx = upload(d, buf, (n + GUARD) * 2), *bp = upload(d, &pos0, 4);
+    rt_arg args[2] = {{bx, 0}, {bp, 0}};
+    launch(d, k, gx, tokens, args, 2);
+    uint16_t *y = fetch16(d, bx, t, n, what);
+    float *want = malloc(n * 4);
+    double *tol = malloc(n * sizeof *tol);
+    memcpy(want, xf, n * 4);
+    for (uint32_t tk = 0; tk < tokens; tk++)
+        for (uint32_t h = 0; h < heads; h++) {
+            size_t row = ((size_t)tk * heads + h) * hd;
+            rope_ref(want + row, n_rot, neox, base, pos0 + tk);
+            for (uint32_t i = 0; i < hd; i++) tol[row + i] = 0; /* untouched dims: exact */
+            for (uint32_t i = 0; i < n_rot / 2; i++) {
+                uint32_t a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+                /* device sin/cos: 2^-11 absolute each (Vulkan), after an exact-enough reduction */
+                tol[row + a] = tol[row + b] = ldexp(1.0, -11) * (fabs(xf[row + a]) + fabs(xf[row + b]));
+            }
+        }
+    check16(t, y, want, tol, n, what);
+    for (size_t i = 0; i < n; i++)
+        if (tol[i] == 0) cr_assert_eq(y[i], x[i], "%s: [%zu] outside n_rot changed", what, i);
+    d->ops->release(d, bx), d->ops->release(d, bp);
+    free(x), free(xf), free(buf), free(y), free(want), free(tol);
+    ir_kernel_destroy(k);
+}
+
+Test(kernels, rope_positions_and_layouts) {
+    rt_device *d = open_or_skip(NULL);
+    seed(5);
+    const uint32_t pos[] = {0, 1, 7, 1000, 4097, 32767};
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t pi = 0; pi < sizeof pos / sizeof pos[0]; pi++) {
+            rope_case(d, 32, 128, 128, false, 10000.0f, pos[pi], 1, dtypes[ti]);  /* llama */
+            rope_case(d, 14, 64, 64, true, 1000000.0f, pos[pi], 3, dtypes[ti]);  /* qwen2: neox, 3 tokens */
+            rope_case(d, 7, 80, 32, true, 10000.0f, pos[pi], 2, dtypes[ti]);     /* partial rotation */
+            rope_case(d, 1, 2, 2, false, 500000.0f, pos[pi], 1, dtypes[ti]);     /* one pair */
+        }
+    d->ops->destroy(d);
+}
+
+/* A recorded launch replays with a new position from the pos buffer. */
+Test(kernels, rope_replays_with_new_position) {
+    rt_device *d = open_or_skip(NULL);
+    char err[512];
+    uint32_t gx = 0, heads = 4, hd = 16;
+    ir_kernel *k = kn_rope(&d->caps, heads, hd, hd, true, 10000.0f, IR_F16, &gx, err, sizeof err);
+    cr_assert_not_null(k, "%s", err);
+    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
+    cr_assert_not_null(ck, "%s", err);
+    uint16_t ones[64];
+    for (int i = 0; i < 64; i++) ones[i] = gguf_f32_to_f16(1.0f);
+    uint32_t p = 0;
+    rt_buffer *bx = upload(d, ones, sizeof ones), *bp = upload(d, &p, 4);
+    rt_arg args[2] = {{bx, 0}, {bp, 0}};
+    rt_launch l = {ck, {gx, 1, 1}, args, 2};
+    rt_recording *rec = d->ops->record(d, &l, 1, err, sizeof err);
+    cr_assert_not_null(rec, "%s", err);
+    for (uint32_t step = 0; step < 3; step++) {
+        p = 10 + step;
+        cr_assert_eq(d->ops->upload(d, bx, 0, ones, sizeof ones, err, sizeof err), 0);
+        cr_assert_eq(d->ops->upload(d, bp, 0, &p, 4, err, sizeof err), 0);
+        cr_assert_eq(d->ops->replay(d, rec, err, sizeof err), 0, "%s", err);
+        uint16_t y[64];
+        download(d, bx, y, sizeof y);
+        float want[16];
+        for (int i = 0; i < 16; i++) want[i] = 1.0f;
+        rope_ref(want, hd, true, 10000.0f, p);
+        for (int i = 0; i < 16; i++)
+            cr_assert(fabs(gguf_f16_to_f32(y[i]) - want[i]) <= ulp16(IR_F16, want[i]) + ldexp(1.0, -10),
+                      "pos %u [%d]: %g != %g", p, i, gguf_f16_to_f32(y[i]), want[i]);
+    }
+    d->ops->release_recording(d, rec);
+    d->ops->release(d, bx), d->ops->release(d, bp);
+    d->ops->release_kernel(d, ck);
+    ir_kernel_destroy(k);
+    d->ops->destroy(d);
+}
+
+/* ---- argmax ---------------------------------------------------------------------------------- */
+
+static void argmax_case(rt_device *d, uint32_t n, int pattern, const char *var) {
+    char err[512];
+    ir_kernel *k = kn_argmax(&d->caps, n, err, sizeof err);
+    cr_assert_not_null(k, "%s", err);
+    float *lg = malloc((size_t)n * 4);
+    for (uint32_t i = 0; i < n; i++) {
+        switch (pattern) {
+        case 0: lg[i] = urand(-20, 20); break;
+        case 1: lg[i] = (float)(int)urand(0, 4); break; /* many ties */
+        case 2: lg[i] = -INFINITY; break;            /* all equal: index 0 */
+        default: lg[i] = 3.0f; break;
+        }
+    }
+    if (pattern == 1 && n > 10) lg[n - 1] = lg[n / 2] = 3.0f; /* the max tied late */
+    uint32_t want = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (lg[i] > lg[want]) want = i;
+    uint32_t poison[1 + GUARD];
+    for (int i = 0; i < 1 + GUARD; i++) poison[i] = 0xdeadbeef;
+    rt_buffer *bl = upload(d, lg, (size_t)n * 4), *bo = upload(d, poison, sizeof poison);
+    rt_arg args[2] = {{bl, 0}, {bo, 0}};
+    launch(d, k, 1, 1, args, 2);
+    uint32_t got[1 + GUARD];
+    download(d, bo, got, sizeof got);
+    cr_assert_eq(got[0], want, "argmax n=%u pattern %d caps=%s: %u != %u", n, pattern, var ? var : "device", got[0], want);
+    for (int i = 1; i < 1 + GUARD; i++) cr_assert_eq(got[i], 0xdeadbeef, "argmax wrote past the end");
+    d->ops->release(d, bl), d->ops->release(d, bo);
+    free(lg);
+    ir_kernel_destroy(k);
+}
+
+Test(kernels, argmax_ties_to_lowest_index) {
+    const uint32_t sizes[] = {1, 7, 200, 1000, 4097, 151936};
+    for (size_t v = 0; v < N_VARIANTS; v++) {
+        rt_device *d = open_or_skip(variants[v]);
+        seed(6);
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+            for (int pat = 0; pat < 4; pat++) argmax_case(d, sizes[si], pat, variants[v]);
+        d->ops->destroy(d);
+    }
+}
+
+/* ---- embed ----------------------------------------------------------------------------------- */
+
+Test(kernels, embed_rows_and_bad_tokens) {
+    rt_device *d = open_or_skip(NULL);
+    char err[512];
+    seed(7);
+    const uint32_t dims[][2] = {{1, 1}, {5, 7}, {100, 200}, {3, 4097}, {17, 4096}};
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t si = 0; si < sizeof dims / sizeof dims[0]; si++) {
+            ir_scalar t = dtypes[ti];
+            uint32_t nv = dims[si][0], ne = dims[si][1], gx = 0;
+            ir_kernel *k = kn_embed(&d->caps, nv, ne, t, &gx, err, sizeof err);
+            cr_assert_not_null(k, "%s", err);
+            float *tf;
+            uint16_t *tab = rand16(t, (size_t)nv * ne, -1, 1, &tf);
+            rt_buffer *bt = upload(d, tab, (size_t)nv * ne * 2);
+            /* 1 << 20 times 4096 wraps to row 0 in u32: it must still read as a bad token */
+            const uint32_t toks[] = {0, nv - 1, nv / 2, nv, 0xffffffffu, 1u << 20};
+            for (size_t q = 0; q < sizeof toks / sizeof toks[0]; q++) {
+                rt_buffer *bk = upload(d, &toks[q], 4), *bo = poisoned16(d, t, ne);
+                rt_arg args[3] = {{bt, 0}, {bk, 0}, {bo, 0}};
+                launch(d, k, gx, 1, args, 3);
+                uint16_t *o = fetch16(d, bo, t, ne, "embed");
+                for (uint32_t c = 0; c < ne; c++) {
+                    uint16_t want = toks[q] < nv ? tab[(size_t)toks[q] * ne + c] : 0;
+                    cr_assert_eq(o[c], want, "embed %ux%u %s token %u [%u]: %#x != %#x", nv, ne, dname(t), toks[q], c,
+                                 o[c], want);
+                }
+                free(o);
+                d->ops->release(d, bk), d->ops->release(d, bo);
+            }
+            d->ops->release(d, bt);
+            free(tab), free(tf);
+            ir_kernel_destroy(k);
+        }
+    d->ops->destroy(d);
+}
+
+/* ---- variants built for other devices, and refusals --------------------------------------------- */
+
+/* Spec-minimum Vulkan caps (subgroup 4, no subgroup ops, 128 invocations) plus 16-bit
+ * buffers, which the kernels need; and an H200 as Vulkan reports it. */
+static void caps_min(rt_caps *c) {
+    rt_caps_default(c, RT_VULKAN);
+    c->storage16 = true;
+}
+static void caps_h200(rt_caps *c) {
+    rt_caps_default(c, RT_VULKAN);
+    c->subgroup_size = c->subgroup_min = c->subgroup_max = 32;
+    c->subgroup_arith = c->subgroup_shuffle = true;
+    c->f16_arith = c->storage16 = c->int8_arith = c->atomic_f32_add = true;
+    c->shared_bytes = 48 * 1024;
+    c->max_workgroup = 1024;
+}
+
+static void emit_ok(ir_kernel *k, const rt_caps *c, const char *err, const char *what) {
+    cr_assert_not_null(k, "%s: %s", what, err);
+    spv_module m = {0};
+    char e2[512];
+    cr_assert_eq(spv_emit(k, c, &m, e2, sizeof e2), 0, "%s: %s", what, e2);
+    cr_assert_eq(spv_validate(&m, e2, sizeof e2), 0, "%s: %s", what, e2);
+    spv_module_free(&m);
+    ir_kernel_destroy(k);
+}
+
+Test(kernels, variants_build_for_min_and_h200_caps) {
+    rt_caps cs[2];
+    caps_min(&cs[0]);
+    caps_h200(&cs[1]);
+    char err[512];
+    for (int ci = 0; ci < 2; ci++)
+        for (size_t ti = 0; ti < 2; ti++) {
+            const rt_caps *c = &cs[ci];
+            ir_scalar t = dtypes[ti];
+            uint32_t gx;
+            emit_ok(kn_rmsnorm(c, 4097, t, 1e-5f, err, sizeof err), c, err, "rmsnorm");
+            emit_ok(kn_rmsnorm(c, 4096, t, 1e-5f, err, sizeof err), c, err, "rmsnorm");
+            emit_ok(kn_rmsnorm_heads(c, 128, t, 1e-6f, err, sizeof err), c, err, "rmsnorm_heads");
+            emit_ok(kn_matvec(c, 4097, 1000, t, t, &gx, err, sizeof err), c, err, "matvec");
+            emit_ok(kn_matvec(c, 151936, 4096, t, IR_F32, &gx, err, sizeof err), c, err, "matvec f32");
+            emit_ok(kn_add(c, 4097, t, &gx, err, sizeof err), c, err, "add");
+            emit_ok(kn_swiglu(c, 11008, t, &gx, err, sizeof err), c, err, "swiglu");
+            emit_ok(kn_rope(c, 28, 128, 128, true, 1e6f, t, &gx, err, sizeof err), c, err, "rope");
+            emit_ok(kn_argmax(c, 151936, err, sizeof err), c, err, "argmax");
+            emit_ok(kn_embed(c, 151936, 3584, t, &gx, err, sizeof err), c, err, "embed");
+        }
+    /* the two matvec shapes of work: a few rows per workgroup with subgroups, one without */
+    uint32_t g1 = 0, g2 = 0;
+    ir_kernel *a = kn_matvec(&cs[1], 4096, 4096, IR_BF16, IR_BF16, &g1, err, sizeof err);
+    ir_kernel *b = kn_matvec(&cs[0], 4096, 4096, IR_BF16, IR_BF16, &g2, err, sizeof err);
+    cr_assert(a && b, "%s", err);
+    cr_assert_eq(g1, 4096 / 8, "256 invocations = 8 subgroups of 32 = 8 rows per workgroup");
+    cr_assert_eq(g2, 4096);
+    ir_kernel_destroy(a);
+    ir_kernel_destroy(b);
+}
+
+Test(kernels, bad_shapes_and_caps_are_refused) {
+    rt_caps c, plain;
+    caps_h200(&c);
+    rt_caps_default(&plain, RT_VULKAN); /* no 16-bit buffers */
+    char err[512];
+    uint32_t gx;
+    err[0] = 0;
+    cr_assert_null(kn_rmsnorm(&c, 0, IR_BF16, 1e-5f, err, sizeof err));
+    cr_assert(strstr(err, "bad shape"), "%s", err);
+    cr_assert_null(kn_rmsnorm(&c, 64, IR_F32, 1e-5f, err, sizeof err));
+    cr_assert(strstr(err, "bf16 or f16"), "%s", err);
+    cr_assert_null(kn_rmsnorm(&c, 64, IR_BF16, NAN, err, sizeof err));
+    cr_assert_null(kn_rmsnorm(&plain, 64, IR_BF16, 1e-5f, err, sizeof err));
+    cr_assert(strstr(err, "storage16"), "%s", err);
+    cr_assert_null(kn_matvec(&c, 0, 5, IR_F16, IR_F16, &gx, err, sizeof err));
+    cr_assert_null(kn_matvec(&c, 100000, 100000, IR_F16, IR_F16, &gx, err, sizeof err));
+    cr_assert(strstr(err, "2^32"), "%s", err);
+    cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_BF16, &gx, err, sizeof err));
+    cr_assert_null(kn_add(&c, 0, IR_F16, &gx, err, sizeof err));
+    cr_assert_null(kn_swiglu(NULL, 8, IR_F16, &gx, err, sizeof err));
+    cr_assert_null(kn_rope(&c, 8, 64, 65, false, 1e4f, IR_BF16, &gx, err, sizeof err));
+    cr_assert_null(kn_rope(&c, 8, 64, 128, false, 1e4f, IR_BF16, &gx, err, sizeof err));
+    cr_assert_null(kn_rope(&c, 8, 64, 64, false, 0.0f, IR_BF16, &gx, err, sizeof err));
+    cr_assert_null(kn_argmax(&c, 0, err, sizeof err));
+    cr_assert_null(kn_embed(&c, 1u << 20, 1u << 12, IR_BF16, &gx, err, sizeof err));
+    cr_assert(strstr(err, "bad shape"), "%s", err);
+}
