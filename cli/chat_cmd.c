@@ -185,8 +185,6 @@ out:
     free(line);
     samp_free(smp);
     gen_session_free(s);
-    engine_destroy(e);
-    tok_free(t);
-    model_free(m);
+    model_opts_close(&mo, m, t, e);
     return rc;
 }

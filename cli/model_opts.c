@@ -1,6 +1,11 @@
 #include "model_opts.h"
 
 #include "cli.h"
+#include "plan.h"
+#include "vk_device.h"
+#include "vk_probe.h"
+
+#include <stdlib.h>
 
 #include <stdio.h>
 #include <string.h>
@@ -14,7 +19,7 @@ void model_opts_init(model_opts *o) {
 
 int model_opts_parse(model_opts *o, int argc, char **argv, int *i, const char *usage) {
     const char *a = argv[*i];
-    static const char *const flags[] = {"--device", "--oracle-mode", "--dtype", "--ctx", "--threads", "--temp",
+    static const char *const flags[] = {"--device", "--caps", "--oracle-mode", "--dtype", "--ctx", "--threads", "--temp",
                                         "--top-k", "--top-p", "--min-p", "--seed", "--repeat-penalty",
                                         "--repeat-last-n", "--frequency-penalty", "--presence-penalty"};
     size_t k = 0;
@@ -27,34 +32,35 @@ int model_opts_parse(model_opts *o, int argc, char **argv, int *i, const char *u
     bool ok = true;
     switch (k) {
     case 0: o->device = v; break;
-    case 1:
+    case 1: o->caps = v; break;
+    case 2:
         if (!strcmp(v, "contract")) o->orc.mode = ORC_CONTRACT;
         else if (!strcmp(v, "f32")) o->orc.mode = ORC_F32;
         else ok = false;
         break;
-    case 2:
+    case 3:
         if (!strcmp(v, "bf16")) o->orc.dtype = GGUF_T_BF16;
         else if (!strcmp(v, "f16")) o->orc.dtype = GGUF_T_F16;
         else ok = false;
         break;
-    case 3: ok = cli_parse_u64(v, 2, 1u << 24, &u), o->orc.n_ctx = (uint32_t)u; break;
-    case 4: ok = cli_parse_u64(v, 1, 256, &u), o->orc.threads = (int)u; break;
-    case 5: ok = cli_parse_f32(v, -1e9f, 1e9f, &o->samp.temperature); break;
-    case 6: ok = cli_parse_u64(v, 0, 1u << 30, &u), o->samp.top_k = (int32_t)u; break;
-    case 7: ok = cli_parse_f32(v, -1e9f, 1e9f, &o->samp.top_p); break;
-    case 8: ok = cli_parse_f32(v, -1e9f, 1e9f, &o->samp.min_p); break;
-    case 9: ok = cli_parse_u64(v, 0, UINT64_MAX, &o->samp.seed); break;
-    case 10: ok = cli_parse_f32(v, -1e9f, 1e9f, &o->samp.repeat_penalty); break;
-    case 11:
+    case 4: ok = cli_parse_u64(v, 2, 1u << 24, &u), o->orc.n_ctx = (uint32_t)u; break;
+    case 5: ok = cli_parse_u64(v, 1, 256, &u), o->orc.threads = (int)u; break;
+    case 6: ok = cli_parse_f32(v, -1e9f, 1e9f, &o->samp.temperature); break;
+    case 7: ok = cli_parse_u64(v, 0, 1u << 30, &u), o->samp.top_k = (int32_t)u; break;
+    case 8: ok = cli_parse_f32(v, -1e9f, 1e9f, &o->samp.top_p); break;
+    case 9: ok = cli_parse_f32(v, -1e9f, 1e9f, &o->samp.min_p); break;
+    case 10: ok = cli_parse_u64(v, 0, UINT64_MAX, &o->samp.seed); break;
+    case 11: ok = cli_parse_f32(v, -1e9f, 1e9f, &o->samp.repeat_penalty); break;
+    case 12:
         if (!strcmp(v, "-1")) o->samp.penalty_last_n = -1;
         else ok = cli_parse_u64(v, 0, 1u << 30, &u), o->samp.penalty_last_n = (int32_t)u;
         break;
-    case 12: ok = cli_parse_f32(v, -1e9f, 1e9f, &f), o->samp.frequency_penalty = f; break;
-    case 13: ok = cli_parse_f32(v, -1e9f, 1e9f, &f), o->samp.presence_penalty = f; break;
+    case 13: ok = cli_parse_f32(v, -1e9f, 1e9f, &f), o->samp.frequency_penalty = f; break;
+    case 14: ok = cli_parse_f32(v, -1e9f, 1e9f, &f), o->samp.presence_penalty = f; break;
     }
     if (!ok) return cli_usage_error(usage, "%s: bad value '%s'", a, v), -1;
-    if (k >= 5) o->sampling_set = true;
-    if (k == 5) o->temp_set = true;
+    if (k >= 6) o->sampling_set = true;
+    if (k == 6) o->temp_set = true;
     return 1;
 }
 
@@ -62,14 +68,27 @@ int model_opts_check(model_opts *o, const char *usage) {
     char msg[256];
     if (o->sampling_set && !o->temp_set) o->samp.temperature = 0.8f;
     if (samp_params_check(&o->samp, msg, sizeof msg)) return cli_usage_error(usage, "%s", msg);
-    if (strcmp(o->device, "cpu") != 0)
-        return cli_usage_error(usage, "--device %s: only 'cpu' is available in this build (the GPU backends are "
-                                      "not built yet)",
-                               o->device);
+    uint64_t idx;
+    bool ok = !strcmp(o->device, "cpu") || !strcmp(o->device, "auto") ||
+              (!strncmp(o->device, "vulkan:", 7) && cli_parse_u64(o->device + 7, 0, 63, &idx));
+    if (!strncmp(o->device, "cuda:", 5))
+        return cli_usage_error(usage, "--device %s: the CUDA backend is not built yet (use vulkan:N or cpu)", o->device);
+    if (!ok) return cli_usage_error(usage, "--device %s: expected cpu, vulkan:N or auto", o->device);
+    if (o->caps && rt_caps_override_check(o->caps, msg, sizeof msg)) return cli_usage_error(usage, "--caps: %s", msg);
     return 0;
 }
 
-int model_opts_open(const model_opts *o, const char *path, model **m, tokenizer **t, engine **e) {
+/* "auto": the first Vulkan device when there is one, else the oracle. */
+static const char *resolve_device(const char *dev) {
+    if (strcmp(dev, "auto")) return dev;
+    rt_caps c[1];
+    uint32_t n = 0;
+    char note[256];
+    vk_probe_devices(c, 1, &n, note, sizeof note);
+    return n ? "vulkan:0" : "cpu";
+}
+
+int model_opts_open(model_opts *o, const char *path, model **m, tokenizer **t, engine **e) {
     char err[512];
     *t = NULL;
     *e = NULL;
@@ -80,7 +99,22 @@ int model_opts_open(const model_opts *o, const char *path, model **m, tokenizer 
     if (tok_n_vocab(*t) != (*m)->hp.n_vocab)
         return cli_fail("%s: the tokenizer has %u tokens but the model's vocab is %u", path, tok_n_vocab(*t),
                         (*m)->hp.n_vocab);
-    *e = orc_create(*m, &o->orc, err, sizeof err);
+    const char *dev = resolve_device(o->device);
+    if (!strncmp(dev, "vulkan:", 7)) {
+        o->dev = vk_device_open((uint32_t)strtoul(dev + 7, NULL, 10), o->caps, err, sizeof err);
+        if (!o->dev) return cli_fail("%s", err);
+        *e = plan_create(*m, o->dev, o->orc.dtype, o->orc.n_ctx, err, sizeof err);
+    } else {
+        *e = orc_create(*m, &o->orc, err, sizeof err);
+    }
     if (!*e) return cli_fail("%s: %s", path, err);
     return 0;
+}
+
+void model_opts_close(model_opts *o, model *m, tokenizer *t, engine *e) {
+    engine_destroy(e);
+    if (o->dev) o->dev->ops->destroy(o->dev);
+    o->dev = NULL;
+    tok_free(t);
+    model_free(m);
 }

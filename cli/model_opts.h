@@ -10,7 +10,9 @@
 #include "tok.h"
 
 typedef struct model_opts {
-    const char *device;   /* "cpu" (default) */
+    const char *device;   /* "cpu" (default), "vulkan:N", "auto" */
+    const char *caps;     /* --caps overrides for a GPU device */
+    struct rt_device *dev; /* opened by model_opts_open */
     orc_options orc;
     samp_params samp;
     bool sampling_set;    /* any sampling flag given: otherwise greedy */
@@ -18,7 +20,8 @@ typedef struct model_opts {
 } model_opts;
 
 #define MODEL_OPTS_USAGE                                                                                   \
-    "  --device D               cpu (the oracle; GPU devices arrive with their backends)\n"               \
+    "  --device D               cpu (the oracle, default) | vulkan:N | auto (vulkan:0 if any)\n"           \
+    "  --caps LIST              take device capabilities away (kiln probe --help lists them)\n"               \
     "  --oracle-mode M          contract (16-bit rounding as a GPU plan; default) | f32\n"                \
     "  --dtype T                bf16 | f16: the 16-bit type of contract mode (default: the file's)\n"     \
     "  --ctx N                  context length (default min(model's, 4096))  --threads N\n"               \
@@ -33,6 +36,8 @@ int model_opts_parse(model_opts *o, int argc, char **argv, int *i, const char *u
 int model_opts_check(model_opts *o, const char *usage);
 
 /* Loads the model, its tokenizer and an engine on the chosen device; 0 or 1 (printed). */
-int model_opts_open(const model_opts *o, const char *path, model **m, tokenizer **t, engine **e);
+int model_opts_open(model_opts *o, const char *path, model **m, tokenizer **t, engine **e);
+/* Releases what model_opts_open made (any of them may be NULL). */
+void model_opts_close(model_opts *o, model *m, tokenizer *t, engine *e);
 
 #endif

@@ -64,4 +64,25 @@ ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, char *err, size_t errlen);
 ir_kernel *kn_embed(const rt_caps *c, uint32_t n_vocab, uint32_t n_embd, ir_scalar dtype, uint32_t *groups_x,
                     char *err, size_t errlen);
 
+/* The KV-cache store: kcache[p * kv_dim + i] = k[t * kv_dim + i] and the same for v, bit for
+ * bit, for token t of the launch at p = pos[0] + t; caches are [n_ctx][kv_dim] row-major,
+ * one buffer per layer for K and one for V. A p >= n_ctx (or one that wrapped past 2^32)
+ * writes nothing.
+ * Params: k, v (dtype, read, n_tokens * kv_dim), kcache, vcache (dtype, write,
+ * n_ctx * kv_dim), pos (u32, read, 1).
+ * Grid: groups = {*groups_x, n_tokens, 1}. */
+ir_kernel *kn_kv_store(const rt_caps *c, uint32_t kv_dim, uint32_t n_ctx, ir_scalar dtype, uint32_t *groups_x,
+                       char *err, size_t errlen);
+
+/* One token's attention (decode): for query head h (kv head h / (n_head / n_head_kv)),
+ * s_p = (q_h . k_p) * (1 / sqrt(head_dim)) for p = 0..pos[0], softmax in f32 (max
+ * subtracted, f32 sum), out_h = sum_p softmax_p * v_p rounded to dtype. kcache/vcache are
+ * [n_ctx][n_head_kv * head_dim] as kn_kv_store writes them (head_dim_v == head_dim_k). A
+ * pos[0] >= n_ctx writes nothing. Any n_ctx: an online softmax over blocks of positions.
+ * Params: q (dtype, read, n_head * head_dim), kcache, vcache (dtype, read), out (dtype,
+ * write, n_head * head_dim), pos (u32, read, 1).
+ * Grid: one workgroup per query head: groups = {n_head, 1, 1} (= *groups_x). */
+ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_ctx,
+                          ir_scalar dtype, uint32_t *groups_x, char *err, size_t errlen);
+
 #endif

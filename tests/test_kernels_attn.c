@@ -1,0 +1,378 @@
+/* kernels/attention.c on the Vulkan device (lavapipe in CI): kn_kv_store must write exactly
+ * the row pos of each cache, bit for bit, and nothing else (whole caches and a guard after
+ * them checked); kn_attn_decode against a C reference that follows the oracle's `attend`
+ * (oracle/forward.c) step for step in f32, outputs poisoned with a guard region after them,
+ * cache rows past pos poisoned (NaN) so a read past the last key shows. Skipped by name
+ * when no Vulkan device exists.
+ *
+ * Tolerance of the attention (per output d of a head, W_d = sum_p w_p |v_p[d]| with w the
+ * reference's softmax weights; |out_d| <= W_d):
+ *  - scores: q_i * k_i is exact in f32 (two 16-bit values), so the two dot products
+ *    differ only in summation order, each within (hd-1) 2^-24 sum|q_i k_i| of the exact
+ *    sum, plus one rounding each for * scale: |ds_p| <= scale 2 hd 2^-24 sum|q k| +
+ *    2^-23 |s_p| =: <= delta. Softmax is invariant to a common shift, so each weight moves
+ *    by a factor within exp(+-2 delta): error <= 2 expm1(2 delta) W_d (numerator and sum).
+ *  - exp: the device's exp is within (3 + 2|x|) ulp (Vulkan), the host's within 1 ulp. The
+ *    kernel's e_p = exp(s_p - m_blk) times the rescales exp(m_i - m_i+1) of later blocks:
+ *    the arguments' magnitudes add up to at most M - s_p (M the max score) and there are
+ *    at most n blocks, so e_p carries eps_p <= (4 + 3n + 3 (M - s_p)) 2^-23 relative
+ *    (with the subtraction's rounding). Both the weighted sum and the normaliser take it:
+ *    error <= sum_p eps_p w_p |v_p[d]| + (sum_p eps_p w_p) W_d.
+ *  - sums: l and the output are sums of n terms in another order (kernel: blocks, fma,
+ *    then one divide; reference: e_p / sum per term, then in order): 2n 2^-24 each, plus
+ *    a few roundings per term: (4n + 8) 2^-24 W_d.
+ *  - the store rounds to the 16-bit type: one ulp at the result's magnitude (check16). */
+#include "half.h"
+#include "ir.h"
+#include "kernels.h"
+#include "spv_emit.h"
+#include "vk_device.h"
+#include "vk_probe.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 64
+
+/* ---- device plumbing (as tests/test_kernels.c) ------------------------------------------ */
+
+static rt_device *open_or_skip(const char *caps) {
+    rt_caps all[4];
+    uint32_t n = 0;
+    char err[512];
+    vk_probe_devices(all, 4, &n, err, sizeof err);
+    if (n == 0) cr_skip_test("no Vulkan device: %s", err);
+    rt_device *d = vk_device_open(0, caps, err, sizeof err);
+    cr_assert_not_null(d, "%s", err);
+    return d;
+}
+
+static rt_buffer *upload(rt_device *d, const void *src, size_t bytes) {
+    char err[512];
+    rt_buffer *b = d->ops->alloc(d, bytes, err, sizeof err);
+    cr_assert_not_null(b, "%s", err);
+    cr_assert_eq(d->ops->upload(d, b, 0, src, bytes, err, sizeof err), 0, "%s", err);
+    return b;
+}
+
+static void reupload(rt_device *d, rt_buffer *b, const void *src, size_t bytes) {
+    char err[512];
+    cr_assert_eq(d->ops->upload(d, b, 0, src, bytes, err, sizeof err), 0, "%s", err);
+}
+
+static void download(rt_device *d, rt_buffer *b, void *dst, size_t bytes) {
+    char err[512];
+    cr_assert_eq(d->ops->download(d, b, 0, dst, bytes, err, sizeof err), 0, "%s", err);
+}
+
+static rt_kernel *compile(rt_device *d, const ir_kernel *k) {
+    char err[512];
+    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
+    cr_assert_not_null(ck, "%s: %s", ir_kernel_name(k), err);
+    return ck;
+}
+
+static void run(rt_device *d, rt_kernel *ck, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
+    char err[512];
+    rt_launch l = {ck, {gx, gy, 1}, args, n};
+    cr_assert_eq(d->ops->run(d, &l, 1, err, sizeof err), 0, "%s", err);
+}
+
+/* ---- 16-bit values --------------------------------------------------------------------- */
+
+static const char *dname(ir_scalar t) { return t == IR_BF16 ? "bf16" : "f16"; }
+static uint16_t to16(ir_scalar t, float f) { return t == IR_BF16 ? gguf_f32_to_bf16(f) : gguf_f32_to_f16(f); }
+static float from16(ir_scalar t, uint16_t h) { return t == IR_BF16 ? gguf_bf16_to_f32(h) : gguf_f16_to_f32(h); }
+static uint16_t nan16(ir_scalar t) { return t == IR_BF16 ? 0x7fc0 : 0x7e00; }
+
+static double ulp16(ir_scalar t, double v) {
+    int e;
+    frexp(fabs(v), &e);
+    int mant = t == IR_BF16 ? 7 : 10, emin = t == IR_BF16 ? -126 : -14;
+    if (e - 1 < emin) e = emin + 1;
+    return ldexp(1.0, e - 1 - mant);
+}
+
+static uint64_t rng_state;
+static void seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
+static uint32_t rnd32(void) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 32);
+}
+static float urand(float lo, float hi) { return lo + (hi - lo) * (float)((rnd32() >> 8) / 16777216.0); }
+
+static uint16_t *rand16(ir_scalar t, size_t n, float lo, float hi, float **as_f32) {
+    uint16_t *h = malloc(n * 2);
+    float *f = malloc(n * 4);
+    cr_assert(h && f);
+    for (size_t i = 0; i < n; i++) h[i] = to16(t, urand(lo, hi)), f[i] = from16(t, h[i]);
+    *as_f32 = f;
+    return h;
+}
+
+static const ir_scalar dtypes[2] = {IR_BF16, IR_F16};
+
+/* ---- kv_store ------------------------------------------------------------------------------ */
+
+/* Caches start as random bit patterns (no NaN needed: every element is compared) plus a
+ * guard; after the launch of n_tok tokens at pos0, rows pos0 + t < n_ctx hold token t's k / v
+ * and every other element, the guard included, is unchanged. */
+static void kv_store_case(rt_device *d, rt_kernel *ck, uint32_t gx, uint32_t kv_dim, uint32_t n_ctx, ir_scalar t,
+                          uint32_t pos0, uint32_t n_tok) {
+    size_t nc = (size_t)n_ctx * kv_dim + GUARD, nt = (size_t)n_tok * kv_dim;
+    uint16_t *kc0 = malloc(nc * 2), *vc0 = malloc(nc * 2), *kk = malloc(nt * 2), *vv = malloc(nt * 2);
+    uint16_t *kc = malloc(nc * 2), *vc = malloc(nc * 2);
+    cr_assert(kc0 && vc0 && kk && vv && kc && vc);
+    for (size_t i = 0; i < nc; i++) kc0[i] = (uint16_t)rnd32(), vc0[i] = (uint16_t)rnd32();
+    for (size_t i = 0; i < nt; i++) kk[i] = (uint16_t)rnd32(), vv[i] = (uint16_t)rnd32();
+    rt_buffer *bk = upload(d, kk, nt * 2), *bv = upload(d, vv, nt * 2);
+    rt_buffer *bkc = upload(d, kc0, nc * 2), *bvc = upload(d, vc0, nc * 2), *bp = upload(d, &pos0, 4);
+    rt_arg args[5] = {{bk, 0}, {bv, 0}, {bkc, 0}, {bvc, 0}, {bp, 0}};
+    run(d, ck, gx, n_tok, args, 5);
+    download(d, bkc, kc, nc * 2);
+    download(d, bvc, vc, nc * 2);
+    for (size_t i = 0; i < nc; i++) {
+        size_t row = i / kv_dim, col = i % kv_dim;
+        uint16_t wk = kc0[i], wv = vc0[i];
+        /* the row's token: pos0 + tok == row, with pos0 + tok computed in u32 like the kernel */
+        if (row < n_ctx)
+            for (uint32_t tk = 0; tk < n_tok; tk++)
+                if ((uint32_t)(pos0 + tk) == row && (uint32_t)(pos0 + tk) >= pos0)
+                    wk = kk[(size_t)tk * kv_dim + col], wv = vv[(size_t)tk * kv_dim + col];
+        cr_assert_eq(kc[i], wk, "kv_store kv_dim=%u n_ctx=%u %s pos=%u+%u: kcache[%zu] (row %zu) %#x != %#x", kv_dim,
+                     n_ctx, dname(t), pos0, n_tok, i, row, kc[i], wk);
+        cr_assert_eq(vc[i], wv, "kv_store kv_dim=%u n_ctx=%u %s pos=%u+%u: vcache[%zu] (row %zu) %#x != %#x", kv_dim,
+                     n_ctx, dname(t), pos0, n_tok, i, row, vc[i], wv);
+    }
+    d->ops->release(d, bk), d->ops->release(d, bv), d->ops->release(d, bkc), d->ops->release(d, bvc);
+    d->ops->release(d, bp);
+    free(kc0), free(vc0), free(kk), free(vv), free(kc), free(vc);
+}
+
+Test(kernels_attn, kv_store_writes_exactly_row_pos) {
+    rt_device *d = open_or_skip(NULL);
+    seed(11);
+    char err[512];
+    const uint32_t dims[] = {8, 7, 6, 40, 5 * 40, 4 * 64, 8 * 128}; /* vector widths 4, 1, 2 */
+    const uint32_t ctxs[] = {1024, 1031};
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+            for (size_t ci = 0; ci < 2; ci++) {
+                uint32_t kv = dims[di], nctx = ctxs[ci], gx = 0;
+                ir_kernel *k = kn_kv_store(&d->caps, kv, nctx, dtypes[ti], &gx, err, sizeof err);
+                cr_assert_not_null(k, "%s", err);
+                rt_kernel *ck = compile(d, k);
+                const uint32_t pos[] = {0, 1, 6, 200, 1000, nctx - 1, nctx, nctx + 5, 0xffffffffu};
+                for (size_t pi = 0; pi < sizeof pos / sizeof pos[0]; pi++)
+                    kv_store_case(d, ck, gx, kv, nctx, dtypes[ti], pos[pi], 1);
+                /* a few tokens at once (prefill's shape): those past the end write nothing */
+                kv_store_case(d, ck, gx, kv, nctx, dtypes[ti], 5, 3);
+                kv_store_case(d, ck, gx, kv, nctx, dtypes[ti], nctx - 2, 4);
+                kv_store_case(d, ck, gx, kv, nctx, dtypes[ti], 0xfffffffeu, 3); /* wraps: nothing */
+                d->ops->release_kernel(d, ck);
+                ir_kernel_destroy(k);
+            }
+    d->ops->destroy(d);
+}
+
+/* ---- attention ------------------------------------------------------------------------------ */
+
+/* The oracle's attend for one token at position pos: q [n_head][hd], caches
+ * [n_ctx][n_head_kv * hd] (f32 values of the 16-bit data), out [n_head][hd]; also the
+ * tolerance per output (see the top of the file). */
+static void attend_ref(const float *q, const float *kc, const float *vc, uint32_t n_head, uint32_t n_head_kv,
+                       uint32_t hd, uint32_t pos, float *out, double *tol) {
+    uint32_t group = n_head / n_head_kv, kv_dim = n_head_kv * hd, n_keys = pos + 1;
+    float *scores = malloc((size_t)n_keys * sizeof *scores);
+    double *eps = malloc((size_t)n_keys * sizeof *eps);
+    cr_assert(scores && eps);
+    float scale = 1.0f / sqrtf((float)hd);
+    for (uint32_t h = 0; h < n_head; h++) {
+        uint32_t kvh = h / group;
+        const float *qh = q + (size_t)h * hd;
+        float mx = -INFINITY;
+        double delta = 0;
+        for (uint32_t p = 0; p < n_keys; p++) {
+            const float *k = kc + (size_t)p * kv_dim + (size_t)kvh * hd;
+            float s = 0;
+            double mag = 0;
+            for (uint32_t i = 0; i < hd; i++) s += qh[i] * k[i], mag += fabs((double)qh[i] * k[i]);
+            scores[p] = s * scale;
+            if (scores[p] > mx) mx = scores[p];
+            double ds = scale * 2.0 * hd * ldexp(1.0, -24) * mag + ldexp(1.0, -23) * fabs(scores[p]);
+            if (ds > delta) delta = ds;
+        }
+        for (uint32_t p = 0; p < n_keys; p++)
+            eps[p] = (4.0 + 3.0 * n_keys + 3.0 * ((double)mx - scores[p])) * ldexp(1.0, -23);
+        float sum = 0;
+        for (uint32_t p = 0; p < n_keys; p++) sum += scores[p] = expf(scores[p] - mx);
+        float *o = out + (size_t)h * hd;
+        for (uint32_t i = 0; i < hd; i++) o[i] = 0;
+        double eps_bar = 0;
+        for (uint32_t p = 0; p < n_keys; p++) eps_bar += eps[p] * scores[p] / sum;
+        for (uint32_t i = 0; i < hd; i++) {
+            double wabs = 0, weps = 0;
+            for (uint32_t p = 0; p < n_keys; p++) {
+                double w = (double)scores[p] / sum, av = fabs(vc[(size_t)p * kv_dim + (size_t)kvh * hd + i]);
+                wabs += w * av, weps += eps[p] * w * av;
+            }
+            tol[(size_t)h * hd + i] =
+                (2.0 * expm1(2.0 * delta) + eps_bar + (4.0 * n_keys + 8.0) * ldexp(1.0, -24)) * wabs + weps;
+        }
+        for (uint32_t p = 0; p < n_keys; p++) {
+            const float *v = vc + (size_t)p * kv_dim + (size_t)kvh * hd;
+            float wgt = scores[p] / sum;
+            for (uint32_t i = 0; i < hd; i++) o[i] += wgt * v[i];
+        }
+    }
+    free(scores), free(eps);
+}
+
+/* One kernel (shape, n_ctx, dtype) at several positions. The caches are random 16-bit
+ * values up to row pos and NaN after it; q is scaled so softmax is far from uniform. */
+static void attn_case(rt_device *d, uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t n_ctx, ir_scalar t,
+                      const uint32_t *pos, size_t n_pos, const char *var) {
+    char err[512], what[200];
+    uint32_t gx = 0, kv_dim = n_head_kv * hd, qn = n_head * hd;
+    ir_kernel *k = kn_attn_decode(&d->caps, n_head, n_head_kv, hd, n_ctx, t, &gx, err, sizeof err);
+    cr_assert_not_null(k, "%s", err);
+    cr_assert_eq(gx, n_head);
+    rt_kernel *ck = compile(d, k);
+    size_t nc = (size_t)n_ctx * kv_dim;
+    float *qf, *kf, *vf;
+    uint16_t *q = rand16(t, qn, -4, 4, &qf), *kc = rand16(t, nc, -1, 1, &kf), *vc = rand16(t, nc, -2, 2, &vf);
+    uint16_t *kp = malloc(nc * 2), *vp = malloc(nc * 2), *poison = malloc(((size_t)qn + GUARD) * 2);
+    uint16_t *o = malloc(((size_t)qn + GUARD) * 2);
+    float *want = malloc((size_t)qn * 4);
+    double *tol = malloc((size_t)qn * sizeof *tol);
+    cr_assert(kp && vp && poison && o && want && tol);
+    for (size_t i = 0; i < (size_t)qn + GUARD; i++) poison[i] = nan16(t);
+    rt_buffer *bq = upload(d, q, (size_t)qn * 2), *bk = upload(d, kc, nc * 2), *bv = upload(d, vc, nc * 2);
+    rt_buffer *bo = upload(d, poison, ((size_t)qn + GUARD) * 2), *bp = upload(d, &pos[0], 4);
+    for (size_t pi = 0; pi < n_pos; pi++) {
+        uint32_t p = pos[pi];
+        snprintf(what, sizeof what, "attn heads=%u/%u hd=%u n_ctx=%u %s pos=%u caps=%s", n_head, n_head_kv, hd, n_ctx,
+                 dname(t), p, var ? var : "device");
+        /* rows past pos poisoned: a read of a key or value beyond the last makes NaN */
+        for (size_t i = 0; i < nc; i++) {
+            bool live = i / kv_dim <= p;
+            kp[i] = live ? kc[i] : nan16(t), vp[i] = live ? vc[i] : nan16(t);
+        }
+        reupload(d, bk, kp, nc * 2), reupload(d, bv, vp, nc * 2);
+        reupload(d, bo, poison, ((size_t)qn + GUARD) * 2), reupload(d, bp, &p, 4);
+        rt_arg args[5] = {{bq, 0}, {bk, 0}, {bv, 0}, {bo, 0}, {bp, 0}};
+        run(d, ck, gx, 1, args, 5);
+        download(d, bo, o, ((size_t)qn + GUARD) * 2);
+        for (size_t i = qn; i < (size_t)qn + GUARD; i++)
+            cr_assert_eq(o[i], nan16(t), "%s: wrote past the end at %zu", what, i);
+        if (p >= n_ctx) { /* no keys: nothing written */
+            for (size_t i = 0; i < qn; i++) cr_assert_eq(o[i], nan16(t), "%s: wrote [%zu]", what, i);
+            continue;
+        }
+        attend_ref(qf, kf, vf, n_head, n_head_kv, hd, p, want, tol);
+        for (size_t i = 0; i < qn; i++) {
+            double g = from16(t, o[i]), w = want[i];
+            cr_assert(!isnan(g), "%s: [%zu] NaN (not written, or read past pos)", what, i);
+            double tl = tol[i] + ulp16(t, fmax(fabs(g), fabs(w)));
+            cr_assert(fabs(g - w) <= tl, "%s: [%zu] %.9g != %.9g (tol %.3g)", what, i, g, w, tl);
+        }
+    }
+    d->ops->release(d, bq), d->ops->release(d, bk), d->ops->release(d, bv), d->ops->release(d, bo);
+    d->ops->release(d, bp);
+    d->ops->release_kernel(d, ck);
+    free(q), free(kc), free(vc), free(qf), free(kf), free(vf), free(kp), free(vp), free(poison), free(o), free(want);
+    free(tol);
+    ir_kernel_destroy(k);
+}
+
+static const uint32_t head_dims[] = {8, 40, 64, 128};
+static const uint32_t heads[][2] = {{1, 1}, {5, 1}, {8, 4}, {32, 8}};
+
+static void attn_all(const char *var, uint64_t sd, bool full) {
+    rt_device *d = open_or_skip(var);
+    seed(sd);
+    const uint32_t ctxs[] = {1024, 1031};
+    for (size_t ci = 0; ci < 2; ci++) {
+        uint32_t nctx = ctxs[ci];
+        const uint32_t pos[] = {0, 1, 6, 200, 1000, nctx - 1, nctx};
+        for (size_t ti = 0; ti < 2; ti++)
+            for (size_t hi = 0; hi < sizeof head_dims / sizeof head_dims[0]; hi++)
+                for (size_t gi = 0; gi < sizeof heads / sizeof heads[0]; gi++) {
+                    /* the other caps variant: the shapes that change its code */
+                    if (!full && (gi != 2 || ti != ci)) continue;
+                    attn_case(d, heads[gi][0], heads[gi][1], head_dims[hi], nctx, dtypes[ti], pos,
+                              sizeof pos / sizeof pos[0], var);
+                }
+    }
+    d->ops->destroy(d);
+}
+
+Test(kernels_attn, decode_matches_oracle_attend, .timeout = 600) { attn_all(NULL, 21, true); }
+
+/* a 32-invocation workgroup: several dims per invocation, blocks of 32 positions */
+Test(kernels_attn, decode_small_workgroup, .timeout = 600) { attn_all("workgroup=32", 22, false); }
+
+/* ---- variants built for other devices, and refusals ----------------------------------------- */
+
+static void emit_ok(ir_kernel *k, const rt_caps *c, const char *err, const char *what) {
+    cr_assert_not_null(k, "%s: %s", what, err);
+    spv_module m = {0};
+    char e2[512];
+    cr_assert_eq(spv_emit(k, c, &m, e2, sizeof e2), 0, "%s: %s", what, e2);
+    cr_assert_eq(spv_validate(&m, e2, sizeof e2), 0, "%s: %s", what, e2);
+    spv_module_free(&m);
+    ir_kernel_destroy(k);
+}
+
+Test(kernels_attn, variants_build_for_min_and_h200_caps) {
+    rt_caps cs[2];
+    rt_caps_default(&cs[0], RT_VULKAN);
+    cs[0].storage16 = true;
+    rt_caps_default(&cs[1], RT_VULKAN);
+    cs[1].subgroup_size = cs[1].subgroup_min = cs[1].subgroup_max = 32;
+    cs[1].subgroup_arith = cs[1].subgroup_shuffle = true;
+    cs[1].f16_arith = cs[1].storage16 = true;
+    cs[1].shared_bytes = 48 * 1024;
+    cs[1].max_workgroup = 1024;
+    char err[512];
+    uint32_t gx;
+    for (int ci = 0; ci < 2; ci++)
+        for (size_t ti = 0; ti < 2; ti++) {
+            emit_ok(kn_kv_store(&cs[ci], 1024, 32768, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "kv_store");
+            emit_ok(kn_kv_store(&cs[ci], 7, 5, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "kv_store");
+            emit_ok(kn_attn_decode(&cs[ci], 32, 8, 128, 32768, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "attn");
+            emit_ok(kn_attn_decode(&cs[ci], 28, 4, 128, 4096, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "attn");
+            emit_ok(kn_attn_decode(&cs[ci], 5, 1, 40, 1031, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "attn");
+            emit_ok(kn_attn_decode(&cs[ci], 2, 2, 256, 100, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "attn");
+        }
+}
+
+Test(kernels_attn, bad_shapes_and_caps_are_refused) {
+    rt_caps c, plain;
+    rt_caps_default(&c, RT_VULKAN);
+    c.storage16 = true;
+    rt_caps_default(&plain, RT_VULKAN);
+    char err[512];
+    uint32_t gx;
+    cr_assert_null(kn_kv_store(&c, 0, 16, IR_BF16, &gx, err, sizeof err));
+    cr_assert(strstr(err, "bad shape"), "%s", err);
+    cr_assert_null(kn_kv_store(&c, 1u << 16, 1u << 16, IR_BF16, &gx, err, sizeof err));
+    cr_assert(strstr(err, "2^32"), "%s", err);
+    cr_assert_null(kn_kv_store(&c, 64, 16, IR_F32, &gx, err, sizeof err));
+    cr_assert(strstr(err, "bf16 or f16"), "%s", err);
+    cr_assert_null(kn_kv_store(&plain, 64, 16, IR_BF16, &gx, err, sizeof err));
+    cr_assert(strstr(err, "storage16"), "%s", err);
+    cr_assert_null(kn_attn_decode(&c, 6, 4, 64, 16, IR_BF16, &gx, err, sizeof err)); /* 6 % 4 */
+    cr_assert(strstr(err, "bad shape"), "%s", err);
+    cr_assert_null(kn_attn_decode(&c, 0, 1, 64, 16, IR_BF16, &gx, err, sizeof err));
+    cr_assert_null(kn_attn_decode(&c, 4, 0, 64, 16, IR_BF16, &gx, err, sizeof err));
+    cr_assert_null(kn_attn_decode(&c, 4, 4, 0, 16, IR_BF16, &gx, err, sizeof err));
+    cr_assert_null(kn_attn_decode(&c, 4, 4, 64, 0, IR_BF16, &gx, err, sizeof err));
+    cr_assert_null(kn_attn_decode(&c, 64, 64, 128, 1u << 20, IR_BF16, &gx, err, sizeof err));
+    cr_assert(strstr(err, "2^32"), "%s", err);
+    cr_assert_null(kn_attn_decode(NULL, 4, 4, 64, 16, IR_BF16, &gx, err, sizeof err));
+    cr_assert_null(kn_attn_decode(&c, 4, 4, 64, 16, IR_F32, &gx, err, sizeof err));
+}

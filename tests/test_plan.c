@@ -1,0 +1,141 @@
+/* Whole models on the Vulkan device (lavapipe in CI) against the contract-mode oracle:
+ * greedy tokens equal, or differ first only where the oracle's top two logits are within
+ * 2 quanta of the 16-bit type; logits relative error under 1e-2. Skipped by name when
+ * there is no Vulkan device. */
+#include "engine.h"
+#include "model.h"
+#include "oracle.h"
+#include "plan.h"
+#include "testutil.h"
+#include "vk_device.h"
+#include "vk_probe.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static rt_device *open_or_skip(void) {
+    rt_caps all[4];
+    uint32_t n = 0;
+    char err[512];
+    vk_probe_devices(all, 4, &n, err, sizeof err);
+    if (n == 0) cr_skip_test("no Vulkan device: %s", err);
+    rt_device *d = vk_device_open(0, NULL, err, sizeof err);
+    cr_assert_not_null(d, "%s", err);
+    return d;
+}
+
+/* The spacing of the 16-bit type's values at magnitude x. */
+static double quantum(double x, uint32_t dtype) {
+    int e = ilogb(fabs(x) > 1e-30 ? x : 1e-30);
+    return ldexp(1.0, e - (dtype == GGUF_T_F16 ? 10 : 7));
+}
+
+static void top2(const float *l, uint32_t n, int32_t *a, int32_t *b) {
+    *a = 0, *b = 1;
+    if (l[1] > l[0]) *a = 1, *b = 0;
+    for (uint32_t i = 2; i < n; i++) {
+        if (l[i] > l[*a]) *b = *a, *a = (int32_t)i;
+        else if (l[i] > l[*b]) *b = (int32_t)i;
+    }
+}
+
+/* Greedy decoding on both engines, teacher-forced on the oracle's tokens after a
+ * divergence so logits stay comparable. */
+static void compare(const char *path, uint32_t dtype, uint32_t steps, const int32_t *prompt, uint32_t n_prompt) {
+    rt_device *d = open_or_skip();
+    char err[512];
+    model *m = model_load(path, err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    orc_options oo = {.mode = ORC_CONTRACT, .dtype = dtype, .n_ctx = 256, .threads = 2};
+    engine *orc = orc_create(m, &oo, err, sizeof err);
+    cr_assert_not_null(orc, "%s", err);
+    engine *gpu = plan_create(m, d, dtype, 256, err, sizeof err);
+    cr_assert_not_null(gpu, "%s", err);
+    uint32_t nk, nl;
+    plan_counts(gpu, &nk, &nl);
+    uint32_t nv = m->hp.n_vocab;
+    float *lo = malloc((size_t)nv * 4), *lg = malloc((size_t)nv * 4);
+    cr_assert_eq(engine_eval(orc, prompt, n_prompt, 0, lo, false, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(engine_eval(gpu, prompt, n_prompt, 0, lg, false, err, sizeof err), 0, "%s", err);
+    double worst = 0;
+    int first_div = -1;
+    for (uint32_t s = 0; s < steps; s++) {
+        double maxabs = 0, err_abs = 0;
+        for (uint32_t v = 0; v < nv; v++) {
+            cr_assert(isfinite(lg[v]), "%s step %u: logit %u is %g", path, s, v, lg[v]);
+            if (fabs(lo[v]) > maxabs) maxabs = fabs(lo[v]);
+            if (fabs(lg[v] - lo[v]) > err_abs) err_abs = fabs(lg[v] - lo[v]);
+        }
+        double rel = err_abs / (maxabs > 0 ? maxabs : 1);
+        if (rel > worst) worst = rel;
+        int32_t oa, ob, ga, gb;
+        top2(lo, nv, &oa, &ob);
+        top2(lg, nv, &ga, &gb);
+        if (ga != oa) {
+            double gap = (lo[oa] - lo[ob]) / quantum(lo[oa], dtype);
+            cr_log_info("%s step %u: gpu picks %d (%g), oracle %d (%g); oracle's top two %d %g / %d %g, %.2f quanta apart",
+                        path, s, ga, lg[ga], oa, lg[oa], oa, lo[oa], ob, lo[ob], gap);
+            if (first_div < 0) {
+                first_div = (int)s;
+                cr_assert(ob == ga && gap <= 2.0, "%s: first divergence at step %u is not a near-tie (%.2f quanta)",
+                          path, s, gap);
+            }
+        }
+        int32_t next = oa;
+        uint32_t pos = n_prompt + s;
+        cr_assert_eq(engine_eval(orc, &next, 1, pos, lo, false, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(engine_eval(gpu, &next, 1, pos, lg, false, err, sizeof err), 0, "%s", err);
+    }
+    cr_log_info("%s on %s: %u kernels, %u launches per decode step; worst logits relative error %.2e; %s", path,
+                gpu->name, nk, nl, worst, first_div < 0 ? "greedy tokens identical" : "diverged at a near-tie");
+    cr_assert_lt(worst, 1e-2, "%s: logits relative error %.3e", path, worst);
+    free(lo);
+    free(lg);
+    engine_destroy(gpu);
+    engine_destroy(orc);
+    model_free(m);
+    d->ops->destroy(d);
+}
+
+Test(plan, stories260k_on_vulkan, .timeout = 300) {
+    int32_t bos = 1;
+    compare(tu_data_file("models/stories260K.gguf"), GGUF_T_BF16, 64, &bos, 1);
+}
+
+static const char *synth(const char *name, const char *arch, const char *dtype) {
+    const char *path = tu_tmp(name);
+    char e[4096];
+    int rc = tu_run_kiln((const char *const[]){"synth", "--preset", "tiny", "--arch", arch, "--dtype", dtype, "-o", path,
+                                               NULL},
+                         NULL, 0, e, sizeof e);
+    cr_assert_eq(rc, 0, "%s", e);
+    return path;
+}
+
+Test(plan, tiny_odd_sizes_on_vulkan, .timeout = 600) {
+    const char *archs[] = {"qwen3", "llama", "qwen2"};
+    const char *dts[] = {"bf16", "f16", "bf16"};
+    int32_t prompt[5] = {256, 17, 999, 42, 3};
+    for (int a = 0; a < 3; a++) {
+        char name[64];
+        snprintf(name, sizeof name, "plan-%s.gguf", archs[a]);
+        compare(synth(name, archs[a], dts[a]), strcmp(dts[a], "f16") ? GGUF_T_BF16 : GGUF_T_F16, 24, prompt, 5);
+    }
+}
+
+Test(plan, refuses_what_does_not_fit) {
+    rt_device *d = open_or_skip();
+    char err[512];
+    model *m = model_load(tu_data_file("models/stories260K.gguf"), err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    uint64_t saved = d->caps.memory_bytes;
+    d->caps.memory_bytes = 1 << 18; /* pretend a 256 KiB device */
+    cr_assert_null(plan_create(m, d, GGUF_T_BF16, 256, err, sizeof err));
+    cr_assert(strstr(err, "GiB") && strstr(err, "--ctx"), "%s", err);
+    d->caps.memory_bytes = saved;
+    model_free(m);
+    d->ops->destroy(d);
+}
