@@ -94,7 +94,12 @@ Test(generate, bad_input) {
     cr_assert(strstr(err, "temperature"), "%s", err);
     cr_assert_eq(RUN("run", m, "-p", "x", "--top-p", "1.5"), 2);
     cr_assert_eq(RUN("run", m, "-p", "x", "--oracle-mode", "f64"), 2);
-    cr_assert_eq(RUN("run", m, "-p", "x", "--device", "vulkan:0"), 2);
+    cr_assert_eq(RUN("run", m, "-p", "x", "--device", "cuda:0"), 2);
+    cr_assert(strstr(err, "CUDA backend is not built yet"), "%s", err);
+    cr_assert_eq(RUN("run", m, "-p", "x", "--device", "gpu"), 2);
+    cr_assert_eq(RUN("run", m, "-p", "x", "--device", "vulkan:9"), 1);
+    cr_assert(strstr(err, "vulkan:9"), "%s", err);
+    cr_assert_eq(RUN("run", m, "-p", "x", "--device", "vulkan:0", "--caps", "no-such-cap"), 2);
     cr_assert_eq(RUN("run", m), 2);
     cr_assert_eq(RUN("run", "-p", "x"), 2);
     cr_assert_eq(RUN("run", m, "-p", "\xff\xfe bad"), 1);
