@@ -19,6 +19,8 @@
 #include "vk_device.h"
 #include "vk_probe.h"
 
+#include "testutil_vk.h"
+
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -29,29 +31,8 @@
 
 /* ---- device plumbing ------------------------------------------------------------------ */
 
-static rt_device *open_or_skip(const char *caps) {
-    rt_caps all[4];
-    uint32_t n = 0;
-    char err[512];
-    vk_probe_devices(all, 4, &n, err, sizeof err);
-    if (n == 0) cr_skip_test("no Vulkan device: %s", err);
-    rt_device *d = vk_device_open(0, caps, err, sizeof err);
-    cr_assert_not_null(d, "%s", err);
-    return d;
-}
 
-static rt_buffer *upload(rt_device *d, const void *src, size_t bytes) {
-    char err[512];
-    rt_buffer *b = d->ops->alloc(d, bytes, err, sizeof err);
-    cr_assert_not_null(b, "%s", err);
-    cr_assert_eq(d->ops->upload(d, b, 0, src, bytes, err, sizeof err), 0, "%s", err);
-    return b;
-}
 
-static void download(rt_device *d, rt_buffer *b, void *dst, size_t bytes) {
-    char err[512];
-    cr_assert_eq(d->ops->download(d, b, 0, dst, bytes, err, sizeof err), 0, "%s", err);
-}
 
 static void launch(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
     char err[512];
@@ -64,19 +45,7 @@ static void launch(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, c
 
 /* ---- 16-bit values ------------------------------------------------------------------- */
 
-static const char *dname(ir_scalar t) { return t == IR_BF16 ? "bf16" : "f16"; }
-static uint16_t to16(ir_scalar t, float f) { return t == IR_BF16 ? gguf_f32_to_bf16(f) : gguf_f32_to_f16(f); }
-static float from16(ir_scalar t, uint16_t h) { return t == IR_BF16 ? gguf_bf16_to_f32(h) : gguf_f16_to_f32(h); }
-static uint16_t nan16(ir_scalar t) { return t == IR_BF16 ? 0x7fc0 : 0x7e00; }
 
-/* One unit in the last place of the 16-bit type at |v|'s magnitude (subnormal floor). */
-static double ulp16(ir_scalar t, double v) {
-    int e;
-    frexp(fabs(v), &e); /* |v| = m * 2^e, m in [0.5, 1) */
-    int mant = t == IR_BF16 ? 7 : 10, emin = t == IR_BF16 ? -126 : -14;
-    if (e - 1 < emin) e = emin + 1;
-    return ldexp(1.0, e - 1 - mant);
-}
 
 static uint64_t rng_state;
 static void seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
@@ -90,7 +59,7 @@ static uint16_t *rand16(ir_scalar t, size_t n, float lo, float hi, float **as_f3
     uint16_t *h = malloc(n * 2);
     float *f = malloc(n * 4);
     cr_assert(h && f);
-    for (size_t i = 0; i < n; i++) h[i] = to16(t, urand(lo, hi)), f[i] = from16(t, h[i]);
+    for (size_t i = 0; i < n; i++) h[i] = tu_to16(t, urand(lo, hi)), f[i] = tu_from16(t, h[i]);
     *as_f32 = f;
     return h;
 }
@@ -98,8 +67,8 @@ static uint16_t *rand16(ir_scalar t, size_t n, float lo, float hi, float **as_f3
 /* A device buffer of n 16-bit outputs plus the guard, all NaN. */
 static rt_buffer *poisoned16(rt_device *d, ir_scalar t, size_t n) {
     uint16_t *p = malloc((n + GUARD) * 2);
-    for (size_t i = 0; i < n + GUARD; i++) p[i] = nan16(t);
-    rt_buffer *b = upload(d, p, (n + GUARD) * 2);
+    for (size_t i = 0; i < n + GUARD; i++) p[i] = tu_nan16(t);
+    rt_buffer *b = tu_vk_upload(d, p, (n + GUARD) * 2);
     free(p);
     return b;
 }
@@ -107,18 +76,18 @@ static rt_buffer *poisoned16(rt_device *d, ir_scalar t, size_t n) {
 /* Downloads n outputs + guard; the guard must still hold the poison. */
 static uint16_t *fetch16(rt_device *d, rt_buffer *b, ir_scalar t, size_t n, const char *what) {
     uint16_t *p = malloc((n + GUARD) * 2);
-    download(d, b, p, (n + GUARD) * 2);
+    tu_vk_download(d, b, p, (n + GUARD) * 2);
     for (size_t i = n; i < n + GUARD; i++)
-        cr_assert_eq(p[i], nan16(t), "%s: wrote past the end at %zu (n=%zu)", what, i, n);
+        cr_assert_eq(p[i], tu_nan16(t), "%s: wrote past the end at %zu (n=%zu)", what, i, n);
     return p;
 }
 
 static void check16(ir_scalar t, const uint16_t *got, const float *want, const double *tol_f32, size_t n,
                     const char *what) {
     for (size_t i = 0; i < n; i++) {
-        double g = from16(t, got[i]), w = want[i];
+        double g = tu_from16(t, got[i]), w = want[i];
         cr_assert(!isnan(g), "%s: [%zu] not written (NaN)", what, i);
-        double tol = (tol_f32 ? tol_f32[i] : 0) + ulp16(t, fmax(fabs(g), fabs(w)));
+        double tol = (tol_f32 ? tol_f32[i] : 0) + tu_ulp16(t, fmax(fabs(g), fabs(w)));
         cr_assert(fabs(g - w) <= tol, "%s: [%zu] %.9g != %.9g (tol %.3g)", what, i, g, w, tol);
     }
 }
@@ -132,7 +101,7 @@ static const char *const variants[] = {NULL, "no-subgroup-arith", "workgroup=32"
 
 static void rmsnorm_case(rt_device *d, bool heads, uint32_t n, uint32_t rows, ir_scalar t, const char *var) {
     char err[512], what[128];
-    snprintf(what, sizeof what, "%s n=%u rows=%u %s caps=%s", heads ? "rmsnorm_heads" : "rmsnorm", n, rows, dname(t),
+    snprintf(what, sizeof what, "%s n=%u rows=%u %s caps=%s", heads ? "rmsnorm_heads" : "rmsnorm", n, rows, tu_dname(t),
              var ? var : "device");
     const float eps = 1e-6f;
     ir_kernel *k = heads ? kn_rmsnorm_heads(&d->caps, n, t, eps, err, sizeof err)
@@ -140,7 +109,7 @@ static void rmsnorm_case(rt_device *d, bool heads, uint32_t n, uint32_t rows, ir
     cr_assert_not_null(k, "%s: %s", what, err);
     float *xf, *wf;
     uint16_t *x = rand16(t, (size_t)n * rows, -3, 3, &xf), *w = rand16(t, n, -2, 2, &wf);
-    rt_buffer *bx = upload(d, x, (size_t)n * rows * 2), *bw = upload(d, w, (size_t)n * 2);
+    rt_buffer *bx = tu_vk_upload(d, x, (size_t)n * rows * 2), *bw = tu_vk_upload(d, w, (size_t)n * 2);
     rt_buffer *by = poisoned16(d, t, (size_t)n * rows);
     rt_arg args[3] = {{bx, 0}, {bw, 0}, {by, 0}};
     launch(d, k, rows, 1, args, 3);
@@ -168,7 +137,7 @@ static void rmsnorm_case(rt_device *d, bool heads, uint32_t n, uint32_t rows, ir
 Test(kernels, rmsnorm_odd_sizes_with_guards) {
     const uint32_t sizes[] = {1, 7, 200, 1000, 4096, 4097};
     for (size_t v = 0; v < N_VARIANTS; v++) {
-        rt_device *d = open_or_skip(variants[v]);
+        rt_device *d = tu_vk_open_or_skip(variants[v]);
         seed(1);
         for (size_t ti = 0; ti < 2; ti++)
             for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
@@ -180,7 +149,7 @@ Test(kernels, rmsnorm_odd_sizes_with_guards) {
 Test(kernels, rmsnorm_per_head) {
     const uint32_t dims[] = {1, 7, 64, 128, 256};
     for (size_t v = 0; v < N_VARIANTS; v++) {
-        rt_device *d = open_or_skip(variants[v]);
+        rt_device *d = tu_vk_open_or_skip(variants[v]);
         seed(2);
         for (size_t ti = 0; ti < 2; ti++)
             for (size_t si = 0; si < sizeof dims / sizeof dims[0]; si++)
@@ -193,18 +162,18 @@ Test(kernels, rmsnorm_per_head) {
 
 static void matvec_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t, ir_scalar out, const char *var) {
     char err[512], what[128];
-    snprintf(what, sizeof what, "matvec %ux%u %s->%s caps=%s", rows, cols, dname(t), out == IR_F32 ? "f32" : dname(t),
+    snprintf(what, sizeof what, "matvec %ux%u %s->%s caps=%s", rows, cols, tu_dname(t), out == IR_F32 ? "f32" : tu_dname(t),
              var ? var : "device");
     uint32_t gx = 0;
     ir_kernel *k = kn_matvec(&d->caps, rows, cols, t, out, &gx, err, sizeof err);
     cr_assert_not_null(k, "%s: %s", what, err);
     float *wf, *xf;
     uint16_t *w = rand16(t, (size_t)rows * cols, -1, 1, &wf), *x = rand16(t, cols, -2, 2, &xf);
-    rt_buffer *bw = upload(d, w, (size_t)rows * cols * 2), *bx = upload(d, x, (size_t)cols * 2), *by;
+    rt_buffer *bw = tu_vk_upload(d, w, (size_t)rows * cols * 2), *bx = tu_vk_upload(d, x, (size_t)cols * 2), *by;
     if (out == IR_F32) {
         float *p = malloc(((size_t)rows + GUARD) * 4);
         for (size_t i = 0; i < (size_t)rows + GUARD; i++) p[i] = NAN;
-        by = upload(d, p, ((size_t)rows + GUARD) * 4);
+        by = tu_vk_upload(d, p, ((size_t)rows + GUARD) * 4);
         free(p);
     } else {
         by = poisoned16(d, t, rows);
@@ -226,7 +195,7 @@ static void matvec_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t,
     }
     if (out == IR_F32) {
         float *y = malloc(((size_t)rows + GUARD) * 4);
-        download(d, by, y, ((size_t)rows + GUARD) * 4);
+        tu_vk_download(d, by, y, ((size_t)rows + GUARD) * 4);
         for (uint32_t r = 0; r < rows; r++)
             cr_assert(fabs((double)y[r] - want[r]) <= tol[r], "%s: [%u] %.9g != %.9g (tol %.3g)", what, r, y[r],
                       want[r], tol[r]);
@@ -245,7 +214,7 @@ static void matvec_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t,
 Test(kernels, matvec_odd_shapes_with_guards) {
     const uint32_t shapes[][2] = {{1, 1}, {7, 200}, {200, 7}, {1000, 4097}, {4097, 1000}, {33, 4096}, {65, 2}};
     for (size_t v = 0; v < N_VARIANTS; v++) {
-        rt_device *d = open_or_skip(variants[v]);
+        rt_device *d = tu_vk_open_or_skip(variants[v]);
         seed(3);
         for (size_t ti = 0; ti < 2; ti++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
@@ -260,25 +229,25 @@ Test(kernels, matvec_odd_shapes_with_guards) {
 
 static void eltwise_case(rt_device *d, bool swiglu, uint32_t n, ir_scalar t, const char *var) {
     char err[512], what[128];
-    snprintf(what, sizeof what, "%s n=%u %s caps=%s", swiglu ? "swiglu" : "add", n, dname(t), var ? var : "device");
+    snprintf(what, sizeof what, "%s n=%u %s caps=%s", swiglu ? "swiglu" : "add", n, tu_dname(t), var ? var : "device");
     uint32_t gx = 0;
     ir_kernel *k = swiglu ? kn_swiglu(&d->caps, n, t, &gx, err, sizeof err) : kn_add(&d->caps, n, t, &gx, err, sizeof err);
     cr_assert_not_null(k, "%s: %s", what, err);
     float *af, *bf;
     uint16_t *a = rand16(t, n, -8, 8, &af), *b = rand16(t, n, -4, 4, &bf);
-    rt_buffer *ba = upload(d, a, (size_t)n * 2), *bb = upload(d, b, (size_t)n * 2), *bo = poisoned16(d, t, n);
+    rt_buffer *ba = tu_vk_upload(d, a, (size_t)n * 2), *bb = tu_vk_upload(d, b, (size_t)n * 2), *bo = poisoned16(d, t, n);
     rt_arg args[3] = {{ba, 0}, {bb, 0}, {bo, 0}};
     launch(d, k, gx, 1, args, 3);
     uint16_t *o = fetch16(d, bo, t, n, what);
     for (uint32_t i = 0; i < n; i++) {
         if (!swiglu) { /* one f32 add, one rounding: bit for bit */
-            cr_assert_eq(o[i], to16(t, af[i] + bf[i]), "%s: [%u] %#x != %#x", what, i, o[i], to16(t, af[i] + bf[i]));
+            cr_assert_eq(o[i], tu_to16(t, af[i] + bf[i]), "%s: [%u] %#x != %#x", what, i, o[i], tu_to16(t, af[i] + bf[i]));
             continue;
         }
         float want = af[i] / (1.0f + expf(-af[i])) * bf[i];
         /* the device's exp (3 + 2|x| ulp) carries through divide and multiply */
-        double tol = (3 + 2 * fabs(af[i]) + 4) * ldexp(1.0, -23) * fabs(want) + ulp16(t, fmax(fabs(want), fabs(from16(t, o[i]))));
-        cr_assert(fabs(from16(t, o[i]) - want) <= tol, "%s: [%u] %.9g != %.9g", what, i, from16(t, o[i]), want);
+        double tol = (3 + 2 * fabs(af[i]) + 4) * ldexp(1.0, -23) * fabs(want) + tu_ulp16(t, fmax(fabs(want), fabs(tu_from16(t, o[i]))));
+        cr_assert(fabs(tu_from16(t, o[i]) - want) <= tol, "%s: [%u] %.9g != %.9g", what, i, tu_from16(t, o[i]), want);
     }
     d->ops->release(d, ba), d->ops->release(d, bb), d->ops->release(d, bo);
     free(a), free(b), free(af), free(bf), free(o);
@@ -287,7 +256,7 @@ static void eltwise_case(rt_device *d, bool swiglu, uint32_t n, ir_scalar t, con
 
 Test(kernels, add_and_swiglu_odd_sizes_with_guards) {
     const uint32_t sizes[] = {1, 7, 200, 1000, 4096, 4097, 6 * 4096 + 2};
-    rt_device *d = open_or_skip(NULL);
+    rt_device *d = tu_vk_open_or_skip(NULL);
     seed(4);
     for (size_t ti = 0; ti < 2; ti++)
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
@@ -316,7 +285,7 @@ static void rope_case(rt_device *d, uint32_t heads, uint32_t hd, uint32_t n_rot,
                       uint32_t tokens, ir_scalar t) {
     char err[512], what[160];
     snprintf(what, sizeof what, "rope heads=%u hd=%u rot=%u %s pos=%u+%u %s", heads, hd, n_rot, neox ? "neox" : "norm",
-             pos0, tokens, dname(t));
+             pos0, tokens, tu_dname(t));
     uint32_t gx = 0;
     ir_kernel *k = kn_rope(&d->caps, heads, hd, n_rot, neox, base, t, &gx, err, sizeof err);
     cr_assert_not_null(k, "%s: %s", what, err);
@@ -326,8 +295,8 @@ static void rope_case(rt_device *d, uint32_t heads, uint32_t hd, uint32_t n_rot,
     /* the kernel works in place: the guard after x must stay poisoned */
     uint16_t *buf = malloc((n + GUARD) * 2);
     memcpy(buf, x, n * 2);
-    for (size_t i = n; i < n + GUARD; i++) buf[i] = nan16(t);
-    rt_buffer *bx = upload(d, buf, (n + GUARD) * 2), *bp = upload(d, &pos0, 4);
+    for (size_t i = n; i < n + GUARD; i++) buf[i] = tu_nan16(t);
+    rt_buffer *bx = tu_vk_upload(d, buf, (n + GUARD) * 2), *bp = tu_vk_upload(d, &pos0, 4);
     rt_arg args[2] = {{bx, 0}, {bp, 0}};
     launch(d, k, gx, tokens, args, 2);
     uint16_t *y = fetch16(d, bx, t, n, what);
@@ -359,7 +328,7 @@ static void rope_case(rt_device *d, uint32_t heads, uint32_t hd, uint32_t n_rot,
 }
 
 Test(kernels, rope_positions_and_layouts) {
-    rt_device *d = open_or_skip(NULL);
+    rt_device *d = tu_vk_open_or_skip(NULL);
     seed(5);
     const uint32_t pos[] = {0, 1, 7, 1000, 4097, 32767};
     for (size_t ti = 0; ti < 2; ti++)
@@ -374,7 +343,7 @@ Test(kernels, rope_positions_and_layouts) {
 
 /* A recorded launch replays with a new position from the pos buffer. */
 Test(kernels, rope_replays_with_new_position) {
-    rt_device *d = open_or_skip(NULL);
+    rt_device *d = tu_vk_open_or_skip(NULL);
     char err[512];
     uint32_t gx = 0, heads = 4, hd = 16;
     ir_kernel *k = kn_rope(&d->caps, heads, hd, hd, true, 10000.0f, IR_F16, &gx, err, sizeof err);
@@ -384,7 +353,7 @@ Test(kernels, rope_replays_with_new_position) {
     uint16_t ones[64];
     for (int i = 0; i < 64; i++) ones[i] = gguf_f32_to_f16(1.0f);
     uint32_t p = 0;
-    rt_buffer *bx = upload(d, ones, sizeof ones), *bp = upload(d, &p, 4);
+    rt_buffer *bx = tu_vk_upload(d, ones, sizeof ones), *bp = tu_vk_upload(d, &p, 4);
     rt_arg args[2] = {{bx, 0}, {bp, 0}};
     rt_launch l = {ck, {gx, 1, 1}, args, 2};
     rt_recording *rec = d->ops->record(d, &l, 1, err, sizeof err);
@@ -395,12 +364,12 @@ Test(kernels, rope_replays_with_new_position) {
         cr_assert_eq(d->ops->upload(d, bp, 0, &p, 4, err, sizeof err), 0);
         cr_assert_eq(d->ops->replay(d, rec, err, sizeof err), 0, "%s", err);
         uint16_t y[64];
-        download(d, bx, y, sizeof y);
+        tu_vk_download(d, bx, y, sizeof y);
         float want[16];
         for (int i = 0; i < 16; i++) want[i] = 1.0f;
         rope_ref(want, hd, true, 10000.0f, p);
         for (int i = 0; i < 16; i++)
-            cr_assert(fabs(gguf_f16_to_f32(y[i]) - want[i]) <= ulp16(IR_F16, want[i]) + ldexp(1.0, -10),
+            cr_assert(fabs(gguf_f16_to_f32(y[i]) - want[i]) <= tu_ulp16(IR_F16, want[i]) + ldexp(1.0, -10),
                       "pos %u [%d]: %g != %g", p, i, gguf_f16_to_f32(y[i]), want[i]);
     }
     d->ops->release_recording(d, rec);
@@ -431,11 +400,11 @@ static void argmax_case(rt_device *d, uint32_t n, int pattern, const char *var) 
         if (lg[i] > lg[want]) want = i;
     uint32_t poison[1 + GUARD];
     for (int i = 0; i < 1 + GUARD; i++) poison[i] = 0xdeadbeef;
-    rt_buffer *bl = upload(d, lg, (size_t)n * 4), *bo = upload(d, poison, sizeof poison);
+    rt_buffer *bl = tu_vk_upload(d, lg, (size_t)n * 4), *bo = tu_vk_upload(d, poison, sizeof poison);
     rt_arg args[2] = {{bl, 0}, {bo, 0}};
     launch(d, k, 1, 1, args, 2);
     uint32_t got[1 + GUARD];
-    download(d, bo, got, sizeof got);
+    tu_vk_download(d, bo, got, sizeof got);
     cr_assert_eq(got[0], want, "argmax n=%u pattern %d caps=%s: %u != %u", n, pattern, var ? var : "device", got[0], want);
     for (int i = 1; i < 1 + GUARD; i++) cr_assert_eq(got[i], 0xdeadbeef, "argmax wrote past the end");
     d->ops->release(d, bl), d->ops->release(d, bo);
@@ -446,7 +415,7 @@ static void argmax_case(rt_device *d, uint32_t n, int pattern, const char *var) 
 Test(kernels, argmax_ties_to_lowest_index) {
     const uint32_t sizes[] = {1, 7, 200, 1000, 4097, 151936};
     for (size_t v = 0; v < N_VARIANTS; v++) {
-        rt_device *d = open_or_skip(variants[v]);
+        rt_device *d = tu_vk_open_or_skip(variants[v]);
         seed(6);
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
             for (int pat = 0; pat < 4; pat++) argmax_case(d, sizes[si], pat, variants[v]);
@@ -457,7 +426,7 @@ Test(kernels, argmax_ties_to_lowest_index) {
 /* ---- embed ----------------------------------------------------------------------------------- */
 
 Test(kernels, embed_rows_and_bad_tokens) {
-    rt_device *d = open_or_skip(NULL);
+    rt_device *d = tu_vk_open_or_skip(NULL);
     char err[512];
     seed(7);
     const uint32_t dims[][2] = {{1, 1}, {5, 7}, {100, 200}, {3, 4097}, {17, 4096}};
@@ -469,17 +438,17 @@ Test(kernels, embed_rows_and_bad_tokens) {
             cr_assert_not_null(k, "%s", err);
             float *tf;
             uint16_t *tab = rand16(t, (size_t)nv * ne, -1, 1, &tf);
-            rt_buffer *bt = upload(d, tab, (size_t)nv * ne * 2);
+            rt_buffer *bt = tu_vk_upload(d, tab, (size_t)nv * ne * 2);
             /* 1 << 20 times 4096 wraps to row 0 in u32: it must still read as a bad token */
             const uint32_t toks[] = {0, nv - 1, nv / 2, nv, 0xffffffffu, 1u << 20};
             for (size_t q = 0; q < sizeof toks / sizeof toks[0]; q++) {
-                rt_buffer *bk = upload(d, &toks[q], 4), *bo = poisoned16(d, t, ne);
+                rt_buffer *bk = tu_vk_upload(d, &toks[q], 4), *bo = poisoned16(d, t, ne);
                 rt_arg args[3] = {{bt, 0}, {bk, 0}, {bo, 0}};
                 launch(d, k, gx, 1, args, 3);
                 uint16_t *o = fetch16(d, bo, t, ne, "embed");
                 for (uint32_t c = 0; c < ne; c++) {
                     uint16_t want = toks[q] < nv ? tab[(size_t)toks[q] * ne + c] : 0;
-                    cr_assert_eq(o[c], want, "embed %ux%u %s token %u [%u]: %#x != %#x", nv, ne, dname(t), toks[q], c,
+                    cr_assert_eq(o[c], want, "embed %ux%u %s token %u [%u]: %#x != %#x", nv, ne, tu_dname(t), toks[q], c,
                                  o[c], want);
                 }
                 free(o);

@@ -29,6 +29,8 @@
 #include "vk_device.h"
 #include "vk_probe.h"
 
+#include "testutil_vk.h"
+
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -39,34 +41,9 @@
 
 /* ---- device plumbing (as tests/test_kernels.c) ------------------------------------------ */
 
-static rt_device *open_or_skip(const char *caps) {
-    rt_caps all[4];
-    uint32_t n = 0;
-    char err[512];
-    vk_probe_devices(all, 4, &n, err, sizeof err);
-    if (n == 0) cr_skip_test("no Vulkan device: %s", err);
-    rt_device *d = vk_device_open(0, caps, err, sizeof err);
-    cr_assert_not_null(d, "%s", err);
-    return d;
-}
 
-static rt_buffer *upload(rt_device *d, const void *src, size_t bytes) {
-    char err[512];
-    rt_buffer *b = d->ops->alloc(d, bytes, err, sizeof err);
-    cr_assert_not_null(b, "%s", err);
-    cr_assert_eq(d->ops->upload(d, b, 0, src, bytes, err, sizeof err), 0, "%s", err);
-    return b;
-}
 
-static void reupload(rt_device *d, rt_buffer *b, const void *src, size_t bytes) {
-    char err[512];
-    cr_assert_eq(d->ops->upload(d, b, 0, src, bytes, err, sizeof err), 0, "%s", err);
-}
 
-static void download(rt_device *d, rt_buffer *b, void *dst, size_t bytes) {
-    char err[512];
-    cr_assert_eq(d->ops->download(d, b, 0, dst, bytes, err, sizeof err), 0, "%s", err);
-}
 
 static rt_kernel *compile(rt_device *d, const ir_kernel *k) {
     char err[512];
@@ -83,18 +60,7 @@ static void run(rt_device *d, rt_kernel *ck, uint32_t gx, uint32_t gy, const rt_
 
 /* ---- 16-bit values --------------------------------------------------------------------- */
 
-static const char *dname(ir_scalar t) { return t == IR_BF16 ? "bf16" : "f16"; }
-static uint16_t to16(ir_scalar t, float f) { return t == IR_BF16 ? gguf_f32_to_bf16(f) : gguf_f32_to_f16(f); }
-static float from16(ir_scalar t, uint16_t h) { return t == IR_BF16 ? gguf_bf16_to_f32(h) : gguf_f16_to_f32(h); }
-static uint16_t nan16(ir_scalar t) { return t == IR_BF16 ? 0x7fc0 : 0x7e00; }
 
-static double ulp16(ir_scalar t, double v) {
-    int e;
-    frexp(fabs(v), &e);
-    int mant = t == IR_BF16 ? 7 : 10, emin = t == IR_BF16 ? -126 : -14;
-    if (e - 1 < emin) e = emin + 1;
-    return ldexp(1.0, e - 1 - mant);
-}
 
 static uint64_t rng_state;
 static void seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
@@ -108,7 +74,7 @@ static uint16_t *rand16(ir_scalar t, size_t n, float lo, float hi, float **as_f3
     uint16_t *h = malloc(n * 2);
     float *f = malloc(n * 4);
     cr_assert(h && f);
-    for (size_t i = 0; i < n; i++) h[i] = to16(t, urand(lo, hi)), f[i] = from16(t, h[i]);
+    for (size_t i = 0; i < n; i++) h[i] = tu_to16(t, urand(lo, hi)), f[i] = tu_from16(t, h[i]);
     *as_f32 = f;
     return h;
 }
@@ -128,12 +94,12 @@ static void kv_store_case(rt_device *d, rt_kernel *ck, uint32_t gx, uint32_t kv_
     cr_assert(kc0 && vc0 && kk && vv && kc && vc);
     for (size_t i = 0; i < nc; i++) kc0[i] = (uint16_t)rnd32(), vc0[i] = (uint16_t)rnd32();
     for (size_t i = 0; i < nt; i++) kk[i] = (uint16_t)rnd32(), vv[i] = (uint16_t)rnd32();
-    rt_buffer *bk = upload(d, kk, nt * 2), *bv = upload(d, vv, nt * 2);
-    rt_buffer *bkc = upload(d, kc0, nc * 2), *bvc = upload(d, vc0, nc * 2), *bp = upload(d, &pos0, 4);
+    rt_buffer *bk = tu_vk_upload(d, kk, nt * 2), *bv = tu_vk_upload(d, vv, nt * 2);
+    rt_buffer *bkc = tu_vk_upload(d, kc0, nc * 2), *bvc = tu_vk_upload(d, vc0, nc * 2), *bp = tu_vk_upload(d, &pos0, 4);
     rt_arg args[5] = {{bk, 0}, {bv, 0}, {bkc, 0}, {bvc, 0}, {bp, 0}};
     run(d, ck, gx, n_tok, args, 5);
-    download(d, bkc, kc, nc * 2);
-    download(d, bvc, vc, nc * 2);
+    tu_vk_download(d, bkc, kc, nc * 2);
+    tu_vk_download(d, bvc, vc, nc * 2);
     for (size_t i = 0; i < nc; i++) {
         size_t row = i / kv_dim, col = i % kv_dim;
         uint16_t wk = kc0[i], wv = vc0[i];
@@ -143,9 +109,9 @@ static void kv_store_case(rt_device *d, rt_kernel *ck, uint32_t gx, uint32_t kv_
                 if ((uint32_t)(pos0 + tk) == row && (uint32_t)(pos0 + tk) >= pos0)
                     wk = kk[(size_t)tk * kv_dim + col], wv = vv[(size_t)tk * kv_dim + col];
         cr_assert_eq(kc[i], wk, "kv_store kv_dim=%u n_ctx=%u %s pos=%u+%u: kcache[%zu] (row %zu) %#x != %#x", kv_dim,
-                     n_ctx, dname(t), pos0, n_tok, i, row, kc[i], wk);
+                     n_ctx, tu_dname(t), pos0, n_tok, i, row, kc[i], wk);
         cr_assert_eq(vc[i], wv, "kv_store kv_dim=%u n_ctx=%u %s pos=%u+%u: vcache[%zu] (row %zu) %#x != %#x", kv_dim,
-                     n_ctx, dname(t), pos0, n_tok, i, row, vc[i], wv);
+                     n_ctx, tu_dname(t), pos0, n_tok, i, row, vc[i], wv);
     }
     d->ops->release(d, bk), d->ops->release(d, bv), d->ops->release(d, bkc), d->ops->release(d, bvc);
     d->ops->release(d, bp);
@@ -153,7 +119,7 @@ static void kv_store_case(rt_device *d, rt_kernel *ck, uint32_t gx, uint32_t kv_
 }
 
 Test(kernels_attn, kv_store_writes_exactly_row_pos) {
-    rt_device *d = open_or_skip(NULL);
+    rt_device *d = tu_vk_open_or_skip(NULL);
     seed(11);
     char err[512];
     const uint32_t dims[] = {8, 7, 6, 40, 5 * 40, 4 * 64, 8 * 128}; /* vector widths 4, 1, 2 */
@@ -249,34 +215,34 @@ static void attn_case(rt_device *d, uint32_t n_head, uint32_t n_head_kv, uint32_
     float *want = malloc((size_t)qn * 4);
     double *tol = malloc((size_t)qn * sizeof *tol);
     cr_assert(kp && vp && poison && o && want && tol);
-    for (size_t i = 0; i < (size_t)qn + GUARD; i++) poison[i] = nan16(t);
-    rt_buffer *bq = upload(d, q, (size_t)qn * 2), *bk = upload(d, kc, nc * 2), *bv = upload(d, vc, nc * 2);
-    rt_buffer *bo = upload(d, poison, ((size_t)qn + GUARD) * 2), *bp = upload(d, &pos[0], 4);
+    for (size_t i = 0; i < (size_t)qn + GUARD; i++) poison[i] = tu_nan16(t);
+    rt_buffer *bq = tu_vk_upload(d, q, (size_t)qn * 2), *bk = tu_vk_upload(d, kc, nc * 2), *bv = tu_vk_upload(d, vc, nc * 2);
+    rt_buffer *bo = tu_vk_upload(d, poison, ((size_t)qn + GUARD) * 2), *bp = tu_vk_upload(d, &pos[0], 4);
     for (size_t pi = 0; pi < n_pos; pi++) {
         uint32_t p = pos[pi];
         snprintf(what, sizeof what, "attn heads=%u/%u hd=%u n_ctx=%u %s pos=%u caps=%s", n_head, n_head_kv, hd, n_ctx,
-                 dname(t), p, var ? var : "device");
+                 tu_dname(t), p, var ? var : "device");
         /* rows past pos poisoned: a read of a key or value beyond the last makes NaN */
         for (size_t i = 0; i < nc; i++) {
             bool live = i / kv_dim <= p;
-            kp[i] = live ? kc[i] : nan16(t), vp[i] = live ? vc[i] : nan16(t);
+            kp[i] = live ? kc[i] : tu_nan16(t), vp[i] = live ? vc[i] : tu_nan16(t);
         }
-        reupload(d, bk, kp, nc * 2), reupload(d, bv, vp, nc * 2);
-        reupload(d, bo, poison, ((size_t)qn + GUARD) * 2), reupload(d, bp, &p, 4);
+        tu_vk_reupload(d, bk, kp, nc * 2), tu_vk_reupload(d, bv, vp, nc * 2);
+        tu_vk_reupload(d, bo, poison, ((size_t)qn + GUARD) * 2), tu_vk_reupload(d, bp, &p, 4);
         rt_arg args[5] = {{bq, 0}, {bk, 0}, {bv, 0}, {bo, 0}, {bp, 0}};
         run(d, ck, gx, 1, args, 5);
-        download(d, bo, o, ((size_t)qn + GUARD) * 2);
+        tu_vk_download(d, bo, o, ((size_t)qn + GUARD) * 2);
         for (size_t i = qn; i < (size_t)qn + GUARD; i++)
-            cr_assert_eq(o[i], nan16(t), "%s: wrote past the end at %zu", what, i);
+            cr_assert_eq(o[i], tu_nan16(t), "%s: wrote past the end at %zu", what, i);
         if (p >= n_ctx) { /* no keys: nothing written */
-            for (size_t i = 0; i < qn; i++) cr_assert_eq(o[i], nan16(t), "%s: wrote [%zu]", what, i);
+            for (size_t i = 0; i < qn; i++) cr_assert_eq(o[i], tu_nan16(t), "%s: wrote [%zu]", what, i);
             continue;
         }
         attend_ref(qf, kf, vf, n_head, n_head_kv, hd, p, want, tol);
         for (size_t i = 0; i < qn; i++) {
-            double g = from16(t, o[i]), w = want[i];
+            double g = tu_from16(t, o[i]), w = want[i];
             cr_assert(!isnan(g), "%s: [%zu] NaN (not written, or read past pos)", what, i);
-            double tl = tol[i] + ulp16(t, fmax(fabs(g), fabs(w)));
+            double tl = tol[i] + tu_ulp16(t, fmax(fabs(g), fabs(w)));
             cr_assert(fabs(g - w) <= tl, "%s: [%zu] %.9g != %.9g (tol %.3g)", what, i, g, w, tl);
         }
     }
@@ -292,7 +258,7 @@ static const uint32_t head_dims[] = {8, 40, 64, 128};
 static const uint32_t heads[][2] = {{1, 1}, {5, 1}, {8, 4}, {32, 8}};
 
 static void attn_all(const char *var, uint64_t sd, bool full) {
-    rt_device *d = open_or_skip(var);
+    rt_device *d = tu_vk_open_or_skip(var);
     seed(sd);
     const uint32_t ctxs[] = {1024, 1031};
     for (size_t ci = 0; ci < 2; ci++) {

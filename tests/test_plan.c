@@ -7,6 +7,7 @@
 #include "oracle.h"
 #include "plan.h"
 #include "testutil.h"
+#include "testutil_vk.h"
 #include "vk_device.h"
 #include "vk_probe.h"
 
@@ -16,16 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static rt_device *open_or_skip(void) {
-    rt_caps all[4];
-    uint32_t n = 0;
-    char err[512];
-    vk_probe_devices(all, 4, &n, err, sizeof err);
-    if (n == 0) cr_skip_test("no Vulkan device: %s", err);
-    rt_device *d = vk_device_open(0, NULL, err, sizeof err);
-    cr_assert_not_null(d, "%s", err);
-    return d;
-}
 
 /* The spacing of the 16-bit type's values at magnitude x. */
 static double quantum(double x, uint32_t dtype) {
@@ -45,7 +36,7 @@ static void top2(const float *l, uint32_t n, int32_t *a, int32_t *b) {
 /* Greedy decoding on both engines, teacher-forced on the oracle's tokens after a
  * divergence so logits stay comparable. */
 static void compare(const char *path, uint32_t dtype, uint32_t steps, const int32_t *prompt, uint32_t n_prompt) {
-    rt_device *d = open_or_skip();
+    rt_device *d = tu_vk_open_or_skip(NULL);
     char err[512];
     model *m = model_load(path, err, sizeof err);
     cr_assert_not_null(m, "%s", err);
@@ -127,7 +118,7 @@ Test(plan, tiny_odd_sizes_on_vulkan, .timeout = 600) {
 }
 
 Test(plan, refuses_what_does_not_fit) {
-    rt_device *d = open_or_skip();
+    rt_device *d = tu_vk_open_or_skip(NULL);
     char err[512];
     model *m = model_load(tu_data_file("models/stories260K.gguf"), err, sizeof err);
     cr_assert_not_null(m, "%s", err);

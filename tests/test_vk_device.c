@@ -3,6 +3,7 @@
  * guard regions around outputs. Skipped by name when no Vulkan device exists. */
 #include "ir.h"
 #include "testutil.h"
+#include "testutil_vk.h"
 #include "vk_device.h"
 #include "vk_probe.h"
 
@@ -12,16 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static rt_device *open_or_skip(const char *caps) {
-    rt_caps all[4];
-    uint32_t n = 0;
-    char err[512];
-    vk_probe_devices(all, 4, &n, err, sizeof err);
-    if (n == 0) cr_skip_test("no Vulkan device: %s", err);
-    rt_device *d = vk_device_open(0, caps, err, sizeof err);
-    cr_assert_not_null(d, "%s", err);
-    return d;
-}
 
 /* y[i] = a[i] + s * x[i] for i < n, 64 invocations per workgroup. */
 static ir_kernel *axpy(void) {
@@ -47,7 +38,7 @@ static uint32_t fbits(float f) {
 }
 
 Test(vk_device, axpy_at_odd_sizes_with_guards) {
-    rt_device *d = open_or_skip(NULL);
+    rt_device *d = tu_vk_open_or_skip(NULL);
     char err[512];
     ir_kernel *k = axpy();
     rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
@@ -87,7 +78,7 @@ Test(vk_device, axpy_at_odd_sizes_with_guards) {
 
 /* A recording replays the same launches; what changes between replays lives in a buffer. */
 Test(vk_device, record_once_replay_many) {
-    rt_device *d = open_or_skip(NULL);
+    rt_device *d = tu_vk_open_or_skip(NULL);
     char err[512];
     /* acc[i] += step[0] for i < n: each replay adds the current step value */
     ir_kernel *k = ir_kernel_create("accumulate");

@@ -1,0 +1,50 @@
+#include "testutil_vk.h"
+
+#include "half.h"
+#include "vk_device.h"
+#include "vk_probe.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+
+rt_device *tu_vk_open_or_skip(const char *caps) {
+    rt_caps all[4];
+    uint32_t n = 0;
+    char err[512];
+    vk_probe_devices(all, 4, &n, err, sizeof err);
+    if (n == 0) cr_skip_test("no Vulkan device: %s", err);
+    rt_device *d = vk_device_open(0, caps, err, sizeof err);
+    cr_assert_not_null(d, "%s", err);
+    return d;
+}
+
+rt_buffer *tu_vk_upload(rt_device *d, const void *src, size_t bytes) {
+    char err[512];
+    rt_buffer *b = d->ops->alloc(d, bytes, err, sizeof err);
+    cr_assert_not_null(b, "%s", err);
+    cr_assert_eq(d->ops->upload(d, b, 0, src, bytes, err, sizeof err), 0, "%s", err);
+    return b;
+}
+
+void tu_vk_reupload(rt_device *d, rt_buffer *b, const void *src, size_t bytes) {
+    char err[512];
+    cr_assert_eq(d->ops->upload(d, b, 0, src, bytes, err, sizeof err), 0, "%s", err);
+}
+
+void tu_vk_download(rt_device *d, rt_buffer *b, void *dst, size_t bytes) {
+    char err[512];
+    cr_assert_eq(d->ops->download(d, b, 0, dst, bytes, err, sizeof err), 0, "%s", err);
+}
+
+const char *tu_dname(ir_scalar t) { return t == IR_BF16 ? "bf16" : "f16"; }
+uint16_t tu_to16(ir_scalar t, float f) { return t == IR_BF16 ? gguf_f32_to_bf16(f) : gguf_f32_to_f16(f); }
+float tu_from16(ir_scalar t, uint16_t h) { return t == IR_BF16 ? gguf_bf16_to_f32(h) : gguf_f16_to_f32(h); }
+uint16_t tu_nan16(ir_scalar t) { return t == IR_BF16 ? 0x7fc0 : 0x7e00; }
+
+double tu_ulp16(ir_scalar t, double v) {
+    int e;
+    frexp(fabs(v), &e); /* |v| = m * 2^e, m in [0.5, 1) */
+    int mant = t == IR_BF16 ? 7 : 10, emin = t == IR_BF16 ? -126 : -14;
+    if (e - 1 < emin) e = emin + 1;
+    return ldexp(1.0, e - 1 - mant);
+}

@@ -1,0 +1,23 @@
+/* Helpers shared by the tests that run kernels on a Vulkan device: open the first
+ * device (skipping the test by name when there is none), move bytes, and 16-bit values. */
+#ifndef KILN_TESTUTIL_VK_H
+#define KILN_TESTUTIL_VK_H
+
+#include "device.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+rt_device *tu_vk_open_or_skip(const char *caps);
+rt_buffer *tu_vk_upload(rt_device *d, const void *src, size_t bytes);
+void tu_vk_reupload(rt_device *d, rt_buffer *b, const void *src, size_t bytes);
+void tu_vk_download(rt_device *d, rt_buffer *b, void *dst, size_t bytes);
+
+const char *tu_dname(ir_scalar t); /* "bf16" or "f16" */
+uint16_t tu_to16(ir_scalar t, float f);
+float tu_from16(ir_scalar t, uint16_t h);
+uint16_t tu_nan16(ir_scalar t);
+/* One unit in the last place of the 16-bit type at |v|'s magnitude (subnormal floor). */
+double tu_ulp16(ir_scalar t, double v);
+
+#endif
