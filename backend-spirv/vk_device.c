@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <vulkan/vulkan.h>
 
 typedef struct vk_dev {
@@ -27,6 +29,8 @@ typedef struct vk_dev {
     void *staging_map;
     size_t staging_size;
     bool subgroup_control; /* the pipeline can ask for caps.subgroup_size */
+    VkPipelineCache cache;
+    char cache_path[512];  /* "" when there is nowhere to keep it */
 } vk_dev;
 
 struct rt_buffer {
@@ -274,7 +278,7 @@ static rt_kernel *vk_compile(rt_device *base, const ir_kernel *ir, const double 
                   .pName = "main",
                   .pSpecializationInfo = ns ? &si : NULL},
         .layout = k->layout};
-    if ((r = vkCreateComputePipelines(d->dev, VK_NULL_HANDLE, 1, &ci, NULL, &k->pipeline))) {
+    if ((r = vkCreateComputePipelines(d->dev, d->cache, 1, &ci, NULL, &k->pipeline))) {
         vk_fail(err, errlen, "vkCreateComputePipelines", r);
         goto fail;
     }
@@ -410,6 +414,64 @@ static int vk_run(rt_device *base, const rt_launch *l, uint32_t n, char *err, si
     return rc;
 }
 
+/* ---- the pipeline cache on disk ------------------------------------------------------------ */
+
+/* $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln; one file per driver
+ * build (the device's pipelineCacheUUID), which the driver also checks on load. */
+static void cache_open(vk_dev *d) {
+    VkPhysicalDeviceProperties pr;
+    vkGetPhysicalDeviceProperties(d->phys, &pr);
+    const char *dir = getenv("KILN_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char base[400] = "";
+    if (dir && *dir) snprintf(base, sizeof base, "%s", dir);
+    else if (xdg && *xdg) snprintf(base, sizeof base, "%s/kiln", xdg);
+    else if (home && *home) snprintf(base, sizeof base, "%s/.cache/kiln", home);
+    if (base[0]) {
+        char parent[400];
+        snprintf(parent, sizeof parent, "%s", base);
+        char *slash = strrchr(parent, '/');
+        if (slash && slash != parent) *slash = 0, mkdir(parent, 0755); /* ~/.cache may not exist yet */
+        mkdir(base, 0755);
+        char uuid[2 * VK_UUID_SIZE + 1];
+        for (unsigned i = 0; i < VK_UUID_SIZE; i++) snprintf(uuid + 2 * i, 3, "%02x", pr.pipelineCacheUUID[i]);
+        snprintf(d->cache_path, sizeof d->cache_path, "%s/vk-%04x-%04x-%s.bin", base, pr.vendorID, pr.deviceID, uuid);
+    }
+    void *data = NULL;
+    size_t n = 0;
+    FILE *f = d->cache_path[0] ? fopen(d->cache_path, "rb") : NULL;
+    if (f) {
+        if (fseek(f, 0, SEEK_END) == 0) {
+            long len = ftell(f);
+            if (len > 0 && len < (1L << 30) && fseek(f, 0, SEEK_SET) == 0 && (data = malloc((size_t)len)))
+                n = fread(data, 1, (size_t)len, f);
+        }
+        fclose(f);
+    }
+    VkPipelineCacheCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO, .initialDataSize = n,
+                                    .pInitialData = n ? data : NULL};
+    if (vkCreatePipelineCache(d->dev, &ci, NULL, &d->cache) != VK_SUCCESS) { /* a bad file: start empty */
+        ci.initialDataSize = 0, ci.pInitialData = NULL;
+        if (vkCreatePipelineCache(d->dev, &ci, NULL, &d->cache) != VK_SUCCESS) d->cache = VK_NULL_HANDLE;
+    }
+    free(data);
+}
+
+/* Written to PATH.tmp and renamed, so a concurrent kiln never reads half a file. */
+static void cache_save(vk_dev *d) {
+    size_t n = 0;
+    if (!d->cache || !d->cache_path[0] || vkGetPipelineCacheData(d->dev, d->cache, &n, NULL) != VK_SUCCESS || !n) return;
+    void *data = malloc(n);
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", d->cache_path, (long)getpid());
+    FILE *f = data && vkGetPipelineCacheData(d->dev, d->cache, &n, data) == VK_SUCCESS ? fopen(tmp, "wb") : NULL;
+    if (f) {
+        bool ok = fwrite(data, 1, n, f) == n;
+        if (fclose(f) == 0 && ok) rename(tmp, d->cache_path);
+        else unlink(tmp);
+    }
+    free(data);
+}
+
 /* ---- the device ------------------------------------------------------------------------ */
 
 static void vk_destroy(rt_device *base) {
@@ -422,6 +484,8 @@ static void vk_destroy(rt_device *base) {
             vkDestroyBuffer(d->dev, d->staging, NULL);
             vkFreeMemory(d->dev, d->staging_mem, NULL);
         }
+        cache_save(d);
+        if (d->cache) vkDestroyPipelineCache(d->dev, d->cache, NULL);
         if (d->fence) vkDestroyFence(d->dev, d->fence, NULL);
         if (d->cmd_pool) vkDestroyCommandPool(d->dev, d->cmd_pool, NULL);
         vkDestroyDevice(d->dev, NULL);
@@ -530,6 +594,7 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, char *err, 
         vk_fail(err, errlen, "creating the command pool", r);
         goto fail;
     }
+    cache_open(d);
     return &d->base;
 fail:
     vk_destroy(&d->base);

@@ -13,6 +13,8 @@ else
   dir=build
   bash scripts/build.sh "$dir"
 fi
+# Vulkan pipeline caches go to the build folder, not the user's ~/.cache.
+export KILN_CACHE_DIR="${KILN_CACHE_DIR:-$PWD/$dir/cache}"
 # Criterion runs each test in its own process; -j2 matches the 2-core machines.
 if [ "${KILN_SANITIZE:-0}" != 1 ]; then
   exec "./$dir/kiln-tests" -j"$(nproc)" --verbose=0 "$@"
