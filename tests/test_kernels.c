@@ -463,51 +463,26 @@ Test(kernels, embed_rows_and_bad_tokens) {
 
 /* ---- variants built for other devices, and refusals --------------------------------------------- */
 
-/* Spec-minimum Vulkan caps (subgroup 4, no subgroup ops, 128 invocations) plus 16-bit
- * buffers, which the kernels need; and an H200 as Vulkan reports it. */
-static void caps_min(rt_caps *c) {
-    rt_caps_default(c, RT_VULKAN);
-    c->storage16 = true;
-}
-static void caps_h200(rt_caps *c) {
-    rt_caps_default(c, RT_VULKAN);
-    c->subgroup_size = c->subgroup_min = c->subgroup_max = 32;
-    c->subgroup_arith = c->subgroup_shuffle = true;
-    c->f16_arith = c->storage16 = c->int8_arith = c->atomic_f32_add = true;
-    c->shared_bytes = 48 * 1024;
-    c->max_workgroup = 1024;
-}
-
-static void emit_ok(ir_kernel *k, const rt_caps *c, const char *err, const char *what) {
-    cr_assert_not_null(k, "%s: %s", what, err);
-    spv_module m = {0};
-    char e2[512];
-    cr_assert_eq(spv_emit(k, c, &m, e2, sizeof e2), 0, "%s: %s", what, e2);
-    cr_assert_eq(spv_validate(&m, e2, sizeof e2), 0, "%s: %s", what, e2);
-    spv_module_free(&m);
-    ir_kernel_destroy(k);
-}
-
 Test(kernels, variants_build_for_min_and_h200_caps) {
     rt_caps cs[2];
-    caps_min(&cs[0]);
-    caps_h200(&cs[1]);
+    tu_caps_min(&cs[0]);
+    tu_caps_h200(&cs[1]);
     char err[512];
     for (int ci = 0; ci < 2; ci++)
         for (size_t ti = 0; ti < 2; ti++) {
             const rt_caps *c = &cs[ci];
             ir_scalar t = dtypes[ti];
             uint32_t gx;
-            emit_ok(kn_rmsnorm(c, 4097, t, 1e-5f, err, sizeof err), c, err, "rmsnorm");
-            emit_ok(kn_rmsnorm(c, 4096, t, 1e-5f, err, sizeof err), c, err, "rmsnorm");
-            emit_ok(kn_rmsnorm_heads(c, 128, t, 1e-6f, err, sizeof err), c, err, "rmsnorm_heads");
-            emit_ok(kn_matvec(c, 4097, 1000, t, t, &gx, err, sizeof err), c, err, "matvec");
-            emit_ok(kn_matvec(c, 151936, 4096, t, IR_F32, &gx, err, sizeof err), c, err, "matvec f32");
-            emit_ok(kn_add(c, 4097, t, &gx, err, sizeof err), c, err, "add");
-            emit_ok(kn_swiglu(c, 11008, t, &gx, err, sizeof err), c, err, "swiglu");
-            emit_ok(kn_rope(c, 28, 128, 128, true, 1e6f, t, &gx, err, sizeof err), c, err, "rope");
-            emit_ok(kn_argmax(c, 151936, err, sizeof err), c, err, "argmax");
-            emit_ok(kn_embed(c, 151936, 3584, t, &gx, err, sizeof err), c, err, "embed");
+            tu_emit_ok(kn_rmsnorm(c, 4097, t, 1e-5f, err, sizeof err), c, err, "rmsnorm");
+            tu_emit_ok(kn_rmsnorm(c, 4096, t, 1e-5f, err, sizeof err), c, err, "rmsnorm");
+            tu_emit_ok(kn_rmsnorm_heads(c, 128, t, 1e-6f, err, sizeof err), c, err, "rmsnorm_heads");
+            tu_emit_ok(kn_matvec(c, 4097, 1000, t, t, &gx, err, sizeof err), c, err, "matvec");
+            tu_emit_ok(kn_matvec(c, 151936, 4096, t, IR_F32, &gx, err, sizeof err), c, err, "matvec f32");
+            tu_emit_ok(kn_add(c, 4097, t, &gx, err, sizeof err), c, err, "add");
+            tu_emit_ok(kn_swiglu(c, 11008, t, &gx, err, sizeof err), c, err, "swiglu");
+            tu_emit_ok(kn_rope(c, 28, 128, 128, true, 1e6f, t, &gx, err, sizeof err), c, err, "rope");
+            tu_emit_ok(kn_argmax(c, 151936, err, sizeof err), c, err, "argmax");
+            tu_emit_ok(kn_embed(c, 151936, 3584, t, &gx, err, sizeof err), c, err, "embed");
         }
     /* the two matvec shapes of work: a few rows per workgroup with subgroups, one without */
     uint32_t g1 = 0, g2 = 0;
@@ -522,7 +497,7 @@ Test(kernels, variants_build_for_min_and_h200_caps) {
 
 Test(kernels, bad_shapes_and_caps_are_refused) {
     rt_caps c, plain;
-    caps_h200(&c);
+    tu_caps_h200(&c);
     rt_caps_default(&plain, RT_VULKAN); /* no 16-bit buffers */
     char err[512];
     uint32_t gx;

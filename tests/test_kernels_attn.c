@@ -283,36 +283,20 @@ Test(kernels_attn, decode_small_workgroup, .timeout = 600) { attn_all("workgroup
 
 /* ---- variants built for other devices, and refusals ----------------------------------------- */
 
-static void emit_ok(ir_kernel *k, const rt_caps *c, const char *err, const char *what) {
-    cr_assert_not_null(k, "%s: %s", what, err);
-    spv_module m = {0};
-    char e2[512];
-    cr_assert_eq(spv_emit(k, c, &m, e2, sizeof e2), 0, "%s: %s", what, e2);
-    cr_assert_eq(spv_validate(&m, e2, sizeof e2), 0, "%s: %s", what, e2);
-    spv_module_free(&m);
-    ir_kernel_destroy(k);
-}
-
 Test(kernels_attn, variants_build_for_min_and_h200_caps) {
     rt_caps cs[2];
-    rt_caps_default(&cs[0], RT_VULKAN);
-    cs[0].storage16 = true;
-    rt_caps_default(&cs[1], RT_VULKAN);
-    cs[1].subgroup_size = cs[1].subgroup_min = cs[1].subgroup_max = 32;
-    cs[1].subgroup_arith = cs[1].subgroup_shuffle = true;
-    cs[1].f16_arith = cs[1].storage16 = true;
-    cs[1].shared_bytes = 48 * 1024;
-    cs[1].max_workgroup = 1024;
+    tu_caps_min(&cs[0]);
+    tu_caps_h200(&cs[1]);
     char err[512];
     uint32_t gx;
     for (int ci = 0; ci < 2; ci++)
         for (size_t ti = 0; ti < 2; ti++) {
-            emit_ok(kn_kv_store(&cs[ci], 1024, 32768, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "kv_store");
-            emit_ok(kn_kv_store(&cs[ci], 7, 5, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "kv_store");
-            emit_ok(kn_attn_decode(&cs[ci], 32, 8, 128, 32768, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "attn");
-            emit_ok(kn_attn_decode(&cs[ci], 28, 4, 128, 4096, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "attn");
-            emit_ok(kn_attn_decode(&cs[ci], 5, 1, 40, 1031, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "attn");
-            emit_ok(kn_attn_decode(&cs[ci], 2, 2, 256, 100, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "attn");
+            tu_emit_ok(kn_kv_store(&cs[ci], 1024, 32768, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "kv_store");
+            tu_emit_ok(kn_kv_store(&cs[ci], 7, 5, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "kv_store");
+            tu_emit_ok(kn_attn_decode(&cs[ci], 32, 8, 128, 32768, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "attn");
+            tu_emit_ok(kn_attn_decode(&cs[ci], 28, 4, 128, 4096, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "attn");
+            tu_emit_ok(kn_attn_decode(&cs[ci], 5, 1, 40, 1031, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "attn");
+            tu_emit_ok(kn_attn_decode(&cs[ci], 2, 2, 256, 100, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "attn");
         }
 }
 

@@ -1,6 +1,7 @@
 #include "testutil_vk.h"
 
 #include "half.h"
+#include "spv_emit.h"
 #include "vk_device.h"
 #include "vk_probe.h"
 
@@ -47,4 +48,28 @@ double tu_ulp16(ir_scalar t, double v) {
     int mant = t == IR_BF16 ? 7 : 10, emin = t == IR_BF16 ? -126 : -14;
     if (e - 1 < emin) e = emin + 1;
     return ldexp(1.0, e - 1 - mant);
+}
+
+void tu_caps_min(rt_caps *c) {
+    rt_caps_default(c, RT_VULKAN);
+    c->storage16 = true;
+}
+
+void tu_caps_h200(rt_caps *c) {
+    rt_caps_default(c, RT_VULKAN);
+    c->subgroup_size = c->subgroup_min = c->subgroup_max = 32;
+    c->subgroup_arith = c->subgroup_shuffle = true;
+    c->f16_arith = c->storage16 = c->int8_arith = c->atomic_f32_add = true;
+    c->shared_bytes = 48 * 1024;
+    c->max_workgroup = 1024;
+}
+
+void tu_emit_ok(ir_kernel *k, const rt_caps *c, const char *err, const char *what) {
+    cr_assert_not_null(k, "%s: %s", what, err);
+    spv_module m = {0};
+    char e2[512];
+    cr_assert_eq(spv_emit(k, c, &m, e2, sizeof e2), 0, "%s: %s", what, e2);
+    cr_assert_eq(spv_validate(&m, e2, sizeof e2), 0, "%s: %s", what, e2);
+    spv_module_free(&m);
+    ir_kernel_destroy(k);
 }

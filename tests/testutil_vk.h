@@ -20,4 +20,12 @@ uint16_t tu_nan16(ir_scalar t);
 /* One unit in the last place of the 16-bit type at |v|'s magnitude (subnormal floor). */
 double tu_ulp16(ir_scalar t, double v);
 
+/* Caps to build kernel variants for without the device: the spec-minimum Vulkan caps
+ * plus 16-bit buffers (which the kernels need), and an H200 as Vulkan reports it. */
+void tu_caps_min(rt_caps *c);
+void tu_caps_h200(rt_caps *c);
+/* The builder gave a kernel (else fail with its err), it emits for c, and the module
+ * validates; the kernel is destroyed. */
+void tu_emit_ok(ir_kernel *k, const rt_caps *c, const char *err, const char *what);
+
 #endif
