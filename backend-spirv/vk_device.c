@@ -14,6 +14,8 @@
 #include <unistd.h>
 #include <vulkan/vulkan.h>
 
+#include "vk_khr.h"
+
 typedef struct vk_dev {
     rt_device base;
     VkInstance instance;
@@ -37,6 +39,7 @@ struct rt_buffer {
     VkBuffer buf;
     VkDeviceMemory mem;
     size_t size;
+    void *map; /* host-visible buffers: mapped for good, copies are memcpy */
 };
 
 struct rt_kernel {
@@ -140,24 +143,41 @@ static void record_copy(VkCommandBuffer cb, void *ctx) {
     vkCmdCopyBuffer(cb, j->src, j->dst, 1, &j->region);
 }
 
-static rt_buffer *vk_alloc(rt_device *base, size_t bytes, char *err, size_t errlen) {
-    vk_dev *d = (vk_dev *)base;
+static rt_buffer *alloc_buffer(vk_dev *d, size_t bytes, bool host, char *err, size_t errlen) {
     rt_buffer *b = calloc(1, sizeof *b);
     if (!b) return snprintf(err, errlen, "out of memory"), NULL;
+    VkMemoryPropertyFlags props = host ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
+                                       : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
     if (make_buffer(d, bytes,
                     VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                         VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-                    VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, &b->buf, &b->mem, err, errlen)) {
+                    props, &b->buf, &b->mem, err, errlen)) {
         free(b);
         return NULL;
+    }
+    VkResult r = host ? vkMapMemory(d->dev, b->mem, 0, VK_WHOLE_SIZE, 0, &b->map) : VK_SUCCESS;
+    if (r) {
+        vkDestroyBuffer(d->dev, b->buf, NULL);
+        vkFreeMemory(d->dev, b->mem, NULL);
+        free(b);
+        return vk_fail(err, errlen, "vkMapMemory", r), NULL;
     }
     b->size = bytes;
     return b;
 }
 
+static rt_buffer *vk_alloc(rt_device *base, size_t bytes, char *err, size_t errlen) {
+    return alloc_buffer((vk_dev *)base, bytes, false, err, errlen);
+}
+
+static rt_buffer *vk_alloc_host(rt_device *base, size_t bytes, char *err, size_t errlen) {
+    return alloc_buffer((vk_dev *)base, bytes, true, err, errlen);
+}
+
 static void vk_release(rt_device *base, rt_buffer *b) {
     vk_dev *d = (vk_dev *)base;
     if (!b) return;
+    if (b->map) vkUnmapMemory(d->dev, b->mem);
     vkDestroyBuffer(d->dev, b->buf, NULL);
     vkFreeMemory(d->dev, b->mem, NULL);
     free(b);
@@ -173,7 +193,9 @@ static int check_range(const rt_buffer *b, size_t off, size_t n, char *err, size
 
 static int vk_upload(rt_device *base, rt_buffer *b, size_t off, const void *src, size_t n, char *err, size_t errlen) {
     vk_dev *d = (vk_dev *)base;
-    if (check_range(b, off, n, err, errlen) || ensure_staging(d, n, err, errlen)) return -1;
+    if (check_range(b, off, n, err, errlen)) return -1;
+    if (b->map) return memcpy((char *)b->map + off, src, n), 0; /* no replay is in flight: calls wait */
+    if (ensure_staging(d, n, err, errlen)) return -1;
     if (!n) return 0;
     memcpy(d->staging_map, src, n);
     copy_job j = {d->staging, b->buf, {0, off, n}};
@@ -182,7 +204,9 @@ static int vk_upload(rt_device *base, rt_buffer *b, size_t off, const void *src,
 
 static int vk_download(rt_device *base, rt_buffer *b, size_t off, void *dst, size_t n, char *err, size_t errlen) {
     vk_dev *d = (vk_dev *)base;
-    if (check_range(b, off, n, err, errlen) || ensure_staging(d, n, err, errlen)) return -1;
+    if (check_range(b, off, n, err, errlen)) return -1;
+    if (b->map) return memcpy(dst, (char *)b->map + off, n), 0;
+    if (ensure_staging(d, n, err, errlen)) return -1;
     if (!n) return 0;
     copy_job j = {b->buf, d->staging, {off, 0, n}};
     if (submit_once(d, record_copy, &j, err, errlen)) return -1;
@@ -353,6 +377,11 @@ static int record_launches(vk_dev *d, VkCommandBuffer cb, VkDescriptorPool pool,
                              VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &mb, 0, NULL,
                              0, NULL);
     }
+    /* host-visible outputs: the fence wait alone does not make shader writes visible */
+    VkMemoryBarrier hb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+                          .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &hb, 0, NULL, 0,
+                         NULL);
     return 0;
 }
 
@@ -494,7 +523,7 @@ static void vk_destroy(rt_device *base) {
     free(d);
 }
 
-static const rt_device_ops vk_ops = {vk_alloc,  vk_release,    vk_upload, vk_download,        vk_compile,
+static const rt_device_ops vk_ops = {vk_alloc,  vk_alloc_host, vk_release,    vk_upload, vk_download,        vk_compile,
                                      vk_release_kernel, vk_run, vk_record, vk_replay, vk_release_recording,
                                      vk_destroy};
 
@@ -511,11 +540,6 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, char *err, 
     d->base.caps = all[index];
     snprintf(d->base.label, sizeof d->base.label, "vulkan:%u", index);
     rt_caps *c = &d->base.caps;
-    /* Cooperative matrices, float atomics and bf16 arithmetic need extension features
-     * this runtime does not enable yet: kernels must not use them. */
-    c->n_mma = 0;
-    c->atomic_f32_add = false;
-    c->bf16_arith = false;
     if (caps_override && rt_caps_override(c, caps_override, err, errlen)) goto fail;
 
     VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "kiln",
@@ -570,6 +594,39 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, char *err, 
                                             .pNext = &e12,
                                             .storageBuffer16BitAccess = c->storage16 && f11.storageBuffer16BitAccess};
     VkPhysicalDeviceFeatures2 want = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &e11};
+    /* The extensions behind cooperative matrices, the bf16 type and float atomics: the
+     * probe saw their features, so enabling them cannot fail for want of support. The
+     * caps (after --caps) decide; what is not enabled leaves the caps. */
+    const char *exts[3];
+    uint32_t n_ext = 0;
+    bool bf16_mma = false;
+    for (uint32_t i = 0; i < c->n_mma; i++) bf16_mma |= c->mma[i].ab_type == IR_BF16;
+    vkp_coopmat_features ecm = {.sType = VKP_STYPE_COOPMAT_FEATURES, .cooperativeMatrix = VK_TRUE};
+    vkp_bf16_features ebf = {.sType = VKP_STYPE_BF16_FEATURES, .shaderBFloat16Type = VK_TRUE,
+                             .shaderBFloat16CooperativeMatrix = bf16_mma};
+    VkPhysicalDeviceShaderAtomicFloatFeaturesEXT eaf = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT,
+        .shaderBufferFloat32AtomicAdd = VK_TRUE};
+    void **tail = &e13.pNext;
+    if (c->n_mma && f12.vulkanMemoryModel) { /* fragments need the Vulkan memory model */
+        exts[n_ext++] = "VK_KHR_cooperative_matrix";
+        *tail = &ecm, tail = &ecm.pNext;
+    } else {
+        c->n_mma = 0;
+    }
+    if (c->bf16_arith) {
+        exts[n_ext++] = "VK_KHR_shader_bfloat16";
+        *tail = &ebf, tail = &ebf.pNext;
+    } else { /* bf16 fragments need the type */
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < c->n_mma; i++)
+            if (c->mma[i].ab_type != IR_BF16) c->mma[k++] = c->mma[i];
+        c->n_mma = k;
+    }
+    if (c->atomic_f32_add) {
+        exts[n_ext++] = "VK_EXT_shader_atomic_float";
+        *tail = &eaf, tail = &eaf.pNext;
+    }
     want.features.shaderInt64 = have.features.shaderInt64;
     c->f16_arith = e12.shaderFloat16;
     c->int8_arith = e12.shaderInt8;
@@ -580,7 +637,7 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, char *err, 
     VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                   .queueFamilyIndex = d->queue_family, .queueCount = 1, .pQueuePriorities = &prio};
     VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &want, .queueCreateInfoCount = 1,
-                              .pQueueCreateInfos = &qi};
+                              .pQueueCreateInfos = &qi, .enabledExtensionCount = n_ext, .ppEnabledExtensionNames = exts};
     if ((r = vkCreateDevice(d->phys, &dci, NULL, &d->dev))) {
         vk_fail(err, errlen, "vkCreateDevice", r);
         goto fail;

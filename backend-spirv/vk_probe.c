@@ -12,42 +12,7 @@
 #include <string.h>
 #include <vulkan/vulkan.h>
 
-/* Newer than Debian 12's headers (1.3.239): VK_KHR_cooperative_matrix and
- * VK_KHR_shader_bfloat16, declared under our own names from the Vulkan registry's values
- * so this builds with old and new vulkan_core.h alike. */
-#define VKP_STYPE_COOPMAT_FEATURES ((VkStructureType)1000506000)
-#define VKP_STYPE_COOPMAT_PROPERTIES ((VkStructureType)1000506001)
-#define VKP_STYPE_COOPMAT_DEVICE_PROPERTIES ((VkStructureType)1000506002)
-#define VKP_STYPE_BF16_FEATURES ((VkStructureType)1000141000)
-enum { VKP_COMPONENT_F16 = 0, VKP_COMPONENT_F32 = 1, VKP_COMPONENT_BF16 = 1000141000 }; /* VkComponentTypeKHR */
-enum { VKP_SCOPE_SUBGROUP = 3 };                                                        /* VkScopeKHR */
-
-typedef struct vkp_coopmat_props {
-    VkStructureType sType;
-    void *pNext;
-    uint32_t MSize, NSize, KSize;
-    int32_t AType, BType, CType, ResultType;
-    VkBool32 saturatingAccumulation;
-    int32_t scope;
-} vkp_coopmat_props;
-
-typedef struct vkp_coopmat_features {
-    VkStructureType sType;
-    void *pNext;
-    VkBool32 cooperativeMatrix, cooperativeMatrixRobustBufferAccess;
-} vkp_coopmat_features;
-
-typedef struct vkp_coopmat_device_props {
-    VkStructureType sType;
-    void *pNext;
-    VkShaderStageFlags cooperativeMatrixSupportedStages;
-} vkp_coopmat_device_props;
-
-typedef struct vkp_bf16_features {
-    VkStructureType sType;
-    void *pNext;
-    VkBool32 shaderBFloat16Type, shaderBFloat16DotProduct, shaderBFloat16CooperativeMatrix;
-} vkp_bf16_features;
+#include "vk_khr.h"
 
 typedef VkResult(VKAPI_PTR *vkp_get_coopmat_fn)(VkPhysicalDevice, uint32_t *, vkp_coopmat_props *);
 

@@ -34,5 +34,6 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_dump(int argc, char **argv);
 
 #endif

@@ -29,6 +29,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "chat") == 0) return cmd_chat(argc - 1, argv + 1);
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "probe") == 0) return cmd_probe(argc - 1, argv + 1);
+    if (strcmp(cmd, "dump") == 0) return cmd_dump(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("kiln %s\n", KILN_COMMIT);
         return 0;

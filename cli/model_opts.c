@@ -103,7 +103,7 @@ int model_opts_open(model_opts *o, const char *path, model **m, tokenizer **t, e
     if (!strncmp(dev, "vulkan:", 7)) {
         o->dev = vk_device_open((uint32_t)strtoul(dev + 7, NULL, 10), o->caps, err, sizeof err);
         if (!o->dev) return cli_fail("%s", err);
-        *e = plan_create(*m, o->dev, o->orc.dtype, o->orc.n_ctx, err, sizeof err);
+        *e = plan_create(*m, o->dev, o->orc.dtype, o->orc.n_ctx, 0, err, sizeof err);
     } else {
         *e = orc_create(*m, &o->orc, err, sizeof err);
     }

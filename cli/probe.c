@@ -4,6 +4,7 @@
 #include "caps.h"
 #include "cli.h"
 #include "ir.h"
+#include "kernels.h"
 #include "vk_probe.h"
 
 #include <jansson.h>
@@ -27,6 +28,25 @@ typedef struct probed {
 
 /* ---- text ------------------------------------------------------------------------------ */
 
+/* Calls fn for each line of the kernel variants the device gets (GPU devices only). */
+static void each_variant(const probed *d, void (*fn)(void *ctx, const char *line, size_t n), void *ctx) {
+    if (d->caps.backend == RT_CPU) return;
+    char buf[2048];
+    kn_describe(&d->caps, buf, sizeof buf);
+    for (const char *p = buf; *p;) {
+        size_t n = strcspn(p, "\n");
+        fn(ctx, p, n);
+        p += n + (p[n] == '\n');
+    }
+}
+
+static void print_variant(void *ctx, const char *line, size_t n) {
+    (void)ctx;
+    printf("    %.*s\n", (int)n, line);
+}
+
+static void json_variant(void *ctx, const char *line, size_t n) { json_array_append_new(ctx, json_stringn(line, n)); }
+
 static void print_text(const probed *d, uint32_t nd, const char *caps_list) {
     char buf[4096];
     for (uint32_t i = 0; i < nd; i++) {
@@ -39,6 +59,8 @@ static void print_text(const probed *d, uint32_t nd, const char *caps_list) {
             printf("  %.*s\n", (int)n, p);
             p += n + (p[n] == '\n');
         }
+        if (d[i].caps.backend != RT_CPU) printf("  kernels (a qwen3-0.6b-shaped model, bf16):\n");
+        each_variant(&d[i], print_variant, NULL);
     }
 }
 
@@ -81,6 +103,11 @@ static json_t *json_device(const probed *d, const char *caps_list) {
         "atomic_f32_add", (int)c->atomic_f32_add, "mma", mma, "shared_bytes", (json_int_t)c->shared_bytes,
         "max_workgroup", (json_int_t)c->max_workgroup, "compute_units", (json_int_t)c->compute_units, "memory_bytes",
         (json_int_t)c->memory_bytes, "free_bytes", (json_int_t)c->free_bytes);
+    if (o && c->backend != RT_CPU) {
+        json_t *ks = json_array();
+        each_variant(d, json_variant, ks);
+        json_object_set_new(o, "kernels", ks);
+    }
     if (o && caps_list) {
         json_t *ov = json_pack("{s:o,s:b}", "list", json_text(caps_list, strlen(caps_list) + 1), "applied",
                                !d->refused);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char usage[] =
     "usage: kiln run MODEL.gguf -p TEXT [-n N] [flags]\n"
@@ -17,6 +18,12 @@ static const char usage[] =
     "  --no-echo                do not print the prompt before the generated text\n" MODEL_OPTS_USAGE;
 
 #define MAX_STOPS 16
+
+static double seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static int emit_stdout(void *ctx, const char *text, size_t len) {
     (void)ctx;
@@ -97,6 +104,7 @@ int cmd_run(int argc, char **argv) {
     if (!prompt) return cli_usage_error(usage, "-p TEXT is required ('-' reads stdin)");
     if (model_opts_check(&mo, usage)) return EXIT_USAGE;
 
+    double t_start = seconds(); /* time to first token counts from here: load, compile, prompt */
     size_t plen = strlen(prompt);
     char *owned = NULL;
     if (!strcmp(prompt, "-")) {
@@ -143,6 +151,7 @@ int cmd_run(int argc, char **argv) {
     }
     gen_params gp = {.max_tokens = (uint32_t)n_gen, .stop = stops, .n_stop = n_stop, .extra_eog = -1};
     char err[512];
+    double t_ready = seconds();
     if (gen_run(s, smp, ids, n, &gp, emit_stdout, NULL, &res, err, sizeof err)) {
         rc = cli_fail("%s", err);
         goto out;
@@ -159,6 +168,8 @@ int cmd_run(int argc, char **argv) {
             res.n_generated, res.t_generate,
             res.t_generate > 0 && res.n_generated > 1 ? (res.n_generated - 1) / res.t_generate : 0.0,
             gen_finish_name(res.finish));
+    fprintf(stderr, "%s: first token %.3f s after start (model load and kernel compile %.3f s, prompt %.3f s)\n",
+            e->name, t_ready - t_start + res.t_prompt, t_ready - t_start, res.t_prompt);
 out:
     free(res.ids);
     free(ids);

@@ -1,3 +1,15 @@
+/* The execution plan on a device: weights uploaded once (q, k and v fused into one matrix
+ * per layer, so one product serves all three), every buffer allocated once for a block of
+ * n_block tokens, and two recordings replayed through a small input buffer info =
+ * {position, token count} and the token ids:
+ *   decode   one token: norm, qkv matvec (+bias), qk_prep (q/k norm, rope, cache store),
+ *            attention, o matvec + residual, norm, gate/up matvec with SwiGLU, down
+ *            matvec + residual: 8 launches per layer;
+ *   prefill  a block of up to n_block tokens: the same with matrix products, prefill
+ *            attention, separate gate/up products and SwiGLU; the block's last row goes
+ *            to the logits head.
+ * Each kernel's numbers follow the oracle's contract rounding points (oracle/forward.c):
+ * the fused epilogues round where the oracle rounds. */
 #include "plan.h"
 
 #include "kernels.h"
@@ -7,10 +19,63 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_KERNELS 32
+/* The kernels of a plan, by role. */
+enum {
+    K_EMBED, K_NORM, K_NORM_ROW, K_MV_QKV, K_QK_PREP, K_ATTN, K_MV_O, K_MV_FFN, K_MV_DOWN, K_MV_OUT,
+    K_MM_QKV, K_ATTN_PREFILL, K_MM_O, K_MM_FF, K_MM_DOWN, K_SWIGLU, K_TAKE_LAST,
+    K_COUNT
+};
+static const char *const k_role[K_COUNT] = {
+    "embed", "rmsnorm", "rmsnorm_row", "decode_qkv", "qk_prep", "attn_decode", "decode_o", "decode_gate_up_swiglu",
+    "decode_down", "logits", "prefill_qkv", "attn_prefill", "prefill_o", "prefill_gate_up", "prefill_down",
+    "prefill_swiglu", "take_last"};
+
+/* What the kernels are built from. */
+typedef struct plan_shape {
+    arch_hparams hp;
+    ir_scalar dt;
+    uint32_t q_dim, kv_dim, qkv_dim, n_ctx, n_block;
+    bool bias, freqs;
+} plan_shape;
+
+/* Builds kernel i for the shape; its grid (x, y) where it follows from the shape. */
+static ir_kernel *build_kernel(const plan_shape *s, const rt_caps *c, int i, uint32_t g[2], char *err, size_t errlen) {
+    const arch_hparams *hp = &s->hp;
+    uint32_t d = hp->n_embd, nb = s->n_block;
+    ir_scalar dt = s->dt;
+    g[0] = g[1] = 1;
+    kn_rope_opts rope = {hp->n_rot, hp->rope_neox, hp->rope_base,
+                         hp->rope_scaling == ROPE_SCALING_LINEAR && hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor
+                                                                                                : 1.0f,
+                         s->freqs};
+    unsigned bias = s->bias ? KN_EPI_BIAS : 0;
+    switch (i) {
+    case K_EMBED: return kn_embed(c, hp->n_vocab, d, dt, &g[0], err, errlen);
+    case K_NORM: case K_NORM_ROW: return kn_rmsnorm(c, d, dt, hp->rms_eps, err, errlen);
+    case K_MV_QKV: return kn_matvec(c, s->qkv_dim, d, dt, dt, bias, &g[0], err, errlen);
+    case K_QK_PREP:
+        return kn_qk_prep(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps, s->n_ctx, dt,
+                          err, errlen);
+    case K_ATTN: return kn_attn_decode(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx, dt, &g[0], err, errlen);
+    case K_MV_O: return kn_matvec(c, d, s->q_dim, dt, dt, KN_EPI_RESIDUAL, &g[0], err, errlen);
+    case K_MV_FFN: return kn_matvec(c, hp->n_ff, d, dt, dt, KN_EPI_SWIGLU, &g[0], err, errlen);
+    case K_MV_DOWN: return kn_matvec(c, d, hp->n_ff, dt, dt, KN_EPI_RESIDUAL, &g[0], err, errlen);
+    case K_MV_OUT: return kn_matvec(c, hp->n_vocab, d, dt, IR_F32, KN_EPI_NONE, &g[0], err, errlen);
+    case K_MM_QKV: return kn_matmul(c, s->qkv_dim, d, nb, dt, bias, g, err, errlen);
+    case K_ATTN_PREFILL:
+        return kn_attn_prefill(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->qkv_dim, s->n_ctx, nb, dt, g, err,
+                               errlen);
+    case K_MM_O: return kn_matmul(c, d, s->q_dim, nb, dt, KN_EPI_RESIDUAL, g, err, errlen);
+    case K_MM_FF: return kn_matmul(c, hp->n_ff, d, nb, dt, KN_EPI_NONE, g, err, errlen);
+    case K_MM_DOWN: return kn_matmul(c, d, hp->n_ff, nb, dt, KN_EPI_RESIDUAL, g, err, errlen);
+    case K_SWIGLU: return kn_swiglu(c, nb * hp->n_ff, dt, &g[0], err, errlen);
+    case K_TAKE_LAST: return kn_take_last(c, d, nb, dt, &g[0], err, errlen);
+    }
+    return NULL;
+}
 
 typedef struct plan_layer {
-    rt_buffer *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *q_norm, *k_norm, *ffn_norm, *w_gate, *w_up, *w_down;
+    rt_buffer *attn_norm, *wqkv, *bqkv, *q_norm, *k_norm, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
     rt_buffer *kc, *vc;
 } plan_layer;
 
@@ -18,20 +83,19 @@ typedef struct plan_engine {
     engine base;
     const model *m;
     rt_device *d;
-    arch_hparams hp;
-    ir_scalar dt;
+    plan_shape s;
     char name[200];
-    uint32_t q_dim, kv_dim;
-    rt_buffer *tok_embd, *output, *output_norm;
+    rt_buffer *tok_embd, *output, *output_norm, *freqs;
     plan_layer *L;
-    /* activations of one token; x ping-pongs between xa and xb across residual adds */
-    rt_buffer *xa, *xb, *h, *q, *qb, *k, *kb, *v, *vb, *att, *o, *g, *u, *act, *logits, *tok, *pos;
-    rt_kernel *kern[MAX_KERNELS];
+    /* activations for n_block tokens (decode uses row 0); the residual stream x
+     * ping-pongs between xa and xb through the fused residual adds */
+    rt_buffer *xa, *xb, *h, *qkv, *att, *g, *u, *act, *last, *hl, *logits, *tok, *info;
+    rt_kernel *kern[K_COUNT];
+    uint32_t grid[K_COUNT][2];
     uint32_t n_kern;
     rt_launch *launch;
-    rt_arg *args;
-    uint32_t n_launch, cap_launch, n_args, cap_args;
-    rt_recording *step;
+    uint32_t n_launch, cap_launch, n_decode_launch;
+    rt_recording *decode, *prefill;
 } plan_engine;
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) {
@@ -42,44 +106,88 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
     return -1;
 }
 
+static int shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, plan_shape *s, char *err,
+                    size_t errlen) {
+    const arch_hparams *hp = &m->hp;
+    if (hp->rope_scaling == ROPE_SCALING_YARN)
+        return fail(err, errlen, "YaRN rope scaling is not supported (the oracle lacks it too)");
+    if (hp->head_dim_k != hp->head_dim_v)
+        return fail(err, errlen, "key and value head sizes differ (%u, %u): not on the GPU path yet", hp->head_dim_k,
+                    hp->head_dim_v);
+    memset(s, 0, sizeof *s);
+    s->hp = *hp;
+    uint32_t dt = dtype ? dtype : m->file_dtype == GGUF_T_F16 ? GGUF_T_F16 : GGUF_T_BF16;
+    s->dt = dt == GGUF_T_F16 ? IR_F16 : IR_BF16;
+    s->q_dim = hp->n_head * hp->head_dim_k;
+    s->kv_dim = hp->n_head_kv * hp->head_dim_k;
+    s->qkv_dim = s->q_dim + 2 * s->kv_dim;
+    s->n_ctx = n_ctx ? n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    /* a block of prompt tokens: the matmul's tile multiple, no more than the context needs */
+    uint32_t want = n_block ? n_block : 512;
+    uint32_t cap = (s->n_ctx + 63) / 64 * 64;
+    s->n_block = ((want < cap ? want : cap) + 63) / 64 * 64;
+    s->bias = hp->qkv_bias;
+    s->freqs = m->rope_freqs != NULL;
+    return 0;
+}
+
+int plan_each_kernel(const model *m, const rt_caps *c, uint32_t dtype, uint32_t n_ctx,
+                     void (*fn)(void *ctx, const char *role, const ir_kernel *k), void *ctx, char *err, size_t errlen) {
+    plan_shape s;
+    if (shape_of(m, dtype, n_ctx, 0, &s, err, errlen)) return -1;
+    for (int i = 0; i < K_COUNT; i++) {
+        if (i == K_NORM_ROW) continue; /* the same kernel as K_NORM */
+        uint32_t g[2];
+        ir_kernel *k = build_kernel(&s, c, i, g, err, errlen);
+        if (!k) return -1;
+        fn(ctx, k_role[i], k);
+        ir_kernel_destroy(k);
+    }
+    return 0;
+}
+
 /* ---- buffers ---------------------------------------------------------------------------- */
 
 static rt_buffer *alloc(plan_engine *p, size_t bytes, char *err, size_t errlen) {
     return p->d->ops->alloc(p->d, bytes, err, errlen);
 }
 
-/* A weight tensor converted to the plan's 16-bit type and uploaded. */
-static rt_buffer *upload_weight(plan_engine *p, const gguf_tensor *t, char *err, size_t errlen) {
-    if (!t) return NULL;
-    uint64_t n = gguf_tensor_nelements(t);
-    uint16_t *host = malloc(n * 2);
-    if (!host) return fail(err, errlen, "out of memory converting '%s'", t->name), NULL;
-    gguf_error ge;
-    int rc = p->dt == IR_BF16 ? gguf_tensor_rows_bf16(t, 0, gguf_tensor_nrows(t), host, &ge)
-                              : gguf_tensor_rows_f16(t, 0, gguf_tensor_nrows(t), host, &ge);
-    rt_buffer *b = NULL;
-    if (rc) fail(err, errlen, "%s", ge.msg);
-    else if ((b = alloc(p, n * 2, err, errlen)) && p->d->ops->upload(p->d, b, 0, host, n * 2, err, errlen)) {
-        p->d->ops->release(p->d, b);
-        b = NULL;
+/* Tensors converted to the plan's 16-bit type and uploaded one after another into one
+ * buffer (the fused qkv weight and bias); NULL tensors are skipped. */
+static rt_buffer *upload_concat(plan_engine *p, const gguf_tensor *const *t, int n, char *err, size_t errlen) {
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) total += t[i] ? gguf_tensor_nelements(t[i]) : 0;
+    if (!total) return NULL;
+    rt_buffer *b = alloc(p, total * 2, err, errlen);
+    uint64_t at = 0;
+    for (int i = 0; i < n && b; i++) {
+        if (!t[i]) continue;
+        uint64_t ne = gguf_tensor_nelements(t[i]);
+        uint16_t *host = malloc(ne * 2);
+        gguf_error ge;
+        int rc = !host ? fail(err, errlen, "out of memory converting '%s'", t[i]->name)
+                 : (p->s.dt == IR_BF16 ? gguf_tensor_rows_bf16(t[i], 0, gguf_tensor_nrows(t[i]), host, &ge)
+                                       : gguf_tensor_rows_f16(t[i], 0, gguf_tensor_nrows(t[i]), host, &ge))
+                     ? fail(err, errlen, "%s", ge.msg)
+                     : p->d->ops->upload(p->d, b, at * 2, host, ne * 2, err, errlen);
+        free(host);
+        if (rc) {
+            p->d->ops->release(p->d, b);
+            b = NULL;
+        }
+        at += ne;
     }
-    free(host);
     return b;
 }
 
-/* ---- kernels and the recorded step ------------------------------------------------------ */
-
-static rt_kernel *compile(plan_engine *p, ir_kernel *k, char *err, size_t errlen) {
-    if (!k) return NULL;
-    rt_kernel *c = p->n_kern < MAX_KERNELS ? p->d->ops->compile(p->d, k, NULL, err, errlen) : NULL;
-    if (p->n_kern >= MAX_KERNELS) fail(err, errlen, "too many kernels");
-    ir_kernel_destroy(k);
-    if (c) p->kern[p->n_kern++] = c;
-    return c;
+static rt_buffer *upload_weight(plan_engine *p, const gguf_tensor *t, char *err, size_t errlen) {
+    return upload_concat(p, &t, 1, err, errlen);
 }
 
-/* Appends a launch; args are copied. */
-static int add(plan_engine *p, rt_kernel *k, uint32_t gx, uint32_t gy, uint32_t n, const rt_arg *args) {
+/* ---- the recordings ----------------------------------------------------------------------- */
+
+/* Appends a launch of kernel i; args are copied. */
+static int add(plan_engine *p, int i, uint32_t gx, uint32_t gy, uint32_t n, rt_buffer *const *bufs) {
     if (p->n_launch == p->cap_launch) {
         uint32_t cap = p->cap_launch ? 2 * p->cap_launch : 64;
         rt_launch *l = realloc(p->launch, cap * sizeof *l);
@@ -89,89 +197,105 @@ static int add(plan_engine *p, rt_kernel *k, uint32_t gx, uint32_t gy, uint32_t 
     }
     rt_arg *a = malloc(n * sizeof *a);
     if (!a) return -1;
-    memcpy(a, args, n * sizeof *a);
-    p->launch[p->n_launch++] = (rt_launch){k, {gx, gy, 1}, a, n};
+    for (uint32_t j = 0; j < n; j++) a[j] = (rt_arg){bufs[j], 0};
+    p->launch[p->n_launch++] = (rt_launch){p->kern[i], {gx, gy, 1}, a, n};
     return 0;
 }
 
-#define A(b) ((rt_arg){(b), 0})
+#define ADD(i, gx, gy, ...) \
+    add(p, (i), (gx), (gy), sizeof((rt_buffer *[]){__VA_ARGS__}) / sizeof(rt_buffer *), (rt_buffer *[]){__VA_ARGS__})
 
-static int build_step(plan_engine *p, char *err, size_t errlen) {
-    const arch_hparams *hp = &p->hp;
-    const rt_caps *c = &p->d->caps;
-    uint32_t d = hp->n_embd, gx_embed, gx_q, gx_kv, gx_o, gx_ff, gx_down, gx_out, gx_add, gx_addq, gx_addkv, gx_swi,
-             gx_rq, gx_rk, gx_kvs;
-    rt_kernel *embed = compile(p, kn_embed(c, hp->n_vocab, d, p->dt, &gx_embed, err, errlen), err, errlen);
-    rt_kernel *norm = compile(p, kn_rmsnorm(c, d, p->dt, hp->rms_eps, err, errlen), err, errlen);
-    rt_kernel *mv_q = compile(p, kn_matvec(c, p->q_dim, d, p->dt, p->dt, &gx_q, err, errlen), err, errlen);
-    rt_kernel *mv_kv = compile(p, kn_matvec(c, p->kv_dim, d, p->dt, p->dt, &gx_kv, err, errlen), err, errlen);
-    rt_kernel *mv_o = compile(p, kn_matvec(c, d, p->q_dim, p->dt, p->dt, &gx_o, err, errlen), err, errlen);
-    rt_kernel *mv_ff = compile(p, kn_matvec(c, hp->n_ff, d, p->dt, p->dt, &gx_ff, err, errlen), err, errlen);
-    rt_kernel *mv_down = compile(p, kn_matvec(c, d, hp->n_ff, p->dt, p->dt, &gx_down, err, errlen), err, errlen);
-    rt_kernel *mv_out = compile(p, kn_matvec(c, hp->n_vocab, d, p->dt, IR_F32, &gx_out, err, errlen), err, errlen);
-    rt_kernel *add_d = compile(p, kn_add(c, d, p->dt, &gx_add, err, errlen), err, errlen);
-    rt_kernel *swi = compile(p, kn_swiglu(c, hp->n_ff, p->dt, &gx_swi, err, errlen), err, errlen);
-    rt_kernel *rope_q = compile(p, kn_rope(c, hp->n_head, hp->head_dim_k, hp->n_rot, hp->rope_neox, hp->rope_base,
-                                           p->dt, &gx_rq, err, errlen), err, errlen);
-    rt_kernel *rope_k = compile(p, kn_rope(c, hp->n_head_kv, hp->head_dim_k, hp->n_rot, hp->rope_neox, hp->rope_base,
-                                           p->dt, &gx_rk, err, errlen), err, errlen);
-    rt_kernel *kvs = compile(p, kn_kv_store(c, p->kv_dim, p->base.n_ctx, p->dt, &gx_kvs, err, errlen), err, errlen);
-    rt_kernel *attn = compile(p, kn_attn_decode(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, p->base.n_ctx, p->dt,
-                                                NULL, err, errlen), err, errlen);
-    if (!embed || !norm || !mv_q || !mv_kv || !mv_o || !mv_ff || !mv_down || !mv_out || !add_d || !swi || !rope_q ||
-        !rope_k || !kvs || !attn)
-        return -1;
-    rt_kernel *add_q = NULL, *add_kv = NULL, *qkn = NULL;
-    if (hp->qkv_bias) {
-        add_q = compile(p, kn_add(c, p->q_dim, p->dt, &gx_addq, err, errlen), err, errlen);
-        add_kv = compile(p, kn_add(c, p->kv_dim, p->dt, &gx_addkv, err, errlen), err, errlen);
-        if (!add_q || !add_kv) return -1;
-    }
-    if (hp->qk_norm && !(qkn = compile(p, kn_rmsnorm_heads(c, hp->head_dim_k, p->dt, hp->rms_eps, err, errlen), err,
-                                       errlen)))
-        return -1;
+/* The args of the qkv product and of qk_prep vary with the model's options. */
+static int add_qkv(plan_engine *p, int kern, const plan_layer *L, bool prefill) {
+    const uint32_t *g = p->grid[kern];
+    rt_buffer *a[5] = {L->wqkv, p->h, p->qkv};
+    uint32_t n = 3;
+    if (prefill) a[n++] = p->info;
+    if (p->s.bias) a[n++] = L->bqkv;
+    return add(p, kern, g[0], g[1], n, a);
+}
 
-    int r = add(p, embed, gx_embed, 1, 3, (rt_arg[]){A(p->tok_embd), A(p->tok), A(p->xa)});
+static int add_qk_prep(plan_engine *p, const plan_layer *L, uint32_t gy) {
+    rt_buffer *a[7] = {p->qkv, L->kc, L->vc, p->info};
+    uint32_t n = 4;
+    if (p->s.hp.qk_norm) a[n++] = L->q_norm, a[n++] = L->k_norm;
+    if (p->s.freqs) a[n++] = p->freqs;
+    return add(p, K_QK_PREP, p->s.hp.n_head + 2 * p->s.hp.n_head_kv, gy, n, a);
+}
+
+static int record_decode(plan_engine *p) {
+    const arch_hparams *hp = &p->s.hp;
+    uint32_t (*g)[2] = p->grid;
+    int r = ADD(K_EMBED, g[K_EMBED][0], 1, p->tok_embd, p->tok, p->xa);
     for (uint32_t l = 0; l < hp->n_layer && !r; l++) {
         const plan_layer *L = &p->L[l];
-        r |= add(p, norm, 1, 1, 3, (rt_arg[]){A(p->xa), A(L->attn_norm), A(p->h)});
-        r |= add(p, mv_q, gx_q, 1, 3, (rt_arg[]){A(L->wq), A(p->h), A(p->q)});
-        r |= add(p, mv_kv, gx_kv, 1, 3, (rt_arg[]){A(L->wk), A(p->h), A(p->k)});
-        r |= add(p, mv_kv, gx_kv, 1, 3, (rt_arg[]){A(L->wv), A(p->h), A(p->v)});
-        rt_buffer *q = p->q, *k = p->k, *v = p->v;
-        if (hp->qkv_bias) { /* an extra rounding the oracle does not have: the bias belongs in the matvec */
-            r |= add(p, add_q, gx_addq, 1, 3, (rt_arg[]){A(p->q), A(L->bq), A(p->qb)});
-            r |= add(p, add_kv, gx_addkv, 1, 3, (rt_arg[]){A(p->k), A(L->bk), A(p->kb)});
-            r |= add(p, add_kv, gx_addkv, 1, 3, (rt_arg[]){A(p->v), A(L->bv), A(p->vb)});
-            q = p->qb, k = p->kb, v = p->vb;
-        }
-        if (hp->qk_norm) {
-            rt_buffer *qn = q == p->q ? p->qb : p->q, *kn = k == p->k ? p->kb : p->k;
-            r |= add(p, qkn, hp->n_head, 1, 3, (rt_arg[]){A(q), A(L->q_norm), A(qn)});
-            r |= add(p, qkn, hp->n_head_kv, 1, 3, (rt_arg[]){A(k), A(L->k_norm), A(kn)});
-            q = qn, k = kn;
-        }
-        r |= add(p, rope_q, gx_rq, 1, 2, (rt_arg[]){A(q), A(p->pos)});
-        r |= add(p, rope_k, gx_rk, 1, 2, (rt_arg[]){A(k), A(p->pos)});
-        r |= add(p, kvs, gx_kvs, 1, 5, (rt_arg[]){A(k), A(v), A(L->kc), A(L->vc), A(p->pos)});
-        r |= add(p, attn, hp->n_head, 1, 5, (rt_arg[]){A(q), A(L->kc), A(L->vc), A(p->att), A(p->pos)});
-        r |= add(p, mv_o, gx_o, 1, 3, (rt_arg[]){A(L->wo), A(p->att), A(p->o)});
-        r |= add(p, add_d, gx_add, 1, 3, (rt_arg[]){A(p->xa), A(p->o), A(p->xb)});
-        r |= add(p, norm, 1, 1, 3, (rt_arg[]){A(p->xb), A(L->ffn_norm), A(p->h)});
-        r |= add(p, mv_ff, gx_ff, 1, 3, (rt_arg[]){A(L->w_gate), A(p->h), A(p->g)});
-        r |= add(p, mv_ff, gx_ff, 1, 3, (rt_arg[]){A(L->w_up), A(p->h), A(p->u)});
-        r |= add(p, swi, gx_swi, 1, 3, (rt_arg[]){A(p->g), A(p->u), A(p->act)});
-        r |= add(p, mv_down, gx_down, 1, 3, (rt_arg[]){A(L->w_down), A(p->act), A(p->o)});
-        r |= add(p, add_d, gx_add, 1, 3, (rt_arg[]){A(p->xb), A(p->o), A(p->xa)});
+        r |= ADD(K_NORM, 1, 1, p->xa, L->attn_norm, p->h);
+        r |= add_qkv(p, K_MV_QKV, L, false);
+        r |= add_qk_prep(p, L, 1);
+        r |= ADD(K_ATTN, g[K_ATTN][0], 1, p->qkv, L->kc, L->vc, p->att, p->info);
+        r |= ADD(K_MV_O, g[K_MV_O][0], 1, L->wo, p->att, p->xb, p->xa);
+        r |= ADD(K_NORM, 1, 1, p->xb, L->ffn_norm, p->h);
+        r |= ADD(K_MV_FFN, g[K_MV_FFN][0], 1, L->w_gate, p->h, p->act, L->w_up);
+        r |= ADD(K_MV_DOWN, g[K_MV_DOWN][0], 1, L->w_down, p->act, p->xa, p->xb);
     }
-    r |= add(p, norm, 1, 1, 3, (rt_arg[]){A(p->xa), A(p->output_norm), A(p->h)});
-    r |= add(p, mv_out, gx_out, 1, 3, (rt_arg[]){A(p->output), A(p->h), A(p->logits)});
-    if (r) return fail(err, errlen, "out of memory");
-    p->step = p->d->ops->record(p->d, p->launch, p->n_launch, err, errlen);
-    return p->step ? 0 : -1;
+    r |= ADD(K_NORM, 1, 1, p->xa, p->output_norm, p->hl);
+    r |= ADD(K_MV_OUT, g[K_MV_OUT][0], 1, p->output, p->hl, p->logits);
+    return r;
+}
+
+static int record_prefill(plan_engine *p) {
+    const arch_hparams *hp = &p->s.hp;
+    uint32_t (*g)[2] = p->grid, nb = p->s.n_block;
+    int r = ADD(K_EMBED, g[K_EMBED][0], nb, p->tok_embd, p->tok, p->xa);
+    for (uint32_t l = 0; l < hp->n_layer && !r; l++) {
+        const plan_layer *L = &p->L[l];
+        r |= ADD(K_NORM, nb, 1, p->xa, L->attn_norm, p->h);
+        r |= add_qkv(p, K_MM_QKV, L, true);
+        r |= add_qk_prep(p, L, nb);
+        r |= ADD(K_ATTN_PREFILL, g[K_ATTN_PREFILL][0], g[K_ATTN_PREFILL][1], p->qkv, L->kc, L->vc, p->att, p->info);
+        r |= ADD(K_MM_O, g[K_MM_O][0], g[K_MM_O][1], L->wo, p->att, p->xb, p->info, p->xa);
+        r |= ADD(K_NORM, nb, 1, p->xb, L->ffn_norm, p->h);
+        r |= ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], L->w_gate, p->h, p->g, p->info);
+        r |= ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], L->w_up, p->h, p->u, p->info);
+        r |= ADD(K_SWIGLU, g[K_SWIGLU][0], 1, p->g, p->u, p->act);
+        r |= ADD(K_MM_DOWN, g[K_MM_DOWN][0], g[K_MM_DOWN][1], L->w_down, p->act, p->xa, p->info, p->xb);
+    }
+    r |= ADD(K_TAKE_LAST, g[K_TAKE_LAST][0], 1, p->xa, p->info, p->last);
+    r |= ADD(K_NORM, 1, 1, p->last, p->output_norm, p->hl);
+    r |= ADD(K_MV_OUT, g[K_MV_OUT][0], 1, p->output, p->hl, p->logits);
+    return r;
+}
+
+static int build(plan_engine *p, char *err, size_t errlen) {
+    for (int i = 0; i < K_COUNT; i++) {
+        if (i == K_NORM_ROW) continue;
+        ir_kernel *k = build_kernel(&p->s, &p->d->caps, i, p->grid[i], err, errlen);
+        if (!k) return -1;
+        p->kern[i] = p->d->ops->compile(p->d, k, NULL, err, errlen);
+        ir_kernel_destroy(k);
+        if (!p->kern[i]) return -1;
+        p->n_kern++;
+    }
+    if (record_decode(p)) return fail(err, errlen, "out of memory");
+    p->n_decode_launch = p->n_launch;
+    if (!(p->decode = p->d->ops->record(p->d, p->launch, p->n_launch, err, errlen))) return -1;
+    if (record_prefill(p)) return fail(err, errlen, "out of memory");
+    p->prefill = p->d->ops->record(p->d, p->launch + p->n_decode_launch, p->n_launch - p->n_decode_launch, err, errlen);
+    return p->prefill ? 0 : -1;
 }
 
 /* ---- the engine ------------------------------------------------------------------------- */
+
+/* Runs one recording for tokens [0, n) at pos (n <= n_block; decode: n == 1). */
+static int step(plan_engine *p, rt_recording *rec, const int32_t *tokens, uint32_t n, uint32_t pos, char *err,
+                size_t errlen) {
+    rt_device *d = p->d;
+    uint32_t info[2] = {pos, n};
+    return d->ops->upload(d, p->tok, 0, tokens, (size_t)n * 4, err, errlen) ||
+                   d->ops->upload(d, p->info, 0, info, sizeof info, err, errlen) || d->ops->replay(d, rec, err, errlen)
+               ? -1
+               : 0;
+}
 
 static int plan_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all, char *err,
                      size_t errlen) {
@@ -181,21 +305,21 @@ static int plan_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t p
     if ((uint64_t)pos + n > base->n_ctx)
         return fail(err, errlen, "%u tokens at position %u exceed the context of %u", n, pos, base->n_ctx);
     for (uint32_t t = 0; t < n; t++)
-        if (tokens[t] < 0 || (uint32_t)tokens[t] >= p->hp.n_vocab)
-            return fail(err, errlen, "token id %d is outside the vocabulary of %u", tokens[t], p->hp.n_vocab);
+        if (tokens[t] < 0 || (uint32_t)tokens[t] >= p->s.hp.n_vocab)
+            return fail(err, errlen, "token id %d is outside the vocabulary of %u", tokens[t], p->s.hp.n_vocab);
     rt_device *d = p->d;
     base->n_past = pos;
-    /* One recorded step per token; prompts in large blocks come with the prefill kernels. */
-    for (uint32_t t = 0; t < n; t++) {
-        uint32_t tok = (uint32_t)tokens[t], at = pos + t;
-        if (d->ops->upload(d, p->tok, 0, &tok, 4, err, errlen) || d->ops->upload(d, p->pos, 0, &at, 4, err, errlen) ||
-            d->ops->replay(d, p->step, err, errlen))
-            return -1;
-        base->n_past = at + 1;
-        if (all || t == n - 1) {
-            float *dst = logits + (all ? (size_t)t * p->hp.n_vocab : 0);
-            if (d->ops->download(d, p->logits, 0, dst, (size_t)p->hp.n_vocab * 4, err, errlen)) return -1;
-        }
+    size_t row = (size_t)p->s.hp.n_vocab * 4;
+    for (uint32_t t = 0; t < n;) {
+        /* logits of every token need a decode step each; otherwise blocks of the prompt */
+        uint32_t m = all || n - t == 1 ? 1 : n - t < p->s.n_block ? n - t : p->s.n_block;
+        if (step(p, m == 1 ? p->decode : p->prefill, tokens + t, m, pos + t, err, errlen)) return -1;
+        t += m;
+        base->n_past = pos + t;
+        if (all || t == n)
+            if (d->ops->download(d, p->logits, 0, logits + (all ? (size_t)(t - 1) * p->s.hp.n_vocab : 0), row, err,
+                                 errlen))
+                return -1;
     }
     return 0;
 }
@@ -203,18 +327,19 @@ static int plan_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t p
 static void plan_destroy(engine *base) {
     plan_engine *p = (plan_engine *)base;
     rt_device *d = p->d;
-    if (p->step) d->ops->release_recording(d, p->step);
+    if (p->decode) d->ops->release_recording(d, p->decode);
+    if (p->prefill) d->ops->release_recording(d, p->prefill);
     for (uint32_t i = 0; i < p->n_launch; i++) free((void *)p->launch[i].args);
     free(p->launch);
-    for (uint32_t i = 0; i < p->n_kern; i++) d->ops->release_kernel(d, p->kern[i]);
-    rt_buffer *bufs[] = {p->tok_embd, p->output == p->tok_embd ? NULL : p->output, p->output_norm, p->xa, p->xb, p->h,
-                         p->q, p->qb, p->k, p->kb, p->v, p->vb, p->att, p->o, p->g, p->u, p->act, p->logits, p->tok,
-                         p->pos};
+    for (int i = 0; i < K_COUNT; i++)
+        if (p->kern[i]) d->ops->release_kernel(d, p->kern[i]);
+    rt_buffer *bufs[] = {p->tok_embd, p->output == p->tok_embd ? NULL : p->output, p->output_norm, p->freqs, p->xa,
+                         p->xb, p->h, p->qkv, p->att, p->g, p->u, p->act, p->last, p->hl, p->logits, p->tok, p->info};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
-    for (uint32_t l = 0; p->L && l < p->hp.n_layer; l++) {
+    for (uint32_t l = 0; p->L && l < p->s.hp.n_layer; l++) {
         plan_layer *L = &p->L[l];
-        rt_buffer *lb[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->bq, L->bk, L->bv, L->q_norm, L->k_norm,
+        rt_buffer *lb[] = {L->attn_norm, L->wqkv, L->bqkv, L->q_norm, L->k_norm, L->wo,
                            L->ffn_norm, L->w_gate, L->w_up, L->w_down, L->kc, L->vc};
         for (size_t i = 0; i < sizeof lb / sizeof lb[0]; i++)
             if (lb[i]) d->ops->release(d, lb[i]);
@@ -228,82 +353,85 @@ static const engine_ops plan_ops = {plan_eval, plan_destroy};
 void plan_counts(const engine *e, uint32_t *n_kernels, uint32_t *n_launches) {
     const plan_engine *p = (const plan_engine *)e;
     *n_kernels = p->n_kern;
-    *n_launches = p->n_launch;
+    *n_launches = p->n_decode_launch;
+}
+
+uint32_t plan_block(const engine *e) { return ((const plan_engine *)e)->s.n_block; }
+
+/* Activation bytes for a block of nb tokens. */
+static uint64_t act_bytes(const plan_shape *s, uint32_t nb) {
+    const arch_hparams *hp = &s->hp;
+    return 2ull * nb * (3ull * hp->n_embd + s->qkv_dim + s->q_dim + 3ull * hp->n_ff) + 4ull * hp->n_embd +
+           4ull * hp->n_vocab + 4ull * nb + 8;
 }
 
 /* Bytes the plan will hold on the device, to refuse up front what cannot fit. */
-static uint64_t plan_bytes(const model *m, uint32_t n_ctx, uint32_t q_dim, uint32_t kv_dim) {
-    const arch_hparams *hp = &m->hp;
+static uint64_t plan_bytes(const model *m, const plan_shape *s) {
     uint64_t w = 0;
     const gguf_file *g = m->file;
     for (uint64_t i = 0; i < gguf_n_tensors(g); i++) w += gguf_tensor_nelements(gguf_tensor_at(g, i)) * 2;
-    uint64_t kv = 2ull * hp->n_layer * n_ctx * kv_dim * 2;
-    uint64_t act = 2ull * (4ull * hp->n_embd + 3ull * q_dim + 4ull * kv_dim + 3ull * hp->n_ff) + 4ull * hp->n_vocab;
-    return w + kv + act;
+    uint64_t kv = 2ull * s->hp.n_layer * s->n_ctx * s->kv_dim * 2;
+    return w + kv + act_bytes(s, s->n_block);
 }
 
-engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, char *err, size_t errlen) {
-    const arch_hparams *hp = &m->hp;
-    if (hp->rope_scaling != ROPE_SCALING_NONE || m->rope_freqs)
-        return fail(err, errlen, "%s: rope scaling is not on the GPU path yet (run it on --device cpu)", d->label),
-               NULL;
-    if (hp->head_dim_k != hp->head_dim_v)
-        return fail(err, errlen, "%s: key and value head sizes differ (%u, %u): not on the GPU path yet", d->label,
-                    hp->head_dim_k, hp->head_dim_v),
+engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, char *err,
+                    size_t errlen) {
+    plan_shape s;
+    char why[256];
+    if (shape_of(m, dtype, n_ctx, n_block, &s, why, sizeof why)) return fail(err, errlen, "%s: %s", d->label, why), NULL;
+    const arch_hparams *hp = &s.hp;
+    uint64_t need = plan_bytes(m, &s), have = d->caps.memory_bytes;
+    if (have && need > have)
+        return fail(err, errlen,
+                    "%s: the model needs %.2f GiB with a %u-token context; the device has %.2f GiB (try --ctx)",
+                    d->label, need / 1073741824.0, s.n_ctx, have / 1073741824.0),
                NULL;
     plan_engine *p = calloc(1, sizeof *p);
-    if (!p) return fail(err, errlen, "out of memory"), NULL;
-    p->m = m;
-    p->d = d;
-    p->hp = *hp;
-    uint32_t dt = dtype ? dtype : m->file_dtype == GGUF_T_F16 ? GGUF_T_F16 : GGUF_T_BF16;
-    p->dt = dt == GGUF_T_F16 ? IR_F16 : IR_BF16;
-    p->q_dim = hp->n_head * hp->head_dim_k;
-    p->kv_dim = hp->n_head_kv * hp->head_dim_k;
-    p->base.ops = &plan_ops;
-    p->base.n_vocab = hp->n_vocab;
-    p->base.n_ctx = n_ctx ? n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    snprintf(p->name, sizeof p->name, "%s (%s, %s)", d->label, d->caps.name, p->dt == IR_BF16 ? "bf16" : "f16");
-    p->base.name = p->name;
-    uint64_t need = plan_bytes(m, p->base.n_ctx, p->q_dim, p->kv_dim), have = d->caps.memory_bytes;
-    if (have && need > have) {
-        fail(err, errlen, "%s: the model needs %.2f GiB with a %u-token context; the device has %.2f GiB (try --ctx)",
-             d->label, need / 1073741824.0, p->base.n_ctx, have / 1073741824.0);
-        free(p);
-        return NULL;
-    }
-    if (!(p->L = calloc(hp->n_layer, sizeof *p->L))) {
+    if (!p || !(p->L = calloc(hp->n_layer, sizeof *p->L))) {
         free(p);
         return fail(err, errlen, "out of memory"), NULL;
     }
-    size_t e = 2; /* bytes per 16-bit element */
+    p->m = m;
+    p->d = d;
+    p->s = s;
+    p->base.ops = &plan_ops;
+    p->base.n_vocab = hp->n_vocab;
+    p->base.n_ctx = s.n_ctx;
+    snprintf(p->name, sizeof p->name, "%s (%s, %s)", d->label, d->caps.name, s.dt == IR_BF16 ? "bf16" : "f16");
+    p->base.name = p->name;
     int bad = !(p->tok_embd = upload_weight(p, m->tok_embd, err, errlen)) ||
-              !(p->output_norm = upload_weight(p, m->output_norm, err, errlen));
+              !(p->output_norm = upload_weight(p, m->output_norm, err, errlen)) ||
+              (m->rope_freqs && !(p->freqs = upload_weight(p, m->rope_freqs, err, errlen)));
     if (!bad) p->output = m->output == m->tok_embd ? p->tok_embd : upload_weight(p, m->output, err, errlen);
     bad |= !p->output;
     for (uint32_t l = 0; l < hp->n_layer && !bad; l++) {
         const model_layer *ml = &m->layers[l];
         plan_layer *L = &p->L[l];
-        const gguf_tensor *t[14] = {ml->attn_norm, ml->wq, ml->wk, ml->wv, ml->wo, ml->bq, ml->bk,
-                                    ml->bv, ml->q_norm, ml->k_norm, ml->ffn_norm, ml->w_gate, ml->w_up, ml->w_down};
-        rt_buffer **dst[14] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk,
-                               &L->bv, &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 14 && !bad; i++)
+        const gguf_tensor *qkv[3] = {ml->wq, ml->wk, ml->wv}, *b[3] = {ml->bq, ml->bk, ml->bv};
+        bad = !(L->wqkv = upload_concat(p, qkv, 3, err, errlen)) ||
+              (s.bias && !(L->bqkv = upload_concat(p, b, 3, err, errlen)));
+        const gguf_tensor *t[7] = {ml->attn_norm, ml->q_norm, ml->k_norm, ml->wo, ml->ffn_norm, ml->w_gate, ml->w_up};
+        rt_buffer **dst[7] = {&L->attn_norm, &L->q_norm, &L->k_norm, &L->wo, &L->ffn_norm, &L->w_gate, &L->w_up};
+        for (int i = 0; i < 7 && !bad; i++)
             if (t[i] && !(*dst[i] = upload_weight(p, t[i], err, errlen))) bad = 1;
+        if (!bad && !(L->w_down = upload_weight(p, ml->w_down, err, errlen))) bad = 1;
         if (!bad) {
-            size_t cache = (size_t)p->base.n_ctx * p->kv_dim * e;
+            size_t cache = (size_t)s.n_ctx * s.kv_dim * 2;
             bad = !(L->kc = alloc(p, cache, err, errlen)) || !(L->vc = alloc(p, cache, err, errlen));
         }
     }
+    size_t nb = s.n_block;
     struct { rt_buffer **b; size_t bytes; } acts[] = {
-        {&p->xa, hp->n_embd * e}, {&p->xb, hp->n_embd * e}, {&p->h, hp->n_embd * e}, {&p->q, p->q_dim * e},
-        {&p->qb, p->q_dim * e}, {&p->k, p->kv_dim * e}, {&p->kb, p->kv_dim * e}, {&p->v, p->kv_dim * e},
-        {&p->vb, p->kv_dim * e}, {&p->att, p->q_dim * e}, {&p->o, hp->n_embd * e}, {&p->g, hp->n_ff * e},
-        {&p->u, hp->n_ff * e}, {&p->act, hp->n_ff * e}, {&p->logits, (size_t)hp->n_vocab * 4}, {&p->tok, 4},
-        {&p->pos, 4}};
-    for (size_t i = 0; i < sizeof acts / sizeof acts[0] && !bad; i++)
-        if (!(*acts[i].b = alloc(p, acts[i].bytes, err, errlen))) bad = 1;
-    if (bad || build_step(p, err, errlen)) {
+        {&p->xa, nb * hp->n_embd * 2}, {&p->xb, nb * hp->n_embd * 2}, {&p->h, nb * hp->n_embd * 2},
+        {&p->qkv, nb * s.qkv_dim * 2}, {&p->att, nb * s.q_dim * 2}, {&p->g, nb * hp->n_ff * 2},
+        {&p->u, nb * hp->n_ff * 2}, {&p->act, nb * hp->n_ff * 2}, {&p->last, hp->n_embd * 2},
+        {&p->hl, hp->n_embd * 2}, {&p->logits, (size_t)hp->n_vocab * 4}, {&p->tok, nb * 4}, {&p->info, 8}};
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0] && !bad; i++) {
+        /* what the host writes or reads each step lives in host memory */
+        bool host = acts[i].b == &p->logits || acts[i].b == &p->tok || acts[i].b == &p->info;
+        if (!(*acts[i].b = (host ? d->ops->alloc_host : d->ops->alloc)(d, acts[i].bytes, err, errlen))) bad = 1;
+    }
+    if (bad || build(p, err, errlen)) {
         plan_destroy(&p->base);
         return NULL;
     }

@@ -1,7 +1,8 @@
 /* The execution plan: for a model and a device, every kernel built from IR and compiled,
- * every buffer allocated once, the decode step recorded once and replayed per token
- * (only the token and position change, through two small buffers). Implements the
- * engine interface, so the generation loop runs on a GPU exactly as on the oracle. */
+ * every buffer allocated once, a decode step and a prefill block recorded once and
+ * replayed (only the tokens, position and count change, through two small buffers).
+ * Implements the engine interface, so the generation loop runs on a GPU exactly as on
+ * the oracle. */
 #ifndef KILN_FRONTEND_PLAN_H
 #define KILN_FRONTEND_PLAN_H
 
@@ -10,12 +11,24 @@
 #include "model.h"
 
 /* dtype: GGUF_T_BF16 or GGUF_T_F16 (0: the file's, bf16 for F32/quantized files).
- * n_ctx: KV cache positions (0: min(the model's context, 4096)). The model and the
- * device must outlive the engine. NULL with err: a model or context that does not fit
- * the device (with the sizes), a feature the GPU path lacks, a compile failure. */
-engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, char *err, size_t errlen);
+ * n_ctx: KV cache positions (0: min(the model's context, 4096)). n_block: prompt tokens
+ * per prefill block (0: 512), rounded up to a multiple of 64 and capped by the context.
+ * The model and the device must outlive the engine. NULL with err: a model or context
+ * that does not fit the device (with the sizes), a feature the GPU path lacks, a
+ * compile failure. */
+engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, char *err,
+                    size_t errlen);
 
-/* Kernels and launches per decode step (for reports). */
+/* Kernels compiled, and launches per decode step (for reports). */
 void plan_counts(const engine *e, uint32_t *n_kernels, uint32_t *n_launches);
+/* Tokens per prefill block (a prompt runs in blocks of this many). */
+uint32_t plan_block(const engine *e);
+
+/* Builds every kernel a plan would compile for the model on a device with caps c (the
+ * same choices plan_create makes), handing each verified kernel to fn with its role
+ * ("embed", "decode_qkv", "attn_prefill", ...); the kernel is destroyed after fn
+ * returns. For `kiln dump --spirv`. 0, or -1 with err. */
+int plan_each_kernel(const model *m, const rt_caps *c, uint32_t dtype, uint32_t n_ctx,
+                     void (*fn)(void *ctx, const char *role, const ir_kernel *k), void *ctx, char *err, size_t errlen);
 
 #endif

@@ -29,13 +29,45 @@ ir_kernel *kn_rmsnorm(const rt_caps *c, uint32_t n, ir_scalar dtype, float eps, 
  * Grid: one workgroup per (token, head): groups = {n_tokens * n_heads, 1, 1}. */
 ir_kernel *kn_rmsnorm_heads(const rt_caps *c, uint32_t head_dim, ir_scalar dtype, float eps, char *err, size_t errlen);
 
+/* Prefill kernels run a block of up to n_max tokens recorded once: they are launched for
+ * n_max and read the block's first position and token count from a u32 buffer
+ * info = {pos0, n} (n <= n_max), so one recording serves every prompt length. Rows of
+ * activations at t >= n hold anything; kernels may read them but write none. */
+
+/* Epilogues fused into the matrix products (flags, or'ed):
+ *   KN_EPI_BIAS      + b[r] (dtype) in f32 before the one rounding (qwen2's q/k/v bias)
+ *   KN_EPI_RESIDUAL  y = round(round(sum) + res[r]): the contract's residual add, fused
+ *                    (res is dtype, the same shape as y, a different buffer)
+ *   KN_EPI_SWIGLU    (kn_matvec only) W is the gate's weight and Wu the up's (same
+ *                    shape): y[r] = round(silu(round(g_r)) * round(u_r)),
+ *                    silu(g) = g / (1 + exp(-g)), the contract's SwiGLU, fused
+ * SWIGLU takes neither of the others; extra params come in the order b, res, Wu. */
+enum { KN_EPI_NONE = 0, KN_EPI_BIAS = 1, KN_EPI_RESIDUAL = 2, KN_EPI_SWIGLU = 4 };
+
 /* y[r] = sum_c W[r * cols + c] * x[c] for r < rows (W row-major, as GGUF stores a
- * [cols, rows] tensor). out is dtype, or IR_F32 for the logits head.
- * Params: W (dtype, read), x (dtype, read, cols), y (out, write, rows).
+ * [cols, rows] tensor), then the epilogue. out is dtype, or IR_F32 for the logits head
+ * (no epilogue then).
+ * Params: W (dtype, read), x (dtype, read, cols), y (out, write, rows), then b (dtype,
+ * read, rows) with KN_EPI_BIAS, res (dtype, read, rows) with KN_EPI_RESIDUAL, Wu (dtype,
+ * read, rows * cols) with KN_EPI_SWIGLU.
  * Grid: groups = {*groups_x, 1, 1} (a few rows per workgroup, one per subgroup, where
  * the caps offer subgroup reduce; one row per workgroup otherwise). */
-ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out,
+ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out, unsigned epi,
                      uint32_t *groups_x, char *err, size_t errlen);
+
+/* The prefill projections: Y[t][r] = sum_c W[r * cols + c] * X[t * cols + c] for r < rows
+ * and t < n = info[1], then the epilogue (KN_EPI_BIAS and/or KN_EPI_RESIDUAL, res being
+ * [n_max][rows]); rows t >= n of Y are not written. X is read in whole tiles of tokens:
+ * it must be allocated for n_max rows, n_max a multiple of 64. Cooperative matrices of
+ * dtype x dtype -> f32 where the caps offer them and the shape tiles evenly; a tiled
+ * kernel in workgroup memory otherwise.
+ * Params: W (dtype, read), X (dtype, read, n_max * cols), Y (dtype, write, n_max * rows),
+ * info (u32, read, 2), then b (dtype, read, rows) with KN_EPI_BIAS, then res (dtype,
+ * read, n_max * rows) with KN_EPI_RESIDUAL.
+ * Grid: groups = {groups[0], groups[1], 1}; workgroups whose tokens all lie at t >= n
+ * return at once. */
+ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
+                     uint32_t groups[2], char *err, size_t errlen);
 
 /* out[i] = a[i] + b[i] (the residual add). Params: a, b (dtype, read), out (dtype, write).
  * out[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u (SwiGLU). Params: g, u, out.
@@ -57,12 +89,20 @@ ir_kernel *kn_rope(const rt_caps *c, uint32_t n_heads, uint32_t head_dim, uint32
  * Params: logits (f32, read, n), out (u32, write, 1). Grid: groups = {1, 1, 1}. */
 ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, char *err, size_t errlen);
 
-/* out[c] = table[token * n_embd + c] with token = tok[0]; a token >= n_vocab gives a row
- * of zeros instead of a read past the table.
- * Params: table (dtype, read, n_vocab * n_embd), tok (u32, read, 1), out (dtype, write).
- * Grid: groups = {*groups_x, 1, 1}. */
+/* out[t][c] = table[tok[t] * n_embd + c] for the launch's tokens t (grid y); a token >=
+ * n_vocab gives a row of zeros instead of a read past the table.
+ * Params: table (dtype, read, n_vocab * n_embd), tok (u32, read, n_tokens), out (dtype,
+ * write, n_tokens * n_embd).
+ * Grid: groups = {*groups_x, n_tokens, 1}. */
 ir_kernel *kn_embed(const rt_caps *c, uint32_t n_vocab, uint32_t n_embd, ir_scalar dtype, uint32_t *groups_x,
                     char *err, size_t errlen);
+
+/* out[c] = x[(info[1] - 1) * n + c]: the last row of a prefill block (kernels below), for
+ * the logits head. n = info[1] = 0 or > n_max gives zeros.
+ * Params: x (dtype, read, n_max * n), info (u32, read, 2), out (dtype, write, n).
+ * Grid: groups = {*groups_x, 1, 1}. */
+ir_kernel *kn_take_last(const rt_caps *c, uint32_t n, uint32_t n_max, ir_scalar dtype, uint32_t *groups_x, char *err,
+                        size_t errlen);
 
 /* The KV-cache store: kcache[p * kv_dim + i] = k[t * kv_dim + i] and the same for v, bit for
  * bit, for token t of the launch at p = pos[0] + t; caches are [n_ctx][kv_dim] row-major,
@@ -84,5 +124,50 @@ ir_kernel *kn_kv_store(const rt_caps *c, uint32_t kv_dim, uint32_t n_ctx, ir_sca
  * Grid: one workgroup per query head: groups = {n_head, 1, 1} (= *groups_x). */
 ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_ctx,
                           ir_scalar dtype, uint32_t *groups_x, char *err, size_t errlen);
+
+/* Causal attention of a prefill block: query token t < n = info[1] sits at position
+ * p_t = info[0] + t and attends cache positions 0..p_t (its own included: kn_qk_prep has
+ * stored the block's keys and values before), head h on kv head h / (n_head /
+ * n_head_kv); scores (q . k) / sqrt(head_dim), softmax in f32 as kn_attn_decode, out
+ * rounded to dtype once. q is read with a row stride of q_stride elements (the q part of
+ * a fused qkv row): head h of token t at q[t * q_stride + h * head_dim]. A p_t >= n_ctx
+ * writes nothing; rows t >= n are not written.
+ * Params: q (dtype, read, n_max * q_stride), kcache, vcache (dtype, read, n_ctx * n_head_kv
+ * * head_dim), out (dtype, write, n_max * n_head * head_dim), info (u32, read, 2).
+ * Grid: groups = {groups[0], groups[1], 1}. */
+ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t q_stride,
+                           uint32_t n_ctx, uint32_t n_max, ir_scalar dtype, uint32_t groups[2], char *err,
+                           size_t errlen);
+
+/* Rope options shared by the kernels that rotate: the pairing, the base, a linear
+ * frequency scale (1 / factor; 1 when unscaled) and whether per-pair frequency factors
+ * (llama 3's rope_freqs, n_rot / 2 values of dtype) divide the angles:
+ * angle_i = freq_scale * theta_i / factor_i, theta as kn_rope. */
+typedef struct kn_rope_opts {
+    uint32_t n_rot;
+    bool neox;
+    float base, freq_scale;
+    bool freq_factors;
+} kn_rope_opts;
+
+/* Everything between the qkv projection and attention, in one launch, for tokens t < n =
+ * info[1] at positions info[0] + t: qkv is [n_max][(n_head + 2 * n_head_kv) * head_dim],
+ * each row q heads, then k heads, then v heads. Workgroup (head j, token t):
+ *   q head: per-head RMSNorm with q_norm (when qk_norm; rounded), rope (rounded), written
+ *           back in place;
+ *   k head: the same with k_norm, written to kcache[p * kv_dim + kvh * head_dim ..];
+ *   v head: copied bit for bit to vcache[p * kv_dim + ..]
+ * with kv_dim = n_head_kv * head_dim and p = info[0] + t; p >= n_ctx writes nothing.
+ * Params: qkv (dtype, read/write), kcache, vcache (dtype, write, n_ctx * kv_dim), info
+ * (u32, read, 2), then q_norm, k_norm (dtype, read, head_dim) when qk_norm, then
+ * freqs (dtype, read, n_rot / 2) when rope.freq_factors.
+ * Grid: groups = {n_head + 2 * n_head_kv, n_max, 1}. */
+ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, const kn_rope_opts *rope,
+                      bool qk_norm, float eps, uint32_t n_ctx, ir_scalar dtype, char *err, size_t errlen);
+
+/* One line per kernel family ("matmul (prefill): workgroup 128, cooperative matrices
+ * 16x16x16 bf16\n", ...): the variants the builders choose for caps c, read off kernels
+ * built for a qwen3-0.6b-shaped model in bf16. As snprintf: returns the length needed. */
+size_t kn_describe(const rt_caps *c, char *buf, size_t cap);
 
 #endif

@@ -99,3 +99,68 @@ ir_kernel *kn_create(const char *name, char *err, size_t errlen) {
     if (!k) kn_fail(err, errlen, "%s: out of memory", name);
     return k;
 }
+
+int kn_check_epi(const char *who, unsigned epi, unsigned allowed, char *err, size_t errlen) {
+    if ((epi & ~allowed) || ((epi & KN_EPI_SWIGLU) && (epi & (KN_EPI_BIAS | KN_EPI_RESIDUAL)))) {
+        kn_fail(err, errlen, "%s: epilogue flags 0x%x are not supported here", who, epi);
+        return -1;
+    }
+    return 0;
+}
+
+ir_val kn_epilogue(ir_kernel *k, unsigned epi, ir_val sum, ir_buf b, ir_val b_index, ir_buf res, ir_val res_index,
+                   ir_scalar dtype) {
+    ir_type f32 = ir_t_scalar(k, IR_F32), dt = ir_t_scalar(k, dtype);
+    if (epi & KN_EPI_BIAS) sum = ir_bin(k, IR_OP_ADD, sum, ir_convert(k, ir_load(k, b, b_index, 1), f32));
+    ir_val y = ir_convert(k, sum, dt);
+    if (epi & KN_EPI_RESIDUAL)
+        y = ir_convert(k, ir_bin(k, IR_OP_ADD, ir_convert(k, y, f32), ir_convert(k, ir_load(k, res, res_index, 1), f32)),
+                       dt);
+    return y;
+}
+
+ir_val kn_silu_mul(ir_kernel *k, ir_val g, ir_val u) {
+    ir_val one = ir_const_f32(k, 1.0f);
+    ir_val sig = ir_bin(k, IR_OP_ADD, one, ir_un(k, IR_OP_EXP, ir_un(k, IR_OP_NEG, g)));
+    return ir_bin(k, IR_OP_MUL, ir_bin(k, IR_OP_DIV, g, sig), u);
+}
+
+ir_val kn_rope_theta(ir_kernel *k, ir_val th, ir_val from, ir_val to, float theta_scale) {
+    ir_for *l = ir_for_begin(k, from, to, ir_const_u32(k, 1), 1, &th);
+    ir_val next = ir_bin(k, IR_OP_MUL, ir_for_arg(l, 0), ir_const_f32(k, theta_scale));
+    ir_for_end(k, l, &next);
+    return ir_for_result(l, 0);
+}
+
+ir_val kn_angle_reduce(ir_kernel *k, ir_val th) {
+    /* r = th - q * 2pi, q = floor(th / 2pi + 0.5); 2pi split so q * C1 is exact for
+     * q < 2^16 and each fma rounds once */
+    const float c1 = 6.28125f, c2 = 1.9353071795864769e-3f, c3 = (float)(6.283185307179586 - 6.28125 - (double)c2);
+    ir_val q = ir_un(k, IR_OP_FLOOR, ir_fma(k, th, ir_const_f32(k, (float)(1.0 / 6.283185307179586)), ir_const_f32(k, 0.5f)));
+    ir_val nq = ir_un(k, IR_OP_NEG, q);
+    ir_val r = ir_fma(k, nq, ir_const_f32(k, c1), th);
+    r = ir_fma(k, nq, ir_const_f32(k, c2), r);
+    return ir_fma(k, nq, ir_const_f32(k, c3), r);
+}
+
+ir_val kn_rms_scale(ir_kernel *k, const rt_caps *c, uint32_t wg, ir_buf x, ir_val base, uint32_t n, float eps,
+                    const char *shm_name) {
+    uint32_t v = kn_vec_width(n);
+    ir_type f32 = ir_t_scalar(k, IR_F32), fv = v == 1 ? f32 : ir_t_vector(k, IR_F32, v);
+    ir_val start = ir_bin(k, IR_OP_MUL, ir_id(k, IR_ID_LOCAL, 0), ir_const_u32(k, v));
+    /* per-invocation sum of squares (vector lanes summed at the end) */
+    ir_val zero = ir_const_f32(k, 0.0f);
+    if (v > 1) {
+        ir_val z[4] = {zero, zero, zero, zero};
+        zero = ir_vec(k, z, v);
+    }
+    ir_for *l = ir_for_begin(k, start, ir_const_u32(k, n), ir_const_u32(k, wg * v), 1, &zero);
+    ir_val xv = ir_convert(k, ir_load(k, x, ir_bin(k, IR_OP_ADD, base, ir_for_iv(l)), v), fv);
+    ir_val ss = ir_fma(k, xv, xv, ir_for_arg(l, 0));
+    ir_for_end(k, l, &ss);
+    ir_val total = kn_wg_sum(k, c, wg, kn_lane_sum(k, ir_for_result(l, 0), v), shm_name);
+    ir_val mean = ir_bin(k, IR_OP_DIV, total, ir_const_f32(k, (float)n));
+    /* 1/sqrt rather than rsqrt: device rsqrt is often approximate */
+    ir_val root = ir_un(k, IR_OP_SQRT, ir_bin(k, IR_OP_ADD, mean, ir_const_f32(k, eps)));
+    return ir_bin(k, IR_OP_DIV, ir_const_f32(k, 1.0f), root);
+}

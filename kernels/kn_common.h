@@ -21,9 +21,33 @@ uint32_t kn_vec_width(uint32_t n);
 ir_val kn_wg_sum(ir_kernel *k, const rt_caps *c, uint32_t wg, ir_val v, const char *shm_name);
 /* Sum of the lanes of an f32 vector (or v itself for a scalar), lane 0 first. */
 ir_val kn_lane_sum(ir_kernel *k, ir_val v, uint32_t lanes);
+/* -1 with err when epi has flags outside allowed, or SWIGLU with another flag. */
+int kn_check_epi(const char *who, unsigned epi, unsigned allowed, char *err, size_t errlen);
+/* The fused epilogue of a product (kernels.h, KN_EPI_*) on an f32 sum: the bias
+ * b[b_index] (BIAS), the rounding to dtype, the residual res[res_index] and a second
+ * rounding (RESIDUAL). Returns the dtype value to store. b/res are ignored without
+ * their flag. */
+ir_val kn_epilogue(ir_kernel *k, unsigned epi, ir_val sum, ir_buf b, ir_val b_index, ir_buf res, ir_val res_index,
+                   ir_scalar dtype);
+/* silu(g) * u in f32, silu(g) = g / (1 + exp(-g)), as the oracle writes it. */
+ir_val kn_silu_mul(ir_kernel *k, ir_val g, ir_val u);
 /* Verifies k: k, or NULL (k destroyed) with the builder's or verifier's message. */
 ir_kernel *kn_finish(ir_kernel *k, char *err, size_t errlen);
 /* ir_kernel_create, with the out-of-memory message. */
 ir_kernel *kn_create(const char *name, char *err, size_t errlen);
+
+/* Rope's angle chain (kn_rope, kn_qk_prep): theta_to = th * theta_scale^(to - from) for
+ * th = theta_from, by to - from f32 multiplications, one rounding each, as the oracle
+ * and llama.cpp build it (theta_scale = powf(base, -2 / n_rot) on the host). */
+ir_val kn_rope_theta(ir_kernel *k, ir_val th, ir_val from, ir_val to, float theta_scale);
+/* An f32 angle reduced by 2*pi into about [-pi, pi], where device sin/cos are specified
+ * (Vulkan: 2^-11 absolute); exact enough for angles below 2^16 * 2*pi. */
+ir_val kn_angle_reduce(ir_kernel *k, ir_val th);
+/* The RMSNorm scale of x[base .. base + n): 1 / sqrt(sum(x^2) / n + eps), sums in f32,
+ * the same in every invocation of the workgroup of wg. Invocation lid reads vectors of
+ * kn_vec_width(n) at lid * v, lid * v + wg * v, ... (base a multiple of that width).
+ * Contains kn_wg_sum's barriers: uniform control flow, one shm name per call. */
+ir_val kn_rms_scale(ir_kernel *k, const rt_caps *c, uint32_t wg, ir_buf x, ir_val base, uint32_t n, float eps,
+                    const char *shm_name);
 
 #endif

@@ -4,7 +4,11 @@
  * two 16-bit values are exact in f32, so only the summation order differs from a loop. */
 #include "kn_common.h"
 
-/* Lanes of one group of invocations walk a row: c = first, first + stride, ... < cols. */
+/* Lanes of one group of invocations walk a row: c = first, first + stride, ... < cols.
+ * The walk is unrolled by 4 (independent loads in flight per lane, which a decode step's
+ * bandwidth needs: one 8-byte load at a time per lane leaves the memory system idle),
+ * with a plain loop for the columns past the last whole unrolled step. */
+#define UNROLL 4
 static ir_val row_dot(ir_kernel *k, ir_buf w, ir_buf x, ir_val row, ir_val first, uint32_t stride, uint32_t cols,
                       uint32_t v) {
     ir_type f32 = ir_t_scalar(k, IR_F32), fv = v == 1 ? f32 : ir_t_vector(k, IR_F32, v);
@@ -12,22 +16,57 @@ static ir_val row_dot(ir_kernel *k, ir_buf w, ir_buf x, ir_val row, ir_val first
     for (uint32_t i = 0; i < v; i++) z[i] = ir_const_f32(k, 0.0f);
     ir_val zero = v == 1 ? z[0] : ir_vec(k, z, v);
     ir_val base = ir_bin(k, IR_OP_MUL, row, ir_const_u32(k, cols));
-    ir_for *l = ir_for_begin(k, first, ir_const_u32(k, cols), ir_const_u32(k, stride), 1, &zero);
-    ir_val c = ir_for_iv(l);
-    ir_val wv = ir_convert(k, ir_load(k, w, ir_bin(k, IR_OP_ADD, base, c), v), fv);
-    ir_val xv = ir_convert(k, ir_load(k, x, c, v), fv);
-    ir_val acc = ir_fma(k, wv, xv, ir_for_arg(l, 0));
-    ir_for_end(k, l, &acc);
-    return kn_lane_sum(k, ir_for_result(l, 0), v);
+    uint32_t main_end = cols - cols % (stride * UNROLL);
+    ir_val acc = zero;
+    if (main_end) {
+        ir_for *l = ir_for_begin(k, first, ir_const_u32(k, main_end), ir_const_u32(k, stride * UNROLL), 1, &zero);
+        ir_val a = ir_for_arg(l, 0), wv[UNROLL], xv[UNROLL];
+        for (uint32_t u = 0; u < UNROLL; u++) { /* all loads first, then the sums */
+            ir_val c = ir_bin(k, IR_OP_ADD, ir_for_iv(l), ir_const_u32(k, u * stride));
+            wv[u] = ir_load(k, w, ir_bin(k, IR_OP_ADD, base, c), v);
+            xv[u] = ir_load(k, x, c, v);
+        }
+        for (uint32_t u = 0; u < UNROLL; u++) a = ir_fma(k, ir_convert(k, wv[u], fv), ir_convert(k, xv[u], fv), a);
+        ir_for_end(k, l, &a);
+        acc = ir_for_result(l, 0);
+    }
+    if (main_end < cols) {
+        ir_val from = ir_bin(k, IR_OP_ADD, first, ir_const_u32(k, main_end));
+        ir_for *l = ir_for_begin(k, from, ir_const_u32(k, cols), ir_const_u32(k, stride), 1, &acc);
+        ir_val c = ir_for_iv(l);
+        ir_val wv = ir_convert(k, ir_load(k, w, ir_bin(k, IR_OP_ADD, base, c), v), fv);
+        ir_val xv = ir_convert(k, ir_load(k, x, c, v), fv);
+        ir_val a = ir_fma(k, wv, xv, ir_for_arg(l, 0));
+        ir_for_end(k, l, &a);
+        acc = ir_for_result(l, 0);
+    }
+    return kn_lane_sum(k, acc, v);
 }
 
-ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out,
+/* The row's result, stored by one invocation: the epilogue applied to the dot product(s). */
+static void store_row(ir_kernel *k, unsigned epi, ir_buf y, ir_buf b, ir_buf res, ir_val row, ir_val sum, ir_val up,
+                      ir_scalar dtype, ir_scalar out) {
+    if (epi & KN_EPI_SWIGLU) {
+        ir_type f32 = ir_t_scalar(k, IR_F32), dt = ir_t_scalar(k, dtype);
+        ir_val g = ir_convert(k, ir_convert(k, sum, dt), f32), u = ir_convert(k, ir_convert(k, up, dt), f32);
+        ir_store(k, y, row, ir_convert(k, kn_silu_mul(k, g, u), dt));
+    } else if (out == IR_F32) {
+        ir_store(k, y, row, sum);
+    } else {
+        ir_store(k, y, row, kn_epilogue(k, epi, sum, b, row, res, row, dtype));
+    }
+}
+
+ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out, unsigned epi,
                      uint32_t *groups_x, char *err, size_t errlen) {
     if (kn_check_dtype(c, dtype, err, errlen)) return NULL;
     if (out != dtype && out != IR_F32) {
         kn_fail(err, errlen, "kn_matvec: output must be %s or f32, not %s", ir_scalar_name(dtype), ir_scalar_name(out));
         return NULL;
     }
+    if (kn_check_epi("kn_matvec", epi, out == IR_F32 ? 0u : KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err,
+                     errlen))
+        return NULL;
     if (rows == 0 || cols == 0 || (uint64_t)rows * cols > UINT32_MAX) {
         kn_fail(err, errlen, "kn_matvec: bad shape %u x %u (u32 indices: rows * cols < 2^32)", rows, cols);
         return NULL;
@@ -35,9 +74,12 @@ ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar d
     ir_kernel *k = kn_create("kn_matvec", err, errlen);
     if (!k) return NULL;
     ir_buf w = ir_param_buffer(k, "W", dtype, IR_READ), x = ir_param_buffer(k, "x", dtype, IR_READ);
-    ir_buf y = ir_param_buffer(k, "y", out, IR_WRITE);
+    ir_buf y = ir_param_buffer(k, "y", out, IR_WRITE), b = 0, res = 0, wu = 0;
+    if (epi & KN_EPI_BIAS) b = ir_param_buffer(k, "b", dtype, IR_READ);
+    if (epi & KN_EPI_RESIDUAL) res = ir_param_buffer(k, "res", dtype, IR_READ);
+    if (epi & KN_EPI_SWIGLU) wu = ir_param_buffer(k, "Wu", dtype, IR_READ);
+    bool swi = epi & KN_EPI_SWIGLU;
     uint32_t v = kn_vec_width(cols), sg = c->subgroup_size;
-    ir_type ot = ir_t_scalar(k, out);
     uint32_t gx, wg = kn_workgroup(c, 256);
     /* narrower subgroups would leave too few lanes per row */
     if (c->subgroup_arith && sg >= 8 && sg <= wg) {
@@ -50,9 +92,10 @@ ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar d
         ir_val lane = ir_id(k, IR_ID_SG_LANE, 0);
         ir_if *in = ir_if_begin(k, ir_compare(k, IR_LT, row, ir_const_u32(k, rows)), 0);
         ir_val first = ir_bin(k, IR_OP_MUL, lane, ir_const_u32(k, v));
-        ir_val sum = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot(k, w, x, row, first, sg * v, cols, v));
+        ir_val sum = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot(k, w, x, row, first, sg * v, cols, v)), up = IR_NONE;
+        if (swi) up = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot(k, wu, x, row, first, sg * v, cols, v));
         ir_if *l0 = ir_if_begin(k, ir_compare(k, IR_EQ, lane, ir_const_u32(k, 0)), 0);
-        ir_store(k, y, row, ir_convert(k, sum, ot));
+        store_row(k, epi, y, b, res, row, sum, up, dtype, out);
         ir_if_end(k, l0, NULL);
         ir_if_end(k, in, NULL);
         gx = (rows + rpw - 1) / rpw;
@@ -64,9 +107,10 @@ ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar d
         ir_set_workgroup(k, wg, 1, 1);
         ir_val lid = ir_id(k, IR_ID_LOCAL, 0), row = ir_id(k, IR_ID_GROUP, 0);
         ir_val first = ir_bin(k, IR_OP_MUL, lid, ir_const_u32(k, v));
-        ir_val sum = kn_wg_sum(k, c, wg, row_dot(k, w, x, row, first, wg * v, cols, v), "dot_part");
+        ir_val sum = kn_wg_sum(k, c, wg, row_dot(k, w, x, row, first, wg * v, cols, v), "dot_part"), up = IR_NONE;
+        if (swi) up = kn_wg_sum(k, c, wg, row_dot(k, wu, x, row, first, wg * v, cols, v), "up_part");
         ir_if *l0 = ir_if_begin(k, ir_compare(k, IR_EQ, lid, ir_const_u32(k, 0)), 0);
-        ir_store(k, y, row, ir_convert(k, sum, ot));
+        store_row(k, epi, y, b, res, row, sum, up, dtype, out);
         ir_if_end(k, l0, NULL);
         gx = rows;
     }

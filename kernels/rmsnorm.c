@@ -23,26 +23,10 @@ static ir_kernel *build(const rt_caps *c, const char *name, uint32_t n, ir_scala
     ir_val lid = ir_id(k, IR_ID_LOCAL, 0);
     /* rows * n may pass 2^32 only for absurd batches; the row base is u32 like every index */
     ir_val base = ir_bin(k, IR_OP_MUL, ir_id(k, IR_ID_GROUP, 0), ir_const_u32(k, n));
+    /* pass 1 (kn_rms_scale): sum of squares at lid * v, lid * v + wg * v, ... */
+    ir_val scale = kn_rms_scale(k, c, wg, x, base, n, eps, "ss_part");
     ir_val start = ir_bin(k, IR_OP_MUL, lid, ir_const_u32(k, v));
     ir_val end = ir_const_u32(k, n), step = ir_const_u32(k, wg * v);
-
-    /* pass 1: per-invocation sum of squares (vector lanes summed at the end) */
-    ir_val zero = v == 1 ? ir_const_f32(k, 0.0f) : IR_NONE;
-    if (v > 1) {
-        ir_val z[4];
-        for (uint32_t i = 0; i < v; i++) z[i] = ir_const_f32(k, 0.0f);
-        zero = ir_vec(k, z, v);
-    }
-    ir_for *l1 = ir_for_begin(k, start, end, step, 1, &zero);
-    ir_val xv = ir_convert(k, ir_load(k, x, ir_bin(k, IR_OP_ADD, base, ir_for_iv(l1)), v), fv);
-    ir_val ss = ir_fma(k, xv, xv, ir_for_arg(l1, 0));
-    ir_for_end(k, l1, &ss);
-    ir_val total = kn_wg_sum(k, c, wg, kn_lane_sum(k, ir_for_result(l1, 0), v), "ss_part");
-
-    ir_val mean = ir_bin(k, IR_OP_DIV, total, ir_const_f32(k, (float)n));
-    /* 1/sqrt rather than rsqrt: device rsqrt is often approximate */
-    ir_val scale = ir_bin(k, IR_OP_DIV, ir_const_f32(k, 1.0f),
-                          ir_un(k, IR_OP_SQRT, ir_bin(k, IR_OP_ADD, mean, ir_const_f32(k, eps))));
     ir_val sv = scale;
     if (v > 1) {
         ir_val s4[4] = {scale, scale, scale, scale};

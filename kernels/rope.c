@@ -31,20 +31,8 @@ ir_kernel *kn_rope(const rt_caps *c, uint32_t n_heads, uint32_t head_dim, uint32
     ir_val head = ir_bin(k, IR_OP_DIV, i, hs), j = ir_bin(k, IR_OP_REM, i, hs);
     ir_val pos = ir_bin(k, IR_OP_ADD, ir_load(k, pb, ir_const_u32(k, 0), 1), t);
 
-    ir_val theta0 = ir_convert(k, pos, f32);
-    ir_for *l = ir_for_begin(k, ir_const_u32(k, 0), j, ir_const_u32(k, 1), 1, &theta0);
-    ir_val th_next = ir_bin(k, IR_OP_MUL, ir_for_arg(l, 0), ir_const_f32(k, theta_scale));
-    ir_for_end(k, l, &th_next);
-    ir_val th = ir_for_result(l, 0);
-
-    /* r = th - q * 2pi, q = floor(th / 2pi + 0.5); 2pi split so q * C1 is exact for
-     * q < 2^16 and each fma rounds once */
-    const float c1 = 6.28125f, c2 = 1.9353071795864769e-3f, c3 = (float)(6.283185307179586 - 6.28125 - (double)c2);
-    ir_val q = ir_un(k, IR_OP_FLOOR, ir_fma(k, th, ir_const_f32(k, (float)(1.0 / 6.283185307179586)), ir_const_f32(k, 0.5f)));
-    ir_val nq = ir_un(k, IR_OP_NEG, q);
-    ir_val r = ir_fma(k, nq, ir_const_f32(k, c1), th);
-    r = ir_fma(k, nq, ir_const_f32(k, c2), r);
-    r = ir_fma(k, nq, ir_const_f32(k, c3), r);
+    ir_val th = kn_rope_theta(k, ir_convert(k, pos, f32), ir_const_u32(k, 0), j, theta_scale);
+    ir_val r = kn_angle_reduce(k, th);
     ir_val cs = ir_un(k, IR_OP_COS, r), sn = ir_un(k, IR_OP_SIN, r);
 
     /* rows of the token, then the head, then the pair's two dims */

@@ -33,6 +33,10 @@ typedef struct rt_launch {
 
 typedef struct rt_device_ops {
     rt_buffer *(*alloc)(rt_device *d, size_t bytes, char *err, size_t errlen);
+    /* A buffer in memory the host maps (system memory the device reads and writes over
+     * the bus): for a recording's small inputs and outputs (token ids, position,
+     * logits), whose upload and download are then plain copies, without a submission. */
+    rt_buffer *(*alloc_host)(rt_device *d, size_t bytes, char *err, size_t errlen);
     void (*release)(rt_device *d, rt_buffer *b);
     int (*upload)(rt_device *d, rt_buffer *b, size_t offset, const void *src, size_t n, char *err, size_t errlen);
     int (*download)(rt_device *d, rt_buffer *b, size_t offset, void *dst, size_t n, char *err, size_t errlen);

@@ -165,7 +165,7 @@ static void matvec_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t,
     snprintf(what, sizeof what, "matvec %ux%u %s->%s caps=%s", rows, cols, tu_dname(t), out == IR_F32 ? "f32" : tu_dname(t),
              var ? var : "device");
     uint32_t gx = 0;
-    ir_kernel *k = kn_matvec(&d->caps, rows, cols, t, out, &gx, err, sizeof err);
+    ir_kernel *k = kn_matvec(&d->caps, rows, cols, t, out, KN_EPI_NONE, &gx, err, sizeof err);
     cr_assert_not_null(k, "%s: %s", what, err);
     float *wf, *xf;
     uint16_t *w = rand16(t, (size_t)rows * cols, -1, 1, &wf), *x = rand16(t, cols, -2, 2, &xf);
@@ -221,6 +221,83 @@ Test(kernels, matvec_odd_shapes_with_guards) {
                 matvec_case(d, shapes[si][0], shapes[si][1], dtypes[ti], dtypes[ti], variants[v]);
                 matvec_case(d, shapes[si][0], shapes[si][1], dtypes[ti], IR_F32, variants[v]);
             }
+        d->ops->destroy(d);
+    }
+}
+
+/* The fused epilogues: the bias before the rounding, the residual after it (and a second
+ * rounding), SwiGLU over a gate row and an up row. The reference rounds at the same
+ * points; a device sum within tol of the exact one can round to the neighbouring 16-bit
+ * value, which the later steps carry: the tolerance follows each rounding. */
+static void matvec_epi_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t, unsigned epi, const char *var) {
+    char err[512], what[160];
+    snprintf(what, sizeof what, "matvec epi %u %ux%u %s caps=%s", epi, rows, cols, tu_dname(t), var ? var : "device");
+    uint32_t gx = 0, wrows = epi & KN_EPI_SWIGLU ? 2 * rows : rows; /* the up weight after the gate's */
+    ir_kernel *k = kn_matvec(&d->caps, rows, cols, t, t, epi, &gx, err, sizeof err);
+    cr_assert_not_null(k, "%s: %s", what, err);
+    float *wf, *xf, *bf, *rf;
+    uint16_t *w = rand16(t, (size_t)wrows * cols, -1, 1, &wf), *x = rand16(t, cols, -2, 2, &xf);
+    uint16_t *b = rand16(t, rows, -3, 3, &bf), *res = rand16(t, rows, -8, 8, &rf);
+    rt_buffer *bw = tu_vk_upload(d, w, (size_t)wrows * cols * 2), *bx = tu_vk_upload(d, x, (size_t)cols * 2);
+    rt_buffer *bb = tu_vk_upload(d, b, (size_t)rows * 2), *br = tu_vk_upload(d, res, (size_t)rows * 2);
+    rt_buffer *by = poisoned16(d, t, rows);
+    rt_buffer *bu = epi & KN_EPI_SWIGLU ? tu_vk_upload(d, w + (size_t)rows * cols, (size_t)rows * cols * 2) : NULL;
+    rt_arg args[5] = {{bw, 0}, {bx, 0}, {by, 0}};
+    uint32_t na = 3;
+    if (epi & KN_EPI_BIAS) args[na++] = (rt_arg){bb, 0};
+    if (epi & KN_EPI_RESIDUAL) args[na++] = (rt_arg){br, 0};
+    if (bu) args[na++] = (rt_arg){bu, 0};
+    launch(d, k, gx, 1, args, na);
+    uint16_t *y = fetch16(d, by, t, rows, what);
+    for (uint32_t r = 0; r < rows; r++) {
+        double tol[2];
+        float sum[2];
+        for (uint32_t h = 0; h < (epi & KN_EPI_SWIGLU ? 2u : 1u); h++) {
+            float s = 0;
+            double mag = 0;
+            for (uint32_t c = 0; c < cols; c++) {
+                float p = wf[((size_t)r + h * rows) * cols + c] * xf[c];
+                s += p, mag += fabs(p);
+            }
+            sum[h] = s, tol[h] = 2.0 * cols * ldexp(1.0, -24) * mag;
+        }
+        double got = tu_from16(t, y[r]), want, tl;
+        if (epi & KN_EPI_SWIGLU) {
+            float g = tu_from16(t, tu_to16(t, sum[0])), u = tu_from16(t, tu_to16(t, sum[1]));
+            want = g / (1.0f + expf(-g)) * u;
+            double dg = tol[0] + tu_ulp16(t, fabs(g) + tol[0]), du = tol[1] + tu_ulp16(t, fabs(u) + tol[1]);
+            /* |silu'| <= 1.1; exp carries 3 + 2|g| ulp through divide and multiply */
+            tl = 1.1 * dg * (fabs(u) + du) + (fabs(g) + dg) * du + (7 + 2 * fabs(g)) * ldexp(1.0, -23) * fabs(want);
+        } else {
+            float s = epi & KN_EPI_BIAS ? sum[0] + bf[r] : sum[0];
+            tl = tol[0] + ldexp(1.0, -23) * fabs(s);
+            want = s;
+            if (epi & KN_EPI_RESIDUAL) {
+                float r16 = tu_from16(t, tu_to16(t, s));
+                tl += tu_ulp16(t, fabs(s) + tl);
+                want = r16 + rf[r];
+            }
+        }
+        tl += tu_ulp16(t, fmax(fabs(want), fabs(got)));
+        cr_assert(fabs(got - want) <= tl, "%s: [%u] %.9g != %.9g (tol %.3g)", what, r, got, want, tl);
+    }
+    d->ops->release(d, bw), d->ops->release(d, bx), d->ops->release(d, bb), d->ops->release(d, br);
+    d->ops->release(d, by);
+    if (bu) d->ops->release(d, bu);
+    free(w), free(x), free(b), free(res), free(wf), free(xf), free(bf), free(rf), free(y);
+    ir_kernel_destroy(k);
+}
+
+Test(kernels, matvec_epilogues_odd_shapes_with_guards) {
+    const uint32_t shapes[][2] = {{1, 1}, {7, 200}, {200, 7}, {1000, 1001}, {65, 2}};
+    const unsigned epis[] = {KN_EPI_BIAS, KN_EPI_RESIDUAL, KN_EPI_BIAS | KN_EPI_RESIDUAL, KN_EPI_SWIGLU};
+    for (size_t v = 0; v < N_VARIANTS; v++) {
+        rt_device *d = tu_vk_open_or_skip(variants[v]);
+        seed(4);
+        for (size_t ti = 0; ti < 2; ti++)
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+                for (size_t e = 0; e < sizeof epis / sizeof epis[0]; e++)
+                    matvec_epi_case(d, shapes[si][0], shapes[si][1], dtypes[ti], epis[e], variants[v]);
         d->ops->destroy(d);
     }
 }
@@ -441,19 +518,38 @@ Test(kernels, embed_rows_and_bad_tokens) {
             rt_buffer *bt = tu_vk_upload(d, tab, (size_t)nv * ne * 2);
             /* 1 << 20 times 4096 wraps to row 0 in u32: it must still read as a bad token */
             const uint32_t toks[] = {0, nv - 1, nv / 2, nv, 0xffffffffu, 1u << 20};
-            for (size_t q = 0; q < sizeof toks / sizeof toks[0]; q++) {
-                rt_buffer *bk = tu_vk_upload(d, &toks[q], 4), *bo = poisoned16(d, t, ne);
-                rt_arg args[3] = {{bt, 0}, {bk, 0}, {bo, 0}};
-                launch(d, k, gx, 1, args, 3);
-                uint16_t *o = fetch16(d, bo, t, ne, "embed");
+            const uint32_t nt = sizeof toks / sizeof toks[0];
+            /* all tokens in one launch, one per grid row, as a prefill block runs it */
+            rt_buffer *bk = tu_vk_upload(d, toks, sizeof toks), *bo = poisoned16(d, t, (size_t)nt * ne);
+            rt_arg args[3] = {{bt, 0}, {bk, 0}, {bo, 0}};
+            launch(d, k, gx, nt, args, 3);
+            uint16_t *o = fetch16(d, bo, t, (size_t)nt * ne, "embed");
+            for (uint32_t q = 0; q < nt; q++)
                 for (uint32_t c = 0; c < ne; c++) {
                     uint16_t want = toks[q] < nv ? tab[(size_t)toks[q] * ne + c] : 0;
-                    cr_assert_eq(o[c], want, "embed %ux%u %s token %u [%u]: %#x != %#x", nv, ne, tu_dname(t), toks[q], c,
-                                 o[c], want);
+                    cr_assert_eq(o[(size_t)q * ne + c], want, "embed %ux%u %s token %u [%u]: %#x != %#x", nv, ne,
+                                 tu_dname(t), toks[q], c, o[(size_t)q * ne + c], want);
                 }
-                free(o);
-                d->ops->release(d, bk), d->ops->release(d, bo);
+            free(o);
+            d->ops->release(d, bk), d->ops->release(d, bo);
+            /* the last row of a block of n rows of the same table, n from info[1] */
+            ir_kernel *tl = kn_take_last(&d->caps, ne, nv, t, &gx, err, sizeof err);
+            cr_assert_not_null(tl, "%s", err);
+            const uint32_t ns[] = {1, nv, nv / 2 + 1, 0, nv + 1};
+            for (size_t q = 0; q < sizeof ns / sizeof ns[0]; q++) {
+                uint32_t info[2] = {9, ns[q]};
+                rt_buffer *bi = tu_vk_upload(d, info, 8), *bl = poisoned16(d, t, ne);
+                rt_arg la[3] = {{bt, 0}, {bi, 0}, {bl, 0}};
+                launch(d, tl, gx, 1, la, 3);
+                uint16_t *ol = fetch16(d, bl, t, ne, "take_last");
+                for (uint32_t c = 0; c < ne; c++) {
+                    uint16_t want = ns[q] >= 1 && ns[q] <= nv ? tab[(size_t)(ns[q] - 1) * ne + c] : 0;
+                    cr_assert_eq(ol[c], want, "take_last %ux%u n %u [%u]", nv, ne, ns[q], c);
+                }
+                free(ol);
+                d->ops->release(d, bi), d->ops->release(d, bl);
             }
+            ir_kernel_destroy(tl);
             d->ops->release(d, bt);
             free(tab), free(tf);
             ir_kernel_destroy(k);
@@ -476,8 +572,8 @@ Test(kernels, variants_build_for_min_and_h200_caps) {
             tu_emit_ok(kn_rmsnorm(c, 4097, t, 1e-5f, err, sizeof err), c, err, "rmsnorm");
             tu_emit_ok(kn_rmsnorm(c, 4096, t, 1e-5f, err, sizeof err), c, err, "rmsnorm");
             tu_emit_ok(kn_rmsnorm_heads(c, 128, t, 1e-6f, err, sizeof err), c, err, "rmsnorm_heads");
-            tu_emit_ok(kn_matvec(c, 4097, 1000, t, t, &gx, err, sizeof err), c, err, "matvec");
-            tu_emit_ok(kn_matvec(c, 151936, 4096, t, IR_F32, &gx, err, sizeof err), c, err, "matvec f32");
+            tu_emit_ok(kn_matvec(c, 4097, 1000, t, t, KN_EPI_NONE, &gx, err, sizeof err), c, err, "matvec");
+            tu_emit_ok(kn_matvec(c, 151936, 4096, t, IR_F32, KN_EPI_NONE, &gx, err, sizeof err), c, err, "matvec f32");
             tu_emit_ok(kn_add(c, 4097, t, &gx, err, sizeof err), c, err, "add");
             tu_emit_ok(kn_swiglu(c, 11008, t, &gx, err, sizeof err), c, err, "swiglu");
             tu_emit_ok(kn_rope(c, 28, 128, 128, true, 1e6f, t, &gx, err, sizeof err), c, err, "rope");
@@ -486,8 +582,8 @@ Test(kernels, variants_build_for_min_and_h200_caps) {
         }
     /* the two matvec shapes of work: a few rows per workgroup with subgroups, one without */
     uint32_t g1 = 0, g2 = 0;
-    ir_kernel *a = kn_matvec(&cs[1], 4096, 4096, IR_BF16, IR_BF16, &g1, err, sizeof err);
-    ir_kernel *b = kn_matvec(&cs[0], 4096, 4096, IR_BF16, IR_BF16, &g2, err, sizeof err);
+    ir_kernel *a = kn_matvec(&cs[1], 4096, 4096, IR_BF16, IR_BF16, KN_EPI_NONE, &g1, err, sizeof err);
+    ir_kernel *b = kn_matvec(&cs[0], 4096, 4096, IR_BF16, IR_BF16, KN_EPI_NONE, &g2, err, sizeof err);
     cr_assert(a && b, "%s", err);
     cr_assert_eq(g1, 4096 / 8, "256 invocations = 8 subgroups of 32 = 8 rows per workgroup");
     cr_assert_eq(g2, 4096);
@@ -509,10 +605,13 @@ Test(kernels, bad_shapes_and_caps_are_refused) {
     cr_assert_null(kn_rmsnorm(&c, 64, IR_BF16, NAN, err, sizeof err));
     cr_assert_null(kn_rmsnorm(&plain, 64, IR_BF16, 1e-5f, err, sizeof err));
     cr_assert(strstr(err, "storage16"), "%s", err);
-    cr_assert_null(kn_matvec(&c, 0, 5, IR_F16, IR_F16, &gx, err, sizeof err));
-    cr_assert_null(kn_matvec(&c, 100000, 100000, IR_F16, IR_F16, &gx, err, sizeof err));
+    cr_assert_null(kn_matvec(&c, 0, 5, IR_F16, IR_F16, KN_EPI_NONE, &gx, err, sizeof err));
+    cr_assert_null(kn_matvec(&c, 100000, 100000, IR_F16, IR_F16, KN_EPI_NONE, &gx, err, sizeof err));
     cr_assert(strstr(err, "2^32"), "%s", err);
-    cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_BF16, &gx, err, sizeof err));
+    cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_BF16, KN_EPI_NONE, &gx, err, sizeof err));
+    cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_F32, KN_EPI_BIAS, &gx, err, sizeof err), "no epilogue on f32 logits");
+    cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_F16, KN_EPI_SWIGLU | KN_EPI_BIAS, &gx, err, sizeof err));
+    cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_F16, 8, &gx, err, sizeof err), "unknown epilogue flag");
     cr_assert_null(kn_add(&c, 0, IR_F16, &gx, err, sizeof err));
     cr_assert_null(kn_swiglu(NULL, 8, IR_F16, &gx, err, sizeof err));
     cr_assert_null(kn_rope(&c, 8, 64, 65, false, 1e4f, IR_BF16, &gx, err, sizeof err));

@@ -1,6 +1,9 @@
 /* Whole models on the Vulkan device (lavapipe in CI) against the contract-mode oracle:
  * greedy tokens equal, or differ first only where the oracle's top two logits are within
- * 2 quanta of the 16-bit type; logits relative error under 1e-2. Skipped by name when
+ * 2 quanta of the 16-bit type; logits relative error under 1e-2. Prompts run through the
+ * prefill blocks (several blocks and a partial one), generated tokens through the decode
+ * step; every model again under each --caps variant that changes the kernels lavapipe
+ * gets (and, on a device with cooperative matrices, without them). Skipped by name when
  * there is no Vulkan device. */
 #include "engine.h"
 #include "model.h"
@@ -35,15 +38,16 @@ static void top2(const float *l, uint32_t n, int32_t *a, int32_t *b) {
 
 /* Greedy decoding on both engines, teacher-forced on the oracle's tokens after a
  * divergence so logits stay comparable. */
-static void compare(const char *path, uint32_t dtype, uint32_t steps, const int32_t *prompt, uint32_t n_prompt) {
-    rt_device *d = tu_vk_open_or_skip(NULL);
+static void compare_on(const char *caps, const char *path, uint32_t dtype, uint32_t steps, const int32_t *prompt,
+                       uint32_t n_prompt, uint32_t n_block) {
+    rt_device *d = tu_vk_open_or_skip(caps);
     char err[512];
     model *m = model_load(path, err, sizeof err);
     cr_assert_not_null(m, "%s", err);
     orc_options oo = {.mode = ORC_CONTRACT, .dtype = dtype, .n_ctx = 256, .threads = 2};
     engine *orc = orc_create(m, &oo, err, sizeof err);
     cr_assert_not_null(orc, "%s", err);
-    engine *gpu = plan_create(m, d, dtype, 256, err, sizeof err);
+    engine *gpu = plan_create(m, d, dtype, 256, n_block, err, sizeof err);
     cr_assert_not_null(gpu, "%s", err);
     uint32_t nk, nl;
     plan_counts(gpu, &nk, &nl);
@@ -80,8 +84,10 @@ static void compare(const char *path, uint32_t dtype, uint32_t steps, const int3
         cr_assert_eq(engine_eval(orc, &next, 1, pos, lo, false, err, sizeof err), 0, "%s", err);
         cr_assert_eq(engine_eval(gpu, &next, 1, pos, lg, false, err, sizeof err), 0, "%s", err);
     }
-    cr_log_info("%s on %s: %u kernels, %u launches per decode step; worst logits relative error %.2e; %s", path,
-                gpu->name, nk, nl, worst, first_div < 0 ? "greedy tokens identical" : "diverged at a near-tie");
+    cr_log_info("%s on %s caps=%s, %u-token prompt in blocks of %u: %u kernels, %u launches per decode step; worst "
+                "logits relative error %.2e; %s",
+                path, gpu->name, caps ? caps : "device", n_prompt, plan_block(gpu), nk, nl, worst,
+                first_div < 0 ? "greedy tokens identical" : "diverged at a near-tie");
     cr_assert_lt(worst, 1e-2, "%s: logits relative error %.3e", path, worst);
     free(lo);
     free(lg);
@@ -91,9 +97,39 @@ static void compare(const char *path, uint32_t dtype, uint32_t steps, const int3
     d->ops->destroy(d);
 }
 
-Test(plan, stories260k_on_vulkan, .timeout = 300) {
+/* The kernel variants a device can be forced into: the plain device, no subgroup
+ * reductions (workgroup-memory sums), small workgroups, and where the device has them,
+ * no cooperative matrices (the tiled matmul). */
+static void compare(const char *path, uint32_t dtype, uint32_t steps, const int32_t *prompt, uint32_t n_prompt,
+                    uint32_t n_block) {
+    const char *variants[] = {NULL, "no-subgroup-arith", "workgroup=64", "no-coopmat"};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        if (v == 3) { /* only where it changes something */
+            rt_device *d = tu_vk_open_or_skip(NULL);
+            bool mma = d->caps.n_mma > 0;
+            d->ops->destroy(d);
+            if (!mma) continue;
+        }
+        compare_on(variants[v], path, dtype, steps, prompt, n_prompt, n_block);
+    }
+}
+
+/* n token ids in [lo, hi), deterministic */
+static int32_t *ids(uint32_t n, int32_t lo, int32_t hi) {
+    int32_t *p = malloc(n * sizeof *p);
+    uint32_t x = 12345;
+    for (uint32_t i = 0; i < n; i++) x = x * 1103515245u + 12345u, p[i] = lo + (int32_t)((x >> 8) % (uint32_t)(hi - lo));
+    return p;
+}
+
+Test(plan, stories260k_on_vulkan, .timeout = 600) {
     int32_t bos = 1;
-    compare(tu_data_file("models/stories260K.gguf"), GGUF_T_BF16, 64, &bos, 1);
+    compare(tu_data_file("models/stories260K.gguf"), GGUF_T_BF16, 64, &bos, 1, 0);
+    /* 150 prompt tokens: two blocks of 64 and a partial one */
+    int32_t *p = ids(150, 3, 512);
+    p[0] = 1;
+    compare(tu_data_file("models/stories260K.gguf"), GGUF_T_BF16, 8, p, 150, 64);
+    free(p);
 }
 
 static const char *synth(const char *name, const char *arch, const char *dtype) {
@@ -109,12 +145,30 @@ static const char *synth(const char *name, const char *arch, const char *dtype) 
 Test(plan, tiny_odd_sizes_on_vulkan, .timeout = 600) {
     const char *archs[] = {"qwen3", "llama", "qwen2"};
     const char *dts[] = {"bf16", "f16", "bf16"};
-    int32_t prompt[5] = {256, 17, 999, 42, 3};
+    int32_t prompt[5] = {256, 17, 999, 42, 3}, *longer = ids(70, 0, 1000);
     for (int a = 0; a < 3; a++) {
         char name[64];
         snprintf(name, sizeof name, "plan-%s.gguf", archs[a]);
-        compare(synth(name, archs[a], dts[a]), strcmp(dts[a], "f16") ? GGUF_T_BF16 : GGUF_T_F16, 24, prompt, 5);
+        const char *path = synth(name, archs[a], dts[a]);
+        uint32_t dt = strcmp(dts[a], "f16") ? GGUF_T_BF16 : GGUF_T_F16;
+        compare(path, dt, 24, prompt, 5, 0);
+        compare(path, dt, 4, longer, 70, 64);
     }
+    free(longer);
+}
+
+/* Llama 3's rope: per-pair frequency factors (rope_freqs) divide the angles. */
+Test(plan, llama3_rope_freqs_on_vulkan, .timeout = 600) {
+    const char *path = tu_tmp("plan-llama3.gguf");
+    char e[4096];
+    int rc = tu_run_kiln((const char *const[]){"synth", "--preset", "llama-3.2-1b", "--hidden", "64", "--layers", "2",
+                                               "--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--ffn", "96",
+                                               "--vocab", "1000", "-o", path, NULL},
+                         NULL, 0, e, sizeof e);
+    cr_assert_eq(rc, 0, "%s", e);
+    int32_t *p = ids(70, 0, 1000);
+    compare(path, GGUF_T_BF16, 16, p, 70, 64);
+    free(p);
 }
 
 Test(plan, refuses_what_does_not_fit) {
@@ -124,7 +178,7 @@ Test(plan, refuses_what_does_not_fit) {
     cr_assert_not_null(m, "%s", err);
     uint64_t saved = d->caps.memory_bytes;
     d->caps.memory_bytes = 1 << 18; /* pretend a 256 KiB device */
-    cr_assert_null(plan_create(m, d, GGUF_T_BF16, 256, err, sizeof err));
+    cr_assert_null(plan_create(m, d, GGUF_T_BF16, 256, 0, err, sizeof err));
     cr_assert(strstr(err, "GiB") && strstr(err, "--ctx"), "%s", err);
     d->caps.memory_bytes = saved;
     model_free(m);

@@ -21,6 +21,7 @@
 #include "caps.h"
 #include "ir.h"
 #include "spv_emit.h"
+#include "testutil_vk.h"
 
 /* ---- capability sets ------------------------------------------------------------------------ */
 
@@ -534,43 +535,6 @@ static ir_kernel *build_checked(const kcase *kc) {
 }
 
 /* Does the module declare a capability newer than Debian's SPIRV-Tools knows? */
-static bool uses_new_spirv(const spv_module *m) {
-    for (size_t i = 5; i < m->n;) {
-        uint32_t wc = m->words[i] >> 16, op = m->words[i] & 0xffff;
-        if (!wc) break;
-        if (op == 17 && wc == 2 && (m->words[i + 1] == 6022 || m->words[i + 1] == 5116)) return true;
-        i += wc;
-    }
-    return false;
-}
-
-typedef enum { VAL_OK, VAL_EXTERNAL, VAL_UNCHECKED } val_how;
-
-/* SPIRV-Tools in-process; for modules it cannot read, $KILN_SPIRV_VAL (a newer
- * spirv-val) when set. */
-static val_how validate_module(const spv_module *m, const char *what) {
-    char err[2048];
-    if (spv_validate(m, err, sizeof err) == 0) return VAL_OK;
-    cr_assert(uses_new_spirv(m), "%s: %s", what, err);
-    const char *ext = getenv("KILN_SPIRV_VAL");
-    if (!ext || !*ext) return VAL_UNCHECKED;
-    char path[] = "/tmp/kiln-spv-XXXXXX";
-    int fd = mkstemp(path);
-    cr_assert(fd >= 0);
-    cr_assert_eq(write(fd, m->words, m->n * 4), (ssize_t)(m->n * 4));
-    close(fd);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' --target-env vulkan1.3 '%s' 2>&1", ext, path);
-    FILE *p = popen(cmd, "r");
-    cr_assert(p, "cannot run %s", ext);
-    size_t got = fread(err, 1, sizeof err - 1, p);
-    err[got] = 0;
-    int rc = pclose(p);
-    unlink(path);
-    cr_assert_eq(rc, 0, "%s: %s: %s", what, ext, err);
-    return VAL_EXTERNAL;
-}
-
 static void run_matrix(int which) {
     rt_caps c;
     caps_fill(&c, which);
@@ -591,12 +555,12 @@ static void run_matrix(int which) {
             refused++;
         } else {
             cr_assert_eq(rc, 0, "%s: %s", what, err);
-            val_how h = validate_module(&m, what);
-            ok += h == VAL_OK;
-            external += h == VAL_EXTERNAL;
-            unchecked += h == VAL_UNCHECKED;
+            tu_val_how h = tu_spv_validate(&m, what);
+            ok += h == TU_VAL_OK;
+            external += h == TU_VAL_EXTERNAL;
+            unchecked += h == TU_VAL_UNCHECKED;
             /* the disassembler reads what the validator reads */
-            if (h == VAL_OK) {
+            if (h == TU_VAL_OK) {
                 char *text = spv_disassemble(&m);
                 cr_expect(text && strstr(text, "OpEntryPoint GLCompute"), "%s: disassembly", what);
                 free(text);
@@ -635,7 +599,7 @@ Test(spirv, every_caps_combination) {
             char what[96];
             snprintf(what, sizeof what, "%s with flags 0x%02x", cases[i].name, bits);
             if (spv_emit(k, &c, &m, err, sizeof err) == 0) {
-                validate_module(&m, what);
+                tu_spv_validate(&m, what);
                 ok++;
             } else {
                 cr_expect(strstr(err, "caps.") && strstr(err, cases[i].name), "%s: unclear refusal '%s'", what, err);
@@ -1150,7 +1114,7 @@ Test(spirv_vk, pipelines_compile) {
             ir_kernel_destroy(k);
             continue;
         }
-        validate_module(&m, cases[i].name);
+        tu_spv_validate(&m, cases[i].name);
         VkShaderModuleCreateInfo smci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = m.n * 4, .pCode = m.words};
         VkShaderModule sm;
         cr_assert_eq(vkCreateShaderModule(h.dev, &smci, NULL, &sm), VK_SUCCESS, "%s", cases[i].name);
@@ -1191,7 +1155,7 @@ static void emit_for(vkh *h, ir_kernel *k, const rt_caps *c, spv_module *m) {
     char err[512];
     cr_assert_str_empty(ir_kernel_error(k), "builder: %s", ir_kernel_error(k));
     cr_assert_eq(spv_emit(k, c ? c : &h->caps, m, err, sizeof err), 0, "%s", err);
-    validate_module(m, ir_kernel_name(k));
+    tu_spv_validate(m, ir_kernel_name(k));
 }
 
 static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }

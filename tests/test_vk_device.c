@@ -123,6 +123,48 @@ Test(vk_device, record_once_replay_many) {
     d->ops->destroy(d);
 }
 
+/* Host-mapped buffers as a recording's inputs and outputs: the step value written by the
+ * host before each replay is read by the kernel, and the kernel's writes into a host
+ * buffer are what the host reads after it; range checks as for device buffers. */
+Test(vk_device, host_buffers_in_and_out_of_replays) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    char err[512];
+    ir_kernel *k = axpy();
+    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
+    cr_assert_not_null(ck, "%s", err);
+    uint32_t n = 1000, guard = 16;
+    float *a = malloc(n * 4), *y = malloc((n + guard) * 4);
+    for (uint32_t i = 0; i < n; i++) a[i] = (float)i;
+    for (uint32_t i = 0; i < n + guard; i++) y[i] = NAN;
+    rt_buffer *ba = d->ops->alloc(d, n * 4, err, sizeof err), *bx = d->ops->alloc_host(d, n * 4, err, sizeof err),
+              *by = d->ops->alloc_host(d, (n + guard) * 4, err, sizeof err);
+    cr_assert(ba && bx && by, "%s", err);
+    cr_assert_eq(d->ops->upload(d, ba, 0, a, n * 4, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(d->ops->upload(d, by, 0, y, (n + guard) * 4, err, sizeof err), 0, "%s", err);
+    rt_arg args[5] = {{ba, 0}, {bx, 0}, {by, 0}, {NULL, n}, {NULL, fbits(1.0f)}};
+    rt_launch l = {ck, {(n + 63) / 64, 1, 1}, args, 5};
+    rt_recording *rec = d->ops->record(d, &l, 1, err, sizeof err);
+    cr_assert_not_null(rec, "%s", err);
+    float *x = malloc(n * 4);
+    for (int r = 0; r < 3; r++) {
+        for (uint32_t i = 0; i < n; i++) x[i] = (float)(r * 7 + (int)(i % 5));
+        cr_assert_eq(d->ops->upload(d, bx, 0, x, n * 4, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(d->ops->replay(d, rec, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(d->ops->download(d, by, 0, y, (n + guard) * 4, err, sizeof err), 0, "%s", err);
+        for (uint32_t i = 0; i < n; i++) cr_assert_eq(y[i], a[i] + x[i], "replay %d [%u]: %g", r, i, y[i]);
+        for (uint32_t i = n; i < n + guard; i++) cr_assert(isnan(y[i]), "wrote past the end at %u", i);
+    }
+    cr_assert_eq(d->ops->upload(d, bx, n * 4 - 2, x, 4, err, sizeof err), -1);
+    cr_assert(strstr(err, "outside"), "%s", err);
+    cr_assert_eq(d->ops->download(d, by, (n + guard) * 4, y, 1, err, sizeof err), -1);
+    d->ops->release_recording(d, rec);
+    d->ops->release(d, ba), d->ops->release(d, bx), d->ops->release(d, by);
+    d->ops->release_kernel(d, ck);
+    ir_kernel_destroy(k);
+    free(a), free(x), free(y);
+    d->ops->destroy(d);
+}
+
 /* Pipelines go to a cache file per driver build that the next start reads; a damaged
  * file is ignored, not trusted. */
 Test(vk_device, pipeline_cache_on_disk) {

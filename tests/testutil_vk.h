@@ -24,6 +24,12 @@ double tu_ulp16(ir_scalar t, double v);
  * plus 16-bit buffers (which the kernels need), and an H200 as Vulkan reports it. */
 void tu_caps_min(rt_caps *c);
 void tu_caps_h200(rt_caps *c);
+/* Validates a module: SPIRV-Tools in-process; for modules it is too old to read
+ * (cooperative matrices, bf16), the newer spirv-val named by $KILN_SPIRV_VAL when set,
+ * else TU_VAL_UNCHECKED. Fails the test on an invalid module. */
+typedef enum { TU_VAL_OK, TU_VAL_EXTERNAL, TU_VAL_UNCHECKED } tu_val_how;
+struct spv_module;
+tu_val_how tu_spv_validate(const struct spv_module *m, const char *what);
 /* The builder gave a kernel (else fail with its err), it emits for c, and the module
  * validates; the kernel is destroyed. */
 void tu_emit_ok(ir_kernel *k, const rt_caps *c, const char *err, const char *what);
