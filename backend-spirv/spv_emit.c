@@ -698,6 +698,9 @@ static void emit_arith(ctx *x, const ir_inst *in) {
             r = fn2(x, SpvOpIAdd, t, fn2(x, SpvOpIMul, t, V(x, in->operand[0]), V(x, in->operand[1])), V(x, in->operand[2]));
         } else {
             r = ext3(x, t, GLSLstd450Fma, V(x, in->operand[0]), V(x, in->operand[1]), V(x, in->operand[2]));
+            /* NoContraction: one fused operation with one rounding, the same wherever it
+             * appears (without it a driver may split it, or split it differently) */
+            decorate(x, r, SpvDecorationNoContraction, 0, 0);
         }
     } else if (in->op >= IR_OP_ADD && in->op <= IR_OP_SHR) {
         if (!need_operands(x, in, 2)) return;
@@ -724,6 +727,9 @@ static void emit_arith(ctx *x, const ir_inst *in) {
             return;
         }
         r = glsl ? ext2(x, t, glsl, a, b) : fn2(x, op, t, a, b);
+        /* each float add, subtract, multiply and divide rounds on its own, as the oracle
+         * (built with -ffp-contract=off) computes it: no fusing a * b + c into an fma */
+        if (fl && !glsl && op != SpvOpFRem) decorate(x, r, SpvDecorationNoContraction, 0, 0);
     } else {
         if (!need_operands(x, in, 1)) return;
         uint32_t a = V(x, in->operand[0]);

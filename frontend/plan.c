@@ -87,6 +87,8 @@ typedef struct plan_engine {
     char name[200];
     rt_buffer *tok_embd, *output, *output_norm, *freqs;
     plan_layer *L;
+    uint16_t *scratch; /* host copy of a converted tensor while the weights load */
+    uint64_t scratch_n;
     /* activations for n_block tokens (decode uses row 0); the residual stream x
      * ping-pongs between xa and xb through the fused residual adds */
     rt_buffer *xa, *xb, *h, *qkv, *att, *g, *u, *act, *last, *hl, *logits, *tok, *info;
@@ -163,14 +165,18 @@ static rt_buffer *upload_concat(plan_engine *p, const gguf_tensor *const *t, int
     for (int i = 0; i < n && b; i++) {
         if (!t[i]) continue;
         uint64_t ne = gguf_tensor_nelements(t[i]);
-        uint16_t *host = malloc(ne * 2);
+        if (ne > p->scratch_n) { /* one host buffer for every tensor: fresh pages fault */
+            free(p->scratch);
+            p->scratch = malloc(ne * 2);
+            p->scratch_n = p->scratch ? ne : 0;
+        }
+        uint16_t *host = p->scratch;
         gguf_error ge;
         int rc = !host ? fail(err, errlen, "out of memory converting '%s'", t[i]->name)
                  : (p->s.dt == IR_BF16 ? gguf_tensor_rows_bf16(t[i], 0, gguf_tensor_nrows(t[i]), host, &ge)
                                        : gguf_tensor_rows_f16(t[i], 0, gguf_tensor_nrows(t[i]), host, &ge))
                      ? fail(err, errlen, "%s", ge.msg)
                      : p->d->ops->upload(p->d, b, at * 2, host, ne * 2, err, errlen);
-        free(host);
         if (rc) {
             p->d->ops->release(p->d, b);
             b = NULL;
@@ -345,6 +351,7 @@ static void plan_destroy(engine *base) {
             if (lb[i]) d->ops->release(d, lb[i]);
     }
     free(p->L);
+    free(p->scratch);
     free(p);
 }
 
@@ -420,6 +427,8 @@ engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx
             bad = !(L->kc = alloc(p, cache, err, errlen)) || !(L->vc = alloc(p, cache, err, errlen));
         }
     }
+    free(p->scratch);
+    p->scratch = NULL;
     size_t nb = s.n_block;
     struct { rt_buffer **b; size_t bytes; } acts[] = {
         {&p->xa, nb * hp->n_embd * 2}, {&p->xb, nb * hp->n_embd * 2}, {&p->h, nb * hp->n_embd * 2},
@@ -431,7 +440,13 @@ engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx
         bool host = acts[i].b == &p->logits || acts[i].b == &p->tok || acts[i].b == &p->info;
         if (!(*acts[i].b = (host ? d->ops->alloc_host : d->ops->alloc)(d, acts[i].bytes, err, errlen))) bad = 1;
     }
-    if (bad || build(p, err, errlen)) {
+    /* One replay of each recording now, so the driver's first-use work (final pipeline
+     * compiles, page mappings) lands in load time, not in the first prompt: the prefill
+     * for no tokens (every product and attention tile returns at once), a decode step at
+     * position 0 (its cache row is rewritten by the first real token). */
+    int32_t tok0 = 0;
+    if (bad || build(p, err, errlen) || step(p, p->prefill, &tok0, 0, 0, err, errlen) ||
+        step(p, p->decode, &tok0, 1, 0, err, errlen)) {
         plan_destroy(&p->base);
         return NULL;
     }

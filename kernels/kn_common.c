@@ -164,3 +164,36 @@ ir_val kn_rms_scale(ir_kernel *k, const rt_caps *c, uint32_t wg, ir_buf x, ir_va
     ir_val root = ir_un(k, IR_OP_SQRT, ir_bin(k, IR_OP_ADD, mean, ir_const_f32(k, eps)));
     return ir_bin(k, IR_OP_DIV, ir_const_f32(k, 1.0f), root);
 }
+
+void kn_sincos(ir_kernel *k, ir_val th, ir_val *sin_out, ir_val *cos_out) {
+    /* quadrant Q = round(th / (pi/2)) and y = th - Q pi/2 in [-pi/4, pi/4], pi/2 in four
+     * parts: the first three of 8 bits, so Q * Pi is exact for Q < 2^16 (angles below
+     * ~1e5 rad) and each subtraction is exact or rounds at y's own magnitude */
+    const float p1 = 1.5703125f, p2 = 4.825592041015625e-4f, p3 = 1.2665987014770508e-6f, p4 = 9.92093629470503e-10f;
+    ir_val qf = ir_un(k, IR_OP_FLOOR, ir_fma(k, th, ir_const_f32(k, (float)(2.0 / 3.141592653589793)), ir_const_f32(k, 0.5f)));
+    /* the quadrant as an integer first, and both its uses from that one integer */
+    ir_val qi = ir_convert(k, qf, ir_t_scalar(k, IR_I32));
+    ir_val nq = ir_un(k, IR_OP_NEG, ir_convert(k, qi, ir_t_scalar(k, IR_F32)));
+    ir_val y = ir_fma(k, nq, ir_const_f32(k, p1), th);
+    y = ir_fma(k, nq, ir_const_f32(k, p2), y);
+    y = ir_fma(k, nq, ir_const_f32(k, p3), y);
+    y = ir_fma(k, nq, ir_const_f32(k, p4), y);
+    /* minimax polynomials for f32 on [-pi/4, pi/4] (Cephes' sinf/cosf coefficients) */
+    ir_val z = ir_bin(k, IR_OP_MUL, y, y);
+    ir_val ps = ir_fma(k, z, ir_const_f32(k, -1.9515295891e-4f), ir_const_f32(k, 8.3321608736e-3f));
+    ps = ir_fma(k, z, ps, ir_const_f32(k, -1.6666654611e-1f));
+    ir_val sy = ir_fma(k, ir_bin(k, IR_OP_MUL, y, z), ps, y);
+    ir_val pc = ir_fma(k, z, ir_const_f32(k, 2.443315711809948e-5f), ir_const_f32(k, -1.388731625493765e-3f));
+    pc = ir_fma(k, z, pc, ir_const_f32(k, 4.166664568298827e-2f));
+    ir_val cy = ir_fma(k, ir_bin(k, IR_OP_MUL, z, z), pc, ir_fma(k, z, ir_const_f32(k, -0.5f), ir_const_f32(k, 1.0f)));
+    /* n = Q mod 4 (two's complement): sin = sy, cy, -sy, -cy; cos = cy, -sy, -cy, sy */
+    ir_val n = ir_bin(k, IR_OP_AND, qi, ir_const_i32(k, 3));
+    ir_val zero = ir_const_i32(k, 0);
+    ir_val swap = ir_compare(k, IR_NE, ir_bin(k, IR_OP_AND, n, ir_const_i32(k, 1)), zero);
+    ir_val sneg = ir_compare(k, IR_NE, ir_bin(k, IR_OP_AND, n, ir_const_i32(k, 2)), zero);
+    ir_val cneg = ir_compare(k, IR_NE, ir_bin(k, IR_OP_AND, ir_bin(k, IR_OP_ADD, n, ir_const_i32(k, 1)), ir_const_i32(k, 2)),
+                             zero);
+    ir_val s0 = ir_select(k, swap, cy, sy), c0 = ir_select(k, swap, sy, cy);
+    *sin_out = ir_select(k, sneg, ir_un(k, IR_OP_NEG, s0), s0);
+    *cos_out = ir_select(k, cneg, ir_un(k, IR_OP_NEG, c0), c0);
+}

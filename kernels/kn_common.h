@@ -43,6 +43,11 @@ ir_val kn_rope_theta(ir_kernel *k, ir_val th, ir_val from, ir_val to, float thet
 /* An f32 angle reduced by 2*pi into about [-pi, pi], where device sin/cos are specified
  * (Vulkan: 2^-11 absolute); exact enough for angles below 2^16 * 2*pi. */
 ir_val kn_angle_reduce(ir_kernel *k, ir_val th);
+/* sin and cos of an f32 angle (|th| < ~1e5) to about an ulp: a Cody-Waite reduction by
+ * pi/2 and polynomials in f32 fma. Not the device's sin/cos, which Vulkan lets be as coarse as
+ * 2^-11 absolute and NVIDIA's are ~2^-21: each difference from the oracle's libm turns a
+ * few more 16-bit roundings of q and k the other way. */
+void kn_sincos(ir_kernel *k, ir_val th, ir_val *sin_out, ir_val *cos_out);
 /* The RMSNorm scale of x[base .. base + n): 1 / sqrt(sum(x^2) / n + eps), sums in f32,
  * the same in every invocation of the workgroup of wg. Invocation lid reads vectors of
  * kn_vec_width(n) at lid * v, lid * v + wg * v, ... (base a multiple of that width).

@@ -18,7 +18,7 @@
  * by repeated f32 multiplication (each invocation carries its chain from one pair to its
  * next, so it never multiplies more than n_rot / 2 times), then the oracle's options,
  * angle = freq_scale * (theta / factor_i) (the factor first; each one f32 rounding), then
- * kn_angle_reduce's 2*pi reduction before the device's sin/cos. The divide is the
+ * kn_sincos (reduction by pi/2 in four parts, f32 polynomials: about an ulp). The divide is the
  * device's: Vulkan allows 2.5 ulp, where the oracle's is correctly rounded.
  * Indices are u32: n_max * (n_head + 2 * n_head_kv) * head_dim must stay below 2^32 (the
  * caller's block size; not known here), n_ctx * kv_dim is checked. */
@@ -62,8 +62,8 @@ static void head(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, ir_
     ir_val ang = th;
     if (b->factors) ang = ir_bin(k, IR_OP_DIV, ang, ir_convert(k, ir_load(k, b->freqs, i, 1), b->f32));
     if (b->freq_scale != 1.0f) ang = ir_bin(k, IR_OP_MUL, ir_const_f32(k, b->freq_scale), ang);
-    ir_val r = kn_angle_reduce(k, ang);
-    ir_val cs = ir_un(k, IR_OP_COS, r), sn = ir_un(k, IR_OP_SIN, r);
+    ir_val cs, sn;
+    kn_sincos(k, ang, &sn, &cs);
     ir_val ia = b->neox ? i : ir_bin(k, IR_OP_MUL, i, ir_const_u32(k, 2));
     ir_val ib = ir_bin(k, IR_OP_ADD, ia, ir_const_u32(k, b->neox ? half : 1));
     ir_val x0 = load_normed(b, src, ia, w, scale), x1 = load_normed(b, src, ib, w, scale);

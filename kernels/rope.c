@@ -1,9 +1,9 @@
 /* Rotary position embedding in place, one invocation per rotated pair. The angle
  * follows the oracle (and llama.cpp) step for step so both round alike:
  * theta_0 = pos, theta_{i+1} = theta_i * base^(-2/n_rot) in f32, where base^(-2/n_rot)
- * is computed here, on the host, with the same powf. Angles grow with the position
- * (thousands of radians), past the range where device sin/cos are specified (Vulkan:
- * 2^-11 absolute on [-pi, pi]), so they are first reduced by 2*pi in three parts. */
+ * is computed here, on the host, with the same powf. sin and cos come from kn_sincos
+ * (reduction by pi/2 and f32 polynomials, about an ulp), not the device's, which Vulkan
+ * specifies only to 2^-11 absolute on [-pi, pi]. */
 #include "kn_common.h"
 
 #include <math.h>
@@ -32,8 +32,8 @@ ir_kernel *kn_rope(const rt_caps *c, uint32_t n_heads, uint32_t head_dim, uint32
     ir_val pos = ir_bin(k, IR_OP_ADD, ir_load(k, pb, ir_const_u32(k, 0), 1), t);
 
     ir_val th = kn_rope_theta(k, ir_convert(k, pos, f32), ir_const_u32(k, 0), j, theta_scale);
-    ir_val r = kn_angle_reduce(k, th);
-    ir_val cs = ir_un(k, IR_OP_COS, r), sn = ir_un(k, IR_OP_SIN, r);
+    ir_val cs, sn;
+    kn_sincos(k, th, &sn, &cs);
 
     /* rows of the token, then the head, then the pair's two dims */
     ir_val row = ir_bin(k, IR_OP_MUL, ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_MUL, t, ir_const_u32(k, n_heads)), head),

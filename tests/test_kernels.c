@@ -15,6 +15,7 @@
 #include "half.h"
 #include "ir.h"
 #include "kernels.h"
+#include "kn_common.h"
 #include "spv_emit.h"
 #include "vk_device.h"
 #include "vk_probe.h"
@@ -620,4 +621,47 @@ Test(kernels, bad_shapes_and_caps_are_refused) {
     cr_assert_null(kn_argmax(&c, 0, err, sizeof err));
     cr_assert_null(kn_embed(&c, 1u << 20, 1u << 12, IR_BF16, &gx, err, sizeof err));
     cr_assert(strstr(err, "bad shape"), "%s", err);
+}
+
+/* ---- sin and cos of rope angles ---------------------------------------------------------- */
+
+/* kn_sincos against the host's double sin/cos of the same f32 angle, over the angles rope
+ * meets (0 to tens of thousands of radians): within 2^-22 absolute (two f32 ulps at 1:
+ * the reduced angle's rounding and the polynomials'), where Vulkan's own sin/cos promise
+ * only 2^-11. */
+Test(kernels, sincos_is_accurate_over_rope_angles) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    ir_kernel *k = ir_kernel_create("sincos");
+    ir_buf a = ir_param_buffer(k, "a", IR_F32, IR_READ), o = ir_param_buffer(k, "o", IR_F32, IR_WRITE);
+    const uint32_t n = 4097;
+    ir_set_workgroup(k, 64, 1, 1);
+    ir_val i = ir_id(k, IR_ID_GLOBAL, 0);
+    ir_if *in = ir_if_begin(k, ir_compare(k, IR_LT, i, ir_const_u32(k, n)), 0);
+    ir_val s, c;
+    kn_sincos(k, ir_load(k, a, i, 1), &s, &c);
+    ir_store(k, o, ir_bin(k, IR_OP_MUL, i, ir_const_u32(k, 2)), s);
+    ir_store(k, o, ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_MUL, i, ir_const_u32(k, 2)), ir_const_u32(k, 1)), c);
+    ir_if_end(k, in, NULL);
+    char err[256];
+    cr_assert_eq(ir_verify(k, err, sizeof err), 0, "%s", err);
+    float *ang = malloc(n * 4), *out = malloc(2 * n * 4);
+    seed(11);
+    for (uint32_t j = 0; j < n; j++)
+        ang[j] = j < 64 ? (float)j * 0.7853981633974483f : j < 2048 ? urand(-7, 7) : urand(0, 40000);
+    rt_buffer *ba = tu_vk_upload(d, ang, n * 4), *bo = tu_vk_upload(d, out, 2 * n * 4);
+    rt_arg args[2] = {{ba, 0}, {bo, 0}};
+    launch(d, k, (n + 63) / 64, 1, args, 2);
+    tu_vk_download(d, bo, out, 2 * n * 4);
+    double worst = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        double es = fabs(out[2 * j] - sin((double)ang[j])), ec = fabs(out[2 * j + 1] - cos((double)ang[j]));
+        worst = fmax(worst, fmax(es, ec));
+        cr_assert(es <= ldexp(1.0, -22) && ec <= ldexp(1.0, -22), "angle %.9g: sin %.9g (%.3g off), cos %.9g (%.3g off)",
+                  ang[j], out[2 * j], es, out[2 * j + 1], ec);
+    }
+    cr_log_info("kn_sincos: worst absolute error %.3g over %u angles", worst, n);
+    d->ops->release(d, ba), d->ops->release(d, bo);
+    free(ang), free(out);
+    ir_kernel_destroy(k);
+    d->ops->destroy(d);
 }

@@ -9,6 +9,7 @@
 #include "model.h"
 #include "oracle.h"
 #include "plan.h"
+#include "tok.h"
 #include "testutil.h"
 #include "testutil_vk.h"
 #include "vk_device.h"
@@ -38,8 +39,10 @@ static void top2(const float *l, uint32_t n, int32_t *a, int32_t *b) {
 
 /* Greedy decoding on both engines, teacher-forced on the oracle's tokens after a
  * divergence so logits stay comparable. */
-static void compare_on(const char *caps, const char *path, uint32_t dtype, uint32_t steps, const int32_t *prompt,
-                       uint32_t n_prompt, uint32_t n_block) {
+/* Returns the worst logits relative error (asserted by the caller, after every variant
+ * has reported). */
+static double compare_on(const char *caps, const char *path, uint32_t dtype, uint32_t steps, const int32_t *prompt,
+                         uint32_t n_prompt, uint32_t n_block) {
     rt_device *d = tu_vk_open_or_skip(caps);
     char err[512];
     model *m = model_load(path, err, sizeof err);
@@ -56,7 +59,7 @@ static void compare_on(const char *caps, const char *path, uint32_t dtype, uint3
     cr_assert_eq(engine_eval(orc, prompt, n_prompt, 0, lo, false, err, sizeof err), 0, "%s", err);
     cr_assert_eq(engine_eval(gpu, prompt, n_prompt, 0, lg, false, err, sizeof err), 0, "%s", err);
     double worst = 0;
-    int first_div = -1;
+    int first_div = -1, worst_step = 0;
     for (uint32_t s = 0; s < steps; s++) {
         double maxabs = 0, err_abs = 0;
         for (uint32_t v = 0; v < nv; v++) {
@@ -65,7 +68,7 @@ static void compare_on(const char *caps, const char *path, uint32_t dtype, uint3
             if (fabs(lg[v] - lo[v]) > err_abs) err_abs = fabs(lg[v] - lo[v]);
         }
         double rel = err_abs / (maxabs > 0 ? maxabs : 1);
-        if (rel > worst) worst = rel;
+        if (rel > worst) worst = rel, worst_step = (int)s;
         int32_t oa, ob, ga, gb;
         top2(lo, nv, &oa, &ob);
         top2(lg, nv, &ga, &gb);
@@ -85,16 +88,16 @@ static void compare_on(const char *caps, const char *path, uint32_t dtype, uint3
         cr_assert_eq(engine_eval(gpu, &next, 1, pos, lg, false, err, sizeof err), 0, "%s", err);
     }
     cr_log_info("%s on %s caps=%s, %u-token prompt in blocks of %u: %u kernels, %u launches per decode step; worst "
-                "logits relative error %.2e; %s",
-                path, gpu->name, caps ? caps : "device", n_prompt, plan_block(gpu), nk, nl, worst,
+                "logits relative error %.2e (step %d); %s",
+                path, gpu->name, caps ? caps : "device", n_prompt, plan_block(gpu), nk, nl, worst, worst_step,
                 first_div < 0 ? "greedy tokens identical" : "diverged at a near-tie");
-    cr_assert_lt(worst, 1e-2, "%s: logits relative error %.3e", path, worst);
     free(lo);
     free(lg);
     engine_destroy(gpu);
     engine_destroy(orc);
     model_free(m);
     d->ops->destroy(d);
+    return worst;
 }
 
 /* The kernel variants a device can be forced into: the plain device, no subgroup
@@ -103,6 +106,7 @@ static void compare_on(const char *caps, const char *path, uint32_t dtype, uint3
 static void compare(const char *path, uint32_t dtype, uint32_t steps, const int32_t *prompt, uint32_t n_prompt,
                     uint32_t n_block) {
     const char *variants[] = {NULL, "no-subgroup-arith", "workgroup=64", "no-coopmat"};
+    double worst[4] = {0};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         if (v == 3) { /* only where it changes something */
             rt_device *d = tu_vk_open_or_skip(NULL);
@@ -110,8 +114,11 @@ static void compare(const char *path, uint32_t dtype, uint32_t steps, const int3
             d->ops->destroy(d);
             if (!mma) continue;
         }
-        compare_on(variants[v], path, dtype, steps, prompt, n_prompt, n_block);
+        worst[v] = compare_on(variants[v], path, dtype, steps, prompt, n_prompt, n_block);
     }
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
+        cr_assert_lt(worst[v], 1e-2, "%s caps=%s: logits relative error %.3e", path, variants[v] ? variants[v] : "device",
+                     worst[v]);
 }
 
 /* n token ids in [lo, hi), deterministic */
@@ -123,13 +130,28 @@ static int32_t *ids(uint32_t n, int32_t lo, int32_t hi) {
 }
 
 Test(plan, stories260k_on_vulkan, .timeout = 600) {
+    const char *path = tu_data_file("models/stories260K.gguf");
     int32_t bos = 1;
-    compare(tu_data_file("models/stories260K.gguf"), GGUF_T_BF16, 64, &bos, 1, 0);
-    /* 150 prompt tokens: two blocks of 64 and a partial one */
-    int32_t *p = ids(150, 3, 512);
-    p[0] = 1;
-    compare(tu_data_file("models/stories260K.gguf"), GGUF_T_BF16, 8, p, 150, 64);
-    free(p);
+    compare(path, GGUF_T_BF16, 64, &bos, 1, 0);
+    /* a story of about 200 tokens: three blocks of 64 and a partial one (text the model was
+     * trained on the like of; a salad of random ids drives it far outside its range) */
+    static const char story[] =
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the sunshine. One day, "
+        "she saw a big red ball in the park. She ran to the ball and kicked it very hard. The ball went up into the "
+        "sky and landed in a tree. Lily was sad because she could not reach the ball. Then her friend Tom came to "
+        "the park. Tom was tall and strong. He climbed the tree and got the ball for Lily. Lily was so happy. She "
+        "said thank you to Tom and they played with the ball all day long. When the sun went down, they";
+    char err[512];
+    model *m = model_load(path, err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    tokenizer *t = tok_load(m->file, err, sizeof err);
+    cr_assert_not_null(t, "%s", err);
+    int32_t ids_[400];
+    int64_t n = tok_encode(t, story, sizeof story - 1, true, false, ids_, 400, err, sizeof err);
+    cr_assert(n > 128 && n < 240, "%lld tokens: %s", (long long)n, err);
+    tok_free(t);
+    model_free(m);
+    compare(path, GGUF_T_BF16, 8, ids_, (uint32_t)n, 64);
 }
 
 static const char *synth(const char *name, const char *arch, const char *dtype) {

@@ -182,13 +182,15 @@ int tu_run_kiln_input(const char *const *args, const char *input, char *out, siz
         int argc = 0;
         while (args[argc]) argc++;
         char **argv = calloc((size_t)argc + 2, sizeof *argv);
-        argv[0] = (char *)KILN_BIN;
+        /* $KILN_BIN: the binary when the tree was moved since the build (a device copy) */
+        const char *bin = getenv("KILN_BIN") && *getenv("KILN_BIN") ? getenv("KILN_BIN") : KILN_BIN;
+        argv[0] = (char *)bin;
         for (int i = 0; i < argc; i++) argv[i + 1] = (char *)args[i];
         int in = open(ip, O_RDONLY);
         dup2(in, 0);
         dup2(ofd, 1);
         dup2(efd, 2);
-        execv(KILN_BIN, argv);
+        execv(bin, argv);
         _exit(127);
     }
     int status;
