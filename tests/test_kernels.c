@@ -48,22 +48,7 @@ static void launch(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, c
 
 
 
-static uint64_t rng_state;
-static void seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
-static float urand(float lo, float hi) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return lo + (hi - lo) * (float)((rng_state >> 40) / 16777216.0);
-}
 
-/* n random 16-bit values in [lo, hi), and their exact f32 values. */
-static uint16_t *rand16(ir_scalar t, size_t n, float lo, float hi, float **as_f32) {
-    uint16_t *h = malloc(n * 2);
-    float *f = malloc(n * 4);
-    cr_assert(h && f);
-    for (size_t i = 0; i < n; i++) h[i] = tu_to16(t, urand(lo, hi)), f[i] = tu_from16(t, h[i]);
-    *as_f32 = f;
-    return h;
-}
 
 /* A device buffer of n 16-bit outputs plus the guard, all NaN. */
 static rt_buffer *poisoned16(rt_device *d, ir_scalar t, size_t n) {
@@ -109,7 +94,7 @@ static void rmsnorm_case(rt_device *d, bool heads, uint32_t n, uint32_t rows, ir
                          : kn_rmsnorm(&d->caps, n, t, eps, err, sizeof err);
     cr_assert_not_null(k, "%s: %s", what, err);
     float *xf, *wf;
-    uint16_t *x = rand16(t, (size_t)n * rows, -3, 3, &xf), *w = rand16(t, n, -2, 2, &wf);
+    uint16_t *x = tu_rand16(t, (size_t)n * rows, -3, 3, &xf), *w = tu_rand16(t, n, -2, 2, &wf);
     rt_buffer *bx = tu_vk_upload(d, x, (size_t)n * rows * 2), *bw = tu_vk_upload(d, w, (size_t)n * 2);
     rt_buffer *by = poisoned16(d, t, (size_t)n * rows);
     rt_arg args[3] = {{bx, 0}, {bw, 0}, {by, 0}};
@@ -139,7 +124,7 @@ Test(kernels, rmsnorm_odd_sizes_with_guards) {
     const uint32_t sizes[] = {1, 7, 200, 1000, 4096, 4097};
     for (size_t v = 0; v < N_VARIANTS; v++) {
         rt_device *d = tu_vk_open_or_skip(variants[v]);
-        seed(1);
+        tu_seed(1);
         for (size_t ti = 0; ti < 2; ti++)
             for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
                 rmsnorm_case(d, false, sizes[si], 3, dtypes[ti], variants[v]);
@@ -151,7 +136,7 @@ Test(kernels, rmsnorm_per_head) {
     const uint32_t dims[] = {1, 7, 64, 128, 256};
     for (size_t v = 0; v < N_VARIANTS; v++) {
         rt_device *d = tu_vk_open_or_skip(variants[v]);
-        seed(2);
+        tu_seed(2);
         for (size_t ti = 0; ti < 2; ti++)
             for (size_t si = 0; si < sizeof dims / sizeof dims[0]; si++)
                 rmsnorm_case(d, true, dims[si], 2 * 16 + 3, dtypes[ti], variants[v]); /* tokens x heads rows */
@@ -169,7 +154,7 @@ static void matvec_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t,
     ir_kernel *k = kn_matvec(&d->caps, rows, cols, t, out, KN_EPI_NONE, &gx, err, sizeof err);
     cr_assert_not_null(k, "%s: %s", what, err);
     float *wf, *xf;
-    uint16_t *w = rand16(t, (size_t)rows * cols, -1, 1, &wf), *x = rand16(t, cols, -2, 2, &xf);
+    uint16_t *w = tu_rand16(t, (size_t)rows * cols, -1, 1, &wf), *x = tu_rand16(t, cols, -2, 2, &xf);
     rt_buffer *bw = tu_vk_upload(d, w, (size_t)rows * cols * 2), *bx = tu_vk_upload(d, x, (size_t)cols * 2), *by;
     if (out == IR_F32) {
         float *p = malloc(((size_t)rows + GUARD) * 4);
@@ -216,7 +201,7 @@ Test(kernels, matvec_odd_shapes_with_guards) {
     const uint32_t shapes[][2] = {{1, 1}, {7, 200}, {200, 7}, {1000, 4097}, {4097, 1000}, {33, 4096}, {65, 2}};
     for (size_t v = 0; v < N_VARIANTS; v++) {
         rt_device *d = tu_vk_open_or_skip(variants[v]);
-        seed(3);
+        tu_seed(3);
         for (size_t ti = 0; ti < 2; ti++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
                 matvec_case(d, shapes[si][0], shapes[si][1], dtypes[ti], dtypes[ti], variants[v]);
@@ -237,8 +222,8 @@ static void matvec_epi_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scala
     ir_kernel *k = kn_matvec(&d->caps, rows, cols, t, t, epi, &gx, err, sizeof err);
     cr_assert_not_null(k, "%s: %s", what, err);
     float *wf, *xf, *bf, *rf;
-    uint16_t *w = rand16(t, (size_t)wrows * cols, -1, 1, &wf), *x = rand16(t, cols, -2, 2, &xf);
-    uint16_t *b = rand16(t, rows, -3, 3, &bf), *res = rand16(t, rows, -8, 8, &rf);
+    uint16_t *w = tu_rand16(t, (size_t)wrows * cols, -1, 1, &wf), *x = tu_rand16(t, cols, -2, 2, &xf);
+    uint16_t *b = tu_rand16(t, rows, -3, 3, &bf), *res = tu_rand16(t, rows, -8, 8, &rf);
     rt_buffer *bw = tu_vk_upload(d, w, (size_t)wrows * cols * 2), *bx = tu_vk_upload(d, x, (size_t)cols * 2);
     rt_buffer *bb = tu_vk_upload(d, b, (size_t)rows * 2), *br = tu_vk_upload(d, res, (size_t)rows * 2);
     rt_buffer *by = poisoned16(d, t, rows);
@@ -294,7 +279,7 @@ Test(kernels, matvec_epilogues_odd_shapes_with_guards) {
     const unsigned epis[] = {KN_EPI_BIAS, KN_EPI_RESIDUAL, KN_EPI_BIAS | KN_EPI_RESIDUAL, KN_EPI_SWIGLU};
     for (size_t v = 0; v < N_VARIANTS; v++) {
         rt_device *d = tu_vk_open_or_skip(variants[v]);
-        seed(4);
+        tu_seed(4);
         for (size_t ti = 0; ti < 2; ti++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
                 for (size_t e = 0; e < sizeof epis / sizeof epis[0]; e++)
@@ -312,7 +297,7 @@ static void eltwise_case(rt_device *d, bool swiglu, uint32_t n, ir_scalar t, con
     ir_kernel *k = swiglu ? kn_swiglu(&d->caps, n, t, &gx, err, sizeof err) : kn_add(&d->caps, n, t, &gx, err, sizeof err);
     cr_assert_not_null(k, "%s: %s", what, err);
     float *af, *bf;
-    uint16_t *a = rand16(t, n, -8, 8, &af), *b = rand16(t, n, -4, 4, &bf);
+    uint16_t *a = tu_rand16(t, n, -8, 8, &af), *b = tu_rand16(t, n, -4, 4, &bf);
     rt_buffer *ba = tu_vk_upload(d, a, (size_t)n * 2), *bb = tu_vk_upload(d, b, (size_t)n * 2), *bo = poisoned16(d, t, n);
     rt_arg args[3] = {{ba, 0}, {bb, 0}, {bo, 0}};
     launch(d, k, gx, 1, args, 3);
@@ -335,7 +320,7 @@ static void eltwise_case(rt_device *d, bool swiglu, uint32_t n, ir_scalar t, con
 Test(kernels, add_and_swiglu_odd_sizes_with_guards) {
     const uint32_t sizes[] = {1, 7, 200, 1000, 4096, 4097, 6 * 4096 + 2};
     rt_device *d = tu_vk_open_or_skip(NULL);
-    seed(4);
+    tu_seed(4);
     for (size_t ti = 0; ti < 2; ti++)
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
             eltwise_case(d, false, sizes[si], dtypes[ti], NULL);
@@ -369,7 +354,7 @@ static void rope_case(rt_device *d, uint32_t heads, uint32_t hd, uint32_t n_rot,
     cr_assert_not_null(k, "%s: %s", what, err);
     size_t n = (size_t)tokens * heads * hd;
     float *xf;
-    uint16_t *x = rand16(t, n, -4, 4, &xf);
+    uint16_t *x = tu_rand16(t, n, -4, 4, &xf);
     /* the kernel works in place: the guard after x must stay poisoned */
     uint16_t *buf = malloc((n + GUARD) * 2);
     memcpy(buf, x, n * 2);
@@ -407,7 +392,7 @@ static void rope_case(rt_device *d, uint32_t heads, uint32_t hd, uint32_t n_rot,
 
 Test(kernels, rope_positions_and_layouts) {
     rt_device *d = tu_vk_open_or_skip(NULL);
-    seed(5);
+    tu_seed(5);
     const uint32_t pos[] = {0, 1, 7, 1000, 4097, 32767};
     for (size_t ti = 0; ti < 2; ti++)
         for (size_t pi = 0; pi < sizeof pos / sizeof pos[0]; pi++) {
@@ -466,8 +451,8 @@ static void argmax_case(rt_device *d, uint32_t n, int pattern, const char *var) 
     float *lg = malloc((size_t)n * 4);
     for (uint32_t i = 0; i < n; i++) {
         switch (pattern) {
-        case 0: lg[i] = urand(-20, 20); break;
-        case 1: lg[i] = (float)(int)urand(0, 4); break; /* many ties */
+        case 0: lg[i] = tu_urand(-20, 20); break;
+        case 1: lg[i] = (float)(int)tu_urand(0, 4); break; /* many ties */
         case 2: lg[i] = -INFINITY; break;            /* all equal: index 0 */
         default: lg[i] = 3.0f; break;
         }
@@ -494,7 +479,7 @@ Test(kernels, argmax_ties_to_lowest_index) {
     const uint32_t sizes[] = {1, 7, 200, 1000, 4097, 151936};
     for (size_t v = 0; v < N_VARIANTS; v++) {
         rt_device *d = tu_vk_open_or_skip(variants[v]);
-        seed(6);
+        tu_seed(6);
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
             for (int pat = 0; pat < 4; pat++) argmax_case(d, sizes[si], pat, variants[v]);
         d->ops->destroy(d);
@@ -506,7 +491,7 @@ Test(kernels, argmax_ties_to_lowest_index) {
 Test(kernels, embed_rows_and_bad_tokens) {
     rt_device *d = tu_vk_open_or_skip(NULL);
     char err[512];
-    seed(7);
+    tu_seed(7);
     const uint32_t dims[][2] = {{1, 1}, {5, 7}, {100, 200}, {3, 4097}, {17, 4096}};
     for (size_t ti = 0; ti < 2; ti++)
         for (size_t si = 0; si < sizeof dims / sizeof dims[0]; si++) {
@@ -515,7 +500,7 @@ Test(kernels, embed_rows_and_bad_tokens) {
             ir_kernel *k = kn_embed(&d->caps, nv, ne, t, &gx, err, sizeof err);
             cr_assert_not_null(k, "%s", err);
             float *tf;
-            uint16_t *tab = rand16(t, (size_t)nv * ne, -1, 1, &tf);
+            uint16_t *tab = tu_rand16(t, (size_t)nv * ne, -1, 1, &tf);
             rt_buffer *bt = tu_vk_upload(d, tab, (size_t)nv * ne * 2);
             /* 1 << 20 times 4096 wraps to row 0 in u32: it must still read as a bad token */
             const uint32_t toks[] = {0, nv - 1, nv / 2, nv, 0xffffffffu, 1u << 20};
@@ -645,9 +630,9 @@ Test(kernels, sincos_is_accurate_over_rope_angles) {
     char err[256];
     cr_assert_eq(ir_verify(k, err, sizeof err), 0, "%s", err);
     float *ang = malloc(n * 4), *out = malloc(2 * n * 4);
-    seed(11);
+    tu_seed(11);
     for (uint32_t j = 0; j < n; j++)
-        ang[j] = j < 64 ? (float)j * 0.7853981633974483f : j < 2048 ? urand(-7, 7) : urand(0, 40000);
+        ang[j] = j < 64 ? (float)j * 0.7853981633974483f : j < 2048 ? tu_urand(-7, 7) : tu_urand(0, 40000);
     rt_buffer *ba = tu_vk_upload(d, ang, n * 4), *bo = tu_vk_upload(d, out, 2 * n * 4);
     rt_arg args[2] = {{ba, 0}, {bo, 0}};
     launch(d, k, (n + 63) / 64, 1, args, 2);

@@ -45,39 +45,10 @@
 
 
 
-static rt_kernel *compile(rt_device *d, const ir_kernel *k) {
-    char err[512];
-    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
-    cr_assert_not_null(ck, "%s: %s", ir_kernel_name(k), err);
-    return ck;
-}
-
-static void run(rt_device *d, rt_kernel *ck, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
-    char err[512];
-    rt_launch l = {ck, {gx, gy, 1}, args, n};
-    cr_assert_eq(d->ops->run(d, &l, 1, err, sizeof err), 0, "%s", err);
-}
-
 /* ---- 16-bit values --------------------------------------------------------------------- */
 
 
 
-static uint64_t rng_state;
-static void seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
-static uint32_t rnd32(void) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(rng_state >> 32);
-}
-static float urand(float lo, float hi) { return lo + (hi - lo) * (float)((rnd32() >> 8) / 16777216.0); }
-
-static uint16_t *rand16(ir_scalar t, size_t n, float lo, float hi, float **as_f32) {
-    uint16_t *h = malloc(n * 2);
-    float *f = malloc(n * 4);
-    cr_assert(h && f);
-    for (size_t i = 0; i < n; i++) h[i] = tu_to16(t, urand(lo, hi)), f[i] = tu_from16(t, h[i]);
-    *as_f32 = f;
-    return h;
-}
 
 static const ir_scalar dtypes[2] = {IR_BF16, IR_F16};
 
@@ -92,12 +63,12 @@ static void kv_store_case(rt_device *d, rt_kernel *ck, uint32_t gx, uint32_t kv_
     uint16_t *kc0 = malloc(nc * 2), *vc0 = malloc(nc * 2), *kk = malloc(nt * 2), *vv = malloc(nt * 2);
     uint16_t *kc = malloc(nc * 2), *vc = malloc(nc * 2);
     cr_assert(kc0 && vc0 && kk && vv && kc && vc);
-    for (size_t i = 0; i < nc; i++) kc0[i] = (uint16_t)rnd32(), vc0[i] = (uint16_t)rnd32();
-    for (size_t i = 0; i < nt; i++) kk[i] = (uint16_t)rnd32(), vv[i] = (uint16_t)rnd32();
+    for (size_t i = 0; i < nc; i++) kc0[i] = (uint16_t)tu_rnd32(), vc0[i] = (uint16_t)tu_rnd32();
+    for (size_t i = 0; i < nt; i++) kk[i] = (uint16_t)tu_rnd32(), vv[i] = (uint16_t)tu_rnd32();
     rt_buffer *bk = tu_vk_upload(d, kk, nt * 2), *bv = tu_vk_upload(d, vv, nt * 2);
     rt_buffer *bkc = tu_vk_upload(d, kc0, nc * 2), *bvc = tu_vk_upload(d, vc0, nc * 2), *bp = tu_vk_upload(d, &pos0, 4);
     rt_arg args[5] = {{bk, 0}, {bv, 0}, {bkc, 0}, {bvc, 0}, {bp, 0}};
-    run(d, ck, gx, n_tok, args, 5);
+    tu_vk_run(d, ck, gx, n_tok, args, 5);
     tu_vk_download(d, bkc, kc, nc * 2);
     tu_vk_download(d, bvc, vc, nc * 2);
     for (size_t i = 0; i < nc; i++) {
@@ -120,7 +91,7 @@ static void kv_store_case(rt_device *d, rt_kernel *ck, uint32_t gx, uint32_t kv_
 
 Test(kernels_attn, kv_store_writes_exactly_row_pos) {
     rt_device *d = tu_vk_open_or_skip(NULL);
-    seed(11);
+    tu_seed(11);
     char err[512];
     const uint32_t dims[] = {8, 7, 6, 40, 5 * 40, 4 * 64, 8 * 128}; /* vector widths 4, 1, 2 */
     const uint32_t ctxs[] = {1024, 1031};
@@ -130,7 +101,7 @@ Test(kernels_attn, kv_store_writes_exactly_row_pos) {
                 uint32_t kv = dims[di], nctx = ctxs[ci], gx = 0;
                 ir_kernel *k = kn_kv_store(&d->caps, kv, nctx, dtypes[ti], &gx, err, sizeof err);
                 cr_assert_not_null(k, "%s", err);
-                rt_kernel *ck = compile(d, k);
+                rt_kernel *ck = tu_vk_compile(d, k);
                 const uint32_t pos[] = {0, 1, 6, 200, 1000, nctx - 1, nctx, nctx + 5, 0xffffffffu};
                 for (size_t pi = 0; pi < sizeof pos / sizeof pos[0]; pi++)
                     kv_store_case(d, ck, gx, kv, nctx, dtypes[ti], pos[pi], 1);
@@ -146,56 +117,6 @@ Test(kernels_attn, kv_store_writes_exactly_row_pos) {
 
 /* ---- attention ------------------------------------------------------------------------------ */
 
-/* The oracle's attend for one token at position pos: q [n_head][hd], caches
- * [n_ctx][n_head_kv * hd] (f32 values of the 16-bit data), out [n_head][hd]; also the
- * tolerance per output (see the top of the file). */
-static void attend_ref(const float *q, const float *kc, const float *vc, uint32_t n_head, uint32_t n_head_kv,
-                       uint32_t hd, uint32_t pos, float *out, double *tol) {
-    uint32_t group = n_head / n_head_kv, kv_dim = n_head_kv * hd, n_keys = pos + 1;
-    float *scores = malloc((size_t)n_keys * sizeof *scores);
-    double *eps = malloc((size_t)n_keys * sizeof *eps);
-    cr_assert(scores && eps);
-    float scale = 1.0f / sqrtf((float)hd);
-    for (uint32_t h = 0; h < n_head; h++) {
-        uint32_t kvh = h / group;
-        const float *qh = q + (size_t)h * hd;
-        float mx = -INFINITY;
-        double delta = 0;
-        for (uint32_t p = 0; p < n_keys; p++) {
-            const float *k = kc + (size_t)p * kv_dim + (size_t)kvh * hd;
-            float s = 0;
-            double mag = 0;
-            for (uint32_t i = 0; i < hd; i++) s += qh[i] * k[i], mag += fabs((double)qh[i] * k[i]);
-            scores[p] = s * scale;
-            if (scores[p] > mx) mx = scores[p];
-            double ds = scale * 2.0 * hd * ldexp(1.0, -24) * mag + ldexp(1.0, -23) * fabs(scores[p]);
-            if (ds > delta) delta = ds;
-        }
-        for (uint32_t p = 0; p < n_keys; p++)
-            eps[p] = (4.0 + 3.0 * n_keys + 3.0 * ((double)mx - scores[p])) * ldexp(1.0, -23);
-        float sum = 0;
-        for (uint32_t p = 0; p < n_keys; p++) sum += scores[p] = expf(scores[p] - mx);
-        float *o = out + (size_t)h * hd;
-        for (uint32_t i = 0; i < hd; i++) o[i] = 0;
-        double eps_bar = 0;
-        for (uint32_t p = 0; p < n_keys; p++) eps_bar += eps[p] * scores[p] / sum;
-        for (uint32_t i = 0; i < hd; i++) {
-            double wabs = 0, weps = 0;
-            for (uint32_t p = 0; p < n_keys; p++) {
-                double w = (double)scores[p] / sum, av = fabs(vc[(size_t)p * kv_dim + (size_t)kvh * hd + i]);
-                wabs += w * av, weps += eps[p] * w * av;
-            }
-            tol[(size_t)h * hd + i] =
-                (2.0 * expm1(2.0 * delta) + eps_bar + (4.0 * n_keys + 8.0) * ldexp(1.0, -24)) * wabs + weps;
-        }
-        for (uint32_t p = 0; p < n_keys; p++) {
-            const float *v = vc + (size_t)p * kv_dim + (size_t)kvh * hd;
-            float wgt = scores[p] / sum;
-            for (uint32_t i = 0; i < hd; i++) o[i] += wgt * v[i];
-        }
-    }
-    free(scores), free(eps);
-}
 
 /* One kernel (shape, n_ctx, dtype) at several positions. The caches are random 16-bit
  * values up to row pos and NaN after it; q is scaled so softmax is far from uniform. */
@@ -206,10 +127,10 @@ static void attn_case(rt_device *d, uint32_t n_head, uint32_t n_head_kv, uint32_
     ir_kernel *k = kn_attn_decode(&d->caps, n_head, n_head_kv, hd, n_ctx, t, &gx, err, sizeof err);
     cr_assert_not_null(k, "%s", err);
     cr_assert_eq(gx, n_head);
-    rt_kernel *ck = compile(d, k);
+    rt_kernel *ck = tu_vk_compile(d, k);
     size_t nc = (size_t)n_ctx * kv_dim;
     float *qf, *kf, *vf;
-    uint16_t *q = rand16(t, qn, -4, 4, &qf), *kc = rand16(t, nc, -1, 1, &kf), *vc = rand16(t, nc, -2, 2, &vf);
+    uint16_t *q = tu_rand16(t, qn, -4, 4, &qf), *kc = tu_rand16(t, nc, -1, 1, &kf), *vc = tu_rand16(t, nc, -2, 2, &vf);
     uint16_t *kp = malloc(nc * 2), *vp = malloc(nc * 2), *poison = malloc(((size_t)qn + GUARD) * 2);
     uint16_t *o = malloc(((size_t)qn + GUARD) * 2);
     float *want = malloc((size_t)qn * 4);
@@ -230,7 +151,7 @@ static void attn_case(rt_device *d, uint32_t n_head, uint32_t n_head_kv, uint32_
         tu_vk_reupload(d, bk, kp, nc * 2), tu_vk_reupload(d, bv, vp, nc * 2);
         tu_vk_reupload(d, bo, poison, ((size_t)qn + GUARD) * 2), tu_vk_reupload(d, bp, &p, 4);
         rt_arg args[5] = {{bq, 0}, {bk, 0}, {bv, 0}, {bo, 0}, {bp, 0}};
-        run(d, ck, gx, 1, args, 5);
+        tu_vk_run(d, ck, gx, 1, args, 5);
         tu_vk_download(d, bo, o, ((size_t)qn + GUARD) * 2);
         for (size_t i = qn; i < (size_t)qn + GUARD; i++)
             cr_assert_eq(o[i], tu_nan16(t), "%s: wrote past the end at %zu", what, i);
@@ -238,7 +159,7 @@ static void attn_case(rt_device *d, uint32_t n_head, uint32_t n_head_kv, uint32_
             for (size_t i = 0; i < qn; i++) cr_assert_eq(o[i], tu_nan16(t), "%s: wrote [%zu]", what, i);
             continue;
         }
-        attend_ref(qf, kf, vf, n_head, n_head_kv, hd, p, want, tol);
+        tu_attend_ref(qf, kf, vf, n_head, n_head_kv, hd, p, want, tol);
         for (size_t i = 0; i < qn; i++) {
             double g = tu_from16(t, o[i]), w = want[i];
             cr_assert(!isnan(g), "%s: [%zu] NaN (not written, or read past pos)", what, i);
@@ -259,7 +180,7 @@ static const uint32_t heads[][2] = {{1, 1}, {5, 1}, {8, 4}, {32, 8}};
 
 static void attn_all(const char *var, uint64_t sd, bool full) {
     rt_device *d = tu_vk_open_or_skip(var);
-    seed(sd);
+    tu_seed(sd);
     const uint32_t ctxs[] = {1024, 1031};
     for (size_t ci = 0; ci < 2; ci++) {
         uint32_t nctx = ctxs[ci];

@@ -32,79 +32,9 @@
 
 #define GUARD 64
 
-static rt_kernel *compile(rt_device *d, const ir_kernel *k) {
-    char err[512];
-    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
-    cr_assert_not_null(ck, "%s: %s", ir_kernel_name(k), err);
-    return ck;
-}
-
-static void run(rt_device *d, rt_kernel *ck, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
-    char err[512];
-    rt_launch l = {ck, {gx, gy, 1}, args, n};
-    cr_assert_eq(d->ops->run(d, &l, 1, err, sizeof err), 0, "%s", err);
-}
-
-static uint64_t rng_state;
-static void seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
-static uint32_t rnd32(void) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(rng_state >> 32);
-}
-static float urand(float lo, float hi) { return lo + (hi - lo) * (float)((rnd32() >> 8) / 16777216.0); }
 
 static const ir_scalar dtypes[2] = {IR_BF16, IR_F16};
 
-/* The oracle's attend for one token at position pos: q [n_head][hd] (the token's row),
- * caches [n_ctx][n_head_kv * hd] (f32 values of the 16-bit data), out [n_head][hd]; also
- * the tolerance per output (see the top of the file). */
-static void attend_ref(const float *q, const float *kc, const float *vc, uint32_t n_head, uint32_t n_head_kv,
-                       uint32_t hd, uint32_t pos, float *out, double *tol) {
-    uint32_t group = n_head / n_head_kv, kv_dim = n_head_kv * hd, n_keys = pos + 1;
-    float *scores = malloc((size_t)n_keys * sizeof *scores);
-    double *eps = malloc((size_t)n_keys * sizeof *eps);
-    cr_assert(scores && eps);
-    float scale = 1.0f / sqrtf((float)hd);
-    for (uint32_t h = 0; h < n_head; h++) {
-        uint32_t kvh = h / group;
-        const float *qh = q + (size_t)h * hd;
-        float mx = -INFINITY;
-        double delta = 0;
-        for (uint32_t p = 0; p < n_keys; p++) {
-            const float *k = kc + (size_t)p * kv_dim + (size_t)kvh * hd;
-            float s = 0;
-            double mag = 0;
-            for (uint32_t i = 0; i < hd; i++) s += qh[i] * k[i], mag += fabs((double)qh[i] * k[i]);
-            scores[p] = s * scale;
-            if (scores[p] > mx) mx = scores[p];
-            double ds = scale * 2.0 * hd * ldexp(1.0, -24) * mag + ldexp(1.0, -23) * fabs(scores[p]);
-            if (ds > delta) delta = ds;
-        }
-        for (uint32_t p = 0; p < n_keys; p++)
-            eps[p] = (4.0 + 3.0 * n_keys + 3.0 * ((double)mx - scores[p])) * ldexp(1.0, -23);
-        float sum = 0;
-        for (uint32_t p = 0; p < n_keys; p++) sum += scores[p] = expf(scores[p] - mx);
-        float *o = out + (size_t)h * hd;
-        for (uint32_t i = 0; i < hd; i++) o[i] = 0;
-        double eps_bar = 0;
-        for (uint32_t p = 0; p < n_keys; p++) eps_bar += eps[p] * scores[p] / sum;
-        for (uint32_t i = 0; i < hd; i++) {
-            double wabs = 0, weps = 0;
-            for (uint32_t p = 0; p < n_keys; p++) {
-                double w = (double)scores[p] / sum, av = fabs(vc[(size_t)p * kv_dim + (size_t)kvh * hd + i]);
-                wabs += w * av, weps += eps[p] * w * av;
-            }
-            tol[(size_t)h * hd + i] =
-                (2.0 * expm1(2.0 * delta) + eps_bar + (4.0 * n_keys + 8.0) * ldexp(1.0, -24)) * wabs + weps;
-        }
-        for (uint32_t p = 0; p < n_keys; p++) {
-            const float *v = vc + (size_t)p * kv_dim + (size_t)kvh * hd;
-            float wgt = scores[p] / sum;
-            for (uint32_t i = 0; i < hd; i++) o[i] += wgt * v[i];
-        }
-    }
-    free(scores), free(eps);
-}
 
 /* A kernel's shape; its blocks (pos0, n) run one after the other on the same buffers. */
 typedef struct shape {
@@ -125,7 +55,7 @@ static void prefill_case(rt_device *d, const shape *s, ir_scalar t, const blk *b
                                    groups, err, sizeof err);
     cr_assert_not_null(k, "%s", err);
     cr_assert(groups[0] > 0 && groups[1] > 0);
-    rt_kernel *ck = compile(d, k);
+    rt_kernel *ck = tu_vk_compile(d, k);
     size_t nq = (size_t)s->n_max * s->q_stride, nc = (size_t)s->n_ctx * kv_dim, no = (size_t)s->n_max * qn;
     uint16_t *q = malloc(nq * 2), *kc = malloc(nc * 2), *vc = malloc(nc * 2), *o = malloc((no + GUARD) * 2);
     uint16_t *poison = malloc((no + GUARD) * 2);
@@ -146,21 +76,21 @@ static void prefill_case(rt_device *d, const shape *s, ir_scalar t, const blk *b
         for (size_t i = 0; i < nq; i++) {
             size_t row = i / s->q_stride, col = i % s->q_stride;
             bool live = row < n && col < qn;
-            q[i] = live ? tu_to16(t, urand(-4, 4)) : tu_nan16(t);
+            q[i] = live ? tu_to16(t, tu_urand(-4, 4)) : tu_nan16(t);
             qf[i] = tu_from16(t, q[i]);
         }
         /* caches: rows up to the block's last position random, after it NaN */
         for (size_t i = 0; i < nc; i++) {
             bool live = i / kv_dim <= last;
-            kc[i] = live ? tu_to16(t, urand(-1, 1)) : tu_nan16(t);
-            vc[i] = live ? tu_to16(t, urand(-2, 2)) : tu_nan16(t);
+            kc[i] = live ? tu_to16(t, tu_urand(-1, 1)) : tu_nan16(t);
+            vc[i] = live ? tu_to16(t, tu_urand(-2, 2)) : tu_nan16(t);
             kf[i] = tu_from16(t, kc[i]), vf[i] = tu_from16(t, vc[i]);
         }
         uint32_t info[2] = {pos0, n};
         tu_vk_reupload(d, bq, q, nq * 2), tu_vk_reupload(d, bk, kc, nc * 2), tu_vk_reupload(d, bv, vc, nc * 2);
         tu_vk_reupload(d, bo, poison, (no + GUARD) * 2), tu_vk_reupload(d, bi, info, 8);
         rt_arg args[5] = {{bq, 0}, {bk, 0}, {bv, 0}, {bo, 0}, {bi, 0}};
-        run(d, ck, groups[0], groups[1], args, 5);
+        tu_vk_run(d, ck, groups[0], groups[1], args, 5);
         tu_vk_download(d, bo, o, (no + GUARD) * 2);
         for (size_t i = no; i < no + GUARD; i++)
             cr_assert_eq(o[i], tu_nan16(t), "%s: wrote past the end at %zu", what, i);
@@ -172,7 +102,7 @@ static void prefill_case(rt_device *d, const shape *s, ir_scalar t, const blk *b
                     cr_assert_eq(ot[i], tu_nan16(t), "%s: wrote row %u [%u]", what, tk, i);
                 continue;
             }
-            attend_ref(qf + (size_t)tk * s->q_stride, kf, vf, s->n_head, s->n_head_kv, s->hd, p, want, tol);
+            tu_attend_ref(qf + (size_t)tk * s->q_stride, kf, vf, s->n_head, s->n_head_kv, s->hd, p, want, tol);
             for (uint32_t i = 0; i < qn; i++) {
                 double g = tu_from16(t, ot[i]), w = want[i];
                 cr_assert(!isnan(g), "%s: row %u [%u] NaN (not written, or read past the causal limit)", what, tk, i);
@@ -196,7 +126,7 @@ static const uint32_t heads[][2] = {{1, 1}, {4, 2}, {16, 8}, {6, 1}};
  * q row stride. full = false (the caps variants) keeps the cases that change their code paths. */
 static void prefill_all(const char *var, uint64_t sd, bool full) {
     rt_device *d = tu_vk_open_or_skip(var);
-    seed(sd);
+    tu_seed(sd);
     const uint32_t hds[] = {64, 128, 40};
     for (size_t gi = 0; gi < sizeof heads / sizeof heads[0]; gi++)
         for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {

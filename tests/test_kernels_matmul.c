@@ -32,21 +32,7 @@
 
 #define GUARD 64
 
-static uint64_t rng_state;
-static void seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
-static float urand(float lo, float hi) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return lo + (hi - lo) * (float)((rng_state >> 40) / 16777216.0);
-}
 
-static uint16_t *rand16(ir_scalar t, size_t n, float lo, float hi, float **as_f32) {
-    uint16_t *h = malloc(n * 2);
-    float *f = malloc(n * 4);
-    cr_assert(h && f);
-    for (size_t i = 0; i < n; i++) h[i] = tu_to16(t, urand(lo, hi)), f[i] = tu_from16(t, h[i]);
-    *as_f32 = f;
-    return h;
-}
 
 static const ir_scalar dtypes[2] = {IR_BF16, IR_F16};
 
@@ -81,8 +67,8 @@ static void matmul_case(rt_device *d, mm_shape s, ir_scalar t, unsigned epi, con
     cr_assert_not_null(ck, "matmul %ux%u: %s", rows, cols, err);
     size_t nw = (size_t)rows * cols, nx = (size_t)n_max * cols, ny = (size_t)n_max * rows;
     float *wf, *xf, *bf, *rf;
-    uint16_t *w = rand16(t, nw, -1, 1, &wf), *x = rand16(t, nx, -2, 2, &xf);
-    uint16_t *b = rand16(t, rows, -4, 4, &bf), *res = rand16(t, ny, -8, 8, &rf);
+    uint16_t *w = tu_rand16(t, nw, -1, 1, &wf), *x = tu_rand16(t, nx, -2, 2, &xf);
+    uint16_t *b = tu_rand16(t, rows, -4, 4, &bf), *res = tu_rand16(t, ny, -8, 8, &rf);
     uint16_t *xp = malloc(nx * 2), *poison = malloc((ny + GUARD) * 2), *y = malloc((ny + GUARD) * 2);
     cr_assert(xp && poison && y);
     for (size_t i = 0; i < ny + GUARD; i++) poison[i] = tu_nan16(t);
@@ -161,7 +147,7 @@ static const mm_shape shapes[] = {
 /* Every shape, both dtypes; the epilogue cycles so each dtype sees all four across shapes. */
 static void run_shapes(const char *var, uint64_t sd, const size_t *pick, size_t n_pick) {
     rt_device *d = tu_vk_open_or_skip(var);
-    seed(sd);
+    tu_seed(sd);
     for (size_t pi = 0; pi < n_pick; pi++) {
         size_t si = pick ? pick[pi] : pi;
         for (size_t ti = 0; ti < 2; ti++)

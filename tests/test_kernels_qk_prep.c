@@ -46,34 +46,7 @@
 
 /* ---- plumbing (as tests/test_kernels_attn.c) ------------------------------------------- */
 
-static rt_kernel *compile(rt_device *d, const ir_kernel *k) {
-    char err[512];
-    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
-    cr_assert_not_null(ck, "%s: %s", ir_kernel_name(k), err);
-    return ck;
-}
 
-static void run(rt_device *d, rt_kernel *ck, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
-    char err[512];
-    rt_launch l = {ck, {gx, gy, 1}, args, n};
-    cr_assert_eq(d->ops->run(d, &l, 1, err, sizeof err), 0, "%s", err);
-}
-
-static uint64_t rng_state;
-static void seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
-static float urand(float lo, float hi) {
-    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
-    return lo + (hi - lo) * (float)((rng_state >> 40) / 16777216.0);
-}
-
-static uint16_t *rand16(ir_scalar t, size_t n, float lo, float hi, float **as_f32) {
-    uint16_t *h = malloc(n * 2);
-    float *f = malloc(n * 4);
-    cr_assert(h && f);
-    for (size_t i = 0; i < n; i++) h[i] = tu_to16(t, urand(lo, hi)), f[i] = tu_from16(t, h[i]);
-    *as_f32 = f;
-    return h;
-}
 
 static float round16(ir_scalar t, float f) { return tu_from16(t, tu_to16(t, f)); }
 /* one f32 ulp at |v| (0 for 0) */
@@ -152,7 +125,7 @@ static void block_case(rt_device *d, const kcase *kc, uint32_t pos0, uint32_t n)
              s->rope.freq_factors ? " factors" : "", tu_dname(t), pos0, n, kc->var ? kc->var : "device");
     size_t nq = (size_t)N_MAX * row, nc = (size_t)N_CTX * kv_dim;
     float *xf;
-    uint16_t *x0 = rand16(t, nq + GUARD, -4, 4, &xf);
+    uint16_t *x0 = tu_rand16(t, nq + GUARD, -4, 4, &xf);
     for (size_t i = nq; i < nq + GUARD; i++) x0[i] = tu_nan16(t);
     uint16_t *poison = malloc((nc + GUARD) * 2), *x = malloc((nq + GUARD) * 2);
     uint16_t *kcache = malloc((nc + GUARD) * 2), *vcache = malloc((nc + GUARD) * 2);
@@ -166,7 +139,7 @@ static void block_case(rt_device *d, const kcase *kc, uint32_t pos0, uint32_t n)
     uint32_t na = 4;
     if (s->qk_norm) args[na++].buf = kc->bqn, args[na++].buf = kc->bkn;
     if (s->rope.freq_factors) args[na++].buf = kc->bff;
-    run(d, kc->ck, kc->groups, N_MAX, args, na);
+    tu_vk_run(d, kc->ck, kc->groups, N_MAX, args, na);
     tu_vk_download(d, bx, x, (nq + GUARD) * 2);
     tu_vk_download(d, bk, kcache, (nc + GUARD) * 2);
     tu_vk_download(d, bv, vcache, (nc + GUARD) * 2);
@@ -236,15 +209,15 @@ static void shape_case(rt_device *d, const shape *s, ir_scalar t, const char *va
     cr_assert_not_null(k, "%s: %s", s->name, err);
     kcase kc = {.s = s, .t = t, .var = var, .row = (s->n_head + 2 * s->n_head_kv) * s->head_dim,
                 .kv_dim = s->n_head_kv * s->head_dim, .groups = s->n_head + 2 * s->n_head_kv};
-    kc.ck = compile(d, k);
+    kc.ck = tu_vk_compile(d, k);
     uint16_t *qn = NULL, *kn = NULL, *ff = NULL;
     if (s->qk_norm) {
-        qn = rand16(t, s->head_dim, 0.25f, 2.0f, &kc.qnf), kn = rand16(t, s->head_dim, 0.25f, 2.0f, &kc.knf);
+        qn = tu_rand16(t, s->head_dim, 0.25f, 2.0f, &kc.qnf), kn = tu_rand16(t, s->head_dim, 0.25f, 2.0f, &kc.knf);
         kc.bqn = tu_vk_upload(d, qn, s->head_dim * 2), kc.bkn = tu_vk_upload(d, kn, s->head_dim * 2);
     }
     if (s->rope.freq_factors) { /* llama 3's: 1 for high frequencies, up to 8 for low, smooth between */
         uint32_t half = s->rope.n_rot / 2;
-        ff = rand16(t, half, 1.0f, 8.0f, &kc.ff);
+        ff = tu_rand16(t, half, 1.0f, 8.0f, &kc.ff);
         ff[0] = tu_to16(t, 1.0f), ff[half - 1] = tu_to16(t, 8.0f);
         kc.ff[0] = 1.0f, kc.ff[half - 1] = 8.0f;
         kc.bff = tu_vk_upload(d, ff, half * 2);
@@ -277,7 +250,7 @@ static const block blocks[] = {{0, 1},  {0, 5},     {0, 33},    {17, 1},        
 
 Test(kernels_qk_prep, matches_oracle_layer_forward, .timeout = 300) {
     rt_device *d = tu_vk_open_or_skip(NULL);
-    seed(31);
+    tu_seed(31);
     for (size_t ti = 0; ti < 2; ti++)
         for (size_t si = 0; si < N_SHAPES; si++) shape_case(d, &shapes[si], dtypes[ti], NULL, blocks, N_BLOCKS);
     d->ops->destroy(d);
@@ -287,7 +260,7 @@ Test(kernels_qk_prep, matches_oracle_layer_forward, .timeout = 300) {
  * the angle chain carried between them), the workgroup-memory tree for the norm's sum */
 static void variant(const char *var, uint64_t sd) {
     rt_device *d = tu_vk_open_or_skip(var);
-    seed(sd);
+    tu_seed(sd);
     const block few[] = {{17, 33}, {5000, 5}, {N_CTX - 2, 5}};
     for (size_t si = 0; si < N_SHAPES; si++)
         shape_case(d, &shapes[si], dtypes[si % 2], var, few, sizeof few / sizeof few[0]);

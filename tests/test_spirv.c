@@ -18,6 +18,8 @@
 
 #include <vulkan/vulkan.h>
 
+#include "vk_khr.h"
+
 #include "caps.h"
 #include "ir.h"
 #include "spv_emit.h"
@@ -811,28 +813,7 @@ Test(spirv, interface_layout) {
 
 /* ---- a minimal Vulkan harness: run emitted kernels on the first device -------------------------- */
 
-#define VK_STYPE_COOPMAT_FEATURES ((VkStructureType)1000506000)
-#define VK_STYPE_COOPMAT_PROPERTIES ((VkStructureType)1000506001)
-#define VK_STYPE_BF16_FEATURES ((VkStructureType)1000141000)
-typedef struct {
-    VkStructureType sType;
-    void *pNext;
-    uint32_t MSize, NSize, KSize;
-    int32_t AType, BType, CType, ResultType;
-    VkBool32 saturatingAccumulation;
-    int32_t scope;
-} vkh_coopmat_props;
-typedef struct {
-    VkStructureType sType;
-    void *pNext;
-    VkBool32 cooperativeMatrix, cooperativeMatrixRobustBufferAccess;
-} vkh_coopmat_features;
-typedef struct {
-    VkStructureType sType;
-    void *pNext;
-    VkBool32 shaderBFloat16Type, shaderBFloat16DotProduct, shaderBFloat16CooperativeMatrix;
-} vkh_bf16_features;
-typedef VkResult(VKAPI_PTR *vkh_get_coopmat_fn)(VkPhysicalDevice, uint32_t *, vkh_coopmat_props *);
+typedef VkResult(VKAPI_PTR *vkh_get_coopmat_fn)(VkPhysicalDevice, uint32_t *, vkp_coopmat_props *);
 
 typedef struct vkh {
     VkInstance inst;
@@ -903,8 +884,8 @@ static bool vkh_open(vkh *h) {
     bool coop = has_ext(ext, next, "VK_KHR_cooperative_matrix"), bf16 = has_ext(ext, next, "VK_KHR_shader_bfloat16");
     free(ext);
 
-    vkh_bf16_features fb = {.sType = VK_STYPE_BF16_FEATURES};
-    vkh_coopmat_features fc = {.sType = VK_STYPE_COOPMAT_FEATURES, .pNext = bf16 ? &fb : NULL};
+    vkp_bf16_features fb = {.sType = VKP_STYPE_BF16_FEATURES};
+    vkp_coopmat_features fc = {.sType = VKP_STYPE_COOPMAT_FEATURES, .pNext = bf16 ? &fb : NULL};
     VkPhysicalDeviceVulkan13Features f13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
                                             .pNext = coop ? (void *)&fc : bf16 ? (void *)&fb : NULL};
     VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &f13};
@@ -926,13 +907,13 @@ static bool vkh_open(vkh *h) {
     if (coop && fc.cooperativeMatrix) {
         vkh_get_coopmat_fn get = (vkh_get_coopmat_fn)vkGetInstanceProcAddr(h->inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
         uint32_t np = 0;
-        vkh_coopmat_props props[64];
+        vkp_coopmat_props props[64];
         if (get && get(h->pd, &np, NULL) == VK_SUCCESS) {
             if (np > 64) np = 64;
-            for (uint32_t i = 0; i < np; i++) props[i] = (vkh_coopmat_props){.sType = VK_STYPE_COOPMAT_PROPERTIES};
+            for (uint32_t i = 0; i < np; i++) props[i] = (vkp_coopmat_props){.sType = VKP_STYPE_COOPMAT_PROPERTIES};
             get(h->pd, &np, props);
             for (uint32_t i = 0; i < np && c->n_mma < RT_MAX_MMA_SHAPES; i++) {
-                const vkh_coopmat_props *p = &props[i];
+                const vkp_coopmat_props *p = &props[i];
                 int ab = p->AType == 0 ? IR_F16 : p->AType == 1000141000 ? IR_BF16 : -1; /* VkComponentTypeKHR */
                 int acc = p->CType == 0 ? IR_F16 : p->CType == 1 ? IR_F32 : -1;
                 if (p->scope != 3 || ab < 0 || acc < 0 || p->AType != p->BType || p->CType != p->ResultType) continue;
@@ -948,8 +929,8 @@ static bool vkh_open(vkh *h) {
     VkPhysicalDeviceVulkan11Features e11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
     VkPhysicalDeviceVulkan12Features e12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
     VkPhysicalDeviceVulkan13Features e13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
-    vkh_coopmat_features ec = {.sType = VK_STYPE_COOPMAT_FEATURES, .cooperativeMatrix = c->n_mma > 0};
-    vkh_bf16_features eb = {.sType = VK_STYPE_BF16_FEATURES, .shaderBFloat16Type = c->bf16_arith,
+    vkp_coopmat_features ec = {.sType = VKP_STYPE_COOPMAT_FEATURES, .cooperativeMatrix = c->n_mma > 0};
+    vkp_bf16_features eb = {.sType = VKP_STYPE_BF16_FEATURES, .shaderBFloat16Type = c->bf16_arith,
                             .shaderBFloat16CooperativeMatrix = c->bf16_arith && fb.shaderBFloat16CooperativeMatrix};
     e2.pNext = &e11;
     e11.pNext = &e12;

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 rt_device *tu_vk_open_or_skip(const char *caps) {
@@ -16,6 +17,9 @@ rt_device *tu_vk_open_or_skip(const char *caps) {
     uint32_t n = 0;
     char err[512];
     vk_probe_devices(all, 4, &n, err, sizeof err);
+    /* on a machine that has a GPU, a device that fails to appear is a failure, not a skip */
+    const char *req = getenv("KILN_REQUIRE_VULKAN");
+    if (n == 0 && req && *req && strcmp(req, "0")) cr_assert_fail("no Vulkan device under KILN_REQUIRE_VULKAN: %s", err);
     if (n == 0) cr_skip_test("no Vulkan device: %s", err);
     rt_device *d = vk_device_open(0, caps, err, sizeof err);
     cr_assert_not_null(d, "%s", err);
@@ -117,4 +121,84 @@ void tu_emit_ok(ir_kernel *k, const rt_caps *c, const char *err, const char *wha
     tu_spv_validate(&m, what);
     spv_module_free(&m);
     ir_kernel_destroy(k);
+}
+
+/* The oracle's attend (oracle/forward.c) for one token, with the tolerance per output
+ * derived at the top of tests/test_kernels_attn.c. */
+void tu_attend_ref(const float *q, const float *kc, const float *vc, uint32_t n_head, uint32_t n_head_kv,
+                       uint32_t hd, uint32_t pos, float *out, double *tol) {
+    uint32_t group = n_head / n_head_kv, kv_dim = n_head_kv * hd, n_keys = pos + 1;
+    float *scores = malloc((size_t)n_keys * sizeof *scores);
+    double *eps = malloc((size_t)n_keys * sizeof *eps);
+    cr_assert(scores && eps);
+    float scale = 1.0f / sqrtf((float)hd);
+    for (uint32_t h = 0; h < n_head; h++) {
+        uint32_t kvh = h / group;
+        const float *qh = q + (size_t)h * hd;
+        float mx = -INFINITY;
+        double delta = 0;
+        for (uint32_t p = 0; p < n_keys; p++) {
+            const float *k = kc + (size_t)p * kv_dim + (size_t)kvh * hd;
+            float s = 0;
+            double mag = 0;
+            for (uint32_t i = 0; i < hd; i++) s += qh[i] * k[i], mag += fabs((double)qh[i] * k[i]);
+            scores[p] = s * scale;
+            if (scores[p] > mx) mx = scores[p];
+            double ds = scale * 2.0 * hd * ldexp(1.0, -24) * mag + ldexp(1.0, -23) * fabs(scores[p]);
+            if (ds > delta) delta = ds;
+        }
+        for (uint32_t p = 0; p < n_keys; p++)
+            eps[p] = (4.0 + 3.0 * n_keys + 3.0 * ((double)mx - scores[p])) * ldexp(1.0, -23);
+        float sum = 0;
+        for (uint32_t p = 0; p < n_keys; p++) sum += scores[p] = expf(scores[p] - mx);
+        float *o = out + (size_t)h * hd;
+        for (uint32_t i = 0; i < hd; i++) o[i] = 0;
+        double eps_bar = 0;
+        for (uint32_t p = 0; p < n_keys; p++) eps_bar += eps[p] * scores[p] / sum;
+        for (uint32_t i = 0; i < hd; i++) {
+            double wabs = 0, weps = 0;
+            for (uint32_t p = 0; p < n_keys; p++) {
+                double w = (double)scores[p] / sum, av = fabs(vc[(size_t)p * kv_dim + (size_t)kvh * hd + i]);
+                wabs += w * av, weps += eps[p] * w * av;
+            }
+            tol[(size_t)h * hd + i] =
+                (2.0 * expm1(2.0 * delta) + eps_bar + (4.0 * n_keys + 8.0) * ldexp(1.0, -24)) * wabs + weps;
+        }
+        for (uint32_t p = 0; p < n_keys; p++) {
+            const float *v = vc + (size_t)p * kv_dim + (size_t)kvh * hd;
+            float wgt = scores[p] / sum;
+            for (uint32_t i = 0; i < hd; i++) o[i] += wgt * v[i];
+        }
+    }
+    free(scores), free(eps);
+}
+
+rt_kernel *tu_vk_compile(rt_device *d, const ir_kernel *k) {
+    char err[512];
+    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
+    cr_assert_not_null(ck, "%s: %s", ir_kernel_name(k), err);
+    return ck;
+}
+
+void tu_vk_run(rt_device *d, rt_kernel *ck, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
+    char err[512];
+    rt_launch l = {ck, {gx, gy, 1}, args, n};
+    cr_assert_eq(d->ops->run(d, &l, 1, err, sizeof err), 0, "%s", err);
+}
+
+static uint64_t rng_state;
+void tu_seed(uint64_t s) { rng_state = s * 0x9e3779b97f4a7c15ull + 1; }
+uint32_t tu_rnd32(void) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 32);
+}
+float tu_urand(float lo, float hi) { return lo + (hi - lo) * (float)((tu_rnd32() >> 8) / 16777216.0); }
+
+uint16_t *tu_rand16(ir_scalar t, size_t n, float lo, float hi, float **as_f32) {
+    uint16_t *h = malloc(n * 2);
+    float *f = malloc(n * 4);
+    cr_assert(h && f);
+    for (size_t i = 0; i < n; i++) h[i] = tu_to16(t, tu_urand(lo, hi)), f[i] = tu_from16(t, h[i]);
+    *as_f32 = f;
+    return h;
 }

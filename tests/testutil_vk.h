@@ -34,4 +34,23 @@ tu_val_how tu_spv_validate(const struct spv_module *m, const char *what);
  * validates; the kernel is destroyed. */
 void tu_emit_ok(ir_kernel *k, const rt_caps *c, const char *err, const char *what);
 
+/* The oracle's attend for one token at position pos, step for step in f32: q
+ * [n_head][hd] (the token's row), caches [n_ctx][n_head_kv * hd] (f32 values of the
+ * 16-bit data), out [n_head][hd]; tol gets each output's error bound for a kernel that
+ * sums in another order (derived at the top of tests/test_kernels_attn.c). */
+void tu_attend_ref(const float *q, const float *kc, const float *vc, uint32_t n_head, uint32_t n_head_kv, uint32_t hd,
+                   uint32_t pos, float *out, double *tol);
+
+/* A deterministic generator for test data (one stream per process): tu_seed, then
+ * uniform u32s or floats in [lo, hi); tu_rand16 gives n random 16-bit values in [lo, hi)
+ * and (malloc'ed) their exact f32 values. */
+void tu_seed(uint64_t s);
+uint32_t tu_rnd32(void);
+float tu_urand(float lo, float hi);
+uint16_t *tu_rand16(ir_scalar t, size_t n, float lo, float hi, float **as_f32);
+
+/* Compiles k for d (failing the test with the message otherwise); runs one launch and waits. */
+rt_kernel *tu_vk_compile(rt_device *d, const ir_kernel *k);
+void tu_vk_run(rt_device *d, rt_kernel *ck, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n);
+
 #endif
