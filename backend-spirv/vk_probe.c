@@ -271,6 +271,7 @@ static int probe_one(VkInstance inst, uint32_t inst_api, VkPhysicalDevice pd, rt
     /* limits */
     c->shared_bytes = P->limits.maxComputeSharedMemorySize;
     c->max_workgroup = P->limits.maxComputeWorkGroupInvocations;
+    c->max_buffer_bytes = P->limits.maxStorageBufferRange;
     if (x_nvsm && v11) c->compute_units = nvsm.shaderSMCount;
     else if (x_amdcore && v11)
         c->compute_units = amd.shaderEngineCount * amd.shaderArraysPerEngineCount * amd.computeUnitsPerShaderArray;

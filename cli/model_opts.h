@@ -24,7 +24,8 @@ typedef struct model_opts {
     "  --caps LIST              take device capabilities away (kiln probe --help lists them)\n"               \
     "  --oracle-mode M          contract (16-bit rounding as a GPU plan; default) | f32\n"                \
     "  --dtype T                bf16 | f16: the 16-bit type of contract mode (default: the file's)\n"     \
-    "  --ctx N                  context length (default min(model's, 4096))  --threads N\n"               \
+    "  --ctx N                  context length (default: cpu min(model's, 4096); a GPU the model's, halved\n" \
+    "                           until it fits)  --threads N\n"               \
     "  --temp F --top-k N --top-p F --min-p F --seed N\n"                                                 \
     "  --repeat-penalty F --repeat-last-n N --frequency-penalty F --presence-penalty F\n"
 

@@ -92,7 +92,7 @@ static json_t *json_device(const probed *d, const char *caps_list) {
                                              (json_int_t)c->mma[i].n, "k", (json_int_t)c->mma[i].k, "ab",
                                              type_name(c->mma[i].ab_type), "acc", type_name(c->mma[i].acc_type)));
     json_t *o = json_pack(
-        "{s:s,s:s,s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:o,s:I,s:I,s:I,s:I,s:I}", "device",
+        "{s:s,s:s,s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:I}", "device",
         d->label, "backend", (unsigned)c->backend <= RT_CUDA ? backends[c->backend] : "unknown", "vendor",
         json_text(c->vendor, sizeof c->vendor), "name", json_text(c->name, sizeof c->name), "driver",
         json_text(c->driver, sizeof c->driver), "api_version", (json_int_t)c->api_version, "compute_capability",
@@ -101,7 +101,7 @@ static json_t *json_device(const probed *d, const char *caps_list) {
         (int)c->subgroup_arith, "subgroup_shuffle", (int)c->subgroup_shuffle, "f16_arith", (int)c->f16_arith,
         "bf16_arith", (int)c->bf16_arith, "int8_arith", (int)c->int8_arith, "storage16", (int)c->storage16,
         "atomic_f32_add", (int)c->atomic_f32_add, "mma", mma, "shared_bytes", (json_int_t)c->shared_bytes,
-        "max_workgroup", (json_int_t)c->max_workgroup, "compute_units", (json_int_t)c->compute_units, "memory_bytes",
+        "max_workgroup", (json_int_t)c->max_workgroup, "max_buffer_bytes", (json_int_t)c->max_buffer_bytes, "compute_units", (json_int_t)c->compute_units, "memory_bytes",
         (json_int_t)c->memory_bytes, "free_bytes", (json_int_t)c->free_bytes);
     if (o && c->backend != RT_CPU) {
         json_t *ks = json_array();

@@ -123,7 +123,7 @@ static int shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_b
     s->q_dim = hp->n_head * hp->head_dim_k;
     s->kv_dim = hp->n_head_kv * hp->head_dim_k;
     s->qkv_dim = s->q_dim + 2 * s->kv_dim;
-    s->n_ctx = n_ctx ? n_ctx : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
+    s->n_ctx = n_ctx ? n_ctx : hp->n_ctx_train ? hp->n_ctx_train : 4096;
     /* a block of prompt tokens: the matmul's tile multiple, no more than the context needs */
     uint32_t want = n_block ? n_block : 512;
     uint32_t cap = (s->n_ctx + 63) / 64 * 64;
@@ -372,27 +372,55 @@ static uint64_t act_bytes(const plan_shape *s, uint32_t nb) {
            4ull * hp->n_vocab + 4ull * nb + 8;
 }
 
-/* Bytes the plan will hold on the device, to refuse up front what cannot fit. */
-static uint64_t plan_bytes(const model *m, const plan_shape *s) {
-    uint64_t w = 0;
+/* Bytes the plan will hold on the device, and its largest single buffer, to refuse up
+ * front what cannot fit. */
+static uint64_t plan_bytes(const model *m, const plan_shape *s, uint64_t *largest) {
+    const arch_hparams *hp = &s->hp;
+    uint64_t w = 0, big = 0;
     const gguf_file *g = m->file;
-    for (uint64_t i = 0; i < gguf_n_tensors(g); i++) w += gguf_tensor_nelements(gguf_tensor_at(g, i)) * 2;
-    uint64_t kv = 2ull * s->hp.n_layer * s->n_ctx * s->kv_dim * 2;
-    return w + kv + act_bytes(s, s->n_block);
+    for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
+        uint64_t b = gguf_tensor_nelements(gguf_tensor_at(g, i)) * 2;
+        w += b;
+        if (b > big) big = b;
+    }
+    uint64_t qkv = (uint64_t)s->qkv_dim * hp->n_embd * 2, cache = (uint64_t)s->n_ctx * s->kv_dim * 2;
+    uint64_t widest = s->qkv_dim > hp->n_ff ? s->qkv_dim : hp->n_ff;
+    uint64_t acts[] = {qkv, cache, (uint64_t)s->n_block * widest * 2, 4ull * hp->n_vocab};
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
+        if (acts[i] > big) big = acts[i];
+    *largest = big;
+    return w + 2 * hp->n_layer * cache + act_bytes(s, s->n_block);
+}
+
+/* What the device refuses, or 0: the whole plan past its memory, or one buffer past what
+ * a kernel may bind. */
+static int check_fit(const model *m, const plan_shape *s, const rt_device *d, char *err, size_t errlen) {
+    uint64_t largest, need = plan_bytes(m, s, &largest), have = d->caps.memory_bytes, lim = d->caps.max_buffer_bytes;
+    if (have && need > have)
+        return fail(err, errlen,
+                    "%s: the model needs %.2f GiB with a %u-token context; the device has %.2f GiB (try --ctx)",
+                    d->label, need / 1073741824.0, s->n_ctx, have / 1073741824.0);
+    if (lim && largest > lim)
+        return fail(err, errlen,
+                    "%s: the model needs a %.1f MiB buffer (a weight, the KV cache of a layer at %u positions, or an "
+                    "activation); the device binds at most %.1f MiB per buffer (maxStorageBufferRange)",
+                    d->label, largest / 1048576.0, s->n_ctx, lim / 1048576.0);
+    return 0;
 }
 
 engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, char *err,
                     size_t errlen) {
     plan_shape s;
     char why[256];
-    if (shape_of(m, dtype, n_ctx, n_block, &s, why, sizeof why)) return fail(err, errlen, "%s: %s", d->label, why), NULL;
+    if (shape_of(m, dtype, n_ctx, n_block, &s, why, sizeof why))
+        return fail(err, errlen, "%s: %s", d->label, why), NULL;
+    /* no --ctx: the model's context, halved until it fits (down to 256 positions) */
+    while (!n_ctx && s.n_ctx > 256 && check_fit(m, &s, d, why, sizeof why)) {
+        s.n_ctx = s.n_ctx / 2 > 256 ? s.n_ctx / 2 : 256;
+        if (s.n_block > (s.n_ctx + 63) / 64 * 64) s.n_block = (s.n_ctx + 63) / 64 * 64;
+    }
+    if (check_fit(m, &s, d, err, errlen)) return NULL;
     const arch_hparams *hp = &s.hp;
-    uint64_t need = plan_bytes(m, &s), have = d->caps.memory_bytes;
-    if (have && need > have)
-        return fail(err, errlen,
-                    "%s: the model needs %.2f GiB with a %u-token context; the device has %.2f GiB (try --ctx)",
-                    d->label, need / 1073741824.0, s.n_ctx, have / 1073741824.0),
-               NULL;
     plan_engine *p = calloc(1, sizeof *p);
     if (!p || !(p->L = calloc(hp->n_layer, sizeof *p->L))) {
         free(p);

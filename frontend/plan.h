@@ -11,7 +11,8 @@
 #include "model.h"
 
 /* dtype: GGUF_T_BF16 or GGUF_T_F16 (0: the file's, bf16 for F32/quantized files).
- * n_ctx: KV cache positions (0: min(the model's context, 4096)). n_block: prompt tokens
+ * n_ctx: KV cache positions (0: the model's context, halved while the plan does not fit
+ * the device's memory or its largest buffer, down to 256). n_block: prompt tokens
  * per prefill block (0: 512), rounded up to a multiple of 64 and capped by the context.
  * The model and the device must outlive the engine. NULL with err: a model or context
  * that does not fit the device (with the sizes), a feature the GPU path lacks, a
@@ -27,7 +28,7 @@ uint32_t plan_block(const engine *e);
 /* Builds every kernel a plan would compile for the model on a device with caps c (the
  * same choices plan_create makes), handing each verified kernel to fn with its role
  * ("embed", "decode_qkv", "attn_prefill", ...); the kernel is destroyed after fn
- * returns. For `kiln dump --spirv`. 0, or -1 with err. */
+ * returns (n_ctx 0: the model's context). For `kiln dump --spirv`. 0, or -1 with err. */
 int plan_each_kernel(const model *m, const rt_caps *c, uint32_t dtype, uint32_t n_ctx,
                      void (*fn)(void *ctx, const char *role, const ir_kernel *k), void *ctx, char *err, size_t errlen);
 

@@ -73,6 +73,7 @@ void rt_caps_default(rt_caps *c, rt_backend b) {
         c->subgroup_size = c->subgroup_min = c->subgroup_max = 4;
         c->shared_bytes = 16 * 1024;
         c->max_workgroup = 128;
+        c->max_buffer_bytes = 1u << 27;
         break;
     }
 }
@@ -298,6 +299,8 @@ size_t rt_caps_describe(const rt_caps *c, char *buf, size_t cap) {
     put(&o, "\n");
     put_bytes(&o, "shared_bytes", c->shared_bytes, false);
     put(&o, "max_workgroup: %u\n", c->max_workgroup);
+    if (c->max_buffer_bytes) put_bytes(&o, "max_buffer_bytes", c->max_buffer_bytes, false);
+    else put(&o, "max_buffer_bytes: no limit\n");
     put(&o, "compute_units: %u%s\n", c->compute_units, c->compute_units ? "" : " (unknown)");
     put_bytes(&o, "memory_bytes", c->memory_bytes, true);
     put_bytes(&o, "free_bytes", c->free_bytes, true);

@@ -44,12 +44,14 @@ typedef struct rt_caps {
 
     uint32_t shared_bytes;    /* workgroup memory per workgroup */
     uint32_t max_workgroup;   /* invocations per workgroup */
+    uint64_t max_buffer_bytes; /* the largest buffer one kernel parameter may bind (Vulkan:
+                                * maxStorageBufferRange); 0: no limit */
     uint32_t compute_units;   /* SMs / CUs / cores */
     uint64_t memory_bytes, free_bytes;
 } rt_caps;
 
 /* The minimums the Vulkan 1.3 spec (and kiln) guarantee: subgroup 4..4, no 16-bit
- * types, no coopmat, 16 KiB workgroup memory, 128 invocations. */
+ * types, no coopmat, 16 KiB workgroup memory, 128 invocations, 128 MiB buffers. */
 void rt_caps_default(rt_caps *c, rt_backend b);
 
 /* Applies a comma-separated override list to caps read from a device:

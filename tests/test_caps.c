@@ -26,6 +26,7 @@ static rt_caps rich(void) {
     memcpy(c.mma, shapes, sizeof shapes);
     c.shared_bytes = 48 * 1024;
     c.max_workgroup = 1024;
+    c.max_buffer_bytes = UINT32_MAX;
     c.compute_units = 132;
     c.memory_bytes = 150754820096ull;
     c.free_bytes = 100000000000ull;
@@ -373,6 +374,7 @@ Test(caps, describe_is_stable) {
                        "mma: 16x16x16 f16*f16+f32, 16x8x16 f16*f16+f16, 16x16x16 bf16*bf16+f32, 16x8x8 f16*f16+f32\n"
                        "shared_bytes: 49152 (48 KiB)\n"
                        "max_workgroup: 1024\n"
+                       "max_buffer_bytes: 4294967295 (4.00 GiB)\n"
                        "compute_units: 132\n"
                        "memory_bytes: 150754820096 (140.40 GiB)\n"
                        "free_bytes: 100000000000 (93.13 GiB)\n";
@@ -387,7 +389,8 @@ Test(caps, describe_is_stable) {
     const char *d = describe(&cu);
     cr_assert(strstr(d, "backend: cuda\nvendor: -\nname: -\ndriver: -\napi_version: 13.0\ncompute_capability: 9.0\n"),
               "%s", d);
-    cr_assert(strstr(d, "mma: none\nshared_bytes: 49152 (48 KiB)\nmax_workgroup: 1024\ncompute_units: 0 (unknown)\n"
+    cr_assert(strstr(d, "mma: none\nshared_bytes: 49152 (48 KiB)\nmax_workgroup: 1024\nmax_buffer_bytes: no limit\n"
+                        "compute_units: 0 (unknown)\n"
                         "memory_bytes: 0 (unknown)\nfree_bytes: 0 (unknown)\n"),
               "%s", d);
 
@@ -398,7 +401,7 @@ Test(caps, describe_is_stable) {
     d = describe(&odd);
     int lines = 0;
     for (const char *p = d; *p; p++) lines += *p == '\n';
-    cr_assert_eq(lines, 22, "%s", d);
+    cr_assert_eq(lines, 23, "%s", d);
     cr_assert(strstr(d, "vendor: a?b\n"));
 
     /* sizing: NULL buffer, short buffers */

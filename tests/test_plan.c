@@ -209,6 +209,23 @@ Test(plan, refuses_what_does_not_fit) {
     cr_assert_null(plan_create(m, d, GGUF_T_BF16, 256, 0, err, sizeof err));
     cr_assert(strstr(err, "GiB") && strstr(err, "--ctx"), "%s", err);
     d->caps.memory_bytes = saved;
+    /* one buffer past what a kernel may bind: refused before any upload, with the limit */
+    uint64_t saved_lim = d->caps.max_buffer_bytes;
+    d->caps.max_buffer_bytes = 4096;
+    cr_assert_null(plan_create(m, d, GGUF_T_BF16, 256, 0, err, sizeof err));
+    cr_assert(strstr(err, "maxStorageBufferRange"), "%s", err);
+    d->caps.max_buffer_bytes = saved_lim;
+    /* no --ctx: the model's context, halved until the plan fits */
+    engine *full = plan_create(m, d, GGUF_T_BF16, 0, 0, err, sizeof err);
+    cr_assert_not_null(full, "%s", err);
+    cr_assert_eq(full->n_ctx, m->hp.n_ctx_train, "%u", full->n_ctx);
+    engine_destroy(full);
+    d->caps.memory_bytes = 1200 * 1024; /* the weights (~0.5 MB) and a shorter cache */
+    engine *part = plan_create(m, d, GGUF_T_BF16, 0, 0, err, sizeof err);
+    cr_assert_not_null(part, "%s", err);
+    cr_assert(part->n_ctx < m->hp.n_ctx_train && part->n_ctx >= 256, "%u", part->n_ctx);
+    engine_destroy(part);
+    d->caps.memory_bytes = saved;
     model_free(m);
     d->ops->destroy(d);
 }

@@ -69,6 +69,7 @@ void tu_caps_h200(rt_caps *c) {
     c->f16_arith = c->bf16_arith = c->storage16 = c->int8_arith = c->atomic_f32_add = true;
     c->shared_bytes = 48 * 1024;
     c->max_workgroup = 1024;
+    c->max_buffer_bytes = UINT32_MAX;
     /* the driver's f16/bf16 cooperative-matrix shapes (../shared/device/README.md) */
     const rt_mma_shape mma[] = {{16, 16, 16, IR_F16, IR_F16}, {16, 8, 16, IR_F16, IR_F16}, {16, 8, 8, IR_F16, IR_F16},
                                 {16, 16, 16, IR_F16, IR_F32}, {16, 8, 16, IR_F16, IR_F32}, {16, 8, 8, IR_F16, IR_F32},
