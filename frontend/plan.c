@@ -2,9 +2,11 @@
  * per layer, so one product serves all three), every buffer allocated once for a block of
  * n_block tokens, and two recordings replayed through a small input buffer info =
  * {position, token count} and the token ids:
- *   decode   one token: norm, qkv matvec (+bias), qk_prep (q/k norm, rope, cache store),
- *            attention, o matvec + residual, norm, gate/up matvec with SwiGLU, down
- *            matvec + residual: 8 launches per layer;
+ *   decode   one token: qkv matvec (+bias) with the attention norm in front of it,
+ *            qk_prep (q/k norm, rope, cache store), attention, o matvec + residual,
+ *            gate/up matvec with the ffn norm in front and SwiGLU behind, down matvec +
+ *            residual: 6 launches per layer (8 where the norms do not fit in the
+ *            products' workgroup memory);
  *   prefill  a block of up to n_block tokens: the same with matrix products, prefill
  *            attention, separate gate/up products and SwiGLU; the block's last row goes
  *            to the logits head.
@@ -21,12 +23,12 @@
 
 /* The kernels of a plan, by role. */
 enum {
-    K_EMBED, K_NORM, K_NORM_ROW, K_MV_QKV, K_QK_PREP, K_ATTN, K_MV_O, K_MV_FFN, K_MV_DOWN, K_MV_OUT,
+    K_EMBED, K_NORM, K_MV_QKV, K_QK_PREP, K_ATTN, K_MV_O, K_MV_FFN, K_MV_DOWN, K_MV_OUT,
     K_MM_QKV, K_ATTN_PREFILL, K_MM_O, K_MM_FF, K_MM_DOWN, K_SWIGLU, K_TAKE_LAST,
     K_COUNT
 };
 static const char *const k_role[K_COUNT] = {
-    "embed", "rmsnorm", "rmsnorm_row", "decode_qkv", "qk_prep", "attn_decode", "decode_o", "decode_gate_up_swiglu",
+    "embed", "rmsnorm", "decode_qkv", "qk_prep", "attn_decode", "decode_o", "decode_gate_up_swiglu",
     "decode_down", "logits", "prefill_qkv", "attn_prefill", "prefill_o", "prefill_gate_up", "prefill_down",
     "prefill_swiglu", "take_last"};
 
@@ -36,7 +38,13 @@ typedef struct plan_shape {
     ir_scalar dt;
     uint32_t q_dim, kv_dim, qkv_dim, n_ctx, n_block;
     bool bias, freqs;
+    bool fuse_norm; /* the decode step's norms inside the products after them (kn_matvec_norm) */
 } plan_shape;
+
+/* kn_matvec_norm keeps a row of f32 in workgroup memory: where it fits. */
+static bool can_fuse_norm(const plan_shape *s, const rt_caps *c) {
+    return (uint64_t)s->hp.n_embd * 4 + 512 <= c->shared_bytes;
+}
 
 /* Builds kernel i for the shape; its grid (x, y) where it follows from the shape. */
 static ir_kernel *build_kernel(const plan_shape *s, const rt_caps *c, int i, uint32_t g[2], char *err, size_t errlen) {
@@ -51,16 +59,22 @@ static ir_kernel *build_kernel(const plan_shape *s, const rt_caps *c, int i, uin
     unsigned bias = s->bias ? KN_EPI_BIAS : 0;
     switch (i) {
     case K_EMBED: return kn_embed(c, hp->n_vocab, d, dt, &g[0], err, errlen);
-    case K_NORM: case K_NORM_ROW: return kn_rmsnorm(c, d, dt, hp->rms_eps, err, errlen);
-    case K_MV_QKV: return kn_matvec(c, s->qkv_dim, d, dt, dt, bias, &g[0], err, errlen);
+    case K_NORM: return kn_rmsnorm(c, d, dt, hp->rms_eps, err, errlen);
+    case K_MV_QKV:
+        return s->fuse_norm ? kn_matvec_norm(c, s->qkv_dim, d, dt, dt, bias, hp->rms_eps, &g[0], err, errlen)
+                            : kn_matvec(c, s->qkv_dim, d, dt, dt, bias, &g[0], err, errlen);
     case K_QK_PREP:
         return kn_qk_prep(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps, s->n_ctx, dt,
                           err, errlen);
     case K_ATTN: return kn_attn_decode(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx, dt, &g[0], err, errlen);
     case K_MV_O: return kn_matvec(c, d, s->q_dim, dt, dt, KN_EPI_RESIDUAL, &g[0], err, errlen);
-    case K_MV_FFN: return kn_matvec(c, hp->n_ff, d, dt, dt, KN_EPI_SWIGLU, &g[0], err, errlen);
+    case K_MV_FFN:
+        return s->fuse_norm ? kn_matvec_norm(c, hp->n_ff, d, dt, dt, KN_EPI_SWIGLU, hp->rms_eps, &g[0], err, errlen)
+                            : kn_matvec(c, hp->n_ff, d, dt, dt, KN_EPI_SWIGLU, &g[0], err, errlen);
     case K_MV_DOWN: return kn_matvec(c, d, hp->n_ff, dt, dt, KN_EPI_RESIDUAL, &g[0], err, errlen);
-    case K_MV_OUT: return kn_matvec(c, hp->n_vocab, d, dt, IR_F32, KN_EPI_NONE, &g[0], err, errlen);
+    case K_MV_OUT:
+        return s->fuse_norm ? kn_matvec_norm(c, hp->n_vocab, d, dt, IR_F32, KN_EPI_NONE, hp->rms_eps, &g[0], err, errlen)
+                            : kn_matvec(c, hp->n_vocab, d, dt, IR_F32, KN_EPI_NONE, &g[0], err, errlen);
     case K_MM_QKV: return kn_matmul(c, s->qkv_dim, d, nb, dt, bias, g, err, errlen);
     case K_ATTN_PREFILL:
         return kn_attn_prefill(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->qkv_dim, s->n_ctx, nb, dt, g, err,
@@ -137,8 +151,8 @@ int plan_each_kernel(const model *m, const rt_caps *c, uint32_t dtype, uint32_t 
                      void (*fn)(void *ctx, const char *role, const ir_kernel *k), void *ctx, char *err, size_t errlen) {
     plan_shape s;
     if (shape_of(m, dtype, n_ctx, 0, &s, err, errlen)) return -1;
+    s.fuse_norm = can_fuse_norm(&s, c);
     for (int i = 0; i < K_COUNT; i++) {
-        if (i == K_NORM_ROW) continue; /* the same kernel as K_NORM */
         uint32_t g[2];
         ir_kernel *k = build_kernel(&s, c, i, g, err, errlen);
         if (!k) return -1;
@@ -214,10 +228,12 @@ static int add(plan_engine *p, int i, uint32_t gx, uint32_t gy, uint32_t n, rt_b
 /* The args of the qkv product and of qk_prep vary with the model's options. */
 static int add_qkv(plan_engine *p, int kern, const plan_layer *L, bool prefill) {
     const uint32_t *g = p->grid[kern];
-    rt_buffer *a[5] = {L->wqkv, p->h, p->qkv};
+    bool fused = !prefill && p->s.fuse_norm; /* the norm of xa inside the product */
+    rt_buffer *a[6] = {L->wqkv, fused ? p->xa : p->h, p->qkv};
     uint32_t n = 3;
     if (prefill) a[n++] = p->info;
     if (p->s.bias) a[n++] = L->bqkv;
+    if (fused) a[n++] = L->attn_norm;
     return add(p, kern, g[0], g[1], n, a);
 }
 
@@ -229,24 +245,34 @@ static int add_qk_prep(plan_engine *p, const plan_layer *L, uint32_t gy) {
     return add(p, K_QK_PREP, p->s.hp.n_head + 2 * p->s.hp.n_head_kv, gy, n, a);
 }
 
+/* The logits of the row x: the output norm fused into the head where it can be. */
+static int add_logits(plan_engine *p, rt_buffer *x) {
+    uint32_t gx = p->grid[K_MV_OUT][0];
+    if (p->s.fuse_norm) return ADD(K_MV_OUT, gx, 1, p->output, x, p->logits, p->output_norm);
+    return ADD(K_NORM, 1, 1, x, p->output_norm, p->hl) | ADD(K_MV_OUT, gx, 1, p->output, p->hl, p->logits);
+}
+
 static int record_decode(plan_engine *p) {
     const arch_hparams *hp = &p->s.hp;
     uint32_t (*g)[2] = p->grid;
+    bool fused = p->s.fuse_norm;
     int r = ADD(K_EMBED, g[K_EMBED][0], 1, p->tok_embd, p->tok, p->xa);
     for (uint32_t l = 0; l < hp->n_layer && !r; l++) {
         const plan_layer *L = &p->L[l];
-        r |= ADD(K_NORM, 1, 1, p->xa, L->attn_norm, p->h);
+        if (!fused) r |= ADD(K_NORM, 1, 1, p->xa, L->attn_norm, p->h);
         r |= add_qkv(p, K_MV_QKV, L, false);
         r |= add_qk_prep(p, L, 1);
         r |= ADD(K_ATTN, g[K_ATTN][0], 1, p->qkv, L->kc, L->vc, p->att, p->info);
         r |= ADD(K_MV_O, g[K_MV_O][0], 1, L->wo, p->att, p->xb, p->xa);
-        r |= ADD(K_NORM, 1, 1, p->xb, L->ffn_norm, p->h);
-        r |= ADD(K_MV_FFN, g[K_MV_FFN][0], 1, L->w_gate, p->h, p->act, L->w_up);
+        if (fused) {
+            r |= ADD(K_MV_FFN, g[K_MV_FFN][0], 1, L->w_gate, p->xb, p->act, L->w_up, L->ffn_norm);
+        } else {
+            r |= ADD(K_NORM, 1, 1, p->xb, L->ffn_norm, p->h);
+            r |= ADD(K_MV_FFN, g[K_MV_FFN][0], 1, L->w_gate, p->h, p->act, L->w_up);
+        }
         r |= ADD(K_MV_DOWN, g[K_MV_DOWN][0], 1, L->w_down, p->act, p->xa, p->xb);
     }
-    r |= ADD(K_NORM, 1, 1, p->xa, p->output_norm, p->hl);
-    r |= ADD(K_MV_OUT, g[K_MV_OUT][0], 1, p->output, p->hl, p->logits);
-    return r;
+    return r | add_logits(p, p->xa);
 }
 
 static int record_prefill(plan_engine *p) {
@@ -267,14 +293,11 @@ static int record_prefill(plan_engine *p) {
         r |= ADD(K_MM_DOWN, g[K_MM_DOWN][0], g[K_MM_DOWN][1], L->w_down, p->act, p->xa, p->info, p->xb);
     }
     r |= ADD(K_TAKE_LAST, g[K_TAKE_LAST][0], 1, p->xa, p->info, p->last);
-    r |= ADD(K_NORM, 1, 1, p->last, p->output_norm, p->hl);
-    r |= ADD(K_MV_OUT, g[K_MV_OUT][0], 1, p->output, p->hl, p->logits);
-    return r;
+    return r | add_logits(p, p->last);
 }
 
 static int build(plan_engine *p, char *err, size_t errlen) {
     for (int i = 0; i < K_COUNT; i++) {
-        if (i == K_NORM_ROW) continue;
         ir_kernel *k = build_kernel(&p->s, &p->d->caps, i, p->grid[i], err, errlen);
         if (!k) return -1;
         p->kern[i] = p->d->ops->compile(p->d, k, NULL, err, errlen);
@@ -428,6 +451,7 @@ engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx
     }
     p->m = m;
     p->d = d;
+    s.fuse_norm = can_fuse_norm(&s, &d->caps);
     p->s = s;
     p->base.ops = &plan_ops;
     p->base.n_vocab = hp->n_vocab;

@@ -55,6 +55,14 @@ enum { KN_EPI_NONE = 0, KN_EPI_BIAS = 1, KN_EPI_RESIDUAL = 2, KN_EPI_SWIGLU = 4 
 ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out, unsigned epi,
                      uint32_t *groups_x, char *err, size_t errlen);
 
+/* kn_matvec of the RMSNorm of x: every workgroup first computes h = round((x * scale) *
+ * wn) (kn_rmsnorm's row, scale from the same f32 sums) into workgroup memory, then the
+ * products read h there: the decode step's norm and the product after it in one launch.
+ * Params: as kn_matvec (x is the un-normalized row), then wn (dtype, read, cols).
+ * NULL when a row of f32 does not fit the caps' workgroup memory. */
+ir_kernel *kn_matvec_norm(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out,
+                          unsigned epi, float eps, uint32_t *groups_x, char *err, size_t errlen);
+
 /* The prefill projections: Y[t][r] = sum_c W[r * cols + c] * X[t * cols + c] for r < rows
  * and t < n = info[1], then the epilogue (KN_EPI_BIAS and/or KN_EPI_RESIDUAL, res being
  * [n_max][rows]); rows t >= n of Y are not written. X is read in whole tiles of tokens:

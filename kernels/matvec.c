@@ -4,13 +4,21 @@
  * two 16-bit values are exact in f32, so only the summation order differs from a loop. */
 #include "kn_common.h"
 
+#include <math.h>
+
 /* Lanes of one group of invocations walk a row: c = first, first + stride, ... < cols.
  * The walk is unrolled by 4 (independent loads in flight per lane, which a decode step's
  * bandwidth needs: one 8-byte load at a time per lane leaves the memory system idle),
  * with a plain loop for the columns past the last whole unrolled step. */
 #define UNROLL 4
-static ir_val row_dot(ir_kernel *k, ir_buf w, ir_buf x, ir_val row, ir_val first, uint32_t stride, uint32_t cols,
-                      uint32_t v) {
+/* x[c] (v lanes) as f32: from the x buffer, or from the workgroup copy of the normalized
+ * row (hx != UINT32_MAX), which holds f32 values of dtype numbers. */
+static ir_val x_at(ir_kernel *k, ir_buf x, uint32_t hx, ir_val c, uint32_t v, ir_type fv) {
+    return hx != UINT32_MAX ? ir_shm_load(k, hx, c, v) : ir_convert(k, ir_load(k, x, c, v), fv);
+}
+
+static ir_val row_dot(ir_kernel *k, ir_buf w, ir_buf x, uint32_t hx, ir_val row, ir_val first, uint32_t stride,
+                      uint32_t cols, uint32_t v) {
     ir_type f32 = ir_t_scalar(k, IR_F32), fv = v == 1 ? f32 : ir_t_vector(k, IR_F32, v);
     ir_val z[4];
     for (uint32_t i = 0; i < v; i++) z[i] = ir_const_f32(k, 0.0f);
@@ -24,9 +32,9 @@ static ir_val row_dot(ir_kernel *k, ir_buf w, ir_buf x, ir_val row, ir_val first
         for (uint32_t u = 0; u < UNROLL; u++) { /* all loads first, then the sums */
             ir_val c = ir_bin(k, IR_OP_ADD, ir_for_iv(l), ir_const_u32(k, u * stride));
             wv[u] = ir_load(k, w, ir_bin(k, IR_OP_ADD, base, c), v);
-            xv[u] = ir_load(k, x, c, v);
+            xv[u] = x_at(k, x, hx, c, v, fv);
         }
-        for (uint32_t u = 0; u < UNROLL; u++) a = ir_fma(k, ir_convert(k, wv[u], fv), ir_convert(k, xv[u], fv), a);
+        for (uint32_t u = 0; u < UNROLL; u++) a = ir_fma(k, ir_convert(k, wv[u], fv), xv[u], a);
         ir_for_end(k, l, &a);
         acc = ir_for_result(l, 0);
     }
@@ -35,8 +43,7 @@ static ir_val row_dot(ir_kernel *k, ir_buf w, ir_buf x, ir_val row, ir_val first
         ir_for *l = ir_for_begin(k, from, ir_const_u32(k, cols), ir_const_u32(k, stride), 1, &acc);
         ir_val c = ir_for_iv(l);
         ir_val wv = ir_convert(k, ir_load(k, w, ir_bin(k, IR_OP_ADD, base, c), v), fv);
-        ir_val xv = ir_convert(k, ir_load(k, x, c, v), fv);
-        ir_val a = ir_fma(k, wv, xv, ir_for_arg(l, 0));
+        ir_val a = ir_fma(k, wv, x_at(k, x, hx, c, v, fv), ir_for_arg(l, 0));
         ir_for_end(k, l, &a);
         acc = ir_for_result(l, 0);
     }
@@ -57,43 +64,81 @@ static void store_row(ir_kernel *k, unsigned epi, ir_buf y, ir_buf b, ir_buf res
     }
 }
 
-ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out, unsigned epi,
-                     uint32_t *groups_x, char *err, size_t errlen) {
+/* The RMSNorm of x into workgroup memory, every workgroup its own copy: hx[c] = round((x[c]
+ * * scale) * wn[c]) with the scale of kn_rmsnorm (same sums for the same workgroup size),
+ * as f32 values. Barriers: called in uniform control flow. */
+static uint32_t norm_prologue(ir_kernel *k, const rt_caps *c, uint32_t wg, ir_buf x, ir_buf wn, uint32_t cols,
+                              ir_scalar dtype, float eps) {
+    uint32_t v = kn_vec_width(cols), hx = ir_shared_array(k, "hx", IR_F32, cols);
+    ir_type f32 = ir_t_scalar(k, IR_F32), fv = v == 1 ? f32 : ir_t_vector(k, IR_F32, v);
+    ir_type dv = v == 1 ? ir_t_scalar(k, dtype) : ir_t_vector(k, dtype, v);
+    ir_val scale = kn_rms_scale(k, c, wg, x, ir_const_u32(k, 0), cols, eps, "ss_part"), sv = scale;
+    if (v > 1) {
+        ir_val s4[4] = {scale, scale, scale, scale};
+        sv = ir_vec(k, s4, v);
+    }
+    ir_val start = ir_bin(k, IR_OP_MUL, ir_id(k, IR_ID_LOCAL, 0), ir_const_u32(k, v));
+    ir_for *l = ir_for_begin(k, start, ir_const_u32(k, cols), ir_const_u32(k, wg * v), 0, NULL);
+    ir_val col = ir_for_iv(l);
+    ir_val xs = ir_bin(k, IR_OP_MUL, ir_convert(k, ir_load(k, x, col, v), fv), sv);
+    ir_val o = ir_bin(k, IR_OP_MUL, xs, ir_convert(k, ir_load(k, wn, col, v), fv));
+    ir_shm_store(k, hx, col, ir_convert(k, ir_convert(k, o, dv), fv));
+    ir_for_end(k, l, NULL);
+    ir_barrier(k);
+    return hx;
+}
+
+static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out, unsigned epi,
+                        bool norm, float eps, uint32_t *groups_x, char *err, size_t errlen) {
+    const char *name = norm ? "kn_matvec_norm" : "kn_matvec";
     if (kn_check_dtype(c, dtype, err, errlen)) return NULL;
     if (out != dtype && out != IR_F32) {
-        kn_fail(err, errlen, "kn_matvec: output must be %s or f32, not %s", ir_scalar_name(dtype), ir_scalar_name(out));
+        kn_fail(err, errlen, "%s: output must be %s or f32, not %s", name, ir_scalar_name(dtype), ir_scalar_name(out));
         return NULL;
     }
-    if (kn_check_epi("kn_matvec", epi, out == IR_F32 ? 0u : KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err,
-                     errlen))
+    if (kn_check_epi(name, epi, out == IR_F32 ? 0u : KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err, errlen))
         return NULL;
     if (rows == 0 || cols == 0 || (uint64_t)rows * cols > UINT32_MAX) {
-        kn_fail(err, errlen, "kn_matvec: bad shape %u x %u (u32 indices: rows * cols < 2^32)", rows, cols);
+        kn_fail(err, errlen, "%s: bad shape %u x %u (u32 indices: rows * cols < 2^32)", name, rows, cols);
         return NULL;
     }
-    ir_kernel *k = kn_create("kn_matvec", err, errlen);
+    if (norm && (!(eps >= 0.0f) || !isfinite(eps))) {
+        kn_fail(err, errlen, "%s: bad eps %g", name, (double)eps);
+        return NULL;
+    }
+    /* the normalized row in workgroup memory, and the reductions' few words */
+    if (norm && (uint64_t)cols * 4 + 512 > c->shared_bytes) {
+        kn_fail(err, errlen, "%s: a row of %u needs %u bytes of workgroup memory; the device has %u", name, cols,
+                cols * 4 + 512, c->shared_bytes);
+        return NULL;
+    }
+    ir_kernel *k = kn_create(name, err, errlen);
     if (!k) return NULL;
     ir_buf w = ir_param_buffer(k, "W", dtype, IR_READ), x = ir_param_buffer(k, "x", dtype, IR_READ);
-    ir_buf y = ir_param_buffer(k, "y", out, IR_WRITE), b = 0, res = 0, wu = 0;
+    ir_buf y = ir_param_buffer(k, "y", out, IR_WRITE), b = 0, res = 0, wu = 0, wn = 0;
     if (epi & KN_EPI_BIAS) b = ir_param_buffer(k, "b", dtype, IR_READ);
     if (epi & KN_EPI_RESIDUAL) res = ir_param_buffer(k, "res", dtype, IR_READ);
     if (epi & KN_EPI_SWIGLU) wu = ir_param_buffer(k, "Wu", dtype, IR_READ);
+    if (norm) wn = ir_param_buffer(k, "wn", dtype, IR_READ);
     bool swi = epi & KN_EPI_SWIGLU;
     uint32_t v = kn_vec_width(cols), sg = c->subgroup_size;
     uint32_t gx, wg = kn_workgroup(c, 256);
     /* narrower subgroups would leave too few lanes per row */
-    if (c->subgroup_arith && sg >= 8 && sg <= wg) {
-        /* one subgroup per row, wg / sg rows per workgroup: no workgroup memory, no
-         * barrier; a subgroup past the last row skips its row */
+    bool per_subgroup = c->subgroup_arith && sg >= 8 && sg <= wg;
+    if (!per_subgroup) wg = kn_workgroup(c, 128);
+    ir_set_workgroup(k, wg, 1, 1);
+    uint32_t hx = norm ? norm_prologue(k, c, wg, x, wn, cols, dtype, eps) : UINT32_MAX;
+    if (per_subgroup) {
+        /* one subgroup per row, wg / sg rows per workgroup: no barrier past the
+         * prologue; a subgroup past the last row skips its row */
         uint32_t rpw = wg / sg;
-        ir_set_workgroup(k, wg, 1, 1);
         ir_val row = ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_MUL, ir_id(k, IR_ID_GROUP, 0), ir_const_u32(k, rpw)),
                             ir_id(k, IR_ID_SG_ID, 0));
         ir_val lane = ir_id(k, IR_ID_SG_LANE, 0);
         ir_if *in = ir_if_begin(k, ir_compare(k, IR_LT, row, ir_const_u32(k, rows)), 0);
         ir_val first = ir_bin(k, IR_OP_MUL, lane, ir_const_u32(k, v));
-        ir_val sum = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot(k, w, x, row, first, sg * v, cols, v)), up = IR_NONE;
-        if (swi) up = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot(k, wu, x, row, first, sg * v, cols, v));
+        ir_val sum = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot(k, w, x, hx, row, first, sg * v, cols, v)), up = IR_NONE;
+        if (swi) up = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot(k, wu, x, hx, row, first, sg * v, cols, v));
         ir_if *l0 = ir_if_begin(k, ir_compare(k, IR_EQ, lane, ir_const_u32(k, 0)), 0);
         store_row(k, epi, y, b, res, row, sum, up, dtype, out);
         ir_if_end(k, l0, NULL);
@@ -103,12 +148,10 @@ ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar d
         /* one workgroup per row, summed through workgroup memory (rows workgroups in x:
          * past Vulkan's guaranteed 65535 for a vocabulary head, but within what
          * NVIDIA, AMD, Intel and lavapipe offer) */
-        wg = kn_workgroup(c, 128);
-        ir_set_workgroup(k, wg, 1, 1);
         ir_val lid = ir_id(k, IR_ID_LOCAL, 0), row = ir_id(k, IR_ID_GROUP, 0);
         ir_val first = ir_bin(k, IR_OP_MUL, lid, ir_const_u32(k, v));
-        ir_val sum = kn_wg_sum(k, c, wg, row_dot(k, w, x, row, first, wg * v, cols, v), "dot_part"), up = IR_NONE;
-        if (swi) up = kn_wg_sum(k, c, wg, row_dot(k, wu, x, row, first, wg * v, cols, v), "up_part");
+        ir_val sum = kn_wg_sum(k, c, wg, row_dot(k, w, x, hx, row, first, wg * v, cols, v), "dot_part"), up = IR_NONE;
+        if (swi) up = kn_wg_sum(k, c, wg, row_dot(k, wu, x, hx, row, first, wg * v, cols, v), "up_part");
         ir_if *l0 = ir_if_begin(k, ir_compare(k, IR_EQ, lid, ir_const_u32(k, 0)), 0);
         store_row(k, epi, y, b, res, row, sum, up, dtype, out);
         ir_if_end(k, l0, NULL);
@@ -116,4 +159,14 @@ ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar d
     }
     if (groups_x) *groups_x = gx;
     return kn_finish(k, err, errlen);
+}
+
+ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out, unsigned epi,
+                     uint32_t *groups_x, char *err, size_t errlen) {
+    return build(c, rows, cols, dtype, out, epi, false, 0.0f, groups_x, err, errlen);
+}
+
+ir_kernel *kn_matvec_norm(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out,
+                          unsigned epi, float eps, uint32_t *groups_x, char *err, size_t errlen) {
+    return build(c, rows, cols, dtype, out, epi, true, eps, groups_x, err, errlen);
 }

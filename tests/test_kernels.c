@@ -288,6 +288,100 @@ Test(kernels, matvec_epilogues_odd_shapes_with_guards) {
     }
 }
 
+/* The norm fused in front of the product: h = round((x * scale) * wn) in every workgroup,
+ * then the dot products. The reference follows the oracle (f32 sum of squares in order);
+ * the device's sum in another order moves the scale by a few ulps, which can round an h
+ * that lies that close to a rounding boundary the other way: those h_i add |w_i| times an
+ * ulp to the bound, the others nothing. */
+static void matvec_norm_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t, ir_scalar out, unsigned epi,
+                             const char *var) {
+    char err[512], what[160];
+    snprintf(what, sizeof what, "matvec_norm epi %u %ux%u %s->%s caps=%s", epi, rows, cols, tu_dname(t),
+             out == IR_F32 ? "f32" : tu_dname(t), var ? var : "device");
+    uint32_t gx = 0;
+    const float eps = 1e-5f;
+    ir_kernel *k = kn_matvec_norm(&d->caps, rows, cols, t, out, epi, eps, &gx, err, sizeof err);
+    cr_assert_not_null(k, "%s: %s", what, err);
+    float *wf, *xf, *nf, *rf;
+    uint16_t *w = tu_rand16(t, (size_t)rows * cols, -1, 1, &wf), *x = tu_rand16(t, cols, -3, 3, &xf);
+    uint16_t *wn = tu_rand16(t, cols, 0.5f, 1.5f, &nf), *res = tu_rand16(t, rows, -8, 8, &rf);
+    rt_buffer *bw = tu_vk_upload(d, w, (size_t)rows * cols * 2), *bx = tu_vk_upload(d, x, (size_t)cols * 2);
+    rt_buffer *bn = tu_vk_upload(d, wn, (size_t)cols * 2), *br = tu_vk_upload(d, res, (size_t)rows * 2), *by;
+    size_t ob = out == IR_F32 ? 4 : 2;
+    if (out == IR_F32) {
+        float *p = malloc(((size_t)rows + GUARD) * 4);
+        for (size_t i = 0; i < (size_t)rows + GUARD; i++) p[i] = NAN;
+        by = tu_vk_upload(d, p, ((size_t)rows + GUARD) * 4);
+        free(p);
+    } else {
+        by = poisoned16(d, t, rows);
+    }
+    rt_arg args[5] = {{bw, 0}, {bx, 0}, {by, 0}};
+    uint32_t na = 3;
+    if (epi & KN_EPI_RESIDUAL) args[na++] = (rt_arg){br, 0};
+    args[na++] = (rt_arg){bn, 0};
+    launch(d, k, gx, 1, args, na);
+    /* the oracle's norm */
+    float ss = 0;
+    for (uint32_t c = 0; c < cols; c++) ss += xf[c] * xf[c];
+    float scale = 1.0f / sqrtf(ss / (float)cols + eps);
+    float *h = malloc((size_t)cols * 4);
+    double *hflip = malloc((size_t)cols * sizeof *hflip);
+    for (uint32_t c = 0; c < cols; c++) {
+        float u = xf[c] * scale * nf[c];
+        h[c] = tu_from16(t, tu_to16(t, u));
+        double dl = (2.0 * cols + 8) * ldexp(1.0, -24) * fabs(u);
+        bool may_flip = tu_to16(t, (float)(u - dl)) != tu_to16(t, (float)(u + dl));
+        hflip[c] = may_flip ? tu_ulp16(t, fabs(u) + dl) : 0.0;
+    }
+    float *y = malloc(((size_t)rows + GUARD) * ob);
+    tu_vk_download(d, by, y, ((size_t)rows + GUARD) * ob);
+    for (uint32_t r = 0; r < rows; r++) {
+        float s = 0;
+        double mag = 0, flip = 0;
+        for (uint32_t c = 0; c < cols; c++) {
+            float p = wf[(size_t)r * cols + c] * h[c];
+            s += p, mag += fabs(p), flip += fabs(wf[(size_t)r * cols + c]) * hflip[c];
+        }
+        double tl = 2.0 * cols * ldexp(1.0, -24) * mag + flip, want = s, got;
+        if (out == IR_F32) {
+            got = y[r];
+        } else {
+            got = tu_from16(t, ((uint16_t *)y)[r]);
+            if (epi & KN_EPI_RESIDUAL) {
+                tl += tu_ulp16(t, fabs(s) + tl);
+                want = tu_from16(t, tu_to16(t, s)) + rf[r];
+            }
+            tl += tu_ulp16(t, fmax(fabs(want), fabs(got)));
+        }
+        cr_assert(fabs(got - want) <= tl, "%s: [%u] %.9g != %.9g (tol %.3g)", what, r, got, want, tl);
+    }
+    if (out == IR_F32)
+        for (size_t i = rows; i < (size_t)rows + GUARD; i++) cr_assert(isnan(y[i]), "%s: wrote past the end", what);
+    else
+        for (size_t i = rows; i < (size_t)rows + GUARD; i++)
+            cr_assert_eq(((uint16_t *)y)[i], tu_nan16(t), "%s: wrote past the end", what);
+    d->ops->release(d, bw), d->ops->release(d, bx), d->ops->release(d, bn), d->ops->release(d, br);
+    d->ops->release(d, by);
+    free(w), free(x), free(wn), free(res), free(wf), free(xf), free(nf), free(rf), free(h), free(hflip), free(y);
+    ir_kernel_destroy(k);
+}
+
+Test(kernels, matvec_norm_odd_shapes_with_guards) {
+    const uint32_t shapes[][2] = {{1, 1}, {7, 200}, {200, 7}, {1000, 1001}, {65, 2}, {33, 3072}};
+    for (size_t v = 0; v < N_VARIANTS; v++) {
+        rt_device *d = tu_vk_open_or_skip(variants[v]);
+        tu_seed(5);
+        for (size_t ti = 0; ti < 2; ti++)
+            for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+                matvec_norm_case(d, shapes[si][0], shapes[si][1], dtypes[ti], dtypes[ti], KN_EPI_NONE, variants[v]);
+                matvec_norm_case(d, shapes[si][0], shapes[si][1], dtypes[ti], IR_F32, KN_EPI_NONE, variants[v]);
+                matvec_norm_case(d, shapes[si][0], shapes[si][1], dtypes[ti], dtypes[ti], KN_EPI_RESIDUAL, variants[v]);
+            }
+        d->ops->destroy(d);
+    }
+}
+
 /* ---- add, swiglu ---------------------------------------------------------------------------- */
 
 static void eltwise_case(rt_device *d, bool swiglu, uint32_t n, ir_scalar t, const char *var) {
@@ -598,6 +692,11 @@ Test(kernels, bad_shapes_and_caps_are_refused) {
     cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_F32, KN_EPI_BIAS, &gx, err, sizeof err), "no epilogue on f32 logits");
     cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_F16, KN_EPI_SWIGLU | KN_EPI_BIAS, &gx, err, sizeof err));
     cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_F16, 8, &gx, err, sizeof err), "unknown epilogue flag");
+    cr_assert_null(kn_matvec_norm(&c, 5, 5, IR_F16, IR_F16, KN_EPI_NONE, -1.0f, &gx, err, sizeof err), "bad eps");
+    rt_caps small = c;
+    small.shared_bytes = 16384;
+    cr_assert_null(kn_matvec_norm(&small, 5, 4096, IR_F16, IR_F16, KN_EPI_NONE, 1e-6f, &gx, err, sizeof err));
+    cr_assert(strstr(err, "workgroup memory"), "%s", err);
     cr_assert_null(kn_add(&c, 0, IR_F16, &gx, err, sizeof err));
     cr_assert_null(kn_swiglu(NULL, 8, IR_F16, &gx, err, sizeof err));
     cr_assert_null(kn_rope(&c, 8, 64, 65, false, 1e4f, IR_BF16, &gx, err, sizeof err));

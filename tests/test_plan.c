@@ -185,6 +185,22 @@ Test(plan, tiny_odd_sizes_on_vulkan, .timeout = 600) {
     free(longer);
 }
 
+/* A row too wide for the fused norm's workgroup copy (4096 f32 in 16 KiB): the plan
+ * keeps the norms as launches of their own, checked the same way. */
+Test(plan, norms_apart_where_the_row_does_not_fit, .timeout = 600) {
+    const char *path = tu_tmp("plan-wide.gguf");
+    char e[4096];
+    int rc = tu_run_kiln((const char *const[]){"synth", "--preset", "tiny", "--arch", "qwen3", "--hidden", "4096",
+                                               "--layers", "1", "--heads", "4", "--kv-heads", "2", "--head-dim", "64",
+                                               "--ffn", "96", "--vocab", "300", "-o", path, NULL},
+                         NULL, 0, e, sizeof e);
+    cr_assert_eq(rc, 0, "%s", e);
+    int32_t *p = ids(70, 0, 300);
+    double worst = compare_on("shared=16384", path, GGUF_T_BF16, 6, p, 70, 64);
+    cr_assert_lt(worst, 1e-2, "%.3e", worst);
+    free(p);
+}
+
 /* Llama 3's rope: per-pair frequency factors (rope_freqs) divide the angles. */
 Test(plan, llama3_rope_freqs_on_vulkan, .timeout = 600) {
     const char *path = tu_tmp("plan-llama3.gguf");
