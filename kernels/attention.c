@@ -144,9 +144,9 @@ ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv,
     m_new = ir_for_result(ml, 0); /* finite: the block holds at least one key */
     /* the first block has nothing to rescale (and exp(-inf) is left to no device) */
     ir_val first = ir_compare(k, IR_EQ, b0, u0);
-    ir_val alpha = ir_select(k, first, f0, ir_un(k, IR_OP_EXP, ir_bin(k, IR_OP_SUB, ir_select(k, first, m_new, m_old), m_new)));
+    ir_val alpha = ir_select(k, first, f0, kn_exp(k, ir_bin(k, IR_OP_SUB, ir_select(k, first, m_new, m_old), m_new)));
     ir_if *ev = ir_if_begin(k, valid, 1);
-    ir_val e = ir_un(k, IR_OP_EXP, ir_bin(k, IR_OP_SUB, s, m_new));
+    ir_val e = kn_exp(k, ir_bin(k, IR_OP_SUB, s, m_new));
     ir_if_else(k, ev, &e);
     ir_if_end(k, ev, &f0);
     ir_shm_store(k, sh_e, lid, ir_if_result(ev, 0));
@@ -180,7 +180,7 @@ ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv,
     for (uint32_t r = 0; r < per; r++) {
         ir_val st = ir_bin(k, IR_OP_AND, pos_ok, ir_compare(k, IR_LT, dim[r], ir_const_u32(k, head_dim)));
         ir_if *f = ir_if_begin(k, st, 0);
-        ir_val o = ir_bin(k, IR_OP_DIV, ir_for_result(blk, 2 + r), l);
+        ir_val o = kn_fdiv(k, ir_for_result(blk, 2 + r), l);
         ir_store(k, ob, ir_bin(k, IR_OP_ADD, qbase, dim[r]), ir_convert(k, o, dt));
         ir_if_end(k, f, NULL);
     }

@@ -313,11 +313,11 @@ static void block(kb *b, ir_val t0) {
         /* the first tile has nothing to rescale (and exp(-inf) is left to no device) */
         ir_val first = ir_compare(k, IR_EQ, b0, u0);
         ir_val alpha =
-            ir_select(k, first, f0, ir_un(k, IR_OP_EXP, ir_bin(k, IR_OP_SUB, ir_select(k, first, mn, m_old), mn)));
+            ir_select(k, first, f0, kn_exp(k, ir_bin(k, IR_OP_SUB, ir_select(k, first, mn, m_old), mn)));
         ir_val sum = f0;
         for (uint32_t c2 = 0; c2 < sm_n; c2++) {
             ir_val live = ir_compare(k, IR_GT, s[c2], ninf);
-            ir_val e = ir_un(k, IR_OP_EXP, ir_select(k, live, ir_bin(k, IR_OP_SUB, s[c2], mn), f0));
+            ir_val e = kn_exp(k, ir_select(k, live, ir_bin(k, IR_OP_SUB, s[c2], mn), f0));
             e = ir_select(k, live, e, f0);
             ir_shm_store(k, b->sh_p, add(b, sm_at, cu(b, c2)), e);
             sum = ir_bin(k, IR_OP_ADD, sum, e);
@@ -378,7 +378,7 @@ static void block(kb *b, ir_val t0) {
             ir_if *dv = NULL;
             if ((j + 1) * g->DX > g->hw) dv = ir_if_begin(k, ir_compare(k, IR_LT, o_wc[j], cu(b, g->hw)), 0);
             ir_val o[2];
-            for (uint32_t h = 0; h < E; h++) o[h] = ir_bin(k, IR_OP_DIV, ir_for_result(tl, 2 + (i * g->TD + j) * E + h), l);
+            for (uint32_t h = 0; h < E; h++) o[h] = kn_fdiv(k, ir_for_result(tl, 2 + (i * g->TD + j) * E + h), l);
             ir_val ov = E == 1 ? o[0] : ir_vec(k, o, E);
             ir_store(k, b->ob, add(b, base, mul(b, o_wc[j], cu(b, E))), ir_convert(k, ov, ot));
             if (dv) ir_if_end(k, dv, NULL);

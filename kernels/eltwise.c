@@ -32,12 +32,11 @@ static ir_kernel *build(const rt_caps *c, const char *name, eltwise_op op, uint3
     if (op == OP_ADD) {
         r = ir_bin(k, IR_OP_ADD, av, bv);
     } else {
-        /* g / (1 + exp(-g)) * u, the oracle's expression */
-        ir_val one[4];
-        for (uint32_t i = 0; i < v; i++) one[i] = ir_const_f32(k, 1.0f);
-        ir_val ones = v == 1 ? one[0] : ir_vec(k, one, v);
-        ir_val den = ir_bin(k, IR_OP_ADD, ones, ir_un(k, IR_OP_EXP, ir_un(k, IR_OP_NEG, av)));
-        r = ir_bin(k, IR_OP_MUL, ir_bin(k, IR_OP_DIV, av, den), bv);
+        /* g / (1 + exp(-g)) * u, the oracle's expression, lane by lane */
+        ir_val lane[4];
+        for (uint32_t i = 0; i < v; i++)
+            lane[i] = kn_silu_mul(k, v == 1 ? av : ir_extract(k, av, i), v == 1 ? bv : ir_extract(k, bv, i));
+        r = v == 1 ? lane[0] : ir_vec(k, lane, v);
     }
     ir_store(k, o, at, ir_convert(k, r, ov));
     ir_for_end(k, l, NULL);

@@ -2,6 +2,8 @@
  * workgroup-wide f32 sum. */
 #include "kn_common.h"
 
+#include <math.h>
+
 #include <stdio.h>
 
 void kn_fail(char *err, size_t errlen, const char *fmt, ...) {
@@ -121,8 +123,8 @@ ir_val kn_epilogue(ir_kernel *k, unsigned epi, ir_val sum, ir_buf b, ir_val b_in
 
 ir_val kn_silu_mul(ir_kernel *k, ir_val g, ir_val u) {
     ir_val one = ir_const_f32(k, 1.0f);
-    ir_val sig = ir_bin(k, IR_OP_ADD, one, ir_un(k, IR_OP_EXP, ir_un(k, IR_OP_NEG, g)));
-    return ir_bin(k, IR_OP_MUL, ir_bin(k, IR_OP_DIV, g, sig), u);
+    ir_val sig = ir_bin(k, IR_OP_ADD, one, kn_exp(k, ir_un(k, IR_OP_NEG, g)));
+    return ir_bin(k, IR_OP_MUL, kn_fdiv(k, g, sig), u);
 }
 
 ir_val kn_rope_theta(ir_kernel *k, ir_val th, ir_val from, ir_val to, float theta_scale) {
@@ -159,10 +161,10 @@ ir_val kn_rms_scale(ir_kernel *k, const rt_caps *c, uint32_t wg, ir_buf x, ir_va
     ir_val ss = ir_fma(k, xv, xv, ir_for_arg(l, 0));
     ir_for_end(k, l, &ss);
     ir_val total = kn_wg_sum(k, c, wg, kn_lane_sum(k, ir_for_result(l, 0), v), shm_name);
-    ir_val mean = ir_bin(k, IR_OP_DIV, total, ir_const_f32(k, (float)n));
-    /* 1/sqrt rather than rsqrt: device rsqrt is often approximate */
-    ir_val root = ir_un(k, IR_OP_SQRT, ir_bin(k, IR_OP_ADD, mean, ir_const_f32(k, eps)));
-    return ir_bin(k, IR_OP_DIV, ir_const_f32(k, 1.0f), root);
+    /* the oracle's 1 / sqrtf(ss / n + eps), each step correctly rounded */
+    ir_val mean = kn_fdiv(k, total, ir_const_f32(k, (float)n));
+    ir_val root = kn_fsqrt(k, ir_bin(k, IR_OP_ADD, mean, ir_const_f32(k, eps)));
+    return kn_fdiv(k, ir_const_f32(k, 1.0f), root);
 }
 
 void kn_sincos(ir_kernel *k, ir_val th, ir_val *sin_out, ir_val *cos_out) {
@@ -196,4 +198,79 @@ void kn_sincos(ir_kernel *k, ir_val th, ir_val *sin_out, ir_val *cos_out) {
     ir_val s0 = ir_select(k, swap, cy, sy), c0 = ir_select(k, swap, sy, cy);
     *sin_out = ir_select(k, sneg, ir_un(k, IR_OP_NEG, s0), s0);
     *cos_out = ir_select(k, cneg, ir_un(k, IR_OP_NEG, c0), c0);
+}
+
+/* ---- f32 math to the oracle's precision -----------------------------------------------------
+ * Vulkan lets a driver's divide be 2.5 ulp, exp 3 + 2|x| ulp and sqrt an inverse-sqrt
+ * approximation, and NVIDIA's are; the oracle's (IEEE divide and sqrt, glibc's expf) are
+ * within an ulp. Each difference can round a 16-bit activation the other way, and the
+ * contract says kernels and oracle differ in summation order alone: so these three are
+ * computed here, from correctly rounded adds and multiplies, with the device's
+ * approximations as starting points. */
+
+static ir_val f32c(ir_kernel *k, float v) { return ir_const_f32(k, v); }
+static ir_val add(ir_kernel *k, ir_val a, ir_val b) { return ir_bin(k, IR_OP_ADD, a, b); }
+static ir_val sub(ir_kernel *k, ir_val a, ir_val b) { return ir_bin(k, IR_OP_SUB, a, b); }
+static ir_val mul(ir_kernel *k, ir_val a, ir_val b) { return ir_bin(k, IR_OP_MUL, a, b); }
+
+/* c - a * b exactly (to one final rounding), from adds and multiplies alone: Dekker's
+ * product with Veltkamp's split. Vulkan makes + - * correctly rounded (and kiln forbids
+ * contracting them), but lets a driver compute fma as a multiply and an add, so an fma
+ * cannot be trusted for an exact residual. Needs |a|, |b| below 2^100 (the callers'
+ * quotients and roots are). */
+static ir_val residual(ir_kernel *k, ir_val c, ir_val a, ir_val b) {
+    ir_val split = f32c(k, 4097.0f);
+    ir_val ca = mul(k, split, a), ah = sub(k, ca, sub(k, ca, a)), al = sub(k, a, ah);
+    ir_val cb = mul(k, split, b), bh = sub(k, cb, sub(k, cb, b)), bl = sub(k, b, bh);
+    ir_val p = mul(k, a, b);
+    ir_val e = add(k, add(k, add(k, sub(k, mul(k, ah, bh), p), mul(k, ah, bl)), mul(k, al, bh)), mul(k, al, bl));
+    return sub(k, sub(k, c, p), e);
+}
+
+static ir_val finite_nonzero(ir_kernel *k, ir_val v) {
+    ir_val m = ir_un(k, IR_OP_ABS, v);
+    return ir_bin(k, IR_OP_AND, ir_compare(k, IR_LT, m, f32c(k, 0x1p100f)), ir_compare(k, IR_GT, m, f32c(k, 0x1p-100f)));
+}
+
+ir_val kn_fdiv(ir_kernel *k, ir_val a, ir_val b) {
+    /* the device's quotient, corrected twice by the exact residual a - b q */
+    ir_val q0 = ir_bin(k, IR_OP_DIV, a, b), y = ir_bin(k, IR_OP_DIV, f32c(k, 1.0f), b);
+    ir_val q = add(k, q0, mul(k, residual(k, a, b, q0), y));
+    q = add(k, q, mul(k, residual(k, a, b, q), y));
+    /* zeros, infinities, NaN and extreme magnitudes: the device's quotient */
+    ir_val ok = ir_bin(k, IR_OP_AND, ir_bin(k, IR_OP_AND, finite_nonzero(k, a), finite_nonzero(k, b)),
+                       finite_nonzero(k, q0));
+    return ir_select(k, ok, q, q0);
+}
+
+ir_val kn_fsqrt(ir_kernel *k, ir_val x) {
+    ir_val s0 = ir_un(k, IR_OP_SQRT, x), h = ir_bin(k, IR_OP_DIV, f32c(k, 0.5f), s0);
+    ir_val s = add(k, s0, mul(k, residual(k, x, s0, s0), h));
+    s = add(k, s, mul(k, residual(k, x, s, s), h));
+    return ir_select(k, finite_nonzero(k, s0), s, s0);
+}
+
+ir_val kn_exp(ir_kernel *k, ir_val x) {
+    ir_type i32 = ir_t_scalar(k, IR_I32), f32 = ir_t_scalar(k, IR_F32);
+    /* x = n ln2 + r, |r| <= ln2 / 2, ln2 in two parts (n * hi exact for |n| < 2^9) */
+    ir_val xc = ir_bin(k, IR_OP_MAX, ir_bin(k, IR_OP_MIN, x, f32c(k, 89.0f)), f32c(k, -104.0f));
+    ir_val n = ir_un(k, IR_OP_FLOOR, ir_fma(k, xc, f32c(k, 1.44269504088896341f), f32c(k, 0.5f)));
+    ir_val nn = ir_un(k, IR_OP_NEG, n);
+    ir_val r = ir_fma(k, nn, f32c(k, 0.693145751953125f), xc);
+    r = ir_fma(k, nn, f32c(k, 1.428606765330187e-6f), r);
+    /* e^r: Taylor to r^7 (truncation below 1e-8 relative on |r| <= 0.347) */
+    static const float inv_fact[] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
+    ir_val p = f32c(k, inv_fact[0]);
+    for (int i = 1; i < 8; i++) p = ir_fma(k, p, r, f32c(k, inv_fact[i]));
+    /* times 2^n in two exact power-of-two factors, so results down in the subnormals round once */
+    ir_val ni = ir_convert(k, n, i32);
+    ir_val n1 = ir_bin(k, IR_OP_DIV, ni, ir_const_i32(k, 2)), n2 = ir_bin(k, IR_OP_SUB, ni, n1);
+    ir_val s1 = ir_bitcast(k, ir_bin(k, IR_OP_SHL, ir_bin(k, IR_OP_ADD, n1, ir_const_i32(k, 127)), ir_const_i32(k, 23)), f32);
+    ir_val s2 = ir_bitcast(k, ir_bin(k, IR_OP_SHL, ir_bin(k, IR_OP_ADD, n2, ir_const_i32(k, 127)), ir_const_i32(k, 23)), f32);
+    ir_val e = ir_bin(k, IR_OP_MUL, ir_bin(k, IR_OP_MUL, p, s1), s2);
+    /* outside the clamp: 0 or infinity; NaN stays NaN */
+    e = ir_select(k, ir_compare(k, IR_LT, x, f32c(k, -104.0f)), f32c(k, 0.0f), e);
+    e = ir_select(k, ir_compare(k, IR_GT, x, f32c(k, 88.75f)), f32c(k, INFINITY), e);
+    ir_val is_nan = ir_un(k, IR_OP_NOT, ir_compare(k, IR_LE, x, f32c(k, INFINITY))); /* compares are ordered */
+    return ir_select(k, is_nan, x, e);
 }

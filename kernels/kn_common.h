@@ -31,6 +31,12 @@ ir_val kn_epilogue(ir_kernel *k, unsigned epi, ir_val sum, ir_buf b, ir_val b_in
                    ir_scalar dtype);
 /* silu(g) * u in f32, silu(g) = g / (1 + exp(-g)), as the oracle writes it. */
 ir_val kn_silu_mul(ir_kernel *k, ir_val g, ir_val u);
+/* f32 scalar divide, square root and exp to the oracle's precision (correctly rounded
+ * but for rare last-bit cases; exp within about an ulp, subnormals included), built from
+ * fma around the device's approximations, which Vulkan allows to be a few ulps off. */
+ir_val kn_fdiv(ir_kernel *k, ir_val a, ir_val b);
+ir_val kn_fsqrt(ir_kernel *k, ir_val x);
+ir_val kn_exp(ir_kernel *k, ir_val x);
 /* Verifies k: k, or NULL (k destroyed) with the builder's or verifier's message. */
 ir_kernel *kn_finish(ir_kernel *k, char *err, size_t errlen);
 /* ir_kernel_create, with the out-of-memory message. */

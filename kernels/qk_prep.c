@@ -60,7 +60,7 @@ static void head(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, ir_
     ir_val i = ir_for_iv(l);
     ir_val th = kn_rope_theta(k, ir_for_arg(l, 0), ir_for_arg(l, 1), i, b->theta_scale);
     ir_val ang = th;
-    if (b->factors) ang = ir_bin(k, IR_OP_DIV, ang, ir_convert(k, ir_load(k, b->freqs, i, 1), b->f32));
+    if (b->factors) ang = kn_fdiv(k, ang, ir_convert(k, ir_load(k, b->freqs, i, 1), b->f32));
     if (b->freq_scale != 1.0f) ang = ir_bin(k, IR_OP_MUL, ir_const_f32(k, b->freq_scale), ang);
     ir_val cs, sn;
     kn_sincos(k, ang, &sn, &cs);

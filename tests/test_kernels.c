@@ -749,3 +749,64 @@ Test(kernels, sincos_is_accurate_over_rope_angles) {
     ir_kernel_destroy(k);
     d->ops->destroy(d);
 }
+
+/* ---- divide, square root and exp to the oracle's precision ---------------------------------- */
+
+/* kn_fdiv and kn_fsqrt against the host's IEEE results (correctly rounded; the test
+ * allows one ulp for the rare last-bit case), kn_exp against the f32 rounding of the
+ * double exp within one ulp, over random and edge inputs (zeros, infinities, NaN, huge
+ * and tiny quotients, subnormal results of exp). */
+Test(kernels, fdiv_fsqrt_exp_match_the_host) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    ir_kernel *k = ir_kernel_create("math");
+    ir_buf a = ir_param_buffer(k, "a", IR_F32, IR_READ), b = ir_param_buffer(k, "b", IR_F32, IR_READ);
+    ir_buf o = ir_param_buffer(k, "o", IR_F32, IR_WRITE);
+    const uint32_t n = 8192;
+    ir_set_workgroup(k, 64, 1, 1);
+    ir_val i = ir_id(k, IR_ID_GLOBAL, 0);
+    ir_if *in = ir_if_begin(k, ir_compare(k, IR_LT, i, ir_const_u32(k, n)), 0);
+    ir_val av = ir_load(k, a, i, 1), bv = ir_load(k, b, i, 1), i3 = ir_bin(k, IR_OP_MUL, i, ir_const_u32(k, 3));
+    ir_store(k, o, i3, kn_fdiv(k, av, bv));
+    ir_store(k, o, ir_bin(k, IR_OP_ADD, i3, ir_const_u32(k, 1)), kn_fsqrt(k, ir_un(k, IR_OP_ABS, av)));
+    ir_store(k, o, ir_bin(k, IR_OP_ADD, i3, ir_const_u32(k, 2)), kn_exp(k, bv));
+    ir_if_end(k, in, NULL);
+    char err[256];
+    cr_assert_eq(ir_verify(k, err, sizeof err), 0, "%s", err);
+    float *av_ = malloc(n * 4), *bv_ = malloc(n * 4), *out = malloc(3 * n * 4);
+    tu_seed(12);
+    const float edge_a[] = {0.0f, -0.0f, 1.0f, INFINITY, -INFINITY, NAN, 3e38f, 1e-38f, 7.0f, 1.0f, 1e-45f, 2.0f};
+    const float edge_b[] = {1.0f, 3.0f, 0.0f, 2.0f, 1.0f, 1.0f, 1e-3f, 1e3f, NAN, INFINITY, -87.5f, -103.5f};
+    for (uint32_t j = 0; j < n; j++) {
+        if (j < sizeof edge_a / sizeof edge_a[0]) {
+            av_[j] = edge_a[j], bv_[j] = edge_b[j];
+        } else {
+            av_[j] = tu_urand(-1, 1) * powf(2.0f, tu_urand(-30, 30));
+            bv_[j] = j % 3 ? tu_urand(-100, 80) : tu_urand(-1, 1) * powf(2.0f, tu_urand(-30, 30));
+        }
+    }
+    rt_buffer *ba = tu_vk_upload(d, av_, n * 4), *bb = tu_vk_upload(d, bv_, n * 4), *bo = tu_vk_upload(d, out, 3 * n * 4);
+    rt_arg args[3] = {{ba, 0}, {bb, 0}, {bo, 0}};
+    launch(d, k, (n + 63) / 64, 1, args, 3);
+    tu_vk_download(d, bo, out, 3 * n * 4);
+    uint32_t exact_div = 0, exact_sqrt = 0;
+    for (uint32_t j = 0; j < n; j++) {
+        float wd = av_[j] / bv_[j], ws = sqrtf(fabsf(av_[j])), we = (float)exp((double)bv_[j]);
+        float gd = out[3 * j], gs = out[3 * j + 1], ge = out[3 * j + 2];
+        /* one ulp, in the units of the larger magnitude (subnormal floor) */
+#define ULP1(w, g) (isnan(w) ? isnan(g) : (w) == (g) || fabsf((g) - (w)) <= fmaxf(nextafterf(fabsf(w), INFINITY) - fabsf(w), 1e-45f))
+        cr_assert(ULP1(wd, gd), "%.9g / %.9g = %.9g, got %.9g", av_[j], bv_[j], wd, gd);
+        cr_assert(ULP1(ws, gs), "sqrt %.9g = %.9g, got %.9g", fabsf(av_[j]), ws, gs);
+        cr_assert(ULP1(we, ge), "exp %.9g = %.9g, got %.9g", bv_[j], we, ge);
+#undef ULP1
+        exact_div += wd == gd || (isnan(wd) && isnan(gd));
+        exact_sqrt += ws == gs || (isnan(ws) && isnan(gs));
+    }
+    /* correctly rounded but for rare cases */
+    cr_assert_geq(exact_div, n - n / 1000, "%u of %u quotients exact", exact_div, n);
+    cr_assert_geq(exact_sqrt, n - n / 1000, "%u of %u roots exact", exact_sqrt, n);
+    cr_log_info("kn_fdiv: %u / %u exact; kn_fsqrt: %u / %u exact", exact_div, n, exact_sqrt, n);
+    d->ops->release(d, ba), d->ops->release(d, bb), d->ops->release(d, bo);
+    free(av_), free(bv_), free(out);
+    ir_kernel_destroy(k);
+    d->ops->destroy(d);
+}
