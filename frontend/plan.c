@@ -395,22 +395,26 @@ static uint64_t act_bytes(const plan_shape *s, uint32_t nb) {
            4ull * hp->n_vocab + 4ull * nb + 8;
 }
 
-/* Bytes the plan will hold on the device, and its largest single buffer, to refuse up
- * front what cannot fit. */
-static uint64_t plan_bytes(const model *m, const plan_shape *s, uint64_t *largest) {
+/* Bytes the plan will hold on the device, and its largest single buffer (named in what),
+ * to refuse up front what cannot fit. */
+static uint64_t plan_bytes(const model *m, const plan_shape *s, uint64_t *largest, char *what, size_t what_len) {
     const arch_hparams *hp = &s->hp;
     uint64_t w = 0, big = 0;
     const gguf_file *g = m->file;
     for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
-        uint64_t b = gguf_tensor_nelements(gguf_tensor_at(g, i)) * 2;
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        uint64_t b = gguf_tensor_nelements(t) * 2;
         w += b;
-        if (b > big) big = b;
+        if (b > big) big = b, snprintf(what, what_len, "the weight '%s'", t->name);
     }
-    uint64_t qkv = (uint64_t)s->qkv_dim * hp->n_embd * 2, cache = (uint64_t)s->n_ctx * s->kv_dim * 2;
-    uint64_t widest = s->qkv_dim > hp->n_ff ? s->qkv_dim : hp->n_ff;
-    uint64_t acts[] = {qkv, cache, (uint64_t)s->n_block * widest * 2, 4ull * hp->n_vocab};
-    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
-        if (acts[i] > big) big = acts[i];
+    uint64_t cache = (uint64_t)s->n_ctx * s->kv_dim * 2, widest = s->qkv_dim > hp->n_ff ? s->qkv_dim : hp->n_ff;
+    struct { uint64_t bytes; const char *name; } other[] = {
+        {(uint64_t)s->qkv_dim * hp->n_embd * 2, "the fused q/k/v weight of a layer"},
+        {cache, "the KV cache of a layer (try --ctx)"},
+        {(uint64_t)s->n_block * widest * 2, "an activation of a prefill block"},
+        {4ull * hp->n_vocab, "the logits"}};
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
+        if (other[i].bytes > big) big = other[i].bytes, snprintf(what, what_len, "%s", other[i].name);
     *largest = big;
     return w + 2 * hp->n_layer * cache + act_bytes(s, s->n_block);
 }
@@ -418,16 +422,18 @@ static uint64_t plan_bytes(const model *m, const plan_shape *s, uint64_t *larges
 /* What the device refuses, or 0: the whole plan past its memory, or one buffer past what
  * a kernel may bind. */
 static int check_fit(const model *m, const plan_shape *s, const rt_device *d, char *err, size_t errlen) {
-    uint64_t largest, need = plan_bytes(m, s, &largest), have = d->caps.memory_bytes, lim = d->caps.max_buffer_bytes;
+    char what[160];
+    uint64_t largest, need = plan_bytes(m, s, &largest, what, sizeof what);
+    uint64_t have = d->caps.memory_bytes, lim = d->caps.max_buffer_bytes;
     if (have && need > have)
         return fail(err, errlen,
                     "%s: the model needs %.2f GiB with a %u-token context; the device has %.2f GiB (try --ctx)",
                     d->label, need / 1073741824.0, s->n_ctx, have / 1073741824.0);
     if (lim && largest > lim)
         return fail(err, errlen,
-                    "%s: the model needs a %.1f MiB buffer (a weight, the KV cache of a layer at %u positions, or an "
-                    "activation); the device binds at most %.1f MiB per buffer (maxStorageBufferRange)",
-                    d->label, largest / 1048576.0, s->n_ctx, lim / 1048576.0);
+                    "%s: %s takes %.1f MiB at a %u-token context; the device binds at most %.1f MiB per buffer "
+                    "(maxStorageBufferRange)",
+                    d->label, what, largest / 1048576.0, s->n_ctx, lim / 1048576.0);
     return 0;
 }
 
