@@ -1,0 +1,530 @@
+/* The PTX emitter's driver (ptx_emit.h): checks the kernel and caps, declares the entry
+ * function, its parameters, workgroup arrays and constants, walks the structured body
+ * (for -> header/body/latch with phis, if -> then/else/merge with phis), then hands the
+ * module to ptx_target.c for O2 and PTX. */
+#include "ptx_emit.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ptx_internal.h"
+
+#define STATIC_SHARED_LIMIT (48u * 1024u) /* PTX's limit for static .shared */
+
+/* ---- errors and values --------------------------------------------------------------------- */
+
+void ptx_fail(ptx_ctx *x, const char *fmt, ...) {
+    if (x->failed) return;
+    x->failed = true;
+    if (!x->err || !x->errlen) return;
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    if (x->cur && x->cur->result)
+        snprintf(x->err, x->errlen, "ptx: kernel '%s': %%%u = %s: %s", ir_kernel_name(x->k), x->cur->result,
+                 ir_op_name(x->cur->op), what);
+    else if (x->cur)
+        snprintf(x->err, x->errlen, "ptx: kernel '%s': %s: %s", ir_kernel_name(x->k), ir_op_name(x->cur->op), what);
+    else
+        snprintf(x->err, x->errlen, "ptx: kernel '%s': %s", ir_kernel_name(x->k), what);
+}
+
+LLVMValueRef ptx_V(ptx_ctx *x, ir_val v) {
+    if (v == IR_NONE || v > x->n_val || !x->val[v]) {
+        ptx_fail(x, "value %%%u is used before it is defined", v);
+        return NULL;
+    }
+    return x->val[v];
+}
+
+void ptx_def(ptx_ctx *x, ir_val v, LLVMValueRef r) {
+    if (v == IR_NONE || v > x->n_val || !r) {
+        ptx_fail(x, "result %%%u is out of range", v);
+        return;
+    }
+    x->val[v] = r;
+}
+
+bool ptx_need(ptx_ctx *x, const ir_inst *in, uint32_t n) {
+    if (in->n_operand >= n) return true;
+    ptx_fail(x, "expected %u operands, has %u", n, in->n_operand);
+    return false;
+}
+
+bool ptx_tinfo(ptx_ctx *x, ir_type t, ir_scalar *s, uint32_t *lanes) {
+    const ir_type_desc *d = ir_type_get(x->k, t);
+    if (!d) {
+        ptx_fail(x, "unknown type %u", t);
+        return false;
+    }
+    if (d->kind == IR_T_FRAG) {
+        ptx_fail(x, "matrix fragments: not yet lowered for PTX");
+        return false;
+    }
+    *s = d->elem;
+    *lanes = d->kind == IR_T_VECTOR ? d->lanes : 1;
+    return true;
+}
+
+static LLVMTypeRef t_of(ptx_ctx *x, ir_type t) {
+    ir_scalar s;
+    uint32_t n;
+    if (!ptx_tinfo(x, t, &s, &n)) return ptx_t_i32(x);
+    return ptx_t_rep(x, s, n);
+}
+
+/* ---- structured control flow ---------------------------------------------------------------- */
+
+static const ir_inst *emit_region(ptx_ctx *x, const ir_region *r);
+
+static LLVMBasicBlockRef block(ptx_ctx *x, const char *name) { return LLVMAppendBasicBlockInContext(x->lc, x->fn, name); }
+
+static void emit_for(ptx_ctx *x, const ir_inst *in) {
+    uint32_t n = in->n_results;
+    if (!ptx_need(x, in, 3 + n) || in->n_block_arg != n + 1 || in->n_region < 1) {
+        ptx_fail(x, "malformed for");
+        return;
+    }
+    ir_scalar is;
+    uint32_t il;
+    if (!ptx_tinfo(x, ir_type_of(x->k, in->operand[0]), &is, &il)) return;
+    if (il != 1 || !(is == IR_I32 || is == IR_U32)) {
+        ptx_fail(x, "loop bounds must be i32 or u32");
+        return;
+    }
+    LLVMValueRef lo = ptx_V(x, in->operand[0]), hi = ptx_V(x, in->operand[1]), step = ptx_V(x, in->operand[2]);
+    LLVMValueRef *init = calloc(n ? n : 1, sizeof *init), *phi = calloc(n ? n : 1, sizeof *phi);
+    if (!init || !phi) {
+        free(init);
+        free(phi);
+        ptx_fail(x, "out of memory");
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) init[i] = ptx_V(x, in->operand[3 + i]);
+    if (x->failed) goto out;
+    LLVMBasicBlockRef pre = LLVMGetInsertBlock(x->b);
+    LLVMBasicBlockRef header = block(x, "for"), body = block(x, "body"), latch = block(x, "latch"), exit = block(x, "endfor");
+    LLVMBuildBr(x->b, header);
+    LLVMPositionBuilderAtEnd(x->b, header);
+    LLVMValueRef iv = LLVMBuildPhi(x->b, LLVMTypeOf(lo), "iv");
+    LLVMAddIncoming(iv, &lo, &pre, 1);
+    ptx_def(x, in->block_arg[0], iv);
+    for (uint32_t i = 0; i < n; i++) {
+        phi[i] = LLVMBuildPhi(x->b, t_of(x, ir_type_of(x->k, in->results[i])), "");
+        LLVMAddIncoming(phi[i], &init[i], &pre, 1);
+        ptx_def(x, in->block_arg[1 + i], phi[i]);
+        ptx_def(x, in->results[i], phi[i]); /* the values the header holds when the loop exits */
+    }
+    LLVMValueRef c = LLVMBuildICmp(x->b, is == IR_I32 ? LLVMIntSLT : LLVMIntULT, iv, hi, "");
+    LLVMBuildCondBr(x->b, c, body, exit);
+    LLVMPositionBuilderAtEnd(x->b, body);
+    const ir_inst *y = emit_region(x, &in->region[0]);
+    if (x->failed) goto out;
+    if (n && (!y || y->n_operand != n)) {
+        ptx_fail(x, "loop body does not yield %u values", n);
+        goto out;
+    }
+    LLVMValueRef *yv = init; /* reused for the yields */
+    for (uint32_t i = 0; i < n; i++) yv[i] = ptx_V(x, y->operand[i]);
+    if (x->failed) goto out;
+    LLVMBuildBr(x->b, latch);
+    LLVMPositionBuilderAtEnd(x->b, latch);
+    LLVMValueRef next = LLVMBuildAdd(x->b, iv, step, "");
+    LLVMBuildBr(x->b, header);
+    LLVMAddIncoming(iv, &next, &latch, 1);
+    for (uint32_t i = 0; i < n; i++) LLVMAddIncoming(phi[i], &yv[i], &latch, 1);
+    LLVMPositionBuilderAtEnd(x->b, exit);
+out:
+    free(init);
+    free(phi);
+}
+
+static void emit_if(ptx_ctx *x, const ir_inst *in) {
+    uint32_t n = in->n_results;
+    if (!ptx_need(x, in, 1) || in->n_region < 2) {
+        ptx_fail(x, "malformed if");
+        return;
+    }
+    LLVMValueRef cond = ptx_V(x, in->operand[0]);
+    if (x->failed) return;
+    LLVMBasicBlockRef then_l = block(x, "then"), else_l = block(x, "else"), merge = block(x, "endif");
+    LLVMBuildCondBr(x->b, cond, then_l, else_l);
+    LLVMPositionBuilderAtEnd(x->b, then_l);
+    const ir_inst *yt = emit_region(x, &in->region[0]);
+    if (x->failed) return;
+    LLVMBasicBlockRef then_end = LLVMGetInsertBlock(x->b);
+    LLVMBuildBr(x->b, merge);
+    LLVMPositionBuilderAtEnd(x->b, else_l);
+    const ir_inst *ye = emit_region(x, &in->region[1]);
+    if (x->failed) return;
+    LLVMBasicBlockRef else_end = LLVMGetInsertBlock(x->b);
+    LLVMBuildBr(x->b, merge);
+    LLVMPositionBuilderAtEnd(x->b, merge);
+    if (!n) return;
+    if (!yt || !ye || yt->n_operand != n || ye->n_operand != n) {
+        ptx_fail(x, "if with %u results needs both branches to yield them", n);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        LLVMValueRef v[2] = {ptx_V(x, yt->operand[i]), ptx_V(x, ye->operand[i])};
+        if (x->failed) return;
+        LLVMBasicBlockRef from[2] = {then_end, else_end};
+        LLVMValueRef phi = LLVMBuildPhi(x->b, t_of(x, ir_type_of(x->k, in->results[i])), "");
+        LLVMAddIncoming(phi, v, from, 2);
+        ptx_def(x, in->results[i], phi);
+    }
+}
+
+/* ---- the walk ------------------------------------------------------------------------------- */
+
+static void emit_inst(ptx_ctx *x, const ir_inst *in) {
+    x->cur = in;
+    switch (in->op) {
+    case IR_OP_CONST: case IR_OP_PARAM: case IR_OP_SPEC:
+        if (in->result && in->result <= x->n_val && !x->val[in->result]) ptx_fail(x, "not declared up front");
+        return;
+    case IR_OP_ID:
+        ptx_def(x, in->result, ptx_load_id(x, (ir_id_kind)in->imm[0], (uint32_t)in->imm[1]));
+        return;
+    case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_REM: case IR_OP_MIN: case IR_OP_MAX:
+    case IR_OP_AND: case IR_OP_OR: case IR_OP_XOR: case IR_OP_SHL: case IR_OP_SHR: case IR_OP_NEG: case IR_OP_NOT:
+    case IR_OP_ABS: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT: case IR_OP_TANH: case IR_OP_SIN:
+    case IR_OP_COS: case IR_OP_FLOOR: case IR_OP_FMA:
+        ptx_emit_arith(x, in);
+        return;
+    case IR_OP_CMP: ptx_emit_cmp(x, in); return;
+    case IR_OP_SELECT: {
+        if (!ptx_need(x, in, 3)) return;
+        LLVMValueRef c = ptx_V(x, in->operand[0]), a = ptx_V(x, in->operand[1]), b = ptx_V(x, in->operand[2]);
+        if (!x->failed) ptx_def(x, in->result, LLVMBuildSelect(x->b, c, a, b, ""));
+        return;
+    }
+    case IR_OP_CONVERT: ptx_emit_convert(x, in); return;
+    case IR_OP_BITCAST: ptx_emit_bitcast(x, in); return;
+    case IR_OP_VEC: {
+        if (in->n_operand < 2 || in->n_operand > 4) {
+            ptx_fail(x, "vectors have 2 to 4 lanes");
+            return;
+        }
+        LLVMValueRef r = LLVMGetPoison(t_of(x, in->type));
+        for (uint32_t i = 0; i < in->n_operand && !x->failed; i++)
+            r = LLVMBuildInsertElement(x->b, r, ptx_V(x, in->operand[i]), ptx_c_i32(x, i), "");
+        if (!x->failed) ptx_def(x, in->result, r);
+        return;
+    }
+    case IR_OP_EXTRACT: {
+        if (!ptx_need(x, in, 1)) return;
+        LLVMValueRef v = ptx_V(x, in->operand[0]);
+        if (!x->failed) ptx_def(x, in->result, LLVMBuildExtractElement(x->b, v, ptx_c_i32(x, (uint32_t)in->imm[0]), ""));
+        return;
+    }
+    case IR_OP_LOAD: case IR_OP_STORE: case IR_OP_LOAD_MASKED: case IR_OP_STORE_MASKED: case IR_OP_SHM_LOAD:
+    case IR_OP_SHM_STORE:
+        ptx_emit_memory(x, in);
+        return;
+    case IR_OP_ATOMIC: ptx_emit_atomic(x, in); return;
+    case IR_OP_BARRIER: ptx_emit_barrier(x); return;
+    case IR_OP_SG_REDUCE: case IR_OP_SG_SHUFFLE: case IR_OP_SG_SHUFFLE_XOR: case IR_OP_SG_BROADCAST:
+        ptx_emit_subgroup(x, in);
+        return;
+    case IR_OP_FRAG_FILL: case IR_OP_FRAG_LOAD: case IR_OP_FRAG_STORE: case IR_OP_FRAG_MMA:
+        ptx_fail(x, "matrix fragments: not yet lowered for PTX");
+        return;
+    case IR_OP_FOR: emit_for(x, in); return;
+    case IR_OP_IF: emit_if(x, in); return;
+    case IR_OP_YIELD: return; /* read by the construct */
+    default: ptx_fail(x, "unknown op %d", (int)in->op); return;
+    }
+}
+
+/* Emits a region; returns its closing YIELD, if any. */
+static const ir_inst *emit_region(ptx_ctx *x, const ir_region *r) {
+    const ir_inst *y = NULL;
+    const ir_inst *outer = x->cur;
+    for (uint32_t i = 0; i < r->n && !x->failed; i++) {
+        const ir_inst *in = r->inst[i];
+        if (!in) continue;
+        if (in->op == IR_OP_YIELD) y = in;
+        emit_inst(x, in);
+    }
+    if (!x->failed) x->cur = outer;
+    return y;
+}
+
+/* ---- checks before emitting ------------------------------------------------------------------ */
+
+static bool is_sg_op(ir_op op) { return op >= IR_OP_SG_REDUCE && op <= IR_OP_SG_BROADCAST; }
+static bool is_frag_op(ir_op op) { return op >= IR_OP_FRAG_FILL && op <= IR_OP_FRAG_MMA; }
+
+/* The first instruction in r (recursively) satisfying pred, or NULL. */
+static const ir_inst *find_op(const ir_region *r, bool (*pred)(ir_op), int depth) {
+    for (uint32_t i = 0; i < r->n && depth < 1000; i++) {
+        const ir_inst *in = r->inst[i];
+        if (!in) continue;
+        if (pred(in->op)) return in;
+        for (uint32_t j = 0; j < in->n_region && j < 2; j++) {
+            const ir_inst *f = find_op(&in->region[j], pred, depth + 1);
+            if (f) return f;
+        }
+    }
+    return NULL;
+}
+
+/* ---- declarations ----------------------------------------------------------------------------- */
+
+static void declare_function(ptx_ctx *x) {
+    uint32_t np = ir_n_params(x->k);
+    LLVMTypeRef *pt = calloc(np ? np : 1, sizeof *pt);
+    if (!pt) {
+        ptx_fail(x, "out of memory");
+        return;
+    }
+    LLVMTypeRef gptr = LLVMPointerTypeInContext(x->lc, 1);
+    for (uint32_t i = 0; i < np && !x->failed; i++) {
+        const ir_param *p = ir_param_at(x->k, i);
+        if (p->is_buffer) {
+            pt[i] = gptr;
+        } else if (p->elem == IR_I32 || p->elem == IR_U32 || p->elem == IR_F32) {
+            pt[i] = ptx_t_rep(x, p->elem, 1);
+        } else {
+            ptx_fail(x, "scalar parameter '%s' is %s; kernel arguments take i32, u32 or f32", p->name, ir_scalar_name(p->elem));
+        }
+    }
+    if (x->failed) {
+        free(pt);
+        return;
+    }
+    LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(x->lc), pt, np, 0);
+    free(pt);
+    x->fn = LLVMAddFunction(x->m, ir_kernel_name(x->k), ft);
+    uint32_t nb = 0;
+    for (uint32_t i = 0; i < np; i++) {
+        const ir_param *p = ir_param_at(x->k, i);
+        LLVMValueRef a = LLVMGetParam(x->fn, i);
+        LLVMSetValueName2(a, p->name, strlen(p->name));
+        if (p->is_buffer) {
+            if (nb < x->n_buf) x->buf[nb] = a;
+            nb++;
+        } else {
+            ptx_def(x, p->value, a);
+        }
+    }
+    /* buffers by their index among buffers (ir_buffer_param maps it to the param) */
+    for (uint32_t b = 0; b < x->n_buf; b++) {
+        uint32_t pi = ir_buffer_param(x->k, b);
+        if (pi >= np) {
+            ptx_fail(x, "buffer %u has no parameter", b);
+            return;
+        }
+        x->buf[b] = LLVMGetParam(x->fn, pi);
+    }
+}
+
+static void declare_shared(ptx_ctx *x) {
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < x->n_shm && !x->failed; i++) {
+        const ir_shared_decl *d = ir_shared_at(x->k, i);
+        if (!d || !d->count || d->elem == IR_BOOL) {
+            ptx_fail(x, "workgroup array %u is malformed", i);
+            return;
+        }
+        bytes += (uint64_t)(ptx_s_bits(d->elem) / 8) * d->count;
+        LLVMTypeRef at = LLVMArrayType2(ptx_t_store(x, d->elem, 1), d->count);
+        LLVMValueRef g = LLVMAddGlobalInAddressSpace(x->m, at, d->name, 3);
+        LLVMSetLinkage(g, LLVMInternalLinkage);
+        LLVMSetInitializer(g, LLVMGetPoison(at)); /* .shared cannot be initialized */
+        LLVMSetAlignment(g, 16);
+        x->shm[i] = g;
+    }
+    if (x->failed) return;
+    if (bytes > STATIC_SHARED_LIMIT)
+        ptx_fail(x, "workgroup arrays need %llu bytes; static .shared is limited to %u (dynamic shared memory is not used yet)",
+                 (unsigned long long)bytes, STATIC_SHARED_LIMIT);
+    else if (x->c->shared_bytes && bytes > x->c->shared_bytes)
+        ptx_fail(x, "workgroup arrays need %llu bytes; caps.shared_bytes is %u", (unsigned long long)bytes, x->c->shared_bytes);
+}
+
+/* Spec constants take their defaults (ptx_emit.h); constants anywhere become LLVM constants. */
+static void declare_constants(ptx_ctx *x) {
+    for (uint32_t i = 0; i < ir_n_specs(x->k) && !x->failed; i++) {
+        const ir_spec *s = ir_spec_at(x->k, i);
+        LLVMValueRef c;
+        switch (s->type) {
+        case IR_BOOL: c = ptx_c_scalar(x, IR_BOOL, s->dflt != 0); break;
+        case IR_I32: c = ptx_c_scalar(x, IR_I32, (uint32_t)(int32_t)s->dflt); break;
+        case IR_U32: c = ptx_c_scalar(x, IR_U32, (uint32_t)s->dflt); break;
+        case IR_F32: {
+            float f = (float)s->dflt;
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            c = ptx_c_scalar(x, IR_F32, u);
+            break;
+        }
+        default:
+            ptx_fail(x, "spec constant '%s' is %s; spec constants are bool, i32, u32 or f32", s->name, ir_scalar_name(s->type));
+            return;
+        }
+        ptx_def(x, s->value, c);
+    }
+    for (uint32_t v = 1; v <= x->n_val && !x->failed; v++) {
+        const ir_inst *d = ir_def(x->k, v);
+        if (!d || d->op != IR_OP_CONST || d->result != v) continue;
+        ir_scalar s;
+        uint32_t n;
+        x->cur = d;
+        if (!ptx_tinfo(x, d->type, &s, &n)) return;
+        if (n != 1) {
+            ptx_fail(x, "constants are scalars");
+            return;
+        }
+        ptx_def(x, v, ptx_c_scalar(x, s, (uint64_t)d->imm[0]));
+    }
+    x->cur = NULL;
+}
+
+/* nvvm.annotations: the function is a kernel, with its exact block size (.reqntid). */
+static void annotate(ptx_ctx *x) {
+    LLVMTypeRef i32 = ptx_t_i32(x);
+    const char *keys[4] = {"kernel", "reqntidx", "reqntidy", "reqntidz"};
+    uint32_t vals[4] = {1, x->wg[0], x->wg[1], x->wg[2]};
+    for (int i = 0; i < 4; i++) {
+        LLVMMetadataRef md[3] = {LLVMValueAsMetadata(x->fn), LLVMMDStringInContext2(x->lc, keys[i], strlen(keys[i])),
+                                 LLVMValueAsMetadata(LLVMConstInt(i32, vals[i], 0))};
+        LLVMValueRef node = LLVMMetadataAsValue(x->lc, LLVMMDNodeInContext2(x->lc, md, 3));
+        LLVMAddNamedMetadataOperand(x->m, "nvvm.annotations", node);
+    }
+}
+
+static void workgroup_size(ptx_ctx *x) {
+    ir_val spec = IR_NONE;
+    ir_workgroup(x->k, x->wg, &spec);
+    if (spec != IR_NONE) { /* emitted with the spec's default, like every spec constant */
+        for (uint32_t i = 0; i < ir_n_specs(x->k); i++)
+            if (ir_spec_at(x->k, i)->value == spec) x->wg[0] = (uint32_t)ir_spec_at(x->k, i)->dflt;
+        x->wg[1] = x->wg[2] = 1;
+    }
+    uint64_t inv = (uint64_t)x->wg[0] * x->wg[1] * x->wg[2];
+    if (!inv || inv > 1024)
+        ptx_fail(x, "workgroup %ux%ux%u has %llu invocations; CUDA allows 1..1024", x->wg[0], x->wg[1], x->wg[2],
+                 (unsigned long long)inv);
+    else if (x->c->max_workgroup && inv > x->c->max_workgroup)
+        ptx_fail(x, "workgroup %ux%ux%u has %llu invocations; caps.max_workgroup is %u", x->wg[0], x->wg[1], x->wg[2],
+                 (unsigned long long)inv, x->c->max_workgroup);
+}
+
+static int emit_module(ptx_ctx *x) {
+    const ir_kernel *k = x->k;
+    const ir_inst *f = find_op(ir_kernel_body(k), is_frag_op, 0);
+    if (f) {
+        x->cur = f;
+        ptx_fail(x, "matrix fragments: not yet lowered for PTX");
+        return -1;
+    }
+    if (x->c->subgroup_size != 32) {
+        ptx_fail(x, "caps.subgroup_size is %u; CUDA subgroups are warps of 32", x->c->subgroup_size);
+        return -1;
+    }
+    workgroup_size(x);
+    if (x->failed) return -1;
+    const ir_inst *sgi = find_op(ir_kernel_body(k), is_sg_op, 0);
+    if (sgi && (x->wg[0] * x->wg[1] * x->wg[2]) % 32) {
+        x->cur = sgi;
+        ptx_fail(x, "subgroup ops need whole warps: workgroup %ux%ux%u is not a multiple of 32", x->wg[0], x->wg[1], x->wg[2]);
+        return -1;
+    }
+    x->n_buf = ir_n_buffers(k);
+    x->n_shm = ir_n_shared(k);
+    x->n_val = ir_n_values(k);
+    x->buf = calloc(x->n_buf ? x->n_buf : 1, sizeof *x->buf);
+    x->shm = calloc(x->n_shm ? x->n_shm : 1, sizeof *x->shm);
+    x->val = calloc(x->n_val + 1, sizeof *x->val);
+    if (!x->buf || !x->shm || !x->val) {
+        ptx_fail(x, "out of memory");
+        return -1;
+    }
+    char terr[256] = "";
+    if (ptx_prepare_module(x->m, x->sm, terr, sizeof terr)) {
+        ptx_fail(x, "%s", terr);
+        return -1;
+    }
+    declare_function(x);
+    if (!x->failed) declare_shared(x);
+    if (!x->failed) declare_constants(x);
+    if (x->failed) return -1;
+    LLVMPositionBuilderAtEnd(x->b, block(x, "entry"));
+    emit_region(x, ir_kernel_body(k));
+    if (x->failed) return -1;
+    x->cur = NULL;
+    LLVMBuildRetVoid(x->b);
+    annotate(x);
+    return 0;
+}
+
+static void set_err(char *err, size_t errlen, const char *fmt, const char *a, const char *b) {
+    if (err && errlen) snprintf(err, errlen, fmt, a, b);
+}
+
+int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, char *err, size_t errlen) {
+    if (err && errlen) err[0] = 0;
+    if (ptx) *ptx = NULL;
+    if (llvm_ir) *llvm_ir = NULL;
+    if (!k || !c || !ptx) {
+        set_err(err, errlen, "ptx: no kernel, caps or output%s%s", "", "");
+        return -1;
+    }
+    char verr[256];
+    if (ir_verify(k, verr, sizeof verr)) {
+        set_err(err, errlen, "ptx: kernel '%s' does not verify: %s", ir_kernel_name(k), verr);
+        return -1;
+    }
+    char why[160];
+    unsigned sm = ptx_pick_sm(c, why, sizeof why);
+    if (!sm) {
+        set_err(err, errlen, "ptx: kernel '%s': %s", ir_kernel_name(k), why);
+        return -1;
+    }
+    ptx_ctx x;
+    memset(&x, 0, sizeof x);
+    x.k = k;
+    x.c = c;
+    x.sm = sm;
+    x.err = err;
+    x.errlen = errlen;
+    x.lc = LLVMContextCreate();
+    x.m = LLVMModuleCreateWithNameInContext(ir_kernel_name(k), x.lc);
+    x.b = LLVMCreateBuilderInContext(x.lc);
+    int rc = emit_module(&x);
+    if (!rc && llvm_ir) {
+        char *s = LLVMPrintModuleToString(x.m);
+        *llvm_ir = s ? strdup(s) : NULL;
+        LLVMDisposeMessage(s);
+        if (!*llvm_ir) {
+            ptx_fail(&x, "out of memory");
+            rc = -1;
+        }
+    }
+    if (!rc) {
+        char cerr[512] = "";
+        *ptx = ptx_compile(x.m, sm, cerr, sizeof cerr);
+        if (!*ptx) {
+            x.cur = NULL;
+            ptx_fail(&x, "%s", cerr);
+            rc = -1;
+        }
+    }
+    if (rc && llvm_ir) {
+        free(*llvm_ir);
+        *llvm_ir = NULL;
+    }
+    LLVMDisposeBuilder(x.b);
+    LLVMDisposeModule(x.m);
+    LLVMContextDispose(x.lc);
+    free(x.val);
+    free(x.buf);
+    free(x.shm);
+    return rc;
+}

@@ -1,0 +1,84 @@
+/* The PTX emitter's shared state: one ctx per ptx_emit call, passed between the
+ * lowering files (ptx_emit.c walks the kernel, ptx_ops.c lowers arithmetic and
+ * conversions, ptx_mem.c memory and atomics, ptx_sg.c ids, barriers and subgroups,
+ * ptx_target.c owns LLVM's target machine). */
+#ifndef KILN_PTX_INTERNAL_H
+#define KILN_PTX_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <llvm-c/Core.h>
+#include <llvm-c/TargetMachine.h>
+
+#include "caps.h"
+#include "ir.h"
+
+typedef struct ptx_ctx {
+    const ir_kernel *k;
+    const rt_caps *c;
+    unsigned sm;          /* the target architecture, e.g. 90 */
+    char *err;
+    size_t errlen;
+    bool failed;
+    const ir_inst *cur;   /* the instruction being lowered, for messages */
+
+    LLVMContextRef lc;
+    LLVMModuleRef m;
+    LLVMBuilderRef b;
+    LLVMValueRef fn;
+
+    LLVMValueRef *val;    /* IR value -> LLVM value */
+    uint32_t n_val;
+    LLVMValueRef *buf;    /* buffer index -> its pointer argument */
+    uint32_t n_buf;
+    LLVMValueRef *shm;    /* workgroup array -> its addrspace(3) global */
+    uint32_t n_shm;
+    uint32_t wg[3];       /* the workgroup size */
+} ptx_ctx;
+
+/* ---- ptx_emit.c ---- */
+void ptx_fail(ptx_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+LLVMValueRef ptx_V(ptx_ctx *x, ir_val v);
+void ptx_def(ptx_ctx *x, ir_val v, LLVMValueRef r);
+bool ptx_need(ptx_ctx *x, const ir_inst *in, uint32_t n);
+/* the scalar and lane count of a scalar/vector type; false (and failed) for fragments */
+bool ptx_tinfo(ptx_ctx *x, ir_type t, ir_scalar *s, uint32_t *lanes);
+
+/* ---- ptx_ops.c: types, constants, arithmetic, conversions ---- */
+LLVMTypeRef ptx_t_rep(ptx_ctx *x, ir_scalar s, uint32_t lanes);   /* a value in registers */
+LLVMTypeRef ptx_t_store(ptx_ctx *x, ir_scalar s, uint32_t lanes); /* an element in memory */
+LLVMTypeRef ptx_t_i32(ptx_ctx *x);
+LLVMValueRef ptx_c_i32(ptx_ctx *x, uint32_t v);
+LLVMValueRef ptx_c_scalar(ptx_ctx *x, ir_scalar s, uint64_t bits);
+LLVMValueRef ptx_call(ptx_ctx *x, const char *name, LLVMTypeRef ret, LLVMTypeRef *args, LLVMValueRef *vals, unsigned n);
+LLVMValueRef ptx_to_storage(ptx_ctx *x, ir_scalar s, uint32_t lanes, LLVMValueRef v);
+LLVMValueRef ptx_from_storage(ptx_ctx *x, ir_scalar s, uint32_t lanes, LLVMValueRef v);
+LLVMValueRef ptx_round_to(ptx_ctx *x, ir_scalar s, uint32_t lanes, LLVMValueRef v);
+bool ptx_s_float(ir_scalar s);
+bool ptx_s_signed(ir_scalar s);
+unsigned ptx_s_bits(ir_scalar s);
+void ptx_emit_arith(ptx_ctx *x, const ir_inst *in);
+void ptx_emit_cmp(ptx_ctx *x, const ir_inst *in);
+void ptx_emit_convert(ptx_ctx *x, const ir_inst *in);
+void ptx_emit_bitcast(ptx_ctx *x, const ir_inst *in);
+
+/* ---- ptx_mem.c ---- */
+void ptx_emit_memory(ptx_ctx *x, const ir_inst *in);
+void ptx_emit_atomic(ptx_ctx *x, const ir_inst *in);
+
+/* ---- ptx_sg.c ---- */
+LLVMValueRef ptx_load_id(ptx_ctx *x, ir_id_kind kind, uint32_t dim);
+void ptx_emit_barrier(ptx_ctx *x);
+void ptx_emit_subgroup(ptx_ctx *x, const ir_inst *in);
+
+/* ---- ptx_target.c ---- */
+/* the architecture for caps (0 and a message when refused) */
+unsigned ptx_pick_sm(const rt_caps *c, char *why, size_t whylen);
+/* Runs O2 on m and writes PTX for sm (malloc'ed text), or NULL with a message. */
+char *ptx_compile(LLVMModuleRef m, unsigned sm, char *err, size_t errlen);
+/* Sets m's triple and data layout for NVPTX; -1 with a message if LLVM lacks the target. */
+int ptx_prepare_module(LLVMModuleRef m, unsigned sm, char *err, size_t errlen);
+
+#endif
