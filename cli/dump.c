@@ -1,32 +1,41 @@
-/* kiln dump MODEL --spirv DIR [--device vulkan:N] [--caps LIST] [--dtype T] [--ctx N]:
- * every kernel a plan builds for the model, as SPIR-V (ROLE.spv), its disassembly
- * (ROLE.spvasm) and kiln's IR (ROLE.ir), each module validated. The kernels are the ones
- * plan_create would compile: for an opened device (its caps, less --caps), or without
- * one for the spec-minimum Vulkan caps with 16-bit storage (which kiln's kernels
- * need), less --caps. */
+/* kiln dump MODEL (--spirv DIR | --ptx DIR) [--device vulkan:N] [--sm sm_XX] [--caps LIST]
+ * [--dtype T] [--ctx N]: every kernel a plan builds for the model, with kiln's IR
+ * (ROLE.ir) and
+ *   --spirv: the SPIR-V module (ROLE.spv) and its disassembly (ROLE.spvasm), each module
+ *            validated; the kernels plan_create would compile for an opened Vulkan
+ *            device (its caps, less --caps), or without one for the spec-minimum Vulkan
+ *            caps with 16-bit storage (which kiln's kernels need), less --caps;
+ *   --ptx:   the LLVM IR kiln wrote (ROLE.ll) and the PTX LLVM made of it (ROLE.ptx), for
+ *            CUDA's defaults at --sm (default sm_80), less --caps. kiln never assembles
+ *            PTX itself (the driver does): check it with ptxas if you have one. */
 #include "caps.h"
 #include "cli.h"
 #include "gguf.h"
 #include "model.h"
 #include "plan.h"
+#include "ptx_emit.h"
 #include "spv_emit.h"
 #include "vk_device.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 static const char usage[] =
-    "usage: kiln dump MODEL --spirv DIR [--device vulkan:N] [--caps LIST] [--dtype bf16|f16] [--ctx N]\n"
-    "  writes DIR/ROLE.spv, ROLE.spvasm and ROLE.ir for every kernel of the model's plan and\n"
-    "  validates each module; without --device, for spec-minimum Vulkan caps with 16-bit\n"
-    "  storage less --caps\n";
+    "usage: kiln dump MODEL (--spirv DIR | --ptx DIR) [--device vulkan:N] [--sm sm_XX] [--caps LIST]\n"
+    "                 [--dtype bf16|f16] [--ctx N]\n"
+    "  --spirv DIR  DIR/ROLE.spv, ROLE.spvasm and ROLE.ir for every kernel of the model's plan,\n"
+    "               each module validated; without --device, for spec-minimum Vulkan caps with\n"
+    "               16-bit storage less --caps\n"
+    "  --ptx DIR    DIR/ROLE.ll, ROLE.ptx and ROLE.ir, for CUDA at --sm (default sm_80) less --caps\n";
 
 typedef struct dump_ctx {
     const char *dir;
     const rt_caps *caps;
+    bool ptx;
     int failed, unchecked, written;
 } dump_ctx;
 
@@ -51,8 +60,32 @@ static int too_new_for_validator(const spv_module *m) {
     return 0;
 }
 
+static void one_ptx(dump_ctx *c, const char *role, const ir_kernel *k) {
+    char err[1024], *ptx = NULL, *ll = NULL;
+    if (ptx_emit(k, c->caps, &ptx, &ll, err, sizeof err)) {
+        cli_fail("%s: %s", role, err);
+        c->failed++;
+        return;
+    }
+    char *text = ir_print(k);
+    if (write_file(c->dir, role, "ptx", ptx, strlen(ptx)) || write_file(c->dir, role, "ll", ll, strlen(ll)) ||
+        (text && write_file(c->dir, role, "ir", text, strlen(text)))) {
+        c->failed++;
+    } else {
+        c->written++;
+        printf("%-24s %7zu bytes of PTX for %s\n", role, strlen(ptx), ptx_target_arch(c->caps));
+    }
+    free(text);
+    free(ptx);
+    free(ll);
+}
+
 static void one_kernel(void *ctx, const char *role, const ir_kernel *k) {
     dump_ctx *c = ctx;
+    if (c->ptx) {
+        one_ptx(c, role, k);
+        return;
+    }
     spv_module m = {0};
     char err[1024];
     if (spv_emit(k, c->caps, &m, err, sizeof err)) {
@@ -85,7 +118,8 @@ static void one_kernel(void *ctx, const char *role, const ir_kernel *k) {
 }
 
 int cmd_dump(int argc, char **argv) {
-    const char *path = NULL, *dir = NULL, *device = NULL, *caps_list = NULL;
+    const char *path = NULL, *dir = NULL, *device = NULL, *caps_list = NULL, *sm = NULL;
+    bool ptx = false;
     uint32_t dtype = 0;
     uint64_t n_ctx = 0;
     for (int i = 1; i < argc; i++) {
@@ -93,11 +127,14 @@ int cmd_dump(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage, stdout);
             return 0;
-        } else if (!strcmp(a, "--spirv") || !strcmp(a, "--device") || !strcmp(a, "--caps") || !strcmp(a, "--dtype") ||
-                   !strcmp(a, "--ctx")) {
+        } else if (!strcmp(a, "--spirv") || !strcmp(a, "--ptx") || !strcmp(a, "--device") || !strcmp(a, "--caps") ||
+                   !strcmp(a, "--dtype") || !strcmp(a, "--ctx") || !strcmp(a, "--sm")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v) return cli_usage_error(usage, "%s needs a value", a);
-            if (!strcmp(a, "--spirv")) dir = v;
+            if (!strcmp(a, "--spirv") || !strcmp(a, "--ptx")) {
+                if (dir) return cli_usage_error(usage, "one of --spirv and --ptx, once");
+                dir = v, ptx = !strcmp(a, "--ptx");
+            } else if (!strcmp(a, "--sm")) sm = v;
             else if (!strcmp(a, "--device")) device = v;
             else if (!strcmp(a, "--caps")) caps_list = v;
             else if (!strcmp(a, "--ctx")) {
@@ -114,7 +151,11 @@ int cmd_dump(int argc, char **argv) {
         }
     }
     if (!path) return cli_usage_error(usage, "no model given");
-    if (!dir) return cli_usage_error(usage, "--spirv DIR is required");
+    if (!dir) return cli_usage_error(usage, "--spirv DIR or --ptx DIR is required");
+    uint64_t cc = 80;
+    if (sm && (!ptx || strncmp(sm, "sm_", 3) || !cli_parse_u64(sm + 3, 50, 120, &cc)))
+        return cli_usage_error(usage, "--sm is sm_XX (50..120) with --ptx, not '%s'", sm);
+    if (ptx && device) return cli_usage_error(usage, "--ptx takes --sm, not --device (no CUDA runtime yet)");
     char err[1024];
     if (caps_list && rt_caps_override_check(caps_list, err, sizeof err)) return cli_usage_error(usage, "%s", err);
     uint64_t index = 0;
@@ -127,6 +168,10 @@ int cmd_dump(int argc, char **argv) {
         if (!(dev = vk_device_open((uint32_t)index, caps_list, err, sizeof err))) return cli_fail("%s", err);
         caps = dev->caps;
         dev->ops->destroy(dev);
+    } else if (ptx) {
+        rt_caps_default(&caps, RT_CUDA);
+        caps.compute_capability = (uint32_t)cc;
+        if (caps_list && rt_caps_override(&caps, caps_list, err, sizeof err)) return cli_usage_error(usage, "%s", err);
     } else {
         rt_caps_default(&caps, RT_VULKAN);
         caps.storage16 = true;
@@ -135,7 +180,7 @@ int cmd_dump(int argc, char **argv) {
     if (mkdir(dir, 0777) && errno != EEXIST) return cli_fail("cannot create %s: %s", dir, strerror(errno));
     model *m = model_load(path, err, sizeof err);
     if (!m) return cli_fail("%s", err);
-    dump_ctx c = {dir, &caps, 0, 0, 0};
+    dump_ctx c = {dir, &caps, ptx, 0, 0, 0};
     int rc = plan_each_kernel(m, &caps, dtype, (uint32_t)n_ctx, one_kernel, &c, err, sizeof err);
     model_free(m);
     if (rc) return cli_fail("%s", err);

@@ -17,6 +17,7 @@ static const char usage[] =
     "  chat MODEL                        interactive chat through the model's template\n"
     "  tokenize MODEL -p TEXT            the ids and pieces of a text\n"
     "  probe [--caps LIST] [--json]      every device and what it offers kernels\n"
+    "  dump MODEL --spirv|--ptx DIR      each kernel of the model's plan as SPIR-V or PTX (kiln dump --help)\n"
     "  version                           print kiln's version\n"
     "  help                              this text\n";
 

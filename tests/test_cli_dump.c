@@ -1,6 +1,7 @@
-/* kiln dump --spirv: every kernel of a model's plan written (module, disassembly, IR),
- * each module valid, for the spec-minimum caps and for the Vulkan device when there is
- * one; bad flags refused with the usage status. */
+/* kiln dump --spirv / --ptx: every kernel of a model's plan written (module, disassembly,
+ * IR; or LLVM IR and PTX), each SPIR-V module valid, for the spec-minimum caps and for the
+ * Vulkan device when there is one, the PTX assembled by ptxas where it exists; bad flags
+ * refused with the usage status. */
 #include "spv_emit.h"
 #include "testutil.h"
 #include "testutil_vk.h"
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static size_t file_size(const char *dir, const char *role, const char *ext) {
     char p[1024];
@@ -67,12 +69,34 @@ Test(dump, every_kernel_of_the_plan_validates) {
     char out[4096];
     if (tu_run_kiln((const char *const[]){"probe", NULL}, out, sizeof out, e, sizeof e) == 0 && strstr(out, "vulkan:0"))
         dump_and_check(model, tu_tmp("dump-dev"), (const char *const[]){"--device", "vulkan:0", NULL});
+    /* PTX for sm_80 and sm_90: written for every kernel, and each assembles where ptxas is */
+    const char *ptxas = access("/usr/local/cuda/bin/ptxas", X_OK) == 0 ? "/usr/local/cuda/bin/ptxas" : NULL;
+    for (int sm = 0; sm < 2; sm++) {
+        const char *arch = sm ? "sm_90" : "sm_80", *dir = tu_tmp(sm ? "dump-ptx90" : "dump-ptx80");
+        static char out[1 << 16];
+        cr_assert_eq(tu_run_kiln((const char *const[]){"dump", model, "--ptx", dir, "--sm", arch, NULL}, out, sizeof out,
+                                 e, sizeof e),
+                     0, "%s", e);
+        cr_assert(strstr(out, "16 kernels written"), "%s", out);
+        static const char *const some[] = {"decode_qkv", "attn_prefill", "prefill_qkv", "qk_prep", "logits"};
+        for (size_t i = 0; i < sizeof some / sizeof some[0]; i++) {
+            cr_assert_gt(file_size(dir, some[i], "ptx"), 100, "%s/%s.ptx", dir, some[i]);
+            cr_assert_gt(file_size(dir, some[i], "ll"), 100, "%s/%s.ll", dir, some[i]);
+            if (!ptxas) continue;
+            char cmd[2048];
+            snprintf(cmd, sizeof cmd, "'%s' -arch=%s '%s/%s.ptx' -o /dev/null 2>&1", ptxas, arch, dir, some[i]);
+            cr_assert_eq(system(cmd), 0, "ptxas refused %s/%s.ptx", dir, some[i]);
+        }
+    }
     /* refusals: usage errors (2), and a file that is no model (1) */
     const char *bad[][8] = {{"dump", model, NULL},
                             {"dump", "--spirv", "/tmp", NULL},
                             {"dump", model, "--spirv", "/tmp/x", "--device", "cuda:0", NULL},
                             {"dump", model, "--spirv", "/tmp/x", "--caps", "no-such-cap", NULL},
-                            {"dump", model, "--spirv", "/tmp/x", "--dtype", "f32", NULL}};
+                            {"dump", model, "--spirv", "/tmp/x", "--dtype", "f32", NULL},
+                            {"dump", model, "--ptx", "/tmp/x", "--sm", "sm_9", NULL},
+                            {"dump", model, "--spirv", "/tmp/x", "--sm", "sm_90", NULL},
+                            {"dump", model, "--spirv", "/tmp/x", "--ptx", "/tmp/y", NULL}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         cr_assert_eq(tu_run_kiln(bad[i], NULL, 0, e, sizeof e), 2, "case %zu: %s", i, e);
     cr_assert_eq(tu_run_kiln((const char *const[]){"dump", "/nonexistent.gguf", "--spirv", tu_tmp("dump-x"), NULL}, NULL,
