@@ -1,6 +1,8 @@
 #include "model_opts.h"
 
 #include "cli.h"
+#include "cuda_device.h"
+#include "cuda_probe.h"
 #include "plan.h"
 #include "vk_device.h"
 #include "vk_probe.h"
@@ -70,20 +72,22 @@ int model_opts_check(model_opts *o, const char *usage) {
     if (samp_params_check(&o->samp, msg, sizeof msg)) return cli_usage_error(usage, "%s", msg);
     uint64_t idx;
     bool ok = !strcmp(o->device, "cpu") || !strcmp(o->device, "auto") ||
-              (!strncmp(o->device, "vulkan:", 7) && cli_parse_u64(o->device + 7, 0, 63, &idx));
-    if (!strncmp(o->device, "cuda:", 5))
-        return cli_usage_error(usage, "--device %s: the CUDA backend is not built yet (use vulkan:N or cpu)", o->device);
-    if (!ok) return cli_usage_error(usage, "--device %s: expected cpu, vulkan:N or auto", o->device);
+              (!strncmp(o->device, "vulkan:", 7) && cli_parse_u64(o->device + 7, 0, 63, &idx)) ||
+              (!strncmp(o->device, "cuda:", 5) && cli_parse_u64(o->device + 5, 0, 63, &idx));
+    if (!ok) return cli_usage_error(usage, "--device %s: expected cpu, cuda:N, vulkan:N or auto", o->device);
     if (o->caps && rt_caps_override_check(o->caps, msg, sizeof msg)) return cli_usage_error(usage, "--caps: %s", msg);
     return 0;
 }
 
-/* "auto": the first Vulkan device when there is one, else the oracle. */
+/* "auto": the first CUDA device when there is one, else the first Vulkan device, else
+ * the oracle. */
 static const char *resolve_device(const char *dev) {
     if (strcmp(dev, "auto")) return dev;
     rt_caps c[1];
     uint32_t n = 0;
-    char note[256];
+    char note[320];
+    cuda_probe_devices(c, 1, &n, note, sizeof note);
+    if (n) return "cuda:0";
     vk_probe_devices(c, 1, &n, note, sizeof note);
     return n ? "vulkan:0" : "cpu";
 }
@@ -100,8 +104,11 @@ int model_opts_open(model_opts *o, const char *path, model **m, tokenizer **t, e
         return cli_fail("%s: the tokenizer has %u tokens but the model's vocab is %u", path, tok_n_vocab(*t),
                         (*m)->hp.n_vocab);
     const char *dev = resolve_device(o->device);
-    if (!strncmp(dev, "vulkan:", 7)) {
-        o->dev = vk_device_open((uint32_t)strtoul(dev + 7, NULL, 10), o->caps, err, sizeof err);
+    bool cuda = !strncmp(dev, "cuda:", 5);
+    if (cuda || !strncmp(dev, "vulkan:", 7)) {
+        uint32_t index = (uint32_t)strtoul(strchr(dev, ':') + 1, NULL, 10);
+        o->dev = cuda ? cuda_device_open(index, o->caps, err, sizeof err)
+                      : vk_device_open(index, o->caps, err, sizeof err);
         if (!o->dev) return cli_fail("%s", err);
         *e = plan_create(*m, o->dev, o->orc.dtype, o->orc.n_ctx, 0, err, sizeof err);
     } else {

@@ -10,7 +10,7 @@
 #include "tok.h"
 
 typedef struct model_opts {
-    const char *device;   /* "cpu" (default), "vulkan:N", "auto" */
+    const char *device;   /* "cpu" (default), "cuda:N", "vulkan:N", "auto" */
     const char *caps;     /* --caps overrides for a GPU device */
     struct rt_device *dev; /* opened by model_opts_open */
     orc_options orc;
@@ -20,7 +20,8 @@ typedef struct model_opts {
 } model_opts;
 
 #define MODEL_OPTS_USAGE                                                                                   \
-    "  --device D               cpu (the oracle, default) | vulkan:N | auto (vulkan:0 if any)\n"           \
+    "  --device D               cpu (the oracle, default) | cuda:N | vulkan:N | auto (cuda:0, else\n"    \
+    "                           vulkan:0, else cpu)\n"                                                      \
     "  --caps LIST              take device capabilities away (kiln probe --help lists them)\n"               \
     "  --oracle-mode M          contract (16-bit rounding as a GPU plan; default) | f32\n"                \
     "  --dtype T                bf16 | f16: the 16-bit type of contract mode (default: the file's)\n"     \

@@ -1,8 +1,9 @@
-/* kiln probe [--caps LIST] [--json]: what every device offers kernels — the CPU oracle
- * and each Vulkan device — after the --caps overrides, so an A/B run can be checked
- * before it starts. */
+/* kiln probe [--caps LIST] [--json]: what every device offers kernels — the CPU oracle,
+ * each CUDA device and each Vulkan device — after the --caps overrides, so an A/B run can
+ * be checked before it starts. */
 #include "caps.h"
 #include "cli.h"
+#include "cuda_probe.h"
 #include "ir.h"
 #include "kernels.h"
 #include "vk_probe.h"
@@ -18,9 +19,10 @@ static const char usage[] =
     "  --json       one JSON array, one object per device\n";
 
 #define PROBE_MAX_VULKAN 16
+#define PROBE_MAX_CUDA 16
 
 typedef struct probed {
-    char label[24];    /* "cpu", "vulkan:0" */
+    char label[24];    /* "cpu", "cuda:0", "vulkan:0" */
     rt_caps caps;
     bool refused;      /* the overrides did not fit this device: caps are as probed */
     char why[256];
@@ -148,19 +150,25 @@ int cmd_probe(int argc, char **argv) {
     if (caps_list && rt_caps_override_check(caps_list, err, sizeof err))
         return cli_usage_error(usage, "--caps: %s", err);
 
-    probed dev[1 + PROBE_MAX_VULKAN];
+    static probed dev[1 + PROBE_MAX_CUDA + PROBE_MAX_VULKAN];
     memset(dev, 0, sizeof dev);
     snprintf(dev[0].label, sizeof dev[0].label, "cpu");
     rt_caps_default(&dev[0].caps, RT_CPU);
-    rt_caps vk[PROBE_MAX_VULKAN];
-    uint32_t nvk = 0;
-    if (vk_probe_devices(vk, PROBE_MAX_VULKAN, &nvk, err, sizeof err)) return cli_fail("%s", err);
-    if (err[0]) fprintf(stderr, "kiln: %s\n", err); /* a note: no Vulkan here, or devices left out */
-    for (uint32_t i = 0; i < nvk; i++) {
-        snprintf(dev[1 + i].label, sizeof dev[1 + i].label, "vulkan:%u", i);
-        dev[1 + i].caps = vk[i];
+    uint32_t nd = 1;
+    rt_caps found[PROBE_MAX_CUDA > PROBE_MAX_VULKAN ? PROBE_MAX_CUDA : PROBE_MAX_VULKAN];
+    uint32_t n = 0;
+    if (cuda_probe_devices(found, PROBE_MAX_CUDA, &n, err, sizeof err)) return cli_fail("%s", err);
+    if (err[0]) fprintf(stderr, "kiln: %s\n", err); /* a note: no CUDA driver or GPU here, or devices left out */
+    for (uint32_t i = 0; i < n; i++, nd++) {
+        snprintf(dev[nd].label, sizeof dev[nd].label, "cuda:%u", i);
+        dev[nd].caps = found[i];
     }
-    uint32_t nd = 1 + nvk;
+    if (vk_probe_devices(found, PROBE_MAX_VULKAN, &n, err, sizeof err)) return cli_fail("%s", err);
+    if (err[0]) fprintf(stderr, "kiln: %s\n", err); /* a note: no Vulkan here, or devices left out */
+    for (uint32_t i = 0; i < n; i++, nd++) {
+        snprintf(dev[nd].label, sizeof dev[nd].label, "vulkan:%u", i);
+        dev[nd].caps = found[i];
+    }
 
     /* A list that is well formed but asks a device for more than it has (subgroup=16 on
      * an 8-wide device) is shown per device rather than hiding the others. */

@@ -1,0 +1,92 @@
+/* The few CUDA driver API entry points and types kiln uses, declared here rather than
+ * taken from cuda.h: kiln builds and runs without the CUDA toolkit and finds the driver
+ * (libcuda.so.1) with dlopen at run time. Values are the driver ABI's (cuda.h, CUDA 13.0);
+ * versioned names (_v2) are the ones cuda.h maps the plain names to, so the ABI matches. */
+#ifndef KILN_CUDA_API_H
+#define KILN_CUDA_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphExec_st *CUgraphExec;
+
+enum {
+    CUDA_SUCCESS = 0,
+
+    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
+    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK = 8,
+    CU_DEVICE_ATTRIBUTE_WARP_SIZE = 10,
+    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+    CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY = 19,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+
+    CU_JIT_ERROR_LOG_BUFFER = 5,
+    CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
+
+    CU_MEMHOSTALLOC_PORTABLE = 0x01,
+    CU_MEMHOSTALLOC_DEVICEMAP = 0x02,
+
+    CU_STREAM_NON_BLOCKING = 0x1,
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+};
+
+/* The driver's entry points, resolved by name from libcuda.so.1. */
+typedef struct cu_api {
+    CUresult (*Init)(unsigned flags);
+    CUresult (*DriverGetVersion)(int *version);
+    CUresult (*GetErrorName)(CUresult r, const char **name);
+    CUresult (*DeviceGetCount)(int *count);
+    CUresult (*DeviceGet)(CUdevice *dev, int ordinal);
+    CUresult (*DeviceGetName)(char *name, int len, CUdevice dev);
+    CUresult (*DeviceGetAttribute)(int *value, int attrib, CUdevice dev);
+    CUresult (*DeviceTotalMem)(size_t *bytes, CUdevice dev);
+    CUresult (*DevicePrimaryCtxRetain)(CUcontext *ctx, CUdevice dev);
+    CUresult (*DevicePrimaryCtxRelease)(CUdevice dev);
+    CUresult (*CtxSetCurrent)(CUcontext ctx);
+    CUresult (*CtxGetCurrent)(CUcontext *ctx);
+    CUresult (*MemGetInfo)(size_t *free_bytes, size_t *total_bytes);
+    CUresult (*MemAlloc)(CUdeviceptr *p, size_t bytes);
+    CUresult (*MemFree)(CUdeviceptr p);
+    CUresult (*MemHostAlloc)(void **p, size_t bytes, unsigned flags);
+    CUresult (*MemHostGetDevicePointer)(CUdeviceptr *dp, void *p, unsigned flags);
+    CUresult (*MemFreeHost)(void *p);
+    CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void *src, size_t n, CUstream s);
+    CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t n, CUstream s);
+    CUresult (*ModuleLoadDataEx)(CUmodule *m, const void *image, unsigned n_opts, int *opts, void **values);
+    CUresult (*ModuleGetFunction)(CUfunction *f, CUmodule m, const char *name);
+    CUresult (*ModuleUnload)(CUmodule m);
+    CUresult (*FuncSetAttribute)(CUfunction f, int attrib, int value);
+    CUresult (*LaunchKernel)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                             unsigned bz, unsigned shared_bytes, CUstream s, void **params, void **extra);
+    CUresult (*StreamCreate)(CUstream *s, unsigned flags);
+    CUresult (*StreamDestroy)(CUstream s);
+    CUresult (*StreamSynchronize)(CUstream s);
+    CUresult (*StreamBeginCapture)(CUstream s, int mode);
+    CUresult (*StreamEndCapture)(CUstream s, CUgraph *g);
+    CUresult (*GraphInstantiateWithFlags)(CUgraphExec *e, CUgraph g, unsigned long long flags);
+    CUresult (*GraphLaunch)(CUgraphExec e, CUstream s);
+    CUresult (*GraphExecDestroy)(CUgraphExec e);
+    CUresult (*GraphDestroy)(CUgraph g);
+} cu_api;
+
+/* Loads libcuda.so.1, resolves every entry point and calls cuInit(0), once per process
+ * (later calls return the first outcome). The table, or NULL with err saying why: no
+ * driver library, a symbol missing (a driver too old), or cuInit failing (no GPU). */
+const cu_api *cu_load(char *err, size_t errlen);
+
+/* "CUDA_ERROR_OUT_OF_MEMORY" for r (or "CUresult N" when the driver does not know it). */
+const char *cu_error_name(const cu_api *cu, CUresult r, char buf[32]);
+
+#endif

@@ -1,0 +1,458 @@
+/* CUDA implementation of runtime/device.h through the driver API (cuda_api.h). The
+ * device's primary context (shared with anything else in the process that uses the same
+ * GPU) and one non-blocking stream carry all work: copies, launches, and graph replays are
+ * issued on that stream and waited for, so every call is synchronous to its caller and
+ * each launch sees the previous one's writes. A kernel is a module JIT-compiled by the
+ * driver from ptx_emit's PTX; a recording is a CUDA graph captured from the stream.
+ * Host buffers are pinned host memory mapped into the device (cuMemHostAlloc with
+ * DEVICEMAP|PORTABLE; kernels get cuMemHostGetDevicePointer's address, which equals the
+ * host pointer under unified addressing but need not), so their copies are memcpy. */
+#include "cuda_device.h"
+
+#include "cuda_api.h"
+#include "cuda_probe.h"
+#include "ptx_emit.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CU_MAX_PARAMS 64
+
+/* Every object the device hands out is on one of its lists, so destroy frees leftovers. */
+typedef struct cu_node {
+    struct cu_node *prev, *next;
+} cu_node;
+
+typedef struct cu_dev {
+    rt_device base;
+    const cu_api *cu;
+    CUdevice dev;
+    CUcontext ctx; /* the retained primary context; NULL until retained */
+    CUstream stream;
+    cu_node buffers, kernels, recordings;
+} cu_dev;
+
+struct rt_buffer {
+    cu_node node;
+    CUdeviceptr ptr; /* what kernels get */
+    void *host;      /* host buffers: the mapped pinned memory */
+    size_t size;
+};
+
+struct rt_kernel {
+    cu_node node;
+    CUmodule module;
+    CUfunction fn;
+    uint32_t block[3];
+    uint32_t n_params;
+    bool is_buffer[CU_MAX_PARAMS];
+};
+
+struct rt_recording {
+    cu_node node;
+    CUgraphExec exec; /* NULL when no launch was recorded */
+};
+
+static void list_init(cu_node *head) { head->prev = head->next = head; }
+
+static void list_add(cu_node *head, cu_node *n) {
+    n->prev = head->prev, n->next = head;
+    head->prev->next = n, head->prev = n;
+}
+
+static void list_del(cu_node *n) {
+    n->prev->next = n->next, n->next->prev = n->prev;
+    n->prev = n->next = n;
+}
+
+/* "cuda:N: <call>: <error name>" into err; -1. */
+static int cu_fail(const cu_dev *d, char *err, size_t errlen, const char *call, CUresult r) {
+    char buf[32];
+    snprintf(err, errlen, "%s: %s: %s", d->base.label, call, cu_error_name(d->cu, r, buf));
+    return -1;
+}
+
+/* Appends " (...)" detail to a message already in err. */
+static void append(char *err, size_t errlen, const char *detail) {
+    size_t n = strnlen(err, errlen);
+    if (n + 1 < errlen) snprintf(err + n, errlen - n, " (%s)", detail);
+}
+
+/* Makes the device's context current on the calling thread: each entry point does, so
+ * devices (and threads) can be mixed freely. */
+static int bind(const cu_dev *d, char *err, size_t errlen) {
+    CUresult r = d->cu->CtxSetCurrent(d->ctx);
+    return r ? cu_fail(d, err, errlen, "cuCtxSetCurrent", r) : 0;
+}
+
+/* ---- memory ------------------------------------------------------------------------ */
+
+static rt_buffer *alloc_buffer(cu_dev *d, size_t bytes, bool host, char *err, size_t errlen) {
+    if (bind(d, err, errlen)) return NULL;
+    rt_buffer *b = calloc(1, sizeof *b);
+    if (!b) return snprintf(err, errlen, "out of memory"), NULL;
+    size_t n = bytes ? bytes : 4; /* the driver refuses empty allocations */
+    char size[48];
+    snprintf(size, sizeof size, "%zu bytes", bytes);
+    CUresult r;
+    if (host) {
+        r = d->cu->MemHostAlloc(&b->host, n, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
+        if (r) {
+            cu_fail(d, err, errlen, "cuMemHostAlloc", r), append(err, errlen, size), free(b);
+            return NULL;
+        }
+        if ((r = d->cu->MemHostGetDevicePointer(&b->ptr, b->host, 0))) {
+            cu_fail(d, err, errlen, "cuMemHostGetDevicePointer", r);
+            d->cu->MemFreeHost(b->host), free(b);
+            return NULL;
+        }
+    } else if ((r = d->cu->MemAlloc(&b->ptr, n))) {
+        cu_fail(d, err, errlen, "cuMemAlloc", r), append(err, errlen, size), free(b);
+        return NULL;
+    }
+    b->size = bytes;
+    list_add(&d->buffers, &b->node);
+    return b;
+}
+
+static rt_buffer *cu_alloc(rt_device *base, size_t bytes, char *err, size_t errlen) {
+    return alloc_buffer((cu_dev *)base, bytes, false, err, errlen);
+}
+
+static rt_buffer *cu_alloc_host(rt_device *base, size_t bytes, char *err, size_t errlen) {
+    return alloc_buffer((cu_dev *)base, bytes, true, err, errlen);
+}
+
+static void free_buffer(cu_dev *d, rt_buffer *b) {
+    if (b->host) d->cu->MemFreeHost(b->host);
+    else d->cu->MemFree(b->ptr);
+    list_del(&b->node);
+    free(b);
+}
+
+static void cu_release(rt_device *base, rt_buffer *b) {
+    cu_dev *d = (cu_dev *)base;
+    char err[8];
+    if (!b) return;
+    bind(d, err, sizeof err);
+    free_buffer(d, b);
+}
+
+static int check_range(const rt_buffer *b, size_t off, size_t n, char *err, size_t errlen) {
+    if (off > b->size || n > b->size - off) {
+        snprintf(err, errlen, "copy of %zu bytes at %zu is outside a %zu-byte buffer", n, off, b->size);
+        return -1;
+    }
+    return 0;
+}
+
+/* Waits for the stream; -1 with err naming the call when it (or work on it) failed. */
+static int sync_stream(cu_dev *d, char *err, size_t errlen) {
+    CUresult r = d->cu->StreamSynchronize(d->stream);
+    return r ? cu_fail(d, err, errlen, "cuStreamSynchronize", r) : 0;
+}
+
+/* Copies go on the device's stream and are waited for: ordered after every launch and
+ * synchronous to the caller, without the legacy stream's implicit ordering. */
+static int cu_upload(rt_device *base, rt_buffer *b, size_t off, const void *src, size_t n, char *err, size_t errlen) {
+    cu_dev *d = (cu_dev *)base;
+    if (check_range(b, off, n, err, errlen)) return -1;
+    if (!n) return 0;
+    if (b->host) return memcpy((char *)b->host + off, src, n), 0; /* no launch is in flight: calls wait */
+    if (bind(d, err, errlen)) return -1;
+    CUresult r = d->cu->MemcpyHtoDAsync(b->ptr + off, src, n, d->stream);
+    if (r) return cu_fail(d, err, errlen, "cuMemcpyHtoDAsync", r);
+    return sync_stream(d, err, errlen);
+}
+
+static int cu_download(rt_device *base, rt_buffer *b, size_t off, void *dst, size_t n, char *err, size_t errlen) {
+    cu_dev *d = (cu_dev *)base;
+    if (check_range(b, off, n, err, errlen)) return -1;
+    if (!n) return 0;
+    if (b->host) return memcpy(dst, (char *)b->host + off, n), 0;
+    if (bind(d, err, errlen)) return -1;
+    CUresult r = d->cu->MemcpyDtoHAsync(dst, b->ptr + off, n, d->stream);
+    if (r) return cu_fail(d, err, errlen, "cuMemcpyDtoHAsync", r);
+    return sync_stream(d, err, errlen);
+}
+
+/* ---- kernels ----------------------------------------------------------------------- */
+
+static void free_kernel(cu_dev *d, rt_kernel *k) {
+    if (k->module) d->cu->ModuleUnload(k->module);
+    list_del(&k->node);
+    free(k);
+}
+
+static void cu_release_kernel(rt_device *base, rt_kernel *k) {
+    cu_dev *d = (cu_dev *)base;
+    char err[8];
+    if (!k) return;
+    bind(d, err, sizeof err);
+    free_kernel(d, k);
+}
+
+/* The one `.entry` name in the PTX (LLVM may rewrite characters PTX does not allow in
+ * identifiers, so the IR's name is only the fallback). */
+static void entry_name(const char *ptx, const char *fallback, char *out, size_t cap) {
+    const char *e = strstr(ptx, ".entry ");
+    size_t n = 0;
+    if (e) {
+        e += 7;
+        while (*e == ' ' || *e == '\t') e++;
+        n = strcspn(e, "( \t\r\n");
+    }
+    if (!n || n >= cap) snprintf(out, cap, "%s", fallback);
+    else memcpy(out, e, n), out[n] = '\0';
+}
+
+/* One line of the JIT's log: newlines become "; ", trailing space goes. */
+static void flatten(char *s) {
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == '\n' || s[n - 1] == ' ' || s[n - 1] == '\r')) s[--n] = '\0';
+    for (char *p = s; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+}
+
+static rt_kernel *cu_compile(rt_device *base, const ir_kernel *ir, const double *spec_values, char *err,
+                             size_t errlen) {
+    cu_dev *d = (cu_dev *)base;
+    /* ptx_emit folds spec constants to their defaults; other values need ir_specialize
+     * on the kernel before compiling, which a const kernel cannot get here */
+    for (uint32_t i = 0; spec_values && i < ir_n_specs(ir); i++) {
+        const ir_spec *s = ir_spec_at(ir, i);
+        if (spec_values[i] != s->dflt) {
+            snprintf(err, errlen, "%s: kernel '%s': spec constant '%s' = %g: the CUDA backend takes defaults only "
+                     "(ir_specialize the kernel first)", base->label, ir_kernel_name(ir), s->name, spec_values[i]);
+            return NULL;
+        }
+    }
+    uint32_t np = ir_n_params(ir);
+    if (np > CU_MAX_PARAMS) {
+        snprintf(err, errlen, "%s: kernel '%s' has %u parameters (at most %d)", base->label, ir_kernel_name(ir), np,
+                 CU_MAX_PARAMS);
+        return NULL;
+    }
+    char *ptx = NULL;
+    if (ptx_emit(ir, &base->caps, &ptx, NULL, err, errlen)) return NULL;
+    if (bind(d, err, errlen)) return free(ptx), NULL;
+    rt_kernel *k = calloc(1, sizeof *k);
+    if (!k) return free(ptx), snprintf(err, errlen, "out of memory"), NULL;
+    list_add(&d->kernels, &k->node);
+    char log[2048] = "", name[256];
+    int opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *vals[2] = {log, (void *)(uintptr_t)sizeof log};
+    CUresult r = d->cu->ModuleLoadDataEx(&k->module, ptx, 2, opts, vals);
+    if (r) {
+        char what[300];
+        snprintf(what, sizeof what, "cuModuleLoadDataEx of kernel '%s'", ir_kernel_name(ir));
+        cu_fail(d, err, errlen, what, r);
+        log[sizeof log - 1] = '\0';
+        flatten(log);
+        if (log[0]) append(err, errlen, log);
+        goto fail;
+    }
+    entry_name(ptx, ir_kernel_name(ir), name, sizeof name);
+    if ((r = d->cu->ModuleGetFunction(&k->fn, k->module, name))) {
+        char what[300];
+        snprintf(what, sizeof what, "cuModuleGetFunction '%s'", name);
+        cu_fail(d, err, errlen, what, r);
+        goto fail;
+    }
+    ir_val spec;
+    ir_workgroup(ir, k->block, &spec); /* a spec workgroup size has its default, as emitted */
+    k->n_params = np;
+    for (uint32_t i = 0; i < np; i++) k->is_buffer[i] = ir_param_at(ir, i)->is_buffer;
+    free(ptx);
+    return k;
+fail:
+    free(ptx);
+    free_kernel(d, k);
+    return NULL;
+}
+
+/* ---- launches ------------------------------------------------------------------------ */
+
+static int check_launch(const rt_launch *l, char *err, size_t errlen) {
+    if (!l->kernel || l->n_args != l->kernel->n_params || (l->n_args && !l->args)) {
+        snprintf(err, errlen, "launch with %u arguments for a kernel of %u parameters", l->n_args,
+                 l->kernel ? l->kernel->n_params : 0);
+        return -1;
+    }
+    for (uint32_t i = 0; i < l->n_args; i++)
+        if (l->kernel->is_buffer[i] && !l->args[i].buf) {
+            snprintf(err, errlen, "launch argument %u is a buffer parameter without a buffer", i);
+            return -1;
+        }
+    return 0;
+}
+
+/* Issues the launches on the stream: buffers as device pointers, scalars as their 32
+ * bits, in parameter order (the driver copies the values at the call). A launch with no
+ * workgroups does nothing, as a Vulkan dispatch of zero groups. *issued counts them. */
+static int enqueue(cu_dev *d, const rt_launch *l, uint32_t n, uint32_t *issued, char *err, size_t errlen) {
+    *issued = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const rt_kernel *k = l[i].kernel;
+        const uint32_t *g = l[i].groups;
+        if (!g[0] || !g[1] || !g[2]) continue;
+        CUdeviceptr ptrs[CU_MAX_PARAMS];
+        uint32_t bits[CU_MAX_PARAMS];
+        void *params[CU_MAX_PARAMS];
+        for (uint32_t a = 0; a < l[i].n_args; a++) {
+            if (k->is_buffer[a]) ptrs[a] = l[i].args[a].buf->ptr, params[a] = &ptrs[a];
+            else bits[a] = l[i].args[a].bits, params[a] = &bits[a];
+        }
+        CUresult r = d->cu->LaunchKernel(k->fn, g[0], g[1], g[2], k->block[0], k->block[1], k->block[2], 0, d->stream,
+                                         l[i].n_args ? params : NULL, NULL);
+        if (r) {
+            char what[64];
+            snprintf(what, sizeof what, "cuLaunchKernel (launch %u)", i);
+            return cu_fail(d, err, errlen, what, r);
+        }
+        ++*issued;
+    }
+    return 0;
+}
+
+static int cu_run(rt_device *base, const rt_launch *l, uint32_t n, char *err, size_t errlen) {
+    cu_dev *d = (cu_dev *)base;
+    for (uint32_t i = 0; i < n; i++)
+        if (check_launch(&l[i], err, errlen)) return -1;
+    if (bind(d, err, errlen)) return -1;
+    uint32_t issued;
+    if (enqueue(d, l, n, &issued, err, errlen)) {
+        d->cu->StreamSynchronize(d->stream); /* leave the stream idle for the next call */
+        return -1;
+    }
+    return sync_stream(d, err, errlen);
+}
+
+static void free_recording(cu_dev *d, rt_recording *r) {
+    if (r->exec) d->cu->GraphExecDestroy(r->exec);
+    list_del(&r->node);
+    free(r);
+}
+
+static void cu_release_recording(rt_device *base, rt_recording *r) {
+    cu_dev *d = (cu_dev *)base;
+    char err[8];
+    if (!r) return;
+    bind(d, err, sizeof err);
+    free_recording(d, r);
+}
+
+/* The launches captured from the stream into a graph, instantiated once; the graph itself
+ * is not kept (the executable graph holds its own copy). */
+static rt_recording *cu_record(rt_device *base, const rt_launch *l, uint32_t n, char *err, size_t errlen) {
+    cu_dev *d = (cu_dev *)base;
+    for (uint32_t i = 0; i < n; i++)
+        if (check_launch(&l[i], err, errlen)) return NULL;
+    if (bind(d, err, errlen)) return NULL;
+    rt_recording *rec = calloc(1, sizeof *rec);
+    if (!rec) return snprintf(err, errlen, "out of memory"), NULL;
+    list_add(&d->recordings, &rec->node);
+    /* thread-local mode: another thread's unrelated driver calls do not end this capture */
+    CUresult r = d->cu->StreamBeginCapture(d->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    if (r) {
+        cu_fail(d, err, errlen, "cuStreamBeginCapture", r);
+        goto fail;
+    }
+    uint32_t issued = 0;
+    int rc = enqueue(d, l, n, &issued, err, errlen);
+    CUgraph graph = NULL;
+    r = d->cu->StreamEndCapture(d->stream, &graph); /* always: the stream must leave capture mode */
+    if (rc || r) {
+        if (!rc) cu_fail(d, err, errlen, "cuStreamEndCapture", r);
+        if (graph) d->cu->GraphDestroy(graph);
+        goto fail;
+    }
+    if (issued) r = d->cu->GraphInstantiateWithFlags(&rec->exec, graph, 0);
+    d->cu->GraphDestroy(graph);
+    if (r) {
+        rec->exec = NULL;
+        cu_fail(d, err, errlen, "cuGraphInstantiateWithFlags", r);
+        goto fail;
+    }
+    return rec;
+fail:
+    free_recording(d, rec);
+    return NULL;
+}
+
+static int cu_replay(rt_device *base, rt_recording *rec, char *err, size_t errlen) {
+    cu_dev *d = (cu_dev *)base;
+    if (!rec) return snprintf(err, errlen, "replay of no recording"), -1;
+    if (!rec->exec) return 0;
+    if (bind(d, err, errlen)) return -1;
+    CUresult r = d->cu->GraphLaunch(rec->exec, d->stream);
+    if (r) return cu_fail(d, err, errlen, "cuGraphLaunch", r);
+    return sync_stream(d, err, errlen);
+}
+
+/* ---- the device ------------------------------------------------------------------------ */
+
+static void cu_destroy(rt_device *base) {
+    cu_dev *d = (cu_dev *)base;
+    if (!d) return;
+    if (d->ctx) {
+        d->cu->CtxSetCurrent(d->ctx);
+        if (d->stream) d->cu->StreamSynchronize(d->stream);
+        while (d->recordings.next != &d->recordings) free_recording(d, (rt_recording *)d->recordings.next);
+        while (d->kernels.next != &d->kernels) free_kernel(d, (rt_kernel *)d->kernels.next);
+        while (d->buffers.next != &d->buffers) free_buffer(d, (rt_buffer *)d->buffers.next);
+        if (d->stream) d->cu->StreamDestroy(d->stream);
+        d->cu->CtxSetCurrent(NULL);
+        d->cu->DevicePrimaryCtxRelease(d->dev);
+    }
+    free(d);
+}
+
+static const rt_device_ops cu_ops = {cu_alloc,          cu_alloc_host, cu_release, cu_upload, cu_download,
+                                     cu_compile,        cu_release_kernel, cu_run, cu_record, cu_replay,
+                                     cu_release_recording, cu_destroy};
+
+rt_device *cuda_device_open(uint32_t index, const char *caps_override, char *err, size_t errlen) {
+    cu_dev *d = calloc(1, sizeof *d);
+    rt_caps *all = calloc((size_t)index + 1, sizeof *all);
+    if (!d || !all) return free(d), free(all), snprintf(err, errlen, "out of memory"), NULL;
+    d->base.ops = &cu_ops;
+    list_init(&d->buffers), list_init(&d->kernels), list_init(&d->recordings);
+    snprintf(d->base.label, sizeof d->base.label, "cuda:%u", index);
+    /* The primary context (not cuCtxCreate, which CUDA 13 remaps to _v4's signature) is
+     * retained before the probe, whose free-memory query would otherwise create and
+     * destroy it once more. */
+    int count = 0;
+    if ((d->cu = cu_load(NULL, 0)) && d->cu->DeviceGetCount(&count) == CUDA_SUCCESS && index < (uint32_t)count &&
+        d->cu->DeviceGet(&d->dev, (int)index) == CUDA_SUCCESS) {
+        CUresult r = d->cu->DevicePrimaryCtxRetain(&d->ctx, d->dev);
+        if (r) {
+            d->ctx = NULL;
+            cu_fail(d, err, errlen, "cuDevicePrimaryCtxRetain", r);
+            goto fail;
+        }
+    }
+    uint32_t n = 0;
+    char note[320] = "";
+    if (cuda_probe_devices(all, index + 1, &n, note, sizeof note) || index >= n || !d->ctx) {
+        snprintf(err, errlen, "no CUDA device cuda:%u (%u found)%s%s", index, n, note[0] ? ": " : "", note);
+        goto fail;
+    }
+    d->base.caps = all[index];
+    if (caps_override && rt_caps_override(&d->base.caps, caps_override, err, errlen)) goto fail;
+    if (bind(d, err, errlen)) goto fail;
+    CUresult r = d->cu->StreamCreate(&d->stream, CU_STREAM_NON_BLOCKING);
+    if (r) {
+        d->stream = NULL;
+        cu_fail(d, err, errlen, "cuStreamCreate", r);
+        goto fail;
+    }
+    free(all);
+    return &d->base;
+fail:
+    free(all);
+    cu_destroy(&d->base);
+    return NULL;
+}

@@ -1,0 +1,91 @@
+/* Reads a CUDA device's capabilities from the driver (cuDeviceGetAttribute and friends)
+ * into rt_caps, starting from rt_caps_default(RT_CUDA). What kiln's PTX emitter cannot
+ * use yet stays off: f16/bf16 arithmetic (f16 lives in f32 registers anyway) and matrix
+ * fragments (not lowered for PTX). */
+#include "cuda_probe.h"
+
+#include "cuda_api.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int attr(const cu_api *cu, CUdevice dev, int which) {
+    int v = 0;
+    return cu->DeviceGetAttribute(&v, which, dev) == CUDA_SUCCESS ? v : 0;
+}
+
+/* Free memory needs a context: the device's primary context, retained for the query and
+ * released after, with the thread's current context put back. 0 when it cannot be had. */
+static uint64_t free_memory(const cu_api *cu, CUdevice dev) {
+    CUcontext prev = NULL, ctx = NULL;
+    size_t fr = 0, total = 0;
+    if (cu->CtxGetCurrent(&prev) != CUDA_SUCCESS) prev = NULL;
+    if (cu->DevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS) return 0;
+    if (cu->CtxSetCurrent(ctx) != CUDA_SUCCESS || cu->MemGetInfo(&fr, &total) != CUDA_SUCCESS) fr = 0;
+    cu->CtxSetCurrent(prev);
+    cu->DevicePrimaryCtxRelease(dev);
+    return fr;
+}
+
+static void fill(const cu_api *cu, CUdevice dev, int driver_version, rt_caps *c) {
+    rt_caps_default(c, RT_CUDA);
+    snprintf(c->vendor, sizeof c->vendor, "NVIDIA");
+    if (cu->DeviceGetName(c->name, (int)sizeof c->name, dev) != CUDA_SUCCESS) snprintf(c->name, sizeof c->name, "?");
+    c->name[sizeof c->name - 1] = '\0';
+    /* the driver API gives its own version, not the driver package's (that is NVML's) */
+    snprintf(c->driver, sizeof c->driver, "CUDA driver API %d.%d", driver_version / 1000, driver_version % 1000 / 10);
+    c->api_version = (uint32_t)driver_version;
+    c->compute_capability = (uint32_t)(attr(cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR) * 10 +
+                                       attr(cu, dev, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR));
+    int warp = attr(cu, dev, CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+    if (warp > 0) c->subgroup_size = c->subgroup_min = c->subgroup_max = (uint32_t)warp;
+    int threads = attr(cu, dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+    if (threads > 0) c->max_workgroup = (uint32_t)threads;
+    /* Kernels get static shared memory only, whose limit is 48 KiB per block; the larger
+     * opt-in (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 227 KiB on the H200)
+     * needs dynamic shared memory and cuFuncSetAttribute, which the emitter does not use. */
+    int shared = attr(cu, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+    if (shared > 0 && (uint32_t)shared < c->shared_bytes) c->shared_bytes = (uint32_t)shared;
+    c->compute_units = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    size_t total = 0;
+    if (cu->DeviceTotalMem(&total, dev) == CUDA_SUCCESS) c->memory_bytes = total;
+    c->free_bytes = free_memory(cu, dev);
+    /* conservative until the emitter lowers them: see the file's header */
+    c->f16_arith = c->bf16_arith = c->int8_arith = false;
+    c->n_mma = 0;
+    c->max_buffer_bytes = 0; /* a kernel reaches any allocation through a 64-bit pointer */
+}
+
+int cuda_probe_devices(rt_caps *out, uint32_t max, uint32_t *n, char *err, size_t errlen) {
+    if (err && errlen) err[0] = '\0';
+    if (!n || (!out && max)) {
+        if (err && errlen) snprintf(err, errlen, "cuda_probe_devices: bad arguments");
+        return -1;
+    }
+    *n = 0;
+    char why[256];
+    const cu_api *cu = cu_load(why, sizeof why);
+    if (!cu) {
+        if (err && errlen) snprintf(err, errlen, "no CUDA devices: %s", why);
+        return 0;
+    }
+    int count = 0, version = 0;
+    CUresult r = cu->DeviceGetCount(&count);
+    if (r != CUDA_SUCCESS || count <= 0) {
+        char name[32];
+        if (err && errlen)
+            snprintf(err, errlen, "no CUDA devices: %s",
+                     r != CUDA_SUCCESS ? cu_error_name(cu, r, name) : "the driver reports none");
+        return 0;
+    }
+    if (cu->DriverGetVersion(&version) != CUDA_SUCCESS) version = 0;
+    for (int i = 0; i < count && *n < max; i++) {
+        CUdevice dev;
+        if (cu->DeviceGet(&dev, i) != CUDA_SUCCESS) break; /* keep indices equal to ordinals */
+        fill(cu, dev, version, &out[*n]);
+        ++*n;
+    }
+    if ((uint32_t)count > *n && err && errlen)
+        snprintf(err, errlen, "%d CUDA devices, only the first %u probed", count, *n);
+    return 0;
+}

@@ -1,0 +1,17 @@
+/* The CUDA side of the capability probe: one rt_caps per device the driver enumerates,
+ * in its order (so index N is the device `cuda:N` opens). */
+#ifndef KILN_CUDA_PROBE_H
+#define KILN_CUDA_PROBE_H
+
+#include "caps.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Fills out[0..*n) for the first max devices. No libcuda.so.1, cuInit failing (no GPU,
+ * no driver) or no device is not an error: *n = 0 and err holds a note ("no CUDA devices:
+ * ...") for the caller to print; err also notes devices left out past max, and is "" when
+ * there is nothing to say. Returns -1 (with err) only on bad arguments. */
+int cuda_probe_devices(rt_caps *out, uint32_t max, uint32_t *n, char *err, size_t errlen);
+
+#endif
