@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # kiln's main job: synthesize the `tiny` model, inspect it, and run it on every device
-# found (today the CPU oracle; the GPU backends join as they land).
+# found: the CPU oracle, each Vulkan device (lavapipe here), each CUDA device.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
@@ -8,5 +8,8 @@ bash scripts/build.sh build
 out=${KILN_OUT:-build/tiny.gguf}
 ./build/kiln synth --preset tiny -o "$out"
 ./build/kiln inspect "$out"
-# every device found (today: the CPU oracle) runs the model
-./build/kiln run "$out" -p "Hello" -n 16 --device cpu
+# every device `kiln probe` lists runs the model (its labels are the unindented lines)
+for dev in $(./build/kiln probe 2>/dev/null | grep -E '^(cpu|vulkan:[0-9]+|cuda:[0-9]+)$'); do
+  echo "== $dev"
+  ./build/kiln run "$out" -p "Hello" -n 16 --device "$dev"
+done
