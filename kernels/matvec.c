@@ -1,7 +1,8 @@
 /* Matrix-vector product, the decode step's projections and the logits head. Each row
- * is one dot product over cols: lanes stride the row with vector loads (the widest that
- * divides cols), each keeps an f32 accumulator, and a reduce sums the lanes. Products of
- * two 16-bit values are exact in f32, so only the summation order differs from a loop. */
+ * is one dot product over cols: lanes stride the row with vector loads (16 bytes of bf16
+ * where a row is whole 16-byte words, else the widest 16-bit vector that divides cols),
+ * each keeps an f32 accumulator, and a reduce sums the lanes. Products of two 16-bit
+ * values are exact in f32, so only the summation order differs from a loop. */
 #include "kn_common.h"
 
 #include <math.h>
@@ -48,6 +49,64 @@ static ir_val row_dot(ir_kernel *k, ir_buf w, ir_buf x, uint32_t hx, ir_val row,
         acc = ir_for_result(l, 0);
     }
     return kn_lane_sum(k, acc, v);
+}
+
+/* bf16 rows 16 bytes at a time: a lane loads 4 u32 words, 8 bf16 weights, per step (and
+ * the same of x, or 8 f32 of the normalized row from workgroup memory). A bf16 is the high
+ * half of its f32, so the even elements are (word << 16) and the odd ones (word &
+ * 0xffff0000), exact. Twice the bytes in flight per lane of the 8-byte loads above, which
+ * a decode step on a large GPU needs to approach its bandwidth. Lane sums run over even
+ * then odd elements (a summation order, as the contract allows). */
+static ir_val u32v(ir_kernel *k, uint32_t c) {
+    ir_val l[4] = {ir_const_u32(k, c), ir_const_u32(k, c), ir_const_u32(k, c), ir_const_u32(k, c)};
+    return ir_vec(k, l, 4);
+}
+
+/* (even, odd) f32 vectors of 8 bf16 packed in a u32x4 */
+static void unpack8(ir_kernel *k, ir_val words, ir_val *even, ir_val *odd) {
+    ir_type f4 = ir_t_vector(k, IR_F32, 4);
+    *even = ir_bitcast(k, ir_bin(k, IR_OP_SHL, words, u32v(k, 16)), f4);
+    *odd = ir_bitcast(k, ir_bin(k, IR_OP_AND, words, u32v(k, 0xffff0000u)), f4);
+}
+
+/* acc + the 8 products at column c (a multiple of 8) of the row at word base wbase */
+static ir_val dot8(ir_kernel *k, ir_buf w, ir_buf x, uint32_t hx, ir_val wbase, ir_val c, ir_val acc) {
+    ir_val half = ir_bin(k, IR_OP_SHR, c, ir_const_u32(k, 1));
+    ir_val we, wo, xe, xo;
+    unpack8(k, ir_load(k, w, ir_bin(k, IR_OP_ADD, wbase, half), 4), &we, &wo);
+    if (hx != UINT32_MAX) {
+        ir_val a = ir_shm_load(k, hx, c, 4), b = ir_shm_load(k, hx, ir_bin(k, IR_OP_ADD, c, ir_const_u32(k, 4)), 4);
+        ir_val e[4] = {ir_extract(k, a, 0), ir_extract(k, a, 2), ir_extract(k, b, 0), ir_extract(k, b, 2)};
+        ir_val o[4] = {ir_extract(k, a, 1), ir_extract(k, a, 3), ir_extract(k, b, 1), ir_extract(k, b, 3)};
+        xe = ir_vec(k, e, 4), xo = ir_vec(k, o, 4);
+    } else {
+        unpack8(k, ir_load(k, x, half, 4), &xe, &xo);
+    }
+    return ir_fma(k, wo, xo, ir_fma(k, we, xe, acc));
+}
+
+static ir_val row_dot_wide(ir_kernel *k, ir_buf w, ir_buf x, uint32_t hx, ir_val row, ir_val first, uint32_t stride,
+                           uint32_t cols) {
+    ir_val z = ir_const_f32(k, 0.0f), zs[4] = {z, z, z, z}, zero = ir_vec(k, zs, 4);
+    ir_val wbase = ir_bin(k, IR_OP_MUL, row, ir_const_u32(k, cols / 2));
+    uint32_t main_end = cols - cols % (stride * UNROLL);
+    ir_val acc = zero;
+    if (main_end) {
+        ir_for *l = ir_for_begin(k, first, ir_const_u32(k, main_end), ir_const_u32(k, stride * UNROLL), 1, &zero);
+        ir_val a = ir_for_arg(l, 0);
+        for (uint32_t u = 0; u < UNROLL; u++)
+            a = dot8(k, w, x, hx, wbase, ir_bin(k, IR_OP_ADD, ir_for_iv(l), ir_const_u32(k, u * stride)), a);
+        ir_for_end(k, l, &a);
+        acc = ir_for_result(l, 0);
+    }
+    if (main_end < cols) {
+        ir_val from = ir_bin(k, IR_OP_ADD, first, ir_const_u32(k, main_end));
+        ir_for *l = ir_for_begin(k, from, ir_const_u32(k, cols), ir_const_u32(k, stride), 1, &acc);
+        ir_val a = dot8(k, w, x, hx, wbase, ir_for_iv(l), ir_for_arg(l, 0));
+        ir_for_end(k, l, &a);
+        acc = ir_for_result(l, 0);
+    }
+    return kn_lane_sum(k, acc, 4);
 }
 
 /* The row's result, stored by one invocation: the epilogue applied to the dot product(s). */
@@ -114,11 +173,15 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
     }
     ir_kernel *k = kn_create(name, err, errlen);
     if (!k) return NULL;
-    ir_buf w = ir_param_buffer(k, "W", dtype, IR_READ), x = ir_param_buffer(k, "x", dtype, IR_READ);
+    /* bf16 rows of whole 16-byte words go 8 elements per load (row_dot_wide), the
+     * weights (and x, unless normalized into workgroup memory) read as u32 words */
+    bool wide = dtype == IR_BF16 && cols % 8 == 0;
+    ir_scalar wt = wide ? IR_U32 : dtype, xt = wide && !norm ? IR_U32 : dtype;
+    ir_buf w = ir_param_buffer(k, "W", wt, IR_READ), x = ir_param_buffer(k, "x", xt, IR_READ);
     ir_buf y = ir_param_buffer(k, "y", out, IR_WRITE), b = 0, res = 0, wu = 0, wn = 0;
     if (epi & KN_EPI_BIAS) b = ir_param_buffer(k, "b", dtype, IR_READ);
     if (epi & KN_EPI_RESIDUAL) res = ir_param_buffer(k, "res", dtype, IR_READ);
-    if (epi & KN_EPI_SWIGLU) wu = ir_param_buffer(k, "Wu", dtype, IR_READ);
+    if (epi & KN_EPI_SWIGLU) wu = ir_param_buffer(k, "Wu", wt, IR_READ);
     if (norm) wn = ir_param_buffer(k, "wn", dtype, IR_READ);
     bool swi = epi & KN_EPI_SWIGLU;
     uint32_t v = kn_vec_width(cols), sg = c->subgroup_size;
@@ -137,8 +200,13 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
         ir_val lane = ir_id(k, IR_ID_SG_LANE, 0);
         ir_if *in = ir_if_begin(k, ir_compare(k, IR_LT, row, ir_const_u32(k, rows)), 0);
         ir_val first = ir_bin(k, IR_OP_MUL, lane, ir_const_u32(k, v));
-        ir_val sum = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot(k, w, x, hx, row, first, sg * v, cols, v)), up = IR_NONE;
-        if (swi) up = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot(k, wu, x, hx, row, first, sg * v, cols, v));
+        if (wide) first = ir_bin(k, IR_OP_MUL, lane, ir_const_u32(k, 8));
+        ir_val sum = ir_sg_reduce(k, IR_REDUCE_ADD, wide ? row_dot_wide(k, w, x, hx, row, first, sg * 8, cols)
+                                                         : row_dot(k, w, x, hx, row, first, sg * v, cols, v));
+        ir_val up = IR_NONE;
+        if (swi)
+            up = ir_sg_reduce(k, IR_REDUCE_ADD, wide ? row_dot_wide(k, wu, x, hx, row, first, sg * 8, cols)
+                                                     : row_dot(k, wu, x, hx, row, first, sg * v, cols, v));
         ir_if *l0 = ir_if_begin(k, ir_compare(k, IR_EQ, lane, ir_const_u32(k, 0)), 0);
         store_row(k, epi, y, b, res, row, sum, up, dtype, out);
         ir_if_end(k, l0, NULL);
@@ -150,8 +218,17 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
          * NVIDIA, AMD, Intel and lavapipe offer) */
         ir_val lid = ir_id(k, IR_ID_LOCAL, 0), row = ir_id(k, IR_ID_GROUP, 0);
         ir_val first = ir_bin(k, IR_OP_MUL, lid, ir_const_u32(k, v));
-        ir_val sum = kn_wg_sum(k, c, wg, row_dot(k, w, x, hx, row, first, wg * v, cols, v), "dot_part"), up = IR_NONE;
-        if (swi) up = kn_wg_sum(k, c, wg, row_dot(k, wu, x, hx, row, first, wg * v, cols, v), "up_part");
+        if (wide) first = ir_bin(k, IR_OP_MUL, lid, ir_const_u32(k, 8));
+        ir_val sum = kn_wg_sum(k, c, wg,
+                               wide ? row_dot_wide(k, w, x, hx, row, first, wg * 8, cols)
+                                    : row_dot(k, w, x, hx, row, first, wg * v, cols, v),
+                               "dot_part");
+        ir_val up = IR_NONE;
+        if (swi)
+            up = kn_wg_sum(k, c, wg,
+                           wide ? row_dot_wide(k, wu, x, hx, row, first, wg * 8, cols)
+                                : row_dot(k, wu, x, hx, row, first, wg * v, cols, v),
+                           "up_part");
         ir_if *l0 = ir_if_begin(k, ir_compare(k, IR_EQ, lid, ir_const_u32(k, 0)), 0);
         store_row(k, epi, y, b, res, row, sum, up, dtype, out);
         ir_if_end(k, l0, NULL);
