@@ -28,6 +28,7 @@
 #ifndef KILN_SPV_EMIT_H
 #define KILN_SPV_EMIT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,5 +51,8 @@ void spv_module_free(spv_module *m);
  * with fragments as unknown opcodes (tests/test_spirv.c then uses $KILN_SPIRV_VAL). */
 int spv_validate(const spv_module *m, char *err, size_t errlen);
 char *spv_disassemble(const spv_module *m);
+/* Whether m declares a capability Debian 12's SPIRV-Tools (2023.1) predates (cooperative
+ * matrices, bf16), so its validator cannot judge the module. */
+bool spv_needs_newer_tools(const spv_module *m);
 
 #endif

@@ -53,3 +53,14 @@ char *spv_disassemble(const spv_module *m) {
     spvContextDestroy(ctx);
     return out;
 }
+
+bool spv_needs_newer_tools(const spv_module *m) {
+    /* OpCapability (17) CooperativeMatrixKHR (6022) or BFloat16TypeKHR (5116) */
+    for (size_t i = 5; m && m->words && i < m->n;) {
+        uint32_t wc = m->words[i] >> 16, op = m->words[i] & 0xffff;
+        if (!wc || i + wc > m->n) break;
+        if (op == 17 && wc == 2 && (m->words[i + 1] == 6022 || m->words[i + 1] == 5116)) return true;
+        i += wc;
+    }
+    return false;
+}

@@ -328,17 +328,8 @@ fail:
 /* ---- launches ------------------------------------------------------------------------ */
 
 static int check_launch(const rt_launch *l, char *err, size_t errlen) {
-    if (!l->kernel || l->n_args != l->kernel->n_params) {
-        snprintf(err, errlen, "launch with %u arguments for a kernel of %u parameters", l->n_args,
-                 l->kernel ? l->kernel->n_params : 0);
-        return -1;
-    }
-    for (uint32_t i = 0; i < l->n_args; i++)
-        if (l->kernel->is_buffer[i] && !l->args[i].buf) {
-            snprintf(err, errlen, "launch argument %u is a buffer parameter without a buffer", i);
-            return -1;
-        }
-    return 0;
+    if (!l->kernel) return snprintf(err, errlen, "launch without a kernel"), -1;
+    return rt_check_launch(l, l->kernel->n_params, l->kernel->is_buffer, err, errlen);
 }
 
 /* Records launches into cb, with descriptor sets from pool, and a barrier after each so

@@ -49,17 +49,6 @@ static int write_file(const char *dir, const char *role, const char *ext, const 
     return 0;
 }
 
-/* Debian 12's SPIRV-Tools (2023.1) cannot read cooperative-matrix or bf16 modules. */
-static int too_new_for_validator(const spv_module *m) {
-    for (size_t i = 5; i < m->n;) {
-        uint32_t wc = m->words[i] >> 16, op = m->words[i] & 0xffff;
-        if (!wc) break;
-        if (op == 17 && wc == 2 && (m->words[i + 1] == 6022 || m->words[i + 1] == 5116)) return 1;
-        i += wc;
-    }
-    return 0;
-}
-
 static void one_ptx(dump_ctx *c, const char *role, const ir_kernel *k) {
     char err[1024], *ptx = NULL, *ll = NULL;
     if (ptx_emit(k, c->caps, &ptx, &ll, err, sizeof err)) {
@@ -99,7 +88,7 @@ static void one_kernel(void *ctx, const char *role, const ir_kernel *k) {
               (dis && write_file(c->dir, role, "spvasm", dis, strlen(dis)));
     const char *status = "valid";
     if (!bad && spv_validate(&m, err, sizeof err)) {
-        if (too_new_for_validator(&m)) {
+        if (spv_needs_newer_tools(&m)) {
             status = "not validated (SPIRV-Tools too old for cooperative matrices / bf16)";
             c->unchecked++;
         } else {

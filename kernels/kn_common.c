@@ -134,17 +134,6 @@ ir_val kn_rope_theta(ir_kernel *k, ir_val th, ir_val from, ir_val to, float thet
     return ir_for_result(l, 0);
 }
 
-ir_val kn_angle_reduce(ir_kernel *k, ir_val th) {
-    /* r = th - q * 2pi, q = floor(th / 2pi + 0.5); 2pi split so q * C1 is exact for
-     * q < 2^16 and each fma rounds once */
-    const float c1 = 6.28125f, c2 = 1.9353071795864769e-3f, c3 = (float)(6.283185307179586 - 6.28125 - (double)c2);
-    ir_val q = ir_un(k, IR_OP_FLOOR, ir_fma(k, th, ir_const_f32(k, (float)(1.0 / 6.283185307179586)), ir_const_f32(k, 0.5f)));
-    ir_val nq = ir_un(k, IR_OP_NEG, q);
-    ir_val r = ir_fma(k, nq, ir_const_f32(k, c1), th);
-    r = ir_fma(k, nq, ir_const_f32(k, c2), r);
-    return ir_fma(k, nq, ir_const_f32(k, c3), r);
-}
-
 ir_val kn_rms_scale(ir_kernel *k, const rt_caps *c, uint32_t wg, ir_buf x, ir_val base, uint32_t n, float eps,
                     const char *shm_name) {
     uint32_t v = kn_vec_width(n);

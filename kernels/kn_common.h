@@ -46,9 +46,6 @@ ir_kernel *kn_create(const char *name, char *err, size_t errlen);
  * th = theta_from, by to - from f32 multiplications, one rounding each, as the oracle
  * and llama.cpp build it (theta_scale = powf(base, -2 / n_rot) on the host). */
 ir_val kn_rope_theta(ir_kernel *k, ir_val th, ir_val from, ir_val to, float theta_scale);
-/* An f32 angle reduced by 2*pi into about [-pi, pi], where device sin/cos are specified
- * (Vulkan: 2^-11 absolute); exact enough for angles below 2^16 * 2*pi. */
-ir_val kn_angle_reduce(ir_kernel *k, ir_val th);
 /* sin and cos of an f32 angle (|th| < ~1e5) to about an ulp: a Cody-Waite reduction by
  * pi/2 and polynomials in f32 fma. Not the device's sin/cos, which Vulkan lets be as coarse as
  * 2^-11 absolute and NVIDIA's are ~2^-21: each difference from the oracle's libm turns a

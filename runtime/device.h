@@ -9,6 +9,7 @@
 #include "caps.h"
 #include "ir.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -52,6 +53,11 @@ typedef struct rt_device_ops {
     void (*release_recording)(rt_device *d, rt_recording *r);
     void (*destroy)(rt_device *d);
 } rt_device_ops;
+
+/* A launch's arguments against its kernel's n_params parameters (is_buffer[i]: whether
+ * parameter i is a buffer): the count, and a buffer for every buffer parameter. 0, or -1
+ * with err. For the backends, before they touch a launch. */
+int rt_check_launch(const rt_launch *l, uint32_t n_params, const bool *is_buffer, char *err, size_t errlen);
 
 struct rt_device {
     const rt_device_ops *ops;

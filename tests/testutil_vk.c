@@ -78,23 +78,12 @@ void tu_caps_h200(rt_caps *c) {
     for (uint32_t i = 0; i < c->n_mma; i++) c->mma[i] = mma[i];
 }
 
-/* The modules Debian 12's SPIRV-Tools (2023.1) cannot read: cooperative matrices, bf16. */
-static bool uses_new_spirv(const spv_module *m) {
-    for (size_t i = 5; i < m->n;) {
-        uint32_t wc = m->words[i] >> 16, op = m->words[i] & 0xffff;
-        if (!wc) break;
-        if (op == 17 && wc == 2 && (m->words[i + 1] == 6022 || m->words[i + 1] == 5116)) return true;
-        i += wc;
-    }
-    return false;
-}
-
 /* SPIRV-Tools in-process; for modules it cannot read, $KILN_SPIRV_VAL (a newer
  * spirv-val) when set. */
 tu_val_how tu_spv_validate(const spv_module *m, const char *what) {
     char err[2048];
     if (spv_validate(m, err, sizeof err) == 0) return TU_VAL_OK;
-    cr_assert(uses_new_spirv(m), "%s: %s", what, err);
+    cr_assert(spv_needs_newer_tools(m), "%s: %s", what, err);
     const char *ext = getenv("KILN_SPIRV_VAL");
     if (!ext || !*ext) return TU_VAL_UNCHECKED;
     char path[] = "/tmp/kiln-spv-XXXXXX";
