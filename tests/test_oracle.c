@@ -140,16 +140,6 @@ Test(oracle, prefill_equals_steps_and_rewind, .timeout = 120) {
     prefill_matches_steps(tu_data_file("models/stories260K.gguf"), ORC_CONTRACT);
 }
 
-static const char *synth(const char *name, const char *arch, const char *dtype) {
-    const char *path = tu_tmp(name);
-    char err[4096];
-    int rc = tu_run_kiln((const char *const[]){"synth", "--preset", "tiny", "--arch", arch, "--dtype", dtype, "-o", path,
-                                               NULL},
-                         NULL, 0, err, sizeof err);
-    cr_assert_eq(rc, 0, "%s", err);
-    return path;
-}
-
 /* The odd-sized tiny model in every architecture and both modes; the distance between
  * the modes is printed, never hidden. */
 Test(oracle, tiny_all_archs_both_modes, .timeout = 300) {
@@ -158,7 +148,7 @@ Test(oracle, tiny_all_archs_both_modes, .timeout = 300) {
     for (int a = 0; a < 3; a++) {
         char name[64];
         snprintf(name, sizeof name, "tiny-%s.gguf", archs[a]);
-        const char *path = synth(name, archs[a], dtypes[a]);
+        const char *path = tu_synth_tiny(name, archs[a], dtypes[a]);
         prefill_matches_steps(path, ORC_CONTRACT);
         model *mc, *mf;
         engine *c = open_engine(path, ORC_CONTRACT, 0, &mc), *f = open_engine(path, ORC_F32, 0, &mf);

@@ -68,16 +68,6 @@ Test(plan, stories260k_on_vulkan, .timeout = 600) {
     compare(path, GGUF_T_BF16, 8, ids_, (uint32_t)n, 64);
 }
 
-static const char *synth(const char *name, const char *arch, const char *dtype) {
-    const char *path = tu_tmp(name);
-    char e[4096];
-    int rc = tu_run_kiln((const char *const[]){"synth", "--preset", "tiny", "--arch", arch, "--dtype", dtype, "-o", path,
-                                               NULL},
-                         NULL, 0, e, sizeof e);
-    cr_assert_eq(rc, 0, "%s", e);
-    return path;
-}
-
 Test(plan, tiny_odd_sizes_on_vulkan, .timeout = 600) {
     const char *archs[] = {"qwen3", "llama", "qwen2"};
     const char *dts[] = {"bf16", "f16", "bf16"};
@@ -89,7 +79,7 @@ Test(plan, tiny_odd_sizes_on_vulkan, .timeout = 600) {
     for (int a = 0; a < 3; a++) {
         char name[64];
         snprintf(name, sizeof name, "plan-%s.gguf", archs[a]);
-        paths[a] = synth(name, archs[a], dts[a]);
+        paths[a] = tu_synth_tiny(name, archs[a], dts[a]);
     }
     for (int a = 0; a < 3; a++) {
         uint32_t dt = strcmp(dts[a], "f16") ? GGUF_T_BF16 : GGUF_T_F16;

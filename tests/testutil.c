@@ -206,3 +206,13 @@ int tu_run_kiln_input(const char *const *args, const char *input, char *out, siz
     if (input) unlink(ip);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
+
+const char *tu_synth_tiny(const char *name, const char *arch, const char *dtype) {
+    const char *path = tu_tmp(name);
+    char err[4096];
+    int rc = tu_run_kiln((const char *const[]){"synth", "--preset", "tiny", "--arch", arch, "--dtype", dtype, "-o", path,
+                                               NULL},
+                         NULL, 0, err, sizeof err);
+    cr_assert_eq(rc, 0, "%s", err);
+    return path;
+}

@@ -46,4 +46,7 @@ int tu_run_kiln(const char *const *args, char *out, size_t out_cap, char *errbuf
 int tu_run_kiln_input(const char *const *args, const char *input, char *out, size_t out_cap, char *errbuf,
                       size_t err_cap);
 
+/* `kiln synth --preset tiny --arch ARCH --dtype DTYPE` into tu_tmp(name); its path. */
+const char *tu_synth_tiny(const char *name, const char *arch, const char *dtype);
+
 #endif
