@@ -3,6 +3,7 @@
  * set 0: its buffers in order; push constants: its scalars); a recording is a command
  * buffer with its own descriptor sets, submitted again for every replay. */
 #include "vk_device.h"
+#include "vk_instance.h"
 
 #include "spv_emit.h"
 #include "vk_probe.h"
@@ -515,7 +516,6 @@ static void vk_destroy(rt_device *base) {
         if (d->cmd_pool) vkDestroyCommandPool(d->dev, d->cmd_pool, NULL);
         vkDestroyDevice(d->dev, NULL);
     }
-    if (d->instance) vkDestroyInstance(d->instance, NULL);
     free(d);
 }
 
@@ -538,10 +538,7 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, char *err, 
     rt_caps *c = &d->base.caps;
     if (caps_override && rt_caps_override(c, caps_override, err, errlen)) goto fail;
 
-    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "kiln",
-                             .apiVersion = VK_API_VERSION_1_3};
-    VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
-    VkResult r = vkCreateInstance(&ici, NULL, &d->instance);
+    VkResult r = vk_instance(&d->instance, NULL);
     if (r) {
         vk_fail(err, errlen, "vkCreateInstance", r);
         goto fail;

@@ -3,6 +3,8 @@
  * its extension list says the driver knows it. */
 #include "vk_probe.h"
 
+#include "vk_instance.h"
+
 #include "ir.h"
 
 #include <stdarg.h>
@@ -312,19 +314,9 @@ int vk_probe_devices(rt_caps *out, uint32_t max, uint32_t *n, char *err, size_t 
     if (!n || (!out && max)) return note(err, errlen, "vk_probe_devices: no place for the results"), -1;
     *n = 0;
 
-    uint32_t iver = VK_API_VERSION_1_0;
-    PFN_vkEnumerateInstanceVersion eiv =
-        (PFN_vkEnumerateInstanceVersion)vkGetInstanceProcAddr(NULL, "vkEnumerateInstanceVersion");
-    if (eiv && eiv(&iver) != VK_SUCCESS) iver = VK_API_VERSION_1_0;
-    /* Asking for more than 1.3 gains the probe nothing; a 1.0 loader must be asked for 1.0. */
-    uint32_t want = iver >= VK_API_VERSION_1_3 ? VK_API_VERSION_1_3 : iver;
-    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
-                             .pApplicationName = "kiln probe",
-                             .pEngineName = "kiln",
-                             .apiVersion = want};
-    VkInstanceCreateInfo ici = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pApplicationInfo = &app};
     VkInstance inst = VK_NULL_HANDLE;
-    VkResult r = vkCreateInstance(&ici, NULL, &inst);
+    uint32_t want = 0;
+    VkResult r = vk_instance(&inst, &want);
     if (r == VK_ERROR_OUT_OF_HOST_MEMORY)
         return note(err, errlen, "vkCreateInstance: %s", result_name(r)), -1;
     if (r != VK_SUCCESS) return note(err, errlen, "no Vulkan devices: vkCreateInstance: %s", result_name(r)), 0;
@@ -366,6 +358,5 @@ int vk_probe_devices(rt_caps *out, uint32_t max, uint32_t *n, char *err, size_t 
         }
     }
     free(pds);
-    vkDestroyInstance(inst, NULL);
     return rc;
 }

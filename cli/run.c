@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "generate.h"
 #include "model_opts.h"
+#include "plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +16,8 @@ static const char usage[] =
     "  --stop S                 stop when S appears (repeatable)\n"
     "  --ids                    also print the generated token ids\n"
     "  --truncate               keep the end of a prompt longer than the context\n"
-    "  --no-echo                do not print the prompt before the generated text\n" MODEL_OPTS_USAGE;
+    "  --no-echo                do not print the prompt before the generated text\n"
+    "  --profile                after the run, time each kernel of a decode step (GPU devices)\n" MODEL_OPTS_USAGE;
 
 #define MAX_STOPS 16
 
@@ -72,7 +74,7 @@ int cmd_run(int argc, char **argv) {
     const char *path = NULL, *prompt = NULL, *stops[MAX_STOPS];
     size_t n_stop = 0;
     uint64_t n_gen = 128;
-    bool ids_out = false, truncate = false, echo = true;
+    bool ids_out = false, truncate = false, echo = true, profile = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = model_opts_parse(&mo, argc, argv, &i, usage);
@@ -96,6 +98,7 @@ int cmd_run(int argc, char **argv) {
         } else if (!strcmp(a, "--ids")) ids_out = true;
         else if (!strcmp(a, "--truncate")) truncate = true;
         else if (!strcmp(a, "--no-echo")) echo = false;
+        else if (!strcmp(a, "--profile")) profile = true;
         else if (a[0] == '-' && a[1]) return cli_usage_error(usage, "unknown flag '%s'", a);
         else if (path) return cli_usage_error(usage, "more than one model given");
         else path = a;
@@ -170,6 +173,7 @@ int cmd_run(int argc, char **argv) {
             gen_finish_name(res.finish));
     fprintf(stderr, "%s: first token %.3f s after start (model load and kernel compile %.3f s, prompt %.3f s)\n",
             e->name, t_ready - t_start + res.t_prompt, t_ready - t_start, res.t_prompt);
+    if (profile && plan_profile(e, 100, stderr, err, sizeof err)) rc = cli_fail("--profile: %s", err);
 out:
     free(res.ids);
     free(ids);

@@ -3,10 +3,11 @@
  * n_block tokens, and two recordings replayed through a small input buffer info =
  * {position, token count} and the token ids:
  *   decode   one token: qkv matvec (+bias) with the attention norm in front of it,
- *            qk_prep (q/k norm, rope, cache store), attention, o matvec + residual,
- *            gate/up matvec with the ffn norm in front and SwiGLU behind, down matvec +
- *            residual: 6 launches per layer (8 where the norms do not fit in the
- *            products' workgroup memory);
+ *            qk_prep (q/k norm, rope, cache store), attention (runs of the positions
+ *            in parallel, then their merge), o matvec + residual, gate/up matvec with
+ *            the ffn norm in front and SwiGLU behind, down matvec + residual: 7
+ *            launches per layer (9 where the norms do not fit in the products'
+ *            workgroup memory);
  *   prefill  a block of up to n_block tokens: the same with matrix products, prefill
  *            attention, separate gate/up products and SwiGLU; the block's last row goes
  *            to the logits head.
@@ -20,17 +21,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The kernels of a plan, by role. */
 enum {
     K_EMBED, K_NORM, K_MV_QKV, K_QK_PREP, K_ATTN, K_MV_O, K_MV_FFN, K_MV_DOWN, K_MV_OUT,
-    K_MM_QKV, K_ATTN_PREFILL, K_MM_O, K_MM_FF, K_MM_DOWN, K_SWIGLU, K_TAKE_LAST,
+    K_MM_QKV, K_ATTN_PREFILL, K_MM_O, K_MM_FF, K_MM_DOWN, K_SWIGLU, K_TAKE_LAST, K_ATTN_MERGE,
     K_COUNT
 };
 static const char *const k_role[K_COUNT] = {
     "embed", "rmsnorm", "decode_qkv", "qk_prep", "attn_decode", "decode_o", "decode_gate_up_swiglu",
     "decode_down", "logits", "prefill_qkv", "attn_prefill", "prefill_o", "prefill_gate_up", "prefill_down",
-    "prefill_swiglu", "take_last"};
+    "prefill_swiglu", "take_last", "attn_merge"};
 
 /* What the kernels are built from. */
 typedef struct plan_shape {
@@ -66,7 +68,12 @@ static ir_kernel *build_kernel(const plan_shape *s, const rt_caps *c, int i, uin
     case K_QK_PREP:
         return kn_qk_prep(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps, s->n_ctx, dt,
                           err, errlen);
-    case K_ATTN: return kn_attn_decode(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx, dt, &g[0], err, errlen);
+    case K_ATTN:
+        return kn_attn_decode(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
+                              kn_attn_splits(c, hp->n_head, s->n_ctx), dt, g, err, errlen);
+    case K_ATTN_MERGE:
+        return kn_attn_merge(c, hp->n_head, hp->head_dim_k, s->n_ctx, kn_attn_splits(c, hp->n_head, s->n_ctx), dt,
+                             &g[0], err, errlen);
     case K_MV_O: return kn_matvec(c, d, s->q_dim, dt, dt, KN_EPI_RESIDUAL, &g[0], err, errlen);
     case K_MV_FFN:
         return s->fuse_norm ? kn_matvec_norm(c, hp->n_ff, d, dt, dt, KN_EPI_SWIGLU, hp->rms_eps, &g[0], err, errlen)
@@ -106,6 +113,7 @@ typedef struct plan_engine {
     /* activations for n_block tokens (decode uses row 0); the residual stream x
      * ping-pongs between xa and xb through the fused residual adds */
     rt_buffer *xa, *xb, *h, *qkv, *att, *g, *u, *act, *last, *hl, *logits, *tok, *info;
+    rt_buffer *part; /* the decode attention's per-run softmax partials (f32) */
     rt_kernel *kern[K_COUNT];
     uint32_t grid[K_COUNT][2];
     uint32_t n_kern;
@@ -262,7 +270,8 @@ static int record_decode(plan_engine *p) {
         if (!fused) r |= ADD(K_NORM, 1, 1, p->xa, L->attn_norm, p->h);
         r |= add_qkv(p, K_MV_QKV, L, false);
         r |= add_qk_prep(p, L, 1);
-        r |= ADD(K_ATTN, g[K_ATTN][0], 1, p->qkv, L->kc, L->vc, p->att, p->info);
+        r |= ADD(K_ATTN, g[K_ATTN][0], g[K_ATTN][1], p->qkv, L->kc, L->vc, p->part, p->info);
+        r |= ADD(K_ATTN_MERGE, g[K_ATTN_MERGE][0], 1, p->part, p->att, p->info);
         r |= ADD(K_MV_O, g[K_MV_O][0], 1, L->wo, p->att, p->xb, p->xa);
         if (fused) {
             r |= ADD(K_MV_FFN, g[K_MV_FFN][0], 1, L->w_gate, p->xb, p->act, L->w_up, L->ffn_norm);
@@ -363,7 +372,8 @@ static void plan_destroy(engine *base) {
     for (int i = 0; i < K_COUNT; i++)
         if (p->kern[i]) d->ops->release_kernel(d, p->kern[i]);
     rt_buffer *bufs[] = {p->tok_embd, p->output == p->tok_embd ? NULL : p->output, p->output_norm, p->freqs, p->xa,
-                         p->xb, p->h, p->qkv, p->att, p->g, p->u, p->act, p->last, p->hl, p->logits, p->tok, p->info};
+                         p->xb, p->h, p->qkv, p->att, p->g, p->u, p->act, p->last, p->hl, p->logits, p->tok, p->info,
+                         p->part};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
     for (uint32_t l = 0; p->L && l < p->s.hp.n_layer; l++) {
@@ -388,16 +398,82 @@ void plan_counts(const engine *e, uint32_t *n_kernels, uint32_t *n_launches) {
 
 uint32_t plan_block(const engine *e) { return ((const plan_engine *)e)->s.n_block; }
 
+/* Weight (or cache) bytes one launch of kernel i reads in a decode step at position pos:
+ * what bounds it, for the profile's bandwidth column (0: not a streaming kernel). */
+static uint64_t decode_bytes(const plan_shape *s, int i, uint32_t pos) {
+    const arch_hparams *hp = &s->hp;
+    uint64_t d = hp->n_embd, e = 2; /* bf16/f16 */
+    switch (i) {
+    case K_MV_QKV: return e * s->qkv_dim * d;
+    case K_MV_O: return e * d * s->q_dim;
+    case K_MV_FFN: return 2 * e * hp->n_ff * d;
+    case K_MV_DOWN: return e * d * hp->n_ff;
+    case K_MV_OUT: return e * hp->n_vocab * d;
+    case K_ATTN: return 2 * e * (uint64_t)(pos + 1) * s->kv_dim;
+    default: return 0;
+    }
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+int plan_profile(engine *e, uint32_t reps, FILE *out, char *err, size_t errlen) {
+    if (e->ops != &plan_ops) return fail(err, errlen, "a profile needs a GPU device (the oracle runs no kernels)");
+    plan_engine *p = (plan_engine *)e;
+    rt_device *d = p->d;
+    if (reps == 0) reps = 1;
+    rt_launch *l = malloc(reps * sizeof *l);
+    if (!l) return fail(err, errlen, "out of memory");
+    double t_role[K_COUNT] = {0};
+    uint32_t n_role[K_COUNT] = {0};
+    uint32_t pos = e->n_past ? e->n_past - 1 : 0;
+    /* the whole step, replayed as recorded */
+    double t0 = now_s();
+    for (uint32_t r = 0; r < reps; r++)
+        if (d->ops->replay(d, p->decode, err, errlen)) return free(l), -1;
+    double t_step = (now_s() - t0) / reps;
+    for (uint32_t i = 0; i < p->n_decode_launch; i++) {
+        int k = 0;
+        while (k < K_COUNT && p->kern[k] != p->launch[i].kernel) k++;
+        for (uint32_t r = 0; r < reps; r++) l[r] = p->launch[i];
+        if (d->ops->run(d, l, 1, err, errlen)) return free(l), -1; /* warm */
+        t0 = now_s();
+        if (d->ops->run(d, l, reps, err, errlen)) return free(l), -1;
+        t_role[k] += (now_s() - t0) / reps;
+        n_role[k]++;
+    }
+    free(l);
+    double sum = 0;
+    fprintf(out, "decode step on %s at position %u, each launch run %u times back to back:\n", d->label, pos, reps);
+    fprintf(out, "  %-24s %8s %10s %10s %9s\n", "kernel", "launches", "us each", "us/step", "GB/s");
+    for (int k = 0; k < K_COUNT; k++) {
+        if (!n_role[k]) continue;
+        double each = t_role[k] / n_role[k];
+        uint64_t b = decode_bytes(&p->s, k, pos);
+        fprintf(out, "  %-24s %8u %10.2f %10.1f", k_role[k], n_role[k], each * 1e6, t_role[k] * 1e6);
+        if (b) fprintf(out, " %9.1f", b / each * 1e-9);
+        fputc('\n', out);
+        sum += t_role[k];
+    }
+    fprintf(out, "  sum of launches %.1f us; the recorded step replayed: %.1f us (%.1f tok/s)\n", sum * 1e6,
+            t_step * 1e6, 1.0 / t_step);
+    return 0;
+}
+
 /* Activation bytes for a block of nb tokens. */
-static uint64_t act_bytes(const plan_shape *s, uint32_t nb) {
+static uint64_t act_bytes(const plan_shape *s, const rt_caps *c, uint32_t nb) {
     const arch_hparams *hp = &s->hp;
     return 2ull * nb * (3ull * hp->n_embd + s->qkv_dim + s->q_dim + 3ull * hp->n_ff) + 4ull * hp->n_embd +
-           4ull * hp->n_vocab + 4ull * nb + 8;
+           4ull * hp->n_vocab + 4ull * nb + 8 + 4ull * hp->n_head * kn_attn_splits(c, hp->n_head, s->n_ctx) * (hp->head_dim_k + 2);
 }
 
 /* Bytes the plan will hold on the device, and its largest single buffer (named in what),
  * to refuse up front what cannot fit. */
-static uint64_t plan_bytes(const model *m, const plan_shape *s, uint64_t *largest, char *what, size_t what_len) {
+static uint64_t plan_bytes(const model *m, const plan_shape *s, const rt_caps *c, uint64_t *largest, char *what,
+                           size_t what_len) {
     const arch_hparams *hp = &s->hp;
     uint64_t w = 0, big = 0;
     const gguf_file *g = m->file;
@@ -416,14 +492,14 @@ static uint64_t plan_bytes(const model *m, const plan_shape *s, uint64_t *larges
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
         if (other[i].bytes > big) big = other[i].bytes, snprintf(what, what_len, "%s", other[i].name);
     *largest = big;
-    return w + 2 * hp->n_layer * cache + act_bytes(s, s->n_block);
+    return w + 2 * hp->n_layer * cache + act_bytes(s, c, s->n_block);
 }
 
 /* What the device refuses, or 0: the whole plan past its memory, or one buffer past what
  * a kernel may bind. */
 static int check_fit(const model *m, const plan_shape *s, const rt_device *d, char *err, size_t errlen) {
     char what[160];
-    uint64_t largest, need = plan_bytes(m, s, &largest, what, sizeof what);
+    uint64_t largest, need = plan_bytes(m, s, &d->caps, &largest, what, sizeof what);
     uint64_t have = d->caps.memory_bytes, lim = d->caps.max_buffer_bytes;
     if (have && need > have)
         return fail(err, errlen,
@@ -492,7 +568,8 @@ engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx
         {&p->xa, nb * hp->n_embd * 2}, {&p->xb, nb * hp->n_embd * 2}, {&p->h, nb * hp->n_embd * 2},
         {&p->qkv, nb * s.qkv_dim * 2}, {&p->att, nb * s.q_dim * 2}, {&p->g, nb * hp->n_ff * 2},
         {&p->u, nb * hp->n_ff * 2}, {&p->act, nb * hp->n_ff * 2}, {&p->last, hp->n_embd * 2},
-        {&p->hl, hp->n_embd * 2}, {&p->logits, (size_t)hp->n_vocab * 4}, {&p->tok, nb * 4}, {&p->info, 8}};
+        {&p->hl, hp->n_embd * 2}, {&p->logits, (size_t)hp->n_vocab * 4}, {&p->tok, nb * 4}, {&p->info, 8},
+        {&p->part, (size_t)hp->n_head * kn_attn_splits(&d->caps, hp->n_head, s.n_ctx) * (hp->head_dim_k + 2) * 4}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0] && !bad; i++) {
         /* what the host writes or reads each step lives in host memory */
         bool host = acts[i].b == &p->logits || acts[i].b == &p->tok || acts[i].b == &p->info;

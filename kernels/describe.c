@@ -75,7 +75,7 @@ size_t kn_describe(const rt_caps *c, char *buf, size_t cap) {
                        : i == 1 ? kn_matvec(c, qkv, d, t, t, KN_EPI_NONE, g, err, sizeof err)
                        : i == 2 ? kn_matmul(c, qkv, d, nb, t, KN_EPI_NONE, g, err, sizeof err)
                        : i == 3 ? kn_qk_prep(c, nh, nkv, hd, &rope, true, 1e-6f, ctx, t, err, sizeof err)
-                       : i == 4 ? kn_attn_decode(c, nh, nkv, hd, ctx, t, g, err, sizeof err)
+                       : i == 4 ? kn_attn_decode(c, nh, nkv, hd, ctx, kn_attn_splits(c, nh, ctx), t, g, err, sizeof err)
                        : i == 5 ? kn_attn_prefill(c, nh, nkv, hd, qkv, ctx, nb, t, g, err, sizeof err)
                                 : kn_matvec(c, nv, d, t, IR_F32, KN_EPI_NONE, g, err, sizeof err);
         at = line(buf, cap, at, roles[i], k, err);

@@ -122,16 +122,25 @@ ir_kernel *kn_take_last(const rt_caps *c, uint32_t n, uint32_t n_max, ir_scalar 
 ir_kernel *kn_kv_store(const rt_caps *c, uint32_t kv_dim, uint32_t n_ctx, ir_scalar dtype, uint32_t *groups_x,
                        char *err, size_t errlen);
 
-/* One token's attention (decode): for query head h (kv head h / (n_head / n_head_kv)),
- * s_p = (q_h . k_p) * (1 / sqrt(head_dim)) for p = 0..pos[0], softmax in f32 (max
- * subtracted, f32 sum), out_h = sum_p softmax_p * v_p rounded to dtype. kcache/vcache are
- * [n_ctx][n_head_kv * head_dim] as kn_kv_store writes them (head_dim_v == head_dim_k). A
- * pos[0] >= n_ctx writes nothing. Any n_ctx: an online softmax over blocks of positions.
- * Params: q (dtype, read, n_head * head_dim), kcache, vcache (dtype, read), out (dtype,
- * write, n_head * head_dim), pos (u32, read, 1).
- * Grid: one workgroup per query head: groups = {n_head, 1, 1} (= *groups_x). */
+/* One token's attention (decode), in two launches: for query head h (kv head h / (n_head
+ * / n_head_kv)), s_p = (q_h . k_p) * (1 / sqrt(head_dim)) for p = 0..pos[0], softmax in
+ * f32 (max subtracted, f32 sum), out_h = sum_p softmax_p * v_p rounded to dtype.
+ * kcache/vcache are [n_ctx][n_head_kv * head_dim] as kn_kv_store writes them (head_dim_v
+ * == head_dim_k). A pos[0] >= n_ctx writes nothing. Any n_ctx.
+ * kn_attn_decode: workgroup (h, s) attends the s-th of n_split equal runs of the keys and
+ * leaves f32 (max, sum, unnormalised acc[head_dim]) of its run at part[(h * n_split + s)
+ * * (head_dim + 2)]. Params: q (dtype, read, n_head * head_dim), kcache, vcache (dtype,
+ * read), part (f32, write, n_head * n_split * (head_dim + 2)), pos (u32, read, 1).
+ * Grid: groups = {n_head, n_split, 1} (written to groups).
+ * kn_attn_merge: combines the runs of each head into out. Params: part (f32, read), out
+ * (dtype, write, n_head * head_dim), pos (u32, read, 1). Grid: {n_head, 1, 1} (= *groups_x).
+ * kn_attn_splits: the n_split a plan uses: enough workgroups to fill the device twice
+ * over, at most 64 and no runs shorter than 16 positions of the context. */
 ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_ctx,
-                          ir_scalar dtype, uint32_t *groups_x, char *err, size_t errlen);
+                          uint32_t n_split, ir_scalar dtype, uint32_t groups[2], char *err, size_t errlen);
+ir_kernel *kn_attn_merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, uint32_t n_ctx, uint32_t n_split,
+                         ir_scalar dtype, uint32_t *groups_x, char *err, size_t errlen);
+uint32_t kn_attn_splits(const rt_caps *c, uint32_t n_head, uint32_t n_ctx);
 
 /* Causal attention of a prefill block: query token t < n = info[1] sits at position
  * p_t = info[0] + t and attends cache positions 0..p_t (its own included: kn_qk_prep has

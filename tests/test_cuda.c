@@ -225,7 +225,7 @@ Test(cuda, compile_errors_are_messages) {
 static double compare_on(const char *caps, const char *path, uint32_t dtype, uint32_t steps, const int32_t *prompt,
                          uint32_t n_prompt, uint32_t n_block) {
     rt_device *d = open_or_skip(caps);
-    double worst = tu_plan_compare(d, caps, path, dtype, steps, prompt, n_prompt, n_block);
+    double worst = tu_plan_compare(d, caps, path, dtype, steps, prompt, n_prompt, n_block, NULL);
     d->ops->destroy(d);
     return worst;
 }

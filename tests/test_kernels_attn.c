@@ -118,31 +118,39 @@ Test(kernels_attn, kv_store_writes_exactly_row_pos) {
 /* ---- attention ------------------------------------------------------------------------------ */
 
 
-/* One kernel (shape, n_ctx, dtype) at several positions. The caches are random 16-bit
- * values up to row pos and NaN after it; q is scaled so softmax is far from uniform. */
-static void attn_case(rt_device *d, uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t n_ctx, ir_scalar t,
-                      const uint32_t *pos, size_t n_pos, const char *var) {
+/* One kernel pair (shape, n_ctx, n_split, dtype) at several positions. The caches are
+ * random 16-bit values up to row pos and NaN after it; q is scaled so softmax is far
+ * from uniform. The partials buffer starts as NaN (a merge that reads a run nobody wrote
+ * makes NaN) with a guard after it, as does the output. */
+static void attn_case(rt_device *d, uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t n_ctx, uint32_t n_split,
+                      ir_scalar t, const uint32_t *pos, size_t n_pos, const char *var) {
     char err[512], what[200];
-    uint32_t gx = 0, kv_dim = n_head_kv * hd, qn = n_head * hd;
-    ir_kernel *k = kn_attn_decode(&d->caps, n_head, n_head_kv, hd, n_ctx, t, &gx, err, sizeof err);
+    uint32_t g[2] = {0}, gm = 0, kv_dim = n_head_kv * hd, qn = n_head * hd;
+    ir_kernel *k = kn_attn_decode(&d->caps, n_head, n_head_kv, hd, n_ctx, n_split, t, g, err, sizeof err);
     cr_assert_not_null(k, "%s", err);
-    cr_assert_eq(gx, n_head);
-    rt_kernel *ck = tu_vk_compile(d, k);
-    size_t nc = (size_t)n_ctx * kv_dim;
+    cr_assert(g[0] == n_head && g[1] == n_split);
+    ir_kernel *km = kn_attn_merge(&d->caps, n_head, hd, n_ctx, n_split, t, &gm, err, sizeof err);
+    cr_assert_not_null(km, "%s", err);
+    cr_assert_eq(gm, n_head);
+    rt_kernel *ck = tu_vk_compile(d, k), *cm = tu_vk_compile(d, km);
+    size_t nc = (size_t)n_ctx * kv_dim, np = (size_t)n_head * n_split * (hd + 2) + GUARD;
     float *qf, *kf, *vf;
     uint16_t *q = tu_rand16(t, qn, -4, 4, &qf), *kc = tu_rand16(t, nc, -1, 1, &kf), *vc = tu_rand16(t, nc, -2, 2, &vf);
     uint16_t *kp = malloc(nc * 2), *vp = malloc(nc * 2), *poison = malloc(((size_t)qn + GUARD) * 2);
     uint16_t *o = malloc(((size_t)qn + GUARD) * 2);
+    uint32_t *ppoison = malloc(np * 4), *pgot = malloc(np * 4);
     float *want = malloc((size_t)qn * 4);
     double *tol = malloc((size_t)qn * sizeof *tol);
-    cr_assert(kp && vp && poison && o && want && tol);
+    cr_assert(kp && vp && poison && o && want && tol && ppoison && pgot);
     for (size_t i = 0; i < (size_t)qn + GUARD; i++) poison[i] = tu_nan16(t);
+    for (size_t i = 0; i < np; i++) ppoison[i] = 0x7fc00000u;
     rt_buffer *bq = tu_vk_upload(d, q, (size_t)qn * 2), *bk = tu_vk_upload(d, kc, nc * 2), *bv = tu_vk_upload(d, vc, nc * 2);
     rt_buffer *bo = tu_vk_upload(d, poison, ((size_t)qn + GUARD) * 2), *bp = tu_vk_upload(d, &pos[0], 4);
+    rt_buffer *bpart = tu_vk_upload(d, ppoison, np * 4);
     for (size_t pi = 0; pi < n_pos; pi++) {
         uint32_t p = pos[pi];
-        snprintf(what, sizeof what, "attn heads=%u/%u hd=%u n_ctx=%u %s pos=%u caps=%s", n_head, n_head_kv, hd, n_ctx,
-                 tu_dname(t), p, var ? var : "device");
+        snprintf(what, sizeof what, "attn heads=%u/%u hd=%u n_ctx=%u splits=%u %s pos=%u caps=%s", n_head, n_head_kv,
+                 hd, n_ctx, n_split, tu_dname(t), p, var ? var : "device");
         /* rows past pos poisoned: a read of a key or value beyond the last makes NaN */
         for (size_t i = 0; i < nc; i++) {
             bool live = i / kv_dim <= p;
@@ -150,9 +158,15 @@ static void attn_case(rt_device *d, uint32_t n_head, uint32_t n_head_kv, uint32_
         }
         tu_vk_reupload(d, bk, kp, nc * 2), tu_vk_reupload(d, bv, vp, nc * 2);
         tu_vk_reupload(d, bo, poison, ((size_t)qn + GUARD) * 2), tu_vk_reupload(d, bp, &p, 4);
-        rt_arg args[5] = {{bq, 0}, {bk, 0}, {bv, 0}, {bo, 0}, {bp, 0}};
-        tu_vk_run(d, ck, gx, 1, args, 5);
+        tu_vk_reupload(d, bpart, ppoison, np * 4);
+        rt_arg args[5] = {{bq, 0}, {bk, 0}, {bv, 0}, {bpart, 0}, {bp, 0}};
+        rt_arg margs[3] = {{bpart, 0}, {bo, 0}, {bp, 0}};
+        tu_vk_run(d, ck, g[0], g[1], args, 5);
+        tu_vk_run(d, cm, gm, 1, margs, 3);
         tu_vk_download(d, bo, o, ((size_t)qn + GUARD) * 2);
+        tu_vk_download(d, bpart, pgot, np * 4);
+        for (size_t i = np - GUARD; i < np; i++)
+            cr_assert_eq(pgot[i], 0x7fc00000u, "%s: partials written past the end at %zu", what, i);
         for (size_t i = qn; i < (size_t)qn + GUARD; i++)
             cr_assert_eq(o[i], tu_nan16(t), "%s: wrote past the end at %zu", what, i);
         if (p >= n_ctx) { /* no keys: nothing written */
@@ -161,18 +175,18 @@ static void attn_case(rt_device *d, uint32_t n_head, uint32_t n_head_kv, uint32_
         }
         tu_attend_ref(qf, kf, vf, n_head, n_head_kv, hd, p, want, tol);
         for (size_t i = 0; i < qn; i++) {
-            double g = tu_from16(t, o[i]), w = want[i];
-            cr_assert(!isnan(g), "%s: [%zu] NaN (not written, or read past pos)", what, i);
-            double tl = tol[i] + tu_ulp16(t, fmax(fabs(g), fabs(w)));
-            cr_assert(fabs(g - w) <= tl, "%s: [%zu] %.9g != %.9g (tol %.3g)", what, i, g, w, tl);
+            double gv = tu_from16(t, o[i]), w = want[i];
+            cr_assert(!isnan(gv), "%s: [%zu] NaN (not written, or read past pos)", what, i);
+            double tl = tol[i] + tu_ulp16(t, fmax(fabs(gv), fabs(w)));
+            cr_assert(fabs(gv - w) <= tl, "%s: [%zu] %.9g != %.9g (tol %.3g)", what, i, gv, w, tl);
         }
     }
     d->ops->release(d, bq), d->ops->release(d, bk), d->ops->release(d, bv), d->ops->release(d, bo);
-    d->ops->release(d, bp);
-    d->ops->release_kernel(d, ck);
+    d->ops->release(d, bp), d->ops->release(d, bpart);
+    d->ops->release_kernel(d, ck), d->ops->release_kernel(d, cm);
     free(q), free(kc), free(vc), free(qf), free(kf), free(vf), free(kp), free(vp), free(poison), free(o), free(want);
-    free(tol);
-    ir_kernel_destroy(k);
+    free(tol), free(ppoison), free(pgot);
+    ir_kernel_destroy(k), ir_kernel_destroy(km);
 }
 
 static const uint32_t head_dims[] = {8, 40, 64, 128};
@@ -190,8 +204,10 @@ static void attn_all(const char *var, uint64_t sd, bool full) {
                 for (size_t gi = 0; gi < sizeof heads / sizeof heads[0]; gi++) {
                     /* the other caps variant: the shapes that change its code */
                     if (!full && (gi != 2 || ti != ci)) continue;
-                    attn_case(d, heads[gi][0], heads[gi][1], head_dims[hi], nctx, dtypes[ti], pos,
-                              sizeof pos / sizeof pos[0], var);
+                    /* one run, a few, the plan's choice for this device, many */
+                    const uint32_t splits[] = {1, 3, kn_attn_splits(&d->caps, heads[gi][0], nctx), 64};
+                    attn_case(d, heads[gi][0], heads[gi][1], head_dims[hi], nctx, splits[(hi + gi + ti + ci) % 4],
+                              dtypes[ti], pos, sizeof pos / sizeof pos[0], var);
                 }
     }
     d->ops->destroy(d);
@@ -214,10 +230,14 @@ Test(kernels_attn, variants_build_for_min_and_h200_caps) {
         for (size_t ti = 0; ti < 2; ti++) {
             tu_emit_ok(kn_kv_store(&cs[ci], 1024, 32768, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "kv_store");
             tu_emit_ok(kn_kv_store(&cs[ci], 7, 5, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "kv_store");
-            tu_emit_ok(kn_attn_decode(&cs[ci], 32, 8, 128, 32768, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "attn");
-            tu_emit_ok(kn_attn_decode(&cs[ci], 28, 4, 128, 4096, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "attn");
-            tu_emit_ok(kn_attn_decode(&cs[ci], 5, 1, 40, 1031, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "attn");
-            tu_emit_ok(kn_attn_decode(&cs[ci], 2, 2, 256, 100, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "attn");
+            uint32_t g2[2];
+            tu_emit_ok(kn_attn_decode(&cs[ci], 32, 8, 128, 32768, 16, dtypes[ti], g2, err, sizeof err), &cs[ci], err, "attn");
+            tu_emit_ok(kn_attn_decode(&cs[ci], 28, 4, 128, 4096, 1, dtypes[ti], g2, err, sizeof err), &cs[ci], err, "attn");
+            tu_emit_ok(kn_attn_decode(&cs[ci], 5, 1, 40, 1031, 7, dtypes[ti], g2, err, sizeof err), &cs[ci], err, "attn");
+            tu_emit_ok(kn_attn_decode(&cs[ci], 2, 2, 256, 100, 64, dtypes[ti], g2, err, sizeof err), &cs[ci], err, "attn");
+            tu_emit_ok(kn_attn_merge(&cs[ci], 32, 128, 32768, 16, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "merge");
+            tu_emit_ok(kn_attn_merge(&cs[ci], 5, 40, 1031, 7, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "merge");
+            tu_emit_ok(kn_attn_merge(&cs[ci], 2, 256, 100, 1, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "merge");
         }
 }
 
@@ -236,14 +256,29 @@ Test(kernels_attn, bad_shapes_and_caps_are_refused) {
     cr_assert(strstr(err, "bf16 or f16"), "%s", err);
     cr_assert_null(kn_kv_store(&plain, 64, 16, IR_BF16, &gx, err, sizeof err));
     cr_assert(strstr(err, "storage16"), "%s", err);
-    cr_assert_null(kn_attn_decode(&c, 6, 4, 64, 16, IR_BF16, &gx, err, sizeof err)); /* 6 % 4 */
+    uint32_t g2[2];
+    cr_assert_null(kn_attn_decode(&c, 6, 4, 64, 16, 1, IR_BF16, g2, err, sizeof err)); /* 6 % 4 */
     cr_assert(strstr(err, "bad shape"), "%s", err);
-    cr_assert_null(kn_attn_decode(&c, 0, 1, 64, 16, IR_BF16, &gx, err, sizeof err));
-    cr_assert_null(kn_attn_decode(&c, 4, 0, 64, 16, IR_BF16, &gx, err, sizeof err));
-    cr_assert_null(kn_attn_decode(&c, 4, 4, 0, 16, IR_BF16, &gx, err, sizeof err));
-    cr_assert_null(kn_attn_decode(&c, 4, 4, 64, 0, IR_BF16, &gx, err, sizeof err));
-    cr_assert_null(kn_attn_decode(&c, 64, 64, 128, 1u << 20, IR_BF16, &gx, err, sizeof err));
+    cr_assert_null(kn_attn_decode(&c, 0, 1, 64, 16, 1, IR_BF16, g2, err, sizeof err));
+    cr_assert_null(kn_attn_decode(&c, 4, 0, 64, 16, 1, IR_BF16, g2, err, sizeof err));
+    cr_assert_null(kn_attn_decode(&c, 4, 4, 0, 16, 1, IR_BF16, g2, err, sizeof err));
+    cr_assert_null(kn_attn_decode(&c, 4, 4, 64, 0, 1, IR_BF16, g2, err, sizeof err));
+    cr_assert_null(kn_attn_decode(&c, 4, 4, 64, 16, 0, IR_BF16, g2, err, sizeof err));
+    cr_assert(strstr(err, "splits"), "%s", err);
+    cr_assert_null(kn_attn_decode(&c, 4, 4, 64, 16, 1025, IR_BF16, g2, err, sizeof err));
+    cr_assert_null(kn_attn_decode(&c, 64, 64, 128, 1u << 20, 1, IR_BF16, g2, err, sizeof err));
     cr_assert(strstr(err, "2^32"), "%s", err);
-    cr_assert_null(kn_attn_decode(NULL, 4, 4, 64, 16, IR_BF16, &gx, err, sizeof err));
-    cr_assert_null(kn_attn_decode(&c, 4, 4, 64, 16, IR_F32, &gx, err, sizeof err));
+    cr_assert_null(kn_attn_decode(NULL, 4, 4, 64, 16, 1, IR_BF16, g2, err, sizeof err));
+    cr_assert_null(kn_attn_decode(&c, 4, 4, 64, 16, 1, IR_F32, g2, err, sizeof err));
+    cr_assert_null(kn_attn_merge(&c, 0, 64, 16, 1, IR_BF16, &gx, err, sizeof err));
+    cr_assert_null(kn_attn_merge(&c, 4, 64, 16, 0, IR_BF16, &gx, err, sizeof err));
+    cr_assert_null(kn_attn_merge(&c, 4, 64, 16, 1, IR_F32, &gx, err, sizeof err));
+    /* the plan's split count: at least 1, at most 64, a power of two, runs of >= 16 */
+    rt_caps big = c;
+    big.compute_units = 132;
+    cr_assert_eq(kn_attn_splits(&big, 32, 40960), 16);
+    cr_assert_eq(kn_attn_splits(&big, 16, 40960), 32);
+    cr_assert_eq(kn_attn_splits(&big, 1, 40960), 64);
+    cr_assert_eq(kn_attn_splits(&big, 32, 64), 4);
+    cr_assert_eq(kn_attn_splits(&c, 32, 40960), 1);
 }

@@ -602,8 +602,11 @@ static void all_builders(unsigned cc, ir_scalar t) {
     builder(kn_take_last(&c, 999, 64, t, &gx, err, sizeof err), &c, err, "take_last odd");
     builder(kn_kv_store(&c, 1024, 4096, t, &gx, err, sizeof err), &c, err, "kv_store");
     builder(kn_kv_store(&c, 200, 1000, t, &gx, err, sizeof err), &c, err, "kv_store odd");
-    builder(kn_attn_decode(&c, 16, 8, 128, 4096, t, &gx, err, sizeof err), &c, err, "attn_decode");
-    builder(kn_attn_decode(&c, 6, 2, 64, 1000, t, &gx, err, sizeof err), &c, err, "attn_decode odd");
+    uint32_t g2[2];
+    builder(kn_attn_decode(&c, 16, 8, 128, 4096, 16, t, g2, err, sizeof err), &c, err, "attn_decode");
+    builder(kn_attn_decode(&c, 6, 2, 64, 1000, 3, t, g2, err, sizeof err), &c, err, "attn_decode odd");
+    builder(kn_attn_merge(&c, 16, 128, 4096, 16, t, &gx, err, sizeof err), &c, err, "attn_merge");
+    builder(kn_attn_merge(&c, 6, 40, 1000, 3, t, &gx, err, sizeof err), &c, err, "attn_merge odd");
     builder(kn_attn_prefill(&c, 16, 8, 128, 4096, 4096, 512, t, g, err, sizeof err), &c, err, "attn_prefill");
     builder(kn_attn_prefill(&c, 6, 2, 64, 640, 1000, 64, t, g, err, sizeof err), &c, err, "attn_prefill odd");
     kn_rope_opts r = {128, true, 1e6f, 1.0f, false};

@@ -1,5 +1,7 @@
 #include "testutil_vk.h"
 
+#include "cuda_device.h"
+#include "cuda_probe.h"
 #include "half.h"
 #include "spv_emit.h"
 #include "vk_device.h"
@@ -12,7 +14,23 @@
 #include <string.h>
 #include <unistd.h>
 
+/* KILN_TEST_DEVICE=cuda:N runs the kernel and whole-model suites on a CUDA device instead
+ * of the first Vulkan one: the same tests, through the other backend. */
+static rt_device *open_cuda_or_skip(const char *dev, const char *caps) {
+    rt_caps all[8];
+    uint32_t n = 0, idx = 0;
+    char err[512];
+    cr_assert_eq(sscanf(dev, "cuda:%u", &idx), 1, "KILN_TEST_DEVICE=%s: expected cuda:N", dev);
+    cr_assert_eq(cuda_probe_devices(all, 8, &n, err, sizeof err), 0, "%s", err);
+    if (idx >= n) cr_assert_fail("KILN_TEST_DEVICE=%s: no such CUDA device (%u found) %s", dev, n, err);
+    rt_device *d = cuda_device_open(idx, caps, err, sizeof err);
+    cr_assert_not_null(d, "%s", err);
+    return d;
+}
+
 rt_device *tu_vk_open_or_skip(const char *caps) {
+    const char *dev = getenv("KILN_TEST_DEVICE");
+    if (dev && !strncmp(dev, "cuda:", 5)) return open_cuda_or_skip(dev, caps);
     rt_caps all[4];
     uint32_t n = 0;
     char err[512];

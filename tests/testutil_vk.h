@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The GPU under test: the first Vulkan device, or with KILN_TEST_DEVICE=cuda:N that
+ * CUDA device (the kernel and plan suites then run through the PTX backend). */
 rt_device *tu_vk_open_or_skip(const char *caps);
 rt_buffer *tu_vk_upload(rt_device *d, const void *src, size_t bytes);
 void tu_vk_reupload(rt_device *d, rt_buffer *b, const void *src, size_t bytes);
