@@ -11,6 +11,8 @@
 
 #include "ptx_internal.h"
 
+#include <llvm-c/DebugInfo.h>
+
 #define STATIC_SHARED_LIMIT (48u * 1024u) /* PTX's limit for static .shared */
 
 /* ---- errors and values --------------------------------------------------------------------- */
@@ -83,6 +85,48 @@ static const ir_inst *emit_region(ptx_ctx *x, const ir_region *r);
 
 static LLVMBasicBlockRef block(ptx_ctx *x, const char *name) { return LLVMAppendBasicBlockInContext(x->lc, x->fn, name); }
 
+/* Loop unrolling hints on a loop's back edge (llvm.loop metadata): LLVM's own threshold
+ * leaves a 32-step dot product over a head rolled, one load in flight per lane per
+ * step, which made decode attention 2.3x slower on CUDA than on NVIDIA's Vulkan compiler
+ * (H200). Innermost loops only (unrolling loops around loops multiplies code: the
+ * tiled matmul grew to 2 MB of PTX): one of up to 64 steps known here is unrolled whole,
+ * any other by 4, the remainder left to LLVM. */
+static bool has_loop(const ir_region *r) {
+    for (uint32_t i = 0; i < r->n; i++) {
+        const ir_inst *in = r->inst[i];
+        if (!in) continue;
+        if (in->op == IR_OP_FOR) return true;
+        for (uint32_t j = 0; j < in->n_region; j++)
+            if (has_loop(&in->region[j])) return true;
+    }
+    return false;
+}
+
+static void unroll_hint(ptx_ctx *x, const ir_inst *in, LLVMValueRef br, LLVMValueRef lo, LLVMValueRef hi,
+                        LLVMValueRef step) {
+    if (has_loop(&in->region[0])) return;
+    uint64_t trips = UINT64_MAX;
+    if (LLVMIsAConstantInt(lo) && LLVMIsAConstantInt(hi) && LLVMIsAConstantInt(step)) {
+        uint64_t l = LLVMConstIntGetZExtValue(lo), h = LLVMConstIntGetZExtValue(hi), st = LLVMConstIntGetZExtValue(step);
+        if (st && h >= l && l < (1ull << 31) && h < (1ull << 31)) trips = (h - l + st - 1) / st;
+    }
+    LLVMMetadataRef hint;
+    if (trips <= 64) {
+        LLVMMetadataRef full = LLVMMDStringInContext2(x->lc, "llvm.loop.unroll.full", 21);
+        hint = LLVMMDNodeInContext2(x->lc, &full, 1);
+    } else {
+        LLVMMetadataRef ops[2] = {LLVMMDStringInContext2(x->lc, "llvm.loop.unroll.count", 22),
+                                  LLVMValueAsMetadata(LLVMConstInt(LLVMInt32TypeInContext(x->lc), 4, 0))};
+        hint = LLVMMDNodeInContext2(x->lc, ops, 2);
+    }
+    /* a loop id is a node whose first operand is itself */
+    LLVMMetadataRef self = LLVMTemporaryMDNode(x->lc, NULL, 0);
+    LLVMMetadataRef ops[2] = {self, hint};
+    LLVMMetadataRef id = LLVMMDNodeInContext2(x->lc, ops, 2);
+    LLVMMetadataReplaceAllUsesWith(self, id);
+    LLVMSetMetadata(br, LLVMGetMDKindIDInContext(x->lc, "llvm.loop", 9), LLVMMetadataAsValue(x->lc, id));
+}
+
 static void emit_for(ptx_ctx *x, const ir_inst *in) {
     uint32_t n = in->n_results;
     if (!ptx_need(x, in, 3 + n) || in->n_block_arg != n + 1 || in->n_region < 1) {
@@ -134,7 +178,7 @@ static void emit_for(ptx_ctx *x, const ir_inst *in) {
     LLVMBuildBr(x->b, latch);
     LLVMPositionBuilderAtEnd(x->b, latch);
     LLVMValueRef next = LLVMBuildAdd(x->b, iv, step, "");
-    LLVMBuildBr(x->b, header);
+    unroll_hint(x, in, LLVMBuildBr(x->b, header), lo, hi, step);
     LLVMAddIncoming(iv, &next, &latch, 1);
     for (uint32_t i = 0; i < n; i++) LLVMAddIncoming(phi[i], &yv[i], &latch, 1);
     LLVMPositionBuilderAtEnd(x->b, exit);

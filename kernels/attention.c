@@ -240,48 +240,74 @@ ir_kernel *kn_attn_merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, u
         ir_kernel_destroy(k);
         return NULL;
     }
+    /* the runs' maxima, then their weights exp(m_s - M) and sums l_s, in workgroup memory */
+    ir_shm sh_m = ir_shared_array(k, "run_max", IR_F32, n_split), sh_a = ir_shared_array(k, "run_w", IR_F32, n_split);
+    ir_shm sh_l = ir_shared_array(k, "run_sum", IR_F32, n_split);
     ir_type dt = ir_t_scalar(k, dtype);
     ir_val u0 = ir_const_u32(k, 0), u1 = ir_const_u32(k, 1), f0 = ir_const_f32(k, 0.0f);
     ir_val lid = ir_id(k, IR_ID_LOCAL, 0), h = ir_id(k, IR_ID_GROUP, 0), stride = ir_const_u32(k, head_dim + 2);
     ir_val pos_ok, n_keys = keys_of(k, pb, n_ctx, &pos_ok);
-    ir_if *any = ir_if_begin(k, pos_ok, 0);
-    ir_val chunk = run_chunk(k, n_keys, n_split);
+    /* runs in use: ceil(n_keys / chunk) (none without keys; chunk kept >= 1 for the divide) */
+    ir_val chunk = ir_bin(k, IR_OP_MAX, run_chunk(k, n_keys, n_split), u1);
     ir_val used = ir_bin(k, IR_OP_DIV, ir_bin(k, IR_OP_ADD, n_keys, ir_bin(k, IR_OP_SUB, chunk, u1)), chunk);
     ir_val hbase = ir_bin(k, IR_OP_MUL, h, ir_const_u32(k, n_split * (head_dim + 2)));
-    /* the runs' maximum, in order (exact) */
-    ir_val m0 = ir_load(k, pa, hbase, 1);
-    ir_for *ml = ir_for_begin(k, u1, used, u1, 1, &m0);
-    ir_val mx = ir_bin(k, IR_OP_MAX, ir_for_arg(ml, 0),
-                       ir_load(k, pa, ir_bin(k, IR_OP_ADD, hbase, ir_bin(k, IR_OP_MUL, ir_for_iv(ml), stride)), 1));
+    ir_val wgc = ir_const_u32(k, wg);
+
+    ir_for *fm = ir_for_begin(k, lid, used, wgc, 0, NULL);
+    ir_val rb = ir_bin(k, IR_OP_ADD, hbase, ir_bin(k, IR_OP_MUL, ir_for_iv(fm), stride));
+    ir_shm_store(k, sh_m, ir_for_iv(fm), ir_load(k, pa, rb, 1));
+    ir_shm_store(k, sh_l, ir_for_iv(fm), ir_load(k, pa, ir_bin(k, IR_OP_ADD, rb, u1), 1));
+    ir_for_end(k, fm, NULL);
+    ir_barrier(k);
+    /* M, read in one order by all (max is exact) */
+    ir_val ninf = ir_const_f32(k, -INFINITY);
+    ir_for *ml = ir_for_begin(k, u0, used, u1, 1, &ninf);
+    ir_val mx = ir_bin(k, IR_OP_MAX, ir_for_arg(ml, 0), ir_shm_load(k, sh_m, ir_for_iv(ml), 1));
     ir_for_end(k, ml, &mx);
     ir_val M = ir_for_result(ml, 0);
-    /* l and acc rescaled to M and summed, runs in order */
-    ir_val dim[64], init[1 + 64];
-    init[0] = f0;
+    ir_for *fa = ir_for_begin(k, lid, used, wgc, 0, NULL);
+    ir_shm_store(k, sh_a, ir_for_iv(fa), kn_exp(k, ir_bin(k, IR_OP_SUB, ir_shm_load(k, sh_m, ir_for_iv(fa), 1), M)));
+    ir_for_end(k, fa, NULL);
+    ir_barrier(k);
+    /* L = sum_s l_s * a_s, runs in order */
+    ir_for *fl = ir_for_begin(k, u0, used, u1, 1, &f0);
+    ir_val ls = ir_fma(k, ir_shm_load(k, sh_l, ir_for_iv(fl), 1), ir_shm_load(k, sh_a, ir_for_iv(fl), 1),
+                       ir_for_arg(fl, 0));
+    ir_for_end(k, fl, &ls);
+    ir_val l = ir_for_result(fl, 0);
+    /* acc_d = sum_s acc_s,d * a_s, runs in order, four runs' loads in flight at a time: a
+     * step past the last run reads the last again with weight 0 (acc + x * 0 == acc) */
+    ir_val dim[64], ldim[64], init[64];
     for (uint32_t r = 0; r < per; r++) {
         dim[r] = ir_bin(k, IR_OP_ADD, lid, ir_const_u32(k, r * wg));
-        init[1 + r] = f0;
+        ldim[r] = ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_MIN, dim[r], ir_const_u32(k, head_dim - 1)), ir_const_u32(k, 2));
+        init[r] = f0;
     }
-    ir_for *sl = ir_for_begin(k, u0, used, u1, 1 + per, init);
-    ir_val rb = ir_bin(k, IR_OP_ADD, hbase, ir_bin(k, IR_OP_MUL, ir_for_iv(sl), stride));
-    ir_val a = kn_exp(k, ir_bin(k, IR_OP_SUB, ir_load(k, pa, rb, 1), M));
-    ir_val nx[1 + 64];
-    nx[0] = ir_fma(k, ir_load(k, pa, ir_bin(k, IR_OP_ADD, rb, u1), 1), a, ir_for_arg(sl, 0));
+    ir_val last = ir_bin(k, IR_OP_SUB, ir_bin(k, IR_OP_MAX, used, u1), u1);
+    ir_for *sl = ir_for_begin(k, u0, used, ir_const_u32(k, 4), per, init);
+    ir_val nx[64], wv[4], rbs[4];
+    for (uint32_t u = 0; u < 4; u++) {
+        ir_val sidx = ir_bin(k, IR_OP_ADD, ir_for_iv(sl), ir_const_u32(k, u));
+        ir_val in = ir_compare(k, IR_LT, sidx, used), sc = ir_bin(k, IR_OP_MIN, sidx, last);
+        wv[u] = ir_select(k, in, ir_shm_load(k, sh_a, sc, 1), f0);
+        rbs[u] = ir_bin(k, IR_OP_ADD, hbase, ir_bin(k, IR_OP_MUL, sc, stride));
+    }
     for (uint32_t r = 0; r < per; r++) {
-        ir_val d = ir_bin(k, IR_OP_MIN, dim[r], ir_const_u32(k, head_dim - 1)); /* loads stay in the row */
-        ir_val acc = ir_load(k, pa, ir_bin(k, IR_OP_ADD, rb, ir_bin(k, IR_OP_ADD, d, ir_const_u32(k, 2))), 1);
-        nx[1 + r] = ir_fma(k, acc, a, ir_for_arg(sl, 1 + r));
+        ir_val av[4];
+        for (uint32_t u = 0; u < 4; u++) av[u] = ir_load(k, pa, ir_bin(k, IR_OP_ADD, rbs[u], ldim[r]), 1);
+        ir_val acc = ir_for_arg(sl, r);
+        for (uint32_t u = 0; u < 4; u++) acc = ir_fma(k, av[u], wv[u], acc);
+        nx[r] = acc;
     }
     ir_for_end(k, sl, nx);
-    ir_val l = ir_for_result(sl, 0);
     for (uint32_t r = 0; r < per; r++) {
-        ir_if *f = ir_if_begin(k, ir_compare(k, IR_LT, dim[r], ir_const_u32(k, head_dim)), 0);
-        ir_val o = kn_fdiv(k, ir_for_result(sl, 1 + r), l);
+        ir_val st = ir_bin(k, IR_OP_AND, pos_ok, ir_compare(k, IR_LT, dim[r], ir_const_u32(k, head_dim)));
+        ir_if *f = ir_if_begin(k, st, 0);
+        ir_val o = kn_fdiv(k, ir_for_result(sl, r), l);
         ir_store(k, ob, ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_MUL, h, ir_const_u32(k, head_dim)), dim[r]),
                  ir_convert(k, o, dt));
         ir_if_end(k, f, NULL);
     }
-    ir_if_end(k, any, NULL);
     if (groups_x) *groups_x = n_head;
     return kn_finish(k, err, errlen);
 }
