@@ -26,13 +26,13 @@
 /* The kernels of a plan, by role. */
 enum {
     K_EMBED, K_NORM, K_MV_QKV, K_QK_PREP, K_ATTN, K_MV_O, K_MV_FFN, K_MV_DOWN, K_MV_OUT,
-    K_MM_QKV, K_ATTN_PREFILL, K_MM_O, K_MM_FF, K_MM_DOWN, K_SWIGLU, K_TAKE_LAST, K_ATTN_MERGE,
+    K_MM_QKV, K_ATTN_PREFILL, K_MM_O, K_MM_FF, K_MM_DOWN, K_SWIGLU, K_TAKE_LAST, K_ATTN_MERGE, K_STAGE,
     K_COUNT
 };
 static const char *const k_role[K_COUNT] = {
     "embed", "rmsnorm", "decode_qkv", "qk_prep", "attn_decode", "decode_o", "decode_gate_up_swiglu",
     "decode_down", "logits", "prefill_qkv", "attn_prefill", "prefill_o", "prefill_gate_up", "prefill_down",
-    "prefill_swiglu", "take_last", "attn_merge"};
+    "prefill_swiglu", "take_last", "attn_merge", "stage_inputs"};
 
 /* What the kernels are built from. */
 typedef struct plan_shape {
@@ -91,6 +91,7 @@ static ir_kernel *build_kernel(const plan_shape *s, const rt_caps *c, int i, uin
     case K_MM_DOWN: return kn_matmul(c, d, hp->n_ff, nb, dt, KN_EPI_RESIDUAL, g, err, errlen);
     case K_SWIGLU: return kn_swiglu(c, nb * hp->n_ff, dt, &g[0], err, errlen);
     case K_TAKE_LAST: return kn_take_last(c, d, nb, dt, &g[0], err, errlen);
+    case K_STAGE: return kn_stage_inputs(c, nb, &g[0], err, errlen);
     }
     return NULL;
 }
@@ -113,6 +114,7 @@ typedef struct plan_engine {
     /* activations for n_block tokens (decode uses row 0); the residual stream x
      * ping-pongs between xa and xb through the fused residual adds */
     rt_buffer *xa, *xb, *h, *qkv, *att, *g, *u, *act, *last, *hl, *logits, *tok, *info;
+    rt_buffer *tok_h, *info_h; /* what the host writes (host-mapped); tok and info are their device copies */
     rt_buffer *part; /* the decode attention's per-run softmax partials (f32) */
     rt_kernel *kern[K_COUNT];
     uint32_t grid[K_COUNT][2];
@@ -264,7 +266,8 @@ static int record_decode(plan_engine *p) {
     const arch_hparams *hp = &p->s.hp;
     uint32_t (*g)[2] = p->grid;
     bool fused = p->s.fuse_norm;
-    int r = ADD(K_EMBED, g[K_EMBED][0], 1, p->tok_embd, p->tok, p->xa);
+    int r = ADD(K_STAGE, 1, 1, p->tok_h, p->tok, p->info_h, p->info);
+    r |= ADD(K_EMBED, g[K_EMBED][0], 1, p->tok_embd, p->tok, p->xa);
     for (uint32_t l = 0; l < hp->n_layer && !r; l++) {
         const plan_layer *L = &p->L[l];
         if (!fused) r |= ADD(K_NORM, 1, 1, p->xa, L->attn_norm, p->h);
@@ -287,7 +290,8 @@ static int record_decode(plan_engine *p) {
 static int record_prefill(plan_engine *p) {
     const arch_hparams *hp = &p->s.hp;
     uint32_t (*g)[2] = p->grid, nb = p->s.n_block;
-    int r = ADD(K_EMBED, g[K_EMBED][0], nb, p->tok_embd, p->tok, p->xa);
+    int r = ADD(K_STAGE, g[K_STAGE][0], 1, p->tok_h, p->tok, p->info_h, p->info);
+    r |= ADD(K_EMBED, g[K_EMBED][0], nb, p->tok_embd, p->tok, p->xa);
     for (uint32_t l = 0; l < hp->n_layer && !r; l++) {
         const plan_layer *L = &p->L[l];
         r |= ADD(K_NORM, nb, 1, p->xa, L->attn_norm, p->h);
@@ -329,8 +333,8 @@ static int step(plan_engine *p, rt_recording *rec, const int32_t *tokens, uint32
                 size_t errlen) {
     rt_device *d = p->d;
     uint32_t info[2] = {pos, n};
-    return d->ops->upload(d, p->tok, 0, tokens, (size_t)n * 4, err, errlen) ||
-                   d->ops->upload(d, p->info, 0, info, sizeof info, err, errlen) || d->ops->replay(d, rec, err, errlen)
+    return d->ops->upload(d, p->tok_h, 0, tokens, (size_t)n * 4, err, errlen) ||
+                   d->ops->upload(d, p->info_h, 0, info, sizeof info, err, errlen) || d->ops->replay(d, rec, err, errlen)
                ? -1
                : 0;
 }
@@ -373,7 +377,7 @@ static void plan_destroy(engine *base) {
         if (p->kern[i]) d->ops->release_kernel(d, p->kern[i]);
     rt_buffer *bufs[] = {p->tok_embd, p->output == p->tok_embd ? NULL : p->output, p->output_norm, p->freqs, p->xa,
                          p->xb, p->h, p->qkv, p->att, p->g, p->u, p->act, p->last, p->hl, p->logits, p->tok, p->info,
-                         p->part};
+                         p->part, p->tok_h, p->info_h};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
     for (uint32_t l = 0; p->L && l < p->s.hp.n_layer; l++) {
@@ -467,7 +471,7 @@ int plan_profile(engine *e, uint32_t reps, FILE *out, char *err, size_t errlen) 
 static uint64_t act_bytes(const plan_shape *s, const rt_caps *c, uint32_t nb) {
     const arch_hparams *hp = &s->hp;
     return 2ull * nb * (3ull * hp->n_embd + s->qkv_dim + s->q_dim + 3ull * hp->n_ff) + 4ull * hp->n_embd +
-           4ull * hp->n_vocab + 4ull * nb + 8 + 4ull * hp->n_head * kn_attn_splits(c, hp->n_head, s->n_ctx) * (hp->head_dim_k + 2);
+           4ull * hp->n_vocab + 8ull * nb + 16 + 4ull * hp->n_head * kn_attn_splits(c, hp->n_head, s->n_ctx) * (hp->head_dim_k + 2);
 }
 
 /* Bytes the plan will hold on the device, and its largest single buffer (named in what),
@@ -569,10 +573,11 @@ engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx
         {&p->qkv, nb * s.qkv_dim * 2}, {&p->att, nb * s.q_dim * 2}, {&p->g, nb * hp->n_ff * 2},
         {&p->u, nb * hp->n_ff * 2}, {&p->act, nb * hp->n_ff * 2}, {&p->last, hp->n_embd * 2},
         {&p->hl, hp->n_embd * 2}, {&p->logits, (size_t)hp->n_vocab * 4}, {&p->tok, nb * 4}, {&p->info, 8},
+        {&p->tok_h, nb * 4}, {&p->info_h, 8},
         {&p->part, (size_t)hp->n_head * kn_attn_splits(&d->caps, hp->n_head, s.n_ctx) * (hp->head_dim_k + 2) * 4}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0] && !bad; i++) {
         /* what the host writes or reads each step lives in host memory */
-        bool host = acts[i].b == &p->logits || acts[i].b == &p->tok || acts[i].b == &p->info;
+        bool host = acts[i].b == &p->logits || acts[i].b == &p->tok_h || acts[i].b == &p->info_h;
         if (!(*acts[i].b = (host ? d->ops->alloc_host : d->ops->alloc)(d, acts[i].bytes, err, errlen))) bad = 1;
     }
     /* One replay of each recording now, so the driver's first-use work (final pipeline

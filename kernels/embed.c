@@ -61,3 +61,25 @@ ir_kernel *kn_take_last(const rt_caps *c, uint32_t n, uint32_t n_max, ir_scalar 
     if (groups_x) *groups_x = (n / v + wg - 1) / wg;
     return kn_finish(k, err, errlen);
 }
+
+ir_kernel *kn_stage_inputs(const rt_caps *c, uint32_t n_tok, uint32_t *groups_x, char *err, size_t errlen) {
+    if (!c || n_tok == 0) {
+        kn_fail(err, errlen, "kn_stage_inputs: bad shape (%u tokens)", n_tok);
+        return NULL;
+    }
+    ir_kernel *k = kn_create("kn_stage_inputs", err, errlen);
+    if (!k) return NULL;
+    ir_buf ts = ir_param_buffer(k, "tok_host", IR_U32, IR_READ), td = ir_param_buffer(k, "tok", IR_U32, IR_WRITE);
+    ir_buf is = ir_param_buffer(k, "info_host", IR_U32, IR_READ), id = ir_param_buffer(k, "info", IR_U32, IR_WRITE);
+    uint32_t wg = kn_workgroup(c, 256);
+    ir_set_workgroup(k, wg, 1, 1);
+    ir_val i = ir_id(k, IR_ID_GLOBAL, 0);
+    ir_if *a = ir_if_begin(k, ir_compare(k, IR_LT, i, ir_const_u32(k, n_tok)), 0);
+    ir_store(k, td, i, ir_load(k, ts, i, 1));
+    ir_if_end(k, a, NULL);
+    ir_if *b = ir_if_begin(k, ir_compare(k, IR_LT, i, ir_const_u32(k, 2)), 0);
+    ir_store(k, id, i, ir_load(k, is, i, 1));
+    ir_if_end(k, b, NULL);
+    if (groups_x) *groups_x = (n_tok + wg - 1) / wg;
+    return kn_finish(k, err, errlen);
+}

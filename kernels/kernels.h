@@ -105,6 +105,14 @@ ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, char *err, size_t errlen);
 ir_kernel *kn_embed(const rt_caps *c, uint32_t n_vocab, uint32_t n_embd, ir_scalar dtype, uint32_t *groups_x,
                     char *err, size_t errlen);
 
+/* A step's inputs from the host-mapped buffers the host writes into device memory, once
+ * per replay, so the kernels after it read them there: a read of host memory crosses the
+ * bus each time (every workgroup of every kernel reading the position did). tok[i] =
+ * tok_host[i] for i < n_tok, info[i] = info_host[i] for i < 2.
+ * Params: tok_host (u32, read, n_tok), tok (u32, write, n_tok), info_host (u32, read, 2),
+ * info (u32, write, 2). Grid: groups = {*groups_x, 1, 1}. */
+ir_kernel *kn_stage_inputs(const rt_caps *c, uint32_t n_tok, uint32_t *groups_x, char *err, size_t errlen);
+
 /* out[c] = x[(info[1] - 1) * n + c]: the last row of a prefill block (kernels below), for
  * the logits head. n = info[1] = 0 or > n_max gives zeros.
  * Params: x (dtype, read, n_max * n), info (u32, read, 2), out (dtype, write, n).

@@ -637,6 +637,43 @@ Test(kernels, embed_rows_and_bad_tokens) {
     d->ops->destroy(d);
 }
 
+/* The step's inputs from host-mapped buffers into device ones: n_tok words and the two
+ * of info, nothing past either (guards), at odd counts and more than a workgroup. */
+Test(kernels, stage_inputs_copy_exactly_with_guards) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    char err[512];
+    const uint32_t ns[] = {1, 7, 255, 256, 257, 1000};
+    for (size_t q = 0; q < sizeof ns / sizeof ns[0]; q++) {
+        uint32_t n = ns[q], gx = 0;
+        ir_kernel *k = kn_stage_inputs(&d->caps, n, &gx, err, sizeof err);
+        cr_assert_not_null(k, "%s", err);
+        uint32_t *src = malloc((n + GUARD) * 4), *got = malloc((n + GUARD) * 4), *poison = malloc((n + GUARD) * 4);
+        cr_assert(src && got && poison);
+        for (uint32_t i = 0; i < n + GUARD; i++) src[i] = tu_rnd32(), poison[i] = 0xdeadbeefu;
+        uint32_t info[2] = {tu_rnd32(), tu_rnd32()}, ipoison[2 + GUARD], igot[2 + GUARD];
+        for (uint32_t i = 0; i < 2 + GUARD; i++) ipoison[i] = 0xdeadbeefu;
+        rt_buffer *th = d->ops->alloc_host(d, n * 4, err, sizeof err), *ih = d->ops->alloc_host(d, 8, err, sizeof err);
+        cr_assert(th && ih, "%s", err);
+        cr_assert_eq(d->ops->upload(d, th, 0, src, n * 4, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(d->ops->upload(d, ih, 0, info, 8, err, sizeof err), 0, "%s", err);
+        rt_buffer *td = tu_vk_upload(d, poison, (n + GUARD) * 4), *id = tu_vk_upload(d, ipoison, sizeof ipoison);
+        rt_arg args[4] = {{th, 0}, {td, 0}, {ih, 0}, {id, 0}};
+        launch(d, k, gx, 1, args, 4);
+        tu_vk_download(d, td, got, (n + GUARD) * 4);
+        tu_vk_download(d, id, igot, sizeof igot);
+        for (uint32_t i = 0; i < n + GUARD; i++)
+            cr_assert_eq(got[i], i < n ? src[i] : 0xdeadbeefu, "stage n=%u tok[%u]", n, i);
+        for (uint32_t i = 0; i < 2 + GUARD; i++)
+            cr_assert_eq(igot[i], i < 2 ? info[i] : 0xdeadbeefu, "stage n=%u info[%u]", n, i);
+        d->ops->release(d, th), d->ops->release(d, ih), d->ops->release(d, td), d->ops->release(d, id);
+        free(src), free(got), free(poison);
+        ir_kernel_destroy(k);
+    }
+    uint32_t gx;
+    cr_assert_null(kn_stage_inputs(&d->caps, 0, &gx, err, sizeof err));
+    d->ops->destroy(d);
+}
+
 /* ---- variants built for other devices, and refusals --------------------------------------------- */
 
 Test(kernels, variants_build_for_min_and_h200_caps) {

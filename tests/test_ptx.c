@@ -600,6 +600,7 @@ static void all_builders(unsigned cc, ir_scalar t) {
     builder(kn_embed(&c, 1001, 999, t, &gx, err, sizeof err), &c, err, "embed odd");
     builder(kn_take_last(&c, 1024, 512, t, &gx, err, sizeof err), &c, err, "take_last");
     builder(kn_take_last(&c, 999, 64, t, &gx, err, sizeof err), &c, err, "take_last odd");
+    builder(kn_stage_inputs(&c, 512, &gx, err, sizeof err), &c, err, "stage_inputs");
     builder(kn_kv_store(&c, 1024, 4096, t, &gx, err, sizeof err), &c, err, "kv_store");
     builder(kn_kv_store(&c, 200, 1000, t, &gx, err, sizeof err), &c, err, "kv_store odd");
     uint32_t g2[2];
