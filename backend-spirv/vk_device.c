@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <vulkan/vulkan.h>
 
@@ -26,6 +27,7 @@ typedef struct vk_dev {
     uint32_t queue_family;
     VkCommandPool cmd_pool;
     VkFence fence;
+    bool spin; /* poll the fence (a GPU; not a CPU implementation, whose threads need the cores) */
     VkPhysicalDeviceMemoryProperties mem;
     VkBuffer staging;
     VkDeviceMemory staging_mem;
@@ -122,6 +124,23 @@ static int ensure_staging(vk_dev *d, size_t n, char *err, size_t errlen) {
 }
 
 /* One-off command buffer: record with fn, submit, wait. */
+/* Waits for the device's fence by polling it for up to 50 ms, then blocking. A blocking
+ * wait sleeps the thread and the driver's wake-up costs tens to hundreds of microseconds
+ * per submission, a few percent of a decode step; CUDA's default synchronisation spins
+ * the same way. Not on a CPU implementation (lavapipe), whose threads need the cores. */
+static VkResult wait_fence(vk_dev *d) {
+    if (!d->spin) return vkWaitForFences(d->dev, 1, &d->fence, VK_TRUE, UINT64_MAX);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        VkResult r = vkGetFenceStatus(d->dev, d->fence);
+        if (r != VK_NOT_READY) return r;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec) > 50000000ll) break;
+    }
+    return vkWaitForFences(d->dev, 1, &d->fence, VK_TRUE, UINT64_MAX);
+}
+
 static int submit_once(vk_dev *d, void (*fn)(VkCommandBuffer, void *), void *ctx, char *err, size_t errlen) {
     VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
                                       .commandPool = d->cmd_pool, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
@@ -137,7 +156,7 @@ static int submit_once(vk_dev *d, void (*fn)(VkCommandBuffer, void *), void *ctx
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb};
     vkResetFences(d->dev, 1, &d->fence);
     r = vkQueueSubmit(d->queue, 1, &si, d->fence);
-    if (!r) r = vkWaitForFences(d->dev, 1, &d->fence, VK_TRUE, UINT64_MAX);
+    if (!r) r = wait_fence(d);
     vkFreeCommandBuffers(d->dev, d->cmd_pool, 1, &cb);
     return r ? vk_fail(err, errlen, "queue submit", r) : 0;
 }
@@ -428,7 +447,7 @@ static int vk_replay(rt_device *base, rt_recording *rec, char *err, size_t errle
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &rec->cmd};
     vkResetFences(d->dev, 1, &d->fence);
     VkResult r = vkQueueSubmit(d->queue, 1, &si, d->fence);
-    if (!r) r = vkWaitForFences(d->dev, 1, &d->fence, VK_TRUE, UINT64_MAX);
+    if (!r) r = wait_fence(d);
     return r ? vk_fail(err, errlen, "replay", r) : 0;
 }
 
@@ -553,6 +572,9 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, char *err, 
         goto fail;
     }
     d->phys = phys[index];
+    VkPhysicalDeviceProperties dp;
+    vkGetPhysicalDeviceProperties(d->phys, &dp);
+    d->spin = dp.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     vkGetPhysicalDeviceMemoryProperties(d->phys, &d->mem);
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &nq, NULL);

@@ -85,28 +85,37 @@ static ir_val dot8(ir_kernel *k, ir_buf w, ir_buf x, uint32_t hx, ir_val wbase, 
     return ir_fma(k, wo, xo, ir_fma(k, we, xe, acc));
 }
 
-static ir_val row_dot_wide(ir_kernel *k, ir_buf w, ir_buf x, uint32_t hx, ir_val row, ir_val first, uint32_t stride,
-                           uint32_t cols) {
+/* The wide dot product of one row of w (and, with w2, of the same row of w2 in the same
+ * loop: SwiGLU's gate and up rows, twice the loads in flight) against x; the second sum
+ * goes to *sum2. */
+static ir_val row_dot_wide(ir_kernel *k, ir_buf w, ir_buf w2, ir_val *sum2, ir_buf x, uint32_t hx, ir_val row,
+                           ir_val first, uint32_t stride, uint32_t cols) {
+    bool two = sum2 != NULL; /* w2 is a buffer index (0 is a buffer): sum2 says whether there is one */
     ir_val z = ir_const_f32(k, 0.0f), zs[4] = {z, z, z, z}, zero = ir_vec(k, zs, 4);
     ir_val wbase = ir_bin(k, IR_OP_MUL, row, ir_const_u32(k, cols / 2));
-    uint32_t main_end = cols - cols % (stride * UNROLL);
-    ir_val acc = zero;
+    uint32_t main_end = cols - cols % (stride * UNROLL), nacc = two ? 2 : 1;
+    ir_val acc[2] = {zero, zero};
     if (main_end) {
-        ir_for *l = ir_for_begin(k, first, ir_const_u32(k, main_end), ir_const_u32(k, stride * UNROLL), 1, &zero);
-        ir_val a = ir_for_arg(l, 0);
-        for (uint32_t u = 0; u < UNROLL; u++)
-            a = dot8(k, w, x, hx, wbase, ir_bin(k, IR_OP_ADD, ir_for_iv(l), ir_const_u32(k, u * stride)), a);
-        ir_for_end(k, l, &a);
-        acc = ir_for_result(l, 0);
+        ir_for *l = ir_for_begin(k, first, ir_const_u32(k, main_end), ir_const_u32(k, stride * UNROLL), nacc, acc);
+        ir_val a[2] = {ir_for_arg(l, 0), two ? ir_for_arg(l, 1) : IR_NONE};
+        for (uint32_t u = 0; u < UNROLL; u++) {
+            ir_val c = ir_bin(k, IR_OP_ADD, ir_for_iv(l), ir_const_u32(k, u * stride));
+            a[0] = dot8(k, w, x, hx, wbase, c, a[0]);
+            if (two) a[1] = dot8(k, w2, x, hx, wbase, c, a[1]);
+        }
+        ir_for_end(k, l, a);
+        for (uint32_t i = 0; i < nacc; i++) acc[i] = ir_for_result(l, i);
     }
     if (main_end < cols) {
         ir_val from = ir_bin(k, IR_OP_ADD, first, ir_const_u32(k, main_end));
-        ir_for *l = ir_for_begin(k, from, ir_const_u32(k, cols), ir_const_u32(k, stride), 1, &acc);
-        ir_val a = dot8(k, w, x, hx, wbase, ir_for_iv(l), ir_for_arg(l, 0));
-        ir_for_end(k, l, &a);
-        acc = ir_for_result(l, 0);
+        ir_for *l = ir_for_begin(k, from, ir_const_u32(k, cols), ir_const_u32(k, stride), nacc, acc);
+        ir_val a[2] = {dot8(k, w, x, hx, wbase, ir_for_iv(l), ir_for_arg(l, 0)), IR_NONE};
+        if (two) a[1] = dot8(k, w2, x, hx, wbase, ir_for_iv(l), ir_for_arg(l, 1));
+        ir_for_end(k, l, a);
+        for (uint32_t i = 0; i < nacc; i++) acc[i] = ir_for_result(l, i);
     }
-    return kn_lane_sum(k, acc, 4);
+    if (two) *sum2 = kn_lane_sum(k, acc[1], 4);
+    return kn_lane_sum(k, acc[0], 4);
 }
 
 /* The row's result, stored by one invocation: the epilogue applied to the dot product(s). */
@@ -201,12 +210,14 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
         ir_if *in = ir_if_begin(k, ir_compare(k, IR_LT, row, ir_const_u32(k, rows)), 0);
         ir_val first = ir_bin(k, IR_OP_MUL, lane, ir_const_u32(k, v));
         if (wide) first = ir_bin(k, IR_OP_MUL, lane, ir_const_u32(k, 8));
-        ir_val sum = ir_sg_reduce(k, IR_REDUCE_ADD, wide ? row_dot_wide(k, w, x, hx, row, first, sg * 8, cols)
-                                                         : row_dot(k, w, x, hx, row, first, sg * v, cols, v));
-        ir_val up = IR_NONE;
-        if (swi)
-            up = ir_sg_reduce(k, IR_REDUCE_ADD, wide ? row_dot_wide(k, wu, x, hx, row, first, sg * 8, cols)
-                                                     : row_dot(k, wu, x, hx, row, first, sg * v, cols, v));
+        ir_val up = IR_NONE, sum;
+        if (wide) {
+            sum = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot_wide(k, w, wu, swi ? &up : NULL, x, hx, row, first, sg * 8, cols));
+            if (swi) up = ir_sg_reduce(k, IR_REDUCE_ADD, up);
+        } else {
+            sum = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot(k, w, x, hx, row, first, sg * v, cols, v));
+            if (swi) up = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot(k, wu, x, hx, row, first, sg * v, cols, v));
+        }
         ir_if *l0 = ir_if_begin(k, ir_compare(k, IR_EQ, lane, ir_const_u32(k, 0)), 0);
         store_row(k, epi, y, b, res, row, sum, up, dtype, out);
         ir_if_end(k, l0, NULL);
@@ -219,16 +230,14 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
         ir_val lid = ir_id(k, IR_ID_LOCAL, 0), row = ir_id(k, IR_ID_GROUP, 0);
         ir_val first = ir_bin(k, IR_OP_MUL, lid, ir_const_u32(k, v));
         if (wide) first = ir_bin(k, IR_OP_MUL, lid, ir_const_u32(k, 8));
-        ir_val sum = kn_wg_sum(k, c, wg,
-                               wide ? row_dot_wide(k, w, x, hx, row, first, wg * 8, cols)
-                                    : row_dot(k, w, x, hx, row, first, wg * v, cols, v),
-                               "dot_part");
-        ir_val up = IR_NONE;
-        if (swi)
-            up = kn_wg_sum(k, c, wg,
-                           wide ? row_dot_wide(k, wu, x, hx, row, first, wg * 8, cols)
-                                : row_dot(k, wu, x, hx, row, first, wg * v, cols, v),
-                           "up_part");
+        ir_val up = IR_NONE, d0;
+        if (wide) d0 = row_dot_wide(k, w, wu, swi ? &up : NULL, x, hx, row, first, wg * 8, cols);
+        else {
+            d0 = row_dot(k, w, x, hx, row, first, wg * v, cols, v);
+            if (swi) up = row_dot(k, wu, x, hx, row, first, wg * v, cols, v);
+        }
+        ir_val sum = kn_wg_sum(k, c, wg, d0, "dot_part");
+        if (swi) up = kn_wg_sum(k, c, wg, up, "up_part");
         ir_if *l0 = ir_if_begin(k, ir_compare(k, IR_EQ, lid, ir_const_u32(k, 0)), 0);
         store_row(k, epi, y, b, res, row, sum, up, dtype, out);
         ir_if_end(k, l0, NULL);
