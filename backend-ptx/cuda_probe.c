@@ -1,13 +1,25 @@
 /* Reads a CUDA device's capabilities from the driver (cuDeviceGetAttribute and friends)
- * into rt_caps, starting from rt_caps_default(RT_CUDA). What kiln's PTX emitter cannot
- * use yet stays off: f16/bf16 arithmetic (f16 lives in f32 registers anyway) and matrix
- * fragments (not lowered for PTX). */
+ * into rt_caps, starting from rt_caps_default(RT_CUDA). Matrix fragments: the one shape
+ * the emitter lowers, mma.sync m16n8k16 with f16 or bf16 inputs and f32 accumulators, on
+ * sm_80 and newer. What kiln's PTX emitter does not use stays off: f16/bf16 scalar
+ * arithmetic (16-bit values live in f32 registers). */
 #include "cuda_probe.h"
 
 #include "cuda_api.h"
+#include "ir.h"
 
 #include <stdio.h>
 #include <string.h>
+
+void cuda_caps_of_arch(rt_caps *c) {
+    c->f16_arith = c->bf16_arith = c->int8_arith = false;
+    c->n_mma = 0;
+    memset(c->mma, 0, sizeof c->mma);
+    if (c->compute_capability >= 80) {
+        c->mma[c->n_mma++] = (rt_mma_shape){16, 8, 16, IR_BF16, IR_F32};
+        c->mma[c->n_mma++] = (rt_mma_shape){16, 8, 16, IR_F16, IR_F32};
+    }
+}
 
 static int attr(const cu_api *cu, CUdevice dev, int which) {
     int v = 0;
@@ -50,9 +62,7 @@ static void fill(const cu_api *cu, CUdevice dev, int driver_version, rt_caps *c)
     size_t total = 0;
     if (cu->DeviceTotalMem(&total, dev) == CUDA_SUCCESS) c->memory_bytes = total;
     c->free_bytes = free_memory(cu, dev);
-    /* conservative until the emitter lowers them: see the file's header */
-    c->f16_arith = c->bf16_arith = c->int8_arith = false;
-    c->n_mma = 0;
+    cuda_caps_of_arch(c);
     c->max_buffer_bytes = 0; /* a kernel reaches any allocation through a 64-bit pointer */
 }
 

@@ -64,7 +64,7 @@ bool ptx_tinfo(ptx_ctx *x, ir_type t, ir_scalar *s, uint32_t *lanes) {
         return false;
     }
     if (d->kind == IR_T_FRAG) {
-        ptx_fail(x, "matrix fragments: not yet lowered for PTX");
+        ptx_fail(x, "a matrix fragment where a scalar or vector belongs");
         return false;
     }
     *s = d->elem;
@@ -73,6 +73,8 @@ bool ptx_tinfo(ptx_ctx *x, ir_type t, ir_scalar *s, uint32_t *lanes) {
 }
 
 static LLVMTypeRef t_of(ptx_ctx *x, ir_type t) {
+    const ir_type_desc *d = ir_type_get(x->k, t);
+    if (d && d->kind == IR_T_FRAG) return ptx_frag_type(x, t);
     ir_scalar s;
     uint32_t n;
     if (!ptx_tinfo(x, t, &s, &n)) return ptx_t_i32(x);
@@ -276,7 +278,7 @@ static void emit_inst(ptx_ctx *x, const ir_inst *in) {
         ptx_emit_subgroup(x, in);
         return;
     case IR_OP_FRAG_FILL: case IR_OP_FRAG_LOAD: case IR_OP_FRAG_STORE: case IR_OP_FRAG_MMA:
-        ptx_fail(x, "matrix fragments: not yet lowered for PTX");
+        ptx_emit_frag(x, in);
         return;
     case IR_OP_FOR: emit_for(x, in); return;
     case IR_OP_IF: emit_if(x, in); return;
@@ -302,7 +304,6 @@ static const ir_inst *emit_region(ptx_ctx *x, const ir_region *r) {
 /* ---- checks before emitting ------------------------------------------------------------------ */
 
 static bool is_sg_op(ir_op op) { return op >= IR_OP_SG_REDUCE && op <= IR_OP_SG_BROADCAST; }
-static bool is_frag_op(ir_op op) { return op >= IR_OP_FRAG_FILL && op <= IR_OP_FRAG_MMA; }
 
 /* The first instruction in r (recursively) satisfying pred, or NULL. */
 static const ir_inst *find_op(const ir_region *r, bool (*pred)(ir_op), int depth) {
@@ -462,12 +463,6 @@ static void workgroup_size(ptx_ctx *x) {
 
 static int emit_module(ptx_ctx *x) {
     const ir_kernel *k = x->k;
-    const ir_inst *f = find_op(ir_kernel_body(k), is_frag_op, 0);
-    if (f) {
-        x->cur = f;
-        ptx_fail(x, "matrix fragments: not yet lowered for PTX");
-        return -1;
-    }
     if (x->c->subgroup_size != 32) {
         ptx_fail(x, "caps.subgroup_size is %u; CUDA subgroups are warps of 32", x->c->subgroup_size);
         return -1;

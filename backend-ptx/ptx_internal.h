@@ -73,6 +73,10 @@ LLVMValueRef ptx_load_id(ptx_ctx *x, ir_id_kind kind, uint32_t dim);
 void ptx_emit_barrier(ptx_ctx *x);
 void ptx_emit_subgroup(ptx_ctx *x, const ir_inst *in);
 
+/* ---- ptx_frag.c: matrix fragments as mma.sync m16n8k16 (sm_80+) ---- */
+LLVMTypeRef ptx_frag_type(ptx_ctx *x, ir_type t);
+void ptx_emit_frag(ptx_ctx *x, const ir_inst *in);
+
 /* ---- ptx_target.c ---- */
 /* the architecture for caps (0 and a message when refused) */
 unsigned ptx_pick_sm(const rt_caps *c, char *why, size_t whylen);

@@ -10,6 +10,7 @@
  *            PTX itself (the driver does): check it with ptxas if you have one. */
 #include "caps.h"
 #include "cli.h"
+#include "cuda_probe.h"
 #include "gguf.h"
 #include "model.h"
 #include "plan.h"
@@ -160,6 +161,7 @@ int cmd_dump(int argc, char **argv) {
     } else if (ptx) {
         rt_caps_default(&caps, RT_CUDA);
         caps.compute_capability = (uint32_t)cc;
+        cuda_caps_of_arch(&caps);
         if (caps_list && rt_caps_override(&caps, caps_list, err, sizeof err)) return cli_usage_error(usage, "%s", err);
     } else {
         rt_caps_default(&caps, RT_VULKAN);

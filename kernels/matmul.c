@@ -223,7 +223,9 @@ static uint32_t mma_shared_bytes(uint32_t kc) {
  * (16x16x16 first), the component type usable in fragments, 4 subgroups per workgroup,
  * and the staging within caps.shared_bytes. */
 static bool mma_pick(const rt_caps *c, ir_scalar dt, mma_cfg *cfg) {
-    if (!c->n_mma || (dt == IR_F16 && !c->f16_arith) || (dt == IR_BF16 && !c->bf16_arith)) return false;
+    /* the caps list only shapes the device's kernels can use (the Vulkan probe checks the
+     * component types' features; --caps no-f16/no-bf16 drop their shapes) */
+    if (!c->n_mma) return false;
     uint32_t sg = c->subgroup_size;
     if (!sg || 4 * sg > 1024 || (c->max_workgroup && 4 * sg > c->max_workgroup)) return false;
     const rt_mma_shape *best = NULL;

@@ -192,13 +192,15 @@ typedef struct caps_case {
 } caps_case;
 
 Test(kernels_matmul, variants_build_for_min_and_h200_caps) {
+    char err[512];
     caps_case cs[6];
     tu_caps_min(&cs[0].c);
     for (int i = 1; i < 6; i++) tu_caps_h200(&cs[i].c);
     cs[0].name = "spec-minimum", cs[0].mma[0] = cs[0].mma[1] = false;
     cs[1].name = "h200", cs[1].mma[0] = cs[1].mma[1] = true;
     /* a driver without VK_KHR_shader_bfloat16: bf16 tiled, f16 cooperative */
-    cs[2].name = "h200 no-bf16", cs[2].c.bf16_arith = false, cs[2].mma[0] = false, cs[2].mma[1] = true;
+    cs[2].name = "h200 no-bf16", cs[2].mma[0] = false, cs[2].mma[1] = true;
+    cr_assert_eq(rt_caps_override(&cs[2].c, "no-bf16", err, sizeof err), 0, "%s", err);
     /* 64-lane subgroups: 256 invocations of cooperative matrices (not with 128 at most) */
     cs[3].name = "subgroup 64", cs[3].c.subgroup_size = cs[3].c.subgroup_min = cs[3].c.subgroup_max = 64;
     cs[3].mma[0] = cs[3].mma[1] = true;
@@ -212,7 +214,6 @@ Test(kernels_matmul, variants_build_for_min_and_h200_caps) {
         {4096, 1024, 512},
         /* odd ones, and a vocabulary-sized one */
         {1, 1, 64}, {7, 7, 64}, {4097, 1000, 256}, {1000, 4097, 64}, {151936, 1024, 64}};
-    char err[512];
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
         for (size_t ti = 0; ti < 2; ti++)
             for (unsigned epi = 0; epi < 4; epi++)

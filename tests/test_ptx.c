@@ -13,15 +13,18 @@
 #include "caps.h"
 #include "ir.h"
 #include "kernels.h"
+#include "cuda_probe.h"
 #include "ptx_emit.h"
 #include "testutil.h"
 
 /* ---- helpers ------------------------------------------------------------------------------- */
 
+/* as the CUDA probe fills them: mma.sync m16n8k16 shapes from sm_80 */
 static rt_caps cuda_caps(unsigned cc) {
     rt_caps c;
     rt_caps_default(&c, RT_CUDA);
     c.compute_capability = cc;
+    cuda_caps_of_arch(&c);
     return c;
 }
 
@@ -476,10 +479,12 @@ Test(ptx, refuses_unverified_kernels_and_null) {
     ir_kernel_destroy(k);
 }
 
-Test(ptx, refuses_fragments) {
+/* Fragments lower to mma.sync m16n8k16 on sm_80+; other shapes and older targets are
+ * refused by name. The matmul builder picks that shape from the caps and its kernel
+ * carries the instruction (assembled by ptxas where it exists). */
+Test(ptx, fragments_as_mma_sync) {
     rt_caps c = cuda_caps(90);
-    c.n_mma = 1;
-    c.mma[0] = (rt_mma_shape){16, 16, 16, IR_F16, IR_F32};
+    c.mma[c.n_mma++] = (rt_mma_shape){16, 16, 16, IR_F16, IR_F32};
     ir_kernel *k = ir_kernel_create("frag");
     ir_buf y = ir_param_buffer(k, "y", IR_F32, IR_WRITE);
     ir_set_workgroup(k, 32, 1, 1);
@@ -487,21 +492,37 @@ Test(ptx, refuses_fragments) {
     ir_frag_store(k, z, false, y, U(0), U(16), true);
     char err[256];
     cr_assert(!ir_verify(k, err, sizeof err), "%s", err);
-    refused(k, &c, "matrix fragments: not yet lowered for PTX");
+    refused(k, &c, "PTX lowers m16n8k16");
 
-    /* and the matmul builder, told the device has mma shapes, gives fragments: refused */
-    rt_caps m = cuda_caps(90);
-    m.n_mma = 1;
-    m.mma[0] = (rt_mma_shape){16, 16, 16, IR_BF16, IR_F32};
-    m.bf16_arith = true;
+    for (int old = 0; old < 2; old++) {
+        rt_caps cc = cuda_caps(old ? 75 : 80);
+        if (old) cc.mma[cc.n_mma++] = (rt_mma_shape){16, 8, 16, IR_BF16, IR_F32};
+        k = ir_kernel_create("mma");
+        ir_buf ab = ir_param_buffer(k, "ab", IR_BF16, IR_READ), out = ir_param_buffer(k, "c", IR_F32, IR_WRITE);
+        ir_set_workgroup(k, 32, 1, 1);
+        ir_val a = ir_frag_load(k, ir_t_frag(k, IR_FRAG_A, IR_BF16, 16, 8, 16), false, ab, U(0), U(16), true);
+        ir_val bb = ir_frag_load(k, ir_t_frag(k, IR_FRAG_B, IR_BF16, 16, 8, 16), false, ab, U(256), U(16), false);
+        ir_val acc = ir_frag_fill(k, ir_t_frag(k, IR_FRAG_ACC, IR_F32, 16, 8, 16), F(1.0f));
+        ir_frag_store(k, ir_frag_mma(k, a, bb, acc), false, out, U(0), U(8), true);
+        if (old) {
+            refused(k, &cc, "sm_80");
+        } else {
+            char *p = emit(k, &cc);
+            cr_assert(strstr(p, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"), "%s", p);
+            free(p);
+        }
+    }
+
     uint32_t g[2];
-    k = kn_matmul(&m, 1024, 1024, 512, IR_BF16, KN_EPI_NONE, g, err, sizeof err);
-    if (k) {
-        char *ptx = NULL;
-        int rc = ptx_emit(k, &m, &ptx, NULL, err, sizeof err);
-        if (rc) cr_assert(strstr(err, "matrix fragments"), "%s", err);
-        free(ptx);
-        ir_kernel_destroy(k);
+    for (int t = 0; t < 2; t++) {
+        rt_caps m = cuda_caps(90);
+        k = kn_matmul(&m, 1024, 1024, 512, t ? IR_F16 : IR_BF16, KN_EPI_NONE, g, err, sizeof err);
+        cr_assert_not_null(k, "%s", err);
+        char *p = emit(k, &m);
+        cr_assert(strstr(p, t ? "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+                              : "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"),
+                  "matmul without mma.sync");
+        free(p);
     }
 }
 

@@ -1,0 +1,192 @@
+/* Matrix fragments for the PTX emitter, lowered to the warp-wide mma.sync.m16n8k16 of
+ * sm_80+ (f16/bf16 A and B, f32 accumulators): each lane holds the fragment elements
+ * PTX assigns it (ISA, "Matrix Fragments for mma.m16n8k16"), with g = lane / 4 and
+ * t = lane % 4:
+ *   A 16x16, 8 elements: e -> row g + 8 * ((e >> 1) & 1), column 2t + (e & 1) + 8 * (e >> 2)
+ *   B 16x8,  4 elements: e -> row (k) 2t + (e & 1) + 8 * (e >> 1), column (n) g
+ *   C 16x8,  4 f32:      e -> row g + 8 * (e >> 1), column 2t + (e & 1)
+ * In LLVM a fragment is a vector: A <8 x i16>, B <4 x i16> (the raw 16-bit values, which
+ * the instruction takes packed two to a 32-bit register, lower index in the low half)
+ * and C <4 x float>. Loads and stores move each lane's elements one by one, so any base,
+ * stride and layout the IR allows works. */
+#include "ptx_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static LLVMTypeRef t_i16(ptx_ctx *x) { return LLVMInt16TypeInContext(x->lc); }
+static LLVMTypeRef t_f32(ptx_ctx *x) { return LLVMFloatTypeInContext(x->lc); }
+
+/* The one fragment family lowered: 16x8x16, A/B f16 or bf16, accumulators f32. */
+static const ir_type_desc *frag_desc(ptx_ctx *x, ir_type t) {
+    const ir_type_desc *d = ir_type_get(x->k, t);
+    if (!d || d->kind != IR_T_FRAG) {
+        ptx_fail(x, "not a fragment type");
+        return NULL;
+    }
+    if (x->sm < 80) {
+        ptx_fail(x, "matrix fragments need mma.sync (sm_80 or newer), not sm_%u", x->sm);
+        return NULL;
+    }
+    bool ab = d->use != IR_FRAG_ACC;
+    if (d->m != 16 || d->n != 8 || d->k != 16 || (ab && d->elem != IR_F16 && d->elem != IR_BF16) ||
+        (!ab && d->elem != IR_F32)) {
+        ptx_fail(x, "fragment %ux%ux%u of %s: PTX lowers m16n8k16 (f16/bf16 inputs, f32 accumulators) only", d->m,
+                 d->n, d->k, ir_scalar_name(d->elem));
+        return NULL;
+    }
+    return d;
+}
+
+static uint32_t frag_count(const ir_type_desc *d) { return d->use == IR_FRAG_A ? 8 : 4; }
+
+LLVMTypeRef ptx_frag_type(ptx_ctx *x, ir_type t) {
+    const ir_type_desc *d = frag_desc(x, t);
+    if (!d) return ptx_t_i32(x);
+    return LLVMVectorType(d->use == IR_FRAG_ACC ? t_f32(x) : t_i16(x), frag_count(d));
+}
+
+/* (row, column) of this lane's element e */
+static void coord(ptx_ctx *x, const ir_type_desc *d, LLVMValueRef g, LLVMValueRef t2, uint32_t e, LLVMValueRef *r,
+                  LLVMValueRef *c) {
+    uint32_t dr, dc;
+    switch (d->use) {
+    case IR_FRAG_A: dr = 8 * ((e >> 1) & 1), dc = (e & 1) + 8 * (e >> 2); break;
+    case IR_FRAG_B: dr = (e & 1) + 8 * (e >> 1), dc = 0; break;
+    default: dr = 8 * (e >> 1), dc = e & 1; break;
+    }
+    /* A and C: rows from g, columns from 2t; B: rows (k) from 2t, columns (n) from g */
+    LLVMValueRef rb = d->use == IR_FRAG_B ? t2 : g, cb = d->use == IR_FRAG_B ? g : t2;
+    *r = LLVMBuildAdd(x->b, rb, ptx_c_i32(x, dr), "");
+    *c = LLVMBuildAdd(x->b, cb, ptx_c_i32(x, dc), "");
+}
+
+/* element pointer of (r, c) at base with stride, row- or column-major, in the array p
+ * of 16- or 32-bit elements */
+static LLVMValueRef at(ptx_ctx *x, LLVMValueRef p, LLVMTypeRef et, LLVMValueRef base, LLVMValueRef stride,
+                       bool row_major, LLVMValueRef r, LLVMValueRef c) {
+    LLVMValueRef i = LLVMBuildAdd(x->b, base,
+                                  row_major ? LLVMBuildAdd(x->b, LLVMBuildMul(x->b, r, stride, ""), c, "")
+                                            : LLVMBuildAdd(x->b, LLVMBuildMul(x->b, c, stride, ""), r, ""),
+                                  "");
+    LLVMValueRef i64 = LLVMBuildZExt(x->b, i, LLVMInt64TypeInContext(x->lc), "");
+    return LLVMBuildInBoundsGEP2(x->b, et, p, &i64, 1, "");
+}
+
+/* the array a FRAG_LOAD/STORE names: a buffer's pointer or a workgroup array */
+static LLVMValueRef array_of(ptx_ctx *x, const ir_inst *in) {
+    int64_t idx = in->imm[0];
+    bool shm = in->imm[2];
+    if (idx < 0 || (uint64_t)idx >= (shm ? x->n_shm : x->n_buf)) {
+        ptx_fail(x, "fragment %s %lld out of range", shm ? "array" : "buffer", (long long)idx);
+        return NULL;
+    }
+    return shm ? x->shm[idx] : x->buf[idx];
+}
+
+static void lane_coords(ptx_ctx *x, LLVMValueRef *g, LLVMValueRef *t2) {
+    LLVMValueRef lane = ptx_load_id(x, IR_ID_SG_LANE, 0);
+    *g = LLVMBuildLShr(x->b, lane, ptx_c_i32(x, 2), "");
+    *t2 = LLVMBuildShl(x->b, LLVMBuildAnd(x->b, lane, ptx_c_i32(x, 3), ""), ptx_c_i32(x, 1), "");
+}
+
+static void emit_load(ptx_ctx *x, const ir_inst *in) {
+    const ir_type_desc *d = frag_desc(x, in->type);
+    LLVMValueRef p = array_of(x, in);
+    if (!d || !p || !ptx_need(x, in, 2)) return;
+    LLVMValueRef base = ptx_V(x, in->operand[0]), stride = ptx_V(x, in->operand[1]), g, t2;
+    lane_coords(x, &g, &t2);
+    bool acc = d->use == IR_FRAG_ACC;
+    LLVMTypeRef et = acc ? t_f32(x) : t_i16(x);
+    LLVMValueRef v = LLVMGetPoison(ptx_frag_type(x, in->type));
+    for (uint32_t e = 0; e < frag_count(d); e++) {
+        LLVMValueRef r, c;
+        coord(x, d, g, t2, e, &r, &c);
+        LLVMValueRef ld = LLVMBuildLoad2(x->b, et, at(x, p, et, base, stride, in->imm[1] != 0, r, c), "");
+        LLVMSetAlignment(ld, acc ? 4 : 2);
+        v = LLVMBuildInsertElement(x->b, v, ld, ptx_c_i32(x, e), "");
+    }
+    ptx_def(x, in->result, v);
+}
+
+static void emit_store(ptx_ctx *x, const ir_inst *in) {
+    if (!ptx_need(x, in, 3)) return;
+    const ir_type_desc *d = frag_desc(x, ir_type_of(x->k, in->operand[0]));
+    LLVMValueRef p = array_of(x, in);
+    if (!d || !p) return;
+    LLVMValueRef v = ptx_V(x, in->operand[0]), base = ptx_V(x, in->operand[1]), stride = ptx_V(x, in->operand[2]);
+    LLVMValueRef g, t2;
+    lane_coords(x, &g, &t2);
+    bool acc = d->use == IR_FRAG_ACC;
+    LLVMTypeRef et = acc ? t_f32(x) : t_i16(x);
+    for (uint32_t e = 0; e < frag_count(d); e++) {
+        LLVMValueRef r, c;
+        coord(x, d, g, t2, e, &r, &c);
+        LLVMValueRef st = LLVMBuildStore(x->b, LLVMBuildExtractElement(x->b, v, ptx_c_i32(x, e), ""),
+                                         at(x, p, et, base, stride, in->imm[1] != 0, r, c));
+        LLVMSetAlignment(st, acc ? 4 : 2);
+    }
+}
+
+static void emit_fill(ptx_ctx *x, const ir_inst *in) {
+    const ir_type_desc *d = frag_desc(x, in->type);
+    if (!d || !ptx_need(x, in, 1)) return;
+    LLVMValueRef s = ptx_V(x, in->operand[0]);
+    ir_scalar ss;
+    uint32_t lanes;
+    if (!ptx_tinfo(x, ir_type_of(x->k, in->operand[0]), &ss, &lanes)) return;
+    /* A/B hold raw 16-bit values: the scalar (an f32 register) rounded to the element type */
+    if (d->use != IR_FRAG_ACC) s = ptx_to_storage(x, d->elem, 1, ptx_round_to(x, d->elem, 1, s));
+    LLVMValueRef v = LLVMGetPoison(ptx_frag_type(x, in->type));
+    for (uint32_t e = 0; e < frag_count(d); e++) v = LLVMBuildInsertElement(x->b, v, s, ptx_c_i32(x, e), "");
+    ptx_def(x, in->result, v);
+}
+
+/* d = a * b + c through inline PTX: the 16-bit pairs packed into 32-bit registers */
+static void emit_mma(ptx_ctx *x, const ir_inst *in) {
+    if (!ptx_need(x, in, 3)) return;
+    const ir_type_desc *da = frag_desc(x, ir_type_of(x->k, in->operand[0]));
+    const ir_type_desc *db = frag_desc(x, ir_type_of(x->k, in->operand[1]));
+    const ir_type_desc *dc = frag_desc(x, ir_type_of(x->k, in->operand[2]));
+    if (!da || !db || !dc) return;
+    if (da->elem != db->elem) {
+        ptx_fail(x, "mma of %s by %s", ir_scalar_name(da->elem), ir_scalar_name(db->elem));
+        return;
+    }
+    LLVMTypeRef i32 = ptx_t_i32(x), f32 = t_f32(x);
+    LLVMValueRef a = LLVMBuildBitCast(x->b, ptx_V(x, in->operand[0]), LLVMVectorType(i32, 4), "");
+    LLVMValueRef b = LLVMBuildBitCast(x->b, ptx_V(x, in->operand[1]), LLVMVectorType(i32, 2), "");
+    LLVMValueRef c = ptx_V(x, in->operand[2]);
+    LLVMValueRef args[10];
+    LLVMTypeRef at_[10];
+    for (uint32_t i = 0; i < 4; i++) args[i] = LLVMBuildExtractElement(x->b, a, ptx_c_i32(x, i), ""), at_[i] = i32;
+    for (uint32_t i = 0; i < 2; i++) args[4 + i] = LLVMBuildExtractElement(x->b, b, ptx_c_i32(x, i), ""), at_[4 + i] = i32;
+    for (uint32_t i = 0; i < 4; i++) args[6 + i] = LLVMBuildExtractElement(x->b, c, ptx_c_i32(x, i), ""), at_[6 + i] = f32;
+    LLVMTypeRef rt[4] = {f32, f32, f32, f32};
+    LLVMTypeRef ret = LLVMStructTypeInContext(x->lc, rt, 4, 0);
+    LLVMTypeRef fty = LLVMFunctionType(ret, at_, 10, 0);
+    char text[200];
+    const char *ty = da->elem == IR_BF16 ? "bf16" : "f16";
+    snprintf(text, sizeof text,
+             "mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32 {$0,$1,$2,$3}, {$4,$5,$6,$7}, {$8,$9}, "
+             "{$10,$11,$12,$13};",
+             ty, ty);
+    static const char cons[] = "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f";
+    LLVMValueRef asm_ = LLVMGetInlineAsm(fty, text, strlen(text), (char *)cons, sizeof cons - 1, 0, 0,
+                                         LLVMInlineAsmDialectATT, 0);
+    LLVMValueRef call = LLVMBuildCall2(x->b, fty, asm_, args, 10, "");
+    LLVMValueRef dv = LLVMGetPoison(LLVMVectorType(f32, 4));
+    for (uint32_t i = 0; i < 4; i++)
+        dv = LLVMBuildInsertElement(x->b, dv, LLVMBuildExtractValue(x->b, call, i, ""), ptx_c_i32(x, i), "");
+    ptx_def(x, in->result, dv);
+}
+
+void ptx_emit_frag(ptx_ctx *x, const ir_inst *in) {
+    switch (in->op) {
+    case IR_OP_FRAG_FILL: emit_fill(x, in); break;
+    case IR_OP_FRAG_LOAD: emit_load(x, in); break;
+    case IR_OP_FRAG_STORE: emit_store(x, in); break;
+    case IR_OP_FRAG_MMA: emit_mma(x, in); break;
+    default: ptx_fail(x, "not a fragment instruction"); break;
+    }
+}
