@@ -90,9 +90,10 @@ static LLVMBasicBlockRef block(ptx_ctx *x, const char *name) { return LLVMAppend
 /* Loop unrolling hints on a loop's back edge (llvm.loop metadata): LLVM's own threshold
  * leaves a 32-step dot product over a head rolled, one load in flight per lane per
  * step, which made decode attention 2.3x slower on CUDA than on NVIDIA's Vulkan compiler
- * (H200). Innermost loops only (unrolling loops around loops multiplies code: the
- * tiled matmul grew to 2 MB of PTX): one of up to 64 steps known here is unrolled whole,
- * any other by 4, the remainder left to LLVM. */
+ * (H200). Innermost loops of modest bodies only: one of up to 64 steps known here is
+ * unrolled whole, any other by 4, the remainder left to LLVM; loops around loops stay
+ * rolled (unrolled, the matmul grew to 2 MB of PTX that took the driver seconds to
+ * load). */
 static bool has_loop(const ir_region *r) {
     for (uint32_t i = 0; i < r->n; i++) {
         const ir_inst *in = r->inst[i];
@@ -104,16 +105,37 @@ static bool has_loop(const ir_region *r) {
     return false;
 }
 
+static uint32_t n_insts(const ir_region *r) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < r->n; i++) {
+        const ir_inst *in = r->inst[i];
+        if (!in) continue;
+        n++;
+        for (uint32_t j = 0; j < in->n_region; j++) n += n_insts(&in->region[j]);
+    }
+    return n;
+}
+
 static void unroll_hint(ptx_ctx *x, const ir_inst *in, LLVMValueRef br, LLVMValueRef lo, LLVMValueRef hi,
                         LLVMValueRef step) {
-    if (has_loop(&in->region[0])) return;
+    if (has_loop(&in->region[0])) { /* kept rolled: LLVM would unroll it whole once its inner loops are */
+        LLVMMetadataRef off = LLVMMDStringInContext2(x->lc, "llvm.loop.unroll.disable", 24);
+        LLVMMetadataRef self = LLVMTemporaryMDNode(x->lc, NULL, 0), hint = LLVMMDNodeInContext2(x->lc, &off, 1);
+        LLVMMetadataRef ops[2] = {self, hint};
+        LLVMMetadataRef id = LLVMMDNodeInContext2(x->lc, ops, 2);
+        LLVMMetadataReplaceAllUsesWith(self, id);
+        LLVMSetMetadata(br, LLVMGetMDKindIDInContext(x->lc, "llvm.loop", 9), LLVMMetadataAsValue(x->lc, id));
+        return;
+    }
     uint64_t trips = UINT64_MAX;
     if (LLVMIsAConstantInt(lo) && LLVMIsAConstantInt(hi) && LLVMIsAConstantInt(step)) {
         uint64_t l = LLVMConstIntGetZExtValue(lo), h = LLVMConstIntGetZExtValue(hi), st = LLVMConstIntGetZExtValue(step);
         if (st && h >= l && l < (1ull << 31) && h < (1ull << 31)) trips = (h - l + st - 1) / st;
     }
+    uint32_t body = n_insts(&in->region[0]);
+    if (body > 400) return; /* a big body (a matmul's K chunk): LLVM's own judgement */
     LLVMMetadataRef hint;
-    if (trips <= 64) {
+    if (trips <= 64 && trips * body <= 8192) {
         LLVMMetadataRef full = LLVMMDStringInContext2(x->lc, "llvm.loop.unroll.full", 21);
         hint = LLVMMDNodeInContext2(x->lc, &full, 1);
     } else {
