@@ -236,7 +236,7 @@ static rt_kernel *cu_compile(rt_device *base, const ir_kernel *ir, const double 
         return NULL;
     }
     char *ptx = NULL;
-    if (ptx_emit(ir, &base->caps, &ptx, NULL, err, errlen)) return NULL;
+    if (ptx_emit_cached(ir, &base->caps, &ptx, NULL, err, errlen)) return NULL;
     if (bind(d, err, errlen)) return free(ptx), NULL;
     rt_kernel *k = calloc(1, sizeof *k);
     if (!k) return free(ptx), snprintf(err, errlen, "out of memory"), NULL;

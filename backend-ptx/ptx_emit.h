@@ -28,13 +28,16 @@
  * Vector loads/stores of `lanes` elements assume the index is a multiple of lanes (the
  * IR's rule) and buffers aligned to 16 bytes (cuMemAlloc gives 256).
  *
- * Refused with a message naming the instruction: matrix fragments (not yet lowered for
- * PTX), f16/bf16 arithmetic without caps.f16_arith / bf16_arith, f32 atomic add on
+ * Matrix fragments: mma.sync m16n8k16 (f16/bf16 inputs, f32 accumulators, sm_80+; see
+ * ptx_frag.c for the lanes' elements); other shapes are refused.
+ *
+ * Refused with a message naming the instruction: other fragment shapes, f16/bf16 arithmetic without caps.f16_arith / bf16_arith, f32 atomic add on
  * buffers without caps.atomic_f32_add, subgroup ops without the caps' flags, limits the
  * caps do not allow. */
 #ifndef KILN_PTX_EMIT_H
 #define KILN_PTX_EMIT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "caps.h"
@@ -45,6 +48,13 @@
  * malloc'ed LLVM IR kiln wrote (before optimization); or -1 with a one-line err, both
  * outputs NULL. Never aborts on bad input. Thread-safe (one LLVM context per call). */
 int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, char *err, size_t errlen);
+
+/* ptx_emit through a cache on disk (runtime/cache_dir.h's folder, ptx-<key>.ptx), so a
+ * second start runs no LLVM. The key hashes the kernel's printed IR, the caps fields the
+ * emitter reads and the emitter's and LLVM's versions; the file's first line (a PTX
+ * comment) repeats it, and a file without it is ignored and rewritten. *hit says whether
+ * the PTX came from the disk. Without a cache folder it is plain ptx_emit. */
+int ptx_emit_cached(const ir_kernel *k, const rt_caps *c, char **ptx, bool *hit, char *err, size_t errlen);
 
 /* "sm_90" etc.: the architecture ptx_emit targets for caps c (NULL when refused). */
 const char *ptx_target_arch(const rt_caps *c);

@@ -5,6 +5,8 @@
 #include "vk_device.h"
 #include "vk_instance.h"
 
+#include "cache_dir.h"
+
 #include "spv_emit.h"
 #include "vk_probe.h"
 
@@ -466,17 +468,8 @@ static int vk_run(rt_device *base, const rt_launch *l, uint32_t n, char *err, si
 static void cache_open(vk_dev *d) {
     VkPhysicalDeviceProperties pr;
     vkGetPhysicalDeviceProperties(d->phys, &pr);
-    const char *dir = getenv("KILN_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    char base[400] = "";
-    if (dir && *dir) snprintf(base, sizeof base, "%s", dir);
-    else if (xdg && *xdg) snprintf(base, sizeof base, "%s/kiln", xdg);
-    else if (home && *home) snprintf(base, sizeof base, "%s/.cache/kiln", home);
-    if (base[0]) {
-        char parent[400];
-        snprintf(parent, sizeof parent, "%s", base);
-        char *slash = strrchr(parent, '/');
-        if (slash && slash != parent) *slash = 0, mkdir(parent, 0755); /* ~/.cache may not exist yet */
-        mkdir(base, 0755);
+    char base[400];
+    if (rt_cache_dir(base, sizeof base) == 0) {
         char uuid[2 * VK_UUID_SIZE + 1];
         for (unsigned i = 0; i < VK_UUID_SIZE; i++) snprintf(uuid + 2 * i, 3, "%02x", pr.pipelineCacheUUID[i]);
         snprintf(d->cache_path, sizeof d->cache_path, "%s/vk-%04x-%04x-%s.bin", base, pr.vendorID, pr.deviceID, uuid);
@@ -501,19 +494,12 @@ static void cache_open(vk_dev *d) {
     free(data);
 }
 
-/* Written to PATH.tmp and renamed, so a concurrent kiln never reads half a file. */
 static void cache_save(vk_dev *d) {
     size_t n = 0;
     if (!d->cache || !d->cache_path[0] || vkGetPipelineCacheData(d->dev, d->cache, &n, NULL) != VK_SUCCESS || !n) return;
     void *data = malloc(n);
-    char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s.%ld.tmp", d->cache_path, (long)getpid());
-    FILE *f = data && vkGetPipelineCacheData(d->dev, d->cache, &n, data) == VK_SUCCESS ? fopen(tmp, "wb") : NULL;
-    if (f) {
-        bool ok = fwrite(data, 1, n, f) == n;
-        if (fclose(f) == 0 && ok) rename(tmp, d->cache_path);
-        else unlink(tmp);
-    }
+    if (data && vkGetPipelineCacheData(d->dev, d->cache, &n, data) == VK_SUCCESS)
+        rt_cache_write(d->cache_path, data, n);
     free(data);
 }
 

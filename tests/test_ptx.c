@@ -642,3 +642,46 @@ Test(ptx, builders_sm80_bf16, .timeout = 120) { all_builders(80, IR_BF16); }
 Test(ptx, builders_sm80_f16, .timeout = 120) { all_builders(80, IR_F16); }
 Test(ptx, builders_sm90_bf16, .timeout = 120) { all_builders(90, IR_BF16); }
 Test(ptx, builders_sm90_f16, .timeout = 120) { all_builders(90, IR_F16); }
+
+/* The PTX cache: a first emit writes ptx-<key>.ptx, a second reads it back (the same
+ * text, no LLVM), a damaged file is ignored and rewritten, other caps get their own file,
+ * and the cached text (a comment line ahead of the module) still assembles. */
+Test(ptx, cache_on_disk) {
+    const char *dir = tu_tmp("ptx-cache");
+    setenv("KILN_CACHE_DIR", dir, 1);
+    rt_caps c = cuda_caps(90), c80 = cuda_caps(80);
+    char err[512], *a = NULL, *b = NULL, *d = NULL;
+    bool hit = true;
+    ir_kernel *k = kn_rmsnorm(&c, 1000, IR_BF16, 1e-6f, err, sizeof err);
+    cr_assert_not_null(k, "%s", err);
+    cr_assert_eq(ptx_emit_cached(k, &c, &a, &hit, err, sizeof err), 0, "%s", err);
+    cr_assert(!hit && a && strstr(a, ".entry"));
+    cr_assert_eq(ptx_emit_cached(k, &c, &b, &hit, err, sizeof err), 0, "%s", err);
+    cr_assert(hit, "second emit missed the cache");
+    cr_assert(strstr(b, "// kiln ptx cache ") == b && strstr(b, a), "cached text differs");
+    assemble(b, "sm_90", "cached rmsnorm");
+    /* exactly one file, then damage it */
+    char cmd[1200], path[1000] = "";
+    snprintf(cmd, sizeof cmd, "ls %s/ptx-*.ptx", dir);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p && fgets(path, sizeof path, p));
+    path[strcspn(path, "\n")] = 0;
+    cr_assert(!fgets(cmd, sizeof cmd, p), "more than one cache file");
+    pclose(p);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    fputs("garbage", f);
+    fclose(f);
+    free(b);
+    cr_assert_eq(ptx_emit_cached(k, &c, &b, &hit, err, sizeof err), 0, "%s", err);
+    cr_assert(!hit && strstr(b, ".entry"), "a damaged file was used");
+    free(b);
+    cr_assert_eq(ptx_emit_cached(k, &c, &b, &hit, err, sizeof err), 0, "%s", err);
+    cr_assert(hit, "the damaged file was not rewritten");
+    /* another target: another key */
+    cr_assert_eq(ptx_emit_cached(k, &c80, &d, &hit, err, sizeof err), 0, "%s", err);
+    cr_assert(!hit && strstr(d, "sm_80"));
+    free(a), free(b), free(d);
+    ir_kernel_destroy(k);
+    unsetenv("KILN_CACHE_DIR");
+}
