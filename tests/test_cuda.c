@@ -63,7 +63,11 @@ Test(cuda, probe_reports_a_note_not_an_error) {
         cr_assert(c->max_workgroup >= 256 && c->compute_units > 0);
         cr_assert(c->memory_bytes > 0 && c->free_bytes <= c->memory_bytes);
         cr_assert(c->api_version >= 11000, "%u", c->api_version);
-        cr_assert_eq(c->n_mma, 0);
+        /* the mma.sync shapes the emitter lowers, from sm_80 (and none before) */
+        cr_assert_eq(c->n_mma, c->compute_capability >= 80 ? 2u : 0u, "%u shapes at cc %u", c->n_mma,
+                     c->compute_capability);
+        for (uint32_t s = 0; s < c->n_mma; s++)
+            cr_assert(c->mma[s].m == 16 && c->mma[s].n == 8 && c->mma[s].k == 16 && c->mma[s].acc_type == IR_F32);
         cr_assert_eq(c->max_buffer_bytes, 0);
     }
     /* the count alone, and bad arguments */
