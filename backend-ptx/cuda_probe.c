@@ -59,6 +59,10 @@ static void fill(const cu_api *cu, CUdevice dev, int driver_version, rt_caps *c)
     int shared = attr(cu, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
     if (shared > 0 && (uint32_t)shared < c->shared_bytes) c->shared_bytes = (uint32_t)shared;
     c->compute_units = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
+    int per_sm = attr(cu, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
+    int l2 = attr(cu, dev, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
+    c->shared_per_cu = per_sm > 0 ? (uint32_t)per_sm : 0;
+    c->l2_bytes = l2 > 0 ? (uint64_t)l2 : 0;
     size_t total = 0;
     if (cu->DeviceTotalMem(&total, dev) == CUDA_SUCCESS) c->memory_bytes = total;
     c->free_bytes = free_memory(cu, dev);

@@ -301,6 +301,8 @@ size_t rt_caps_describe(const rt_caps *c, char *buf, size_t cap) {
     put(&o, "max_workgroup: %u\n", c->max_workgroup);
     if (c->max_buffer_bytes) put_bytes(&o, "max_buffer_bytes", c->max_buffer_bytes, false);
     else put(&o, "max_buffer_bytes: no limit\n");
+    put_bytes(&o, "shared_per_cu", c->shared_per_cu, true);
+    put_bytes(&o, "l2_bytes", c->l2_bytes, true);
     put(&o, "compute_units: %u%s\n", c->compute_units, c->compute_units ? "" : " (unknown)");
     put_bytes(&o, "memory_bytes", c->memory_bytes, true);
     put_bytes(&o, "free_bytes", c->free_bytes, true);

@@ -46,6 +46,8 @@ typedef struct rt_caps {
     uint32_t max_workgroup;   /* invocations per workgroup */
     uint64_t max_buffer_bytes; /* the largest buffer one kernel parameter may bind (Vulkan:
                                 * maxStorageBufferRange); 0: no limit */
+    uint32_t shared_per_cu;   /* workgroup memory per SM / CU, all resident workgroups (0: unknown) */
+    uint64_t l2_bytes;        /* last-level GPU cache (0: unknown; Vulkan has no core query) */
     uint32_t compute_units;   /* SMs / CUs / cores */
     uint64_t memory_bytes, free_bytes;
 } rt_caps;

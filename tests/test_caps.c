@@ -375,6 +375,8 @@ Test(caps, describe_is_stable) {
                        "shared_bytes: 49152 (48 KiB)\n"
                        "max_workgroup: 1024\n"
                        "max_buffer_bytes: 4294967295 (4.00 GiB)\n"
+                       "shared_per_cu: 0 (unknown)\n"
+                       "l2_bytes: 0 (unknown)\n"
                        "compute_units: 132\n"
                        "memory_bytes: 150754820096 (140.40 GiB)\n"
                        "free_bytes: 100000000000 (93.13 GiB)\n";
@@ -390,6 +392,7 @@ Test(caps, describe_is_stable) {
     cr_assert(strstr(d, "backend: cuda\nvendor: -\nname: -\ndriver: -\napi_version: 13.0\ncompute_capability: 9.0\n"),
               "%s", d);
     cr_assert(strstr(d, "mma: none\nshared_bytes: 49152 (48 KiB)\nmax_workgroup: 1024\nmax_buffer_bytes: no limit\n"
+                        "shared_per_cu: 0 (unknown)\nl2_bytes: 0 (unknown)\n"
                         "compute_units: 0 (unknown)\n"
                         "memory_bytes: 0 (unknown)\nfree_bytes: 0 (unknown)\n"),
               "%s", d);
@@ -401,7 +404,7 @@ Test(caps, describe_is_stable) {
     d = describe(&odd);
     int lines = 0;
     for (const char *p = d; *p; p++) lines += *p == '\n';
-    cr_assert_eq(lines, 23, "%s", d);
+    cr_assert_eq(lines, 25, "%s", d);
     cr_assert(strstr(d, "vendor: a?b\n"));
 
     /* sizing: NULL buffer, short buffers */

@@ -61,6 +61,8 @@ Test(cuda, probe_reports_a_note_not_an_error) {
         cr_assert(c->subgroup_arith && c->subgroup_shuffle && c->storage16 && c->atomic_f32_add);
         cr_assert(c->shared_bytes > 0 && c->shared_bytes <= 48 * 1024, "%u", c->shared_bytes);
         cr_assert(c->max_workgroup >= 256 && c->compute_units > 0);
+        cr_assert(c->shared_per_cu >= c->shared_bytes && c->l2_bytes >= (1u << 20), "shared/SM %u, L2 %llu",
+                  c->shared_per_cu, (unsigned long long)c->l2_bytes);
         cr_assert(c->memory_bytes > 0 && c->free_bytes <= c->memory_bytes);
         cr_assert(c->api_version >= 11000, "%u", c->api_version);
         /* the mma.sync shapes the emitter lowers, from sm_80 (and none before) */
