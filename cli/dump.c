@@ -1,4 +1,4 @@
-/* kiln dump MODEL (--spirv DIR | --ptx DIR) [--device vulkan:N] [--sm sm_XX] [--caps LIST]
+/* kiln dump MODEL (--spirv DIR | --ptx DIR) [--device vulkan:N|cuda:N] [--sm sm_XX] [--caps LIST]
  * [--dtype T] [--ctx N]: every kernel a plan builds for the model, with kiln's IR
  * (ROLE.ir) and
  *   --spirv: the SPIR-V module (ROLE.spv) and its disassembly (ROLE.spvasm), each module
@@ -6,8 +6,10 @@
  *            device (its caps, less --caps), or without one for the spec-minimum Vulkan
  *            caps with 16-bit storage (which kiln's kernels need), less --caps;
  *   --ptx:   the LLVM IR kiln wrote (ROLE.ll) and the PTX LLVM made of it (ROLE.ptx), for
- *            CUDA's defaults at --sm (default sm_80), less --caps. kiln never assembles
- *            PTX itself (the driver does): check it with ptxas if you have one. */
+ *            an opened CUDA device (its caps, less --caps), or without one for CUDA's
+ *            defaults at --sm (default sm_80), less --caps. kiln never assembles PTX
+ *            itself (the driver does): check it with ptxas if you have one. */
+#include "cuda_device.h"
 #include "caps.h"
 #include "cli.h"
 #include "cuda_probe.h"
@@ -26,12 +28,13 @@
 #include <sys/stat.h>
 
 static const char usage[] =
-    "usage: kiln dump MODEL (--spirv DIR | --ptx DIR) [--device vulkan:N] [--sm sm_XX] [--caps LIST]\n"
+    "usage: kiln dump MODEL (--spirv DIR | --ptx DIR) [--device vulkan:N|cuda:N] [--sm sm_XX] [--caps LIST]\n"
     "                 [--dtype bf16|f16] [--ctx N]\n"
     "  --spirv DIR  DIR/ROLE.spv, ROLE.spvasm and ROLE.ir for every kernel of the model's plan,\n"
     "               each module validated; without --device, for spec-minimum Vulkan caps with\n"
     "               16-bit storage less --caps\n"
-    "  --ptx DIR    DIR/ROLE.ll, ROLE.ptx and ROLE.ir, for CUDA at --sm (default sm_80) less --caps\n";
+    "  --ptx DIR    DIR/ROLE.ll, ROLE.ptx and ROLE.ir; with --device cuda:N for that GPU, else for\n"
+    "               CUDA at --sm (default sm_80) less --caps\n";
 
 typedef struct dump_ctx {
     const char *dir;
@@ -145,17 +148,20 @@ int cmd_dump(int argc, char **argv) {
     uint64_t cc = 80;
     if (sm && (!ptx || strncmp(sm, "sm_", 3) || !cli_parse_u64(sm + 3, 50, 120, &cc)))
         return cli_usage_error(usage, "--sm is sm_XX (50..120) with --ptx, not '%s'", sm);
-    if (ptx && device) return cli_usage_error(usage, "--ptx takes --sm, not --device (no CUDA runtime yet)");
+    if (ptx && device && sm) return cli_usage_error(usage, "--sm or --device, not both");
     char err[1024];
     if (caps_list && rt_caps_override_check(caps_list, err, sizeof err)) return cli_usage_error(usage, "%s", err);
     uint64_t index = 0;
-    if (device && (strncmp(device, "vulkan:", 7) || !cli_parse_u64(device + 7, 0, 15, &index)))
-        return cli_usage_error(usage, "--device is vulkan:N, not '%s'", device);
+    const char *want = ptx ? "cuda:" : "vulkan:";
+    if (device && (strncmp(device, want, strlen(want)) || !cli_parse_u64(device + strlen(want), 0, 15, &index)))
+        return cli_usage_error(usage, "--device is %sN with --%s, not '%s'", want, ptx ? "ptx" : "spirv", device);
 
     rt_caps caps;
     rt_device *dev = NULL;
     if (device) {
-        if (!(dev = vk_device_open((uint32_t)index, caps_list, err, sizeof err))) return cli_fail("%s", err);
+        dev = ptx ? cuda_device_open((uint32_t)index, caps_list, err, sizeof err)
+                  : vk_device_open((uint32_t)index, caps_list, err, sizeof err);
+        if (!dev) return cli_fail("%s", err);
         caps = dev->caps;
         dev->ops->destroy(dev);
     } else if (ptx) {

@@ -89,7 +89,9 @@ Test(dump, every_kernel_of_the_plan_validates) {
         }
     }
     /* refusals: usage errors (2), and a file that is no model (1) */
-    const char *bad[][8] = {{"dump", model, NULL},
+    const char *bad[][10] = {{"dump", model, NULL},
+                            {"dump", model, "--ptx", "/tmp/x", "--device", "vulkan:0", NULL},
+                            {"dump", model, "--ptx", "/tmp/x", "--device", "cuda:0", "--sm", "sm_90", NULL},
                             {"dump", "--spirv", "/tmp", NULL},
                             {"dump", model, "--spirv", "/tmp/x", "--device", "cuda:0", NULL},
                             {"dump", model, "--spirv", "/tmp/x", "--caps", "no-such-cap", NULL},
@@ -102,4 +104,9 @@ Test(dump, every_kernel_of_the_plan_validates) {
     cr_assert_eq(tu_run_kiln((const char *const[]){"dump", "/nonexistent.gguf", "--spirv", tu_tmp("dump-x"), NULL}, NULL,
                              0, e, sizeof e),
                  1, "%s", e);
+    /* a CUDA device that is not there: a message and 1, not a crash */
+    cr_assert_eq(tu_run_kiln((const char *const[]){"dump", model, "--ptx", tu_tmp("dump-c"), "--device", "cuda:9", NULL},
+                             NULL, 0, e, sizeof e),
+                 1, "%s", e);
+    cr_assert(strstr(e, "cuda"), "%s", e);
 }
