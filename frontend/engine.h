@@ -19,6 +19,13 @@ typedef struct engine_ops {
     int (*eval)(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all, char *err,
                 size_t errlen);
     void (*destroy)(engine *e);
+    /* Optional (NULL where not offered): eval with all = false, giving instead of the
+     * logits the index of the last token's largest logit (ties to the lowest, NaN as
+     * -inf: samp_argmax's pick), so a greedy loop moves 4 bytes per token, not the
+     * vocabulary's logits. -1 in *best when no logit beats -inf (the caller then reads
+     * the logits with eval to decide). 0, or -1 with err. */
+    int (*eval_argmax)(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best, char *err,
+                       size_t errlen);
 } engine_ops;
 
 struct engine {

@@ -17,6 +17,7 @@
 
 #include "kernels.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,13 +27,13 @@
 /* The kernels of a plan, by role. */
 enum {
     K_EMBED, K_NORM, K_MV_QKV, K_QK_PREP, K_ATTN, K_MV_O, K_MV_FFN, K_MV_DOWN, K_MV_OUT,
-    K_MM_QKV, K_ATTN_PREFILL, K_MM_O, K_MM_FF, K_MM_DOWN, K_SWIGLU, K_TAKE_LAST, K_ATTN_MERGE, K_STAGE,
+    K_MM_QKV, K_ATTN_PREFILL, K_MM_O, K_MM_FF, K_MM_DOWN, K_SWIGLU, K_TAKE_LAST, K_ATTN_MERGE, K_STAGE, K_ARGMAX,
     K_COUNT
 };
 static const char *const k_role[K_COUNT] = {
     "embed", "rmsnorm", "decode_qkv", "qk_prep", "attn_decode", "decode_o", "decode_gate_up_swiglu",
     "decode_down", "logits", "prefill_qkv", "attn_prefill", "prefill_o", "prefill_gate_up", "prefill_down",
-    "prefill_swiglu", "take_last", "attn_merge", "stage_inputs"};
+    "prefill_swiglu", "take_last", "attn_merge", "stage_inputs", "argmax"};
 
 /* What the kernels are built from. */
 typedef struct plan_shape {
@@ -92,6 +93,7 @@ static ir_kernel *build_kernel(const plan_shape *s, const rt_caps *c, int i, uin
     case K_SWIGLU: return kn_swiglu(c, nb * hp->n_ff, dt, &g[0], err, errlen);
     case K_TAKE_LAST: return kn_take_last(c, d, nb, dt, &g[0], err, errlen);
     case K_STAGE: return kn_stage_inputs(c, nb, &g[0], err, errlen);
+    case K_ARGMAX: return kn_argmax(c, hp->n_vocab, err, errlen);
     }
     return NULL;
 }
@@ -115,6 +117,7 @@ typedef struct plan_engine {
      * ping-pongs between xa and xb through the fused residual adds */
     rt_buffer *xa, *xb, *h, *qkv, *att, *g, *u, *act, *last, *hl, *logits, *tok, *info;
     rt_buffer *tok_h, *info_h; /* what the host writes (host-mapped); tok and info are their device copies */
+    rt_buffer *best;           /* the logits' argmax and max (host-mapped), for greedy decoding */
     rt_buffer *part; /* the decode attention's per-run softmax partials (f32) */
     rt_kernel *kern[K_COUNT];
     uint32_t grid[K_COUNT][2];
@@ -258,8 +261,9 @@ static int add_qk_prep(plan_engine *p, const plan_layer *L, uint32_t gy) {
 /* The logits of the row x: the output norm fused into the head where it can be. */
 static int add_logits(plan_engine *p, rt_buffer *x) {
     uint32_t gx = p->grid[K_MV_OUT][0];
-    if (p->s.fuse_norm) return ADD(K_MV_OUT, gx, 1, p->output, x, p->logits, p->output_norm);
-    return ADD(K_NORM, 1, 1, x, p->output_norm, p->hl) | ADD(K_MV_OUT, gx, 1, p->output, p->hl, p->logits);
+    int r = p->s.fuse_norm ? ADD(K_MV_OUT, gx, 1, p->output, x, p->logits, p->output_norm)
+                           : ADD(K_NORM, 1, 1, x, p->output_norm, p->hl) | ADD(K_MV_OUT, gx, 1, p->output, p->hl, p->logits);
+    return r | ADD(K_ARGMAX, 1, 1, p->logits, p->best);
 }
 
 static int record_decode(plan_engine *p) {
@@ -339,9 +343,12 @@ static int step(plan_engine *p, rt_recording *rec, const int32_t *tokens, uint32
                : 0;
 }
 
-static int plan_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all, char *err,
-                     size_t errlen) {
-    plan_engine *p = (plan_engine *)base;
+/* Evaluates tokens through the recordings; the last step's logits (and their argmax)
+ * stay on the device for the caller to read. all: a decode step per token, each token's
+ * logits copied to logits[t] as it goes. */
+static int run_tokens(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
+                      char *err, size_t errlen) {
+    engine *base = &p->base;
     if (n == 0) return fail(err, errlen, "no tokens to evaluate");
     if (pos > base->n_past) return fail(err, errlen, "position %u is past the %u cached positions", pos, base->n_past);
     if ((uint64_t)pos + n > base->n_ctx)
@@ -358,11 +365,29 @@ static int plan_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t p
         if (step(p, m == 1 ? p->decode : p->prefill, tokens + t, m, pos + t, err, errlen)) return -1;
         t += m;
         base->n_past = pos + t;
-        if (all || t == n)
-            if (d->ops->download(d, p->logits, 0, logits + (all ? (size_t)(t - 1) * p->s.hp.n_vocab : 0), row, err,
-                                 errlen))
-                return -1;
+        if (all && d->ops->download(d, p->logits, 0, logits + (size_t)(t - 1) * p->s.hp.n_vocab, row, err, errlen))
+            return -1;
     }
+    return 0;
+}
+
+static int plan_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all, char *err,
+                     size_t errlen) {
+    plan_engine *p = (plan_engine *)base;
+    if (run_tokens(p, tokens, n, pos, logits, all, err, errlen)) return -1;
+    return all ? 0 : p->d->ops->download(p->d, p->logits, 0, logits, (size_t)p->s.hp.n_vocab * 4, err, errlen);
+}
+
+static int plan_eval_argmax(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best, char *err,
+                            size_t errlen) {
+    plan_engine *p = (plan_engine *)base;
+    uint32_t out[2];
+    if (run_tokens(p, tokens, n, pos, NULL, false, err, errlen) ||
+        p->d->ops->download(p->d, p->best, 0, out, sizeof out, err, errlen))
+        return -1;
+    float mx;
+    memcpy(&mx, &out[1], 4);
+    *best = mx == -INFINITY || out[0] >= p->s.hp.n_vocab ? -1 : (int32_t)out[0];
     return 0;
 }
 
@@ -377,7 +402,7 @@ static void plan_destroy(engine *base) {
         if (p->kern[i]) d->ops->release_kernel(d, p->kern[i]);
     rt_buffer *bufs[] = {p->tok_embd, p->output == p->tok_embd ? NULL : p->output, p->output_norm, p->freqs, p->xa,
                          p->xb, p->h, p->qkv, p->att, p->g, p->u, p->act, p->last, p->hl, p->logits, p->tok, p->info,
-                         p->part, p->tok_h, p->info_h};
+                         p->part, p->tok_h, p->info_h, p->best};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
     for (uint32_t l = 0; p->L && l < p->s.hp.n_layer; l++) {
@@ -392,7 +417,7 @@ static void plan_destroy(engine *base) {
     free(p);
 }
 
-static const engine_ops plan_ops = {plan_eval, plan_destroy};
+static const engine_ops plan_ops = {plan_eval, plan_destroy, plan_eval_argmax};
 
 void plan_counts(const engine *e, uint32_t *n_kernels, uint32_t *n_launches) {
     const plan_engine *p = (const plan_engine *)e;
@@ -471,7 +496,7 @@ int plan_profile(engine *e, uint32_t reps, FILE *out, char *err, size_t errlen) 
 static uint64_t act_bytes(const plan_shape *s, const rt_caps *c, uint32_t nb) {
     const arch_hparams *hp = &s->hp;
     return 2ull * nb * (3ull * hp->n_embd + s->qkv_dim + s->q_dim + 3ull * hp->n_ff) + 4ull * hp->n_embd +
-           4ull * hp->n_vocab + 8ull * nb + 16 + 4ull * hp->n_head * kn_attn_splits(c, hp->n_head, s->n_ctx) * (hp->head_dim_k + 2);
+           4ull * hp->n_vocab + 8ull * nb + 24 + 4ull * hp->n_head * kn_attn_splits(c, hp->n_head, s->n_ctx) * (hp->head_dim_k + 2);
 }
 
 /* Bytes the plan will hold on the device, and its largest single buffer (named in what),
@@ -573,11 +598,12 @@ engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx
         {&p->qkv, nb * s.qkv_dim * 2}, {&p->att, nb * s.q_dim * 2}, {&p->g, nb * hp->n_ff * 2},
         {&p->u, nb * hp->n_ff * 2}, {&p->act, nb * hp->n_ff * 2}, {&p->last, hp->n_embd * 2},
         {&p->hl, hp->n_embd * 2}, {&p->logits, (size_t)hp->n_vocab * 4}, {&p->tok, nb * 4}, {&p->info, 8},
-        {&p->tok_h, nb * 4}, {&p->info_h, 8},
+        {&p->tok_h, nb * 4}, {&p->info_h, 8}, {&p->best, 8},
         {&p->part, (size_t)hp->n_head * kn_attn_splits(&d->caps, hp->n_head, s.n_ctx) * (hp->head_dim_k + 2) * 4}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0] && !bad; i++) {
         /* what the host writes or reads each step lives in host memory */
-        bool host = acts[i].b == &p->logits || acts[i].b == &p->tok_h || acts[i].b == &p->info_h;
+        bool host = acts[i].b == &p->logits || acts[i].b == &p->tok_h || acts[i].b == &p->info_h ||
+                    acts[i].b == &p->best;
         if (!(*acts[i].b = (host ? d->ops->alloc_host : d->ops->alloc)(d, acts[i].bytes, err, errlen))) bad = 1;
     }
     /* One replay of each recording now, so the driver's first-use work (final pipeline

@@ -714,6 +714,8 @@ void samp_accept(sampler *s, int32_t id) {
 
 /* ---- sampling ----------------------------------------------------------------------------- */
 
+bool samp_is_greedy(const sampler *s) { return s && s->p.temperature < FLT_MIN && !s->pen; }
+
 int32_t samp_argmax(const float *logits, uint32_t n) {
     if (!logits || n == 0) return -1;
     float m = max_of(logits, n, NULL);

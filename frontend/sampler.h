@@ -32,6 +32,9 @@ void samp_reset(sampler *s);
 /* Picks the next token from logits[n_vocab] (not modified); -1 when none can be chosen
  * (every logit NaN or -inf). */
 int32_t samp_sample(sampler *s, const float *logits);
+/* Whether samp_sample is samp_argmax of the logits whatever the history: temperature 0
+ * and no penalties. (A caller may then ask the engine for the argmax alone.) */
+bool samp_is_greedy(const sampler *s);
 /* Records a token (prompt or generated) in the penalty history. */
 void samp_accept(sampler *s, int32_t id);
 

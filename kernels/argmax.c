@@ -1,7 +1,8 @@
 /* Greedy sampling's argmax over f32 logits in one workgroup: each invocation scans a
  * strided slice keeping the first largest value (strict >), then the workgroup keeps the
- * largest value and, among equals, the lowest index. NaN logits are not ordered: a
- * model that makes them is broken before this point. */
+ * largest value and, among equals, the lowest index. A NaN counts as -inf (as the host's
+ * samp_argmax skips it); the maximum is written beside the index, so a caller sees when
+ * there was nothing but -inf and NaN. */
 #include "kn_common.h"
 
 #include <math.h>
@@ -27,7 +28,8 @@ ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, char *err, size_t errlen) {
     /* an empty slice holds (-inf, none): it loses to any element, even -inf */
     ir_val init[2] = {ir_const_f32(k, -INFINITY), none};
     ir_for *l = ir_for_begin(k, lid, ir_const_u32(k, n), ir_const_u32(k, wg), 2, init);
-    ir_val iv = ir_for_iv(l), v = ir_load(k, lg, iv, 1);
+    ir_val iv = ir_for_iv(l), raw = ir_load(k, lg, iv, 1);
+    ir_val v = ir_select(k, ir_compare(k, IR_EQ, raw, raw), raw, ir_const_f32(k, -INFINITY)); /* NaN -> -inf */
     ir_val take = ir_bin(k, IR_OP_OR, ir_compare(k, IR_GT, v, ir_for_arg(l, 0)), ir_compare(k, IR_EQ, ir_for_arg(l, 1), none));
     ir_val nx[2] = {ir_select(k, take, v, ir_for_arg(l, 0)), ir_select(k, take, iv, ir_for_arg(l, 1))};
     ir_for_end(k, l, nx);
@@ -55,6 +57,7 @@ ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, char *err, size_t errlen) {
         ir_val fv = ir_for_result(l2, 0), fi = ir_for_result(l2, 1);
         m = ir_sg_reduce(k, IR_REDUCE_MAX, fv);
         bi = ir_sg_reduce(k, IR_REDUCE_MIN, ir_select(k, ir_compare(k, IR_EQ, fv, m), fi, none));
+        bv = m;
     } else {
         ir_shm sv = ir_shared_array(k, "best_v", IR_F32, wg), si = ir_shared_array(k, "best_i", IR_U32, wg);
         ir_shm_store(k, sv, lid, bv);
@@ -72,9 +75,11 @@ ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, char *err, size_t errlen) {
             ir_barrier(k);
         }
         bi = ir_shm_load(k, si, zero, 1);
+        bv = ir_shm_load(k, sv, zero, 1);
     }
     ir_if *st = ir_if_begin(k, ir_compare(k, IR_EQ, lid, zero), 0);
     ir_store(k, out, zero, bi);
+    ir_store(k, out, ir_const_u32(k, 1), ir_bitcast(k, bv, ir_t_scalar(k, IR_U32)));
     ir_if_end(k, st, NULL);
     return kn_finish(k, err, errlen);
 }

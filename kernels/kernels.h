@@ -93,8 +93,10 @@ ir_kernel *kn_swiglu(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *gr
 ir_kernel *kn_rope(const rt_caps *c, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, bool neox, float base,
                    ir_scalar dtype, uint32_t *groups_x, char *err, size_t errlen);
 
-/* out[0] = the index of the largest of logits[0..n) (ties to the lowest index).
- * Params: logits (f32, read, n), out (u32, write, 1). Grid: groups = {1, 1, 1}. */
+/* out[0] = the index of the largest of logits[0..n) (ties to the lowest index; NaN counts
+ * as -inf: the host's samp_argmax), out[1] = that largest value's f32 bits (-inf: there
+ * was nothing else, and the host decides what then).
+ * Params: logits (f32, read, n), out (u32, write, 2). Grid: groups = {1, 1, 1}. */
 ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, char *err, size_t errlen);
 
 /* out[t][c] = table[tok[t] * n_embd + c] for the launch's tokens t (grid y); a token >=

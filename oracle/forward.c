@@ -316,7 +316,7 @@ static void orc_destroy(engine *base) {
     free(e);
 }
 
-static const engine_ops orc_ops = {orc_eval, orc_destroy};
+static const engine_ops orc_ops = {orc_eval, orc_destroy, NULL};
 
 engine *orc_create(const model *m, const orc_options *o, char *err, size_t errlen) {
     if (o->dtype && o->dtype != GGUF_T_BF16 && o->dtype != GGUF_T_F16) {

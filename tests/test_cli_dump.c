@@ -47,14 +47,14 @@ static void dump_and_check(const char *model, const char *dir, const char *const
     static const char *const roles[] = {"embed", "rmsnorm", "decode_qkv", "qk_prep", "attn_decode", "decode_o",
                                         "decode_gate_up_swiglu", "decode_down", "logits", "prefill_qkv",
                                         "attn_prefill", "prefill_o", "prefill_gate_up", "prefill_down",
-                                        "prefill_swiglu", "take_last", "attn_merge", "stage_inputs"};
+                                        "prefill_swiglu", "take_last", "attn_merge", "stage_inputs", "argmax"};
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
         cr_assert_gt(file_size(dir, roles[i], "spv"), 20, "%s: no %s.spv", dir, roles[i]);
         cr_assert_gt(file_size(dir, roles[i], "spvasm"), 20, "%s: no %s.spvasm", dir, roles[i]);
         cr_assert_gt(file_size(dir, roles[i], "ir"), 20, "%s: no %s.ir", dir, roles[i]);
         module_valid(dir, roles[i]);
     }
-    cr_assert(strstr(out, "18 kernels written"), "%s", out);
+    cr_assert(strstr(out, "19 kernels written"), "%s", out);
 }
 
 Test(dump, every_kernel_of_the_plan_validates) {
@@ -77,7 +77,7 @@ Test(dump, every_kernel_of_the_plan_validates) {
         cr_assert_eq(tu_run_kiln((const char *const[]){"dump", model, "--ptx", dir, "--sm", arch, NULL}, out, sizeof out,
                                  e, sizeof e),
                      0, "%s", e);
-        cr_assert(strstr(out, "18 kernels written"), "%s", out);
+        cr_assert(strstr(out, "19 kernels written"), "%s", out);
         static const char *const some[] = {"decode_qkv", "attn_prefill", "prefill_qkv", "qk_prep", "logits"};
         for (size_t i = 0; i < sizeof some / sizeof some[0]; i++) {
             cr_assert_gt(file_size(dir, some[i], "ptx"), 100, "%s/%s.ptx", dir, some[i]);

@@ -11,6 +11,7 @@
 
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,4 +228,78 @@ Test(generate, chat_and_stdin_prompt, .timeout = 300) {
     strcpy(piped, out);
     cr_assert_eq(RUN("run", m, "-p", "Once upon a time", "-n", "8"), 0, "%s", err);
     cr_assert_str_eq(piped, out);
+}
+
+/* The greedy fast path (engine_ops.eval_argmax): when the engine reports that no logit
+ * beats -inf, the loop reads the logits and lets the sampler decide, as without the
+ * fast path: an error when nothing can be sampled, the sampler's pick otherwise. A fake
+ * engine stands in: its argmax always says -1; its logits are all -inf, or -inf but for
+ * one token. */
+typedef struct fake {
+    engine base;
+    int32_t only;    /* the one finite logit, or -1 */
+    int n_argmax;    /* calls of eval_argmax */
+} fake;
+
+static int fake_eval(engine *e, const int32_t *tok, uint32_t n, uint32_t pos, float *logits, bool all, char *err,
+                     size_t errlen) {
+    (void)tok, (void)all, (void)err, (void)errlen;
+    fake *f = (fake *)e;
+    for (uint32_t v = 0; v < e->n_vocab; v++) logits[v] = (int32_t)v == f->only ? 1.0f : -INFINITY;
+    e->n_past = pos + n;
+    return 0;
+}
+static int fake_argmax(engine *e, const int32_t *tok, uint32_t n, uint32_t pos, int32_t *best, char *err,
+                       size_t errlen) {
+    (void)tok, (void)err, (void)errlen;
+    ((fake *)e)->n_argmax++;
+    e->n_past = pos + n;
+    *best = -1;
+    return 0;
+}
+static void fake_destroy(engine *e) { (void)e; }
+static const engine_ops fake_ops = {fake_eval, fake_destroy, fake_argmax};
+
+Test(generate, greedy_fast_path_falls_back_to_the_sampler) {
+    rig r;
+    rig_open(&r);
+    char e[256];
+    for (int only = -1; only <= 0; only++) {
+        fake f = {{&fake_ops, "fake", r.e->n_vocab, 64, 0}, only == 0 ? 300 : -1, 0};
+        gen_session *s = gen_session_create(&f.base, r.t);
+        cr_assert_not_null(s);
+        int32_t prompt[2] = {1, 400};
+        gen_params gp = {.max_tokens = 3, .extra_eog = -1};
+        gen_result res;
+        int rc = gen_run(s, r.smp, prompt, 2, &gp, sink, NULL, &res, e, sizeof e);
+        cr_assert(f.n_argmax >= 1, "the fast path was not taken");
+        if (only < 0) {
+            cr_assert_eq(rc, -1);
+            cr_assert(strstr(e, "no token can be sampled"), "%s", e);
+        } else {
+            cr_assert_eq(rc, 0, "%s", e);
+            cr_assert_eq(res.n_generated, 3);
+            for (uint32_t i = 0; i < 3; i++) cr_assert_eq(res.ids[i], 300);
+        }
+        free(res.ids);
+        gen_session_free(s);
+    }
+    /* with penalties the sampler needs the logits: no fast path */
+    samp_params sp;
+    samp_params_default(&sp);
+    sp.repeat_penalty = 1.3f;
+    sampler *pen = samp_create(&sp, r.e->n_vocab);
+    cr_assert(!samp_is_greedy(pen) && samp_is_greedy(r.smp));
+    fake f = {{&fake_ops, "fake", r.e->n_vocab, 64, 0}, 300, 0};
+    gen_session *s = gen_session_create(&f.base, r.t);
+    int32_t prompt[2] = {1, 400};
+    gen_params gp = {.max_tokens = 2, .extra_eog = -1};
+    gen_result res;
+    cr_assert_eq(gen_run(s, pen, prompt, 2, &gp, sink, NULL, &res, e, sizeof e), 0, "%s", e);
+    cr_assert_eq(f.n_argmax, 0);
+    cr_assert_eq(res.ids[0], 300);
+    free(res.ids);
+    gen_session_free(s);
+    samp_free(pen);
+    rig_close(&r);
 }

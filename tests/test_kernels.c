@@ -15,6 +15,7 @@
 #include "half.h"
 #include "ir.h"
 #include "kernels.h"
+#include "sampler.h"
 #include "kn_common.h"
 #include "spv_emit.h"
 #include "vk_device.h"
@@ -548,22 +549,29 @@ static void argmax_case(rt_device *d, uint32_t n, int pattern, const char *var) 
         case 0: lg[i] = tu_urand(-20, 20); break;
         case 1: lg[i] = (float)(int)tu_urand(0, 4); break; /* many ties */
         case 2: lg[i] = -INFINITY; break;            /* all equal: index 0 */
-        default: lg[i] = 3.0f; break;
+        case 3: lg[i] = 3.0f; break;
+        case 4: lg[i] = i % 3 ? tu_urand(-5, 5) : NAN; break; /* NaN among them, the first too */
+        default: lg[i] = i % 2 ? -INFINITY : NAN; break;      /* nothing but -inf and NaN */
         }
     }
     if (pattern == 1 && n > 10) lg[n - 1] = lg[n / 2] = 3.0f; /* the max tied late */
-    uint32_t want = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (lg[i] > lg[want]) want = i;
-    uint32_t poison[1 + GUARD];
-    for (int i = 0; i < 1 + GUARD; i++) poison[i] = 0xdeadbeef;
+    /* the host's greedy pick, and the max it found */
+    int32_t want = samp_argmax(lg, n);
+    float wmax = want >= 0 ? lg[want] : -INFINITY;
+    if (want < 0) want = 0; /* the kernel's index when nothing beats -inf: the first */
+    uint32_t poison[2 + GUARD];
+    for (int i = 0; i < 2 + GUARD; i++) poison[i] = 0xdeadbeef;
     rt_buffer *bl = tu_vk_upload(d, lg, (size_t)n * 4), *bo = tu_vk_upload(d, poison, sizeof poison);
     rt_arg args[2] = {{bl, 0}, {bo, 0}};
     launch(d, k, 1, 1, args, 2);
-    uint32_t got[1 + GUARD];
+    uint32_t got[2 + GUARD];
     tu_vk_download(d, bo, got, sizeof got);
-    cr_assert_eq(got[0], want, "argmax n=%u pattern %d caps=%s: %u != %u", n, pattern, var ? var : "device", got[0], want);
-    for (int i = 1; i < 1 + GUARD; i++) cr_assert_eq(got[i], 0xdeadbeef, "argmax wrote past the end");
+    float gmax;
+    memcpy(&gmax, &got[1], 4);
+    cr_assert_eq(got[0], (uint32_t)want, "argmax n=%u pattern %d caps=%s: %u != %d", n, pattern, var ? var : "device",
+                 got[0], want);
+    cr_assert(gmax == wmax, "argmax n=%u pattern %d: max %g != %g", n, pattern, gmax, wmax);
+    for (int i = 2; i < 2 + GUARD; i++) cr_assert_eq(got[i], 0xdeadbeef, "argmax wrote past the end");
     d->ops->release(d, bl), d->ops->release(d, bo);
     free(lg);
     ir_kernel_destroy(k);
@@ -575,7 +583,7 @@ Test(kernels, argmax_ties_to_lowest_index) {
         rt_device *d = tu_vk_open_or_skip(variants[v]);
         tu_seed(6);
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
-            for (int pat = 0; pat < 4; pat++) argmax_case(d, sizes[si], pat, variants[v]);
+            for (int pat = 0; pat < 6; pat++) argmax_case(d, sizes[si], pat, variants[v]);
         d->ops->destroy(d);
     }
 }

@@ -6,6 +6,9 @@
  * gets (and, on a device with cooperative matrices, without them). Skipped by name when
  * there is no Vulkan device. */
 #include "engine.h"
+#include "tok.h"
+#include "sampler.h"
+#include "generate.h"
 #include "model.h"
 #include "plan.h"
 #include "testutil.h"
@@ -184,4 +187,65 @@ Test(plan, qwen3_presets_on_a_large_gpu, .timeout = 900) {
                      worst, f32);
     }
     free(p);
+}
+
+/* Greedy decoding's argmax on the device (engine_ops.eval_argmax) picks what samp_argmax
+ * picks from the logits the plan returns, after a prompt in prefill blocks and at every
+ * decode step; and a greedy gen_run takes the same tokens with and without it. */
+static int quiet(void *ctx, const char *text, size_t len) {
+    (void)ctx, (void)text, (void)len;
+    return 0;
+}
+
+Test(plan, greedy_argmax_on_the_device_matches_the_logits, .timeout = 300) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    const char *path = tu_data_file("models/stories260K.gguf");
+    char err[512];
+    model *m = model_load(path, err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    engine *e = plan_create(m, d, GGUF_T_BF16, 256, 64, err, sizeof err);
+    cr_assert_not_null(e, "%s", err);
+    cr_assert_not_null(e->ops->eval_argmax);
+    int32_t ids[400];
+    uint32_t n = tu_story_ids(path, ids, 400);
+    float *lg = malloc((size_t)e->n_vocab * 4);
+    int32_t best = -2, tok = 0;
+    cr_assert_eq(e->ops->eval_argmax(e, ids, n, 0, &best, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(engine_eval(e, ids, n, 0, lg, false, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(best, samp_argmax(lg, e->n_vocab), "after the prompt");
+    for (uint32_t s = 0; s < 24; s++) {
+        tok = best;
+        uint32_t pos = n + s;
+        cr_assert_eq(e->ops->eval_argmax(e, &tok, 1, pos, &best, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(engine_eval(e, &tok, 1, pos, lg, false, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(best, samp_argmax(lg, e->n_vocab), "step %u", s);
+    }
+    /* the generation loop, fast path and not */
+    tokenizer *t = tok_load(m->file, err, sizeof err);
+    cr_assert_not_null(t, "%s", err);
+    samp_params sp;
+    samp_params_default(&sp);
+    sampler *smp = samp_create(&sp, e->n_vocab);
+    gen_params gp = {.max_tokens = 32, .extra_eog = -1};
+    gen_result r[2];
+    const engine_ops *fast = e->ops;
+    engine_ops slow = *fast;
+    slow.eval_argmax = NULL;
+    for (int i = 0; i < 2; i++) {
+        e->ops = i ? &slow : fast;
+        engine_truncate(e, 0);
+        gen_session *gs = gen_session_create(e, t);
+        cr_assert_eq(gen_run(gs, smp, ids, 20, &gp, quiet, NULL, &r[i], err, sizeof err), 0, "%s", err);
+        gen_session_free(gs);
+    }
+    e->ops = fast;
+    cr_assert_eq(r[0].n_generated, r[1].n_generated);
+    cr_assert_eq(memcmp(r[0].ids, r[1].ids, r[0].n_generated * sizeof *r[0].ids), 0, "the fast path took other tokens");
+    free(r[0].ids), free(r[1].ids);
+    samp_free(smp);
+    tok_free(t);
+    free(lg);
+    engine_destroy(e);
+    model_free(m);
+    d->ops->destroy(d);
 }
