@@ -35,5 +35,7 @@ int cmd_chat(int argc, char **argv);
 int cmd_probe(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_dump(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_diverge(int argc, char **argv);
 
 #endif

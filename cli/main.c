@@ -18,6 +18,8 @@ static const char usage[] =
     "  tokenize MODEL -p TEXT            the ids and pieces of a text\n"
     "  probe [--caps LIST] [--json]      every device and what it offers kernels\n"
     "  dump MODEL --spirv|--ptx DIR      each kernel of the model's plan as SPIR-V or PTX (kiln dump --help)\n"
+    "  bench MODEL [-p 128,512] [-n 128] prompt and generation speed per device (kiln bench --help)\n"
+    "  diverge MODEL [--device D ...]    every device's results against the oracle and each other\n"
     "  version                           print kiln's version\n"
     "  help                              this text\n";
 
@@ -31,6 +33,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "tokenize") == 0) return cmd_tokenize(argc - 1, argv + 1);
     if (strcmp(cmd, "probe") == 0) return cmd_probe(argc - 1, argv + 1);
     if (strcmp(cmd, "dump") == 0) return cmd_dump(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "diverge") == 0) return cmd_diverge(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("kiln %s\n", KILN_COMMIT);
         return 0;

@@ -1,22 +1,29 @@
-/* kiln probe [--caps LIST] [--json]: what every device offers kernels — the CPU oracle,
- * each CUDA device and each Vulkan device — after the --caps overrides, so an A/B run can
- * be checked before it starts. */
+/* kiln probe [--caps LIST] [--json] [--measure]: what every device offers kernels — the
+ * CPU oracle, each CUDA device and each Vulkan device — after the --caps overrides, so an
+ * A/B run can be checked before it starts; with --measure, each GPU's bandwidth and matrix
+ * rate with kiln's own kernels (the floors of `kiln bench`). */
 #include "caps.h"
 #include "cli.h"
+#include "cuda_device.h"
 #include "cuda_probe.h"
 #include "ir.h"
 #include "kernels.h"
+#include "measure.h"
+#include "vk_device.h"
 #include "vk_probe.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char usage[] =
-    "usage: kiln probe [--caps LIST] [--json]\n"
+    "usage: kiln probe [--caps LIST] [--json] [--measure]\n"
     "  --caps LIST  take capabilities away, comma-separated: no-coopmat no-f16 no-bf16 no-storage16\n"
     "               no-subgroup-arith no-subgroup-shuffle no-atomic-f32 subgroup=N shared=BYTES workgroup=N\n"
-    "  --json       one JSON array, one object per device\n";
+    "  --json       one JSON array, one object per device\n"
+    "  --measure    time each GPU's memory bandwidth (a copy kernel) and matrix rate (the prefill\n"
+    "               matrix product): the floors `kiln bench` divides by\n";
 
 #define PROBE_MAX_VULKAN 16
 #define PROBE_MAX_CUDA 16
@@ -26,6 +33,9 @@ typedef struct probed {
     rt_caps caps;
     bool refused;      /* the overrides did not fit this device: caps are as probed */
     char why[256];
+    uint32_t index;    /* the N of cuda:N / vulkan:N */
+    bool measured;
+    measure_result meas;
 } probed;
 
 /* ---- text ------------------------------------------------------------------------------ */
@@ -49,6 +59,22 @@ static void print_variant(void *ctx, const char *line, size_t n) {
 
 static void json_variant(void *ctx, const char *line, size_t n) { json_array_append_new(ctx, json_stringn(line, n)); }
 
+/* "peak 4800" or "peak unknown", for the measured lines. */
+static void peak_text(double peak, const char *unit, char *buf, size_t cap) {
+    if (peak > 0) snprintf(buf, cap, "peak %.0f %s", peak, unit);
+    else snprintf(buf, cap, "peak unknown");
+}
+
+static void print_measured(const measure_result *m) {
+    char peak[64];
+    peak_text(m->peak_bandwidth_gbps, "GB/s", peak, sizeof peak);
+    printf("  measured bandwidth: %.1f GB/s (copy of %.0f MiB; %s)\n", m->bandwidth_gbps,
+           (double)m->copy_bytes / (1 << 20), peak);
+    peak_text(m->peak_gflops, "GFLOP/s", peak, sizeof peak);
+    printf("  measured matrix rate: %.1f GFLOP/s (matmul %ux%ux%u %s; %s)\n", m->matmul_gflops, m->mm_rows,
+           m->mm_cols, m->mm_tokens, m->mm_dtype, peak);
+}
+
 static void print_text(const probed *d, uint32_t nd, const char *caps_list) {
     char buf[4096];
     for (uint32_t i = 0; i < nd; i++) {
@@ -63,6 +89,7 @@ static void print_text(const probed *d, uint32_t nd, const char *caps_list) {
         }
         if (d[i].caps.backend != RT_CPU) printf("  kernels (a qwen3-0.6b-shaped model, bf16):\n");
         each_variant(&d[i], print_variant, NULL);
+        if (d[i].measured) print_measured(&d[i].meas);
     }
 }
 
@@ -83,6 +110,17 @@ static const char *type_name(uint32_t t) {
     case IR_F32: return "f32";
     default: return "?";
     }
+}
+
+/* A peak kiln does not know is null. */
+static json_t *json_peak(double v) { return v > 0 ? json_real(v) : json_null(); }
+
+static json_t *json_measured(const measure_result *m) {
+    return json_pack("{s:f,s:o,s:I,s:f,s:o,s:I,s:I,s:I,s:s}", "bandwidth_gbps", m->bandwidth_gbps,
+                     "peak_bandwidth_gbps", json_peak(m->peak_bandwidth_gbps), "copy_bytes",
+                     (json_int_t)m->copy_bytes, "matmul_gflops", m->matmul_gflops, "peak_gflops",
+                     json_peak(m->peak_gflops), "matmul_rows", (json_int_t)m->mm_rows, "matmul_cols",
+                     (json_int_t)m->mm_cols, "matmul_tokens", (json_int_t)m->mm_tokens, "matmul_dtype", m->mm_dtype);
 }
 
 static json_t *json_device(const probed *d, const char *caps_list) {
@@ -110,6 +148,7 @@ static json_t *json_device(const probed *d, const char *caps_list) {
         each_variant(d, json_variant, ks);
         json_object_set_new(o, "kernels", ks);
     }
+    if (o && d->measured) json_object_set_new(o, "measured", json_measured(&d->meas));
     if (o && caps_list) {
         json_t *ov = json_pack("{s:o,s:b}", "list", json_text(caps_list, strlen(caps_list) + 1), "applied",
                                !d->refused);
@@ -132,11 +171,26 @@ static int print_json(const probed *d, uint32_t nd, const char *caps_list) {
 
 /* ---- command ------------------------------------------------------------------------------ */
 
+/* Opens the device with the caps shown for it (the overrides, unless it refused them) and
+ * measures it. 0, or -1 with err. */
+static int measure_one(probed *d, const char *caps_list, char *err, size_t errlen) {
+    if (isatty(STDERR_FILENO)) fprintf(stderr, "kiln: measuring %s...\n", d->label);
+    const char *caps = d->refused ? NULL : caps_list;
+    rt_device *dev = d->caps.backend == RT_CUDA ? cuda_device_open(d->index, caps, err, errlen)
+                                                : vk_device_open(d->index, caps, err, errlen);
+    if (!dev) return -1;
+    int rc = measure_device(dev, &d->meas, err, errlen);
+    dev->ops->destroy(dev);
+    d->measured = rc == 0;
+    return rc;
+}
+
 int cmd_probe(int argc, char **argv) {
     const char *caps_list = NULL;
-    bool json = false;
+    bool json = false, measure = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) json = true;
+        else if (strcmp(argv[i], "--measure") == 0) measure = true;
         else if (strcmp(argv[i], "--caps") == 0) {
             if (!(caps_list = cli_flag_value(argc, argv, &i))) return cli_usage_error(usage, "--caps needs a value");
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -162,18 +216,24 @@ int cmd_probe(int argc, char **argv) {
     for (uint32_t i = 0; i < n; i++, nd++) {
         snprintf(dev[nd].label, sizeof dev[nd].label, "cuda:%u", i);
         dev[nd].caps = found[i];
+        dev[nd].index = i;
     }
     if (vk_probe_devices(found, PROBE_MAX_VULKAN, &n, err, sizeof err)) return cli_fail("%s", err);
     if (err[0]) fprintf(stderr, "kiln: %s\n", err); /* a note: no Vulkan here, or devices left out */
     for (uint32_t i = 0; i < n; i++, nd++) {
         snprintf(dev[nd].label, sizeof dev[nd].label, "vulkan:%u", i);
         dev[nd].caps = found[i];
+        dev[nd].index = i;
     }
 
     /* A list that is well formed but asks a device for more than it has (subgroup=16 on
      * an 8-wide device) is shown per device rather than hiding the others. */
     for (uint32_t i = 0; caps_list && i < nd; i++)
         dev[i].refused = rt_caps_override(&dev[i].caps, caps_list, dev[i].why, sizeof dev[i].why) != 0;
+
+    for (uint32_t i = 0; measure && i < nd; i++)
+        if (dev[i].caps.backend != RT_CPU && measure_one(&dev[i], caps_list, err, sizeof err))
+            return cli_fail("--measure: %s", err);
 
     if (json) return print_json(dev, nd, caps_list);
     print_text(dev, nd, caps_list);

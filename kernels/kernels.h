@@ -93,6 +93,12 @@ ir_kernel *kn_swiglu(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *gr
 ir_kernel *kn_rope(const rt_caps *c, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, bool neox, float base,
                    ir_scalar dtype, uint32_t *groups_x, char *err, size_t errlen);
 
+/* dst[i] = src[i] for i < n, u32 words copied bit for bit in vectors (the widest that
+ * divides n): the copy `kiln probe --measure` times for the memory bandwidth.
+ * Params: src (u32, read, n), dst (u32, write, n).
+ * Grid: groups = {*groups_x, 1, 1} (a grid-stride loop covers any n). */
+ir_kernel *kn_copy(const rt_caps *c, uint32_t n, uint32_t *groups_x, char *err, size_t errlen);
+
 /* out[0] = the index of the largest of logits[0..n) (ties to the lowest index; NaN counts
  * as -inf: the host's samp_argmax), out[1] = that largest value's f32 bits (-inf: there
  * was nothing else, and the host decides what then).

@@ -118,15 +118,22 @@ static ir_val row_dot_wide(ir_kernel *k, ir_buf w, ir_buf w2, ir_val *sum2, ir_b
     return kn_lane_sum(k, acc[0], 4);
 }
 
+/* sum + 0.5 * (row % 7): the planted error of `--caps debug-fault`, large enough to change
+ * greedy tokens, so `kiln diverge` can be shown to flag a wrong logits head. */
+static ir_val fault(ir_kernel *k, ir_val row, ir_val sum) {
+    ir_val r7 = ir_convert(k, ir_bin(k, IR_OP_REM, row, ir_const_u32(k, 7)), ir_t_scalar(k, IR_F32));
+    return ir_fma(k, r7, ir_const_f32(k, 0.5f), sum);
+}
+
 /* The row's result, stored by one invocation: the epilogue applied to the dot product(s). */
-static void store_row(ir_kernel *k, unsigned epi, ir_buf y, ir_buf b, ir_buf res, ir_val row, ir_val sum, ir_val up,
-                      ir_scalar dtype, ir_scalar out) {
+static void store_row(const rt_caps *c, ir_kernel *k, unsigned epi, ir_buf y, ir_buf b, ir_buf res, ir_val row,
+                      ir_val sum, ir_val up, ir_scalar dtype, ir_scalar out) {
     if (epi & KN_EPI_SWIGLU) {
         ir_type f32 = ir_t_scalar(k, IR_F32), dt = ir_t_scalar(k, dtype);
         ir_val g = ir_convert(k, ir_convert(k, sum, dt), f32), u = ir_convert(k, ir_convert(k, up, dt), f32);
         ir_store(k, y, row, ir_convert(k, kn_silu_mul(k, g, u), dt));
     } else if (out == IR_F32) {
-        ir_store(k, y, row, sum);
+        ir_store(k, y, row, c->debug_fault ? fault(k, row, sum) : sum);
     } else {
         ir_store(k, y, row, kn_epilogue(k, epi, sum, b, row, res, row, dtype));
     }
@@ -219,7 +226,7 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
             if (swi) up = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot(k, wu, x, hx, row, first, sg * v, cols, v));
         }
         ir_if *l0 = ir_if_begin(k, ir_compare(k, IR_EQ, lane, ir_const_u32(k, 0)), 0);
-        store_row(k, epi, y, b, res, row, sum, up, dtype, out);
+        store_row(c, k, epi, y, b, res, row, sum, up, dtype, out);
         ir_if_end(k, l0, NULL);
         ir_if_end(k, in, NULL);
         gx = (rows + rpw - 1) / rpw;
@@ -239,7 +246,7 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
         ir_val sum = kn_wg_sum(k, c, wg, d0, "dot_part");
         if (swi) up = kn_wg_sum(k, c, wg, up, "up_part");
         ir_if *l0 = ir_if_begin(k, ir_compare(k, IR_EQ, lid, ir_const_u32(k, 0)), 0);
-        store_row(k, epi, y, b, res, row, sum, up, dtype, out);
+        store_row(c, k, epi, y, b, res, row, sum, up, dtype, out);
         ir_if_end(k, l0, NULL);
         gx = rows;
     }

@@ -123,6 +123,7 @@ static const struct {
     {"no-subgroup-arith", offsetof(rt_caps, subgroup_arith)},
     {"no-subgroup-shuffle", offsetof(rt_caps, subgroup_shuffle)},
     {"no-atomic-f32", offsetof(rt_caps, atomic_f32_add)},
+    {"debug-fault", offsetof(rt_caps, debug_fault)}, /* the one item that turns a flag on */
 };
 
 static bool key_is(const char *key, size_t n, const char *name) { return strlen(name) == n && !memcmp(key, name, n); }
@@ -138,7 +139,7 @@ static int apply_item(rt_caps *c, const char *it, size_t n, char *err, size_t er
             c->n_mma = 0;
             memset(c->mma, 0, sizeof c->mma);
         } else {
-            *(bool *)((char *)c + flag_items[i].off) = false;
+            *(bool *)((char *)c + flag_items[i].off) = flag_items[i].off == offsetof(rt_caps, debug_fault);
             if (flag_items[i].off == offsetof(rt_caps, f16_arith)) drop_mma_of(c, IR_F16);
             if (flag_items[i].off == offsetof(rt_caps, bf16_arith)) drop_mma_of(c, IR_BF16);
         }

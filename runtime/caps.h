@@ -50,6 +50,10 @@ typedef struct rt_caps {
     uint64_t l2_bytes;        /* last-level GPU cache (0: unknown; Vulkan has no core query) */
     uint32_t compute_units;   /* SMs / CUs / cores */
     uint64_t memory_bytes, free_bytes;
+
+    bool debug_fault;         /* a test switch, not a capability: the logits head adds a
+                               * deliberate error (`--caps debug-fault`), so `kiln diverge`
+                               * can be shown to flag a wrong kernel; default false */
 } rt_caps;
 
 /* The minimums the Vulkan 1.3 spec (and kiln) guarantee: subgroup 4..4, no 16-bit
@@ -59,8 +63,10 @@ void rt_caps_default(rt_caps *c, rt_backend b);
 /* Applies a comma-separated override list to caps read from a device:
  *   no-coopmat | no-f16 | no-bf16 | no-storage16 | no-subgroup-arith | no-subgroup-shuffle
  *   | no-atomic-f32 | subgroup=N (a power of two within [min, max]) | shared=BYTES (<= the
- *   device's) | workgroup=N (<= the device's).
- * Overrides only take capabilities away (a device cannot be made to offer more). 0, or
+ *   device's) | workgroup=N (<= the device's) | debug-fault.
+ * Overrides only take capabilities away (a device cannot be made to offer more); the one
+ * exception is debug-fault, a test switch that makes the logits head deliberately wrong
+ * (kernels/matvec.c) for `kiln diverge`'s planted-fault test. 0, or
  * -1 with a message naming the bad item. */
 int rt_caps_override(rt_caps *c, const char *list, char *err, size_t errlen);
 /* The same list checked for syntax alone (unknown items, malformed numbers, subgroup not

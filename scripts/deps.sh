@@ -13,6 +13,7 @@ PKGS=(
   libjansson-dev                       # JSON (inspect --json, tokenizer.json, server)
   libutf8proc-dev                      # Unicode categories for the pre-tokenizers
   python3
+  python3-jsonschema                   # tests: kiln diverge --json against docs/diverge.schema.json
 )
 
 missing=()
