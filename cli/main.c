@@ -1,5 +1,6 @@
 /* kiln: portable LLM inference with kernels written at startup. */
 #include "cli.h"
+#include "progress.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -25,6 +26,7 @@ static const char usage[] =
 
 int main(int argc, char **argv) {
     if (argc < 2) return cli_usage_error(usage, "no command given");
+    progress_enable(true);
     const char *cmd = argv[1];
     if (strcmp(cmd, "inspect") == 0) return cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "synth") == 0) return cmd_synth(argc - 1, argv + 1);

@@ -16,6 +16,7 @@
 #include "plan.h"
 
 #include "kernels.h"
+#include "progress.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -125,6 +126,7 @@ typedef struct plan_engine {
     rt_launch *launch;
     uint32_t n_launch, cap_launch, n_decode_launch;
     rt_recording *decode, *prefill;
+    progress prog; /* while the plan is made: layers uploaded, then kernels compiled */
 } plan_engine;
 
 static int fail(char *err, size_t errlen, const char *fmt, ...) {
@@ -321,6 +323,7 @@ static int build(plan_engine *p, char *err, size_t errlen) {
         ir_kernel_destroy(k);
         if (!p->kern[i]) return -1;
         p->n_kern++;
+        progress_update(&p->prog, p->s.hp.n_layer + p->n_kern);
     }
     if (record_decode(p)) return fail(err, errlen, "out of memory");
     p->n_decode_launch = p->n_launch;
@@ -569,6 +572,9 @@ engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx
     p->base.n_ctx = s.n_ctx;
     snprintf(p->name, sizeof p->name, "%s (%s, %s)", d->label, d->caps.name, s.dt == IR_BF16 ? "bf16" : "f16");
     p->base.name = p->name;
+    char what[96];
+    snprintf(what, sizeof what, "%s: weights and kernels", d->label);
+    progress_begin(&p->prog, what, (uint64_t)hp->n_layer + K_COUNT);
     int bad = !(p->tok_embd = upload_weight(p, m->tok_embd, err, errlen)) ||
               !(p->output_norm = upload_weight(p, m->output_norm, err, errlen)) ||
               (m->rope_freqs && !(p->freqs = upload_weight(p, m->rope_freqs, err, errlen)));
@@ -589,6 +595,7 @@ engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx
             size_t cache = (size_t)s.n_ctx * s.kv_dim * 2;
             bad = !(L->kc = alloc(p, cache, err, errlen)) || !(L->vc = alloc(p, cache, err, errlen));
         }
+        progress_update(&p->prog, l + 1);
     }
     free(p->scratch);
     p->scratch = NULL;
@@ -613,8 +620,10 @@ engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx
     int32_t tok0 = 0;
     if (bad || build(p, err, errlen) || step(p, p->prefill, &tok0, 0, 0, err, errlen) ||
         step(p, p->decode, &tok0, 1, 0, err, errlen)) {
+        progress_end(&p->prog, false);
         plan_destroy(&p->base);
         return NULL;
     }
+    progress_end(&p->prog, true);
     return &p->base;
 }
