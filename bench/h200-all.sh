@@ -37,4 +37,8 @@ for p in qwen3-0.6b qwen3-4b qwen3-8b; do
   timeout 100 $K bench $dir/$p.gguf -p 128,512,2048 -n 128 -r 3 --device vulkan:0 --device cuda:0 \
     -o json > "$out/bench-$p.json" 2> "$out/bench-$p.err"
 done
-timeout 40 $K run $dir/qwen3-8b.gguf -p Hello -n 128 --device vulkan:0 --no-echo --profile > /dev/null 2> "$out/profile-8b-vk.txt"
+# where a decode step's and a prefill block's time goes, per kernel (kiln run --profile)
+for dev in vulkan:0 cuda:0; do
+  timeout 60 $K run $dir/qwen3-8b.gguf -p Hello -n 128 --device $dev --no-echo --profile > /dev/null \
+    2> "$out/profile-8b-${dev%%:*}.txt"
+done

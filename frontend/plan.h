@@ -24,11 +24,12 @@ engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx
 
 /* Kernels compiled, and launches per decode step (for reports). */
 void plan_counts(const engine *e, uint32_t *n_kernels, uint32_t *n_launches);
-/* Where a decode step's time goes: the step replayed reps times, then each of its launches
- * run reps times back to back in one submission, summed by kernel role, with the bytes
- * per second of the kernels that stream weights or the cache, written to out. The
- * launches rewrite the activations and the cache at the last position: for the end of
- * a run. 0, or -1 with err. */
+/* Where a decode step's and a prefill block's time goes: each recording replayed, then
+ * each of its launches run reps times back to back in one submission (a block's at most
+ * 10), summed by kernel role, with the bytes per second of the decode kernels that stream
+ * weights or the cache and the FLOP rate of the prefill products and attention, written
+ * to out. The launches rewrite the activations and the cache (the engine's cache is
+ * empty afterwards): for the end of a run. 0, or -1 with err. */
 int plan_profile(engine *e, uint32_t reps, FILE *out, char *err, size_t errlen);
 /* Tokens per prefill block (a prompt runs in blocks of this many). */
 uint32_t plan_block(const engine *e);

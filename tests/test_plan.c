@@ -249,3 +249,33 @@ Test(plan, greedy_argmax_on_the_device_matches_the_logits, .timeout = 300) {
     model_free(m);
     d->ops->destroy(d);
 }
+
+/* kiln run --profile's tables: a decode step and a prefill block, every role that runs in
+ * each, rates where they apply; and the engine keeps working (from an empty cache). */
+Test(plan, profile_of_a_step_and_a_block, .timeout = 300) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    char err[512];
+    model *m = model_load(tu_data_file("models/stories260K.gguf"), err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    engine *e = plan_create(m, d, GGUF_T_BF16, 256, 64, err, sizeof err);
+    cr_assert_not_null(e, "%s", err);
+    int32_t toks[3] = {1, 400, 300}, best;
+    cr_assert_eq(e->ops->eval_argmax(e, toks, 3, 0, &best, err, sizeof err), 0, "%s", err);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert(f);
+    cr_assert_eq(plan_profile(e, 3, f, err, sizeof err), 0, "%s", err);
+    fclose(f);
+    const char *want[] = {"decode step on ", "at position 2", "prefill block of 64 tokens", "attn_decode",
+                          "attn_merge", "decode_qkv", "prefill_qkv", "attn_prefill", "TFLOP/s", "GB/s",
+                          "the recorded step replayed", "the recorded block replayed"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) cr_assert(strstr(text, want[i]), "no '%s' in:\n%s", want[i], text);
+    free(text);
+    cr_assert_eq(e->n_past, 0);
+    cr_assert_eq(e->ops->eval_argmax(e, toks, 3, 0, &best, err, sizeof err), 0, "%s", err);
+    cr_assert(best >= 0);
+    engine_destroy(e);
+    model_free(m);
+    d->ops->destroy(d);
+}
