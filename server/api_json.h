@@ -1,0 +1,24 @@
+/* JSON helpers shared by the server's builders (internal to server/). */
+#ifndef KILN_SERVER_API_JSON_H
+#define KILN_SERVER_API_JSON_H
+
+#include "api_response.h"
+
+#include <jansson.h>
+#include <stddef.h>
+
+/* A JSON string of s[n]: bytes that are not valid UTF-8 (a token cut inside a
+ * character, a message quoting request bytes) become U+FFFD, so a reply never fails to
+ * encode. NULL only when out of memory. */
+json_t *srv_json_text(const char *s, size_t n);
+/* Compact text of j (NULL-safe), then j's reference dropped. */
+char *srv_json_dump(json_t *j);
+
+/* {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details {cached_tokens}} */
+json_t *srv_json_usage(const srv_usage *u);
+/* Chat's {content: [{token, logprob, bytes, top_logprobs}]}, or null when lp is NULL. */
+json_t *srv_json_logprobs_chat(const srv_token_logprob *lp, size_t n);
+/* Completions' legacy {tokens, token_logprobs, top_logprobs, text_offset}, or null. */
+json_t *srv_json_logprobs_legacy(const srv_token_logprob *lp, size_t n, size_t text_offset);
+
+#endif
