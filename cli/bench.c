@@ -615,15 +615,25 @@ int cmd_bench(int argc, char **argv) {
     progress_on = isatty(STDERR_FILENO);
     if (!o.n_dev && (rc = default_devices(&o))) return rc;
     model_facts facts = {0};
-    uint32_t nd = 0;
-    for (; nd < o.n_dev && rc == 0; nd++) rc = bench_device(&o, o.devices[nd], &dev[nd], &facts);
-    if (rc == 0) {
+    /* a device that fails (its message printed) leaves the others' results standing: they
+     * are reported, and the exit status says one failed */
+    uint32_t nd = 0, failed = 0;
+    for (uint32_t i = 0; i < o.n_dev; i++) {
+        if (bench_device(&o, o.devices[i], &dev[nd], &facts) == 0) {
+            nd++;
+            continue;
+        }
+        failed++;
+        for (uint32_t j = 0; j < dev[nd].n_tests; j++) free(dev[nd].tests[j].tps);
+        memset(&dev[nd], 0, sizeof dev[nd]);
+    }
+    if (nd) {
         if (o.out == OUT_JSON) rc = print_json(&o, &facts, dev, nd);
         else if (o.out == OUT_CSV) print_csv(&o, &facts, dev, nd);
         else print_md(&o, &facts, dev, nd);
+        if (rc == 0 && o.plot) rc = write_svg(o.plot, &facts, dev, nd);
     }
-    if (rc == 0 && o.plot) rc = write_svg(o.plot, &facts, dev, nd);
     for (uint32_t i = 0; i < nd; i++)
         for (uint32_t j = 0; j < dev[i].n_tests; j++) free(dev[i].tests[j].tps);
-    return rc;
+    return rc ? rc : failed ? EXIT_BADFILE : 0;
 }

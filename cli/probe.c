@@ -20,7 +20,8 @@
 static const char usage[] =
     "usage: kiln probe [--caps LIST] [--json] [--measure]\n"
     "  --caps LIST  take capabilities away, comma-separated: no-coopmat no-f16 no-bf16 no-storage16\n"
-    "               no-subgroup-arith no-subgroup-shuffle no-atomic-f32 subgroup=N shared=BYTES workgroup=N\n"
+    "               no-subgroup-arith no-subgroup-shuffle no-atomic-f32 subgroup=N shared=BYTES workgroup=N;\n"
+    "               and debug-fault, a test switch that makes the logits head wrong on purpose\n"
     "  --json       one JSON array, one object per device\n"
     "  --measure    time each GPU's memory bandwidth (a copy kernel) and matrix rate (the prefill\n"
     "               matrix product): the floors `kiln bench` divides by\n";

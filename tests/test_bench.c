@@ -288,6 +288,10 @@ Test(bench, bad_input) {
            "the context holds 16 positions but the largest test needs 32");
     expect(RUN("bench", model, "--device", "cpu", "--ctx", "16", "-p", "8", "-n", "16"), 1, "needs 17");
     expect(RUN("bench", model, "--device", "vulkan:63", "-p", "8", "-n", "4"), 1, "no Vulkan device vulkan:63");
+    /* one device failing leaves the others' results: reported, and exit 1 */
+    expect(RUN("bench", model, "--device", "cpu", "--device", "vulkan:63", "-p", "8", "-n", "4", "-r", "1"), 1,
+           "no Vulkan device vulkan:63");
+    cr_assert(strstr(out, "| cpu | pp8 |") && strstr(out, "| cpu | tg4 |") && !strstr(out, "vulkan:63"), "%s", out);
     cr_assert_eq(RUN("bench", "--help"), 0);
     cr_assert(strstr(out, "usage: kiln bench"));
 }
