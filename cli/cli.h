@@ -37,5 +37,6 @@ int cmd_synth(int argc, char **argv);
 int cmd_dump(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_diverge(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

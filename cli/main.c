@@ -21,6 +21,7 @@ static const char usage[] =
     "  dump MODEL --spirv|--ptx DIR      each kernel of the model's plan as SPIR-V or PTX (kiln dump --help)\n"
     "  bench MODEL [-p 128,512] [-n 128] prompt and generation speed per device (kiln bench --help)\n"
     "  diverge MODEL [--device D ...]    every device's results against the oracle and each other\n"
+    "  serve MODEL [--listen HOST:PORT]  an OpenAI-compatible HTTP server (kiln serve --help)\n"
     "  version                           print kiln's version\n"
     "  help                              this text\n";
 
@@ -37,6 +38,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "dump") == 0) return cmd_dump(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "diverge") == 0) return cmd_diverge(argc - 1, argv + 1);
+    if (strcmp(cmd, "serve") == 0) return cmd_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("kiln %s\n", KILN_COMMIT);
         return 0;

@@ -12,6 +12,8 @@ PKGS=(
   libcriterion-dev                     # tests
   libjansson-dev                       # JSON (inspect --json, tokenizer.json, server)
   libutf8proc-dev                      # Unicode categories for the pre-tokenizers
+  libmicrohttpd-dev                    # HTTP for kiln serve
+  curl                                 # tests: kiln serve's clients
   python3
   python3-jsonschema                   # tests: kiln diverge --json against docs/diverge.schema.json
 )

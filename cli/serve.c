@@ -1,0 +1,126 @@
+/* kiln serve MODEL: an OpenAI-compatible HTTP server (server/http.c) over one model. */
+#include "chat.h"
+#include "cli.h"
+#include "gguf.h"
+#include "http.h"
+#include "model_opts.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "usage: kiln serve MODEL.gguf [--listen HOST:PORT] [--api-key KEY] [--parallel N] [flags]\n"
+    "  --listen HOST:PORT       IPv4 address and port (default 127.0.0.1:8080; port 0 picks a free one);\n"
+    "                           the first line on stdout is \"listening on http://HOST:PORT\"\n"
+    "  --api-key KEY            require Authorization: Bearer KEY (not on /health)\n"
+    "  --parallel N             generation slots (this version: 1)\n"
+    "  --queue N                requests that may wait for a slot; more get 503 (default 16)\n"
+    "  --chat-template NAME     default: detected from the model's tokenizer.chat_template, else chatml\n"
+    "  endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health\n"
+    "  the sampling flags set the defaults a request's fields override\n" MODEL_OPTS_USAGE;
+
+static char *template_source(const model *m) {
+    gguf_str src;
+    if (gguf_get_str(m->file, "tokenizer.chat_template", &src, NULL)) return NULL;
+    char *s = malloc(src.len + 1);
+    if (s) {
+        memcpy(s, src.ptr, src.len);
+        s[src.len] = 0;
+    }
+    return s;
+}
+
+/* The model id: the file's name without folders or ".gguf". */
+static char *model_id(const char *path) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    size_t n = strlen(b);
+    if (n > 5 && !strcmp(b + n - 5, ".gguf")) n -= 5;
+    char *s = malloc(n + 1);
+    if (s) {
+        memcpy(s, b, n);
+        s[n] = 0;
+    }
+    return s;
+}
+
+int cmd_serve(int argc, char **argv) {
+    model_opts mo;
+    model_opts_init(&mo);
+    const char *path = NULL, *listen = "127.0.0.1:8080", *api_key = NULL, *tmpl = NULL;
+    uint64_t parallel = 1, queue = 16;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = model_opts_parse(&mo, argc, argv, &i, usage);
+        if (r < 0) return EXIT_USAGE;
+        if (r > 0) continue;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(usage, stdout);
+            return 0;
+        } else if (!strcmp(a, "--listen") || !strcmp(a, "--api-key") || !strcmp(a, "--parallel") ||
+                   !strcmp(a, "--queue") || !strcmp(a, "--chat-template")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            if (!v) return cli_usage_error(usage, "%s needs a value", a);
+            if (!strcmp(a, "--listen")) listen = v;
+            else if (!strcmp(a, "--api-key")) {
+                if (!*v) return cli_usage_error(usage, "--api-key needs a non-empty key");
+                api_key = v;
+            } else if (!strcmp(a, "--chat-template")) tmpl = v;
+            else if (!strcmp(a, "--parallel")) {
+                if (!cli_parse_u64(v, 1, 1, &parallel))
+                    return cli_usage_error(usage, "--parallel: '%s': this version serves one slot (1)", v);
+            } else if (!cli_parse_u64(v, 0, 4096, &queue))
+                return cli_usage_error(usage, "--queue: bad value '%s'", v);
+        } else if (a[0] == '-' && a[1]) return cli_usage_error(usage, "unknown flag '%s'", a);
+        else if (path) return cli_usage_error(usage, "more than one model given");
+        else path = a;
+    }
+    if (!path) return cli_usage_error(usage, "no model given");
+    const char *colon = strrchr(listen, ':');
+    uint64_t port;
+    char host[64];
+    if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof host || !cli_parse_u64(colon + 1, 0, 65535, &port))
+        return cli_usage_error(usage, "--listen: '%s' is not HOST:PORT", listen);
+    memcpy(host, listen, (size_t)(colon - listen));
+    host[colon - listen] = 0;
+    int fam = CHAT_CHATML;
+    if (tmpl && (fam = chat_family_from_name(tmpl)) < 0)
+        return cli_usage_error(usage, "--chat-template: unknown template '%s'", tmpl);
+    if (model_opts_check(&mo, usage)) return EXIT_USAGE;
+
+    model *m = NULL;
+    tokenizer *t = NULL;
+    engine *e = NULL;
+    char *src = NULL, *default_system = NULL, *id = NULL;
+    int rc = model_opts_open(&mo, path, &m, &t, &e);
+    if (rc) goto out;
+    src = template_source(m);
+    if (!tmpl) {
+        int k = src ? chat_detect(src) : -1;
+        if (k >= 0) fam = k;
+        else
+            fprintf(stderr, "kiln: %s; chats use chatml (name one with --chat-template NAME)\n",
+                    src ? "the model's chat template is not one kiln recognizes" : "the model has no chat template");
+    }
+    char msg[256];
+    if (src && chat_default_system(src, &default_system, msg, sizeof msg)) {
+        rc = cli_fail("%s", msg);
+        goto out;
+    }
+    id = model_id(path);
+    if (!id) {
+        rc = cli_fail("out of memory");
+        goto out;
+    }
+    srv_config cfg = {.host = host, .port = (uint16_t)port, .api_key = api_key, .model_id = id, .engine = e,
+                      .tok = t, .family = (chat_family)fam, .default_system = default_system, .samp = &mo.samp,
+                      .parallel = (uint32_t)parallel, .queue = (uint32_t)queue};
+    rc = srv_serve(&cfg);
+out:
+    free(src);
+    free(default_system);
+    free(id);
+    model_opts_close(&mo, m, t, e);
+    return rc;
+}

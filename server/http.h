@@ -1,0 +1,37 @@
+/* The HTTP side of `kiln serve`: an OpenAI-compatible server on libmicrohttpd over one
+ * loaded model. Requests beyond the free slot wait in a bounded queue; the slot keeps its
+ * generation session between requests, so a prompt that starts like the last one
+ * evaluates only what is new. */
+#ifndef KILN_SERVER_HTTP_H
+#define KILN_SERVER_HTTP_H
+
+#include "chat.h"
+#include "engine.h"
+#include "sampler.h"
+#include "tok.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SRV_BODY_LIMIT (1u << 20) /* request bodies over 1 MiB: 413 */
+
+typedef struct srv_config {
+    const char *host;           /* IPv4 address to bind ("127.0.0.1") */
+    uint16_t port;              /* 0: any free port (printed) */
+    const char *api_key;        /* NULL: no authentication */
+    const char *model_id;       /* the id /v1/models lists and responses name */
+    engine *engine;
+    const tokenizer *tok;
+    chat_family family;
+    const char *default_system; /* the template's system message when a chat has none; NULL */
+    const samp_params *samp;    /* the server's sampling defaults */
+    uint32_t parallel;          /* slots (this version: 1) */
+    uint32_t queue;             /* requests that may wait for a slot; more: 503 */
+} srv_config;
+
+/* Serves until SIGINT or SIGTERM (blocked in the calling thread and the ones it starts),
+ * then stops accepting, cancels in-flight generation and returns 0; 1 after printing why
+ * it could not start. Prints "listening on http://HOST:PORT" on stdout first. */
+int srv_serve(const srv_config *cfg);
+
+#endif
