@@ -38,6 +38,9 @@ typedef struct server {
     uint32_t waiting;
     atomic_bool stopping;
     atomic_uint_fast64_t next_id;
+    /* for /metrics, under mu */
+    uint64_t requests, prompt_tokens, cached_tokens, completion_tokens;
+    double generate_s;
 } server;
 
 typedef enum { SLOT_OK, SLOT_FULL, SLOT_STOPPING } slot_status;
@@ -275,6 +278,10 @@ static int generate(job *j, gen_emit emit, gen_result *res, char *err, size_t er
     memset(res, 0, sizeof *res);
     int rc = gen_run(s->session, smp, j->ids, j->n_ids, &gp, emit, j, res, err, errlen);
     samp_free(smp);
+    pthread_mutex_lock(&s->mu);
+    s->prompt_tokens += res->n_prompt, s->cached_tokens += res->n_reused;
+    s->completion_tokens += res->n_generated, s->generate_s += res->t_generate;
+    pthread_mutex_unlock(&s->mu);
     return rc;
 }
 
@@ -379,6 +386,9 @@ static bool authorized(server *s, struct MHD_Connection *c) {
 }
 
 static enum MHD_Result completion(server *s, struct MHD_Connection *c, srv_endpoint ep, const conn *cn) {
+    pthread_mutex_lock(&s->mu);
+    s->requests++;
+    pthread_mutex_unlock(&s->mu);
     const srv_config *cfg = s->cfg;
     srv_limits lim = {.max_tokens = cfg->engine->n_ctx, .default_max_tokens = cfg->engine->n_ctx,
                       .defaults = cfg->samp};
@@ -448,6 +458,42 @@ static enum MHD_Result completion(server *s, struct MHD_Connection *c, srv_endpo
     return ok;
 }
 
+/* GET /metrics: Prometheus' text format. */
+static char *metrics_text(server *s) {
+    pthread_mutex_lock(&s->mu);
+    uint64_t req = s->requests, pt = s->prompt_tokens, ct = s->cached_tokens, gt = s->completion_tokens;
+    double gs = s->generate_s;
+    uint32_t waiting = s->waiting, busy = s->busy;
+    pthread_mutex_unlock(&s->mu);
+    size_t cap = 2048;
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    int n = snprintf(out, cap,
+                     "# HELP kiln_requests_total Completion requests received.\n"
+                     "# TYPE kiln_requests_total counter\nkiln_requests_total %llu\n"
+                     "# HELP kiln_prompt_tokens_total Prompt tokens of finished requests.\n"
+                     "# TYPE kiln_prompt_tokens_total counter\nkiln_prompt_tokens_total %llu\n"
+                     "# HELP kiln_prompt_tokens_cached_total Prompt tokens reused from the slot's cache.\n"
+                     "# TYPE kiln_prompt_tokens_cached_total counter\nkiln_prompt_tokens_cached_total %llu\n"
+                     "# HELP kiln_completion_tokens_total Tokens generated.\n"
+                     "# TYPE kiln_completion_tokens_total counter\nkiln_completion_tokens_total %llu\n"
+                     "# HELP kiln_generate_seconds_total Time spent generating (after the prompt).\n"
+                     "# TYPE kiln_generate_seconds_total counter\nkiln_generate_seconds_total %.6f\n"
+                     "# HELP kiln_tokens_per_second Generated tokens per second of generation, overall.\n"
+                     "# TYPE kiln_tokens_per_second gauge\nkiln_tokens_per_second %.3f\n"
+                     "# HELP kiln_queue_depth Requests waiting for a slot.\n"
+                     "# TYPE kiln_queue_depth gauge\nkiln_queue_depth %u\n"
+                     "# HELP kiln_slots_busy Slots generating.\n"
+                     "# TYPE kiln_slots_busy gauge\nkiln_slots_busy %u\n",
+                     (unsigned long long)req, (unsigned long long)pt, (unsigned long long)ct, (unsigned long long)gt,
+                     gs, gs > 0 ? (double)gt / gs : 0.0, waiting, busy);
+    if (n < 0 || (size_t)n >= cap) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                               const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
@@ -474,7 +520,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     }
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     int which = !strcmp(url, "/v1/chat/completions") ? 0 : !strcmp(url, "/v1/completions") ? 1
-              : !strcmp(url, "/v1/models") ? 2 : !strcmp(url, "/health") ? 3 : -1;
+              : !strcmp(url, "/v1/models") ? 2 : !strcmp(url, "/health") ? 3 : !strcmp(url, "/metrics") ? 4 : -1;
     if (which < 0) return fail(c, 404, NULL, "not_found", "no such endpoint: %s %.128s", method, url);
     bool want_post = which < 2;
     if (want_post ? !post : !get) {
@@ -483,6 +529,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return send_error(c, &e, want_post ? "POST" : "GET");
     }
     if (which == 3) return send_text(c, 200, strdup("{\"status\":\"ok\"}"), "application/json");
+    if (which == 4) return send_text(c, 200, metrics_text(s), "text/plain; version=0.0.4");
     if (!authorized(s, c)) return fail(c, 401, NULL, "invalid_api_key", "a valid API key is required (Authorization: Bearer KEY)");
     if (which == 2) {
         const char *ids[1] = {s->cfg->model_id};

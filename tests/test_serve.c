@@ -238,6 +238,14 @@ Test(serve, completion_matches_kiln_run) {
     cr_assert_str_eq(text, out);
     json_decref(j);
     free(r.head);
+    /* /metrics (no key, as /health): the request and its 32 tokens counted */
+    r = request("GET", "/metrics", NULL, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    const char *want[] = {"# TYPE kiln_requests_total counter\nkiln_requests_total 1\n",
+                          "kiln_completion_tokens_total 32\n", "# TYPE kiln_tokens_per_second gauge\n",
+                          "kiln_queue_depth 0\n", "kiln_slots_busy 0\n", "kiln_prompt_tokens_total "};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) cr_assert(strstr(r.body, want[i]), "no '%s' in %s", want[i], r.body);
+    free(r.head);
 }
 
 /* Parses an SSE body: the concatenated deltas, the finish reason, whether [DONE] ended it
