@@ -41,18 +41,6 @@ static int collect(void *ctx, const char *text, size_t len) {
     return 0;
 }
 
-/* The model's Jinja template as a C string, or NULL when it has none. */
-static char *template_source(const model *m) {
-    gguf_str src;
-    if (gguf_get_str(m->file, "tokenizer.chat_template", &src, NULL)) return NULL;
-    char *s = malloc(src.len + 1);
-    if (s) {
-        memcpy(s, src.ptr, src.len);
-        s[src.len] = 0;
-    }
-    return s;
-}
-
 /* The family: --chat-template, else detected from the model's template. */
 static int pick_family(const char *src, const char *name, chat_family *f) {
     if (name) {
@@ -108,7 +96,7 @@ int cmd_chat(int argc, char **argv) {
     char *src = NULL, *default_system = NULL;
     int rc = model_opts_open(&mo, path, &m, &t, &e);
     if (rc) goto out;
-    src = template_source(m);
+    src = model_chat_template(m);
     if ((rc = pick_family(src, tmpl, &fam))) goto out;
     char msg[256];
     if (!system && src && chat_default_system(src, &default_system, msg, sizeof msg) == 0 && default_system)

@@ -20,17 +20,6 @@ static const char usage[] =
     "  endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health\n"
     "  the sampling flags set the defaults a request's fields override\n" MODEL_OPTS_USAGE;
 
-static char *template_source(const model *m) {
-    gguf_str src;
-    if (gguf_get_str(m->file, "tokenizer.chat_template", &src, NULL)) return NULL;
-    char *s = malloc(src.len + 1);
-    if (s) {
-        memcpy(s, src.ptr, src.len);
-        s[src.len] = 0;
-    }
-    return s;
-}
-
 /* The model id: the file's name without folders or ".gguf". */
 static char *model_id(const char *path) {
     const char *b = strrchr(path, '/');
@@ -95,7 +84,7 @@ int cmd_serve(int argc, char **argv) {
     char *src = NULL, *default_system = NULL, *id = NULL;
     int rc = model_opts_open(&mo, path, &m, &t, &e);
     if (rc) goto out;
-    src = template_source(m);
+    src = model_chat_template(m);
     if (!tmpl) {
         int k = src ? chat_detect(src) : -1;
         if (k >= 0) fam = k;

@@ -103,3 +103,14 @@ void model_free(model *m) {
     free(m->layers);
     free(m);
 }
+
+char *model_chat_template(const model *m) {
+    gguf_str src;
+    if (gguf_get_str(m->file, "tokenizer.chat_template", &src, NULL)) return NULL;
+    char *s = malloc(src.len + 1);
+    if (s) {
+        memcpy(s, src.ptr, src.len);
+        s[src.len] = 0;
+    }
+    return s;
+}

@@ -24,4 +24,8 @@ typedef struct model {
 model *model_load(const char *path, char *err, size_t errlen);
 void model_free(model *m);
 
+/* The model's Jinja chat template (tokenizer.chat_template) as a malloc'ed C string, or
+ * NULL when it has none (or out of memory). */
+char *model_chat_template(const model *m);
+
 #endif
