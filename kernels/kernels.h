@@ -51,7 +51,11 @@ enum { KN_EPI_NONE = 0, KN_EPI_BIAS = 1, KN_EPI_RESIDUAL = 2, KN_EPI_SWIGLU = 4 
  * read, rows) with KN_EPI_BIAS, res (dtype, read, rows) with KN_EPI_RESIDUAL, Wu (dtype,
  * read, rows * cols) with KN_EPI_SWIGLU.
  * Grid: groups = {*groups_x, 1, 1} (a few rows per workgroup, one per subgroup, where
- * the caps offer subgroup reduce; one row per workgroup otherwise). */
+ * the caps offer subgroup reduce; one row per workgroup otherwise). Where
+ * kn_matvec_strided(c), also any smaller grid {1..*groups_x, 1, 1}: the rows are strided
+ * over the workgroups launched, each row computed the same way whoever computes it, so
+ * the result does not depend on the grid (plan_tune picks the fastest on the device). */
+bool kn_matvec_strided(const rt_caps *c);
 ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out, unsigned epi,
                      uint32_t *groups_x, char *err, size_t errlen);
 

@@ -147,12 +147,19 @@ Test(kernels, rmsnorm_per_head) {
 
 /* ---- matvec ------------------------------------------------------------------------------- */
 
-static void matvec_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t, ir_scalar out, const char *var) {
-    char err[512], what[128];
-    snprintf(what, sizeof what, "matvec %ux%u %s->%s caps=%s", rows, cols, tu_dname(t), out == IR_F32 ? "f32" : tu_dname(t),
-             var ? var : "device");
+/* The grid a matvec case launches: the kernel's full grid divided by div (at least 1),
+ * as plan_tune may launch one smaller than the rows need (rows strided over the grid). */
+static uint32_t shrunk(const rt_caps *c, uint32_t gx, uint32_t div) {
+    return !kn_matvec_strided(c) ? gx : gx / div ? gx / div : 1;
+}
+
+static void matvec_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t, ir_scalar out, uint32_t div,
+                        const char *var) {
+    char err[512], what[160];
     uint32_t gx = 0;
     ir_kernel *k = kn_matvec(&d->caps, rows, cols, t, out, KN_EPI_NONE, &gx, err, sizeof err);
+    snprintf(what, sizeof what, "matvec %ux%u %s->%s grid %u of %u caps=%s", rows, cols, tu_dname(t),
+             out == IR_F32 ? "f32" : tu_dname(t), shrunk(&d->caps, gx, div), gx, var ? var : "device");
     cr_assert_not_null(k, "%s: %s", what, err);
     float *wf, *xf;
     uint16_t *w = tu_rand16(t, (size_t)rows * cols, -1, 1, &wf), *x = tu_rand16(t, cols, -2, 2, &xf);
@@ -166,7 +173,7 @@ static void matvec_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t,
         by = poisoned16(d, t, rows);
     }
     rt_arg args[3] = {{bw, 0}, {bx, 0}, {by, 0}};
-    launch(d, k, gx, 1, args, 3);
+    launch(d, k, shrunk(&d->caps, gx, div), 1, args, 3);
     float *want = malloc((size_t)rows * 4);
     double *tol = malloc((size_t)rows * sizeof *tol);
     for (uint32_t r = 0; r < rows; r++) {
@@ -205,8 +212,8 @@ Test(kernels, matvec_odd_shapes_with_guards) {
         tu_seed(3);
         for (size_t ti = 0; ti < 2; ti++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-                matvec_case(d, shapes[si][0], shapes[si][1], dtypes[ti], dtypes[ti], variants[v]);
-                matvec_case(d, shapes[si][0], shapes[si][1], dtypes[ti], IR_F32, variants[v]);
+                matvec_case(d, shapes[si][0], shapes[si][1], dtypes[ti], dtypes[ti], 1, variants[v]);
+                matvec_case(d, shapes[si][0], shapes[si][1], dtypes[ti], IR_F32, 3, variants[v]);
             }
         d->ops->destroy(d);
     }
@@ -295,13 +302,13 @@ Test(kernels, matvec_epilogues_odd_shapes_with_guards) {
  * that lies that close to a rounding boundary the other way: those h_i add |w_i| times an
  * ulp to the bound, the others nothing. */
 static void matvec_norm_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t, ir_scalar out, unsigned epi,
-                             const char *var) {
-    char err[512], what[160];
-    snprintf(what, sizeof what, "matvec_norm epi %u %ux%u %s->%s caps=%s", epi, rows, cols, tu_dname(t),
-             out == IR_F32 ? "f32" : tu_dname(t), var ? var : "device");
+                             uint32_t div, const char *var) {
+    char err[512], what[192];
     uint32_t gx = 0;
     const float eps = 1e-5f;
     ir_kernel *k = kn_matvec_norm(&d->caps, rows, cols, t, out, epi, eps, &gx, err, sizeof err);
+    snprintf(what, sizeof what, "matvec_norm epi %u %ux%u %s->%s grid %u of %u caps=%s", epi, rows, cols, tu_dname(t),
+             out == IR_F32 ? "f32" : tu_dname(t), shrunk(&d->caps, gx, div), gx, var ? var : "device");
     cr_assert_not_null(k, "%s: %s", what, err);
     float *wf, *xf, *nf, *rf;
     uint16_t *w = tu_rand16(t, (size_t)rows * cols, -1, 1, &wf), *x = tu_rand16(t, cols, -3, 3, &xf);
@@ -321,7 +328,7 @@ static void matvec_norm_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scal
     uint32_t na = 3;
     if (epi & KN_EPI_RESIDUAL) args[na++] = (rt_arg){br, 0};
     args[na++] = (rt_arg){bn, 0};
-    launch(d, k, gx, 1, args, na);
+    launch(d, k, shrunk(&d->caps, gx, div), 1, args, na);
     /* the oracle's norm */
     float ss = 0;
     for (uint32_t c = 0; c < cols; c++) ss += xf[c] * xf[c];
@@ -375,9 +382,11 @@ Test(kernels, matvec_norm_odd_shapes_with_guards) {
         tu_seed(5);
         for (size_t ti = 0; ti < 2; ti++)
             for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-                matvec_norm_case(d, shapes[si][0], shapes[si][1], dtypes[ti], dtypes[ti], KN_EPI_NONE, variants[v]);
-                matvec_norm_case(d, shapes[si][0], shapes[si][1], dtypes[ti], IR_F32, KN_EPI_NONE, variants[v]);
-                matvec_norm_case(d, shapes[si][0], shapes[si][1], dtypes[ti], dtypes[ti], KN_EPI_RESIDUAL, variants[v]);
+                matvec_norm_case(d, shapes[si][0], shapes[si][1], dtypes[ti], dtypes[ti], KN_EPI_NONE, 1, variants[v]);
+                matvec_norm_case(d, shapes[si][0], shapes[si][1], dtypes[ti], IR_F32, KN_EPI_NONE, 3, variants[v]);
+                /* one workgroup for all the rows */
+                matvec_norm_case(d, shapes[si][0], shapes[si][1], dtypes[ti], dtypes[ti], KN_EPI_RESIDUAL, UINT32_MAX,
+                                 variants[v]);
             }
         d->ops->destroy(d);
     }
