@@ -3,6 +3,7 @@
 #include "cli.h"
 #include "cuda_device.h"
 #include "cuda_probe.h"
+#include "engine_serial.h"
 #include "plan.h"
 #include "vk_device.h"
 #include "vk_probe.h"
@@ -92,10 +93,20 @@ static const char *resolve_device(const char *dev) {
     return n ? "vulkan:0" : "cpu";
 }
 
-int model_opts_open(model_opts *o, const char *path, model **m, tokenizer **t, engine **e) {
+/* Engines e[1..n) like e[0]: plans borrowing its weights, or more oracles. */
+static int open_more(model_opts *o, const model *m, uint32_t n, engine **e, char *err, size_t errlen) {
+    for (uint32_t i = 1; i < n; i++) {
+        char why[400];
+        e[i] = o->dev ? plan_create_sibling(e[0], why, sizeof why) : orc_create(m, &o->orc, why, sizeof why);
+        if (!e[i]) return snprintf(err, errlen, "slot %u of %u: %s", i + 1, n, why), -1;
+    }
+    return n > 1 ? engine_serialize(e, n, err, errlen) : 0;
+}
+
+int model_opts_open_n(model_opts *o, const char *path, uint32_t n, model **m, tokenizer **t, engine **e) {
     char err[512];
     *t = NULL;
-    *e = NULL;
+    for (uint32_t i = 0; i < n; i++) e[i] = NULL;
     *m = model_load(path, err, sizeof err);
     if (!*m) return cli_fail("%s", err);
     *t = tok_load((*m)->file, err, sizeof err);
@@ -110,12 +121,25 @@ int model_opts_open(model_opts *o, const char *path, model **m, tokenizer **t, e
         o->dev = cuda ? cuda_device_open(index, o->caps, err, sizeof err)
                       : vk_device_open(index, o->caps, err, sizeof err);
         if (!o->dev) return cli_fail("%s", err);
-        *e = plan_create(*m, o->dev, o->orc.dtype, o->orc.n_ctx, 0, err, sizeof err);
+        e[0] = plan_create_slots(*m, o->dev, o->orc.dtype, o->orc.n_ctx, 0, n, err, sizeof err);
     } else {
-        *e = orc_create(*m, &o->orc, err, sizeof err);
+        e[0] = orc_create(*m, &o->orc, err, sizeof err);
     }
-    if (!*e) return cli_fail("%s: %s", path, err);
+    if (!e[0]) return cli_fail("%s: %s", path, err);
+    if (open_more(o, *m, n, e, err, sizeof err)) {
+        for (uint32_t i = n; i-- > 0;) engine_destroy(e[i]), e[i] = NULL; /* siblings before the first */
+        return cli_fail("%s: %s", path, err);
+    }
     return 0;
+}
+
+int model_opts_open(model_opts *o, const char *path, model **m, tokenizer **t, engine **e) {
+    return model_opts_open_n(o, path, 1, m, t, e);
+}
+
+void model_opts_close_n(model_opts *o, model *m, tokenizer *t, engine **e, uint32_t n) {
+    for (uint32_t i = n; i-- > 1;) engine_destroy(e[i]); /* plans that borrow the first's weights go first */
+    model_opts_close(o, m, t, n ? e[0] : NULL);
 }
 
 void model_opts_close(model_opts *o, model *m, tokenizer *t, engine *e) {

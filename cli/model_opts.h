@@ -42,4 +42,14 @@ int model_opts_open(model_opts *o, const char *path, model **m, tokenizer **t, e
 /* Releases what model_opts_open made (any of them may be NULL). */
 void model_opts_close(model_opts *o, model *m, tokenizer *t, engine *e);
 
+/* As model_opts_open with n (1..64) engines over the one loaded model in e[0..n), each
+ * with its own KV cache, for serving n requests at once: oracles share the model's
+ * mapping (weights the oracle converts are converted per engine); GPU plans share one
+ * upload of the weights (plan_create_slots), the device's memory check counting a cache
+ * per engine. With n > 1 the engines evaluate one call at a time, in turn
+ * (engine_serialize). 0 or 1 (printed); on failure every e[i] is NULL. */
+int model_opts_open_n(model_opts *o, const char *path, uint32_t n, model **m, tokenizer **t, engine **e);
+/* Releases what model_opts_open_n made (NULL entries allowed). */
+void model_opts_close_n(model_opts *o, model *m, tokenizer *t, engine **e, uint32_t n);
+
 #endif

@@ -14,10 +14,14 @@ static const char usage[] =
     "  --listen HOST:PORT       IPv4 address and port (default 127.0.0.1:8080; port 0 picks a free one);\n"
     "                           the first line on stdout is \"listening on http://HOST:PORT\"\n"
     "  --api-key KEY            require Authorization: Bearer KEY (not on /health)\n"
-    "  --parallel N             generation slots (this version: 1)\n"
-    "  --queue N                requests that may wait for a slot; more get 503 (default 16)\n"
+    "  --parallel N             slots: requests generated at once, 1..64 (default 1), taking turns token by\n"
+    "                           token on the device; each slot has its own engine and KV cache of --ctx\n"
+    "                           positions (a GPU must hold the weights once and N caches: else refused at\n"
+    "                           start, try a smaller --ctx; the CPU oracle converts weights per slot)\n"
+    "  --queue N                requests that may wait when every slot is busy; more get 503 (default 16)\n"
     "  --chat-template NAME     default: detected from the model's tokenizer.chat_template, else chatml\n"
-    "  endpoints: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health\n"
+    "  endpoints: POST /v1/chat/completions, POST /v1/completions (logprobs supported), GET /v1/models,\n"
+    "  GET /health, GET /metrics\n"
     "  the sampling flags set the defaults a request's fields override\n" MODEL_OPTS_USAGE;
 
 /* The model id: the file's name without folders or ".gguf". */
@@ -57,8 +61,9 @@ int cmd_serve(int argc, char **argv) {
                 api_key = v;
             } else if (!strcmp(a, "--chat-template")) tmpl = v;
             else if (!strcmp(a, "--parallel")) {
-                if (!cli_parse_u64(v, 1, 1, &parallel))
-                    return cli_usage_error(usage, "--parallel: '%s': this version serves one slot (1)", v);
+                if (!cli_parse_u64(v, 1, SRV_MAX_PARALLEL, &parallel))
+                    return cli_usage_error(usage, "--parallel: '%s': expected a number of slots from 1 to %u", v,
+                                           SRV_MAX_PARALLEL);
             } else if (!cli_parse_u64(v, 0, 4096, &queue))
                 return cli_usage_error(usage, "--queue: bad value '%s'", v);
         } else if (a[0] == '-' && a[1]) return cli_usage_error(usage, "unknown flag '%s'", a);
@@ -80,9 +85,9 @@ int cmd_serve(int argc, char **argv) {
 
     model *m = NULL;
     tokenizer *t = NULL;
-    engine *e = NULL;
+    engine *e[SRV_MAX_PARALLEL] = {0};
     char *src = NULL, *default_system = NULL, *id = NULL;
-    int rc = model_opts_open(&mo, path, &m, &t, &e);
+    int rc = model_opts_open_n(&mo, path, (uint32_t)parallel, &m, &t, e);
     if (rc) goto out;
     src = model_chat_template(m);
     if (!tmpl) {
@@ -102,7 +107,7 @@ int cmd_serve(int argc, char **argv) {
         rc = cli_fail("out of memory");
         goto out;
     }
-    srv_config cfg = {.host = host, .port = (uint16_t)port, .api_key = api_key, .model_id = id, .engine = e,
+    srv_config cfg = {.host = host, .port = (uint16_t)port, .api_key = api_key, .model_id = id, .engines = e,
                       .tok = t, .family = (chat_family)fam, .default_system = default_system, .samp = &mo.samp,
                       .parallel = (uint32_t)parallel, .queue = (uint32_t)queue};
     rc = srv_serve(&cfg);
@@ -110,6 +115,6 @@ out:
     free(src);
     free(default_system);
     free(id);
-    model_opts_close(&mo, m, t, e);
+    model_opts_close_n(&mo, m, t, e, (uint32_t)parallel);
     return rc;
 }

@@ -35,6 +35,13 @@ void gen_session_free(gen_session *s) {
 
 uint32_t gen_session_cached(const gen_session *s) { return s->e->n_past; }
 
+uint32_t gen_session_prefix(const gen_session *s, const int32_t *prompt, uint32_t n) {
+    if (n == 0) return 0;
+    uint32_t same = 0, limit = s->e->n_past < n - 1 ? s->e->n_past : n - 1;
+    while (same < limit && s->cached[same] == prompt[same]) same++;
+    return same;
+}
+
 const char *gen_finish_name(gen_finish f) {
     static const char *const names[] = {"eog", "stop", "length", "cancelled", "context"};
     return f <= GEN_CONTEXT ? names[f] : "?";
@@ -108,14 +115,14 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
     if (!r->ids) return snprintf(err, errlen, "out of memory"), -1;
 
     /* reuse the cached prefix; at least the last prompt token is evaluated for its logits */
-    uint32_t same = 0, limit = e->n_past < n_prompt - 1 ? e->n_past : n_prompt - 1;
-    while (same < limit && s->cached[same] == prompt[same]) same++;
+    uint32_t same = gen_session_prefix(s, prompt, n_prompt);
     r->n_prompt = n_prompt;
     r->n_reused = same;
     double t0 = now();
     /* greedy decoding without penalties needs only the argmax: where the engine offers it,
-     * 4 bytes per token come back instead of the vocabulary's logits */
-    bool fast = e->ops->eval_argmax && samp_is_greedy(smp);
+     * 4 bytes per token come back instead of the vocabulary's logits (not when a caller
+     * wants every token's logits) */
+    bool fast = e->ops->eval_argmax && samp_is_greedy(smp) && !p->on_token;
     int32_t next = -1, last = prompt[n_prompt - 1];
     if (fast ? e->ops->eval_argmax(e, prompt + same, n_prompt - same, same, &next, err, errlen)
              : engine_eval(e, prompt + same, n_prompt - same, same, s->logits, false, err, errlen))
@@ -153,6 +160,10 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
         }
         r->ids[r->n_generated++] = id;
         samp_accept(smp, id);
+        if (p->on_token && p->on_token(p->token_ctx, id, s->logits, e->n_vocab)) {
+            r->finish = GEN_CALLER;
+            break;
+        }
         size_t n = tok_stream_push(&ts, id, piece, sizeof piece);
         if (pend_add(&pend, piece, n)) {
             rc = -1;

@@ -19,12 +19,25 @@ gen_session *gen_session_create(engine *e, const tokenizer *t);
 void gen_session_free(gen_session *s);
 /* Tokens the cache holds (what a new prompt's common prefix is measured against). */
 uint32_t gen_session_cached(const gen_session *s);
+/* Leading tokens of prompt[n] that gen_run would reuse from the cache (at most n - 1:
+ * the last prompt token is always evaluated for its logits); a server routes a request to
+ * the session where this is largest. */
+uint32_t gen_session_prefix(const gen_session *s, const int32_t *prompt, uint32_t n);
+
+/* Called for each generated token that becomes part of the output (not an end-of-
+ * generation token), before its text is emitted, with the logits row it was sampled from:
+ * the model's raw logits (no penalties, temperature or truncation applied), because
+ * OpenAI's logprobs are those of the model's distribution. A nonzero return stops
+ * (GEN_CALLER). */
+typedef int (*gen_on_token)(void *ctx, int32_t id, const float *logits, uint32_t n_vocab);
 
 typedef struct gen_params {
     uint32_t max_tokens;        /* > 0 */
     const char *const *stop;    /* stop strings (not included in the output) */
     size_t n_stop;
     int32_t extra_eog;          /* another token that ends generation (a chat end-of-turn), or -1 */
+    gen_on_token on_token;      /* NULL: none (and greedy decoding may skip the logits) */
+    void *token_ctx;            /* on_token's ctx */
 } gen_params;
 
 /* Called with each piece of text as it becomes final; a nonzero return stops. */

@@ -14,6 +14,7 @@
  * Each kernel's numbers follow the oracle's contract rounding points (oracle/forward.c):
  * the fused epilogues round where the oracle rounds. */
 #include "plan.h"
+#include "plan_tune.h"
 
 #include "kernels.h"
 #include "progress.h"
@@ -43,6 +44,7 @@ typedef struct plan_shape {
     uint32_t q_dim, kv_dim, qkv_dim, n_ctx, n_block;
     bool bias, freqs;
     bool fuse_norm; /* the decode step's norms inside the products after them (kn_matvec_norm) */
+    uint32_t n_slots; /* plans that will share one upload of the weights (for the memory check) */
 } plan_shape;
 
 /* kn_matvec_norm keeps a row of f32 in workgroup memory: where it fits. */
@@ -110,6 +112,7 @@ typedef struct plan_engine {
     rt_device *d;
     plan_shape s;
     char name[200];
+    const struct plan_engine *owner; /* NULL: the weight buffers are this plan's; else owner's, borrowed */
     rt_buffer *tok_embd, *output, *output_norm, *freqs;
     plan_layer *L;
     uint16_t *scratch; /* host copy of a converted tensor while the weights load */
@@ -159,6 +162,7 @@ static int shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_b
     s->n_block = ((want < cap ? want : cap) + 63) / 64 * 64;
     s->bias = hp->qkv_bias;
     s->freqs = m->rope_freqs != NULL;
+    s->n_slots = 1;
     return 0;
 }
 
@@ -327,6 +331,22 @@ static int build(plan_engine *p, char *err, size_t errlen) {
     }
     if (record_decode(p)) return fail(err, errlen, "out of memory");
     p->n_decode_launch = p->n_launch;
+    /* the products' grids measured on the device (plan_tune.c says why), before anything
+     * is recorded; the prefill block's logits head takes the decode step's. Only where
+     * the products accept any grid (kn_matvec_strided: not on CUDA). */
+    static const int mv[] = {K_MV_QKV, K_MV_O, K_MV_FFN, K_MV_DOWN, K_MV_OUT};
+    rt_kernel *mk[5];
+    uint32_t chosen[5] = {0};
+    for (int i = 0; i < 5; i++) mk[i] = p->kern[mv[i]];
+    int32_t tok0 = 0;
+    uint32_t info0[2] = {0, 1}; /* token 0 at position 0: the step's replays need valid inputs */
+    if (kn_matvec_strided(&p->d->caps) &&
+        (p->d->ops->upload(p->d, p->tok_h, 0, &tok0, sizeof tok0, err, errlen) ||
+         p->d->ops->upload(p->d, p->info_h, 0, info0, sizeof info0, err, errlen) ||
+         plan_tune_grids(p->d, p->launch, p->n_launch, mk, 5, chosen, err, errlen)))
+        return -1;
+    for (int i = 0; i < 5; i++)
+        if (chosen[i]) p->grid[mv[i]][0] = chosen[i];
     if (!(p->decode = p->d->ops->record(p->d, p->launch, p->n_launch, err, errlen))) return -1;
     if (record_prefill(p)) return fail(err, errlen, "out of memory");
     p->prefill = p->d->ops->record(p->d, p->launch + p->n_decode_launch, p->n_launch - p->n_decode_launch, err, errlen);
@@ -403,7 +423,9 @@ static void plan_destroy(engine *base) {
     free(p->launch);
     for (int i = 0; i < K_COUNT; i++)
         if (p->kern[i]) d->ops->release_kernel(d, p->kern[i]);
-    rt_buffer *bufs[] = {p->tok_embd, p->output == p->tok_embd ? NULL : p->output, p->output_norm, p->freqs, p->xa,
+    bool own = !p->owner; /* borrowed weights stay with their owner */
+    rt_buffer *bufs[] = {own ? p->tok_embd : NULL, own && p->output != p->tok_embd ? p->output : NULL,
+                         own ? p->output_norm : NULL, own ? p->freqs : NULL, p->xa,
                          p->xb, p->h, p->qkv, p->att, p->g, p->u, p->act, p->last, p->hl, p->logits, p->tok, p->info,
                          p->part, p->tok_h, p->info_h, p->best};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -412,7 +434,7 @@ static void plan_destroy(engine *base) {
         plan_layer *L = &p->L[l];
         rt_buffer *lb[] = {L->attn_norm, L->wqkv, L->bqkv, L->q_norm, L->k_norm, L->wo,
                            L->ffn_norm, L->w_gate, L->w_up, L->w_down, L->kc, L->vc};
-        for (size_t i = 0; i < sizeof lb / sizeof lb[0]; i++)
+        for (size_t i = own ? 0 : 10; i < sizeof lb / sizeof lb[0]; i++)
             if (lb[i]) d->ops->release(d, lb[i]);
     }
     free(p->L);
@@ -475,7 +497,7 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
     rt_launch *l = malloc(reps * sizeof *l);
     if (!l) return fail(err, errlen, "out of memory");
     double t_role[K_COUNT] = {0};
-    uint32_t n_role[K_COUNT] = {0};
+    uint32_t n_role[K_COUNT] = {0}, grid_role[K_COUNT] = {0};
     double t0 = now_s();
     for (uint32_t r = 0; r < reps; r++)
         if (d->ops->replay(d, rec, err, errlen)) return free(l), -1;
@@ -489,6 +511,7 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
         if (d->ops->run(d, l, reps, err, errlen)) return free(l), -1;
         t_role[k] += (now_s() - t0) / reps;
         n_role[k]++;
+        grid_role[k] = p->launch[i].groups[0] * p->launch[i].groups[1];
     }
     free(l);
     double sum = 0;
@@ -497,12 +520,13 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
                 d->label, reps);
     else
         fprintf(out, "decode step on %s at position %u, each launch run %u times back to back:\n", d->label, pos, reps);
-    fprintf(out, "  %-24s %8s %10s %10s %9s\n", "kernel", "launches", "us each", "us/step", prefill ? "TFLOP/s" : "GB/s");
+    fprintf(out, "  %-24s %8s %8s %10s %10s %9s\n", "kernel", "launches", "grid", "us each", "us/step",
+            prefill ? "TFLOP/s" : "GB/s");
     for (int k = 0; k < K_COUNT; k++) {
         if (!n_role[k]) continue;
         double each = t_role[k] / n_role[k];
         uint64_t b = prefill ? prefill_flops(&p->s, k) : decode_bytes(&p->s, k, pos);
-        fprintf(out, "  %-24s %8u %10.2f %10.1f", k_role[k], n_role[k], each * 1e6, t_role[k] * 1e6);
+        fprintf(out, "  %-24s %8u %8u %10.2f %10.1f", k_role[k], n_role[k], grid_role[k], each * 1e6, t_role[k] * 1e6);
         if (b) fprintf(out, prefill ? " %9.2f" : " %9.1f", b / each * (prefill ? 1e-12 : 1e-9));
         fputc('\n', out);
         sum += t_role[k];
@@ -568,7 +592,7 @@ static uint64_t plan_bytes(const model *m, const plan_shape *s, const rt_caps *c
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
         if (other[i].bytes > big) big = other[i].bytes, snprintf(what, what_len, "%s", other[i].name);
     *largest = big;
-    return w + 2 * hp->n_layer * cache + act_bytes(s, c, s->n_block);
+    return w + (uint64_t)s->n_slots * (2 * hp->n_layer * cache + act_bytes(s, c, s->n_block));
 }
 
 /* What the device refuses, or 0: the whole plan past its memory, or one buffer past what
@@ -577,6 +601,11 @@ static int check_fit(const model *m, const plan_shape *s, const rt_device *d, ch
     char what[160];
     uint64_t largest, need = plan_bytes(m, s, &d->caps, &largest, what, sizeof what);
     uint64_t have = d->caps.memory_bytes, lim = d->caps.max_buffer_bytes;
+    if (have && need > have && s->n_slots > 1)
+        return fail(err, errlen,
+                    "%s: the model needs %.2f GiB with %u slots of a %u-token context (one copy of the weights, "
+                    "a KV cache per slot); the device has %.2f GiB (try --ctx or fewer slots)",
+                    d->label, need / 1073741824.0, s->n_slots, s->n_ctx, have / 1073741824.0);
     if (have && need > have)
         return fail(err, errlen,
                     "%s: the model needs %.2f GiB with a %u-token context; the device has %.2f GiB (try --ctx)",
@@ -589,18 +618,48 @@ static int check_fit(const model *m, const plan_shape *s, const rt_device *d, ch
     return 0;
 }
 
-engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, char *err,
-                    size_t errlen) {
-    plan_shape s;
-    char why[256];
-    if (shape_of(m, dtype, n_ctx, n_block, &s, why, sizeof why))
-        return fail(err, errlen, "%s: %s", d->label, why), NULL;
-    /* no --ctx: the model's context, halved until it fits (down to 256 positions) */
-    while (!n_ctx && s.n_ctx > 256 && check_fit(m, &s, d, why, sizeof why)) {
-        s.n_ctx = s.n_ctx / 2 > 256 ? s.n_ctx / 2 : 256;
-        if (s.n_block > (s.n_ctx + 63) / 64 * 64) s.n_block = (s.n_ctx + 63) / 64 * 64;
+/* Every weight converted and uploaded (q, k, v fused), progress per layer. 0 or -1. */
+static int upload_weights(plan_engine *p, char *err, size_t errlen) {
+    const model *m = p->m;
+    int bad = !(p->tok_embd = upload_weight(p, m->tok_embd, err, errlen)) ||
+              !(p->output_norm = upload_weight(p, m->output_norm, err, errlen)) ||
+              (m->rope_freqs && !(p->freqs = upload_weight(p, m->rope_freqs, err, errlen)));
+    if (!bad) p->output = m->output == m->tok_embd ? p->tok_embd : upload_weight(p, m->output, err, errlen);
+    bad |= !p->output;
+    for (uint32_t l = 0; l < p->s.hp.n_layer && !bad; l++) {
+        const model_layer *ml = &m->layers[l];
+        plan_layer *L = &p->L[l];
+        const gguf_tensor *qkv[3] = {ml->wq, ml->wk, ml->wv}, *b[3] = {ml->bq, ml->bk, ml->bv};
+        bad = !(L->wqkv = upload_concat(p, qkv, 3, err, errlen)) ||
+              (p->s.bias && !(L->bqkv = upload_concat(p, b, 3, err, errlen)));
+        const gguf_tensor *t[7] = {ml->attn_norm, ml->q_norm, ml->k_norm, ml->wo, ml->ffn_norm, ml->w_gate, ml->w_up};
+        rt_buffer **dst[7] = {&L->attn_norm, &L->q_norm, &L->k_norm, &L->wo, &L->ffn_norm, &L->w_gate, &L->w_up};
+        for (int i = 0; i < 7 && !bad; i++)
+            if (t[i] && !(*dst[i] = upload_weight(p, t[i], err, errlen))) bad = 1;
+        if (!bad && !(L->w_down = upload_weight(p, ml->w_down, err, errlen))) bad = 1;
+        progress_update(&p->prog, l + 1);
     }
-    if (check_fit(m, &s, d, err, errlen)) return NULL;
+    return bad ? -1 : 0;
+}
+
+/* The owner's weight buffers, read-only in every kernel, so plans can share them. */
+static int borrow_weights(plan_engine *p, const plan_engine *o) {
+    p->tok_embd = o->tok_embd, p->output = o->output, p->output_norm = o->output_norm, p->freqs = o->freqs;
+    for (uint32_t l = 0; l < p->s.hp.n_layer; l++) {
+        plan_layer *L = &p->L[l];
+        const plan_layer *K = &o->L[l];
+        *L = (plan_layer){K->attn_norm, K->wqkv, K->bqkv, K->q_norm, K->k_norm, K->wo, K->ffn_norm, K->w_gate,
+                          K->w_up, K->w_down, NULL, NULL};
+    }
+    progress_update(&p->prog, p->s.hp.n_layer);
+    return 0;
+}
+
+/* A plan of shape s0 (checked to fit); owner: the plan whose weight buffers it borrows,
+ * or NULL to upload its own. */
+static engine *make(const model *m, rt_device *d, const plan_shape *s0, const plan_engine *owner, char *err,
+                    size_t errlen) {
+    plan_shape s = *s0;
     const arch_hparams *hp = &s.hp;
     plan_engine *p = calloc(1, sizeof *p);
     if (!p || !(p->L = calloc(hp->n_layer, sizeof *p->L))) {
@@ -609,6 +668,7 @@ engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx
     }
     p->m = m;
     p->d = d;
+    p->owner = owner;
     s.fuse_norm = can_fuse_norm(&s, &d->caps);
     p->s = s;
     p->base.ops = &plan_ops;
@@ -617,29 +677,12 @@ engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx
     snprintf(p->name, sizeof p->name, "%s (%s, %s)", d->label, d->caps.name, s.dt == IR_BF16 ? "bf16" : "f16");
     p->base.name = p->name;
     char what[96];
-    snprintf(what, sizeof what, "%s: weights and kernels", d->label);
+    snprintf(what, sizeof what, "%s: %s", d->label, owner ? "another slot's cache and kernels" : "weights and kernels");
     progress_begin(&p->prog, what, (uint64_t)hp->n_layer + K_COUNT);
-    int bad = !(p->tok_embd = upload_weight(p, m->tok_embd, err, errlen)) ||
-              !(p->output_norm = upload_weight(p, m->output_norm, err, errlen)) ||
-              (m->rope_freqs && !(p->freqs = upload_weight(p, m->rope_freqs, err, errlen)));
-    if (!bad) p->output = m->output == m->tok_embd ? p->tok_embd : upload_weight(p, m->output, err, errlen);
-    bad |= !p->output;
+    int bad = owner ? borrow_weights(p, owner) : upload_weights(p, err, errlen);
     for (uint32_t l = 0; l < hp->n_layer && !bad; l++) {
-        const model_layer *ml = &m->layers[l];
-        plan_layer *L = &p->L[l];
-        const gguf_tensor *qkv[3] = {ml->wq, ml->wk, ml->wv}, *b[3] = {ml->bq, ml->bk, ml->bv};
-        bad = !(L->wqkv = upload_concat(p, qkv, 3, err, errlen)) ||
-              (s.bias && !(L->bqkv = upload_concat(p, b, 3, err, errlen)));
-        const gguf_tensor *t[7] = {ml->attn_norm, ml->q_norm, ml->k_norm, ml->wo, ml->ffn_norm, ml->w_gate, ml->w_up};
-        rt_buffer **dst[7] = {&L->attn_norm, &L->q_norm, &L->k_norm, &L->wo, &L->ffn_norm, &L->w_gate, &L->w_up};
-        for (int i = 0; i < 7 && !bad; i++)
-            if (t[i] && !(*dst[i] = upload_weight(p, t[i], err, errlen))) bad = 1;
-        if (!bad && !(L->w_down = upload_weight(p, ml->w_down, err, errlen))) bad = 1;
-        if (!bad) {
-            size_t cache = (size_t)s.n_ctx * s.kv_dim * 2;
-            bad = !(L->kc = alloc(p, cache, err, errlen)) || !(L->vc = alloc(p, cache, err, errlen));
-        }
-        progress_update(&p->prog, l + 1);
+        size_t cache = (size_t)s.n_ctx * s.kv_dim * 2;
+        bad = !(p->L[l].kc = alloc(p, cache, err, errlen)) || !(p->L[l].vc = alloc(p, cache, err, errlen));
     }
     free(p->scratch);
     p->scratch = NULL;
@@ -670,4 +713,32 @@ engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx
     }
     progress_end(&p->prog, true);
     return &p->base;
+}
+
+engine *plan_create_slots(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block,
+                          uint32_t n_slots, char *err, size_t errlen) {
+    plan_shape s;
+    char why[256];
+    if (shape_of(m, dtype, n_ctx, n_block, &s, why, sizeof why))
+        return fail(err, errlen, "%s: %s", d->label, why), NULL;
+    s.n_slots = n_slots ? n_slots : 1;
+    /* no --ctx: the model's context, halved until it fits (down to 256 positions) */
+    while (!n_ctx && s.n_ctx > 256 && check_fit(m, &s, d, why, sizeof why)) {
+        s.n_ctx = s.n_ctx / 2 > 256 ? s.n_ctx / 2 : 256;
+        if (s.n_block > (s.n_ctx + 63) / 64 * 64) s.n_block = (s.n_ctx + 63) / 64 * 64;
+    }
+    if (check_fit(m, &s, d, err, errlen)) return NULL;
+    return make(m, d, &s, NULL, err, errlen);
+}
+
+engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, char *err,
+                    size_t errlen) {
+    return plan_create_slots(m, d, dtype, n_ctx, n_block, 1, err, errlen);
+}
+
+engine *plan_create_sibling(engine *first, char *err, size_t errlen) {
+    if (!first || first->ops != &plan_ops) return fail(err, errlen, "not a plan"), NULL;
+    const plan_engine *o = (const plan_engine *)first;
+    if (o->owner) o = o->owner;
+    return make(o->m, o->d, &o->s, o, err, errlen);
 }

@@ -22,6 +22,18 @@
 engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, char *err,
                     size_t errlen);
 
+/* Plans for n_slots requests at once on one device (kiln serve --parallel): this makes
+ * the first, exactly as plan_create, except that the memory check (and the context chosen
+ * without n_ctx) counts the weights once and a KV cache and activations n_slots times;
+ * plan_create_sibling makes the others. */
+engine *plan_create_slots(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block,
+                          uint32_t n_slots, char *err, size_t errlen);
+/* Another plan of first's shape on its device that borrows its weight buffers (only
+ * read by every kernel): its own KV cache, activations, kernels and recordings. first
+ * must outlive it; the two must not evaluate at the same time (engine_serial.h). NULL
+ * with err (the device's allocation fails, not a plan). */
+engine *plan_create_sibling(engine *first, char *err, size_t errlen);
+
 /* Kernels compiled, and launches per decode step (for reports). */
 void plan_counts(const engine *e, uint32_t *n_kernels, uint32_t *n_launches);
 /* Where a decode step's and a prefill block's time goes: each recording replayed, then

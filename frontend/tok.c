@@ -525,6 +525,9 @@ int32_t tok_eot(const tokenizer *t) {
 bool tok_add_bos(const tokenizer *t) {
     return t && t->add_bos;
 }
+bool tok_space_prefix(const tokenizer *t) {
+    return t && t->add_space_prefix;
+}
 bool tok_is_eog(const tokenizer *t, int32_t id) {
     return t && id >= 0 && (uint32_t)id < t->n && (t->attr[id] & TOK_ATTR_EOG);
 }

@@ -22,6 +22,8 @@ int32_t tok_bos(const tokenizer *t); /* -1 when the model has none */
 int32_t tok_eos(const tokenizer *t);
 int32_t tok_eot(const tokenizer *t); /* end of turn (<|eot_id|>, <|im_end|>, <end_of_turn>, ...) or -1 */
 bool tok_add_bos(const tokenizer *t); /* does encoding with add_special prepend BOS */
+/* Does tok_stream drop the first piece's leading space (SentencePiece's dummy prefix). */
+bool tok_space_prefix(const tokenizer *t);
 /* Ends generation: eos, eot and the other end-of-generation tokens llama.cpp knows. */
 bool tok_is_eog(const tokenizer *t, int32_t id);
 /* Id of a token spelled exactly s (e.g. "<|im_end|>"), or -1. */

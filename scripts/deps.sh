@@ -16,6 +16,8 @@ PKGS=(
   curl                                 # tests: kiln serve's clients
   python3
   python3-jsonschema                   # tests: kiln diverge --json against docs/diverge.schema.json
+  python3-venv                         # tests: a venv for the pinned openai client (pulls python3.11-venv,
+                                       # python3-pip-whl and python3-setuptools-whl: ensurepip's wheels)
 )
 
 missing=()

@@ -1,5 +1,5 @@
-/* Log-probabilities: computed from a logits row, and written in chat's and the legacy
- * completions' shapes. */
+/* Log-probabilities: computed from a logits row, written in chat's and the legacy
+ * completions' shapes, and matched to the streamed text they belong to. */
 #include "api_json.h"
 
 #include <math.h>
@@ -80,4 +80,19 @@ json_t *srv_json_logprobs_legacy(const srv_token_logprob *lp, size_t n, size_t t
     }
     return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset",
                      offs);
+}
+
+size_t srv_spans_ready(const srv_token_span *span, size_t n, size_t emitted) {
+    size_t k = 0, last = 0;
+    while (k < n && span[k].end <= emitted) {
+        k++;
+        if (span[k - 1].end > span[k - 1].start) last = k;
+    }
+    return last;
+}
+
+size_t srv_spans_rest(const srv_token_span *span, size_t n, bool stopped, size_t emitted) {
+    size_t k = 0;
+    while (k < n && (!stopped || span[k].start < emitted)) k++;
+    return k;
 }

@@ -44,11 +44,16 @@ char *srv_text_response(const srv_completion *c) {
     return finish(head(c->id, "text_completion", c->created, c->model), choice, &c->usage);
 }
 
+static json_t *model_object(const char *id, int64_t created) {
+    return json_pack("{s:s,s:s,s:I,s:s}", "id", id, "object", "model", "created", (json_int_t)created, "owned_by",
+                     "kiln");
+}
+
 char *srv_models_response(const char *const *ids, size_t n, int64_t created) {
     json_t *data = json_array();
     for (size_t i = 0; data && i < n; i++)
-        if (json_array_append_new(data, json_pack("{s:s,s:s,s:I,s:s}", "id", ids[i], "object", "model", "created",
-                                                  (json_int_t)created, "owned_by", "kiln")))
-            return json_decref(data), NULL;
+        if (json_array_append_new(data, model_object(ids[i], created))) return json_decref(data), NULL;
     return srv_json_dump(json_pack("{s:s,s:o}", "object", "list", "data", data));
 }
+
+char *srv_model_response(const char *id, int64_t created) { return srv_json_dump(model_object(id, created)); }

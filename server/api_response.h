@@ -37,6 +37,22 @@ typedef struct srv_token_logprob {
 int srv_logprobs(const float *logits, uint32_t n, int32_t chosen, uint32_t k, double *chosen_lp, int32_t *top_ids,
                  double *top_lps, uint32_t *n_top);
 
+/* Where a generated token's text lies in the output: [start, end) in the bytes the
+ * generation loop's detokenizer produces. A token that ends inside a UTF-8 character has
+ * start == end: the character's bytes count for the token that completes it. */
+typedef struct srv_token_span {
+    size_t start, end;
+} srv_token_span;
+
+/* Streaming: how many of the unreported tokens span[0..n) go with the output's first
+ * `emitted` bytes: up to the last one with bytes of its own that ends by then (a token
+ * waiting for the rest of its character, or whose text is held back, waits). */
+size_t srv_spans_ready(const srv_token_span *span, size_t n, size_t emitted);
+/* When generation ended: how many of the unreported span[0..n) to report still: all of
+ * them, or, when a stop string cut the output at `emitted` bytes, those that start before
+ * the cut (the text of the others was dropped). */
+size_t srv_spans_rest(const srv_token_span *span, size_t n, bool stopped, size_t emitted);
+
 /* ---- complete responses ------------------------------------------------------------------- */
 
 typedef struct srv_usage {
@@ -65,6 +81,8 @@ char *srv_chat_response(const srv_completion *c); /* object "chat.completion" */
 char *srv_text_response(const srv_completion *c); /* object "text_completion" */
 /* GET /v1/models: ids[n], each owned by "kiln". */
 char *srv_models_response(const char *const *ids, size_t n, int64_t created);
+/* GET /v1/models/ID: the one model object. */
+char *srv_model_response(const char *id, int64_t created);
 
 /* ---- streams: each returns one whole SSE event, "data: {...}\n\n" ------------------------- */
 

@@ -621,3 +621,24 @@ Test(api, logprobs_edges) {
     cr_assert_float_eq(tl[2], -1000.0 - log(2.0), 1e-9);
     cr_assert_float_eq(tl[3], -2000.0 - log(2.0), 1e-9);
 }
+
+/* Which tokens' log-probabilities go with a streamed piece of text. Tokens: "a" [0,1),
+ * the first byte of "é" [1,1) (nothing of its own until the character is whole), its
+ * second byte [1,3), " b" [3,5), "c" [5,6). */
+Test(api, token_spans_follow_the_emitted_text) {
+    const srv_token_span sp[5] = {{0, 1}, {1, 1}, {1, 3}, {3, 5}, {5, 6}};
+    cr_assert_eq(srv_spans_ready(sp, 5, 0), 0);
+    cr_assert_eq(srv_spans_ready(sp, 5, 1), 1, "the half character waits for its other half");
+    cr_assert_eq(srv_spans_ready(sp + 1, 4, 1), 0);
+    cr_assert_eq(srv_spans_ready(sp + 1, 4, 3), 2, "both halves go with the whole character");
+    cr_assert_eq(srv_spans_ready(sp + 3, 2, 4), 0, "a token whose text is partly held back waits");
+    cr_assert_eq(srv_spans_ready(sp + 3, 2, 6), 2);
+    cr_assert_eq(srv_spans_ready(sp, 5, 6), 5);
+    cr_assert_eq(srv_spans_ready(NULL, 0, 6), 0);
+    /* the end: everything left, unless a stop string cut the output */
+    cr_assert_eq(srv_spans_rest(sp + 1, 4, false, 1), 4, "a character never completed is still reported");
+    cr_assert_eq(srv_spans_rest(sp + 3, 2, true, 4), 1, "a token partly before the stop string is reported");
+    cr_assert_eq(srv_spans_rest(sp + 3, 2, true, 3), 0, "tokens of the stop string are not");
+    cr_assert_eq(srv_spans_rest(sp + 1, 4, true, 1), 0);
+    cr_assert_eq(srv_spans_rest(NULL, 0, true, 1), 0);
+}

@@ -2,6 +2,7 @@
  * golden, stop strings, seeds, prefix reuse across turns, `kiln tokenize`, `kiln chat`,
  * and bad input. */
 #include "engine.h"
+#include "engine_serial.h"
 #include "generate.h"
 #include "model.h"
 #include "oracle.h"
@@ -12,9 +13,11 @@
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define BIG (1 << 20)
 static char out[BIG], err[BIG];
@@ -302,4 +305,145 @@ Test(generate, greedy_fast_path_falls_back_to_the_sampler) {
     gen_session_free(s);
     samp_free(pen);
     rig_close(&r);
+}
+
+/* gen_params.on_token: called once per output token with the logits it was sampled
+ * from; greedy decoding then reads the logits (no argmax fast path); a nonzero return
+ * stops. On the oracle, the tokens are those generated without the callback. */
+typedef struct seen { int n, stop_at; int32_t ids[64]; bool logits_ok; } seen;
+
+static int count_tokens(void *ctx, int32_t id, const float *logits, uint32_t n_vocab) {
+    seen *s = ctx;
+    if (s->n < 64) s->ids[s->n] = id;
+    s->n++;
+    s->logits_ok = s->logits_ok && n_vocab > 0 && samp_argmax(logits, n_vocab) == id;
+    return s->n == s->stop_at;
+}
+
+Test(generate, on_token_sees_each_token_and_its_logits) {
+    rig r;
+    rig_open(&r);
+    char e[256];
+    fake f = {{&fake_ops, "fake", r.e->n_vocab, 64, 0}, 300, 0};
+    gen_session *s = gen_session_create(&f.base, r.t);
+    int32_t prompt[2] = {1, 400};
+    seen sn = {.logits_ok = true};
+    gen_params gp = {.max_tokens = 3, .extra_eog = -1, .on_token = count_tokens, .token_ctx = &sn};
+    gen_result res;
+    cr_assert_eq(gen_run(s, r.smp, prompt, 2, &gp, sink, NULL, &res, e, sizeof e), 0, "%s", e);
+    cr_assert_eq(f.n_argmax, 0, "with a callback the loop reads the logits");
+    cr_assert_eq(sn.n, 3);
+    cr_assert(sn.logits_ok && sn.ids[0] == 300);
+    free(res.ids);
+    sn = (seen){.stop_at = 1, .logits_ok = true};
+    cr_assert_eq(gen_run(s, r.smp, prompt, 2, &gp, sink, NULL, &res, e, sizeof e), 0, "%s", e);
+    cr_assert_eq(res.finish, GEN_CALLER);
+    cr_assert_eq(res.n_generated, 1);
+    free(res.ids);
+    gen_session_free(s);
+
+    /* the oracle: the same tokens with and without the callback */
+    int32_t p[16];
+    int64_t np = tok_encode(r.t, "Once upon a time", 16, true, true, p, 16, e, sizeof e);
+    gen_params plain = {.max_tokens = 16, .extra_eog = -1};
+    gen_result a, b;
+    cr_assert_eq(gen_run(r.s, r.smp, p, (uint32_t)np, &plain, sink, NULL, &a, e, sizeof e), 0, "%s", e);
+    sn = (seen){.logits_ok = true};
+    gp.max_tokens = 16;
+    engine_truncate(r.e, 0);
+    cr_assert_eq(gen_run(r.s, r.smp, p, (uint32_t)np, &gp, sink, NULL, &b, e, sizeof e), 0, "%s", e);
+    cr_assert_eq(a.n_generated, b.n_generated);
+    cr_assert_eq((uint32_t)sn.n, b.n_generated);
+    cr_assert(sn.logits_ok);
+    for (uint32_t i = 0; i < a.n_generated; i++) {
+        cr_assert_eq(a.ids[i], b.ids[i]);
+        cr_assert_eq(sn.ids[i], b.ids[i]);
+    }
+    free(a.ids);
+    free(b.ids);
+
+    /* the reusable prefix: the common part, never the prompt's last token */
+    uint32_t cached = gen_session_cached(r.s);
+    cr_assert(cached > (uint32_t)np);
+    cr_assert_eq(gen_session_prefix(r.s, p, (uint32_t)np), (uint32_t)np - 1);
+    int32_t q[3] = {p[0], p[1], p[1] + 1};
+    cr_assert_eq(gen_session_prefix(r.s, q, 3), 2);
+    cr_assert_eq(gen_session_prefix(r.s, q, 1), 0);
+    cr_assert_eq(gen_session_prefix(r.s, q, 0), 0);
+    rig_close(&r);
+}
+
+/* engine_serialize: wrapped engines evaluate one at a time, in turn, and follow the
+ * caller's n_past both ways. The fake engines log who runs, each call taking a moment
+ * so the other thread is waiting for its turn by then. */
+typedef struct turn_fake {
+    engine base;
+    int who, inside;
+    int *log, *n_log;
+    int *running; /* engines inside eval at once (under the wrappers' lock: at most 1) */
+} turn_fake;
+
+static int turn_eval(engine *e, const int32_t *tok, uint32_t n, uint32_t pos, float *logits, bool all, char *err,
+                     size_t errlen) {
+    (void)tok, (void)logits, (void)all, (void)err, (void)errlen;
+    turn_fake *f = (turn_fake *)e;
+    int now = __atomic_add_fetch(f->running, 1, __ATOMIC_SEQ_CST);
+    nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    if (now == 1) f->log[(*f->n_log)++] = f->who;
+    __atomic_sub_fetch(f->running, 1, __ATOMIC_SEQ_CST);
+    e->n_past = pos + n;
+    return now == 1 ? 0 : -1;
+}
+static void turn_destroy(engine *e) { ((turn_fake *)e)->inside = -1; }
+static const engine_ops turn_ops = {turn_eval, turn_destroy, NULL};
+
+typedef struct turn_arg { engine *e; int rc; } turn_arg;
+
+static void *turn_thread(void *arg) {
+    turn_arg *a = arg;
+    char e[64];
+    int32_t tok = 1;
+    for (uint32_t i = 0; i < 50 && !a->rc; i++) a->rc = engine_eval(a->e, &tok, 1, i, NULL, false, e, sizeof e);
+    return NULL;
+}
+
+Test(generate, serialized_engines_take_turns) {
+    static int log[200];
+    int n_log = 0, running = 0;
+    turn_fake f[2];
+    engine *e[2];
+    for (int i = 0; i < 2; i++) {
+        f[i] = (turn_fake){{&turn_ops, "fake", 8, 64, 0}, i, 0, log, &n_log, &running};
+        e[i] = &f[i].base;
+    }
+    char err[64];
+    cr_assert_eq(engine_serialize(e, 2, err, sizeof err), 0);
+    cr_assert(e[0] != &f[0].base && e[0]->n_ctx == 64 && e[0]->n_vocab == 8);
+    cr_assert_null(e[0]->ops->eval_argmax, "offered only where the engine offers it");
+    turn_arg a[2] = {{e[0], 0}, {e[1], 0}};
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&th[i], NULL, turn_thread, &a[i]), 0);
+    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    cr_assert(a[0].rc == 0 && a[1].rc == 0, "two engines ran at once");
+    cr_assert_eq(n_log, 100);
+    /* between the first switch and the last (one thread may start, or end, alone) */
+    int from = 1, to = n_log - 1, run = 1, longest = 1;
+    while (from < n_log && log[from] == log[0]) from++;
+    while (to > from && log[to] == log[n_log - 1]) to--;
+    for (int i = from + 1; i <= to; i++) {
+        run = log[i] == log[i - 1] ? run + 1 : 1;
+        if (run > longest) longest = run;
+    }
+    cr_assert(to - from > 50, "the threads hardly overlapped (%d..%d)", from, to);
+    cr_assert(longest <= 3, "turns are taken in order (a run of %d)", longest);
+    /* the caller's n_past goes down (truncate) and comes back from the engine */
+    cr_assert_eq(e[0]->n_past, 50);
+    engine_truncate(e[0], 10);
+    int32_t tok = 2;
+    cr_assert_eq(engine_eval(e[0], &tok, 1, 10, NULL, false, err, sizeof err), 0);
+    cr_assert_eq(e[0]->n_past, 11);
+    cr_assert_eq(f[0].base.n_past, 11);
+    engine_destroy(e[1]);
+    engine_destroy(e[0]);
+    cr_assert(f[0].inside == -1 && f[1].inside == -1, "the wrappers destroy their engines");
 }

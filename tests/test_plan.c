@@ -154,6 +154,43 @@ Test(plan, refuses_what_does_not_fit) {
     d->ops->destroy(d);
 }
 
+/* kiln serve --parallel: plans sharing one upload of the weights. The memory check counts
+ * a cache per slot; a sibling answers as the first does, from its own cache. */
+Test(plan, slots_share_the_weights) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    char err[512];
+    model *m = model_load(tu_data_file("models/stories260K.gguf"), err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    uint64_t saved = d->caps.memory_bytes;
+    d->caps.memory_bytes = 1200 * 1024; /* the weights and one 256-position cache, not 64 */
+    engine *one = plan_create_slots(m, d, GGUF_T_BF16, 256, 0, 1, err, sizeof err);
+    cr_assert_not_null(one, "%s", err);
+    engine_destroy(one);
+    cr_assert_null(plan_create_slots(m, d, GGUF_T_BF16, 256, 0, 64, err, sizeof err));
+    cr_assert(strstr(err, "64 slots") && strstr(err, "--ctx"), "%s", err);
+    d->caps.memory_bytes = saved;
+    engine *a = plan_create_slots(m, d, GGUF_T_BF16, 256, 0, 2, err, sizeof err);
+    cr_assert_not_null(a, "%s", err);
+    engine *b = plan_create_sibling(a, err, sizeof err);
+    cr_assert_not_null(b, "%s", err);
+    cr_assert_eq(b->n_ctx, a->n_ctx);
+    int32_t t1[3] = {1, 400, 300}, t2[2] = {1, 50};
+    float *la = malloc(m->hp.n_vocab * sizeof *la), *lb = malloc(m->hp.n_vocab * sizeof *lb);
+    cr_assert_eq(engine_eval(a, t1, 3, 0, la, false, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(engine_eval(b, t2, 2, 0, lb, false, err, sizeof err), 0, "%s", err); /* its own cache */
+    cr_assert_eq(engine_eval(b, t1, 3, 0, lb, false, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(memcmp(la, lb, m->hp.n_vocab * sizeof *la), 0);
+    cr_assert_eq(engine_eval(a, t2, 2, 0, la, false, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(engine_eval(b, t2, 2, 0, lb, false, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(memcmp(la, lb, m->hp.n_vocab * sizeof *la), 0);
+    free(la);
+    free(lb);
+    engine_destroy(b); /* the sibling first: the weights are a's */
+    engine_destroy(a);
+    model_free(m);
+    d->ops->destroy(d);
+}
+
 /* The synthesized qwen3-0.6b and qwen3-8b (random bf16 weights at the real shapes) on a
  * GPU with room for them: a 40-token prompt through a prefill block, 8 decode steps.
  * Through 28 and 36 layers of random weights a 16-bit rounding that falls the other way
