@@ -133,7 +133,7 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
     for (uint32_t i = 0; i < n_prompt; i++) samp_accept(smp, prompt[i]);
 
     tok_stream ts;
-    tok_stream_init(&ts, s->t);
+    tok_stream_init_after(&ts, s->t, prompt, n_prompt);
     pending pend = {0};
     char piece[4096]; /* tok_stream_push needs 3 x (longest piece + 4) */
     bool stopped = false;

@@ -769,6 +769,13 @@ void tok_stream_init(tok_stream *s, const tokenizer *t) {
     s->first = true;
 }
 
+void tok_stream_init_after(tok_stream *s, const tokenizer *t, const int32_t *prompt, size_t n) {
+    tok_stream_init(s, t);
+    char one[8];
+    for (size_t i = 0; i < n && s->first; i++)
+        if (tok_piece(t, prompt[i], false, one, sizeof one) > 0) s->first = false;
+}
+
 /* Appends whole characters to out while they fit; once one does not, nothing after it is
  * written either (so the output never has a hole or half a character). */
 static void emit(char *out, size_t cap, size_t *w, bool *full, const void *p, size_t n) {

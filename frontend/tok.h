@@ -51,6 +51,11 @@ typedef struct tok_stream {
     bool first;   /* nothing emitted yet */
 } tok_stream;
 void tok_stream_init(tok_stream *s, const tokenizer *t);
+/* As tok_stream_init, for text that follows prompt[0..n): the dummy-prefix space is only
+ * removed at the start of a text, so where the prompt already renders text (anything but
+ * BOS and control tokens) the first piece keeps its space ("Once upon" + " a time"), as
+ * llama.cpp prints a continuation. */
+void tok_stream_init_after(tok_stream *s, const tokenizer *t, const int32_t *prompt, size_t n);
 /* Appends id's text; writes what is complete to out (up to cap, returns the length). */
 size_t tok_stream_push(tok_stream *s, int32_t id, char *out, size_t cap);
 /* Whatever is still held, as U+FFFD replacement characters. */

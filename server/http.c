@@ -623,7 +623,7 @@ static enum MHD_Result completion(server *s, struct MHD_Connection *c, srv_endpo
     j->lps.on = j->req.logprobs;
     j->lps.k = j->req.top_logprobs;
     j->lps.base = ep == SRV_COMPLETION ? strlen(j->req.prompt) : 0;
-    tok_stream_init(&j->lps.mirror, cfg->tok);
+    tok_stream_init_after(&j->lps.mirror, cfg->tok, j->ids, j->n_ids); /* as gen_run's */
     snprintf(j->id, sizeof j->id, "%s-%016llx", ep == SRV_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)atomic_fetch_add(&s->next_id, 1));
     j->created = (int64_t)time(NULL);

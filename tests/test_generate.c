@@ -68,6 +68,11 @@ Test(generate, run_stories_matches_golden, .timeout = 120) {
     char *from_bos = golden_text(t, ids, 40);
     cr_assert(strncmp(out, from_bos, strlen(from_bos)) == 0, "got: %s\nwant: %s", out, from_bos);
     free(from_bos);
+    /* a continuation keeps its first piece's space ("▁a" after "Once upon"); only text
+     * from BOS alone loses the dummy prefix's */
+    cr_assert_eq(RUN("run", model_path, "-p", "Once upon", "-n", "3", "--oracle-mode", "f32", "--no-echo"), 0, "%s",
+                 err);
+    cr_assert(strncmp(out, " a time", 7) == 0, "got: '%s'", out);
     free(want);
     tok_free(t);
     gguf_close(g);
