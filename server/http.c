@@ -66,17 +66,24 @@ struct server {
 
 typedef enum { SLOT_OK, SLOT_FULL, SLOT_STOPPING } slot_status;
 
-/* The free slot for prompt ids[n]: the longest cached prefix, ties to the least recently
+/* The free slot for prompt ids[n]: the longest cached prefix, where it covers at least
+ * half of the prompt (a shared BOS alone should not make a request evict another
+ * conversation's cache for one token; llama.cpp's server has the same 0.5 threshold);
+ * without one, the slot holding the least (nothing lost), ties to the least recently
  * used. The caller holds mu and knows one is free. */
 static slot *slot_pick(server *s, const int32_t *ids, uint32_t n) {
     slot *best = NULL;
-    uint32_t best_same = 0;
+    uint32_t best_same = 0, best_held = 0;
     for (uint32_t i = 0; i < s->n_slots; i++) {
         slot *sl = &s->slots[i];
         if (sl->busy) continue;
-        uint32_t same = gen_session_prefix(sl->session, ids, n);
-        if (!best || same > best_same || (same == best_same && sl->last_used < best->last_used))
-            best = sl, best_same = same;
+        uint32_t held = gen_session_cached(sl->session), same = gen_session_prefix(sl->session, ids, n);
+        if (2 * (uint64_t)same < n) same = 0;
+        bool better = !best || same > best_same;
+        if (best && same == best_same)
+            better = same ? sl->last_used < best->last_used /* equal reuse: the older */
+                          : held < best_held || (held == best_held && sl->last_used < best->last_used);
+        if (better) best = sl, best_same = same, best_held = held;
     }
     return best;
 }

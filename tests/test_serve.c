@@ -647,6 +647,19 @@ Test(serve, parallel_prefix_reuse_picks_the_slot) {
     }
 }
 
+/* A prompt that shares only BOS with a slot's cache takes the empty slot rather than
+ * evicting that cache, so the first conversation is still whole afterwards. */
+Test(serve, parallel_unrelated_prompt_keeps_the_other_cache) {
+    start_server_with((const char *const[]){"--parallel", "2", NULL});
+    long cached, prompt;
+    for (int i = 0; i < 3; i++) {
+        char *t = completion_text(two_prompts[i == 1], 4, &cached, &prompt);
+        free(t);
+        if (i == 2) cr_assert_eq(cached, prompt - 1, "%ld of %ld cached", cached, prompt);
+        else cr_assert_eq(cached, 0, "request %d: %ld cached (an empty slot)", i, cached);
+    }
+}
+
 static void expect_busy(void) {
     resp r = request("POST", "/v1/completions", KEY, "{\"prompt\":\"Once\",\"max_tokens\":4}");
     cr_assert_eq(r.status, 503, "%s", r.head);
