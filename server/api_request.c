@@ -3,6 +3,7 @@
  * this file the fields' types and ranges. */
 #include "api.h"
 
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -219,8 +220,10 @@ static int sampling(srv_request *r, json_t *root, const srv_limits *lim, srv_err
     int got, set = 0, temp;
     if ((temp = number(root, "temperature", 0, false, 2, &x, e)) < 0) return -1;
     if (temp) r->samp.temperature = (float)x;
-    if ((got = number(root, "top_p", 0, true, 1, &x, e)) < 0) return -1;
-    if (got) r->samp.top_p = (float)x, set = 1;
+    if ((got = number(root, "top_p", 0, false, 1, &x, e)) < 0) return -1;
+    /* OpenAI takes 0: the smallest nucleus, the top token alone (the sampler's cut keeps
+     * at least one token; its own range is (0, 1]) */
+    if (got) r->samp.top_p = x > 0 ? (float)x : FLT_MIN, set = 1;
     if ((got = integer(root, "top_k", 0, INT32_MAX, &i, e)) < 0) return -1;
     if (got) r->samp.top_k = (int32_t)i, set = 1;
     if ((got = number(root, "min_p", 0, false, 1, &x, e)) < 0) return -1;
@@ -244,7 +247,7 @@ static int fields(srv_request *r, json_t *root, const srv_limits *lim, srv_error
     if (model && !json_is_string(model)) return BAD(e, "model", "'model' must be a string");
     if (model && !(r->model = dup_string(model))) return OOM(e);
     if (r->endpoint == SRV_CHAT ? messages(r, root, e) : prompt(r, root, e)) return -1;
-    json_int_t n;
+    json_int_t n = 1;
     if (integer(root, "n", INT64_MIN, INT64_MAX, &n, e) < 0) return -1;
     if (field(root, "n") && n != 1) return BAD(e, "n", "'n' must be 1 (got %lld): one choice per request", n);
     if (max_tokens(r, root, lim, e) || stop(r, root, e) || streaming(r, root, e) || logprobs(r, root, e)) return -1;

@@ -144,16 +144,18 @@ static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, char
     return ok;
 }
 
-static enum MHD_Result send_error(struct MHD_Connection *c, const srv_error *e, const char *allow) {
+/* An OpenAI error object; with a header (name: value) where the status calls for one
+ * (405's Allow, 401's WWW-Authenticate). */
+static enum MHD_Result send_error(struct MHD_Connection *c, const srv_error *e, const char *hdr, const char *value) {
     char *j = srv_error_json(e);
-    if (!allow) return send_text(c, (unsigned)e->status, j, "application/json");
+    if (!hdr) return send_text(c, (unsigned)e->status, j, "application/json");
     struct MHD_Response *r = j ? MHD_create_response_from_buffer(strlen(j), j, MHD_RESPMEM_MUST_FREE) : NULL;
     if (!r) {
         free(j);
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    MHD_add_response_header(r, hdr, value);
     enum MHD_Result ok = MHD_queue_response(c, (unsigned)e->status, r);
     MHD_destroy_response(r);
     return ok;
@@ -170,7 +172,7 @@ static enum MHD_Result fail(struct MHD_Connection *c, int status, const char *pa
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     srv_error_set(&e, status, param, code, "%s", msg);
-    return send_error(c, &e, NULL);
+    return send_error(c, &e, NULL, NULL);
 }
 
 /* ---- a request's prompt ------------------------------------------------------------------- */
@@ -625,7 +627,7 @@ static enum MHD_Result completion(server *s, struct MHD_Connection *c, srv_endpo
     if (srv_request_parse(&j->req, ep, cn->body.p ? cn->body.p : "", cn->body.n, &lim, &e) ||
         prompt_ids(s, &j->req, &j->ids, &j->n_ids, &e)) {
         job_free(j);
-        return send_error(c, &e, NULL);
+        return send_error(c, &e, NULL, NULL);
     }
     j->lps.on = j->req.logprobs;
     j->lps.k = j->req.top_logprobs;
@@ -732,11 +734,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (want_post ? !post : !get) {
         srv_error e;
         srv_error_set(&e, 405, NULL, "method_not_allowed", "%s does not take %s", url, method);
-        return send_error(c, &e, want_post ? "POST" : "GET");
+        return send_error(c, &e, MHD_HTTP_HEADER_ALLOW, want_post ? "POST" : "GET");
     }
     if (which == 3) return send_text(c, 200, strdup("{\"status\":\"ok\"}"), "application/json");
     if (which == 4) return send_text(c, 200, metrics_text(s), "text/plain; version=0.0.4");
-    if (!authorized(s, c)) return fail(c, 401, NULL, "invalid_api_key", "a valid API key is required (Authorization: Bearer KEY)");
+    if (!authorized(s, c)) {
+        srv_error e;
+        srv_error_set(&e, 401, NULL, "invalid_api_key", "a valid API key is required (Authorization: Bearer KEY)");
+        return send_error(c, &e, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    }
     if (which == 2) {
         const char *ids[1] = {s->cfg->model_id};
         return send_text(c, 200, srv_models_response(ids, 1, (int64_t)time(NULL)), "application/json");

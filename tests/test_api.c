@@ -133,6 +133,9 @@ Test(api, nulls_are_absent_and_ranges_inclusive) {
     ok_extra(", \"stop\":[]", &r);
     cr_assert_eq(r.n_stop, 0);
     srv_request_free(&r);
+    ok_extra(", \"top_p\":0, \"temperature\":1", &r); /* OpenAI's 0: the top token alone */
+    cr_assert(r.samp.top_p > 0 && r.samp.top_p < 1e-30f, "top_p %g", (double)r.samp.top_p);
+    srv_request_free(&r);
 }
 
 Test(api, field_types_and_ranges) {
@@ -149,7 +152,7 @@ Test(api, field_types_and_ranges) {
         {", \"temperature\":-0.1", "temperature"},
         {", \"temperature\":\"1\"", "temperature"},
         {", \"temperature\":true", "temperature"},
-        {", \"top_p\":0", "top_p"},
+        {", \"top_p\":-0.01", "top_p"},
         {", \"top_p\":1.5", "top_p"},
         {", \"top_k\":-1", "top_k"},
         {", \"top_k\":1.5", "top_k"},

@@ -235,6 +235,11 @@ static void check(const char *label, const row *w, const ts_resp *r) {
         cr_expect(ts_header(r, "Allow", allow, sizeof allow), "%s: 405 without Allow", label);
         cr_expect_str_eq(allow, w->allow, "%s: Allow: %s", label, allow);
     }
+    if (w->status == 401) { /* RFC 9110: a 401 names the scheme it wants */
+        char auth[64] = "";
+        cr_expect(ts_header(r, "WWW-Authenticate", auth, sizeof auth), "%s: 401 without WWW-Authenticate", label);
+        cr_expect_str_eq(auth, "Bearer", "%s: WWW-Authenticate: %s", label, auth);
+    }
     if (w->status == 200) {
         if (strstr(ct, "json")) {
             json_t *j = json_loadb(r->body, r->body_n, 0, NULL);
