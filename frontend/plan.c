@@ -319,6 +319,37 @@ static int record_prefill(plan_engine *p) {
     return r | add_logits(p, p->last);
 }
 
+/* The decode step's products on the grids measured fastest on the device (plan_tune.c
+ * says why), before anything is recorded; the prefill block's logits head takes the
+ * decode step's. Only where the products accept any grid (kn_matvec_strided: not on
+ * CUDA); a plan that borrows another's weights takes that plan's grids, not measuring
+ * again. */
+static int tune_products(plan_engine *p, char *err, size_t errlen) {
+    static const int mv[] = {K_MV_QKV, K_MV_O, K_MV_FFN, K_MV_DOWN, K_MV_OUT};
+    enum { N_MV = sizeof mv / sizeof mv[0] };
+    rt_device *d = p->d;
+    if (!kn_matvec_strided(&d->caps)) return 0;
+    rt_kernel *mk[N_MV];
+    uint32_t chosen[N_MV] = {0};
+    for (int i = 0; i < N_MV; i++) mk[i] = p->kern[mv[i]];
+    if (p->owner) {
+        for (int i = 0; i < N_MV; i++) chosen[i] = p->owner->grid[mv[i]][0];
+        for (uint32_t j = 0; j < p->n_launch; j++)
+            for (int i = 0; i < N_MV; i++)
+                if (p->launch[j].kernel == mk[i]) p->launch[j].groups[0] = chosen[i];
+    } else {
+        int32_t tok0 = 0;
+        uint32_t info0[2] = {0, 1}; /* token 0 at position 0: the step's replays need valid inputs */
+        if (d->ops->upload(d, p->tok_h, 0, &tok0, sizeof tok0, err, errlen) ||
+            d->ops->upload(d, p->info_h, 0, info0, sizeof info0, err, errlen) ||
+            plan_tune_grids(d, p->launch, p->n_launch, mk, N_MV, chosen, err, errlen))
+            return -1;
+    }
+    for (int i = 0; i < N_MV; i++)
+        if (chosen[i]) p->grid[mv[i]][0] = chosen[i];
+    return 0;
+}
+
 static int build(plan_engine *p, char *err, size_t errlen) {
     for (int i = 0; i < K_COUNT; i++) {
         ir_kernel *k = build_kernel(&p->s, &p->d->caps, i, p->grid[i], err, errlen);
@@ -331,22 +362,7 @@ static int build(plan_engine *p, char *err, size_t errlen) {
     }
     if (record_decode(p)) return fail(err, errlen, "out of memory");
     p->n_decode_launch = p->n_launch;
-    /* the products' grids measured on the device (plan_tune.c says why), before anything
-     * is recorded; the prefill block's logits head takes the decode step's. Only where
-     * the products accept any grid (kn_matvec_strided: not on CUDA). */
-    static const int mv[] = {K_MV_QKV, K_MV_O, K_MV_FFN, K_MV_DOWN, K_MV_OUT};
-    rt_kernel *mk[5];
-    uint32_t chosen[5] = {0};
-    for (int i = 0; i < 5; i++) mk[i] = p->kern[mv[i]];
-    int32_t tok0 = 0;
-    uint32_t info0[2] = {0, 1}; /* token 0 at position 0: the step's replays need valid inputs */
-    if (kn_matvec_strided(&p->d->caps) &&
-        (p->d->ops->upload(p->d, p->tok_h, 0, &tok0, sizeof tok0, err, errlen) ||
-         p->d->ops->upload(p->d, p->info_h, 0, info0, sizeof info0, err, errlen) ||
-         plan_tune_grids(p->d, p->launch, p->n_launch, mk, 5, chosen, err, errlen)))
-        return -1;
-    for (int i = 0; i < 5; i++)
-        if (chosen[i]) p->grid[mv[i]][0] = chosen[i];
+    if (tune_products(p, err, errlen)) return -1;
     if (!(p->decode = p->d->ops->record(p->d, p->launch, p->n_launch, err, errlen))) return -1;
     if (record_prefill(p)) return fail(err, errlen, "out of memory");
     p->prefill = p->d->ops->record(p->d, p->launch + p->n_decode_launch, p->n_launch - p->n_decode_launch, err, errlen);

@@ -4,8 +4,9 @@
  * the driver's compiler chose). With one subgroup per row, the qwen3-8b q/k/v product has
  * 768 workgroups: on the H200's Vulkan driver that is ~1.5 waves, the second half-empty,
  * and each workgroup repeats the fused norm's prologue; 2 workgroups per SM striding over
- * the rows ran it 30% faster, while CUDA's build of the same kernel was fastest at the
- * full grid. So the plan measures: a few candidate grids per kernel, on the device. */
+ * the rows ran it 30% faster. No rule read from the caps would have found that, so the
+ * plan measures: a few candidate grids per kernel, on the device (only where the products
+ * are built strided: kn_matvec_strided). */
 #include "plan_tune.h"
 
 #include <stdio.h>

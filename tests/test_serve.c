@@ -1,75 +1,39 @@
 /* kiln serve end to end: the real binary on the CPU oracle with stories260K, on a port
  * it picks itself (--listen 127.0.0.1:0), spoken to over HTTP/1.0 sockets. */
 #include "testutil.h"
+#include "testutil_serve.h"
 
 #include <criterion/criterion.h>
-#include <arpa/inet.h>
 #include <jansson.h>
-#include <netinet/in.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#define KEY "test-key"
+#define KEY TS_KEY
 
-static pid_t server_pid = -1;
-static int server_port;
+static ts_server srv = {.pid = -1};
 
-/* Starts kiln serve MODEL --listen 127.0.0.1:0 --api-key KEY --queue 4 and the flags in
- * extra (NULL-terminated, may be NULL; a later --queue wins) and reads its port. */
+/* Starts kiln serve on stories260K (testutil_serve.c) with --queue 4 and the flags in
+ * extra (NULL-terminated, may be NULL; a later --queue wins). */
 static void start_server_with(const char *const *extra) {
-    const char *model = tu_data_file("models/stories260K.gguf");
-    int p[2];
-    cr_assert_eq(pipe(p), 0);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        dup2(p[1], 1);
-        close(p[0]);
-        close(p[1]);
-        FILE *null = fopen("/dev/null", "w");
-        if (null) dup2(fileno(null), 2);
-        const char *argv[32] = {KILN_BIN, "serve", model, "--listen", "127.0.0.1:0", "--api-key", KEY, "--queue", "4"};
-        size_t n = 9;
-        for (size_t i = 0; extra && extra[i] && n + 1 < sizeof argv / sizeof argv[0]; i++) argv[n++] = extra[i];
-        argv[n] = NULL;
-        execv(KILN_BIN, (char *const *)argv);
-        _exit(127);
-    }
-    close(p[1]);
-    server_pid = pid;
-    FILE *f = fdopen(p[0], "r");
-    char line[256] = "";
-    cr_assert(fgets(line, sizeof line, f), "the server printed nothing");
-    fclose(f);
-    cr_assert(sscanf(line, "listening on http://127.0.0.1:%d", &server_port) == 1, "first line: %s", line);
+    const char *argv[24] = {"--queue", "4"};
+    size_t n = 2;
+    for (size_t i = 0; extra && extra[i] && n + 1 < sizeof argv / sizeof argv[0]; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    ts_start(&srv, tu_data_file("models/stories260K.gguf"), argv, NULL);
 }
 
 static void start_server(void) { start_server_with(NULL); }
 
-static void stop_server(void) {
-    if (server_pid > 0) {
-        kill(server_pid, SIGKILL);
-        waitpid(server_pid, NULL, 0);
-        server_pid = -1;
-    }
-}
+static void stop_server(void) { ts_kill(&srv); }
 
 static int connect_server(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert(fd >= 0);
-    struct timeval tv = {.tv_sec = 30};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)server_port)};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    int fd = ts_connect(&srv, 30);
+    cr_assert(fd >= 0, "cannot connect to the server");
     return fd;
 }
 
@@ -336,11 +300,8 @@ Test(serve, sigterm_exits_zero) {
     send_request(fd, "POST", "/v1/completions", KEY, "{\"prompt\":\"Once\",\"max_tokens\":2000,\"stream\":true}");
     char buf[256];
     cr_assert(read(fd, buf, sizeof buf) > 0);
-    cr_assert_eq(kill(server_pid, SIGTERM), 0);
-    int status;
-    cr_assert_eq(waitpid(server_pid, &status, 0), server_pid);
-    server_pid = -1;
-    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
+    int status = ts_term(&srv, 30);
+    cr_assert(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d", status);
     while (read(fd, buf, sizeof buf) > 0) {}
     close(fd);
 }
