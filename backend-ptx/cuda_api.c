@@ -1,7 +1,7 @@
 /* Finds the CUDA driver at run time: dlopen("libcuda.so.1") and dlsym of each entry point
  * kiln uses (cuda_api.h), then cuInit. Done once per process; the library stays loaded
  * (unloading a GPU driver while its threads live is asking for trouble). */
-#include "cuda_api.h"
+#include "backend-ptx/cuda_api.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -2,8 +2,8 @@
  * taken from cuda.h: kiln builds and runs without the CUDA toolkit and finds the driver
  * (libcuda.so.1) with dlopen at run time. Values are the driver ABI's (cuda.h, CUDA 13.0);
  * versioned names (_v2) are the ones cuda.h maps the plain names to, so the ABI matches. */
-#ifndef KILN_CUDA_API_H
-#define KILN_CUDA_API_H
+#ifndef KILN_BACKEND_PTX_CUDA_API_H
+#define KILN_BACKEND_PTX_CUDA_API_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -7,11 +7,11 @@
  * Host buffers are pinned host memory mapped into the device (cuMemHostAlloc with
  * DEVICEMAP|PORTABLE; kernels get cuMemHostGetDevicePointer's address, which equals the
  * host pointer under unified addressing but need not), so their copies are memcpy. */
-#include "cuda_device.h"
+#include "backend-ptx/cuda_device.h"
 
-#include "cuda_api.h"
-#include "cuda_probe.h"
-#include "ptx_emit.h"
+#include "backend-ptx/cuda_api.h"
+#include "backend-ptx/cuda_probe.h"
+#include "backend-ptx/ptx_emit.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -433,6 +433,7 @@ rt_device *cuda_device_open(uint32_t index, const char *caps_override, char *err
     }
     d->base.caps = all[index];
     if (caps_override && rt_caps_override(&d->base.caps, caps_override, err, errlen)) goto fail;
+    rt_debug_from_list(&d->base.debug, caps_override);
     if (bind(d, err, errlen)) goto fail;
     CUresult r = d->cu->StreamCreate(&d->stream, CU_STREAM_NON_BLOCKING);
     if (r) {

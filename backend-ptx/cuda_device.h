@@ -1,9 +1,9 @@
 /* The CUDA runtime: one device's primary context and a stream, implementing
  * runtime/device.h with kernels emitted as PTX by ptx_emit and loaded by the driver. */
-#ifndef KILN_CUDA_DEVICE_H
-#define KILN_CUDA_DEVICE_H
+#ifndef KILN_BACKEND_PTX_CUDA_DEVICE_H
+#define KILN_BACKEND_PTX_CUDA_DEVICE_H
 
-#include "device.h"
+#include "runtime/device.h"
 
 /* Opens CUDA device `index` (cuda:N, the driver's ordinal). caps_override is a --caps
  * list (NULL for none). NULL with err when there is no such device (no driver, no GPU)

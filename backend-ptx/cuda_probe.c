@@ -3,10 +3,10 @@
  * the emitter lowers, mma.sync m16n8k16 with f16 or bf16 inputs and f32 accumulators, on
  * sm_80 and newer. What kiln's PTX emitter does not use stays off: f16/bf16 scalar
  * arithmetic (16-bit values live in f32 registers). */
-#include "cuda_probe.h"
+#include "backend-ptx/cuda_probe.h"
 
-#include "cuda_api.h"
-#include "ir.h"
+#include "backend-ptx/cuda_api.h"
+#include "ir/ir.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,9 +1,9 @@
 /* The CUDA side of the capability probe: one rt_caps per device the driver enumerates,
  * in its order (so index N is the device `cuda:N` opens). */
-#ifndef KILN_CUDA_PROBE_H
-#define KILN_CUDA_PROBE_H
+#ifndef KILN_BACKEND_PTX_CUDA_PROBE_H
+#define KILN_BACKEND_PTX_CUDA_PROBE_H
 
-#include "caps.h"
+#include "runtime/caps.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,7 +1,6 @@
 /* Emitted PTX kept on disk (ptx_emit.h, ptx_emit_cached). */
-#include "ptx_emit.h"
-
-#include "cache_dir.h"
+#include "backend-ptx/ptx_emit.h"
+#include "runtime/cache_dir.h"
 
 #include <llvm-c/Core.h>
 #include <stdint.h>

@@ -2,15 +2,14 @@
  * function, its parameters, workgroup arrays and constants, walks the structured body
  * (for -> header/body/latch with phis, if -> then/else/merge with phis), then hands the
  * module to ptx_target.c for O2 and PTX. */
-#include "ptx_emit.h"
+#include "backend-ptx/ptx_emit.h"
+
+#include "backend-ptx/ptx_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "ptx_internal.h"
-
 #include <llvm-c/DebugInfo.h>
 
 #define STATIC_SHARED_LIMIT (48u * 1024u) /* PTX's limit for static .shared */

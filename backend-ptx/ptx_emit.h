@@ -34,14 +34,14 @@
  * Refused with a message naming the instruction: other fragment shapes, f16/bf16 arithmetic without caps.f16_arith / bf16_arith, f32 atomic add on
  * buffers without caps.atomic_f32_add, subgroup ops without the caps' flags, limits the
  * caps do not allow. */
-#ifndef KILN_PTX_EMIT_H
-#define KILN_PTX_EMIT_H
+#ifndef KILN_BACKEND_PTX_PTX_EMIT_H
+#define KILN_BACKEND_PTX_PTX_EMIT_H
+
+#include "ir/ir.h"
+#include "runtime/caps.h"
 
 #include <stdbool.h>
 #include <stddef.h>
-
-#include "caps.h"
-#include "ir.h"
 
 /* Emits k (which must pass ir_verify; ptx_emit checks) for a CUDA device with caps c.
  * 0 with *ptx the malloc'ed PTX text and, when llvm_ir is not NULL, *llvm_ir the

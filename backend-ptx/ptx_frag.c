@@ -9,7 +9,7 @@
  * the instruction takes packed two to a 32-bit register, lower index in the low half)
  * and C <4 x float>. Loads and stores move each lane's elements one by one, so any base,
  * stride and layout the IR allows works. */
-#include "ptx_internal.h"
+#include "backend-ptx/ptx_internal.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -2,18 +2,17 @@
  * lowering files (ptx_emit.c walks the kernel, ptx_ops.c lowers arithmetic and
  * conversions, ptx_mem.c memory and atomics, ptx_sg.c ids, barriers and subgroups,
  * ptx_target.c owns LLVM's target machine). */
-#ifndef KILN_PTX_INTERNAL_H
-#define KILN_PTX_INTERNAL_H
+#ifndef KILN_BACKEND_PTX_PTX_INTERNAL_H
+#define KILN_BACKEND_PTX_PTX_INTERNAL_H
+
+#include "ir/ir.h"
+#include "runtime/caps.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
 #include <llvm-c/Core.h>
 #include <llvm-c/TargetMachine.h>
-
-#include "caps.h"
-#include "ir.h"
 
 typedef struct ptx_ctx {
     const ir_kernel *k;

@@ -1,7 +1,7 @@
 /* Buffer and workgroup-memory accesses for the PTX emitter: loads and stores (vectors
  * where the IR asks for them), masked accesses that never form an out-of-bounds
  * address on the taken path, and atomics. */
-#include "ptx_internal.h"
+#include "backend-ptx/ptx_internal.h"
 
 static LLVMTypeRef t_i64(ptx_ctx *x) { return LLVMInt64TypeInContext(x->lc); }
 

@@ -1,10 +1,10 @@
 /* Arithmetic, compares, conversions and bitcasts for the PTX emitter, and the value
  * representation they share: f16 and bf16 live in f32 registers (rounded to their
  * type after each operation) and as i16 in memory. */
+#include "backend-ptx/ptx_internal.h"
+
 #include <stdio.h>
 #include <string.h>
-
-#include "ptx_internal.h"
 
 bool ptx_s_float(ir_scalar s) { return s == IR_F16 || s == IR_BF16 || s == IR_F32; }
 bool ptx_s_signed(ir_scalar s) { return s == IR_I32 || s == IR_I64; }

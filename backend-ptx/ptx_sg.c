@@ -1,8 +1,8 @@
 /* Invocation ids, the workgroup barrier and subgroup operations for the PTX emitter.
  * A subgroup is a CUDA warp of 32 lanes; warps are cut from the linear thread index. */
-#include <stdio.h>
+#include "backend-ptx/ptx_internal.h"
 
-#include "ptx_internal.h"
+#include <stdio.h>
 
 #define FULL_MASK 0xffffffffu
 

@@ -1,17 +1,16 @@
 /* LLVM's NVPTX target for the PTX emitter: one-time initialization, the architecture
  * and PTX ISA chosen from the caps, the O2 pipeline and the PTX text. */
+#include "backend-ptx/ptx_emit.h"
+#include "backend-ptx/ptx_internal.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
-
-#include "ptx_emit.h"
-#include "ptx_internal.h"
 
 #define TRIPLE "nvptx64-nvidia-cuda"
 /* PTX ISA 8.0: covers sm_50..sm_90 in LLVM 19, and driver 580 loads it */

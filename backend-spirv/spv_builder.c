@@ -1,5 +1,5 @@
 /* The SPIR-V module builder (spv_builder.h). */
-#include "spv_builder.h"
+#include "backend-spirv/spv_builder.h"
 
 #include <stdarg.h>
 #include <stdlib.h>

@@ -1,13 +1,12 @@
 /* backend-spirv/ — a SPIR-V module builder: one word segment per logical-layout section,
  * de-duplicated types and constants, capability and extension sets. It knows SPIR-V's
  * module layout, not kiln's IR (spv_emit.c does the lowering). */
-#ifndef KILN_SPV_BUILDER_H
-#define KILN_SPV_BUILDER_H
+#ifndef KILN_BACKEND_SPIRV_SPV_BUILDER_H
+#define KILN_BACKEND_SPIRV_SPV_BUILDER_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
 #include <spirv/unified1/spirv.h>
 
 /* The sections in the order SPIR-V's logical layout requires (2.4 of the spec). */

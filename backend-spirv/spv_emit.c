@@ -1,17 +1,16 @@
 /* The SPIR-V emitter (spv_emit.h): walks a verified IR kernel once, writing SSA SPIR-V
  * with structured control flow into a spv_builder. */
-#include "spv_emit.h"
+#include "backend-spirv/spv_emit.h"
+
+#include "backend-spirv/spv_builder.h"
+#include "backend-spirv/spv_khr.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <spirv/unified1/GLSL.std.450.h>
-
-#include "spv_builder.h"
-#include "spv_khr.h"
 
 #define SPV_VERSION_1_6 0x00010600u
 #define PUSH_CONSTANT_BYTES 128u /* Vulkan's guaranteed maxPushConstantsSize */

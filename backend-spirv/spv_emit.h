@@ -25,15 +25,15 @@
  *   (VK_KHR_shader_bfloat16).
  * Without caps.f16_arith, f16 values live in f32 registers (loads/stores/conversions,
  * compares, selects and shuffles work; rounding to f16 is done exactly with f32 ops). */
-#ifndef KILN_SPV_EMIT_H
-#define KILN_SPV_EMIT_H
+#ifndef KILN_BACKEND_SPIRV_SPV_EMIT_H
+#define KILN_BACKEND_SPIRV_SPV_EMIT_H
+
+#include "ir/ir.h"
+#include "runtime/caps.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include "caps.h"
-#include "ir.h"
 
 typedef struct spv_module {
     uint32_t *words;

@@ -2,8 +2,8 @@
  * and SPV_KHR_bfloat16. Values from the SPIR-V registry (KhronosGroup/SPIRV-Headers,
  * include/spirv/unified1/spirv.core.grammar.json and spirv.h, 2026-08); the extension
  * specs are SPV_KHR_cooperative_matrix.asciidoc and SPV_KHR_bfloat16.asciidoc. */
-#ifndef KILN_SPV_KHR_H
-#define KILN_SPV_KHR_H
+#ifndef KILN_BACKEND_SPIRV_SPV_KHR_H
+#define KILN_BACKEND_SPIRV_SPV_KHR_H
 
 enum {
     /* SPV_KHR_cooperative_matrix */

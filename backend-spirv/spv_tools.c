@@ -1,11 +1,10 @@
 /* SPIRV-Tools glue: validation for Vulkan 1.3 and disassembly (spv_emit.h). Kept apart
  * from the emitter so that only these two functions pull in SPIRV-Tools. */
-#include "spv_emit.h"
+#include "backend-spirv/spv_emit.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
 #include <spirv-tools/libspirv.h>
 
 int spv_validate(const spv_module *m, char *err, size_t errlen) {

@@ -2,13 +2,13 @@
  * through one host-visible staging buffer; each kernel is a compute pipeline (descriptor
  * set 0: its buffers in order; push constants: its scalars); a recording is a command
  * buffer with its own descriptor sets, submitted again for every replay. */
-#include "vk_device.h"
-#include "vk_instance.h"
+#include "backend-spirv/vk_device.h"
 
-#include "cache_dir.h"
-
-#include "spv_emit.h"
-#include "vk_probe.h"
+#include "backend-spirv/spv_emit.h"
+#include "backend-spirv/vk_instance.h"
+#include "backend-spirv/vk_khr.h"
+#include "backend-spirv/vk_probe.h"
+#include "runtime/cache_dir.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,8 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 #include <vulkan/vulkan.h>
-
-#include "vk_khr.h"
 
 typedef struct vk_dev {
     rt_device base;
@@ -542,6 +540,7 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, char *err, 
     snprintf(d->base.label, sizeof d->base.label, "vulkan:%u", index);
     rt_caps *c = &d->base.caps;
     if (caps_override && rt_caps_override(c, caps_override, err, errlen)) goto fail;
+    rt_debug_from_list(&d->base.debug, caps_override);
 
     VkResult r = vk_instance(&d->instance, NULL);
     if (r) {

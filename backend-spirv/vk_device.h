@@ -1,9 +1,9 @@
 /* The Vulkan runtime: one logical device per physical device, implementing
  * runtime/device.h with kernels emitted as SPIR-V by spv_emit. */
-#ifndef KILN_VK_DEVICE_H
-#define KILN_VK_DEVICE_H
+#ifndef KILN_BACKEND_SPIRV_VK_DEVICE_H
+#define KILN_BACKEND_SPIRV_VK_DEVICE_H
 
-#include "device.h"
+#include "runtime/device.h"
 
 /* Opens Vulkan physical device `index` (vulkan:N). caps_override is a --caps list (NULL
  * for none). NULL with err when there is no such device or it cannot be used. */

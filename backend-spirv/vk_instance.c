@@ -3,7 +3,7 @@
  * in one process, then fails to load again (vkCreateInstance:
  * VK_ERROR_INCOMPATIBLE_DRIVER; H200, driver 580.159.04, in the whole-model tests that
  * open a device per variant). Keeping it also saves creating an instance per open. */
-#include "vk_instance.h"
+#include "backend-spirv/vk_instance.h"
 
 #include <pthread.h>
 

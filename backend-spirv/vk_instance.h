@@ -1,6 +1,6 @@
 /* The process's one Vulkan instance, shared by the probe and every device opened. */
-#ifndef KILN_VK_INSTANCE_H
-#define KILN_VK_INSTANCE_H
+#ifndef KILN_BACKEND_SPIRV_VK_INSTANCE_H
+#define KILN_BACKEND_SPIRV_VK_INSTANCE_H
 
 #include <vulkan/vulkan.h>
 

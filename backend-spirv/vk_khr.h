@@ -2,8 +2,8 @@
  * and VK_KHR_shader_bfloat16, declared under our own names from the Vulkan registry's
  * values so kiln builds with old and new vulkan_core.h alike. Shared by the probe (which
  * reads them) and the device (which enables them). */
-#ifndef KILN_VK_KHR_H
-#define KILN_VK_KHR_H
+#ifndef KILN_BACKEND_SPIRV_VK_KHR_H
+#define KILN_BACKEND_SPIRV_VK_KHR_H
 
 #include <vulkan/vulkan.h>
 

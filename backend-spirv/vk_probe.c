@@ -1,11 +1,11 @@
 /* Fills rt_caps from each Vulkan physical device: properties, features and limits read
  * through the properties2/features2 chains, each link only where the device's version or
  * its extension list says the driver knows it. */
-#include "vk_probe.h"
+#include "backend-spirv/vk_probe.h"
 
-#include "vk_instance.h"
-
-#include "ir.h"
+#include "backend-spirv/vk_instance.h"
+#include "backend-spirv/vk_khr.h"
+#include "ir/ir.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -13,8 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <vulkan/vulkan.h>
-
-#include "vk_khr.h"
 
 typedef VkResult(VKAPI_PTR *vkp_get_coopmat_fn)(VkPhysicalDevice, uint32_t *, vkp_coopmat_props *);
 

@@ -1,9 +1,9 @@
 /* The Vulkan side of the capability probe: one rt_caps per physical device, in the
  * loader's enumeration order (so index N is the device `vulkan:N` opens). */
-#ifndef KILN_VK_PROBE_H
-#define KILN_VK_PROBE_H
+#ifndef KILN_BACKEND_SPIRV_VK_PROBE_H
+#define KILN_BACKEND_SPIRV_VK_PROBE_H
 
-#include "caps.h"
+#include "runtime/caps.h"
 
 #include <stddef.h>
 #include <stdint.h>

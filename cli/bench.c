@@ -1,12 +1,12 @@
 /* kiln bench MODEL: prompt processing (pp<N>) and generation (tg<N>) speed per device in
  * llama-bench's units, with load time, time to first token, and each figure as a fraction
- * of its floor from the device's measured bandwidth and matrix rate (frontend/measure.h).
+ * of its floor from the device's measured bandwidth and matrix rate (plan/measure.h).
  * Method: bench/README.md. */
-#include "cli.h"
-#include "cuda_probe.h"
-#include "measure.h"
-#include "model_opts.h"
-#include "vk_probe.h"
+#include "base/clock.h"
+#include "cli/cli.h"
+#include "cli/model_opts.h"
+#include "devices/devices.h"
+#include "plan/measure.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -78,12 +78,6 @@ typedef struct model_facts {
     uint32_t n_layer, n_head, head_dim_k, head_dim_v, kv_dim, n_vocab, n_embd;
 } model_facts;
 
-static double seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Progress is for a person watching: nothing when stderr is a file or a pipe. */
 static bool progress_on;
 
@@ -116,12 +110,6 @@ static bool parse_pp_list(const char *v, bench_opts *o) {
     }
 }
 
-static bool valid_device(const char *d) {
-    uint64_t idx;
-    return !strcmp(d, "cpu") || (!strncmp(d, "vulkan:", 7) && cli_parse_u64(d + 7, 0, 63, &idx)) ||
-           (!strncmp(d, "cuda:", 5) && cli_parse_u64(d + 5, 0, 63, &idx));
-}
-
 /* One of bench's own flags with its value at argv[*i]: 1 consumed, 0 not one, -1 printed. */
 static int parse_own_flag(bench_opts *o, int argc, char **argv, int *i) {
     static const char *const flags[] = {"-p", "-n", "-r", "--device", "-o", "--plot"};
@@ -147,7 +135,8 @@ static int parse_own_flag(bench_opts *o, int argc, char **argv, int *i) {
         o->reps = (uint32_t)u;
         break;
     case 3:
-        if (!valid_device(v)) return cli_usage_error(usage, "--device %s: expected cpu, cuda:N or vulkan:N", v), -1;
+        dev_label dl;
+        if (!dev_parse(v, false, &dl)) return cli_usage_error(usage, "--device %s: expected cpu, cuda:N or vulkan:N", v), -1;
         if (o->n_dev == MAX_DEVICES) return cli_usage_error(usage, "at most %d --device flags", MAX_DEVICES), -1;
         snprintf(o->devices[o->n_dev++], sizeof o->devices[0], "%s", v);
         break;
@@ -200,16 +189,14 @@ static int parse_args(bench_opts *o, int argc, char **argv, bool *help) {
 
 /* Every device kiln probe lists: the oracle, each CUDA device, each Vulkan device. */
 static int default_devices(bench_opts *o) {
-    rt_caps found[16];
+    dev_found found[1 + 2 * DEV_MAX_PER_BACKEND];
     uint32_t n = 0;
-    char note[320];
-    snprintf(o->devices[o->n_dev++], sizeof o->devices[0], "cpu");
-    if (cuda_probe_devices(found, 16, &n, note, sizeof note)) return cli_fail("%s", note);
+    char note[640], why[320];
+    if (dev_enumerate(found, sizeof found / sizeof found[0], &n, true, note, sizeof note, why, sizeof why))
+        return cli_fail("%s", why);
     if (note[0]) progress("%s", note);
-    for (uint32_t i = 0; i < n; i++) snprintf(o->devices[o->n_dev++], sizeof o->devices[0], "cuda:%u", i);
-    if (vk_probe_devices(found, 16, &n, note, sizeof note)) return cli_fail("%s", note);
-    if (note[0]) progress("%s", note);
-    for (uint32_t i = 0; i < n; i++) snprintf(o->devices[o->n_dev++], sizeof o->devices[0], "vulkan:%u", i);
+    for (uint32_t i = 0; i < n && o->n_dev < MAX_DEVICES; i++)
+        snprintf(o->devices[o->n_dev++], sizeof o->devices[0], "%s", found[i].label);
     return 0;
 }
 
@@ -286,16 +273,16 @@ static int eval_next(runner *r, const int32_t *tok, uint32_t n, uint32_t pos, in
 static int run_once(runner *r, const test_result *t, double *tps) {
     int32_t next;
     if (t->prefill) {
-        double t0 = seconds();
+        double t0 = clock_now_s();
         if (eval_next(r, r->tokens, t->n, 0, &next)) return -1;
-        *tps = t->n / (seconds() - t0);
+        *tps = t->n / (clock_now_s() - t0);
         return 0;
     }
     if (eval_next(r, r->tokens, 1, 0, &next)) return -1;
-    double t0 = seconds();
+    double t0 = clock_now_s();
     for (uint32_t i = 0; i < t->n; i++)
         if (eval_next(r, &next, 1, 1 + i, &next)) return -1;
-    *tps = t->n / (seconds() - t0);
+    *tps = t->n / (clock_now_s() - t0);
     return 0;
 }
 
@@ -370,9 +357,9 @@ static int bench_device(const bench_opts *o, const char *label, device_result *d
     tokenizer *tk = NULL;
     runner r = {0};
     progress("%s: loading %s", label, o->path);
-    double t0 = seconds();
+    double t0 = clock_now_s();
     int rc = model_opts_open(&mo, o->path, &m, &tk, &r.e);
-    d->load_s = seconds() - t0;
+    d->load_s = clock_now_s() - t0;
     if (rc) goto out;
     model_facts_of(m, o, f);
     snprintf(d->engine, sizeof d->engine, "%s", r.e->name);
@@ -388,7 +375,7 @@ static int bench_device(const bench_opts *o, const char *label, device_result *d
         rc = cli_fail("%s: %s", label, r.err);
         goto out;
     }
-    d->ttft_s = seconds() - t0;
+    d->ttft_s = clock_now_s() - t0;
     if ((rc = run_tests(&r, o, d))) goto out;
     engine_destroy(r.e);
     r.e = NULL;

@@ -1,10 +1,10 @@
 /* kiln chat MODEL: an interactive multi-turn chat through the model's chat template.
  * The whole conversation is rendered each turn, and the session evaluates only the
  * tokens its KV cache does not already hold. */
-#include "chat.h"
-#include "cli.h"
-#include "generate.h"
-#include "model_opts.h"
+#include "cli/cli.h"
+#include "cli/model_opts.h"
+#include "generate/generate.h"
+#include "text/chat.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* Shared pieces of the kiln command: usage errors and strict flag-value parsing. */
-#ifndef KILN_CLI_H
-#define KILN_CLI_H
+#ifndef KILN_CLI_CLI_H
+#define KILN_CLI_CLI_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,14 +1,11 @@
 /* kiln diverge MODEL: greedy decoding on the reference oracle and on each device, side by
- * side, with a verdict per device (frontend/diverge.h does the analysis and writes the
+ * side, with a verdict per device (diverge/diverge.h does the analysis and writes the
  * reports; this file parses flags, reads prompts and opens the engines). */
-#include "cli.h"
-#include "cuda_device.h"
-#include "cuda_probe.h"
-#include "diverge.h"
-#include "oracle.h"
-#include "plan.h"
-#include "vk_device.h"
-#include "vk_probe.h"
+#include "cli/cli.h"
+#include "devices/devices.h"
+#include "diverge/diverge.h"
+#include "oracle/oracle.h"
+#include "plan/plan.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -59,12 +56,6 @@ typedef struct prompt_list {
 
 /* ---- flags --------------------------------------------------------------------------------- */
 
-static bool device_syntax_ok(const char *d) {
-    uint64_t idx;
-    return !strcmp(d, "cpu") || (!strncmp(d, "vulkan:", 7) && cli_parse_u64(d + 7, 0, 63, &idx)) ||
-           (!strncmp(d, "cuda:", 5) && cli_parse_u64(d + 5, 0, 63, &idx));
-}
-
 /* 0, 1 (--help printed) or EXIT_USAGE (printed). */
 static int parse_flag(opts *o, int argc, char **argv, int *i) {
     const char *a = argv[*i];
@@ -85,7 +76,8 @@ static int parse_flag(opts *o, int argc, char **argv, int *i) {
     char msg[256];
     switch (k) {
     case 0:
-        if (!device_syntax_ok(v)) return cli_usage_error(usage, "--device %s: expected cpu, vulkan:N or cuda:N", v);
+        dev_label dl;
+        if (!dev_parse(v, false, &dl)) return cli_usage_error(usage, "--device %s: expected cpu, vulkan:N or cuda:N", v);
         if (o->n_devices == MAX_DEVICES) return cli_usage_error(usage, "at most %d devices", MAX_DEVICES);
         o->devices[o->n_devices++] = v;
         break;
@@ -182,29 +174,26 @@ typedef struct session {
 
 /* Every CUDA and Vulkan device the probe finds (a missing driver is no device). */
 static void default_devices(session *s) {
-    rt_caps found[MAX_DEVICES];
+    dev_found found[1 + 2 * DEV_MAX_PER_BACKEND];
     uint32_t n = 0;
-    char note[320];
-    if (cuda_probe_devices(found, MAX_DEVICES, &n, note, sizeof note)) n = 0;
+    char note[640], why[320];
+    dev_enumerate(found, sizeof found / sizeof found[0], &n, false, note, sizeof note, why, sizeof why);
     for (uint32_t i = 0; i < n && s->n_dev < MAX_DEVICES; i++)
-        snprintf(s->label_buf[s->n_dev++], sizeof s->label_buf[0], "cuda:%u", i);
-    if (vk_probe_devices(found, MAX_DEVICES, &n, note, sizeof note)) n = 0;
-    for (uint32_t i = 0; i < n && s->n_dev < MAX_DEVICES; i++)
-        snprintf(s->label_buf[s->n_dev++], sizeof s->label_buf[0], "vulkan:%u", i);
+        snprintf(s->label_buf[s->n_dev++], sizeof s->label_buf[0], "%s", found[i].label);
 }
 
 static int open_device(session *s, uint32_t i, const opts *o, uint32_t n_ctx) {
     char err[512];
     const char *label = s->label_buf[i];
     s->labels[i] = label;
-    if (!strcmp(label, "cpu")) {
+    dev_label dl = {DEV_CPU, 0};
+    dev_parse(label, false, &dl); /* checked when parsed, or found by dev_enumerate */
+    if (dl.kind == DEV_CPU) {
         orc_options oo = o->orc;
         oo.n_ctx = n_ctx;
         s->devs[i] = orc_create(s->m, &oo, err, sizeof err);
     } else {
-        uint32_t index = (uint32_t)strtoul(strchr(label, ':') + 1, NULL, 10);
-        s->rt[i] = !strncmp(label, "cuda:", 5) ? cuda_device_open(index, o->caps, err, sizeof err)
-                                               : vk_device_open(index, o->caps, err, sizeof err);
+        s->rt[i] = dev_open(dl, o->caps, err, sizeof err);
         if (!s->rt[i]) return cli_fail("--device %s: %s", label, err);
         s->devs[i] = plan_create(s->m, s->rt[i], o->orc.dtype, n_ctx, 0, err, sizeof err);
     }

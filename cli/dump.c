@@ -9,16 +9,15 @@
  *            an opened CUDA device (its caps, less --caps), or without one for CUDA's
  *            defaults at --sm (default sm_80), less --caps. kiln never assembles PTX
  *            itself (the driver does): check it with ptxas if you have one. */
-#include "cuda_device.h"
-#include "caps.h"
-#include "cli.h"
-#include "cuda_probe.h"
-#include "gguf.h"
-#include "model.h"
-#include "plan.h"
-#include "ptx_emit.h"
-#include "spv_emit.h"
-#include "vk_device.h"
+#include "backend-ptx/cuda_probe.h"
+#include "backend-ptx/ptx_emit.h"
+#include "backend-spirv/spv_emit.h"
+#include "cli/cli.h"
+#include "devices/devices.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "plan/plan.h"
+#include "runtime/caps.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -151,16 +150,17 @@ int cmd_dump(int argc, char **argv) {
     if (ptx && device && sm) return cli_usage_error(usage, "--sm or --device, not both");
     char err[1024];
     if (caps_list && rt_caps_override_check(caps_list, err, sizeof err)) return cli_usage_error(usage, "%s", err);
-    uint64_t index = 0;
     const char *want = ptx ? "cuda:" : "vulkan:";
-    if (device && (strncmp(device, want, strlen(want)) || !cli_parse_u64(device + strlen(want), 0, 15, &index)))
+    dev_label dl = {ptx ? DEV_CUDA : DEV_VULKAN, 0};
+    if (device && (!dev_parse(device, false, &dl) || dl.kind != (ptx ? DEV_CUDA : DEV_VULKAN)))
         return cli_usage_error(usage, "--device is %sN with --%s, not '%s'", want, ptx ? "ptx" : "spirv", device);
 
     rt_caps caps;
+    rt_debug dbg = {0};
+    rt_debug_from_list(&dbg, caps_list);
     rt_device *dev = NULL;
     if (device) {
-        dev = ptx ? cuda_device_open((uint32_t)index, caps_list, err, sizeof err)
-                  : vk_device_open((uint32_t)index, caps_list, err, sizeof err);
+        dev = dev_open(dl, caps_list, err, sizeof err);
         if (!dev) return cli_fail("%s", err);
         caps = dev->caps;
         dev->ops->destroy(dev);
@@ -178,7 +178,7 @@ int cmd_dump(int argc, char **argv) {
     model *m = model_load(path, err, sizeof err);
     if (!m) return cli_fail("%s", err);
     dump_ctx c = {dir, &caps, ptx, 0, 0, 0};
-    int rc = plan_each_kernel(m, &caps, dtype, (uint32_t)n_ctx, one_kernel, &c, err, sizeof err);
+    int rc = plan_each_kernel(m, &caps, &dbg, dtype, (uint32_t)n_ctx, one_kernel, &c, err, sizeof err);
     model_free(m);
     if (rc) return cli_fail("%s", err);
     printf("%d kernels written to %s%s", c.written, dir, c.unchecked ? "" : "\n");

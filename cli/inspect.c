@@ -1,8 +1,8 @@
 /* kiln inspect FILE.gguf [--json]: what a GGUF holds, read from its header alone
  * (no weight byte is touched, so it answers at once on any size). */
-#include "arch.h"
-#include "cli.h"
-#include "gguf.h"
+#include "cli/cli.h"
+#include "gguf/gguf.h"
+#include "model/arch.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /* kiln: portable LLM inference with kernels written at startup. */
-#include "cli.h"
-#include "progress.h"
+#include "base/progress.h"
+#include "cli/cli.h"
 
 #include <stdio.h>
 #include <string.h>

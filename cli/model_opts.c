@@ -1,15 +1,11 @@
-#include "model_opts.h"
+#include "cli/model_opts.h"
 
-#include "cli.h"
-#include "cuda_device.h"
-#include "cuda_probe.h"
-#include "engine_serial.h"
-#include "plan.h"
-#include "vk_device.h"
-#include "vk_probe.h"
+#include "cli/cli.h"
+#include "devices/devices.h"
+#include "model/engine_serial.h"
+#include "plan/plan.h"
 
 #include <stdlib.h>
-
 #include <stdio.h>
 #include <string.h>
 
@@ -71,26 +67,10 @@ int model_opts_check(model_opts *o, const char *usage) {
     char msg[256];
     if (o->sampling_set && !o->temp_set) o->samp.temperature = 0.8f;
     if (samp_params_check(&o->samp, msg, sizeof msg)) return cli_usage_error(usage, "%s", msg);
-    uint64_t idx;
-    bool ok = !strcmp(o->device, "cpu") || !strcmp(o->device, "auto") ||
-              (!strncmp(o->device, "vulkan:", 7) && cli_parse_u64(o->device + 7, 0, 63, &idx)) ||
-              (!strncmp(o->device, "cuda:", 5) && cli_parse_u64(o->device + 5, 0, 63, &idx));
-    if (!ok) return cli_usage_error(usage, "--device %s: expected cpu, cuda:N, vulkan:N or auto", o->device);
+    dev_label l;
+    if (!dev_parse(o->device, true, &l)) return cli_usage_error(usage, "--device %s: expected cpu, cuda:N, vulkan:N or auto", o->device);
     if (o->caps && rt_caps_override_check(o->caps, msg, sizeof msg)) return cli_usage_error(usage, "--caps: %s", msg);
     return 0;
-}
-
-/* "auto": the first CUDA device when there is one, else the first Vulkan device, else
- * the oracle. */
-static const char *resolve_device(const char *dev) {
-    if (strcmp(dev, "auto")) return dev;
-    rt_caps c[1];
-    uint32_t n = 0;
-    char note[320];
-    cuda_probe_devices(c, 1, &n, note, sizeof note);
-    if (n) return "cuda:0";
-    vk_probe_devices(c, 1, &n, note, sizeof note);
-    return n ? "vulkan:0" : "cpu";
 }
 
 /* Engines e[1..n) like e[0]: plans borrowing its weights, or more oracles. */
@@ -114,13 +94,11 @@ int model_opts_open_n(model_opts *o, const char *path, uint32_t n, model **m, to
     if (tok_n_vocab(*t) != (*m)->hp.n_vocab)
         return cli_fail("%s: the tokenizer has %u tokens but the model's vocab is %u", path, tok_n_vocab(*t),
                         (*m)->hp.n_vocab);
-    const char *dev = resolve_device(o->device);
-    bool cuda = !strncmp(dev, "cuda:", 5);
-    if (cuda || !strncmp(dev, "vulkan:", 7)) {
-        uint32_t index = (uint32_t)strtoul(strchr(dev, ':') + 1, NULL, 10);
-        o->dev = cuda ? cuda_device_open(index, o->caps, err, sizeof err)
-                      : vk_device_open(index, o->caps, err, sizeof err);
-        if (!o->dev) return cli_fail("%s", err);
+    dev_label l = {DEV_CPU, 0};
+    dev_parse(o->device, true, &l); /* checked by model_opts_check */
+    l = dev_resolve(l);
+    if (l.kind != DEV_CPU) {
+        if (!(o->dev = dev_open(l, o->caps, err, sizeof err))) return cli_fail("%s", err);
         e[0] = plan_create_slots(*m, o->dev, o->orc.dtype, o->orc.n_ctx, 0, n, err, sizeof err);
     } else {
         e[0] = orc_create(*m, &o->orc, err, sizeof err);

@@ -3,11 +3,11 @@
 #ifndef KILN_CLI_MODEL_OPTS_H
 #define KILN_CLI_MODEL_OPTS_H
 
-#include "engine.h"
-#include "model.h"
-#include "oracle.h"
-#include "sampler.h"
-#include "tok.h"
+#include "generate/sampler.h"
+#include "model/engine.h"
+#include "model/model.h"
+#include "oracle/oracle.h"
+#include "text/tok.h"
 
 typedef struct model_opts {
     const char *device;   /* "cpu" (default), "cuda:N", "vulkan:N", "auto" */

@@ -2,15 +2,12 @@
  * CPU oracle, each CUDA device and each Vulkan device — after the --caps overrides, so an
  * A/B run can be checked before it starts; with --measure, each GPU's bandwidth and matrix
  * rate with kiln's own kernels (the floors of `kiln bench`). */
-#include "caps.h"
-#include "cli.h"
-#include "cuda_device.h"
-#include "cuda_probe.h"
-#include "ir.h"
-#include "kernels.h"
-#include "measure.h"
-#include "vk_device.h"
-#include "vk_probe.h"
+#include "cli/cli.h"
+#include "devices/devices.h"
+#include "ir/ir.h"
+#include "kernels/kernels.h"
+#include "plan/measure.h"
+#include "runtime/caps.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -26,15 +23,12 @@ static const char usage[] =
     "  --measure    time each GPU's memory bandwidth (a copy kernel) and matrix rate (the prefill\n"
     "               matrix product): the floors `kiln bench` divides by\n";
 
-#define PROBE_MAX_VULKAN 16
-#define PROBE_MAX_CUDA 16
-
 typedef struct probed {
     char label[24];    /* "cpu", "cuda:0", "vulkan:0" */
     rt_caps caps;
     bool refused;      /* the overrides did not fit this device: caps are as probed */
     char why[256];
-    uint32_t index;    /* the N of cuda:N / vulkan:N */
+    dev_label id;
     bool measured;
     measure_result meas;
 } probed;
@@ -177,8 +171,7 @@ static int print_json(const probed *d, uint32_t nd, const char *caps_list) {
 static int measure_one(probed *d, const char *caps_list, char *err, size_t errlen) {
     if (isatty(STDERR_FILENO)) fprintf(stderr, "kiln: measuring %s...\n", d->label);
     const char *caps = d->refused ? NULL : caps_list;
-    rt_device *dev = d->caps.backend == RT_CUDA ? cuda_device_open(d->index, caps, err, errlen)
-                                                : vk_device_open(d->index, caps, err, errlen);
+    rt_device *dev = dev_open(d->id, caps, err, errlen);
     if (!dev) return -1;
     int rc = measure_device(dev, &d->meas, err, errlen);
     dev->ops->destroy(dev);
@@ -205,26 +198,18 @@ int cmd_probe(int argc, char **argv) {
     if (caps_list && rt_caps_override_check(caps_list, err, sizeof err))
         return cli_usage_error(usage, "--caps: %s", err);
 
-    static probed dev[1 + PROBE_MAX_CUDA + PROBE_MAX_VULKAN];
+    static probed dev[1 + 2 * DEV_MAX_PER_BACKEND];
+    static dev_found found[1 + 2 * DEV_MAX_PER_BACKEND];
     memset(dev, 0, sizeof dev);
-    snprintf(dev[0].label, sizeof dev[0].label, "cpu");
-    rt_caps_default(&dev[0].caps, RT_CPU);
-    uint32_t nd = 1;
-    rt_caps found[PROBE_MAX_CUDA > PROBE_MAX_VULKAN ? PROBE_MAX_CUDA : PROBE_MAX_VULKAN];
-    uint32_t n = 0;
-    if (cuda_probe_devices(found, PROBE_MAX_CUDA, &n, err, sizeof err)) return cli_fail("%s", err);
-    if (err[0]) fprintf(stderr, "kiln: %s\n", err); /* a note: no CUDA driver or GPU here, or devices left out */
-    for (uint32_t i = 0; i < n; i++, nd++) {
-        snprintf(dev[nd].label, sizeof dev[nd].label, "cuda:%u", i);
-        dev[nd].caps = found[i];
-        dev[nd].index = i;
-    }
-    if (vk_probe_devices(found, PROBE_MAX_VULKAN, &n, err, sizeof err)) return cli_fail("%s", err);
-    if (err[0]) fprintf(stderr, "kiln: %s\n", err); /* a note: no Vulkan here, or devices left out */
-    for (uint32_t i = 0; i < n; i++, nd++) {
-        snprintf(dev[nd].label, sizeof dev[nd].label, "vulkan:%u", i);
-        dev[nd].caps = found[i];
-        dev[nd].index = i;
+    uint32_t nd = 0;
+    char note[640];
+    if (dev_enumerate(found, sizeof found / sizeof found[0], &nd, true, note, sizeof note, err, sizeof err))
+        return cli_fail("%s", err);
+    if (note[0]) fprintf(stderr, "kiln: %s\n", note); /* no CUDA or Vulkan driver or GPU here, or devices left out */
+    for (uint32_t i = 0; i < nd; i++) {
+        memcpy(dev[i].label, found[i].label, sizeof dev[i].label);
+        dev[i].caps = found[i].caps;
+        dev[i].id = found[i].id;
     }
 
     /* A list that is well formed but asks a device for more than it has (subgroup=16 on

@@ -1,8 +1,9 @@
 /* kiln run MODEL -p TEXT: generate text from a prompt, streamed as it is produced. */
-#include "cli.h"
-#include "generate.h"
-#include "model_opts.h"
-#include "plan.h"
+#include "base/clock.h"
+#include "cli/cli.h"
+#include "cli/model_opts.h"
+#include "generate/generate.h"
+#include "plan/plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,12 +21,6 @@ static const char usage[] =
     "  --profile                after the run, time each kernel of a decode step (GPU devices)\n" MODEL_OPTS_USAGE;
 
 #define MAX_STOPS 16
-
-static double seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int emit_stdout(void *ctx, const char *text, size_t len) {
     (void)ctx;
@@ -107,7 +102,7 @@ int cmd_run(int argc, char **argv) {
     if (!prompt) return cli_usage_error(usage, "-p TEXT is required ('-' reads stdin)");
     if (model_opts_check(&mo, usage)) return EXIT_USAGE;
 
-    double t_start = seconds(); /* time to first token counts from here: load, compile, prompt */
+    double t_start = clock_now_s(); /* time to first token counts from here: load, compile, prompt */
     size_t plen = strlen(prompt);
     char *owned = NULL;
     if (!strcmp(prompt, "-")) {
@@ -154,7 +149,7 @@ int cmd_run(int argc, char **argv) {
     }
     gen_params gp = {.max_tokens = (uint32_t)n_gen, .stop = stops, .n_stop = n_stop, .extra_eog = -1};
     char err[512];
-    double t_ready = seconds();
+    double t_ready = clock_now_s();
     if (gen_run(s, smp, ids, n, &gp, emit_stdout, NULL, &res, err, sizeof err)) {
         rc = cli_fail("%s", err);
         goto out;

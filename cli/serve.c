@@ -1,9 +1,9 @@
 /* kiln serve MODEL: an OpenAI-compatible HTTP server (server/http.c) over one model. */
-#include "chat.h"
-#include "cli.h"
-#include "gguf.h"
-#include "http.h"
-#include "model_opts.h"
+#include "cli/cli.h"
+#include "cli/model_opts.h"
+#include "gguf/gguf.h"
+#include "server/http.h"
+#include "text/chat.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 /* kiln synth: random-weight models with llama.cpp's names, shapes and keys. */
-#include "arch.h"
-#include "cli.h"
-#include "synth.h"
-#include "tok_import.h"
+#include "cli/cli.h"
+#include "model/arch.h"
+#include "modelgen/synth.h"
+#include "modelgen/tok_import.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Tensor rows as f32, bf16 or f16. Quantized data goes through f32 (exact: every
  * quantized value is an f32), then rounds to nearest even. */
-#include "gguf.h"
-#include "half.h"
+#include "gguf/gguf.h"
+#include "gguf/half.h"
 
 #include <stdio.h>
 #include <stdlib.h>

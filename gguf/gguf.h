@@ -4,8 +4,8 @@
  * a file that fails gets one error line naming the problem and the byte offset.
  * Values read from a file point into the mapping (no copies); they live as long
  * as the gguf_file. */
-#ifndef KILN_GGUF_H
-#define KILN_GGUF_H
+#ifndef KILN_GGUF_GGUF_H
+#define KILN_GGUF_GGUF_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,6 +1,6 @@
 /* IEEE binary16 <-> binary32 in portable C (no F16C), so results do not depend on the
  * host CPU. f32 -> f16 rounds to nearest, ties to even, like the GPU conversions. */
-#include "half.h"
+#include "gguf/half.h"
 
 float gguf_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

@@ -1,5 +1,5 @@
 /* Typed metadata lookups: a missing key or a value of another type is a clear error. */
-#include "gguf.h"
+#include "gguf/gguf.h"
 
 #include <stdio.h>
 

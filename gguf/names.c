@@ -1,4 +1,4 @@
-#include "names.h"
+#include "gguf/names.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -4,8 +4,8 @@
  * ggml-quants.c, so the floats match llama.cpp's bit for bit (for example Q4_K is
  * (d*sc)*q - dmin*m, never d*(sc*q)). Blocks are read byte by byte: tensor data in a
  * mapping need not be aligned, and the file is little-endian whatever the host. */
-#include "gguf.h"
-#include "half.h"
+#include "gguf/gguf.h"
+#include "gguf/half.h"
 
 #define GGUF_QK 32   /* elements in a Q4_0..Q8_0 block */
 #define GGUF_QK_K 256 /* elements in a K-quant super-block */

@@ -1,8 +1,8 @@
 /* GGUF reader: maps the file, then validates every count, length, offset and size before
  * anything is read through it. Values point into the mapping. */
 #define _POSIX_C_SOURCE 200809L
-#include "gguf.h"
-#include "names.h"
+#include "gguf/gguf.h"
+#include "gguf/names.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /* Tensor and metadata value types. Block sizes and byte sizes follow ggml's
  * type_traits (ggml.c) and block structs (ggml-common.h); a wrong byte size here
  * would misplace every tensor after the first in a file. */
-#include "gguf.h"
+#include "gguf/gguf.h"
 
 #include <ctype.h>
 

@@ -1,8 +1,8 @@
 /* Streaming GGUF writer (v3). Metadata and tensor infos are held until begin_data;
  * tensor bytes go straight to the file, so a multi-GB model never sits in memory. */
 #define _POSIX_C_SOURCE 200809L
-#include "gguf.h"
-#include "names.h"
+#include "gguf/gguf.h"
+#include "gguf/names.h"
 
 #include <errno.h>
 #include <stdarg.h>

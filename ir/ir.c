@@ -2,14 +2,14 @@
  * The builder checks every instruction with the verifier's per-op rules before
  * appending it, so misuse is caught where it happens; a failed call records the first
  * error and returns IR_NONE (or NULL) without touching the kernel. */
+#include "ir/ir_internal.h"
+
 #include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "ir_internal.h"
 
 /* ---- arena ---------------------------------------------------------------------------- */
 
@@ -399,6 +399,21 @@ ir_buf ir_param_buffer(ir_kernel *k, const char *name, ir_scalar elem, unsigned 
     p->access = access;
     k->buffers[k->n_buffers] = k->n_params++;
     return k->n_buffers++;
+}
+
+void ir_buffer_extent(ir_kernel *k, ir_buf b, uint64_t n) {
+    if (!k)
+        return;
+    if (b >= k->n_buffers) {
+        ir_fail(k, "ir_buffer_extent: %u is not a buffer parameter", b);
+        return;
+    }
+    if (n == 0 || n > (1ull << 48)) {
+        ir_fail(k, "ir_buffer_extent: %llu elements for @%s (1..2^48)", (unsigned long long)n,
+                k->params[k->buffers[b]].name);
+        return;
+    }
+    k->params[k->buffers[b]].extent = n;
 }
 
 /* PARAM and SPEC instructions live in no region: they are defined at kernel entry. */

@@ -12,8 +12,8 @@
  * Everything lives in the kernel's arena and is freed with it. Builder calls that get
  * wrong input do not abort: they record the first error (ir_kernel_error) and return
  * IR_NONE, and the verifier refuses the kernel. */
-#ifndef KILN_IR_H
-#define KILN_IR_H
+#ifndef KILN_IR_IR_H
+#define KILN_IR_IR_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -66,6 +66,10 @@ const char *ir_kernel_error(const ir_kernel *k);
 enum { IR_READ = 1, IR_WRITE = 2 };
 /* A global array of elem (not bool); access is IR_READ, IR_WRITE or both. */
 ir_buf ir_param_buffer(ir_kernel *k, const char *name, ir_scalar elem, unsigned access);
+/* The elements of b (1..2^48) the kernel may read or write at the shape it was built for:
+ * what a buffer bound to it must hold, which a plan checks when it binds one (a buffer
+ * without an extent cannot be bound there). A builder error when b is not a buffer. */
+void ir_buffer_extent(ir_kernel *k, ir_buf b, uint64_t n);
 /* A scalar argument (i32, u32 or f32), set per launch. */
 ir_val ir_param_scalar(ir_kernel *k, const char *name, ir_scalar s);
 /* A specialization constant (bool, i32, u32 or f32) with its default, fixed at compile
@@ -261,6 +265,7 @@ typedef struct ir_param {
     bool is_buffer;
     ir_scalar elem;       /* buffers: element; scalars: type */
     unsigned access;      /* buffers */
+    uint64_t extent;      /* buffers: elements the kernel reads or writes (ir_buffer_extent; 0 unknown) */
     ir_val value;         /* scalars: the PARAM value */
 } ir_param;
 

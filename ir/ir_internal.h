@@ -1,11 +1,11 @@
 /* ir/ internals shared by the builder, verifier, printer and passes. Not for other rooms:
  * they read a kernel only through ir.h. */
-#ifndef KILN_IR_INTERNAL_H
-#define KILN_IR_INTERNAL_H
+#ifndef KILN_IR_IR_INTERNAL_H
+#define KILN_IR_IR_INTERNAL_H
+
+#include "ir/ir.h"
 
 #include <stdarg.h>
-
-#include "ir.h"
 
 /* One arena block; its data follows the header (rounded up to IR_ALIGN). */
 typedef struct ir_block {

@@ -8,12 +8,12 @@
  * sqrt (whose precision the targets do not pin), and any f32 operation with a NaN or
  * subnormal operand or result (NaN payloads and denormal flushing differ between
  * devices). Folded constants are always bool, i32, u32 or f32. */
+#include "ir/ir_internal.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "ir_internal.h"
 
 /* ---- helpers --------------------------------------------------------------------------- */
 

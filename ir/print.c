@@ -2,12 +2,12 @@
  * shared arrays, params and specs print by their unique @names, and f32 constants print
  * in the shortest decimal that reads back to the same bits, so one kernel gives one text.
  * It never trusts the kernel: the verifier prints broken instructions with it. */
+#include "ir/ir_internal.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "ir_internal.h"
 
 void ir_sb_printf(ir_sb *b, const char *fmt, ...) {
     if (b->oom)
@@ -254,9 +254,12 @@ char *ir_print(const ir_kernel *k) {
         const ir_param *p = &k->params[i];
         if (i)
             ir_sb_printf(&b, ", ");
-        if (p->is_buffer)
+        if (p->is_buffer) {
             ir_sb_printf(&b, "@%s: buf<%s, %s%s>", p->name, ir_scalar_name(p->elem), p->access & IR_READ ? "r" : "",
                          p->access & IR_WRITE ? "w" : "");
+            if (p->extent)
+                ir_sb_printf(&b, "[%llu]", (unsigned long long)p->extent);
+        }
         else
             ir_sb_printf(&b, "%%%u @%s: %s", p->value, p->name, ir_scalar_name(p->elem));
     }

@@ -8,11 +8,11 @@
  * whose bounds or step are divergent, is refused, even where the data would in fact
  * agree; loads are taken as uniform when their index is (a racing write is a bug of its
  * own). */
+#include "ir/ir_internal.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "ir_internal.h"
 
 /* ---- per-op rules ----------------------------------------------------------------------- */
 

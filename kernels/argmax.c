@@ -3,7 +3,7 @@
  * largest value and, among equals, the lowest index. A NaN counts as -inf (as the host's
  * samp_argmax skips it); the maximum is written beside the index, so a caller sees when
  * there was nothing but -inf and NaN. */
-#include "kn_common.h"
+#include "kernels/kn_common.h"
 
 #include <math.h>
 

@@ -22,7 +22,7 @@
  * to dtype once (with one run, exactly acc_d / l). The oracle instead normalises each
  * weight (e_p / sum) before the product; the two differ by a few f32 roundings per term
  * (see tests/test_kernels_attn.c for the bound). */
-#include "kn_common.h"
+#include "kernels/kn_common.h"
 
 #include <math.h>
 

@@ -45,7 +45,7 @@
  * layer. f16 takes ~30% longer (its unpacking converts). Tried and slower: Bk = 64 (as
  * fast for 0.6b, 15% slower for 8b), 128 invocations (20%), R = 16 or 64 (40-70%), f32
  * tiles (~12%, at 128 invocations), one token block per workgroup (3%). */
-#include "kn_common.h"
+#include "kernels/kn_common.h"
 
 #include <math.h>
 

@@ -1,7 +1,7 @@
 /* A plain copy of u32 words: what `kiln probe --measure` times for the memory bandwidth
  * the decode floor is computed from. Each invocation moves one vector (the widest that
  * divides n, so the loop bound alone masks the tail) per step of a grid-stride loop. */
-#include "kn_common.h"
+#include "kernels/kn_common.h"
 
 /* Vulkan guarantees only 65535 workgroups in x: more work loops instead. */
 #define KN_MAX_GROUPS 65535u

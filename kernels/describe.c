@@ -3,7 +3,7 @@
  * memory, subgroup operations, cooperative-matrix shapes), so `kiln probe` shows the
  * variants a device gets without a model file. Read off the kernels themselves, not
  * from a second copy of the builders' rules. */
-#include "kn_common.h"
+#include "kernels/kn_common.h"
 
 #include <stdio.h>
 #include <string.h>

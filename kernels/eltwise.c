@@ -1,7 +1,7 @@
 /* Element-wise kernels: the residual add and SwiGLU. Each invocation takes one vector
  * (the widest that divides n) per step of a grid-stride loop, computes in f32 and rounds
  * once on store. */
-#include "kn_common.h"
+#include "kernels/kn_common.h"
 
 /* Vulkan guarantees only 65535 workgroups in x: more work loops instead. */
 #define KN_MAX_GROUPS 65535u

@@ -1,7 +1,7 @@
 /* Row copies by an index read from a u32 buffer, so a recorded step replays with new
  * tokens: the token embedding, and the pick of a prefill block's last row for the
  * logits head. The copies move 16-bit values untouched. */
-#include "kn_common.h"
+#include "kernels/kn_common.h"
 
 /* out[t][c] = src[row * n + c] for c < n, row = the index kernel's caller computed; a row
  * >= n_rows reads zeros (the mask of the row past the table). */

@@ -10,11 +10,11 @@
  * Buffer and scalar parameters are listed per kernel in declaration order (the order of
  * rt_launch.args). The launch grid is given per kernel; builders whose grid follows from
  * the shapes also return it through groups (may be NULL). */
-#ifndef KILN_KERNELS_H
-#define KILN_KERNELS_H
+#ifndef KILN_KERNELS_KERNELS_H
+#define KILN_KERNELS_KERNELS_H
 
-#include "caps.h"
-#include "ir.h"
+#include "ir/ir.h"
+#include "runtime/caps.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -41,8 +41,11 @@ ir_kernel *kn_rmsnorm_heads(const rt_caps *c, uint32_t head_dim, ir_scalar dtype
  *   KN_EPI_SWIGLU    (kn_matvec only) W is the gate's weight and Wu the up's (same
  *                    shape): y[r] = round(silu(round(g_r)) * round(u_r)),
  *                    silu(g) = g / (1 + exp(-g)), the contract's SwiGLU, fused
+ *   KN_EPI_FAULT     (kn_matvec with out = IR_F32 only) + 0.5 * (r % 7): an error planted on
+ *                    purpose (rt_debug.fault_logits), large enough to change greedy
+ *                    tokens, so `kiln diverge` can be shown to flag a wrong logits head
  * SWIGLU takes neither of the others; extra params come in the order b, res, Wu. */
-enum { KN_EPI_NONE = 0, KN_EPI_BIAS = 1, KN_EPI_RESIDUAL = 2, KN_EPI_SWIGLU = 4 };
+enum { KN_EPI_NONE = 0, KN_EPI_BIAS = 1, KN_EPI_RESIDUAL = 2, KN_EPI_SWIGLU = 4, KN_EPI_FAULT = 8 };
 
 /* y[r] = sum_c W[r * cols + c] * x[c] for r < rows (W row-major, as GGUF stores a
  * [cols, rows] tensor), then the epilogue. out is dtype, or IR_F32 for the logits head

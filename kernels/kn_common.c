@@ -1,9 +1,8 @@
 /* Helpers shared by the kernel builders: argument checks, workgroup sizing, the
  * workgroup-wide f32 sum. */
-#include "kn_common.h"
+#include "kernels/kn_common.h"
 
 #include <math.h>
-
 #include <stdio.h>
 
 void kn_fail(char *err, size_t errlen, const char *fmt, ...) {

@@ -1,8 +1,8 @@
 /* Helpers shared by the kernel builders (not part of kernels.h). */
-#ifndef KILN_KN_COMMON_H
-#define KILN_KN_COMMON_H
+#ifndef KILN_KERNELS_KN_COMMON_H
+#define KILN_KERNELS_KN_COMMON_H
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 #include <stdarg.h>
 

@@ -28,7 +28,7 @@
  * not stored. Columns past cols read zero in both matrices (0 * garbage could be NaN).
  * Products of two 16-bit values are exact in f32, so only the summation order differs
  * from a plain loop. */
-#include "kn_common.h"
+#include "kernels/kn_common.h"
 
 typedef struct mm {
     ir_kernel *k;

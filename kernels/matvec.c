@@ -3,7 +3,7 @@
  * where a row is whole 16-byte words, else the widest 16-bit vector that divides cols),
  * each keeps an f32 accumulator, and a reduce sums the lanes. Products of two 16-bit
  * values are exact in f32, so only the summation order differs from a loop. */
-#include "kn_common.h"
+#include "kernels/kn_common.h"
 
 #include <math.h>
 
@@ -118,22 +118,21 @@ static ir_val row_dot_wide(ir_kernel *k, ir_buf w, ir_buf w2, ir_val *sum2, ir_b
     return kn_lane_sum(k, acc[0], 4);
 }
 
-/* sum + 0.5 * (row % 7): the planted error of `--caps debug-fault`, large enough to change
- * greedy tokens, so `kiln diverge` can be shown to flag a wrong logits head. */
+/* sum + 0.5 * (row % 7): the planted error of KN_EPI_FAULT. */
 static ir_val fault(ir_kernel *k, ir_val row, ir_val sum) {
     ir_val r7 = ir_convert(k, ir_bin(k, IR_OP_REM, row, ir_const_u32(k, 7)), ir_t_scalar(k, IR_F32));
     return ir_fma(k, r7, ir_const_f32(k, 0.5f), sum);
 }
 
 /* The row's result, stored by one invocation: the epilogue applied to the dot product(s). */
-static void store_row(const rt_caps *c, ir_kernel *k, unsigned epi, ir_buf y, ir_buf b, ir_buf res, ir_val row,
+static void store_row(ir_kernel *k, unsigned epi, ir_buf y, ir_buf b, ir_buf res, ir_val row,
                       ir_val sum, ir_val up, ir_scalar dtype, ir_scalar out) {
     if (epi & KN_EPI_SWIGLU) {
         ir_type f32 = ir_t_scalar(k, IR_F32), dt = ir_t_scalar(k, dtype);
         ir_val g = ir_convert(k, ir_convert(k, sum, dt), f32), u = ir_convert(k, ir_convert(k, up, dt), f32);
         ir_store(k, y, row, ir_convert(k, kn_silu_mul(k, g, u), dt));
     } else if (out == IR_F32) {
-        ir_store(k, y, row, c->debug_fault ? fault(k, row, sum) : sum);
+        ir_store(k, y, row, epi & KN_EPI_FAULT ? fault(k, row, sum) : sum);
     } else {
         ir_store(k, y, row, kn_epilogue(k, epi, sum, b, row, res, row, dtype));
     }
@@ -176,7 +175,7 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
         kn_fail(err, errlen, "%s: output must be %s or f32, not %s", name, ir_scalar_name(dtype), ir_scalar_name(out));
         return NULL;
     }
-    if (kn_check_epi(name, epi, out == IR_F32 ? 0u : KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err, errlen))
+    if (kn_check_epi(name, epi, out == IR_F32 ? KN_EPI_FAULT : KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err, errlen))
         return NULL;
     if (rows == 0 || cols == 0 || (uint64_t)rows * cols > UINT32_MAX) {
         kn_fail(err, errlen, "%s: bad shape %u x %u (u32 indices: rows * cols < 2^32)", name, rows, cols);
@@ -236,7 +235,7 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
             if (swi) up = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot(k, wu, x, hx, row, first, sg * v, cols, v));
         }
         ir_if *l0 = ir_if_begin(k, ir_compare(k, IR_EQ, lane, ir_const_u32(k, 0)), 0);
-        store_row(c, k, epi, y, b, res, row, sum, up, dtype, out);
+        store_row(k, epi, y, b, res, row, sum, up, dtype, out);
         ir_if_end(k, l0, NULL);
         if (strided) ir_for_end(k, each, NULL);
         else ir_if_end(k, in, NULL);
@@ -260,7 +259,7 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
         ir_val sum = kn_wg_sum(k, c, wg, d0, "dot_part");
         if (swi) up = kn_wg_sum(k, c, wg, up, "up_part");
         ir_if *l0 = ir_if_begin(k, ir_compare(k, IR_EQ, lid, ir_const_u32(k, 0)), 0);
-        store_row(c, k, epi, y, b, res, row, sum, up, dtype, out);
+        store_row(k, epi, y, b, res, row, sum, up, dtype, out);
         ir_if_end(k, l0, NULL);
         if (strided) ir_for_end(k, each, NULL);
         gx = rows;

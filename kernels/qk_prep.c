@@ -22,7 +22,7 @@
  * device's: Vulkan allows 2.5 ulp, where the oracle's is correctly rounded.
  * Indices are u32: n_max * (n_head + 2 * n_head_kv) * head_dim must stay below 2^32 (the
  * caller's block size; not known here), n_ctx * kv_dim is checked. */
-#include "kn_common.h"
+#include "kernels/kn_common.h"
 
 #include <math.h>
 

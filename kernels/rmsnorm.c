@@ -1,7 +1,7 @@
 /* RMSNorm, one workgroup per row: a strided pass sums x^2 in f32, a workgroup reduce
  * gives every invocation the same scale, and a second strided pass writes
  * (x * scale) * w rounded to dtype (the oracle's order of operations). */
-#include "kn_common.h"
+#include "kernels/kn_common.h"
 
 #include <math.h>
 

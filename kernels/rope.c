@@ -4,7 +4,7 @@
  * is computed here, on the host, with the same powf. sin and cos come from kn_sincos
  * (reduction by pi/2 and f32 polynomials, about an ulp), not the device's, which Vulkan
  * specifies only to 2^-11 absolute on [-pi, pi]. */
-#include "kn_common.h"
+#include "kernels/kn_common.h"
 
 #include <math.h>
 

@@ -10,11 +10,10 @@
  *   5. the output projection, the gate and up projections, silu(gate) * up, the down
  *      projection
  * Logits stay f32. Every dot product, norm sum and softmax sum accumulates in f32. */
-#include "oracle.h"
-
-#include "half.h"
-#include "pool.h"
-#include "weights.h"
+#include "gguf/half.h"
+#include "oracle/oracle.h"
+#include "oracle/pool.h"
+#include "oracle/weights.h"
 
 #include <math.h>
 #include <stdio.h>

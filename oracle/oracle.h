@@ -8,11 +8,11 @@
  *             backend then differs by summation order only.
  *   f32:      nothing is rounded: weights as the file holds them widened to f32
  *             (quantized ones decoded to f32), activations and KV cache in f32. */
-#ifndef KILN_ORACLE_H
-#define KILN_ORACLE_H
+#ifndef KILN_ORACLE_ORACLE_H
+#define KILN_ORACLE_ORACLE_H
 
-#include "engine.h"
-#include "model.h"
+#include "model/engine.h"
+#include "model/model.h"
 
 typedef enum orc_mode { ORC_CONTRACT, ORC_F32 } orc_mode;
 

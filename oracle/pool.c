@@ -1,4 +1,4 @@
-#include "pool.h"
+#include "oracle/pool.h"
 
 #include <pthread.h>
 #include <stdbool.h>

@@ -1,6 +1,6 @@
-#include "weights.h"
+#include "oracle/weights.h"
 
-#include "half.h"
+#include "gguf/half.h"
 
 #include <pthread.h>
 #include <stdio.h>

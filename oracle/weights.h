@@ -3,7 +3,7 @@
 #ifndef KILN_ORACLE_WEIGHTS_H
 #define KILN_ORACLE_WEIGHTS_H
 
-#include "gguf.h"
+#include "gguf/gguf.h"
 
 #include <stdint.h>
 

@@ -1,4 +1,4 @@
-#include "cache_dir.h"
+#include "runtime/cache_dir.h"
 
 #include <stdbool.h>
 #include <stdio.h>

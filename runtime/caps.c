@@ -1,8 +1,8 @@
 /* The capability probe's common part: per-backend minimums, the CPU oracle's entry,
  * `--caps` overrides and the text `kiln probe` prints. */
-#include "caps.h"
+#include "runtime/caps.h"
 
-#include "ir.h"
+#include "ir/ir.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -123,8 +123,10 @@ static const struct {
     {"no-subgroup-arith", offsetof(rt_caps, subgroup_arith)},
     {"no-subgroup-shuffle", offsetof(rt_caps, subgroup_shuffle)},
     {"no-atomic-f32", offsetof(rt_caps, atomic_f32_add)},
-    {"debug-fault", offsetof(rt_caps, debug_fault)}, /* the one item that turns a flag on */
 };
+
+/* Items of rt_debug, not of the caps: accepted, applied by rt_debug_from_list. */
+static const char *const debug_items[] = {"debug-fault"};
 
 static bool key_is(const char *key, size_t n, const char *name) { return strlen(name) == n && !memcmp(key, name, n); }
 
@@ -139,12 +141,15 @@ static int apply_item(rt_caps *c, const char *it, size_t n, char *err, size_t er
             c->n_mma = 0;
             memset(c->mma, 0, sizeof c->mma);
         } else {
-            *(bool *)((char *)c + flag_items[i].off) = flag_items[i].off == offsetof(rt_caps, debug_fault);
+            *(bool *)((char *)c + flag_items[i].off) = false;
             if (flag_items[i].off == offsetof(rt_caps, f16_arith)) drop_mma_of(c, IR_F16);
             if (flag_items[i].off == offsetof(rt_caps, bf16_arith)) drop_mma_of(c, IR_BF16);
         }
         return 0;
     }
+    for (size_t i = 0; i < sizeof debug_items / sizeof debug_items[0]; i++)
+        if (key_is(it, kn, debug_items[i]))
+            return eq ? fail(err, errlen, "caps item '%.*s': takes no value", (int)n, it), -1 : 0;
     bool sg = key_is(it, kn, "subgroup"), sh = key_is(it, kn, "shared"), wg = key_is(it, kn, "workgroup");
     if (!sg && !sh && !wg) return fail(err, errlen, "unknown caps item '%.*s'", (int)n, it), -1;
     if (!eq) return fail(err, errlen, "caps item '%.*s': needs =N", (int)n, it), -1;
@@ -211,6 +216,17 @@ int rt_caps_override_check(const char *list, char *err, size_t errlen) {
     any.subgroup_size = any.subgroup_max = 1u << 31;
     any.shared_bytes = any.max_workgroup = UINT32_MAX;
     return rt_caps_override(&any, list, err, errlen);
+}
+
+void rt_debug_from_list(rt_debug *d, const char *list) {
+    for (const char *p = list; p && *p;) {
+        size_t n = strcspn(p, ",");
+        const char *a = p, *b = p + n;
+        while (a < b && is_space(*a)) a++;
+        while (b > a && is_space(b[-1])) b--;
+        if (key_is(a, (size_t)(b - a), "debug-fault")) d->fault_logits = true;
+        p += n + (p[n] == ',');
+    }
 }
 
 /* ---- description ------------------------------------------------------------------------- */

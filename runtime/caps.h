@@ -50,11 +50,14 @@ typedef struct rt_caps {
     uint64_t l2_bytes;        /* last-level GPU cache (0: unknown; Vulkan has no core query) */
     uint32_t compute_units;   /* SMs / CUs / cores */
     uint64_t memory_bytes, free_bytes;
-
-    bool debug_fault;         /* a test switch, not a capability: the logits head adds a
-                               * deliberate error (`--caps debug-fault`), so `kiln diverge`
-                               * can be shown to flag a wrong kernel; default false */
 } rt_caps;
+
+/* Test switches, not capabilities, kept out of rt_caps so that no kernel builder reads
+ * one as a property of the device: `--caps` items that make a plan wrong on purpose, so
+ * the tools that must catch a wrong kernel can be shown to. All false by default. */
+typedef struct rt_debug {
+    bool fault_logits; /* debug-fault: the logits head adds 0.5 * (row % 7) (kiln diverge's planted fault) */
+} rt_debug;
 
 /* The minimums the Vulkan 1.3 spec (and kiln) guarantee: subgroup 4..4, no 16-bit
  * types, no coopmat, 16 KiB workgroup memory, 128 invocations, 128 MiB buffers. */
@@ -64,15 +67,18 @@ void rt_caps_default(rt_caps *c, rt_backend b);
  *   no-coopmat | no-f16 | no-bf16 | no-storage16 | no-subgroup-arith | no-subgroup-shuffle
  *   | no-atomic-f32 | subgroup=N (a power of two within [min, max]) | shared=BYTES (<= the
  *   device's) | workgroup=N (<= the device's) | debug-fault.
- * Overrides only take capabilities away (a device cannot be made to offer more); the one
- * exception is debug-fault, a test switch that makes the logits head deliberately wrong
- * (kernels/matvec.c) for `kiln diverge`'s planted-fault test. 0, or
- * -1 with a message naming the bad item. */
+ * Overrides only take capabilities away (a device cannot be made to offer more).
+ * debug-fault is a test switch (rt_debug), accepted here and left to rt_debug_from_list.
+ * 0, or -1 with a message naming the bad item. */
 int rt_caps_override(rt_caps *c, const char *list, char *err, size_t errlen);
 /* The same list checked for syntax alone (unknown items, malformed numbers, subgroup not
  * a power of two, workgroup=0), as a command does when it parses its flags, before any
  * device is known. 0, or -1 with a message naming the bad item. */
 int rt_caps_override_check(const char *list, char *err, size_t errlen);
+
+/* The test switches a list rt_caps_override_check accepts turns on (debug-fault) set in d;
+ * the other items leave d alone. */
+void rt_debug_from_list(rt_debug *d, const char *list);
 
 /* One "key: value" line per field, for `kiln probe`, into buf; returns the length it needs
  * (as snprintf: without the NUL, so the text fit when it is < cap; buf may be NULL with cap 0). */

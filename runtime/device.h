@@ -6,8 +6,8 @@
 #ifndef KILN_RUNTIME_DEVICE_H
 #define KILN_RUNTIME_DEVICE_H
 
-#include "caps.h"
-#include "ir.h"
+#include "ir/ir.h"
+#include "runtime/caps.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -62,6 +62,7 @@ int rt_check_launch(const rt_launch *l, uint32_t n_params, const bool *is_buffer
 struct rt_device {
     const rt_device_ops *ops;
     rt_caps caps;
+    rt_debug debug; /* the --caps test switches the device was opened with */
     char label[32]; /* "vulkan:0", "cuda:0" */
 };
 

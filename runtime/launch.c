@@ -1,5 +1,5 @@
 /* The argument check every backend runs before a launch (runtime/device.h). */
-#include "device.h"
+#include "runtime/device.h"
 
 #include <stdio.h>
 

@@ -4,8 +4,8 @@
 #ifndef KILN_SERVER_API_H
 #define KILN_SERVER_API_H
 
-#include "chat.h"
-#include "sampler.h"
+#include "generate/sampler.h"
+#include "text/chat.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
-#include "api.h"
-#include "api_json.h"
+#include "server/api.h"
+#include "server/api_json.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-#include "api_json.h"
+#include "server/api_json.h"
 
 #include <stdlib.h>
 #include <string.h>

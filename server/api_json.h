@@ -2,7 +2,7 @@
 #ifndef KILN_SERVER_API_JSON_H
 #define KILN_SERVER_API_JSON_H
 
-#include "api_response.h"
+#include "server/api_response.h"
 
 #include <jansson.h>
 #include <stddef.h>

@@ -1,6 +1,6 @@
 /* Log-probabilities: computed from a logits row, written in chat's and the legacy
  * completions' shapes, and matched to the streamed text they belong to. */
-#include "api_json.h"
+#include "server/api_json.h"
 
 #include <math.h>
 

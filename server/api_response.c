@@ -1,5 +1,5 @@
 /* Whole (non-streaming) responses and the models list. */
-#include "api_json.h"
+#include "server/api_json.h"
 
 const char *srv_finish_reason(gen_finish f) {
     return f == GEN_LENGTH || f == GEN_CONTEXT ? "length" : "stop";

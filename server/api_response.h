@@ -4,8 +4,8 @@
 #ifndef KILN_SERVER_API_RESPONSE_H
 #define KILN_SERVER_API_RESPONSE_H
 
-#include "api.h"
-#include "generate.h"
+#include "generate/generate.h"
+#include "server/api.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /* Streaming chunks, each framed as one Server-Sent Event. */
-#include "api_json.h"
+#include "server/api_json.h"
 
 #include <stdlib.h>
 #include <string.h>

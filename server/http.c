@@ -5,11 +5,11 @@
  * for the answer; a streamed one's reads Server-Sent Events from a small locked queue of
  * bytes the worker fills. A client that goes away makes the next write fail;
  * libmicrohttpd then frees the response, which cancels the job at its next token. */
-#include "http.h"
+#include "server/http.h"
 
-#include "api.h"
-#include "api_response.h"
-#include "generate.h"
+#include "generate/generate.h"
+#include "server/api.h"
+#include "server/api_response.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -7,10 +7,10 @@
 #ifndef KILN_SERVER_HTTP_H
 #define KILN_SERVER_HTTP_H
 
-#include "chat.h"
-#include "engine.h"
-#include "sampler.h"
-#include "tok.h"
+#include "generate/sampler.h"
+#include "model/engine.h"
+#include "text/chat.h"
+#include "text/tok.h"
 
 #include <stddef.h>
 #include <stdint.h>

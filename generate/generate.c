@@ -1,0 +1,199 @@
+#include "generate/generate.h"
+
+#include "base/clock.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct gen_session {
+    engine *e;
+    const tokenizer *t;
+    int32_t *cached; /* [n_ctx]: the tokens at each cached position */
+    float *logits;   /* [n_vocab] */
+};
+
+gen_session *gen_session_create(engine *e, const tokenizer *t) {
+    gen_session *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->e = e;
+    s->t = t;
+    s->cached = malloc((size_t)e->n_ctx * sizeof *s->cached);
+    s->logits = malloc((size_t)e->n_vocab * sizeof *s->logits);
+    if (!s->cached || !s->logits) {
+        gen_session_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void gen_session_free(gen_session *s) {
+    if (!s) return;
+    free(s->cached);
+    free(s->logits);
+    free(s);
+}
+
+uint32_t gen_session_cached(const gen_session *s) { return s->e->n_past; }
+
+uint32_t gen_session_prefix(const gen_session *s, const int32_t *prompt, uint32_t n) {
+    if (n == 0) return 0;
+    uint32_t same = 0, limit = s->e->n_past < n - 1 ? s->e->n_past : n - 1;
+    while (same < limit && s->cached[same] == prompt[same]) same++;
+    return same;
+}
+
+const char *gen_finish_name(gen_finish f) {
+    static const char *const names[] = {"eog", "stop", "length", "cancelled", "context"};
+    return f <= GEN_CONTEXT ? names[f] : "?";
+}
+
+/* Text produced but not yet emitted: held while it could still be the start of a stop
+ * string. */
+typedef struct pending {
+    char *buf;
+    size_t n, cap;
+} pending;
+
+static int pend_add(pending *p, const char *s, size_t n) {
+    if (p->n + n + 1 > p->cap) {
+        size_t cap = p->cap ? p->cap : 256;
+        while (cap < p->n + n + 1) cap *= 2;
+        char *b = realloc(p->buf, cap);
+        if (!b) return -1;
+        p->buf = b;
+        p->cap = cap;
+    }
+    memcpy(p->buf + p->n, s, n);
+    p->n += n;
+    p->buf[p->n] = 0;
+    return 0;
+}
+
+/* Emits what can no longer become part of a stop string; *stopped when one appeared
+ * (the text before it is emitted, the rest dropped). Returns the emit callback's
+ * verdict. */
+static int flush_safe(pending *p, const gen_params *gp, gen_emit emit, void *ctx, bool final, bool *stopped) {
+    size_t cut = p->n, keep_from = p->n;
+    for (size_t i = 0; i < gp->n_stop; i++) {
+        const char *hit = gp->stop[i][0] ? strstr(p->buf, gp->stop[i]) : NULL;
+        if (hit && (size_t)(hit - p->buf) < cut) cut = (size_t)(hit - p->buf), *stopped = true;
+    }
+    if (!*stopped && !final)
+        for (size_t i = 0; i < gp->n_stop; i++) { /* the longest tail that is a stop string's head */
+            size_t ls = strlen(gp->stop[i]);
+            for (size_t k = ls > 1 ? ls - 1 : 0; k > 0; k--)
+                if (k <= p->n && memcmp(p->buf + p->n - k, gp->stop[i], k) == 0) {
+                    if (p->n - k < keep_from) keep_from = p->n - k;
+                    break;
+                }
+        }
+    size_t out = *stopped ? cut : keep_from;
+    int rc = out ? emit(ctx, p->buf, out) : 0;
+    if (*stopped) p->n = 0;
+    else {
+        memmove(p->buf, p->buf + out, p->n - out);
+        p->n -= out;
+    }
+    if (p->buf) p->buf[p->n] = 0;
+    return rc;
+}
+
+int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prompt, const gen_params *p, gen_emit emit,
+            void *ctx, gen_result *r, char *err, size_t errlen) {
+    engine *e = s->e;
+    memset(r, 0, sizeof *r);
+    if (n_prompt == 0) return snprintf(err, errlen, "empty prompt"), -1;
+    if (n_prompt >= e->n_ctx)
+        return snprintf(err, errlen, "the prompt has %u tokens; the context holds %u", n_prompt, e->n_ctx), -1;
+    r->ids = malloc(((size_t)p->max_tokens + 1) * sizeof *r->ids);
+    if (!r->ids) return snprintf(err, errlen, "out of memory"), -1;
+
+    /* reuse the cached prefix; at least the last prompt token is evaluated for its logits */
+    uint32_t same = gen_session_prefix(s, prompt, n_prompt);
+    r->n_prompt = n_prompt;
+    r->n_reused = same;
+    double t0 = clock_now_s();
+    /* greedy decoding without penalties needs only the argmax: where the engine offers it,
+     * 4 bytes per token come back instead of the vocabulary's logits (not when a caller
+     * wants every token's logits) */
+    bool fast = e->ops->eval_argmax && samp_is_greedy(smp) && !p->on_token;
+    int32_t next = -1, last = prompt[n_prompt - 1];
+    if (fast ? e->ops->eval_argmax(e, prompt + same, n_prompt - same, same, &next, err, errlen)
+             : engine_eval(e, prompt + same, n_prompt - same, same, s->logits, false, err, errlen))
+        return -1;
+    memcpy(s->cached + same, prompt + same, (n_prompt - same) * sizeof *prompt);
+    r->t_prompt = clock_now_s() - t0;
+    samp_reset(smp);
+    for (uint32_t i = 0; i < n_prompt; i++) samp_accept(smp, prompt[i]);
+
+    tok_stream ts;
+    tok_stream_init_after(&ts, s->t, prompt, n_prompt);
+    pending pend = {0};
+    char piece[4096]; /* tok_stream_push needs 3 x (longest piece + 4) */
+    bool stopped = false;
+    int rc = 0;
+    r->finish = GEN_LENGTH;
+    t0 = clock_now_s();
+    for (uint32_t i = 0; i < p->max_tokens; i++) {
+        int32_t id = fast ? next : samp_sample(smp, s->logits);
+        if (fast && id < 0) { /* nothing beat -inf: the logits, and the sampler's verdict on them */
+            if (engine_eval(e, &last, 1, e->n_past - 1, s->logits, false, err, errlen)) {
+                rc = -1;
+                break;
+            }
+            id = samp_sample(smp, s->logits);
+        }
+        if (id < 0) {
+            rc = -1;
+            snprintf(err, errlen, "no token can be sampled: every logit is NaN or -inf");
+            break;
+        }
+        if (tok_is_eog(s->t, id) || id == p->extra_eog) {
+            r->finish = GEN_EOG;
+            break;
+        }
+        r->ids[r->n_generated++] = id;
+        samp_accept(smp, id);
+        if (p->on_token && p->on_token(p->token_ctx, id, s->logits, e->n_vocab)) {
+            r->finish = GEN_CALLER;
+            break;
+        }
+        size_t n = tok_stream_push(&ts, id, piece, sizeof piece);
+        if (pend_add(&pend, piece, n)) {
+            rc = -1;
+            snprintf(err, errlen, "out of memory");
+            break;
+        }
+        if (flush_safe(&pend, p, emit, ctx, false, &stopped)) {
+            r->finish = GEN_CALLER;
+            break;
+        }
+        if (stopped) {
+            r->finish = GEN_STOP_STRING;
+            break;
+        }
+        if (i + 1 == p->max_tokens) break;
+        uint32_t pos = e->n_past;
+        if (pos + 1 >= e->n_ctx) {
+            r->finish = GEN_CONTEXT;
+            break;
+        }
+        if (fast ? e->ops->eval_argmax(e, &id, 1, pos, &next, err, errlen)
+                 : engine_eval(e, &id, 1, pos, s->logits, false, err, errlen)) {
+            rc = -1;
+            break;
+        }
+        s->cached[pos] = id;
+        last = id;
+    }
+    if (rc == 0 && r->finish != GEN_CALLER && !stopped) {
+        size_t n = tok_stream_flush(&ts, piece, sizeof piece);
+        if (pend_add(&pend, piece, n) == 0) flush_safe(&pend, p, emit, ctx, true, &stopped);
+        if (stopped) r->finish = GEN_STOP_STRING;
+    }
+    r->t_generate = clock_now_s() - t0;
+    free(pend.buf);
+    return rc;
+}

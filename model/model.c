@@ -1,0 +1,116 @@
+#include "model/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct want { const gguf_tensor **dst; char name[64]; uint64_t ne0, ne1; bool optional; } want;
+
+static int check(const gguf_file *g, const want *w, char *err, size_t errlen) {
+    const gguf_tensor *t = gguf_find_tensor(g, w->name);
+    *w->dst = NULL;
+    if (!t) {
+        if (w->optional) return 0;
+        snprintf(err, errlen, "tensor '%s' is missing", w->name);
+        return -1;
+    }
+    if (t->ne[0] != w->ne0 || t->ne[1] != w->ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
+        snprintf(err, errlen, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]", w->name,
+                 (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                 (unsigned long long)t->ne[3], (unsigned long long)w->ne0, (unsigned long long)w->ne1);
+        return -1;
+    }
+    if (!gguf_type_info_of(t->type)->convertible) {
+        snprintf(err, errlen, "tensor '%s' has type %s, which kiln cannot convert yet", w->name,
+                 gguf_type_info_of(t->type)->name);
+        return -1;
+    }
+    *w->dst = t;
+    return 0;
+}
+
+#define WANT(dst_, ne0_, ne1_, opt_, ...)                                                                     \
+    do {                                                                                                     \
+        want w_ = {.dst = &(dst_), .ne0 = (ne0_), .ne1 = (ne1_), .optional = (opt_)};                        \
+        snprintf(w_.name, sizeof w_.name, __VA_ARGS__);                                                       \
+        if (check(g, &w_, err, errlen)) return -1;                                                           \
+    } while (0)
+
+static int find_tensors(model *m, char *err, size_t errlen) {
+    const gguf_file *g = m->file;
+    const arch_hparams *hp = &m->hp;
+    uint64_t d = hp->n_embd, q = (uint64_t)hp->n_head * hp->head_dim_k, k = (uint64_t)hp->n_head_kv * hp->head_dim_k,
+             v = (uint64_t)hp->n_head_kv * hp->head_dim_v, o = (uint64_t)hp->n_head * hp->head_dim_v, f = hp->n_ff;
+    WANT(m->tok_embd, d, hp->n_vocab, false, "token_embd.weight");
+    WANT(m->output_norm, d, 1, false, "output_norm.weight");
+    WANT(m->output, d, hp->n_vocab, true, "output.weight");
+    if (!m->output) m->output = m->tok_embd;
+    WANT(m->rope_freqs, hp->n_rot / 2, 1, true, "rope_freqs.weight");
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        model_layer *L = &m->layers[l];
+        WANT(L->attn_norm, d, 1, false, "blk.%u.attn_norm.weight", l);
+        WANT(L->wq, d, q, false, "blk.%u.attn_q.weight", l);
+        WANT(L->wk, d, k, false, "blk.%u.attn_k.weight", l);
+        WANT(L->wv, d, v, false, "blk.%u.attn_v.weight", l);
+        WANT(L->wo, o, d, false, "blk.%u.attn_output.weight", l);
+        bool bias = hp->qkv_bias;
+        WANT(L->bq, q, 1, !bias, "blk.%u.attn_q.bias", l);
+        WANT(L->bk, k, 1, !bias, "blk.%u.attn_k.bias", l);
+        WANT(L->bv, v, 1, !bias, "blk.%u.attn_v.bias", l);
+        WANT(L->q_norm, hp->head_dim_k, 1, !hp->qk_norm, "blk.%u.attn_q_norm.weight", l);
+        WANT(L->k_norm, hp->head_dim_k, 1, !hp->qk_norm, "blk.%u.attn_k_norm.weight", l);
+        WANT(L->ffn_norm, d, 1, false, "blk.%u.ffn_norm.weight", l);
+        WANT(L->w_gate, d, f, false, "blk.%u.ffn_gate.weight", l);
+        WANT(L->w_up, d, f, false, "blk.%u.ffn_up.weight", l);
+        WANT(L->w_down, f, d, false, "blk.%u.ffn_down.weight", l);
+    }
+    return 0;
+}
+
+model *model_load(const char *path, char *err, size_t errlen) {
+    model *m = calloc(1, sizeof *m);
+    if (!m) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    gguf_error ge;
+    m->file = gguf_open(path, &ge);
+    if (!m->file) {
+        snprintf(err, errlen, "%s: %s", path, ge.msg);
+        free(m);
+        return NULL;
+    }
+    if (arch_read_hparams(m->file, &m->hp, &ge)) {
+        snprintf(err, errlen, "%s: %s", path, ge.msg);
+        model_free(m);
+        return NULL;
+    }
+    m->layers = calloc(m->hp.n_layer, sizeof *m->layers);
+    char msg[300];
+    if (!m->layers || find_tensors(m, msg, sizeof msg)) {
+        snprintf(err, errlen, "%s: %s", path, m->layers ? msg : "out of memory");
+        model_free(m);
+        return NULL;
+    }
+    uint32_t t = m->layers[0].wq->type;
+    m->file_dtype = t == GGUF_T_BF16 || t == GGUF_T_F16 ? t : GGUF_T_F32;
+    return m;
+}
+
+void model_free(model *m) {
+    if (!m) return;
+    gguf_close(m->file);
+    free(m->layers);
+    free(m);
+}
+
+char *model_chat_template(const model *m) {
+    gguf_str src;
+    if (gguf_get_str(m->file, "tokenizer.chat_template", &src, NULL)) return NULL;
+    char *s = malloc(src.len + 1);
+    if (s) {
+        memcpy(s, src.ptr, src.len);
+        s[src.len] = 0;
+    }
+    return s;
+}

@@ -1,0 +1,31 @@
+/* A model as the engines see it: hyperparameters plus a view of every weight tensor,
+ * checked for presence and shape against llama.cpp's names before anything runs. */
+#ifndef KILN_MODEL_MODEL_H
+#define KILN_MODEL_MODEL_H
+
+#include "gguf/gguf.h"
+#include "model/arch.h"
+
+typedef struct model_layer {
+    const gguf_tensor *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *q_norm, *k_norm;
+    const gguf_tensor *ffn_norm, *w_gate, *w_up, *w_down;
+} model_layer;
+
+typedef struct model {
+    gguf_file *file;      /* owned */
+    arch_hparams hp;
+    const gguf_tensor *tok_embd, *output_norm, *output, *rope_freqs; /* output == tok_embd when tied */
+    model_layer *layers;  /* hp.n_layer */
+    uint32_t file_dtype;  /* GGUF_T_BF16 or GGUF_T_F16 when the matrices are stored so, else GGUF_T_F32 */
+} model;
+
+/* Opens and validates the file; NULL with err naming the file's problem, the missing
+ * key or the missing / misshapen tensor. */
+model *model_load(const char *path, char *err, size_t errlen);
+void model_free(model *m);
+
+/* The model's Jinja chat template (tokenizer.chat_template) as a malloc'ed C string, or
+ * NULL when it has none (or out of memory). */
+char *model_chat_template(const model *m);
+
+#endif

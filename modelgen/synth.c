@@ -1,0 +1,394 @@
+#include "modelgen/synth.h"
+
+#include "base/rng.h"
+#include "gguf/half.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+const char *const synth_preset_names[] = {"tiny", "qwen3-0.6b", "qwen3-4b", "qwen3-8b", "llama-3.2-1b", NULL};
+
+int synth_preset(const char *name, synth_config *c) {
+    memset(c, 0, sizeof *c);
+    c->dtype = GGUF_T_BF16;
+    c->seed = 42;
+    c->rms_eps = 1e-6f;
+    c->rope_base = 1000000.0f;
+    c->name = name;
+    c->arch = ARCH_QWEN3;
+    if (strcmp(name, "tiny") == 0) {
+        /* deliberately odd sizes: nothing is a multiple of 32 or 64 */
+        c->n_layer = 3, c->n_embd = 200, c->n_head = 5, c->n_head_kv = 1, c->head_dim = 40;
+        c->n_ff = 520, c->n_vocab = 1000, c->n_ctx = 512, c->tied = false;
+        c->rope_base = 10000.0f;
+    } else if (strcmp(name, "qwen3-0.6b") == 0) {
+        c->n_layer = 28, c->n_embd = 1024, c->n_head = 16, c->n_head_kv = 8, c->head_dim = 128;
+        c->n_ff = 3072, c->n_vocab = 151936, c->n_ctx = 40960, c->tied = true;
+    } else if (strcmp(name, "qwen3-4b") == 0) {
+        c->n_layer = 36, c->n_embd = 2560, c->n_head = 32, c->n_head_kv = 8, c->head_dim = 128;
+        c->n_ff = 9728, c->n_vocab = 151936, c->n_ctx = 40960, c->tied = true;
+    } else if (strcmp(name, "qwen3-8b") == 0) {
+        c->n_layer = 36, c->n_embd = 4096, c->n_head = 32, c->n_head_kv = 8, c->head_dim = 128;
+        c->n_ff = 12288, c->n_vocab = 151936, c->n_ctx = 40960, c->tied = false;
+    } else if (strcmp(name, "llama-3.2-1b") == 0) {
+        c->arch = ARCH_LLAMA;
+        c->n_layer = 16, c->n_embd = 2048, c->n_head = 32, c->n_head_kv = 8, c->head_dim = 64;
+        c->n_ff = 8192, c->n_vocab = 128256, c->n_ctx = 131072, c->tied = true;
+        c->rope_base = 500000.0f, c->rms_eps = 1e-5f;
+        c->llama3_rope = true, c->rope_factor = 32.0f, c->rope_low_freq = 1.0f, c->rope_high_freq = 4.0f;
+        c->rope_orig_ctx = 8192;
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+int synth_check(const synth_config *c, gguf_error *err) {
+    const struct { const char *what; uint32_t v; } must[] = {
+        {"--layers", c->n_layer}, {"--hidden", c->n_embd}, {"--heads", c->n_head}, {"--kv-heads", c->n_head_kv},
+        {"--head-dim", c->head_dim}, {"--ffn", c->n_ff}, {"--vocab", c->n_vocab}, {"--ctx", c->n_ctx}};
+    for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
+        if (must[i].v == 0) {
+            snprintf(err->msg, sizeof err->msg, "%s must be positive", must[i].what);
+            return -1;
+        }
+    if (c->n_head % c->n_head_kv) {
+        snprintf(err->msg, sizeof err->msg, "--heads %u is not a multiple of --kv-heads %u", c->n_head, c->n_head_kv);
+        return -1;
+    }
+    if (c->head_dim % 2) {
+        snprintf(err->msg, sizeof err->msg, "--head-dim %u must be even (rope rotates pairs)", c->head_dim);
+        return -1;
+    }
+    if (c->dtype != GGUF_T_BF16 && c->dtype != GGUF_T_F16) {
+        snprintf(err->msg, sizeof err->msg, "dtype must be bf16 or f16");
+        return -1;
+    }
+    uint64_t big = (uint64_t)c->n_head * c->head_dim;
+    if (big > (1u << 20) || c->n_embd > (1u << 20) || c->n_ff > (1u << 22) || c->n_vocab > (1u << 24) ||
+        c->n_layer > 4096) {
+        snprintf(err->msg, sizeof err->msg, "sizes are beyond any real model (check --hidden/--heads/--ffn/--vocab)");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the tensor plan ------------------------------------------------------------------ */
+
+typedef enum fill_kind { FILL_WEIGHT, FILL_NORM, FILL_ROPE_FREQS } fill_kind;
+
+typedef struct plan_tensor {
+    char name[GGUF_MAX_TENSOR_NAME + 1];
+    uint32_t type, n_dims;
+    uint64_t ne[2];
+    fill_kind kind;
+} plan_tensor;
+
+typedef struct plan {
+    plan_tensor *t;
+    size_t n, cap;
+} plan;
+
+static int plan_add(plan *p, fill_kind kind, uint32_t type, uint64_t ne0, uint64_t ne1, const char *fmt, int layer) {
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? 2 * p->cap : 64;
+        plan_tensor *t = realloc(p->t, cap * sizeof *t);
+        if (!t) return -1;
+        p->t = t;
+        p->cap = cap;
+    }
+    plan_tensor *t = &p->t[p->n++];
+    snprintf(t->name, sizeof t->name, fmt, layer);
+    t->type = type;
+    t->n_dims = ne1 ? 2 : 1;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1 ? ne1 : 1;
+    t->kind = kind;
+    return 0;
+}
+
+/* Names and shapes as llama.cpp's converter writes them (ne[0] is the input size). */
+static int make_plan(const synth_config *c, plan *p) {
+    uint32_t w = c->dtype, f = GGUF_T_F32;
+    uint64_t q = (uint64_t)c->n_head * c->head_dim, kv = (uint64_t)c->n_head_kv * c->head_dim;
+    int r = plan_add(p, FILL_WEIGHT, w, c->n_embd, c->n_vocab, "token_embd.weight", 0);
+    if (c->llama3_rope) r |= plan_add(p, FILL_ROPE_FREQS, f, c->head_dim / 2, 0, "rope_freqs.weight", 0);
+    for (uint32_t l = 0; l < c->n_layer && !r; l++) {
+        int L = (int)l;
+        r |= plan_add(p, FILL_NORM, f, c->n_embd, 0, "blk.%d.attn_norm.weight", L);
+        r |= plan_add(p, FILL_WEIGHT, w, c->n_embd, q, "blk.%d.attn_q.weight", L);
+        r |= plan_add(p, FILL_WEIGHT, w, c->n_embd, kv, "blk.%d.attn_k.weight", L);
+        r |= plan_add(p, FILL_WEIGHT, w, c->n_embd, kv, "blk.%d.attn_v.weight", L);
+        if (c->arch == ARCH_QWEN2) {
+            r |= plan_add(p, FILL_WEIGHT, f, q, 0, "blk.%d.attn_q.bias", L);
+            r |= plan_add(p, FILL_WEIGHT, f, kv, 0, "blk.%d.attn_k.bias", L);
+            r |= plan_add(p, FILL_WEIGHT, f, kv, 0, "blk.%d.attn_v.bias", L);
+        }
+        if (c->arch == ARCH_QWEN3) {
+            r |= plan_add(p, FILL_NORM, f, c->head_dim, 0, "blk.%d.attn_q_norm.weight", L);
+            r |= plan_add(p, FILL_NORM, f, c->head_dim, 0, "blk.%d.attn_k_norm.weight", L);
+        }
+        r |= plan_add(p, FILL_WEIGHT, w, q, c->n_embd, "blk.%d.attn_output.weight", L);
+        r |= plan_add(p, FILL_NORM, f, c->n_embd, 0, "blk.%d.ffn_norm.weight", L);
+        r |= plan_add(p, FILL_WEIGHT, w, c->n_embd, c->n_ff, "blk.%d.ffn_gate.weight", L);
+        r |= plan_add(p, FILL_WEIGHT, w, c->n_embd, c->n_ff, "blk.%d.ffn_up.weight", L);
+        r |= plan_add(p, FILL_WEIGHT, w, c->n_ff, c->n_embd, "blk.%d.ffn_down.weight", L);
+    }
+    r |= plan_add(p, FILL_NORM, f, c->n_embd, 0, "output_norm.weight", 0);
+    if (!c->tied) r |= plan_add(p, FILL_WEIGHT, w, c->n_embd, c->n_vocab, "output.weight", 0);
+    return r ? -1 : 0;
+}
+
+/* ---- metadata ------------------------------------------------------------------------- */
+
+static int add_arch_u32(gguf_writer *w, const synth_config *c, const char *suffix, uint32_t v, gguf_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch_name(c->arch), suffix);
+    return gguf_writer_add_u32(w, key, v, err);
+}
+
+static int add_arch_f32(gguf_writer *w, const synth_config *c, const char *suffix, float v, gguf_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch_name(c->arch), suffix);
+    return gguf_writer_add_f32(w, key, v, err);
+}
+
+static int write_metadata(gguf_writer *w, const synth_config *c, gguf_error *err) {
+    if (gguf_writer_add_str(w, "general.architecture", arch_name(c->arch), err) ||
+        gguf_writer_add_str(w, "general.type", "model", err) ||
+        gguf_writer_add_str(w, "general.name", c->name ? c->name : "kiln-synth", err) ||
+        gguf_writer_add_u32(w, "general.file_type", c->dtype == GGUF_T_BF16 ? 32 : 1, err) ||
+        add_arch_u32(w, c, "block_count", c->n_layer, err) || add_arch_u32(w, c, "context_length", c->n_ctx, err) ||
+        add_arch_u32(w, c, "embedding_length", c->n_embd, err) ||
+        add_arch_u32(w, c, "feed_forward_length", c->n_ff, err) ||
+        add_arch_u32(w, c, "attention.head_count", c->n_head, err) ||
+        add_arch_u32(w, c, "attention.head_count_kv", c->n_head_kv, err) ||
+        add_arch_f32(w, c, "rope.freq_base", c->rope_base, err) ||
+        add_arch_f32(w, c, "attention.layer_norm_rms_epsilon", c->rms_eps, err) ||
+        add_arch_u32(w, c, "attention.key_length", c->head_dim, err) ||
+        add_arch_u32(w, c, "attention.value_length", c->head_dim, err))
+        return -1;
+    if (c->arch == ARCH_LLAMA &&
+        (add_arch_u32(w, c, "vocab_size", c->n_vocab, err) || add_arch_u32(w, c, "rope.dimension_count", c->head_dim, err)))
+        return -1;
+    return 0;
+}
+
+static int write_tokenizer(gguf_writer *w, const synth_config *c, const tok_vocab *v, const gguf_file *from,
+                           gguf_error *err) {
+    if (from) {
+        const gguf_array *toks;
+        if (gguf_get_arr(from, "tokenizer.ggml.tokens", GGUF_VT_STR, &toks, err)) return -1;
+        if (toks->n != c->n_vocab) {
+            snprintf(err->msg, sizeof err->msg, "--vocab-from has %llu tokens but the model's vocab is %u",
+                     (unsigned long long)toks->n, c->n_vocab);
+            return -1;
+        }
+        for (uint64_t i = 0; i < gguf_n_kv(from); i++)
+            if (strncmp(gguf_kv_key(from, i), "tokenizer.", 10) == 0 &&
+                gguf_writer_add_kv(w, gguf_kv_key(from, i), gguf_kv_value(from, i), err))
+                return -1;
+        return 0;
+    }
+    if (v->n_tokens != c->n_vocab) {
+        snprintf(err->msg, sizeof err->msg, "tokenizer has %llu tokens but the model's vocab is %u",
+                 (unsigned long long)v->n_tokens, c->n_vocab);
+        return -1;
+    }
+    return tok_vocab_write(v, w, err);
+}
+
+/* ---- drawing and writing -------------------------------------------------------------- */
+
+#define CHUNK (1u << 20) /* elements per independently seeded piece */
+
+typedef struct chunk { uint32_t tensor; uint64_t index, start, count; } chunk;
+
+typedef struct slot {
+    uint8_t *buf;
+    size_t bytes;
+    uint64_t id;   /* the chunk it holds or will hold next */
+    bool full;
+} slot;
+
+typedef struct pipeline {
+    const synth_config *c;
+    const plan *p;
+    chunk *chunks;
+    uint64_t n_chunks;
+    slot *slots;
+    size_t n_slots;
+    int n_threads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop;
+} pipeline;
+
+typedef struct worker { pipeline *pl; int tid; } worker;
+
+static void rope_factors(const synth_config *c, float *out, uint64_t n) {
+    double lo_wl = c->rope_orig_ctx / c->rope_low_freq, hi_wl = c->rope_orig_ctx / c->rope_high_freq;
+    for (uint64_t i = 0; i < n; i++) {
+        float freq = 1.0f / powf(c->rope_base, (float)(2 * i) / (float)c->head_dim);
+        double wl = 2.0 * 3.14159265358979323846 / freq;
+        if (wl < hi_wl) out[i] = 1.0f;
+        else if (wl > lo_wl) out[i] = c->rope_factor;
+        else {
+            double smooth = (c->rope_orig_ctx / wl - c->rope_low_freq) / (c->rope_high_freq - c->rope_low_freq);
+            out[i] = (float)(1.0 / ((1.0 - smooth) / c->rope_factor + smooth));
+        }
+    }
+}
+
+static void fill_chunk(const pipeline *pl, const chunk *ck, slot *s, float *tmp) {
+    const plan_tensor *t = &pl->p->t[ck->tensor];
+    const synth_config *c = pl->c;
+    rng r;
+    rng_seed(&r, c->seed, ck->tensor, ck->index);
+    if (t->kind == FILL_ROPE_FREQS) rope_factors(c, tmp, ck->count);
+    else rng_normal_fill(&r, tmp, ck->count, t->kind == FILL_NORM ? 1.0f : 0.0f, 0.02f);
+    uint16_t *h = (uint16_t *)s->buf;
+    if (t->type == GGUF_T_F32) memcpy(s->buf, tmp, ck->count * 4);
+    else if (t->type == GGUF_T_BF16)
+        for (uint64_t i = 0; i < ck->count; i++) h[i] = gguf_f32_to_bf16(tmp[i]);
+    else
+        for (uint64_t i = 0; i < ck->count; i++) h[i] = gguf_f32_to_f16(tmp[i]);
+    s->bytes = ck->count * (t->type == GGUF_T_F32 ? 4 : 2);
+}
+
+static void *generate(void *arg) {
+    worker *wk = arg;
+    pipeline *pl = wk->pl;
+    float *tmp = malloc(CHUNK * sizeof *tmp);
+    for (uint64_t g = (uint64_t)wk->tid; tmp && g < pl->n_chunks; g += (uint64_t)pl->n_threads) {
+        slot *s = &pl->slots[g % pl->n_slots];
+        pthread_mutex_lock(&pl->mu);
+        while (!pl->stop && (s->full || s->id != g)) pthread_cond_wait(&pl->cv, &pl->mu);
+        bool stop = pl->stop;
+        pthread_mutex_unlock(&pl->mu);
+        if (stop) break;
+        fill_chunk(pl, &pl->chunks[g], s, tmp);
+        pthread_mutex_lock(&pl->mu);
+        s->full = true;
+        pthread_cond_broadcast(&pl->cv);
+        pthread_mutex_unlock(&pl->mu);
+    }
+    if (!tmp) {
+        pthread_mutex_lock(&pl->mu);
+        pl->stop = true;
+        pthread_cond_broadcast(&pl->cv);
+        pthread_mutex_unlock(&pl->mu);
+    }
+    free(tmp);
+    return NULL;
+}
+
+static int stream_tensors(gguf_writer *w, const synth_config *c, const plan *p, gguf_error *err) {
+    pipeline pl = {.c = c, .p = p};
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    pl.n_threads = c->threads > 0 ? c->threads : (cores > 0 ? (int)(cores < 64 ? cores : 64) : 1);
+    for (size_t i = 0; i < p->n; i++) pl.n_chunks += (p->t[i].ne[0] * p->t[i].ne[1] + CHUNK - 1) / CHUNK;
+    pl.chunks = calloc(pl.n_chunks, sizeof *pl.chunks);
+    pl.n_slots = 2 * (size_t)pl.n_threads + 2;
+    pl.slots = calloc(pl.n_slots, sizeof *pl.slots);
+    worker *wk = calloc((size_t)pl.n_threads, sizeof *wk);
+    pthread_t *th = calloc((size_t)pl.n_threads, sizeof *th);
+    int rc = -1, started = 0;
+    if (!pl.chunks || !pl.slots || !wk || !th) goto out;
+    uint64_t g = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        uint64_t nel = p->t[i].ne[0] * p->t[i].ne[1];
+        for (uint64_t s = 0, k = 0; s < nel; s += CHUNK, k++)
+            pl.chunks[g++] = (chunk){(uint32_t)i, k, s, nel - s < CHUNK ? nel - s : CHUNK};
+    }
+    for (size_t i = 0; i < pl.n_slots; i++) {
+        pl.slots[i].buf = malloc(CHUNK * 4);
+        pl.slots[i].id = i;
+        if (!pl.slots[i].buf) goto out;
+    }
+    pthread_mutex_init(&pl.mu, NULL);
+    pthread_cond_init(&pl.cv, NULL);
+    for (; started < pl.n_threads; started++) {
+        wk[started] = (worker){&pl, started};
+        if (pthread_create(&th[started], NULL, generate, &wk[started])) break;
+    }
+    rc = 0;
+    if (started < pl.n_threads) {
+        snprintf(err->msg, sizeof err->msg, "cannot start %d threads", pl.n_threads);
+        rc = -1;
+    }
+    for (g = 0; g < pl.n_chunks && rc == 0; g++) {
+        slot *s = &pl.slots[g % pl.n_slots];
+        pthread_mutex_lock(&pl.mu);
+        while (!pl.stop && !(s->full && s->id == g)) pthread_cond_wait(&pl.cv, &pl.mu);
+        bool stop = pl.stop;
+        pthread_mutex_unlock(&pl.mu);
+        if (stop) {
+            snprintf(err->msg, sizeof err->msg, "out of memory while drawing weights");
+            rc = -1;
+            break;
+        }
+        rc = gguf_writer_write(w, s->buf, s->bytes, err);
+        pthread_mutex_lock(&pl.mu);
+        s->full = false;
+        s->id = g + pl.n_slots;
+        pthread_cond_broadcast(&pl.cv);
+        pthread_mutex_unlock(&pl.mu);
+    }
+    pthread_mutex_lock(&pl.mu);
+    pl.stop = true;
+    pthread_cond_broadcast(&pl.cv);
+    pthread_mutex_unlock(&pl.mu);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    pthread_mutex_destroy(&pl.mu);
+    pthread_cond_destroy(&pl.cv);
+out:
+    if (rc && !err->msg[0]) snprintf(err->msg, sizeof err->msg, "out of memory");
+    if (pl.slots)
+        for (size_t i = 0; i < pl.n_slots; i++) free(pl.slots[i].buf);
+    free(pl.slots);
+    free(pl.chunks);
+    free(wk);
+    free(th);
+    return rc;
+}
+
+int synth_write(const synth_config *c, const tok_vocab *vocab, const gguf_file *vocab_from, const char *path,
+                synth_stats *stats, gguf_error *err) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    err->msg[0] = 0;
+    if (synth_check(c, err)) return -1;
+    plan p = {0};
+    if (make_plan(c, &p)) {
+        free(p.t);
+        snprintf(err->msg, sizeof err->msg, "out of memory");
+        return -1;
+    }
+    gguf_writer *w = gguf_writer_create(path, err);
+    int rc = -1;
+    if (!w) goto out;
+    if (write_metadata(w, c, err) || write_tokenizer(w, c, vocab, vocab_from, err)) goto out;
+    for (size_t i = 0; i < p.n; i++)
+        if (gguf_writer_add_tensor(w, p.t[i].name, p.t[i].type, p.t[i].n_dims, p.t[i].ne, err)) goto out;
+    if (gguf_writer_begin_data(w, err) || stream_tensors(w, c, &p, err) || gguf_writer_finish(w, err)) goto out;
+    rc = 0;
+    if (stats) {
+        memset(stats, 0, sizeof *stats);
+        for (size_t i = 0; i < p.n; i++) {
+            stats->params += p.t[i].ne[0] * p.t[i].ne[1];
+            stats->bytes += gguf_writer_tensor_nbytes(w, i);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        stats->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    }
+out:
+    gguf_writer_destroy(w);
+    free(p.t);
+    return rc;
+}

@@ -1,0 +1,163 @@
+#include "plan/measure.h"
+
+#include "base/clock.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_LAUNCHES 32
+
+/* How much work each measurement does: large enough on a GPU that launch overheads
+ * vanish and the copy spills every cache; small on lavapipe, whose two cores would
+ * otherwise take minutes. */
+typedef struct sizes {
+    uint64_t copy_bytes;
+    uint32_t mm_rows, mm_cols, mm_tokens;
+    uint32_t launches, reps; /* launches per recording, timed replays */
+} sizes;
+
+/* Published peaks (bandwidth GB/s, dense bf16 GFLOP/s), matched on the device name, most
+ * specific first. */
+static const struct {
+    const char *name;
+    double gbps, gflops;
+} peaks[] = {
+    {"H200 NVL", 4800, 835000},
+    {"H200", 4800, 989000},
+};
+
+static sizes pick_sizes(const rt_caps *c) {
+    if (strstr(c->name, "llvmpipe")) return (sizes){16u << 20, 512, 512, 128, 4, 3};
+    sizes s = {256u << 20, 4096, 4096, 512, 20, 5};
+    if (c->max_buffer_bytes && s.copy_bytes > c->max_buffer_bytes) s.copy_bytes = c->max_buffer_bytes / 16 * 16;
+    if (c->memory_bytes && s.copy_bytes > c->memory_bytes / 8) s.copy_bytes = c->memory_bytes / 8 / 16 * 16;
+    return s;
+}
+
+/* The 16-bit type the device has matrix units for (bf16 first); bf16 when it has none. */
+static ir_scalar pick_dtype(const rt_caps *c) {
+    bool f16 = false;
+    for (uint32_t i = 0; i < c->n_mma && i < RT_MAX_MMA_SHAPES; i++) {
+        if (c->mma[i].acc_type != IR_F32) continue;
+        if (c->mma[i].ab_type == IR_BF16) return IR_BF16;
+        f16 |= c->mma[i].ab_type == IR_F16;
+    }
+    return f16 ? IR_F16 : IR_BF16;
+}
+
+/* Seconds per launch of l: recorded `launches` times over, replayed once to warm up, then
+ * the fastest of `reps` replays. */
+static int time_launch(rt_device *d, const rt_launch *l, const sizes *s, double *sec, char *err, size_t errlen) {
+    rt_launch ls[MAX_LAUNCHES];
+    for (uint32_t i = 0; i < s->launches; i++) ls[i] = *l;
+    rt_recording *rec = d->ops->record(d, ls, s->launches, err, errlen);
+    if (!rec) return -1;
+    int rc = d->ops->replay(d, rec, err, errlen);
+    double best = INFINITY;
+    for (uint32_t i = 0; i < s->reps && rc == 0; i++) {
+        double t0 = clock_now_s();
+        rc = d->ops->replay(d, rec, err, errlen);
+        double t = clock_now_s() - t0;
+        if (t < best) best = t;
+    }
+    d->ops->release_recording(d, rec);
+    *sec = best / s->launches;
+    return rc;
+}
+
+/* Compiles a built kernel (NULL: the builder failed, its message in err). */
+static rt_kernel *compile(rt_device *d, ir_kernel *k, char *err, size_t errlen) {
+    if (!k) return NULL;
+    rt_kernel *ck = d->ops->compile(d, k, NULL, err, errlen);
+    ir_kernel_destroy(k);
+    return ck;
+}
+
+static int measure_copy(rt_device *d, const sizes *s, measure_result *r, char *err, size_t errlen) {
+    uint32_t gx = 0;
+    rt_kernel *ck = compile(d, kn_copy(&d->caps, (uint32_t)(s->copy_bytes / 4), &gx, err, errlen), err, errlen);
+    rt_buffer *src = ck ? d->ops->alloc(d, s->copy_bytes, err, errlen) : NULL;
+    rt_buffer *dst = src ? d->ops->alloc(d, s->copy_bytes, err, errlen) : NULL;
+    int rc = -1;
+    if (dst) {
+        rt_arg args[2] = {{src, 0}, {dst, 0}};
+        rt_launch l = {ck, {gx, 1, 1}, args, 2};
+        double sec;
+        if ((rc = time_launch(d, &l, s, &sec, err, errlen)) == 0)
+            r->bandwidth_gbps = 2.0 * (double)s->copy_bytes / sec * 1e-9;
+        r->copy_bytes = s->copy_bytes;
+    }
+    if (dst) d->ops->release(d, dst);
+    if (src) d->ops->release(d, src);
+    if (ck) d->ops->release_kernel(d, ck);
+    return rc;
+}
+
+/* A device buffer of n 16-bit ones: real numbers, so no path slows on NaN or subnormals. */
+static rt_buffer *ones16(rt_device *d, ir_scalar dt, size_t n, char *err, size_t errlen) {
+    uint16_t *h = malloc(n * 2);
+    if (!h) {
+        snprintf(err, errlen, "out of memory (%zu bytes)", n * 2);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) h[i] = dt == IR_BF16 ? 0x3f80 : 0x3c00;
+    rt_buffer *b = d->ops->alloc(d, n * 2, err, errlen);
+    if (b && d->ops->upload(d, b, 0, h, n * 2, err, errlen)) {
+        d->ops->release(d, b);
+        b = NULL;
+    }
+    free(h);
+    return b;
+}
+
+static int measure_matmul(rt_device *d, const sizes *s, measure_result *r, char *err, size_t errlen) {
+    ir_scalar dt = pick_dtype(&d->caps);
+    uint32_t groups[2] = {0, 0};
+    uint32_t rows = s->mm_rows, cols = s->mm_cols, tok = s->mm_tokens;
+    rt_kernel *ck =
+        compile(d, kn_matmul(&d->caps, rows, cols, tok, dt, KN_EPI_NONE, groups, err, errlen), err, errlen);
+    rt_buffer *w = ck ? ones16(d, dt, (size_t)rows * cols, err, errlen) : NULL;
+    rt_buffer *x = w ? ones16(d, dt, (size_t)tok * cols, err, errlen) : NULL;
+    rt_buffer *y = x ? d->ops->alloc(d, (size_t)tok * rows * 2, err, errlen) : NULL;
+    rt_buffer *info = y ? d->ops->alloc(d, 2 * sizeof(uint32_t), err, errlen) : NULL;
+    const uint32_t info_h[2] = {0, tok};
+    int rc = -1;
+    if (info && d->ops->upload(d, info, 0, info_h, sizeof info_h, err, errlen) == 0) {
+        rt_arg args[4] = {{w, 0}, {x, 0}, {y, 0}, {info, 0}};
+        rt_launch l = {ck, {groups[0], groups[1], 1}, args, 4};
+        double sec;
+        if ((rc = time_launch(d, &l, s, &sec, err, errlen)) == 0)
+            r->matmul_gflops = 2.0 * rows * cols * (double)tok / sec * 1e-9;
+        r->mm_rows = rows, r->mm_cols = cols, r->mm_tokens = tok;
+        r->mm_dtype = dt == IR_BF16 ? "bf16" : "f16";
+    }
+    rt_buffer *bufs[4] = {info, y, x, w};
+    for (int i = 0; i < 4; i++)
+        if (bufs[i]) d->ops->release(d, bufs[i]);
+    if (ck) d->ops->release_kernel(d, ck);
+    return rc;
+}
+
+int measure_device(rt_device *d, measure_result *r, char *err, size_t errlen) {
+    memset(r, 0, sizeof *r);
+    sizes s = pick_sizes(&d->caps);
+    for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++)
+        if (strstr(d->caps.name, peaks[i].name)) {
+            r->peak_bandwidth_gbps = peaks[i].gbps, r->peak_gflops = peaks[i].gflops;
+            break;
+        }
+    char msg[512];
+    if (measure_copy(d, &s, r, msg, sizeof msg)) {
+        snprintf(err, errlen, "%s: copy: %s", d->label, msg);
+        return -1;
+    }
+    if (measure_matmul(d, &s, r, msg, sizeof msg)) {
+        snprintf(err, errlen, "%s: matmul: %s", d->label, msg);
+        return -1;
+    }
+    return 0;
+}

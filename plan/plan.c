@@ -1,0 +1,236 @@
+/* The execution plan on a device: weights uploaded once (q, k and v fused into one matrix
+ * per layer, so one product serves all three), every buffer allocated once for a block of
+ * n_block tokens, and two recordings replayed through a small input buffer info =
+ * {position, token count} and the token ids:
+ *   decode   one token: qkv matvec (+bias) with the attention norm in front of it,
+ *            qk_prep (q/k norm, rope, cache store), attention (runs of the positions
+ *            in parallel, then their merge), o matvec + residual, gate/up matvec with
+ *            the ffn norm in front and SwiGLU behind, down matvec + residual: 7
+ *            launches per layer (9 where the norms do not fit in the products'
+ *            workgroup memory);
+ *   prefill  a block of up to n_block tokens: the same with matrix products, prefill
+ *            attention, separate gate/up products and SwiGLU; the block's last row goes
+ *            to the logits head.
+ * Each kernel's numbers follow the oracle's contract rounding points (oracle/forward.c):
+ * the fused epilogues round where the oracle rounds. */
+#include "plan/plan_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+static int build(plan_engine *p, char *err, size_t errlen) {
+    for (int i = 0; i < K_COUNT; i++) {
+        ir_kernel *k = plan_build_kernel(&p->s, &p->d->caps, i, p->grid[i], err, errlen);
+        if (!k) return -1;
+        p->kern[i] = p->d->ops->compile(p->d, k, NULL, err, errlen);
+        ir_kernel_destroy(k);
+        if (!p->kern[i]) return -1;
+        p->n_kern++;
+        progress_update(&p->prog, p->s.hp.n_layer + p->n_kern);
+    }
+    if (plan_record_decode(p)) return plan_fail(err, errlen, "out of memory");
+    p->n_decode_launch = p->n_launch;
+    if (plan_tune_products(p, err, errlen)) return -1;
+    if (!(p->decode = p->d->ops->record(p->d, p->launch, p->n_launch, err, errlen))) return -1;
+    if (plan_record_prefill(p)) return plan_fail(err, errlen, "out of memory");
+    p->prefill = p->d->ops->record(p->d, p->launch + p->n_decode_launch, p->n_launch - p->n_decode_launch, err, errlen);
+    return p->prefill ? 0 : -1;
+}
+
+/* ---- the engine ------------------------------------------------------------------------- */
+
+/* Runs one recording for tokens [0, n) at pos (n <= n_block; decode: n == 1). */
+static int step(plan_engine *p, rt_recording *rec, const int32_t *tokens, uint32_t n, uint32_t pos, char *err,
+                size_t errlen) {
+    rt_device *d = p->d;
+    uint32_t info[2] = {pos, n};
+    return d->ops->upload(d, p->tok_h, 0, tokens, (size_t)n * 4, err, errlen) ||
+                   d->ops->upload(d, p->info_h, 0, info, sizeof info, err, errlen) || d->ops->replay(d, rec, err, errlen)
+               ? -1
+               : 0;
+}
+
+/* Evaluates tokens through the recordings; the last step's logits (and their argmax)
+ * stay on the device for the caller to read. all: a decode step per token, each token's
+ * logits copied to logits[t] as it goes. */
+static int run_tokens(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
+                      char *err, size_t errlen) {
+    engine *base = &p->base;
+    if (n == 0) return plan_fail(err, errlen, "no tokens to evaluate");
+    if (pos > base->n_past) return plan_fail(err, errlen, "position %u is past the %u cached positions", pos, base->n_past);
+    if ((uint64_t)pos + n > base->n_ctx)
+        return plan_fail(err, errlen, "%u tokens at position %u exceed the context of %u", n, pos, base->n_ctx);
+    for (uint32_t t = 0; t < n; t++)
+        if (tokens[t] < 0 || (uint32_t)tokens[t] >= p->s.hp.n_vocab)
+            return plan_fail(err, errlen, "token id %d is outside the vocabulary of %u", tokens[t], p->s.hp.n_vocab);
+    rt_device *d = p->d;
+    base->n_past = pos;
+    size_t row = (size_t)p->s.hp.n_vocab * 4;
+    for (uint32_t t = 0; t < n;) {
+        /* logits of every token need a decode step each; otherwise blocks of the prompt */
+        uint32_t m = all || n - t == 1 ? 1 : n - t < p->s.n_block ? n - t : p->s.n_block;
+        if (step(p, m == 1 ? p->decode : p->prefill, tokens + t, m, pos + t, err, errlen)) return -1;
+        t += m;
+        base->n_past = pos + t;
+        if (all && d->ops->download(d, p->logits, 0, logits + (size_t)(t - 1) * p->s.hp.n_vocab, row, err, errlen))
+            return -1;
+    }
+    return 0;
+}
+
+
+static int plan_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all, char *err,
+                     size_t errlen) {
+    plan_engine *p = (plan_engine *)base;
+    if (run_tokens(p, tokens, n, pos, logits, all, err, errlen)) return -1;
+    return all ? 0 : p->d->ops->download(p->d, p->logits, 0, logits, (size_t)p->s.hp.n_vocab * 4, err, errlen);
+}
+
+
+static int plan_eval_argmax(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best, char *err,
+                            size_t errlen) {
+    plan_engine *p = (plan_engine *)base;
+    uint32_t out[2];
+    if (run_tokens(p, tokens, n, pos, NULL, false, err, errlen) ||
+        p->d->ops->download(p->d, p->best, 0, out, sizeof out, err, errlen))
+        return -1;
+    float mx;
+    memcpy(&mx, &out[1], 4);
+    *best = mx == -INFINITY || out[0] >= p->s.hp.n_vocab ? -1 : (int32_t)out[0];
+    return 0;
+}
+
+
+static void plan_destroy(engine *base) {
+    plan_engine *p = (plan_engine *)base;
+    rt_device *d = p->d;
+    if (p->decode) d->ops->release_recording(d, p->decode);
+    if (p->prefill) d->ops->release_recording(d, p->prefill);
+    for (uint32_t i = 0; i < p->n_launch; i++) free((void *)p->launch[i].args);
+    free(p->launch);
+    for (int i = 0; i < K_COUNT; i++)
+        if (p->kern[i]) d->ops->release_kernel(d, p->kern[i]);
+    bool own = !p->owner; /* borrowed weights stay with their owner */
+    rt_buffer *bufs[] = {own ? p->tok_embd : NULL, own && p->output != p->tok_embd ? p->output : NULL,
+                         own ? p->output_norm : NULL, own ? p->freqs : NULL, p->xa,
+                         p->xb, p->h, p->qkv, p->att, p->g, p->u, p->act, p->last, p->hl, p->logits, p->tok, p->info,
+                         p->part, p->tok_h, p->info_h, p->best};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) d->ops->release(d, bufs[i]);
+    for (uint32_t l = 0; p->L && l < p->s.hp.n_layer; l++) {
+        plan_layer *L = &p->L[l];
+        rt_buffer *lb[] = {L->attn_norm, L->wqkv, L->bqkv, L->q_norm, L->k_norm, L->wo,
+                           L->ffn_norm, L->w_gate, L->w_up, L->w_down, L->kc, L->vc};
+        for (size_t i = own ? 0 : 10; i < sizeof lb / sizeof lb[0]; i++)
+            if (lb[i]) d->ops->release(d, lb[i]);
+    }
+    free(p->L);
+    free(p->scratch);
+    free(p);
+}
+
+const engine_ops plan_ops = {plan_eval, plan_destroy, plan_eval_argmax};
+
+
+void plan_counts(const engine *e, uint32_t *n_kernels, uint32_t *n_launches) {
+    const plan_engine *p = (const plan_engine *)e;
+    *n_kernels = p->n_kern;
+    *n_launches = p->n_decode_launch;
+}
+
+uint32_t plan_block(const engine *e) { return ((const plan_engine *)e)->s.n_block; }
+
+/* A plan of shape s0 (checked to fit); owner: the plan whose weight buffers it borrows,
+ * or NULL to upload its own. */
+static engine *make(const model *m, rt_device *d, const plan_shape *s0, const plan_engine *owner, char *err,
+                    size_t errlen) {
+    plan_shape s = *s0;
+    const arch_hparams *hp = &s.hp;
+    plan_engine *p = calloc(1, sizeof *p);
+    if (!p || !(p->L = calloc(hp->n_layer, sizeof *p->L))) {
+        free(p);
+        return plan_fail(err, errlen, "out of memory"), NULL;
+    }
+    p->m = m;
+    p->d = d;
+    p->owner = owner;
+    s.fuse_norm = plan_can_fuse_norm(&s, &d->caps);
+    p->s = s;
+    p->base.ops = &plan_ops;
+    p->base.n_vocab = hp->n_vocab;
+    p->base.n_ctx = s.n_ctx;
+    snprintf(p->name, sizeof p->name, "%s (%s, %s)", d->label, d->caps.name, s.dt == IR_BF16 ? "bf16" : "f16");
+    p->base.name = p->name;
+    char what[96];
+    snprintf(what, sizeof what, "%s: %s", d->label, owner ? "another slot's cache and kernels" : "weights and kernels");
+    progress_begin(&p->prog, what, (uint64_t)hp->n_layer + K_COUNT);
+    int bad = owner ? plan_borrow_weights(p, owner) : plan_upload_weights(p, err, errlen);
+    for (uint32_t l = 0; l < hp->n_layer && !bad; l++) {
+        size_t cache = (size_t)s.n_ctx * s.kv_dim * 2;
+        bad = !(p->L[l].kc = plan_alloc(p, cache, err, errlen)) || !(p->L[l].vc = plan_alloc(p, cache, err, errlen));
+    }
+    free(p->scratch);
+    p->scratch = NULL;
+    size_t nb = s.n_block;
+    struct { rt_buffer **b; size_t bytes; } acts[] = {
+        {&p->xa, nb * hp->n_embd * 2}, {&p->xb, nb * hp->n_embd * 2}, {&p->h, nb * hp->n_embd * 2},
+        {&p->qkv, nb * s.qkv_dim * 2}, {&p->att, nb * s.q_dim * 2}, {&p->g, nb * hp->n_ff * 2},
+        {&p->u, nb * hp->n_ff * 2}, {&p->act, nb * hp->n_ff * 2}, {&p->last, hp->n_embd * 2},
+        {&p->hl, hp->n_embd * 2}, {&p->logits, (size_t)hp->n_vocab * 4}, {&p->tok, nb * 4}, {&p->info, 8},
+        {&p->tok_h, nb * 4}, {&p->info_h, 8}, {&p->best, 8},
+        {&p->part, (size_t)hp->n_head * kn_attn_splits(&d->caps, hp->n_head, s.n_ctx) * (hp->head_dim_k + 2) * 4}};
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0] && !bad; i++) {
+        /* what the host writes or reads each step lives in host memory */
+        bool host = acts[i].b == &p->logits || acts[i].b == &p->tok_h || acts[i].b == &p->info_h ||
+                    acts[i].b == &p->best;
+        if (!(*acts[i].b = (host ? d->ops->alloc_host : d->ops->alloc)(d, acts[i].bytes, err, errlen))) bad = 1;
+    }
+    /* One replay of each recording now, so the driver's first-use work (final pipeline
+     * compiles, page mappings) lands in load time, not in the first prompt: the prefill
+     * for no tokens (every product and attention tile returns at once), a decode step at
+     * position 0 (its cache row is rewritten by the first real token). */
+    int32_t tok0 = 0;
+    if (bad || build(p, err, errlen) || step(p, p->prefill, &tok0, 0, 0, err, errlen) ||
+        step(p, p->decode, &tok0, 1, 0, err, errlen)) {
+        progress_end(&p->prog, false);
+        plan_destroy(&p->base);
+        return NULL;
+    }
+    progress_end(&p->prog, true);
+    return &p->base;
+}
+
+
+engine *plan_create_slots(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block,
+                          uint32_t n_slots, char *err, size_t errlen) {
+    plan_shape s;
+    char why[256];
+    if (plan_shape_of(m, dtype, n_ctx, n_block, &s, why, sizeof why))
+        return plan_fail(err, errlen, "%s: %s", d->label, why), NULL;
+    s.n_slots = n_slots ? n_slots : 1;
+    s.fault_logits = d->debug.fault_logits;
+    /* no --ctx: the model's context, halved until it fits (down to 256 positions) */
+    while (!n_ctx && s.n_ctx > 256 && plan_check_fit(m, &s, d, why, sizeof why)) {
+        s.n_ctx = s.n_ctx / 2 > 256 ? s.n_ctx / 2 : 256;
+        if (s.n_block > (s.n_ctx + 63) / 64 * 64) s.n_block = (s.n_ctx + 63) / 64 * 64;
+    }
+    if (plan_check_fit(m, &s, d, err, errlen)) return NULL;
+    return make(m, d, &s, NULL, err, errlen);
+}
+
+
+engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, char *err,
+                    size_t errlen) {
+    return plan_create_slots(m, d, dtype, n_ctx, n_block, 1, err, errlen);
+}
+
+
+engine *plan_create_sibling(engine *first, char *err, size_t errlen) {
+    if (!first || first->ops != &plan_ops) return plan_fail(err, errlen, "not a plan"), NULL;
+    const plan_engine *o = (const plan_engine *)first;
+    if (o->owner) o = o->owner;
+    return make(o->m, o->d, &o->s, o, err, errlen);
+}

@@ -1,0 +1,57 @@
+/* The execution plan: for a model and a device, every kernel built from IR and compiled,
+ * every buffer allocated once, a decode step and a prefill block recorded once and
+ * replayed (only the tokens, position and count change, through two small buffers).
+ * Implements the engine interface, so the generation loop runs on a GPU exactly as on
+ * the oracle. */
+#ifndef KILN_PLAN_PLAN_H
+#define KILN_PLAN_PLAN_H
+
+#include "model/engine.h"
+#include "model/model.h"
+#include "runtime/device.h"
+
+#include <stdio.h>
+
+/* dtype: GGUF_T_BF16 or GGUF_T_F16 (0: the file's, bf16 for F32/quantized files).
+ * n_ctx: KV cache positions (0: the model's context, halved while the plan does not fit
+ * the device's memory or its largest buffer, down to 256). n_block: prompt tokens
+ * per prefill block (0: 512), rounded up to a multiple of 64 and capped by the context.
+ * The model and the device must outlive the engine. NULL with err: a model or context
+ * that does not fit the device (with the sizes), a feature the GPU path lacks, a
+ * compile failure. */
+engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, char *err,
+                    size_t errlen);
+
+/* Plans for n_slots requests at once on one device (kiln serve --parallel): this makes
+ * the first, exactly as plan_create, except that the memory check (and the context chosen
+ * without n_ctx) counts the weights once and a KV cache and activations n_slots times;
+ * plan_create_sibling makes the others. */
+engine *plan_create_slots(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block,
+                          uint32_t n_slots, char *err, size_t errlen);
+/* Another plan of first's shape on its device that borrows its weight buffers (only
+ * read by every kernel): its own KV cache, activations, kernels and recordings. first
+ * must outlive it; the two must not evaluate at the same time (engine_serial.h). NULL
+ * with err (the device's allocation fails, not a plan). */
+engine *plan_create_sibling(engine *first, char *err, size_t errlen);
+
+/* Kernels compiled, and launches per decode step (for reports). */
+void plan_counts(const engine *e, uint32_t *n_kernels, uint32_t *n_launches);
+/* Where a decode step's and a prefill block's time goes: each recording replayed, then
+ * each of its launches run reps times back to back in one submission (a block's at most
+ * 10), summed by kernel role, with the bytes per second of the decode kernels that stream
+ * weights or the cache and the FLOP rate of the prefill products and attention, written
+ * to out. The launches rewrite the activations and the cache (the engine's cache is
+ * empty afterwards): for the end of a run. 0, or -1 with err. */
+int plan_profile(engine *e, uint32_t reps, FILE *out, char *err, size_t errlen);
+/* Tokens per prefill block (a prompt runs in blocks of this many). */
+uint32_t plan_block(const engine *e);
+
+/* Builds every kernel a plan would compile for the model on a device with caps c (the
+ * same choices plan_create makes), handing each verified kernel to fn with its role
+ * ("embed", "decode_qkv", "attn_prefill", ...); the kernel is destroyed after fn
+ * returns (n_ctx 0: the model's context; dbg: the test switches, NULL for none). For
+ * `kiln dump`. 0, or -1 with err. */
+int plan_each_kernel(const model *m, const rt_caps *c, const rt_debug *dbg, uint32_t dtype, uint32_t n_ctx,
+                     void (*fn)(void *ctx, const char *role, const ir_kernel *k), void *ctx, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,97 @@
+/* plan/ — what the plan's files share (not part of plan.h): the kernels by role, the
+ * shape they are built from, and the engine's state. */
+#ifndef KILN_PLAN_PLAN_INTERNAL_H
+#define KILN_PLAN_PLAN_INTERNAL_H
+
+#include "base/progress.h"
+#include "kernels/kernels.h"
+#include "plan/plan.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* The kernels of a plan, by role. */
+enum {
+    K_EMBED, K_NORM, K_MV_QKV, K_QK_PREP, K_ATTN, K_MV_O, K_MV_FFN, K_MV_DOWN, K_MV_OUT,
+    K_MM_QKV, K_ATTN_PREFILL, K_MM_O, K_MM_FF, K_MM_DOWN, K_SWIGLU, K_TAKE_LAST, K_ATTN_MERGE, K_STAGE, K_ARGMAX,
+    K_COUNT
+};
+/* Each role's name ("embed", "decode_qkv", ...), for dumps and profiles. */
+extern const char *const plan_role[K_COUNT];
+
+/* What the kernels are built from. */
+typedef struct plan_shape {
+    arch_hparams hp;
+    ir_scalar dt;
+    uint32_t q_dim, kv_dim, qkv_dim, n_ctx, n_block;
+    bool bias, freqs;
+    bool fuse_norm; /* the decode step's norms inside the products after them (kn_matvec_norm) */
+    uint32_t n_slots; /* plans that will share one upload of the weights (for the memory check) */
+    bool fault_logits; /* rt_debug's planted error in the logits head (KN_EPI_FAULT) */
+} plan_shape;
+
+typedef struct plan_layer {
+    rt_buffer *attn_norm, *wqkv, *bqkv, *q_norm, *k_norm, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+    rt_buffer *kc, *vc;
+} plan_layer;
+
+typedef struct plan_engine {
+    engine base;
+    const model *m;
+    rt_device *d;
+    plan_shape s;
+    char name[200];
+    const struct plan_engine *owner; /* NULL: the weight buffers are this plan's; else owner's, borrowed */
+    rt_buffer *tok_embd, *output, *output_norm, *freqs;
+    plan_layer *L;
+    uint16_t *scratch; /* host copy of a converted tensor while the weights load */
+    uint64_t scratch_n;
+    /* activations for n_block tokens (decode uses row 0); the residual stream x
+     * ping-pongs between xa and xb through the fused residual adds */
+    rt_buffer *xa, *xb, *h, *qkv, *att, *g, *u, *act, *last, *hl, *logits, *tok, *info;
+    rt_buffer *tok_h, *info_h; /* what the host writes (host-mapped); tok and info are their device copies */
+    rt_buffer *best;           /* the logits' argmax and max (host-mapped), for greedy decoding */
+    rt_buffer *part; /* the decode attention's per-run softmax partials (f32) */
+    rt_kernel *kern[K_COUNT];
+    uint32_t grid[K_COUNT][2];
+    uint32_t n_kern;
+    rt_launch *launch;
+    uint32_t n_launch, cap_launch, n_decode_launch;
+    rt_recording *decode, *prefill;
+    progress prog; /* while the plan is made: layers uploaded, then kernels compiled */
+} plan_engine;
+
+extern const engine_ops plan_ops;
+
+/* Formats err; returns -1. */
+int plan_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- kernel choice (plan_kernels.c) ---- */
+/* The shape of a plan for the model: dtype 0 the file's; n_ctx 0 the model's; n_block 0: 512. */
+int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, plan_shape *s, char *err,
+                  size_t errlen);
+bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c);
+/* Builds kernel i for the shape; its grid (x, y) where it follows from the shape. */
+ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint32_t g[2], char *err, size_t errlen);
+
+/* ---- weights and memory (plan_weights.c) ---- */
+rt_buffer *plan_alloc(plan_engine *p, size_t bytes, char *err, size_t errlen);
+/* Every weight converted and uploaded (q, k, v fused), progress per layer. 0 or -1. */
+int plan_upload_weights(plan_engine *p, char *err, size_t errlen);
+/* The owner's weight buffers, read-only in every kernel, so plans can share them. */
+int plan_borrow_weights(plan_engine *p, const plan_engine *o);
+/* What the device refuses, or 0: the whole plan past its memory, or one buffer past what
+ * a kernel may bind. */
+int plan_check_fit(const model *m, const plan_shape *s, const rt_device *d, char *err, size_t errlen);
+
+/* ---- the recordings (plan_record.c) ---- */
+/* Appends the launches of a decode step / a prefill block to p->launch; 0, or -1 when out
+ * of memory. */
+int plan_record_decode(plan_engine *p);
+int plan_record_prefill(plan_engine *p);
+
+/* ---- grid tuning (plan_tune.c) ---- */
+/* The decode step's products on the grids measured fastest on the device. 0 or -1. */
+int plan_tune_products(plan_engine *p, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,113 @@
+/* The plan's profile: where a decode step's and a prefill block's time goes, by kernel
+ * role, with the bandwidth or FLOP rate of the kernels that bound it. */
+#include "base/clock.h"
+#include "plan/plan_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Weight (or cache) bytes one launch of kernel i reads in a decode step at position pos:
+ * what bounds it, for the profile's bandwidth column (0: not a streaming kernel). */
+static uint64_t decode_bytes(const plan_shape *s, int i, uint32_t pos) {
+    const arch_hparams *hp = &s->hp;
+    uint64_t d = hp->n_embd, e = 2; /* bf16/f16 */
+    switch (i) {
+    case K_MV_QKV: return e * s->qkv_dim * d;
+    case K_MV_O: return e * d * s->q_dim;
+    case K_MV_FFN: return 2 * e * hp->n_ff * d;
+    case K_MV_DOWN: return e * d * hp->n_ff;
+    case K_MV_OUT: return e * hp->n_vocab * d;
+    case K_ATTN: return 2 * e * (uint64_t)(pos + 1) * s->kv_dim;
+    default: return 0;
+    }
+}
+
+/* FLOPs one launch of prefill kernel i does for a full block (0: not a matrix kernel):
+ * for the profile's rate column. */
+static uint64_t prefill_flops(const plan_shape *s, int i) {
+    const arch_hparams *hp = &s->hp;
+    uint64_t d = hp->n_embd, nb = s->n_block;
+    switch (i) {
+    case K_MM_QKV: return 2 * nb * s->qkv_dim * d;
+    case K_MM_O: return 2 * nb * d * s->q_dim;
+    case K_MM_FF: return 2 * nb * hp->n_ff * d;
+    case K_MM_DOWN: return 2 * nb * d * hp->n_ff;
+    case K_ATTN_PREFILL: return 2ull * 2 * hp->n_head * hp->head_dim_k * (nb * (nb + 1) / 2); /* causal, from 0 */
+    default: return 0;
+    }
+}
+
+/* Times the recording rec (launches [first, first + count) of p->launch) replayed reps
+ * times, then each launch run reps times back to back, and prints them by role. */
+static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint32_t count, uint32_t reps, bool prefill,
+                        uint32_t pos, FILE *out, char *err, size_t errlen) {
+    rt_device *d = p->d;
+    rt_launch *l = malloc(reps * sizeof *l);
+    if (!l) return plan_fail(err, errlen, "out of memory");
+    double t_role[K_COUNT] = {0};
+    uint32_t n_role[K_COUNT] = {0}, grid_role[K_COUNT] = {0};
+    double t0 = clock_now_s();
+    for (uint32_t r = 0; r < reps; r++)
+        if (d->ops->replay(d, rec, err, errlen)) return free(l), -1;
+    double t_step = (clock_now_s() - t0) / reps;
+    for (uint32_t i = first; i < first + count; i++) {
+        int k = 0;
+        while (k < K_COUNT && p->kern[k] != p->launch[i].kernel) k++;
+        for (uint32_t r = 0; r < reps; r++) l[r] = p->launch[i];
+        if (d->ops->run(d, l, 1, err, errlen)) return free(l), -1; /* warm */
+        t0 = clock_now_s();
+        if (d->ops->run(d, l, reps, err, errlen)) return free(l), -1;
+        t_role[k] += (clock_now_s() - t0) / reps;
+        n_role[k]++;
+        grid_role[k] = p->launch[i].groups[0] * p->launch[i].groups[1];
+    }
+    free(l);
+    double sum = 0;
+    if (prefill)
+        fprintf(out, "prefill block of %u tokens on %s, each launch run %u times back to back:\n", p->s.n_block,
+                d->label, reps);
+    else
+        fprintf(out, "decode step on %s at position %u, each launch run %u times back to back:\n", d->label, pos, reps);
+    fprintf(out, "  %-24s %8s %8s %10s %10s %9s\n", "kernel", "launches", "grid", "us each", "us/step",
+            prefill ? "TFLOP/s" : "GB/s");
+    for (int k = 0; k < K_COUNT; k++) {
+        if (!n_role[k]) continue;
+        double each = t_role[k] / n_role[k];
+        uint64_t b = prefill ? prefill_flops(&p->s, k) : decode_bytes(&p->s, k, pos);
+        fprintf(out, "  %-24s %8u %8u %10.2f %10.1f", plan_role[k], n_role[k], grid_role[k], each * 1e6, t_role[k] * 1e6);
+        if (b) fprintf(out, prefill ? " %9.2f" : " %9.1f", b / each * (prefill ? 1e-12 : 1e-9));
+        fputc('\n', out);
+        sum += t_role[k];
+    }
+    if (prefill)
+        fprintf(out, "  sum of launches %.1f us; the recorded block replayed: %.1f us (%.0f tok/s)\n", sum * 1e6,
+                t_step * 1e6, p->s.n_block / t_step);
+    else
+        fprintf(out, "  sum of launches %.1f us; the recorded step replayed: %.1f us (%.1f tok/s)\n", sum * 1e6,
+                t_step * 1e6, 1.0 / t_step);
+    return 0;
+}
+
+
+int plan_profile(engine *e, uint32_t reps, FILE *out, char *err, size_t errlen) {
+    if (e->ops != &plan_ops) return plan_fail(err, errlen, "a profile needs a GPU device (the oracle runs no kernels)");
+    plan_engine *p = (plan_engine *)e;
+    if (reps == 0) reps = 1;
+    uint32_t pos = e->n_past ? e->n_past - 1 : 0;
+    if (profile_span(p, p->decode, 0, p->n_decode_launch, reps, false, pos, out, err, errlen)) return -1;
+    /* a full prefill block from position 0 (token 0 throughout), fewer repeats: each
+     * launch is a block's worth of work */
+    uint32_t nb = p->s.n_block, info[2] = {0, nb};
+    int32_t *zeros = calloc(nb, sizeof *zeros);
+    if (!zeros) return plan_fail(err, errlen, "out of memory");
+    rt_device *d = p->d;
+    int rc = d->ops->upload(d, p->tok_h, 0, zeros, (size_t)nb * 4, err, errlen) ||
+                     d->ops->upload(d, p->info_h, 0, info, sizeof info, err, errlen) ||
+                     profile_span(p, p->prefill, p->n_decode_launch, p->n_launch - p->n_decode_launch,
+                                  reps < 10 ? reps : 10, true, 0, out, err, errlen)
+                 ? -1
+                 : 0;
+    free(zeros);
+    e->n_past = 0; /* the cache now holds the profile's block, not the run's tokens */
+    return rc;
+}

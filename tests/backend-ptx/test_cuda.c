@@ -1,0 +1,254 @@
+/* The CUDA runtime (backend-ptx/cuda_*): without a driver or GPU (CI), the probe reports
+ * no devices with a note, opening cuda:N fails with a message, and the kiln command says
+ * so without crashing; with a GPU, IR kernels emitted as PTX are launched, recorded into
+ * CUDA graphs and replayed (guard regions around outputs, host-mapped buffers), and a
+ * whole model runs against the contract-mode oracle. The device tests are skipped by
+ * name when there is no CUDA device, unless KILN_REQUIRE_CUDA=1, when they fail. */
+#include "backend-ptx/cuda_device.h"
+#include "backend-ptx/cuda_probe.h"
+#include "gguf/gguf.h"
+#include "ir/ir.h"
+#include "tests/util/testutil.h"
+#include "tests/util/testutil_dev.h"
+#include "tests/util/testutil_plan.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t probe(rt_caps *all, uint32_t max, char *note, size_t cap) {
+    uint32_t n = 0;
+    cr_assert_eq(cuda_probe_devices(all, max, &n, note, cap), 0, "%s", note);
+    return n;
+}
+
+static rt_device *open_or_skip(const char *caps) {
+    rt_caps all[4];
+    char err[512];
+    uint32_t n = probe(all, 4, err, sizeof err);
+    const char *req = getenv("KILN_REQUIRE_CUDA");
+    if (n == 0 && req && *req && strcmp(req, "0")) cr_assert_fail("no CUDA device under KILN_REQUIRE_CUDA: %s", err);
+    if (n == 0) cr_skip_test("no CUDA device: %s", err);
+    rt_device *d = cuda_device_open(0, caps, err, sizeof err);
+    cr_assert_not_null(d, "%s", err);
+    cr_assert_str_eq(d->label, "cuda:0");
+    return d;
+}
+
+static uint32_t fbits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* ---- without a device (this machine), and on any ------------------------------------------ */
+
+Test(cuda, probe_reports_a_note_not_an_error) {
+    rt_caps all[16];
+    char note[512] = "junk";
+    uint32_t n = probe(all, 16, note, sizeof note);
+    if (n == 0) {
+        cr_assert(strstr(note, "no CUDA devices: "), "%s", note);
+        cr_assert(!strchr(note, '\n'), "one line: %s", note);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        const rt_caps *c = &all[i];
+        cr_assert_eq(c->backend, RT_CUDA);
+        cr_assert(c->name[0] && c->compute_capability >= 30, "%s cc %u", c->name, c->compute_capability);
+        cr_assert_eq(c->subgroup_size, 32);
+        cr_assert(c->subgroup_arith && c->subgroup_shuffle && c->storage16 && c->atomic_f32_add);
+        cr_assert(c->shared_bytes > 0 && c->shared_bytes <= 48 * 1024, "%u", c->shared_bytes);
+        cr_assert(c->max_workgroup >= 256 && c->compute_units > 0);
+        cr_assert(c->shared_per_cu >= c->shared_bytes && c->l2_bytes >= (1u << 20), "shared/SM %u, L2 %llu",
+                  c->shared_per_cu, (unsigned long long)c->l2_bytes);
+        cr_assert(c->memory_bytes > 0 && c->free_bytes <= c->memory_bytes);
+        cr_assert(c->api_version >= 11000, "%u", c->api_version);
+        /* the mma.sync shapes the emitter lowers, from sm_80 (and none before) */
+        cr_assert_eq(c->n_mma, c->compute_capability >= 80 ? 2u : 0u, "%u shapes at cc %u", c->n_mma,
+                     c->compute_capability);
+        for (uint32_t s = 0; s < c->n_mma; s++)
+            cr_assert(c->mma[s].m == 16 && c->mma[s].n == 8 && c->mma[s].k == 16 && c->mma[s].acc_type == IR_F32);
+        cr_assert_eq(c->max_buffer_bytes, 0);
+    }
+    /* the count alone, and bad arguments */
+    uint32_t n0 = 99;
+    cr_assert_eq(cuda_probe_devices(NULL, 0, &n0, note, sizeof note), 0, "%s", note);
+    cr_assert_eq(n0, 0);
+    if (n) cr_assert(strstr(note, "only the first 0 probed"), "%s", note);
+    cr_assert_eq(cuda_probe_devices(all, 1, NULL, note, sizeof note), -1);
+    cr_assert_eq(cuda_probe_devices(NULL, 4, &n0, note, sizeof note), -1);
+    cr_assert_eq(cuda_probe_devices(all, 4, &n0, NULL, 0), 0); /* no room for a note is fine */
+}
+
+Test(cuda, open_of_a_missing_device_fails_with_a_message) {
+    rt_caps all[16];
+    char note[512], err[512] = "";
+    uint32_t n = probe(all, 16, note, sizeof note);
+    rt_device *d = cuda_device_open(n, NULL, err, sizeof err); /* one past the last */
+    cr_assert_null(d);
+    char want[64];
+    snprintf(want, sizeof want, "no CUDA device cuda:%u (%u found)", n, n);
+    cr_assert(strstr(err, want), "%s", err);
+    if (n == 0) cr_assert(strstr(err, "no CUDA devices: "), "the probe's note says why: %s", err);
+    cr_assert_null(cuda_device_open(63, NULL, err, sizeof err));
+    cr_assert(strstr(err, "cuda:63"), "%s", err);
+}
+
+Test(cuda, kiln_command_without_a_device) {
+    char out[65536], err[8192];
+    rt_caps all[4];
+    char note[512];
+    uint32_t n = probe(all, 4, note, sizeof note);
+    cr_assert_eq(tu_run_kiln((const char *const[]){"probe", NULL}, out, sizeof out, err, sizeof err), 0, "%s", err);
+    cr_assert(strstr(out, "cpu"), "%s", out);
+    if (n == 0) {
+        cr_assert(strstr(err, "kiln: no CUDA devices: "), "a note on stderr: %s", err);
+        cr_assert(!strstr(out, "cuda:"), "%s", out);
+    } else {
+        cr_assert(strstr(out, "cuda:0"), "%s", out);
+        cr_assert(strstr(out, "compute_capability"), "%s", out);
+    }
+    cr_assert_eq(tu_run_kiln((const char *const[]){"probe", "--json", NULL}, out, sizeof out, err, sizeof err), 0,
+                 "%s", err);
+    cr_assert_eq(out[0], '[', "%s", out);
+    if (n) cr_assert(strstr(out, "\"cuda:0\"") && strstr(out, "\"backend\": \"cuda\""), "%s", out);
+
+    const char *m = tu_data_file("models/stories260K.gguf");
+    if (n == 0) {
+        cr_assert_eq(tu_run_kiln((const char *const[]){"run", m, "-p", "x", "--device", "cuda:0", NULL}, out,
+                                 sizeof out, err, sizeof err),
+                     1, "%s", err);
+        cr_assert(strstr(err, "cuda:0"), "%s", err);
+        cr_assert(!strstr(err, "not built yet"), "%s", err);
+    }
+    cr_assert_eq(tu_run_kiln((const char *const[]){"run", m, "-p", "x", "--device", "cuda:x", NULL}, out, sizeof out,
+                             err, sizeof err),
+                 2, "%s", err);
+    cr_assert(strstr(err, "cuda:N"), "%s", err);
+    cr_assert_eq(tu_run_kiln((const char *const[]){"run", m, "-p", "x", "--device", "cuda:64", NULL}, out, sizeof out,
+                             err, sizeof err),
+                 2, "%s", err);
+    cr_assert_eq(tu_run_kiln((const char *const[]){"run", m, "-p", "x", "--device", "cuda:", NULL}, out, sizeof out,
+                             err, sizeof err),
+                 2, "%s", err);
+}
+
+/* ---- on a CUDA device ---------------------------------------------------------------------- */
+
+Test(cuda, axpy_at_odd_sizes_with_guards) {
+    rt_device *d = open_or_skip(NULL);
+    tu_dev_axpy(d);
+    d->ops->destroy(d);
+}
+
+/* A recording is a CUDA graph. */
+Test(cuda, record_once_replay_many) {
+    rt_device *d = open_or_skip(NULL);
+    tu_dev_record_replay(d);
+    /* a grid y past 65535: the driver refuses, with its call named */
+    char err[512];
+    ir_kernel *k = tu_dev_axpy_kernel();
+    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
+    cr_assert_not_null(ck, "%s", err);
+    rt_buffer *b = d->ops->alloc(d, 64, err, sizeof err);
+    cr_assert_not_null(b, "%s", err);
+    rt_arg args[5] = {{b, 0}, {b, 0}, {b, 0}, {NULL, 1}, {NULL, 0}};
+    rt_launch too_big = {ck, {1, 1u << 20, 1}, args, 5};
+    cr_assert_eq(d->ops->run(d, &too_big, 1, err, sizeof err), -1);
+    cr_assert(strstr(err, "cuda:0: cuLaunchKernel"), "%s", err);
+    d->ops->release(d, b);
+    d->ops->release_kernel(d, ck);
+    ir_kernel_destroy(k);
+    d->ops->destroy(d);
+}
+
+Test(cuda, host_buffers_in_and_out_of_replays) {
+    rt_device *d = open_or_skip(NULL);
+    tu_dev_host_buffers(d);
+    d->ops->destroy(d);
+}
+
+/* Two opens of one GPU share its primary context: closing one leaves the other working;
+ * destroy frees what the caller left allocated; --caps apply and bad ones are refused. */
+Test(cuda, devices_share_the_context_and_destroy_frees_leftovers) {
+    rt_device *d1 = open_or_skip(NULL), *d2 = open_or_skip("subgroup=32,workgroup=256,no-atomic-f32");
+    char err[512];
+    cr_assert_eq(d2->caps.max_workgroup, 256);
+    cr_assert(!d2->caps.atomic_f32_add);
+    cr_assert_null(cuda_device_open(0, "subgroup=64", err, sizeof err), "a device cannot be made to offer more");
+    cr_assert(strstr(err, "subgroup"), "%s", err);
+    ir_kernel *k = tu_dev_axpy_kernel();
+    rt_kernel *k1 = d1->ops->compile(d1, k, NULL, err, sizeof err), *k2 = d2->ops->compile(d2, k, NULL, err, sizeof err);
+    cr_assert(k1 && k2, "%s", err);
+    rt_buffer *left = d1->ops->alloc(d1, 1 << 20, err, sizeof err), *left_h = d1->ops->alloc_host(d1, 64, err, sizeof err);
+    cr_assert(left && left_h, "%s", err);
+    rt_arg a1[5] = {{left, 0}, {left, 0}, {left, 0}, {NULL, 16}, {NULL, 0}};
+    rt_launch l1 = {k1, {1, 1, 1}, a1, 5};
+    cr_assert_not_null(d1->ops->record(d1, &l1, 1, err, sizeof err), "%s", err);
+    d1->ops->destroy(d1); /* with a buffer, a host buffer, a kernel and a recording still held */
+
+    float v[64], out[64];
+    for (int i = 0; i < 64; i++) v[i] = (float)i;
+    rt_buffer *b = d2->ops->alloc(d2, sizeof v, err, sizeof err);
+    cr_assert_not_null(b, "%s", err);
+    cr_assert_eq(d2->ops->upload(d2, b, 0, v, sizeof v, err, sizeof err), 0, "%s", err);
+    rt_arg a2[5] = {{b, 0}, {b, 0}, {b, 0}, {NULL, 64}, {NULL, fbits(1.0f)}};
+    rt_launch l2 = {k2, {1, 1, 1}, a2, 5};
+    cr_assert_eq(d2->ops->run(d2, &l2, 1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(d2->ops->download(d2, b, 0, out, sizeof out, err, sizeof err), 0, "%s", err);
+    for (int i = 0; i < 64; i++) cr_assert_eq(out[i], 2.0f * (float)i, "%d: %g", i, out[i]);
+    d2->ops->release(d2, b);
+    d2->ops->release_kernel(d2, k2);
+    ir_kernel_destroy(k);
+    d2->ops->destroy(d2);
+}
+
+/* What the emitter or the driver refuses comes back as a message. */
+Test(cuda, compile_errors_are_messages) {
+    rt_device *d = open_or_skip(NULL);
+    char err[512];
+    ir_kernel *k = ir_kernel_create("spec_scale");
+    ir_buf y = ir_param_buffer(k, "y", IR_F32, IR_WRITE);
+    ir_val s = ir_spec_const(k, "scale", IR_F32, 2.0);
+    ir_set_workgroup(k, 32, 1, 1);
+    ir_val i = ir_id(k, IR_ID_GLOBAL, 0);
+    ir_store(k, y, i, ir_bin(k, IR_OP_MUL, s, ir_convert(k, i, ir_t_scalar(k, IR_F32))));
+    cr_assert_eq(ir_verify(k, err, sizeof err), 0, "%s (%s)", err, ir_kernel_error(k));
+    double dflt = 2.0, other = 3.0;
+    rt_kernel *ck = d->ops->compile(d, k, &dflt, err, sizeof err);
+    cr_assert_not_null(ck, "defaults are what the emitter folds: %s", err);
+    d->ops->release_kernel(d, ck);
+    cr_assert_null(d->ops->compile(d, k, &other, err, sizeof err));
+    cr_assert(strstr(err, "scale") && strstr(err, "ir_specialize"), "%s", err);
+    ir_kernel_destroy(k);
+    d->ops->destroy(d);
+}
+
+/* ---- a whole model against the oracle ------------------------------------------------------ */
+
+static double compare_on(const char *caps, const char *path, uint32_t dtype, uint32_t steps, const int32_t *prompt,
+                         uint32_t n_prompt, uint32_t n_block) {
+    rt_device *d = open_or_skip(caps);
+    double worst = tu_plan_compare(d, caps, path, dtype, steps, prompt, n_prompt, n_block, NULL);
+    d->ops->destroy(d);
+    return worst;
+}
+
+Test(cuda, stories260k_against_the_oracle, .timeout = 600) {
+    rt_device *d = open_or_skip(NULL); /* skip before asking for the data */
+    d->ops->destroy(d);
+    const char *path = tu_data_file("models/stories260K.gguf");
+    int32_t bos = 1;
+    const char *variants[] = {NULL, "no-subgroup-arith", "workgroup=64"};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        double worst = compare_on(variants[v], path, GGUF_T_BF16, 64, &bos, 1, 0);
+        cr_assert_lt(worst, 1e-2, "caps=%s: logits relative error %.3e", variants[v] ? variants[v] : "device", worst);
+    }
+    /* a prompt through several prefill blocks and a partial one */
+    int32_t ids[400];
+    uint32_t n = tu_story_ids(path, ids, 400);
+    double worst = compare_on(NULL, path, GGUF_T_BF16, 8, ids, n, 64);
+    cr_assert_lt(worst, 1e-2, "story prompt: logits relative error %.3e", worst);
+}

@@ -1,0 +1,277 @@
+/* kernels/matmul.c on the Vulkan device (lavapipe in CI; the cooperative-matrix variant
+ * wherever the device offers it, e.g. the H200): kn_matmul at odd shapes against a plain
+ * C reference with f32 accumulation, with every epilogue, under caps overrides that give
+ * the tilings a smaller device would get; both variants built, verified and emitted for
+ * spec-minimum and H200-like caps; refusals. Skipped by name when no Vulkan device exists.
+ *
+ * Each compiled kernel runs for several token counts n <= n_max (info = {pos0, n}, one
+ * kernel for every prompt length). X rows t >= n hold NaN (they must not reach rows < n);
+ * Y starts as NaN with a guard after its n_max * rows elements, and rows t >= n and the
+ * guard must keep the poison bit for bit.
+ *
+ * Tolerance: products of two 16-bit values are exact in f32, so kernel and reference
+ * differ only in summation order: two orders of cols terms are within 2 cols 2^-24
+ * sum|terms|; the rounding to the 16-bit type adds one ulp at the result's magnitude,
+ * the bias add a few f32 roundings, and the residual (y = round(round(sum) + res)) one more
+ * ulp: the two inner roundings may land on neighbours. */
+#include "backend-spirv/spv_emit.h"
+#include "backend-spirv/vk_device.h"
+#include "backend-spirv/vk_probe.h"
+#include "gguf/half.h"
+#include "ir/ir.h"
+#include "kernels/kernels.h"
+#include "tests/util/testutil_vk.h"
+
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 64
+
+
+
+static const ir_scalar dtypes[2] = {IR_BF16, IR_F16};
+
+/* Does the kernel multiply fragments (the cooperative-matrix variant)? */
+static bool uses_frags(const ir_kernel *k) {
+    char *text = ir_print(k);
+    cr_assert_not_null(text);
+    bool f = strstr(text, "frag.mma") != NULL;
+    free(text);
+    return f;
+}
+
+static const char *epi_name(unsigned epi) {
+    static const char *const names[4] = {"none", "bias", "res", "bias+res"};
+    return names[epi & 3];
+}
+
+/* ---- one kernel, several token counts ----------------------------------------------------- */
+
+typedef struct mm_shape {
+    uint32_t rows, cols, n_max;
+} mm_shape;
+
+static void matmul_case(rt_device *d, mm_shape s, ir_scalar t, unsigned epi, const uint32_t *ns, size_t n_ns,
+                        const char *var) {
+    char err[512], what[200];
+    uint32_t rows = s.rows, cols = s.cols, n_max = s.n_max, g[2] = {0, 0};
+    ir_kernel *k = kn_matmul(&d->caps, rows, cols, n_max, t, epi, g, err, sizeof err);
+    cr_assert_not_null(k, "matmul %ux%u n_max=%u: %s", rows, cols, n_max, err);
+    bool mma = uses_frags(k);
+    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
+    cr_assert_not_null(ck, "matmul %ux%u: %s", rows, cols, err);
+    size_t nw = (size_t)rows * cols, nx = (size_t)n_max * cols, ny = (size_t)n_max * rows;
+    float *wf, *xf, *bf, *rf;
+    uint16_t *w = tu_rand16(t, nw, -1, 1, &wf), *x = tu_rand16(t, nx, -2, 2, &xf);
+    uint16_t *b = tu_rand16(t, rows, -4, 4, &bf), *res = tu_rand16(t, ny, -8, 8, &rf);
+    uint16_t *xp = malloc(nx * 2), *poison = malloc((ny + GUARD) * 2), *y = malloc((ny + GUARD) * 2);
+    cr_assert(xp && poison && y);
+    for (size_t i = 0; i < ny + GUARD; i++) poison[i] = tu_nan16(t);
+    rt_buffer *bw = tu_vk_upload(d, w, nw * 2), *bx = tu_vk_upload(d, x, nx * 2);
+    rt_buffer *by = tu_vk_upload(d, poison, (ny + GUARD) * 2), *bb = tu_vk_upload(d, b, (size_t)rows * 2);
+    rt_buffer *br = tu_vk_upload(d, res, ny * 2);
+    uint32_t info[2] = {123, 0};
+    rt_buffer *bi = tu_vk_upload(d, info, sizeof info);
+    rt_arg args[6] = {{bw, 0}, {bx, 0}, {by, 0}, {bi, 0}};
+    uint32_t na = 4;
+    if (epi & KN_EPI_BIAS) args[na++] = (rt_arg){bb, 0};
+    if (epi & KN_EPI_RESIDUAL) args[na++] = (rt_arg){br, 0};
+    for (size_t ni = 0; ni < n_ns; ni++) {
+        uint32_t n = ns[ni];
+        if (n > n_max) continue;
+        snprintf(what, sizeof what, "matmul %ux%u n=%u/%u %s epi=%s %s caps=%s", rows, cols, n, n_max, tu_dname(t),
+                 epi_name(epi), mma ? "coopmat" : "tiled", var ? var : "device");
+        /* rows t >= n of X are NaN: a leak into rows < n shows */
+        for (size_t i = 0; i < nx; i++) xp[i] = i / cols < n ? x[i] : tu_nan16(t);
+        info[1] = n;
+        tu_vk_reupload(d, bx, xp, nx * 2), tu_vk_reupload(d, by, poison, (ny + GUARD) * 2);
+        tu_vk_reupload(d, bi, info, sizeof info);
+        rt_launch l = {ck, {g[0], g[1], 1}, args, na};
+        cr_assert_eq(d->ops->run(d, &l, 1, err, sizeof err), 0, "%s: %s", what, err);
+        tu_vk_download(d, by, y, (ny + GUARD) * 2);
+        for (size_t i = (size_t)n * rows; i < ny + GUARD; i++)
+            cr_assert_eq(y[i], tu_nan16(t), "%s: wrote [%zu] (token %zu, past n or the end)", what, i, i / rows);
+        for (uint32_t tk = 0; tk < n; tk++)
+            for (uint32_t r = 0; r < rows; r++) {
+                const float *wr = wf + (size_t)r * cols, *xr = xf + (size_t)tk * cols;
+                float sum = 0;
+                double mag = 0;
+                for (uint32_t c = 0; c < cols; c++) {
+                    float p = wr[c] * xr[c]; /* exact */
+                    sum += p;
+                    mag += fabs(p);
+                }
+                double tol = 2.0 * cols * ldexp(1.0, -24) * mag;
+                if (epi & KN_EPI_BIAS) {
+                    sum += bf[r];
+                    tol += 4 * ldexp(1.0, -24) * (fabs(sum) + fabs(bf[r])); /* the two f32 adds */
+                }
+                double want = sum;
+                if (epi & KN_EPI_RESIDUAL) {
+                    float y1 = tu_from16(t, tu_to16(t, sum));
+                    want = y1 + rf[(size_t)tk * rows + r];
+                    tol += tu_ulp16(t, fmax(fabs(sum), fabs(y1)) + tol); /* the inner roundings */
+                }
+                size_t i = (size_t)tk * rows + r;
+                double got = tu_from16(t, y[i]);
+                cr_assert(!isnan(got), "%s: Y[%u][%u] NaN (not written, or a poisoned row leaked)", what, tk, r);
+                tol += tu_ulp16(t, fmax(fabs(got), fabs(want)));
+                cr_assert(fabs(got - want) <= tol, "%s: Y[%u][%u] = %.9g, want %.9g (tol %.3g)", what, tk, r, got, want,
+                          tol);
+            }
+    }
+    d->ops->release(d, bw), d->ops->release(d, bx), d->ops->release(d, by), d->ops->release(d, bb);
+    d->ops->release(d, br), d->ops->release(d, bi);
+    d->ops->release_kernel(d, ck);
+    free(w), free(x), free(b), free(res), free(wf), free(xf), free(bf), free(rf), free(xp), free(poison), free(y);
+    ir_kernel_destroy(k);
+}
+
+static const uint32_t all_ns[] = {1, 7, 63, 64, 200};
+#define N_NS (sizeof all_ns / sizeof all_ns[0])
+
+/* rows in {1, 7, 200, 1000, 4097}, cols in {1, 7, 64, 1000}, n_max 64 or 256; sized so the
+ * C reference stays quick */
+static const mm_shape shapes[] = {
+    {1, 1, 64},     {7, 7, 256},     {200, 64, 256},  {1000, 7, 64},   {7, 1000, 256},
+    {200, 1000, 64}, {4097, 64, 256}, {64, 1000, 64}, {1000, 64, 64}, {130, 130, 256},
+    {100, 40, 64}, /* one full chunk and a tail: the loop that is not pipelined */
+};
+#define N_SHAPES (sizeof shapes / sizeof shapes[0])
+
+/* Every shape, both dtypes; the epilogue cycles so each dtype sees all four across shapes. */
+static void run_shapes(const char *var, uint64_t sd, const size_t *pick, size_t n_pick) {
+    rt_device *d = tu_vk_open_or_skip(var);
+    tu_seed(sd);
+    for (size_t pi = 0; pi < n_pick; pi++) {
+        size_t si = pick ? pick[pi] : pi;
+        for (size_t ti = 0; ti < 2; ti++)
+            matmul_case(d, shapes[si], dtypes[ti], (unsigned)(si + ti) % 4, all_ns, N_NS, var);
+    }
+    d->ops->destroy(d);
+}
+
+Test(kernels_matmul, odd_shapes_epilogues_and_poisoned_rows, .timeout = 600) { run_shapes(NULL, 31, NULL, N_SHAPES); }
+
+/* The tilings of smaller devices: the spec minimum's 128 invocations and 16 KiB (8 x 4
+ * outputs each, 16-column chunks), and 64 invocations (32-token tiles). On a device with
+ * cooperative matrices these also run the tiled kernel (neither fits it). */
+static const size_t small_pick[] = {1, 3, 5, 6, 9, 10};
+
+Test(kernels_matmul, spec_minimum_tiling, .timeout = 600) {
+    run_shapes("workgroup=128,shared=16384", 32, small_pick, sizeof small_pick / sizeof small_pick[0]);
+}
+
+Test(kernels_matmul, small_workgroup_tiling, .timeout = 600) {
+    run_shapes("workgroup=64", 33, small_pick, sizeof small_pick / sizeof small_pick[0]);
+}
+
+/* Where the device has cooperative matrices: the tiled kernel at full size too, and the
+ * cooperative-matrix kernel with the narrower chunks of a 32 KiB device. */
+Test(kernels_matmul, other_variants_on_coopmat_devices, .timeout = 600) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    bool have = d->caps.n_mma != 0;
+    d->ops->destroy(d);
+    if (!have) cr_skip_test("the device has no cooperative matrices: the default run covered its only variant");
+    run_shapes("no-coopmat", 34, NULL, N_SHAPES);
+    run_shapes("shared=32768", 35, small_pick, sizeof small_pick / sizeof small_pick[0]);
+}
+
+/* ---- variants built for other devices, and refusals --------------------------------------- */
+
+/* Caps and whether each dtype (bf16, f16) should get cooperative matrices there. */
+typedef struct caps_case {
+    const char *name;
+    rt_caps c;
+    bool mma[2];
+} caps_case;
+
+Test(kernels_matmul, variants_build_for_min_and_h200_caps) {
+    char err[512];
+    caps_case cs[6];
+    tu_caps_min(&cs[0].c);
+    for (int i = 1; i < 6; i++) tu_caps_h200(&cs[i].c);
+    cs[0].name = "spec-minimum", cs[0].mma[0] = cs[0].mma[1] = false;
+    cs[1].name = "h200", cs[1].mma[0] = cs[1].mma[1] = true;
+    /* a driver without VK_KHR_shader_bfloat16: bf16 tiled, f16 cooperative */
+    cs[2].name = "h200 no-bf16", cs[2].mma[0] = false, cs[2].mma[1] = true;
+    cr_assert_eq(rt_caps_override(&cs[2].c, "no-bf16", err, sizeof err), 0, "%s", err);
+    /* 64-lane subgroups: 256 invocations of cooperative matrices (not with 128 at most) */
+    cs[3].name = "subgroup 64", cs[3].c.subgroup_size = cs[3].c.subgroup_min = cs[3].c.subgroup_max = 64;
+    cs[3].mma[0] = cs[3].mma[1] = true;
+    cs[4] = cs[3], cs[4].name = "subgroup 64, workgroup 128", cs[4].c.max_workgroup = 128;
+    cs[4].mma[0] = cs[4].mma[1] = false;
+    /* 32 KiB: 32-column chunks; 16 KiB holds no cooperative tile */
+    cs[5].name = "h200 shared=32768", cs[5].c.shared_bytes = 32768, cs[5].mma[0] = cs[5].mma[1] = true;
+    static const mm_shape shapes_b[] = {
+        /* qwen3-0.6b's projections at 512 tokens */
+        {1024, 1024, 512}, {2048, 1024, 512}, {3072, 1024, 512}, {1024, 3072, 512}, {1024, 2048, 512},
+        {4096, 1024, 512},
+        /* odd ones, and a vocabulary-sized one */
+        {1, 1, 64}, {7, 7, 64}, {4097, 1000, 256}, {1000, 4097, 64}, {151936, 1024, 64}};
+    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+        for (size_t ti = 0; ti < 2; ti++)
+            for (unsigned epi = 0; epi < 4; epi++)
+                for (size_t i = 0; i < sizeof shapes_b / sizeof shapes_b[0]; i++) {
+                    if (epi && i % 3) continue; /* every epilogue on a third of the shapes */
+                    const rt_caps *c = &cs[ci].c;
+                    mm_shape s = shapes_b[i];
+                    uint32_t g[2] = {0, 0};
+                    char what[200];
+                    snprintf(what, sizeof what, "matmul %ux%u n_max=%u %s epi=%s caps %s", s.rows, s.cols, s.n_max,
+                             tu_dname(dtypes[ti]), epi_name(epi), cs[ci].name);
+                    ir_kernel *k = kn_matmul(c, s.rows, s.cols, s.n_max, dtypes[ti], epi, g, err, sizeof err);
+                    cr_assert_not_null(k, "%s: %s", what, err);
+                    cr_assert_eq(uses_frags(k), cs[ci].mma[ti], "%s: cooperative matrices %s", what,
+                                 cs[ci].mma[ti] ? "not used" : "used");
+                    /* 64-row, 64-token tiles on all of these: the grid covers each once */
+                    cr_assert_eq(g[0], (s.rows + 63) / 64, "%s: groups x %u", what, g[0]);
+                    cr_assert_eq(g[1], s.n_max / 64, "%s: groups y %u", what, g[1]);
+                    tu_emit_ok(k, c, err, what);
+                }
+}
+
+Test(kernels_matmul, bad_shapes_dtypes_and_epilogues_are_refused) {
+    rt_caps c, plain;
+    tu_caps_h200(&c);
+    rt_caps_default(&plain, RT_VULKAN); /* no 16-bit buffers */
+    char err[512];
+    uint32_t g[2];
+    static const struct {
+        uint32_t rows, cols, n_max;
+    } bad[] = {
+        {0, 64, 64},           {64, 0, 64},          {64, 64, 0},          {64, 64, 100},
+        {64, 64, 32},          {1u << 16, 1u << 16, 64}, /* rows * cols = 2^32 */
+        {64, 1u << 26, 64},    /* n_max * cols = 2^32 */
+        {1u << 26, 1, 64},     /* n_max * rows = 2^32 */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        cr_assert_null(kn_matmul(&c, bad[i].rows, bad[i].cols, bad[i].n_max, IR_BF16, 0, g, err, sizeof err),
+                       "%ux%u n_max=%u built", bad[i].rows, bad[i].cols, bad[i].n_max);
+        cr_assert(!strncmp(err, "kn_matmul: bad shape", 20), "%s", err);
+    }
+    cr_assert(strstr(err, "2^32"), "%s", err);
+    /* just under the limits builds */
+    ir_kernel *k = kn_matmul(&c, (1u << 26) - 1, 1, 64, IR_BF16, 0, g, err, sizeof err);
+    cr_assert_not_null(k, "%s", err);
+    ir_kernel_destroy(k);
+    cr_assert_null(kn_matmul(&c, 64, 64, 64, IR_F32, 0, g, err, sizeof err));
+    cr_assert(strstr(err, "bf16 or f16"), "%s", err);
+    cr_assert_null(kn_matmul(&plain, 64, 64, 64, IR_BF16, 0, g, err, sizeof err));
+    cr_assert(strstr(err, "storage16"), "%s", err);
+    cr_assert_null(kn_matmul(&c, 64, 64, 64, IR_BF16, KN_EPI_SWIGLU, g, err, sizeof err));
+    cr_assert(!strncmp(err, "kn_matmul: ", 11), "%s", err);
+    cr_assert_null(kn_matmul(&c, 64, 64, 64, IR_BF16, KN_EPI_SWIGLU | KN_EPI_BIAS, g, err, sizeof err));
+    cr_assert_null(kn_matmul(&c, 64, 64, 64, IR_BF16, 8, g, err, sizeof err));
+    cr_assert_null(kn_matmul(NULL, 64, 64, 64, IR_BF16, 0, g, err, sizeof err));
+    rt_caps tiny;
+    tu_caps_min(&tiny);
+    tiny.shared_bytes = 1024; /* not even 4 columns of a 64 x 64 tile */
+    cr_assert_null(kn_matmul(&tiny, 64, 64, 64, IR_BF16, 0, g, err, sizeof err));
+    cr_assert(strstr(err, "kn_matmul: caps.shared_bytes"), "%s", err);
+}

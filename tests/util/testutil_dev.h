@@ -1,0 +1,18 @@
+/* Conformance checks every device backend must pass (tests/testutil_dev.c). */
+#ifndef KILN_TESTS_TESTUTIL_DEV_H
+#define KILN_TESTS_TESTUTIL_DEV_H
+
+#include "runtime/device.h"
+
+/* y[i] = a[i] + s * x[i] for i < n (params a, x, y, n, s), 64 invocations per workgroup. */
+ir_kernel *tu_dev_axpy_kernel(void);
+/* axpy at odd sizes up to 1000003 with poisoned guard regions after the outputs, a
+ * partial download at an offset, a launch of zero workgroups. */
+void tu_dev_axpy(rt_device *d);
+/* record once, replay many (each launch sees the previous one's writes), run and replay
+ * interleaved, an empty recording, bad launches refused without harm. */
+void tu_dev_record_replay(rt_device *d);
+/* host-mapped buffers as a recording's inputs and outputs, with range checks. */
+void tu_dev_host_buffers(rt_device *d);
+
+#endif
