@@ -17,58 +17,16 @@
 /* ---- errors and values --------------------------------------------------------------------- */
 
 void ptx_fail(ptx_ctx *x, const char *fmt, ...) {
-    if (x->failed) return;
-    x->failed = true;
-    if (!x->err || !x->errlen) return;
-    char what[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(what, sizeof what, fmt, ap);
+    ir_emit_vfail(&x->e, fmt, ap);
     va_end(ap);
-    if (x->cur && x->cur->result)
-        snprintf(x->err, x->errlen, "ptx: kernel '%s': %%%u = %s: %s", ir_kernel_name(x->k), x->cur->result,
-                 ir_op_name(x->cur->op), what);
-    else if (x->cur)
-        snprintf(x->err, x->errlen, "ptx: kernel '%s': %s: %s", ir_kernel_name(x->k), ir_op_name(x->cur->op), what);
-    else
-        snprintf(x->err, x->errlen, "ptx: kernel '%s': %s", ir_kernel_name(x->k), what);
-}
-
-LLVMValueRef ptx_V(ptx_ctx *x, ir_val v) {
-    if (v == IR_NONE || v > x->n_val || !x->val[v]) {
-        ptx_fail(x, "value %%%u is used before it is defined", v);
-        return NULL;
-    }
-    return x->val[v];
-}
-
-void ptx_def(ptx_ctx *x, ir_val v, LLVMValueRef r) {
-    if (v == IR_NONE || v > x->n_val || !r) {
-        ptx_fail(x, "result %%%u is out of range", v);
-        return;
-    }
-    x->val[v] = r;
-}
-
-bool ptx_need(ptx_ctx *x, const ir_inst *in, uint32_t n) {
-    if (in->n_operand >= n) return true;
-    ptx_fail(x, "expected %u operands, has %u", n, in->n_operand);
-    return false;
 }
 
 bool ptx_tinfo(ptx_ctx *x, ir_type t, ir_scalar *s, uint32_t *lanes) {
-    const ir_type_desc *d = ir_type_get(x->k, t);
-    if (!d) {
-        ptx_fail(x, "unknown type %u", t);
-        return false;
-    }
-    if (d->kind == IR_T_FRAG) {
-        ptx_fail(x, "a matrix fragment where a scalar or vector belongs");
-        return false;
-    }
-    *s = d->elem;
-    *lanes = d->kind == IR_T_VECTOR ? d->lanes : 1;
-    return true;
+    if (ir_emit_tinfo(&x->e, t, s, lanes)) return true;
+    ptx_fail(x, "a matrix fragment where a scalar or vector belongs");
+    return false;
 }
 
 static LLVMTypeRef t_of(ptx_ctx *x, ir_type t) {
@@ -152,7 +110,7 @@ static void unroll_hint(ptx_ctx *x, const ir_inst *in, LLVMValueRef br, LLVMValu
 
 static void emit_for(ptx_ctx *x, const ir_inst *in) {
     uint32_t n = in->n_results;
-    if (!ptx_need(x, in, 3 + n) || in->n_block_arg != n + 1 || in->n_region < 1) {
+    if (!ir_emit_need(&x->e, in, 3 + n) || in->n_block_arg != n + 1 || in->n_region < 1) {
         ptx_fail(x, "malformed for");
         return;
     }
@@ -172,7 +130,7 @@ static void emit_for(ptx_ctx *x, const ir_inst *in) {
         return;
     }
     for (uint32_t i = 0; i < n; i++) init[i] = ptx_V(x, in->operand[3 + i]);
-    if (x->failed) goto out;
+    if (x->e.failed) goto out;
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(x->b);
     LLVMBasicBlockRef header = block(x, "for"), body = block(x, "body"), latch = block(x, "latch"), exit = block(x, "endfor");
     LLVMBuildBr(x->b, header);
@@ -190,14 +148,14 @@ static void emit_for(ptx_ctx *x, const ir_inst *in) {
     LLVMBuildCondBr(x->b, c, body, exit);
     LLVMPositionBuilderAtEnd(x->b, body);
     const ir_inst *y = emit_region(x, &in->region[0]);
-    if (x->failed) goto out;
+    if (x->e.failed) goto out;
     if (n && (!y || y->n_operand != n)) {
         ptx_fail(x, "loop body does not yield %u values", n);
         goto out;
     }
     LLVMValueRef *yv = init; /* reused for the yields */
     for (uint32_t i = 0; i < n; i++) yv[i] = ptx_V(x, y->operand[i]);
-    if (x->failed) goto out;
+    if (x->e.failed) goto out;
     LLVMBuildBr(x->b, latch);
     LLVMPositionBuilderAtEnd(x->b, latch);
     LLVMValueRef next = LLVMBuildAdd(x->b, iv, step, "");
@@ -212,22 +170,22 @@ out:
 
 static void emit_if(ptx_ctx *x, const ir_inst *in) {
     uint32_t n = in->n_results;
-    if (!ptx_need(x, in, 1) || in->n_region < 2) {
+    if (!ir_emit_need(&x->e, in, 1) || in->n_region < 2) {
         ptx_fail(x, "malformed if");
         return;
     }
     LLVMValueRef cond = ptx_V(x, in->operand[0]);
-    if (x->failed) return;
+    if (x->e.failed) return;
     LLVMBasicBlockRef then_l = block(x, "then"), else_l = block(x, "else"), merge = block(x, "endif");
     LLVMBuildCondBr(x->b, cond, then_l, else_l);
     LLVMPositionBuilderAtEnd(x->b, then_l);
     const ir_inst *yt = emit_region(x, &in->region[0]);
-    if (x->failed) return;
+    if (x->e.failed) return;
     LLVMBasicBlockRef then_end = LLVMGetInsertBlock(x->b);
     LLVMBuildBr(x->b, merge);
     LLVMPositionBuilderAtEnd(x->b, else_l);
     const ir_inst *ye = emit_region(x, &in->region[1]);
-    if (x->failed) return;
+    if (x->e.failed) return;
     LLVMBasicBlockRef else_end = LLVMGetInsertBlock(x->b);
     LLVMBuildBr(x->b, merge);
     LLVMPositionBuilderAtEnd(x->b, merge);
@@ -238,7 +196,7 @@ static void emit_if(ptx_ctx *x, const ir_inst *in) {
     }
     for (uint32_t i = 0; i < n; i++) {
         LLVMValueRef v[2] = {ptx_V(x, yt->operand[i]), ptx_V(x, ye->operand[i])};
-        if (x->failed) return;
+        if (x->e.failed) return;
         LLVMBasicBlockRef from[2] = {then_end, else_end};
         LLVMValueRef phi = LLVMBuildPhi(x->b, t_of(x, ir_type_of(x->k, in->results[i])), "");
         LLVMAddIncoming(phi, v, from, 2);
@@ -248,97 +206,56 @@ static void emit_if(ptx_ctx *x, const ir_inst *in) {
 
 /* ---- the walk ------------------------------------------------------------------------------- */
 
-static void emit_inst(ptx_ctx *x, const ir_inst *in) {
-    x->cur = in;
-    switch (in->op) {
-    case IR_OP_CONST: case IR_OP_PARAM: case IR_OP_SPEC:
-        if (in->result && in->result <= x->n_val && !x->val[in->result]) ptx_fail(x, "not declared up front");
-        return;
-    case IR_OP_ID:
-        ptx_def(x, in->result, ptx_load_id(x, (ir_id_kind)in->imm[0], (uint32_t)in->imm[1]));
-        return;
-    case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_REM: case IR_OP_MIN: case IR_OP_MAX:
-    case IR_OP_AND: case IR_OP_OR: case IR_OP_XOR: case IR_OP_SHL: case IR_OP_SHR: case IR_OP_NEG: case IR_OP_NOT:
-    case IR_OP_ABS: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT: case IR_OP_TANH: case IR_OP_SIN:
-    case IR_OP_COS: case IR_OP_FLOOR: case IR_OP_FMA:
-        ptx_emit_arith(x, in);
-        return;
-    case IR_OP_CMP: ptx_emit_cmp(x, in); return;
-    case IR_OP_SELECT: {
-        if (!ptx_need(x, in, 3)) return;
-        LLVMValueRef c = ptx_V(x, in->operand[0]), a = ptx_V(x, in->operand[1]), b = ptx_V(x, in->operand[2]);
-        if (!x->failed) ptx_def(x, in->result, LLVMBuildSelect(x->b, c, a, b, ""));
-        return;
-    }
-    case IR_OP_CONVERT: ptx_emit_convert(x, in); return;
-    case IR_OP_BITCAST: ptx_emit_bitcast(x, in); return;
-    case IR_OP_VEC: {
+static void emit_vector(ptx_ctx *x, const ir_inst *in) {
+    if (in->op == IR_OP_VEC) {
         if (in->n_operand < 2 || in->n_operand > 4) {
             ptx_fail(x, "vectors have 2 to 4 lanes");
             return;
         }
         LLVMValueRef r = LLVMGetPoison(t_of(x, in->type));
-        for (uint32_t i = 0; i < in->n_operand && !x->failed; i++)
+        for (uint32_t i = 0; i < in->n_operand && !x->e.failed; i++)
             r = LLVMBuildInsertElement(x->b, r, ptx_V(x, in->operand[i]), ptx_c_i32(x, i), "");
-        if (!x->failed) ptx_def(x, in->result, r);
+        if (!x->e.failed) ptx_def(x, in->result, r);
         return;
     }
-    case IR_OP_EXTRACT: {
-        if (!ptx_need(x, in, 1)) return;
-        LLVMValueRef v = ptx_V(x, in->operand[0]);
-        if (!x->failed) ptx_def(x, in->result, LLVMBuildExtractElement(x->b, v, ptx_c_i32(x, (uint32_t)in->imm[0]), ""));
+    if (!ir_emit_need(&x->e, in, 1)) return;
+    LLVMValueRef v = ptx_V(x, in->operand[0]);
+    if (!x->e.failed) ptx_def(x, in->result, LLVMBuildExtractElement(x->b, v, ptx_c_i32(x, (uint32_t)in->imm[0]), ""));
+}
+
+static void emit_inst(void *ctx, const ir_inst *in) {
+    ptx_ctx *x = ctx;
+    switch (ir_op_class_of(in->op)) {
+    case IR_CLASS_DECL:
+        if (in->result && in->result <= x->e.n_val && !ir_emit_has(&x->e, in->result)) ptx_fail(x, "not declared up front");
+        return;
+    case IR_CLASS_ID: ptx_def(x, in->result, ptx_load_id(x, (ir_id_kind)in->imm[0], (uint32_t)in->imm[1])); return;
+    case IR_CLASS_ARITH: ptx_emit_arith(x, in); return;
+    case IR_CLASS_CMP: ptx_emit_cmp(x, in); return;
+    case IR_CLASS_SELECT: {
+        if (!ir_emit_need(&x->e, in, 3)) return;
+        LLVMValueRef c = ptx_V(x, in->operand[0]), a = ptx_V(x, in->operand[1]), b = ptx_V(x, in->operand[2]);
+        if (!x->e.failed) ptx_def(x, in->result, LLVMBuildSelect(x->b, c, a, b, ""));
         return;
     }
-    case IR_OP_LOAD: case IR_OP_STORE: case IR_OP_LOAD_MASKED: case IR_OP_STORE_MASKED: case IR_OP_SHM_LOAD:
-    case IR_OP_SHM_STORE:
-        ptx_emit_memory(x, in);
-        return;
-    case IR_OP_ATOMIC: ptx_emit_atomic(x, in); return;
-    case IR_OP_BARRIER: ptx_emit_barrier(x); return;
-    case IR_OP_SG_REDUCE: case IR_OP_SG_SHUFFLE: case IR_OP_SG_SHUFFLE_XOR: case IR_OP_SG_BROADCAST:
-        ptx_emit_subgroup(x, in);
-        return;
-    case IR_OP_FRAG_FILL: case IR_OP_FRAG_LOAD: case IR_OP_FRAG_STORE: case IR_OP_FRAG_MMA:
-        ptx_emit_frag(x, in);
-        return;
-    case IR_OP_FOR: emit_for(x, in); return;
-    case IR_OP_IF: emit_if(x, in); return;
-    case IR_OP_YIELD: return; /* read by the construct */
+    case IR_CLASS_CONVERT: ptx_emit_convert(x, in); return;
+    case IR_CLASS_BITCAST: ptx_emit_bitcast(x, in); return;
+    case IR_CLASS_VECTOR: emit_vector(x, in); return;
+    case IR_CLASS_MEMORY: ptx_emit_memory(x, in); return;
+    case IR_CLASS_ATOMIC: ptx_emit_atomic(x, in); return;
+    case IR_CLASS_BARRIER: ptx_emit_barrier(x); return;
+    case IR_CLASS_SUBGROUP: ptx_emit_subgroup(x, in); return;
+    case IR_CLASS_FRAGMENT: ptx_emit_frag(x, in); return;
+    case IR_CLASS_CONTROL:
+        if (in->op == IR_OP_FOR) emit_for(x, in);
+        else if (in->op == IR_OP_IF) emit_if(x, in);
+        return; /* a YIELD is read by its construct */
     default: ptx_fail(x, "unknown op %d", (int)in->op); return;
     }
 }
 
 /* Emits a region; returns its closing YIELD, if any. */
-static const ir_inst *emit_region(ptx_ctx *x, const ir_region *r) {
-    const ir_inst *y = NULL;
-    const ir_inst *outer = x->cur;
-    for (uint32_t i = 0; i < r->n && !x->failed; i++) {
-        const ir_inst *in = r->inst[i];
-        if (!in) continue;
-        if (in->op == IR_OP_YIELD) y = in;
-        emit_inst(x, in);
-    }
-    if (!x->failed) x->cur = outer;
-    return y;
-}
-
-/* ---- checks before emitting ------------------------------------------------------------------ */
-
-static bool is_sg_op(ir_op op) { return op >= IR_OP_SG_REDUCE && op <= IR_OP_SG_BROADCAST; }
-
-/* The first instruction in r (recursively) satisfying pred, or NULL. */
-static const ir_inst *find_op(const ir_region *r, bool (*pred)(ir_op), int depth) {
-    for (uint32_t i = 0; i < r->n && depth < 1000; i++) {
-        const ir_inst *in = r->inst[i];
-        if (!in) continue;
-        if (pred(in->op)) return in;
-        for (uint32_t j = 0; j < in->n_region && j < 2; j++) {
-            const ir_inst *f = find_op(&in->region[j], pred, depth + 1);
-            if (f) return f;
-        }
-    }
-    return NULL;
-}
+static const ir_inst *emit_region(ptx_ctx *x, const ir_region *r) { return ir_emit_region(&x->e, r, emit_inst, x); }
 
 /* ---- declarations ----------------------------------------------------------------------------- */
 
@@ -350,7 +267,7 @@ static void declare_function(ptx_ctx *x) {
         return;
     }
     LLVMTypeRef gptr = LLVMPointerTypeInContext(x->lc, 1);
-    for (uint32_t i = 0; i < np && !x->failed; i++) {
+    for (uint32_t i = 0; i < np && !x->e.failed; i++) {
         const ir_param *p = ir_param_at(x->k, i);
         if (p->is_buffer) {
             pt[i] = gptr;
@@ -360,7 +277,7 @@ static void declare_function(ptx_ctx *x) {
             ptx_fail(x, "scalar parameter '%s' is %s; kernel arguments take i32, u32 or f32", p->name, ir_scalar_name(p->elem));
         }
     }
-    if (x->failed) {
+    if (x->e.failed) {
         free(pt);
         return;
     }
@@ -392,13 +309,13 @@ static void declare_function(ptx_ctx *x) {
 
 static void declare_shared(ptx_ctx *x) {
     uint64_t bytes = 0;
-    for (uint32_t i = 0; i < x->n_shm && !x->failed; i++) {
+    for (uint32_t i = 0; i < x->n_shm && !x->e.failed; i++) {
         const ir_shared_decl *d = ir_shared_at(x->k, i);
         if (!d || !d->count || d->elem == IR_BOOL) {
             ptx_fail(x, "workgroup array %u is malformed", i);
             return;
         }
-        bytes += (uint64_t)(ptx_s_bits(d->elem) / 8) * d->count;
+        bytes += (uint64_t)(ir_scalar_bits(d->elem) / 8) * d->count;
         LLVMTypeRef at = LLVMArrayType2(ptx_t_store(x, d->elem, 1), d->count);
         LLVMValueRef g = LLVMAddGlobalInAddressSpace(x->m, at, d->name, 3);
         LLVMSetLinkage(g, LLVMInternalLinkage);
@@ -406,7 +323,7 @@ static void declare_shared(ptx_ctx *x) {
         LLVMSetAlignment(g, 16);
         x->shm[i] = g;
     }
-    if (x->failed) return;
+    if (x->e.failed) return;
     if (bytes > STATIC_SHARED_LIMIT)
         ptx_fail(x, "workgroup arrays need %llu bytes; static .shared is limited to %u (dynamic shared memory is not used yet)",
                  (unsigned long long)bytes, STATIC_SHARED_LIMIT);
@@ -416,7 +333,7 @@ static void declare_shared(ptx_ctx *x) {
 
 /* Spec constants take their defaults (ptx_emit.h); constants anywhere become LLVM constants. */
 static void declare_constants(ptx_ctx *x) {
-    for (uint32_t i = 0; i < ir_n_specs(x->k) && !x->failed; i++) {
+    for (uint32_t i = 0; i < ir_n_specs(x->k) && !x->e.failed; i++) {
         const ir_spec *s = ir_spec_at(x->k, i);
         LLVMValueRef c;
         switch (s->type) {
@@ -436,12 +353,12 @@ static void declare_constants(ptx_ctx *x) {
         }
         ptx_def(x, s->value, c);
     }
-    for (uint32_t v = 1; v <= x->n_val && !x->failed; v++) {
+    for (uint32_t v = 1; v <= x->e.n_val && !x->e.failed; v++) {
         const ir_inst *d = ir_def(x->k, v);
         if (!d || d->op != IR_OP_CONST || d->result != v) continue;
         ir_scalar s;
         uint32_t n;
-        x->cur = d;
+        x->e.cur = d;
         if (!ptx_tinfo(x, d->type, &s, &n)) return;
         if (n != 1) {
             ptx_fail(x, "constants are scalars");
@@ -449,7 +366,7 @@ static void declare_constants(ptx_ctx *x) {
         }
         ptx_def(x, v, ptx_c_scalar(x, s, (uint64_t)d->imm[0]));
     }
-    x->cur = NULL;
+    x->e.cur = NULL;
 }
 
 /* nvvm.annotations: the function is a kernel, with its exact block size (.reqntid). */
@@ -489,20 +406,18 @@ static int emit_module(ptx_ctx *x) {
         return -1;
     }
     workgroup_size(x);
-    if (x->failed) return -1;
-    const ir_inst *sgi = find_op(ir_kernel_body(k), is_sg_op, 0);
+    if (x->e.failed) return -1;
+    const ir_inst *sgi = ir_emit_find_class(ir_kernel_body(k), IR_CLASS_SUBGROUP);
     if (sgi && (x->wg[0] * x->wg[1] * x->wg[2]) % 32) {
-        x->cur = sgi;
+        x->e.cur = sgi;
         ptx_fail(x, "subgroup ops need whole warps: workgroup %ux%ux%u is not a multiple of 32", x->wg[0], x->wg[1], x->wg[2]);
         return -1;
     }
     x->n_buf = ir_n_buffers(k);
     x->n_shm = ir_n_shared(k);
-    x->n_val = ir_n_values(k);
     x->buf = calloc(x->n_buf ? x->n_buf : 1, sizeof *x->buf);
     x->shm = calloc(x->n_shm ? x->n_shm : 1, sizeof *x->shm);
-    x->val = calloc(x->n_val + 1, sizeof *x->val);
-    if (!x->buf || !x->shm || !x->val) {
+    if (!x->buf || !x->shm) {
         ptx_fail(x, "out of memory");
         return -1;
     }
@@ -512,13 +427,13 @@ static int emit_module(ptx_ctx *x) {
         return -1;
     }
     declare_function(x);
-    if (!x->failed) declare_shared(x);
-    if (!x->failed) declare_constants(x);
-    if (x->failed) return -1;
+    if (!x->e.failed) declare_shared(x);
+    if (!x->e.failed) declare_constants(x);
+    if (x->e.failed) return -1;
     LLVMPositionBuilderAtEnd(x->b, block(x, "entry"));
     emit_region(x, ir_kernel_body(k));
-    if (x->failed) return -1;
-    x->cur = NULL;
+    if (x->e.failed) return -1;
+    x->e.cur = NULL;
     LLVMBuildRetVoid(x->b);
     annotate(x);
     return 0;
@@ -552,12 +467,10 @@ int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, c
     x.k = k;
     x.c = c;
     x.sm = sm;
-    x.err = err;
-    x.errlen = errlen;
     x.lc = LLVMContextCreate();
     x.m = LLVMModuleCreateWithNameInContext(ir_kernel_name(k), x.lc);
     x.b = LLVMCreateBuilderInContext(x.lc);
-    int rc = emit_module(&x);
+    int rc = ir_emit_init(&x.e, k, "ptx", err, errlen) ? -1 : emit_module(&x);
     if (!rc && llvm_ir) {
         char *s = LLVMPrintModuleToString(x.m);
         *llvm_ir = s ? strdup(s) : NULL;
@@ -571,7 +484,7 @@ int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, c
         char cerr[512] = "";
         *ptx = ptx_compile(x.m, sm, cerr, sizeof cerr);
         if (!*ptx) {
-            x.cur = NULL;
+            x.e.cur = NULL;
             ptx_fail(&x, "%s", cerr);
             rc = -1;
         }
@@ -583,7 +496,7 @@ int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, c
     LLVMDisposeBuilder(x.b);
     LLVMDisposeModule(x.m);
     LLVMContextDispose(x.lc);
-    free(x.val);
+    ir_emit_free(&x.e);
     free(x.buf);
     free(x.shm);
     return rc;

@@ -93,7 +93,7 @@ static void lane_coords(ptx_ctx *x, LLVMValueRef *g, LLVMValueRef *t2) {
 static void emit_load(ptx_ctx *x, const ir_inst *in) {
     const ir_type_desc *d = frag_desc(x, in->type);
     LLVMValueRef p = array_of(x, in);
-    if (!d || !p || !ptx_need(x, in, 2)) return;
+    if (!d || !p || !ir_emit_need(&x->e, in, 2)) return;
     LLVMValueRef base = ptx_V(x, in->operand[0]), stride = ptx_V(x, in->operand[1]), g, t2;
     lane_coords(x, &g, &t2);
     bool acc = d->use == IR_FRAG_ACC;
@@ -110,7 +110,7 @@ static void emit_load(ptx_ctx *x, const ir_inst *in) {
 }
 
 static void emit_store(ptx_ctx *x, const ir_inst *in) {
-    if (!ptx_need(x, in, 3)) return;
+    if (!ir_emit_need(&x->e, in, 3)) return;
     const ir_type_desc *d = frag_desc(x, ir_type_of(x->k, in->operand[0]));
     LLVMValueRef p = array_of(x, in);
     if (!d || !p) return;
@@ -130,7 +130,7 @@ static void emit_store(ptx_ctx *x, const ir_inst *in) {
 
 static void emit_fill(ptx_ctx *x, const ir_inst *in) {
     const ir_type_desc *d = frag_desc(x, in->type);
-    if (!d || !ptx_need(x, in, 1)) return;
+    if (!d || !ir_emit_need(&x->e, in, 1)) return;
     LLVMValueRef s = ptx_V(x, in->operand[0]);
     ir_scalar ss;
     uint32_t lanes;
@@ -144,7 +144,7 @@ static void emit_fill(ptx_ctx *x, const ir_inst *in) {
 
 /* d = a * b + c through inline PTX: the 16-bit pairs packed into 32-bit registers */
 static void emit_mma(ptx_ctx *x, const ir_inst *in) {
-    if (!ptx_need(x, in, 3)) return;
+    if (!ir_emit_need(&x->e, in, 3)) return;
     const ir_type_desc *da = frag_desc(x, ir_type_of(x->k, in->operand[0]));
     const ir_type_desc *db = frag_desc(x, ir_type_of(x->k, in->operand[1]));
     const ir_type_desc *dc = frag_desc(x, ir_type_of(x->k, in->operand[2]));

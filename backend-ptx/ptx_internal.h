@@ -5,6 +5,7 @@
 #ifndef KILN_BACKEND_PTX_PTX_INTERNAL_H
 #define KILN_BACKEND_PTX_PTX_INTERNAL_H
 
+#include "ir/emit_core.h"
 #include "ir/ir.h"
 #include "runtime/caps.h"
 
@@ -15,21 +16,16 @@
 #include <llvm-c/TargetMachine.h>
 
 typedef struct ptx_ctx {
+    ir_emit e;            /* the value table (IR value -> LLVMValueRef), errors, the instruction being lowered */
     const ir_kernel *k;
     const rt_caps *c;
     unsigned sm;          /* the target architecture, e.g. 90 */
-    char *err;
-    size_t errlen;
-    bool failed;
-    const ir_inst *cur;   /* the instruction being lowered, for messages */
 
     LLVMContextRef lc;
     LLVMModuleRef m;
     LLVMBuilderRef b;
     LLVMValueRef fn;
 
-    LLVMValueRef *val;    /* IR value -> LLVM value */
-    uint32_t n_val;
     LLVMValueRef *buf;    /* buffer index -> its pointer argument */
     uint32_t n_buf;
     LLVMValueRef *shm;    /* workgroup array -> its addrspace(3) global */
@@ -37,11 +33,10 @@ typedef struct ptx_ctx {
     uint32_t wg[3];       /* the workgroup size */
 } ptx_ctx;
 
-/* ---- ptx_emit.c ---- */
+/* ---- ptx_emit.c: the emitter core's calls, typed for LLVM ---- */
 void ptx_fail(ptx_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-LLVMValueRef ptx_V(ptx_ctx *x, ir_val v);
-void ptx_def(ptx_ctx *x, ir_val v, LLVMValueRef r);
-bool ptx_need(ptx_ctx *x, const ir_inst *in, uint32_t n);
+static inline LLVMValueRef ptx_V(ptx_ctx *x, ir_val v) { return (LLVMValueRef)ir_emit_get(&x->e, v); }
+static inline void ptx_def(ptx_ctx *x, ir_val v, LLVMValueRef r) { ir_emit_set(&x->e, v, (uintptr_t)r); }
 /* the scalar and lane count of a scalar/vector type; false (and failed) for fragments */
 bool ptx_tinfo(ptx_ctx *x, ir_type t, ir_scalar *s, uint32_t *lanes);
 
@@ -55,9 +50,6 @@ LLVMValueRef ptx_call(ptx_ctx *x, const char *name, LLVMTypeRef ret, LLVMTypeRef
 LLVMValueRef ptx_to_storage(ptx_ctx *x, ir_scalar s, uint32_t lanes, LLVMValueRef v);
 LLVMValueRef ptx_from_storage(ptx_ctx *x, ir_scalar s, uint32_t lanes, LLVMValueRef v);
 LLVMValueRef ptx_round_to(ptx_ctx *x, ir_scalar s, uint32_t lanes, LLVMValueRef v);
-bool ptx_s_float(ir_scalar s);
-bool ptx_s_signed(ir_scalar s);
-unsigned ptx_s_bits(ir_scalar s);
 void ptx_emit_arith(ptx_ctx *x, const ir_inst *in);
 void ptx_emit_cmp(ptx_ctx *x, const ir_inst *in);
 void ptx_emit_convert(ptx_ctx *x, const ir_inst *in);

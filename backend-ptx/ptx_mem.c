@@ -29,13 +29,13 @@ static LLVMValueRef add_u32(ptx_ctx *x, LLVMValueRef a, uint32_t k) { return k ?
 static LLVMValueRef load_at(ptx_ctx *x, LLVMValueRef base, ir_scalar s, LLVMValueRef index, uint32_t lanes) {
     LLVMValueRef p = elem_ptr(x, base, s, index);
     LLVMValueRef v = LLVMBuildLoad2(x->b, ptx_t_store(x, s, lanes), p, "");
-    LLVMSetAlignment(v, (ptx_s_bits(s) / 8) * lanes);
+    LLVMSetAlignment(v, (ir_scalar_bits(s) / 8) * lanes);
     return ptx_from_storage(x, s, lanes, v);
 }
 static void store_at(ptx_ctx *x, LLVMValueRef base, ir_scalar s, LLVMValueRef index, uint32_t lanes, LLVMValueRef v) {
     LLVMValueRef p = elem_ptr(x, base, s, index);
     LLVMValueRef st = LLVMBuildStore(x->b, ptx_to_storage(x, s, lanes, v), p);
-    LLVMSetAlignment(st, (ptx_s_bits(s) / 8) * lanes);
+    LLVMSetAlignment(st, (ir_scalar_bits(s) / 8) * lanes);
 }
 
 static LLVMValueRef lane_of(ptx_ctx *x, uint32_t lanes, LLVMValueRef v, uint32_t l) {
@@ -145,33 +145,33 @@ void ptx_emit_memory(ptx_ctx *x, const ir_inst *in) {
     switch (in->op) {
     case IR_OP_LOAD: case IR_OP_LOAD_MASKED: {
         bool masked = in->op == IR_OP_LOAD_MASKED;
-        if (!ptx_need(x, in, masked ? 3 : 1)) return;
+        if (!ir_emit_need(&x->e, in, masked ? 3 : 1)) return;
         uint32_t b = imm_idx(x, in, 0, x->n_buf, "buffer");
         uint32_t lanes = lanes_of(x, in->type);
         LLVMValueRef index = ptx_V(x, in->operand[0]);
         LLVMValueRef limit = masked ? ptx_V(x, in->operand[1]) : NULL, fb = masked ? ptx_V(x, in->operand[2]) : NULL;
-        if (x->failed) return;
+        if (x->e.failed) return;
         ptx_def(x, in->result, masked ? masked_load(x, b, index, lanes, limit, fb) : load_at(x, x->buf[b], buf_elem(x, b), index, lanes));
         return;
     }
     case IR_OP_STORE: case IR_OP_STORE_MASKED: {
         bool masked = in->op == IR_OP_STORE_MASKED;
-        if (!ptx_need(x, in, masked ? 3 : 2)) return;
+        if (!ir_emit_need(&x->e, in, masked ? 3 : 2)) return;
         uint32_t b = imm_idx(x, in, 0, x->n_buf, "buffer");
         uint32_t lanes = lanes_of(x, ir_type_of(x->k, in->operand[1]));
         LLVMValueRef index = ptx_V(x, in->operand[0]), v = ptx_V(x, in->operand[1]);
         LLVMValueRef limit = masked ? ptx_V(x, in->operand[2]) : NULL;
-        if (x->failed) return;
+        if (x->e.failed) return;
         if (masked) masked_store(x, b, index, lanes, v, limit);
         else store_at(x, x->buf[b], buf_elem(x, b), index, lanes, v);
         return;
     }
     case IR_OP_SHM_LOAD: {
-        if (!ptx_need(x, in, 1)) return;
+        if (!ir_emit_need(&x->e, in, 1)) return;
         uint32_t s = imm_idx(x, in, 0, x->n_shm, "workgroup array");
         uint32_t lanes = lanes_of(x, in->type);
         LLVMValueRef index = ptx_V(x, in->operand[0]);
-        if (x->failed) return;
+        if (x->e.failed) return;
         ir_scalar e = ir_shared_at(x->k, s)->elem;
         /* lane by lane: the IR promises no alignment for workgroup vectors; LLVM merges
          * the accesses where it can prove it */
@@ -186,11 +186,11 @@ void ptx_emit_memory(ptx_ctx *x, const ir_inst *in) {
         return;
     }
     case IR_OP_SHM_STORE: {
-        if (!ptx_need(x, in, 2)) return;
+        if (!ir_emit_need(&x->e, in, 2)) return;
         uint32_t s = imm_idx(x, in, 0, x->n_shm, "workgroup array");
         uint32_t lanes = lanes_of(x, ir_type_of(x->k, in->operand[1]));
         LLVMValueRef index = ptx_V(x, in->operand[0]), v = ptx_V(x, in->operand[1]);
-        if (x->failed) return;
+        if (x->e.failed) return;
         ir_scalar e = ir_shared_at(x->k, s)->elem;
         for (uint32_t l = 0; l < lanes; l++) store_at(x, x->shm[s], e, add_u32(x, index, l), 1, lane_of(x, lanes, v, l));
         return;
@@ -202,14 +202,14 @@ void ptx_emit_memory(ptx_ctx *x, const ir_inst *in) {
 /* ATOMIC: imm[0] target, imm[1] op, imm[2] shm flag; operands index, value. Relaxed
  * (monotonic), as the IR's atomics are. */
 void ptx_emit_atomic(ptx_ctx *x, const ir_inst *in) {
-    if (!ptx_need(x, in, 2)) return;
+    if (!ir_emit_need(&x->e, in, 2)) return;
     uint32_t op = imm_idx(x, in, 1, IR_ATOMIC_XCHG + 1, "atomic op");
     bool shm = in->imm[2] != 0;
     uint32_t target = imm_idx(x, in, 0, shm ? x->n_shm : x->n_buf, shm ? "workgroup array" : "buffer");
     ir_scalar s;
     uint32_t n;
-    if (x->failed || !ptx_tinfo(x, in->type, &s, &n)) return;
-    if (n != 1 || ptx_s_bits(s) != 32) {
+    if (x->e.failed || !ptx_tinfo(x, in->type, &s, &n)) return;
+    if (n != 1 || ir_scalar_bits(s) != 32) {
         ptx_fail(x, "atomics take 32-bit scalars, not %s x%u", ir_scalar_name(s), n);
         return;
     }
@@ -228,15 +228,15 @@ void ptx_emit_atomic(ptx_ctx *x, const ir_inst *in) {
             ptx_fail(x, "atomic min/max take i32/u32, not f32");
             return;
         }
-        rmw = op == IR_ATOMIC_MIN ? (ptx_s_signed(s) ? LLVMAtomicRMWBinOpMin : LLVMAtomicRMWBinOpUMin)
-                                  : (ptx_s_signed(s) ? LLVMAtomicRMWBinOpMax : LLVMAtomicRMWBinOpUMax);
+        rmw = op == IR_ATOMIC_MIN ? (ir_scalar_is_signed(s) ? LLVMAtomicRMWBinOpMin : LLVMAtomicRMWBinOpUMin)
+                                  : (ir_scalar_is_signed(s) ? LLVMAtomicRMWBinOpMax : LLVMAtomicRMWBinOpUMax);
         break;
     default: rmw = LLVMAtomicRMWBinOpXchg; break;
     }
     LLVMValueRef index = ptx_V(x, in->operand[0]), v = ptx_V(x, in->operand[1]);
-    if (x->failed) return;
+    if (x->e.failed) return;
     ir_scalar elem = shm ? ir_shared_at(x->k, target)->elem : buf_elem(x, target);
-    if (ptx_s_bits(elem) != 32) {
+    if (ir_scalar_bits(elem) != 32) {
         ptx_fail(x, "atomic on an array of %s", ir_scalar_name(elem));
         return;
     }

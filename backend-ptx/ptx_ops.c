@@ -6,17 +6,6 @@
 #include <stdio.h>
 #include <string.h>
 
-bool ptx_s_float(ir_scalar s) { return s == IR_F16 || s == IR_BF16 || s == IR_F32; }
-bool ptx_s_signed(ir_scalar s) { return s == IR_I32 || s == IR_I64; }
-unsigned ptx_s_bits(ir_scalar s) {
-    switch (s) {
-    case IR_I64: case IR_U64: return 64;
-    case IR_F16: case IR_BF16: return 16;
-    case IR_BOOL: return 1;
-    default: return 32;
-    }
-}
-
 /* ---- types and constants ---------------------------------------------------------------- */
 
 static LLVMTypeRef vec(LLVMTypeRef t, uint32_t lanes) { return lanes > 1 ? LLVMVectorType(t, lanes) : t; }
@@ -76,7 +65,7 @@ LLVMValueRef ptx_call(ptx_ctx *x, const char *name, LLVMTypeRef ret, LLVMTypeRef
 
 /* "f32", "v4f32", "i32", "v2i64": an overloaded intrinsic's suffix. */
 static void suffix(char *buf, size_t n, ir_scalar s, uint32_t lanes) {
-    const char *e = ptx_s_float(s) ? "f32" : ptx_s_bits(s) == 64 ? "i64" : ptx_s_bits(s) == 1 ? "i1" : "i32";
+    const char *e = ir_scalar_is_float(s) ? "f32" : ir_scalar_bits(s) == 64 ? "i64" : ir_scalar_bits(s) == 1 ? "i1" : "i32";
     if (lanes > 1) snprintf(buf, n, "v%u%s", lanes, e);
     else snprintf(buf, n, "%s", e);
 }
@@ -219,14 +208,14 @@ void ptx_emit_arith(ptx_ctx *x, const ir_inst *in) {
     uint32_t n;
     if (!ptx_tinfo(x, in->type, &s, &n)) return;
     if (!check_arith(x, s)) return;
-    bool fl = ptx_s_float(s), sg = ptx_s_signed(s), bl = s == IR_BOOL;
+    bool fl = ir_scalar_is_float(s), sg = ir_scalar_is_signed(s), bl = s == IR_BOOL;
     bool exact = false; /* no rounding needed after it, even on 16-bit floats */
     LLVMBuilderRef b = x->b;
     LLVMValueRef r = NULL;
     if (in->op == IR_OP_FMA) {
-        if (!ptx_need(x, in, 3)) return;
+        if (!ir_emit_need(&x->e, in, 3)) return;
         LLVMValueRef a0 = ptx_V(x, in->operand[0]), a1 = ptx_V(x, in->operand[1]), a2 = ptx_V(x, in->operand[2]);
-        if (x->failed) return;
+        if (x->e.failed) return;
         if (bl) return bad_type(x, in, s);
         if (!fl) {
             r = LLVMBuildAdd(b, LLVMBuildMul(b, a0, a1, ""), a2, "");
@@ -239,9 +228,9 @@ void ptx_emit_arith(ptx_ctx *x, const ir_inst *in) {
             r = ptx_call(x, nm, t, ts, v, 3);
         }
     } else if (in->op >= IR_OP_ADD && in->op <= IR_OP_SHR) {
-        if (!ptx_need(x, in, 2)) return;
+        if (!ir_emit_need(&x->e, in, 2)) return;
         LLVMValueRef a = ptx_V(x, in->operand[0]), c = ptx_V(x, in->operand[1]);
-        if (x->failed) return;
+        if (x->e.failed) return;
         bool bits = in->op >= IR_OP_AND;
         if ((bits && fl) || (bl && !(in->op == IR_OP_AND || in->op == IR_OP_OR || in->op == IR_OP_XOR)))
             return bad_type(x, in, s);
@@ -263,9 +252,9 @@ void ptx_emit_arith(ptx_ctx *x, const ir_inst *in) {
         default: break;
         }
     } else {
-        if (!ptx_need(x, in, 1)) return;
+        if (!ir_emit_need(&x->e, in, 1)) return;
         LLVMValueRef a = ptx_V(x, in->operand[0]);
-        if (x->failed) return;
+        if (x->e.failed) return;
         scalar_fn f = NULL;
         switch (in->op) {
         case IR_OP_NEG:
@@ -315,7 +304,7 @@ void ptx_emit_arith(ptx_ctx *x, const ir_inst *in) {
 }
 
 void ptx_emit_cmp(ptx_ctx *x, const ir_inst *in) {
-    if (!ptx_need(x, in, 2)) return;
+    if (!ir_emit_need(&x->e, in, 2)) return;
     ir_scalar s;
     uint32_t n;
     if (!ptx_tinfo(x, ir_type_of(x->k, in->operand[0]), &s, &n)) return;
@@ -328,9 +317,9 @@ void ptx_emit_cmp(ptx_ctx *x, const ir_inst *in) {
         return;
     }
     LLVMValueRef a = ptx_V(x, in->operand[0]), b = ptx_V(x, in->operand[1]);
-    if (x->failed) return;
-    LLVMValueRef r = ptx_s_float(s) ? LLVMBuildFCmp(x->b, F[c], a, b, "")
-                                    : LLVMBuildICmp(x->b, ptx_s_signed(s) ? S[c] : U[c], a, b, "");
+    if (x->e.failed) return;
+    LLVMValueRef r = ir_scalar_is_float(s) ? LLVMBuildFCmp(x->b, F[c], a, b, "")
+                                    : LLVMBuildICmp(x->b, ir_scalar_is_signed(s) ? S[c] : U[c], a, b, "");
     ptx_def(x, in->result, r);
 }
 
@@ -341,31 +330,31 @@ static LLVMValueRef convert(ptx_ctx *x, ir_scalar from, ir_scalar to, uint32_t n
     LLVMBuilderRef b = x->b;
     LLVMTypeRef rt = ptx_t_rep(x, to, n);
     if (from == IR_BOOL) {
-        LLVMValueRef one = splat(ptx_c_scalar(x, to, ptx_s_float(to) ? 0x3f800000u : 1u), n);
+        LLVMValueRef one = splat(ptx_c_scalar(x, to, ir_scalar_is_float(to) ? 0x3f800000u : 1u), n);
         return LLVMBuildSelect(b, v, one, LLVMConstNull(rt), "");
     }
     if (to == IR_BOOL) {
         LLVMValueRef zero = LLVMConstNull(ptx_t_rep(x, from, n));
-        return ptx_s_float(from) ? LLVMBuildFCmp(b, LLVMRealUNE, v, zero, "") : LLVMBuildICmp(b, LLVMIntNE, v, zero, "");
+        return ir_scalar_is_float(from) ? LLVMBuildFCmp(b, LLVMRealUNE, v, zero, "") : LLVMBuildICmp(b, LLVMIntNE, v, zero, "");
     }
-    bool ff = ptx_s_float(from), tf = ptx_s_float(to);
+    bool ff = ir_scalar_is_float(from), tf = ir_scalar_is_float(to);
     if (ff && tf) return ptx_round_to(x, to, n, v); /* from is exact in f32 already */
     if (!ff && !tf) {
-        unsigned fb = ptx_s_bits(from), tb = ptx_s_bits(to);
+        unsigned fb = ir_scalar_bits(from), tb = ir_scalar_bits(to);
         if (fb == tb) return v; /* i32 and u32 are one LLVM type */
         if (fb > tb) return LLVMBuildTrunc(b, v, rt, "");
-        return ptx_s_signed(from) ? LLVMBuildSExt(b, v, rt, "") : LLVMBuildZExt(b, v, rt, "");
+        return ir_scalar_is_signed(from) ? LLVMBuildSExt(b, v, rt, "") : LLVMBuildZExt(b, v, rt, "");
     }
     if (!ff) { /* int -> float: rounded to f32, then to the 16-bit type */
-        LLVMValueRef f = ptx_s_signed(from) ? LLVMBuildSIToFP(b, v, vec(t_f32(x), n), "") : LLVMBuildUIToFP(b, v, vec(t_f32(x), n), "");
+        LLVMValueRef f = ir_scalar_is_signed(from) ? LLVMBuildSIToFP(b, v, vec(t_f32(x), n), "") : LLVMBuildUIToFP(b, v, vec(t_f32(x), n), "");
         return ptx_round_to(x, to, n, f);
     }
     /* float -> int, toward zero (cvt.rzi; out of range is the device's) */
-    return ptx_s_signed(to) ? LLVMBuildFPToSI(b, v, rt, "") : LLVMBuildFPToUI(b, v, rt, "");
+    return ir_scalar_is_signed(to) ? LLVMBuildFPToSI(b, v, rt, "") : LLVMBuildFPToUI(b, v, rt, "");
 }
 
 void ptx_emit_convert(ptx_ctx *x, const ir_inst *in) {
-    if (!ptx_need(x, in, 1)) return;
+    if (!ir_emit_need(&x->e, in, 1)) return;
     ir_scalar fs, ts;
     uint32_t fn, tn;
     if (!ptx_tinfo(x, ir_type_of(x->k, in->operand[0]), &fs, &fn) || !ptx_tinfo(x, in->type, &ts, &tn)) return;
@@ -374,21 +363,21 @@ void ptx_emit_convert(ptx_ctx *x, const ir_inst *in) {
         return;
     }
     LLVMValueRef v = ptx_V(x, in->operand[0]);
-    if (!x->failed) ptx_def(x, in->result, convert(x, fs, ts, tn, v));
+    if (!x->e.failed) ptx_def(x, in->result, convert(x, fs, ts, tn, v));
 }
 
 /* Through the memory form: 16-bit lanes as i16, everything else as itself. */
 void ptx_emit_bitcast(ptx_ctx *x, const ir_inst *in) {
-    if (!ptx_need(x, in, 1)) return;
+    if (!ir_emit_need(&x->e, in, 1)) return;
     ir_scalar fs, ts;
     uint32_t fn, tn;
     if (!ptx_tinfo(x, ir_type_of(x->k, in->operand[0]), &fs, &fn) || !ptx_tinfo(x, in->type, &ts, &tn)) return;
-    if (ptx_s_bits(fs) * fn != ptx_s_bits(ts) * tn || fs == IR_BOOL || ts == IR_BOOL) {
+    if (ir_scalar_bits(fs) * fn != ir_scalar_bits(ts) * tn || fs == IR_BOOL || ts == IR_BOOL) {
         ptx_fail(x, "bitcast %s x%u -> %s x%u changes the width", ir_scalar_name(fs), fn, ir_scalar_name(ts), tn);
         return;
     }
     LLVMValueRef v = ptx_V(x, in->operand[0]);
-    if (x->failed) return;
+    if (x->e.failed) return;
     LLVMValueRef m = ptx_to_storage(x, fs, fn, v);
     m = LLVMBuildBitCast(x->b, m, ptx_t_store(x, ts, tn), "");
     ptx_def(x, in->result, ptx_from_storage(x, ts, tn, m));

@@ -59,7 +59,7 @@ static LLVMValueRef shfl32(ptx_ctx *x, bool bfly, LLVMValueRef w, LLVMValueRef l
 static LLVMValueRef shfl_scalar(ptx_ctx *x, bool bfly, ir_scalar s, LLVMValueRef v, LLVMValueRef lane) {
     LLVMBuilderRef b = x->b;
     LLVMTypeRef i32 = ptx_t_i32(x), t = LLVMTypeOf(v);
-    switch (ptx_s_bits(s)) {
+    switch (ir_scalar_bits(s)) {
     case 1: return LLVMBuildTrunc(b, shfl32(x, bfly, LLVMBuildZExt(b, v, i32, ""), lane), t, "");
     case 64: {
         LLVMTypeRef i64 = LLVMInt64TypeInContext(x->lc);
@@ -85,7 +85,7 @@ static LLVMValueRef shfl(ptx_ctx *x, bool bfly, ir_scalar s, uint32_t n, LLVMVal
 
 /* a op b for a subgroup reduction */
 static LLVMValueRef combine(ptx_ctx *x, ir_reduce r, ir_scalar s, LLVMValueRef a, LLVMValueRef b) {
-    bool fl = s == IR_F32, sg = ptx_s_signed(s);
+    bool fl = s == IR_F32, sg = ir_scalar_is_signed(s);
     if (r == IR_REDUCE_ADD) return fl ? LLVMBuildFAdd(x->b, a, b, "") : LLVMBuildAdd(x->b, a, b, "");
     const char *nm = r == IR_REDUCE_MIN ? (fl ? "llvm.minnum.f32" : sg ? "llvm.smin.i32" : "llvm.umin.i32")
                                         : (fl ? "llvm.maxnum.f32" : sg ? "llvm.smax.i32" : "llvm.umax.i32");
@@ -96,7 +96,7 @@ static LLVMValueRef combine(ptx_ctx *x, ir_reduce r, ir_scalar s, LLVMValueRef a
 
 void ptx_emit_subgroup(ptx_ctx *x, const ir_inst *in) {
     bool reduce = in->op == IR_OP_SG_REDUCE;
-    if (!ptx_need(x, in, reduce ? 1 : 2)) return;
+    if (!ir_emit_need(&x->e, in, reduce ? 1 : 2)) return;
     ir_scalar s;
     uint32_t n;
     if (!ptx_tinfo(x, in->type, &s, &n)) return;
@@ -106,7 +106,7 @@ void ptx_emit_subgroup(ptx_ctx *x, const ir_inst *in) {
     }
     LLVMValueRef v = ptx_V(x, in->operand[0]);
     LLVMValueRef lane = reduce ? NULL : ptx_V(x, in->operand[1]);
-    if (x->failed) return;
+    if (x->e.failed) return;
     if (!reduce) {
         ptx_def(x, in->result, shfl(x, in->op == IR_OP_SG_SHUFFLE_XOR, s, n, v, lane));
         return;

@@ -51,6 +51,12 @@ ir_type ir_t_frag(ir_kernel *k, ir_frag_use use, ir_scalar elem, uint32_t m, uin
 const ir_type_desc *ir_type_get(const ir_kernel *k, ir_type t); /* NULL for 0 and unknown types */
 ir_type ir_type_of(const ir_kernel *k, ir_val v);
 const char *ir_scalar_name(ir_scalar s); /* "bool", "i32", ..., "bf16", "f32" */
+/* Scalar kinds: the one definition the builder, the passes and both emitters use. */
+bool ir_scalar_is_int(ir_scalar s);        /* i32 u32 i64 u64 */
+bool ir_scalar_is_float(ir_scalar s);      /* f16 bf16 f32 */
+bool ir_scalar_is_signed(ir_scalar s);     /* i32 i64 */
+uint32_t ir_scalar_bits(ir_scalar s);      /* 16, 32 or 64; bool 1 (a register bit, never in memory); 0 unknown */
+ir_scalar ir_scalar_unsigned(ir_scalar s); /* i32 -> u32, i64 -> u64; any other scalar itself */
 
 /* ---- kernels and parameters ----------------------------------------------------------------- */
 

@@ -70,7 +70,7 @@ struct ir_kernel {
     uint32_t n_open, cap_open;
 };
 
-/* ---- arena and errors (ir.c) ---- */
+/* ---- arena and errors (kernel.c) ---- */
 void *ir_alloc(ir_kernel *k, size_t size); /* zeroed; NULL (and an error) when out of memory */
 /* Grows an arena array to hold need elements; returns the (maybe moved) array or NULL. */
 void *ir_grow(ir_kernel *k, void *arr, uint32_t *cap, uint32_t need, size_t esz);
@@ -79,11 +79,7 @@ bool ir_region_push(ir_kernel *k, ir_region *r, ir_inst *in);
 ir_val ir_new_value(ir_kernel *k, ir_inst *def, ir_type t);
 ir_type ir_type_find(const ir_kernel *k, const ir_type_desc *d); /* 0 if never interned */
 
-/* ---- type helpers (ir.c) ---- */
-bool ir_scalar_is_int(ir_scalar s);   /* i32 u32 i64 u64 */
-bool ir_scalar_is_float(ir_scalar s); /* f16 bf16 f32 */
-bool ir_scalar_is_signed(ir_scalar s);
-uint32_t ir_scalar_bits(ir_scalar s); /* bool: 0 (no defined width) */
+/* ---- type helpers (types.c, values.c) ---- */
 /* The element of a scalar or vector type; false for fragments and bad types. */
 bool ir_type_elem(const ir_kernel *k, ir_type t, ir_scalar *elem, uint32_t *lanes);
 /* Why a type descriptor is malformed (vector lanes, fragment shape), or NULL. */
@@ -93,6 +89,18 @@ bool ir_op_has_result(ir_op op);
 bool ir_op_is_effect(ir_op op); /* stores, atomics, barriers, frag stores: never removed */
 /* A spec value as its CONST encoding; 0, or -1 with why it does not fit the type. */
 int ir_encode_spec_value(ir_scalar s, double v, int64_t *out, const char **why);
+
+/* ---- the builder's core (values.c), used by memory.c and control.c ---- */
+/* The region being appended to: the innermost open construct's, else the body. */
+ir_region *ir_current(ir_kernel *k);
+/* An operand must be a value whose region is still open (else a builder error). */
+bool ir_use_ok(ir_kernel *k, const char *fn, ir_val v);
+bool ir_uses_ok(ir_kernel *k, const char *fn, const ir_val *v, uint32_t n);
+/* Checks an instruction with the verifier's rules, then appends it to the innermost open
+ * region. Returns it, or NULL (with the error) when it breaks a rule. */
+ir_inst *ir_build(ir_kernel *k, const char *fn, ir_op op, ir_type type, const ir_val *ops, uint32_t n, int64_t imm0,
+                  int64_t imm1, int64_t imm2);
+static inline ir_val ir_result_of(const ir_inst *in) { return in ? in->result : IR_NONE; }
 
 /* ---- verifier pieces (verify.c) ---- */
 /* The per-op typing rules, shared by the builder (before it appends) and the verifier.

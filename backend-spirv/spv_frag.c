@@ -1,0 +1,73 @@
+/* Matrix fragments as SPV_KHR_cooperative_matrix for the SPIR-V emitter. */
+#include "backend-spirv/spv_internal.h"
+#include "backend-spirv/spv_khr.h"
+
+/* ---- fragments ------------------------------------------------------------------------------- */
+
+/* FRAG_LOAD: operands base, stride; imm[0] src, imm[1] row_major, imm[2] shm.
+ * FRAG_STORE: operands frag, base, stride; imm[0] dst, imm[1] row_major, imm[2] shm. */
+void spv_emit_frag(spv_ctx *x, const ir_inst *in) {
+    switch (in->op) {
+    case IR_OP_FRAG_FILL: {
+        if (!ir_emit_need(&x->e, in, 1)) return;
+        const ir_type_desc *d = ir_type_get(x->k, in->type);
+        uint32_t t = spv_t_rep(x, in->type);
+        if (!t || !d) return;
+        uint32_t v = spv_V(x, in->operand[0]);
+        ir_scalar vs;
+        uint32_t vn;
+        if (!ir_emit_tinfo(&x->e, ir_type_of(x->k, in->operand[0]), &vs, &vn) || vn != 1) {
+            spv_fail(x, "fill value must be a scalar");
+            return;
+        }
+        v = spv_convert(x, vs, d->elem, 1, v);
+        if (d->elem == IR_BF16) v = spv_fn1(x, SpvOpFConvert, spv_t_bf16(x), v); /* exact: v is a bf16 */
+        spv_def(x, in->result, spv_fn1(x, SpvOpCompositeConstruct, t, v));
+        return;
+    }
+    case IR_OP_FRAG_LOAD: case IR_OP_FRAG_STORE: {
+        bool load = in->op == IR_OP_FRAG_LOAD;
+        uint32_t o = load ? 0 : 1;
+        if (!ir_emit_need(&x->e, in, 2 + o)) return;
+        bool shm = in->imm[2] != 0;
+        uint32_t src = spv_imm_u32(x, in, 0, shm ? x->n_shm : x->n_buf, shm ? "workgroup array" : "buffer");
+        uint32_t t = spv_t_rep(x, load ? in->type : ir_type_of(x->k, in->operand[0]));
+        if (x->e.failed || !t) return;
+        uint32_t base = spv_V(x, in->operand[o]), stride = spv_V(x, in->operand[o + 1]);
+        uint32_t ptr = shm ? spv_shm_ptr(x, src, base) : spv_buf_ptr(x, src, 1, base);
+        uint32_t layout = spv_c_u32(x, in->imm[1] ? spv_coopmat_row_major : spv_coopmat_col_major);
+        if (load) {
+            uint32_t id = spv_b_id(&x->b);
+            spv_b_emitv(&x->b, SPV_SEC_FUNCTION, spv_op_coopmat_load_khr, 6, t, id, ptr, layout, stride,
+                        SpvMemoryAccessNonPrivatePointerMask);
+            spv_def(x, in->result, id);
+        } else {
+            spv_b_emitv(&x->b, SPV_SEC_FUNCTION, spv_op_coopmat_store_khr, 5, ptr, spv_V(x, in->operand[0]), layout,
+                        stride, SpvMemoryAccessNonPrivatePointerMask);
+        }
+        return;
+    }
+    case IR_OP_FRAG_MMA: {
+        if (!ir_emit_need(&x->e, in, 3)) return;
+        const ir_type_desc *a = ir_type_get(x->k, ir_type_of(x->k, in->operand[0]));
+        const ir_type_desc *c = ir_type_get(x->k, ir_type_of(x->k, in->operand[2]));
+        if (!a || !c || a->kind != IR_T_FRAG || c->kind != IR_T_FRAG) {
+            spv_fail(x, "mma operands must be fragments");
+            return;
+        }
+        if (!spv_mma_find(x->c, a->m, a->n, a->k, (int)a->elem, (int)c->elem)) {
+            spv_fail(x, "mma %ux%ux%u %s x %s -> %s is not one of the device's cooperative-matrix shapes (caps.mma)",
+                     a->m, a->n, a->k, ir_scalar_name(a->elem), ir_scalar_name(a->elem), ir_scalar_name(c->elem));
+            return;
+        }
+        uint32_t t = spv_t_rep(x, in->type);
+        if (!t) return;
+        spv_def(x, in->result,
+                spv_fn3(x, spv_op_coopmat_muladd_khr, t, spv_V(x, in->operand[0]), spv_V(x, in->operand[1]),
+                        spv_V(x, in->operand[2])));
+        return;
+    }
+    default: return;
+    }
+}
+

@@ -1,0 +1,154 @@
+/* The builder's memory, subgroup and matrix-fragment instructions. */
+#include "ir/ir_internal.h"
+
+/* ---- memory ------------------------------------------------------------------------------ */
+
+/* The element type of a buffer (shm == false) or workgroup array, or false. */
+static bool target_elem(ir_kernel *k, const char *fn, bool shm, uint32_t target, ir_scalar *elem) {
+    if (shm) {
+        const ir_shared_decl *s = ir_shared_at(k, target);
+        if (!s) {
+            ir_fail(k, "%s: no workgroup array %u", fn, target);
+            return false;
+        }
+        *elem = s->elem;
+    } else {
+        if (target >= k->n_buffers) {
+            ir_fail(k, "%s: no buffer %u", fn, target);
+            return false;
+        }
+        *elem = k->params[k->buffers[target]].elem;
+    }
+    return true;
+}
+
+static ir_type lanes_type(ir_kernel *k, const char *fn, ir_scalar e, uint32_t lanes) {
+    if (lanes != 1 && lanes != 2 && lanes != 4) {
+        ir_fail(k, "%s: loads take 1, 2 or 4 lanes", fn);
+        return 0;
+    }
+    return lanes == 1 ? ir_t_scalar(k, e) : ir_t_vector(k, e, lanes);
+}
+
+static uint32_t value_lanes(ir_kernel *k, ir_val v) {
+    uint32_t l = 0;
+    ir_type_elem(k, ir_type_of(k, v), NULL, &l);
+    return l;
+}
+
+ir_val ir_load(ir_kernel *k, ir_buf b, ir_val index, uint32_t lanes) {
+    ir_scalar e;
+    if (!k || !target_elem(k, "ir_load", false, b, &e) || !ir_use_ok(k, "ir_load", index))
+        return IR_NONE;
+    ir_type t = lanes_type(k, "ir_load", e, lanes);
+    return t ? ir_result_of(ir_build(k, "ir_load", IR_OP_LOAD, t, &index, 1, b, lanes, 0)) : IR_NONE;
+}
+
+void ir_store(ir_kernel *k, ir_buf b, ir_val index, ir_val value) {
+    ir_scalar e;
+    ir_val ops[2] = { index, value };
+    if (!k || !target_elem(k, "ir_store", false, b, &e) || !ir_uses_ok(k, "ir_store", ops, 2))
+        return;
+    ir_build(k, "ir_store", IR_OP_STORE, 0, ops, 2, b, value_lanes(k, value), 0);
+}
+
+ir_val ir_load_masked(ir_kernel *k, ir_buf b, ir_val index, uint32_t lanes, ir_val limit, ir_val fallback) {
+    ir_scalar e;
+    ir_val ops[3] = { index, limit, fallback };
+    if (!k || !target_elem(k, "ir_load_masked", false, b, &e) || !ir_uses_ok(k, "ir_load_masked", ops, 3))
+        return IR_NONE;
+    ir_type t = lanes_type(k, "ir_load_masked", e, lanes);
+    return t ? ir_result_of(ir_build(k, "ir_load_masked", IR_OP_LOAD_MASKED, t, ops, 3, b, lanes, 0)) : IR_NONE;
+}
+
+void ir_store_masked(ir_kernel *k, ir_buf b, ir_val index, ir_val value, ir_val limit) {
+    ir_scalar e;
+    ir_val ops[3] = { index, value, limit };
+    if (!k || !target_elem(k, "ir_store_masked", false, b, &e) || !ir_uses_ok(k, "ir_store_masked", ops, 3))
+        return;
+    ir_build(k, "ir_store_masked", IR_OP_STORE_MASKED, 0, ops, 3, b, value_lanes(k, value), 0);
+}
+
+ir_val ir_shm_load(ir_kernel *k, ir_shm s, ir_val index, uint32_t lanes) {
+    ir_scalar e;
+    if (!k || !target_elem(k, "ir_shm_load", true, s, &e) || !ir_use_ok(k, "ir_shm_load", index))
+        return IR_NONE;
+    ir_type t = lanes_type(k, "ir_shm_load", e, lanes);
+    return t ? ir_result_of(ir_build(k, "ir_shm_load", IR_OP_SHM_LOAD, t, &index, 1, s, lanes, 0)) : IR_NONE;
+}
+
+void ir_shm_store(ir_kernel *k, ir_shm s, ir_val index, ir_val value) {
+    ir_scalar e;
+    ir_val ops[2] = { index, value };
+    if (!k || !target_elem(k, "ir_shm_store", true, s, &e) || !ir_uses_ok(k, "ir_shm_store", ops, 2))
+        return;
+    ir_build(k, "ir_shm_store", IR_OP_SHM_STORE, 0, ops, 2, s, value_lanes(k, value), 0);
+}
+
+void ir_barrier(ir_kernel *k) {
+    if (k)
+        ir_build(k, "ir_barrier", IR_OP_BARRIER, 0, NULL, 0, 0, 0, 0);
+}
+
+ir_val ir_atomic(ir_kernel *k, ir_atomic_op op, bool shm, uint32_t target, ir_val index, ir_val value) {
+    ir_scalar e;
+    ir_val ops[2] = { index, value };
+    if (!k || !target_elem(k, "ir_atomic", shm, target, &e) || !ir_uses_ok(k, "ir_atomic", ops, 2))
+        return IR_NONE;
+    ir_type t = ir_t_scalar(k, e);
+    return t ? ir_result_of(ir_build(k, "ir_atomic", IR_OP_ATOMIC, t, ops, 2, target, op, shm)) : IR_NONE;
+}
+
+/* ---- subgroups ---------------------------------------------------------------------------- */
+
+ir_val ir_sg_reduce(ir_kernel *k, ir_reduce r, ir_val v) {
+    if (!k || !ir_use_ok(k, "ir_sg_reduce", v))
+        return IR_NONE;
+    return ir_result_of(ir_build(k, "ir_sg_reduce", IR_OP_SG_REDUCE, ir_type_of(k, v), &v, 1, r, 0, 0));
+}
+
+static ir_val sg2(ir_kernel *k, const char *fn, ir_op op, ir_val v, ir_val lane) {
+    ir_val ops[2] = { v, lane };
+    if (!k || !ir_uses_ok(k, fn, ops, 2))
+        return IR_NONE;
+    return ir_result_of(ir_build(k, fn, op, ir_type_of(k, v), ops, 2, 0, 0, 0));
+}
+
+ir_val ir_sg_shuffle(ir_kernel *k, ir_val v, ir_val lane) { return sg2(k, "ir_sg_shuffle", IR_OP_SG_SHUFFLE, v, lane); }
+ir_val ir_sg_shuffle_xor(ir_kernel *k, ir_val v, ir_val mask) {
+    return sg2(k, "ir_sg_shuffle_xor", IR_OP_SG_SHUFFLE_XOR, v, mask);
+}
+ir_val ir_sg_broadcast(ir_kernel *k, ir_val v, ir_val lane) {
+    return sg2(k, "ir_sg_broadcast", IR_OP_SG_BROADCAST, v, lane);
+}
+
+/* ---- matrix fragments -------------------------------------------------------------------- */
+
+ir_val ir_frag_fill(ir_kernel *k, ir_type frag, ir_val scalar) {
+    if (!k || !ir_use_ok(k, "ir_frag_fill", scalar))
+        return IR_NONE;
+    return ir_result_of(ir_build(k, "ir_frag_fill", IR_OP_FRAG_FILL, frag, &scalar, 1, 0, 0, 0));
+}
+
+ir_val ir_frag_load(ir_kernel *k, ir_type frag, bool shm, uint32_t src, ir_val base, ir_val stride, bool row_major) {
+    ir_scalar e;
+    ir_val ops[2] = { base, stride };
+    if (!k || !target_elem(k, "ir_frag_load", shm, src, &e) || !ir_uses_ok(k, "ir_frag_load", ops, 2))
+        return IR_NONE;
+    return ir_result_of(ir_build(k, "ir_frag_load", IR_OP_FRAG_LOAD, frag, ops, 2, src, row_major, shm));
+}
+
+void ir_frag_store(ir_kernel *k, ir_val frag, bool shm, uint32_t dst, ir_val base, ir_val stride, bool row_major) {
+    ir_scalar e;
+    ir_val ops[3] = { frag, base, stride };
+    if (!k || !target_elem(k, "ir_frag_store", shm, dst, &e) || !ir_uses_ok(k, "ir_frag_store", ops, 3))
+        return;
+    ir_build(k, "ir_frag_store", IR_OP_FRAG_STORE, 0, ops, 3, dst, row_major, shm);
+}
+
+ir_val ir_frag_mma(ir_kernel *k, ir_val a, ir_val b, ir_val acc) {
+    ir_val ops[3] = { a, b, acc };
+    if (!k || !ir_uses_ok(k, "ir_frag_mma", ops, 3))
+        return IR_NONE;
+    return ir_result_of(ir_build(k, "ir_frag_mma", IR_OP_FRAG_MMA, ir_type_of(k, acc), ops, 3, 0, 0, 0));
+}
