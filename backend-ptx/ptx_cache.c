@@ -9,7 +9,7 @@
 #include <string.h>
 
 /* Bump when the emitter's output for the same IR and caps changes. */
-#define PTX_EMITTER_VERSION 2
+#define PTX_EMITTER_VERSION 3
 
 typedef struct hash2 { uint64_t a, b; } hash2;
 

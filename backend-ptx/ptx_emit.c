@@ -5,6 +5,7 @@
 #include "backend-ptx/ptx_emit.h"
 
 #include "backend-ptx/ptx_internal.h"
+#include "ir/lower.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -443,6 +444,33 @@ static void set_err(char *err, size_t errlen, const char *fmt, const char *a, co
     if (err && errlen) snprintf(err, errlen, fmt, a, b);
 }
 
+/* The IR's target rewrites this emitter relies on (ir/lower.h). */
+static ir_lower_opts lower_opts(const rt_caps *c) {
+    (void)c;
+    return (ir_lower_opts){.masked = true};
+}
+
+ir_kernel *ptx_lowered(const ir_kernel *k, const rt_caps *c, char *err, size_t errlen) {
+    if (err && errlen) err[0] = 0;
+    if (!k || !c) {
+        set_err(err, errlen, "ptx: no kernel or caps%s%s", "", "");
+        return NULL;
+    }
+    ir_kernel *low = ir_kernel_clone(k);
+    if (!low) {
+        set_err(err, errlen, "ptx: kernel '%s': %s", ir_kernel_name(k), "out of memory");
+        return NULL;
+    }
+    ir_lower_opts o = lower_opts(c);
+    char lerr[256];
+    if (ir_lower(low, &o, lerr, sizeof lerr)) {
+        set_err(err, errlen, "ptx: kernel '%s': %s", ir_kernel_name(k), lerr);
+        ir_kernel_destroy(low);
+        return NULL;
+    }
+    return low;
+}
+
 int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, char *err, size_t errlen) {
     if (err && errlen) err[0] = 0;
     if (ptx) *ptx = NULL;
@@ -462,15 +490,17 @@ int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, c
         set_err(err, errlen, "ptx: kernel '%s': %s", ir_kernel_name(k), why);
         return -1;
     }
+    ir_kernel *low = ptx_lowered(k, c, err, errlen);
+    if (!low) return -1;
     ptx_ctx x;
     memset(&x, 0, sizeof x);
-    x.k = k;
+    x.k = low;
     x.c = c;
     x.sm = sm;
     x.lc = LLVMContextCreate();
     x.m = LLVMModuleCreateWithNameInContext(ir_kernel_name(k), x.lc);
     x.b = LLVMCreateBuilderInContext(x.lc);
-    int rc = ir_emit_init(&x.e, k, "ptx", err, errlen) ? -1 : emit_module(&x);
+    int rc = ir_emit_init(&x.e, low, "ptx", err, errlen) ? -1 : emit_module(&x);
     if (!rc && llvm_ir) {
         char *s = LLVMPrintModuleToString(x.m);
         *llvm_ir = s ? strdup(s) : NULL;
@@ -499,5 +529,6 @@ int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, c
     ir_emit_free(&x.e);
     free(x.buf);
     free(x.shm);
+    ir_kernel_destroy(low);
     return rc;
 }

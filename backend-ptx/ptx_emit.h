@@ -49,6 +49,11 @@
  * outputs NULL. Never aborts on bad input. Thread-safe (one LLVM context per call). */
 int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, char *err, size_t errlen);
 
+/* The kernel ptx_emit emits for caps c: a copy of k after the IR's target rewrites
+ * (ir/lower.h), for reading (kiln dump writes it as ROLE.lowered.ir). The caller
+ * destroys it; NULL with a one-line err. */
+ir_kernel *ptx_lowered(const ir_kernel *k, const rt_caps *c, char *err, size_t errlen);
+
 /* ptx_emit through a cache on disk (runtime/cache_dir.h's folder, ptx-<key>.ptx), so a
  * second start runs no LLVM. The key hashes the kernel's printed IR, the caps fields the
  * emitter reads and the emitter's and LLVM's versions; the file's first line (a PTX

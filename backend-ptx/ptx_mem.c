@@ -1,6 +1,6 @@
 /* Buffer and workgroup-memory accesses for the PTX emitter: loads and stores (vectors
- * where the IR asks for them), masked accesses that never form an out-of-bounds
- * address on the taken path, and atomics. */
+ * where the IR asks for them) and atomics. Masked accesses reach it lowered
+ * (ir/lower_mask.c): ifs around plain accesses. */
 #include "backend-ptx/ptx_internal.h"
 
 static LLVMTypeRef t_i64(ptx_ctx *x) { return LLVMInt64TypeInContext(x->lc); }
@@ -42,98 +42,6 @@ static LLVMValueRef lane_of(ptx_ctx *x, uint32_t lanes, LLVMValueRef v, uint32_t
     return lanes == 1 ? v : LLVMBuildExtractElement(x->b, v, ptx_c_i32(x, l), "");
 }
 
-/* ---- guarded blocks ---------------------------------------------------------------------- */
-
-typedef struct guard {
-    LLVMBasicBlockRef before, merge;
-} guard;
-
-static guard guard_begin(ptx_ctx *x, LLVMValueRef cond) {
-    guard g = {LLVMGetInsertBlock(x->b), LLVMAppendBasicBlockInContext(x->lc, x->fn, "skip")};
-    LLVMBasicBlockRef then = LLVMAppendBasicBlockInContext(x->lc, x->fn, "inb");
-    LLVMBuildCondBr(x->b, cond, then, g.merge);
-    LLVMPositionBuilderAtEnd(x->b, then);
-    return g;
-}
-/* Closes the guarded block; returns phi(v from it, fallback when skipped) when v is given. */
-static LLVMValueRef guard_end(ptx_ctx *x, guard g, LLVMValueRef v, LLVMValueRef fallback) {
-    LLVMBasicBlockRef then_end = LLVMGetInsertBlock(x->b);
-    LLVMBuildBr(x->b, g.merge);
-    LLVMPositionBuilderAtEnd(x->b, g.merge);
-    if (!v) return NULL;
-    LLVMValueRef phi = LLVMBuildPhi(x->b, LLVMTypeOf(v), "");
-    LLVMValueRef vals[2] = {v, fallback};
-    LLVMBasicBlockRef from[2] = {then_end, g.before};
-    LLVMAddIncoming(phi, vals, from, 2);
-    return phi;
-}
-
-/* index + l < limit, without wrapping: index < limit && limit - index > l. */
-static LLVMValueRef lane_in_bounds(ptx_ctx *x, LLVMValueRef index, LLVMValueRef limit, uint32_t l) {
-    LLVMValueRef lt = LLVMBuildICmp(x->b, LLVMIntULT, index, limit, "");
-    if (!l) return lt;
-    LLVMValueRef room = LLVMBuildSub(x->b, limit, index, "");
-    return LLVMBuildAnd(x->b, lt, LLVMBuildICmp(x->b, LLVMIntUGT, room, ptx_c_i32(x, l), ""), "");
-}
-
-/* Masked: the whole vector when every lane is in bounds, else lane by lane, each guarded. */
-static LLVMValueRef masked_load(ptx_ctx *x, uint32_t b, LLVMValueRef index, uint32_t lanes, LLVMValueRef limit,
-                                LLVMValueRef fallback) {
-    ir_scalar s = buf_elem(x, b);
-    LLVMValueRef base = x->buf[b];
-    if (lanes == 1) {
-        guard g = guard_begin(x, lane_in_bounds(x, index, limit, 0));
-        return guard_end(x, g, load_at(x, base, s, index, 1), fallback);
-    }
-    guard all = guard_begin(x, lane_in_bounds(x, index, limit, lanes - 1));
-    LLVMValueRef full = load_at(x, base, s, index, lanes);
-    LLVMBasicBlockRef full_end = LLVMGetInsertBlock(x->b);
-    LLVMBasicBlockRef part_l = LLVMAppendBasicBlockInContext(x->lc, x->fn, "part");
-    LLVMBuildBr(x->b, all.merge);
-    /* retarget the skip edge of the first guard to the lane-by-lane path */
-    LLVMValueRef term = LLVMGetBasicBlockTerminator(all.before);
-    LLVMSetSuccessor(term, 1, part_l);
-    LLVMPositionBuilderAtEnd(x->b, part_l);
-    LLVMValueRef r = LLVMGetPoison(ptx_t_rep(x, s, lanes));
-    for (uint32_t l = 0; l < lanes; l++) {
-        guard g = guard_begin(x, lane_in_bounds(x, index, limit, l));
-        LLVMValueRef v = guard_end(x, g, load_at(x, base, s, add_u32(x, index, l), 1), fallback);
-        r = LLVMBuildInsertElement(x->b, r, v, ptx_c_i32(x, l), "");
-    }
-    LLVMBasicBlockRef part_end = LLVMGetInsertBlock(x->b);
-    LLVMBuildBr(x->b, all.merge);
-    LLVMPositionBuilderAtEnd(x->b, all.merge);
-    LLVMValueRef phi = LLVMBuildPhi(x->b, LLVMTypeOf(full), "");
-    LLVMValueRef vals[2] = {full, r};
-    LLVMBasicBlockRef from[2] = {full_end, part_end};
-    LLVMAddIncoming(phi, vals, from, 2);
-    return phi;
-}
-
-static void masked_store(ptx_ctx *x, uint32_t b, LLVMValueRef index, uint32_t lanes, LLVMValueRef v, LLVMValueRef limit) {
-    ir_scalar s = buf_elem(x, b);
-    LLVMValueRef base = x->buf[b];
-    if (lanes == 1) {
-        guard g = guard_begin(x, lane_in_bounds(x, index, limit, 0));
-        store_at(x, base, s, index, 1, v);
-        guard_end(x, g, NULL, NULL);
-        return;
-    }
-    guard all = guard_begin(x, lane_in_bounds(x, index, limit, lanes - 1));
-    store_at(x, base, s, index, lanes, v);
-    LLVMBasicBlockRef part_l = LLVMAppendBasicBlockInContext(x->lc, x->fn, "part");
-    LLVMBuildBr(x->b, all.merge);
-    LLVMSetSuccessor(LLVMGetBasicBlockTerminator(all.before), 1, part_l);
-    LLVMPositionBuilderAtEnd(x->b, part_l);
-    for (uint32_t l = 0; l < lanes; l++) {
-        guard g = guard_begin(x, lane_in_bounds(x, index, limit, l));
-        store_at(x, base, s, add_u32(x, index, l), 1, lane_of(x, lanes, v, l));
-        guard_end(x, g, NULL, NULL);
-    }
-    LLVMBuildBr(x->b, all.merge);
-    LLVMPositionBuilderAtEnd(x->b, all.merge);
-}
-
 static uint32_t lanes_of(ptx_ctx *x, ir_type t) {
     ir_scalar s;
     uint32_t n = 1;
@@ -143,29 +51,27 @@ static uint32_t lanes_of(ptx_ctx *x, ir_type t) {
 
 void ptx_emit_memory(ptx_ctx *x, const ir_inst *in) {
     switch (in->op) {
-    case IR_OP_LOAD: case IR_OP_LOAD_MASKED: {
-        bool masked = in->op == IR_OP_LOAD_MASKED;
-        if (!ir_emit_need(&x->e, in, masked ? 3 : 1)) return;
+    case IR_OP_LOAD: {
+        if (!ir_emit_need(&x->e, in, 1)) return;
         uint32_t b = imm_idx(x, in, 0, x->n_buf, "buffer");
         uint32_t lanes = lanes_of(x, in->type);
         LLVMValueRef index = ptx_V(x, in->operand[0]);
-        LLVMValueRef limit = masked ? ptx_V(x, in->operand[1]) : NULL, fb = masked ? ptx_V(x, in->operand[2]) : NULL;
         if (x->e.failed) return;
-        ptx_def(x, in->result, masked ? masked_load(x, b, index, lanes, limit, fb) : load_at(x, x->buf[b], buf_elem(x, b), index, lanes));
+        ptx_def(x, in->result, load_at(x, x->buf[b], buf_elem(x, b), index, lanes));
         return;
     }
-    case IR_OP_STORE: case IR_OP_STORE_MASKED: {
-        bool masked = in->op == IR_OP_STORE_MASKED;
-        if (!ir_emit_need(&x->e, in, masked ? 3 : 2)) return;
+    case IR_OP_STORE: {
+        if (!ir_emit_need(&x->e, in, 2)) return;
         uint32_t b = imm_idx(x, in, 0, x->n_buf, "buffer");
         uint32_t lanes = lanes_of(x, ir_type_of(x->k, in->operand[1]));
         LLVMValueRef index = ptx_V(x, in->operand[0]), v = ptx_V(x, in->operand[1]);
-        LLVMValueRef limit = masked ? ptx_V(x, in->operand[2]) : NULL;
         if (x->e.failed) return;
-        if (masked) masked_store(x, b, index, lanes, v, limit);
-        else store_at(x, x->buf[b], buf_elem(x, b), index, lanes, v);
+        store_at(x, x->buf[b], buf_elem(x, b), index, lanes, v);
         return;
     }
+    case IR_OP_LOAD_MASKED: case IR_OP_STORE_MASKED:
+        ptx_fail(x, "masked accesses are lowered before emission (ir/lower.h)");
+        return;
     case IR_OP_SHM_LOAD: {
         if (!ir_emit_need(&x->e, in, 1)) return;
         uint32_t s = imm_idx(x, in, 0, x->n_shm, "workgroup array");

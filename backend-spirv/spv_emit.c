@@ -4,6 +4,7 @@
 
 #include "backend-spirv/spv_internal.h"
 #include "backend-spirv/spv_khr.h"
+#include "ir/lower.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -481,6 +482,33 @@ static int emit_module(spv_ctx *x, spv_module *out) {
     return 0;
 }
 
+/* The IR's target rewrites this emitter relies on (ir/lower.h). */
+static ir_lower_opts lower_opts(const rt_caps *c) {
+    (void)c;
+    return (ir_lower_opts){.masked = true};
+}
+
+ir_kernel *spv_lowered(const ir_kernel *k, const rt_caps *c, char *err, size_t errlen) {
+    if (err && errlen) err[0] = 0;
+    if (!k || !c) {
+        if (err && errlen) snprintf(err, errlen, "spirv: no kernel or no caps");
+        return NULL;
+    }
+    ir_kernel *low = ir_kernel_clone(k);
+    if (!low) {
+        if (err && errlen) snprintf(err, errlen, "spirv: kernel '%s': out of memory", ir_kernel_name(k));
+        return NULL;
+    }
+    ir_lower_opts o = lower_opts(c);
+    char lerr[256];
+    if (ir_lower(low, &o, lerr, sizeof lerr)) {
+        if (err && errlen) snprintf(err, errlen, "spirv: kernel '%s': %s", ir_kernel_name(k), lerr);
+        ir_kernel_destroy(low);
+        return NULL;
+    }
+    return low;
+}
+
 int spv_emit(const ir_kernel *k, const rt_caps *c, spv_module *out, char *err, size_t errlen) {
     if (err && errlen) err[0] = 0;
     if (!out) return -1;
@@ -495,13 +523,15 @@ int spv_emit(const ir_kernel *k, const rt_caps *c, spv_module *out, char *err, s
         if (err && errlen) snprintf(err, errlen, "spirv: kernel '%s' does not verify: %s", ir_kernel_name(k), verr);
         return -1;
     }
+    ir_kernel *low = spv_lowered(k, c, err, errlen);
+    if (!low) return -1;
     spv_ctx x;
     memset(&x, 0, sizeof x);
-    x.k = k;
+    x.k = low;
     x.c = c;
     x.f16_native = c->f16_arith;
     spv_b_init(&x.b);
-    int rc = ir_emit_init(&x.e, k, "spirv", err, errlen) ? -1 : emit_module(&x, out);
+    int rc = ir_emit_init(&x.e, low, "spirv", err, errlen) ? -1 : emit_module(&x, out);
     if (x.b.oom && !x.e.failed) spv_fail(&x, "out of memory");
     if (x.e.failed) rc = -1;
     if (rc) spv_module_free(out);
@@ -511,6 +541,7 @@ int spv_emit(const ir_kernel *k, const rt_caps *c, spv_module *out, char *err, s
     free(x.shm);
     free(x.pc_member);
     free(x.iface);
+    ir_kernel_destroy(low);
     return rc;
 }
 

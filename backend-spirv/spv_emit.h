@@ -44,6 +44,10 @@ typedef struct spv_module {
  * 0, or -1 with err (out is then empty). The same kernel and caps give the same words. */
 int spv_emit(const ir_kernel *k, const rt_caps *c, spv_module *out, char *err, size_t errlen);
 void spv_module_free(spv_module *m);
+/* The kernel spv_emit emits for caps c: a copy of k after the IR's target rewrites
+ * (ir/lower.h), for reading (kiln dump writes it as ROLE.lowered.ir). The caller
+ * destroys it; NULL with a one-line err. */
+ir_kernel *spv_lowered(const ir_kernel *k, const rt_caps *c, char *err, size_t errlen);
 
 /* SPIRV-Tools validation for Vulkan 1.3 (0, or -1 with the validator's message) and
  * disassembly (malloc'ed text, NULL on failure). These link SPIRV-Tools; Debian 12's

@@ -151,111 +151,6 @@ static void shm_store1(spv_ctx *x, uint32_t s, uint32_t index, uint32_t v) {
     spv_op_store(x, spv_shm_ptr(x, s, index), v);
 }
 
-/* if (cond) { then(); } as a selection construct; returns the block that held the branch,
- * for phis at the merge. */
-typedef struct guard {
-    uint32_t before, merge;
-} guard;
-static guard guard_begin(spv_ctx *x, uint32_t cond) {
-    guard g = {x->label, spv_b_id(&x->b)};
-    uint32_t then_l = spv_b_id(&x->b);
-    spv_b_emitv(&x->b, SPV_SEC_FUNCTION, SpvOpSelectionMerge, 2, g.merge, SpvSelectionControlMaskNone);
-    spv_b_emitv(&x->b, SPV_SEC_FUNCTION, SpvOpBranchConditional, 3, cond, then_l, g.merge);
-    spv_op_label(x, then_l);
-    return g;
-}
-/* Ends the guarded block; returns the phi of v (from the block) and fallback (skipped). */
-static uint32_t guard_end(spv_ctx *x, guard g, uint32_t type, uint32_t v, uint32_t fallback) {
-    uint32_t then_end = x->label;
-    spv_op_branch(x, g.merge);
-    spv_op_label(x, g.merge);
-    if (!type) return 0;
-    uint32_t phi = spv_b_id(&x->b);
-    spv_b_emitv(&x->b, SPV_SEC_FUNCTION, SpvOpPhi, 6, type, phi, v, then_end, fallback, g.before);
-    return phi;
-}
-
-/* index < limit for lane 0, and all `lanes` in bounds (without wrapping) for vectors. */
-static uint32_t in_bounds(spv_ctx *x, uint32_t index, uint32_t limit, uint32_t lanes) {
-    uint32_t tb = spv_t_bool(x), tu = spv_t_u32(x);
-    uint32_t lt = spv_fn2(x, SpvOpULessThan, tb, index, limit);
-    if (lanes == 1) return lt;
-    uint32_t room = spv_fn2(x, SpvOpISub, tu, limit, index);
-    return spv_fn2(x, SpvOpLogicalAnd, tb, lt, spv_fn2(x, SpvOpUGreaterThanEqual, tb, room, spv_c_u32(x, lanes)));
-}
-
-/* index + l < limit, computed without wrapping: index < limit && limit - index > l. */
-static uint32_t lane_in_bounds(spv_ctx *x, uint32_t index, uint32_t limit, uint32_t l) {
-    uint32_t tb = spv_t_bool(x);
-    uint32_t lt = spv_fn2(x, SpvOpULessThan, tb, index, limit);
-    if (!l) return lt;
-    uint32_t room = spv_fn2(x, SpvOpISub, spv_t_u32(x), limit, index);
-    return spv_fn2(x, SpvOpLogicalAnd, tb, lt, spv_fn2(x, SpvOpUGreaterThan, tb, room, spv_c_u32(x, l)));
-}
-
-/* Masked loads never touch an element at or past limit: the whole vector when it fits,
- * else lane by lane, each in its own selection construct. */
-static uint32_t masked_load(spv_ctx *x, uint32_t b, uint32_t index, uint32_t lanes, uint32_t limit, uint32_t fallback) {
-    ir_scalar s = x->buf[b].p->elem;
-    uint32_t ts = spv_t_rep_s(x, s), tv = spv_t_rep_sn(x, s, lanes);
-    if (lanes == 1) {
-        guard g = guard_begin(x, in_bounds(x, index, limit, 1));
-        uint32_t v = buf_load(x, b, index, 1);
-        return guard_end(x, g, ts, v, fallback);
-    }
-    uint32_t all = in_bounds(x, index, limit, lanes);
-    uint32_t merge = spv_b_id(&x->b), full_l = spv_b_id(&x->b), part_l = spv_b_id(&x->b);
-    spv_b_emitv(&x->b, SPV_SEC_FUNCTION, SpvOpSelectionMerge, 2, merge, SpvSelectionControlMaskNone);
-    spv_b_emitv(&x->b, SPV_SEC_FUNCTION, SpvOpBranchConditional, 3, all, full_l, part_l);
-    spv_op_label(x, full_l);
-    uint32_t vfull = buf_load(x, b, index, lanes);
-    uint32_t full_end = x->label;
-    spv_op_branch(x, merge);
-    spv_op_label(x, part_l);
-    uint32_t part[4];
-    for (uint32_t l = 0; l < lanes; l++) {
-        uint32_t il = add_u32(x, index, l);
-        guard g = guard_begin(x, lane_in_bounds(x, index, limit, l));
-        uint32_t v = buf_load(x, b, il, 1);
-        part[l] = guard_end(x, g, ts, v, fallback);
-    }
-    uint32_t id = spv_b_id(&x->b);
-    uint32_t o[6] = {tv, id, part[0], part[1], part[2], part[3]};
-    spv_b_emit(&x->b, SPV_SEC_FUNCTION, SpvOpCompositeConstruct, o, 2 + lanes);
-    uint32_t part_end = x->label;
-    spv_op_branch(x, merge);
-    spv_op_label(x, merge);
-    uint32_t phi = spv_b_id(&x->b);
-    spv_b_emitv(&x->b, SPV_SEC_FUNCTION, SpvOpPhi, 6, tv, phi, vfull, full_end, id, part_end);
-    return phi;
-}
-
-static void masked_store(spv_ctx *x, uint32_t b, uint32_t index, uint32_t lanes, uint32_t v, uint32_t limit) {
-    ir_scalar s = x->buf[b].p->elem;
-    if (lanes == 1) {
-        guard g = guard_begin(x, in_bounds(x, index, limit, 1));
-        buf_store(x, b, index, 1, v);
-        guard_end(x, g, 0, 0, 0);
-        return;
-    }
-    uint32_t all = in_bounds(x, index, limit, lanes);
-    uint32_t merge = spv_b_id(&x->b), full_l = spv_b_id(&x->b), part_l = spv_b_id(&x->b);
-    spv_b_emitv(&x->b, SPV_SEC_FUNCTION, SpvOpSelectionMerge, 2, merge, SpvSelectionControlMaskNone);
-    spv_b_emitv(&x->b, SPV_SEC_FUNCTION, SpvOpBranchConditional, 3, all, full_l, part_l);
-    spv_op_label(x, full_l);
-    buf_store(x, b, index, lanes, v);
-    spv_op_branch(x, merge);
-    spv_op_label(x, part_l);
-    for (uint32_t l = 0; l < lanes; l++) {
-        uint32_t il = add_u32(x, index, l);
-        guard g = guard_begin(x, lane_in_bounds(x, index, limit, l));
-        buf_store(x, b, il, 1, spv_lane_of(x, s, lanes, v, l));
-        guard_end(x, g, 0, 0, 0);
-    }
-    spv_op_branch(x, merge);
-    spv_op_label(x, merge);
-}
-
 /* ---- memory ops ------------------------------------------------------------------------------- */
 
 uint32_t spv_imm_u32(spv_ctx *x, const ir_inst *in, int i, uint32_t max, const char *what) {
@@ -284,28 +179,17 @@ void spv_emit_memory(spv_ctx *x, const ir_inst *in) {
         spv_def(x, in->result, buf_load(x, b, spv_V(x, in->operand[0]), lanes));
         return;
     }
-    case IR_OP_LOAD_MASKED: {
-        if (!ir_emit_need(&x->e, in, 3)) return;
-        uint32_t b = spv_imm_u32(x, in, 0, x->n_buf, "buffer");
-        uint32_t lanes = lanes_of(x, in->type);
-        if (x->e.failed) return;
-        spv_def(x, in->result,
-                masked_load(x, b, spv_V(x, in->operand[0]), lanes, spv_V(x, in->operand[1]), spv_V(x, in->operand[2])));
-        return;
-    }
-    case IR_OP_STORE: case IR_OP_STORE_MASKED: {
-        bool masked = in->op == IR_OP_STORE_MASKED;
-        if (!ir_emit_need(&x->e, in, masked ? 3 : 2)) return;
+    case IR_OP_STORE: {
+        if (!ir_emit_need(&x->e, in, 2)) return;
         uint32_t b = spv_imm_u32(x, in, 0, x->n_buf, "buffer");
         uint32_t lanes = lanes_of(x, ir_type_of(x->k, in->operand[1]));
         if (x->e.failed) return;
-        uint32_t index = spv_V(x, in->operand[0]), v = spv_V(x, in->operand[1]);
-        if (masked)
-            masked_store(x, b, index, lanes, v, spv_V(x, in->operand[2]));
-        else
-            buf_store(x, b, index, lanes, v);
+        buf_store(x, b, spv_V(x, in->operand[0]), lanes, spv_V(x, in->operand[1]));
         return;
     }
+    case IR_OP_LOAD_MASKED: case IR_OP_STORE_MASKED:
+        spv_fail(x, "masked accesses are lowered before emission (ir/lower.h)");
+        return;
     case IR_OP_SHM_LOAD: {
         if (!ir_emit_need(&x->e, in, 1)) return;
         uint32_t s = spv_imm_u32(x, in, 0, x->n_shm, "workgroup array");

@@ -1,6 +1,6 @@
 /* kiln dump MODEL (--spirv DIR | --ptx DIR) [--device vulkan:N|cuda:N] [--sm sm_XX] [--caps LIST]
  * [--dtype T] [--ctx N]: every kernel a plan builds for the model, with kiln's IR
- * (ROLE.ir) and
+ * (ROLE.ir), the IR after the emitter's target rewrites (ROLE.lowered.ir: ir/lower.h) and
  *   --spirv: the SPIR-V module (ROLE.spv) and its disassembly (ROLE.spvasm), each module
  *            validated; the kernels plan_create would compile for an opened Vulkan
  *            device (its caps, less --caps), or without one for the spec-minimum Vulkan
@@ -29,11 +29,11 @@
 static const char usage[] =
     "usage: kiln dump MODEL (--spirv DIR | --ptx DIR) [--device vulkan:N|cuda:N] [--sm sm_XX] [--caps LIST]\n"
     "                 [--dtype bf16|f16] [--ctx N]\n"
-    "  --spirv DIR  DIR/ROLE.spv, ROLE.spvasm and ROLE.ir for every kernel of the model's plan,\n"
-    "               each module validated; without --device, for spec-minimum Vulkan caps with\n"
-    "               16-bit storage less --caps\n"
-    "  --ptx DIR    DIR/ROLE.ll, ROLE.ptx and ROLE.ir; with --device cuda:N for that GPU, else for\n"
-    "               CUDA at --sm (default sm_80) less --caps\n";
+    "  --spirv DIR  DIR/ROLE.spv, ROLE.spvasm, ROLE.ir and ROLE.lowered.ir (the IR as the emitter\n"
+    "               takes it) for every kernel of the model's plan, each module validated; without\n"
+    "               --device, for spec-minimum Vulkan caps with 16-bit storage less --caps\n"
+    "  --ptx DIR    DIR/ROLE.ll, ROLE.ptx, ROLE.ir and ROLE.lowered.ir; with --device cuda:N for that\n"
+    "               GPU, else for CUDA at --sm (default sm_80) less --caps\n";
 
 typedef struct dump_ctx {
     const char *dir;
@@ -52,6 +52,15 @@ static int write_file(const char *dir, const char *role, const char *ext, const 
     return 0;
 }
 
+/* ROLE.lowered.ir: the kernel after the IR's target rewrites, as the emitter takes it. */
+static int write_lowered(dump_ctx *c, const char *role, ir_kernel *low) {
+    char *text = low ? ir_print(low) : NULL;
+    int rc = text ? write_file(c->dir, role, "lowered.ir", text, strlen(text)) : -1;
+    free(text);
+    ir_kernel_destroy(low);
+    return rc;
+}
+
 static void one_ptx(dump_ctx *c, const char *role, const ir_kernel *k) {
     char err[1024], *ptx = NULL, *ll = NULL;
     if (ptx_emit(k, c->caps, &ptx, &ll, err, sizeof err)) {
@@ -61,7 +70,8 @@ static void one_ptx(dump_ctx *c, const char *role, const ir_kernel *k) {
     }
     char *text = ir_print(k);
     if (write_file(c->dir, role, "ptx", ptx, strlen(ptx)) || write_file(c->dir, role, "ll", ll, strlen(ll)) ||
-        (text && write_file(c->dir, role, "ir", text, strlen(text)))) {
+        (text && write_file(c->dir, role, "ir", text, strlen(text))) ||
+        write_lowered(c, role, ptx_lowered(k, c->caps, err, sizeof err))) {
         c->failed++;
     } else {
         c->written++;
@@ -88,6 +98,7 @@ static void one_kernel(void *ctx, const char *role, const ir_kernel *k) {
     char *text = ir_print(k), *dis = spv_disassemble(&m);
     int bad = write_file(c->dir, role, "spv", m.words, m.n * 4) ||
               (text && write_file(c->dir, role, "ir", text, strlen(text))) ||
+              write_lowered(c, role, spv_lowered(k, c->caps, err, sizeof err)) ||
               (dis && write_file(c->dir, role, "spvasm", dis, strlen(dis)));
     const char *status = "valid";
     if (!bad && spv_validate(&m, err, sizeof err)) {

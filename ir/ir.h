@@ -65,6 +65,9 @@ ir_scalar ir_scalar_unsigned(ir_scalar s); /* i32 -> u32, i64 -> u64; any other 
  * bad name is a builder error, not a NULL kernel (NULL means out of memory). */
 ir_kernel *ir_kernel_create(const char *name);
 void ir_kernel_destroy(ir_kernel *k);
+/* A deep copy of k with its own arena (values keep their numbers): what the emitters
+ * lower, leaving k as it was built. NULL when out of memory or a for/if is still open. */
+ir_kernel *ir_kernel_clone(const ir_kernel *k);
 const char *ir_kernel_name(const ir_kernel *k);
 /* The first builder error ("" when none). */
 const char *ir_kernel_error(const ir_kernel *k);

@@ -102,6 +102,36 @@ ir_inst *ir_build(ir_kernel *k, const char *fn, ir_op op, ir_type type, const ir
                   int64_t imm1, int64_t imm2);
 static inline ir_val ir_result_of(const ir_inst *in) { return in ? in->result : IR_NONE; }
 
+/* ---- rewriting (lower.c): what the lowering passes build with ---- */
+/* Passes append new instructions to `out` (the region being rewritten) without the
+ * builder's checks; ir_lower verifies the kernel when they are done. */
+typedef struct ir_rw {
+    ir_kernel *k;
+    ir_region *out;   /* where new instructions go */
+    ir_region consts; /* the pass's constants, put at the top of the body when it ends */
+} ir_rw;
+/* For each instruction of every region (a construct's regions first, then the construct):
+ * 1 when it appended the instruction's replacement to w->out, 0 to keep it, -1 on failure. */
+typedef int (*ir_rw_fn)(ir_rw *w, ir_inst *in, void *ctx);
+/* Runs fn over k's body; false when out of memory or fn failed. */
+bool ir_rw_run(ir_kernel *k, ir_rw_fn fn, void *ctx);
+/* The constant of t (encoding as CONST's imm[0]), one per pass and value. */
+ir_val ir_rw_const(ir_rw *w, ir_type t, int64_t bits);
+ir_val ir_rw_u32(ir_rw *w, uint32_t v);
+/* Appends op to w->out with a new result value (when op has one); NULL when out of memory. */
+ir_inst *ir_rw_inst(ir_rw *w, ir_op op, ir_type t, const ir_val *ops, uint32_t n, int64_t imm0, int64_t imm1,
+                    int64_t imm2);
+/* The result of a new one- or two-operand instruction (b IR_NONE: one); IR_NONE when out of memory. */
+ir_val ir_rw_op(ir_rw *w, ir_op op, ir_type t, ir_val a, ir_val b, int64_t imm0);
+/* Appends an if on cond with n results to w->out: the values `results` (which keep their
+ * numbers and now name the if's results) or, when NULL, new values of types[]. Both
+ * regions are empty until filled and closed with ir_rw_yield. */
+ir_inst *ir_rw_if(ir_rw *w, ir_val cond, uint32_t n, const ir_type *types, const ir_val *results);
+bool ir_rw_yield(ir_rw *w, ir_region *r, const ir_val *v, uint32_t n);
+
+/* ---- the lowering passes (lower.h): 0, or -1 (out of memory, with the kernel's error) ---- */
+int ir_lower_masked(ir_kernel *k); /* lower_mask.c */
+
 /* ---- verifier pieces (verify.c) ---- */
 /* The per-op typing rules, shared by the builder (before it appends) and the verifier.
  * Operands must be values (1..n); their types may be anything. */

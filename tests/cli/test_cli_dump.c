@@ -52,6 +52,7 @@ static void dump_and_check(const char *model, const char *dir, const char *const
         cr_assert_gt(file_size(dir, roles[i], "spv"), 20, "%s: no %s.spv", dir, roles[i]);
         cr_assert_gt(file_size(dir, roles[i], "spvasm"), 20, "%s: no %s.spvasm", dir, roles[i]);
         cr_assert_gt(file_size(dir, roles[i], "ir"), 20, "%s: no %s.ir", dir, roles[i]);
+        cr_assert_gt(file_size(dir, roles[i], "lowered.ir"), 20, "%s: no %s.lowered.ir", dir, roles[i]);
         module_valid(dir, roles[i]);
     }
     cr_assert(strstr(out, "19 kernels written"), "%s", out);
