@@ -361,11 +361,7 @@ static void declare_constants(ptx_ctx *x) {
         uint32_t n;
         x->e.cur = d;
         if (!ptx_tinfo(x, d->type, &s, &n)) return;
-        if (n != 1) {
-            ptx_fail(x, "constants are scalars");
-            return;
-        }
-        ptx_def(x, v, ptx_c_scalar(x, s, (uint64_t)d->imm[0]));
+        ptx_def(x, v, ptx_c_splat(x, s, n, (uint64_t)d->imm[0])); /* a lowering's vector constants: every lane */
     }
     x->e.cur = NULL;
 }
@@ -444,10 +440,12 @@ static void set_err(char *err, size_t errlen, const char *fmt, const char *a, co
     if (err && errlen) snprintf(err, errlen, fmt, a, b);
 }
 
-/* The IR's target rewrites this emitter relies on (ir/lower.h). */
+/* The IR's target rewrites this emitter relies on (ir/lower.h): f16 and bf16 live in f32
+ * registers; f32 -> bf16 rounds in the IR, f32 -> f16 with cvt.rn.f16.f32. */
 static ir_lower_opts lower_opts(const rt_caps *c) {
-    (void)c;
-    return (ir_lower_opts){.masked = true};
+    return (ir_lower_opts){.masked = true,
+                           .bf16 = {.in_f32 = true, .arith = c->bf16_arith, .round = true},
+                           .f16 = {.in_f32 = true, .arith = c->f16_arith, .round = false}};
 }
 
 ir_kernel *ptx_lowered(const ir_kernel *k, const rt_caps *c, char *err, size_t errlen) {

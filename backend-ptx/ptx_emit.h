@@ -15,9 +15,12 @@
  * LLVM 19 knows gets the newest it knows, sm_90, which the driver JIT-compiles forward),
  * PTX ISA 8.0 (+ptx80), which driver 580 loads. Below sm_50 is refused.
  *
+ * Before emitting, the kernel is lowered (ir/lower.h, ptx_lowered): masked accesses
+ * become ifs around plain accesses, 16-bit arithmetic f32 arithmetic and conversions.
+ *
  * Numerics (DESIGN.md's contract): f16 and bf16 are 16-bit integers in memory and f32 in
- * registers; f32 -> bf16 rounds to nearest even with integer ops, f32 -> f16 with
- * cvt.rn.f16.f32; both -> f32 exact. f32 add/sub/mul stay separate `.rn` instructions
+ * registers; f32 -> bf16 rounds to nearest even with integer ops (written out in the IR),
+ * f32 -> f16 with cvt.rn.f16.f32; both -> f32 exact. f32 add/sub/mul stay separate `.rn` instructions
  * (no contraction; FMA only where the IR says FMA); div and sqrt are IEEE (div.rn,
  * sqrt.rn); RSQRT is 1 / sqrt (two roundings); EXP/LOG/SIN/COS use PTX's approximate
  * ex2/lg2/sin/cos (.approx.f32), TANH tanh.approx.f32 (sm_75+; via ex2 below).

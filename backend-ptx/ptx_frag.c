@@ -135,8 +135,8 @@ static void emit_fill(ptx_ctx *x, const ir_inst *in) {
     ir_scalar ss;
     uint32_t lanes;
     if (!ptx_tinfo(x, ir_type_of(x->k, in->operand[0]), &ss, &lanes)) return;
-    /* A/B hold raw 16-bit values: the scalar (an f32 register) rounded to the element type */
-    if (d->use != IR_FRAG_ACC) s = ptx_to_storage(x, d->elem, 1, ptx_round_to(x, d->elem, 1, s));
+    /* A/B hold raw 16-bit values: the scalar (of the element type, in an f32 register) as its bits */
+    if (d->use != IR_FRAG_ACC) s = ptx_to_storage(x, d->elem, 1, s);
     LLVMValueRef v = LLVMGetPoison(ptx_frag_type(x, in->type));
     for (uint32_t e = 0; e < frag_count(d); e++) v = LLVMBuildInsertElement(x->b, v, s, ptx_c_i32(x, e), "");
     ptx_def(x, in->result, v);

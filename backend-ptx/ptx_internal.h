@@ -46,10 +46,10 @@ LLVMTypeRef ptx_t_store(ptx_ctx *x, ir_scalar s, uint32_t lanes); /* an element 
 LLVMTypeRef ptx_t_i32(ptx_ctx *x);
 LLVMValueRef ptx_c_i32(ptx_ctx *x, uint32_t v);
 LLVMValueRef ptx_c_scalar(ptx_ctx *x, ir_scalar s, uint64_t bits);
+LLVMValueRef ptx_c_splat(ptx_ctx *x, ir_scalar s, uint32_t lanes, uint64_t bits); /* lanes 1: the scalar */
 LLVMValueRef ptx_call(ptx_ctx *x, const char *name, LLVMTypeRef ret, LLVMTypeRef *args, LLVMValueRef *vals, unsigned n);
 LLVMValueRef ptx_to_storage(ptx_ctx *x, ir_scalar s, uint32_t lanes, LLVMValueRef v);
 LLVMValueRef ptx_from_storage(ptx_ctx *x, ir_scalar s, uint32_t lanes, LLVMValueRef v);
-LLVMValueRef ptx_round_to(ptx_ctx *x, ir_scalar s, uint32_t lanes, LLVMValueRef v);
 void ptx_emit_arith(ptx_ctx *x, const ir_inst *in);
 void ptx_emit_cmp(ptx_ctx *x, const ir_inst *in);
 void ptx_emit_convert(ptx_ctx *x, const ir_inst *in);

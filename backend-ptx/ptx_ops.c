@@ -1,6 +1,6 @@
 /* Arithmetic, compares, conversions and bitcasts for the PTX emitter, and the value
- * representation they share: f16 and bf16 live in f32 registers (rounded to their
- * type after each operation) and as i16 in memory. */
+ * representation they share: f16 and bf16 live in f32 registers and as i16 in memory.
+ * Their arithmetic reaches it as f32 arithmetic and conversions (ir/lower_half.c). */
 #include "backend-ptx/ptx_internal.h"
 
 #include <stdio.h>
@@ -55,6 +55,10 @@ LLVMValueRef ptx_c_scalar(ptx_ctx *x, ir_scalar s, uint64_t bits) {
     }
 }
 
+LLVMValueRef ptx_c_splat(ptx_ctx *x, ir_scalar s, uint32_t lanes, uint64_t bits) {
+    return splat(ptx_c_scalar(x, s, bits), lanes);
+}
+
 /* A call to a declared-on-demand function or intrinsic. */
 LLVMValueRef ptx_call(ptx_ctx *x, const char *name, LLVMTypeRef ret, LLVMTypeRef *args, LLVMValueRef *vals, unsigned n) {
     LLVMTypeRef ft = LLVMFunctionType(ret, args, n, 0);
@@ -86,34 +90,14 @@ static LLVMValueRef intr2(ptx_ctx *x, const char *base, ir_scalar s, uint32_t la
     return ptx_call(x, nm, t, ts, v, 2);
 }
 
-/* ---- 16-bit rounding and storage ------------------------------------------------------------ */
-
-/* f32 -> the nearest bf16 (ties to even, NaN kept and quieted), as f32; integer ops, so
- * the result does not depend on a conversion instruction's rounding. */
-static LLVMValueRef round_bf16(ptx_ctx *x, uint32_t n, LLVMValueRef f) {
-    LLVMBuilderRef b = x->b;
-    LLVMTypeRef tu = vec(ptx_t_i32(x), n);
-    LLVMValueRef u = LLVMBuildBitCast(b, f, tu, "");
-    LLVMValueRef a = LLVMBuildAnd(b, u, c_u32n(x, n, 0x7fffffffu), "");
-    LLVMValueRef nan = LLVMBuildICmp(b, LLVMIntUGT, a, c_u32n(x, n, 0x7f800000u), "");
-    LLVMValueRef lsb = LLVMBuildAnd(b, LLVMBuildLShr(b, u, c_u32n(x, n, 16), ""), c_u32n(x, n, 1), "");
-    LLVMValueRef r = LLVMBuildAdd(b, LLVMBuildAdd(b, u, c_u32n(x, n, 0x7fffu), ""), lsb, "");
-    r = LLVMBuildAnd(b, r, c_u32n(x, n, 0xffff0000u), "");
-    LLVMValueRef q = LLVMBuildAnd(b, LLVMBuildOr(b, u, c_u32n(x, n, 0x00400000u), ""), c_u32n(x, n, 0xffff0000u), "");
-    return LLVMBuildBitCast(b, LLVMBuildSelect(b, nan, q, r, ""), vec(t_f32(x), n), "");
-}
+/* ---- 16-bit values: f16 conversions and storage -------------------------------------------- */
 
 /* f32 -> the nearest f16 value, as f32: cvt.rn.f16.f32 (RNE, overflow to inf, f16
- * subnormals) and back (exact). */
+ * subnormals) and back (exact). bf16 has no such conversion here: the IR rounds to it
+ * (ir/lower_half.c). */
 static LLVMValueRef round_f16(ptx_ctx *x, uint32_t n, LLVMValueRef f) {
     LLVMValueRef h = LLVMBuildFPTrunc(x->b, f, vec(LLVMHalfTypeInContext(x->lc), n), "");
     return LLVMBuildFPExt(x->b, h, vec(t_f32(x), n), "");
-}
-
-LLVMValueRef ptx_round_to(ptx_ctx *x, ir_scalar s, uint32_t lanes, LLVMValueRef v) {
-    if (s == IR_BF16) return round_bf16(x, lanes, v);
-    if (s == IR_F16) return round_f16(x, lanes, v);
-    return v;
 }
 
 LLVMValueRef ptx_to_storage(ptx_ctx *x, ir_scalar s, uint32_t n, LLVMValueRef v) {
@@ -209,7 +193,6 @@ void ptx_emit_arith(ptx_ctx *x, const ir_inst *in) {
     if (!ptx_tinfo(x, in->type, &s, &n)) return;
     if (!check_arith(x, s)) return;
     bool fl = ir_scalar_is_float(s), sg = ir_scalar_is_signed(s), bl = s == IR_BOOL;
-    bool exact = false; /* no rounding needed after it, even on 16-bit floats */
     LLVMBuilderRef b = x->b;
     LLVMValueRef r = NULL;
     if (in->op == IR_OP_FMA) {
@@ -242,8 +225,8 @@ void ptx_emit_arith(ptx_ctx *x, const ir_inst *in) {
         case IR_OP_MUL: r = fl ? LLVMBuildFMul(b, a, c, "") : LLVMBuildMul(b, a, c, ""); break;
         case IR_OP_DIV: r = fl ? LLVMBuildFDiv(b, a, c, "") : sg ? LLVMBuildSDiv(b, a, c, "") : LLVMBuildUDiv(b, a, c, ""); break;
         case IR_OP_REM: r = fl ? LLVMBuildFRem(b, a, c, "") : sg ? LLVMBuildSRem(b, a, c, "") : LLVMBuildURem(b, a, c, ""); break;
-        case IR_OP_MIN: r = intr2(x, fl ? "llvm.minnum" : sg ? "llvm.smin" : "llvm.umin", s, n, a, c); exact = true; break;
-        case IR_OP_MAX: r = intr2(x, fl ? "llvm.maxnum" : sg ? "llvm.smax" : "llvm.umax", s, n, a, c); exact = true; break;
+        case IR_OP_MIN: r = intr2(x, fl ? "llvm.minnum" : sg ? "llvm.smin" : "llvm.umin", s, n, a, c); break;
+        case IR_OP_MAX: r = intr2(x, fl ? "llvm.maxnum" : sg ? "llvm.smax" : "llvm.umax", s, n, a, c); break;
         case IR_OP_AND: r = LLVMBuildAnd(b, a, c, ""); break;
         case IR_OP_OR: r = LLVMBuildOr(b, a, c, ""); break;
         case IR_OP_XOR: r = LLVMBuildXor(b, a, c, ""); break;
@@ -260,7 +243,6 @@ void ptx_emit_arith(ptx_ctx *x, const ir_inst *in) {
         case IR_OP_NEG:
             if (bl) break;
             r = fl ? LLVMBuildFNeg(b, a, "") : LLVMBuildNeg(b, a, "");
-            exact = true;
             break;
         case IR_OP_NOT:
             if (!fl) r = LLVMBuildNot(b, a, "");
@@ -279,7 +261,6 @@ void ptx_emit_arith(ptx_ctx *x, const ir_inst *in) {
             } else {
                 r = a;
             }
-            exact = true;
             break;
         case IR_OP_EXP: f = f_exp; break;
         case IR_OP_LOG: f = f_log; break;
@@ -292,14 +273,15 @@ void ptx_emit_arith(ptx_ctx *x, const ir_inst *in) {
             break;
         case IR_OP_FLOOR:
             if (fl) r = intr1(x, "llvm.floor", s, n, a);
-            exact = true;
+            break;
+        case IR_OP_ROUNDEVEN:
+            if (fl) r = intr1(x, "llvm.roundeven", s, n, a);
             break;
         default: break;
         }
         if (f && fl) r = per_lane(x, n, a, f);
     }
     if (!r) return bad_type(x, in, s);
-    if (fl && !exact) r = ptx_round_to(x, s, n, r);
     ptx_def(x, in->result, r);
 }
 
@@ -325,7 +307,8 @@ void ptx_emit_cmp(ptx_ctx *x, const ir_inst *in) {
 
 /* ---- conversions ------------------------------------------------------------------------------ */
 
-static LLVMValueRef convert(ptx_ctx *x, ir_scalar from, ir_scalar to, uint32_t n, LLVMValueRef v) {
+/* exact: convert.exact, whose value the 16-bit type holds already (ir/lower.h). */
+static LLVMValueRef convert(ptx_ctx *x, ir_scalar from, ir_scalar to, uint32_t n, LLVMValueRef v, bool exact) {
     if (from == to) return v;
     LLVMBuilderRef b = x->b;
     LLVMTypeRef rt = ptx_t_rep(x, to, n);
@@ -338,16 +321,21 @@ static LLVMValueRef convert(ptx_ctx *x, ir_scalar from, ir_scalar to, uint32_t n
         return ir_scalar_is_float(from) ? LLVMBuildFCmp(b, LLVMRealUNE, v, zero, "") : LLVMBuildICmp(b, LLVMIntNE, v, zero, "");
     }
     bool ff = ir_scalar_is_float(from), tf = ir_scalar_is_float(to);
-    if (ff && tf) return ptx_round_to(x, to, n, v); /* from is exact in f32 already */
+    if (ff && tf) { /* from is exact in f32 already */
+        if (exact || to == IR_F32) return v;
+        if (to == IR_F16) return round_f16(x, n, v);
+        ptx_fail(x, "f32 -> %s rounds in the IR before emission (ir/lower.h)", ir_scalar_name(to));
+        return v;
+    }
     if (!ff && !tf) {
         unsigned fb = ir_scalar_bits(from), tb = ir_scalar_bits(to);
         if (fb == tb) return v; /* i32 and u32 are one LLVM type */
         if (fb > tb) return LLVMBuildTrunc(b, v, rt, "");
         return ir_scalar_is_signed(from) ? LLVMBuildSExt(b, v, rt, "") : LLVMBuildZExt(b, v, rt, "");
     }
-    if (!ff) { /* int -> float: rounded to f32, then to the 16-bit type */
-        LLVMValueRef f = ir_scalar_is_signed(from) ? LLVMBuildSIToFP(b, v, vec(t_f32(x), n), "") : LLVMBuildUIToFP(b, v, vec(t_f32(x), n), "");
-        return ptx_round_to(x, to, n, f);
+    if (!ff) { /* int -> f32, the one float the IR converts ints to */
+        if (to != IR_F32) ptx_fail(x, "convert from %s to %s", ir_scalar_name(from), ir_scalar_name(to));
+        return ir_scalar_is_signed(from) ? LLVMBuildSIToFP(b, v, rt, "") : LLVMBuildUIToFP(b, v, rt, "");
     }
     /* float -> int, toward zero (cvt.rzi; out of range is the device's) */
     return ir_scalar_is_signed(to) ? LLVMBuildFPToSI(b, v, rt, "") : LLVMBuildFPToUI(b, v, rt, "");
@@ -363,7 +351,7 @@ void ptx_emit_convert(ptx_ctx *x, const ir_inst *in) {
         return;
     }
     LLVMValueRef v = ptx_V(x, in->operand[0]);
-    if (!x->e.failed) ptx_def(x, in->result, convert(x, fs, ts, tn, v));
+    if (!x->e.failed) ptx_def(x, in->result, convert(x, fs, ts, tn, v, in->imm[0] == 1));
 }
 
 /* Through the memory form: 16-bit lanes as i16, everything else as itself. */

@@ -133,7 +133,7 @@ static void emit_convert(spv_ctx *x, const ir_inst *in) {
         spv_fail(x, "convert needs scalars or vectors of the same width");
         return;
     }
-    spv_def(x, in->result, spv_convert(x, fs, ts, tn, spv_V(x, in->operand[0])));
+    spv_def(x, in->result, spv_convert(x, fs, ts, tn, spv_V(x, in->operand[0]), in->imm[0] == 1));
 }
 
 static void emit_vector(spv_ctx *x, const ir_inst *in) {
@@ -354,11 +354,12 @@ static void declare_constants(spv_ctx *x) {
         ir_scalar s;
         uint32_t n;
         x->e.cur = d;
-        if (!ir_emit_tinfo(&x->e, d->type, &s, &n) || n != 1) {
+        if (!ir_emit_tinfo(&x->e, d->type, &s, &n)) {
             spv_fail(x, "constants are scalars");
             return;
         }
-        spv_def(x, v, spv_c_scalar(x, s, (uint64_t)d->imm[0]));
+        /* a lowering's vector constants: every lane the same */
+        spv_def(x, v, spv_c_splat(x, spv_t_rep_s(x, s), n, spv_c_scalar(x, s, (uint64_t)d->imm[0])));
     }
     x->e.cur = NULL;
 }
@@ -482,10 +483,13 @@ static int emit_module(spv_ctx *x, spv_module *out) {
     return 0;
 }
 
-/* The IR's target rewrites this emitter relies on (ir/lower.h). */
+/* The IR's target rewrites this emitter relies on (ir/lower.h): bf16 lives in f32
+ * registers, f16 too without native f16 arithmetic; both round from f32 in the IR (f16
+ * even where native: NVIDIA's compiler folds an f32 -> f16 -> f32 OpFConvert pair away). */
 static ir_lower_opts lower_opts(const rt_caps *c) {
-    (void)c;
-    return (ir_lower_opts){.masked = true};
+    return (ir_lower_opts){.masked = true,
+                           .bf16 = {.in_f32 = true, .arith = c->bf16_arith, .round = true},
+                           .f16 = {.in_f32 = !c->f16_arith, .arith = c->f16_arith, .round = true}};
 }
 
 ir_kernel *spv_lowered(const ir_kernel *k, const rt_caps *c, char *err, size_t errlen) {

@@ -1,5 +1,8 @@
 /* backend-spirv/ — the SPIR-V emitter: a verified IR kernel -> SPIR-V 1.6 words for a
- * Vulkan 1.3 compute pipeline, written by kiln itself (no glslang, no shaderc).
+ * Vulkan 1.3 compute pipeline, written by kiln itself (no glslang, no shaderc). The kernel
+ * is lowered first (ir/lower.h, spv_lowered): masked accesses become ifs around plain
+ * accesses, 16-bit arithmetic f32 arithmetic and conversions, and rounding to f16/bf16 is
+ * written out in IR ops.
  *
  * The module it writes: one GLCompute entry point "main"; buffer i is a StorageBuffer
  * block { elem data[]; } at descriptor set 0, binding i (bf16 kept as 16-bit unsigned
@@ -24,7 +27,8 @@
  *   caps.mma shape, f16 fragments also f16_arith, bf16 fragments bf16_arith
  *   (VK_KHR_shader_bfloat16).
  * Without caps.f16_arith, f16 values live in f32 registers (loads/stores/conversions,
- * compares, selects and shuffles work; rounding to f16 is done exactly with f32 ops). */
+ * compares, selects and shuffles work; rounding to f16 is done exactly with f32 ops, in
+ * the IR). */
 #ifndef KILN_BACKEND_SPIRV_SPV_EMIT_H
 #define KILN_BACKEND_SPIRV_SPV_EMIT_H
 

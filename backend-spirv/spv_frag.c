@@ -13,14 +13,13 @@ void spv_emit_frag(spv_ctx *x, const ir_inst *in) {
         const ir_type_desc *d = ir_type_get(x->k, in->type);
         uint32_t t = spv_t_rep(x, in->type);
         if (!t || !d) return;
-        uint32_t v = spv_V(x, in->operand[0]);
+        uint32_t v = spv_V(x, in->operand[0]); /* of the fragment's element type (the verifier's rule) */
         ir_scalar vs;
         uint32_t vn;
         if (!ir_emit_tinfo(&x->e, ir_type_of(x->k, in->operand[0]), &vs, &vn) || vn != 1) {
             spv_fail(x, "fill value must be a scalar");
             return;
         }
-        v = spv_convert(x, vs, d->elem, 1, v);
         if (d->elem == IR_BF16) v = spv_fn1(x, SpvOpFConvert, spv_t_bf16(x), v); /* exact: v is a bf16 */
         spv_def(x, in->result, spv_fn1(x, SpvOpCompositeConstruct, t, v));
         return;

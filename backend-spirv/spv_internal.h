@@ -96,7 +96,6 @@ uint32_t spv_t_rep(spv_ctx *x, ir_type t);
 uint32_t spv_c_scalar(spv_ctx *x, ir_scalar s, uint64_t bits);
 uint32_t spv_c_splat(spv_ctx *x, uint32_t scalar_type, uint32_t n, uint32_t c);
 uint32_t spv_c_u32n(spv_ctx *x, uint32_t n, uint32_t v);
-uint32_t spv_c_f32n(spv_ctx *x, uint32_t n, float v);
 uint32_t spv_fn1(spv_ctx *x, uint32_t op, uint32_t type, uint32_t a);
 uint32_t spv_fn2(spv_ctx *x, uint32_t op, uint32_t type, uint32_t a, uint32_t b);
 uint32_t spv_fn3(spv_ctx *x, uint32_t op, uint32_t type, uint32_t a, uint32_t b, uint32_t c);
@@ -111,8 +110,8 @@ void spv_name(spv_ctx *x, uint32_t id, const char *s);
 void spv_decorate(spv_ctx *x, uint32_t id, uint32_t dec, int nargs, uint32_t a);
 uint32_t spv_global_var(spv_ctx *x, uint32_t ptr_type, uint32_t sc);
 /* ---- spv_ops.c ---- */
-uint32_t spv_round_to(spv_ctx *x, ir_scalar s, uint32_t n, uint32_t v);
-uint32_t spv_convert(spv_ctx *x, ir_scalar from, ir_scalar to, uint32_t n, uint32_t v);
+/* exact: convert.exact, whose value the 16-bit type holds already (ir/lower.h) */
+uint32_t spv_convert(spv_ctx *x, ir_scalar from, ir_scalar to, uint32_t n, uint32_t v, bool exact);
 bool spv_check_arith(spv_ctx *x, ir_scalar s);
 void spv_emit_arith(spv_ctx *x, const ir_inst *in);
 void spv_emit_cmp(spv_ctx *x, const ir_inst *in);

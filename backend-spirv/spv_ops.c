@@ -1,55 +1,18 @@
-/* Arithmetic, compares, conversions and bitcasts for the SPIR-V emitter. */
+/* Arithmetic, compares, conversions and bitcasts for the SPIR-V emitter. Arithmetic on
+ * 16-bit floats held in f32 reaches it as f32 arithmetic and conversions, and f32 -> 16-bit
+ * conversions as rounding written out in the IR and convert.exact (ir/lower_half.c). */
 #include "backend-spirv/spv_internal.h"
 
 #include <spirv/unified1/GLSL.std.450.h>
 
-/* ---- 16-bit rounding, done exactly with f32/u32 ops ---------------------------------------- */
-
-/* f32 (n lanes) -> the nearest bf16, ties to even, NaN kept (quieted); as f32. */
-static uint32_t round_bf16(spv_ctx *x, uint32_t n, uint32_t f) {
-    uint32_t tu = spv_t_vec(x, spv_t_u32(x), n), tf = spv_t_vec(x, spv_t_f32(x), n), tb = spv_t_vec(x, spv_t_bool(x), n);
-    uint32_t u = spv_fn1(x, SpvOpBitcast, tu, f);
-    uint32_t a = spv_fn2(x, SpvOpBitwiseAnd, tu, u, spv_c_u32n(x, n, 0x7fffffffu));
-    uint32_t nan = spv_fn2(x, SpvOpUGreaterThan, tb, a, spv_c_u32n(x, n, 0x7f800000u));
-    uint32_t lsb = spv_fn2(x, SpvOpBitwiseAnd, tu, spv_fn2(x, SpvOpShiftRightLogical, tu, u, spv_c_u32n(x, n, 16)), spv_c_u32n(x, n, 1));
-    uint32_t r = spv_fn2(x, SpvOpIAdd, tu, spv_fn2(x, SpvOpIAdd, tu, u, spv_c_u32n(x, n, 0x7fffu)), lsb);
-    r = spv_fn2(x, SpvOpBitwiseAnd, tu, r, spv_c_u32n(x, n, 0xffff0000u));
-    uint32_t q = spv_fn2(x, SpvOpBitwiseAnd, tu, spv_fn2(x, SpvOpBitwiseOr, tu, u, spv_c_u32n(x, n, 0x00400000u)),
-                     spv_c_u32n(x, n, 0xffff0000u));
-    return spv_fn1(x, SpvOpBitcast, tf, spv_fn3(x, SpvOpSelect, tu, nan, q, r));
-}
-
-/* f32 -> the nearest f16 value (ties to even, overflow to inf, f16 subnormals), as f32:
- * scale by the f16 quantum at x's exponent (powers of two, exact), RoundEven, scale
- * back. Used when f16 values live in f32 registers, so the result does not depend on
- * the driver's conversion rounding. */
-static uint32_t round_f16(spv_ctx *x, uint32_t n, uint32_t f) {
-    uint32_t tu = spv_t_vec(x, spv_t_u32(x), n), tf = spv_t_vec(x, spv_t_f32(x), n), tb = spv_t_vec(x, spv_t_bool(x), n);
-    uint32_t u = spv_fn1(x, SpvOpBitcast, tu, f);
-    uint32_t e = spv_fn2(x, SpvOpBitwiseAnd, tu, spv_fn2(x, SpvOpShiftRightLogical, tu, u, spv_c_u32n(x, n, 23)), spv_c_u32n(x, n, 0xff));
-    e = spv_ext2(x, tu, GLSLstd450UMax, e, spv_c_u32n(x, n, 113)); /* below f16's normal range the quantum is 2^-24 */
-    uint32_t q = spv_fn1(x, SpvOpBitcast, tf, spv_fn2(x, SpvOpShiftLeftLogical, tu, spv_fn2(x, SpvOpISub, tu, e, spv_c_u32n(x, n, 10)), spv_c_u32n(x, n, 23)));
-    uint32_t inv = spv_fn1(x, SpvOpBitcast, tf, spv_fn2(x, SpvOpShiftLeftLogical, tu, spv_fn2(x, SpvOpISub, tu, spv_c_u32n(x, n, 264), e), spv_c_u32n(x, n, 23)));
-    uint32_t r = spv_fn2(x, SpvOpFMul, tf, spv_ext1(x, tf, GLSLstd450RoundEven, spv_fn2(x, SpvOpFMul, tf, f, inv)), q);
-    uint32_t big = spv_fn2(x, SpvOpFOrdGreaterThan, tb, spv_ext1(x, tf, GLSLstd450FAbs, r), spv_c_f32n(x, n, 65504.0f));
-    uint32_t inf = spv_fn2(x, SpvOpBitwiseOr, tu, spv_fn2(x, SpvOpBitwiseAnd, tu, u, spv_c_u32n(x, n, 0x80000000u)), spv_c_u32n(x, n, 0x7f800000u));
-    return spv_fn3(x, SpvOpSelect, tf, big, spv_fn1(x, SpvOpBitcast, tf, inf), r);
-}
-
-/* After f32 arithmetic on a widened 16-bit type: round back to that type. */
-uint32_t spv_round_to(spv_ctx *x, ir_scalar s, uint32_t n, uint32_t v) {
-    if (s == IR_BF16) return round_bf16(x, n, v);
-    if (s == IR_F16 && !x->f16_native) return round_f16(x, n, v);
-    return v;
-}
-
 /* ---- conversions --------------------------------------------------------------------------- */
 
-uint32_t spv_convert(spv_ctx *x, ir_scalar from, ir_scalar to, uint32_t n, uint32_t v) {
+uint32_t spv_convert(spv_ctx *x, ir_scalar from, ir_scalar to, uint32_t n, uint32_t v, bool exact) {
     if (from == to) return v;
     uint32_t rt = spv_t_rep_sn(x, to, n);
     if (from == IR_BOOL) {
-        uint32_t one = spv_c_splat(x, spv_t_rep_s(x, to), n, spv_c_scalar(x, to, ir_scalar_is_float(to) ? 0x3f800000u : 1u));
+        uint32_t one =
+            spv_c_splat(x, spv_t_rep_s(x, to), n, spv_c_scalar(x, to, ir_scalar_is_float(to) ? 0x3f800000u : 1u));
         uint32_t zero = spv_c_splat(x, spv_t_rep_s(x, to), n, spv_c_scalar(x, to, 0));
         return spv_fn3(x, SpvOpSelect, rt, v, one, zero);
     }
@@ -63,11 +26,13 @@ uint32_t spv_convert(spv_ctx *x, ir_scalar from, ir_scalar to, uint32_t n, uint3
         uint32_t f = v; /* as f32: exact from any 16-bit type */
         if (from == IR_F16 && x->f16_native) f = spv_fn1(x, SpvOpFConvert, f32n, v);
         if (to == IR_F32) return f;
-        if (to == IR_BF16) return round_bf16(x, n, f);
-        /* rounded with f32 ops even for native f16: NVIDIA's compiler (580.159) folds an
-         * f32 -> f16 -> f32 OpFConvert pair away, and the conversion of a rounded value is exact */
-        f = round_f16(x, n, f);
-        return x->f16_native ? spv_fn1(x, SpvOpFConvert, rt, f) : f;
+        /* the IR rounded it (with f32 ops even for native f16: NVIDIA's compiler (580.159)
+         * folds an f32 -> f16 -> f32 OpFConvert pair away), so the conversion is exact */
+        if (!exact) {
+            spv_fail(x, "f32 -> %s rounds in the IR before emission (ir/lower.h)", ir_scalar_name(to));
+            return 0;
+        }
+        return to == IR_F16 && x->f16_native ? spv_fn1(x, SpvOpFConvert, rt, f) : f;
     }
     if (!ff && !tf) {
         if (ir_scalar_bits(from) == ir_scalar_bits(to)) return spv_fn1(x, SpvOpBitcast, rt, v);
@@ -77,8 +42,11 @@ uint32_t spv_convert(spv_ctx *x, ir_scalar from, ir_scalar to, uint32_t n, uint3
     }
     if (!ff) { /* int -> float */
         uint32_t op = ir_scalar_is_signed(from) ? SpvOpConvertSToF : SpvOpConvertUToF;
-        if (to == IR_F16 && x->f16_native) return spv_fn1(x, op, rt, v);
-        return spv_round_to(x, to, n, spv_fn1(x, op, f32n, v));
+        if (to != IR_F32) { /* f32 is the one float the IR converts ints to */
+            spv_fail(x, "convert from %s to %s", ir_scalar_name(from), ir_scalar_name(to));
+            return 0;
+        }
+        return spv_fn1(x, op, rt, v);
     }
     /* float -> int, toward zero; widened values are exact in f32 */
     return spv_fn1(x, ir_scalar_is_signed(to) ? SpvOpConvertFToS : SpvOpConvertFToU, rt, v);
@@ -108,14 +76,15 @@ void spv_emit_arith(spv_ctx *x, const ir_inst *in) {
     if (!spv_check_arith(x, s)) return;
     uint32_t t = spv_t_rep_sn(x, s, n);
     bool fl = ir_scalar_is_float(s), sg = ir_scalar_is_signed(s), bl = s == IR_BOOL;
-    bool exact = false; /* no rounding needed after it, even on widened types */
     uint32_t r = 0;
     if (in->op == IR_OP_FMA) {
         if (!ir_emit_need(&x->e, in, 3)) return;
         if (!fl) {
-            r = spv_fn2(x, SpvOpIAdd, t, spv_fn2(x, SpvOpIMul, t, spv_V(x, in->operand[0]), spv_V(x, in->operand[1])), spv_V(x, in->operand[2]));
+            r = spv_fn2(x, SpvOpIAdd, t, spv_fn2(x, SpvOpIMul, t, spv_V(x, in->operand[0]), spv_V(x, in->operand[1])),
+                        spv_V(x, in->operand[2]));
         } else {
-            r = spv_ext3(x, t, GLSLstd450Fma, spv_V(x, in->operand[0]), spv_V(x, in->operand[1]), spv_V(x, in->operand[2]));
+            r = spv_ext3(x, t, GLSLstd450Fma, spv_V(x, in->operand[0]), spv_V(x, in->operand[1]),
+                         spv_V(x, in->operand[2]));
             /* NoContraction: one fused operation with one rounding, the same wherever it
              * appears (without it a driver may split it, or split it differently) */
             spv_decorate(x, r, SpvDecorationNoContraction, 0, 0);
@@ -130,8 +99,8 @@ void spv_emit_arith(spv_ctx *x, const ir_inst *in) {
         case IR_OP_MUL: op = fl ? SpvOpFMul : SpvOpIMul; break;
         case IR_OP_DIV: op = fl ? SpvOpFDiv : sg ? SpvOpSDiv : SpvOpUDiv; break;
         case IR_OP_REM: op = fl ? SpvOpFRem : sg ? SpvOpSRem : SpvOpUMod; break; /* C's sign rules */
-        case IR_OP_MIN: glsl = fl ? GLSLstd450FMin : sg ? GLSLstd450SMin : GLSLstd450UMin; exact = true; break;
-        case IR_OP_MAX: glsl = fl ? GLSLstd450FMax : sg ? GLSLstd450SMax : GLSLstd450UMax; exact = true; break;
+        case IR_OP_MIN: glsl = fl ? GLSLstd450FMin : sg ? GLSLstd450SMin : GLSLstd450UMin; break;
+        case IR_OP_MAX: glsl = fl ? GLSLstd450FMax : sg ? GLSLstd450SMax : GLSLstd450UMax; break;
         case IR_OP_AND: op = bl ? SpvOpLogicalAnd : SpvOpBitwiseAnd; break;
         case IR_OP_OR: op = bl ? SpvOpLogicalOr : SpvOpBitwiseOr; break;
         case IR_OP_XOR: op = bl ? SpvOpLogicalNotEqual : SpvOpBitwiseXor; break;
@@ -156,7 +125,6 @@ void spv_emit_arith(spv_ctx *x, const ir_inst *in) {
         case IR_OP_NEG:
             if (bl) break;
             r = spv_fn1(x, fl ? SpvOpFNegate : SpvOpSNegate, t, a);
-            exact = true;
             break;
         case IR_OP_NOT:
             if (fl) break;
@@ -165,7 +133,6 @@ void spv_emit_arith(spv_ctx *x, const ir_inst *in) {
         case IR_OP_ABS:
             if (bl) break;
             r = fl ? spv_ext1(x, t, GLSLstd450FAbs, a) : sg ? spv_ext1(x, t, GLSLstd450SAbs, a) : a;
-            exact = true;
             break;
         case IR_OP_EXP: glsl = GLSLstd450Exp; break;
         case IR_OP_LOG: glsl = GLSLstd450Log; break;
@@ -174,7 +141,8 @@ void spv_emit_arith(spv_ctx *x, const ir_inst *in) {
         case IR_OP_TANH: glsl = GLSLstd450Tanh; break;
         case IR_OP_SIN: glsl = GLSLstd450Sin; break;
         case IR_OP_COS: glsl = GLSLstd450Cos; break;
-        case IR_OP_FLOOR: glsl = GLSLstd450Floor; exact = true; break;
+        case IR_OP_FLOOR: glsl = GLSLstd450Floor; break;
+        case IR_OP_ROUNDEVEN: glsl = GLSLstd450RoundEven; break;
         default: break;
         }
         if (glsl) {
@@ -189,7 +157,6 @@ void spv_emit_arith(spv_ctx *x, const ir_inst *in) {
             return;
         }
     }
-    if (fl && !exact) r = spv_round_to(x, s, n, r);
     spv_def(x, in->result, r);
 }
 
@@ -222,21 +189,27 @@ void spv_emit_cmp(spv_ctx *x, const ir_inst *in) {
     } else {
         op = ir_scalar_is_float(s) ? F[c] : ir_scalar_is_signed(s) ? S[c] : U[c];
     }
-    spv_def(x, in->result, spv_fn2(x, op, spv_t_vec(x, spv_t_bool(x), n), spv_V(x, in->operand[0]), spv_V(x, in->operand[1])));
+    spv_def(x, in->result,
+            spv_fn2(x, op, spv_t_vec(x, spv_t_bool(x), n), spv_V(x, in->operand[0]), spv_V(x, in->operand[1])));
 }
 
 /* The 16 bits of lane l of a 16-bit value, in the low half of a u32. */
 static uint32_t half_bits(spv_ctx *x, ir_scalar s, uint32_t n, uint32_t v, uint32_t l) {
     uint32_t tu = spv_t_u32(x), lane = spv_lane_of(x, s, n, v, l);
-    if (s == IR_BF16) return spv_fn2(x, SpvOpShiftRightLogical, tu, spv_fn1(x, SpvOpBitcast, tu, lane), spv_c_u32(x, 16));
-    uint32_t pair = spv_fn2(x, SpvOpCompositeConstruct, spv_t_vec(x, spv_t_float(x, 16), 2), lane, spv_c_scalar(x, IR_F16, 0));
+    if (s == IR_BF16)
+        return spv_fn2(x, SpvOpShiftRightLogical, tu, spv_fn1(x, SpvOpBitcast, tu, lane), spv_c_u32(x, 16));
+    uint32_t pair =
+        spv_fn2(x, SpvOpCompositeConstruct, spv_t_vec(x, spv_t_float(x, 16), 2), lane, spv_c_scalar(x, IR_F16, 0));
     return spv_fn2(x, SpvOpBitwiseAnd, tu, spv_fn1(x, SpvOpBitcast, tu, pair), spv_c_u32(x, 0xffff));
 }
 
 /* A 16-bit value from 16 bits in the low half of a u32. */
 static uint32_t from_half_bits(spv_ctx *x, ir_scalar s, uint32_t bits) {
-    if (s == IR_BF16) return spv_fn1(x, SpvOpBitcast, spv_t_f32(x), spv_fn2(x, SpvOpShiftLeftLogical, spv_t_u32(x), bits, spv_c_u32(x, 16)));
-    return spv_fn2(x, SpvOpCompositeExtract, spv_t_float(x, 16), spv_fn1(x, SpvOpBitcast, spv_t_vec(x, spv_t_float(x, 16), 2), bits), 0);
+    if (s == IR_BF16)
+        return spv_fn1(x, SpvOpBitcast, spv_t_f32(x),
+                       spv_fn2(x, SpvOpShiftLeftLogical, spv_t_u32(x), bits, spv_c_u32(x, 16)));
+    return spv_fn2(x, SpvOpCompositeExtract, spv_t_float(x, 16),
+                   spv_fn1(x, SpvOpBitcast, spv_t_vec(x, spv_t_float(x, 16), 2), bits), 0);
 }
 
 /* Bitcasts through u32 words, since 16-bit lanes have no 16-bit integer registers here
@@ -245,7 +218,8 @@ void spv_emit_bitcast(spv_ctx *x, const ir_inst *in) {
     if (!ir_emit_need(&x->e, in, 1)) return;
     ir_scalar fs, ts;
     uint32_t fn, tn;
-    if (!ir_emit_tinfo(&x->e, ir_type_of(x->k, in->operand[0]), &fs, &fn) || !ir_emit_tinfo(&x->e, in->type, &ts, &tn)) {
+    if (!ir_emit_tinfo(&x->e, ir_type_of(x->k, in->operand[0]), &fs, &fn) ||
+        !ir_emit_tinfo(&x->e, in->type, &ts, &tn)) {
         spv_fail(x, "bitcast of fragments");
         return;
     }
@@ -270,7 +244,8 @@ void spv_emit_bitcast(spv_ctx *x, const ir_inst *in) {
         for (uint32_t i = 0; i < nw; i++) {
             w[i] = half_bits(x, fs, fn, v, 2 * i);
             if (2 * i + 1 < fn) {
-                uint32_t hi = spv_fn2(x, SpvOpShiftLeftLogical, tu, half_bits(x, fs, fn, v, 2 * i + 1), spv_c_u32(x, 16));
+                uint32_t hi =
+                    spv_fn2(x, SpvOpShiftLeftLogical, tu, half_bits(x, fs, fn, v, 2 * i + 1), spv_c_u32(x, 16));
                 w[i] = spv_fn2(x, SpvOpBitwiseOr, tu, w[i], hi);
             }
         }

@@ -69,7 +69,6 @@ void spv_emit_subgroup(spv_ctx *x, const ir_inst *in) {
         uint32_t op = OPS[ro][fl ? 0 : sg ? 1 : 2];
         spv_b_capability(&x->b, SpvCapabilityGroupNonUniformArithmetic);
         r = spv_fn3(x, op, tw, scope, SpvGroupOperationReduce, v);
-        if (ro == IR_REDUCE_ADD && !via_f32) r = spv_round_to(x, s, n, r);
     } else {
         uint32_t lane = spv_V(x, in->operand[1]);
         /* broadcast uses Shuffle: OpGroupNonUniformBroadcast needs the ballot feature, which

@@ -138,11 +138,6 @@ uint32_t spv_t_rep(spv_ctx *x, ir_type t) {
 
 /* ---- constants --------------------------------------------------------------------------- */
 
-static uint32_t c_f32(spv_ctx *x, float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return spv_b_const(&x->b, SpvOpConstant, spv_t_f32(x), &u, 1);
-}
 static uint32_t c_bool(spv_ctx *x, bool v) {
     return spv_b_const(&x->b, v ? SpvOpConstantTrue : SpvOpConstantFalse, spv_t_bool(x), NULL, 0);
 }
@@ -199,7 +194,6 @@ uint32_t spv_c_splat(spv_ctx *x, uint32_t scalar_type, uint32_t n, uint32_t c) {
     return spv_b_const(&x->b, SpvOpConstantComposite, spv_t_vec(x, scalar_type, n), o, n);
 }
 uint32_t spv_c_u32n(spv_ctx *x, uint32_t n, uint32_t v) { return spv_c_splat(x, spv_t_u32(x), n, spv_c_u32(x, v)); }
-uint32_t spv_c_f32n(spv_ctx *x, uint32_t n, float v) { return spv_c_splat(x, spv_t_f32(x), n, c_f32(x, v)); }
 
 /* ---- instructions -------------------------------------------------------------------------- */
 

@@ -11,7 +11,7 @@ ir_op_class ir_op_class_of(ir_op op) {
     case IR_OP_ADD: case IR_OP_SUB: case IR_OP_MUL: case IR_OP_DIV: case IR_OP_REM: case IR_OP_MIN: case IR_OP_MAX:
     case IR_OP_AND: case IR_OP_OR: case IR_OP_XOR: case IR_OP_SHL: case IR_OP_SHR: case IR_OP_NEG: case IR_OP_NOT:
     case IR_OP_ABS: case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT: case IR_OP_TANH: case IR_OP_SIN:
-    case IR_OP_COS: case IR_OP_FLOOR: case IR_OP_FMA:
+    case IR_OP_COS: case IR_OP_FLOOR: case IR_OP_ROUNDEVEN: case IR_OP_FMA:
         return IR_CLASS_ARITH;
     case IR_OP_CMP: return IR_CLASS_CMP;
     case IR_OP_SELECT: return IR_CLASS_SELECT;

@@ -17,7 +17,7 @@
 typedef enum ir_op_class {
     IR_CLASS_DECL,     /* CONST, PARAM, SPEC: declared before the walk */
     IR_CLASS_ID,       /* ID */
-    IR_CLASS_ARITH,    /* ADD .. FMA: binary, unary and fused arithmetic */
+    IR_CLASS_ARITH,    /* ADD .. ROUNDEVEN, FMA: binary, unary and fused arithmetic */
     IR_CLASS_CMP,      /* CMP */
     IR_CLASS_SELECT,   /* SELECT */
     IR_CLASS_CONVERT,  /* CONVERT */

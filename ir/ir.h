@@ -107,6 +107,7 @@ typedef enum ir_op {
     IR_OP_AND, IR_OP_OR, IR_OP_XOR, IR_OP_SHL, IR_OP_SHR, /* bits: ints and bools (and/or/xor) */
     IR_OP_NEG, IR_OP_NOT, IR_OP_ABS, /* NEG ints/floats, NOT ints/bools, ABS signed ints/floats */
     IR_OP_EXP, IR_OP_LOG, IR_OP_SQRT, IR_OP_RSQRT, IR_OP_TANH, IR_OP_SIN, IR_OP_COS, IR_OP_FLOOR, /* f32 (or f32 vectors) */
+    IR_OP_ROUNDEVEN, /* f32: to the nearest integer, ties to even (what the 16-bit lowering rounds with) */
     IR_OP_FMA, /* f32 or f16, scalars or vectors */
     IR_OP_CMP, IR_OP_SELECT,
     IR_OP_CONVERT, IR_OP_BITCAST,
@@ -127,7 +128,7 @@ typedef enum ir_op {
 
 const char *ir_op_name(ir_op op);
 
-/* Binary (ADD..SHR), unary (NEG..FLOOR) and FMA arithmetic. Ints are two's complement;
+/* Binary (ADD..SHR), unary (NEG..ROUNDEVEN) and FMA arithmetic. Ints are two's complement;
  * DIV/REM/SHR follow the operand's signedness (I32/I64 signed, U32/U64 unsigned). */
 ir_val ir_bin(ir_kernel *k, ir_op op, ir_val a, ir_val b);
 ir_val ir_un(ir_kernel *k, ir_op op, ir_val a);
@@ -243,7 +244,10 @@ struct ir_inst {
     uint32_t n_operand;
     /* op-specific:
      *   CONST      imm[0] = value: bool 0/1, i32 sign-extended, u32 zero-extended, f32 its
-     *              bits (zero-extended); constants are only ever bool, i32, u32 or f32
+     *              bits (zero-extended); constants are only ever bool, i32, u32 or f32; a
+     *              lowering pass (ir/lower.h) also makes vectors of them: every lane imm[0]
+     *   CONVERT    imm[0] = 1 for convert.exact (ir/lower.h: f32 -> f16/bf16 of a value the
+     *              target type holds exactly, so nothing rounds), else 0
      *   PARAM      imm[0] = index among all params;  SPEC imm[0] = index among specs
      *   ID         imm[0] = ir_id_kind, imm[1] = dim
      *   CMP        imm[0] = ir_cmp;  SG_REDUCE imm[0] = ir_reduce;  EXTRACT imm[0] = lane

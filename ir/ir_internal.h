@@ -4,6 +4,7 @@
 #define KILN_IR_IR_INTERNAL_H
 
 #include "ir/ir.h"
+#include "ir/lower.h"
 
 #include <stdarg.h>
 
@@ -121,6 +122,10 @@ ir_val ir_rw_u32(ir_rw *w, uint32_t v);
 /* Appends op to w->out with a new result value (when op has one); NULL when out of memory. */
 ir_inst *ir_rw_inst(ir_rw *w, ir_op op, ir_type t, const ir_val *ops, uint32_t n, int64_t imm0, int64_t imm1,
                     int64_t imm2);
+/* The same with an existing value as its result: v keeps its number and type and now
+ * names the new instruction (which replaces its old definition). */
+ir_inst *ir_rw_inst_into(ir_rw *w, ir_val v, ir_op op, const ir_val *ops, uint32_t n, int64_t imm0, int64_t imm1,
+                         int64_t imm2);
 /* The result of a new one- or two-operand instruction (b IR_NONE: one); IR_NONE when out of memory. */
 ir_val ir_rw_op(ir_rw *w, ir_op op, ir_type t, ir_val a, ir_val b, int64_t imm0);
 /* Appends an if on cond with n results to w->out: the values `results` (which keep their
@@ -130,7 +135,8 @@ ir_inst *ir_rw_if(ir_rw *w, ir_val cond, uint32_t n, const ir_type *types, const
 bool ir_rw_yield(ir_rw *w, ir_region *r, const ir_val *v, uint32_t n);
 
 /* ---- the lowering passes (lower.h): 0, or -1 (out of memory, with the kernel's error) ---- */
-int ir_lower_masked(ir_kernel *k); /* lower_mask.c */
+int ir_lower_masked(ir_kernel *k);                         /* lower_mask.c */
+int ir_lower_half(ir_kernel *k, const ir_lower_opts *o); /* lower_half.c */
 
 /* ---- verifier pieces (verify.c) ---- */
 /* The per-op typing rules, shared by the builder (before it appends) and the verifier.

@@ -27,6 +27,21 @@ ir_inst *ir_rw_inst(ir_rw *w, ir_op op, ir_type t, const ir_val *ops, uint32_t n
     return ir_region_push(k, w->out, in) ? in : NULL;
 }
 
+ir_inst *ir_rw_inst_into(ir_rw *w, ir_val v, ir_op op, const ir_val *ops, uint32_t n, int64_t imm0, int64_t imm1,
+                         int64_t imm2) {
+    ir_kernel *k = w->k;
+    ir_inst *in = ir_alloc(k, sizeof *in);
+    ir_val *o = n ? ir_alloc(k, n * sizeof *o) : NULL;
+    if (!in || (n && !o) || !v || v > k->n_vals)
+        return NULL;
+    if (n)
+        memcpy(o, ops, n * sizeof *o);
+    *in = (ir_inst){ .op = op, .result = v, .type = ir_type_of(k, v), .operand = o, .n_operand = n,
+                     .imm = { imm0, imm1, imm2 } };
+    k->vals[v].def = in;
+    return ir_region_push(k, w->out, in) ? in : NULL;
+}
+
 ir_val ir_rw_op(ir_rw *w, ir_op op, ir_type t, ir_val a, ir_val b, int64_t imm0) {
     ir_val ops[2] = { a, b };
     ir_inst *in = ir_rw_inst(w, op, t, ops, b ? 2 : 1, imm0, 0, 0);
@@ -134,7 +149,10 @@ int ir_lower(ir_kernel *k, const ir_lower_opts *o, char *err, size_t errlen) {
         snprintf(err, errlen, "ir_lower: masked accesses: %s", k->failed ? k->error : "failed");
         return -1;
     }
-
+    if (ir_lower_half(k, o)) {
+        snprintf(err, errlen, "ir_lower: 16-bit floats: %s", k->failed ? k->error : "failed");
+        return -1;
+    }
     char verr[256];
     if (ir_verify(k, verr, sizeof verr)) {
         snprintf(err, errlen, "ir_lower: the lowered kernel does not verify: %s", verr);

@@ -67,7 +67,7 @@ static void put_f32(ir_sb *b, uint32_t bits) {
 
 static void put_const(ir_sb *b, const ir_kernel *k, ir_type t, int64_t v) {
     const ir_type_desc *d = ir_type_get(k, t);
-    ir_scalar s = d && d->kind == IR_T_SCALAR ? d->elem : IR_SCALAR_COUNT;
+    ir_scalar s = d && d->kind != IR_T_FRAG ? d->elem : IR_SCALAR_COUNT; /* vectors: every lane's */
     if (s == IR_BOOL)
         ir_sb_printf(b, "%s", v ? "true" : "false");
     else if (s == IR_F32 && v >= 0 && v <= UINT32_MAX)
@@ -192,7 +192,7 @@ void ir_sb_inst(ir_sb *b, const ir_kernel *k, const ir_inst *in) {
         ir_sb_printf(b, "if %%%u", opnd(in, 0));
         break;
     default:
-        ir_sb_printf(b, "%s", op);
+        ir_sb_printf(b, "%s", in->op == IR_OP_CONVERT && in->imm[0] == 1 ? "convert.exact" : op);
         if (in->n_operand)
             ir_sb_printf(b, " ");
         put_vals(b, in->operand, 0, in->n_operand);

@@ -17,6 +17,7 @@ static const char *const op_names[IR_OP_COUNT] = {
     [IR_OP_NEG] = "neg", [IR_OP_NOT] = "not", [IR_OP_ABS] = "abs",
     [IR_OP_EXP] = "exp", [IR_OP_LOG] = "log", [IR_OP_SQRT] = "sqrt", [IR_OP_RSQRT] = "rsqrt",
     [IR_OP_TANH] = "tanh", [IR_OP_SIN] = "sin", [IR_OP_COS] = "cos", [IR_OP_FLOOR] = "floor",
+    [IR_OP_ROUNDEVEN] = "roundeven",
     [IR_OP_FMA] = "fma", [IR_OP_CMP] = "cmp", [IR_OP_SELECT] = "select",
     [IR_OP_CONVERT] = "convert", [IR_OP_BITCAST] = "bitcast", [IR_OP_VEC] = "vec", [IR_OP_EXTRACT] = "extract",
     [IR_OP_LOAD] = "load", [IR_OP_STORE] = "store", [IR_OP_LOAD_MASKED] = "load.masked",
@@ -146,7 +147,7 @@ ir_val ir_bin(ir_kernel *k, ir_op op, ir_val a, ir_val b) {
 ir_val ir_un(ir_kernel *k, ir_op op, ir_val a) {
     if (!k)
         return IR_NONE;
-    if (op < IR_OP_NEG || op > IR_OP_FLOOR) {
+    if (op < IR_OP_NEG || op > IR_OP_ROUNDEVEN) {
         ir_fail(k, "ir_un: %s is not a unary op", ir_op_name(op));
         return IR_NONE;
     }

@@ -188,8 +188,8 @@ static bool check(ck *c) {
             return false;
         const ir_type_desc *d = ir_type_get(k, in->type);
         int64_t v = in->imm[0];
-        if (d->kind != IR_T_SCALAR)
-            return bad(c, "constants are scalars");
+        if (d->kind == IR_T_FRAG)
+            return bad(c, "constants are scalars (or, lowered, vectors)");
         switch (d->elem) {
         case IR_BOOL: return v == 0 || v == 1 ? true : bad(c, "bool constant is 0 or 1");
         case IR_I32: return v >= INT32_MIN && v <= INT32_MAX ? true : bad(c, "i32 constant out of range");
@@ -238,7 +238,7 @@ static bool check(ck *c) {
         sv(c, in->type, &e, &l);
         return ir_scalar_is_int(e) && !ir_scalar_is_signed(e) ? bad(c, "abs takes signed ints or floats") : true;
     case IR_OP_EXP: case IR_OP_LOG: case IR_OP_SQRT: case IR_OP_RSQRT: case IR_OP_TANH:
-    case IR_OP_SIN: case IR_OP_COS: case IR_OP_FLOOR:
+    case IR_OP_SIN: case IR_OP_COS: case IR_OP_FLOOR: case IR_OP_ROUNDEVEN:
         if (!nops(c, 1) || !arith(c, false, false, true, "f32"))
             return false;
         sv(c, in->type, &e, &l);
@@ -271,6 +271,8 @@ static bool check(ck *c) {
             return false;
         if (!sv(c, ty(c, 0), &e, &l) || !sv(c, in->type, &e2, &l2) || l != l2 || e == e2 || !convert_ok(e, e2))
             return bad(c, "convert from %s to %s is not allowed", tname(c, ty(c, 0), a), tname(c, in->type, b));
+        if (in->imm[0] != 0 && !(in->imm[0] == 1 && e == IR_F32 && (e2 == IR_F16 || e2 == IR_BF16)))
+            return bad(c, "convert.exact narrows f32 to f16 or bf16");
         return true;
     case IR_OP_BITCAST:
         if (!nops(c, 1))

@@ -141,7 +141,7 @@ Test(ptx, fma_div_and_math) {
     ir_buf x = ir_param_buffer(k, "x", IR_F32, IR_READ | IR_WRITE);
     ir_set_workgroup(k, 32, 1, 1);
     ir_val i = gid(k), v = ir_load(k, x, i, 1);
-    static const ir_op ops[] = {IR_OP_EXP, IR_OP_LOG, IR_OP_SIN, IR_OP_COS, IR_OP_TANH, IR_OP_SQRT, IR_OP_RSQRT, IR_OP_FLOOR, IR_OP_ABS, IR_OP_NEG};
+    static const ir_op ops[] = {IR_OP_EXP, IR_OP_LOG, IR_OP_SIN, IR_OP_COS, IR_OP_TANH, IR_OP_SQRT, IR_OP_RSQRT, IR_OP_FLOOR, IR_OP_ROUNDEVEN, IR_OP_ABS, IR_OP_NEG};
     ir_val acc = ir_fma(k, v, v, F(1.0f));
     for (size_t j = 0; j < sizeof ops / sizeof ops[0]; j++) acc = ir_bin(k, IR_OP_ADD, acc, ir_un(k, ops[j], v));
     acc = ir_bin(k, IR_OP_DIV, acc, ir_bin(k, IR_OP_MAX, v, F(0.5f)));
@@ -159,6 +159,7 @@ Test(ptx, fma_div_and_math) {
     HAS(p, "sqrt.rn.f32");
     HAS(p, "div.rn.f32");
     HAS(p, "cvt.rmi.f32.f32");
+    HAS(p, "cvt.rni.f32.f32");
     HAS(p, "abs.f32");
     HAS(p, "max.f32");
     HAS(p, "min.f32");

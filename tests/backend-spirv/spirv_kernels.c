@@ -57,7 +57,7 @@ ir_kernel *k_arith_f32(void) {
     ir_val a = ir_load(k, in, i4, 1), b = ir_load(k, in, BIN(ADD, i4, CU(1)), 1);
     const ir_op bins[] = {IR_OP_ADD, IR_OP_SUB, IR_OP_MUL, IR_OP_DIV, IR_OP_REM, IR_OP_MIN, IR_OP_MAX};
     const ir_op uns[] = {IR_OP_NEG, IR_OP_ABS, IR_OP_EXP, IR_OP_LOG, IR_OP_SQRT, IR_OP_RSQRT,
-                         IR_OP_TANH, IR_OP_SIN, IR_OP_COS, IR_OP_FLOOR};
+                         IR_OP_TANH, IR_OP_SIN, IR_OP_COS, IR_OP_FLOOR, IR_OP_ROUNDEVEN};
     ir_val acc = a;
     for (size_t j = 0; j < sizeof bins / sizeof *bins; j++) acc = BIN(ADD, acc, ir_bin(k, bins[j], a, b));
     for (size_t j = 0; j < sizeof uns / sizeof *uns; j++) acc = BIN(ADD, acc, ir_un(k, uns[j], a));

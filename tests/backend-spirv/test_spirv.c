@@ -111,6 +111,31 @@ Test(spirv, deterministic) {
     }
 }
 
+/* The emitter takes 16-bit rounding written out in the IR (ir/lower_half.c): for every
+ * caps set the kernel it lowers holds no rounding conversion to f16 or bf16, only
+ * convert.exact after RoundEven (f16) or the integer sequence (bf16). */
+Test(spirv, rounding_to_16_bits_is_lowered_in_the_ir) {
+    for (int which = 0; which < N_CAPS; which++) {
+        rt_caps c;
+        caps_fill(&c, which);
+        ir_kernel *k = k_convert();
+        char err[256];
+        ir_kernel *low = spv_lowered(k, &c, err, sizeof err);
+        cr_assert_not_null(low, "%s: %s", caps_name[which], err);
+        char *t = ir_print(low);
+        cr_assert(strstr(t, " = convert.exact ") && strstr(t, " = roundeven "), "%s: %s", caps_name[which], t);
+        for (const char *p = strstr(t, " = convert %"); p; p = strstr(p + 1, " = convert %")) {
+            const char *eol = strchr(p, '\n');
+            cr_assert(eol && (size_t)(eol - p) > 5 && strncmp(eol - 4, " f16", 4) && strncmp(eol - 5, " bf16", 5) &&
+                          strncmp(eol - 6, " f16x4", 6) && strncmp(eol - 7, " bf16x4", 7),
+                      "%s: a rounding conversion left: %.*s", caps_name[which], (int)(eol - p), p);
+        }
+        free(t);
+        ir_kernel_destroy(low);
+        ir_kernel_destroy(k);
+    }
+}
+
 /* ---- refusals -------------------------------------------------------------------------------- */
 
 static void expect_refusal(ir_kernel *k, const rt_caps *c, const char *part) {
