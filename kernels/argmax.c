@@ -22,6 +22,8 @@ ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, char *err, size_t errlen) {
     ir_kernel *k = kn_create("kn_argmax", err, errlen);
     if (!k) return NULL;
     ir_buf lg = ir_param_buffer(k, "logits", IR_F32, IR_READ), out = ir_param_buffer(k, "out", IR_U32, IR_WRITE);
+    ir_buffer_extent(k, lg, n);
+    ir_buffer_extent(k, out, 2);
     uint32_t wg = kn_workgroup(c, 1024);
     ir_set_workgroup(k, wg, 1, 1);
     ir_val lid = ir_id(k, IR_ID_LOCAL, 0), none = ir_const_u32(k, UINT32_MAX);

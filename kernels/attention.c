@@ -39,6 +39,11 @@ ir_kernel *kn_kv_store(const rt_caps *c, uint32_t kv_dim, uint32_t n_ctx, ir_sca
     ir_buf kb = ir_param_buffer(k, "k", dtype, IR_READ), vb = ir_param_buffer(k, "v", dtype, IR_READ);
     ir_buf kc = ir_param_buffer(k, "kcache", dtype, IR_WRITE), vc = ir_param_buffer(k, "vcache", dtype, IR_WRITE);
     ir_buf pb = ir_param_buffer(k, "pos", IR_U32, IR_READ);
+    ir_buffer_extent_per_group(k, kb, 1, kv_dim); /* token t of the launch is grid row y */
+    ir_buffer_extent_per_group(k, vb, 1, kv_dim);
+    ir_buffer_extent(k, kc, (uint64_t)n_ctx * kv_dim);
+    ir_buffer_extent(k, vc, (uint64_t)n_ctx * kv_dim);
+    ir_buffer_extent(k, pb, 1);
     uint32_t wg = kn_workgroup(c, 256), v = kn_vec_width(kv_dim), nvec = kv_dim / v;
     ir_set_workgroup(k, wg, 1, 1);
 
@@ -102,6 +107,11 @@ ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv,
     ir_buf qb = ir_param_buffer(k, "q", dtype, IR_READ), kc = ir_param_buffer(k, "kcache", dtype, IR_READ);
     ir_buf vc = ir_param_buffer(k, "vcache", dtype, IR_READ), ob = ir_param_buffer(k, "part", IR_F32, IR_WRITE);
     ir_buf pb = ir_param_buffer(k, "pos", IR_U32, IR_READ);
+    ir_buffer_extent(k, qb, (uint64_t)n_head * head_dim);
+    ir_buffer_extent(k, kc, (uint64_t)n_ctx * n_head_kv * head_dim);
+    ir_buffer_extent(k, vc, (uint64_t)n_ctx * n_head_kv * head_dim);
+    ir_buffer_extent(k, ob, (uint64_t)n_head * n_split * (head_dim + 2));
+    ir_buffer_extent(k, pb, 1);
     /* about one invocation per dim of the head (so phase 2 keeps them busy), at least 64
      * positions per block; B = wg */
     uint32_t wg = kn_workgroup(c, head_dim > 64 ? head_dim : 64), B = wg;
@@ -233,6 +243,9 @@ ir_kernel *kn_attn_merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, u
     if (!k) return NULL;
     ir_buf pa = ir_param_buffer(k, "part", IR_F32, IR_READ), ob = ir_param_buffer(k, "out", dtype, IR_WRITE);
     ir_buf pb = ir_param_buffer(k, "pos", IR_U32, IR_READ);
+    ir_buffer_extent(k, pa, (uint64_t)n_head * n_split * (head_dim + 2));
+    ir_buffer_extent(k, ob, (uint64_t)n_head * head_dim);
+    ir_buffer_extent(k, pb, 1);
     uint32_t wg = kn_workgroup(c, head_dim > 32 ? head_dim : 32), per = (head_dim + wg - 1) / wg;
     ir_set_workgroup(k, wg, 1, 1);
     if (per > 64) {

@@ -428,6 +428,11 @@ ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv
     b.qb = ir_param_buffer(k, "q", dtype, IR_READ), b.kc = ir_param_buffer(k, "kcache", dtype, IR_READ);
     b.vc = ir_param_buffer(k, "vcache", dtype, IR_READ), b.ob = ir_param_buffer(k, "out", dtype, IR_WRITE);
     ir_buf ib = ir_param_buffer(k, "info", IR_U32, IR_READ);
+    ir_buffer_extent(k, b.qb, (uint64_t)n_max * q_stride);
+    ir_buffer_extent(k, b.kc, (uint64_t)n_ctx * kv_dim64);
+    ir_buffer_extent(k, b.vc, (uint64_t)n_ctx * kv_dim64);
+    ir_buffer_extent(k, b.ob, (uint64_t)n_max * n_head * hd);
+    ir_buffer_extent(k, ib, 2);
     ir_set_workgroup(k, g.W, 1, 1);
     ir_scalar tile = E == 2 ? IR_U32 : IR_F32;
     b.sh_q = ir_shared_array(k, "q_tile", tile, g.R * g.QP);

@@ -14,6 +14,8 @@ ir_kernel *kn_copy(const rt_caps *c, uint32_t n, uint32_t *groups_x, char *err, 
     ir_kernel *k = kn_create("kn_copy", err, errlen);
     if (!k) return NULL;
     ir_buf src = ir_param_buffer(k, "src", IR_U32, IR_READ), dst = ir_param_buffer(k, "dst", IR_U32, IR_WRITE);
+    ir_buffer_extent(k, src, n);
+    ir_buffer_extent(k, dst, n);
     uint32_t wg = kn_workgroup(c, 256), v = kn_vec_width(n), nv = n / v;
     ir_set_workgroup(k, wg, 1, 1);
     ir_val stride = ir_bin(k, IR_OP_MUL, ir_id(k, IR_ID_NUM_GROUPS, 0), ir_const_u32(k, wg));

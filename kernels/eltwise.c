@@ -20,6 +20,9 @@ static ir_kernel *build(const rt_caps *c, const char *name, eltwise_op op, uint3
     const char *an = op == OP_ADD ? "a" : "g", *bn = op == OP_ADD ? "b" : "u";
     ir_buf a = ir_param_buffer(k, an, dtype, IR_READ), b = ir_param_buffer(k, bn, dtype, IR_READ);
     ir_buf o = ir_param_buffer(k, "out", dtype, IR_WRITE);
+    ir_buffer_extent(k, a, n);
+    ir_buffer_extent(k, b, n);
+    ir_buffer_extent(k, o, n);
     uint32_t wg = kn_workgroup(c, 256), v = kn_vec_width(n), nv = n / v;
     ir_set_workgroup(k, wg, 1, 1);
     ir_type fv = v == 1 ? ir_t_scalar(k, IR_F32) : ir_t_vector(k, IR_F32, v);

@@ -37,6 +37,9 @@ ir_kernel *kn_embed(const rt_caps *c, uint32_t n_vocab, uint32_t n_embd, ir_scal
     if (!k) return NULL;
     ir_buf tab = ir_param_buffer(k, "table", dtype, IR_READ), tb = ir_param_buffer(k, "tok", IR_U32, IR_READ);
     ir_buf out = ir_param_buffer(k, "out", dtype, IR_WRITE);
+    ir_buffer_extent(k, tab, (uint64_t)n_vocab * n_embd);
+    ir_buffer_extent_per_group(k, tb, 1, 1); /* token t of the launch is grid row y */
+    ir_buffer_extent_per_group(k, out, 1, n_embd);
     uint32_t wg = kn_workgroup(c, 256), v = kn_vec_width(n_embd);
     ir_set_workgroup(k, wg, 1, 1);
     ir_val t = ir_id(k, IR_ID_GROUP, 1);
@@ -53,6 +56,9 @@ ir_kernel *kn_take_last(const rt_caps *c, uint32_t n, uint32_t n_max, ir_scalar 
     if (!k) return NULL;
     ir_buf x = ir_param_buffer(k, "x", dtype, IR_READ), ib = ir_param_buffer(k, "info", IR_U32, IR_READ);
     ir_buf out = ir_param_buffer(k, "out", dtype, IR_WRITE);
+    ir_buffer_extent(k, x, (uint64_t)n_max * n);
+    ir_buffer_extent(k, ib, 2);
+    ir_buffer_extent(k, out, n);
     uint32_t wg = kn_workgroup(c, 256), v = kn_vec_width(n);
     ir_set_workgroup(k, wg, 1, 1);
     /* n = 0 wraps to a row past the block: zeros, not a read before x */
@@ -71,6 +77,10 @@ ir_kernel *kn_stage_inputs(const rt_caps *c, uint32_t n_tok, uint32_t *groups_x,
     if (!k) return NULL;
     ir_buf ts = ir_param_buffer(k, "tok_host", IR_U32, IR_READ), td = ir_param_buffer(k, "tok", IR_U32, IR_WRITE);
     ir_buf is = ir_param_buffer(k, "info_host", IR_U32, IR_READ), id = ir_param_buffer(k, "info", IR_U32, IR_WRITE);
+    ir_buffer_extent(k, ts, n_tok);
+    ir_buffer_extent(k, td, n_tok);
+    ir_buffer_extent(k, is, 2);
+    ir_buffer_extent(k, id, 2);
     uint32_t wg = kn_workgroup(c, 256);
     ir_set_workgroup(k, wg, 1, 1);
     ir_val i = ir_id(k, IR_ID_GLOBAL, 0);

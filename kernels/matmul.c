@@ -450,6 +450,12 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
     m.y = ir_param_buffer(k, "Y", dtype, IR_WRITE), m.info = ir_param_buffer(k, "info", IR_U32, IR_READ);
     if (epi & KN_EPI_BIAS) m.b = ir_param_buffer(k, "b", dtype, IR_READ);
     if (epi & KN_EPI_RESIDUAL) m.res = ir_param_buffer(k, "res", dtype, IR_READ);
+    ir_buffer_extent(k, m.w, (uint64_t)rows * cols);
+    ir_buffer_extent(k, m.x, (uint64_t)n_max * cols);
+    ir_buffer_extent(k, m.y, (uint64_t)n_max * rows);
+    ir_buffer_extent(k, m.info, 2);
+    if (epi & KN_EPI_BIAS) ir_buffer_extent(k, m.b, rows);
+    if (epi & KN_EPI_RESIDUAL) ir_buffer_extent(k, m.res, (uint64_t)n_max * rows);
     m.lid = ir_id(k, IR_ID_LOCAL, 0);
     m.n = umin(&m, ir_load(k, m.info, cu(&m, 1), 1), cu(&m, n_max));
     if (use_mma) {

@@ -203,6 +203,14 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
     if (epi & KN_EPI_RESIDUAL) res = ir_param_buffer(k, "res", dtype, IR_READ);
     if (epi & KN_EPI_SWIGLU) wu = ir_param_buffer(k, "Wu", wt, IR_READ);
     if (norm) wn = ir_param_buffer(k, "wn", dtype, IR_READ);
+    uint32_t w_per = wt == IR_U32 ? 2 : 1, x_per = xt == IR_U32 ? 2 : 1; /* 16-bit elements per word */
+    ir_buffer_extent(k, w, (uint64_t)rows * cols / w_per);
+    ir_buffer_extent(k, x, cols / x_per);
+    ir_buffer_extent(k, y, rows);
+    if (epi & KN_EPI_BIAS) ir_buffer_extent(k, b, rows);
+    if (epi & KN_EPI_RESIDUAL) ir_buffer_extent(k, res, rows);
+    if (epi & KN_EPI_SWIGLU) ir_buffer_extent(k, wu, (uint64_t)rows * cols / w_per);
+    if (norm) ir_buffer_extent(k, wn, cols);
     bool swi = epi & KN_EPI_SWIGLU, strided = kn_matvec_strided(c);
     uint32_t v = kn_vec_width(cols), sg = c->subgroup_size;
     uint32_t gx, wg = kn_workgroup(c, 256);

@@ -120,6 +120,12 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
     ir_buf qn = 0, kn = 0;
     if (qk_norm) qn = ir_param_buffer(k, "q_norm", dtype, IR_READ), kn = ir_param_buffer(k, "k_norm", dtype, IR_READ);
     if (b.factors) b.freqs = ir_param_buffer(k, "freqs", dtype, IR_READ);
+    ir_buffer_extent_per_group(k, b.qkv, 1, row); /* token t is grid row y */
+    ir_buffer_extent(k, kc, n_ctx * kv_dim);
+    ir_buffer_extent(k, vc, n_ctx * kv_dim);
+    ir_buffer_extent(k, info, 2);
+    if (qk_norm) ir_buffer_extent(k, qn, head_dim), ir_buffer_extent(k, kn, head_dim);
+    if (b.factors) ir_buffer_extent(k, b.freqs, n_rot / 2);
 
     /* about one pair (plus the dims past n_rot, or one vector of a v head) per
      * invocation, at least a subgroup: the smallest power of two covering that */

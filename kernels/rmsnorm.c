@@ -16,6 +16,9 @@ static ir_kernel *build(const rt_caps *c, const char *name, uint32_t n, ir_scala
     if (!k) return NULL;
     ir_buf x = ir_param_buffer(k, "x", dtype, IR_READ), w = ir_param_buffer(k, "w", dtype, IR_READ);
     ir_buf y = ir_param_buffer(k, "y", dtype, IR_WRITE);
+    ir_buffer_extent_per_group(k, x, 0, n); /* one row per workgroup */
+    ir_buffer_extent(k, w, n);
+    ir_buffer_extent_per_group(k, y, 0, n);
     ir_set_workgroup(k, wg, 1, 1);
     uint32_t v = kn_vec_width(n);
     ir_type f32 = ir_t_scalar(k, IR_F32), fv = v == 1 ? f32 : ir_t_vector(k, IR_F32, v);

@@ -20,6 +20,8 @@ ir_kernel *kn_rope(const rt_caps *c, uint32_t n_heads, uint32_t head_dim, uint32
     ir_kernel *k = kn_create("kn_rope", err, errlen);
     if (!k) return NULL;
     ir_buf x = ir_param_buffer(k, "x", dtype, IR_READ | IR_WRITE), pb = ir_param_buffer(k, "pos", IR_U32, IR_READ);
+    ir_buffer_extent_per_group(k, x, 1, (uint64_t)n_heads * head_dim); /* token t is grid row y */
+    ir_buffer_extent(k, pb, 1);
     uint32_t wg = kn_workgroup(c, 256), half = n_rot / 2, pairs = n_heads * half;
     ir_set_workgroup(k, wg, 1, 1);
     ir_type f32 = ir_t_scalar(k, IR_F32), dt = ir_t_scalar(k, dtype);
