@@ -87,6 +87,11 @@ int dv_compare(const dv_run *a, const dv_run *b, uint32_t n_vocab, uint32_t n_st
 void dv_comparison_free(dv_comparison *c);
 /* The verdict rule on one divergence's gaps. */
 bool dv_is_near_tie(double gap_a, double gap_b);
+/* One side's gap at a contested step: its logit of its pick (mine) minus that of the other
+ * side's pick (theirs), in quanta at its pick's magnitude; +inf where no pick (< 0) or the
+ * logits are not comparable. With dv_is_near_tie, the one near-tie rule (the whole-model
+ * tests use it too). */
+double dv_gap_quanta(const float *logits, int32_t mine, int32_t theirs, uint32_t dtype);
 
 /* ---- a whole report ------------------------------------------------------------------- */
 

@@ -1,6 +1,7 @@
 /* Whole-model checks shared by the Vulkan and CUDA plan tests. */
 #include "tests/util/testutil_plan.h"
 
+#include "diverge/diverge.h"
 #include "model/engine.h"
 #include "model/model.h"
 #include "oracle/oracle.h"
@@ -14,12 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* The spacing of the 16-bit type's values at magnitude x. */
-static double quantum(double x, uint32_t dtype) {
-    int e = ilogb(fabs(x) > 1e-30 ? x : 1e-30);
-    return ldexp(1.0, e - (dtype == GGUF_T_F16 ? 10 : 7));
-}
 
 static void top2(const float *l, uint32_t n, int32_t *a, int32_t *b) {
     *a = 0, *b = 1;
@@ -83,9 +78,11 @@ double tu_plan_compare(rt_device *d, const char *caps, const char *path, uint32_
         top2(lo, nv, &oa, &ob);
         top2(lg, nv, &ga, &gb);
         if (ga != oa) {
-            double gap = (lo[oa] - lo[ob]) / quantum(lo[oa], dtype);
-            cr_log_info("%s step %u: gpu picks %d (%g), oracle %d (%g); oracle's top two %d %g / %d %g, %.2f quanta apart",
-                        path, s, ga, lg[ga], oa, lg[oa], oa, lo[oa], ob, lo[ob], gap);
+            /* diverge's near-tie rule: each side's pick over the other's within DV_NEAR_TIE_QUANTA */
+            double gap_o = dv_gap_quanta(lo, oa, ga, dtype), gap_g = dv_gap_quanta(lg, ga, oa, dtype);
+            cr_log_info("%s step %u: gpu picks %d (%g), oracle %d (%g); oracle's top two %d %g / %d %g; gaps %.2f "
+                        "quanta on the oracle's side, %.2f on the gpu's",
+                        path, s, ga, lg[ga], oa, lg[oa], oa, lo[oa], ob, lo[ob], gap_o, gap_g);
             if (first_div < 0) {
                 first_div = (int)s;
                 /* with the f32 oracle beside: also explained when the contract's own rounding
@@ -95,9 +92,9 @@ double tu_plan_compare(rt_device *d, const char *caps, const char *path, uint32_
                 if (f32)
                     cr_log_info("%s step %u: contract margin over the gpu's pick %g, f32-vs-contract noise %g", path, s,
                                 lo[oa] - lo[ga], fe);
-                cr_assert((ob == ga && gap <= 2.0) || noise,
-                          "%s: first divergence at step %u is not a near-tie (%.2f quanta)%s", path, s, gap,
-                          f32 ? " nor within the contract's own rounding noise" : "");
+                cr_assert(dv_is_near_tie(gap_o, gap_g) || noise,
+                          "%s: first divergence at step %u is not a near-tie (%.2f / %.2f quanta)%s", path, s, gap_o,
+                          gap_g, f32 ? " nor within the contract's own rounding noise" : "");
             }
         }
         int32_t next = oa;
