@@ -121,7 +121,7 @@ int cmd_synth(int argc, char **argv) {
     if (name) c.name = name;
     if (c.arch != ARCH_LLAMA) c.llama3_rope = false; /* Llama 3's rope_freqs belongs to llama only */
 
-    gguf_error err = {{0}};
+    kiln_err err = {0};
     if (synth_check(&c, &err)) return cli_usage_error(usage, "%s", err.msg);
 
     /* The tokenizer decides the vocab size unless --vocab says otherwise. */

@@ -66,7 +66,7 @@ int cmd_tokenize(int argc, char **argv) {
     char err[512];
     tokenizer *t = NULL;
     int32_t *ids = NULL;
-    gguf_error ge;
+    kiln_err ge;
     gguf_file *g = gguf_open(path, &ge); /* vocab-only files tokenize too: no tensors needed */
     if (!g) {
         rc = cli_fail("%s: %s", path, ge.msg);

@@ -73,7 +73,7 @@ model *model_load(const char *path, char *err, size_t errlen) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    gguf_error ge;
+    kiln_err ge;
     m->file = gguf_open(path, &ge);
     if (!m->file) {
         snprintf(err, errlen, "%s: %s", path, ge.msg);

@@ -161,27 +161,18 @@ int tok_vocab_pad(tok_vocab *v, uint64_t vocab_size, char *err, size_t errlen) {
 
 /* ---- writing ------------------------------------------------------------------------ */
 
-static int werr(gguf_error *err, const char *fmt, ...) {
-    if (!err) return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-int tok_vocab_write(const tok_vocab *v, gguf_writer *w, gguf_error *err) {
+int tok_vocab_write(const tok_vocab *v, gguf_writer *w, kiln_err *err) {
     if (!v->model || !v->n_tokens || !v->tokens || !v->types)
-        return werr(err, "tokenizer: the vocab is empty");
-    if (v->n_tokens > TOK_MAX_VOCAB) return werr(err, "tokenizer: %llu tokens is too many", (unsigned long long)v->n_tokens);
+        return kiln_fail(err, KILN_ERR_INVALID, "tokenizer: the vocab is empty");
+    if (v->n_tokens > TOK_MAX_VOCAB) return kiln_fail(err, KILN_ERR_INVALID, "tokenizer: %llu tokens is too many", (unsigned long long)v->n_tokens);
     /* llama.cpp asserts that every token string is distinct */
     tok_index ix;
-    if (tok_index_init(&ix, v->n_tokens)) return werr(err, "out of memory");
+    if (tok_index_init(&ix, v->n_tokens)) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     for (uint64_t i = 0; i < v->n_tokens; i++) {
         int64_t j = tok_index_put(&ix, v->tokens, (uint32_t)i);
         if (j >= 0) {
             tok_index_free(&ix);
-            return werr(err, "tokenizer: tokens %lld and %llu are both \"%.*s\"; llama.cpp needs distinct tokens",
+            return kiln_fail(err, KILN_ERR_INVALID, "tokenizer: tokens %lld and %llu are both \"%.*s\"; llama.cpp needs distinct tokens",
                         (long long)j, (unsigned long long)i, (int)(v->tokens[i].len > 60 ? 60 : v->tokens[i].len),
                         v->tokens[i].ptr);
         }
@@ -198,7 +189,7 @@ int tok_vocab_write(const tok_vocab *v, gguf_writer *w, gguf_error *err) {
     };
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
         if (ids[i].write && ids[i].id >= (int64_t)v->n_tokens)
-            return werr(err, "tokenizer: %s %lld is outside the %llu tokens", ids[i].key, (long long)ids[i].id,
+            return kiln_fail(err, KILN_ERR_INVALID, "tokenizer: %s %lld is outside the %llu tokens", ids[i].key, (long long)ids[i].id,
                         (unsigned long long)v->n_tokens);
 
     if (gguf_writer_add_str(w, "tokenizer.ggml.model", v->model, err)) return -1;

@@ -48,7 +48,7 @@ int tok_vocab_pad(tok_vocab *v, uint64_t vocab_size, char *err, size_t errlen);
  * arr[str]; ids: u32; add_bos_token/add_eos_token: bool; ...). Refuses what llama.cpp
  * cannot load: duplicate token strings, ids out of range, a gpt2 vocab without merges
  * key (an empty merges array is written instead). */
-int tok_vocab_write(const tok_vocab *v, gguf_writer *w, gguf_error *err);
+int tok_vocab_write(const tok_vocab *v, gguf_writer *w, kiln_err *err);
 void tok_vocab_free(tok_vocab *v);
 
 /* Id of the token spelled s (NUL-terminated), or -1. Linear; for tests and tools. */

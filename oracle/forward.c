@@ -61,7 +61,7 @@ static void round16(const orc_engine *e, float *x, uint64_t n) {
 static float *load_vector(const orc_engine *e, const gguf_tensor *t, char *err, size_t errlen) {
     if (!t) return NULL;
     float *v = malloc(t->ne[0] * sizeof *v);
-    gguf_error ge;
+    kiln_err ge;
     if (!v || gguf_tensor_rows_f32(t, 0, 1, v, &ge)) {
         snprintf(err, errlen, "%s", v ? ge.msg : "out of memory");
         free(v);

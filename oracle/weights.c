@@ -31,7 +31,7 @@ int orc_weight_load(orc_weight *w, const gguf_tensor *t, uint32_t want, char *er
                  (unsigned long long)(w->rows * w->cols * esz));
         return -1;
     }
-    gguf_error ge;
+    kiln_err ge;
     int rc = want == GGUF_T_F32    ? gguf_tensor_rows_f32(t, 0, w->rows, w->owned, &ge)
              : want == GGUF_T_BF16 ? gguf_tensor_rows_bf16(t, 0, w->rows, w->owned, &ge)
                                    : gguf_tensor_rows_f16(t, 0, w->rows, w->owned, &ge);

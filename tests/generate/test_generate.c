@@ -45,7 +45,7 @@ Test(generate, run_stories_matches_golden, .timeout = 120) {
     cr_assert_not_null(golden);
     json_t *ids = json_object_get(golden, "ids");
     char e[256];
-    gguf_error ge;
+    kiln_err ge;
     gguf_file *g = gguf_open(model_path, &ge);
     tokenizer *t = tok_load(g, e, sizeof e);
     cr_assert_not_null(t, "%s", e);

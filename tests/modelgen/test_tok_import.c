@@ -573,7 +573,7 @@ static char *tmp_gguf_path(void) {
 }
 
 static gguf_file *write_and_open(const tok_vocab *v, const char *path) {
-    gguf_error e = {{0}};
+    kiln_err e = {0};
     gguf_writer *w = gguf_writer_create(path, &e);
     cr_assert_not_null(w, "%s", e.msg);
     cr_assert_eq(tok_vocab_write(v, w, &e), 0, "%s", e.msg);
@@ -589,7 +589,7 @@ Test(tok_import, write_qwen3_reads_back) {
     tok_vocab v = import_ok(QWEN3_JSON, QWEN3_CFG, NULL);
     char *path = tmp_gguf_path();
     gguf_file *g = write_and_open(&v, path);
-    gguf_error e;
+    kiln_err e;
     gguf_str s;
     cr_assert_eq(gguf_get_str(g, "tokenizer.ggml.model", &s, &e), 0, "%s", e.msg);
     cr_assert(gguf_str_eq(s, "gpt2"));
@@ -634,7 +634,7 @@ Test(tok_import, write_bytelevel_and_eot) {
     cr_assert_eq(tok_vocab_bytelevel(512, &v, err, sizeof err), 0, "%s", err);
     char *path = tmp_gguf_path();
     gguf_file *g = write_and_open(&v, path);
-    gguf_error e;
+    kiln_err e;
     uint32_t u;
     bool b;
     cr_assert_eq(gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &u, &e), 0, "%s", e.msg);
@@ -675,7 +675,7 @@ Test(tok_import, write_bytelevel_and_eot) {
 Test(tok_import, write_refuses_what_llama_cpp_cannot_load) {
     tok_vocab v;
     char err[256];
-    gguf_error e = {{0}};
+    kiln_err e = {0};
     char *path = tmp_gguf_path();
 
     cr_assert_eq(tok_vocab_bytelevel(300, &v, err, sizeof err), 0, "%s", err);

@@ -49,7 +49,7 @@ typedef struct {
 } vocab;
 
 static void vocab_open(vocab *v, const char *path) {
-    gguf_error ge;
+    kiln_err ge;
     v->g = gguf_open(path, &ge);
     cr_assert_not_null(v->g, "%s: %s", path, ge.msg);
     char err[256] = "";
@@ -83,7 +83,7 @@ static void vocab_synth(vocab *v, const char *name) {
     pid_t w = waitpid(pid, &status, 0);
     /* Open, then remove at once: the mapping outlives the name, and a failing assertion
      * later leaves nothing behind in /tmp. */
-    gguf_error ge = {.msg = "synth did not finish"};
+    kiln_err ge = {.msg = "synth did not finish"};
     v->g = w == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? gguf_open(v->path, &ge) : NULL;
     unlink(v->path);
     rmdir(v->dir);
@@ -623,7 +623,7 @@ Test(tok, refuses_files_without_a_usable_tokenizer) {
     /* a GGUF with no tokenizer keys */
     char path[64];
     snprintf(path, sizeof path, "/tmp/kiln-tok-%d.gguf", (int)getpid());
-    gguf_error ge;
+    kiln_err ge;
     gguf_writer *w = gguf_writer_create(path, &ge);
     cr_assert_not_null(w, "%s", ge.msg);
     cr_assert_eq(gguf_writer_add_str(w, "general.architecture", "llama", &ge), 0);
