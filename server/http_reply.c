@@ -7,12 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum MHD_Result srv_send_text(struct MHD_Connection *c, unsigned status, char *text, const char *type) {
+/* text (malloc'ed; NULL: the out-of-memory error instead, without hdr) with its content
+ * type and, where hdr is not NULL, the header hdr: value. */
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, char *text, const char *type, const char *hdr,
+                             const char *value) {
     if (!text) {
         static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
                                   "\"code\":null}}";
         text = strdup(oom);
         status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+        hdr = NULL;
         if (!text) return MHD_NO;
     }
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
@@ -22,24 +26,18 @@ enum MHD_Result srv_send_text(struct MHD_Connection *c, unsigned status, char *t
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     if (status == MHD_HTTP_SERVICE_UNAVAILABLE) MHD_add_response_header(r, "Retry-After", "1");
+    if (hdr) MHD_add_response_header(r, hdr, value);
     enum MHD_Result ok = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ok;
 }
 
+enum MHD_Result srv_send_text(struct MHD_Connection *c, unsigned status, char *text, const char *type) {
+    return reply(c, status, text, type, NULL, NULL);
+}
+
 enum MHD_Result srv_send_error(struct MHD_Connection *c, const srv_error *e, const char *hdr, const char *value) {
-    char *j = srv_error_json(e);
-    if (!hdr) return srv_send_text(c, (unsigned)e->status, j, "application/json");
-    struct MHD_Response *r = j ? MHD_create_response_from_buffer(strlen(j), j, MHD_RESPMEM_MUST_FREE) : NULL;
-    if (!r) {
-        free(j);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(r, hdr, value);
-    enum MHD_Result ok = MHD_queue_response(c, (unsigned)e->status, r);
-    MHD_destroy_response(r);
-    return ok;
+    return reply(c, (unsigned)e->status, srv_error_json(e), "application/json", hdr, value);
 }
 
 enum MHD_Result srv_fail(struct MHD_Connection *c, int status, const char *param, const char *code, const char *fmt,

@@ -6,6 +6,7 @@
 
 int srv_prompt_ids(server *s, const srv_request *r, int32_t **ids, uint32_t *n, srv_error *e) {
     const srv_config *cfg = s->cfg;
+    const char *field = r->endpoint == SRV_CHAT ? "messages" : "prompt"; /* what an error names */
     char err[256];
     char *text = NULL;
     const char *p;
@@ -37,7 +38,7 @@ int srv_prompt_ids(server *s, const srv_request *r, int32_t **ids, uint32_t *n, 
     }
     int rc = -1;
     if (tok_utf8_invalid_at(p, len)) {
-        srv_error_set(e, 400, r->endpoint == SRV_CHAT ? "messages" : "prompt", NULL, "the prompt is not valid UTF-8");
+        srv_error_set(e, 400, field, NULL, "the prompt is not valid UTF-8");
         goto out;
     }
     int64_t k = tok_encode(cfg->tok, p, len, add_special, true, NULL, 0, err, sizeof err);
@@ -57,12 +58,11 @@ int srv_prompt_ids(server *s, const srv_request *r, int32_t **ids, uint32_t *n, 
     }
     *n = (uint32_t)k;
     if (*n == 0) {
-        srv_error_set(e, 400, r->endpoint == SRV_CHAT ? "messages" : "prompt", NULL,
-                      "the prompt is empty and this model adds no BOS token");
+        srv_error_set(e, 400, field, NULL, "the prompt is empty and this model adds no BOS token");
         goto out;
     }
     if (*n >= cfg->engines[0]->n_ctx) {
-        srv_error_set(e, 400, r->endpoint == SRV_CHAT ? "messages" : "prompt", "context_length_exceeded",
+        srv_error_set(e, 400, field, "context_length_exceeded",
                       "the prompt has %u tokens but the context holds %u", *n, cfg->engines[0]->n_ctx);
         goto out;
     }

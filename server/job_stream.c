@@ -4,7 +4,6 @@
  * frees the response, which cancels the job at its next token. */
 #include "server/http_internal.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -67,14 +66,7 @@ void srv_stream_run(slot *sl, job *j) {
     if (rc) {
         srv_error e;
         srv_error_set(&e, 500, NULL, NULL, "%s", err);
-        char *ej = srv_error_json(&e);
-        if (ej) {
-            size_t n = strlen(ej) + 16;
-            char *ev = malloc(n);
-            if (ev) snprintf(ev, n, "data: %s\n\n", ej);
-            push(j, ev);
-        }
-        free(ej);
+        push(j, srv_error_chunk(&e));
     } else {
         lp_state *L = &j->lps;
         size_t rest = L->n > L->head ? srv_spans_rest(L->span + L->head, L->n - L->head,
