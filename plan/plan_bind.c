@@ -5,7 +5,6 @@
 
 #include "plan/plan_internal.h"
 
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,23 +56,20 @@ static int check_size(rt_device *d, const plan_sig *sig, const ir_param *p, rt_b
     uint32_t esize = elem_bytes(p->elem);
     if (!p->extent || !esize)
         return plan_fail(err, errlen, "%s (%s): parameter '%s' declares no extent", sig->role, sig->kernel, p->name);
-    uint64_t have = d->ops->size(d, b) / esize;
-    /* a per-group extent times the grid can pass 2^64: then no buffer holds it */
-    uint32_t times = p->extent_per_group ? groups[p->extent_dim] : 1;
-    bool short_ = times && p->extent > UINT64_MAX / esize / times;
-    uint64_t need = short_ ? 0 : ir_param_extent(p, groups);
-    if (!short_ && need <= have) return 0;
-    const char *how = p->access == (IR_READ | IR_WRITE) ? "reads and writes" : p->access == IR_WRITE ? "writes" : "reads";
-    snprintf(err, errlen, "%s (%s): the buffer bound to '%s' holds %zu bytes; a launch of %ux%ux%u workgroups %s ",
-             sig->role, sig->kernel, p->name, d->ops->size(d, b), groups[0], groups[1], groups[2], how);
-    size_t used = errlen ? strlen(err) : 0;
-    if (short_)
-        snprintf(err + used, errlen > used ? errlen - used : 0, "%llu x %u %s", (unsigned long long)p->extent, times,
-                 ir_scalar_name(p->elem));
-    else
-        snprintf(err + used, errlen > used ? errlen - used : 0, "%llu %s (%llu bytes)", (unsigned long long)need,
-                 ir_scalar_name(p->elem), (unsigned long long)need * esize);
-    return -1;
+    size_t bytes = d->ops->size(d, b);
+    /* elements a launch of groups needs, saturated where a per-group extent times the grid
+     * would pass what 64 bits of bytes count */
+    uint64_t times = p->extent_per_group ? groups[p->extent_dim] : 1, cap = UINT64_MAX / esize;
+    uint64_t need = times && p->extent > cap / times ? cap : ir_param_extent(p, groups);
+    if (need <= bytes / esize) return 0;
+    const char *how = p->access == (IR_READ | IR_WRITE) ? "reads and writes"
+                      : p->access == IR_WRITE           ? "writes"
+                                                        : "reads";
+    return plan_fail(err, errlen,
+                     "%s (%s): the buffer bound to '%s' holds %zu bytes; a launch of %ux%ux%u workgroups %s %llu %s "
+                     "(%llu bytes)",
+                     sig->role, sig->kernel, p->name, bytes, groups[0], groups[1], groups[2], how,
+                     (unsigned long long)need, ir_scalar_name(p->elem), (unsigned long long)(need * esize));
 }
 
 /* Every argument names a parameter, none twice; which argument binds each parameter. */
