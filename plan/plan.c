@@ -26,16 +26,18 @@ static int build(plan_engine *p, char *err, size_t errlen) {
         ir_kernel *k = plan_build_kernel(&p->s, &p->d->caps, i, p->grid[i], err, errlen);
         if (!k) return -1;
         p->kern[i] = p->d->ops->compile(p->d, k, NULL, err, errlen);
+        /* the IR goes; its parameters stay, to bind the launches by name */
+        int bad = !p->kern[i] || plan_sig_capture(k, plan_role[i], &p->sig[i], err, errlen);
         ir_kernel_destroy(k);
-        if (!p->kern[i]) return -1;
+        if (bad) return -1;
         p->n_kern++;
         progress_update(&p->prog, p->s.hp.n_layer + p->n_kern);
     }
-    if (plan_record_decode(p)) return plan_fail(err, errlen, "out of memory");
+    if (plan_record_decode(p, err, errlen)) return -1;
     p->n_decode_launch = p->n_launch;
     if (plan_tune_products(p, err, errlen)) return -1;
     if (!(p->decode = p->d->ops->record(p->d, p->launch, p->n_launch, err, errlen))) return -1;
-    if (plan_record_prefill(p)) return plan_fail(err, errlen, "out of memory");
+    if (plan_record_prefill(p, err, errlen)) return -1;
     p->prefill = p->d->ops->record(p->d, p->launch + p->n_decode_launch, p->n_launch - p->n_decode_launch, err, errlen);
     return p->prefill ? 0 : -1;
 }
@@ -111,8 +113,10 @@ static void plan_destroy(engine *base) {
     if (p->prefill) d->ops->release_recording(d, p->prefill);
     for (uint32_t i = 0; i < p->n_launch; i++) free((void *)p->launch[i].args);
     free(p->launch);
-    for (int i = 0; i < K_COUNT; i++)
+    for (int i = 0; i < K_COUNT; i++) {
         if (p->kern[i]) d->ops->release_kernel(d, p->kern[i]);
+        plan_sig_free(&p->sig[i]);
+    }
     bool own = !p->owner; /* borrowed weights stay with their owner */
     rt_buffer *bufs[] = {own ? p->tok_embd : NULL, own && p->output != p->tok_embd ? p->output : NULL,
                          own ? p->output_norm : NULL, own ? p->freqs : NULL, p->xa,
