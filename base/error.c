@@ -37,6 +37,18 @@ int kiln_err_prefix(kiln_err *e, const char *fmt, ...) {
     return -1;
 }
 
+int kiln_err_wrap(kiln_err *dst, const kiln_err *src, const char *fmt, ...) {
+    if (!dst) return -1;
+    if (dst != src) *dst = *src;
+    if (!fmt) return -1;
+    char head[KILN_ERR_MSG];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(head, sizeof head, fmt, ap);
+    va_end(ap);
+    return kiln_err_prefix(dst, "%s", head);
+}
+
 void kiln_err_clear(kiln_err *e) {
     if (!e) return;
     e->code = KILN_OK;

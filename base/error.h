@@ -38,6 +38,10 @@ int kiln_fail_oom(kiln_err *e, const char *what);
 /* Prepends the formatted context and ": " to e's message, keeping its code (a message cut
  * at KILN_ERR_MSG keeps its start); returns -1. Nothing when e is NULL. */
 int kiln_err_prefix(kiln_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* *dst = *src (code and message), then the formatted context prefixed as kiln_err_prefix
+ * does (fmt NULL: none): an inner call's error passed up with where it happened. dst may
+ * be NULL; returns -1. */
+int kiln_err_wrap(kiln_err *dst, const kiln_err *src, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Clears e to KILN_OK with an empty message. */
 void kiln_err_clear(kiln_err *e);
 /* "invalid input", "unsupported", "unavailable", "out of memory", "device failure",

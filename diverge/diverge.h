@@ -9,6 +9,7 @@
 #ifndef KILN_DIVERGE_DIVERGE_H
 #define KILN_DIVERGE_DIVERGE_H
 
+#include "base/error.h"
 #include "model/engine.h"
 #include "text/tok.h"
 
@@ -45,7 +46,7 @@ typedef struct dv_run {
  * paths cost one pass plus the steps after the divergence. The context must hold
  * n_prompt + n_steps. 0, or -1 with err. */
 int dv_run_engine(engine *e, const int32_t *prompt, uint32_t n_prompt, const int32_t *ref_tokens, uint32_t n_steps,
-                  dv_run *out, char *err, size_t errlen);
+                  dv_run *out, kiln_err *err);
 void dv_run_free(dv_run *r);
 
 /* One side of a first divergence. */
@@ -139,14 +140,14 @@ typedef struct dv_engines {
 /* Runs every engine on one prompt's tokens and fills p (text and n_tokens are the
  * caller's). 0, or -1 with err naming the engine that failed. */
 int dv_analyze_prompt(const dv_engines *en, const dv_report *r, const int32_t *ids, uint32_t n_ids, dv_prompt *p,
-                      char *err, size_t errlen);
+                      kiln_err *err);
 
 /* A token as printable text: its piece with control characters escaped, quoted. */
 void dv_token_text(const tokenizer *t, int32_t id, char *buf, size_t cap);
 
 /* Writers. Each returns 0, or -1 with err (a write error, out of memory). */
-int dv_write_markdown(const dv_report *r, FILE *f, char *err, size_t errlen);
-int dv_write_json(const dv_report *r, const char *path, char *err, size_t errlen);
-int dv_write_html(const dv_report *r, const char *path, char *err, size_t errlen);
+int dv_write_markdown(const dv_report *r, FILE *f, kiln_err *err);
+int dv_write_json(const dv_report *r, const char *path, kiln_err *err);
+int dv_write_html(const dv_report *r, const char *path, kiln_err *err);
 
 #endif

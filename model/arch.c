@@ -1,4 +1,5 @@
 #include "model/arch.h"
+#include "base/error.h"
 
 #include <stdio.h>
 #include <string.h>

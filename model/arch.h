@@ -3,6 +3,7 @@
 #ifndef KILN_MODEL_ARCH_H
 #define KILN_MODEL_ARCH_H
 
+#include "base/error.h"
 #include "gguf/gguf.h"
 
 #include <stdbool.h>

@@ -1,6 +1,7 @@
 #include "modelgen/synth.h"
 
 #include "base/rng.h"
+#include "base/error.h"
 #include "gguf/half.h"
 
 #include <math.h>

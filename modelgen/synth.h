@@ -5,6 +5,7 @@
 #ifndef KILN_MODELGEN_SYNTH_H
 #define KILN_MODELGEN_SYNTH_H
 
+#include "base/error.h"
 #include "gguf/gguf.h"
 #include "model/arch.h"
 #include "modelgen/vocab.h"

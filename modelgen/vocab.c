@@ -1,6 +1,7 @@
 /* The tokenizer vocabulary as GGUF holds it: kiln's default byte-level vocab, padding,
  * writing the tokenizer.ggml.* keys as llama.cpp's converter does. */
 #include "modelgen/vocab.h"
+#include "base/error.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -90,14 +91,14 @@ static int put_merged(tok_vocab *v, const char *a, size_t na, const char *b, siz
 #define BYTELEVEL_MIN 258u /* 256 bytes + bos + eos */
 #define BYTELEVEL_MERGED (26u + 26u * 26u + 26u)
 
-int tok_vocab_bytelevel(uint64_t vocab_size, tok_vocab *out, char *err, size_t errlen) {
+int tok_vocab_bytelevel(uint64_t vocab_size, tok_vocab *out, kiln_err *err) {
     tok_vocab_init(out);
     if (vocab_size < BYTELEVEL_MIN)
-        return tok_fail(err, errlen, "vocab size %llu is too small: the byte-level vocab needs %u tokens "
+        return kiln_fail(err, KILN_ERR_INVALID, "vocab size %llu is too small: the byte-level vocab needs %u tokens "
                                  "(256 bytes, bos, eos)",
                     (unsigned long long)vocab_size, BYTELEVEL_MIN);
     if (vocab_size > TOK_MAX_VOCAB)
-        return tok_fail(err, errlen, "vocab size %llu is larger than %u", (unsigned long long)vocab_size, TOK_MAX_VOCAB);
+        return kiln_fail(err, KILN_ERR_INVALID, "vocab size %llu is larger than %u", (unsigned long long)vocab_size, TOK_MAX_VOCAB);
     tok_vocab v;
     tok_vocab_init(&v);
     uint64_t n_merged = vocab_size - BYTELEVEL_MIN;
@@ -128,7 +129,7 @@ int tok_vocab_bytelevel(uint64_t vocab_size, tok_vocab *out, char *err, size_t e
     /* a synthetic model starts every prompt with bos, in kiln and in llama.cpp alike */
     v.add_bos = 1;
     v.add_eos = 0;
-    if (tok_vocab_pad(&v, vocab_size, err, errlen)) {
+    if (tok_vocab_pad(&v, vocab_size, err)) {
         tok_vocab_free(&v);
         return -1;
     }
@@ -136,25 +137,25 @@ int tok_vocab_bytelevel(uint64_t vocab_size, tok_vocab *out, char *err, size_t e
     return 0;
 oom:
     tok_vocab_free(&v);
-    return tok_fail(err, errlen, "out of memory");
+    return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
 }
 
-int tok_vocab_pad(tok_vocab *v, uint64_t vocab_size, char *err, size_t errlen) {
+int tok_vocab_pad(tok_vocab *v, uint64_t vocab_size, kiln_err *err) {
     if (v->n_tokens > vocab_size)
-        return tok_fail(err, errlen, "the vocab has %llu tokens, more than the %llu asked for",
+        return kiln_fail(err, KILN_ERR_INVALID, "the vocab has %llu tokens, more than the %llu asked for",
                     (unsigned long long)v->n_tokens, (unsigned long long)vocab_size);
     if (vocab_size > TOK_MAX_VOCAB)
-        return tok_fail(err, errlen, "vocab size %llu is larger than %u", (unsigned long long)vocab_size, TOK_MAX_VOCAB);
+        return kiln_fail(err, KILN_ERR_INVALID, "vocab size %llu is larger than %u", (unsigned long long)vocab_size, TOK_MAX_VOCAB);
     if (v->n_tokens == vocab_size) return 0;
     gguf_str *t = realloc(v->tokens, vocab_size * sizeof *t);
     if (t) v->tokens = t;
     int32_t *ty = realloc(v->types, vocab_size * sizeof *ty);
     if (ty) v->types = ty;
-    if (!t || !ty) return tok_fail(err, errlen, "out of memory");
+    if (!t || !ty) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     while (v->n_tokens < vocab_size) {
         char buf[32];
         int len = snprintf(buf, sizeof buf, "[PAD%llu]", (unsigned long long)v->n_tokens);
-        if (put_token(v, buf, (size_t)len, TOK_TYPE_UNUSED)) return tok_fail(err, errlen, "out of memory");
+        if (put_token(v, buf, (size_t)len, TOK_TYPE_UNUSED)) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     }
     return 0;
 }

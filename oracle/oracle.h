@@ -11,6 +11,7 @@
 #ifndef KILN_ORACLE_ORACLE_H
 #define KILN_ORACLE_ORACLE_H
 
+#include "base/error.h"
 #include "model/engine.h"
 #include "model/model.h"
 
@@ -24,7 +25,7 @@ typedef struct orc_options {
 } orc_options;
 
 /* The model must outlive the engine. NULL with err (out of memory, bad options). */
-engine *orc_create(const model *m, const orc_options *o, char *err, size_t errlen);
+engine *orc_create(const model *m, const orc_options *o, kiln_err *err);
 
 const char *orc_mode_name(orc_mode m);
 

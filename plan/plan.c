@@ -84,7 +84,7 @@ static int run_tokens(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_
 }
 
 
-static int plan_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all, char *err,
+static int eval_msg(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all, char *err,
                      size_t errlen) {
     plan_engine *p = (plan_engine *)base;
     if (run_tokens(p, tokens, n, pos, logits, all, err, errlen)) return -1;
@@ -92,7 +92,7 @@ static int plan_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t p
 }
 
 
-static int plan_eval_argmax(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best, char *err,
+static int eval_argmax_msg(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best, char *err,
                             size_t errlen) {
     plan_engine *p = (plan_engine *)base;
     uint32_t out[2];
@@ -105,6 +105,19 @@ static int plan_eval_argmax(engine *base, const int32_t *tokens, uint32_t n, uin
     return 0;
 }
 
+
+/* TEMPORARY bridge while the device interface still reports into char buffers. */
+static int plan_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
+                     kiln_err *err) {
+    char m[KILN_ERR_MSG] = "";
+    return eval_msg(base, tokens, n, pos, logits, all, m, sizeof m) ? kiln_fail(err, KILN_ERR_DEVICE, "%s", m) : 0;
+}
+
+static int plan_eval_argmax(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best,
+                            kiln_err *err) {
+    char m[KILN_ERR_MSG] = "";
+    return eval_argmax_msg(base, tokens, n, pos, best, m, sizeof m) ? kiln_fail(err, KILN_ERR_DEVICE, "%s", m) : 0;
+}
 
 static void plan_destroy(engine *base) {
     plan_engine *p = (plan_engine *)base;

@@ -5,6 +5,7 @@
 #ifndef KILN_SERVER_HTTP_INTERNAL_H
 #define KILN_SERVER_HTTP_INTERNAL_H
 
+#include "base/error.h"
 #include "generate/generate.h"
 #include "server/api.h"
 #include "server/api_response.h"
@@ -118,7 +119,7 @@ struct job {
     buf text;
     gen_result res;
     int rc;
-    char err[256];
+    kiln_err err;
 };
 
 /* A job for the request body[len] at the endpoint, parsed and its prompt tokenized; NULL
@@ -127,7 +128,7 @@ job *srv_job_create(server *s, srv_endpoint ep, const char *body, size_t len, sr
 void srv_job_wait(job *j);
 void srv_job_free(job *j);
 /* Runs the generation on the slot's session (the job holds the slot). */
-int srv_job_generate(slot *sl, job *j, gen_emit emit, gen_result *res, char *err, size_t errlen);
+int srv_job_generate(slot *sl, job *j, gen_emit emit, gen_result *res, kiln_err *err);
 srv_usage srv_job_usage(const gen_result *r);
 /* A plain request on the slot: the whole answer into the job, then done. */
 void srv_job_run_plain(slot *sl, job *j);

@@ -2,6 +2,7 @@
  * slot's worker, waited for and freed by its owner (the connection, or the stream's end).
  * A plain request's answer is collected whole and sent as one completion. */
 #include "server/http_internal.h"
+#include "base/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,10 +51,10 @@ void srv_job_free(job *j) {
     free(j);
 }
 
-int srv_job_generate(slot *sl, job *j, gen_emit emit, gen_result *res, char *err, size_t errlen) {
+int srv_job_generate(slot *sl, job *j, gen_emit emit, gen_result *res, kiln_err *err) {
     server *s = j->srv;
     sampler *smp = samp_create(&j->req.samp, sl->engine->n_vocab);
-    if (!smp) return snprintf(err, errlen, "out of memory"), -1;
+    if (!smp) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), -1;
     gen_params gp = {.max_tokens = j->req.max_tokens,
                      .stop = (const char *const *)j->req.stop,
                      .n_stop = j->req.n_stop,
@@ -61,9 +62,9 @@ int srv_job_generate(slot *sl, job *j, gen_emit emit, gen_result *res, char *err
                      .on_token = j->lps.on ? srv_lp_on_token : NULL,
                      .token_ctx = j};
     memset(res, 0, sizeof *res);
-    int rc = gen_run(sl->session, smp, j->ids, j->n_ids, &gp, emit, j, res, err, errlen);
+    int rc = gen_run(sl->session, smp, j->ids, j->n_ids, &gp, emit, j, res, err);
     samp_free(smp);
-    if (rc == 0 && j->lps.failed) rc = -1, snprintf(err, errlen, "out of memory");
+    if (rc == 0 && j->lps.failed) rc = -1, kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&s->mu);
     s->prompt_tokens += res->n_prompt, s->cached_tokens += res->n_reused;
     s->completion_tokens += res->n_generated, s->generate_s += res->t_generate;
@@ -83,7 +84,7 @@ static int emit_collect(void *ctx, const char *text, size_t len) {
 }
 
 void srv_job_run_plain(slot *sl, job *j) {
-    j->rc = srv_job_generate(sl, j, emit_collect, &j->res, j->err, sizeof j->err);
+    j->rc = srv_job_generate(sl, j, emit_collect, &j->res, &j->err);
     srv_slot_release(sl);
     pthread_mutex_lock(&j->mu);
     j->done = true;

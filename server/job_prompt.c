@@ -1,5 +1,6 @@
 /* A request's prompt as token ids, checked against what the server takes. */
 #include "server/http_internal.h"
+#include "base/error.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -7,7 +8,7 @@
 int srv_prompt_ids(server *s, const srv_request *r, int32_t **ids, uint32_t *n, srv_error *e) {
     const srv_config *cfg = s->cfg;
     const char *field = r->endpoint == SRV_CHAT ? "messages" : "prompt"; /* what an error names */
-    char err[256];
+    kiln_err err = {0};
     char *text = NULL;
     const char *p;
     size_t len;
@@ -25,9 +26,9 @@ int srv_prompt_ids(server *s, const srv_request *r, int32_t **ids, uint32_t *n, 
             msgs = owned;
             nm++;
         }
-        text = chat_render(cfg->family, msgs, nm, true, s->bos, err, sizeof err);
+        text = chat_render(cfg->family, msgs, nm, true, s->bos, &err);
         free(owned);
-        if (!text) return srv_error_set(e, 400, "messages", NULL, "%s", err), -1;
+        if (!text) return srv_error_set(e, 400, "messages", NULL, "%s", err.msg), -1;
         p = text;
         len = strlen(text);
         add_special = false;
@@ -41,9 +42,9 @@ int srv_prompt_ids(server *s, const srv_request *r, int32_t **ids, uint32_t *n, 
         srv_error_set(e, 400, field, NULL, "the prompt is not valid UTF-8");
         goto out;
     }
-    int64_t k = tok_encode(cfg->tok, p, len, add_special, true, NULL, 0, err, sizeof err);
+    int64_t k = tok_encode(cfg->tok, p, len, add_special, true, NULL, 0, &err);
     if (k < 0) {
-        srv_error_set(e, 400, NULL, NULL, "%s", err);
+        srv_error_set(e, 400, NULL, NULL, "%s", err.msg);
         goto out;
     }
     *ids = malloc(((size_t)k + 1) * sizeof **ids);
@@ -51,9 +52,9 @@ int srv_prompt_ids(server *s, const srv_request *r, int32_t **ids, uint32_t *n, 
         srv_error_set(e, 500, NULL, NULL, "out of memory");
         goto out;
     }
-    k = tok_encode(cfg->tok, p, len, add_special, true, *ids, (size_t)k + 1, err, sizeof err);
+    k = tok_encode(cfg->tok, p, len, add_special, true, *ids, (size_t)k + 1, &err);
     if (k < 0) {
-        srv_error_set(e, 400, NULL, NULL, "%s", err);
+        srv_error_set(e, 400, NULL, NULL, "%s", err.msg);
         goto out;
     }
     *n = (uint32_t)k;

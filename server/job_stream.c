@@ -3,6 +3,7 @@
  * response's body. A client that goes away makes the next write fail; libmicrohttpd then
  * frees the response, which cancels the job at its next token. */
 #include "server/http_internal.h"
+#include "base/error.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -60,12 +61,12 @@ void srv_stream_run(slot *sl, job *j) {
         push(j, make_chunk(j, &c));
     }
     gen_result res;
-    char err[256];
-    int rc = srv_job_generate(sl, j, emit_stream, &res, err, sizeof err);
+    kiln_err err = {0};
+    int rc = srv_job_generate(sl, j, emit_stream, &res, &err);
     srv_slot_release(sl);
     if (rc) {
         srv_error e;
-        srv_error_set(&e, 500, NULL, NULL, "%s", err);
+        srv_error_set(&e, 500, NULL, NULL, "%s", err.msg);
         push(j, srv_error_chunk(&e));
     } else {
         lp_state *L = &j->lps;

@@ -1,6 +1,7 @@
 /* The kiln command: exit codes and one-line messages for bad input, and inspect/synth
  * end to end through the real binary. */
 #include "gguf/gguf.h"
+#include "base/error.h"
 #include "gguf/half.h"
 #include "model/arch.h"
 #include "tests/util/testutil.h"

@@ -205,8 +205,9 @@ Test(plan_bind, no_extent_and_scalars) {
 Test(plan_bind, a_plan_refuses_a_short_buffer) {
     rt_device *d = tu_vk_open_or_skip(NULL);
     char err[512];
-    model *m = model_load(tu_data_file("models/stories260K.gguf"), err, sizeof err);
-    cr_assert_not_null(m, "%s", err);
+    kiln_err me = {0};
+    model *m = model_load(tu_data_file("models/stories260K.gguf"), &me);
+    cr_assert_not_null(m, "%s", me.msg);
     engine *e = plan_create(m, d, GGUF_T_BF16, 256, 64, err, sizeof err);
     cr_assert_not_null(e, "%s", err);
     plan_engine *p = (plan_engine *)e;

@@ -4,6 +4,7 @@
  * The other families' renderings against jinja2 are in test_chat_goldens.c, detection in
  * test_chat_detect.c. */
 #include "tests/util/testutil.h"
+#include "base/error.h"
 #include "tests/util/testutil_chat.h"
 #include "text/chat.h"
 
@@ -17,19 +18,19 @@
 
 /* Renders and asserts success. */
 static char *render(chat_family f, const chat_msg *m, size_t n, bool gen, const char *bos) {
-    char err[256] = "";
-    char *s = chat_render(f, m, n, gen, bos, err, sizeof err);
-    cr_assert_not_null(s, "%s: %s", chat_family_name(f), err);
+    kiln_err err = {0};
+    char *s = chat_render(f, m, n, gen, bos, &err);
+    cr_assert_not_null(s, "%s: %s", chat_family_name(f), err.msg);
     return s;
 }
 
 /* Asserts that rendering fails with a message containing `needle`. */
 static void expect_refused(chat_family f, const chat_msg *m, size_t n, const char *needle) {
-    char err[256] = "";
-    char *s = chat_render(f, m, n, true, "<s>", err, sizeof err);
+    kiln_err err = {0};
+    char *s = chat_render(f, m, n, true, "<s>", &err);
     cr_expect_null(s, "%s: rendered [%s] where an error was expected", chat_family_name(f), s ? s : "");
     free(s);
-    cr_expect(strstr(err, needle) != NULL, "%s: error [%s] lacks [%s]", chat_family_name(f), err, needle);
+    cr_expect(strstr(err.msg, needle) != NULL, "%s: error [%s] lacks [%s]", chat_family_name(f), err.msg, needle);
 }
 
 #define N(a) (sizeof(a) / sizeof(a)[0])
@@ -86,8 +87,9 @@ static void check_chat_example(const char *dir, chat_family want) {
     tmpl = json_string_value(json_object_get(root, "chat_template"));
     cr_assert_not_null(tmpl, "%s: no chat_template", path);
     cr_expect_eq(chat_detect(tmpl), (int)want, "%s: detected %d", path, chat_detect(tmpl));
-    char *def = (char *)1, err[128] = "";
-    cr_expect_eq(chat_default_system(tmpl, &def, err, sizeof err), 0, "%s", err);
+    char *def = (char *)1;
+    kiln_err err = {0};
+    cr_expect_eq(chat_default_system(tmpl, &def, &err), 0, "%s", err.msg);
     cr_expect_null(def, "%s has no default system message, found [%s]", path, def ? def : "");
     free(def);
     json_decref(root);
@@ -132,14 +134,14 @@ Test(chat, qwen3_strips_earlier_reasoning) {
 
 Test(chat, refuses_empty_and_malformed_conversations) {
     const chat_msg ok[] = {{"user", "hi"}};
-    char err[256] = "";
+    kiln_err err = {0};
     for (int f = 0; f < CHAT_COUNT; f++) {
-        err[0] = 0;
-        cr_expect_null(chat_render((chat_family)f, ok, 0, true, "", err, sizeof err));
-        cr_expect(strstr(err, "no messages") != NULL, "%s: [%s]", chat_family_name((chat_family)f), err);
-        err[0] = 0;
-        cr_expect_null(chat_render((chat_family)f, NULL, 3, true, "", err, sizeof err));
-        cr_expect(strstr(err, "no messages") != NULL, "[%s]", err);
+        err.msg[0] = 0;
+        cr_expect_null(chat_render((chat_family)f, ok, 0, true, "", &err));
+        cr_expect(strstr(err.msg, "no messages") != NULL, "%s: [%s]", chat_family_name((chat_family)f), err.msg);
+        err.msg[0] = 0;
+        cr_expect_null(chat_render((chat_family)f, NULL, 3, true, "", &err));
+        cr_expect(strstr(err.msg, "no messages") != NULL, "[%s]", err.msg);
 
         const chat_msg tool[] = {{"user", "hi"}, {"tool", "42"}};
         expect_refused((chat_family)f, tool, N(tool), "unknown role 'tool'");
@@ -188,17 +190,16 @@ Test(chat, refuses_role_orders_the_template_refuses) {
     }
 }
 
-/* Errors fit the caller's buffer, and a NULL or empty one is not written. */
+/* Errors come back coded in the caller's kiln_err, and a NULL one is not written. */
 Test(chat, error_buffer_handling) {
     const chat_msg bad[] = {{"narrator", "once upon a time"}};
-    char small[12];
-    memset(small, 'x', sizeof small);
-    cr_expect_null(chat_render(CHAT_CHATML, bad, 1, true, "", small, sizeof small));
-    cr_expect_eq(strlen(small), sizeof small - 1);
-    cr_expect_null(chat_render(CHAT_CHATML, bad, 1, true, "", NULL, 0));
-    char one = 'x';
-    cr_expect_null(chat_render(CHAT_CHATML, bad, 1, true, "", &one, 0));
-    cr_expect_eq(one, 'x');
+    kiln_err e;
+    memset(&e, 'x', sizeof e);
+    cr_expect_null(chat_render(CHAT_CHATML, bad, 1, true, "", &e));
+    cr_expect_eq(e.code, KILN_ERR_INVALID);
+    cr_expect(strstr(e.msg, "'narrator'"), "%s", e.msg);
+    cr_expect_lt(strlen(e.msg), sizeof e.msg);
+    cr_expect_null(chat_render(CHAT_CHATML, bad, 1, true, "", NULL));
 }
 
 /* bos is written only where the template writes bos_token; NULL is "". A template may

@@ -162,8 +162,9 @@ Test(chat, end_of_turn_per_family) {
 /* ---- default system messages ----------------------------------------------------------- */
 
 static void expect_default(const char *tmpl, const char *want) {
-    char *got = (char *)1, err[128] = "";
-    cr_assert_eq(chat_default_system(tmpl, &got, err, sizeof err), 0, "%s", err);
+    char *got = (char *)1;
+    kiln_err err = {0};
+    cr_assert_eq(chat_default_system(tmpl, &got, &err), 0, "%s", err.msg);
     if (want) {
         cr_assert_not_null(got, "no default found in [%s]", tmpl);
         cr_expect_str_eq(got, want);
@@ -206,6 +207,6 @@ Test(chat, default_system_messages) {
     expect_default("{{ '<|im_start|>system\\nunterminated", NULL);
     expect_default("", NULL);
     expect_default(NULL, NULL);
-    cr_expect_eq(chat_default_system("x", NULL, NULL, 0), 0);
+    cr_expect_eq(chat_default_system("x", NULL, NULL), 0);
 }
 
