@@ -1,4 +1,4 @@
-/* Divergence analysis (DESIGN.md, "Divergence reports"): engines run greedy decoding on
+/* Divergence analysis (docs/ARCHITECTURE.md, "Divergence reports"): engines run greedy decoding on
  * the same prompt and are compared with a reference (the contract oracle) and with each
  * other: where their greedy tokens first differ, the top candidates on each side and the
  * gap between the two contested tokens in quanta of the 16-bit type; and, teacher-forced

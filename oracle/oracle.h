@@ -1,7 +1,7 @@
 /* The CPU oracle: an independent, readable forward pass (plain loops, f32 accumulation)
  * that every GPU result is measured against. It implements the engine interface.
  *
- * Modes (DESIGN.md, "The numerical contract"):
+ * Modes (docs/ARCHITECTURE.md, "The numerical contract"):
  *   contract: weights in the 16-bit type (bf16 or f16), and every activation a GPU plan
  *             stores between kernels rounded to that type at the same points (listed in
  *             forward.c); the KV cache holds 16-bit values. Contract oracle vs a GPU
