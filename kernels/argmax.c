@@ -90,7 +90,7 @@ ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, char *err, size_t errlen) {
     }
     ir_if *st = kx_if(k, kx_eq(k, lid, zero));
     kx_store(k, out, zero, bi);
-    ir_val bits = kx_bitcast(k, bv, ir_t_scalar(k.ir, IR_U32));
+    ir_val bits = kx_bitcast(k, bv, kx_t(k, IR_U32, 1));
     kx_store(k, out, kx_u32(k, 1), bits);
     kx_end_if(k, st);
     return kn_finish(k.ir, err, errlen);

@@ -144,15 +144,15 @@ typedef struct kb {
 /* The per_word f32 values of a tile word. */
 static void unpack(const kb *b, ir_val w, ir_val *out) {
     kx k = b->k;
-    ir_type f32 = ir_t_scalar(k.ir, IR_F32);
+    ir_type f32 = kx_t(k, IR_F32, 1);
     if (b->g->per_word == 1) {
         out[0] = w;
     } else if (b->dtype == IR_BF16) { /* a bf16 is the top half of its f32 */
         out[0] = kx_bitcast(k, kx_shl_c(k, w, 16), f32);
         out[1] = kx_bitcast(k, kx_and_c(k, w, 0xffff0000u), f32);
     } else {
-        ir_val h2 = kx_bitcast(k, w, ir_t_vector(k.ir, IR_F16, 2));
-        ir_val f2 = kx_convert(k, h2, ir_t_vector(k.ir, IR_F32, 2));
+        ir_val h2 = kx_bitcast(k, w, kx_t(k, IR_F16, 2));
+        ir_val f2 = kx_convert(k, h2, kx_t(k, IR_F32, 2));
         out[0] = kx_lane(k, f2, 0), out[1] = kx_lane(k, f2, 1);
     }
 }

@@ -49,7 +49,7 @@ ir_val kn_lane_sum(kx k, ir_val v, uint32_t lanes) {
 
 /* Tree over workgroup memory: log2(wg) halving steps, unrolled (wg is a constant). */
 static ir_val tree_sum(kx k, uint32_t wg, ir_val v, const char *shm_name) {
-    ir_shm s = ir_shared_array(k.ir, shm_name, IR_F32, wg);
+    ir_shm s = kx_shared(k, shm_name, IR_F32, wg);
     ir_val lid = kx_local(k);
     kx_shm_store(k, s, lid, v);
     kx_barrier(k);
@@ -69,7 +69,7 @@ ir_val kn_wg_sum(kx k, uint32_t wg, ir_val v, const char *shm_name) {
     ir_val s = kx_sg_sum(k, v);
     /* room for the most subgroups the device can split wg into */
     uint32_t sg_min = c->subgroup_min ? c->subgroup_min : 1, cap = (wg + sg_min - 1) / sg_min;
-    ir_shm part = ir_shared_array(k.ir, shm_name, IR_F32, cap);
+    ir_shm part = kx_shared(k, shm_name, IR_F32, cap);
     ir_val lane = kx_sg_lane(k), sg_size = kx_sg_size(k);
     ir_val zero = kx_u32(k, 0);
     ir_if *f = kx_if(k, kx_eq(k, lane, zero));
@@ -250,7 +250,7 @@ ir_val kn_fsqrt(kx k, ir_val x) {
 /* 2^n as an f32, for n in the normal exponents: the bits (n + 127) << 23 */
 static ir_val pow2(kx k, ir_val n) {
     ir_val shift = kx_i32(k, 23);
-    return kx_bitcast(k, kx_shl(k, kx_add_i(k, n, 127), shift), ir_t_scalar(k.ir, IR_F32));
+    return kx_bitcast(k, kx_shl(k, kx_add_i(k, n, 127), shift), kx_t(k, IR_F32, 1));
 }
 
 ir_val kn_exp(kx k, ir_val x) {

@@ -68,7 +68,7 @@ static ir_val u32x4(kx k, uint32_t c) {
 
 /* (even, odd) f32 vectors of 8 bf16 packed in a u32x4 */
 static void unpack8(kx k, ir_val words, ir_val *even, ir_val *odd) {
-    ir_type f4 = ir_t_vector(k.ir, IR_F32, 4);
+    ir_type f4 = kx_t(k, IR_F32, 4);
     *even = kx_bitcast(k, kx_shl(k, words, u32x4(k, 16)), f4);
     *odd = kx_bitcast(k, kx_and(k, words, u32x4(k, 0xffff0000u)), f4);
 }
