@@ -105,7 +105,8 @@ ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv,
     if (!k.ir) return NULL;
     uint64_t cache_len = (uint64_t)n_ctx * n_head_kv * head_dim;
     ir_buf qb = kx_buffer(k, "q", dtype, IR_READ, (uint64_t)n_head * head_dim);
-    ir_buf kc = kx_buffer(k, "kcache", dtype, IR_READ, cache_len), vc = kx_buffer(k, "vcache", dtype, IR_READ, cache_len);
+    ir_buf kc = kx_buffer(k, "kcache", dtype, IR_READ, cache_len);
+    ir_buf vc = kx_buffer(k, "vcache", dtype, IR_READ, cache_len);
     ir_buf ob = kx_buffer(k, "part", IR_F32, IR_WRITE, (uint64_t)n_head * n_split * (head_dim + 2));
     ir_buf pb = kx_buffer(k, "pos", IR_U32, IR_READ, 1);
     /* about one invocation per dim of the head (so phase 2 keeps them busy), at least 64
@@ -118,7 +119,8 @@ ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv,
         ir_kernel_destroy(k.ir);
         return NULL;
     }
-    ir_shm sh_s = kx_shared(k, "scores", IR_F32, keys_per_block), sh_e = kx_shared(k, "weights", IR_F32, keys_per_block);
+    ir_shm sh_s = kx_shared(k, "scores", IR_F32, keys_per_block);
+    ir_shm sh_e = kx_shared(k, "weights", IR_F32, keys_per_block);
     uint32_t v = kn_vec_width(head_dim), kv_dim = n_head_kv * head_dim;
     ir_type fv = kx_t(k, IR_F32, v);
     float scale = 1.0f / sqrtf((float)head_dim); /* the oracle's, computed the same way */

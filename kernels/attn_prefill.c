@@ -83,7 +83,8 @@ static uint32_t floor_pow2(uint32_t x) {
 static bool plan(const rt_caps *c, uint32_t group_size, uint32_t hd, uint32_t lanes, uint32_t per_word, uint32_t rows,
                  uint32_t keys, uint32_t max_inv, cfg *g) {
     *g = (cfg){0};
-    g->rows = rows, g->keys_per_tile = keys, g->load_lanes = lanes, g->per_word = per_word, g->row_words = hd / per_word;
+    g->rows = rows, g->keys_per_tile = keys, g->load_lanes = lanes;
+    g->per_word = per_word, g->row_words = hd / per_word;
     g->q_pitch = g->row_words + 1, g->kv_pitch = g->row_words + 1, g->score_pitch = keys + 1;
     g->step_words = per_word == 2 ? (g->row_words % 2 == 0 ? 2 : 1) : lanes;
     uint64_t words = (uint64_t)rows * g->q_pitch + (uint64_t)keys * g->kv_pitch + (uint64_t)rows * g->score_pitch +
@@ -137,8 +138,11 @@ typedef struct kb {
     uint32_t hd, q_stride, kv_dim, n_head;
     float scale;
     ir_buf qb, kc, vc, ob;
-    ir_shm sh_q, sh_kv, sh_p, sh_a, sh_l;
-    ir_val lid, u0, f0, ninf, pos0, nv, hq0, kvoff;
+    ir_shm q_tile, kv_tile, score_tile;
+    ir_shm alpha_tile, l_tile; /* each row's rescale alpha and, at the end, its sum l */
+    ir_val lid, u0, f0, ninf;
+    ir_val pos0, n_valid; /* the block's first position; tokens t < n_valid are stored */
+    ir_val head0, kv_off; /* the workgroup's first query head; its kv head's offset in a cache row */
 } kb;
 
 /* The per_word f32 values of a tile word. */
@@ -199,12 +203,14 @@ static void stage(const kb *b, ir_shm dst, uint32_t n_rows, uint32_t pitch, cons
     }
 }
 
-/* q row r: head hq0 + r / tokens_per_tile of token t0 + r % tokens_per_tile; K/V tile row
+/* q row r: head head0 + r / tokens_per_tile of token t0 + r % tokens_per_tile; K/V tile row
  * j: position b0 + j */
 static ir_val row_token(const kb *b, ir_val t0, ir_val r) {
     return kx_add(b->k, t0, kx_rem_c(b->k, r, b->g->tokens_per_tile));
 }
-static ir_val row_head(const kb *b, ir_val r) { return kx_add(b->k, b->hq0, kx_div_c(b->k, r, b->g->tokens_per_tile)); }
+static ir_val row_head(const kb *b, ir_val r) {
+    return kx_add(b->k, b->head0, kx_div_c(b->k, r, b->g->tokens_per_tile));
+}
 
 /* out[t * row_len + h * hd] for row r's token t and head h */
 static ir_val out_base(const kb *b, ir_val t, ir_val r, uint32_t row_len) {
@@ -223,11 +229,11 @@ static ir_val q_base(const kb *b, const rows *w, ir_val r) {
     ir_val len = kx_u32(k, b->q_stride);
     return kx_add(k, kx_mul(k, row_token(b, w->t0, r), len), head_at);
 }
-static ir_val q_ok(const kb *b, const rows *w, ir_val r) { return kx_lt(b->k, row_token(b, w->t0, r), b->nv); }
+static ir_val q_ok(const kb *b, const rows *w, ir_val r) { return kx_lt(b->k, row_token(b, w->t0, r), b->n_valid); }
 static ir_val kv_base(const kb *b, const rows *w, ir_val j) {
     kx k = b->k;
     ir_val kvd = kx_u32(k, b->kv_dim);
-    return kx_add(k, kx_mul(k, kx_add(k, w->b0, j), kvd), b->kvoff);
+    return kx_add(k, kx_mul(k, kx_add(k, w->b0, j), kvd), b->kv_off);
 }
 static ir_val kv_ok(const kb *b, const rows *w, ir_val j) { return kx_lt(b->k, kx_add(b->k, w->b0, j), w->n_keys); }
 
@@ -255,7 +261,7 @@ static void plan_parts(const kb *b, ir_val t0, parts *p) {
         ir_val r = kx_add_c(k, ry, i * g->score_row_invs), t = row_token(b, t0, r);
         p->q_row[i] = kx_mul_c(k, r, g->q_pitch);
         ir_val pos = kx_add(k, b->pos0, t);
-        p->last_key[i] = kx_select(k, kx_lt(k, t, b->nv), pos, b->u0);
+        p->last_key[i] = kx_select(k, kx_lt(k, t, b->n_valid), pos, b->u0);
         p->score_at[i] = kx_mul_c(k, r, g->score_pitch);
     }
     for (uint32_t j = 0; j < g->score_keys; j++) {
@@ -300,8 +306,9 @@ static void scores(const kb *b, const parts *p, ir_val b0) {
     for (uint32_t i = 0; i < n; i++) acc[i] = ir_for_arg(dl, i);
     for (uint32_t e = 0; e < g->step_words; e++) {
         ir_val we = e ? kx_add_c(k, w, e) : w, qv[MAX_S][2], kv[MAX_S][2];
-        for (uint32_t i = 0; i < g->score_rows; i++) unpack(b, kx_shm_load(k, b->sh_q, kx_add(k, p->q_row[i], we), 1), qv[i]);
-        for (uint32_t j = 0; j < sk; j++) unpack(b, kx_shm_load(k, b->sh_kv, kx_add(k, p->k_row[j], we), 1), kv[j]);
+        for (uint32_t i = 0; i < g->score_rows; i++)
+            unpack(b, kx_shm_load(k, b->q_tile, kx_add(k, p->q_row[i], we), 1), qv[i]);
+        for (uint32_t j = 0; j < sk; j++) unpack(b, kx_shm_load(k, b->kv_tile, kx_add(k, p->k_row[j], we), 1), kv[j]);
         for (uint32_t h = 0; h < g->per_word; h++)
             for (uint32_t i = 0; i < g->score_rows; i++)
                 for (uint32_t j = 0; j < sk; j++) acc[i * sk + j] = kx_fma(k, qv[i][h], kv[j][h], acc[i * sk + j]);
@@ -313,7 +320,7 @@ static void scores(const kb *b, const parts *p, ir_val b0) {
         for (uint32_t i = 0; i < g->score_rows; i++) {
             ir_val s = kx_mul(k, ir_for_result(dl, i * sk + j), sc);
             s = kx_select(k, kx_le(k, pos, p->last_key[i]), s, b->ninf);
-            kx_shm_store(k, b->sh_p, kx_add(k, p->score_at[i], p->key[j]), s);
+            kx_shm_store(k, b->score_tile, kx_add(k, p->score_at[i], p->key[j]), s);
         }
     }
 }
@@ -327,7 +334,7 @@ static void softmax(const kb *b, const parts *p, ir_val b0, ir_val m_old, ir_val
     ir_if *act = ir_if_begin(k.ir, p->sm_active, 2);
     ir_val s[MAX_S], mx = b->ninf;
     for (uint32_t c = 0; c < sm_n; c++) {
-        s[c] = kx_shm_load(k, b->sh_p, kx_add_c(k, p->sm_at, c), 1);
+        s[c] = kx_shm_load(k, b->score_tile, kx_add_c(k, p->sm_at, c), 1);
         mx = kx_max(k, mx, s[c]);
     }
     for (uint32_t x = 1; x < g->softmax_invs; x *= 2) mx = kx_max(k, mx, kx_sg_xor(k, mx, x));
@@ -340,13 +347,13 @@ static void softmax(const kb *b, const parts *p, ir_val b0, ir_val m_old, ir_val
         ir_val live = kx_gt(k, s[c], b->ninf);
         ir_val e = kn_exp(k, kx_select(k, live, kx_sub(k, s[c], mn), b->f0));
         e = kx_select(k, live, e, b->f0);
-        kx_shm_store(k, b->sh_p, kx_add_c(k, p->sm_at, c), e);
+        kx_shm_store(k, b->score_tile, kx_add_c(k, p->sm_at, c), e);
         sum = kx_add(k, sum, e);
     }
     for (uint32_t x = 1; x < g->softmax_invs; x *= 2) sum = kx_add(k, sum, kx_sg_xor(k, sum, x));
     ir_val ln = kx_fma(k, l_old, alpha, sum);
     ir_if *p0 = kx_if(k, kx_eq(k, p->sm_part, b->u0));
-    kx_shm_store(k, b->sh_a, p->sm_row, alpha);
+    kx_shm_store(k, b->alpha_tile, p->sm_row, alpha);
     kx_end_if(k, p0);
     ir_val y[2] = {mn, ln}, keep[2] = {m_old, l_old};
     ir_if_else(k.ir, act, y);
@@ -362,7 +369,7 @@ static void accumulate(const kb *b, const parts *p, const ir_for *tl, ir_val *nx
     const cfg *g = b->g;
     uint32_t E = g->per_word, n = g->out_rows * g->out_words * E;
     ir_val ai[MAX_O], a0[MAX_O];
-    for (uint32_t i = 0; i < g->out_rows; i++) ai[i] = kx_shm_load(k, b->sh_a, p->out_row[i], 1);
+    for (uint32_t i = 0; i < g->out_rows; i++) ai[i] = kx_shm_load(k, b->alpha_tile, p->out_row[i], 1);
     for (uint32_t i = 0; i < n; i++) a0[i] = kx_mul(k, ir_for_arg(tl, 2 + i), ai[i / (g->out_words * E)]);
     uint32_t unroll = g->keys_per_tile >= 4 ? 4 : g->keys_per_tile;
     ir_val step = kx_u32(k, unroll);
@@ -372,9 +379,10 @@ static void accumulate(const kb *b, const parts *p, const ir_for *tl, ir_val *nx
     for (uint32_t e = 0; e < unroll; e++) {
         ir_val key = e ? kx_add_c(k, kk, e) : kk, pv[MAX_O], vv[MAX_O][2];
         ir_val vrow = kx_mul_c(k, key, g->kv_pitch);
-        for (uint32_t i = 0; i < g->out_rows; i++) pv[i] = kx_shm_load(k, b->sh_p, kx_add(k, p->out_p_row[i], key), 1);
+        for (uint32_t i = 0; i < g->out_rows; i++)
+            pv[i] = kx_shm_load(k, b->score_tile, kx_add(k, p->out_p_row[i], key), 1);
         for (uint32_t j = 0; j < g->out_words; j++)
-            unpack(b, kx_shm_load(k, b->sh_kv, kx_add(k, vrow, p->out_load_word[j]), 1), vv[j]);
+            unpack(b, kx_shm_load(k, b->kv_tile, kx_add(k, vrow, p->out_load_word[j]), 1), vv[j]);
         for (uint32_t i = 0; i < g->out_rows; i++)
             for (uint32_t j = 0; j < g->out_words; j++)
                 for (uint32_t h = 0; h < E; h++) {
@@ -392,20 +400,21 @@ static void store_out(const kb *b, const parts *p, ir_val t0, const ir_for *tl) 
     const cfg *g = b->g;
     uint32_t E = g->per_word;
     ir_if *lw = kx_if(k, kx_and(k, p->sm_active, kx_eq(k, p->sm_part, b->u0)));
-    kx_shm_store(k, b->sh_l, p->sm_row, ir_for_result(tl, 1));
+    kx_shm_store(k, b->l_tile, p->sm_row, ir_for_result(tl, 1));
     kx_end_if(k, lw);
     kx_barrier(k);
     ir_type ot = kx_t(k, b->dtype, E);
     for (uint32_t i = 0; i < g->out_rows; i++) {
         ir_val r = p->out_row[i], t = row_token(b, t0, r);
         ir_val base = out_base(b, t, r, b->n_head * b->hd);
-        ir_val l = kx_shm_load(k, b->sh_l, r, 1);
-        ir_if *tv = kx_if(k, kx_lt(k, t, b->nv));
+        ir_val l = kx_shm_load(k, b->l_tile, r, 1);
+        ir_if *tv = kx_if(k, kx_lt(k, t, b->n_valid));
         for (uint32_t j = 0; j < g->out_words; j++) {
             ir_if *dv = NULL;
             if ((j + 1) * g->out_word_invs > g->row_words) dv = kx_if(k, kx_lt_c(k, p->out_word[j], g->row_words));
             ir_val o[2];
-            for (uint32_t h = 0; h < E; h++) o[h] = kn_fdiv(k, ir_for_result(tl, 2 + (i * g->out_words + j) * E + h), l);
+            for (uint32_t h = 0; h < E; h++)
+                o[h] = kn_fdiv(k, ir_for_result(tl, 2 + (i * g->out_words + j) * E + h), l);
             ir_val ov = kx_convert(k, E == 1 ? o[0] : kx_vec(k, o, E), ot);
             kx_store(k, b->ob, kx_add(k, base, kx_mul_c(k, p->out_word[j], E)), ov);
             if (dv) kx_end_if(k, dv);
@@ -414,16 +423,16 @@ static void store_out(const kb *b, const parts *p, ir_val t0, const ir_for *tl) 
     }
 }
 
-/* One block of tokens_per_tile tokens from t0 (< nv): everything from staging q to the
+/* One block of tokens_per_tile tokens from t0 (< n_valid): everything from staging q to the
  * stores. */
 static void block(const kb *b, ir_val t0) {
     kx k = b->k;
     const cfg *g = b->g;
     /* keys 0 .. the last valid token's position */
-    ir_val n_keys = kx_add(k, b->pos0, kx_min(k, kx_add_c(k, t0, g->tokens_per_tile), b->nv));
+    ir_val n_keys = kx_add(k, b->pos0, kx_min(k, kx_add_c(k, t0, g->tokens_per_tile), b->n_valid));
     rows rw = {t0, IR_NONE, n_keys};
     src qsrc = {b->qb, q_base, q_ok, &rw};
-    stage(b, b->sh_q, g->rows, g->q_pitch, &qsrc);
+    stage(b, b->q_tile, g->rows, g->q_pitch, &qsrc);
     parts p;
     plan_parts(b, t0, &p);
 
@@ -437,12 +446,12 @@ static void block(const kb *b, ir_val t0) {
     rw.b0 = b0;
     src ksrc = {b->kc, kv_base, kv_ok, &rw}, vsrc = {b->vc, kv_base, kv_ok, &rw};
     kx_barrier(k); /* the last tile's output step is done with the tiles (the first: q staged) */
-    stage(b, b->sh_kv, g->keys_per_tile, g->kv_pitch, &ksrc);
+    stage(b, b->kv_tile, g->keys_per_tile, g->kv_pitch, &ksrc);
     kx_barrier(k);
     scores(b, &p, b0);
     kx_barrier(k);
     /* the V tile over the K tile, and the online softmax of each row */
-    stage(b, b->sh_kv, g->keys_per_tile, g->kv_pitch, &vsrc);
+    stage(b, b->kv_tile, g->keys_per_tile, g->kv_pitch, &vsrc);
     ir_val nx[2 + MAX_O];
     softmax(b, &p, b0, m_old, l_old, &nx[0], &nx[1]);
     kx_barrier(k);
@@ -497,23 +506,23 @@ ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv
     ir_buf ib = kx_buffer(k, "info", IR_U32, IR_READ, 2);
     kx_workgroup(k, g.invocations);
     ir_scalar tile = per_word == 2 ? IR_U32 : IR_F32;
-    b.sh_q = kx_shared(k, "q_tile", tile, g.rows * g.q_pitch);
-    b.sh_kv = kx_shared(k, "kv_tile", tile, g.keys_per_tile * g.kv_pitch);
-    b.sh_p = kx_shared(k, "scores", IR_F32, g.rows * g.score_pitch);
-    b.sh_a = kx_shared(k, "alpha", IR_F32, g.rows), b.sh_l = kx_shared(k, "lsum", IR_F32, g.rows);
+    b.q_tile = kx_shared(k, "q_tile", tile, g.rows * g.q_pitch);
+    b.kv_tile = kx_shared(k, "kv_tile", tile, g.keys_per_tile * g.kv_pitch);
+    b.score_tile = kx_shared(k, "scores", IR_F32, g.rows * g.score_pitch);
+    b.alpha_tile = kx_shared(k, "alpha", IR_F32, g.rows), b.l_tile = kx_shared(k, "lsum", IR_F32, g.rows);
     b.lid = kx_local(k), b.u0 = kx_u32(k, 0), b.f0 = kx_f32(k, 0.0f);
     b.ninf = kx_f32(k, -INFINITY);
 
     /* group x: heads_per_tile heads of one kv head; group y: token blocks */
-    b.hq0 = kx_group_times(k, 0, g.heads_per_tile);
+    b.head0 = kx_group_times(k, 0, g.heads_per_tile);
     ir_val hd_c = kx_u32(k, hd);
-    b.kvoff = kx_mul(k, kx_div_c(k, b.hq0, group_size), hd_c);
+    b.kv_off = kx_mul(k, kx_div_c(k, b.head0, group_size), hd_c);
     /* valid tokens: t < n, t < n_max, and pos0 + t < n_ctx (computed without wrapping) */
     b.pos0 = kx_load(k, ib, b.u0, 1);
     ir_val n = kx_load_c(k, ib, 1);
     ir_val room = kx_sub(k, kx_u32(k, n_ctx), b.pos0);
     room = kx_select(k, kx_lt_c(k, b.pos0, n_ctx), room, b.u0);
-    b.nv = kx_min(k, kx_min_c(k, n, n_max), room);
+    b.n_valid = kx_min(k, kx_min_c(k, n, n_max), room);
     uint32_t nb = (n_max + g.tokens_per_tile - 1) / g.tokens_per_tile, gy_n = (nb + 1) / 2;
     ir_val gy = kx_group(k, 1);
     ir_val heavy = kx_sub(k, kx_u32(k, nb - 1), gy); /* the longer block first */
@@ -525,7 +534,7 @@ ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv
     ir_val t0 = kx_mul(k, kx_select(k, second, gy, heavy), tokens);
     ir_val distinct = kx_lt(k, gy, heavy);
     ir_val not_again = kx_or(k, kx_not(k, second), distinct);
-    ir_if *live = kx_if(k, kx_and(k, kx_lt(k, t0, b.nv), not_again));
+    ir_if *live = kx_if(k, kx_and(k, kx_lt(k, t0, b.n_valid), not_again));
     block(&b, t0);
     kx_end_if(k, live);
     kx_end_for(k, two);

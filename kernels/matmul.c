@@ -145,7 +145,9 @@ static void stage_item(const mm *m, ir_val i, const void *p) {
     stage_store(m, p, stage_dst(m, p, i), v);
 }
 
-static void stage(const mm *m, stage_arg *a, uint32_t tile) { for_items(m, tile * (a->n_cols / a->lanes), stage_item, a); }
+static void stage(const mm *m, stage_arg *a, uint32_t tile) {
+    for_items(m, tile * (a->n_cols / a->lanes), stage_item, a);
+}
 
 /* How a variant walks cols: the X and W chunks it stages (x_tile tokens, w_tile rows;
  * first_col, n_cols and masked are set per chunk), and its math on a staged chunk of

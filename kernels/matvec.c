@@ -175,7 +175,8 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
         kn_fail(err, errlen, "%s: output must be %s or f32, not %s", name, ir_scalar_name(dtype), ir_scalar_name(out));
         return NULL;
     }
-    if (kn_check_epi(name, epi, out == IR_F32 ? KN_EPI_FAULT : KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err, errlen))
+    unsigned allowed = out == IR_F32 ? KN_EPI_FAULT : KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU;
+    if (kn_check_epi(name, epi, allowed, err, errlen))
         return NULL;
     if (rows == 0 || cols == 0 || (uint64_t)rows * cols > UINT32_MAX) {
         kn_fail(err, errlen, "%s: bad shape %u x %u (u32 indices: rows * cols < 2^32)", name, rows, cols);
@@ -245,7 +246,8 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
         /* one workgroup per row (strided over the grid as above), summed through workgroup
          * memory (rows workgroups in x: past Vulkan's guaranteed 65535 for a vocabulary
          * head, but within what NVIDIA, AMD, Intel and lavapipe offer) */
-        ir_val lid = kx_local(k), group = kx_group(k, 0), row = group; /* one per workgroup: its barriers stay uniform */
+        /* one row per workgroup: its barriers stay uniform */
+        ir_val lid = kx_local(k), group = kx_group(k, 0), row = group;
         ir_for *each = NULL;
         if (strided) {
             ir_val n_groups = kx_n_groups(k);

@@ -121,7 +121,10 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
     ir_buf vc = kx_buffer(k, "vcache", dtype, IR_WRITE, n_ctx * kv_dim);
     ir_buf info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
     ir_buf qn = 0, kn = 0;
-    if (qk_norm) qn = kx_buffer(k, "q_norm", dtype, IR_READ, head_dim), kn = kx_buffer(k, "k_norm", dtype, IR_READ, head_dim);
+    if (qk_norm) {
+        qn = kx_buffer(k, "q_norm", dtype, IR_READ, head_dim);
+        kn = kx_buffer(k, "k_norm", dtype, IR_READ, head_dim);
+    }
     if (b.factors) b.freqs = kx_buffer(k, "freqs", dtype, IR_READ, n_rot / 2);
 
     /* about one pair (plus the dims past n_rot, or one vector of a v head) per
