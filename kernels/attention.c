@@ -6,12 +6,12 @@
  *
  * Decode attention runs in two launches (flash decoding), so that a step's few heads
  * still fill a large GPU: kn_attn_decode's workgroup (h, s) takes query head h and the
- * s-th of n_split equal runs of the positions 0..pos, and walks its run in blocks of B
- * (the workgroup size) with an online softmax, so any n_ctx works with B floats of
- * workgroup memory:
+ * s-th of n_split equal runs of the positions 0..pos, and walks its run in blocks of
+ * keys_per_block (the workgroup size) with an online softmax, so any n_ctx works with
+ * 2 * keys_per_block floats of workgroup memory:
  *   phase 1: invocation i scores position blk + i, s = (q . k) * scale in f32 (products of
  *            two 16-bit values are exact, so only the summation order can differ from the
- *            oracle's loop); every invocation then reads the block's B scores and takes
+ *            oracle's loop); every invocation then reads the block's scores and takes
  *            their max in the same order, so all agree on m_new bit for bit without a
  *            reduction tree; e_i = exp(s_i - m_new) is written back (0 past the run);
  *   phase 2: every invocation sums the block's e_j in order into l, and, for the dims of
