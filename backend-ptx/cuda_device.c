@@ -132,6 +132,11 @@ static void free_buffer(cu_dev *d, rt_buffer *b) {
     free(b);
 }
 
+static size_t cu_size(rt_device *base, const rt_buffer *b) {
+    (void)base;
+    return b->size;
+}
+
 static void cu_release(rt_device *base, rt_buffer *b) {
     cu_dev *d = (cu_dev *)base;
     char err[8];
@@ -401,7 +406,7 @@ static void cu_destroy(rt_device *base) {
     free(d);
 }
 
-static const rt_device_ops cu_ops = {cu_alloc,          cu_alloc_host, cu_release, cu_upload, cu_download,
+static const rt_device_ops cu_ops = {cu_alloc,          cu_alloc_host, cu_release, cu_size, cu_upload, cu_download,
                                      cu_compile,        cu_release_kernel, cu_run, cu_record, cu_replay,
                                      cu_release_recording, cu_destroy};
 

@@ -199,6 +199,11 @@ static rt_buffer *vk_alloc_host(rt_device *base, size_t bytes, char *err, size_t
     return alloc_buffer((vk_dev *)base, bytes, true, err, errlen);
 }
 
+static size_t vk_size(rt_device *base, const rt_buffer *b) {
+    (void)base;
+    return b->size;
+}
+
 static void vk_release(rt_device *base, rt_buffer *b) {
     vk_dev *d = (vk_dev *)base;
     if (!b) return;
@@ -522,8 +527,8 @@ static void vk_destroy(rt_device *base) {
     free(d);
 }
 
-static const rt_device_ops vk_ops = {vk_alloc,  vk_alloc_host, vk_release,    vk_upload, vk_download,        vk_compile,
-                                     vk_release_kernel, vk_run, vk_record, vk_replay, vk_release_recording,
+static const rt_device_ops vk_ops = {vk_alloc,  vk_alloc_host, vk_release,    vk_size,   vk_upload, vk_download,
+                                     vk_compile, vk_release_kernel, vk_run, vk_record, vk_replay, vk_release_recording,
                                      vk_destroy};
 
 rt_device *vk_device_open(uint32_t index, const char *caps_override, char *err, size_t errlen) {

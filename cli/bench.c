@@ -3,6 +3,7 @@
  * of its floor from the device's measured bandwidth and matrix rate (plan/measure.h).
  * Method: bench/README.md. */
 #include "base/clock.h"
+#include "base/error.h"
 #include "cli/cli.h"
 #include "cli/model_opts.h"
 #include "devices/devices.h"
@@ -252,16 +253,16 @@ typedef struct runner {
     engine *e;
     int32_t *tokens; /* the prompt: deterministic ids, any valid ones will do */
     float *logits;   /* for an engine without eval_argmax */
-    char err[512];
+    kiln_err err;
 } runner;
 
 /* Evaluates tokens at pos and gives the greedy next token (0 when no logit is finite). */
 static int eval_next(runner *r, const int32_t *tok, uint32_t n, uint32_t pos, int32_t *next) {
     engine *e = r->e;
     if (e->ops->eval_argmax) {
-        if (e->ops->eval_argmax(e, tok, n, pos, next, r->err, sizeof r->err)) return -1;
+        if (e->ops->eval_argmax(e, tok, n, pos, next, &r->err)) return -1;
     } else {
-        if (engine_eval(e, tok, n, pos, r->logits, false, r->err, sizeof r->err)) return -1;
+        if (engine_eval(e, tok, n, pos, r->logits, false, &r->err)) return -1;
         *next = samp_argmax(r->logits, e->n_vocab);
     }
     if (*next < 0) *next = 0;
@@ -299,7 +300,7 @@ static int run_test(runner *r, const bench_opts *o, const char *label, test_resu
     for (uint32_t k = 0; k <= o->reps; k++) {
         progress("%s %s: %s %u of %u", label, t->name, k ? "repetition" : "warm-up", k ? k : 1, k ? o->reps : 1);
         double tps;
-        if (run_once(r, t, &tps)) return cli_fail("%s %s: %s", label, t->name, r->err);
+        if (run_once(r, t, &tps)) return cli_fail("%s %s: %s", label, t->name, r->err.msg);
         if (k) t->tps[k - 1] = tps;
         else t->warmup_tps = tps;
     }
@@ -372,7 +373,7 @@ static int bench_device(const bench_opts *o, const char *label, device_result *d
     }
     int32_t next;
     if (eval_next(&r, &(int32_t){1}, 1, 0, &next)) {
-        rc = cli_fail("%s: %s", label, r.err);
+        rc = cli_fail("%s: %s", label, r.err.msg);
         goto out;
     }
     d->ttft_s = clock_now_s() - t0;
@@ -381,8 +382,8 @@ static int bench_device(const bench_opts *o, const char *label, device_result *d
     r.e = NULL;
     if (mo.dev) {
         progress("%s: measuring bandwidth and matrix rate", label);
-        if (measure_device(mo.dev, &d->meas, r.err, sizeof r.err)) {
-            rc = cli_fail("%s", r.err);
+        if (measure_device(mo.dev, &d->meas, r.err.msg, sizeof r.err.msg)) {
+            rc = cli_fail("%s", r.err.msg);
             goto out;
         }
         d->measured = true;

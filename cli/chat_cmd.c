@@ -2,6 +2,7 @@
  * The whole conversation is rendered each turn, and the session evaluates only the
  * tokens its KV cache does not already hold. */
 #include "cli/cli.h"
+#include "base/error.h"
 #include "cli/model_opts.h"
 #include "generate/generate.h"
 #include "text/chat.h"
@@ -98,8 +99,8 @@ int cmd_chat(int argc, char **argv) {
     if (rc) goto out;
     src = model_chat_template(m);
     if ((rc = pick_family(src, tmpl, &fam))) goto out;
-    char msg[256];
-    if (!system && src && chat_default_system(src, &default_system, msg, sizeof msg) == 0 && default_system)
+    kiln_err msg = {0};
+    if (!system && src && chat_default_system(src, &default_system, &msg) == 0 && default_system)
         system = default_system; /* what the template writes when a conversation has no system turn */
     s = gen_session_create(e, t);
     smp = samp_create(&mo.samp, e->n_vocab);
@@ -136,12 +137,12 @@ int cmd_chat(int argc, char **argv) {
         }
         msgs = nm;
         msgs[n_msgs++] = (chat_msg){"user", strdup(line)};
-        char err[512];
-        char *prompt = chat_render(fam, msgs, n_msgs, true, bos, err, sizeof err);
+        kiln_err err = {0};
+        char *prompt = chat_render(fam, msgs, n_msgs, true, bos, &err);
         int32_t *ids = NULL;
         uint32_t n = 0;
         if (!prompt || cli_tokenize_prompt(t, prompt, strlen(prompt), false, &ids, &n)) {
-            if (!prompt) fprintf(stderr, "kiln: %s\n", err);
+            if (!prompt) fprintf(stderr, "kiln: %s\n", err.msg);
             free(prompt);
             free((char *)msgs[--n_msgs].content);
             continue;
@@ -150,11 +151,11 @@ int cmd_chat(int argc, char **argv) {
         reply rep = {0};
         gen_result res;
         gen_params gp = {.max_tokens = (uint32_t)n_gen, .extra_eog = end_turn};
-        int g = gen_run(s, smp, ids, n, &gp, collect, &rep, &res, err, sizeof err);
+        int g = gen_run(s, smp, ids, n, &gp, collect, &rep, &res, &err);
         free(ids);
         free(res.ids);
         if (g) {
-            fprintf(stderr, "kiln: %s\n", err);
+            fprintf(stderr, "kiln: %s\n", err.msg);
             free(rep.buf);
             free((char *)msgs[--n_msgs].content);
             continue;

@@ -2,6 +2,7 @@
  * side, with a verdict per device (diverge/diverge.h does the analysis and writes the
  * reports; this file parses flags, reads prompts and opens the engines). */
 #include "cli/cli.h"
+#include "base/error.h"
 #include "devices/devices.h"
 #include "diverge/diverge.h"
 #include "oracle/oracle.h"
@@ -183,7 +184,7 @@ static void default_devices(session *s) {
 }
 
 static int open_device(session *s, uint32_t i, const opts *o, uint32_t n_ctx) {
-    char err[512];
+    kiln_err err = {0};
     const char *label = s->label_buf[i];
     s->labels[i] = label;
     dev_label dl = {DEV_CPU, 0};
@@ -191,24 +192,24 @@ static int open_device(session *s, uint32_t i, const opts *o, uint32_t n_ctx) {
     if (dl.kind == DEV_CPU) {
         orc_options oo = o->orc;
         oo.n_ctx = n_ctx;
-        s->devs[i] = orc_create(s->m, &oo, err, sizeof err);
+        s->devs[i] = orc_create(s->m, &oo, &err);
     } else {
-        s->rt[i] = dev_open(dl, o->caps, err, sizeof err);
-        if (!s->rt[i]) return cli_fail("--device %s: %s", label, err);
-        s->devs[i] = plan_create(s->m, s->rt[i], o->orc.dtype, n_ctx, 0, err, sizeof err);
+        s->rt[i] = dev_open(dl, o->caps, err.msg, sizeof err.msg);
+        if (!s->rt[i]) return cli_fail("--device %s: %s", label, err.msg);
+        s->devs[i] = plan_create(s->m, s->rt[i], o->orc.dtype, n_ctx, 0, err.msg, sizeof err.msg);
     }
-    if (!s->devs[i]) return cli_fail("%s on %s: %s", o->model, label, err);
+    if (!s->devs[i]) return cli_fail("%s on %s: %s", o->model, label, err.msg);
     s->names[i] = s->devs[i]->name;
     return 0;
 }
 
 static int open_engines(session *s, const opts *o, uint32_t n_ctx) {
-    char err[512];
+    kiln_err err = {0};
     orc_options ro = o->orc, oo = o->orc;
     ro.n_ctx = oo.n_ctx = n_ctx;
     oo.mode = ro.mode == ORC_CONTRACT ? ORC_F32 : ORC_CONTRACT;
-    if (!(s->ref = orc_create(s->m, &ro, err, sizeof err)) || !(s->other = orc_create(s->m, &oo, err, sizeof err)))
-        return cli_fail("%s: %s", o->model, err);
+    if (!(s->ref = orc_create(s->m, &ro, &err)) || !(s->other = orc_create(s->m, &oo, &err)))
+        return cli_fail("%s: %s", o->model, err.msg);
     for (uint32_t i = 0; i < o->n_devices; i++)
         snprintf(s->label_buf[i], sizeof s->label_buf[0], "%s", o->devices[i]);
     s->n_dev = o->n_devices;
@@ -256,24 +257,24 @@ static int tokenize_all(const session *s, const prompt_list *pl, tokenized *tk, 
 
 static int analyze(session *s, dv_report *r, const prompt_list *pl, const tokenized *tk) {
     dv_engines en = {s->ref, s->other, s->devs, s->n_dev};
-    char err[512];
+    kiln_err err = {0};
     for (uint32_t i = 0; i < pl->n; i++) {
         fprintf(stderr, "kiln diverge: prompt %u/%u (%u tokens), %u steps on %u engines\n", i + 1, pl->n, tk[i].n,
                 r->n_steps, s->n_dev + 2);
         r->prompts[i].n_tokens = tk[i].n;
         if (!(r->prompts[i].text = strdup(pl->text[i]))) return cli_fail("out of memory");
         r->n_prompts = i + 1;
-        if (dv_analyze_prompt(&en, r, tk[i].ids, tk[i].n, &r->prompts[i], err, sizeof err))
-            return cli_fail("prompt %u: %s", i + 1, err);
+        if (dv_analyze_prompt(&en, r, tk[i].ids, tk[i].n, &r->prompts[i], &err))
+            return cli_fail("prompt %u: %s", i + 1, err.msg);
     }
     return 0;
 }
 
 static int write_reports(const dv_report *r, const opts *o) {
-    char err[512];
-    if (dv_write_markdown(r, stdout, err, sizeof err)) return cli_fail("%s", err);
-    if (o->json && dv_write_json(r, o->json, err, sizeof err)) return cli_fail("%s", err);
-    if (o->html && dv_write_html(r, o->html, err, sizeof err)) return cli_fail("%s", err);
+    kiln_err err = {0};
+    if (dv_write_markdown(r, stdout, &err)) return cli_fail("%s", err.msg);
+    if (o->json && dv_write_json(r, o->json, &err)) return cli_fail("%s", err.msg);
+    if (o->html && dv_write_html(r, o->html, &err)) return cli_fail("%s", err.msg);
     for (uint32_t d = 0; d < r->n_dev; d++)
         if (!dv_device_explained(r, d)) return EXIT_UNEXPLAINED;
     return 0;
@@ -284,12 +285,12 @@ static int run(const opts *o, const prompt_list *pl) {
     dv_report r = {.model = o->model, .ref_mode = orc_mode_name(o->orc.mode), .n_steps = o->n_steps};
     tokenized *tk = calloc(pl->n, sizeof *tk);
     r.prompts = calloc(pl->n, sizeof *r.prompts);
-    char err[512];
+    kiln_err err = {0};
     uint32_t n_ctx = 0;
     int rc = 0;
     if (!tk || !r.prompts) rc = cli_fail("out of memory");
-    else if (!(s.m = model_load(o->model, err, sizeof err))) rc = cli_fail("%s", err);
-    else if (!(s.t = tok_load(s.m->file, err, sizeof err))) rc = cli_fail("%s: %s", o->model, err);
+    else if (!(s.m = model_load(o->model, &err))) rc = cli_fail("%s", err.msg);
+    else if (!(s.t = tok_load(s.m->file, &err))) rc = cli_fail("%s: %s", o->model, err.msg);
     else if (tok_n_vocab(s.t) != s.m->hp.n_vocab)
         rc = cli_fail("%s: the tokenizer has %u tokens but the model's vocab is %u", o->model, tok_n_vocab(s.t),
                       s.m->hp.n_vocab);

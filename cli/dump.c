@@ -10,6 +10,7 @@
  *            defaults at --sm (default sm_80), less --caps. kiln never assembles PTX
  *            itself (the driver does): check it with ptxas if you have one. */
 #include "backend-ptx/cuda_probe.h"
+#include "base/error.h"
 #include "backend-ptx/ptx_emit.h"
 #include "backend-spirv/spv_emit.h"
 #include "cli/cli.h"
@@ -159,8 +160,8 @@ int cmd_dump(int argc, char **argv) {
     if (sm && (!ptx || strncmp(sm, "sm_", 3) || !cli_parse_u64(sm + 3, 50, 120, &cc)))
         return cli_usage_error(usage, "--sm is sm_XX (50..120) with --ptx, not '%s'", sm);
     if (ptx && device && sm) return cli_usage_error(usage, "--sm or --device, not both");
-    char err[1024];
-    if (caps_list && rt_caps_override_check(caps_list, err, sizeof err)) return cli_usage_error(usage, "%s", err);
+    kiln_err err = {0};
+    if (caps_list && rt_caps_override_check(caps_list, err.msg, sizeof err.msg)) return cli_usage_error(usage, "%s", err.msg);
     const char *want = ptx ? "cuda:" : "vulkan:";
     dev_label dl = {ptx ? DEV_CUDA : DEV_VULKAN, 0};
     if (device && (!dev_parse(device, false, &dl) || dl.kind != (ptx ? DEV_CUDA : DEV_VULKAN)))
@@ -171,27 +172,27 @@ int cmd_dump(int argc, char **argv) {
     rt_debug_from_list(&dbg, caps_list);
     rt_device *dev = NULL;
     if (device) {
-        dev = dev_open(dl, caps_list, err, sizeof err);
-        if (!dev) return cli_fail("%s", err);
+        dev = dev_open(dl, caps_list, err.msg, sizeof err.msg);
+        if (!dev) return cli_fail("%s", err.msg);
         caps = dev->caps;
         dev->ops->destroy(dev);
     } else if (ptx) {
         rt_caps_default(&caps, RT_CUDA);
         caps.compute_capability = (uint32_t)cc;
         cuda_caps_of_arch(&caps);
-        if (caps_list && rt_caps_override(&caps, caps_list, err, sizeof err)) return cli_usage_error(usage, "%s", err);
+        if (caps_list && rt_caps_override(&caps, caps_list, err.msg, sizeof err.msg)) return cli_usage_error(usage, "%s", err.msg);
     } else {
         rt_caps_default(&caps, RT_VULKAN);
         caps.storage16 = true;
-        if (caps_list && rt_caps_override(&caps, caps_list, err, sizeof err)) return cli_usage_error(usage, "%s", err);
+        if (caps_list && rt_caps_override(&caps, caps_list, err.msg, sizeof err.msg)) return cli_usage_error(usage, "%s", err.msg);
     }
     if (mkdir(dir, 0777) && errno != EEXIST) return cli_fail("cannot create %s: %s", dir, strerror(errno));
-    model *m = model_load(path, err, sizeof err);
-    if (!m) return cli_fail("%s", err);
+    model *m = model_load(path, &err);
+    if (!m) return cli_fail("%s", err.msg);
     dump_ctx c = {dir, &caps, ptx, 0, 0, 0};
-    int rc = plan_each_kernel(m, &caps, &dbg, dtype, (uint32_t)n_ctx, one_kernel, &c, err, sizeof err);
+    int rc = plan_each_kernel(m, &caps, &dbg, dtype, (uint32_t)n_ctx, one_kernel, &c, err.msg, sizeof err.msg);
     model_free(m);
-    if (rc) return cli_fail("%s", err);
+    if (rc) return cli_fail("%s", err.msg);
     printf("%d kernels written to %s%s", c.written, dir, c.unchecked ? "" : "\n");
     if (c.unchecked) printf(" (%d not validated: SPIRV-Tools too old)\n", c.unchecked);
     return c.failed ? EXIT_BADFILE : 0;

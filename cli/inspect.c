@@ -1,6 +1,7 @@
 /* kiln inspect FILE.gguf [--json]: what a GGUF holds, read from its header alone
  * (no weight byte is touched, so it answers at once on any size). */
 #include "cli/cli.h"
+#include "base/error.h"
 #include "gguf/gguf.h"
 #include "model/arch.h"
 
@@ -104,7 +105,7 @@ static void totals(const gguf_file *g, type_total *by_type, type_total *all) {
 
 static void print_hparams(const gguf_file *g) {
     arch_hparams hp;
-    gguf_error err;
+    kiln_err err;
     if (arch_read_hparams(g, &hp, &err)) {
         printf("\nhyperparameters: not available: %s\n", err.msg);
         return;
@@ -237,7 +238,7 @@ static json_t *json_value(const gguf_value *v, bool top) {
 
 static json_t *json_hparams(const gguf_file *g) {
     arch_hparams hp;
-    gguf_error err;
+    kiln_err err;
     if (arch_read_hparams(g, &hp, &err)) return json_pack("{s:s}", "error", err.msg);
     static const char *const scaling[] = {"none", "linear", "yarn", "llama3"};
     return json_pack("{s:s,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:f,s:b,s:s,s:f,s:i,s:b,s:f,s:b,s:b,s:b}",
@@ -318,7 +319,7 @@ int cmd_inspect(int argc, char **argv) {
         else path = argv[i];
     }
     if (!path) return cli_usage_error(usage, "no file given");
-    gguf_error err;
+    kiln_err err;
     gguf_file *g = gguf_open(path, &err);
     if (!g) return cli_fail("%s: %s", path, err.msg);
     int rc = json ? inspect_json(path, g) : inspect_text(path, g);

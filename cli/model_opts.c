@@ -1,6 +1,7 @@
 #include "cli/model_opts.h"
 
 #include "cli/cli.h"
+#include "base/error.h"
 #include "devices/devices.h"
 #include "model/engine_serial.h"
 #include "plan/plan.h"
@@ -64,33 +65,33 @@ int model_opts_parse(model_opts *o, int argc, char **argv, int *i, const char *u
 }
 
 int model_opts_check(model_opts *o, const char *usage) {
-    char msg[256];
+    kiln_err msg = {0};
     if (o->sampling_set && !o->temp_set) o->samp.temperature = 0.8f;
-    if (samp_params_check(&o->samp, msg, sizeof msg)) return cli_usage_error(usage, "%s", msg);
+    if (samp_params_check(&o->samp, &msg)) return cli_usage_error(usage, "%s", msg.msg);
     dev_label l;
     if (!dev_parse(o->device, true, &l)) return cli_usage_error(usage, "--device %s: expected cpu, cuda:N, vulkan:N or auto", o->device);
-    if (o->caps && rt_caps_override_check(o->caps, msg, sizeof msg)) return cli_usage_error(usage, "--caps: %s", msg);
+    if (o->caps && rt_caps_override_check(o->caps, msg.msg, sizeof msg.msg)) return cli_usage_error(usage, "--caps: %s", msg.msg);
     return 0;
 }
 
 /* Engines e[1..n) like e[0]: plans borrowing its weights, or more oracles. */
-static int open_more(model_opts *o, const model *m, uint32_t n, engine **e, char *err, size_t errlen) {
+static int open_more(model_opts *o, const model *m, uint32_t n, engine **e, kiln_err *err) {
     for (uint32_t i = 1; i < n; i++) {
-        char why[400];
-        e[i] = o->dev ? plan_create_sibling(e[0], why, sizeof why) : orc_create(m, &o->orc, why, sizeof why);
-        if (!e[i]) return snprintf(err, errlen, "slot %u of %u: %s", i + 1, n, why), -1;
+        kiln_err why = {0};
+        e[i] = o->dev ? plan_create_sibling(e[0], why.msg, sizeof why.msg) : orc_create(m, &o->orc, &why);
+        if (!e[i]) return kiln_err_wrap(err, &why, "slot %u of %u", i + 1, n);
     }
-    return n > 1 ? engine_serialize(e, n, err, errlen) : 0;
+    return n > 1 ? engine_serialize(e, n, err) : 0;
 }
 
 int model_opts_open_n(model_opts *o, const char *path, uint32_t n, model **m, tokenizer **t, engine **e) {
-    char err[512];
+    kiln_err err = {0};
     *t = NULL;
     for (uint32_t i = 0; i < n; i++) e[i] = NULL;
-    *m = model_load(path, err, sizeof err);
-    if (!*m) return cli_fail("%s", err);
-    *t = tok_load((*m)->file, err, sizeof err);
-    if (!*t) return cli_fail("%s: %s", path, err);
+    *m = model_load(path, &err);
+    if (!*m) return cli_fail("%s", err.msg);
+    *t = tok_load((*m)->file, &err);
+    if (!*t) return cli_fail("%s: %s", path, err.msg);
     if (tok_n_vocab(*t) != (*m)->hp.n_vocab)
         return cli_fail("%s: the tokenizer has %u tokens but the model's vocab is %u", path, tok_n_vocab(*t),
                         (*m)->hp.n_vocab);
@@ -98,15 +99,15 @@ int model_opts_open_n(model_opts *o, const char *path, uint32_t n, model **m, to
     dev_parse(o->device, true, &l); /* checked by model_opts_check */
     l = dev_resolve(l);
     if (l.kind != DEV_CPU) {
-        if (!(o->dev = dev_open(l, o->caps, err, sizeof err))) return cli_fail("%s", err);
-        e[0] = plan_create_slots(*m, o->dev, o->orc.dtype, o->orc.n_ctx, 0, n, err, sizeof err);
+        if (!(o->dev = dev_open(l, o->caps, err.msg, sizeof err.msg))) return cli_fail("%s", err.msg);
+        e[0] = plan_create_slots(*m, o->dev, o->orc.dtype, o->orc.n_ctx, 0, n, err.msg, sizeof err.msg);
     } else {
-        e[0] = orc_create(*m, &o->orc, err, sizeof err);
+        e[0] = orc_create(*m, &o->orc, &err);
     }
-    if (!e[0]) return cli_fail("%s: %s", path, err);
-    if (open_more(o, *m, n, e, err, sizeof err)) {
+    if (!e[0]) return cli_fail("%s: %s", path, err.msg);
+    if (open_more(o, *m, n, e, &err)) {
         for (uint32_t i = n; i-- > 0;) engine_destroy(e[i]), e[i] = NULL; /* siblings before the first */
-        return cli_fail("%s: %s", path, err);
+        return cli_fail("%s: %s", path, err.msg);
     }
     return 0;
 }

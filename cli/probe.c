@@ -3,6 +3,7 @@
  * A/B run can be checked before it starts; with --measure, each GPU's bandwidth and matrix
  * rate with kiln's own kernels (the floors of `kiln bench`). */
 #include "cli/cli.h"
+#include "base/error.h"
 #include "devices/devices.h"
 #include "ir/ir.h"
 #include "kernels/kernels.h"
@@ -168,12 +169,12 @@ static int print_json(const probed *d, uint32_t nd, const char *caps_list) {
 
 /* Opens the device with the caps shown for it (the overrides, unless it refused them) and
  * measures it. 0, or -1 with err. */
-static int measure_one(probed *d, const char *caps_list, char *err, size_t errlen) {
+static int measure_one(probed *d, const char *caps_list, kiln_err *err) {
     if (isatty(STDERR_FILENO)) fprintf(stderr, "kiln: measuring %s...\n", d->label);
     const char *caps = d->refused ? NULL : caps_list;
-    rt_device *dev = dev_open(d->id, caps, err, errlen);
+    rt_device *dev = dev_open(d->id, caps, err->msg, sizeof err->msg);
     if (!dev) return -1;
-    int rc = measure_device(dev, &d->meas, err, errlen);
+    int rc = measure_device(dev, &d->meas, err->msg, sizeof err->msg);
     dev->ops->destroy(dev);
     d->measured = rc == 0;
     return rc;
@@ -193,18 +194,18 @@ int cmd_probe(int argc, char **argv) {
         } else if (argv[i][0] == '-') return cli_usage_error(usage, "unknown flag '%s'", argv[i]);
         else return cli_usage_error(usage, "unexpected argument '%s'", argv[i]);
     }
-    char err[256];
+    kiln_err err = {0};
     /* A malformed list is the user's mistake on any machine: refuse it before probing. */
-    if (caps_list && rt_caps_override_check(caps_list, err, sizeof err))
-        return cli_usage_error(usage, "--caps: %s", err);
+    if (caps_list && rt_caps_override_check(caps_list, err.msg, sizeof err.msg))
+        return cli_usage_error(usage, "--caps: %s", err.msg);
 
     static probed dev[1 + 2 * DEV_MAX_PER_BACKEND];
     static dev_found found[1 + 2 * DEV_MAX_PER_BACKEND];
     memset(dev, 0, sizeof dev);
     uint32_t nd = 0;
     char note[640];
-    if (dev_enumerate(found, sizeof found / sizeof found[0], &nd, true, note, sizeof note, err, sizeof err))
-        return cli_fail("%s", err);
+    if (dev_enumerate(found, sizeof found / sizeof found[0], &nd, true, note, sizeof note, err.msg, sizeof err.msg))
+        return cli_fail("%s", err.msg);
     if (note[0]) fprintf(stderr, "kiln: %s\n", note); /* no CUDA or Vulkan driver or GPU here, or devices left out */
     for (uint32_t i = 0; i < nd; i++) {
         memcpy(dev[i].label, found[i].label, sizeof dev[i].label);
@@ -218,8 +219,8 @@ int cmd_probe(int argc, char **argv) {
         dev[i].refused = rt_caps_override(&dev[i].caps, caps_list, dev[i].why, sizeof dev[i].why) != 0;
 
     for (uint32_t i = 0; measure && i < nd; i++)
-        if (dev[i].caps.backend != RT_CPU && measure_one(&dev[i], caps_list, err, sizeof err))
-            return cli_fail("--measure: %s", err);
+        if (dev[i].caps.backend != RT_CPU && measure_one(&dev[i], caps_list, &err))
+            return cli_fail("--measure: %s", err.msg);
 
     if (json) return print_json(dev, nd, caps_list);
     print_text(dev, nd, caps_list);

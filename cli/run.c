@@ -1,5 +1,6 @@
 /* kiln run MODEL -p TEXT: generate text from a prompt, streamed as it is produced. */
 #include "base/clock.h"
+#include "base/error.h"
 #include "cli/cli.h"
 #include "cli/model_opts.h"
 #include "generate/generate.h"
@@ -50,15 +51,15 @@ static char *read_stdin(size_t *len) {
 /* Tokenizes a prompt with the model's BOS and special tokens, as llama.cpp's tools do. */
 int cli_tokenize_prompt(const tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
                         uint32_t *n) {
-    char err[256];
+    kiln_err err = {0};
     size_t bad = tok_utf8_invalid_at(text, len);
     if (bad) return cli_fail("the prompt is not valid UTF-8 (byte %zu)", bad - 1);
-    int64_t k = tok_encode(t, text, len, add_special, true, NULL, 0, err, sizeof err);
-    if (k < 0) return cli_fail("%s", err);
+    int64_t k = tok_encode(t, text, len, add_special, true, NULL, 0, &err);
+    if (k < 0) return cli_fail("%s", err.msg);
     *ids = malloc(((size_t)k + 1) * sizeof **ids);
     if (!*ids) return cli_fail("out of memory");
-    k = tok_encode(t, text, len, add_special, true, *ids, (size_t)k + 1, err, sizeof err);
-    if (k < 0) return cli_fail("%s", err);
+    k = tok_encode(t, text, len, add_special, true, *ids, (size_t)k + 1, &err);
+    if (k < 0) return cli_fail("%s", err.msg);
     *n = (uint32_t)k;
     return 0;
 }
@@ -148,10 +149,10 @@ int cmd_run(int argc, char **argv) {
         fflush(stdout);
     }
     gen_params gp = {.max_tokens = (uint32_t)n_gen, .stop = stops, .n_stop = n_stop, .extra_eog = -1};
-    char err[512];
+    kiln_err err = {0};
     double t_ready = clock_now_s();
-    if (gen_run(s, smp, ids, n, &gp, emit_stdout, NULL, &res, err, sizeof err)) {
-        rc = cli_fail("%s", err);
+    if (gen_run(s, smp, ids, n, &gp, emit_stdout, NULL, &res, &err)) {
+        rc = cli_fail("%s", err.msg);
         goto out;
     }
     putchar('\n');
@@ -168,7 +169,7 @@ int cmd_run(int argc, char **argv) {
             gen_finish_name(res.finish));
     fprintf(stderr, "%s: first token %.3f s after start (model load and kernel compile %.3f s, prompt %.3f s)\n",
             e->name, t_ready - t_start + res.t_prompt, t_ready - t_start, res.t_prompt);
-    if (profile && plan_profile(e, 100, stderr, err, sizeof err)) rc = cli_fail("--profile: %s", err);
+    if (profile && plan_profile(e, 100, stderr, err.msg, sizeof err.msg)) rc = cli_fail("--profile: %s", err.msg);
 out:
     free(res.ids);
     free(ids);

@@ -1,5 +1,6 @@
 /* kiln serve MODEL: an OpenAI-compatible HTTP server (server/http.c) over one model. */
 #include "cli/cli.h"
+#include "base/error.h"
 #include "cli/model_opts.h"
 #include "gguf/gguf.h"
 #include "server/http.h"
@@ -97,9 +98,9 @@ int cmd_serve(int argc, char **argv) {
             fprintf(stderr, "kiln: %s; chats use chatml (name one with --chat-template NAME)\n",
                     src ? "the model's chat template is not one kiln recognizes" : "the model has no chat template");
     }
-    char msg[256];
-    if (src && chat_default_system(src, &default_system, msg, sizeof msg)) {
-        rc = cli_fail("%s", msg);
+    kiln_err msg = {0};
+    if (src && chat_default_system(src, &default_system, &msg)) {
+        rc = cli_fail("%s", msg.msg);
         goto out;
     }
     id = model_id(path);

@@ -1,5 +1,6 @@
 /* kiln synth: random-weight models with llama.cpp's names, shapes and keys. */
 #include "cli/cli.h"
+#include "base/error.h"
 #include "model/arch.h"
 #include "modelgen/synth.h"
 #include "modelgen/tok_import.h"
@@ -121,23 +122,23 @@ int cmd_synth(int argc, char **argv) {
     if (name) c.name = name;
     if (c.arch != ARCH_LLAMA) c.llama3_rope = false; /* Llama 3's rope_freqs belongs to llama only */
 
-    gguf_error err = {{0}};
+    kiln_err err = {0};
     if (synth_check(&c, &err)) return cli_usage_error(usage, "%s", err.msg);
 
     /* The tokenizer decides the vocab size unless --vocab says otherwise. */
     tok_vocab vocab;
     tok_vocab_init(&vocab);
     gguf_file *from = NULL;
-    char msg[512];
+    kiln_err msg = {0};
     int rc = EXIT_BADFILE;
     if (tok_json) {
-        if (tok_import_hf(tok_json, tok_cfg, pre, &vocab, msg, sizeof msg)) {
-            rc = cli_fail("%s", msg);
+        if (tok_import_hf(tok_json, tok_cfg, pre, &vocab, &msg)) {
+            rc = cli_fail("%s", msg.msg);
             goto done;
         }
         if (!nums[6].set) c.n_vocab = (uint32_t)vocab.n_tokens;
-        if (tok_vocab_pad(&vocab, c.n_vocab, msg, sizeof msg)) {
-            rc = cli_usage_error(usage, "--vocab: %s", msg);
+        if (tok_vocab_pad(&vocab, c.n_vocab, &msg)) {
+            rc = cli_usage_error(usage, "--vocab: %s", msg.msg);
             goto done;
         }
     } else if (vocab_from) {
@@ -152,8 +153,8 @@ int cmd_synth(int argc, char **argv) {
             goto done;
         }
         if (!nums[6].set) c.n_vocab = (uint32_t)toks->n;
-    } else if (tok_vocab_bytelevel(c.n_vocab, &vocab, msg, sizeof msg)) {
-        rc = cli_usage_error(usage, "%s", msg);
+    } else if (tok_vocab_bytelevel(c.n_vocab, &vocab, &msg)) {
+        rc = cli_usage_error(usage, "%s", msg.msg);
         goto done;
     }
 

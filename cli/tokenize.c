@@ -1,6 +1,7 @@
 /* kiln tokenize MODEL [-p TEXT | -f FILE] [--special] [--json]: ids and pieces of a text,
  * like llama-tokenize. */
 #include "cli/cli.h"
+#include "base/error.h"
 #include "text/tok.h"
 
 #include <jansson.h>
@@ -63,18 +64,18 @@ int cmd_tokenize(int argc, char **argv) {
         len = strlen(text);
     }
     int rc = 0;
-    char err[512];
+    kiln_err err = {0};
     tokenizer *t = NULL;
     int32_t *ids = NULL;
-    gguf_error ge;
+    kiln_err ge;
     gguf_file *g = gguf_open(path, &ge); /* vocab-only files tokenize too: no tensors needed */
     if (!g) {
         rc = cli_fail("%s: %s", path, ge.msg);
         goto out;
     }
-    t = tok_load(g, err, sizeof err);
+    t = tok_load(g, &err);
     if (!t) {
-        rc = cli_fail("%s: %s", path, err);
+        rc = cli_fail("%s: %s", path, err.msg);
         goto out;
     }
     size_t bad = tok_utf8_invalid_at(text, len);
@@ -82,10 +83,10 @@ int cmd_tokenize(int argc, char **argv) {
         rc = cli_fail("the text is not valid UTF-8 (byte %zu)", bad - 1);
         goto out;
     }
-    int64_t n = tok_encode(t, text, len, special, special, NULL, 0, err, sizeof err);
+    int64_t n = tok_encode(t, text, len, special, special, NULL, 0, &err);
     ids = n >= 0 ? malloc(((size_t)n + 1) * sizeof *ids) : NULL;
-    if (n < 0 || !ids || tok_encode(t, text, len, special, special, ids, (size_t)n + 1, err, sizeof err) != n) {
-        rc = cli_fail("%s", n < 0 ? err : "out of memory");
+    if (n < 0 || !ids || tok_encode(t, text, len, special, special, ids, (size_t)n + 1, &err) != n) {
+        rc = cli_fail("%s", n < 0 ? err.msg : "out of memory");
         goto out;
     }
     json_t *jids = json ? json_array() : NULL, *jpieces = json ? json_array() : NULL;

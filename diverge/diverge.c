@@ -37,17 +37,17 @@ uint32_t dv_topk(const float *logits, uint32_t n, dv_cand *out, uint32_t k) {
 
 bool dv_is_near_tie(double gap_a, double gap_b) { return gap_a <= DV_NEAR_TIE_QUANTA && gap_b <= DV_NEAR_TIE_QUANTA; }
 
+double dv_gap_quanta(const float *l, int32_t mine, int32_t theirs, uint32_t dtype) {
+    if (mine < 0 || theirs < 0) return INFINITY; /* a side with no finite logit: nothing explains it */
+    double g = ((double)l[mine] - l[theirs]) / dv_quantum(l[mine], dtype);
+    return isnan(g) ? INFINITY : g;
+}
+
 /* One side's view of the contested pair: mine (its pick) against theirs. */
 static void side_of(const float *l, uint32_t n_vocab, int32_t mine, int32_t theirs, uint32_t dtype, dv_side *s) {
     s->n_top = dv_topk(l, n_vocab, s->top, DV_TOPK);
-    if (mine < 0 || theirs < 0) { /* a side with no finite logit: nothing explains it */
-        s->gap_quanta = INFINITY;
-        s->tie = false;
-        return;
-    }
-    s->gap_quanta = ((double)l[mine] - l[theirs]) / dv_quantum(l[mine], dtype);
-    if (isnan(s->gap_quanta)) s->gap_quanta = INFINITY;
-    s->tie = l[mine] == l[theirs];
+    s->gap_quanta = dv_gap_quanta(l, mine, theirs, dtype);
+    s->tie = mine >= 0 && theirs >= 0 && l[mine] == l[theirs];
 }
 
 static void first_divergence(const dv_run *a, const dv_run *b, uint32_t n_vocab, uint32_t n_steps, uint32_t dtype,

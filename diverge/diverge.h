@@ -1,4 +1,4 @@
-/* Divergence analysis (DESIGN.md, "Divergence reports"): engines run greedy decoding on
+/* Divergence analysis (docs/ARCHITECTURE.md, "Divergence reports"): engines run greedy decoding on
  * the same prompt and are compared with a reference (the contract oracle) and with each
  * other: where their greedy tokens first differ, the top candidates on each side and the
  * gap between the two contested tokens in quanta of the 16-bit type; and, teacher-forced
@@ -9,6 +9,7 @@
 #ifndef KILN_DIVERGE_DIVERGE_H
 #define KILN_DIVERGE_DIVERGE_H
 
+#include "base/error.h"
 #include "model/engine.h"
 #include "text/tok.h"
 
@@ -45,7 +46,7 @@ typedef struct dv_run {
  * paths cost one pass plus the steps after the divergence. The context must hold
  * n_prompt + n_steps. 0, or -1 with err. */
 int dv_run_engine(engine *e, const int32_t *prompt, uint32_t n_prompt, const int32_t *ref_tokens, uint32_t n_steps,
-                  dv_run *out, char *err, size_t errlen);
+                  dv_run *out, kiln_err *err);
 void dv_run_free(dv_run *r);
 
 /* One side of a first divergence. */
@@ -87,6 +88,11 @@ int dv_compare(const dv_run *a, const dv_run *b, uint32_t n_vocab, uint32_t n_st
 void dv_comparison_free(dv_comparison *c);
 /* The verdict rule on one divergence's gaps. */
 bool dv_is_near_tie(double gap_a, double gap_b);
+/* One side's gap at a contested step: its logit of its pick (mine) minus that of the other
+ * side's pick (theirs), in quanta at its pick's magnitude; +inf where no pick (< 0) or the
+ * logits are not comparable. With dv_is_near_tie, the one near-tie rule (the whole-model
+ * tests use it too). */
+double dv_gap_quanta(const float *logits, int32_t mine, int32_t theirs, uint32_t dtype);
 
 /* ---- a whole report ------------------------------------------------------------------- */
 
@@ -134,14 +140,14 @@ typedef struct dv_engines {
 /* Runs every engine on one prompt's tokens and fills p (text and n_tokens are the
  * caller's). 0, or -1 with err naming the engine that failed. */
 int dv_analyze_prompt(const dv_engines *en, const dv_report *r, const int32_t *ids, uint32_t n_ids, dv_prompt *p,
-                      char *err, size_t errlen);
+                      kiln_err *err);
 
 /* A token as printable text: its piece with control characters escaped, quoted. */
 void dv_token_text(const tokenizer *t, int32_t id, char *buf, size_t cap);
 
 /* Writers. Each returns 0, or -1 with err (a write error, out of memory). */
-int dv_write_markdown(const dv_report *r, FILE *f, char *err, size_t errlen);
-int dv_write_json(const dv_report *r, const char *path, char *err, size_t errlen);
-int dv_write_html(const dv_report *r, const char *path, char *err, size_t errlen);
+int dv_write_markdown(const dv_report *r, FILE *f, kiln_err *err);
+int dv_write_json(const dv_report *r, const char *path, kiln_err *err);
+int dv_write_html(const dv_report *r, const char *path, kiln_err *err);
 
 #endif

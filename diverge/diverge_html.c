@@ -2,6 +2,7 @@
  * inline SVG plot of each engine's logits relative error per step (log scale) and a strip
  * of its top-1 agreement. No script and nothing fetched from elsewhere. */
 #include "diverge/diverge.h"
+#include "base/error.h"
 
 #include <errno.h>
 #include <math.h>
@@ -108,9 +109,9 @@ static void write_prompt(FILE *f, const dv_report *r, uint32_t i, const dv_compa
     agreement_strip(f, r, cs, names, n);
 }
 
-int dv_write_html(const dv_report *r, const char *path, char *err, size_t errlen) {
+int dv_write_html(const dv_report *r, const char *path, kiln_err *err) {
     FILE *f = fopen(path, "w");
-    if (!f) return snprintf(err, errlen, "%s: %s", path, strerror(errno)), -1;
+    if (!f) return kiln_fail(err, KILN_ERR_INVALID, "%s: %s", path, strerror(errno)), -1;
     const dv_comparison *cs[r->n_dev + 1];
     const char *names[r->n_dev + 1];
     char line[4096];
@@ -135,6 +136,6 @@ int dv_write_html(const dv_report *r, const char *path, char *err, size_t errlen
     for (uint32_t i = 0; i < r->n_prompts; i++) write_prompt(f, r, i, cs, names);
     fputs("</body></html>\n", f);
     bool bad = ferror(f) != 0;
-    if (fclose(f) || bad) return snprintf(err, errlen, "%s: write error", path), -1;
+    if (fclose(f) || bad) return kiln_fail(err, KILN_ERR_UNAVAILABLE, "%s: write error", path), -1;
     return 0;
 }

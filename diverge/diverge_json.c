@@ -1,5 +1,6 @@
 /* The divergence report as one JSON document (docs/diverge.schema.json describes it). */
 #include "diverge/diverge.h"
+#include "base/error.h"
 #include "gguf/gguf.h"
 
 #include <jansson.h>
@@ -78,7 +79,7 @@ static json_t *devices(const dv_report *r) {
     return a;
 }
 
-int dv_write_json(const dv_report *r, const char *path, char *err, size_t errlen) {
+int dv_write_json(const dv_report *r, const char *path, kiln_err *err) {
     json_t *ps = json_array();
     for (uint32_t p = 0; p < r->n_prompts; p++) json_array_append_new(ps, prompt(r, &r->prompts[p]));
     json_t *doc = json_pack("{s:s,s:s,s:s,s:o,s:s,s:I,s:I,s:f,s:o,s:o}", "tool", "kiln diverge", "model", r->model,
@@ -89,11 +90,11 @@ int dv_write_json(const dv_report *r, const char *path, char *err, size_t errlen
     json_t *mode = doc ? json_string(r->ref_mode) : NULL;
     if (!doc || !mode) {
         json_decref(doc);
-        return snprintf(err, errlen, "cannot build the JSON report (out of memory or text that is not UTF-8)"), -1;
+        return kiln_fail(err, KILN_ERR_NOMEM, "cannot build the JSON report (out of memory or text that is not UTF-8)"), -1;
     }
     json_object_set_new(doc, "reference_mode", mode);
     int rc = json_dump_file(doc, path, JSON_INDENT(1) | JSON_ENSURE_ASCII);
     json_decref(doc);
-    if (rc) return snprintf(err, errlen, "%s: cannot write the JSON report", path), -1;
+    if (rc) return kiln_fail(err, KILN_ERR_UNAVAILABLE, "%s: cannot write the JSON report", path), -1;
     return 0;
 }

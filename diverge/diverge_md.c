@@ -1,6 +1,7 @@
 /* The divergence report as Markdown: verdicts first, then a summary table, then per
  * prompt the first divergences (top candidates on each side) and the per-step errors. */
 #include "diverge/diverge.h"
+#include "base/error.h"
 #include "gguf/gguf.h"
 
 #include <errno.h>
@@ -116,14 +117,14 @@ static void write_prompt(FILE *f, const dv_report *r, uint32_t i, cmp_ref *cs) {
     if (n) write_steps(f, r, p, cs, n);
 }
 
-int dv_write_markdown(const dv_report *r, FILE *f, char *err, size_t errlen) {
+int dv_write_markdown(const dv_report *r, FILE *f, kiln_err *err) {
     uint32_t ncmp = r->n_dev + r->n_dev * (r->n_dev ? r->n_dev - 1 : 0) / 2 + 1;
     cmp_ref *cs = malloc(ncmp * sizeof *cs);
     char *line = malloc(4096);
     if (!cs || !line) {
         free(cs);
         free(line);
-        return snprintf(err, errlen, "out of memory"), -1;
+        return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), -1;
     }
     fprintf(f, "# kiln diverge: %s\n\n", r->model);
     fprintf(f, "Reference: %s (%s mode). 16-bit type %s; %u greedy steps per prompt; a divergence is explained "
@@ -141,6 +142,6 @@ int dv_write_markdown(const dv_report *r, FILE *f, char *err, size_t errlen) {
     for (uint32_t i = 0; i < r->n_prompts; i++) write_prompt(f, r, i, cs);
     free(cs);
     free(line);
-    if (fflush(f) || ferror(f)) return snprintf(err, errlen, "writing the report: %s", strerror(errno)), -1;
+    if (fflush(f) || ferror(f)) return kiln_fail(err, KILN_ERR_UNAVAILABLE, "writing the report: %s", strerror(errno)), -1;
     return 0;
 }

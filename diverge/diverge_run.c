@@ -2,6 +2,7 @@
  * engine teacher-forced on the reference's tokens and then free on its own from where it
  * first leaves them, and every comparison of one prompt. */
 #include "diverge/diverge.h"
+#include "base/error.h"
 #include "generate/sampler.h"
 
 #include <math.h>
@@ -20,8 +21,7 @@ void dv_run_free(dv_run *r) {
 /* The engine's own picks from step `from` on (its logits at `from` already in greedy),
  * the KV cache rewound to that step. A step with no finite logit ends the path: the
  * rest is -1 with NaN logits. */
-static int continue_greedy(engine *e, uint32_t n_prompt, uint32_t from, uint32_t n_steps, dv_run *r, char *err,
-                           size_t errlen) {
+static int continue_greedy(engine *e, uint32_t n_prompt, uint32_t from, uint32_t n_steps, dv_run *r, kiln_err *err) {
     uint32_t nv = e->n_vocab;
     for (uint32_t s = from; s + 1 < n_steps; s++) {
         if (r->tokens[s] < 0) {
@@ -32,19 +32,19 @@ static int continue_greedy(engine *e, uint32_t n_prompt, uint32_t from, uint32_t
             return 0;
         }
         float *next = r->greedy + (size_t)(s + 1) * nv;
-        if (engine_eval(e, &r->tokens[s], 1, n_prompt + s, next, false, err, errlen)) return -1;
+        if (engine_eval(e, &r->tokens[s], 1, n_prompt + s, next, false, err)) return -1;
         r->tokens[s + 1] = samp_argmax(next, nv);
     }
     return 0;
 }
 
 int dv_run_engine(engine *e, const int32_t *prompt, uint32_t n_prompt, const int32_t *ref_tokens, uint32_t n_steps,
-                  dv_run *out, char *err, size_t errlen) {
+                  dv_run *out, kiln_err *err) {
     memset(out, 0, sizeof *out);
     uint32_t nv = e->n_vocab;
-    if (!n_steps || !n_prompt) return snprintf(err, errlen, "nothing to run (no steps or an empty prompt)"), -1;
+    if (!n_steps || !n_prompt) return kiln_fail(err, KILN_ERR_INVALID, "nothing to run (no steps or an empty prompt)"), -1;
     if ((uint64_t)n_prompt + n_steps > e->n_ctx)
-        return snprintf(err, errlen, "%u prompt tokens + %u steps exceed the context of %u", n_prompt, n_steps,
+        return kiln_fail(err, KILN_ERR_INVALID, "%u prompt tokens + %u steps exceed the context of %u", n_prompt, n_steps,
                         e->n_ctx),
                -1;
     size_t nlog = (size_t)n_steps * nv;
@@ -53,18 +53,18 @@ int dv_run_engine(engine *e, const int32_t *prompt, uint32_t n_prompt, const int
     out->greedy = ref_tokens ? malloc(nlog * sizeof *out->greedy) : out->forced;
     if (!out->tokens || !out->forced || !out->greedy) {
         dv_run_free(out);
-        return snprintf(err, errlen, "out of memory for %u steps of %u logits", n_steps, nv), -1;
+        return kiln_fail(err, KILN_ERR_NOMEM, "out of memory for %u steps of %u logits", n_steps, nv), -1;
     }
-    if (engine_eval(e, prompt, n_prompt, 0, out->forced, false, err, errlen)) goto fail;
+    if (engine_eval(e, prompt, n_prompt, 0, out->forced, false, err)) goto fail;
     for (uint32_t s = 0; s < n_steps; s++) {
         out->tokens[s] = samp_argmax(out->forced + (size_t)s * nv, nv);
         if (s + 1 == n_steps) break;
         const int32_t *feed = ref_tokens ? &ref_tokens[s] : &out->tokens[s];
         if (*feed < 0) {
-            snprintf(err, errlen, "no finite logit at step %u", s);
+            kiln_fail(err, KILN_ERR_INVALID, "no finite logit at step %u", s);
             goto fail;
         }
-        if (engine_eval(e, feed, 1, n_prompt + s, out->forced + (size_t)(s + 1) * nv, false, err, errlen)) goto fail;
+        if (engine_eval(e, feed, 1, n_prompt + s, out->forced + (size_t)(s + 1) * nv, false, err)) goto fail;
     }
     if (!ref_tokens) return 0;
     /* up to and including its first different pick, the context was its own greedy one */
@@ -72,7 +72,7 @@ int dv_run_engine(engine *e, const int32_t *prompt, uint32_t n_prompt, const int
     while (d < n_steps && out->tokens[d] == ref_tokens[d]) d++;
     uint32_t same = d < n_steps ? d + 1 : n_steps;
     memcpy(out->greedy, out->forced, (size_t)same * nv * sizeof *out->greedy);
-    if (d < n_steps && continue_greedy(e, n_prompt, d, n_steps, out, err, errlen)) goto fail;
+    if (d < n_steps && continue_greedy(e, n_prompt, d, n_steps, out, err)) goto fail;
     return 0;
 fail:
     dv_run_free(out);
@@ -92,22 +92,21 @@ void dv_prompt_free(dv_prompt *p, uint32_t n_dev) {
 }
 
 static int run_named(engine *e, const int32_t *ids, uint32_t n, const int32_t *ref, uint32_t steps, dv_run *out,
-                     char *err, size_t errlen) {
-    char why[384];
-    if (!dv_run_engine(e, ids, n, ref, steps, out, why, sizeof why)) return 0;
-    snprintf(err, errlen, "%s: %s", e->name, why);
+                     kiln_err *err) {
+    kiln_err why = {0};
+    if (!dv_run_engine(e, ids, n, ref, steps, out, &why)) return 0;
+    kiln_err_wrap(err, &why, "%s", e->name);
     return -1;
 }
 
-static int compare_or_fail(const dv_run *a, const dv_run *b, const dv_report *r, dv_comparison *out, char *err,
-                           size_t errlen) {
+static int compare_or_fail(const dv_run *a, const dv_run *b, const dv_report *r, dv_comparison *out, kiln_err *err) {
     if (!dv_compare(a, b, r->n_vocab, r->n_steps, r->dtype, out)) return 0;
-    snprintf(err, errlen, "out of memory");
+    kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     return -1;
 }
 
 int dv_analyze_prompt(const dv_engines *en, const dv_report *r, const int32_t *ids, uint32_t n_ids, dv_prompt *p,
-                      char *err, size_t errlen) {
+                      kiln_err *err) {
     uint32_t nd = en->n_dev, npairs = nd * (nd ? nd - 1 : 0) / 2, steps = r->n_steps;
     dv_run ref, other = {0}, *runs = calloc(nd ? nd : 1, sizeof *runs);
     p->vs_ref = calloc(nd ? nd : 1, sizeof *p->vs_ref);
@@ -116,26 +115,26 @@ int dv_analyze_prompt(const dv_engines *en, const dv_report *r, const int32_t *i
     int rc = -1;
     if (!runs || !p->vs_ref || !p->pairs || !p->ref_tokens) {
         free(runs);
-        return snprintf(err, errlen, "out of memory"), -1;
+        return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), -1;
     }
-    if (run_named(en->ref, ids, n_ids, NULL, steps, &ref, err, errlen)) {
+    if (run_named(en->ref, ids, n_ids, NULL, steps, &ref, err)) {
         free(runs);
         return -1;
     }
     memcpy(p->ref_tokens, ref.tokens, steps * sizeof *ref.tokens);
     if (en->other) {
-        if (run_named(en->other, ids, n_ids, ref.tokens, steps, &other, err, errlen) ||
-            compare_or_fail(&ref, &other, r, &p->contract, err, errlen))
+        if (run_named(en->other, ids, n_ids, ref.tokens, steps, &other, err) ||
+            compare_or_fail(&ref, &other, r, &p->contract, err))
             goto out;
         p->has_contract = true;
     }
     for (uint32_t d = 0; d < nd; d++)
-        if (run_named(en->devs[d], ids, n_ids, ref.tokens, steps, &runs[d], err, errlen) ||
-            compare_or_fail(&ref, &runs[d], r, &p->vs_ref[d], err, errlen))
+        if (run_named(en->devs[d], ids, n_ids, ref.tokens, steps, &runs[d], err) ||
+            compare_or_fail(&ref, &runs[d], r, &p->vs_ref[d], err))
             goto out;
     for (uint32_t i = 0; i < nd; i++)
         for (uint32_t j = i + 1; j < nd; j++)
-            if (compare_or_fail(&runs[i], &runs[j], r, &p->pairs[dv_pair_index(nd, i, j)], err, errlen)) goto out;
+            if (compare_or_fail(&runs[i], &runs[j], r, &p->pairs[dv_pair_index(nd, i, j)], err)) goto out;
     rc = 0;
 out:
     for (uint32_t d = 0; d < nd; d++) dv_run_free(&runs[d]);

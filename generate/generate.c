@@ -1,6 +1,7 @@
 #include "generate/generate.h"
 
 #include "base/clock.h"
+#include "base/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,14 +102,14 @@ static int flush_safe(pending *p, const gen_params *gp, gen_emit emit, void *ctx
 }
 
 int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prompt, const gen_params *p, gen_emit emit,
-            void *ctx, gen_result *r, char *err, size_t errlen) {
+            void *ctx, gen_result *r, kiln_err *err) {
     engine *e = s->e;
     memset(r, 0, sizeof *r);
-    if (n_prompt == 0) return snprintf(err, errlen, "empty prompt"), -1;
+    if (n_prompt == 0) return kiln_fail(err, KILN_ERR_INVALID, "empty prompt"), -1;
     if (n_prompt >= e->n_ctx)
-        return snprintf(err, errlen, "the prompt has %u tokens; the context holds %u", n_prompt, e->n_ctx), -1;
+        return kiln_fail(err, KILN_ERR_INVALID, "the prompt has %u tokens; the context holds %u", n_prompt, e->n_ctx), -1;
     r->ids = malloc(((size_t)p->max_tokens + 1) * sizeof *r->ids);
-    if (!r->ids) return snprintf(err, errlen, "out of memory"), -1;
+    if (!r->ids) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), -1;
 
     /* reuse the cached prefix; at least the last prompt token is evaluated for its logits */
     uint32_t same = gen_session_prefix(s, prompt, n_prompt);
@@ -120,8 +121,8 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
      * wants every token's logits) */
     bool fast = e->ops->eval_argmax && samp_is_greedy(smp) && !p->on_token;
     int32_t next = -1, last = prompt[n_prompt - 1];
-    if (fast ? e->ops->eval_argmax(e, prompt + same, n_prompt - same, same, &next, err, errlen)
-             : engine_eval(e, prompt + same, n_prompt - same, same, s->logits, false, err, errlen))
+    if (fast ? e->ops->eval_argmax(e, prompt + same, n_prompt - same, same, &next, err)
+             : engine_eval(e, prompt + same, n_prompt - same, same, s->logits, false, err))
         return -1;
     memcpy(s->cached + same, prompt + same, (n_prompt - same) * sizeof *prompt);
     r->t_prompt = clock_now_s() - t0;
@@ -139,7 +140,7 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
     for (uint32_t i = 0; i < p->max_tokens; i++) {
         int32_t id = fast ? next : samp_sample(smp, s->logits);
         if (fast && id < 0) { /* nothing beat -inf: the logits, and the sampler's verdict on them */
-            if (engine_eval(e, &last, 1, e->n_past - 1, s->logits, false, err, errlen)) {
+            if (engine_eval(e, &last, 1, e->n_past - 1, s->logits, false, err)) {
                 rc = -1;
                 break;
             }
@@ -147,7 +148,7 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
         }
         if (id < 0) {
             rc = -1;
-            snprintf(err, errlen, "no token can be sampled: every logit is NaN or -inf");
+            kiln_fail(err, KILN_ERR_INVALID, "no token can be sampled: every logit is NaN or -inf");
             break;
         }
         if (tok_is_eog(s->t, id) || id == p->extra_eog) {
@@ -163,7 +164,7 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
         size_t n = tok_stream_push(&ts, id, piece, sizeof piece);
         if (pend_add(&pend, piece, n)) {
             rc = -1;
-            snprintf(err, errlen, "out of memory");
+            kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
             break;
         }
         if (flush_safe(&pend, p, emit, ctx, false, &stopped)) {
@@ -180,8 +181,8 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
             r->finish = GEN_CONTEXT;
             break;
         }
-        if (fast ? e->ops->eval_argmax(e, &id, 1, pos, &next, err, errlen)
-                 : engine_eval(e, &id, 1, pos, s->logits, false, err, errlen)) {
+        if (fast ? e->ops->eval_argmax(e, &id, 1, pos, &next, err)
+                 : engine_eval(e, &id, 1, pos, s->logits, false, err)) {
             rc = -1;
             break;
         }

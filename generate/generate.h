@@ -5,6 +5,7 @@
 #ifndef KILN_GENERATE_GENERATE_H
 #define KILN_GENERATE_GENERATE_H
 
+#include "base/error.h"
 #include "generate/sampler.h"
 #include "model/engine.h"
 #include "text/tok.h"
@@ -59,6 +60,6 @@ const char *gen_finish_name(gen_finish f); /* "eog", "stop", "length", "cancelle
 /* Evaluates prompt (reusing the cached prefix), then samples until an end-of-generation
  * token, a stop string, max_tokens or the end of the context. 0, or -1 with err. */
 int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prompt, const gen_params *p, gen_emit emit,
-            void *ctx, gen_result *r, char *err, size_t errlen);
+            void *ctx, gen_result *r, kiln_err *err);
 
 #endif

@@ -33,6 +33,7 @@
  * plus the list of distinct tokens in the window, so a sample costs O(distinct tokens),
  * never a scan of the vocabulary. */
 #include "generate/sampler.h"
+#include "base/error.h"
 
 #include "base/rng.h"
 
@@ -85,34 +86,29 @@ void samp_params_default(samp_params *p) {
     p->seed = 0xC0FFEE;
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, double v) {
-    if (err && errlen) snprintf(err, errlen, fmt, v);
-    return -1;
-}
-
-int samp_params_check(const samp_params *p, char *err, size_t errlen) {
+int samp_params_check(const samp_params *p, kiln_err *err) {
     if (!p) {
-        if (err && errlen) snprintf(err, errlen, "sampler: no parameters");
+        if (err) kiln_fail(err, KILN_ERR_INVALID, "sampler: no parameters");
         return -1;
     }
     /* written as !(in range) so NaN fails too */
     if (!(p->temperature >= 0.0f) || isinf(p->temperature))
-        return fail(err, errlen, "temperature must be finite and >= 0 (got %g)", p->temperature);
-    if (p->top_k < 0) return fail(err, errlen, "top_k must be >= 0 (got %g)", p->top_k);
+        return kiln_fail(err, KILN_ERR_INVALID, "temperature must be finite and >= 0 (got %g)", p->temperature);
+    if (p->top_k < 0) return kiln_fail(err, KILN_ERR_INVALID, "top_k must be >= 0 (got %d)", (int)p->top_k);
     if (!(p->top_p > 0.0f && p->top_p <= 1.0f))
-        return fail(err, errlen, "top_p must be in (0, 1] (got %g)", p->top_p);
+        return kiln_fail(err, KILN_ERR_INVALID, "top_p must be in (0, 1] (got %g)", p->top_p);
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
-        return fail(err, errlen, "min_p must be in [0, 1] (got %g)", p->min_p);
+        return kiln_fail(err, KILN_ERR_INVALID, "min_p must be in [0, 1] (got %g)", p->min_p);
     if (!(p->repeat_penalty > 0.0f) || isinf(p->repeat_penalty))
-        return fail(err, errlen, "repeat_penalty must be finite and > 0 (got %g)",
+        return kiln_fail(err, KILN_ERR_INVALID, "repeat_penalty must be finite and > 0 (got %g)",
                     p->repeat_penalty);
     if (!isfinite(p->frequency_penalty))
-        return fail(err, errlen, "frequency_penalty must be finite (got %g)", p->frequency_penalty);
+        return kiln_fail(err, KILN_ERR_INVALID, "frequency_penalty must be finite (got %g)", p->frequency_penalty);
     if (!isfinite(p->presence_penalty))
-        return fail(err, errlen, "presence_penalty must be finite (got %g)", p->presence_penalty);
+        return kiln_fail(err, KILN_ERR_INVALID, "presence_penalty must be finite (got %g)", p->presence_penalty);
     if (p->penalty_last_n < -1)
-        return fail(err, errlen, "penalty_last_n must be >= -1 (got %g)", p->penalty_last_n);
-    if (err && errlen) err[0] = '\0';
+        return kiln_fail(err, KILN_ERR_INVALID, "penalty_last_n must be >= -1 (got %d)", (int)p->penalty_last_n);
+    kiln_err_clear(err);
     return 0;
 }
 
@@ -596,8 +592,8 @@ static uint32_t gather_cut(const sampler *s, float v, uint32_t last, uint32_t li
 /* ---- lifecycle and history --------------------------------------------------------------- */
 
 sampler *samp_create(const samp_params *p, uint32_t n_vocab) {
-    char err[128];
-    if (samp_params_check(p, err, sizeof err) != 0 || n_vocab == 0 || n_vocab > INT32_MAX)
+    kiln_err err = {0};
+    if (samp_params_check(p, &err) != 0 || n_vocab == 0 || n_vocab > INT32_MAX)
         return NULL;
     sampler *s = calloc(1, sizeof *s);
     if (!s) return NULL;

@@ -3,6 +3,7 @@
 #ifndef KILN_GENERATE_SAMPLER_H
 #define KILN_GENERATE_SAMPLER_H
 
+#include "base/error.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -21,7 +22,7 @@ typedef struct samp_params {
 void samp_params_default(samp_params *p);
 /* Checks ranges (temperature >= 0, top_p in (0,1], min_p in [0,1], top_k >= 0, ...):
  * 0, or -1 with a message naming the bad value. */
-int samp_params_check(const samp_params *p, char *err, size_t errlen);
+int samp_params_check(const samp_params *p, kiln_err *err);
 
 typedef struct sampler sampler;
 /* NULL for bad parameters (samp_params_check says why) or out of memory. */

@@ -7,18 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int check_rows(const gguf_tensor *t, uint64_t row0, uint64_t nrows, gguf_error *err) {
+static int check_rows(const gguf_tensor *t, uint64_t row0, uint64_t nrows, kiln_err *err) {
     const gguf_type_info *ti = gguf_type_info_of(t->type);
     if (!ti || !ti->convertible) {
         if (err)
-            snprintf(err->msg, sizeof err->msg, "tensor '%s': type %s cannot be converted", t->name,
+            kiln_fail(err, KILN_ERR_UNSUPPORTED, "tensor '%s': type %s cannot be converted", t->name,
                      ti ? ti->name : "?");
         return -1;
     }
     uint64_t n = gguf_tensor_nrows(t);
     if (row0 > n || nrows > n - row0) {
         if (err)
-            snprintf(err->msg, sizeof err->msg, "tensor '%s': rows [%llu, +%llu) out of range (%llu rows)",
+            kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': rows [%llu, +%llu) out of range (%llu rows)",
                      t->name, (unsigned long long)row0, (unsigned long long)nrows, (unsigned long long)n);
         return -1;
     }
@@ -31,7 +31,7 @@ static const uint8_t *row_ptr(const gguf_tensor *t, uint64_t row) {
 }
 
 int gguf_tensor_rows_f32(const gguf_tensor *t, uint64_t row0, uint64_t nrows, float *dst,
-                         gguf_error *err) {
+                         kiln_err *err) {
     if (check_rows(t, row0, nrows, err)) return -1;
     uint64_t n = t->ne[0];
     for (uint64_t r = 0; r < nrows; r++)
@@ -42,7 +42,7 @@ int gguf_tensor_rows_f32(const gguf_tensor *t, uint64_t row0, uint64_t nrows, fl
 typedef uint16_t (*round_fn)(float);
 
 static int rows_16(const gguf_tensor *t, uint64_t row0, uint64_t nrows, uint16_t *dst, uint32_t same_type,
-                   round_fn round16, gguf_error *err) {
+                   round_fn round16, kiln_err *err) {
     if (check_rows(t, row0, nrows, err)) return -1;
     uint64_t n = t->ne[0];
     if (t->type == same_type) {
@@ -51,7 +51,7 @@ static int rows_16(const gguf_tensor *t, uint64_t row0, uint64_t nrows, uint16_t
     }
     float *tmp = malloc(n * sizeof *tmp);
     if (!tmp) {
-        if (err) snprintf(err->msg, sizeof err->msg, "out of memory converting tensor '%s'", t->name);
+        kiln_fail(err, KILN_ERR_NOMEM, "out of memory converting tensor '%s'", t->name);
         return -1;
     }
     for (uint64_t r = 0; r < nrows; r++) {
@@ -65,11 +65,11 @@ static int rows_16(const gguf_tensor *t, uint64_t row0, uint64_t nrows, uint16_t
 static uint16_t to_bf16(float f) { return gguf_f32_to_bf16(f); }
 
 int gguf_tensor_rows_bf16(const gguf_tensor *t, uint64_t row0, uint64_t nrows, uint16_t *dst,
-                          gguf_error *err) {
+                          kiln_err *err) {
     return rows_16(t, row0, nrows, dst, GGUF_T_BF16, to_bf16, err);
 }
 
 int gguf_tensor_rows_f16(const gguf_tensor *t, uint64_t row0, uint64_t nrows, uint16_t *dst,
-                         gguf_error *err) {
+                         kiln_err *err) {
     return rows_16(t, row0, nrows, dst, GGUF_T_F16, gguf_f32_to_f16, err);
 }

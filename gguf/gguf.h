@@ -7,6 +7,8 @@
 #ifndef KILN_GGUF_GGUF_H
 #define KILN_GGUF_GGUF_H
 
+#include "base/error.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,9 +20,8 @@
 #define GGUF_MAX_KEY 65535
 #define GGUF_MAX_ARRAY_DEPTH 8  /* arrays of arrays nest at most this deep */
 
-typedef struct gguf_error {
-    char msg[400]; /* one line, no trailing newline; "at byte N: ..." when the offset is known */
-} gguf_error;
+/* Errors are base/error.h's kiln_err: one line, no trailing newline; "at byte N: ..." when
+ * the offset is known. */
 
 /* ---- metadata values -------------------------------------------------------------------- */
 
@@ -104,9 +105,9 @@ typedef struct gguf_tensor {
 typedef struct gguf_file gguf_file;
 
 /* Map and validate a file. NULL on failure, with err filled. */
-gguf_file *gguf_open(const char *path, gguf_error *err);
+gguf_file *gguf_open(const char *path, kiln_err *err);
 /* Validate a buffer the caller keeps alive (fuzzing, tests). */
-gguf_file *gguf_open_memory(const void *data, size_t size, gguf_error *err);
+gguf_file *gguf_open_memory(const void *data, size_t size, kiln_err *err);
 void gguf_close(gguf_file *g);
 
 uint32_t gguf_version(const gguf_file *g);
@@ -122,17 +123,17 @@ const gguf_value *gguf_find(const gguf_file *g, const char *key); /* NULL if abs
 /* Typed lookups: 0 on success; -1 with err naming the key when it is missing or of
  * another type. gguf_get_int takes any integer type whose value fits; gguf_get_float
  * takes f32 or f64. */
-int gguf_get_u32(const gguf_file *g, const char *key, uint32_t *out, gguf_error *err);
-int gguf_get_i32(const gguf_file *g, const char *key, int32_t *out, gguf_error *err);
-int gguf_get_u64(const gguf_file *g, const char *key, uint64_t *out, gguf_error *err);
-int gguf_get_f32(const gguf_file *g, const char *key, float *out, gguf_error *err);
-int gguf_get_bool(const gguf_file *g, const char *key, bool *out, gguf_error *err);
-int gguf_get_str(const gguf_file *g, const char *key, gguf_str *out, gguf_error *err);
-int gguf_get_int(const gguf_file *g, const char *key, int64_t *out, gguf_error *err);
-int gguf_get_float(const gguf_file *g, const char *key, double *out, gguf_error *err);
+int gguf_get_u32(const gguf_file *g, const char *key, uint32_t *out, kiln_err *err);
+int gguf_get_i32(const gguf_file *g, const char *key, int32_t *out, kiln_err *err);
+int gguf_get_u64(const gguf_file *g, const char *key, uint64_t *out, kiln_err *err);
+int gguf_get_f32(const gguf_file *g, const char *key, float *out, kiln_err *err);
+int gguf_get_bool(const gguf_file *g, const char *key, bool *out, kiln_err *err);
+int gguf_get_str(const gguf_file *g, const char *key, gguf_str *out, kiln_err *err);
+int gguf_get_int(const gguf_file *g, const char *key, int64_t *out, kiln_err *err);
+int gguf_get_float(const gguf_file *g, const char *key, double *out, kiln_err *err);
 /* elem = GGUF_VT_COUNT accepts any element type. */
 int gguf_get_arr(const gguf_file *g, const char *key, gguf_vtype elem, const gguf_array **out,
-                 gguf_error *err);
+                 kiln_err *err);
 /* Compare a gguf_str with a C string. */
 bool gguf_str_eq(gguf_str s, const char *c);
 
@@ -151,11 +152,11 @@ int gguf_decode_f32(uint32_t type, const void *src, float *dst, uint64_t n);
 
 /* Rows [row0, row0+nrows) of a tensor as f32 / bf16 / f16 (round to nearest even). */
 int gguf_tensor_rows_f32(const gguf_tensor *t, uint64_t row0, uint64_t nrows, float *dst,
-                         gguf_error *err);
+                         kiln_err *err);
 int gguf_tensor_rows_bf16(const gguf_tensor *t, uint64_t row0, uint64_t nrows, uint16_t *dst,
-                          gguf_error *err);
+                          kiln_err *err);
 int gguf_tensor_rows_f16(const gguf_tensor *t, uint64_t row0, uint64_t nrows, uint16_t *dst,
-                         gguf_error *err);
+                         kiln_err *err);
 
 /* ---- writing ---------------------------------------------------------------------------- */
 
@@ -165,31 +166,31 @@ int gguf_tensor_rows_f16(const gguf_tensor *t, uint64_t row0, uint64_t nrows, ui
  * alignment is general.alignment when that key is added (u32, a power of two), else 32. */
 typedef struct gguf_writer gguf_writer;
 
-gguf_writer *gguf_writer_create(const char *path, gguf_error *err);
+gguf_writer *gguf_writer_create(const char *path, kiln_err *err);
 /* Deep-copies the value. Rejects a duplicate key. */
-int gguf_writer_add_kv(gguf_writer *w, const char *key, const gguf_value *v, gguf_error *err);
-int gguf_writer_add_u32(gguf_writer *w, const char *key, uint32_t v, gguf_error *err);
-int gguf_writer_add_i32(gguf_writer *w, const char *key, int32_t v, gguf_error *err);
-int gguf_writer_add_f32(gguf_writer *w, const char *key, float v, gguf_error *err);
-int gguf_writer_add_bool(gguf_writer *w, const char *key, bool v, gguf_error *err);
-int gguf_writer_add_str(gguf_writer *w, const char *key, const char *s, gguf_error *err);
+int gguf_writer_add_kv(gguf_writer *w, const char *key, const gguf_value *v, kiln_err *err);
+int gguf_writer_add_u32(gguf_writer *w, const char *key, uint32_t v, kiln_err *err);
+int gguf_writer_add_i32(gguf_writer *w, const char *key, int32_t v, kiln_err *err);
+int gguf_writer_add_f32(gguf_writer *w, const char *key, float v, kiln_err *err);
+int gguf_writer_add_bool(gguf_writer *w, const char *key, bool v, kiln_err *err);
+int gguf_writer_add_str(gguf_writer *w, const char *key, const char *s, kiln_err *err);
 /* Array of scalars: data holds n packed little-endian elements of type elem. */
 int gguf_writer_add_arr(gguf_writer *w, const char *key, gguf_vtype elem, const void *data,
-                        uint64_t n, gguf_error *err);
+                        uint64_t n, kiln_err *err);
 /* Array of NUL-terminated strings. */
 int gguf_writer_add_arr_str(gguf_writer *w, const char *key, const char *const *strs, uint64_t n,
-                            gguf_error *err);
+                            kiln_err *err);
 /* Array of strings with explicit lengths (tokens may hold any bytes). */
 int gguf_writer_add_arr_gstr(gguf_writer *w, const char *key, const gguf_str *strs, uint64_t n,
-                             gguf_error *err);
+                             kiln_err *err);
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
-                           const uint64_t *ne, gguf_error *err);
+                           const uint64_t *ne, kiln_err *err);
 /* Writes header, metadata, tensor infos and padding. No adds after this. */
-int gguf_writer_begin_data(gguf_writer *w, gguf_error *err);
+int gguf_writer_begin_data(gguf_writer *w, kiln_err *err);
 /* Appends bytes to the current tensor; a piece may span tensors. */
-int gguf_writer_write(gguf_writer *w, const void *bytes, size_t n, gguf_error *err);
+int gguf_writer_write(gguf_writer *w, const void *bytes, size_t n, kiln_err *err);
 /* Checks every tensor got all its bytes, flushes, renames into place. */
-int gguf_writer_finish(gguf_writer *w, gguf_error *err);
+int gguf_writer_finish(gguf_writer *w, kiln_err *err);
 /* Frees; removes the temporary file if finish did not succeed. */
 void gguf_writer_destroy(gguf_writer *w);
 

@@ -38,11 +38,15 @@ typedef struct cursor {
     const uint8_t *base;
     uint64_t size;
     uint64_t pos;
-    gguf_error *err;
+    kiln_err *err;
 } cursor;
 
-static int fail(gguf_error *err, uint64_t offset, const char *fmt, ...) {
+/* kiln_fail with the offset first: "at byte N: ...". */
+static int fail(kiln_err *err, kiln_code code, uint64_t offset, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail(kiln_err *err, kiln_code code, uint64_t offset, const char *fmt, ...) {
     if (!err) return -1;
+    err->code = code;
     int k = snprintf(err->msg, sizeof err->msg, "at byte %llu: ", (unsigned long long)offset);
     va_list ap;
     va_start(ap, fmt);
@@ -53,7 +57,7 @@ static int fail(gguf_error *err, uint64_t offset, const char *fmt, ...) {
 
 static int need(cursor *c, uint64_t n, const char *what) {
     if (n > c->size - c->pos)
-        return fail(c->err, c->pos, "%s (%llu bytes) runs past the end of the file (%llu bytes)",
+        return fail(c->err, KILN_ERR_INVALID, c->pos, "%s (%llu bytes) runs past the end of the file (%llu bytes)",
                     what, (unsigned long long)n, (unsigned long long)c->size);
     return 0;
 }
@@ -72,7 +76,7 @@ static int rd_str(cursor *c, gguf_str *s, const char *what) {
     uint64_t at = c->pos, len;
     if (rd_u64(c, &len, what)) return -1;
     if (len > c->size - c->pos)
-        return fail(c->err, at, "%s length %llu runs past the end of the file (%llu bytes)", what,
+        return fail(c->err, KILN_ERR_INVALID, at, "%s length %llu runs past the end of the file (%llu bytes)", what,
                     (unsigned long long)len, (unsigned long long)c->size);
     s->ptr = (const char *)c->base + c->pos;
     s->len = len;
@@ -107,27 +111,27 @@ static int rd_array(gguf_file *g, cursor *c, gguf_value *v, int depth) {
     uint32_t et;
     uint64_t n;
     if (depth >= GGUF_MAX_ARRAY_DEPTH)
-        return fail(c->err, at, "arrays nested deeper than %d levels", GGUF_MAX_ARRAY_DEPTH);
+        return fail(c->err, KILN_ERR_INVALID, at, "arrays nested deeper than %d levels", GGUF_MAX_ARRAY_DEPTH);
     if (rd_u32(c, &et, "array element type")) return -1;
     if (et >= GGUF_VT_COUNT)
-        return fail(c->err, at, "unknown array element type %u", et);
+        return fail(c->err, KILN_ERR_INVALID, at, "unknown array element type %u", et);
     if (rd_u64(c, &n, "array count")) return -1;
     uint64_t min = min_elem_bytes((gguf_vtype)et);
     if (n > (c->size - c->pos) / min)
-        return fail(c->err, at + 4, "array count %llu cannot fit in the %llu bytes left in the file",
+        return fail(c->err, KILN_ERR_INVALID, at + 4, "array count %llu cannot fit in the %llu bytes left in the file",
                     (unsigned long long)n, (unsigned long long)(c->size - c->pos));
     v->type = GGUF_VT_ARR;
     v->v.arr.type = (gguf_vtype)et;
     v->v.arr.n = n;
     if (et == GGUF_VT_STR) {
         gguf_str *s = track(g, n * sizeof *s);
-        if (!s) return fail(c->err, at, "out of memory for an array of %llu strings", (unsigned long long)n);
+        if (!s) return fail(c->err, KILN_ERR_NOMEM, at, "out of memory for an array of %llu strings", (unsigned long long)n);
         for (uint64_t i = 0; i < n; i++)
             if (rd_str(c, &s[i], "string in array")) return -1;
         v->v.arr.data = s;
     } else if (et == GGUF_VT_ARR) {
         gguf_value *a = track(g, n * sizeof *a);
-        if (!a) return fail(c->err, at, "out of memory for an array of %llu arrays", (unsigned long long)n);
+        if (!a) return fail(c->err, KILN_ERR_NOMEM, at, "out of memory for an array of %llu arrays", (unsigned long long)n);
         for (uint64_t i = 0; i < n; i++)
             if (rd_array(g, c, &a[i], depth + 1)) return -1;
         v->v.arr.data = a;
@@ -135,7 +139,7 @@ static int rd_array(gguf_file *g, cursor *c, gguf_value *v, int depth) {
         if (et == GGUF_VT_BOOL)
             for (uint64_t i = 0; i < n; i++)
                 if (c->base[c->pos + i] > 1)
-                    return fail(c->err, c->pos + i, "bool value %u is neither 0 nor 1", c->base[c->pos + i]);
+                    return fail(c->err, KILN_ERR_INVALID, c->pos + i, "bool value %u is neither 0 nor 1", c->base[c->pos + i]);
         v->v.arr.data = c->base + c->pos;
         c->pos += n * min;
     }
@@ -149,7 +153,7 @@ static int rd_value(gguf_file *g, cursor *c, gguf_vtype t, gguf_value *v, int de
     if (t == GGUF_VT_ARR) return rd_array(g, c, v, depth);
     uint8_t raw[8];
     if (rd(c, raw, gguf_vtype_size(t), "metadata value")) return -1;
-    if (t == GGUF_VT_BOOL && raw[0] > 1) return fail(c->err, at, "bool value %u is neither 0 nor 1", raw[0]);
+    if (t == GGUF_VT_BOOL && raw[0] > 1) return fail(c->err, KILN_ERR_INVALID, at, "bool value %u is neither 0 nor 1", raw[0]);
     gguf_array one = {t, 1, raw};
     gguf_value e = gguf_arr_at(&one, 0);
     v->v = e.v;
@@ -187,19 +191,19 @@ static int rd_kvs(gguf_file *g, cursor *c) {
         gguf_str key;
         if (rd_str(c, &key, "metadata key")) return -1;
         if (key.len == 0 || key.len > GGUF_MAX_KEY)
-            return fail(c->err, at, "metadata key length %llu is not in 1..%d", (unsigned long long)key.len,
+            return fail(c->err, KILN_ERR_INVALID, at, "metadata key length %llu is not in 1..%d", (unsigned long long)key.len,
                         GGUF_MAX_KEY);
-        if (memchr(key.ptr, 0, key.len)) return fail(c->err, at, "metadata key contains a NUL byte");
+        if (memchr(key.ptr, 0, key.len)) return fail(c->err, KILN_ERR_INVALID, at, "metadata key contains a NUL byte");
         g->keys[i] = strndup(key.ptr, key.len);
-        if (!g->keys[i]) return fail(c->err, at, "out of memory");
+        if (!g->keys[i]) return fail(c->err, KILN_ERR_NOMEM, at, "out of memory");
         if (gguf_names_find(&g->key_index, g->keys[i]) >= 0)
-            return fail(c->err, at, "duplicate metadata key '%s'", g->keys[i]);
+            return fail(c->err, KILN_ERR_INVALID, at, "duplicate metadata key '%s'", g->keys[i]);
         gguf_names_put(&g->key_index, g->keys[i], i);
         uint64_t tat = c->pos;
         uint32_t t;
         if (rd_u32(c, &t, "metadata value type")) return -1;
         if (t >= GGUF_VT_COUNT)
-            return fail(c->err, tat, "unknown metadata value type %u for key '%s'", t, g->keys[i]);
+            return fail(c->err, KILN_ERR_INVALID, tat, "unknown metadata value type %u for key '%s'", t, g->keys[i]);
         if (rd_value(g, c, (gguf_vtype)t, &g->values[i], 0)) return -1;
     }
     return 0;
@@ -213,42 +217,42 @@ static int rd_tensor_infos(gguf_file *g, cursor *c) {
         gguf_str name;
         if (rd_str(c, &name, "tensor name")) return -1;
         if (name.len == 0 || name.len > GGUF_MAX_TENSOR_NAME)
-            return fail(c->err, at, "tensor name length %llu is not in 1..%d", (unsigned long long)name.len,
+            return fail(c->err, KILN_ERR_INVALID, at, "tensor name length %llu is not in 1..%d", (unsigned long long)name.len,
                         GGUF_MAX_TENSOR_NAME);
-        if (memchr(name.ptr, 0, name.len)) return fail(c->err, at, "tensor name contains a NUL byte");
+        if (memchr(name.ptr, 0, name.len)) return fail(c->err, KILN_ERR_INVALID, at, "tensor name contains a NUL byte");
         t->name = strndup(name.ptr, name.len);
-        if (!t->name) return fail(c->err, at, "out of memory");
+        if (!t->name) return fail(c->err, KILN_ERR_NOMEM, at, "out of memory");
         if (gguf_names_find(&g->tensor_index, t->name) >= 0)
-            return fail(c->err, at, "duplicate tensor name '%s'", t->name);
+            return fail(c->err, KILN_ERR_INVALID, at, "duplicate tensor name '%s'", t->name);
         gguf_names_put(&g->tensor_index, t->name, i);
         uint64_t dat = c->pos;
         if (rd_u32(c, &t->n_dims, "tensor n_dims")) return -1;
         if (t->n_dims == 0 || t->n_dims > GGUF_MAX_DIMS)
-            return fail(c->err, dat, "tensor '%s' has n_dims %u (must be 1..%d)", t->name, t->n_dims,
+            return fail(c->err, KILN_ERR_INVALID, dat, "tensor '%s' has n_dims %u (must be 1..%d)", t->name, t->n_dims,
                         GGUF_MAX_DIMS);
         uint64_t nel = 1;
         for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = 1;
         for (uint32_t d = 0; d < t->n_dims; d++) {
             uint64_t nat = c->pos;
             if (rd_u64(c, &t->ne[d], "tensor dimension")) return -1;
-            if (t->ne[d] == 0) return fail(c->err, nat, "tensor '%s' has a zero dimension ne[%u]", t->name, d);
+            if (t->ne[d] == 0) return fail(c->err, KILN_ERR_INVALID, nat, "tensor '%s' has a zero dimension ne[%u]", t->name, d);
             if (t->ne[d] > (uint64_t)INT64_MAX || __builtin_mul_overflow(nel, t->ne[d], &nel) ||
                 nel > (uint64_t)INT64_MAX)
-                return fail(c->err, nat, "tensor '%s' dimensions overflow 64 bits", t->name);
+                return fail(c->err, KILN_ERR_INVALID, nat, "tensor '%s' dimensions overflow 64 bits", t->name);
         }
         uint64_t tat = c->pos;
         if (rd_u32(c, &t->type, "tensor type")) return -1;
         const gguf_type_info *ti = gguf_type_info_of(t->type);
-        if (!ti) return fail(c->err, tat, "tensor '%s' has unknown type %u", t->name, t->type);
+        if (!ti) return fail(c->err, KILN_ERR_INVALID, tat, "tensor '%s' has unknown type %u", t->name, t->type);
         if (t->ne[0] % ti->block)
-            return fail(c->err, dat, "tensor '%s' row length %llu is not a multiple of %s's block of %u",
+            return fail(c->err, KILN_ERR_INVALID, dat, "tensor '%s' row length %llu is not a multiple of %s's block of %u",
                         t->name, (unsigned long long)t->ne[0], ti->name, ti->block);
         if (__builtin_mul_overflow(nel / ti->block, (uint64_t)ti->block_bytes, &t->nbytes))
-            return fail(c->err, dat, "tensor '%s' byte size overflows 64 bits", t->name);
+            return fail(c->err, KILN_ERR_INVALID, dat, "tensor '%s' byte size overflows 64 bits", t->name);
         uint64_t oat = c->pos;
         if (rd_u64(c, &t->offset, "tensor offset")) return -1;
         if (t->offset % g->alignment)
-            return fail(c->err, oat, "tensor '%s' offset %llu is not aligned to %u", t->name,
+            return fail(c->err, KILN_ERR_INVALID, oat, "tensor '%s' offset %llu is not aligned to %u", t->name,
                         (unsigned long long)t->offset, g->alignment);
     }
     return 0;
@@ -259,19 +263,19 @@ static int cmp_by_offset(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-static int check_tensor_data(gguf_file *g, gguf_error *err) {
+static int check_tensor_data(gguf_file *g, kiln_err *err) {
     if (g->n_tensors == 0) return 0;
     if (g->data_offset > g->size)
-        return fail(err, g->size, "data section (at byte %llu) starts past the end of the file",
+        return fail(err, KILN_ERR_INVALID, g->size, "data section (at byte %llu) starts past the end of the file",
                     (unsigned long long)g->data_offset);
     uint64_t room = g->size - g->data_offset;
     gguf_tensor **order = malloc(g->n_tensors * sizeof *order);
-    if (!order) return fail(err, 0, "out of memory");
+    if (!order) return fail(err, KILN_ERR_NOMEM, 0, "out of memory");
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         gguf_tensor *t = &g->tensors[i];
         if (t->offset > room || t->nbytes > room - t->offset) {
             free(order);
-            return fail(err, t->info_offset,
+            return fail(err, KILN_ERR_INVALID, t->info_offset,
                         "tensor '%s' data [%llu, +%llu) lies outside the file (data section holds %llu bytes)",
                         t->name, (unsigned long long)t->offset, (unsigned long long)t->nbytes,
                         (unsigned long long)room);
@@ -283,7 +287,7 @@ static int check_tensor_data(gguf_file *g, gguf_error *err) {
     for (uint64_t i = 1; i < g->n_tensors; i++) {
         const gguf_tensor *p = order[i - 1], *t = order[i];
         if (p->offset + p->nbytes > t->offset) {
-            int r = fail(err, t->info_offset, "tensor '%s' data at %llu overlaps tensor '%s' [%llu, +%llu)",
+            int r = fail(err, KILN_ERR_INVALID, t->info_offset, "tensor '%s' data at %llu overlaps tensor '%s' [%llu, +%llu)",
                          t->name, (unsigned long long)t->offset, p->name, (unsigned long long)p->offset,
                          (unsigned long long)p->nbytes);
             free(order);
@@ -294,45 +298,45 @@ static int check_tensor_data(gguf_file *g, gguf_error *err) {
     return 0;
 }
 
-static int rd_alignment(gguf_file *g, gguf_error *err) {
+static int rd_alignment(gguf_file *g, kiln_err *err) {
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
     int64_t i = gguf_names_find(&g->key_index, "general.alignment");
     if (i < 0) return 0;
     const gguf_value *v = &g->values[i];
     if (v->type != GGUF_VT_U32)
-        return fail(err, g->kv_offsets[i], "general.alignment has type %s, expected u32",
+        return fail(err, KILN_ERR_INVALID, g->kv_offsets[i], "general.alignment has type %s, expected u32",
                     gguf_vtype_name(v->type));
     if (v->v.u == 0 || (v->v.u & (v->v.u - 1)))
-        return fail(err, g->kv_offsets[i], "general.alignment %llu is not a power of two", (unsigned long long)v->v.u);
+        return fail(err, KILN_ERR_INVALID, g->kv_offsets[i], "general.alignment %llu is not a power of two", (unsigned long long)v->v.u);
     g->alignment = (uint32_t)v->v.u;
     return 0;
 }
 
-static int parse(gguf_file *g, gguf_error *err) {
+static int parse(gguf_file *g, kiln_err *err) {
     cursor c = {g->base, g->size, 0, err};
     char magic[4];
     if (rd(&c, magic, 4, "magic")) return -1;
-    if (memcmp(magic, GGUF_MAGIC, 4)) return fail(err, 0, "bad magic: not a GGUF file");
+    if (memcmp(magic, GGUF_MAGIC, 4)) return fail(err, KILN_ERR_INVALID, 0, "bad magic: not a GGUF file");
     if (rd_u32(&c, &g->version, "version")) return -1;
     if (g->version != 2 && g->version != 3) {
-        if (g->version == 1) return fail(err, 4, "GGUF version 1 is not supported (v2 and v3 are)");
-        return fail(err, 4, "unsupported GGUF version %u%s", g->version,
+        if (g->version == 1) return fail(err, KILN_ERR_UNSUPPORTED, 4, "GGUF version 1 is not supported (v2 and v3 are)");
+        return fail(err, KILN_ERR_UNSUPPORTED, 4, "unsupported GGUF version %u%s", g->version,
                     (g->version & 0xffff) == 0 ? " (a big-endian file?)" : "");
     }
     if (rd_u64(&c, &g->n_tensors, "tensor count")) return -1;
     if (rd_u64(&c, &g->n_kv, "metadata count")) return -1;
     /* each metadata entry is >= 13 bytes, each tensor info >= 33 */
     if (g->n_kv > (c.size - c.pos) / 13)
-        return fail(err, 16, "metadata count %llu cannot fit in the file", (unsigned long long)g->n_kv);
+        return fail(err, KILN_ERR_INVALID, 16, "metadata count %llu cannot fit in the file", (unsigned long long)g->n_kv);
     if (g->n_tensors > (c.size - c.pos) / 33)
-        return fail(err, 8, "tensor count %llu cannot fit in the file", (unsigned long long)g->n_tensors);
+        return fail(err, KILN_ERR_INVALID, 8, "tensor count %llu cannot fit in the file", (unsigned long long)g->n_tensors);
     g->keys = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->keys);
     g->values = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->values);
     g->kv_offsets = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv_offsets);
     g->tensors = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
     if (!g->keys || !g->values || !g->kv_offsets || !g->tensors || gguf_names_init(&g->key_index, g->n_kv) ||
         gguf_names_init(&g->tensor_index, g->n_tensors))
-        return fail(err, 0, "out of memory");
+        return fail(err, KILN_ERR_NOMEM, 0, "out of memory");
     if (rd_kvs(g, &c)) return -1;
     if (rd_alignment(g, err)) return -1;
     if (rd_tensor_infos(g, &c)) return -1;
@@ -340,10 +344,10 @@ static int parse(gguf_file *g, gguf_error *err) {
     return check_tensor_data(g, err);
 }
 
-static gguf_file *open_buffer(const void *data, size_t size, bool mapped, gguf_error *err) {
+static gguf_file *open_buffer(const void *data, size_t size, bool mapped, kiln_err *err) {
     gguf_file *g = calloc(1, sizeof *g);
     if (!g) {
-        fail(err, 0, "out of memory");
+        fail(err, KILN_ERR_NOMEM, 0, "out of memory");
         if (mapped) munmap((void *)data, size);
         return NULL;
     }
@@ -357,31 +361,31 @@ static gguf_file *open_buffer(const void *data, size_t size, bool mapped, gguf_e
     return g;
 }
 
-gguf_file *gguf_open_memory(const void *data, size_t size, gguf_error *err) {
+gguf_file *gguf_open_memory(const void *data, size_t size, kiln_err *err) {
     return open_buffer(data, size, false, err);
 }
 
-gguf_file *gguf_open(const char *path, gguf_error *err) {
+gguf_file *gguf_open(const char *path, kiln_err *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        snprintf(err->msg, sizeof err->msg, "cannot open: %s", strerror(errno));
+        kiln_fail(err, KILN_ERR_UNAVAILABLE, "cannot open: %s", strerror(errno));
         return NULL;
     }
     struct stat st;
     if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        snprintf(err->msg, sizeof err->msg, "not a regular file");
+        kiln_fail(err, KILN_ERR_INVALID, "not a regular file");
         close(fd);
         return NULL;
     }
     if (st.st_size == 0) {
         close(fd);
-        fail(err, 0, "empty file: not a GGUF file");
+        fail(err, KILN_ERR_INVALID, 0, "empty file: not a GGUF file");
         return NULL;
     }
     void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (p == MAP_FAILED) {
-        snprintf(err->msg, sizeof err->msg, "cannot map: %s", strerror(errno));
+        kiln_fail(err, KILN_ERR_UNAVAILABLE, "cannot map: %s", strerror(errno));
         return NULL;
     }
     return open_buffer(p, (size_t)st.st_size, true, err);

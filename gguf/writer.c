@@ -38,15 +38,6 @@ struct gguf_writer {
     size_t n_allocs, cap_allocs;
 };
 
-static int werr(gguf_error *err, const char *fmt, ...) {
-    if (!err) return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static void *walloc(gguf_writer *w, size_t bytes) {
     if (w->n_allocs == w->cap_allocs) {
         size_t cap = w->cap_allocs ? 2 * w->cap_allocs : 64;
@@ -60,10 +51,10 @@ static void *walloc(gguf_writer *w, size_t bytes) {
     return p;
 }
 
-gguf_writer *gguf_writer_create(const char *path, gguf_error *err) {
+gguf_writer *gguf_writer_create(const char *path, kiln_err *err) {
     gguf_writer *w = calloc(1, sizeof *w);
     if (!w) {
-        werr(err, "out of memory");
+        kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
         return NULL;
     }
     w->alignment = GGUF_DEFAULT_ALIGNMENT;
@@ -72,14 +63,14 @@ gguf_writer *gguf_writer_create(const char *path, gguf_error *err) {
     w->tmp_path = malloc(n + 5);
     if (!w->path || !w->tmp_path) {
         gguf_writer_destroy(w);
-        werr(err, "out of memory");
+        kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
         return NULL;
     }
     memcpy(w->tmp_path, path, n);
     memcpy(w->tmp_path + n, ".tmp", 5);
     w->f = fopen(w->tmp_path, "wb");
     if (!w->f) {
-        werr(err, "cannot create %s: %s", w->tmp_path, strerror(errno));
+        kiln_fail(err, KILN_ERR_UNAVAILABLE, "cannot create %s: %s", w->tmp_path, strerror(errno));
         gguf_writer_destroy(w);
         return NULL;
     }
@@ -140,10 +131,10 @@ static int copy_value(gguf_writer *w, gguf_value *dst, const gguf_value *src, in
     return 0;
 }
 
-int gguf_writer_add_kv(gguf_writer *w, const char *key, const gguf_value *v, gguf_error *err) {
-    if (w->began) return werr(err, "metadata key '%s' added after the data began", key);
+int gguf_writer_add_kv(gguf_writer *w, const char *key, const gguf_value *v, kiln_err *err) {
+    if (w->began) return kiln_fail(err, KILN_ERR_INVALID, "metadata key '%s' added after the data began", key);
     size_t klen = strlen(key);
-    if (klen == 0 || klen > GGUF_MAX_KEY) return werr(err, "metadata key length %zu is not in 1..%d", klen, GGUF_MAX_KEY);
+    if (klen == 0 || klen > GGUF_MAX_KEY) return kiln_fail(err, KILN_ERR_INVALID, "metadata key length %zu is not in 1..%d", klen, GGUF_MAX_KEY);
     if (w->n_kv == w->cap_kv) {
         uint64_t cap = w->cap_kv ? 2 * w->cap_kv : 32;
         char **k = realloc(w->keys, cap * sizeof *k);
@@ -151,23 +142,23 @@ int gguf_writer_add_kv(gguf_writer *w, const char *key, const gguf_value *v, ggu
         gguf_value *vs = realloc(w->values, cap * sizeof *vs);
         if (vs) w->values = vs;
         gguf_names idx;
-        if (!k || !vs || gguf_names_init(&idx, cap)) return werr(err, "out of memory");
+        if (!k || !vs || gguf_names_init(&idx, cap)) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
         for (uint64_t i = 0; i < w->n_kv; i++) gguf_names_put(&idx, w->keys[i], i);
         gguf_names_free(&w->key_index);
         w->key_index = idx;
         w->cap_kv = cap;
     }
-    if (gguf_names_find(&w->key_index, key) >= 0) return werr(err, "duplicate metadata key '%s'", key);
+    if (gguf_names_find(&w->key_index, key) >= 0) return kiln_fail(err, KILN_ERR_INVALID, "duplicate metadata key '%s'", key);
     if (strcmp(key, "general.alignment") == 0) {
         if (v->type != GGUF_VT_U32 || v->v.u == 0 || (v->v.u & (v->v.u - 1)))
-            return werr(err, "general.alignment must be a u32 power of two");
-        if (w->n_tensors) return werr(err, "general.alignment must be set before any tensor is added");
+            return kiln_fail(err, KILN_ERR_INVALID, "general.alignment must be a u32 power of two");
+        if (w->n_tensors) return kiln_fail(err, KILN_ERR_INVALID, "general.alignment must be set before any tensor is added");
         w->alignment = (uint32_t)v->v.u;
     }
     char *k = strdup(key);
     if (!k || copy_value(w, &w->values[w->n_kv], v, 0)) {
         free(k);
-        return werr(err, "cannot store metadata key '%s' (out of memory or a bad value)", key);
+        return kiln_fail(err, KILN_ERR_INVALID, "cannot store metadata key '%s' (out of memory or a bad value)", key);
     }
     w->keys[w->n_kv] = k;
     gguf_names_put(&w->key_index, k, w->n_kv);
@@ -175,49 +166,49 @@ int gguf_writer_add_kv(gguf_writer *w, const char *key, const gguf_value *v, ggu
     return 0;
 }
 
-int gguf_writer_add_u32(gguf_writer *w, const char *key, uint32_t x, gguf_error *err) {
+int gguf_writer_add_u32(gguf_writer *w, const char *key, uint32_t x, kiln_err *err) {
     gguf_value v = {.type = GGUF_VT_U32, .v.u = x};
     return gguf_writer_add_kv(w, key, &v, err);
 }
 
-int gguf_writer_add_i32(gguf_writer *w, const char *key, int32_t x, gguf_error *err) {
+int gguf_writer_add_i32(gguf_writer *w, const char *key, int32_t x, kiln_err *err) {
     gguf_value v = {.type = GGUF_VT_I32, .v.i = x};
     return gguf_writer_add_kv(w, key, &v, err);
 }
 
-int gguf_writer_add_f32(gguf_writer *w, const char *key, float x, gguf_error *err) {
+int gguf_writer_add_f32(gguf_writer *w, const char *key, float x, kiln_err *err) {
     gguf_value v = {.type = GGUF_VT_F32, .v.f = x};
     return gguf_writer_add_kv(w, key, &v, err);
 }
 
-int gguf_writer_add_bool(gguf_writer *w, const char *key, bool x, gguf_error *err) {
+int gguf_writer_add_bool(gguf_writer *w, const char *key, bool x, kiln_err *err) {
     gguf_value v = {.type = GGUF_VT_BOOL, .v.b = x};
     return gguf_writer_add_kv(w, key, &v, err);
 }
 
-int gguf_writer_add_str(gguf_writer *w, const char *key, const char *s, gguf_error *err) {
+int gguf_writer_add_str(gguf_writer *w, const char *key, const char *s, kiln_err *err) {
     gguf_value v = {.type = GGUF_VT_STR, .v.str = {s, strlen(s)}};
     return gguf_writer_add_kv(w, key, &v, err);
 }
 
 int gguf_writer_add_arr(gguf_writer *w, const char *key, gguf_vtype elem, const void *data, uint64_t n,
-                        gguf_error *err) {
+                        kiln_err *err) {
     if (elem == GGUF_VT_STR || elem == GGUF_VT_ARR || elem >= GGUF_VT_COUNT)
-        return werr(err, "metadata key '%s': gguf_writer_add_arr takes scalar elements", key);
+        return kiln_fail(err, KILN_ERR_INVALID, "metadata key '%s': gguf_writer_add_arr takes scalar elements", key);
     gguf_value v = {.type = GGUF_VT_ARR, .v.arr = {elem, n, data}};
     return gguf_writer_add_kv(w, key, &v, err);
 }
 
 int gguf_writer_add_arr_gstr(gguf_writer *w, const char *key, const gguf_str *strs, uint64_t n,
-                             gguf_error *err) {
+                             kiln_err *err) {
     gguf_value v = {.type = GGUF_VT_ARR, .v.arr = {GGUF_VT_STR, n, strs}};
     return gguf_writer_add_kv(w, key, &v, err);
 }
 
 int gguf_writer_add_arr_str(gguf_writer *w, const char *key, const char *const *strs, uint64_t n,
-                            gguf_error *err) {
+                            kiln_err *err) {
     gguf_str *s = malloc((n ? n : 1) * sizeof *s);
-    if (!s) return werr(err, "out of memory");
+    if (!s) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     for (uint64_t i = 0; i < n; i++) s[i] = (gguf_str){strs[i], strlen(strs[i])};
     int r = gguf_writer_add_arr_gstr(w, key, s, n, err);
     free(s);
@@ -225,57 +216,57 @@ int gguf_writer_add_arr_str(gguf_writer *w, const char *key, const char *const *
 }
 
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
-                           const uint64_t *ne, gguf_error *err) {
-    if (w->began) return werr(err, "tensor '%s' added after the data began", name);
+                           const uint64_t *ne, kiln_err *err) {
+    if (w->began) return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s' added after the data began", name);
     size_t len = strlen(name);
     if (len == 0 || len > GGUF_MAX_TENSOR_NAME)
-        return werr(err, "tensor name '%s' length %zu is not in 1..%d", name, len, GGUF_MAX_TENSOR_NAME);
+        return kiln_fail(err, KILN_ERR_INVALID, "tensor name '%s' length %zu is not in 1..%d", name, len, GGUF_MAX_TENSOR_NAME);
     const gguf_type_info *ti = gguf_type_info_of(type);
-    if (!ti) return werr(err, "tensor '%s': unknown type %u", name, type);
-    if (n_dims == 0 || n_dims > GGUF_MAX_DIMS) return werr(err, "tensor '%s': n_dims %u", name, n_dims);
+    if (!ti) return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': unknown type %u", name, type);
+    if (n_dims == 0 || n_dims > GGUF_MAX_DIMS) return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': n_dims %u", name, n_dims);
     for (uint64_t i = 0; i < w->n_tensors; i++)
-        if (strcmp(w->tensors[i].name, name) == 0) return werr(err, "duplicate tensor name '%s'", name);
+        if (strcmp(w->tensors[i].name, name) == 0) return kiln_fail(err, KILN_ERR_INVALID, "duplicate tensor name '%s'", name);
     wtensor t = {.type = type, .n_dims = n_dims, .ne = {1, 1, 1, 1}};
     uint64_t nel = 1;
     for (uint32_t d = 0; d < n_dims; d++) {
         t.ne[d] = ne[d];
         if (ne[d] == 0 || ne[d] > (uint64_t)INT64_MAX || __builtin_mul_overflow(nel, ne[d], &nel))
-            return werr(err, "tensor '%s': bad dimension ne[%u] = %llu", name, d, (unsigned long long)ne[d]);
+            return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': bad dimension ne[%u] = %llu", name, d, (unsigned long long)ne[d]);
     }
     if (t.ne[0] % ti->block)
-        return werr(err, "tensor '%s': row length %llu is not a multiple of %s's block of %u", name,
+        return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': row length %llu is not a multiple of %s's block of %u", name,
                     (unsigned long long)t.ne[0], ti->name, ti->block);
     if (__builtin_mul_overflow(nel / ti->block, (uint64_t)ti->block_bytes, &t.nbytes))
-        return werr(err, "tensor '%s': size overflows", name);
+        return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': size overflows", name);
     t.offset = w->data_size;
     uint64_t padded = t.nbytes + (w->alignment - t.nbytes % w->alignment) % w->alignment;
-    if (__builtin_add_overflow(w->data_size, padded, &w->data_size)) return werr(err, "data section overflows");
+    if (__builtin_add_overflow(w->data_size, padded, &w->data_size)) return kiln_fail(err, KILN_ERR_INVALID, "data section overflows");
     if (w->n_tensors == w->cap_tensors) {
         uint64_t cap = w->cap_tensors ? 2 * w->cap_tensors : 64;
         wtensor *a = realloc(w->tensors, cap * sizeof *a);
-        if (!a) return werr(err, "out of memory");
+        if (!a) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
         w->tensors = a;
         w->cap_tensors = cap;
     }
     t.name = strdup(name);
-    if (!t.name) return werr(err, "out of memory");
+    if (!t.name) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     w->tensors[w->n_tensors++] = t;
     return 0;
 }
 
-static int put(gguf_writer *w, const void *p, size_t n, gguf_error *err) {
-    if (n && fwrite(p, 1, n, w->f) != n) return werr(err, "write to %s failed: %s", w->tmp_path, strerror(errno));
+static int put(gguf_writer *w, const void *p, size_t n, kiln_err *err) {
+    if (n && fwrite(p, 1, n, w->f) != n) return kiln_fail(err, KILN_ERR_UNAVAILABLE, "write to %s failed: %s", w->tmp_path, strerror(errno));
     return 0;
 }
 
-static int put_u32(gguf_writer *w, uint32_t v, gguf_error *err) { return put(w, &v, 4, err); }
-static int put_u64(gguf_writer *w, uint64_t v, gguf_error *err) { return put(w, &v, 8, err); }
+static int put_u32(gguf_writer *w, uint32_t v, kiln_err *err) { return put(w, &v, 4, err); }
+static int put_u64(gguf_writer *w, uint64_t v, kiln_err *err) { return put(w, &v, 8, err); }
 
-static int put_str(gguf_writer *w, const char *p, uint64_t n, gguf_error *err) {
+static int put_str(gguf_writer *w, const char *p, uint64_t n, kiln_err *err) {
     return put_u64(w, n, err) || put(w, p, n, err) ? -1 : 0;
 }
 
-static int put_zeros(gguf_writer *w, uint64_t n, gguf_error *err) {
+static int put_zeros(gguf_writer *w, uint64_t n, kiln_err *err) {
     static const uint8_t zeros[256];
     while (n) {
         size_t k = n < sizeof zeros ? (size_t)n : sizeof zeros;
@@ -285,7 +276,7 @@ static int put_zeros(gguf_writer *w, uint64_t n, gguf_error *err) {
     return 0;
 }
 
-static int put_payload(gguf_writer *w, const gguf_value *v, gguf_error *err) {
+static int put_payload(gguf_writer *w, const gguf_value *v, kiln_err *err) {
     uint8_t raw[8];
     switch (v->type) {
     case GGUF_VT_STR: return put_str(w, v->v.str.ptr, v->v.str.len, err);
@@ -308,12 +299,12 @@ static int put_payload(gguf_writer *w, const gguf_value *v, gguf_error *err) {
     case GGUF_VT_F32: { float f = (float)v->v.f; return put(w, &f, 4, err); }
     case GGUF_VT_F64: return put(w, &v->v.f, 8, err);
     case GGUF_VT_BOOL: raw[0] = v->v.b; return put(w, raw, 1, err);
-    default: return werr(err, "bad metadata type %d", (int)v->type);
+    default: return kiln_fail(err, KILN_ERR_INVALID, "bad metadata type %d", (int)v->type);
     }
 }
 
-int gguf_writer_begin_data(gguf_writer *w, gguf_error *err) {
-    if (w->began) return werr(err, "begin_data called twice");
+int gguf_writer_begin_data(gguf_writer *w, kiln_err *err) {
+    if (w->began) return kiln_fail(err, KILN_ERR_INVALID, "begin_data called twice");
     w->began = true;
     if (put(w, GGUF_MAGIC, 4, err) || put_u32(w, 3, err) || put_u64(w, w->n_tensors, err) ||
         put_u64(w, w->n_kv, err))
@@ -331,15 +322,15 @@ int gguf_writer_begin_data(gguf_writer *w, gguf_error *err) {
     }
     if (w->n_tensors == 0) return 0; /* like ggml: no padding when there is no data section */
     long pos = ftell(w->f);
-    if (pos < 0) return werr(err, "ftell failed: %s", strerror(errno));
+    if (pos < 0) return kiln_fail(err, KILN_ERR_UNAVAILABLE, "ftell failed: %s", strerror(errno));
     return put_zeros(w, (w->alignment - (uint64_t)pos % w->alignment) % w->alignment, err);
 }
 
-int gguf_writer_write(gguf_writer *w, const void *bytes, size_t n, gguf_error *err) {
-    if (!w->began) return werr(err, "tensor data written before begin_data");
+int gguf_writer_write(gguf_writer *w, const void *bytes, size_t n, kiln_err *err) {
+    if (!w->began) return kiln_fail(err, KILN_ERR_INVALID, "tensor data written before begin_data");
     const uint8_t *p = bytes;
     while (n) {
-        if (w->cur >= w->n_tensors) return werr(err, "more tensor data written than the tensors hold");
+        if (w->cur >= w->n_tensors) return kiln_fail(err, KILN_ERR_INVALID, "more tensor data written than the tensors hold");
         const wtensor *t = &w->tensors[w->cur];
         uint64_t left = t->nbytes - w->cur_done;
         size_t k = n < left ? n : (size_t)left;
@@ -356,10 +347,10 @@ int gguf_writer_write(gguf_writer *w, const void *bytes, size_t n, gguf_error *e
     return 0;
 }
 
-int gguf_writer_finish(gguf_writer *w, gguf_error *err) {
+int gguf_writer_finish(gguf_writer *w, kiln_err *err) {
     if (!w->began && gguf_writer_begin_data(w, err)) return -1;
     if (w->cur < w->n_tensors)
-        return werr(err, "tensor '%s' got %llu of its %llu bytes", w->tensors[w->cur].name,
+        return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s' got %llu of its %llu bytes", w->tensors[w->cur].name,
                     (unsigned long long)w->cur_done, (unsigned long long)w->tensors[w->cur].nbytes);
     int rc = fflush(w->f);
     if (rc == 0) rc = fsync(fileno(w->f));
@@ -367,12 +358,12 @@ int gguf_writer_finish(gguf_writer *w, gguf_error *err) {
     w->f = NULL;
     if (rc != 0) {
         unlink(w->tmp_path);
-        return werr(err, "cannot write %s: %s", w->tmp_path, strerror(errno));
+        return kiln_fail(err, KILN_ERR_UNAVAILABLE, "cannot write %s: %s", w->tmp_path, strerror(errno));
     }
     if (rename(w->tmp_path, w->path) != 0) {
         int e = errno;
         unlink(w->tmp_path);
-        return werr(err, "cannot rename %s to %s: %s", w->tmp_path, w->path, strerror(e));
+        return kiln_fail(err, KILN_ERR_UNAVAILABLE, "cannot rename %s to %s: %s", w->tmp_path, w->path, strerror(e));
     }
     w->finished = true;
     return 0;

@@ -75,10 +75,14 @@ const char *ir_kernel_error(const ir_kernel *k);
 enum { IR_READ = 1, IR_WRITE = 2 };
 /* A global array of elem (not bool); access is IR_READ, IR_WRITE or both. */
 ir_buf ir_param_buffer(ir_kernel *k, const char *name, ir_scalar elem, unsigned access);
-/* The elements of b (1..2^48) the kernel may read or write at the shape it was built for:
- * what a buffer bound to it must hold, which a plan checks when it binds one (a buffer
- * without an extent cannot be bound there). A builder error when b is not a buffer. */
+/* The elements of b the kernel may read or write at the shape it was built for (its
+ * extent): what a buffer bound to it must hold, which a plan checks when it binds one.
+ * ir_buffer_extent: n elements (1..2^48) whatever the grid. ir_buffer_extent_per_group: n
+ * elements for each workgroup of the launch grid along dimension dim (0..2), for kernels
+ * whose rows follow the grid (one row per workgroup). A builder error when b is not a
+ * buffer or n is out of range. */
 void ir_buffer_extent(ir_kernel *k, ir_buf b, uint64_t n);
+void ir_buffer_extent_per_group(ir_kernel *k, ir_buf b, uint32_t dim, uint64_t n);
 /* A scalar argument (i32, u32 or f32), set per launch. */
 ir_val ir_param_scalar(ir_kernel *k, const char *name, ir_scalar s);
 /* A specialization constant (bool, i32, u32 or f32) with its default, fixed at compile
@@ -278,7 +282,9 @@ typedef struct ir_param {
     bool is_buffer;
     ir_scalar elem;       /* buffers: element; scalars: type */
     unsigned access;      /* buffers */
-    uint64_t extent;      /* buffers: elements the kernel reads or writes (ir_buffer_extent; 0 unknown) */
+    uint64_t extent;      /* buffers: elements the kernel reads or writes (0 unknown), or per */
+    uint32_t extent_dim;  /* workgroup along extent_dim when extent_per_group */
+    bool extent_per_group;
     ir_val value;         /* scalars: the PARAM value */
 } ir_param;
 
@@ -300,6 +306,9 @@ typedef struct ir_shared_decl {
 const ir_region *ir_kernel_body(const ir_kernel *k);
 uint32_t ir_n_params(const ir_kernel *k);   /* buffers and scalars, in declaration order */
 const ir_param *ir_param_at(const ir_kernel *k, uint32_t i);
+/* The elements a buffer bound to parameter p must hold for a launch of groups (0 when p
+ * declares no extent, or is a scalar). */
+uint64_t ir_param_extent(const ir_param *p, const uint32_t groups[3]);
 uint32_t ir_n_buffers(const ir_kernel *k);
 uint32_t ir_buffer_param(const ir_kernel *k, ir_buf b); /* its index among all params (UINT32_MAX if none) */
 uint32_t ir_n_specs(const ir_kernel *k);

@@ -204,19 +204,34 @@ ir_buf ir_param_buffer(ir_kernel *k, const char *name, ir_scalar elem, unsigned 
     return k->n_buffers++;
 }
 
-void ir_buffer_extent(ir_kernel *k, ir_buf b, uint64_t n) {
+static void set_extent(ir_kernel *k, const char *who, ir_buf b, uint32_t dim, uint64_t n, bool per_group) {
     if (!k)
         return;
     if (b >= k->n_buffers) {
-        ir_fail(k, "ir_buffer_extent: %u is not a buffer parameter", b);
+        ir_fail(k, "%s: %u is not a buffer parameter", who, b);
         return;
     }
-    if (n == 0 || n > (1ull << 48)) {
-        ir_fail(k, "ir_buffer_extent: %llu elements for @%s (1..2^48)", (unsigned long long)n,
-                k->params[k->buffers[b]].name);
+    ir_param *p = &k->params[k->buffers[b]];
+    if (n == 0 || n > (1ull << 48) || dim > 2) {
+        ir_fail(k, "%s: %llu elements for @%s along dimension %u (1..2^48, dimension 0..2)", who,
+                (unsigned long long)n, p->name, dim);
         return;
     }
-    k->params[k->buffers[b]].extent = n;
+    p->extent = n;
+    p->extent_dim = dim;
+    p->extent_per_group = per_group;
+}
+
+void ir_buffer_extent(ir_kernel *k, ir_buf b, uint64_t n) { set_extent(k, "ir_buffer_extent", b, 0, n, false); }
+
+void ir_buffer_extent_per_group(ir_kernel *k, ir_buf b, uint32_t dim, uint64_t n) {
+    set_extent(k, "ir_buffer_extent_per_group", b, dim, n, true);
+}
+
+uint64_t ir_param_extent(const ir_param *p, const uint32_t groups[3]) {
+    if (!p || !p->is_buffer)
+        return 0;
+    return p->extent_per_group ? p->extent * groups[p->extent_dim] : p->extent;
 }
 
 /* PARAM and SPEC instructions live in no region: they are defined at kernel entry. */

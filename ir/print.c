@@ -257,7 +257,9 @@ char *ir_print(const ir_kernel *k) {
         if (p->is_buffer) {
             ir_sb_printf(&b, "@%s: buf<%s, %s%s>", p->name, ir_scalar_name(p->elem), p->access & IR_READ ? "r" : "",
                          p->access & IR_WRITE ? "w" : "");
-            if (p->extent)
+            if (p->extent && p->extent_per_group)
+                ir_sb_printf(&b, "[%llu per group.%c]", (unsigned long long)p->extent, "xyz"[p->extent_dim]);
+            else if (p->extent)
                 ir_sb_printf(&b, "[%llu]", (unsigned long long)p->extent);
         }
         else

@@ -8,10 +8,11 @@
 #include <math.h>
 
 /* (v2, i2) beats (v1, i1): larger, or as large and earlier */
-static ir_val better(ir_kernel *k, ir_val v2, ir_val i2, ir_val v1, ir_val i1) {
-    ir_val gt = ir_compare(k, IR_GT, v2, v1);
-    ir_val tie = ir_bin(k, IR_OP_AND, ir_compare(k, IR_EQ, v2, v1), ir_compare(k, IR_LT, i2, i1));
-    return ir_bin(k, IR_OP_OR, gt, tie);
+static ir_val better(kx k, ir_val v2, ir_val i2, ir_val v1, ir_val i1) {
+    ir_val larger = kx_gt(k, v2, v1);
+    ir_val earlier = kx_lt(k, i2, i1);
+    ir_val tie = kx_and(k, kx_eq(k, v2, v1), earlier);
+    return kx_or(k, larger, tie);
 }
 
 ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, char *err, size_t errlen) {
@@ -19,67 +20,78 @@ ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, char *err, size_t errlen) {
         kn_fail(err, errlen, c ? "kn_argmax: bad n %u" : "no caps", n);
         return NULL;
     }
-    ir_kernel *k = kn_create("kn_argmax", err, errlen);
-    if (!k) return NULL;
-    ir_buf lg = ir_param_buffer(k, "logits", IR_F32, IR_READ), out = ir_param_buffer(k, "out", IR_U32, IR_WRITE);
+    kx k = {kn_create("kn_argmax", err, errlen), c};
+    if (!k.ir) return NULL;
+    ir_buf lg = kx_buffer(k, "logits", IR_F32, IR_READ, n), out = kx_buffer(k, "out", IR_U32, IR_WRITE, 2);
     uint32_t wg = kn_workgroup(c, 1024);
-    ir_set_workgroup(k, wg, 1, 1);
-    ir_val lid = ir_id(k, IR_ID_LOCAL, 0), none = ir_const_u32(k, UINT32_MAX);
+    kx_workgroup(k, wg);
+    ir_val lid = kx_local(k), none = kx_u32(k, UINT32_MAX);
     /* an empty slice holds (-inf, none): it loses to any element, even -inf */
-    ir_val init[2] = {ir_const_f32(k, -INFINITY), none};
-    ir_for *l = ir_for_begin(k, lid, ir_const_u32(k, n), ir_const_u32(k, wg), 2, init);
-    ir_val iv = ir_for_iv(l), raw = ir_load(k, lg, iv, 1);
-    ir_val v = ir_select(k, ir_compare(k, IR_EQ, raw, raw), raw, ir_const_f32(k, -INFINITY)); /* NaN -> -inf */
-    ir_val take = ir_bin(k, IR_OP_OR, ir_compare(k, IR_GT, v, ir_for_arg(l, 0)), ir_compare(k, IR_EQ, ir_for_arg(l, 1), none));
-    ir_val nx[2] = {ir_select(k, take, v, ir_for_arg(l, 0)), ir_select(k, take, iv, ir_for_arg(l, 1))};
-    ir_for_end(k, l, nx);
+    ir_val init[2] = {kx_f32(k, -INFINITY), none};
+    ir_val step = kx_u32(k, wg);
+    ir_for *l = ir_for_begin(k.ir, lid, kx_u32(k, n), step, 2, init);
+    ir_val iv = ir_for_iv(l), best = ir_for_arg(l, 0), best_i = ir_for_arg(l, 1), raw = kx_load(k, lg, iv, 1);
+    ir_val ninf = kx_f32(k, -INFINITY);
+    ir_val v = kx_select(k, kx_eq(k, raw, raw), raw, ninf); /* NaN -> -inf */
+    ir_val empty = kx_eq(k, best_i, none);
+    ir_val take = kx_or(k, kx_gt(k, v, best), empty);
+    ir_val nx[2];
+    nx[0] = kx_select(k, take, v, best);
+    nx[1] = kx_select(k, take, iv, best_i);
+    ir_for_end(k.ir, l, nx);
     ir_val bv = ir_for_result(l, 0), bi = ir_for_result(l, 1);
 
-    ir_val zero = ir_const_u32(k, 0);
+    ir_val zero = kx_u32(k, 0);
     if (c->subgroup_arith) {
-        ir_val sg_size = ir_id(k, IR_ID_SG_SIZE, 0), lane = ir_id(k, IR_ID_SG_LANE, 0);
+        ir_val sg_size = kx_sg_size(k), lane = kx_sg_lane(k);
         uint32_t sg_min = c->subgroup_min ? c->subgroup_min : 1, cap = (wg + sg_min - 1) / sg_min;
-        ir_shm sv = ir_shared_array(k, "best_v", IR_F32, cap), si = ir_shared_array(k, "best_i", IR_U32, cap);
+        ir_shm sv = kx_shared(k, "best_v", IR_F32, cap), si = kx_shared(k, "best_i", IR_U32, cap);
         /* the subgroup's best: max value, then the lowest index holding it */
-        ir_val m = ir_sg_reduce(k, IR_REDUCE_MAX, bv);
-        ir_val mi = ir_sg_reduce(k, IR_REDUCE_MIN, ir_select(k, ir_compare(k, IR_EQ, bv, m), bi, none));
-        ir_if *f = ir_if_begin(k, ir_compare(k, IR_EQ, lane, zero), 0);
-        ir_shm_store(k, sv, ir_id(k, IR_ID_SG_ID, 0), m);
-        ir_shm_store(k, si, ir_id(k, IR_ID_SG_ID, 0), mi);
-        ir_if_end(k, f, NULL);
-        ir_barrier(k);
-        ir_val nsg = ir_bin(k, IR_OP_DIV, ir_bin(k, IR_OP_ADD, ir_const_u32(k, wg - 1), sg_size), sg_size);
-        ir_for *l2 = ir_for_begin(k, lane, nsg, sg_size, 2, init);
-        ir_val v2 = ir_shm_load(k, sv, ir_for_iv(l2), 1), i2 = ir_shm_load(k, si, ir_for_iv(l2), 1);
-        ir_val t2 = better(k, v2, i2, ir_for_arg(l2, 0), ir_for_arg(l2, 1));
-        ir_val nx2[2] = {ir_select(k, t2, v2, ir_for_arg(l2, 0)), ir_select(k, t2, i2, ir_for_arg(l2, 1))};
-        ir_for_end(k, l2, nx2);
+        ir_val m = kx_sg_max(k, bv);
+        ir_val mi = kx_sg_min(k, kx_select(k, kx_eq(k, bv, m), bi, none));
+        ir_if *f = kx_if(k, kx_eq(k, lane, zero));
+        kx_shm_store(k, sv, kx_sg_id(k), m);
+        kx_shm_store(k, si, kx_sg_id(k), mi);
+        kx_end_if(k, f);
+        kx_barrier(k);
+        /* the subgroups' bests, read in one order by every subgroup */
+        ir_val n_sg = kx_div(k, kx_add(k, kx_u32(k, wg - 1), sg_size), sg_size);
+        ir_for *l2 = ir_for_begin(k.ir, lane, n_sg, sg_size, 2, init);
+        ir_val s = ir_for_iv(l2), best2 = ir_for_arg(l2, 0), best2_i = ir_for_arg(l2, 1);
+        ir_val v2 = kx_shm_load(k, sv, s, 1), i2 = kx_shm_load(k, si, s, 1);
+        ir_val t2 = better(k, v2, i2, best2, best2_i);
+        ir_val nx2[2];
+        nx2[0] = kx_select(k, t2, v2, best2);
+        nx2[1] = kx_select(k, t2, i2, best2_i);
+        ir_for_end(k.ir, l2, nx2);
         ir_val fv = ir_for_result(l2, 0), fi = ir_for_result(l2, 1);
-        m = ir_sg_reduce(k, IR_REDUCE_MAX, fv);
-        bi = ir_sg_reduce(k, IR_REDUCE_MIN, ir_select(k, ir_compare(k, IR_EQ, fv, m), fi, none));
+        m = kx_sg_max(k, fv);
+        bi = kx_sg_min(k, kx_select(k, kx_eq(k, fv, m), fi, none));
         bv = m;
     } else {
-        ir_shm sv = ir_shared_array(k, "best_v", IR_F32, wg), si = ir_shared_array(k, "best_i", IR_U32, wg);
-        ir_shm_store(k, sv, lid, bv);
-        ir_shm_store(k, si, lid, bi);
-        ir_barrier(k);
+        /* a tree over workgroup memory, log2(wg) halving steps */
+        ir_shm sv = kx_shared(k, "best_v", IR_F32, wg), si = kx_shared(k, "best_i", IR_U32, wg);
+        kx_shm_store(k, sv, lid, bv);
+        kx_shm_store(k, si, lid, bi);
+        kx_barrier(k);
         for (uint32_t h = wg / 2; h >= 1; h /= 2) {
-            ir_if *f = ir_if_begin(k, ir_compare(k, IR_LT, lid, ir_const_u32(k, h)), 0);
-            ir_val o = ir_bin(k, IR_OP_ADD, lid, ir_const_u32(k, h));
-            ir_val v1 = ir_shm_load(k, sv, lid, 1), i1 = ir_shm_load(k, si, lid, 1);
-            ir_val v2 = ir_shm_load(k, sv, o, 1), i2 = ir_shm_load(k, si, o, 1);
+            ir_if *f = kx_if(k, kx_lt_c(k, lid, h));
+            ir_val o = kx_add_c(k, lid, h);
+            ir_val v1 = kx_shm_load(k, sv, lid, 1), i1 = kx_shm_load(k, si, lid, 1);
+            ir_val v2 = kx_shm_load(k, sv, o, 1), i2 = kx_shm_load(k, si, o, 1);
             ir_val t2 = better(k, v2, i2, v1, i1);
-            ir_shm_store(k, sv, lid, ir_select(k, t2, v2, v1));
-            ir_shm_store(k, si, lid, ir_select(k, t2, i2, i1));
-            ir_if_end(k, f, NULL);
-            ir_barrier(k);
+            kx_shm_store(k, sv, lid, kx_select(k, t2, v2, v1));
+            kx_shm_store(k, si, lid, kx_select(k, t2, i2, i1));
+            kx_end_if(k, f);
+            kx_barrier(k);
         }
-        bi = ir_shm_load(k, si, zero, 1);
-        bv = ir_shm_load(k, sv, zero, 1);
+        bi = kx_shm_load(k, si, zero, 1);
+        bv = kx_shm_load(k, sv, zero, 1);
     }
-    ir_if *st = ir_if_begin(k, ir_compare(k, IR_EQ, lid, zero), 0);
-    ir_store(k, out, zero, bi);
-    ir_store(k, out, ir_const_u32(k, 1), ir_bitcast(k, bv, ir_t_scalar(k, IR_U32)));
-    ir_if_end(k, st, NULL);
-    return kn_finish(k, err, errlen);
+    ir_if *st = kx_if(k, kx_eq(k, lid, zero));
+    kx_store(k, out, zero, bi);
+    ir_val bits = kx_bitcast(k, bv, kx_t(k, IR_U32, 1));
+    kx_store(k, out, kx_u32(k, 1), bits);
+    kx_end_if(k, st);
+    return kn_finish(k.ir, err, errlen);
 }

@@ -11,19 +11,20 @@ ir_kernel *kn_copy(const rt_caps *c, uint32_t n, uint32_t *groups_x, char *err, 
         kn_fail(err, errlen, c ? "kn_copy: n is 0" : "no caps");
         return NULL;
     }
-    ir_kernel *k = kn_create("kn_copy", err, errlen);
-    if (!k) return NULL;
-    ir_buf src = ir_param_buffer(k, "src", IR_U32, IR_READ), dst = ir_param_buffer(k, "dst", IR_U32, IR_WRITE);
-    uint32_t wg = kn_workgroup(c, 256), v = kn_vec_width(n), nv = n / v;
-    ir_set_workgroup(k, wg, 1, 1);
-    ir_val stride = ir_bin(k, IR_OP_MUL, ir_id(k, IR_ID_NUM_GROUPS, 0), ir_const_u32(k, wg));
-    ir_for *l = ir_for_begin(k, ir_id(k, IR_ID_GLOBAL, 0), ir_const_u32(k, nv), stride, 0, NULL);
-    ir_val at = ir_bin(k, IR_OP_MUL, ir_for_iv(l), ir_const_u32(k, v));
-    ir_store(k, dst, at, ir_load(k, src, at, v));
-    ir_for_end(k, l, NULL);
+    kx k = {kn_create("kn_copy", err, errlen), c};
+    if (!k.ir) return NULL;
+    ir_buf src = kx_buffer(k, "src", IR_U32, IR_READ, n), dst = kx_buffer(k, "dst", IR_U32, IR_WRITE, n);
+    uint32_t wg = kn_workgroup(c, 256), v = kn_vec_width(n), n_vec = n / v;
+    kx_workgroup(k, wg);
+    /* vector i = global id, global id + the grid's invocations, ... */
+    ir_val grid = kx_n_groups_times(k, wg), end = kx_u32(k, n_vec), i;
+    ir_for *l = kx_for(k, kx_global(k), end, grid, &i);
+    ir_val at = kx_mul_c(k, i, v);
+    kx_store(k, dst, at, kx_load(k, src, at, v));
+    kx_end_for(k, l);
     if (groups_x) {
-        uint32_t g = (nv + wg - 1) / wg;
+        uint32_t g = (n_vec + wg - 1) / wg;
         *groups_x = g < KN_MAX_GROUPS ? g : KN_MAX_GROUPS;
     }
-    return kn_finish(k, err, errlen);
+    return kn_finish(k.ir, err, errlen);
 }

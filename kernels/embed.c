@@ -3,20 +3,20 @@
  * logits head. The copies move 16-bit values untouched. */
 #include "kernels/kn_common.h"
 
-/* out[t][c] = src[row * n + c] for c < n, row = the index kernel's caller computed; a row
- * >= n_rows reads zeros (the mask of the row past the table). */
-static void copy_row(ir_kernel *k, ir_buf src, ir_buf out, ir_val row, ir_val out_base, uint32_t n_rows, uint32_t n,
+/* out[out_base + c] = src[row * n + c] for c < n, row = the index kernel's caller
+ * computed; a row >= n_rows reads zeros (the mask of the row past the table). */
+static void copy_row(kx k, ir_buf src, ir_buf out, ir_val row, ir_val out_base, uint32_t n_rows, uint32_t n,
                      ir_scalar dtype, uint32_t v) {
-    ir_val i = ir_id(k, IR_ID_GLOBAL, 0);
-    ir_if *in = ir_if_begin(k, ir_compare(k, IR_LT, i, ir_const_u32(k, n / v)), 0);
-    ir_val nr = ir_const_u32(k, n_rows);
-    ir_val r = ir_select(k, ir_compare(k, IR_LT, row, nr), row, nr);
-    ir_val col = ir_bin(k, IR_OP_MUL, i, ir_const_u32(k, v));
-    ir_val at = ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_MUL, r, ir_const_u32(k, n)), col);
-    ir_val zero = ir_convert(k, ir_const_f32(k, 0.0f), ir_t_scalar(k, dtype));
-    ir_val val = ir_load_masked(k, src, at, v, ir_const_u32(k, n_rows * n), zero);
-    ir_store(k, out, ir_bin(k, IR_OP_ADD, out_base, col), val);
-    ir_if_end(k, in, NULL);
+    ir_val i = kx_global(k);
+    ir_if *in = kx_if(k, kx_lt_c(k, i, n / v));
+    ir_val past = kx_u32(k, n_rows);
+    ir_val r = kx_select(k, kx_lt(k, row, past), row, past);
+    ir_val col = kx_mul_c(k, i, v);
+    ir_val at = kx_idx(k, r, n, col);
+    ir_val zero = kx_as(k, kx_f32(k, 0.0f), dtype);
+    ir_val val = kx_load_masked(k, src, at, v, kx_u32(k, n_rows * n), zero);
+    kx_store(k, out, kx_add(k, out_base, col), val);
+    kx_end_if(k, in);
 }
 
 static int check(const char *who, const rt_caps *c, uint32_t n_rows, uint32_t n, ir_scalar dtype, char *err,
@@ -33,33 +33,35 @@ static int check(const char *who, const rt_caps *c, uint32_t n_rows, uint32_t n,
 ir_kernel *kn_embed(const rt_caps *c, uint32_t n_vocab, uint32_t n_embd, ir_scalar dtype, uint32_t *groups_x,
                     char *err, size_t errlen) {
     if (check("kn_embed", c, n_vocab, n_embd, dtype, err, errlen)) return NULL;
-    ir_kernel *k = kn_create("kn_embed", err, errlen);
-    if (!k) return NULL;
-    ir_buf tab = ir_param_buffer(k, "table", dtype, IR_READ), tb = ir_param_buffer(k, "tok", IR_U32, IR_READ);
-    ir_buf out = ir_param_buffer(k, "out", dtype, IR_WRITE);
+    kx k = {kn_create("kn_embed", err, errlen), c};
+    if (!k.ir) return NULL;
+    ir_buf tab = kx_buffer(k, "table", dtype, IR_READ, (uint64_t)n_vocab * n_embd);
+    ir_buf tb = kx_buffer_per_group(k, "tok", IR_U32, IR_READ, 1, 1); /* token t of the launch is grid row y */
+    ir_buf out = kx_buffer_per_group(k, "out", dtype, IR_WRITE, 1, n_embd);
     uint32_t wg = kn_workgroup(c, 256), v = kn_vec_width(n_embd);
-    ir_set_workgroup(k, wg, 1, 1);
-    ir_val t = ir_id(k, IR_ID_GROUP, 1);
-    copy_row(k, tab, out, ir_load(k, tb, t, 1), ir_bin(k, IR_OP_MUL, t, ir_const_u32(k, n_embd)), n_vocab, n_embd,
-             dtype, v);
+    kx_workgroup(k, wg);
+    ir_val t = kx_group(k, 1);
+    ir_val out_row = kx_mul_c(k, t, n_embd), tok = kx_load(k, tb, t, 1);
+    copy_row(k, tab, out, tok, out_row, n_vocab, n_embd, dtype, v);
     if (groups_x) *groups_x = (n_embd / v + wg - 1) / wg;
-    return kn_finish(k, err, errlen);
+    return kn_finish(k.ir, err, errlen);
 }
 
 ir_kernel *kn_take_last(const rt_caps *c, uint32_t n, uint32_t n_max, ir_scalar dtype, uint32_t *groups_x, char *err,
                         size_t errlen) {
     if (check("kn_take_last", c, n_max, n, dtype, err, errlen)) return NULL;
-    ir_kernel *k = kn_create("kn_take_last", err, errlen);
-    if (!k) return NULL;
-    ir_buf x = ir_param_buffer(k, "x", dtype, IR_READ), ib = ir_param_buffer(k, "info", IR_U32, IR_READ);
-    ir_buf out = ir_param_buffer(k, "out", dtype, IR_WRITE);
+    kx k = {kn_create("kn_take_last", err, errlen), c};
+    if (!k.ir) return NULL;
+    ir_buf x = kx_buffer(k, "x", dtype, IR_READ, (uint64_t)n_max * n), ib = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    ir_buf out = kx_buffer(k, "out", dtype, IR_WRITE, n);
     uint32_t wg = kn_workgroup(c, 256), v = kn_vec_width(n);
-    ir_set_workgroup(k, wg, 1, 1);
-    /* n = 0 wraps to a row past the block: zeros, not a read before x */
-    ir_val last = ir_bin(k, IR_OP_SUB, ir_load(k, ib, ir_const_u32(k, 1), 1), ir_const_u32(k, 1));
-    copy_row(k, x, out, last, ir_const_u32(k, 0), n_max, n, dtype, v);
+    kx_workgroup(k, wg);
+    /* row info[1] - 1; n = 0 wraps to a row past the block: zeros, not a read before x */
+    ir_val one = kx_u32(k, 1);
+    ir_val last = kx_sub(k, kx_load_c(k, ib, 1), one);
+    copy_row(k, x, out, last, kx_u32(k, 0), n_max, n, dtype, v);
     if (groups_x) *groups_x = (n / v + wg - 1) / wg;
-    return kn_finish(k, err, errlen);
+    return kn_finish(k.ir, err, errlen);
 }
 
 ir_kernel *kn_stage_inputs(const rt_caps *c, uint32_t n_tok, uint32_t *groups_x, char *err, size_t errlen) {
@@ -67,19 +69,19 @@ ir_kernel *kn_stage_inputs(const rt_caps *c, uint32_t n_tok, uint32_t *groups_x,
         kn_fail(err, errlen, "kn_stage_inputs: bad shape (%u tokens)", n_tok);
         return NULL;
     }
-    ir_kernel *k = kn_create("kn_stage_inputs", err, errlen);
-    if (!k) return NULL;
-    ir_buf ts = ir_param_buffer(k, "tok_host", IR_U32, IR_READ), td = ir_param_buffer(k, "tok", IR_U32, IR_WRITE);
-    ir_buf is = ir_param_buffer(k, "info_host", IR_U32, IR_READ), id = ir_param_buffer(k, "info", IR_U32, IR_WRITE);
+    kx k = {kn_create("kn_stage_inputs", err, errlen), c};
+    if (!k.ir) return NULL;
+    ir_buf ts = kx_buffer(k, "tok_host", IR_U32, IR_READ, n_tok), td = kx_buffer(k, "tok", IR_U32, IR_WRITE, n_tok);
+    ir_buf is = kx_buffer(k, "info_host", IR_U32, IR_READ, 2), id = kx_buffer(k, "info", IR_U32, IR_WRITE, 2);
     uint32_t wg = kn_workgroup(c, 256);
-    ir_set_workgroup(k, wg, 1, 1);
-    ir_val i = ir_id(k, IR_ID_GLOBAL, 0);
-    ir_if *a = ir_if_begin(k, ir_compare(k, IR_LT, i, ir_const_u32(k, n_tok)), 0);
-    ir_store(k, td, i, ir_load(k, ts, i, 1));
-    ir_if_end(k, a, NULL);
-    ir_if *b = ir_if_begin(k, ir_compare(k, IR_LT, i, ir_const_u32(k, 2)), 0);
-    ir_store(k, id, i, ir_load(k, is, i, 1));
-    ir_if_end(k, b, NULL);
+    kx_workgroup(k, wg);
+    ir_val i = kx_global(k);
+    ir_if *a = kx_if(k, kx_lt_c(k, i, n_tok));
+    kx_store(k, td, i, kx_load(k, ts, i, 1));
+    kx_end_if(k, a);
+    ir_if *b = kx_if(k, kx_lt_c(k, i, 2));
+    kx_store(k, id, i, kx_load(k, is, i, 1));
+    kx_end_if(k, b);
     if (groups_x) *groups_x = (n_tok + wg - 1) / wg;
-    return kn_finish(k, err, errlen);
+    return kn_finish(k.ir, err, errlen);
 }

@@ -40,48 +40,49 @@ uint32_t kn_workgroup(const rt_caps *c, uint32_t want) {
 
 uint32_t kn_vec_width(uint32_t n) { return n % 4 == 0 ? 4 : n % 2 == 0 ? 2 : 1; }
 
-ir_val kn_lane_sum(ir_kernel *k, ir_val v, uint32_t lanes) {
+ir_val kn_lane_sum(kx k, ir_val v, uint32_t lanes) {
     if (lanes == 1) return v;
-    ir_val s = ir_extract(k, v, 0);
-    for (uint32_t i = 1; i < lanes; i++) s = ir_bin(k, IR_OP_ADD, s, ir_extract(k, v, i));
+    ir_val s = kx_lane(k, v, 0);
+    for (uint32_t i = 1; i < lanes; i++) s = kx_add(k, s, kx_lane(k, v, i));
     return s;
 }
 
 /* Tree over workgroup memory: log2(wg) halving steps, unrolled (wg is a constant). */
-static ir_val tree_sum(ir_kernel *k, uint32_t wg, ir_val v, const char *shm_name) {
-    ir_shm s = ir_shared_array(k, shm_name, IR_F32, wg);
-    ir_val lid = ir_id(k, IR_ID_LOCAL, 0);
-    ir_shm_store(k, s, lid, v);
-    ir_barrier(k);
+static ir_val tree_sum(kx k, uint32_t wg, ir_val v, const char *shm_name) {
+    ir_shm s = kx_shared(k, shm_name, IR_F32, wg);
+    ir_val lid = kx_local(k);
+    kx_shm_store(k, s, lid, v);
+    kx_barrier(k);
     for (uint32_t h = wg / 2; h >= 1; h /= 2) {
-        ir_if *f = ir_if_begin(k, ir_compare(k, IR_LT, lid, ir_const_u32(k, h)), 0);
-        ir_val o = ir_shm_load(k, s, ir_bin(k, IR_OP_ADD, lid, ir_const_u32(k, h)), 1);
-        ir_shm_store(k, s, lid, ir_bin(k, IR_OP_ADD, ir_shm_load(k, s, lid, 1), o));
-        ir_if_end(k, f, NULL);
-        ir_barrier(k);
+        ir_if *f = kx_if(k, kx_lt_c(k, lid, h));
+        ir_val o = kx_shm_load(k, s, kx_add_c(k, lid, h), 1);
+        kx_shm_store(k, s, lid, kx_add(k, kx_shm_load(k, s, lid, 1), o));
+        kx_end_if(k, f);
+        kx_barrier(k);
     }
-    return ir_shm_load(k, s, ir_const_u32(k, 0), 1);
+    return kx_shm_load(k, s, kx_u32(k, 0), 1);
 }
 
-ir_val kn_wg_sum(ir_kernel *k, const rt_caps *c, uint32_t wg, ir_val v, const char *shm_name) {
+ir_val kn_wg_sum(kx k, uint32_t wg, ir_val v, const char *shm_name) {
+    const rt_caps *c = k.caps;
     if (!c->subgroup_arith || wg == 1) return wg == 1 ? v : tree_sum(k, wg, v, shm_name);
-    ir_val s = ir_sg_reduce(k, IR_REDUCE_ADD, v);
+    ir_val s = kx_sg_sum(k, v);
     /* room for the most subgroups the device can split wg into */
     uint32_t sg_min = c->subgroup_min ? c->subgroup_min : 1, cap = (wg + sg_min - 1) / sg_min;
-    ir_shm part = ir_shared_array(k, shm_name, IR_F32, cap);
-    ir_val lane = ir_id(k, IR_ID_SG_LANE, 0), sgsz = ir_id(k, IR_ID_SG_SIZE, 0);
-    ir_val zero = ir_const_u32(k, 0);
-    ir_if *f = ir_if_begin(k, ir_compare(k, IR_EQ, lane, zero), 0);
-    ir_shm_store(k, part, ir_id(k, IR_ID_SG_ID, 0), s);
-    ir_if_end(k, f, NULL);
-    ir_barrier(k);
+    ir_shm part = kx_shared(k, shm_name, IR_F32, cap);
+    ir_val lane = kx_sg_lane(k), sg_size = kx_sg_size(k);
+    ir_val zero = kx_u32(k, 0);
+    ir_if *f = kx_if(k, kx_eq(k, lane, zero));
+    kx_shm_store(k, part, kx_sg_id(k), s);
+    kx_end_if(k, f);
+    kx_barrier(k);
     /* every subgroup sums the partials the same way, so all invocations agree bit for bit */
-    ir_val nsg = ir_bin(k, IR_OP_DIV, ir_bin(k, IR_OP_ADD, ir_const_u32(k, wg - 1), sgsz), sgsz);
-    ir_val init = ir_const_f32(k, 0.0f);
-    ir_for *lp = ir_for_begin(k, lane, nsg, sgsz, 1, &init);
-    ir_val acc = ir_bin(k, IR_OP_ADD, ir_for_arg(lp, 0), ir_shm_load(k, part, ir_for_iv(lp), 1));
-    ir_for_end(k, lp, &acc);
-    return ir_sg_reduce(k, IR_REDUCE_ADD, ir_for_result(lp, 0));
+    ir_val n_sg = kx_div(k, kx_add(k, kx_u32(k, wg - 1), sg_size), sg_size);
+    ir_val init = kx_f32(k, 0.0f);
+    ir_for *lp = ir_for_begin(k.ir, lane, n_sg, sg_size, 1, &init);
+    ir_val acc = kx_add(k, ir_for_arg(lp, 0), kx_shm_load(k, part, ir_for_iv(lp), 1));
+    ir_for_end(k.ir, lp, &acc);
+    return kx_sg_sum(k, ir_for_result(lp, 0));
 }
 
 ir_kernel *kn_finish(ir_kernel *k, char *err, size_t errlen) {
@@ -109,83 +110,93 @@ int kn_check_epi(const char *who, unsigned epi, unsigned allowed, char *err, siz
     return 0;
 }
 
-ir_val kn_epilogue(ir_kernel *k, unsigned epi, ir_val sum, ir_buf b, ir_val b_index, ir_buf res, ir_val res_index,
+ir_val kn_epilogue(kx k, unsigned epi, ir_val sum, ir_buf b, ir_val b_index, ir_buf res, ir_val res_index,
                    ir_scalar dtype) {
-    ir_type f32 = ir_t_scalar(k, IR_F32), dt = ir_t_scalar(k, dtype);
-    if (epi & KN_EPI_BIAS) sum = ir_bin(k, IR_OP_ADD, sum, ir_convert(k, ir_load(k, b, b_index, 1), f32));
-    ir_val y = ir_convert(k, sum, dt);
-    if (epi & KN_EPI_RESIDUAL)
-        y = ir_convert(k, ir_bin(k, IR_OP_ADD, ir_convert(k, y, f32), ir_convert(k, ir_load(k, res, res_index, 1), f32)),
-                       dt);
+    if (epi & KN_EPI_BIAS) sum = kx_add(k, sum, kx_as(k, kx_load(k, b, b_index, 1), IR_F32));
+    ir_val y = kx_as(k, sum, dtype);
+    if (epi & KN_EPI_RESIDUAL) {
+        ir_val r = kx_as(k, kx_load(k, res, res_index, 1), IR_F32);
+        y = kx_as(k, kx_add(k, kx_as(k, y, IR_F32), r), dtype);
+    }
     return y;
 }
 
-ir_val kn_silu_mul(ir_kernel *k, ir_val g, ir_val u) {
-    ir_val one = ir_const_f32(k, 1.0f);
-    ir_val sig = ir_bin(k, IR_OP_ADD, one, kn_exp(k, ir_un(k, IR_OP_NEG, g)));
-    return ir_bin(k, IR_OP_MUL, kn_fdiv(k, g, sig), u);
+ir_val kn_silu_mul(kx k, ir_val g, ir_val u) {
+    ir_val one = kx_f32(k, 1.0f);
+    ir_val sig = kx_add(k, one, kn_exp(k, kx_neg(k, g)));
+    return kx_mul(k, kn_fdiv(k, g, sig), u);
 }
 
-ir_val kn_rope_theta(ir_kernel *k, ir_val th, ir_val from, ir_val to, float theta_scale) {
-    ir_for *l = ir_for_begin(k, from, to, ir_const_u32(k, 1), 1, &th);
-    ir_val next = ir_bin(k, IR_OP_MUL, ir_for_arg(l, 0), ir_const_f32(k, theta_scale));
-    ir_for_end(k, l, &next);
+ir_val kn_rope_theta(kx k, ir_val th, ir_val from, ir_val to, float theta_scale) {
+    ir_for *l = ir_for_begin(k.ir, from, to, kx_u32(k, 1), 1, &th);
+    ir_val next = kx_mul_f(k, ir_for_arg(l, 0), theta_scale);
+    ir_for_end(k.ir, l, &next);
     return ir_for_result(l, 0);
 }
 
-ir_val kn_rms_scale(ir_kernel *k, const rt_caps *c, uint32_t wg, ir_buf x, ir_val base, uint32_t n, float eps,
-                    const char *shm_name) {
-    uint32_t v = kn_vec_width(n);
-    ir_type f32 = ir_t_scalar(k, IR_F32), fv = v == 1 ? f32 : ir_t_vector(k, IR_F32, v);
-    ir_val start = ir_bin(k, IR_OP_MUL, ir_id(k, IR_ID_LOCAL, 0), ir_const_u32(k, v));
-    /* per-invocation sum of squares (vector lanes summed at the end) */
-    ir_val zero = ir_const_f32(k, 0.0f);
-    if (v > 1) {
-        ir_val z[4] = {zero, zero, zero, zero};
-        zero = ir_vec(k, z, v);
-    }
-    ir_for *l = ir_for_begin(k, start, ir_const_u32(k, n), ir_const_u32(k, wg * v), 1, &zero);
-    ir_val xv = ir_convert(k, ir_load(k, x, ir_bin(k, IR_OP_ADD, base, ir_for_iv(l)), v), fv);
-    ir_val ss = ir_fma(k, xv, xv, ir_for_arg(l, 0));
-    ir_for_end(k, l, &ss);
-    ir_val total = kn_wg_sum(k, c, wg, kn_lane_sum(k, ir_for_result(l, 0), v), shm_name);
-    /* the oracle's 1 / sqrtf(ss / n + eps), each step correctly rounded */
-    ir_val mean = kn_fdiv(k, total, ir_const_f32(k, (float)n));
-    ir_val root = kn_fsqrt(k, ir_bin(k, IR_OP_ADD, mean, ir_const_f32(k, eps)));
-    return kn_fdiv(k, ir_const_f32(k, 1.0f), root);
+ir_val kn_in_cache(kx k, ir_val p, ir_val p0, uint32_t n_ctx) {
+    ir_val below_end = kx_lt_c(k, p, n_ctx);
+    return kx_and(k, kx_ge(k, p, p0), below_end);
 }
 
-void kn_sincos(ir_kernel *k, ir_val th, ir_val *sin_out, ir_val *cos_out) {
+void kn_rotate(kx k, ir_val x0, ir_val x1, ir_val cs, ir_val sn, ir_val *o0, ir_val *o1) {
+    ir_val x1_sn = kx_mul(k, x1, sn);
+    *o0 = kx_sub(k, kx_mul(k, x0, cs), x1_sn);
+    ir_val x1_cs = kx_mul(k, x1, cs);
+    *o1 = kx_add(k, kx_mul(k, x0, sn), x1_cs);
+}
+
+ir_val kn_rms_scale(kx k, uint32_t wg, ir_buf x, ir_val base, uint32_t n, float eps, const char *shm_name) {
+    uint32_t v = kn_vec_width(n);
+    ir_type fv = kx_t(k, IR_F32, v);
+    ir_val start = kx_local_times(k, v);
+    /* per-invocation sum of squares (vector lanes summed at the end) */
+    ir_val zero = kx_splat(k, kx_f32(k, 0.0f), v);
+    ir_val step = kx_u32(k, wg * v);
+    ir_for *l = ir_for_begin(k.ir, start, kx_u32(k, n), step, 1, &zero);
+    ir_val xv = kx_convert(k, kx_load(k, x, kx_add(k, base, ir_for_iv(l)), v), fv);
+    ir_val ss = kx_fma(k, xv, xv, ir_for_arg(l, 0));
+    ir_for_end(k.ir, l, &ss);
+    ir_val total = kn_wg_sum(k, wg, kn_lane_sum(k, ir_for_result(l, 0), v), shm_name);
+    /* the oracle's 1 / sqrtf(ss / n + eps), each step correctly rounded */
+    ir_val mean = kn_fdiv(k, total, kx_f32(k, (float)n));
+    ir_val root = kn_fsqrt(k, kx_add_f(k, mean, eps));
+    return kn_fdiv(k, kx_f32(k, 1.0f), root);
+}
+
+void kn_sincos(kx k, ir_val th, ir_val *sin_out, ir_val *cos_out) {
     /* quadrant Q = round(th / (pi/2)) and y = th - Q pi/2 in [-pi/4, pi/4], pi/2 in four
      * parts: the first three of 8 bits, so Q * Pi is exact for Q < 2^16 (angles below
      * ~1e5 rad) and each subtraction is exact or rounds at y's own magnitude */
     const float p1 = 1.5703125f, p2 = 4.825592041015625e-4f, p3 = 1.2665987014770508e-6f, p4 = 9.92093629470503e-10f;
-    ir_val qf = ir_un(k, IR_OP_FLOOR, ir_fma(k, th, ir_const_f32(k, (float)(2.0 / 3.141592653589793)), ir_const_f32(k, 0.5f)));
+    ir_val qf = kx_floor(k, kx_fma_f(k, th, (float)(2.0 / 3.141592653589793), 0.5f));
     /* the quadrant as an integer first, and both its uses from that one integer */
-    ir_val qi = ir_convert(k, qf, ir_t_scalar(k, IR_I32));
-    ir_val nq = ir_un(k, IR_OP_NEG, ir_convert(k, qi, ir_t_scalar(k, IR_F32)));
-    ir_val y = ir_fma(k, nq, ir_const_f32(k, p1), th);
-    y = ir_fma(k, nq, ir_const_f32(k, p2), y);
-    y = ir_fma(k, nq, ir_const_f32(k, p3), y);
-    y = ir_fma(k, nq, ir_const_f32(k, p4), y);
-    /* minimax polynomials for f32 on [-pi/4, pi/4] (Cephes' sinf/cosf coefficients) */
-    ir_val z = ir_bin(k, IR_OP_MUL, y, y);
-    ir_val ps = ir_fma(k, z, ir_const_f32(k, -1.9515295891e-4f), ir_const_f32(k, 8.3321608736e-3f));
-    ps = ir_fma(k, z, ps, ir_const_f32(k, -1.6666654611e-1f));
-    ir_val sy = ir_fma(k, ir_bin(k, IR_OP_MUL, y, z), ps, y);
-    ir_val pc = ir_fma(k, z, ir_const_f32(k, 2.443315711809948e-5f), ir_const_f32(k, -1.388731625493765e-3f));
-    pc = ir_fma(k, z, pc, ir_const_f32(k, 4.166664568298827e-2f));
-    ir_val cy = ir_fma(k, ir_bin(k, IR_OP_MUL, z, z), pc, ir_fma(k, z, ir_const_f32(k, -0.5f), ir_const_f32(k, 1.0f)));
+    ir_val qi = kx_as(k, qf, IR_I32);
+    ir_val nq = kx_neg(k, kx_as(k, qi, IR_F32));
+    ir_val y = kx_fma(k, nq, kx_f32(k, p1), th);
+    y = kx_fma(k, nq, kx_f32(k, p2), y);
+    y = kx_fma(k, nq, kx_f32(k, p3), y);
+    y = kx_fma(k, nq, kx_f32(k, p4), y);
+    /* minimax polynomials for f32 on [-pi/4, pi/4] (Cephes' sinf/cosf coefficients):
+     * sin y = y + y z ps(z), cos y = 1 - z / 2 + z^2 pc(z), z = y^2 */
+    ir_val z = kx_mul(k, y, y);
+    ir_val ps = kx_fma_f(k, z, -1.9515295891e-4f, 8.3321608736e-3f);
+    ps = kx_fma(k, z, ps, kx_f32(k, -1.6666654611e-1f));
+    ir_val sy = kx_fma(k, kx_mul(k, y, z), ps, y);
+    ir_val pc = kx_fma_f(k, z, 2.443315711809948e-5f, -1.388731625493765e-3f);
+    pc = kx_fma(k, z, pc, kx_f32(k, 4.166664568298827e-2f));
+    ir_val one_minus_half_z = kx_fma_f(k, z, -0.5f, 1.0f);
+    ir_val cy = kx_fma(k, kx_mul(k, z, z), pc, one_minus_half_z);
     /* n = Q mod 4 (two's complement): sin = sy, cy, -sy, -cy; cos = cy, -sy, -cy, sy */
-    ir_val n = ir_bin(k, IR_OP_AND, qi, ir_const_i32(k, 3));
-    ir_val zero = ir_const_i32(k, 0);
-    ir_val swap = ir_compare(k, IR_NE, ir_bin(k, IR_OP_AND, n, ir_const_i32(k, 1)), zero);
-    ir_val sneg = ir_compare(k, IR_NE, ir_bin(k, IR_OP_AND, n, ir_const_i32(k, 2)), zero);
-    ir_val cneg = ir_compare(k, IR_NE, ir_bin(k, IR_OP_AND, ir_bin(k, IR_OP_ADD, n, ir_const_i32(k, 1)), ir_const_i32(k, 2)),
-                             zero);
-    ir_val s0 = ir_select(k, swap, cy, sy), c0 = ir_select(k, swap, sy, cy);
-    *sin_out = ir_select(k, sneg, ir_un(k, IR_OP_NEG, s0), s0);
-    *cos_out = ir_select(k, cneg, ir_un(k, IR_OP_NEG, c0), c0);
+    ir_val n = kx_and_i(k, qi, 3);
+    ir_val zero = kx_i32(k, 0);
+    ir_val swap = kx_ne(k, kx_and_i(k, n, 1), zero);
+    ir_val sneg = kx_ne(k, kx_and_i(k, n, 2), zero);
+    ir_val two = kx_i32(k, 2);
+    ir_val cneg = kx_ne(k, kx_and(k, kx_add_i(k, n, 1), two), zero);
+    ir_val s0 = kx_select(k, swap, cy, sy), c0 = kx_select(k, swap, sy, cy);
+    *sin_out = kx_select(k, sneg, kx_neg(k, s0), s0);
+    *cos_out = kx_select(k, cneg, kx_neg(k, c0), c0);
 }
 
 /* ---- f32 math to the oracle's precision -----------------------------------------------------
@@ -196,69 +207,75 @@ void kn_sincos(ir_kernel *k, ir_val th, ir_val *sin_out, ir_val *cos_out) {
  * computed here, from correctly rounded adds and multiplies, with the device's
  * approximations as starting points. */
 
-static ir_val f32c(ir_kernel *k, float v) { return ir_const_f32(k, v); }
-static ir_val add(ir_kernel *k, ir_val a, ir_val b) { return ir_bin(k, IR_OP_ADD, a, b); }
-static ir_val sub(ir_kernel *k, ir_val a, ir_val b) { return ir_bin(k, IR_OP_SUB, a, b); }
-static ir_val mul(ir_kernel *k, ir_val a, ir_val b) { return ir_bin(k, IR_OP_MUL, a, b); }
-
 /* c - a * b exactly (to one final rounding), from adds and multiplies alone: Dekker's
  * product with Veltkamp's split. Vulkan makes + - * correctly rounded (and kiln forbids
  * contracting them), but lets a driver compute fma as a multiply and an add, so an fma
  * cannot be trusted for an exact residual. Needs |a|, |b| below 2^100 (the callers'
  * quotients and roots are). */
-static ir_val residual(ir_kernel *k, ir_val c, ir_val a, ir_val b) {
-    ir_val split = f32c(k, 4097.0f);
-    ir_val ca = mul(k, split, a), ah = sub(k, ca, sub(k, ca, a)), al = sub(k, a, ah);
-    ir_val cb = mul(k, split, b), bh = sub(k, cb, sub(k, cb, b)), bl = sub(k, b, bh);
-    ir_val p = mul(k, a, b);
-    ir_val e = add(k, add(k, add(k, sub(k, mul(k, ah, bh), p), mul(k, ah, bl)), mul(k, al, bh)), mul(k, al, bl));
-    return sub(k, sub(k, c, p), e);
+static ir_val residual(kx k, ir_val c, ir_val a, ir_val b) {
+    ir_val split = kx_f32(k, 4097.0f);
+    ir_val ca = kx_mul(k, split, a), ah = kx_sub(k, ca, kx_sub(k, ca, a)), al = kx_sub(k, a, ah);
+    ir_val cb = kx_mul(k, split, b), bh = kx_sub(k, cb, kx_sub(k, cb, b)), bl = kx_sub(k, b, bh);
+    ir_val p = kx_mul(k, a, b);
+    /* e = a * b - p exactly: ((ah bh - p) + ah bl + al bh) + al bl */
+    ir_val ll = kx_mul(k, al, bl), lh = kx_mul(k, al, bh), hl = kx_mul(k, ah, bl);
+    ir_val e = kx_add(k, kx_add(k, kx_add(k, kx_sub(k, kx_mul(k, ah, bh), p), hl), lh), ll);
+    return kx_sub(k, kx_sub(k, c, p), e);
 }
 
-static ir_val finite_nonzero(ir_kernel *k, ir_val v) {
-    ir_val m = ir_un(k, IR_OP_ABS, v);
-    return ir_bin(k, IR_OP_AND, ir_compare(k, IR_LT, m, f32c(k, 0x1p100f)), ir_compare(k, IR_GT, m, f32c(k, 0x1p-100f)));
+static ir_val finite_nonzero(kx k, ir_val v) {
+    ir_val m = kx_abs(k, v);
+    ir_val not_tiny = kx_gt_f(k, m, 0x1p-100f);
+    return kx_and(k, kx_lt_f(k, m, 0x1p100f), not_tiny);
 }
 
-ir_val kn_fdiv(ir_kernel *k, ir_val a, ir_val b) {
+ir_val kn_fdiv(kx k, ir_val a, ir_val b) {
     /* the device's quotient, corrected twice by the exact residual a - b q */
-    ir_val q0 = ir_bin(k, IR_OP_DIV, a, b), y = ir_bin(k, IR_OP_DIV, f32c(k, 1.0f), b);
-    ir_val q = add(k, q0, mul(k, residual(k, a, b, q0), y));
-    q = add(k, q, mul(k, residual(k, a, b, q), y));
+    ir_val q0 = kx_div(k, a, b), y = kx_div(k, kx_f32(k, 1.0f), b);
+    ir_val q = kx_add(k, q0, kx_mul(k, residual(k, a, b, q0), y));
+    q = kx_add(k, q, kx_mul(k, residual(k, a, b, q), y));
     /* zeros, infinities, NaN and extreme magnitudes: the device's quotient */
-    ir_val ok = ir_bin(k, IR_OP_AND, ir_bin(k, IR_OP_AND, finite_nonzero(k, a), finite_nonzero(k, b)),
-                       finite_nonzero(k, q0));
-    return ir_select(k, ok, q, q0);
+    ir_val q0_ok = finite_nonzero(k, q0), b_ok = finite_nonzero(k, b);
+    ir_val ok = kx_and(k, kx_and(k, finite_nonzero(k, a), b_ok), q0_ok);
+    return kx_select(k, ok, q, q0);
 }
 
-ir_val kn_fsqrt(ir_kernel *k, ir_val x) {
-    ir_val s0 = ir_un(k, IR_OP_SQRT, x), h = ir_bin(k, IR_OP_DIV, f32c(k, 0.5f), s0);
-    ir_val s = add(k, s0, mul(k, residual(k, x, s0, s0), h));
-    s = add(k, s, mul(k, residual(k, x, s, s), h));
-    return ir_select(k, finite_nonzero(k, s0), s, s0);
+ir_val kn_fsqrt(kx k, ir_val x) {
+    ir_val s0 = kx_sqrt(k, x), h = kx_div(k, kx_f32(k, 0.5f), s0);
+    ir_val s = kx_add(k, s0, kx_mul(k, residual(k, x, s0, s0), h));
+    s = kx_add(k, s, kx_mul(k, residual(k, x, s, s), h));
+    return kx_select(k, finite_nonzero(k, s0), s, s0);
 }
 
-ir_val kn_exp(ir_kernel *k, ir_val x) {
-    ir_type i32 = ir_t_scalar(k, IR_I32), f32 = ir_t_scalar(k, IR_F32);
+/* 2^n as an f32, for n in the normal exponents: the bits (n + 127) << 23 */
+static ir_val pow2(kx k, ir_val n) {
+    ir_val shift = kx_i32(k, 23);
+    return kx_bitcast(k, kx_shl(k, kx_add_i(k, n, 127), shift), kx_t(k, IR_F32, 1));
+}
+
+ir_val kn_exp(kx k, ir_val x) {
     /* x = n ln2 + r, |r| <= ln2 / 2, ln2 in two parts (n * hi exact for |n| < 2^9) */
-    ir_val xc = ir_bin(k, IR_OP_MAX, ir_bin(k, IR_OP_MIN, x, f32c(k, 89.0f)), f32c(k, -104.0f));
-    ir_val n = ir_un(k, IR_OP_FLOOR, ir_fma(k, xc, f32c(k, 1.44269504088896341f), f32c(k, 0.5f)));
-    ir_val nn = ir_un(k, IR_OP_NEG, n);
-    ir_val r = ir_fma(k, nn, f32c(k, 0.693145751953125f), xc);
-    r = ir_fma(k, nn, f32c(k, 1.428606765330187e-6f), r);
+    ir_val lowest = kx_f32(k, -104.0f);
+    ir_val xc = kx_max(k, kx_min_f(k, x, 89.0f), lowest);
+    ir_val n = kx_floor(k, kx_fma_f(k, xc, 1.44269504088896341f, 0.5f));
+    ir_val nn = kx_neg(k, n);
+    ir_val r = kx_fma(k, nn, kx_f32(k, 0.693145751953125f), xc);
+    r = kx_fma(k, nn, kx_f32(k, 1.428606765330187e-6f), r);
     /* e^r: Taylor to r^7 (truncation below 1e-8 relative on |r| <= 0.347) */
     static const float inv_fact[] = {1.0f / 5040, 1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
-    ir_val p = f32c(k, inv_fact[0]);
-    for (int i = 1; i < 8; i++) p = ir_fma(k, p, r, f32c(k, inv_fact[i]));
+    ir_val p = kx_f32(k, inv_fact[0]);
+    for (int i = 1; i < 8; i++) p = kx_fma(k, p, r, kx_f32(k, inv_fact[i]));
     /* times 2^n in two exact power-of-two factors, so results down in the subnormals round once */
-    ir_val ni = ir_convert(k, n, i32);
-    ir_val n1 = ir_bin(k, IR_OP_DIV, ni, ir_const_i32(k, 2)), n2 = ir_bin(k, IR_OP_SUB, ni, n1);
-    ir_val s1 = ir_bitcast(k, ir_bin(k, IR_OP_SHL, ir_bin(k, IR_OP_ADD, n1, ir_const_i32(k, 127)), ir_const_i32(k, 23)), f32);
-    ir_val s2 = ir_bitcast(k, ir_bin(k, IR_OP_SHL, ir_bin(k, IR_OP_ADD, n2, ir_const_i32(k, 127)), ir_const_i32(k, 23)), f32);
-    ir_val e = ir_bin(k, IR_OP_MUL, ir_bin(k, IR_OP_MUL, p, s1), s2);
+    ir_val ni = kx_as(k, n, IR_I32);
+    ir_val n1 = kx_div(k, ni, kx_i32(k, 2)), n2 = kx_sub(k, ni, n1);
+    ir_val s1 = pow2(k, n1);
+    ir_val s2 = pow2(k, n2);
+    ir_val e = kx_mul(k, kx_mul(k, p, s1), s2);
     /* outside the clamp: 0 or infinity; NaN stays NaN */
-    e = ir_select(k, ir_compare(k, IR_LT, x, f32c(k, -104.0f)), f32c(k, 0.0f), e);
-    e = ir_select(k, ir_compare(k, IR_GT, x, f32c(k, 88.75f)), f32c(k, INFINITY), e);
-    ir_val is_nan = ir_un(k, IR_OP_NOT, ir_compare(k, IR_LE, x, f32c(k, INFINITY))); /* compares are ordered */
-    return ir_select(k, is_nan, x, e);
+    ir_val zero = kx_f32(k, 0.0f);
+    e = kx_select(k, kx_lt_f(k, x, -104.0f), zero, e);
+    ir_val inf = kx_f32(k, INFINITY);
+    e = kx_select(k, kx_gt_f(k, x, 88.75f), inf, e);
+    ir_val is_nan = kx_not(k, kx_le_f(k, x, INFINITY)); /* compares are ordered */
+    return kx_select(k, is_nan, x, e);
 }

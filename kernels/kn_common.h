@@ -3,6 +3,7 @@
 #define KILN_KERNELS_KN_COMMON_H
 
 #include "kernels/kernels.h"
+#include "kernels/kn_expr.h"
 
 #include <stdarg.h>
 
@@ -18,44 +19,50 @@ uint32_t kn_vec_width(uint32_t n);
  * invocation: subgroup reduce then workgroup memory across subgroups where the caps
  * offer it, a workgroup-memory tree otherwise. Contains barriers: call it in uniform
  * control flow, once per shm name. */
-ir_val kn_wg_sum(ir_kernel *k, const rt_caps *c, uint32_t wg, ir_val v, const char *shm_name);
+ir_val kn_wg_sum(kx k, uint32_t wg, ir_val v, const char *shm_name);
 /* Sum of the lanes of an f32 vector (or v itself for a scalar), lane 0 first. */
-ir_val kn_lane_sum(ir_kernel *k, ir_val v, uint32_t lanes);
+ir_val kn_lane_sum(kx k, ir_val v, uint32_t lanes);
 /* -1 with err when epi has flags outside allowed, or SWIGLU with another flag. */
 int kn_check_epi(const char *who, unsigned epi, unsigned allowed, char *err, size_t errlen);
 /* The fused epilogue of a product (kernels.h, KN_EPI_*) on an f32 sum: the bias
  * b[b_index] (BIAS), the rounding to dtype, the residual res[res_index] and a second
  * rounding (RESIDUAL). Returns the dtype value to store. b/res are ignored without
  * their flag. */
-ir_val kn_epilogue(ir_kernel *k, unsigned epi, ir_val sum, ir_buf b, ir_val b_index, ir_buf res, ir_val res_index,
+ir_val kn_epilogue(kx k, unsigned epi, ir_val sum, ir_buf b, ir_val b_index, ir_buf res, ir_val res_index,
                    ir_scalar dtype);
 /* silu(g) * u in f32, silu(g) = g / (1 + exp(-g)), as the oracle writes it. */
-ir_val kn_silu_mul(ir_kernel *k, ir_val g, ir_val u);
+ir_val kn_silu_mul(kx k, ir_val g, ir_val u);
 /* f32 scalar divide, square root and exp to the oracle's precision (correctly rounded
  * but for rare last-bit cases; exp within about an ulp, subnormals included), built from
  * fma around the device's approximations, which Vulkan allows to be a few ulps off. */
-ir_val kn_fdiv(ir_kernel *k, ir_val a, ir_val b);
-ir_val kn_fsqrt(ir_kernel *k, ir_val x);
-ir_val kn_exp(ir_kernel *k, ir_val x);
+ir_val kn_fdiv(kx k, ir_val a, ir_val b);
+ir_val kn_fsqrt(kx k, ir_val x);
+ir_val kn_exp(kx k, ir_val x);
 /* Verifies k: k, or NULL (k destroyed) with the builder's or verifier's message. */
 ir_kernel *kn_finish(ir_kernel *k, char *err, size_t errlen);
 /* ir_kernel_create, with the out-of-memory message. */
 ir_kernel *kn_create(const char *name, char *err, size_t errlen);
 
+/* p >= p0 && p < n_ctx: a token's cache position p = p0 + t inside the cache and not
+ * wrapped past 2^32. */
+ir_val kn_in_cache(kx k, ir_val p, ir_val p0, uint32_t n_ctx);
+
 /* Rope's angle chain (kn_rope, kn_qk_prep): theta_to = th * theta_scale^(to - from) for
  * th = theta_from, by to - from f32 multiplications, one rounding each, as the oracle
  * and llama.cpp build it (theta_scale = powf(base, -2 / n_rot) on the host). */
-ir_val kn_rope_theta(ir_kernel *k, ir_val th, ir_val from, ir_val to, float theta_scale);
+ir_val kn_rope_theta(kx k, ir_val th, ir_val from, ir_val to, float theta_scale);
 /* sin and cos of an f32 angle (|th| < ~1e5) to about an ulp: a Cody-Waite reduction by
  * pi/2 and polynomials in f32 fma. Not the device's sin/cos, which Vulkan lets be as coarse as
  * 2^-11 absolute and NVIDIA's are ~2^-21: each difference from the oracle's libm turns a
  * few more 16-bit roundings of q and k the other way. */
-void kn_sincos(ir_kernel *k, ir_val th, ir_val *sin_out, ir_val *cos_out);
+void kn_sincos(kx k, ir_val th, ir_val *sin_out, ir_val *cos_out);
+/* The pair (x0, x1) rotated by the angle whose cosine and sine are cs and sn:
+ * o0 = x0 cs - x1 sn, o1 = x0 sn + x1 cs, in f32. */
+void kn_rotate(kx k, ir_val x0, ir_val x1, ir_val cs, ir_val sn, ir_val *o0, ir_val *o1);
 /* The RMSNorm scale of x[base .. base + n): 1 / sqrt(sum(x^2) / n + eps), sums in f32,
  * the same in every invocation of the workgroup of wg. Invocation lid reads vectors of
  * kn_vec_width(n) at lid * v, lid * v + wg * v, ... (base a multiple of that width).
  * Contains kn_wg_sum's barriers: uniform control flow, one shm name per call. */
-ir_val kn_rms_scale(ir_kernel *k, const rt_caps *c, uint32_t wg, ir_buf x, ir_val base, uint32_t n, float eps,
-                    const char *shm_name);
+ir_val kn_rms_scale(kx k, uint32_t wg, ir_buf x, ir_val base, uint32_t n, float eps, const char *shm_name);
 
 #endif

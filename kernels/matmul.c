@@ -31,116 +31,135 @@
 #include "kernels/kn_common.h"
 
 typedef struct mm {
-    ir_kernel *k;
-    const rt_caps *c;
-    uint32_t rows, cols, n_max, wg;
-    ir_scalar dt;
+    kx k;
+    uint32_t rows, cols, n_max;
+    uint32_t invocations; /* per workgroup */
+    ir_scalar dtype;
     unsigned epi;
     ir_buf w, x, y, info, b, res;
     ir_val lid, n; /* n = min(info[1], n_max) */
 } mm;
 
-static ir_val cu(mm *m, uint32_t v) { return ir_const_u32(m->k, v); }
-static ir_val add(mm *m, ir_val a, ir_val b) { return ir_bin(m->k, IR_OP_ADD, a, b); }
-static ir_val mul(mm *m, ir_val a, ir_val b) { return ir_bin(m->k, IR_OP_MUL, a, b); }
-static ir_val umin(mm *m, ir_val a, ir_val b) { return ir_bin(m->k, IR_OP_MIN, a, b); }
-static ir_val lt(mm *m, ir_val a, ir_val b) { return ir_compare(m->k, IR_LT, a, b); }
+/* t < n and r < rows: an output that exists */
+static ir_val exists(const mm *m, ir_val t, ir_val r) {
+    ir_val row_ok = kx_lt_c(m->k, r, m->rows);
+    return kx_and(m->k, kx_lt(m->k, t, m->n), row_ok);
+}
 
 /* Y[t][r .. r + lanes) = the epilogue of sum[0..lanes), one vector store when lanes > 1
  * (t * rows + r is then a multiple of lanes: lanes divides rows and r). */
-static void store_y(mm *m, ir_val t, ir_val r, const ir_val *sum, uint32_t lanes) {
-    ir_val yi = add(m, mul(m, t, cu(m, m->rows)), r), o[4];
-    for (uint32_t l = 0; l < lanes; l++)
-        o[l] = kn_epilogue(m->k, m->epi, sum[l], m->b, add(m, r, cu(m, l)), m->res, add(m, yi, cu(m, l)), m->dt);
-    ir_store(m->k, m->y, yi, lanes == 1 ? o[0] : ir_vec(m->k, o, lanes));
+static void store_y(const mm *m, ir_val t, ir_val r, const ir_val *sum, uint32_t lanes) {
+    kx k = m->k;
+    ir_val yi = kx_idx(k, t, m->rows, r), o[4];
+    for (uint32_t l = 0; l < lanes; l++) {
+        ir_val res_at = kx_add_c(k, yi, l), b_at = kx_add_c(k, r, l);
+        o[l] = kn_epilogue(k, m->epi, sum[l], m->b, b_at, m->res, res_at, m->dtype);
+    }
+    kx_store(k, m->y, yi, lanes == 1 ? o[0] : kx_vec(k, o, lanes));
 }
 
-/* Work item i = lid + j * wg for i < count, unrolled when there are few per invocation
- * (the usual case: the counts are whole tiles) and a loop otherwise. body gets i. */
-typedef void (*item_fn)(mm *m, ir_val i, const void *arg);
-static void for_items(mm *m, uint32_t count, item_fn body, const void *arg) {
-    uint32_t per = (count + m->wg - 1) / m->wg;
+/* Work item i = lid + j * invocations for i < count, unrolled when there are few per
+ * invocation (the usual case: the counts are whole tiles) and a loop otherwise. body gets i. */
+typedef void (*item_fn)(const mm *m, ir_val i, const void *arg);
+static void for_items(const mm *m, uint32_t count, item_fn body, const void *arg) {
+    kx k = m->k;
+    uint32_t wg = m->invocations, per = (count + wg - 1) / wg;
     if (per > 32) {
-        ir_for *l = ir_for_begin(m->k, m->lid, cu(m, count), cu(m, m->wg), 0, NULL);
-        body(m, ir_for_iv(l), arg);
-        ir_for_end(m->k, l, NULL);
+        ir_val step = kx_u32(k, wg), i;
+        ir_for *l = kx_for(k, m->lid, kx_u32(k, count), step, &i);
+        body(m, i, arg);
+        kx_end_for(k, l);
         return;
     }
     for (uint32_t j = 0; j < per; j++) {
-        ir_val i = add(m, m->lid, cu(m, j * m->wg));
-        if ((j + 1) * m->wg <= count) {
+        ir_val i = kx_add_c(k, m->lid, j * wg);
+        if ((j + 1) * wg <= count) {
             body(m, i, arg);
         } else {
-            ir_if *f = ir_if_begin(m->k, lt(m, i, cu(m, count)), 0);
+            ir_if *f = kx_if(k, kx_lt_c(k, i, count));
             body(m, i, arg);
-            ir_if_end(m->k, f, NULL);
+            kx_end_if(k, f);
         }
     }
 }
 
-/* One chunk of X or W into workgroup memory: `tile` rows from row0 (clamped to
- * last_row), columns c0 .. c0 + ncols in vectors of v; columns past cols read zero when
- * masked. Element (row, col) lands at row * row_stride + col * col_stride; the values are
- * stored as the array's type (f32 converts). */
+/* One chunk of X or W into workgroup memory: `tile` rows from first_row (clamped to
+ * last_row), columns first_col .. first_col + n_cols in vectors of `lanes`; columns past
+ * cols read zero when masked. Element (row, col) lands at row * row_stride + col *
+ * col_stride; the values are stored as the array's type (f32 converts). */
 typedef struct stage_arg {
     ir_buf src;
     ir_shm dst;
-    ir_val row0, c0;
-    uint32_t last_row, ncols, v, row_stride, col_stride;
+    ir_val first_row, first_col;
+    uint32_t last_row, n_cols, lanes, row_stride, col_stride;
     bool masked, to_f32;
 } stage_arg;
 
-/* Item i of a chunk: row i / (ncols / v) of the tile, the v columns at col. */
-static void stage_pos(mm *m, const stage_arg *a, ir_val i, ir_val *row, ir_val *col) {
-    uint32_t nv = a->ncols / a->v;
-    *row = ir_bin(m->k, IR_OP_DIV, i, cu(m, nv));
-    *col = mul(m, ir_bin(m->k, IR_OP_REM, i, cu(m, nv)), cu(m, a->v));
+/* Item i of a chunk: row i / (n_cols / lanes) of the tile, the lanes columns at col. */
+static void stage_pos(const mm *m, const stage_arg *a, ir_val i, ir_val *row, ir_val *col) {
+    kx k = m->k;
+    uint32_t per_row = a->n_cols / a->lanes;
+    *row = kx_div_c(k, i, per_row);
+    ir_val lanes = kx_u32(k, a->lanes);
+    *col = kx_mul(k, kx_rem_c(k, i, per_row), lanes);
 }
 
 /* Item i's place in workgroup memory. */
-static ir_val stage_dst(mm *m, const stage_arg *a, ir_val i) {
+static ir_val stage_dst(const mm *m, const stage_arg *a, ir_val i) {
     ir_val row, col;
     stage_pos(m, a, i, &row, &col);
-    return add(m, mul(m, row, cu(m, a->row_stride)), mul(m, col, cu(m, a->col_stride)));
+    ir_val col_at = kx_mul_c(m->k, col, a->col_stride);
+    return kx_idx(m->k, row, a->row_stride, col_at);
 }
 
 /* Item i's vector from global memory (row clamped, columns past cols zero when masked). */
-static ir_val stage_load(mm *m, const stage_arg *a, ir_val i) {
-    ir_kernel *k = m->k;
+static ir_val stage_load(const mm *m, const stage_arg *a, ir_val i) {
+    kx k = m->k;
     ir_val row, col;
     stage_pos(m, a, i, &row, &col);
-    ir_val base = mul(m, umin(m, add(m, a->row0, row), cu(m, a->last_row)), cu(m, m->cols));
-    ir_val at = add(m, base, add(m, a->c0, col));
-    if (!a->masked) return ir_load(k, a->src, at, a->v);
-    ir_val zero = ir_convert(k, ir_const_f32(k, 0.0f), ir_t_scalar(k, m->dt));
-    return ir_load_masked(k, a->src, at, a->v, add(m, base, cu(m, m->cols)), zero);
+    ir_val cols = kx_u32(k, m->cols), last_row = kx_u32(k, a->last_row);
+    ir_val base = kx_mul(k, kx_min(k, kx_add(k, a->first_row, row), last_row), cols);
+    ir_val at = kx_add(k, base, kx_add(k, a->first_col, col));
+    if (!a->masked) return kx_load(k, a->src, at, a->lanes);
+    ir_val zero = kx_as(k, kx_f32(k, 0.0f), m->dtype);
+    return kx_load_masked(k, a->src, at, a->lanes, kx_add_c(k, base, m->cols), zero);
 }
 
 /* A loaded vector into its place (one word per lane when transposed), converted to the
  * array's type. */
-static void stage_store(mm *m, const stage_arg *a, ir_val dst, ir_val val) {
-    ir_kernel *k = m->k;
-    if (a->to_f32) val = ir_convert(k, val, a->v == 1 ? ir_t_scalar(k, IR_F32) : ir_t_vector(k, IR_F32, a->v));
+static void stage_store(const mm *m, const stage_arg *a, ir_val dst, ir_val val) {
+    kx k = m->k;
+    if (a->to_f32) val = kx_convert(k, val, kx_t(k, IR_F32, a->lanes));
     if (a->col_stride == 1) {
-        ir_shm_store(k, a->dst, dst, val);
+        kx_shm_store(k, a->dst, dst, val);
         return;
     }
-    for (uint32_t l = 0; l < a->v; l++)
-        ir_shm_store(k, a->dst, add(m, dst, cu(m, l * a->col_stride)), a->v == 1 ? val : ir_extract(k, val, l));
+    for (uint32_t l = 0; l < a->lanes; l++) {
+        ir_val e = a->lanes == 1 ? val : kx_lane(k, val, l);
+        kx_shm_store(k, a->dst, kx_add_c(k, dst, l * a->col_stride), e);
+    }
 }
 
-static void stage_item(mm *m, ir_val i, const void *p) { stage_store(m, p, stage_dst(m, p, i), stage_load(m, p, i)); }
+static void stage_item(const mm *m, ir_val i, const void *p) {
+    ir_val v = stage_load(m, p, i);
+    stage_store(m, p, stage_dst(m, p, i), v);
+}
 
-static void stage(mm *m, stage_arg *a, uint32_t tile) { for_items(m, tile * (a->ncols / a->v), stage_item, a); }
+static void stage(const mm *m, stage_arg *a, uint32_t tile) {
+    for_items(m, tile * (a->n_cols / a->lanes), stage_item, a);
+}
 
 /* How a variant walks cols: the X and W chunks it stages (x_tile tokens, w_tile rows;
- * c0, ncols and masked are set per chunk), and its math on a staged chunk of ncols
- * columns (the tail is zero-padded to a multiple of kstep); pipelined or not. */
+ * first_col, n_cols and masked are set per chunk), and its math on a staged chunk of
+ * n_cols columns (the tail is zero-padded to a multiple of col_step); pipelined or not. */
 typedef struct chunker {
     stage_arg sx, sw;
-    uint32_t x_tile, w_tile, kc, kstep, nacc;
-    bool pipe;
-    void (*math)(mm *m, const void *q, ir_val *acc, uint32_t ncols);
+    uint32_t x_tile, w_tile; /* tokens and rows staged per chunk */
+    uint32_t cols_per_chunk;
+    uint32_t col_step;       /* columns the math takes at a time */
+    uint32_t n_acc;          /* accumulators carried through the chunks */
+    bool pipelined;
+    void (*math)(const mm *m, const void *q, ir_val *acc, uint32_t n_cols);
     const void *q;
 } chunker;
 
@@ -152,53 +171,60 @@ typedef struct chunker {
  * chunk's loads are issued before this chunk's math and carried to the next iteration in
  * registers, so their latency hides behind the math. On the H200 that made the tiled
  * kernel 5-25% faster and the cooperative-matrix one a few % slower. */
-static void run_chunks(mm *m, chunker *ch, ir_val *acc) {
-    ir_kernel *k = m->k;
-    uint32_t kc = ch->kc, full = m->cols / kc * kc, tail = m->cols - full, v = ch->sx.v;
-    uint32_t nx = ch->x_tile * kc / v, nw = ch->w_tile * kc / v, px = nx / m->wg, pw = nw / m->wg;
-    bool pipe = ch->pipe && full > kc && nx % m->wg == 0 && nw % m->wg == 0 && ch->nacc + px + pw <= MAX_CARRY;
-    ch->sx.ncols = ch->sw.ncols = kc, ch->sx.masked = ch->sw.masked = false;
+static void run_chunks(const mm *m, chunker *ch, ir_val *acc) {
+    kx k = m->k;
+    uint32_t kc = ch->cols_per_chunk, full = m->cols / kc * kc, tail = m->cols - full, v = ch->sx.lanes;
+    uint32_t wg = m->invocations, nacc = ch->n_acc;
+    /* vectors per chunk of X and W, and per invocation */
+    uint32_t nx = ch->x_tile * kc / v, nw = ch->w_tile * kc / v, px = nx / wg, pw = nw / wg;
+    bool pipe = ch->pipelined && full > kc && nx % wg == 0 && nw % wg == 0 && nacc + px + pw <= MAX_CARRY;
+    ch->sx.n_cols = ch->sw.n_cols = kc, ch->sx.masked = ch->sw.masked = false;
     if (full && pipe) {
         /* item j: X's for j < px, then W's; invocation lid takes lid + j' * wg */
         ir_val init[MAX_CARRY], cur[MAX_CARRY], it[MAX_CARRY];
         const stage_arg *as[MAX_CARRY];
-        for (uint32_t j = 0; j < px + pw; j++)
-            as[j] = j < px ? &ch->sx : &ch->sw, it[j] = add(m, m->lid, cu(m, (j < px ? j : j - px) * m->wg));
-        for (uint32_t i = 0; i < ch->nacc; i++) init[i] = acc[i];
-        ch->sx.c0 = ch->sw.c0 = cu(m, 0);
-        for (uint32_t j = 0; j < px + pw; j++) init[ch->nacc + j] = stage_load(m, as[j], it[j]);
-        ir_for *l = ir_for_begin(k, cu(m, 0), cu(m, full), cu(m, kc), ch->nacc + px + pw, init);
-        for (uint32_t i = 0; i < ch->nacc + px + pw; i++) cur[i] = ir_for_arg(l, i);
-        ir_barrier(k);
-        for (uint32_t j = 0; j < px + pw; j++) stage_store(m, as[j], stage_dst(m, as[j], it[j]), cur[ch->nacc + j]);
-        ir_barrier(k);
+        for (uint32_t j = 0; j < px + pw; j++) {
+            as[j] = j < px ? &ch->sx : &ch->sw;
+            it[j] = kx_add_c(k, m->lid, (j < px ? j : j - px) * wg);
+        }
+        for (uint32_t i = 0; i < nacc; i++) init[i] = acc[i];
+        ch->sx.first_col = ch->sw.first_col = kx_u32(k, 0);
+        for (uint32_t j = 0; j < px + pw; j++) init[nacc + j] = stage_load(m, as[j], it[j]);
+        ir_val step = kx_u32(k, kc), end = kx_u32(k, full);
+        ir_for *l = ir_for_begin(k.ir, kx_u32(k, 0), end, step, nacc + px + pw, init);
+        for (uint32_t i = 0; i < nacc + px + pw; i++) cur[i] = ir_for_arg(l, i);
+        kx_barrier(k);
+        for (uint32_t j = 0; j < px + pw; j++) stage_store(m, as[j], stage_dst(m, as[j], it[j]), cur[nacc + j]);
+        kx_barrier(k);
         /* the next chunk (the last iteration reloads the last one, unused) */
-        ch->sx.c0 = ch->sw.c0 = umin(m, add(m, ir_for_iv(l), cu(m, kc)), cu(m, full - kc));
-        for (uint32_t j = 0; j < px + pw; j++) cur[ch->nacc + j] = stage_load(m, as[j], it[j]);
+        ir_val last_chunk = kx_u32(k, full - kc);
+        ch->sx.first_col = ch->sw.first_col = kx_min(k, kx_add_c(k, ir_for_iv(l), kc), last_chunk);
+        for (uint32_t j = 0; j < px + pw; j++) cur[nacc + j] = stage_load(m, as[j], it[j]);
         ch->math(m, ch->q, cur, kc);
-        ir_for_end(k, l, cur);
-        for (uint32_t i = 0; i < ch->nacc; i++) acc[i] = ir_for_result(l, i);
+        ir_for_end(k.ir, l, cur);
+        for (uint32_t i = 0; i < nacc; i++) acc[i] = ir_for_result(l, i);
     } else if (full) {
-        ir_for *l = ir_for_begin(k, cu(m, 0), cu(m, full), cu(m, kc), ch->nacc, acc);
+        ir_val step = kx_u32(k, kc), end = kx_u32(k, full);
+        ir_for *l = ir_for_begin(k.ir, kx_u32(k, 0), end, step, nacc, acc);
         ir_val cur[MAX_CARRY];
-        for (uint32_t i = 0; i < ch->nacc; i++) cur[i] = ir_for_arg(l, i);
-        ch->sx.c0 = ch->sw.c0 = ir_for_iv(l);
-        ir_barrier(k);
+        for (uint32_t i = 0; i < nacc; i++) cur[i] = ir_for_arg(l, i);
+        ch->sx.first_col = ch->sw.first_col = ir_for_iv(l);
+        kx_barrier(k);
         stage(m, &ch->sx, ch->x_tile);
         stage(m, &ch->sw, ch->w_tile);
-        ir_barrier(k);
+        kx_barrier(k);
         ch->math(m, ch->q, cur, kc);
-        ir_for_end(k, l, cur);
-        for (uint32_t i = 0; i < ch->nacc; i++) acc[i] = ir_for_result(l, i);
+        ir_for_end(k.ir, l, cur);
+        for (uint32_t i = 0; i < nacc; i++) acc[i] = ir_for_result(l, i);
     }
     if (tail) {
-        uint32_t pad = (tail + ch->kstep - 1) / ch->kstep * ch->kstep;
-        ch->sx.c0 = ch->sw.c0 = cu(m, full);
-        ch->sx.ncols = ch->sw.ncols = pad, ch->sx.masked = ch->sw.masked = pad != tail;
-        ir_barrier(k);
+        uint32_t pad = (tail + ch->col_step - 1) / ch->col_step * ch->col_step;
+        ch->sx.first_col = ch->sw.first_col = kx_u32(k, full);
+        ch->sx.n_cols = ch->sw.n_cols = pad, ch->sx.masked = ch->sw.masked = pad != tail;
+        kx_barrier(k);
         stage(m, &ch->sx, ch->x_tile);
         stage(m, &ch->sw, ch->w_tile);
-        ir_barrier(k);
+        kx_barrier(k);
         ch->math(m, ch->q, acc, pad);
     }
 }
@@ -206,12 +232,13 @@ static void run_chunks(mm *m, chunker *ch, ir_val *acc) {
 /* ---- cooperative matrices -------------------------------------------------------------- */
 
 #define MMA_TILE 64 /* tokens and rows per workgroup: 2 x 2 subgroups of 32 x 32 */
+#define MMA_SUB 32  /* tokens and rows per subgroup */
 #define MMA_PAD 8   /* dtype elements after each staged row */
 #define ACC_STRIDE (MMA_TILE + 4)
 
 typedef struct mma_cfg {
-    const rt_mma_shape *s;
-    uint32_t kc; /* columns per chunk */
+    const rt_mma_shape *shape;
+    uint32_t cols_per_chunk;
 } mma_cfg;
 
 static uint32_t mma_shared_bytes(uint32_t kc) {
@@ -243,187 +270,217 @@ static bool mma_pick(const rt_caps *c, ir_scalar dt, mma_cfg *cfg) {
     if (!best) return false;
     for (uint32_t kc = 64; kc >= best->k && kc >= 16; kc /= 2)
         if (!c->shared_bytes || mma_shared_bytes(kc) <= c->shared_bytes) {
-            cfg->s = best, cfg->kc = kc;
+            cfg->shape = best, cfg->cols_per_chunk = kc;
             return true;
         }
     return false;
 }
 
 typedef struct mma_ctx {
-    ir_shm xs, ws;
-    ir_type ta, tb;
-    ir_val tm, rn; /* the subgroup's offsets in the tile */
-    uint32_t m, n, k, fm, fn, stride;
+    ir_shm xs, ws;                 /* the staged chunks: tokens x cols, rows x cols */
+    ir_type ta, tb;                /* the A and B fragments */
+    ir_val sub_t0, sub_r0;         /* the subgroup's first token and row in the tile */
+    uint32_t frag_m, frag_n, frag_k; /* the fragments' shape */
+    uint32_t frags_m, frags_n;     /* fragments per subgroup along tokens and rows */
+    uint32_t row_stride;           /* of the staged chunks, in elements */
 } mma_ctx;
 
 /* The subgroup's fragments over a staged chunk: acc[i][j] += A_i x B_j per K columns. */
-static void mma_math(mm *m, const void *p, ir_val *acc, uint32_t ncols) {
+static void mma_math(const mm *m, const void *p, ir_val *acc, uint32_t n_cols) {
     const mma_ctx *q = p;
-    ir_kernel *k = m->k;
-    ir_val st = cu(m, q->stride);
-    for (uint32_t kk = 0; kk < ncols; kk += q->k) {
+    kx k = m->k;
+    ir_val st = kx_u32(k, q->row_stride);
+    for (uint32_t kk = 0; kk < n_cols; kk += q->frag_k) {
         ir_val a[4], b[4];
-        for (uint32_t i = 0; i < q->fm; i++) {
-            ir_val at = add(m, mul(m, add(m, q->tm, cu(m, i * q->m)), st), cu(m, kk));
-            a[i] = ir_frag_load(k, q->ta, true, q->xs, at, st, true); /* X rows: row-major */
+        for (uint32_t i = 0; i < q->frags_m; i++) { /* X rows: row-major */
+            ir_val col = kx_u32(k, kk), at = kx_add(k, kx_mul(k, kx_add_c(k, q->sub_t0, i * q->frag_m), st), col);
+            a[i] = ir_frag_load(k.ir, q->ta, true, q->xs, at, st, true);
         }
-        for (uint32_t j = 0; j < q->fn; j++) {
-            ir_val at = add(m, mul(m, add(m, q->rn, cu(m, j * q->n)), st), cu(m, kk));
-            b[j] = ir_frag_load(k, q->tb, true, q->ws, at, st, false); /* W rows are B's columns */
+        for (uint32_t j = 0; j < q->frags_n; j++) { /* W rows are B's columns */
+            ir_val col = kx_u32(k, kk), at = kx_add(k, kx_mul(k, kx_add_c(k, q->sub_r0, j * q->frag_n), st), col);
+            b[j] = ir_frag_load(k.ir, q->tb, true, q->ws, at, st, false);
         }
-        for (uint32_t i = 0; i < q->fm; i++)
-            for (uint32_t j = 0; j < q->fn; j++) acc[i * q->fn + j] = ir_frag_mma(k, a[i], b[j], acc[i * q->fn + j]);
+        for (uint32_t i = 0; i < q->frags_m; i++)
+            for (uint32_t j = 0; j < q->frags_n; j++) {
+                ir_val *c = &acc[i * q->frags_n + j];
+                *c = ir_frag_mma(k.ir, a[i], b[j], *c);
+            }
     }
 }
 
 typedef struct out_arg {
     ir_shm src;
-    ir_val t0, r0;
-    uint32_t tile_rows, src_stride, lanes; /* outputs per token in the tile; lanes per store */
+    ir_val t0, r0;       /* the tile's first token and row */
+    uint32_t tile_rows;  /* outputs per token in the tile */
+    uint32_t src_stride; /* of src's rows (tokens) */
+    uint32_t lanes;      /* outputs per store */
 } out_arg;
 
 /* Output item i of the tile (token i / (tile_rows / lanes), rows in vectors): the
  * epilogue of the f32 sums in workgroup memory, for t < n and r < rows only. */
-static void out_item(mm *m, ir_val i, const void *p) {
+static void out_item(const mm *m, ir_val i, const void *p) {
     const out_arg *a = p;
+    kx k = m->k;
     uint32_t per = a->tile_rows / a->lanes;
-    ir_val tl = ir_bin(m->k, IR_OP_DIV, i, cu(m, per));
-    ir_val rl = mul(m, ir_bin(m->k, IR_OP_REM, i, cu(m, per)), cu(m, a->lanes));
-    ir_val t = add(m, a->t0, tl), r = add(m, a->r0, rl);
-    ir_if *f = ir_if_begin(m->k, ir_bin(m->k, IR_OP_AND, lt(m, t, m->n), lt(m, r, cu(m, m->rows))), 0);
-    ir_val s[4], at = add(m, mul(m, tl, cu(m, a->src_stride)), rl);
-    for (uint32_t l = 0; l < a->lanes; l++) s[l] = ir_shm_load(m->k, a->src, add(m, at, cu(m, l)), 1);
+    ir_val tl = kx_div_c(k, i, per);
+    ir_val lanes = kx_u32(k, a->lanes);
+    ir_val rl = kx_mul(k, kx_rem_c(k, i, per), lanes);
+    ir_val t = kx_add(k, a->t0, tl), r = kx_add(k, a->r0, rl);
+    ir_if *f = kx_if(k, exists(m, t, r));
+    ir_val s[4], at = kx_idx(k, tl, a->src_stride, rl);
+    for (uint32_t l = 0; l < a->lanes; l++) s[l] = kx_shm_load(k, a->src, kx_add_c(k, at, l), 1);
     store_y(m, t, r, s, a->lanes);
-    ir_if_end(m->k, f, NULL);
+    kx_end_if(k, f);
+}
+
+/* The first token (rows: false) or row (true) of subgroup sid's 32 x 32 part of the tile:
+ * parts (sid / 2, sid % 2). */
+static ir_val sub_first(kx k, ir_val sid, bool rows) {
+    ir_val size = kx_u32(k, MMA_SUB);
+    return kx_mul(k, rows ? kx_and_c(k, sid, 1) : kx_shr_c(k, sid, 1), size);
 }
 
 static void build_mma(mm *m, const mma_cfg *cfg, uint32_t groups[2]) {
-    ir_kernel *k = m->k;
-    const rt_mma_shape *s = cfg->s;
-    mma_ctx q = {.m = s->m, .n = s->n, .k = s->k, .fm = 32 / s->m, .fn = 32 / s->n, .stride = cfg->kc + MMA_PAD};
-    m->wg = 4 * m->c->subgroup_size;
-    ir_set_workgroup(k, m->wg, 1, 1);
-    q.xs = ir_shared_array(k, "xs", m->dt, MMA_TILE * q.stride);
-    q.ws = ir_shared_array(k, "ws", m->dt, MMA_TILE * q.stride);
-    ir_shm cs = ir_shared_array(k, "cs", IR_F32, MMA_TILE * ACC_STRIDE);
-    q.ta = ir_t_frag(k, IR_FRAG_A, m->dt, s->m, s->n, s->k);
-    q.tb = ir_t_frag(k, IR_FRAG_B, m->dt, s->m, s->n, s->k);
-    ir_type tc = ir_t_frag(k, IR_FRAG_ACC, IR_F32, s->m, s->n, s->k);
-    ir_val sid = ir_id(k, IR_ID_SG_ID, 0);
-    ir_val t0 = mul(m, ir_id(k, IR_ID_GROUP, 1), cu(m, MMA_TILE));
-    ir_val r0 = mul(m, ir_id(k, IR_ID_GROUP, 0), cu(m, MMA_TILE));
-    q.tm = mul(m, ir_bin(k, IR_OP_SHR, sid, cu(m, 1)), cu(m, 32));
-    q.rn = mul(m, ir_bin(k, IR_OP_AND, sid, cu(m, 1)), cu(m, 32));
+    kx k = m->k;
+    const rt_mma_shape *s = cfg->shape;
+    mma_ctx q = {.frag_m = s->m, .frag_n = s->n, .frag_k = s->k, .frags_m = MMA_SUB / s->m, .frags_n = MMA_SUB / s->n,
+                 .row_stride = cfg->cols_per_chunk + MMA_PAD};
+    m->invocations = 4 * k.caps->subgroup_size;
+    kx_workgroup(k, m->invocations);
+    q.xs = kx_shared(k, "xs", m->dtype, MMA_TILE * q.row_stride);
+    q.ws = kx_shared(k, "ws", m->dtype, MMA_TILE * q.row_stride);
+    ir_shm cs = kx_shared(k, "cs", IR_F32, MMA_TILE * ACC_STRIDE);
+    q.ta = ir_t_frag(k.ir, IR_FRAG_A, m->dtype, s->m, s->n, s->k);
+    q.tb = ir_t_frag(k.ir, IR_FRAG_B, m->dtype, s->m, s->n, s->k);
+    ir_type tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, s->m, s->n, s->k);
+    ir_val sid = kx_sg_id(k);
+    /* workgroup (x, y): rows from r0, tokens from t0 */
+    ir_val t0 = kx_group_times(k, 1, MMA_TILE);
+    ir_val r0 = kx_group_times(k, 0, MMA_TILE);
+    q.sub_t0 = sub_first(k, sid, false);
+    q.sub_r0 = sub_first(k, sid, true);
 
     /* a tile of tokens all at t >= n does nothing (uniform: group id and a loaded value) */
-    ir_if *live = ir_if_begin(k, lt(m, t0, m->n), 0);
+    ir_if *live = kx_if(k, kx_lt(k, t0, m->n));
     uint32_t v = kn_vec_width(m->cols);
-    chunker ch = {.sx = {m->x, q.xs, t0, IR_NONE, m->n_max - 1, 0, v, q.stride, 1, false, false},
-                  .sw = {m->w, q.ws, r0, IR_NONE, m->rows - 1, 0, v, q.stride, 1, false, false},
-                  .x_tile = MMA_TILE, .w_tile = MMA_TILE, .kc = cfg->kc, .kstep = s->k, .nacc = q.fm * q.fn,
-                  .pipe = false, .math = mma_math, .q = &q};
+    chunker ch = {.sx = {m->x, q.xs, t0, IR_NONE, m->n_max - 1, 0, v, q.row_stride, 1, false, false},
+                  .sw = {m->w, q.ws, r0, IR_NONE, m->rows - 1, 0, v, q.row_stride, 1, false, false},
+                  .x_tile = MMA_TILE, .w_tile = MMA_TILE, .cols_per_chunk = cfg->cols_per_chunk, .col_step = s->k,
+                  .n_acc = q.frags_m * q.frags_n, .pipelined = false, .math = mma_math, .q = &q};
     ir_val acc[16];
-    ir_val zero = ir_frag_fill(k, tc, ir_const_f32(k, 0.0f));
-    for (uint32_t i = 0; i < ch.nacc; i++) acc[i] = zero;
+    ir_val zero = ir_frag_fill(k.ir, tc, kx_f32(k, 0.0f));
+    for (uint32_t i = 0; i < ch.n_acc; i++) acc[i] = zero;
     run_chunks(m, &ch, acc);
 
     /* accumulators -> f32 workgroup memory (tokens x rows), then the epilogue by all */
-    for (uint32_t i = 0; i < q.fm; i++)
-        for (uint32_t j = 0; j < q.fn; j++) {
-            ir_val at = add(m, mul(m, add(m, q.tm, cu(m, i * s->m)), cu(m, ACC_STRIDE)), add(m, q.rn, cu(m, j * s->n)));
-            ir_frag_store(k, acc[i * q.fn + j], true, cs, at, cu(m, ACC_STRIDE), true);
+    for (uint32_t i = 0; i < q.frags_m; i++)
+        for (uint32_t j = 0; j < q.frags_n; j++) {
+            ir_val r = kx_add_c(k, q.sub_r0, j * s->n), stride = kx_u32(k, ACC_STRIDE);
+            ir_val at = kx_add(k, kx_mul(k, kx_add_c(k, q.sub_t0, i * s->m), stride), r);
+            ir_frag_store(k.ir, acc[i * q.frags_n + j], true, cs, at, kx_u32(k, ACC_STRIDE), true);
         }
-    ir_barrier(k);
+    kx_barrier(k);
     uint32_t lanes = kn_vec_width(m->rows);
     out_arg o = {cs, t0, r0, MMA_TILE, ACC_STRIDE, lanes};
     for_items(m, MMA_TILE * MMA_TILE / lanes, out_item, &o);
-    ir_if_end(k, live, NULL);
+    kx_end_if(k, live);
     groups[0] = (m->rows + MMA_TILE - 1) / MMA_TILE;
     groups[1] = m->n_max / MMA_TILE;
 }
 
 /* ---- tiled kernel in workgroup memory ------------------------------------------------------ */
 
-#define RR 4 /* consecutive rows per invocation */
-#define SIMT_PAD 4
+#define ROWS_PER_INV 4 /* consecutive rows of Y per invocation */
+#define SIMT_PAD 4     /* f32 words after each staged column */
 
 typedef struct simt_ctx {
-    ir_shm xs, ws;
-    ir_val tx, ty;
-    uint32_t rt, sx, sw;
+    ir_shm xs, ws;            /* the staged chunks, transposed: xs[c][token], ws[c][row] */
+    ir_val row_blk, tok_blk;  /* the invocation's block: rows row_blk * 4 .., tokens tok_blk * tokens_per_inv .. */
+    uint32_t tokens_per_inv;
+    uint32_t x_stride, w_stride; /* of xs's and ws's columns, in words */
 } simt_ctx;
 
-/* The invocation's rt x 4 block over a staged chunk, k steps in a loop of 4 unrolled
- * (drivers unroll further; lavapipe compiles much faster than fully unrolled). */
-static void simt_math(mm *m, const void *p, ir_val *acc, uint32_t ncols) {
+/* The invocation's tokens_per_inv x 4 block over a staged chunk, k steps in a loop of 4
+ * unrolled (drivers unroll further; lavapipe compiles much faster than fully unrolled). */
+static void simt_math(const mm *m, const void *p, ir_val *acc, uint32_t n_cols) {
     const simt_ctx *q = p;
-    ir_kernel *k = m->k;
-    uint32_t nacc = q->rt * RR, un = ncols % 4 ? 1 : 4;
-    ir_for *l = ir_for_begin(k, cu(m, 0), cu(m, ncols), cu(m, un), nacc, acc);
-    ir_val cur[8 * RR];
+    kx k = m->k;
+    uint32_t rt = q->tokens_per_inv, nacc = rt * ROWS_PER_INV, unroll = n_cols % 4 ? 1 : 4;
+    ir_val step = kx_u32(k, unroll), end = kx_u32(k, n_cols);
+    ir_for *l = ir_for_begin(k.ir, kx_u32(k, 0), end, step, nacc, acc);
+    ir_val cur[8 * ROWS_PER_INV];
     for (uint32_t i = 0; i < nacc; i++) cur[i] = ir_for_arg(l, i);
     ir_val kk = ir_for_iv(l);
-    ir_val xo = add(m, mul(m, kk, cu(m, q->sx)), mul(m, q->ty, cu(m, q->rt)));
-    ir_val wo = add(m, mul(m, kk, cu(m, q->sw)), mul(m, q->tx, cu(m, RR)));
-    for (uint32_t u = 0; u < un; u++) {
-        ir_val xv[8], wv[RR];
-        for (uint32_t i = 0; i < q->rt; i++) xv[i] = ir_shm_load(k, q->xs, add(m, xo, cu(m, u * q->sx + i)), 1);
-        for (uint32_t j = 0; j < RR; j++) wv[j] = ir_shm_load(k, q->ws, add(m, wo, cu(m, u * q->sw + j)), 1);
-        for (uint32_t i = 0; i < q->rt; i++)
-            for (uint32_t j = 0; j < RR; j++) cur[i * RR + j] = ir_fma(k, xv[i], wv[j], cur[i * RR + j]);
+    /* column kk of the invocation's tokens in xs and of its rows in ws */
+    ir_val xo = kx_idx(k, kk, q->x_stride, kx_mul_c(k, q->tok_blk, rt));
+    ir_val wo = kx_idx(k, kk, q->w_stride, kx_mul_c(k, q->row_blk, ROWS_PER_INV));
+    for (uint32_t u = 0; u < unroll; u++) {
+        ir_val xv[8], wv[ROWS_PER_INV];
+        for (uint32_t i = 0; i < rt; i++) xv[i] = kx_shm_load(k, q->xs, kx_add_c(k, xo, u * q->x_stride + i), 1);
+        for (uint32_t j = 0; j < ROWS_PER_INV; j++)
+            wv[j] = kx_shm_load(k, q->ws, kx_add_c(k, wo, u * q->w_stride + j), 1);
+        for (uint32_t i = 0; i < rt; i++)
+            for (uint32_t j = 0; j < ROWS_PER_INV; j++) {
+                ir_val *c = &cur[i * ROWS_PER_INV + j];
+                *c = kx_fma(k, xv[i], wv[j], *c);
+            }
     }
-    ir_for_end(k, l, cur);
+    ir_for_end(k.ir, l, cur);
     for (uint32_t i = 0; i < nacc; i++) acc[i] = ir_for_result(l, i);
 }
 
 /* false when even 4-column chunks do not fit caps.shared_bytes */
 static bool build_simt(mm *m, uint32_t groups[2]) {
-    ir_kernel *k = m->k;
+    kx k = m->k;
     simt_ctx q;
-    m->wg = kn_workgroup(m->c, 256);
-    uint32_t ntx = m->wg < 16 ? m->wg : 16, nty = m->wg / ntx;
+    m->invocations = kn_workgroup(k.caps, 256);
+    uint32_t wg = m->invocations;
+    /* invocations across rows and across tokens */
+    uint32_t row_blks = wg < 16 ? wg : 16, tok_blks = wg / row_blks;
     /* 16 or 32 outputs per invocation (8 x 4 at 256 was slower on the H200 for 1024 rows:
      * half the workgroups) */
-    q.rt = m->wg >= 256 ? 4 : 8;
-    uint32_t tn = ntx * RR, tm = nty * q.rt;
-    q.sx = tm + SIMT_PAD, q.sw = tn + SIMT_PAD;
+    q.tokens_per_inv = wg >= 256 ? 4 : 8;
+    uint32_t tile_rows = row_blks * ROWS_PER_INV, tile_tokens = tok_blks * q.tokens_per_inv;
+    q.x_stride = tile_tokens + SIMT_PAD, q.w_stride = tile_rows + SIMT_PAD;
     /* the widest chunk that fits (16 KiB, the minimum, holds 16 columns of 64 + 64) */
-    uint32_t kc = 32, limit = m->c->shared_bytes ? m->c->shared_bytes : 16384;
-    while (kc > 4 && (q.sx + q.sw) * kc * 4 > limit) kc /= 2;
-    if ((q.sx + q.sw) * kc * 4 > limit) return false;
-    ir_set_workgroup(k, m->wg, 1, 1);
-    q.xs = ir_shared_array(k, "xs", IR_F32, kc * q.sx);
-    q.ws = ir_shared_array(k, "ws", IR_F32, kc * q.sw);
-    q.tx = ir_bin(k, IR_OP_REM, m->lid, cu(m, ntx));
-    q.ty = ir_bin(k, IR_OP_DIV, m->lid, cu(m, ntx));
-    ir_val t0 = mul(m, ir_id(k, IR_ID_GROUP, 1), cu(m, tm));
-    ir_val r0 = mul(m, ir_id(k, IR_ID_GROUP, 0), cu(m, tn));
+    uint32_t kc = 32, limit = k.caps->shared_bytes ? k.caps->shared_bytes : 16384;
+    while (kc > 4 && (q.x_stride + q.w_stride) * kc * 4 > limit) kc /= 2;
+    if ((q.x_stride + q.w_stride) * kc * 4 > limit) return false;
+    kx_workgroup(k, wg);
+    q.xs = kx_shared(k, "xs", IR_F32, kc * q.x_stride);
+    q.ws = kx_shared(k, "ws", IR_F32, kc * q.w_stride);
+    q.row_blk = kx_rem_c(k, m->lid, row_blks);
+    q.tok_blk = kx_div_c(k, m->lid, row_blks);
+    ir_val t0 = kx_group_times(k, 1, tile_tokens);
+    ir_val r0 = kx_group_times(k, 0, tile_rows);
 
-    ir_if *live = ir_if_begin(k, lt(m, t0, m->n), 0);
+    ir_if *live = kx_if(k, kx_lt(k, t0, m->n));
     uint32_t v = kn_vec_width(m->cols);
     /* staged transposed (xs[c][token], ws[c][row]) so the math reads consecutive words */
-    chunker ch = {.sx = {m->x, q.xs, t0, IR_NONE, m->n_max - 1, 0, v, 1, q.sx, false, true},
-                  .sw = {m->w, q.ws, r0, IR_NONE, m->rows - 1, 0, v, 1, q.sw, false, true},
-                  .x_tile = tm, .w_tile = tn, .kc = kc, .kstep = 1, .nacc = q.rt * RR, .pipe = true,
-                  .math = simt_math, .q = &q};
-    ir_val acc[8 * RR];
-    for (uint32_t i = 0; i < ch.nacc; i++) acc[i] = ir_const_f32(k, 0.0f);
+    chunker ch = {.sx = {m->x, q.xs, t0, IR_NONE, m->n_max - 1, 0, v, 1, q.x_stride, false, true},
+                  .sw = {m->w, q.ws, r0, IR_NONE, m->rows - 1, 0, v, 1, q.w_stride, false, true},
+                  .x_tile = tile_tokens, .w_tile = tile_rows, .cols_per_chunk = kc, .col_step = 1,
+                  .n_acc = q.tokens_per_inv * ROWS_PER_INV, .pipelined = true, .math = simt_math, .q = &q};
+    ir_val acc[8 * ROWS_PER_INV];
+    for (uint32_t i = 0; i < ch.n_acc; i++) acc[i] = kx_f32(k, 0.0f);
     run_chunks(m, &ch, acc);
 
-    /* the invocation's block: tokens t0 + ty * rt + i, rows r0 + tx * 4 + j */
+    /* the invocation's block: tokens t0 + tok_blk * tokens_per_inv + i, rows r0 + row_blk * 4 + j */
     uint32_t lanes = kn_vec_width(m->rows);
-    for (uint32_t i = 0; i < q.rt; i++) {
-        ir_val t = add(m, t0, add(m, mul(m, q.ty, cu(m, q.rt)), cu(m, i)));
-        for (uint32_t j = 0; j < RR; j += lanes) {
-            ir_val r = add(m, r0, add(m, mul(m, q.tx, cu(m, RR)), cu(m, j)));
-            ir_if *f = ir_if_begin(k, ir_bin(k, IR_OP_AND, lt(m, t, m->n), lt(m, r, cu(m, m->rows))), 0);
-            store_y(m, t, r, &acc[i * RR + j], lanes);
-            ir_if_end(k, f, NULL);
+    for (uint32_t i = 0; i < q.tokens_per_inv; i++) {
+        ir_val ic = kx_u32(k, i);
+        ir_val t = kx_add(k, t0, kx_add(k, kx_mul_c(k, q.tok_blk, q.tokens_per_inv), ic));
+        for (uint32_t j = 0; j < ROWS_PER_INV; j += lanes) {
+            ir_val jc = kx_u32(k, j);
+            ir_val r = kx_add(k, r0, kx_add(k, kx_mul_c(k, q.row_blk, ROWS_PER_INV), jc));
+            ir_if *f = kx_if(k, exists(m, t, r));
+            store_y(m, t, r, &acc[i * ROWS_PER_INV + j], lanes);
+            kx_end_if(k, f);
         }
     }
-    ir_if_end(k, live, NULL);
-    groups[0] = (m->rows + tn - 1) / tn;
-    groups[1] = (m->n_max + tm - 1) / tm;
+    kx_end_if(k, live);
+    groups[0] = (m->rows + tile_rows - 1) / tile_rows;
+    groups[1] = (m->n_max + tile_tokens - 1) / tile_tokens;
     return true;
 }
 
@@ -442,23 +499,26 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
     uint32_t g[2];
     mma_cfg cfg;
     bool use_mma = mma_pick(c, dtype, &cfg);
-    mm m = {.c = c, .rows = rows, .cols = cols, .n_max = n_max, .dt = dtype, .epi = epi};
-    m.k = kn_create("kn_matmul", err, errlen);
-    if (!m.k) return NULL;
-    ir_kernel *k = m.k;
-    m.w = ir_param_buffer(k, "W", dtype, IR_READ), m.x = ir_param_buffer(k, "X", dtype, IR_READ);
-    m.y = ir_param_buffer(k, "Y", dtype, IR_WRITE), m.info = ir_param_buffer(k, "info", IR_U32, IR_READ);
-    if (epi & KN_EPI_BIAS) m.b = ir_param_buffer(k, "b", dtype, IR_READ);
-    if (epi & KN_EPI_RESIDUAL) m.res = ir_param_buffer(k, "res", dtype, IR_READ);
-    m.lid = ir_id(k, IR_ID_LOCAL, 0);
-    m.n = umin(&m, ir_load(k, m.info, cu(&m, 1), 1), cu(&m, n_max));
+    mm m = {.k = {kn_create("kn_matmul", err, errlen), c}, .rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype,
+            .epi = epi};
+    kx k = m.k;
+    if (!k.ir) return NULL;
+    m.w = kx_buffer(k, "W", dtype, IR_READ, (uint64_t)rows * cols);
+    m.x = kx_buffer(k, "X", dtype, IR_READ, (uint64_t)n_max * cols);
+    m.y = kx_buffer(k, "Y", dtype, IR_WRITE, (uint64_t)n_max * rows);
+    m.info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    if (epi & KN_EPI_BIAS) m.b = kx_buffer(k, "b", dtype, IR_READ, rows);
+    if (epi & KN_EPI_RESIDUAL) m.res = kx_buffer(k, "res", dtype, IR_READ, (uint64_t)n_max * rows);
+    m.lid = kx_local(k);
+    ir_val n_max_c = kx_u32(k, n_max);
+    m.n = kx_min(k, kx_load_c(k, m.info, 1), n_max_c);
     if (use_mma) {
         build_mma(&m, &cfg, g);
     } else if (!build_simt(&m, g)) {
         kn_fail(err, errlen, "kn_matmul: caps.shared_bytes %u holds no tile", c->shared_bytes);
-        ir_kernel_destroy(k);
+        ir_kernel_destroy(k.ir);
         return NULL;
     }
     if (groups) groups[0] = g[0], groups[1] = g[1];
-    return kn_finish(k, err, errlen);
+    return kn_finish(k.ir, err, errlen);
 }

@@ -14,38 +14,41 @@
 #define UNROLL 4
 /* x[c] (v lanes) as f32: from the x buffer, or from the workgroup copy of the normalized
  * row (hx != UINT32_MAX), which holds f32 values of dtype numbers. */
-static ir_val x_at(ir_kernel *k, ir_buf x, uint32_t hx, ir_val c, uint32_t v, ir_type fv) {
-    return hx != UINT32_MAX ? ir_shm_load(k, hx, c, v) : ir_convert(k, ir_load(k, x, c, v), fv);
+static ir_val x_at(kx k, ir_buf x, uint32_t hx, ir_val c, uint32_t v, ir_type fv) {
+    return hx != UINT32_MAX ? kx_shm_load(k, hx, c, v) : kx_convert(k, kx_load(k, x, c, v), fv);
 }
 
-static ir_val row_dot(ir_kernel *k, ir_buf w, ir_buf x, uint32_t hx, ir_val row, ir_val first, uint32_t stride,
-                      uint32_t cols, uint32_t v) {
-    ir_type f32 = ir_t_scalar(k, IR_F32), fv = v == 1 ? f32 : ir_t_vector(k, IR_F32, v);
+/* sum_c w[row][c] * x[c] over this lane's columns c = first, first + stride, .. (v-wide
+ * vectors), lanes summed at the end */
+static ir_val row_dot(kx k, ir_buf w, ir_buf x, uint32_t hx, ir_val row, ir_val first, uint32_t stride, uint32_t cols,
+                      uint32_t v) {
+    ir_type fv = kx_t(k, IR_F32, v);
     ir_val z[4];
-    for (uint32_t i = 0; i < v; i++) z[i] = ir_const_f32(k, 0.0f);
-    ir_val zero = v == 1 ? z[0] : ir_vec(k, z, v);
-    ir_val base = ir_bin(k, IR_OP_MUL, row, ir_const_u32(k, cols));
+    for (uint32_t i = 0; i < v; i++) z[i] = kx_f32(k, 0.0f);
+    ir_val zero = v == 1 ? z[0] : kx_vec(k, z, v);
+    ir_val base = kx_mul_c(k, row, cols);
     uint32_t main_end = cols - cols % (stride * UNROLL);
     ir_val acc = zero;
     if (main_end) {
-        ir_for *l = ir_for_begin(k, first, ir_const_u32(k, main_end), ir_const_u32(k, stride * UNROLL), 1, &zero);
+        ir_val step = kx_u32(k, stride * UNROLL);
+        ir_for *l = ir_for_begin(k.ir, first, kx_u32(k, main_end), step, 1, &zero);
         ir_val a = ir_for_arg(l, 0), wv[UNROLL], xv[UNROLL];
         for (uint32_t u = 0; u < UNROLL; u++) { /* all loads first, then the sums */
-            ir_val c = ir_bin(k, IR_OP_ADD, ir_for_iv(l), ir_const_u32(k, u * stride));
-            wv[u] = ir_load(k, w, ir_bin(k, IR_OP_ADD, base, c), v);
+            ir_val c = kx_add_c(k, ir_for_iv(l), u * stride);
+            wv[u] = kx_load(k, w, kx_add(k, base, c), v);
             xv[u] = x_at(k, x, hx, c, v, fv);
         }
-        for (uint32_t u = 0; u < UNROLL; u++) a = ir_fma(k, ir_convert(k, wv[u], fv), xv[u], a);
-        ir_for_end(k, l, &a);
+        for (uint32_t u = 0; u < UNROLL; u++) a = kx_fma(k, kx_convert(k, wv[u], fv), xv[u], a);
+        ir_for_end(k.ir, l, &a);
         acc = ir_for_result(l, 0);
     }
     if (main_end < cols) {
-        ir_val from = ir_bin(k, IR_OP_ADD, first, ir_const_u32(k, main_end));
-        ir_for *l = ir_for_begin(k, from, ir_const_u32(k, cols), ir_const_u32(k, stride), 1, &acc);
+        ir_val from = kx_add_c(k, first, main_end), step = kx_u32(k, stride);
+        ir_for *l = ir_for_begin(k.ir, from, kx_u32(k, cols), step, 1, &acc);
         ir_val c = ir_for_iv(l);
-        ir_val wv = ir_convert(k, ir_load(k, w, ir_bin(k, IR_OP_ADD, base, c), v), fv);
-        ir_val a = ir_fma(k, wv, x_at(k, x, hx, c, v, fv), ir_for_arg(l, 0));
-        ir_for_end(k, l, &a);
+        ir_val wv = kx_convert(k, kx_load(k, w, kx_add(k, base, c), v), fv);
+        ir_val a = kx_fma(k, wv, x_at(k, x, hx, c, v, fv), ir_for_arg(l, 0));
+        ir_for_end(k.ir, l, &a);
         acc = ir_for_result(l, 0);
     }
     return kn_lane_sum(k, acc, v);
@@ -57,61 +60,64 @@ static ir_val row_dot(ir_kernel *k, ir_buf w, ir_buf x, uint32_t hx, ir_val row,
  * 0xffff0000), exact. Twice the bytes in flight per lane of the 8-byte loads above, which
  * a decode step on a large GPU needs to approach its bandwidth. Lane sums run over even
  * then odd elements (a summation order, as the contract allows). */
-static ir_val u32v(ir_kernel *k, uint32_t c) {
-    ir_val l[4] = {ir_const_u32(k, c), ir_const_u32(k, c), ir_const_u32(k, c), ir_const_u32(k, c)};
-    return ir_vec(k, l, 4);
+static ir_val u32x4(kx k, uint32_t c) {
+    ir_val l[4];
+    for (int i = 0; i < 4; i++) l[i] = kx_u32(k, c);
+    return kx_vec(k, l, 4);
 }
 
 /* (even, odd) f32 vectors of 8 bf16 packed in a u32x4 */
-static void unpack8(ir_kernel *k, ir_val words, ir_val *even, ir_val *odd) {
-    ir_type f4 = ir_t_vector(k, IR_F32, 4);
-    *even = ir_bitcast(k, ir_bin(k, IR_OP_SHL, words, u32v(k, 16)), f4);
-    *odd = ir_bitcast(k, ir_bin(k, IR_OP_AND, words, u32v(k, 0xffff0000u)), f4);
+static void unpack8(kx k, ir_val words, ir_val *even, ir_val *odd) {
+    ir_type f4 = kx_t(k, IR_F32, 4);
+    *even = kx_bitcast(k, kx_shl(k, words, u32x4(k, 16)), f4);
+    *odd = kx_bitcast(k, kx_and(k, words, u32x4(k, 0xffff0000u)), f4);
 }
 
 /* acc + the 8 products at column c (a multiple of 8) of the row at word base wbase */
-static ir_val dot8(ir_kernel *k, ir_buf w, ir_buf x, uint32_t hx, ir_val wbase, ir_val c, ir_val acc) {
-    ir_val half = ir_bin(k, IR_OP_SHR, c, ir_const_u32(k, 1));
+static ir_val dot8(kx k, ir_buf w, ir_buf x, uint32_t hx, ir_val wbase, ir_val c, ir_val acc) {
+    ir_val half = kx_shr_c(k, c, 1); /* the column's word */
     ir_val we, wo, xe, xo;
-    unpack8(k, ir_load(k, w, ir_bin(k, IR_OP_ADD, wbase, half), 4), &we, &wo);
+    unpack8(k, kx_load(k, w, kx_add(k, wbase, half), 4), &we, &wo);
     if (hx != UINT32_MAX) {
-        ir_val a = ir_shm_load(k, hx, c, 4), b = ir_shm_load(k, hx, ir_bin(k, IR_OP_ADD, c, ir_const_u32(k, 4)), 4);
-        ir_val e[4] = {ir_extract(k, a, 0), ir_extract(k, a, 2), ir_extract(k, b, 0), ir_extract(k, b, 2)};
-        ir_val o[4] = {ir_extract(k, a, 1), ir_extract(k, a, 3), ir_extract(k, b, 1), ir_extract(k, b, 3)};
-        xe = ir_vec(k, e, 4), xo = ir_vec(k, o, 4);
+        ir_val a = kx_shm_load(k, hx, c, 4), b = kx_shm_load(k, hx, kx_add_c(k, c, 4), 4);
+        ir_val e[4], o[4]; /* the even elements 0, 2 of a, then of b; the odd ones */
+        for (uint32_t i = 0; i < 4; i++) e[i] = kx_lane(k, i < 2 ? a : b, i % 2 * 2);
+        for (uint32_t i = 0; i < 4; i++) o[i] = kx_lane(k, i < 2 ? a : b, i % 2 * 2 + 1);
+        xe = kx_vec(k, e, 4), xo = kx_vec(k, o, 4);
     } else {
-        unpack8(k, ir_load(k, x, half, 4), &xe, &xo);
+        unpack8(k, kx_load(k, x, half, 4), &xe, &xo);
     }
-    return ir_fma(k, wo, xo, ir_fma(k, we, xe, acc));
+    return kx_fma(k, wo, xo, kx_fma(k, we, xe, acc));
 }
 
 /* The wide dot product of one row of w (and, with w2, of the same row of w2 in the same
  * loop: SwiGLU's gate and up rows, twice the loads in flight) against x; the second sum
  * goes to *sum2. */
-static ir_val row_dot_wide(ir_kernel *k, ir_buf w, ir_buf w2, ir_val *sum2, ir_buf x, uint32_t hx, ir_val row,
-                           ir_val first, uint32_t stride, uint32_t cols) {
+static ir_val row_dot_wide(kx k, ir_buf w, ir_buf w2, ir_val *sum2, ir_buf x, uint32_t hx, ir_val row, ir_val first,
+                           uint32_t stride, uint32_t cols) {
     bool two = sum2 != NULL; /* w2 is a buffer index (0 is a buffer): sum2 says whether there is one */
-    ir_val z = ir_const_f32(k, 0.0f), zs[4] = {z, z, z, z}, zero = ir_vec(k, zs, 4);
-    ir_val wbase = ir_bin(k, IR_OP_MUL, row, ir_const_u32(k, cols / 2));
+    ir_val zero = kx_splat(k, kx_f32(k, 0.0f), 4);
+    ir_val wbase = kx_mul_c(k, row, cols / 2);
     uint32_t main_end = cols - cols % (stride * UNROLL), nacc = two ? 2 : 1;
     ir_val acc[2] = {zero, zero};
     if (main_end) {
-        ir_for *l = ir_for_begin(k, first, ir_const_u32(k, main_end), ir_const_u32(k, stride * UNROLL), nacc, acc);
+        ir_val step = kx_u32(k, stride * UNROLL);
+        ir_for *l = ir_for_begin(k.ir, first, kx_u32(k, main_end), step, nacc, acc);
         ir_val a[2] = {ir_for_arg(l, 0), two ? ir_for_arg(l, 1) : IR_NONE};
         for (uint32_t u = 0; u < UNROLL; u++) {
-            ir_val c = ir_bin(k, IR_OP_ADD, ir_for_iv(l), ir_const_u32(k, u * stride));
+            ir_val c = kx_add_c(k, ir_for_iv(l), u * stride);
             a[0] = dot8(k, w, x, hx, wbase, c, a[0]);
             if (two) a[1] = dot8(k, w2, x, hx, wbase, c, a[1]);
         }
-        ir_for_end(k, l, a);
+        ir_for_end(k.ir, l, a);
         for (uint32_t i = 0; i < nacc; i++) acc[i] = ir_for_result(l, i);
     }
     if (main_end < cols) {
-        ir_val from = ir_bin(k, IR_OP_ADD, first, ir_const_u32(k, main_end));
-        ir_for *l = ir_for_begin(k, from, ir_const_u32(k, cols), ir_const_u32(k, stride), nacc, acc);
+        ir_val from = kx_add_c(k, first, main_end), step = kx_u32(k, stride);
+        ir_for *l = ir_for_begin(k.ir, from, kx_u32(k, cols), step, nacc, acc);
         ir_val a[2] = {dot8(k, w, x, hx, wbase, ir_for_iv(l), ir_for_arg(l, 0)), IR_NONE};
         if (two) a[1] = dot8(k, w2, x, hx, wbase, ir_for_iv(l), ir_for_arg(l, 1));
-        ir_for_end(k, l, a);
+        ir_for_end(k.ir, l, a);
         for (uint32_t i = 0; i < nacc; i++) acc[i] = ir_for_result(l, i);
     }
     if (two) *sum2 = kn_lane_sum(k, acc[1], 4);
@@ -119,46 +125,40 @@ static ir_val row_dot_wide(ir_kernel *k, ir_buf w, ir_buf w2, ir_val *sum2, ir_b
 }
 
 /* sum + 0.5 * (row % 7): the planted error of KN_EPI_FAULT. */
-static ir_val fault(ir_kernel *k, ir_val row, ir_val sum) {
-    ir_val r7 = ir_convert(k, ir_bin(k, IR_OP_REM, row, ir_const_u32(k, 7)), ir_t_scalar(k, IR_F32));
-    return ir_fma(k, r7, ir_const_f32(k, 0.5f), sum);
+static ir_val fault(kx k, ir_val row, ir_val sum) {
+    ir_val r7 = kx_as(k, kx_rem_c(k, row, 7), IR_F32);
+    return kx_fma(k, r7, kx_f32(k, 0.5f), sum);
 }
 
 /* The row's result, stored by one invocation: the epilogue applied to the dot product(s). */
-static void store_row(ir_kernel *k, unsigned epi, ir_buf y, ir_buf b, ir_buf res, ir_val row,
-                      ir_val sum, ir_val up, ir_scalar dtype, ir_scalar out) {
+static void store_row(kx k, unsigned epi, ir_buf y, ir_buf b, ir_buf res, ir_val row, ir_val sum, ir_val up,
+                      ir_scalar dtype, ir_scalar out) {
     if (epi & KN_EPI_SWIGLU) {
-        ir_type f32 = ir_t_scalar(k, IR_F32), dt = ir_t_scalar(k, dtype);
-        ir_val g = ir_convert(k, ir_convert(k, sum, dt), f32), u = ir_convert(k, ir_convert(k, up, dt), f32);
-        ir_store(k, y, row, ir_convert(k, kn_silu_mul(k, g, u), dt));
+        /* silu(round(g)) * round(u) */
+        ir_val g = kx_as(k, kx_as(k, sum, dtype), IR_F32), u = kx_as(k, kx_as(k, up, dtype), IR_F32);
+        kx_store(k, y, row, kx_as(k, kn_silu_mul(k, g, u), dtype));
     } else if (out == IR_F32) {
-        ir_store(k, y, row, epi & KN_EPI_FAULT ? fault(k, row, sum) : sum);
+        kx_store(k, y, row, epi & KN_EPI_FAULT ? fault(k, row, sum) : sum);
     } else {
-        ir_store(k, y, row, kn_epilogue(k, epi, sum, b, row, res, row, dtype));
+        kx_store(k, y, row, kn_epilogue(k, epi, sum, b, row, res, row, dtype));
     }
 }
 
 /* The RMSNorm of x into workgroup memory, every workgroup its own copy: hx[c] = round((x[c]
  * * scale) * wn[c]) with the scale of kn_rmsnorm (same sums for the same workgroup size),
  * as f32 values. Barriers: called in uniform control flow. */
-static uint32_t norm_prologue(ir_kernel *k, const rt_caps *c, uint32_t wg, ir_buf x, ir_buf wn, uint32_t cols,
-                              ir_scalar dtype, float eps) {
-    uint32_t v = kn_vec_width(cols), hx = ir_shared_array(k, "hx", IR_F32, cols);
-    ir_type f32 = ir_t_scalar(k, IR_F32), fv = v == 1 ? f32 : ir_t_vector(k, IR_F32, v);
-    ir_type dv = v == 1 ? ir_t_scalar(k, dtype) : ir_t_vector(k, dtype, v);
-    ir_val scale = kn_rms_scale(k, c, wg, x, ir_const_u32(k, 0), cols, eps, "ss_part"), sv = scale;
-    if (v > 1) {
-        ir_val s4[4] = {scale, scale, scale, scale};
-        sv = ir_vec(k, s4, v);
-    }
-    ir_val start = ir_bin(k, IR_OP_MUL, ir_id(k, IR_ID_LOCAL, 0), ir_const_u32(k, v));
-    ir_for *l = ir_for_begin(k, start, ir_const_u32(k, cols), ir_const_u32(k, wg * v), 0, NULL);
-    ir_val col = ir_for_iv(l);
-    ir_val xs = ir_bin(k, IR_OP_MUL, ir_convert(k, ir_load(k, x, col, v), fv), sv);
-    ir_val o = ir_bin(k, IR_OP_MUL, xs, ir_convert(k, ir_load(k, wn, col, v), fv));
-    ir_shm_store(k, hx, col, ir_convert(k, ir_convert(k, o, dv), fv));
-    ir_for_end(k, l, NULL);
-    ir_barrier(k);
+static uint32_t norm_prologue(kx k, uint32_t wg, ir_buf x, ir_buf wn, uint32_t cols, ir_scalar dtype, float eps) {
+    uint32_t v = kn_vec_width(cols), hx = kx_shared(k, "hx", IR_F32, cols);
+    ir_type fv = kx_t(k, IR_F32, v), dv = kx_t(k, dtype, v);
+    ir_val scale = kn_rms_scale(k, wg, x, kx_u32(k, 0), cols, eps, "ss_part");
+    ir_val sv = kx_splat(k, scale, v);
+    ir_val start = kx_local_times(k, v), step = kx_u32(k, wg * v), col;
+    ir_for *l = kx_for(k, start, kx_u32(k, cols), step, &col);
+    ir_val xs = kx_mul(k, kx_convert(k, kx_load(k, x, col, v), fv), sv);
+    ir_val o = kx_mul(k, xs, kx_convert(k, kx_load(k, wn, col, v), fv));
+    kx_shm_store(k, hx, col, kx_convert(k, kx_convert(k, o, dv), fv));
+    kx_end_for(k, l);
+    kx_barrier(k);
     return hx;
 }
 
@@ -175,7 +175,8 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
         kn_fail(err, errlen, "%s: output must be %s or f32, not %s", name, ir_scalar_name(dtype), ir_scalar_name(out));
         return NULL;
     }
-    if (kn_check_epi(name, epi, out == IR_F32 ? KN_EPI_FAULT : KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err, errlen))
+    unsigned allowed = out == IR_F32 ? KN_EPI_FAULT : KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU;
+    if (kn_check_epi(name, epi, allowed, err, errlen))
         return NULL;
     if (rows == 0 || cols == 0 || (uint64_t)rows * cols > UINT32_MAX) {
         kn_fail(err, errlen, "%s: bad shape %u x %u (u32 indices: rows * cols < 2^32)", name, rows, cols);
@@ -191,81 +192,85 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
                 cols * 4 + 512, c->shared_bytes);
         return NULL;
     }
-    ir_kernel *k = kn_create(name, err, errlen);
-    if (!k) return NULL;
+    kx k = {kn_create(name, err, errlen), c};
+    if (!k.ir) return NULL;
     /* bf16 rows of whole 16-byte words go 8 elements per load (row_dot_wide), the
      * weights (and x, unless normalized into workgroup memory) read as u32 words */
     bool wide = dtype == IR_BF16 && cols % 8 == 0;
     ir_scalar wt = wide ? IR_U32 : dtype, xt = wide && !norm ? IR_U32 : dtype;
-    ir_buf w = ir_param_buffer(k, "W", wt, IR_READ), x = ir_param_buffer(k, "x", xt, IR_READ);
-    ir_buf y = ir_param_buffer(k, "y", out, IR_WRITE), b = 0, res = 0, wu = 0, wn = 0;
-    if (epi & KN_EPI_BIAS) b = ir_param_buffer(k, "b", dtype, IR_READ);
-    if (epi & KN_EPI_RESIDUAL) res = ir_param_buffer(k, "res", dtype, IR_READ);
-    if (epi & KN_EPI_SWIGLU) wu = ir_param_buffer(k, "Wu", wt, IR_READ);
-    if (norm) wn = ir_param_buffer(k, "wn", dtype, IR_READ);
+    uint32_t w_per = wt == IR_U32 ? 2 : 1, x_per = xt == IR_U32 ? 2 : 1; /* 16-bit elements per word */
+    ir_buf w = kx_buffer(k, "W", wt, IR_READ, (uint64_t)rows * cols / w_per);
+    ir_buf x = kx_buffer(k, "x", xt, IR_READ, cols / x_per);
+    ir_buf y = kx_buffer(k, "y", out, IR_WRITE, rows), b = 0, res = 0, wu = 0, wn = 0;
+    if (epi & KN_EPI_BIAS) b = kx_buffer(k, "b", dtype, IR_READ, rows);
+    if (epi & KN_EPI_RESIDUAL) res = kx_buffer(k, "res", dtype, IR_READ, rows);
+    if (epi & KN_EPI_SWIGLU) wu = kx_buffer(k, "Wu", wt, IR_READ, (uint64_t)rows * cols / w_per);
+    if (norm) wn = kx_buffer(k, "wn", dtype, IR_READ, cols);
     bool swi = epi & KN_EPI_SWIGLU, strided = kn_matvec_strided(c);
     uint32_t v = kn_vec_width(cols), sg = c->subgroup_size;
     uint32_t gx, wg = kn_workgroup(c, 256);
     /* narrower subgroups would leave too few lanes per row */
     bool per_subgroup = c->subgroup_arith && sg >= 8 && sg <= wg;
     if (!per_subgroup) wg = kn_workgroup(c, 128);
-    ir_set_workgroup(k, wg, 1, 1);
-    uint32_t hx = norm ? norm_prologue(k, c, wg, x, wn, cols, dtype, eps) : UINT32_MAX;
+    kx_workgroup(k, wg);
+    uint32_t hx = norm ? norm_prologue(k, wg, x, wn, cols, dtype, eps) : UINT32_MAX;
     if (per_subgroup) {
         /* one subgroup per row, wg / sg rows per workgroup, rows strided over the grid
          * where kn_matvec_strided (a grid smaller than *groups_x amortizes the prologue
          * over more rows), else a subgroup past the last row skips its row: no barrier
          * past the prologue */
         uint32_t rpw = wg / sg;
-        ir_val row0 = ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_MUL, ir_id(k, IR_ID_GROUP, 0), ir_const_u32(k, rpw)),
-                             ir_id(k, IR_ID_SG_ID, 0));
-        ir_val stride = ir_bin(k, IR_OP_MUL, ir_id(k, IR_ID_NUM_GROUPS, 0), ir_const_u32(k, rpw));
-        ir_for *each = strided ? ir_for_begin(k, row0, ir_const_u32(k, rows), stride, 0, NULL) : NULL;
-        ir_if *in = strided ? NULL : ir_if_begin(k, ir_compare(k, IR_LT, row0, ir_const_u32(k, rows)), 0);
-        ir_val row = strided ? ir_for_iv(each) : row0;
-        ir_val lane = ir_id(k, IR_ID_SG_LANE, 0);
-        ir_val first = ir_bin(k, IR_OP_MUL, lane, ir_const_u32(k, v));
-        if (wide) first = ir_bin(k, IR_OP_MUL, lane, ir_const_u32(k, 8));
+        ir_val sg_id = kx_sg_id(k);
+        ir_val row0 = kx_add(k, kx_group_times(k, 0, rpw), sg_id);
+        ir_val stride = kx_n_groups_times(k, rpw), row = row0;
+        ir_for *each = strided ? kx_for(k, row0, kx_u32(k, rows), stride, &row) : NULL;
+        ir_if *in = strided ? NULL : kx_if(k, kx_lt_c(k, row0, rows));
+        ir_val lane = kx_sg_lane(k);
+        ir_val first = kx_mul_c(k, lane, v);
+        if (wide) first = kx_mul_c(k, lane, 8);
         ir_val up = IR_NONE, sum;
         if (wide) {
-            sum = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot_wide(k, w, wu, swi ? &up : NULL, x, hx, row, first, sg * 8, cols));
-            if (swi) up = ir_sg_reduce(k, IR_REDUCE_ADD, up);
+            sum = kx_sg_sum(k, row_dot_wide(k, w, wu, swi ? &up : NULL, x, hx, row, first, sg * 8, cols));
+            if (swi) up = kx_sg_sum(k, up);
         } else {
-            sum = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot(k, w, x, hx, row, first, sg * v, cols, v));
-            if (swi) up = ir_sg_reduce(k, IR_REDUCE_ADD, row_dot(k, wu, x, hx, row, first, sg * v, cols, v));
+            sum = kx_sg_sum(k, row_dot(k, w, x, hx, row, first, sg * v, cols, v));
+            if (swi) up = kx_sg_sum(k, row_dot(k, wu, x, hx, row, first, sg * v, cols, v));
         }
-        ir_if *l0 = ir_if_begin(k, ir_compare(k, IR_EQ, lane, ir_const_u32(k, 0)), 0);
+        ir_if *l0 = kx_if(k, kx_eq_c(k, lane, 0));
         store_row(k, epi, y, b, res, row, sum, up, dtype, out);
-        ir_if_end(k, l0, NULL);
-        if (strided) ir_for_end(k, each, NULL);
-        else ir_if_end(k, in, NULL);
+        kx_end_if(k, l0);
+        if (strided) kx_end_for(k, each);
+        else kx_end_if(k, in);
         gx = (rows + rpw - 1) / rpw;
     } else {
-        /* one workgroup per row (strided over the grid as above), summed through workgroup memory (rows workgroups in x:
-         * past Vulkan's guaranteed 65535 for a vocabulary head, but within what
-         * NVIDIA, AMD, Intel and lavapipe offer) */
-        ir_val lid = ir_id(k, IR_ID_LOCAL, 0), group = ir_id(k, IR_ID_GROUP, 0);
-        ir_for *each =
-            strided ? ir_for_begin(k, group, ir_const_u32(k, rows), ir_id(k, IR_ID_NUM_GROUPS, 0), 0, NULL) : NULL;
-        ir_val row = strided ? ir_for_iv(each) : group; /* one per workgroup: its barriers stay uniform */
-        ir_val first = ir_bin(k, IR_OP_MUL, lid, ir_const_u32(k, v));
-        if (wide) first = ir_bin(k, IR_OP_MUL, lid, ir_const_u32(k, 8));
+        /* one workgroup per row (strided over the grid as above), summed through workgroup
+         * memory (rows workgroups in x: past Vulkan's guaranteed 65535 for a vocabulary
+         * head, but within what NVIDIA, AMD, Intel and lavapipe offer) */
+        /* one row per workgroup: its barriers stay uniform */
+        ir_val lid = kx_local(k), group = kx_group(k, 0), row = group;
+        ir_for *each = NULL;
+        if (strided) {
+            ir_val n_groups = kx_n_groups(k);
+            each = kx_for(k, group, kx_u32(k, rows), n_groups, &row);
+        }
+        ir_val first = kx_mul_c(k, lid, v);
+        if (wide) first = kx_mul_c(k, lid, 8);
         ir_val up = IR_NONE, d0;
         if (wide) d0 = row_dot_wide(k, w, wu, swi ? &up : NULL, x, hx, row, first, wg * 8, cols);
         else {
             d0 = row_dot(k, w, x, hx, row, first, wg * v, cols, v);
             if (swi) up = row_dot(k, wu, x, hx, row, first, wg * v, cols, v);
         }
-        ir_val sum = kn_wg_sum(k, c, wg, d0, "dot_part");
-        if (swi) up = kn_wg_sum(k, c, wg, up, "up_part");
-        ir_if *l0 = ir_if_begin(k, ir_compare(k, IR_EQ, lid, ir_const_u32(k, 0)), 0);
+        ir_val sum = kn_wg_sum(k, wg, d0, "dot_part");
+        if (swi) up = kn_wg_sum(k, wg, up, "up_part");
+        ir_if *l0 = kx_if(k, kx_eq_c(k, lid, 0));
         store_row(k, epi, y, b, res, row, sum, up, dtype, out);
-        ir_if_end(k, l0, NULL);
-        if (strided) ir_for_end(k, each, NULL);
+        kx_end_if(k, l0);
+        if (strided) kx_end_for(k, each);
         gx = rows;
     }
     if (groups_x) *groups_x = gx;
-    return kn_finish(k, err, errlen);
+    return kn_finish(k.ir, err, errlen);
 }
 
 ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out, unsigned epi,

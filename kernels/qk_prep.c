@@ -27,62 +27,64 @@
 #include <math.h>
 
 typedef struct qk_build {
-    ir_kernel *k;
-    const rt_caps *c;
+    kx k;
     uint32_t wg, head_dim, n_rot;
     bool neox, qk_norm, factors;
     float eps, theta_scale, freq_scale;
+    ir_scalar dtype;
     ir_buf qkv, freqs;
-    ir_type f32, dt;
     ir_val p; /* the token's position (u32) */
 } qk_build;
 
 /* x[src + d] as f32, normed and rounded to dtype with qk_norm. */
 static ir_val load_normed(const qk_build *b, ir_val src, ir_val d, ir_buf w, ir_val scale) {
-    ir_kernel *k = b->k;
-    ir_val x = ir_convert(k, ir_load(k, b->qkv, ir_bin(k, IR_OP_ADD, src, d), 1), b->f32);
+    kx k = b->k;
+    ir_val x = kx_as(k, kx_load(k, b->qkv, kx_add(k, src, d), 1), IR_F32);
     if (!b->qk_norm) return x;
-    ir_val y = ir_bin(k, IR_OP_MUL, ir_bin(k, IR_OP_MUL, x, scale), ir_convert(k, ir_load(k, w, d, 1), b->f32));
-    return ir_convert(k, ir_convert(k, y, b->dt), b->f32);
+    ir_val wd = kx_as(k, kx_load(k, w, d, 1), IR_F32);
+    ir_val y = kx_mul(k, kx_mul(k, x, scale), wd);
+    return kx_as(k, kx_as(k, y, b->dtype), IR_F32);
 }
 
 /* One q or k head at qkv[src ..]: norm (with w), rope, stored at dst[dst_base ..]. */
 static void head(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, ir_buf w, bool in_place,
                  const char *shm) {
-    ir_kernel *k = b->k;
+    kx k = b->k;
     uint32_t half = b->n_rot / 2;
-    ir_val lid = ir_id(k, IR_ID_LOCAL, 0), zero = ir_const_u32(k, 0);
-    ir_val scale = b->qk_norm ? kn_rms_scale(k, b->c, b->wg, b->qkv, src, b->head_dim, b->eps, shm) : IR_NONE;
+    ir_val lid = kx_local(k), zero = kx_u32(k, 0);
+    ir_val scale = b->qk_norm ? kn_rms_scale(k, b->wg, b->qkv, src, b->head_dim, b->eps, shm) : IR_NONE;
 
     /* pairs lid, lid + wg, ..; carried: theta_at and at, the chain's last step */
-    ir_val init[2] = {ir_convert(k, b->p, b->f32), zero};
-    ir_for *l = ir_for_begin(k, lid, ir_const_u32(k, half), ir_const_u32(k, b->wg), 2, init);
+    ir_val init[2] = {kx_as(k, b->p, IR_F32), zero};
+    ir_val step = kx_u32(k, b->wg);
+    ir_for *l = ir_for_begin(k.ir, lid, kx_u32(k, half), step, 2, init);
     ir_val i = ir_for_iv(l);
     ir_val th = kn_rope_theta(k, ir_for_arg(l, 0), ir_for_arg(l, 1), i, b->theta_scale);
     ir_val ang = th;
-    if (b->factors) ang = kn_fdiv(k, ang, ir_convert(k, ir_load(k, b->freqs, i, 1), b->f32));
-    if (b->freq_scale != 1.0f) ang = ir_bin(k, IR_OP_MUL, ir_const_f32(k, b->freq_scale), ang);
+    if (b->factors) ang = kn_fdiv(k, ang, kx_as(k, kx_load(k, b->freqs, i, 1), IR_F32));
+    if (b->freq_scale != 1.0f) ang = kx_mul(k, kx_f32(k, b->freq_scale), ang);
     ir_val cs, sn;
     kn_sincos(k, ang, &sn, &cs);
-    ir_val ia = b->neox ? i : ir_bin(k, IR_OP_MUL, i, ir_const_u32(k, 2));
-    ir_val ib = ir_bin(k, IR_OP_ADD, ia, ir_const_u32(k, b->neox ? half : 1));
+    ir_val ia = b->neox ? i : kx_mul_c(k, i, 2);
+    ir_val ib = kx_add_c(k, ia, b->neox ? half : 1);
     ir_val x0 = load_normed(b, src, ia, w, scale), x1 = load_normed(b, src, ib, w, scale);
-    ir_val o0 = ir_bin(k, IR_OP_SUB, ir_bin(k, IR_OP_MUL, x0, cs), ir_bin(k, IR_OP_MUL, x1, sn));
-    ir_val o1 = ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_MUL, x0, sn), ir_bin(k, IR_OP_MUL, x1, cs));
-    ir_store(k, dst, ir_bin(k, IR_OP_ADD, dst_base, ia), ir_convert(k, o0, b->dt));
-    ir_store(k, dst, ir_bin(k, IR_OP_ADD, dst_base, ib), ir_convert(k, o1, b->dt));
+    ir_val o0, o1;
+    kn_rotate(k, x0, x1, cs, sn, &o0, &o1);
+    ir_val y0 = kx_as(k, o0, b->dtype);
+    kx_store(k, dst, kx_add(k, dst_base, ia), y0);
+    ir_val y1 = kx_as(k, o1, b->dtype);
+    kx_store(k, dst, kx_add(k, dst_base, ib), y1);
     ir_val next[2] = {th, i};
-    ir_for_end(k, l, next);
+    ir_for_end(k.ir, l, next);
 
     /* dims past n_rot: normed, or copied to the cache; q without a norm keeps them as they are */
     if (b->n_rot == b->head_dim || (in_place && !b->qk_norm)) return;
-    ir_for *tl = ir_for_begin(k, ir_bin(k, IR_OP_ADD, lid, ir_const_u32(k, b->n_rot)), ir_const_u32(k, b->head_dim),
-                              ir_const_u32(k, b->wg), 0, NULL);
-    ir_val d = ir_for_iv(tl);
-    ir_val y = b->qk_norm ? ir_convert(k, load_normed(b, src, d, w, scale), b->dt)
-                          : ir_load(k, b->qkv, ir_bin(k, IR_OP_ADD, src, d), 1);
-    ir_store(k, dst, ir_bin(k, IR_OP_ADD, dst_base, d), y);
-    ir_for_end(k, tl, NULL);
+    ir_val step2 = kx_u32(k, b->wg), end = kx_u32(k, b->head_dim), d;
+    ir_for *tl = kx_for(k, kx_add_c(k, lid, b->n_rot), end, step2, &d);
+    ir_val y = b->qk_norm ? kx_as(k, load_normed(b, src, d, w, scale), b->dtype)
+                          : kx_load(k, b->qkv, kx_add(k, src, d), 1);
+    kx_store(k, dst, kx_add(k, dst_base, d), y);
+    kx_end_for(k, tl);
 }
 
 ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, const kn_rope_opts *rope,
@@ -109,17 +111,21 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
                 n_head, n_head_kv, head_dim, n_rot, (double)rope->base, (double)rope->freq_scale, (double)eps, n_ctx);
         return NULL;
     }
-    ir_kernel *k = kn_create("kn_qk_prep", err, errlen);
-    if (!k) return NULL;
-    qk_build b = {.k = k, .c = c, .head_dim = head_dim, .n_rot = n_rot, .neox = rope->neox, .qk_norm = qk_norm,
+    kx k = {kn_create("kn_qk_prep", err, errlen), c};
+    if (!k.ir) return NULL;
+    qk_build b = {.k = k, .head_dim = head_dim, .n_rot = n_rot, .neox = rope->neox, .qk_norm = qk_norm,
                   .factors = rope->freq_factors, .eps = eps, .freq_scale = rope->freq_scale,
-                  .theta_scale = powf(rope->base, -2.0f / (float)n_rot)};
-    b.qkv = ir_param_buffer(k, "qkv", dtype, IR_READ | IR_WRITE);
-    ir_buf kc = ir_param_buffer(k, "kcache", dtype, IR_WRITE), vc = ir_param_buffer(k, "vcache", dtype, IR_WRITE);
-    ir_buf info = ir_param_buffer(k, "info", IR_U32, IR_READ);
+                  .theta_scale = powf(rope->base, -2.0f / (float)n_rot), .dtype = dtype};
+    b.qkv = kx_buffer_per_group(k, "qkv", dtype, IR_READ | IR_WRITE, 1, row); /* token t is grid row y */
+    ir_buf kc = kx_buffer(k, "kcache", dtype, IR_WRITE, n_ctx * kv_dim);
+    ir_buf vc = kx_buffer(k, "vcache", dtype, IR_WRITE, n_ctx * kv_dim);
+    ir_buf info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
     ir_buf qn = 0, kn = 0;
-    if (qk_norm) qn = ir_param_buffer(k, "q_norm", dtype, IR_READ), kn = ir_param_buffer(k, "k_norm", dtype, IR_READ);
-    if (b.factors) b.freqs = ir_param_buffer(k, "freqs", dtype, IR_READ);
+    if (qk_norm) {
+        qn = kx_buffer(k, "q_norm", dtype, IR_READ, head_dim);
+        kn = kx_buffer(k, "k_norm", dtype, IR_READ, head_dim);
+    }
+    if (b.factors) b.freqs = kx_buffer(k, "freqs", dtype, IR_READ, n_rot / 2);
 
     /* about one pair (plus the dims past n_rot, or one vector of a v head) per
      * invocation, at least a subgroup: the smallest power of two covering that */
@@ -128,39 +134,37 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
     if (items < c->subgroup_size) items = c->subgroup_size;
     if (items > 256) items = 256;
     b.wg = kn_workgroup(c, 2 * items - 1);
-    ir_set_workgroup(k, b.wg, 1, 1);
-    b.f32 = ir_t_scalar(k, IR_F32), b.dt = ir_t_scalar(k, dtype);
+    kx_workgroup(k, b.wg);
 
-    ir_val j = ir_id(k, IR_ID_GROUP, 0), t = ir_id(k, IR_ID_GROUP, 1);
-    ir_val p0 = ir_load(k, info, ir_const_u32(k, 0), 1), n = ir_load(k, info, ir_const_u32(k, 1), 1);
-    b.p = ir_bin(k, IR_OP_ADD, p0, t);
+    /* workgroup (head j, token t) at position p = info[0] + t */
+    ir_val j = kx_group(k, 0), t = kx_group(k, 1);
+    ir_val p0 = kx_load_c(k, info, 0), n = kx_load_c(k, info, 1);
+    b.p = kx_add(k, p0, t);
     /* per workgroup: a token of the block at a position inside the cache (p < p0: wrapped) */
-    ir_val ok = ir_bin(k, IR_OP_AND, ir_compare(k, IR_LT, t, n),
-                       ir_bin(k, IR_OP_AND, ir_compare(k, IR_GE, b.p, p0),
-                              ir_compare(k, IR_LT, b.p, ir_const_u32(k, n_ctx))));
-    ir_if *live = ir_if_begin(k, ok, 0);
-    ir_val hd = ir_const_u32(k, head_dim);
-    ir_val src = ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_MUL, t, ir_const_u32(k, (uint32_t)row)),
-                        ir_bin(k, IR_OP_MUL, j, hd));
-    ir_val cache_row = ir_bin(k, IR_OP_MUL, b.p, ir_const_u32(k, (uint32_t)kv_dim));
+    ir_val below_end = kx_lt_c(k, b.p, n_ctx);
+    ir_val in_cache = kx_and(k, kx_ge(k, b.p, p0), below_end);
+    ir_if *live = kx_if(k, kx_and(k, kx_lt(k, t, n), in_cache));
+    ir_val hd = kx_u32(k, head_dim);
+    ir_val src = kx_idx(k, t, (uint32_t)row, kx_mul(k, j, hd));
+    ir_val cache_row = kx_mul_c(k, b.p, (uint32_t)kv_dim);
 
-    ir_if *is_q = ir_if_begin(k, ir_compare(k, IR_LT, j, ir_const_u32(k, n_head)), 0);
+    ir_if *is_q = kx_if(k, kx_lt_c(k, j, n_head));
     head(&b, src, b.qkv, src, qn, true, "ss_q");
-    ir_if_else(k, is_q, NULL);
-    ir_val kvh = ir_bin(k, IR_OP_SUB, j, ir_const_u32(k, n_head));
-    ir_if *is_k = ir_if_begin(k, ir_compare(k, IR_LT, kvh, ir_const_u32(k, n_head_kv)), 0);
-    head(&b, src, kc, ir_bin(k, IR_OP_ADD, cache_row, ir_bin(k, IR_OP_MUL, kvh, hd)), kn, false, "ss_k");
-    ir_if_else(k, is_k, NULL);
+    kx_else(k, is_q);
+    ir_val kvh = kx_sub_c(k, j, n_head);
+    ir_if *is_k = kx_if(k, kx_lt_c(k, kvh, n_head_kv));
+    head(&b, src, kc, kx_add(k, cache_row, kx_mul(k, kvh, hd)), kn, false, "ss_k");
+    kx_else(k, is_k);
     /* v head: vectors copied as they are */
-    ir_val vh = ir_bin(k, IR_OP_SUB, kvh, ir_const_u32(k, n_head_kv));
-    ir_val vdst = ir_bin(k, IR_OP_ADD, cache_row, ir_bin(k, IR_OP_MUL, vh, hd));
-    ir_for *cp = ir_for_begin(k, ir_bin(k, IR_OP_MUL, ir_id(k, IR_ID_LOCAL, 0), ir_const_u32(k, v)), hd,
-                              ir_const_u32(k, b.wg * v), 0, NULL);
-    ir_val col = ir_for_iv(cp);
-    ir_store(k, vc, ir_bin(k, IR_OP_ADD, vdst, col), ir_load(k, b.qkv, ir_bin(k, IR_OP_ADD, src, col), v));
-    ir_for_end(k, cp, NULL);
-    ir_if_end(k, is_k, NULL);
-    ir_if_end(k, is_q, NULL);
-    ir_if_end(k, live, NULL);
-    return kn_finish(k, err, errlen);
+    ir_val vh = kx_sub_c(k, kvh, n_head_kv);
+    ir_val vdst = kx_add(k, cache_row, kx_mul(k, vh, hd));
+    ir_val step = kx_u32(k, b.wg * v), col;
+    ir_for *cp = kx_for(k, kx_local_times(k, v), hd, step, &col);
+    ir_val val = kx_load(k, b.qkv, kx_add(k, src, col), v);
+    kx_store(k, vc, kx_add(k, vdst, col), val);
+    kx_end_for(k, cp);
+    kx_end_if(k, is_k);
+    kx_end_if(k, is_q);
+    kx_end_if(k, live);
+    return kn_finish(k.ir, err, errlen);
 }

@@ -12,35 +12,31 @@ static ir_kernel *build(const rt_caps *c, const char *name, uint32_t n, ir_scala
         kn_fail(err, errlen, "%s: bad shape (n %u, eps %g)", name, n, (double)eps);
         return NULL;
     }
-    ir_kernel *k = kn_create(name, err, errlen);
-    if (!k) return NULL;
-    ir_buf x = ir_param_buffer(k, "x", dtype, IR_READ), w = ir_param_buffer(k, "w", dtype, IR_READ);
-    ir_buf y = ir_param_buffer(k, "y", dtype, IR_WRITE);
-    ir_set_workgroup(k, wg, 1, 1);
+    kx k = {kn_create(name, err, errlen), c};
+    if (!k.ir) return NULL;
+    ir_buf x = kx_buffer_per_group(k, "x", dtype, IR_READ, 0, n); /* one row per workgroup */
+    ir_buf w = kx_buffer(k, "w", dtype, IR_READ, n);
+    ir_buf y = kx_buffer_per_group(k, "y", dtype, IR_WRITE, 0, n);
+    kx_workgroup(k, wg);
     uint32_t v = kn_vec_width(n);
-    ir_type f32 = ir_t_scalar(k, IR_F32), fv = v == 1 ? f32 : ir_t_vector(k, IR_F32, v);
-    ir_type out_t = v == 1 ? ir_t_scalar(k, dtype) : ir_t_vector(k, dtype, v);
-    ir_val lid = ir_id(k, IR_ID_LOCAL, 0);
+    ir_type fv = kx_t(k, IR_F32, v), out_t = kx_t(k, dtype, v);
+    ir_val lid = kx_local(k);
     /* rows * n may pass 2^32 only for absurd batches; the row base is u32 like every index */
-    ir_val base = ir_bin(k, IR_OP_MUL, ir_id(k, IR_ID_GROUP, 0), ir_const_u32(k, n));
+    ir_val base = kx_group_times(k, 0, n);
     /* pass 1 (kn_rms_scale): sum of squares at lid * v, lid * v + wg * v, ... */
-    ir_val scale = kn_rms_scale(k, c, wg, x, base, n, eps, "ss_part");
-    ir_val start = ir_bin(k, IR_OP_MUL, lid, ir_const_u32(k, v));
-    ir_val end = ir_const_u32(k, n), step = ir_const_u32(k, wg * v);
-    ir_val sv = scale;
-    if (v > 1) {
-        ir_val s4[4] = {scale, scale, scale, scale};
-        sv = ir_vec(k, s4, v);
-    }
+    ir_val scale = kn_rms_scale(k, wg, x, base, n, eps, "ss_part");
+    ir_val start = kx_mul_c(k, lid, v), end = kx_u32(k, n), step = kx_u32(k, wg * v);
+    ir_val sv = kx_splat(k, scale, v);
 
     /* pass 2: the same elements this invocation read, so no other invocation's data */
-    ir_for *l2 = ir_for_begin(k, start, end, step, 0, NULL);
-    ir_val col = ir_for_iv(l2), at = ir_bin(k, IR_OP_ADD, base, col);
-    ir_val xs = ir_bin(k, IR_OP_MUL, ir_convert(k, ir_load(k, x, at, v), fv), sv);
-    ir_val o = ir_bin(k, IR_OP_MUL, xs, ir_convert(k, ir_load(k, w, col, v), fv));
-    ir_store(k, y, at, ir_convert(k, o, out_t));
-    ir_for_end(k, l2, NULL);
-    return kn_finish(k, err, errlen);
+    ir_val col;
+    ir_for *l2 = kx_for(k, start, end, step, &col);
+    ir_val at = kx_add(k, base, col);
+    ir_val xs = kx_mul(k, kx_convert(k, kx_load(k, x, at, v), fv), sv);
+    ir_val o = kx_mul(k, xs, kx_convert(k, kx_load(k, w, col, v), fv));
+    kx_store(k, y, at, kx_convert(k, o, out_t));
+    kx_end_for(k, l2);
+    return kn_finish(k.ir, err, errlen);
 }
 
 ir_kernel *kn_rmsnorm(const rt_caps *c, uint32_t n, ir_scalar dtype, float eps, char *err, size_t errlen) {

@@ -17,36 +17,39 @@ ir_kernel *kn_rope(const rt_caps *c, uint32_t n_heads, uint32_t head_dim, uint32
                 (double)base);
         return NULL;
     }
-    ir_kernel *k = kn_create("kn_rope", err, errlen);
-    if (!k) return NULL;
-    ir_buf x = ir_param_buffer(k, "x", dtype, IR_READ | IR_WRITE), pb = ir_param_buffer(k, "pos", IR_U32, IR_READ);
+    kx k = {kn_create("kn_rope", err, errlen), c};
+    if (!k.ir) return NULL;
+    /* token t is grid row y */
+    ir_buf x = kx_buffer_per_group(k, "x", dtype, IR_READ | IR_WRITE, 1, (uint64_t)n_heads * head_dim);
+    ir_buf pb = kx_buffer(k, "pos", IR_U32, IR_READ, 1);
     uint32_t wg = kn_workgroup(c, 256), half = n_rot / 2, pairs = n_heads * half;
-    ir_set_workgroup(k, wg, 1, 1);
-    ir_type f32 = ir_t_scalar(k, IR_F32), dt = ir_t_scalar(k, dtype);
+    kx_workgroup(k, wg);
     float theta_scale = powf(base, -2.0f / (float)n_rot);
 
-    ir_val i = ir_id(k, IR_ID_GLOBAL, 0), t = ir_id(k, IR_ID_GROUP, 1);
-    ir_if *in = ir_if_begin(k, ir_compare(k, IR_LT, i, ir_const_u32(k, pairs)), 0);
-    ir_val hs = ir_const_u32(k, half);
-    ir_val head = ir_bin(k, IR_OP_DIV, i, hs), j = ir_bin(k, IR_OP_REM, i, hs);
-    ir_val pos = ir_bin(k, IR_OP_ADD, ir_load(k, pb, ir_const_u32(k, 0), 1), t);
+    /* invocation i: pair j of head i / half of token t */
+    ir_val i = kx_global(k), t = kx_group(k, 1);
+    ir_if *in = kx_if(k, kx_lt_c(k, i, pairs));
+    ir_val hs = kx_u32(k, half);
+    ir_val head = kx_div(k, i, hs), j = kx_rem(k, i, hs);
+    ir_val pos = kx_add(k, kx_load_c(k, pb, 0), t);
 
-    ir_val th = kn_rope_theta(k, ir_convert(k, pos, f32), ir_const_u32(k, 0), j, theta_scale);
+    ir_val from = kx_u32(k, 0);
+    ir_val th = kn_rope_theta(k, kx_as(k, pos, IR_F32), from, j, theta_scale);
     ir_val cs, sn;
     kn_sincos(k, th, &sn, &cs);
 
     /* rows of the token, then the head, then the pair's two dims */
-    ir_val row = ir_bin(k, IR_OP_MUL, ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_MUL, t, ir_const_u32(k, n_heads)), head),
-                        ir_const_u32(k, head_dim));
-    ir_val a = neox ? j : ir_bin(k, IR_OP_MUL, j, ir_const_u32(k, 2));
-    ir_val b = ir_bin(k, IR_OP_ADD, a, ir_const_u32(k, neox ? half : 1));
-    ir_val ia = ir_bin(k, IR_OP_ADD, row, a), ib = ir_bin(k, IR_OP_ADD, row, b);
-    ir_val x0 = ir_convert(k, ir_load(k, x, ia, 1), f32), x1 = ir_convert(k, ir_load(k, x, ib, 1), f32);
-    ir_val o0 = ir_bin(k, IR_OP_SUB, ir_bin(k, IR_OP_MUL, x0, cs), ir_bin(k, IR_OP_MUL, x1, sn));
-    ir_val o1 = ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_MUL, x0, sn), ir_bin(k, IR_OP_MUL, x1, cs));
-    ir_store(k, x, ia, ir_convert(k, o0, dt));
-    ir_store(k, x, ib, ir_convert(k, o1, dt));
-    ir_if_end(k, in, NULL);
+    ir_val hd = kx_u32(k, head_dim);
+    ir_val row = kx_mul(k, kx_idx(k, t, n_heads, head), hd);
+    ir_val a = neox ? j : kx_mul_c(k, j, 2);
+    ir_val b = kx_add_c(k, a, neox ? half : 1);
+    ir_val ia = kx_add(k, row, a), ib = kx_add(k, row, b);
+    ir_val x0 = kx_as(k, kx_load(k, x, ia, 1), IR_F32), x1 = kx_as(k, kx_load(k, x, ib, 1), IR_F32);
+    ir_val o0, o1;
+    kn_rotate(k, x0, x1, cs, sn, &o0, &o1);
+    kx_store(k, x, ia, kx_as(k, o0, dtype));
+    kx_store(k, x, ib, kx_as(k, o1, dtype));
+    kx_end_if(k, in);
     if (groups_x) *groups_x = (pairs + wg - 1) / wg;
-    return kn_finish(k, err, errlen);
+    return kn_finish(k.ir, err, errlen);
 }

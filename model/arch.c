@@ -1,4 +1,5 @@
 #include "model/arch.h"
+#include "base/error.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -14,14 +15,14 @@ int arch_from_name(const char *name) {
 }
 
 static int get_u32(const gguf_file *g, const char *arch, const char *suffix, uint32_t *out, bool required,
-                   gguf_error *err) {
+                   kiln_err *err) {
     char key[160];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     if (!gguf_find(g, key) && !required) return 0;
     int64_t v;
     if (gguf_get_int(g, key, &v, err)) return -1;
     if (v < 0 || v > UINT32_MAX) {
-        snprintf(err->msg, sizeof err->msg, "metadata key '%s' value %lld is out of range", key, (long long)v);
+        kiln_fail(err, KILN_ERR_INVALID, "metadata key '%s' value %lld is out of range", key, (long long)v);
         return -1;
     }
     *out = (uint32_t)v;
@@ -29,7 +30,7 @@ static int get_u32(const gguf_file *g, const char *arch, const char *suffix, uin
 }
 
 static int get_f32(const gguf_file *g, const char *arch, const char *suffix, float *out, bool required,
-                   gguf_error *err) {
+                   kiln_err *err) {
     char key[160];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     if (!gguf_find(g, key) && !required) return 0;
@@ -39,13 +40,13 @@ static int get_f32(const gguf_file *g, const char *arch, const char *suffix, flo
     return 0;
 }
 
-static int positive(const char *what, uint32_t v, gguf_error *err) {
+static int positive(const char *what, uint32_t v, kiln_err *err) {
     if (v) return 0;
-    snprintf(err->msg, sizeof err->msg, "hyperparameter %s is zero", what);
+    kiln_fail(err, KILN_ERR_INVALID, "hyperparameter %s is zero", what);
     return -1;
 }
 
-int arch_read_hparams(const gguf_file *g, arch_hparams *hp, gguf_error *err) {
+int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
     memset(hp, 0, sizeof *hp);
     gguf_str s;
     if (gguf_get_str(g, "general.architecture", &s, err)) return -1;
@@ -53,7 +54,7 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, gguf_error *err) {
     snprintf(arch, sizeof arch, "%.*s", (int)(s.len < 63 ? s.len : 63), s.ptr);
     int a = arch_from_name(arch);
     if (a < 0) {
-        snprintf(err->msg, sizeof err->msg, "architecture '%s' is not supported (kiln runs llama, qwen2, qwen3)",
+        kiln_fail(err, KILN_ERR_INVALID, "architecture '%s' is not supported (kiln runs llama, qwen2, qwen3)",
                  arch);
         return -1;
     }
@@ -71,7 +72,7 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, gguf_error *err) {
     if (get_u32(g, arch, "attention.head_count_kv", &hp->n_head_kv, false, err)) return -1;
     if (positive("attention.head_count_kv", hp->n_head_kv, err)) return -1;
     if (hp->n_head % hp->n_head_kv) {
-        snprintf(err->msg, sizeof err->msg, "head_count %u is not a multiple of head_count_kv %u", hp->n_head,
+        kiln_fail(err, KILN_ERR_INVALID, "head_count %u is not a multiple of head_count_kv %u", hp->n_head,
                  hp->n_head_kv);
         return -1;
     }
@@ -85,7 +86,7 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, gguf_error *err) {
     hp->n_rot = hp->head_dim_k;
     if (get_u32(g, arch, "rope.dimension_count", &hp->n_rot, false, err)) return -1;
     if (hp->n_rot > hp->head_dim_k || hp->n_rot % 2) {
-        snprintf(err->msg, sizeof err->msg, "rope.dimension_count %u is odd or exceeds the head size %u",
+        kiln_fail(err, KILN_ERR_INVALID, "rope.dimension_count %u is odd or exceeds the head size %u",
                  hp->n_rot, hp->head_dim_k);
         return -1;
     }
@@ -95,7 +96,7 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, gguf_error *err) {
         get_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps, true, err))
         return -1;
     if (!(hp->rope_base > 0 && hp->rope_base < 1e30f) || !(hp->rms_eps > 0 && hp->rms_eps < 1)) {
-        snprintf(err->msg, sizeof err->msg, "rope.freq_base %g or layer_norm_rms_epsilon %g is out of range",
+        kiln_fail(err, KILN_ERR_INVALID, "rope.freq_base %g or layer_norm_rms_epsilon %g is out of range",
                  (double)hp->rope_base, (double)hp->rms_eps);
         return -1;
     }
@@ -110,7 +111,7 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, gguf_error *err) {
         else if (gguf_str_eq(s, "yarn")) hp->rope_scaling = ROPE_SCALING_YARN;
         else if (gguf_str_eq(s, "llama3")) hp->rope_scaling = ROPE_SCALING_LLAMA3;
         else {
-            snprintf(err->msg, sizeof err->msg, "rope scaling type '%.*s' is not supported", (int)(s.len > 32 ? 32 : s.len),
+            kiln_fail(err, KILN_ERR_INVALID, "rope scaling type '%.*s' is not supported", (int)(s.len > 32 ? 32 : s.len),
                      s.ptr);
             return -1;
         }

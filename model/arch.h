@@ -3,6 +3,7 @@
 #ifndef KILN_MODEL_ARCH_H
 #define KILN_MODEL_ARCH_H
 
+#include "base/error.h"
 #include "gguf/gguf.h"
 
 #include <stdbool.h>
@@ -35,6 +36,6 @@ int arch_from_name(const char *name); /* -1 if kiln does not run it */
 /* Reads the architecture and every hyperparameter. On failure err names the missing or
  * wrong key (or the unsupported architecture). Tensors are consulted for the vocab size
  * (when the metadata lacks it) and for tied output. */
-int arch_read_hparams(const gguf_file *g, arch_hparams *hp, gguf_error *err);
+int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err);
 
 #endif

@@ -1,4 +1,5 @@
 #include "model/engine_serial.h"
+#include "base/error.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -38,22 +39,21 @@ static void turn_end(turns *t) {
 /* The wrapper's n_past is the one callers move (engine_truncate); the inner engine
  * follows it before each call and reports back after. */
 static int serial_eval(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
-                       char *err, size_t errlen) {
+                       kiln_err *err) {
     serial *s = (serial *)e;
     turn_begin(s->t);
     s->inner->n_past = e->n_past;
-    int rc = engine_eval(s->inner, tokens, n, pos, logits, all, err, errlen);
+    int rc = engine_eval(s->inner, tokens, n, pos, logits, all, err);
     e->n_past = s->inner->n_past;
     turn_end(s->t);
     return rc;
 }
 
-static int serial_eval_argmax(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best, char *err,
-                              size_t errlen) {
+static int serial_eval_argmax(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best, kiln_err *err) {
     serial *s = (serial *)e;
     turn_begin(s->t);
     s->inner->n_past = e->n_past;
-    int rc = s->inner->ops->eval_argmax(s->inner, tokens, n, pos, best, err, errlen);
+    int rc = s->inner->ops->eval_argmax(s->inner, tokens, n, pos, best, err);
     e->n_past = s->inner->n_past;
     turn_end(s->t);
     return rc;
@@ -73,7 +73,7 @@ static void serial_destroy(engine *e) {
     free(s);
 }
 
-int engine_serialize(engine **e, uint32_t n, char *err, size_t errlen) {
+int engine_serialize(engine **e, uint32_t n, kiln_err *err) {
     turns *t = calloc(1, sizeof *t);
     serial **w = calloc(n ? n : 1, sizeof *w);
     bool ok = t && w;
@@ -82,7 +82,7 @@ int engine_serialize(engine **e, uint32_t n, char *err, size_t errlen) {
         for (uint32_t i = 0; w && i < n; i++) free(w[i]);
         free(w);
         free(t);
-        return snprintf(err, errlen, "out of memory"), -1;
+        return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), -1;
     }
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);

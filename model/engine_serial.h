@@ -8,11 +8,12 @@
 #ifndef KILN_MODEL_ENGINE_SERIAL_H
 #define KILN_MODEL_ENGINE_SERIAL_H
 
+#include "base/error.h"
 #include "model/engine.h"
 
 /* Replaces e[0..n) with wrappers sharing one fair lock; each wrapper owns its engine
  * (destroying it destroys the engine) and has its name, sizes and cache state. 0, or -1
  * with err (out of memory) and e[] unchanged. */
-int engine_serialize(engine **e, uint32_t n, char *err, size_t errlen);
+int engine_serialize(engine **e, uint32_t n, kiln_err *err);
 
 #endif

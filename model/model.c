@@ -1,4 +1,5 @@
 #include "model/model.h"
+#include "base/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,22 +7,22 @@
 
 typedef struct want { const gguf_tensor **dst; char name[64]; uint64_t ne0, ne1; bool optional; } want;
 
-static int check(const gguf_file *g, const want *w, char *err, size_t errlen) {
+static int check(const gguf_file *g, const want *w, kiln_err *err) {
     const gguf_tensor *t = gguf_find_tensor(g, w->name);
     *w->dst = NULL;
     if (!t) {
         if (w->optional) return 0;
-        snprintf(err, errlen, "tensor '%s' is missing", w->name);
+        kiln_fail(err, KILN_ERR_INVALID, "tensor '%s' is missing", w->name);
         return -1;
     }
     if (t->ne[0] != w->ne0 || t->ne[1] != w->ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
-        snprintf(err, errlen, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]", w->name,
+        kiln_fail(err, KILN_ERR_INVALID, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]", w->name,
                  (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
                  (unsigned long long)t->ne[3], (unsigned long long)w->ne0, (unsigned long long)w->ne1);
         return -1;
     }
     if (!gguf_type_info_of(t->type)->convertible) {
-        snprintf(err, errlen, "tensor '%s' has type %s, which kiln cannot convert yet", w->name,
+        kiln_fail(err, KILN_ERR_UNSUPPORTED, "tensor '%s' has type %s, which kiln cannot convert yet", w->name,
                  gguf_type_info_of(t->type)->name);
         return -1;
     }
@@ -33,10 +34,10 @@ static int check(const gguf_file *g, const want *w, char *err, size_t errlen) {
     do {                                                                                                     \
         want w_ = {.dst = &(dst_), .ne0 = (ne0_), .ne1 = (ne1_), .optional = (opt_)};                        \
         snprintf(w_.name, sizeof w_.name, __VA_ARGS__);                                                       \
-        if (check(g, &w_, err, errlen)) return -1;                                                           \
+        if (check(g, &w_, err)) return -1;                                                           \
     } while (0)
 
-static int find_tensors(model *m, char *err, size_t errlen) {
+static int find_tensors(model *m, kiln_err *err) {
     const gguf_file *g = m->file;
     const arch_hparams *hp = &m->hp;
     uint64_t d = hp->n_embd, q = (uint64_t)hp->n_head * hp->head_dim_k, k = (uint64_t)hp->n_head_kv * hp->head_dim_k,
@@ -67,28 +68,29 @@ static int find_tensors(model *m, char *err, size_t errlen) {
     return 0;
 }
 
-model *model_load(const char *path, char *err, size_t errlen) {
+model *model_load(const char *path, kiln_err *err) {
     model *m = calloc(1, sizeof *m);
     if (!m) {
-        snprintf(err, errlen, "out of memory");
+        kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    gguf_error ge;
+    kiln_err ge;
     m->file = gguf_open(path, &ge);
     if (!m->file) {
-        snprintf(err, errlen, "%s: %s", path, ge.msg);
+        kiln_err_wrap(err, &ge, "%s", path);
         free(m);
         return NULL;
     }
     if (arch_read_hparams(m->file, &m->hp, &ge)) {
-        snprintf(err, errlen, "%s: %s", path, ge.msg);
+        kiln_err_wrap(err, &ge, "%s", path);
         model_free(m);
         return NULL;
     }
     m->layers = calloc(m->hp.n_layer, sizeof *m->layers);
-    char msg[300];
-    if (!m->layers || find_tensors(m, msg, sizeof msg)) {
-        snprintf(err, errlen, "%s: %s", path, m->layers ? msg : "out of memory");
+    kiln_err msg = {0};
+    if (!m->layers || find_tensors(m, &msg)) {
+        if (m->layers) kiln_err_wrap(err, &msg, "%s", path);
+        else kiln_fail(err, KILN_ERR_NOMEM, "%s: out of memory", path);
         model_free(m);
         return NULL;
     }

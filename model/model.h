@@ -3,6 +3,7 @@
 #ifndef KILN_MODEL_MODEL_H
 #define KILN_MODEL_MODEL_H
 
+#include "base/error.h"
 #include "gguf/gguf.h"
 #include "model/arch.h"
 
@@ -21,7 +22,7 @@ typedef struct model {
 
 /* Opens and validates the file; NULL with err naming the file's problem, the missing
  * key or the missing / misshapen tensor. */
-model *model_load(const char *path, char *err, size_t errlen);
+model *model_load(const char *path, kiln_err *err);
 void model_free(model *m);
 
 /* The model's Jinja chat template (tokenizer.chat_template) as a malloc'ed C string, or

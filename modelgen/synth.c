@@ -1,6 +1,7 @@
 #include "modelgen/synth.h"
 
 #include "base/rng.h"
+#include "base/error.h"
 #include "gguf/half.h"
 
 #include <math.h>
@@ -48,31 +49,31 @@ int synth_preset(const char *name, synth_config *c) {
     return 0;
 }
 
-int synth_check(const synth_config *c, gguf_error *err) {
+int synth_check(const synth_config *c, kiln_err *err) {
     const struct { const char *what; uint32_t v; } must[] = {
         {"--layers", c->n_layer}, {"--hidden", c->n_embd}, {"--heads", c->n_head}, {"--kv-heads", c->n_head_kv},
         {"--head-dim", c->head_dim}, {"--ffn", c->n_ff}, {"--vocab", c->n_vocab}, {"--ctx", c->n_ctx}};
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
         if (must[i].v == 0) {
-            snprintf(err->msg, sizeof err->msg, "%s must be positive", must[i].what);
+            kiln_fail(err, KILN_ERR_INVALID, "%s must be positive", must[i].what);
             return -1;
         }
     if (c->n_head % c->n_head_kv) {
-        snprintf(err->msg, sizeof err->msg, "--heads %u is not a multiple of --kv-heads %u", c->n_head, c->n_head_kv);
+        kiln_fail(err, KILN_ERR_INVALID, "--heads %u is not a multiple of --kv-heads %u", c->n_head, c->n_head_kv);
         return -1;
     }
     if (c->head_dim % 2) {
-        snprintf(err->msg, sizeof err->msg, "--head-dim %u must be even (rope rotates pairs)", c->head_dim);
+        kiln_fail(err, KILN_ERR_INVALID, "--head-dim %u must be even (rope rotates pairs)", c->head_dim);
         return -1;
     }
     if (c->dtype != GGUF_T_BF16 && c->dtype != GGUF_T_F16) {
-        snprintf(err->msg, sizeof err->msg, "dtype must be bf16 or f16");
+        kiln_fail(err, KILN_ERR_INVALID, "dtype must be bf16 or f16");
         return -1;
     }
     uint64_t big = (uint64_t)c->n_head * c->head_dim;
     if (big > (1u << 20) || c->n_embd > (1u << 20) || c->n_ff > (1u << 22) || c->n_vocab > (1u << 24) ||
         c->n_layer > 4096) {
-        snprintf(err->msg, sizeof err->msg, "sizes are beyond any real model (check --hidden/--heads/--ffn/--vocab)");
+        kiln_fail(err, KILN_ERR_INVALID, "sizes are beyond any real model (check --hidden/--heads/--ffn/--vocab)");
         return -1;
     }
     return 0;
@@ -146,19 +147,19 @@ static int make_plan(const synth_config *c, plan *p) {
 
 /* ---- metadata ------------------------------------------------------------------------- */
 
-static int add_arch_u32(gguf_writer *w, const synth_config *c, const char *suffix, uint32_t v, gguf_error *err) {
+static int add_arch_u32(gguf_writer *w, const synth_config *c, const char *suffix, uint32_t v, kiln_err *err) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch_name(c->arch), suffix);
     return gguf_writer_add_u32(w, key, v, err);
 }
 
-static int add_arch_f32(gguf_writer *w, const synth_config *c, const char *suffix, float v, gguf_error *err) {
+static int add_arch_f32(gguf_writer *w, const synth_config *c, const char *suffix, float v, kiln_err *err) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch_name(c->arch), suffix);
     return gguf_writer_add_f32(w, key, v, err);
 }
 
-static int write_metadata(gguf_writer *w, const synth_config *c, gguf_error *err) {
+static int write_metadata(gguf_writer *w, const synth_config *c, kiln_err *err) {
     if (gguf_writer_add_str(w, "general.architecture", arch_name(c->arch), err) ||
         gguf_writer_add_str(w, "general.type", "model", err) ||
         gguf_writer_add_str(w, "general.name", c->name ? c->name : "kiln-synth", err) ||
@@ -180,12 +181,12 @@ static int write_metadata(gguf_writer *w, const synth_config *c, gguf_error *err
 }
 
 static int write_tokenizer(gguf_writer *w, const synth_config *c, const tok_vocab *v, const gguf_file *from,
-                           gguf_error *err) {
+                           kiln_err *err) {
     if (from) {
         const gguf_array *toks;
         if (gguf_get_arr(from, "tokenizer.ggml.tokens", GGUF_VT_STR, &toks, err)) return -1;
         if (toks->n != c->n_vocab) {
-            snprintf(err->msg, sizeof err->msg, "--vocab-from has %llu tokens but the model's vocab is %u",
+            kiln_fail(err, KILN_ERR_INVALID, "--vocab-from has %llu tokens but the model's vocab is %u",
                      (unsigned long long)toks->n, c->n_vocab);
             return -1;
         }
@@ -196,7 +197,7 @@ static int write_tokenizer(gguf_writer *w, const synth_config *c, const tok_voca
         return 0;
     }
     if (v->n_tokens != c->n_vocab) {
-        snprintf(err->msg, sizeof err->msg, "tokenizer has %llu tokens but the model's vocab is %u",
+        kiln_fail(err, KILN_ERR_INVALID, "tokenizer has %llu tokens but the model's vocab is %u",
                  (unsigned long long)v->n_tokens, c->n_vocab);
         return -1;
     }
@@ -288,7 +289,7 @@ static void *generate(void *arg) {
     return NULL;
 }
 
-static int stream_tensors(gguf_writer *w, const synth_config *c, const plan *p, gguf_error *err) {
+static int stream_tensors(gguf_writer *w, const synth_config *c, const plan *p, kiln_err *err) {
     pipeline pl = {.c = c, .p = p};
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     pl.n_threads = c->threads > 0 ? c->threads : (cores > 0 ? (int)(cores < 64 ? cores : 64) : 1);
@@ -319,7 +320,7 @@ static int stream_tensors(gguf_writer *w, const synth_config *c, const plan *p, 
     }
     rc = 0;
     if (started < pl.n_threads) {
-        snprintf(err->msg, sizeof err->msg, "cannot start %d threads", pl.n_threads);
+        kiln_fail(err, KILN_ERR_INVALID, "cannot start %d threads", pl.n_threads);
         rc = -1;
     }
     for (g = 0; g < pl.n_chunks && rc == 0; g++) {
@@ -329,7 +330,7 @@ static int stream_tensors(gguf_writer *w, const synth_config *c, const plan *p, 
         bool stop = pl.stop;
         pthread_mutex_unlock(&pl.mu);
         if (stop) {
-            snprintf(err->msg, sizeof err->msg, "out of memory while drawing weights");
+            kiln_fail(err, KILN_ERR_NOMEM, "out of memory while drawing weights");
             rc = -1;
             break;
         }
@@ -348,7 +349,7 @@ static int stream_tensors(gguf_writer *w, const synth_config *c, const plan *p, 
     pthread_mutex_destroy(&pl.mu);
     pthread_cond_destroy(&pl.cv);
 out:
-    if (rc && !err->msg[0]) snprintf(err->msg, sizeof err->msg, "out of memory");
+    if (rc && !err->msg[0]) kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     if (pl.slots)
         for (size_t i = 0; i < pl.n_slots; i++) free(pl.slots[i].buf);
     free(pl.slots);
@@ -359,7 +360,7 @@ out:
 }
 
 int synth_write(const synth_config *c, const tok_vocab *vocab, const gguf_file *vocab_from, const char *path,
-                synth_stats *stats, gguf_error *err) {
+                synth_stats *stats, kiln_err *err) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     err->msg[0] = 0;
@@ -367,7 +368,7 @@ int synth_write(const synth_config *c, const tok_vocab *vocab, const gguf_file *
     plan p = {0};
     if (make_plan(c, &p)) {
         free(p.t);
-        snprintf(err->msg, sizeof err->msg, "out of memory");
+        kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
         return -1;
     }
     gguf_writer *w = gguf_writer_create(path, err);

@@ -5,6 +5,7 @@
 #ifndef KILN_MODELGEN_SYNTH_H
 #define KILN_MODELGEN_SYNTH_H
 
+#include "base/error.h"
 #include "gguf/gguf.h"
 #include "model/arch.h"
 #include "modelgen/vocab.h"
@@ -31,11 +32,11 @@ extern const char *const synth_preset_names[]; /* NULL-terminated */
 /* Fills c from a preset; -1 if the name is unknown. */
 int synth_preset(const char *name, synth_config *c);
 /* Checks the sizes are consistent (e.g. heads divisible by kv heads); message in err. */
-int synth_check(const synth_config *c, gguf_error *err);
+int synth_check(const synth_config *c, kiln_err *err);
 /* Writes the model. The tokenizer is vocab (n_tokens must equal c->n_vocab) or, when
  * vocab_from is given, the tokenizer.* keys of that file. */
 typedef struct synth_stats { uint64_t bytes, params; double seconds; } synth_stats;
 int synth_write(const synth_config *c, const tok_vocab *vocab, const gguf_file *vocab_from, const char *path,
-                synth_stats *stats, gguf_error *err);
+                synth_stats *stats, kiln_err *err);
 
 #endif

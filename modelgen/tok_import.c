@@ -3,6 +3,7 @@
  * does_token_look_special), gguf-py vocab.py (SpecialVocab), constants.py, gguf_writer.py,
  * and llama-vocab.cpp (what the loader requires and which pre names it knows). */
 #include "modelgen/tok_import.h"
+#include "base/error.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -14,14 +15,14 @@
 /* Integers past int64 (tokenizer_config's model_max_length is 1e30 in Llama 3) make
  * jansson give up; then the file is read again with every number as a double, which
  * still holds every id exactly (see json_int). */
-static json_t *load_json(const char *path, char *err, size_t errlen) {
+static json_t *load_json(const char *path, kiln_err *err) {
     json_error_t je;
     json_t *j = json_load_file(path, JSON_ALLOW_NUL, &je);
     if (!j && json_error_code(&je) == json_error_numeric_overflow)
         j = json_load_file(path, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
     if (!j) {
-        if (je.line < 0) tok_fail(err, errlen, "%s", je.text); /* "unable to open PATH: reason" */
-        else tok_fail(err, errlen, "%s: invalid JSON at line %d, column %d: %s", path, je.line, je.column, je.text);
+        if (je.line < 0) kiln_fail(err, KILN_ERR_INVALID, "%s", je.text); /* "unable to open PATH: reason" */
+        else kiln_fail(err, KILN_ERR_INVALID, "%s: invalid JSON at line %d, column %d: %s", path, je.line, je.column, je.text);
     }
     return j;
 }
@@ -69,12 +70,12 @@ static const char *tp_id(const json_t *entry, const char *key) {
 }
 
 /* Whole file; 1 if absent, 0 read, -1 error. */
-static int read_whole(const char *path, char **out, char *err, size_t errlen) {
+static int read_whole(const char *path, char **out, kiln_err *err) {
     *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) {
         if (errno == ENOENT) return 1;
-        return tok_fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return kiln_fail(err, KILN_ERR_UNAVAILABLE, "cannot open %s: %s", path, strerror(errno));
     }
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
@@ -95,7 +96,7 @@ static int read_whole(const char *path, char **out, char *err, size_t errlen) {
     fclose(f);
     if (bad) {
         free(buf);
-        return tok_fail(err, errlen, "cannot read %s", path);
+        return kiln_fail(err, KILN_ERR_UNAVAILABLE, "cannot read %s", path);
     }
     buf[len] = 0;
     *out = buf;
@@ -116,8 +117,7 @@ typedef struct importer {
     added_tok *added;
     gguf_str *added_keys; /* contents of added, for the index */
     size_t n_added;
-    char *err;
-    size_t errlen;
+    kiln_err *err;
 } importer;
 
 static bool has_prefix(const char *p, size_t n, const char *pre) {
@@ -164,9 +164,9 @@ static char *dup_user_defined(const char *p, size_t n, size_t *out_len) {
 
 static int id_of(importer *im, const json_t *j, const char *what, int64_t *out) {
     int64_t id;
-    if (!json_int(j, &id)) return tok_fail(im->err, im->errlen, "%s: %s has no integer id", im->path, what);
+    if (!json_int(j, &id)) return kiln_fail(im->err, KILN_ERR_INVALID, "%s: %s has no integer id", im->path, what);
     if (id < 0 || id >= (int64_t)TOK_MAX_VOCAB)
-        return tok_fail(im->err, im->errlen, "%s: %s has id %lld, outside 0..%u", im->path, what, (long long)id,
+        return kiln_fail(im->err, KILN_ERR_INVALID, "%s: %s has id %lld, outside 0..%u", im->path, what, (long long)id,
                     TOK_MAX_VOCAB - 1);
     *out = id;
     return 0;
@@ -175,17 +175,17 @@ static int id_of(importer *im, const json_t *j, const char *what, int64_t *out) 
 static int read_added(importer *im) {
     const json_t *arr = json_object_get(im->root, "added_tokens");
     if (!arr || json_is_null(arr)) return 0;
-    if (!json_is_array(arr)) return tok_fail(im->err, im->errlen, "%s: \"added_tokens\" is not a list", im->path);
+    if (!json_is_array(arr)) return kiln_fail(im->err, KILN_ERR_INVALID, "%s: \"added_tokens\" is not a list", im->path);
     size_t n = json_array_size(arr);
     im->added = calloc(n ? n : 1, sizeof *im->added);
     im->added_keys = calloc(n ? n : 1, sizeof *im->added_keys);
-    if (!im->added || !im->added_keys) return tok_fail(im->err, im->errlen, "out of memory");
+    if (!im->added || !im->added_keys) return kiln_fail(im->err, KILN_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const json_t *a = json_array_get(arr, i);
         const json_t *c = json_object_get(a, "content");
         char what[48];
         snprintf(what, sizeof what, "added token %zu", i);
-        if (!json_is_string(c)) return tok_fail(im->err, im->errlen, "%s: %s has no string content", im->path, what);
+        if (!json_is_string(c)) return kiln_fail(im->err, KILN_ERR_INVALID, "%s: %s has no string content", im->path, what);
         added_tok *t = &im->added[i];
         if (id_of(im, json_object_get(a, "id"), what, &t->id)) return -1;
         t->content = (gguf_str){json_string_value(c), json_string_length(c)};
@@ -198,25 +198,24 @@ static int read_added(importer *im) {
 
 static int read_vocab(importer *im, tok_vocab *v) {
     const char *path = im->path;
-    char *err = im->err;
-    size_t errlen = im->errlen;
+    kiln_err *err = im->err;
     const json_t *model = json_object_get(im->root, "model");
-    if (!json_is_object(model)) return tok_fail(err, errlen, "%s: no \"model\" object", path);
+    if (!json_is_object(model)) return kiln_fail(err, KILN_ERR_INVALID, "%s: no \"model\" object", path);
     const char *type = json_string_value(json_object_get(model, "type"));
-    if (!type) return tok_fail(err, errlen, "%s: model has no \"type\"", path);
+    if (!type) return kiln_fail(err, KILN_ERR_INVALID, "%s: model has no \"type\"", path);
     if (strcmp(type, "BPE") != 0)
-        return tok_fail(err, errlen,
+        return kiln_fail(err, KILN_ERR_UNSUPPORTED,
                     "%s: model type \"%s\" is not supported: only byte-level BPE can be imported "
                     "(WordPiece and Unigram are not yet)",
                     path, type);
     /* byte_fallback marks a SentencePiece-style BPE: llama.cpp's "llama" model, not "gpt2". */
     if (json_is_true(json_object_get(model, "byte_fallback")))
-        return tok_fail(err, errlen,
+        return kiln_fail(err, KILN_ERR_INVALID,
                     "%s: BPE with byte_fallback is SentencePiece-style (llama.cpp model \"llama\"), "
                     "not byte-level; not supported yet",
                     path);
     const json_t *vocab = json_object_get(model, "vocab");
-    if (!json_is_object(vocab)) return tok_fail(err, errlen, "%s: model has no \"vocab\" object", path);
+    if (!json_is_object(vocab)) return kiln_fail(err, KILN_ERR_INVALID, "%s: model has no \"vocab\" object", path);
     if (read_added(im)) return -1;
 
     int64_t max_id = -1;
@@ -231,20 +230,20 @@ static int read_vocab(importer *im, tok_vocab *v) {
     }
     for (size_t i = 0; i < im->n_added; i++)
         if (im->added[i].id > max_id) max_id = im->added[i].id;
-    if (max_id < 0) return tok_fail(err, errlen, "%s: the vocabulary is empty", path);
+    if (max_id < 0) return kiln_fail(err, KILN_ERR_INVALID, "%s: the vocabulary is empty", path);
 
     uint64_t n = (uint64_t)max_id + 1;
     v->tokens = calloc(n, sizeof *v->tokens);
     v->types = calloc(n, sizeof *v->types);
-    if (!v->tokens || !v->types) return tok_fail(err, errlen, "out of memory");
+    if (!v->tokens || !v->types) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     v->n_tokens = n;
 
     tok_index added_ix = {0};
-    if (tok_index_init(&added_ix, im->n_added)) return tok_fail(err, errlen, "out of memory");
+    if (tok_index_init(&added_ix, im->n_added)) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     int rc = -1;
     for (size_t i = 0; i < im->n_added; i++) {
         if (tok_index_put(&added_ix, im->added_keys, (uint32_t)i) >= 0) {
-            tok_fail(err, errlen, "%s: added token \"%.60s\" is listed twice", path, im->added[i].content.ptr);
+            kiln_fail(err, KILN_ERR_INVALID, "%s: added token \"%.60s\" is listed twice", path, im->added[i].content.ptr);
             goto out;
         }
     }
@@ -259,13 +258,13 @@ static int read_vocab(importer *im, tok_vocab *v) {
         json_int(json_object_iter_value(it), &id); /* checked above */
         if (tok_index_get(&added_ix, im->added_keys, k, klen) >= 0) continue;
         if (v->tokens[id].ptr) {
-            tok_fail(err, errlen, "%s: id %lld is given to both \"%.40s\" and \"%.40s\"", path, (long long)id,
+            kiln_fail(err, KILN_ERR_INVALID, "%s: id %lld is given to both \"%.40s\" and \"%.40s\"", path, (long long)id,
                  v->tokens[id].ptr, k);
             goto out;
         }
         char *s = tok_dup_bytes(k, klen);
         if (!s) {
-            tok_fail(err, errlen, "out of memory");
+            kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
             goto out;
         }
         v->tokens[id] = (gguf_str){s, klen};
@@ -274,7 +273,7 @@ static int read_vocab(importer *im, tok_vocab *v) {
     for (size_t i = 0; i < im->n_added; i++) {
         const added_tok *a = &im->added[i];
         if (v->tokens[a->id].ptr) {
-            tok_fail(err, errlen, "%s: id %lld is given to both \"%.40s\" and added token \"%.40s\"", path,
+            kiln_fail(err, KILN_ERR_INVALID, "%s: id %lld is given to both \"%.40s\" and added token \"%.40s\"", path,
                  (long long)a->id, v->tokens[a->id].ptr, a->content.ptr);
             goto out;
         }
@@ -288,7 +287,7 @@ static int read_vocab(importer *im, tok_vocab *v) {
             v->types[a->id] = TOK_TYPE_USER_DEFINED;
         }
         if (!s) {
-            tok_fail(err, errlen, "out of memory");
+            kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
             goto out;
         }
         v->tokens[a->id] = (gguf_str){s, len};
@@ -300,7 +299,7 @@ static int read_vocab(importer *im, tok_vocab *v) {
         int len = snprintf(buf, sizeof buf, "[PAD%llu]", (unsigned long long)i);
         char *s = tok_dup_bytes(buf, (size_t)len);
         if (!s) {
-            tok_fail(err, errlen, "out of memory");
+            kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
             goto out;
         }
         v->tokens[i] = (gguf_str){s, (size_t)len};
@@ -317,23 +316,23 @@ out:
 static int read_merges(importer *im, tok_vocab *v) {
     const json_t *merges = json_object_get(json_object_get(im->root, "model"), "merges");
     if (!merges || json_is_null(merges)) return 0;
-    if (!json_is_array(merges)) return tok_fail(im->err, im->errlen, "%s: model.merges is not a list", im->path);
+    if (!json_is_array(merges)) return kiln_fail(im->err, KILN_ERR_INVALID, "%s: model.merges is not a list", im->path);
     size_t n = json_array_size(merges);
     if (!n) return 0;
     bool pairs = !json_is_string(json_array_get(merges, 0));
     v->merges = calloc(n, sizeof *v->merges);
-    if (!v->merges) return tok_fail(im->err, im->errlen, "out of memory");
+    if (!v->merges) return kiln_fail(im->err, KILN_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const json_t *m = json_array_get(merges, i);
         char *s = NULL;
         if (!pairs) {
             if (!json_is_string(m) || strlen(json_string_value(m)) != json_string_length(m))
-                return tok_fail(im->err, im->errlen, "%s: merge %zu is not a string like the first one", im->path, i);
+                return kiln_fail(im->err, KILN_ERR_INVALID, "%s: merge %zu is not a string like the first one", im->path, i);
             s = tok_dup_bytes(json_string_value(m), json_string_length(m));
         } else {
             const json_t *a = json_array_get(m, 0), *b = json_array_get(m, 1);
             if (!json_is_array(m) || json_array_size(m) != 2 || !json_is_string(a) || !json_is_string(b))
-                return tok_fail(im->err, im->errlen,
+                return kiln_fail(im->err, KILN_ERR_INVALID,
                             "%s: unknown merges format at merge %zu (expected \"a b\" strings or [a, b] pairs)",
                             im->path, i);
             size_t la = json_string_length(a), lb = json_string_length(b);
@@ -351,7 +350,7 @@ static int read_merges(importer *im, tok_vocab *v) {
                             s[o++] = (char)0xA0;
                         } else if (c == 0) {
                             free(s);
-                            return tok_fail(im->err, im->errlen, "%s: merge %zu holds a NUL byte", im->path, i);
+                            return kiln_fail(im->err, KILN_ERR_INVALID, "%s: merge %zu holds a NUL byte", im->path, i);
                         } else {
                             s[o++] = c;
                         }
@@ -360,7 +359,7 @@ static int read_merges(importer *im, tok_vocab *v) {
                 s[o] = 0;
             }
         }
-        if (!s) return tok_fail(im->err, im->errlen, "out of memory");
+        if (!s) return kiln_fail(im->err, KILN_ERR_NOMEM, "out of memory");
         v->merges[i] = s;
         v->n_merges = i + 1;
     }
@@ -456,17 +455,17 @@ static char *canon_regex(const char *s) {
 }
 
 /* Reduces one step; 0 ok, 1 a step kind or option we do not match on. */
-static int pt_reduce(const json_t *st, pt_seen *out, char *why, size_t whylen) {
+static int pt_reduce(const json_t *st, pt_seen *out, kiln_err *why) {
     const char *type = json_string_value(json_object_get(st, "type"));
     if (!type) {
-        snprintf(why, whylen, "a step without a type");
+        kiln_fail(why, KILN_ERR_INVALID, "a step without a type");
         return 1;
     }
     if (strcmp(type, "Split") == 0) {
         const char *re = json_string_value(json_object_get(json_object_get(st, "pattern"), "Regex"));
         const char *beh = json_string_value(json_object_get(st, "behavior"));
         if (!re || (beh && strcmp(beh, "Isolated") != 0) || json_is_true(json_object_get(st, "invert"))) {
-            snprintf(why, whylen, "a Split that is not an isolated regex");
+            kiln_fail(why, KILN_ERR_INVALID, "a Split that is not an isolated regex");
             return 1;
         }
         out->kind = 'S';
@@ -475,7 +474,7 @@ static int pt_reduce(const json_t *st, pt_seen *out, char *why, size_t whylen) {
     }
     if (strcmp(type, "ByteLevel") == 0) {
         if (json_is_true(json_object_get(st, "add_prefix_space"))) {
-            snprintf(why, whylen, "ByteLevel with add_prefix_space");
+            kiln_fail(why, KILN_ERR_INVALID, "ByteLevel with add_prefix_space");
             return 1;
         }
         const json_t *ur = json_object_get(st, "use_regex");
@@ -494,7 +493,7 @@ static int pt_reduce(const json_t *st, pt_seen *out, char *why, size_t whylen) {
         out->flag = beh && strcmp(beh, "Contiguous") == 0;
         return 0;
     }
-    snprintf(why, whylen, "a %s step", type);
+    kiln_fail(why, KILN_ERR_INVALID, "a %s step", type);
     return 1;
 }
 
@@ -535,7 +534,7 @@ static int infer_pre(importer *im, char **out) {
     const char *hint = "pass --pre NAME with llama.cpp's tokenizer.ggml.pre name for it "
                        "(e.g. llama-bpe, qwen2, gpt-2, starcoder, deepseek-llm)";
     if (!json_is_object(pt))
-        return tok_fail(im->err, im->errlen, "%s: no pre_tokenizer to recognize; %s", im->path, hint);
+        return kiln_fail(im->err, KILN_ERR_UNSUPPORTED, "%s: no pre_tokenizer to recognize; %s", im->path, hint);
     const json_t *list = NULL;
     size_t n = 1;
     const char *type = json_string_value(json_object_get(pt, "type"));
@@ -544,34 +543,34 @@ static int infer_pre(importer *im, char **out) {
         n = json_array_size(list);
     }
     pt_seen seen[PT_MAX_STEPS] = {{0}};
-    char why[96] = "";
+    kiln_err why = {0};
     int rc = 0;
     size_t got = 0;
     if (n == 0 || n > PT_MAX_STEPS) {
-        snprintf(why, sizeof why, "a Sequence of %zu steps", n);
+        snprintf(why.msg, sizeof why.msg, "a Sequence of %zu steps", n);
         rc = 1;
     }
     for (; rc == 0 && got < n; got++) {
-        rc = pt_reduce(list ? json_array_get(list, got) : pt, &seen[got], why, sizeof why);
-        if (rc < 0) rc = tok_fail(im->err, im->errlen, "out of memory");
+        rc = pt_reduce(list ? json_array_get(list, got) : pt, &seen[got], &why);
+        if (rc < 0) rc = kiln_fail(im->err, KILN_ERR_NOMEM, "out of memory");
     }
     if (rc == 0) {
         rc = 1;
         for (size_t f = 0; f < sizeof pt_families / sizeof pt_families[0]; f++) {
             if (pt_matches(&pt_families[f], seen, n)) {
                 *out = strdup(pt_families[f].name);
-                rc = *out ? 0 : tok_fail(im->err, im->errlen, "out of memory");
+                rc = *out ? 0 : kiln_fail(im->err, KILN_ERR_NOMEM, "out of memory");
                 break;
             }
         }
         if (rc == 1) {
             char desc[200];
             pt_describe(seen, n, desc, sizeof desc);
-            tok_fail(im->err, im->errlen, "%s: pre-tokenizer not recognized: %s; %s", im->path, desc, hint);
+            kiln_fail(im->err, KILN_ERR_UNSUPPORTED, "%s: pre-tokenizer not recognized: %s; %s", im->path, desc, hint);
             rc = -1;
         }
     } else if (rc == 1) {
-        tok_fail(im->err, im->errlen, "%s: pre-tokenizer not recognized: %s; %s", im->path, why, hint);
+        kiln_fail(im->err, KILN_ERR_UNSUPPORTED, "%s: pre-tokenizer not recognized: %s; %s", im->path, why.msg, hint);
         rc = -1;
     }
     for (size_t i = 0; i < PT_MAX_STEPS; i++) free(seen[i].re);
@@ -719,7 +718,7 @@ static int set_template(importer *im, const json_t *ct, tok_vocab *v) {
     }
     if (!t) return 0;
     v->chat_template = strdup(t);
-    return v->chat_template ? 0 : tok_fail(im->err, im->errlen, "out of memory");
+    return v->chat_template ? 0 : kiln_fail(im->err, KILN_ERR_NOMEM, "out of memory");
 }
 
 /* chat_template.jinja, else chat_template.json, beside tokenizer_config.json. */
@@ -727,11 +726,11 @@ static int template_from_files(importer *im, const char *config_path, tok_vocab 
     const char *slash = strrchr(config_path, '/');
     size_t dlen = slash ? (size_t)(slash - config_path) + 1 : 0;
     char *p = malloc(dlen + 32);
-    if (!p) return tok_fail(im->err, im->errlen, "out of memory");
+    if (!p) return kiln_fail(im->err, KILN_ERR_NOMEM, "out of memory");
     memcpy(p, config_path, dlen);
     strcpy(p + dlen, "chat_template.jinja");
     char *text;
-    int r = read_whole(p, &text, im->err, im->errlen);
+    int r = read_whole(p, &text, im->err);
     if (r == 0) {
         v->chat_template = text;
     } else if (r == 1) {
@@ -740,7 +739,7 @@ static int template_from_files(importer *im, const char *config_path, tok_vocab 
         r = 0;
         if (f) {
             fclose(f);
-            json_t *j = load_json(p, im->err, im->errlen);
+            json_t *j = load_json(p, im->err);
             r = j ? set_template(im, json_object_get(j, "chat_template"), v) : -1;
             json_decref(j);
         }
@@ -755,7 +754,7 @@ static int special_vocab(importer *im, json_t *cfg, const char *config_path, tok
         s.add[t] = -1;
         s.ids[t] = -1;
     }
-    if (!s.keep) return tok_fail(im->err, im->errlen, "out of memory");
+    if (!s.keep) return kiln_fail(im->err, KILN_ERR_NOMEM, "out of memory");
     int rc = post_processor_pass(im, &s);
     if (rc == 0 && truthy(cfg)) {
         json_t *ct = json_object_get(cfg, "chat_template");
@@ -800,25 +799,25 @@ static int special_vocab(importer *im, json_t *cfg, const char *config_path, tok
 }
 
 int tok_import_hf(const char *tokenizer_json, const char *tokenizer_config, const char *pre_override,
-                  tok_vocab *out, char *err, size_t errlen) {
+                  tok_vocab *out, kiln_err *err) {
     tok_vocab_init(out);
-    if (!tokenizer_json) return tok_fail(err, errlen, "no tokenizer.json given");
+    if (!tokenizer_json) return kiln_fail(err, KILN_ERR_INVALID, "no tokenizer.json given");
     tok_vocab v;
     tok_vocab_init(&v);
-    importer im = {.path = tokenizer_json, .err = err, .errlen = errlen};
+    importer im = {.path = tokenizer_json, .err = err};
     json_t *cfg = NULL;
     int rc = -1;
-    im.root = load_json(tokenizer_json, err, errlen);
+    im.root = load_json(tokenizer_json, err);
     if (!im.root) goto done;
     if (!json_is_object(im.root)) {
-        tok_fail(err, errlen, "%s: not a JSON object", tokenizer_json);
+        kiln_fail(err, KILN_ERR_INVALID, "%s: not a JSON object", tokenizer_json);
         goto done;
     }
     if (tokenizer_config) {
-        cfg = load_json(tokenizer_config, err, errlen);
+        cfg = load_json(tokenizer_config, err);
         if (!cfg) goto done;
         if (!json_is_object(cfg)) {
-            tok_fail(err, errlen, "%s: not a JSON object", tokenizer_config);
+            kiln_fail(err, KILN_ERR_INVALID, "%s: not a JSON object", tokenizer_config);
             goto done;
         }
     }
@@ -826,7 +825,7 @@ int tok_import_hf(const char *tokenizer_json, const char *tokenizer_config, cons
     if (pre_override && *pre_override) {
         v.pre = strdup(pre_override);
         if (!v.pre) {
-            tok_fail(err, errlen, "out of memory");
+            kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
             goto done;
         }
     } else if (infer_pre(&im, &v.pre)) {
@@ -834,7 +833,7 @@ int tok_import_hf(const char *tokenizer_json, const char *tokenizer_config, cons
     }
     v.model = strdup("gpt2");
     if (!v.model) {
-        tok_fail(err, errlen, "out of memory");
+        kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
     if (special_vocab(&im, cfg, tokenizer_config, &v)) goto done;
@@ -853,13 +852,13 @@ done:
     return rc;
 }
 
-int tok_import_hf_model_config(const char *config_json, tok_vocab *v, char *err, size_t errlen) {
-    json_t *cfg = load_json(config_json, err, errlen);
+int tok_import_hf_model_config(const char *config_json, tok_vocab *v, kiln_err *err) {
+    json_t *cfg = load_json(config_json, err);
     if (!cfg) return -1;
     int rc = 0;
     if (!json_is_object(cfg)) {
         json_decref(cfg);
-        return tok_fail(err, errlen, "%s: not a JSON object", config_json);
+        return kiln_fail(err, KILN_ERR_INVALID, "%s: not a JSON object", config_json);
     }
     int64_t *ids[] = {&v->bos_id, &v->eos_id, &v->unk_id, &v->sep_id, &v->pad_id, &v->cls_id, &v->mask_id};
     json_t *text = json_object_get(cfg, "text_config"); /* multimodal models keep them there */
@@ -871,7 +870,7 @@ int tok_import_hf_model_config(const char *config_json, tok_vocab *v, char *err,
         int64_t x;
         if (!json_int(id, &x)) continue; /* a list (several eos ids) is skipped too */
         if (x < 0) {
-            rc = tok_fail(err, errlen, "%s: invalid value for %s: %lld", config_json, key, (long long)x);
+            rc = kiln_fail(err, KILN_ERR_INVALID, "%s: invalid value for %s: %lld", config_json, key, (long long)x);
             break;
         }
         if (*ids[t] < 0) *ids[t] = x;

@@ -8,6 +8,7 @@
 #ifndef KILN_MODELGEN_TOK_IMPORT_H
 #define KILN_MODELGEN_TOK_IMPORT_H
 
+#include "base/error.h"
 #include "modelgen/vocab.h"
 
 #include <stddef.h>
@@ -16,10 +17,10 @@
  * A chat template missing from tokenizer_config.json is taken from chat_template.jinja
  * or chat_template.json beside it, as SpecialVocab does. 0 on success; -1 with err. */
 int tok_import_hf(const char *tokenizer_json, const char *tokenizer_config, const char *pre_override,
-                  tok_vocab *out, char *err, size_t errlen);
+                  tok_vocab *out, kiln_err *err);
 /* Optional: a model's config.json fills special ids still absent ({bos,eos,unk,sep,pad,
  * cls,mask}_token_id, also under text_config), as SpecialVocab does after the tokenizer
  * files (Qwen3's bos_token_id comes only from there). */
-int tok_import_hf_model_config(const char *config_json, tok_vocab *v, char *err, size_t errlen);
+int tok_import_hf_model_config(const char *config_json, tok_vocab *v, kiln_err *err);
 
 #endif

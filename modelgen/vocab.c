@@ -1,6 +1,7 @@
 /* The tokenizer vocabulary as GGUF holds it: kiln's default byte-level vocab, padding,
  * writing the tokenizer.ggml.* keys as llama.cpp's converter does. */
 #include "modelgen/vocab.h"
+#include "base/error.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -90,14 +91,14 @@ static int put_merged(tok_vocab *v, const char *a, size_t na, const char *b, siz
 #define BYTELEVEL_MIN 258u /* 256 bytes + bos + eos */
 #define BYTELEVEL_MERGED (26u + 26u * 26u + 26u)
 
-int tok_vocab_bytelevel(uint64_t vocab_size, tok_vocab *out, char *err, size_t errlen) {
+int tok_vocab_bytelevel(uint64_t vocab_size, tok_vocab *out, kiln_err *err) {
     tok_vocab_init(out);
     if (vocab_size < BYTELEVEL_MIN)
-        return tok_fail(err, errlen, "vocab size %llu is too small: the byte-level vocab needs %u tokens "
+        return kiln_fail(err, KILN_ERR_INVALID, "vocab size %llu is too small: the byte-level vocab needs %u tokens "
                                  "(256 bytes, bos, eos)",
                     (unsigned long long)vocab_size, BYTELEVEL_MIN);
     if (vocab_size > TOK_MAX_VOCAB)
-        return tok_fail(err, errlen, "vocab size %llu is larger than %u", (unsigned long long)vocab_size, TOK_MAX_VOCAB);
+        return kiln_fail(err, KILN_ERR_INVALID, "vocab size %llu is larger than %u", (unsigned long long)vocab_size, TOK_MAX_VOCAB);
     tok_vocab v;
     tok_vocab_init(&v);
     uint64_t n_merged = vocab_size - BYTELEVEL_MIN;
@@ -128,7 +129,7 @@ int tok_vocab_bytelevel(uint64_t vocab_size, tok_vocab *out, char *err, size_t e
     /* a synthetic model starts every prompt with bos, in kiln and in llama.cpp alike */
     v.add_bos = 1;
     v.add_eos = 0;
-    if (tok_vocab_pad(&v, vocab_size, err, errlen)) {
+    if (tok_vocab_pad(&v, vocab_size, err)) {
         tok_vocab_free(&v);
         return -1;
     }
@@ -136,52 +137,43 @@ int tok_vocab_bytelevel(uint64_t vocab_size, tok_vocab *out, char *err, size_t e
     return 0;
 oom:
     tok_vocab_free(&v);
-    return tok_fail(err, errlen, "out of memory");
+    return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
 }
 
-int tok_vocab_pad(tok_vocab *v, uint64_t vocab_size, char *err, size_t errlen) {
+int tok_vocab_pad(tok_vocab *v, uint64_t vocab_size, kiln_err *err) {
     if (v->n_tokens > vocab_size)
-        return tok_fail(err, errlen, "the vocab has %llu tokens, more than the %llu asked for",
+        return kiln_fail(err, KILN_ERR_INVALID, "the vocab has %llu tokens, more than the %llu asked for",
                     (unsigned long long)v->n_tokens, (unsigned long long)vocab_size);
     if (vocab_size > TOK_MAX_VOCAB)
-        return tok_fail(err, errlen, "vocab size %llu is larger than %u", (unsigned long long)vocab_size, TOK_MAX_VOCAB);
+        return kiln_fail(err, KILN_ERR_INVALID, "vocab size %llu is larger than %u", (unsigned long long)vocab_size, TOK_MAX_VOCAB);
     if (v->n_tokens == vocab_size) return 0;
     gguf_str *t = realloc(v->tokens, vocab_size * sizeof *t);
     if (t) v->tokens = t;
     int32_t *ty = realloc(v->types, vocab_size * sizeof *ty);
     if (ty) v->types = ty;
-    if (!t || !ty) return tok_fail(err, errlen, "out of memory");
+    if (!t || !ty) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     while (v->n_tokens < vocab_size) {
         char buf[32];
         int len = snprintf(buf, sizeof buf, "[PAD%llu]", (unsigned long long)v->n_tokens);
-        if (put_token(v, buf, (size_t)len, TOK_TYPE_UNUSED)) return tok_fail(err, errlen, "out of memory");
+        if (put_token(v, buf, (size_t)len, TOK_TYPE_UNUSED)) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     }
     return 0;
 }
 
 /* ---- writing ------------------------------------------------------------------------ */
 
-static int werr(gguf_error *err, const char *fmt, ...) {
-    if (!err) return -1;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-int tok_vocab_write(const tok_vocab *v, gguf_writer *w, gguf_error *err) {
+int tok_vocab_write(const tok_vocab *v, gguf_writer *w, kiln_err *err) {
     if (!v->model || !v->n_tokens || !v->tokens || !v->types)
-        return werr(err, "tokenizer: the vocab is empty");
-    if (v->n_tokens > TOK_MAX_VOCAB) return werr(err, "tokenizer: %llu tokens is too many", (unsigned long long)v->n_tokens);
+        return kiln_fail(err, KILN_ERR_INVALID, "tokenizer: the vocab is empty");
+    if (v->n_tokens > TOK_MAX_VOCAB) return kiln_fail(err, KILN_ERR_INVALID, "tokenizer: %llu tokens is too many", (unsigned long long)v->n_tokens);
     /* llama.cpp asserts that every token string is distinct */
     tok_index ix;
-    if (tok_index_init(&ix, v->n_tokens)) return werr(err, "out of memory");
+    if (tok_index_init(&ix, v->n_tokens)) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     for (uint64_t i = 0; i < v->n_tokens; i++) {
         int64_t j = tok_index_put(&ix, v->tokens, (uint32_t)i);
         if (j >= 0) {
             tok_index_free(&ix);
-            return werr(err, "tokenizer: tokens %lld and %llu are both \"%.*s\"; llama.cpp needs distinct tokens",
+            return kiln_fail(err, KILN_ERR_INVALID, "tokenizer: tokens %lld and %llu are both \"%.*s\"; llama.cpp needs distinct tokens",
                         (long long)j, (unsigned long long)i, (int)(v->tokens[i].len > 60 ? 60 : v->tokens[i].len),
                         v->tokens[i].ptr);
         }
@@ -198,7 +190,7 @@ int tok_vocab_write(const tok_vocab *v, gguf_writer *w, gguf_error *err) {
     };
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
         if (ids[i].write && ids[i].id >= (int64_t)v->n_tokens)
-            return werr(err, "tokenizer: %s %lld is outside the %llu tokens", ids[i].key, (long long)ids[i].id,
+            return kiln_fail(err, KILN_ERR_INVALID, "tokenizer: %s %lld is outside the %llu tokens", ids[i].key, (long long)ids[i].id,
                         (unsigned long long)v->n_tokens);
 
     if (gguf_writer_add_str(w, "tokenizer.ggml.model", v->model, err)) return -1;

@@ -4,6 +4,7 @@
 #ifndef KILN_MODELGEN_VOCAB_H
 #define KILN_MODELGEN_VOCAB_H
 
+#include "base/error.h"
 #include "gguf/gguf.h"
 #include "text/tok_index.h"
 
@@ -39,16 +40,16 @@ void tok_vocab_init(tok_vocab *v);
  * control), <|end_of_text|> (eos, control), then deterministic merged tokens ("Ġ"+letter,
  * lowercase letter pairs) with their merges, then filled to vocab_size; error if
  * vocab_size is too small to hold bytes + specials */
-int tok_vocab_bytelevel(uint64_t vocab_size, tok_vocab *out, char *err, size_t errlen);
+int tok_vocab_bytelevel(uint64_t vocab_size, tok_vocab *out, kiln_err *err);
 /* grow to vocab_size with "[PAD{id}]" tokens of type unused (llama.cpp's convention);
  * error if the vocab is already larger */
-int tok_vocab_pad(tok_vocab *v, uint64_t vocab_size, char *err, size_t errlen);
+int tok_vocab_pad(tok_vocab *v, uint64_t vocab_size, kiln_err *err);
 /* write the tokenizer.ggml.* keys (+ tokenizer.chat_template) through the writer, named
  * and typed as llama.cpp writes them (tokens: arr[str]; token_type: arr[i32]; merges:
  * arr[str]; ids: u32; add_bos_token/add_eos_token: bool; ...). Refuses what llama.cpp
  * cannot load: duplicate token strings, ids out of range, a gpt2 vocab without merges
  * key (an empty merges array is written instead). */
-int tok_vocab_write(const tok_vocab *v, gguf_writer *w, gguf_error *err);
+int tok_vocab_write(const tok_vocab *v, gguf_writer *w, kiln_err *err);
 void tok_vocab_free(tok_vocab *v);
 
 /* Id of the token spelled s (NUL-terminated), or -1. Linear; for tests and tools. */

@@ -11,6 +11,7 @@
  *      projection
  * Logits stay f32. Every dot product, norm sum and softmax sum accumulates in f32. */
 #include "gguf/half.h"
+#include "base/error.h"
 #include "oracle/oracle.h"
 #include "oracle/pool.h"
 #include "oracle/weights.h"
@@ -38,6 +39,7 @@ typedef struct orc_engine {
     uint32_t q_dim, kv_dim, v_dim, o_dim;
     float *k_cache, *v_cache; /* [layer][position][kv_dim or v_dim] */
     orc_pool *pool;
+    float *scores; /* attention scores: n_ctx per pool worker */
     /* activations for up to cap tokens */
     uint32_t cap;
     float *x, *h, *q, *k, *v, *att, *o, *g, *u;
@@ -58,12 +60,13 @@ static void round16(const orc_engine *e, float *x, uint64_t n) {
 /* ---- loading ------------------------------------------------------------------------ */
 
 /* A 1-D weight (norm, bias, rope factors) as f32 values, rounded like any weight. */
-static float *load_vector(const orc_engine *e, const gguf_tensor *t, char *err, size_t errlen) {
+static float *load_vector(const orc_engine *e, const gguf_tensor *t, kiln_err *err) {
     if (!t) return NULL;
     float *v = malloc(t->ne[0] * sizeof *v);
-    gguf_error ge;
+    kiln_err ge;
     if (!v || gguf_tensor_rows_f32(t, 0, 1, v, &ge)) {
-        snprintf(err, errlen, "%s", v ? ge.msg : "out of memory");
+        if (v) kiln_err_wrap(err, &ge, NULL);
+        else kiln_fail_oom(err, NULL);
         free(v);
         return NULL;
     }
@@ -71,37 +74,37 @@ static float *load_vector(const orc_engine *e, const gguf_tensor *t, char *err, 
     return v;
 }
 
-static int load_weights(orc_engine *e, char *err, size_t errlen) {
+static int load_weights(orc_engine *e, kiln_err *err) {
     const model *m = e->m;
     uint32_t want = e->mode == ORC_F32 ? GGUF_T_F32 : e->dtype;
-    if (orc_weight_load(&e->tok_embd, m->tok_embd, want, err, errlen) ||
-        orc_weight_load(&e->output, m->output, want, err, errlen))
+    if (orc_weight_load(&e->tok_embd, m->tok_embd, want, err) ||
+        orc_weight_load(&e->output, m->output, want, err))
         return -1;
-    if (!(e->output_norm = load_vector(e, m->output_norm, err, errlen))) return -1;
+    if (!(e->output_norm = load_vector(e, m->output_norm, err))) return -1;
     if (m->rope_freqs) {
         /* rope factors divide angles; they are not activations or matrix weights */
         orc_mode saved = e->mode;
         e->mode = ORC_F32;
-        e->rope_freqs = load_vector(e, m->rope_freqs, err, errlen);
+        e->rope_freqs = load_vector(e, m->rope_freqs, err);
         e->mode = saved;
         if (!e->rope_freqs) return -1;
     }
     for (uint32_t l = 0; l < e->hp.n_layer; l++) {
         const model_layer *ml = &m->layers[l];
         orc_layer *L = &e->layers[l];
-        if (orc_weight_load(&L->wq, ml->wq, want, err, errlen) || orc_weight_load(&L->wk, ml->wk, want, err, errlen) ||
-            orc_weight_load(&L->wv, ml->wv, want, err, errlen) || orc_weight_load(&L->wo, ml->wo, want, err, errlen) ||
-            orc_weight_load(&L->w_gate, ml->w_gate, want, err, errlen) ||
-            orc_weight_load(&L->w_up, ml->w_up, want, err, errlen) ||
-            orc_weight_load(&L->w_down, ml->w_down, want, err, errlen))
+        if (orc_weight_load(&L->wq, ml->wq, want, err) || orc_weight_load(&L->wk, ml->wk, want, err) ||
+            orc_weight_load(&L->wv, ml->wv, want, err) || orc_weight_load(&L->wo, ml->wo, want, err) ||
+            orc_weight_load(&L->w_gate, ml->w_gate, want, err) ||
+            orc_weight_load(&L->w_up, ml->w_up, want, err) ||
+            orc_weight_load(&L->w_down, ml->w_down, want, err))
             return -1;
-        if (!(L->attn_norm = load_vector(e, ml->attn_norm, err, errlen)) ||
-            !(L->ffn_norm = load_vector(e, ml->ffn_norm, err, errlen)))
+        if (!(L->attn_norm = load_vector(e, ml->attn_norm, err)) ||
+            !(L->ffn_norm = load_vector(e, ml->ffn_norm, err)))
             return -1;
         const gguf_tensor *opt[5] = {ml->bq, ml->bk, ml->bv, ml->q_norm, ml->k_norm};
         float **dst[5] = {&L->bq, &L->bk, &L->bv, &L->q_norm, &L->k_norm};
         for (int i = 0; i < 5; i++)
-            if (opt[i] && !(*dst[i] = load_vector(e, opt[i], err, errlen))) return -1;
+            if (opt[i] && !(*dst[i] = load_vector(e, opt[i], err))) return -1;
     }
     return 0;
 }
@@ -122,7 +125,8 @@ typedef struct matmul_job {
     uint32_t n;
 } matmul_job;
 
-static void matmul_rows(void *ctx, uint64_t r0, uint64_t r1) {
+static void matmul_rows(void *ctx, uint64_t r0, uint64_t r1, int worker) {
+    (void)worker;
     const matmul_job *j = ctx;
     uint64_t cols = j->w->cols, rows = j->w->rows;
     for (uint64_t r = r0; r < r1; r++)
@@ -164,13 +168,12 @@ typedef struct attn_job {
 } attn_job;
 
 /* One (token, head) pair per item: causal softmax(q k / sqrt(d)) v over the cache. */
-static void attend(void *ctx, uint64_t i0, uint64_t i1) {
+static void attend(void *ctx, uint64_t i0, uint64_t i1, int worker) {
     const attn_job *j = ctx;
     orc_engine *e = j->e;
     const arch_hparams *hp = &e->hp;
     uint32_t dk = hp->head_dim_k, dv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
-    float *scores = malloc(((size_t)j->pos + j->n) * sizeof *scores);
-    if (!scores) abort(); /* a few KB; nothing sensible to do without it */
+    float *scores = e->scores + (size_t)worker * e->base.n_ctx; /* a context's worth per worker */
     const float *kc = e->k_cache + (size_t)j->layer * e->base.n_ctx * e->kv_dim;
     const float *vc = e->v_cache + (size_t)j->layer * e->base.n_ctx * e->v_dim;
     float scale = 1.0f / sqrtf((float)dk);
@@ -196,7 +199,6 @@ static void attend(void *ctx, uint64_t i0, uint64_t i1) {
             for (uint32_t d = 0; d < dv; d++) out[d] += wgt * v[d];
         }
     }
-    free(scores);
 }
 
 static void layer_forward(orc_engine *e, uint32_t l, uint32_t pos, uint32_t n) {
@@ -263,19 +265,18 @@ static int grow(orc_engine *e, uint32_t n) {
     return 0;
 }
 
-static int orc_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all, char *err,
-                    size_t errlen) {
+static int orc_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all, kiln_err *err) {
     orc_engine *e = (orc_engine *)base;
     const arch_hparams *hp = &e->hp;
-    if (n == 0) return snprintf(err, errlen, "no tokens to evaluate"), -1;
+    if (n == 0) return kiln_fail(err, KILN_ERR_INVALID, "no tokens to evaluate"), -1;
     if (pos > base->n_past)
-        return snprintf(err, errlen, "position %u is past the %u cached positions", pos, base->n_past), -1;
+        return kiln_fail(err, KILN_ERR_INVALID, "position %u is past the %u cached positions", pos, base->n_past), -1;
     if ((uint64_t)pos + n > base->n_ctx)
-        return snprintf(err, errlen, "%u tokens at position %u exceed the context of %u", n, pos, base->n_ctx), -1;
+        return kiln_fail(err, KILN_ERR_INVALID, "%u tokens at position %u exceed the context of %u", n, pos, base->n_ctx), -1;
     for (uint32_t t = 0; t < n; t++)
         if (tokens[t] < 0 || (uint32_t)tokens[t] >= hp->n_vocab)
-            return snprintf(err, errlen, "token id %d is outside the vocabulary of %u", tokens[t], hp->n_vocab), -1;
-    if (grow(e, n)) return snprintf(err, errlen, "out of memory for %u tokens", n), -1;
+            return kiln_fail(err, KILN_ERR_INVALID, "token id %d is outside the vocabulary of %u", tokens[t], hp->n_vocab), -1;
+    if (grow(e, n)) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory for %u tokens", n), -1;
 
     for (uint32_t t = 0; t < n; t++) orc_weight_row(&e->tok_embd, (uint64_t)tokens[t], e->x + (size_t)t * hp->n_embd);
     round16(e, e->x, (uint64_t)n * hp->n_embd);
@@ -309,6 +310,7 @@ static void orc_destroy(engine *base) {
     free(e->layers);
     free(e->k_cache);
     free(e->v_cache);
+    free(e->scores);
     float *bufs[] = {e->x, e->h, e->q, e->k, e->v, e->att, e->o, e->g, e->u};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     orc_pool_destroy(e->pool);
@@ -317,18 +319,18 @@ static void orc_destroy(engine *base) {
 
 static const engine_ops orc_ops = {orc_eval, orc_destroy, NULL};
 
-engine *orc_create(const model *m, const orc_options *o, char *err, size_t errlen) {
+engine *orc_create(const model *m, const orc_options *o, kiln_err *err) {
     if (o->dtype && o->dtype != GGUF_T_BF16 && o->dtype != GGUF_T_F16) {
-        snprintf(err, errlen, "the oracle's 16-bit type must be bf16 or f16");
+        kiln_fail(err, KILN_ERR_INVALID, "the oracle's 16-bit type must be bf16 or f16");
         return NULL;
     }
     if (m->hp.rope_scaling == ROPE_SCALING_YARN) {
-        snprintf(err, errlen, "rope scaling 'yarn' is not supported by the oracle yet");
+        kiln_fail(err, KILN_ERR_UNSUPPORTED, "rope scaling 'yarn' is not supported by the oracle yet");
         return NULL;
     }
     orc_engine *e = calloc(1, sizeof *e);
     if (!e) {
-        snprintf(err, errlen, "out of memory");
+        kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
         return NULL;
     }
     e->m = m;
@@ -351,12 +353,13 @@ engine *orc_create(const model *m, const orc_options *o, char *err, size_t errle
     e->k_cache = malloc(cache * e->kv_dim * sizeof(float));
     e->v_cache = malloc(cache * e->v_dim * sizeof(float));
     e->pool = orc_pool_create(o->threads);
-    if (!e->layers || !e->k_cache || !e->v_cache || !e->pool) {
-        snprintf(err, errlen, "out of memory for a KV cache of %u positions", e->base.n_ctx);
+    if (e->pool) e->scores = malloc((size_t)orc_pool_threads(e->pool) * e->base.n_ctx * sizeof *e->scores);
+    if (!e->layers || !e->k_cache || !e->v_cache || !e->pool || !e->scores) {
+        kiln_fail(err, KILN_ERR_NOMEM, "out of memory for a KV cache of %u positions", e->base.n_ctx);
         orc_destroy(&e->base);
         return NULL;
     }
-    if (load_weights(e, err, errlen)) {
+    if (load_weights(e, err)) {
         orc_destroy(&e->base);
         return NULL;
     }

@@ -1,7 +1,7 @@
 /* The CPU oracle: an independent, readable forward pass (plain loops, f32 accumulation)
  * that every GPU result is measured against. It implements the engine interface.
  *
- * Modes (DESIGN.md, "The numerical contract"):
+ * Modes (docs/ARCHITECTURE.md, "The numerical contract"):
  *   contract: weights in the 16-bit type (bf16 or f16), and every activation a GPU plan
  *             stores between kernels rounded to that type at the same points (listed in
  *             forward.c); the KV cache holds 16-bit values. Contract oracle vs a GPU
@@ -11,6 +11,7 @@
 #ifndef KILN_ORACLE_ORACLE_H
 #define KILN_ORACLE_ORACLE_H
 
+#include "base/error.h"
 #include "model/engine.h"
 #include "model/model.h"
 
@@ -24,7 +25,7 @@ typedef struct orc_options {
 } orc_options;
 
 /* The model must outlive the engine. NULL with err (out of memory, bad options). */
-engine *orc_create(const model *m, const orc_options *o, char *err, size_t errlen);
+engine *orc_create(const model *m, const orc_options *o, kiln_err *err);
 
 const char *orc_mode_name(orc_mode m);
 

@@ -22,7 +22,7 @@ typedef struct worker_arg { orc_pool *p; int index; } worker_arg;
 
 static void piece(orc_pool *p, int index) {
     uint64_t b = p->total * (uint64_t)index / (uint64_t)p->n, e = p->total * (uint64_t)(index + 1) / (uint64_t)p->n;
-    if (b < e) p->fn(p->ctx, b, e);
+    if (b < e) p->fn(p->ctx, b, e, index);
 }
 
 static void *worker(void *arg) {
@@ -92,7 +92,7 @@ int orc_pool_threads(const orc_pool *p) { return p->n; }
 
 void orc_pool_run(orc_pool *p, orc_range_fn fn, void *ctx, uint64_t n) {
     if (p->n == 1 || n < 2) {
-        if (n) fn(ctx, 0, n);
+        if (n) fn(ctx, 0, n, 0);
         return;
     }
     pthread_mutex_lock(&p->mu);

@@ -1,11 +1,13 @@
 /* A fixed pool of threads that split a range of rows: run(fn, ctx, n) calls fn on
- * disjoint [begin, end) pieces of [0, n) and returns when all are done. */
+ * disjoint [begin, end) pieces of [0, n) and returns when all are done. Each call names its
+ * worker (0 .. threads - 1; no two calls at once share one), so fn can use scratch memory
+ * set aside per worker. */
 #ifndef KILN_ORACLE_POOL_H
 #define KILN_ORACLE_POOL_H
 
 #include <stdint.h>
 
-typedef void (*orc_range_fn)(void *ctx, uint64_t begin, uint64_t end);
+typedef void (*orc_range_fn)(void *ctx, uint64_t begin, uint64_t end, int worker);
 typedef struct orc_pool orc_pool;
 
 orc_pool *orc_pool_create(int threads); /* threads <= 0: one per core */

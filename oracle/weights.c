@@ -1,6 +1,7 @@
 #include "oracle/weights.h"
 
 #include "gguf/half.h"
+#include "base/error.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -14,7 +15,7 @@ static void f16_init(void) {
     for (uint32_t i = 0; i < 65536; i++) f16_table[i] = gguf_f16_to_f32((uint16_t)i);
 }
 
-int orc_weight_load(orc_weight *w, const gguf_tensor *t, uint32_t want, char *err, size_t errlen) {
+int orc_weight_load(orc_weight *w, const gguf_tensor *t, uint32_t want, kiln_err *err) {
     pthread_once(&f16_once, f16_init);
     memset(w, 0, sizeof *w);
     w->cols = t->ne[0];
@@ -27,16 +28,16 @@ int orc_weight_load(orc_weight *w, const gguf_tensor *t, uint32_t want, char *er
     size_t esz = want == GGUF_T_F32 ? 4 : 2;
     w->owned = malloc(w->rows * w->cols * esz);
     if (!w->owned) {
-        snprintf(err, errlen, "out of memory converting tensor '%s' (%llu bytes)", t->name,
+        kiln_fail(err, KILN_ERR_NOMEM, "out of memory converting tensor '%s' (%llu bytes)", t->name,
                  (unsigned long long)(w->rows * w->cols * esz));
         return -1;
     }
-    gguf_error ge;
+    kiln_err ge;
     int rc = want == GGUF_T_F32    ? gguf_tensor_rows_f32(t, 0, w->rows, w->owned, &ge)
              : want == GGUF_T_BF16 ? gguf_tensor_rows_bf16(t, 0, w->rows, w->owned, &ge)
                                    : gguf_tensor_rows_f16(t, 0, w->rows, w->owned, &ge);
     if (rc) {
-        snprintf(err, errlen, "%s", ge.msg);
+        kiln_err_wrap(err, &ge, NULL);
         orc_weight_free(w);
         return -1;
     }

@@ -3,6 +3,7 @@
 #ifndef KILN_ORACLE_WEIGHTS_H
 #define KILN_ORACLE_WEIGHTS_H
 
+#include "base/error.h"
 #include "gguf/gguf.h"
 
 #include <stdint.h>
@@ -16,7 +17,7 @@ typedef struct orc_weight {
 
 /* Makes w hold t in type want (F32, BF16 or F16). Borrows when t already has that type
  * or, for want == F32, when t is BF16/F16 (widening is exact: dots widen as they go). */
-int orc_weight_load(orc_weight *w, const gguf_tensor *t, uint32_t want, char *err, size_t errlen);
+int orc_weight_load(orc_weight *w, const gguf_tensor *t, uint32_t want, kiln_err *err);
 void orc_weight_free(orc_weight *w);
 
 /* Row r as f32. */

@@ -1,5 +1,5 @@
 /* The rates a GPU device reaches with kiln's own kernels, the denominators of `kiln
- * bench`'s floors (DESIGN.md, performance method): memory bandwidth from a large copy
+ * bench`'s floors (docs/ARCHITECTURE.md, performance method): memory bandwidth from a large copy
  * (kn_copy) and the matrix rate of the prefill product (kn_matmul), each timed over
  * replays of a recording. Shared by `kiln probe --measure` and `kiln bench`. */
 #ifndef KILN_PLAN_MEASURE_H

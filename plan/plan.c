@@ -26,16 +26,18 @@ static int build(plan_engine *p, char *err, size_t errlen) {
         ir_kernel *k = plan_build_kernel(&p->s, &p->d->caps, i, p->grid[i], err, errlen);
         if (!k) return -1;
         p->kern[i] = p->d->ops->compile(p->d, k, NULL, err, errlen);
+        /* the IR goes; its parameters stay, to bind the launches by name */
+        int bad = !p->kern[i] || plan_sig_capture(k, plan_role[i], &p->sig[i], err, errlen);
         ir_kernel_destroy(k);
-        if (!p->kern[i]) return -1;
+        if (bad) return -1;
         p->n_kern++;
         progress_update(&p->prog, p->s.hp.n_layer + p->n_kern);
     }
-    if (plan_record_decode(p)) return plan_fail(err, errlen, "out of memory");
+    if (plan_record_decode(p, err, errlen)) return -1;
     p->n_decode_launch = p->n_launch;
     if (plan_tune_products(p, err, errlen)) return -1;
     if (!(p->decode = p->d->ops->record(p->d, p->launch, p->n_launch, err, errlen))) return -1;
-    if (plan_record_prefill(p)) return plan_fail(err, errlen, "out of memory");
+    if (plan_record_prefill(p, err, errlen)) return -1;
     p->prefill = p->d->ops->record(p->d, p->launch + p->n_decode_launch, p->n_launch - p->n_decode_launch, err, errlen);
     return p->prefill ? 0 : -1;
 }
@@ -82,7 +84,7 @@ static int run_tokens(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_
 }
 
 
-static int plan_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all, char *err,
+static int eval_msg(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all, char *err,
                      size_t errlen) {
     plan_engine *p = (plan_engine *)base;
     if (run_tokens(p, tokens, n, pos, logits, all, err, errlen)) return -1;
@@ -90,7 +92,7 @@ static int plan_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t p
 }
 
 
-static int plan_eval_argmax(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best, char *err,
+static int eval_argmax_msg(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best, char *err,
                             size_t errlen) {
     plan_engine *p = (plan_engine *)base;
     uint32_t out[2];
@@ -104,6 +106,19 @@ static int plan_eval_argmax(engine *base, const int32_t *tokens, uint32_t n, uin
 }
 
 
+/* TEMPORARY bridge while the device interface still reports into char buffers. */
+static int plan_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
+                     kiln_err *err) {
+    char m[KILN_ERR_MSG] = "";
+    return eval_msg(base, tokens, n, pos, logits, all, m, sizeof m) ? kiln_fail(err, KILN_ERR_DEVICE, "%s", m) : 0;
+}
+
+static int plan_eval_argmax(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best,
+                            kiln_err *err) {
+    char m[KILN_ERR_MSG] = "";
+    return eval_argmax_msg(base, tokens, n, pos, best, m, sizeof m) ? kiln_fail(err, KILN_ERR_DEVICE, "%s", m) : 0;
+}
+
 static void plan_destroy(engine *base) {
     plan_engine *p = (plan_engine *)base;
     rt_device *d = p->d;
@@ -111,8 +126,10 @@ static void plan_destroy(engine *base) {
     if (p->prefill) d->ops->release_recording(d, p->prefill);
     for (uint32_t i = 0; i < p->n_launch; i++) free((void *)p->launch[i].args);
     free(p->launch);
-    for (int i = 0; i < K_COUNT; i++)
+    for (int i = 0; i < K_COUNT; i++) {
         if (p->kern[i]) d->ops->release_kernel(d, p->kern[i]);
+        plan_sig_free(&p->sig[i]);
+    }
     bool own = !p->owner; /* borrowed weights stay with their owner */
     rt_buffer *bufs[] = {own ? p->tok_embd : NULL, own && p->output != p->tok_embd ? p->output : NULL,
                          own ? p->output_norm : NULL, own ? p->freqs : NULL, p->xa,

@@ -6,6 +6,7 @@
 #include "base/progress.h"
 #include "kernels/kernels.h"
 #include "plan/plan.h"
+#include "plan/plan_bind.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -53,6 +54,7 @@ typedef struct plan_engine {
     rt_buffer *best;           /* the logits' argmax and max (host-mapped), for greedy decoding */
     rt_buffer *part; /* the decode attention's per-run softmax partials (f32) */
     rt_kernel *kern[K_COUNT];
+    plan_sig sig[K_COUNT]; /* each kernel's parameters, kept from its IR to bind launches by name */
     uint32_t grid[K_COUNT][2];
     uint32_t n_kern;
     rt_launch *launch;
@@ -85,10 +87,10 @@ int plan_borrow_weights(plan_engine *p, const plan_engine *o);
 int plan_check_fit(const model *m, const plan_shape *s, const rt_device *d, char *err, size_t errlen);
 
 /* ---- the recordings (plan_record.c) ---- */
-/* Appends the launches of a decode step / a prefill block to p->launch; 0, or -1 when out
- * of memory. */
-int plan_record_decode(plan_engine *p);
-int plan_record_prefill(plan_engine *p);
+/* Appends the launches of a decode step / a prefill block to p->launch, each bound by
+ * name (plan_bind); 0, or -1 with err (a binding the kernel refuses, out of memory). */
+int plan_record_decode(plan_engine *p, char *err, size_t errlen);
+int plan_record_prefill(plan_engine *p, char *err, size_t errlen);
 
 /* ---- grid tuning (plan_tune.c) ---- */
 /* The decode step's products on the grids measured fastest on the device. 0 or -1. */

@@ -1,102 +1,136 @@
 /* The plan's recordings: the launches of a decode step and of a prefill block, in order,
- * each with its kernel's arguments, recorded once and replayed. */
+ * each with its kernel's buffers bound by parameter name (plan_bind: checked against the
+ * kernel's parameters and extents, then positional), recorded once and replayed. */
 #include "plan/plan_internal.h"
 
 #include <stdlib.h>
 
-/* Appends a launch of kernel i; args are copied. */
-static int add(plan_engine *p, int i, uint32_t gx, uint32_t gy, uint32_t n, rt_buffer *const *bufs) {
+/* A recording under way: launches append to p->launch until the first failure, whose
+ * message err keeps (every later add does nothing). */
+typedef struct recorder {
+    plan_engine *p;
+    char *err;
+    size_t errlen;
+    int rc;
+} recorder;
+
+/* Appends a launch of kernel i on {gx, gy, 1}, its n buffers bound by name. */
+static void add(recorder *R, int i, uint32_t gx, uint32_t gy, const plan_arg *args, uint32_t n) {
+    plan_engine *p = R->p;
+    if (R->rc) return;
     if (p->n_launch == p->cap_launch) {
         uint32_t cap = p->cap_launch ? 2 * p->cap_launch : 64;
         rt_launch *l = realloc(p->launch, cap * sizeof *l);
-        if (!l) return -1;
+        if (!l) {
+            R->rc = plan_fail(R->err, R->errlen, "out of memory");
+            return;
+        }
         p->launch = l;
         p->cap_launch = cap;
     }
-    rt_arg *a = malloc(n * sizeof *a);
-    if (!a) return -1;
-    for (uint32_t j = 0; j < n; j++) a[j] = (rt_arg){bufs[j], 0};
-    p->launch[p->n_launch++] = (rt_launch){p->kern[i], {gx, gy, 1}, a, n};
-    return 0;
+    rt_launch l = {p->kern[i], {gx, gy, 1}, NULL, p->sig[i].n_params};
+    rt_arg *a;
+    if ((R->rc = plan_bind(p->d, &p->sig[i], l.groups, args, n, &a, R->err, R->errlen))) return;
+    l.args = a;
+    p->launch[p->n_launch++] = l;
 }
 
-#define ADD(i, gx, gy, ...) \
-    add(p, (i), (gx), (gy), sizeof((rt_buffer *[]){__VA_ARGS__}) / sizeof(rt_buffer *), (rt_buffer *[]){__VA_ARGS__})
+/* ADD(kernel, gx, gy, {"name", buffer}, ...) in a function with a recorder R. */
+#define ADD(i, gx, gy, ...)                                                                                          \
+    add(R, (i), (gx), (gy), (const plan_arg[]){__VA_ARGS__}, sizeof((const plan_arg[]){__VA_ARGS__}) / sizeof(plan_arg))
 
-/* The args of the qkv product and of qk_prep vary with the model's options. */
-static int add_qkv(plan_engine *p, int kern, const plan_layer *L, bool prefill) {
+/* The buffers of the qkv product and of qk_prep vary with the model's options. */
+static void add_qkv(recorder *R, int kern, const plan_layer *L, bool prefill) {
+    plan_engine *p = R->p;
     const uint32_t *g = p->grid[kern];
     bool fused = !prefill && p->s.fuse_norm; /* the norm of xa inside the product */
-    rt_buffer *a[6] = {L->wqkv, fused ? p->xa : p->h, p->qkv};
+    /* the matmul names its activations X, Y; the matvec x, y */
+    plan_arg a[5] = {{"W", L->wqkv}, {prefill ? "X" : "x", fused ? p->xa : p->h}, {prefill ? "Y" : "y", p->qkv}};
     uint32_t n = 3;
-    if (prefill) a[n++] = p->info;
-    if (p->s.bias) a[n++] = L->bqkv;
-    if (fused) a[n++] = L->attn_norm;
-    return add(p, kern, g[0], g[1], n, a);
+    if (prefill) a[n++] = (plan_arg){"info", p->info};
+    if (p->s.bias) a[n++] = (plan_arg){"b", L->bqkv};
+    if (fused) a[n++] = (plan_arg){"wn", L->attn_norm};
+    add(R, kern, g[0], g[1], a, n);
 }
 
 
-static int add_qk_prep(plan_engine *p, const plan_layer *L, uint32_t gy) {
-    rt_buffer *a[7] = {p->qkv, L->kc, L->vc, p->info};
+static void add_qk_prep(recorder *R, const plan_layer *L, uint32_t gy) {
+    plan_engine *p = R->p;
+    plan_arg a[7] = {{"qkv", p->qkv}, {"kcache", L->kc}, {"vcache", L->vc}, {"info", p->info}};
     uint32_t n = 4;
-    if (p->s.hp.qk_norm) a[n++] = L->q_norm, a[n++] = L->k_norm;
-    if (p->s.freqs) a[n++] = p->freqs;
-    return add(p, K_QK_PREP, p->s.hp.n_head + 2 * p->s.hp.n_head_kv, gy, n, a);
+    if (p->s.hp.qk_norm) a[n++] = (plan_arg){"q_norm", L->q_norm}, a[n++] = (plan_arg){"k_norm", L->k_norm};
+    if (p->s.freqs) a[n++] = (plan_arg){"freqs", p->freqs};
+    add(R, K_QK_PREP, p->s.hp.n_head + 2 * p->s.hp.n_head_kv, gy, a, n);
 }
 
 /* The logits of the row x: the output norm fused into the head where it can be. */
-static int add_logits(plan_engine *p, rt_buffer *x) {
+static void add_logits(recorder *R, rt_buffer *x) {
+    plan_engine *p = R->p;
     uint32_t gx = p->grid[K_MV_OUT][0];
-    int r = p->s.fuse_norm ? ADD(K_MV_OUT, gx, 1, p->output, x, p->logits, p->output_norm)
-                           : ADD(K_NORM, 1, 1, x, p->output_norm, p->hl) | ADD(K_MV_OUT, gx, 1, p->output, p->hl, p->logits);
-    return r | ADD(K_ARGMAX, 1, 1, p->logits, p->best);
+    if (p->s.fuse_norm) {
+        ADD(K_MV_OUT, gx, 1, {"W", p->output}, {"x", x}, {"y", p->logits}, {"wn", p->output_norm});
+    } else {
+        ADD(K_NORM, 1, 1, {"x", x}, {"w", p->output_norm}, {"y", p->hl});
+        ADD(K_MV_OUT, gx, 1, {"W", p->output}, {"x", p->hl}, {"y", p->logits});
+    }
+    ADD(K_ARGMAX, 1, 1, {"logits", p->logits}, {"out", p->best});
 }
 
 
-int plan_record_decode(plan_engine *p) {
+int plan_record_decode(plan_engine *p, char *err, size_t errlen) {
+    recorder rec = {p, err, errlen, 0}, *R = &rec;
     const arch_hparams *hp = &p->s.hp;
     uint32_t (*g)[2] = p->grid;
     bool fused = p->s.fuse_norm;
-    int r = ADD(K_STAGE, 1, 1, p->tok_h, p->tok, p->info_h, p->info);
-    r |= ADD(K_EMBED, g[K_EMBED][0], 1, p->tok_embd, p->tok, p->xa);
-    for (uint32_t l = 0; l < hp->n_layer && !r; l++) {
+    ADD(K_STAGE, 1, 1, {"tok_host", p->tok_h}, {"tok", p->tok}, {"info_host", p->info_h}, {"info", p->info});
+    ADD(K_EMBED, g[K_EMBED][0], 1, {"table", p->tok_embd}, {"tok", p->tok}, {"out", p->xa});
+    for (uint32_t l = 0; l < hp->n_layer && !R->rc; l++) {
         const plan_layer *L = &p->L[l];
-        if (!fused) r |= ADD(K_NORM, 1, 1, p->xa, L->attn_norm, p->h);
-        r |= add_qkv(p, K_MV_QKV, L, false);
-        r |= add_qk_prep(p, L, 1);
-        r |= ADD(K_ATTN, g[K_ATTN][0], g[K_ATTN][1], p->qkv, L->kc, L->vc, p->part, p->info);
-        r |= ADD(K_ATTN_MERGE, g[K_ATTN_MERGE][0], 1, p->part, p->att, p->info);
-        r |= ADD(K_MV_O, g[K_MV_O][0], 1, L->wo, p->att, p->xb, p->xa);
+        if (!fused) ADD(K_NORM, 1, 1, {"x", p->xa}, {"w", L->attn_norm}, {"y", p->h});
+        add_qkv(R, K_MV_QKV, L, false);
+        add_qk_prep(R, L, 1);
+        ADD(K_ATTN, g[K_ATTN][0], g[K_ATTN][1], {"q", p->qkv}, {"kcache", L->kc}, {"vcache", L->vc},
+            {"part", p->part}, {"pos", p->info});
+        ADD(K_ATTN_MERGE, g[K_ATTN_MERGE][0], 1, {"part", p->part}, {"out", p->att}, {"pos", p->info});
+        ADD(K_MV_O, g[K_MV_O][0], 1, {"W", L->wo}, {"x", p->att}, {"y", p->xb}, {"res", p->xa});
         if (fused) {
-            r |= ADD(K_MV_FFN, g[K_MV_FFN][0], 1, L->w_gate, p->xb, p->act, L->w_up, L->ffn_norm);
+            ADD(K_MV_FFN, g[K_MV_FFN][0], 1, {"W", L->w_gate}, {"x", p->xb}, {"y", p->act}, {"Wu", L->w_up},
+                {"wn", L->ffn_norm});
         } else {
-            r |= ADD(K_NORM, 1, 1, p->xb, L->ffn_norm, p->h);
-            r |= ADD(K_MV_FFN, g[K_MV_FFN][0], 1, L->w_gate, p->h, p->act, L->w_up);
+            ADD(K_NORM, 1, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
+            ADD(K_MV_FFN, g[K_MV_FFN][0], 1, {"W", L->w_gate}, {"x", p->h}, {"y", p->act}, {"Wu", L->w_up});
         }
-        r |= ADD(K_MV_DOWN, g[K_MV_DOWN][0], 1, L->w_down, p->act, p->xa, p->xb);
+        ADD(K_MV_DOWN, g[K_MV_DOWN][0], 1, {"W", L->w_down}, {"x", p->act}, {"y", p->xa}, {"res", p->xb});
     }
-    return r | add_logits(p, p->xa);
+    add_logits(R, p->xa);
+    return R->rc;
 }
 
 
-int plan_record_prefill(plan_engine *p) {
+int plan_record_prefill(plan_engine *p, char *err, size_t errlen) {
+    recorder rec = {p, err, errlen, 0}, *R = &rec;
     const arch_hparams *hp = &p->s.hp;
     uint32_t (*g)[2] = p->grid, nb = p->s.n_block;
-    int r = ADD(K_STAGE, g[K_STAGE][0], 1, p->tok_h, p->tok, p->info_h, p->info);
-    r |= ADD(K_EMBED, g[K_EMBED][0], nb, p->tok_embd, p->tok, p->xa);
-    for (uint32_t l = 0; l < hp->n_layer && !r; l++) {
+    ADD(K_STAGE, g[K_STAGE][0], 1, {"tok_host", p->tok_h}, {"tok", p->tok}, {"info_host", p->info_h},
+        {"info", p->info});
+    ADD(K_EMBED, g[K_EMBED][0], nb, {"table", p->tok_embd}, {"tok", p->tok}, {"out", p->xa});
+    for (uint32_t l = 0; l < hp->n_layer && !R->rc; l++) {
         const plan_layer *L = &p->L[l];
-        r |= ADD(K_NORM, nb, 1, p->xa, L->attn_norm, p->h);
-        r |= add_qkv(p, K_MM_QKV, L, true);
-        r |= add_qk_prep(p, L, nb);
-        r |= ADD(K_ATTN_PREFILL, g[K_ATTN_PREFILL][0], g[K_ATTN_PREFILL][1], p->qkv, L->kc, L->vc, p->att, p->info);
-        r |= ADD(K_MM_O, g[K_MM_O][0], g[K_MM_O][1], L->wo, p->att, p->xb, p->info, p->xa);
-        r |= ADD(K_NORM, nb, 1, p->xb, L->ffn_norm, p->h);
-        r |= ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], L->w_gate, p->h, p->g, p->info);
-        r |= ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], L->w_up, p->h, p->u, p->info);
-        r |= ADD(K_SWIGLU, g[K_SWIGLU][0], 1, p->g, p->u, p->act);
-        r |= ADD(K_MM_DOWN, g[K_MM_DOWN][0], g[K_MM_DOWN][1], L->w_down, p->act, p->xa, p->info, p->xb);
+        ADD(K_NORM, nb, 1, {"x", p->xa}, {"w", L->attn_norm}, {"y", p->h});
+        add_qkv(R, K_MM_QKV, L, true);
+        add_qk_prep(R, L, nb);
+        ADD(K_ATTN_PREFILL, g[K_ATTN_PREFILL][0], g[K_ATTN_PREFILL][1], {"q", p->qkv}, {"kcache", L->kc},
+            {"vcache", L->vc}, {"out", p->att}, {"info", p->info});
+        ADD(K_MM_O, g[K_MM_O][0], g[K_MM_O][1], {"W", L->wo}, {"X", p->att}, {"Y", p->xb}, {"info", p->info},
+            {"res", p->xa});
+        ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
+        ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_gate}, {"X", p->h}, {"Y", p->g}, {"info", p->info});
+        ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_up}, {"X", p->h}, {"Y", p->u}, {"info", p->info});
+        ADD(K_SWIGLU, g[K_SWIGLU][0], 1, {"g", p->g}, {"u", p->u}, {"out", p->act});
+        ADD(K_MM_DOWN, g[K_MM_DOWN][0], g[K_MM_DOWN][1], {"W", L->w_down}, {"X", p->act}, {"Y", p->xa},
+            {"info", p->info}, {"res", p->xb});
     }
-    r |= ADD(K_TAKE_LAST, g[K_TAKE_LAST][0], 1, p->xa, p->info, p->last);
-    return r | add_logits(p, p->last);
+    ADD(K_TAKE_LAST, g[K_TAKE_LAST][0], 1, {"x", p->xa}, {"info", p->info}, {"out", p->last});
+    add_logits(R, p->last);
+    return R->rc;
 }

@@ -114,7 +114,8 @@ int plan_tune_grids(rt_device *d, rt_launch *l, uint32_t n, rt_kernel *const *ke
  * says why), before anything is recorded; the prefill block's logits head takes the
  * decode step's. Only where the products accept any grid (kn_matvec_strided: not on
  * CUDA); a plan that borrows another's weights takes that plan's grids, not measuring
- * again. */
+ * again. The launches were bound before (plan_bind checked their buffers at the full
+ * grid); a matvec's extents do not follow its grid, so a smaller one needs no new check. */
 int plan_tune_products(plan_engine *p, char *err, size_t errlen) {
     static const int mv[] = {K_MV_QKV, K_MV_O, K_MV_FFN, K_MV_DOWN, K_MV_OUT};
     enum { N_MV = sizeof mv / sizeof mv[0] };

@@ -28,7 +28,7 @@ static rt_buffer *upload_concat(plan_engine *p, const gguf_tensor *const *t, int
             p->scratch_n = p->scratch ? ne : 0;
         }
         uint16_t *host = p->scratch;
-        gguf_error ge;
+        kiln_err ge;
         int rc = !host ? plan_fail(err, errlen, "out of memory converting '%s'", t[i]->name)
                  : (p->s.dt == IR_BF16 ? gguf_tensor_rows_bf16(t[i], 0, gguf_tensor_nrows(t[i]), host, &ge)
                                        : gguf_tensor_rows_f16(t[i], 0, gguf_tensor_nrows(t[i]), host, &ge))

@@ -1,4 +1,4 @@
-/* The capability probe (DESIGN.md): one struct every backend fills from its device, with
+/* The capability probe (docs/ARCHITECTURE.md): one struct every backend fills from its device, with
  * spec-minimum defaults, read by kernel builders to choose variants and by the
  * emitters to choose instructions. `--caps` overrides (no-coopmat, no-f16, subgroup=16,
  * ...) force the other variants on any device, so every variant can be tested. */

@@ -39,6 +39,9 @@ typedef struct rt_device_ops {
      * logits), whose upload and download are then plain copies, without a submission. */
     rt_buffer *(*alloc_host)(rt_device *d, size_t bytes, char *err, size_t errlen);
     void (*release)(rt_device *d, rt_buffer *b);
+    /* The bytes b was allocated with: what a launch may reach through it (the plan
+     * checks each binding against its kernel's extents). */
+    size_t (*size)(rt_device *d, const rt_buffer *b);
     int (*upload)(rt_device *d, rt_buffer *b, size_t offset, const void *src, size_t n, char *err, size_t errlen);
     int (*download)(rt_device *d, rt_buffer *b, size_t offset, void *dst, size_t n, char *err, size_t errlen);
     /* Compiles a verified kernel; spec constants take spec_values[i] for the i-th

@@ -17,10 +17,11 @@ void srv_error_set(srv_error *e, int status, const char *param, const char *code
 }
 
 /* Messages may quote request bytes cut anywhere: srv_json_text keeps the reply valid. */
-char *srv_error_json(const srv_error *e) {
-    json_t *body = json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", srv_json_text(e->message, strlen(e->message)), "type",
-                             e->type ? e->type : "server_error", "param",
-                             e->param[0] ? srv_json_text(e->param, strlen(e->param)) : json_null(), "code",
-                             e->code ? json_string(e->code) : json_null());
-    return srv_json_dump(body);
+json_t *srv_json_error(const srv_error *e) {
+    return json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", srv_json_text(e->message, strlen(e->message)),
+                     "type", e->type ? e->type : "server_error", "param",
+                     e->param[0] ? srv_json_text(e->param, strlen(e->param)) : json_null(), "code",
+                     e->code ? json_string(e->code) : json_null());
 }
+
+char *srv_error_json(const srv_error *e) { return srv_json_dump(srv_json_error(e)); }

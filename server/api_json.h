@@ -14,6 +14,8 @@ json_t *srv_json_text(const char *s, size_t n);
 /* Compact text of j (NULL-safe), then j's reference dropped. */
 char *srv_json_dump(json_t *j);
 
+/* OpenAI's error object, {"error":{"message","type","param","code"}}. */
+json_t *srv_json_error(const srv_error *e);
 /* {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details {cached_tokens}} */
 json_t *srv_json_usage(const srv_usage *u);
 /* Chat's {content: [{token, logprob, bytes, top_logprobs}]}, or null when lp is NULL. */

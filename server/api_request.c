@@ -2,6 +2,7 @@
  * strings and nesting deeper than JSON_PARSER_MAX_DEPTH without recursing further),
  * this file the fields' types and ranges. */
 #include "server/api.h"
+#include "base/error.h"
 
 #include <float.h>
 #include <jansson.h>
@@ -237,8 +238,8 @@ static int sampling(srv_request *r, json_t *root, const srv_limits *lim, srv_err
     if ((got = integer(root, "seed", INT64_MIN, INT64_MAX, &i, e)) < 0) return -1;
     if (got) r->samp.seed = (uint64_t)i, set = 1;
     if (set && !temp && r->samp.temperature == 0.0f) r->samp.temperature = 0.8f;
-    char msg[160];
-    if (samp_params_check(&r->samp, msg, sizeof msg)) return BAD(e, NULL, "%s", msg);
+    kiln_err msg = {0};
+    if (samp_params_check(&r->samp, &msg)) return BAD(e, NULL, "%s", msg.msg);
     return 0;
 }
 

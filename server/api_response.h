@@ -105,5 +105,8 @@ char *srv_text_chunk(const srv_chunk *c); /* object "text_completion" */
 /* The usage chunk that ends a stream with include_usage (choices: []); chat selects the
  * object name. */
 char *srv_usage_chunk(bool chat, const char *id, int64_t created, const char *model, const srv_usage *u);
+/* An error that ends a stream after its 200 (the generation failed): the error object,
+ * {"error":{...}} as srv_error_json writes it, as one event. */
+char *srv_error_chunk(const srv_error *e);
 
 #endif

@@ -50,3 +50,5 @@ char *srv_usage_chunk(bool chat, const char *id, int64_t created, const char *mo
                          chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)created, "model",
                          model ? model : "", "choices", "usage", srv_json_usage(u)));
 }
+
+char *srv_error_chunk(const srv_error *e) { return sse(srv_json_error(e)); }

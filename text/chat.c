@@ -16,6 +16,7 @@
  *    Qwen3-Thinking-2507's generation prompt adds "<think>\n"; Phi-3-small's and
  *    Phi-3-mini's first template write BOS and keep an empty system message. */
 #include "text/chat.h"
+#include "base/error.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -117,14 +118,6 @@ int chat_detect(const char *t) {
 }
 
 /* ---- errors and the output buffer ------------------------------------------------------ */
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 typedef struct cbuf {
     char *p;
@@ -237,8 +230,7 @@ typedef struct conv {
     const role *r;
     size_t n;
     const char *fam; /* for messages */
-    char *err;
-    size_t errlen;
+    kiln_err *err;
 } conv;
 
 /* Llama 2, Mistral (but v7) and Gemma take user, assistant, user, ... from index `from`,
@@ -248,14 +240,14 @@ static int check_alternating(const conv *c, size_t from, bool system_role) {
         role want = (i - from) % 2 == 0 ? R_USER : R_ASSISTANT;
         if (c->r[i] == R_SYSTEM) {
             if (system_role)
-                set_err(c->err, c->errlen, "%s: message %zu: a system message is allowed only as the first message",
+                kiln_fail(c->err, KILN_ERR_INVALID, "%s: message %zu: a system message is allowed only as the first message",
                         c->fam, i);
             else
-                set_err(c->err, c->errlen, "%s: the template has no system role (message %zu)", c->fam, i);
+                kiln_fail(c->err, KILN_ERR_INVALID, "%s: the template has no system role (message %zu)", c->fam, i);
             return -1;
         }
         if (c->r[i] != want) {
-            set_err(c->err, c->errlen,
+            kiln_fail(c->err, KILN_ERR_INVALID,
                     "%s: message %zu is '%s': %sroles must alternate user/assistant/user/... starting with user",
                     c->fam, i, c->m[i].role, system_role ? "after the optional system message, " : "");
             return -1;
@@ -502,29 +494,29 @@ static int render_phi3(const conv *c, bool gen, cbuf *b) {
 }
 
 char *chat_render(chat_family f, const chat_msg *msgs, size_t n, bool add_generation_prompt, const char *bos,
-                  char *err, size_t errlen) {
+                  kiln_err *err) {
     if (!valid_family(f)) {
-        set_err(err, errlen, "unknown chat template family %d", (int)f);
+        kiln_fail(err, KILN_ERR_INVALID, "unknown chat template family %d", (int)f);
         return NULL;
     }
     const char *fam = family_names[f];
     if (n == 0 || !msgs) {
-        set_err(err, errlen, "%s: the conversation has no messages", fam);
+        kiln_fail(err, KILN_ERR_INVALID, "%s: the conversation has no messages", fam);
         return NULL;
     }
     if (n > SIZE_MAX / sizeof(role)) {
-        set_err(err, errlen, "%s: out of memory", fam);
+        kiln_fail(err, KILN_ERR_NOMEM, "%s: out of memory", fam);
         return NULL;
     }
     role *roles = malloc(n * sizeof *roles);
     if (!roles) {
-        set_err(err, errlen, "%s: out of memory", fam);
+        kiln_fail(err, KILN_ERR_NOMEM, "%s: out of memory", fam);
         return NULL;
     }
     for (size_t i = 0; i < n; i++) {
         const char *r = msgs[i].role;
         if (!r) {
-            set_err(err, errlen, "%s: message %zu has no role", fam, i);
+            kiln_fail(err, KILN_ERR_INVALID, "%s: message %zu has no role", fam, i);
             free(roles);
             return NULL;
         }
@@ -532,19 +524,19 @@ char *chat_render(chat_family f, const chat_msg *msgs, size_t n, bool add_genera
         else if (!strcmp(r, "user")) roles[i] = R_USER;
         else if (!strcmp(r, "assistant")) roles[i] = R_ASSISTANT;
         else {
-            set_err(err, errlen, "%s: message %zu has unknown role '%s' (expected system, user or assistant)", fam,
+            kiln_fail(err, KILN_ERR_INVALID, "%s: message %zu has unknown role '%s' (expected system, user or assistant)", fam,
                     i, r);
             free(roles);
             return NULL;
         }
         if (!msgs[i].content) {
-            set_err(err, errlen, "%s: message %zu (%s) has no content", fam, i, r);
+            kiln_fail(err, KILN_ERR_INVALID, "%s: message %zu (%s) has no content", fam, i, r);
             free(roles);
             return NULL;
         }
     }
     if (!bos) bos = "";
-    conv c = {msgs, roles, n, fam, err, errlen};
+    conv c = {msgs, roles, n, fam, err};
     cbuf b = {0};
     bool gen = add_generation_prompt;
     int rc = 0;
@@ -572,7 +564,7 @@ char *chat_render(chat_family f, const chat_msg *msgs, size_t n, bool add_genera
         b.oom = !b.p;
     }
     if (rc || b.oom) {
-        if (!rc) set_err(err, errlen, "%s: out of memory", fam);
+        if (!rc) kiln_fail(err, KILN_ERR_NOMEM, "%s: out of memory", fam);
         free(b.p);
         return NULL;
     }
@@ -657,7 +649,7 @@ static bool ends_early(span text, char quote) {
  * '<|im_start|>system\nYou are ...<|im_end|>\n' (in a Jinja string, where \n may be an
  * escape or a real newline) or as template text between tags. A system turn built from
  * the messages continues with a closing quote or with {{ instead. */
-int chat_default_system(const char *t, char **out, char *err, size_t errlen) {
+int chat_default_system(const char *t, char **out, kiln_err *err) {
     if (out) *out = NULL;
     if (!t || !out) return 0;
     static const char head[] = "<|im_start|>system";
@@ -682,7 +674,7 @@ int chat_default_system(const char *t, char **out, char *err, size_t errlen) {
         }
         if (b.oom) {
             free(b.p);
-            set_err(err, errlen, "out of memory");
+            kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
             return -1;
         }
         if (!b.p) continue; /* empty after unescaping */

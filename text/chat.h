@@ -4,6 +4,7 @@
 #ifndef KILN_TEXT_CHAT_H
 #define KILN_TEXT_CHAT_H
 
+#include "base/error.h"
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -48,13 +49,13 @@ int chat_detect(const char *template_src);
  * Returns a malloc'ed NUL-terminated string, or NULL with err (unknown role, a role
  * order the template refuses, out of memory). */
 char *chat_render(chat_family f, const chat_msg *msgs, size_t n, bool add_generation_prompt, const char *bos,
-                  char *err, size_t errlen);
+                  kiln_err *err);
 
 /* The system message a ChatML template writes when the conversation starts without one
  * (Qwen2's "You are a helpful assistant.", Qwen2.5's, SmolLM2's), read from the template.
  * 0 with *out a malloc'ed string, or *out NULL when the template writes none; -1 with err
  * (out of memory). Pass it as a leading system message to render as such a template does. */
-int chat_default_system(const char *template_src, char **out, char *err, size_t errlen);
+int chat_default_system(const char *template_src, char **out, kiln_err *err);
 
 /* The text of the token that ends an assistant turn in this family ("<|im_end|>",
  * "<|eot_id|>", "</s>", "<end_of_turn>", "<|end|>"). */

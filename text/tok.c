@@ -3,6 +3,7 @@
  * (eot/eom/fim/eog detection, phi-3's rstrip), special-token partitioning of the text,
  * then SentencePiece (tok_spm.c) or byte-level BPE (tok_bpe.c) on the plain fragments. */
 #include "text/tok_internal.h"
+#include "base/error.h"
 #include "text/tok_pretok.h"
 
 #include <stdio.h>
@@ -71,17 +72,17 @@ size_t tok_utf8_invalid_at(const char *text, size_t len) {
 /* ---- loading ---------------------------------------------------------------------------- */
 
 /* An optional bool key; a value of another type is an error, as in llama.cpp. */
-static int opt_bool(const gguf_file *g, const char *key, bool *out, char *err, size_t errlen) {
+static int opt_bool(const gguf_file *g, const char *key, bool *out, kiln_err *err) {
     const gguf_value *v = gguf_find(g, key);
     if (!v) return 0;
     if (v->type != GGUF_VT_BOOL)
-        return tok_fail(err, errlen, "%s has type %s, expected bool", key, gguf_vtype_name(v->type));
+        return kiln_fail(err, KILN_ERR_INVALID, "%s has type %s, expected bool", key, gguf_vtype_name(v->type));
     *out = v->v.b;
     return 0;
 }
 
 /* An optional token-id key: an id outside the vocab keeps the default, as llama.cpp does. */
-static int opt_id(const gguf_file *g, const char *key, uint32_t n, int32_t *id, char *err, size_t errlen) {
+static int opt_id(const gguf_file *g, const char *key, uint32_t n, int32_t *id, kiln_err *err) {
     const gguf_value *v = gguf_find(g, key);
     if (!v) return 0;
     int64_t x;
@@ -93,7 +94,7 @@ static int opt_id(const gguf_file *g, const char *key, uint32_t n, int32_t *id, 
         x = v->v.i;
         break;
     default:
-        return tok_fail(err, errlen, "%s has type %s, expected an integer", key, gguf_vtype_name(v->type));
+        return kiln_fail(err, KILN_ERR_INVALID, "%s has type %s, expected an integer", key, gguf_vtype_name(v->type));
     }
     if (x >= 0 && x < (int64_t)n) *id = (int32_t)x;
     return 0;
@@ -276,33 +277,33 @@ static void pre_flags(tokenizer *t) {
     if (!strcmp(t->pre, "glm4") || !strcmp(t->pre, "chatglm-bpe")) t->bos = -1;
 }
 
-static const gguf_array *str_array(const gguf_file *g, const char *key, bool required, char *err, size_t errlen,
+static const gguf_array *str_array(const gguf_file *g, const char *key, bool required, kiln_err *err,
                                    int *rc) {
     *rc = 0;
     const gguf_value *v = gguf_find(g, key);
     if (!v) {
-        if (required) *rc = tok_fail(err, errlen, "%s is missing", key);
+        if (required) *rc = kiln_fail(err, KILN_ERR_INVALID, "%s is missing", key);
         return NULL;
     }
     if (v->type != GGUF_VT_ARR || v->v.arr.type != GGUF_VT_STR) {
-        *rc = tok_fail(err, errlen, "%s is not an array of strings", key);
+        *rc = kiln_fail(err, KILN_ERR_INVALID, "%s is not an array of strings", key);
         return NULL;
     }
     return &v->v.arr;
 }
 
-tokenizer *tok_load(const gguf_file *g, char *err, size_t errlen) {
+tokenizer *tok_load(const gguf_file *g, kiln_err *err) {
     if (!g) {
-        tok_fail(err, errlen, "tokenizer: no GGUF file");
+        kiln_fail(err, KILN_ERR_INVALID, "tokenizer: no GGUF file");
         return NULL;
     }
     const gguf_value *mv = gguf_find(g, "tokenizer.ggml.model");
     if (!mv) {
-        tok_fail(err, errlen, "this GGUF has no tokenizer (tokenizer.ggml.model is missing)");
+        kiln_fail(err, KILN_ERR_INVALID, "this GGUF has no tokenizer (tokenizer.ggml.model is missing)");
         return NULL;
     }
     if (mv->type != GGUF_VT_STR) {
-        tok_fail(err, errlen, "tokenizer.ggml.model has type %s, expected str", gguf_vtype_name(mv->type));
+        kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.model has type %s, expected str", gguf_vtype_name(mv->type));
         return NULL;
     }
     gguf_str model = mv->v.str;
@@ -317,7 +318,7 @@ tokenizer *tok_load(const gguf_file *g, char *err, size_t errlen) {
                            : gguf_str_eq(model, "rwkv") ? " (RWKV)"
                            : gguf_str_eq(model, "no_vocab") || gguf_str_eq(model, "none") ? " (no vocabulary)"
                                                                               : "";
-        tok_fail(err, errlen,
+        kiln_fail(err, KILN_ERR_UNSUPPORTED,
                  "tokenizer.ggml.model '%.*s'%s is not supported: kiln runs 'llama' (SentencePiece) and 'gpt2' "
                  "(byte-level BPE) tokenizers",
                  (int)(model.len > 64 ? 64 : model.len), model.ptr, what);
@@ -325,45 +326,45 @@ tokenizer *tok_load(const gguf_file *g, char *err, size_t errlen) {
     }
 
     int rc;
-    const gguf_array *toks = str_array(g, "tokenizer.ggml.tokens", true, err, errlen, &rc);
+    const gguf_array *toks = str_array(g, "tokenizer.ggml.tokens", true, err, &rc);
     if (!toks) return NULL;
     if (toks->n == 0 || toks->n > TOK_MAX_VOCAB) {
-        tok_fail(err, errlen, "tokenizer.ggml.tokens has %llu entries (1 to %u expected)", (unsigned long long)toks->n,
+        kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.tokens has %llu entries (1 to %u expected)", (unsigned long long)toks->n,
                  TOK_MAX_VOCAB);
         return NULL;
     }
     uint32_t n = (uint32_t)toks->n;
     const gguf_array *merges = NULL;
     if (kind == TOK_KIND_BPE) {
-        merges = str_array(g, "tokenizer.ggml.merges", true, err, errlen, &rc);
+        merges = str_array(g, "tokenizer.ggml.merges", true, err, &rc);
         if (!merges) return NULL;
         if (merges->n > UINT32_MAX - 1) {
-            tok_fail(err, errlen, "tokenizer.ggml.merges has too many entries");
+            kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.merges has too many entries");
             return NULL;
         }
     }
     const gguf_value *sv = gguf_find(g, "tokenizer.ggml.scores");
     if (sv && (sv->type != GGUF_VT_ARR || (sv->v.arr.type != GGUF_VT_F32 && sv->v.arr.type != GGUF_VT_I32))) {
-        tok_fail(err, errlen, "tokenizer.ggml.scores is not an array of f32 or i32");
+        kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.scores is not an array of f32 or i32");
         return NULL;
     }
     if (sv && sv->v.arr.n < n) {
-        tok_fail(err, errlen, "tokenizer.ggml.scores has %llu entries for %u tokens", (unsigned long long)sv->v.arr.n, n);
+        kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.scores has %llu entries for %u tokens", (unsigned long long)sv->v.arr.n, n);
         return NULL;
     }
     const gguf_value *tv = gguf_find(g, "tokenizer.ggml.token_type");
     if (tv && (tv->type != GGUF_VT_ARR || tv->v.arr.type != GGUF_VT_I32)) {
-        tok_fail(err, errlen, "tokenizer.ggml.token_type is not an array of i32");
+        kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.token_type is not an array of i32");
         return NULL;
     }
     if (tv && tv->v.arr.n < n) {
-        tok_fail(err, errlen, "tokenizer.ggml.token_type has %llu entries for %u tokens",
+        kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.token_type has %llu entries for %u tokens",
                  (unsigned long long)tv->v.arr.n, n);
         return NULL;
     }
     const gguf_value *pv = gguf_find(g, "tokenizer.ggml.pre");
     if (pv && pv->type != GGUF_VT_STR) {
-        tok_fail(err, errlen, "tokenizer.ggml.pre has type %s, expected str", gguf_vtype_name(pv->type));
+        kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.pre has type %s, expected str", gguf_vtype_name(pv->type));
         return NULL;
     }
 
@@ -376,7 +377,7 @@ tokenizer *tok_load(const gguf_file *g, char *err, size_t errlen) {
     else t->pre = tok_dup_bytes("default", 7); /* llama.cpp: a missing pre is "default" */
     if (!t->model || !t->pre) goto oom;
     if (kind == TOK_KIND_BPE && !tok_pretok_known(t->pre)) {
-        tok_fail(err, errlen, "tokenizer.ggml.pre '%s' names a pre-tokenizer kiln does not have", t->pre);
+        kiln_fail(err, KILN_ERR_UNSUPPORTED, "tokenizer.ggml.pre '%s' names a pre-tokenizer kiln does not have", t->pre);
         tok_free(t);
         return NULL;
     }
@@ -418,7 +419,7 @@ tokenizer *tok_load(const gguf_file *g, char *err, size_t errlen) {
     for (uint32_t i = 0; i < n; i++) {
         int64_t j = tok_index_put(&t->ix, t->text, i);
         if (j >= 0) {
-            tok_fail(err, errlen, "duplicate token in tokenizer.ggml.tokens: '%.*s' has ids %lld and %u",
+            kiln_fail(err, KILN_ERR_INVALID, "duplicate token in tokenizer.ggml.tokens: '%.*s' has ids %lld and %u",
                      (int)(t->text[i].len > 60 ? 60 : t->text[i].len), t->text[i].ptr, (long long)j, i);
             tok_free(t);
             return NULL;
@@ -439,7 +440,7 @@ tokenizer *tok_load(const gguf_file *g, char *err, size_t errlen) {
     if (t->bos >= (int32_t)n) t->bos = -1;
     if (t->eos >= (int32_t)n) t->eos = -1;
     if (t->unk >= (int32_t)n) t->unk = -1;
-    if (opt_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err, errlen)) goto fail;
+    if (opt_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, err)) goto fail;
     struct { const char *key; int32_t *id; } ids[] = {
         {"tokenizer.ggml.bos_token_id", &t->bos},         {"tokenizer.ggml.eos_token_id", &t->eos},
         {"tokenizer.ggml.eot_token_id", &t->eot},         {"tokenizer.ggml.eom_token_id", &t->eom},
@@ -451,16 +452,16 @@ tokenizer *tok_load(const gguf_file *g, char *err, size_t errlen) {
         {"tokenizer.ggml.suffix_token_id", &t->fim_suf},  {"tokenizer.ggml.middle_token_id", &t->fim_mid},
     };
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
-        if (opt_id(g, ids[i].key, n, ids[i].id, err, errlen)) goto fail;
-    if (opt_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err, errlen) ||
-        opt_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err, errlen))
+        if (opt_id(g, ids[i].key, n, ids[i].id, err)) goto fail;
+    if (opt_bool(g, "tokenizer.ggml.add_bos_token", &t->add_bos, err) ||
+        opt_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err))
         goto fail;
     if (t->add_bos && t->bos < 0) {
-        tok_fail(err, errlen, "tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set");
+        kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set");
         goto fail;
     }
     if (t->add_eos && t->eos < 0) {
-        tok_fail(err, errlen, "tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set");
+        kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set");
         goto fail;
     }
 
@@ -486,10 +487,10 @@ tokenizer *tok_load(const gguf_file *g, char *err, size_t errlen) {
         }
         t->spm_byte[b] = (int32_t)id;
     }
-    if (kind == TOK_KIND_BPE && tok_bpe_init(t, err, errlen)) goto fail;
+    if (kind == TOK_KIND_BPE && tok_bpe_init(t, err)) goto fail;
     return t;
 oom:
-    tok_fail(err, errlen, "out of memory loading the tokenizer");
+    kiln_fail(err, KILN_ERR_NOMEM, "out of memory loading the tokenizer");
 fail:
     tok_free(t);
     return NULL;
@@ -653,9 +654,9 @@ done:
 }
 
 static int64_t encode_all(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
-                          tok_ids *out, char *err, size_t errlen) {
+                          tok_ids *out, kiln_err *err) {
     frags f = {0};
-    if (len && partition(t, text, len, parse_special, &f)) return tok_fail(err, errlen, "out of memory");
+    if (len && partition(t, text, len, parse_special, &f)) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     int rc = 0;
     char *buf = NULL;
     if (add_special && t->add_bos && tok_ids_push(out, t->bos)) goto oom;
@@ -679,7 +680,7 @@ static int64_t encode_all(const tokenizer *t, const char *text, size_t len, bool
                 if (c == ' ') memcpy(buf + k, "\xe2\x96\x81", 3), k += 3;
                 else buf[k++] = c;
             }
-            rc = tok_spm_encode(t, buf, k, out, err, errlen);
+            rc = tok_spm_encode(t, buf, k, out, err);
             prev_special = false;
         }
     } else {
@@ -688,7 +689,7 @@ static int64_t encode_all(const tokenizer *t, const char *text, size_t len, bool
                 if (tok_ids_push(out, f.v[i].id)) goto oom;
                 continue;
             }
-            rc = tok_bpe_encode(t, text + f.v[i].off, f.v[i].len, out, err, errlen);
+            rc = tok_bpe_encode(t, text + f.v[i].off, f.v[i].len, out, err);
         }
     }
     if (rc == 0 && add_special && t->add_eos && tok_ids_push(out, t->eos)) goto oom;
@@ -698,17 +699,17 @@ static int64_t encode_all(const tokenizer *t, const char *text, size_t len, bool
 oom:
     free(buf);
     free(f.v);
-    return tok_fail(err, errlen, "out of memory");
+    return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
 }
 
 int64_t tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
-                   int32_t *ids, size_t cap, char *err, size_t errlen) {
-    if (!t) return tok_fail(err, errlen, "no tokenizer");
-    if (!text && len) return tok_fail(err, errlen, "no text");
+                   int32_t *ids, size_t cap, kiln_err *err) {
+    if (!t) return kiln_fail(err, KILN_ERR_INVALID, "no tokenizer");
+    if (!text && len) return kiln_fail(err, KILN_ERR_INVALID, "no text");
     size_t bad = tok_utf8_invalid_at(text, len);
-    if (bad) return tok_fail(err, errlen, "text is not valid UTF-8 (byte %zu: 0x%02X)", bad - 1, (unsigned char)text[bad - 1]);
+    if (bad) return kiln_fail(err, KILN_ERR_INVALID, "text is not valid UTF-8 (byte %zu: 0x%02X)", bad - 1, (unsigned char)text[bad - 1]);
     tok_ids out = {0};
-    if (encode_all(t, text, len, add_special, parse_special, &out, err, errlen)) {
+    if (encode_all(t, text, len, add_special, parse_special, &out, err)) {
         free(out.v);
         return -1;
     }

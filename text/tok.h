@@ -5,6 +5,7 @@
 #ifndef KILN_TEXT_TOK_H
 #define KILN_TEXT_TOK_H
 
+#include "base/error.h"
 #include "gguf/gguf.h"
 
 #include <stdbool.h>
@@ -14,7 +15,7 @@
 typedef struct tokenizer tokenizer;
 
 /* NULL with err on a missing/bad key or an unsupported tokenizer.ggml.model. */
-tokenizer *tok_load(const gguf_file *g, char *err, size_t errlen);
+tokenizer *tok_load(const gguf_file *g, kiln_err *err);
 void tok_free(tokenizer *t);
 
 uint32_t tok_n_vocab(const tokenizer *t);
@@ -35,7 +36,7 @@ int32_t tok_find(const tokenizer *t, const char *s);
  * Writes up to cap ids and returns how many there are (call again with more room if
  * larger than cap), or -1 with err. Same results as llama_tokenize. */
 int64_t tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
-                   int32_t *ids, size_t cap, char *err, size_t errlen);
+                   int32_t *ids, size_t cap, kiln_err *err);
 
 /* The bytes one token stands for (SPM: "▁" is a space, <0xNN> a byte; BPE: GPT-2's
  * byte-to-unicode undone). Control tokens give their text only when special is true.

@@ -3,6 +3,7 @@
  * adjacent symbols are merged by the rank of their pair in tokenizer.ggml.merges (lowest
  * rank, then leftmost, first); each final symbol is its token. */
 #include "text/tok_internal.h"
+#include "base/error.h"
 #include "text/tok_pretok.h"
 
 #include <stdint.h>
@@ -43,8 +44,8 @@ static size_t spell(unsigned b, char out[2]) {
 
 /* ---- merge ranks ------------------------------------------------------------------------ */
 
-int tok_bpe_init(tokenizer *t, char *err, size_t errlen) {
-    if (tok_index_init(&t->merge_ix, t->n_merges)) return tok_fail(err, errlen, "out of memory");
+int tok_bpe_init(tokenizer *t, kiln_err *err) {
+    if (tok_index_init(&t->merge_ix, t->n_merges)) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     /* A repeated merge keeps its first rank, as llama.cpp's map emplace does. */
     for (uint64_t i = 0; i < t->n_merges; i++) tok_index_put(&t->merge_ix, t->merges, (uint32_t)i);
     return 0;
@@ -157,11 +158,11 @@ static int encode_span(const tokenizer *t, bpe_work *w, const char *p, size_t le
     return 0;
 }
 
-int tok_bpe_encode(const tokenizer *t, const char *text, size_t len, tok_ids *out, char *err, size_t errlen) {
+int tok_bpe_encode(const tokenizer *t, const char *text, size_t len, tok_ids *out, kiln_err *err) {
     if (len == 0) return 0;
     tok_span *spans = NULL;
     size_t n_spans = 0;
-    if (tok_pretok_split(t->pre, text, len, &spans, &n_spans, err, errlen)) {
+    if (tok_pretok_split(t->pre, text, len, &spans, &n_spans, err)) {
         free(spans);
         return -1;
     }
@@ -170,16 +171,16 @@ int tok_bpe_encode(const tokenizer *t, const char *text, size_t len, tok_ids *ou
     for (size_t i = 0; i < n_spans && rc == 0; i++) {
         const tok_span *sp = &spans[i];
         if (sp->start > len || sp->len > len - sp->start) {
-            rc = tok_fail(err, errlen, "pre-tokenizer '%s' gave a span outside the text", t->pre);
+            rc = kiln_fail(err, KILN_ERR_INVALID, "pre-tokenizer '%s' gave a span outside the text", t->pre);
             break;
         }
         if (sp->len == 0) continue;
         if (sp->len > INT32_MAX) {
-            rc = tok_fail(err, errlen, "a pre-tokenizer span of %zu bytes is too long", sp->len);
+            rc = kiln_fail(err, KILN_ERR_INVALID, "a pre-tokenizer span of %zu bytes is too long", sp->len);
             break;
         }
         if (grow(&w, sp->len) || encode_span(t, &w, text + sp->start, sp->len, out))
-            rc = tok_fail(err, errlen, "out of memory");
+            rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     }
     free(spans);
     free(w.word);

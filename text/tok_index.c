@@ -1,22 +1,13 @@
 /* Token strings: a hash index over byte strings (duplicates, added-token lookups) and the
  * small helpers the tokenizer files share. */
 #include "text/tok_index.h"
+#include "base/error.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int tok_fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 char *tok_dup_bytes(const char *p, size_t n) {
     char *s = malloc(n + 1);

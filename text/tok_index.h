@@ -3,6 +3,7 @@
 #ifndef KILN_TEXT_TOK_INDEX_H
 #define KILN_TEXT_TOK_INDEX_H
 
+#include "base/error.h"
 #include "gguf/gguf.h"
 
 #include <stddef.h>
@@ -34,8 +35,7 @@ int64_t tok_index_put(tok_index *ix, const gguf_str *keys, uint32_t i);
 int64_t tok_index_get(const tok_index *ix, const gguf_str *keys, const char *p, size_t n);
 void tok_index_free(tok_index *ix);
 
-/* Shared by the tokenizer files: a NUL-terminated copy of n bytes; a message into err. */
+/* Shared by the tokenizer files: a NUL-terminated copy of n bytes. */
 char *tok_dup_bytes(const char *p, size_t n);
-int tok_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -3,6 +3,7 @@
 #ifndef KILN_TEXT_TOK_INTERNAL_H
 #define KILN_TEXT_TOK_INTERNAL_H
 
+#include "base/error.h"
 #include "text/tok.h"
 #include "text/tok_index.h"
 
@@ -71,13 +72,13 @@ static inline size_t tok_utf8_len(unsigned char c) {
 }
 
 /* SentencePiece merge by score over text (dummy prefix added, spaces already "▁"). */
-int tok_spm_encode(const tokenizer *t, const char *text, size_t len, tok_ids *out, char *err, size_t errlen);
+int tok_spm_encode(const tokenizer *t, const char *text, size_t len, tok_ids *out, kiln_err *err);
 
 /* Byte-level BPE load-time setup (merge index) and its release. */
-int tok_bpe_init(tokenizer *t, char *err, size_t errlen);
+int tok_bpe_init(tokenizer *t, kiln_err *err);
 void tok_bpe_free(tokenizer *t);
 /* Pre-tokenizes text with t->pre and merges each span by rank. */
-int tok_bpe_encode(const tokenizer *t, const char *text, size_t len, tok_ids *out, char *err, size_t errlen);
+int tok_bpe_encode(const tokenizer *t, const char *text, size_t len, tok_ids *out, kiln_err *err);
 /* GPT-2's byte-to-unicode undone on a token's text; writes up to cap, returns the length. */
 size_t tok_bpe_unmap(const char *s, size_t n, char *buf, size_t cap);
 

@@ -6,6 +6,7 @@
  * Unicode White_Space, which is what llama.cpp's tables (made with Python's `regex`) and
  * Hugging Face's engines use. */
 #include "text/tok_pretok.h"
+#include "base/error.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -66,16 +67,6 @@ typedef struct pt_text {
     size_t n;
 } pt_text;
 
-static int pt_fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 /* Strict UTF-8 (no overlongs, surrogates or values past U+10FFFF): llama.cpp would
  * substitute U+FFFD, but our callers ask for an error instead. Returns the length of the
  * sequence at s[0..rem), or 0 if it is invalid. */
@@ -111,17 +102,17 @@ static void pt_text_free(pt_text *t) {
     free(t->off);
 }
 
-static int pt_text_decode(pt_text *t, const char *text, size_t len, char *err, size_t errlen) {
+static int pt_text_decode(pt_text *t, const char *text, size_t len, kiln_err *err) {
     memset(t, 0, sizeof *t);
     if (len >= SIZE_MAX / sizeof *t->off)
-        return pt_fail(err, errlen, "pre-tokenizer: text too long (%zu bytes)", len);
+        return kiln_fail(err, KILN_ERR_INVALID, "pre-tokenizer: text too long (%zu bytes)", len);
     /* at most one code point per byte; + 1 so a zero length still allocates */
     t->cp = malloc((len + 1) * sizeof *t->cp);
     t->cl = malloc(len + 1);
     t->off = malloc((len + 1) * sizeof *t->off);
     if (!t->cp || !t->cl || !t->off) {
         pt_text_free(t);
-        return pt_fail(err, errlen, "pre-tokenizer: out of memory for %zu bytes of text", len);
+        return kiln_fail(err, KILN_ERR_NOMEM, "pre-tokenizer: out of memory for %zu bytes of text", len);
     }
     const unsigned char *s = (const unsigned char *)text;
     size_t i = 0, n = 0;
@@ -130,7 +121,7 @@ static int pt_text_decode(pt_text *t, const char *text, size_t len, char *err, s
         size_t k = pt_utf8_next(s + i, len - i, &cp);
         if (!k) {
             pt_text_free(t);
-            return pt_fail(err, errlen, "pre-tokenizer: invalid UTF-8 at byte %zu", i);
+            return kiln_fail(err, KILN_ERR_INVALID, "pre-tokenizer: invalid UTF-8 at byte %zu", i);
         }
         t->cp[n] = cp;
         t->cl[n] = pt_class(cp);
@@ -477,16 +468,15 @@ static const pt_family *pt_find(const char *pre) {
 
 int tok_pretok_known(const char *pre) { return pt_find(pre) != NULL; }
 
-int tok_pretok_split(const char *pre, const char *text, size_t len, tok_span **spans, size_t *n, char *err,
-                     size_t errlen) {
+int tok_pretok_split(const char *pre, const char *text, size_t len, tok_span **spans, size_t *n, kiln_err *err) {
     if (n) *n = 0;
-    if (!spans || !n) return pt_fail(err, errlen, "pre-tokenizer: no place for the spans");
-    if (!text && len) return pt_fail(err, errlen, "pre-tokenizer: no text");
+    if (!spans || !n) return kiln_fail(err, KILN_ERR_INVALID, "pre-tokenizer: no place for the spans");
+    if (!text && len) return kiln_fail(err, KILN_ERR_INVALID, "pre-tokenizer: no text");
     const pt_family *fam = pt_find(pre);
-    if (!fam) return pt_fail(err, errlen, "pre-tokenizer: unknown tokenizer.ggml.pre '%s'", pre ? pre : "(null)");
+    if (!fam) return kiln_fail(err, KILN_ERR_UNSUPPORTED, "pre-tokenizer: unknown tokenizer.ggml.pre '%s'", pre ? pre : "(null)");
 
     pt_text t;
-    if (pt_text_decode(&t, text, len, err, errlen)) return -1;
+    if (pt_text_decode(&t, text, len, err)) return -1;
 
     pt_ends cur = {0}, next = {0};
     if (t.n) pt_push(&cur, t.n);
@@ -503,11 +493,11 @@ int tok_pretok_split(const char *pre, const char *text, size_t len, tok_span **s
     }
     int rc = 0;
     if (cur.oom || next.oom) {
-        rc = pt_fail(err, errlen, "pre-tokenizer: out of memory");
+        rc = kiln_fail(err, KILN_ERR_NOMEM, "pre-tokenizer: out of memory");
     } else if (cur.n) {
         tok_span *sp = realloc(*spans, cur.n * sizeof *sp);
         if (!sp) {
-            rc = pt_fail(err, errlen, "pre-tokenizer: out of memory for %zu spans", cur.n);
+            rc = kiln_fail(err, KILN_ERR_NOMEM, "pre-tokenizer: out of memory for %zu spans", cur.n);
         } else {
             size_t a = 0;
             for (size_t p = 0; p < cur.n; p++) {

@@ -4,6 +4,7 @@
 #ifndef KILN_TEXT_TOK_PRETOK_H
 #define KILN_TEXT_TOK_PRETOK_H
 
+#include "base/error.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,7 +18,6 @@ int tok_pretok_known(const char *pre);
 /* Splits valid UTF-8 text[0..len) into spans covering it in order, without gaps.
  * *spans is (re)allocated with malloc; *n receives the count. 0 on success; -1 with err
  * for an unknown pre name, invalid UTF-8 or out of memory. */
-int tok_pretok_split(const char *pre, const char *text, size_t len, tok_span **spans, size_t *n, char *err,
-                     size_t errlen);
+int tok_pretok_split(const char *pre, const char *text, size_t len, tok_span **spans, size_t *n, kiln_err *err);
 
 #endif

@@ -3,6 +3,7 @@
  * with the highest score (leftmost on ties), then spell what is no token with byte-fallback
  * tokens. The caller has added the dummy prefix and turned spaces into "▁". */
 #include "text/tok_internal.h"
+#include "base/error.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -33,9 +34,9 @@ static int try_pair(const tokenizer *t, const char *text, const spm_sym *s, int3
     return spm_heap_push(h, (spm_pair){l, r, t->score[id], size});
 }
 
-int tok_spm_encode(const tokenizer *t, const char *text, size_t len, tok_ids *out, char *err, size_t errlen) {
+int tok_spm_encode(const tokenizer *t, const char *text, size_t len, tok_ids *out, kiln_err *err) {
     if (len == 0) return 0;
-    if (len > INT32_MAX) return tok_fail(err, errlen, "text of %zu bytes is too long to tokenize", len);
+    if (len > INT32_MAX) return kiln_fail(err, KILN_ERR_INVALID, "text of %zu bytes is too long to tokenize", len);
     size_t n = 0;
     spm_sym *s = malloc(len * sizeof *s); /* at most one symbol per byte */
     spm_heap h = {0};
@@ -71,7 +72,7 @@ int tok_spm_encode(const tokenizer *t, const char *text, size_t len, tok_ids *ou
             unsigned char b = (unsigned char)text[s[i].start + j];
             int32_t bid = t->spm_byte[b] >= 0 ? t->spm_byte[b] : t->unk;
             if (bid < 0) {
-                rc = tok_fail(err, errlen, "byte 0x%02X has no byte-fallback token and the vocab has no unknown token", b);
+                rc = kiln_fail(err, KILN_ERR_INVALID, "byte 0x%02X has no byte-fallback token and the vocab has no unknown token", b);
                 goto done;
             }
             if (tok_ids_push(out, bid)) goto oom;
@@ -80,7 +81,7 @@ int tok_spm_encode(const tokenizer *t, const char *text, size_t len, tok_ids *ou
     rc = 0;
     goto done;
 oom:
-    rc = tok_fail(err, errlen, "out of memory");
+    rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
 done:
     free(s);
     free(h.v);

@@ -1,6 +1,7 @@
 /* The kiln command: exit codes and one-line messages for bad input, and inspect/synth
  * end to end through the real binary. */
 #include "gguf/gguf.h"
+#include "base/error.h"
 #include "gguf/half.h"
 #include "model/arch.h"
 #include "tests/util/testutil.h"
@@ -87,7 +88,7 @@ static gguf_file *synth_and_open(const char *name, const char *const *extra) {
     args[n] = NULL;
     int rc = tu_run_kiln(args, out, sizeof out, err, sizeof err);
     cr_assert_eq(rc, 0, "synth failed (%d): %s", rc, err);
-    gguf_error e;
+    kiln_err e;
     gguf_file *g = gguf_open(path, &e);
     cr_assert_not_null(g, "%s", e.msg);
     return g;
@@ -105,7 +106,7 @@ static void expect_tensor(const gguf_file *g, const char *name, uint32_t type, u
 Test(synth, tiny_qwen3_names_shapes_keys) {
     gguf_file *g = synth_and_open("tiny.gguf", (const char *const[]){"--preset", "tiny", NULL});
     arch_hparams hp;
-    gguf_error e;
+    kiln_err e;
     cr_assert_eq(arch_read_hparams(g, &hp, &e), 0, "%s", e.msg);
     cr_assert_eq(hp.arch, ARCH_QWEN3);
     cr_assert_eq(hp.n_layer, 3);
@@ -150,7 +151,7 @@ Test(synth, weights_are_normal_and_norms_near_one) {
     const gguf_tensor *t = gguf_find_tensor(g, "blk.0.ffn_up.weight");
     uint64_t n = gguf_tensor_nelements(t);
     float *f = malloc(n * sizeof *f);
-    gguf_error e;
+    kiln_err e;
     cr_assert_eq(gguf_tensor_rows_f32(t, 0, gguf_tensor_nrows(t), f, &e), 0);
     double s = 0, s2 = 0;
     uint64_t beyond3 = 0;
@@ -172,7 +173,7 @@ Test(synth, weights_are_normal_and_norms_near_one) {
 }
 
 static bool same_bytes(const char *a, const char *b) {
-    gguf_error e;
+    kiln_err e;
     gguf_file *x = gguf_open(a, &e), *y = gguf_open(b, &e);
     cr_assert(x && y);
     bool eq = gguf_file_size(x) == gguf_file_size(y);
@@ -195,7 +196,7 @@ Test(synth, llama_and_qwen2_variants) {
     gguf_file *g = synth_and_open("llama.gguf", (const char *const[]){"--preset", "tiny", "--arch", "llama", "--tied",
                                                                       "--dtype", "f16", NULL});
     arch_hparams hp;
-    gguf_error e;
+    kiln_err e;
     cr_assert_eq(arch_read_hparams(g, &hp, &e), 0, "%s", e.msg);
     cr_assert(hp.arch == ARCH_LLAMA && hp.tied_output && !hp.rope_neox && !hp.qk_norm);
     cr_assert_null(gguf_find_tensor(g, "output.weight"));
@@ -225,7 +226,7 @@ static void check_preset(const char *preset, bool full) {
     snprintf(name, sizeof name, "%s.gguf", preset);
     gguf_file *g = synth_and_open(name, args);
     arch_hparams hp;
-    gguf_error e;
+    kiln_err e;
     cr_assert_eq(arch_read_hparams(g, &hp, &e), 0, "%s", e.msg);
     uint64_t q = (uint64_t)hp.n_head * hp.head_dim_k, kv = (uint64_t)hp.n_head_kv * hp.head_dim_k;
     expect_tensor(g, "token_embd.weight", GGUF_T_BF16, hp.n_embd, hp.n_vocab);
@@ -252,7 +253,7 @@ Test(synth, presets_at_real_widths, .timeout = 600) {
         check_preset(want[i].name, false);
         gguf_file *g = synth_and_open("p.gguf", (const char *const[]){"--preset", want[i].name, "--layers", "1", NULL});
         arch_hparams hp;
-        gguf_error e;
+        kiln_err e;
         cr_assert_eq(arch_read_hparams(g, &hp, &e), 0);
         cr_assert_eq(hp.n_embd, want[i].embd, "%s", want[i].name);
         cr_assert_eq(hp.n_head, want[i].heads);
@@ -296,7 +297,7 @@ Test(synth, llama3_rope_freqs) {
     cr_assert_eq(f[0], 1.0f);
     cr_assert_eq(f[31], 32.0f);
     arch_hparams hp;
-    gguf_error e;
+    kiln_err e;
     cr_assert_eq(arch_read_hparams(g, &hp, &e), 0);
     cr_assert(hp.has_rope_freqs && hp.rope_scaling == ROPE_SCALING_LLAMA3);
     cr_assert_eq(hp.rope_base, 500000.0f);
@@ -308,7 +309,7 @@ Test(synth, tokenizer_import_and_vocab_from) {
     const char *tc = tu_data_file("tokenizers/qwen3/tokenizer_config.json");
     gguf_file *g = synth_and_open("tq.gguf", (const char *const[]){"--preset", "tiny", "--layers", "1", "--tokenizer",
                                                                    tj, "--tokenizer-config", tc, NULL});
-    gguf_error e;
+    kiln_err e;
     const gguf_array *toks;
     cr_assert_eq(gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_VT_STR, &toks, &e), 0);
     cr_assert_eq(toks->n, 151669, "vocab is the tokenizer's");

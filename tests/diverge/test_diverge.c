@@ -134,6 +134,19 @@ Test(diverge, a_wide_gap_is_not_explained) {
     cr_assert_not(dv_is_near_tie(INFINITY, 0.0));
 }
 
+Test(diverge, gap_quanta_is_one_sides_margin) {
+    /* bf16 at 1.0: quanta of 2^-7 */
+    const float l[] = {1.0f, 1.0f + 3.0f / 128, 1.0f + 1.0f / 128, NAN};
+    cr_assert_float_eq(dv_gap_quanta(l, 1, 0, GGUF_T_BF16), 3.0, 1e-9);
+    cr_assert_float_eq(dv_gap_quanta(l, 1, 2, GGUF_T_BF16), 2.0, 1e-9);
+    cr_assert_float_eq(dv_gap_quanta(l, 2, 1, GGUF_T_BF16), -2.0, 1e-9, "a pick below the other's: negative");
+    cr_assert(isinf(dv_gap_quanta(l, -1, 0, GGUF_T_BF16)), "no pick: nothing explains it");
+    cr_assert(isinf(dv_gap_quanta(l, 0, -1, GGUF_T_BF16)));
+    cr_assert(isinf(dv_gap_quanta(l, 3, 0, GGUF_T_BF16)), "NaN: not comparable");
+    cr_assert(dv_is_near_tie(dv_gap_quanta(l, 1, 2, GGUF_T_BF16), dv_gap_quanta(l, 2, 1, GGUF_T_BF16)));
+    cr_assert_not(dv_is_near_tie(dv_gap_quanta(l, 1, 0, GGUF_T_BF16), 0.0));
+}
+
 Test(diverge, nan_logits_are_an_infinite_error) {
     const float la[] = {1, 2, 0, 0};
     const float lb[] = {1, NAN, 0, 0};

@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *copy = malloc(size ? size : 1);
     if (!copy) return 0;
     memcpy(copy, data, size);
-    gguf_error err;
+    kiln_err err;
     gguf_file *g = gguf_open_memory(copy, size, &err);
     if (!g) {
         free(copy);

@@ -2,6 +2,7 @@
  * golden, stop strings, seeds, prefix reuse across turns, `kiln tokenize`, `kiln chat`,
  * and bad input. */
 #include "generate/generate.h"
+#include "base/error.h"
 #include "generate/sampler.h"
 #include "model/engine.h"
 #include "model/engine_serial.h"
@@ -44,13 +45,13 @@ Test(generate, run_stories_matches_golden, .timeout = 120) {
     json_t *golden = json_load_file(tu_data_file("models/stories260K.greedy.json"), 0, &je);
     cr_assert_not_null(golden);
     json_t *ids = json_object_get(golden, "ids");
-    char e[256];
-    gguf_error ge;
+    kiln_err e = {0};
+    kiln_err ge;
     gguf_file *g = gguf_open(model_path, &ge);
-    tokenizer *t = tok_load(g, e, sizeof e);
-    cr_assert_not_null(t, "%s", e);
+    tokenizer *t = tok_load(g, &e);
+    cr_assert_not_null(t, "%s", e.msg);
     int32_t p[16];
-    int64_t np = tok_encode(t, "Once upon a time", 16, true, true, p, 16, e, sizeof e);
+    int64_t np = tok_encode(t, "Once upon a time", 16, true, true, p, 16, &e);
     cr_assert_gt(np, 1);
     for (int64_t i = 0; i < np; i++)
         cr_assert_eq(p[i], json_integer_value(json_array_get(ids, (size_t)i)), "prompt token %lld", (long long)i);
@@ -151,13 +152,13 @@ static int sink(void *ctx, const char *text, size_t len) {
 typedef struct rig { model *m; tokenizer *t; engine *e; gen_session *s; sampler *smp; } rig;
 
 static void rig_open(rig *r) {
-    char e[256];
-    r->m = model_load(tu_data_file("models/stories260K.gguf"), e, sizeof e);
-    cr_assert_not_null(r->m, "%s", e);
-    r->t = tok_load(r->m->file, e, sizeof e);
-    cr_assert_not_null(r->t, "%s", e);
+    kiln_err e = {0};
+    r->m = model_load(tu_data_file("models/stories260K.gguf"), &e);
+    cr_assert_not_null(r->m, "%s", e.msg);
+    r->t = tok_load(r->m->file, &e);
+    cr_assert_not_null(r->t, "%s", e.msg);
     orc_options o = {.mode = ORC_F32, .threads = 1};
-    r->e = orc_create(r->m, &o, e, sizeof e);
+    r->e = orc_create(r->m, &o, &e);
     r->s = gen_session_create(r->e, r->t);
     samp_params sp;
     samp_params_default(&sp);
@@ -178,18 +179,18 @@ Test(generate, session_reuses_prefix, .timeout = 60) {
     rig warm, cold;
     rig_open(&warm);
     rig_open(&cold);
-    char e[256];
+    kiln_err e = {0};
     int32_t p1[64], p2[64];
-    int64_t n1 = tok_encode(warm.t, "Once upon a time", 16, true, true, p1, 64, e, sizeof e);
-    int64_t n2 = tok_encode(warm.t, "Once upon a time there was a dog", 32, true, true, p2, 64, e, sizeof e);
+    int64_t n1 = tok_encode(warm.t, "Once upon a time", 16, true, true, p1, 64, &e);
+    int64_t n2 = tok_encode(warm.t, "Once upon a time there was a dog", 32, true, true, p2, 64, &e);
     cr_assert_eq(memcmp(p1, p2, (size_t)n1 * sizeof *p1), 0);
     gen_params gp = {.max_tokens = 8, .extra_eog = -1};
     gen_result r1, r2, rc;
-    cr_assert_eq(gen_run(warm.s, warm.smp, p1, (uint32_t)n1, &gp, sink, NULL, &r1, e, sizeof e), 0, "%s", e);
+    cr_assert_eq(gen_run(warm.s, warm.smp, p1, (uint32_t)n1, &gp, sink, NULL, &r1, &e), 0, "%s", e.msg);
     cr_assert_eq(r1.n_reused, 0);
-    cr_assert_eq(gen_run(warm.s, warm.smp, p2, (uint32_t)n2, &gp, sink, NULL, &r2, e, sizeof e), 0, "%s", e);
+    cr_assert_eq(gen_run(warm.s, warm.smp, p2, (uint32_t)n2, &gp, sink, NULL, &r2, &e), 0, "%s", e.msg);
     cr_assert_geq(r2.n_reused, (uint32_t)n1, "reused %u of %lld", r2.n_reused, (long long)n2);
-    cr_assert_eq(gen_run(cold.s, cold.smp, p2, (uint32_t)n2, &gp, sink, NULL, &rc, e, sizeof e), 0, "%s", e);
+    cr_assert_eq(gen_run(cold.s, cold.smp, p2, (uint32_t)n2, &gp, sink, NULL, &rc, &e), 0, "%s", e.msg);
     cr_assert_eq(r2.n_generated, rc.n_generated);
     cr_assert_eq(memcmp(r2.ids, rc.ids, rc.n_generated * sizeof *rc.ids), 0, "warm and cold runs differ");
     free(r1.ids);
@@ -249,17 +250,15 @@ typedef struct fake {
     int n_argmax;    /* calls of eval_argmax */
 } fake;
 
-static int fake_eval(engine *e, const int32_t *tok, uint32_t n, uint32_t pos, float *logits, bool all, char *err,
-                     size_t errlen) {
-    (void)tok, (void)all, (void)err, (void)errlen;
+static int fake_eval(engine *e, const int32_t *tok, uint32_t n, uint32_t pos, float *logits, bool all, kiln_err *err) {
+    (void)tok, (void)all, (void)err;
     fake *f = (fake *)e;
     for (uint32_t v = 0; v < e->n_vocab; v++) logits[v] = (int32_t)v == f->only ? 1.0f : -INFINITY;
     e->n_past = pos + n;
     return 0;
 }
-static int fake_argmax(engine *e, const int32_t *tok, uint32_t n, uint32_t pos, int32_t *best, char *err,
-                       size_t errlen) {
-    (void)tok, (void)err, (void)errlen;
+static int fake_argmax(engine *e, const int32_t *tok, uint32_t n, uint32_t pos, int32_t *best, kiln_err *err) {
+    (void)tok, (void)err;
     ((fake *)e)->n_argmax++;
     e->n_past = pos + n;
     *best = -1;
@@ -271,7 +270,7 @@ static const engine_ops fake_ops = {fake_eval, fake_destroy, fake_argmax};
 Test(generate, greedy_fast_path_falls_back_to_the_sampler) {
     rig r;
     rig_open(&r);
-    char e[256];
+    kiln_err e = {0};
     for (int only = -1; only <= 0; only++) {
         fake f = {{&fake_ops, "fake", r.e->n_vocab, 64, 0}, only == 0 ? 300 : -1, 0};
         gen_session *s = gen_session_create(&f.base, r.t);
@@ -279,13 +278,13 @@ Test(generate, greedy_fast_path_falls_back_to_the_sampler) {
         int32_t prompt[2] = {1, 400};
         gen_params gp = {.max_tokens = 3, .extra_eog = -1};
         gen_result res;
-        int rc = gen_run(s, r.smp, prompt, 2, &gp, sink, NULL, &res, e, sizeof e);
+        int rc = gen_run(s, r.smp, prompt, 2, &gp, sink, NULL, &res, &e);
         cr_assert(f.n_argmax >= 1, "the fast path was not taken");
         if (only < 0) {
             cr_assert_eq(rc, -1);
-            cr_assert(strstr(e, "no token can be sampled"), "%s", e);
+            cr_assert(strstr(e.msg, "no token can be sampled"), "%s", e.msg);
         } else {
-            cr_assert_eq(rc, 0, "%s", e);
+            cr_assert_eq(rc, 0, "%s", e.msg);
             cr_assert_eq(res.n_generated, 3);
             for (uint32_t i = 0; i < 3; i++) cr_assert_eq(res.ids[i], 300);
         }
@@ -303,7 +302,7 @@ Test(generate, greedy_fast_path_falls_back_to_the_sampler) {
     int32_t prompt[2] = {1, 400};
     gen_params gp = {.max_tokens = 2, .extra_eog = -1};
     gen_result res;
-    cr_assert_eq(gen_run(s, pen, prompt, 2, &gp, sink, NULL, &res, e, sizeof e), 0, "%s", e);
+    cr_assert_eq(gen_run(s, pen, prompt, 2, &gp, sink, NULL, &res, &e), 0, "%s", e.msg);
     cr_assert_eq(f.n_argmax, 0);
     cr_assert_eq(res.ids[0], 300);
     free(res.ids);
@@ -328,20 +327,20 @@ static int count_tokens(void *ctx, int32_t id, const float *logits, uint32_t n_v
 Test(generate, on_token_sees_each_token_and_its_logits) {
     rig r;
     rig_open(&r);
-    char e[256];
+    kiln_err e = {0};
     fake f = {{&fake_ops, "fake", r.e->n_vocab, 64, 0}, 300, 0};
     gen_session *s = gen_session_create(&f.base, r.t);
     int32_t prompt[2] = {1, 400};
     seen sn = {.logits_ok = true};
     gen_params gp = {.max_tokens = 3, .extra_eog = -1, .on_token = count_tokens, .token_ctx = &sn};
     gen_result res;
-    cr_assert_eq(gen_run(s, r.smp, prompt, 2, &gp, sink, NULL, &res, e, sizeof e), 0, "%s", e);
+    cr_assert_eq(gen_run(s, r.smp, prompt, 2, &gp, sink, NULL, &res, &e), 0, "%s", e.msg);
     cr_assert_eq(f.n_argmax, 0, "with a callback the loop reads the logits");
     cr_assert_eq(sn.n, 3);
     cr_assert(sn.logits_ok && sn.ids[0] == 300);
     free(res.ids);
     sn = (seen){.stop_at = 1, .logits_ok = true};
-    cr_assert_eq(gen_run(s, r.smp, prompt, 2, &gp, sink, NULL, &res, e, sizeof e), 0, "%s", e);
+    cr_assert_eq(gen_run(s, r.smp, prompt, 2, &gp, sink, NULL, &res, &e), 0, "%s", e.msg);
     cr_assert_eq(res.finish, GEN_CALLER);
     cr_assert_eq(res.n_generated, 1);
     free(res.ids);
@@ -349,14 +348,14 @@ Test(generate, on_token_sees_each_token_and_its_logits) {
 
     /* the oracle: the same tokens with and without the callback */
     int32_t p[16];
-    int64_t np = tok_encode(r.t, "Once upon a time", 16, true, true, p, 16, e, sizeof e);
+    int64_t np = tok_encode(r.t, "Once upon a time", 16, true, true, p, 16, &e);
     gen_params plain = {.max_tokens = 16, .extra_eog = -1};
     gen_result a, b;
-    cr_assert_eq(gen_run(r.s, r.smp, p, (uint32_t)np, &plain, sink, NULL, &a, e, sizeof e), 0, "%s", e);
+    cr_assert_eq(gen_run(r.s, r.smp, p, (uint32_t)np, &plain, sink, NULL, &a, &e), 0, "%s", e.msg);
     sn = (seen){.logits_ok = true};
     gp.max_tokens = 16;
     engine_truncate(r.e, 0);
-    cr_assert_eq(gen_run(r.s, r.smp, p, (uint32_t)np, &gp, sink, NULL, &b, e, sizeof e), 0, "%s", e);
+    cr_assert_eq(gen_run(r.s, r.smp, p, (uint32_t)np, &gp, sink, NULL, &b, &e), 0, "%s", e.msg);
     cr_assert_eq(a.n_generated, b.n_generated);
     cr_assert_eq((uint32_t)sn.n, b.n_generated);
     cr_assert(sn.logits_ok);
@@ -388,9 +387,8 @@ typedef struct turn_fake {
     int *running; /* engines inside eval at once (under the wrappers' lock: at most 1) */
 } turn_fake;
 
-static int turn_eval(engine *e, const int32_t *tok, uint32_t n, uint32_t pos, float *logits, bool all, char *err,
-                     size_t errlen) {
-    (void)tok, (void)logits, (void)all, (void)err, (void)errlen;
+static int turn_eval(engine *e, const int32_t *tok, uint32_t n, uint32_t pos, float *logits, bool all, kiln_err *err) {
+    (void)tok, (void)logits, (void)all, (void)err;
     turn_fake *f = (turn_fake *)e;
     int now = __atomic_add_fetch(f->running, 1, __ATOMIC_SEQ_CST);
     nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
@@ -406,9 +404,9 @@ typedef struct turn_arg { engine *e; int rc; } turn_arg;
 
 static void *turn_thread(void *arg) {
     turn_arg *a = arg;
-    char e[64];
+    kiln_err e = {0};
     int32_t tok = 1;
-    for (uint32_t i = 0; i < 50 && !a->rc; i++) a->rc = engine_eval(a->e, &tok, 1, i, NULL, false, e, sizeof e);
+    for (uint32_t i = 0; i < 50 && !a->rc; i++) a->rc = engine_eval(a->e, &tok, 1, i, NULL, false, &e);
     return NULL;
 }
 
@@ -421,8 +419,8 @@ Test(generate, serialized_engines_take_turns) {
         f[i] = (turn_fake){{&turn_ops, "fake", 8, 64, 0}, i, 0, log, &n_log, &running};
         e[i] = &f[i].base;
     }
-    char err[64];
-    cr_assert_eq(engine_serialize(e, 2, err, sizeof err), 0);
+    kiln_err err = {0};
+    cr_assert_eq(engine_serialize(e, 2, &err), 0);
     cr_assert(e[0] != &f[0].base && e[0]->n_ctx == 64 && e[0]->n_vocab == 8);
     cr_assert_null(e[0]->ops->eval_argmax, "offered only where the engine offers it");
     turn_arg a[2] = {{e[0], 0}, {e[1], 0}};
@@ -445,7 +443,7 @@ Test(generate, serialized_engines_take_turns) {
     cr_assert_eq(e[0]->n_past, 50);
     engine_truncate(e[0], 10);
     int32_t tok = 2;
-    cr_assert_eq(engine_eval(e[0], &tok, 1, 10, NULL, false, err, sizeof err), 0);
+    cr_assert_eq(engine_eval(e[0], &tok, 1, 10, NULL, false, &err), 0);
     cr_assert_eq(e[0]->n_past, 11);
     cr_assert_eq(f[0].base.n_past, 11);
     engine_destroy(e[1]);

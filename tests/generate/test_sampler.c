@@ -2,6 +2,7 @@
  * sets against a brute-force llama.cpp-order reference, the temperature distribution by
  * chi-square, seeds, non-finite logits, and the time per token on a 150k vocabulary. */
 #include "base/rng.h"
+#include "base/error.h"
 #include "generate/sampler.h"
 
 #include <criterion/criterion.h>
@@ -48,15 +49,17 @@ Test(sampler, params_default) {
     cr_assert_eq(p.presence_penalty, 0.0f);
     cr_assert_eq(p.penalty_last_n, 64);
     cr_assert_eq(p.seed, 0xC0FFEE);
-    char err[128] = "x";
-    cr_assert_eq(samp_params_check(&p, err, sizeof err), 0);
-    cr_assert_str_empty(err);
+    kiln_err err;
+    kiln_fail(&err, KILN_ERR_INTERNAL, "x");
+    cr_assert_eq(samp_params_check(&p, &err), 0);
+    cr_assert_str_empty(err.msg);
+    cr_assert_eq(err.code, KILN_OK);
 }
 
 static void expect_bad(const samp_params *p, const char *name) {
-    char err[160] = "";
-    cr_assert_eq(samp_params_check(p, err, sizeof err), -1, "%s accepted", name);
-    cr_assert(strstr(err, name) != NULL, "message \"%s\" does not name %s", err, name);
+    kiln_err err = {0};
+    cr_assert_eq(samp_params_check(p, &err), -1, "%s accepted", name);
+    cr_assert(strstr(err.msg, name) != NULL, "message \"%s\" does not name %s", err.msg, name);
     cr_assert_null(samp_create(p, 10));
 }
 
@@ -104,10 +107,10 @@ Test(sampler, params_check_rejects) {
     p.penalty_last_n = -2;
     expect_bad(&p, "penalty_last_n");
 
-    cr_assert_eq(samp_params_check(NULL, NULL, 0), -1);
+    cr_assert_eq(samp_params_check(NULL, NULL), -1);
     p = d;
     p.top_p = NAN;
-    cr_assert_eq(samp_params_check(&p, NULL, 0), -1); /* no buffer: still just a status */
+    cr_assert_eq(samp_params_check(&p, NULL), -1); /* no buffer: still just a status */
 }
 
 Test(sampler, params_check_accepts_bounds) {
@@ -120,11 +123,11 @@ Test(sampler, params_check_accepts_bounds) {
     p.frequency_penalty = -2.0f; /* negative penalties encourage: allowed, as OpenAI */
     p.presence_penalty = -2.0f;
     p.repeat_penalty = 0.5f;
-    cr_assert_eq(samp_params_check(&p, NULL, 0), 0);
+    cr_assert_eq(samp_params_check(&p, NULL), 0);
     p.min_p = 1.0f;
     p.temperature = 100.0f;
     p.penalty_last_n = 0;
-    cr_assert_eq(samp_params_check(&p, NULL, 0), 0);
+    cr_assert_eq(samp_params_check(&p, NULL), 0);
 }
 
 Test(sampler, bad_use_does_not_crash) {

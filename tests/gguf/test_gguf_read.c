@@ -1,6 +1,7 @@
 /* GGUF reading: real files, crafted files of every value type, and every validation
  * rule with the byte offset it must name. */
 #include "gguf/gguf.h"
+#include "base/error.h"
 #include "gguf/half.h"
 #include "tests/util/testutil.h"
 
@@ -10,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static gguf_file *open_buf(const tu_buf *b, gguf_error *err) { return gguf_open_memory(b->p, b->n, err); }
+static gguf_file *open_buf(const tu_buf *b, kiln_err *err) { return gguf_open_memory(b->p, b->n, err); }
 
 /* The buffer must be rejected with a message containing want (and "at byte N" when at >= 0). */
 static void expect_reject(const tu_buf *b, const char *want, long at) {
-    gguf_error err = {{0}};
+    kiln_err err = {0};
     gguf_file *g = open_buf(b, &err);
     cr_assert_null(g, "accepted a file that should fail with '%s'", want);
     cr_assert(strstr(err.msg, want), "message '%s' lacks '%s'", err.msg, want);
@@ -27,7 +28,7 @@ static void expect_reject(const tu_buf *b, const char *want, long at) {
 }
 
 Test(gguf_read, stories260k_header_and_tensors) {
-    gguf_error err;
+    kiln_err err;
     gguf_file *g = gguf_open(tu_data_file("models/stories260K.gguf"), &err);
     cr_assert_not_null(g, "%s", err.msg);
     cr_assert_eq(gguf_version(g), 3);
@@ -59,7 +60,7 @@ Test(gguf_read, stories260k_header_and_tensors) {
 }
 
 Test(gguf_read, stories260k_typed_lookups) {
-    gguf_error err;
+    kiln_err err;
     gguf_file *g = gguf_open(tu_data_file("models/stories260K.gguf"), &err);
     cr_assert_not_null(g, "%s", err.msg);
     uint32_t u;
@@ -98,7 +99,7 @@ Test(gguf_read, stories260k_typed_lookups) {
 }
 
 Test(gguf_read, stories260k_rows_convert) {
-    gguf_error err;
+    kiln_err err;
     gguf_file *g = gguf_open(tu_data_file("models/stories260K.gguf"), &err);
     cr_assert_not_null(g, "%s", err.msg);
     const gguf_tensor *t = gguf_find_tensor(g, "blk.4.ffn_down.weight");
@@ -124,7 +125,7 @@ Test(gguf_read, stories260k_rows_convert) {
 
 static void open_and_check(const char *p, void *ctx) {
     (void)ctx;
-    gguf_error err;
+    kiln_err err;
     gguf_file *g = gguf_open(p, &err);
     cr_assert_not_null(g, "%s: %s", p, err.msg);
     const gguf_array *toks;
@@ -153,12 +154,12 @@ Test(gguf_read, every_truncation_rejected) {
     for (size_t n = 0; n < 1185376; n += n < 14200 ? 1 : 4099) {
         uint8_t *copy = malloc(n ? n : 1); /* exact size so ASan sees any overread */
         memcpy(copy, all, n);
-        gguf_error err;
+        kiln_err err;
         gguf_file *g = gguf_open_memory(copy, n, &err);
         cr_assert_null(g, "prefix of %zu bytes accepted", n);
         free(copy);
     }
-    gguf_error err;
+    kiln_err err;
     gguf_file *g = gguf_open_memory(all, 1185376, &err);
     cr_assert_not_null(g, "%s", err.msg);
     gguf_close(g);
@@ -208,7 +209,7 @@ Test(gguf_read, every_value_type_and_nested_arrays) {
     tu_put(&b, e3, 6);
     tu_u32(&b, 6);
     tu_u64(&b, 0);
-    gguf_error err;
+    kiln_err err;
     gguf_file *g = open_buf(&b, &err);
     cr_assert_not_null(g, "%s", err.msg);
     cr_assert_eq(gguf_version(g), 2);
@@ -259,7 +260,7 @@ static void good_file(tu_buf *b, uint64_t off2) {
 Test(gguf_read, crafted_good_file) {
     tu_buf b = {0};
     good_file(&b, 32);
-    gguf_error err;
+    kiln_err err;
     gguf_file *g = open_buf(&b, &err);
     cr_assert_not_null(g, "%s", err.msg);
     cr_assert_eq(gguf_find_tensor(g, "b")->nbytes, 32);
@@ -508,7 +509,7 @@ Test(gguf_read, reject_data_misaligned_outside_overlapping) {
 Test(gguf_read, fuzz_seeds_open_and_convert) {
     char p[1024];
     snprintf(p, sizeof p, "%s/tests/fuzz/seeds/all-convertible-types.gguf", KILN_SOURCE_DIR);
-    gguf_error err;
+    kiln_err err;
     gguf_file *g = gguf_open(p, &err);
     cr_assert_not_null(g, "%s", err.msg);
     cr_assert_eq(gguf_n_tensors(g), 13);
@@ -530,7 +531,7 @@ static void open_each_file(const char *dir, int *n) {
         if (e->d_name[0] == '.') continue;
         char p[2048];
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        gguf_error err;
+        kiln_err err;
         gguf_close(gguf_open(p, &err));
         (*n)++;
     }

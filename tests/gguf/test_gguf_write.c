@@ -1,6 +1,7 @@
 /* GGUF writing: read -> write -> read keeps metadata and tensor bytes identical; the
  * writer refuses what would make a bad file and never leaves a half-written one. */
 #include "gguf/gguf.h"
+#include "base/error.h"
 #include "tests/util/testutil.h"
 
 #include <criterion/criterion.h>
@@ -28,7 +29,7 @@ static bool value_eq(const gguf_value *a, const gguf_value *b) {
 
 /* Copies src to path with the streaming writer, feeding tensor bytes in odd pieces. */
 static void copy_gguf(const gguf_file *src, const char *path) {
-    gguf_error err;
+    kiln_err err;
     gguf_writer *w = gguf_writer_create(path, &err);
     cr_assert_not_null(w, "%s", err.msg);
     for (uint64_t i = 0; i < gguf_n_kv(src); i++)
@@ -82,7 +83,7 @@ static bool files_equal(const char *p, const char *q) {
 }
 
 static void round_trip(const char *path) {
-    gguf_error err;
+    kiln_err err;
     gguf_file *a = gguf_open(path, &err);
     cr_assert_not_null(a, "%s: %s", path, err.msg);
     const char *out = tu_tmp("rt.gguf");
@@ -112,7 +113,7 @@ Test(gguf_write, round_trip_every_vocab_gguf) {
 
 Test(gguf_write, custom_alignment_and_all_types) {
     const char *path = tu_tmp("align.gguf");
-    gguf_error err;
+    kiln_err err;
     gguf_writer *w = gguf_writer_create(path, &err);
     cr_assert_not_null(w);
     cr_assert_eq(gguf_writer_add_u32(w, "general.alignment", 64, &err), 0);
@@ -163,7 +164,7 @@ Test(gguf_write, refuses_bad_use_and_leaves_no_half_file) {
     const char *path = tu_tmp("bad.gguf");
     char tmp[700];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    gguf_error err;
+    kiln_err err;
     gguf_writer *w = gguf_writer_create(path, &err);
     cr_assert_not_null(w);
     cr_assert_eq(gguf_writer_add_u32(w, "k", 1, &err), 0);

@@ -30,6 +30,22 @@ Test(ir_extent, kept_and_printed) {
     ir_kernel_destroy(k);
 }
 
+Test(ir_extent, per_group_follows_the_grid) {
+    ir_kernel *k = copy_kernel(0, 0);
+    ir_buffer_extent(k, 0, 12);
+    ir_buffer_extent_per_group(k, 1, 1, 5);
+    char *t = ir_print(k);
+    cr_assert(strstr(t, "@src: buf<f32, r>[12], @dst: buf<f32, w>[5 per group.y])"), "%s", t);
+    free(t);
+    uint32_t g[3] = {7, 3, 1};
+    cr_assert_eq(ir_param_extent(ir_param_at(k, 0), g), 12);
+    cr_assert_eq(ir_param_extent(ir_param_at(k, 1), g), 15);
+    g[1] = 0;
+    cr_assert_eq(ir_param_extent(ir_param_at(k, 1), g), 0);
+    cr_assert_eq(ir_param_extent(NULL, g), 0);
+    ir_kernel_destroy(k);
+}
+
 Test(ir_extent, unknown_prints_nothing) {
     ir_kernel *k = copy_kernel(0, 0);
     cr_assert_eq(ir_param_at(k, 0)->extent, 0);
@@ -48,6 +64,10 @@ Test(ir_extent, misuse_is_a_builder_error) {
     k = copy_kernel(0, 0);
     ir_buffer_extent(k, 0, 0);
     cr_assert(strstr(ir_kernel_error(k), "1..2^48"), "%s", ir_kernel_error(k));
+    ir_kernel_destroy(k);
+    k = copy_kernel(0, 0);
+    ir_buffer_extent_per_group(k, 1, 3, 4);
+    cr_assert(strstr(ir_kernel_error(k), "dimension 0..2"), "%s", ir_kernel_error(k));
     ir_kernel_destroy(k);
     k = copy_kernel(0, 0);
     ir_buffer_extent(k, 0, (1ull << 48) + 1);

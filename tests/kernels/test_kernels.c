@@ -768,26 +768,26 @@ Test(kernels, bad_shapes_and_caps_are_refused) {
  * only 2^-11. */
 Test(kernels, sincos_is_accurate_over_rope_angles) {
     rt_device *d = tu_vk_open_or_skip(NULL);
-    ir_kernel *k = ir_kernel_create("sincos");
-    ir_buf a = ir_param_buffer(k, "a", IR_F32, IR_READ), o = ir_param_buffer(k, "o", IR_F32, IR_WRITE);
+    kx k = {ir_kernel_create("sincos"), NULL};
+    ir_buf a = kx_buffer(k, "a", IR_F32, IR_READ, 4097), o = kx_buffer(k, "o", IR_F32, IR_WRITE, 2 * 4097);
     const uint32_t n = 4097;
-    ir_set_workgroup(k, 64, 1, 1);
-    ir_val i = ir_id(k, IR_ID_GLOBAL, 0);
-    ir_if *in = ir_if_begin(k, ir_compare(k, IR_LT, i, ir_const_u32(k, n)), 0);
+    kx_workgroup(k, 64);
+    ir_val i = kx_global(k);
+    ir_if *in = kx_if(k, kx_lt_c(k, i, n));
     ir_val s, c;
-    kn_sincos(k, ir_load(k, a, i, 1), &s, &c);
-    ir_store(k, o, ir_bin(k, IR_OP_MUL, i, ir_const_u32(k, 2)), s);
-    ir_store(k, o, ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_MUL, i, ir_const_u32(k, 2)), ir_const_u32(k, 1)), c);
-    ir_if_end(k, in, NULL);
+    kn_sincos(k, kx_load(k, a, i, 1), &s, &c);
+    kx_store(k, o, kx_mul_c(k, i, 2), s);
+    kx_store(k, o, kx_add_c(k, kx_mul_c(k, i, 2), 1), c);
+    kx_end_if(k, in);
     char err[256];
-    cr_assert_eq(ir_verify(k, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(ir_verify(k.ir, err, sizeof err), 0, "%s", err);
     float *ang = malloc(n * 4), *out = malloc(2 * n * 4);
     tu_seed(11);
     for (uint32_t j = 0; j < n; j++)
         ang[j] = j < 64 ? (float)j * 0.7853981633974483f : j < 2048 ? tu_urand(-7, 7) : tu_urand(0, 40000);
     rt_buffer *ba = tu_vk_upload(d, ang, n * 4), *bo = tu_vk_upload(d, out, 2 * n * 4);
     rt_arg args[2] = {{ba, 0}, {bo, 0}};
-    launch(d, k, (n + 63) / 64, 1, args, 2);
+    launch(d, k.ir, (n + 63) / 64, 1, args, 2);
     tu_vk_download(d, bo, out, 2 * n * 4);
     double worst = 0;
     for (uint32_t j = 0; j < n; j++) {
@@ -799,7 +799,7 @@ Test(kernels, sincos_is_accurate_over_rope_angles) {
     cr_log_info("kn_sincos: worst absolute error %.3g over %u angles", worst, n);
     d->ops->release(d, ba), d->ops->release(d, bo);
     free(ang), free(out);
-    ir_kernel_destroy(k);
+    ir_kernel_destroy(k.ir);
     d->ops->destroy(d);
 }
 
@@ -811,20 +811,20 @@ Test(kernels, sincos_is_accurate_over_rope_angles) {
  * and tiny quotients, subnormal results of exp). */
 Test(kernels, fdiv_fsqrt_exp_match_the_host) {
     rt_device *d = tu_vk_open_or_skip(NULL);
-    ir_kernel *k = ir_kernel_create("math");
-    ir_buf a = ir_param_buffer(k, "a", IR_F32, IR_READ), b = ir_param_buffer(k, "b", IR_F32, IR_READ);
-    ir_buf o = ir_param_buffer(k, "o", IR_F32, IR_WRITE);
+    kx k = {ir_kernel_create("math"), NULL};
     const uint32_t n = 8192;
-    ir_set_workgroup(k, 64, 1, 1);
-    ir_val i = ir_id(k, IR_ID_GLOBAL, 0);
-    ir_if *in = ir_if_begin(k, ir_compare(k, IR_LT, i, ir_const_u32(k, n)), 0);
-    ir_val av = ir_load(k, a, i, 1), bv = ir_load(k, b, i, 1), i3 = ir_bin(k, IR_OP_MUL, i, ir_const_u32(k, 3));
-    ir_store(k, o, i3, kn_fdiv(k, av, bv));
-    ir_store(k, o, ir_bin(k, IR_OP_ADD, i3, ir_const_u32(k, 1)), kn_fsqrt(k, ir_un(k, IR_OP_ABS, av)));
-    ir_store(k, o, ir_bin(k, IR_OP_ADD, i3, ir_const_u32(k, 2)), kn_exp(k, bv));
-    ir_if_end(k, in, NULL);
+    ir_buf a = kx_buffer(k, "a", IR_F32, IR_READ, n), b = kx_buffer(k, "b", IR_F32, IR_READ, n);
+    ir_buf o = kx_buffer(k, "o", IR_F32, IR_WRITE, 3 * n);
+    kx_workgroup(k, 64);
+    ir_val i = kx_global(k);
+    ir_if *in = kx_if(k, kx_lt_c(k, i, n));
+    ir_val av = kx_load(k, a, i, 1), bv = kx_load(k, b, i, 1), i3 = kx_mul_c(k, i, 3);
+    kx_store(k, o, i3, kn_fdiv(k, av, bv));
+    kx_store(k, o, kx_add_c(k, i3, 1), kn_fsqrt(k, kx_abs(k, av)));
+    kx_store(k, o, kx_add_c(k, i3, 2), kn_exp(k, bv));
+    kx_end_if(k, in);
     char err[256];
-    cr_assert_eq(ir_verify(k, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(ir_verify(k.ir, err, sizeof err), 0, "%s", err);
     float *av_ = malloc(n * 4), *bv_ = malloc(n * 4), *out = malloc(3 * n * 4);
     tu_seed(12);
     const float edge_a[] = {0.0f, -0.0f, 1.0f, INFINITY, -INFINITY, NAN, 3e38f, 1e-38f, 7.0f, 1.0f, 1e-45f, 2.0f};
@@ -839,7 +839,7 @@ Test(kernels, fdiv_fsqrt_exp_match_the_host) {
     }
     rt_buffer *ba = tu_vk_upload(d, av_, n * 4), *bb = tu_vk_upload(d, bv_, n * 4), *bo = tu_vk_upload(d, out, 3 * n * 4);
     rt_arg args[3] = {{ba, 0}, {bb, 0}, {bo, 0}};
-    launch(d, k, (n + 63) / 64, 1, args, 3);
+    launch(d, k.ir, (n + 63) / 64, 1, args, 3);
     tu_vk_download(d, bo, out, 3 * n * 4);
     uint32_t exact_div = 0, exact_sqrt = 0;
     for (uint32_t j = 0; j < n; j++) {
@@ -860,6 +860,6 @@ Test(kernels, fdiv_fsqrt_exp_match_the_host) {
     cr_log_info("kn_fdiv: %u / %u exact; kn_fsqrt: %u / %u exact", exact_div, n, exact_sqrt, n);
     d->ops->release(d, ba), d->ops->release(d, bb), d->ops->release(d, bo);
     free(av_), free(bv_), free(out);
-    ir_kernel_destroy(k);
+    ir_kernel_destroy(k.ir);
     d->ops->destroy(d);
 }

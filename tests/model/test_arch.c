@@ -1,6 +1,7 @@
 /* Hyperparameters from metadata: llama.cpp's keys, defaults, and a clear error naming
  * the missing or wrong key. */
 #include "gguf/gguf.h"
+#include "base/error.h"
 #include "model/arch.h"
 #include "tests/util/testutil.h"
 
@@ -14,7 +15,7 @@ typedef struct kv { const char *key; char kind; double v; const char *s; } kv; /
 
 static gguf_file *make(const kv *kvs, size_t n) {
     const char *path = tu_tmp("arch.gguf");
-    gguf_error err;
+    kiln_err err;
     gguf_writer *w = gguf_writer_create(path, &err);
     cr_assert_not_null(w);
     for (size_t i = 0; i < n; i++) {
@@ -45,7 +46,7 @@ static const kv base[] = {
 static void expect_error(const kv *kvs, size_t n, const char *want) {
     gguf_file *g = make(kvs, n);
     arch_hparams hp;
-    gguf_error err;
+    kiln_err err;
     cr_assert_eq(arch_read_hparams(g, &hp, &err), -1, "accepted; wanted '%s'", want);
     cr_assert(strstr(err.msg, want), "'%s' lacks '%s'", err.msg, want);
     gguf_close(g);
@@ -54,7 +55,7 @@ static void expect_error(const kv *kvs, size_t n, const char *want) {
 Test(arch, defaults) {
     gguf_file *g = make(base, NBASE);
     arch_hparams hp;
-    gguf_error err;
+    kiln_err err;
     cr_assert_eq(arch_read_hparams(g, &hp, &err), 0, "%s", err.msg);
     cr_assert_eq(hp.n_head_kv, 4, "kv heads default to heads");
     cr_assert_eq(hp.head_dim_k, 16, "head dim defaults to embedding / heads");
@@ -108,7 +109,7 @@ Test(arch, qwen_keys_and_scaling) {
     k[NBASE + 3] = (kv){"qwen2.rope.scaling.factor", 'f', 4, NULL};
     gguf_file *g = make(k, NBASE + 4);
     arch_hparams hp;
-    gguf_error err;
+    kiln_err err;
     cr_assert_eq(arch_read_hparams(g, &hp, &err), 0, "%s", err.msg);
     cr_assert(hp.arch == ARCH_QWEN2 && hp.qkv_bias && hp.rope_neox);
     cr_assert_eq(hp.head_dim_k, 24);

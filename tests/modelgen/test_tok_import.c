@@ -1,6 +1,7 @@
 /* Hugging Face tokenizer import: real Qwen3 and Llama 3 files, kiln's byte-level default,
  * padding, the GGUF keys as llama.cpp's converter writes them, and bad input. */
 #include "gguf/gguf.h"
+#include "base/error.h"
 #include "modelgen/tok_import.h"
 #include "tests/util/testutil.h"
 
@@ -65,18 +66,18 @@ static char *mini_tokenizer(const char *pre, const char *added, const char *post
 
 static tok_vocab import_ok(const char *json, const char *cfg, const char *pre) {
     tok_vocab v;
-    char err[512] = "";
-    int r = tok_import_hf(json, cfg, pre, &v, err, sizeof err);
-    cr_assert_eq(r, 0, "import failed: %s", err);
+    kiln_err err = {0};
+    int r = tok_import_hf(json, cfg, pre, &v, &err);
+    cr_assert_eq(r, 0, "import failed: %s", err.msg);
     return v;
 }
 
 static void import_fails(const char *json, const char *cfg, const char *pre, const char *needle) {
     tok_vocab v;
-    char err[512] = "";
-    int r = tok_import_hf(json, cfg, pre, &v, err, sizeof err);
+    kiln_err err = {0};
+    int r = tok_import_hf(json, cfg, pre, &v, &err);
     cr_assert_eq(r, -1, "import should fail (wanted \"%s\")", needle);
-    cr_assert(strstr(err, needle) != NULL, "error \"%s\" does not mention \"%s\"", err, needle);
+    cr_assert(strstr(err.msg, needle) != NULL, "error \"%s\" does not mention \"%s\"", err.msg, needle);
     cr_assert_eq(v.n_tokens, 0);
     cr_assert_null(v.tokens);
     tok_vocab_free(&v);
@@ -172,13 +173,13 @@ Test(tok_import, without_config_and_with_pre_override) {
 
 Test(tok_import, pad_real_vocab_to_model_size) {
     tok_vocab v = import_ok(QWEN3_JSON, QWEN3_CFG, NULL);
-    char err[256];
-    cr_assert_eq(tok_vocab_pad(&v, 151936, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(tok_vocab_pad(&v, 151936, &err), 0, "%s", err.msg);
     cr_assert_eq(v.n_tokens, 151936);
     cr_assert(tok_is(&v, 151669, "[PAD151669]"));
     cr_assert(tok_is(&v, 151935, "[PAD151935]"));
     cr_assert_eq(v.types[151935], TOK_TYPE_UNUSED);
-    cr_assert_eq(tok_vocab_pad(&v, 151000, err, sizeof err), -1);
+    cr_assert_eq(tok_vocab_pad(&v, 151000, &err), -1);
     cr_assert_eq(v.n_tokens, 151936);
     tok_vocab_free(&v);
 }
@@ -202,8 +203,8 @@ static void check_merges_closed(const tok_vocab *v) {
 
 Test(tok_import, bytelevel_1000) {
     tok_vocab v;
-    char err[256];
-    cr_assert_eq(tok_vocab_bytelevel(1000, &v, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(tok_vocab_bytelevel(1000, &v, &err), 0, "%s", err.msg);
     cr_assert_eq(v.n_tokens, 1000);
     cr_assert_str_eq(v.model, "gpt2");
     cr_assert_str_eq(v.pre, "default");
@@ -235,38 +236,38 @@ Test(tok_import, bytelevel_1000) {
 
 Test(tok_import, bytelevel_300_and_limits) {
     tok_vocab v;
-    char err[256];
-    cr_assert_eq(tok_vocab_bytelevel(300, &v, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(tok_vocab_bytelevel(300, &v, &err), 0, "%s", err.msg);
     cr_assert_eq(v.n_tokens, 300);
     cr_assert_eq(v.n_merges, 42);
     cr_assert(tok_is(&v, 299, "ap"));
     check_merges_closed(&v);
     tok_vocab_free(&v);
 
-    cr_assert_eq(tok_vocab_bytelevel(258, &v, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(tok_vocab_bytelevel(258, &v, &err), 0, "%s", err.msg);
     cr_assert_eq(v.n_merges, 0);
     tok_vocab_free(&v);
 
-    cr_assert_eq(tok_vocab_bytelevel(257, &v, err, sizeof err), -1);
-    cr_assert(strstr(err, "258") != NULL, "%s", err);
+    cr_assert_eq(tok_vocab_bytelevel(257, &v, &err), -1);
+    cr_assert(strstr(err.msg, "258") != NULL, "%s", err.msg);
     cr_assert_null(v.tokens);
-    cr_assert_eq(tok_vocab_bytelevel(0, &v, err, sizeof err), -1);
-    cr_assert_eq(tok_vocab_bytelevel((uint64_t)TOK_MAX_VOCAB + 1, &v, err, sizeof err), -1);
+    cr_assert_eq(tok_vocab_bytelevel(0, &v, &err), -1);
+    cr_assert_eq(tok_vocab_bytelevel((uint64_t)TOK_MAX_VOCAB + 1, &v, &err), -1);
 }
 
 Test(tok_import, pad) {
     tok_vocab v;
-    char err[256];
-    cr_assert_eq(tok_vocab_bytelevel(300, &v, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(tok_vocab_pad(&v, 300, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(tok_vocab_bytelevel(300, &v, &err), 0, "%s", err.msg);
+    cr_assert_eq(tok_vocab_pad(&v, 300, &err), 0, "%s", err.msg);
     cr_assert_eq(v.n_tokens, 300);
-    cr_assert_eq(tok_vocab_pad(&v, 310, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(tok_vocab_pad(&v, 310, &err), 0, "%s", err.msg);
     cr_assert_eq(v.n_tokens, 310);
     cr_assert(tok_is(&v, 300, "[PAD300]"));
     cr_assert(tok_is(&v, 309, "[PAD309]"));
     cr_assert_eq(v.types[309], TOK_TYPE_UNUSED);
-    cr_assert_eq(tok_vocab_pad(&v, 299, err, sizeof err), -1);
-    cr_assert(strstr(err, "310") != NULL, "%s", err);
+    cr_assert_eq(tok_vocab_pad(&v, 299, &err), -1);
+    cr_assert(strstr(err.msg, "310") != NULL, "%s", err.msg);
     tok_vocab_free(&v);
     tok_vocab_free(&v); /* freeing twice is harmless */
 }
@@ -387,8 +388,8 @@ Test(tok_import, chat_template_jinja_beside_config) {
 Test(tok_import, model_config_fills_absent_ids) {
     tok_vocab v = import_ok(QWEN3_JSON, QWEN3_CFG, NULL);
     char *c = tmp_file("{\"bos_token_id\":151643,\"eos_token_id\":151645,\"vocab_size\":151936}");
-    char err[256];
-    cr_assert_eq(tok_import_hf_model_config(c, &v, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(tok_import_hf_model_config(c, &v, &err), 0, "%s", err.msg);
     cr_assert_eq(v.bos_id, 151643);
     cr_assert_eq(v.eos_id, 151645);
     tok_vocab_free(&v);
@@ -573,7 +574,7 @@ static char *tmp_gguf_path(void) {
 }
 
 static gguf_file *write_and_open(const tok_vocab *v, const char *path) {
-    gguf_error e = {{0}};
+    kiln_err e = {0};
     gguf_writer *w = gguf_writer_create(path, &e);
     cr_assert_not_null(w, "%s", e.msg);
     cr_assert_eq(tok_vocab_write(v, w, &e), 0, "%s", e.msg);
@@ -589,7 +590,7 @@ Test(tok_import, write_qwen3_reads_back) {
     tok_vocab v = import_ok(QWEN3_JSON, QWEN3_CFG, NULL);
     char *path = tmp_gguf_path();
     gguf_file *g = write_and_open(&v, path);
-    gguf_error e;
+    kiln_err e;
     gguf_str s;
     cr_assert_eq(gguf_get_str(g, "tokenizer.ggml.model", &s, &e), 0, "%s", e.msg);
     cr_assert(gguf_str_eq(s, "gpt2"));
@@ -630,11 +631,11 @@ Test(tok_import, write_qwen3_reads_back) {
 
 Test(tok_import, write_bytelevel_and_eot) {
     tok_vocab v;
-    char err[256];
-    cr_assert_eq(tok_vocab_bytelevel(512, &v, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(tok_vocab_bytelevel(512, &v, &err), 0, "%s", err.msg);
     char *path = tmp_gguf_path();
     gguf_file *g = write_and_open(&v, path);
-    gguf_error e;
+    kiln_err e;
     uint32_t u;
     bool b;
     cr_assert_eq(gguf_get_u32(g, "tokenizer.ggml.bos_token_id", &u, &e), 0, "%s", e.msg);
@@ -674,11 +675,11 @@ Test(tok_import, write_bytelevel_and_eot) {
 
 Test(tok_import, write_refuses_what_llama_cpp_cannot_load) {
     tok_vocab v;
-    char err[256];
-    gguf_error e = {{0}};
+    kiln_err err = {0};
+    kiln_err e = {0};
     char *path = tmp_gguf_path();
 
-    cr_assert_eq(tok_vocab_bytelevel(300, &v, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(tok_vocab_bytelevel(300, &v, &err), 0, "%s", err.msg);
     free((void *)v.tokens[299].ptr);
     v.tokens[299] = (gguf_str){strdup("ab"), 2}; /* already token 284+1 */
     gguf_writer *w = gguf_writer_create(path, &e);
@@ -688,7 +689,7 @@ Test(tok_import, write_refuses_what_llama_cpp_cannot_load) {
     gguf_writer_destroy(w);
     tok_vocab_free(&v);
 
-    cr_assert_eq(tok_vocab_bytelevel(300, &v, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(tok_vocab_bytelevel(300, &v, &err), 0, "%s", err.msg);
     v.pad_id = 300;
     w = gguf_writer_create(path, &e);
     cr_assert_eq(tok_vocab_write(&v, w, &e), -1);
@@ -702,7 +703,7 @@ Test(tok_import, write_refuses_what_llama_cpp_cannot_load) {
     gguf_writer_destroy(w);
 
     /* a gpt2 vocab with no merges still gets the (empty) merges key llama.cpp requires */
-    cr_assert_eq(tok_vocab_bytelevel(258, &v, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(tok_vocab_bytelevel(258, &v, &err), 0, "%s", err.msg);
     gguf_file *g = write_and_open(&v, path);
     const gguf_array *a;
     cr_assert_eq(gguf_get_arr(g, "tokenizer.ggml.merges", GGUF_VT_STR, &a, &e), 0, "%s", e.msg);

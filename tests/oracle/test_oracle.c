@@ -2,6 +2,7 @@
  * prefill = token-by-token, rewinding the KV cache, both modes on the odd-sized tiny
  * model with their difference reported, and bad input. */
 #include "model/engine.h"
+#include "base/error.h"
 #include "model/model.h"
 #include "oracle/oracle.h"
 #include "tests/util/testutil.h"
@@ -21,12 +22,12 @@ static int32_t argmax(const float *x, uint32_t n) {
 }
 
 static engine *open_engine(const char *path, orc_mode mode, uint32_t dtype, model **m) {
-    char err[512];
-    *m = model_load(path, err, sizeof err);
-    cr_assert_not_null(*m, "%s", err);
+    kiln_err err = {0};
+    *m = model_load(path, &err);
+    cr_assert_not_null(*m, "%s", err.msg);
     orc_options o = {.mode = mode, .dtype = dtype, .n_ctx = 0, .threads = 2};
-    engine *e = orc_create(*m, &o, err, sizeof err);
-    cr_assert_not_null(e, "%s", err);
+    engine *e = orc_create(*m, &o, &err);
+    cr_assert_not_null(e, "%s", err.msg);
     return e;
 }
 
@@ -40,13 +41,13 @@ Test(oracle, stories260k_greedy_golden_f32, .timeout = 120) {
     engine *e = open_engine(tu_data_file("models/stories260K.gguf"), ORC_F32, 0, &m);
     cr_assert_eq(e->n_vocab, 512);
     float *logits = malloc(4 * 512 * sizeof *logits);
-    char err[256];
+    kiln_err err = {0};
 
     /* logits at positions 0..3 against the float64 reference */
     json_t *dbg = json_object_get(json_object_get(golden, "debug"), "logits");
     int32_t first4[4];
     for (int i = 0; i < 4; i++) first4[i] = (int32_t)json_integer_value(json_array_get(ids, (size_t)i));
-    cr_assert_eq(engine_eval(e, first4, 4, 0, logits, true, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(engine_eval(e, first4, 4, 0, logits, true, &err), 0, "%s", err.msg);
     double worst = 0;
     for (int p = 0; p < 4; p++)
         for (int v = 0; v < 512; v++) {
@@ -60,7 +61,7 @@ Test(oracle, stories260k_greedy_golden_f32, .timeout = 120) {
     /* greedy from BOS, one token at a time */
     int32_t tok = (int32_t)json_integer_value(json_array_get(ids, 0));
     for (uint32_t pos = 0; pos < 256; pos++) {
-        cr_assert_eq(engine_eval(e, &tok, 1, pos, logits, false, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(engine_eval(e, &tok, 1, pos, logits, false, &err), 0, "%s", err.msg);
         tok = argmax(logits, 512);
         cr_assert_eq(tok, json_integer_value(json_array_get(ids, pos + 1)), "step %u: got %d", pos, tok);
     }
@@ -78,13 +79,13 @@ Test(oracle, stories260k_contract_bf16_reported, .timeout = 120) {
     engine *c = open_engine(tu_data_file("models/stories260K.gguf"), ORC_CONTRACT, GGUF_T_BF16, &mc);
     engine *f = open_engine(tu_data_file("models/stories260K.gguf"), ORC_F32, 0, &mf);
     float *lc = malloc(512 * sizeof *lc), *lf = malloc(512 * sizeof *lf);
-    char err[256];
+    kiln_err err = {0};
     int32_t tok = 1;
     double worst = 0;
     uint32_t agree = 0;
     for (uint32_t pos = 0; pos < 64; pos++) {
-        cr_assert_eq(engine_eval(c, &tok, 1, pos, lc, false, err, sizeof err), 0, "%s", err);
-        cr_assert_eq(engine_eval(f, &tok, 1, pos, lf, false, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(engine_eval(c, &tok, 1, pos, lc, false, &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_eval(f, &tok, 1, pos, lf, false, &err), 0, "%s", err.msg);
         for (int v = 0; v < 512; v++)
             if (fabs(lc[v] - lf[v]) > worst) worst = fabs(lc[v] - lf[v]);
         agree += argmax(lc, 512) == argmax(lf, 512);
@@ -112,20 +113,20 @@ static void prefill_matches_steps(const char *path, orc_mode mode) {
     int32_t toks[23];
     for (uint32_t i = 0; i < n; i++) toks[i] = (int32_t)((i * 7919u + 3) % nv);
     float *all = malloc((size_t)n * nv * sizeof *all), *one = malloc(nv * sizeof *one);
-    char err[256];
-    cr_assert_eq(engine_eval(a, toks, n, 0, all, true, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(engine_eval(a, toks, n, 0, all, true, &err), 0, "%s", err.msg);
     for (uint32_t i = 0; i < n; i++) {
-        cr_assert_eq(engine_eval(b, &toks[i], 1, i, one, false, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(engine_eval(b, &toks[i], 1, i, one, false, &err), 0, "%s", err.msg);
         cr_assert_eq(memcmp(one, all + (size_t)i * nv, nv * sizeof *one), 0, "%s: position %u differs", path, i);
     }
     /* rewind b to position 9 and take another path; a fresh run of that path agrees */
     int32_t alt[5] = {5, 6, 7, 8, 9};
-    cr_assert_eq(engine_eval(b, alt, 5, 9, one, false, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(engine_eval(b, alt, 5, 9, one, false, &err), 0, "%s", err.msg);
     cr_assert_eq(b->n_past, 14);
     int32_t path2[14];
     memcpy(path2, toks, 9 * sizeof *toks);
     memcpy(path2 + 9, alt, sizeof alt);
-    cr_assert_eq(engine_eval(a, path2, 14, 0, all, false, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(engine_eval(a, path2, 14, 0, all, false, &err), 0, "%s", err.msg);
     cr_assert_eq(memcmp(one, all, nv * sizeof *one), 0, "rewound cache differs from a fresh run");
     free(all);
     free(one);
@@ -156,9 +157,9 @@ Test(oracle, tiny_all_archs_both_modes, .timeout = 300) {
         int32_t toks[37];
         for (uint32_t i = 0; i < n; i++) toks[i] = (int32_t)((i * 131u + 17) % nv);
         float *lc = malloc((size_t)n * nv * sizeof *lc), *lf = malloc((size_t)n * nv * sizeof *lf);
-        char err[256];
-        cr_assert_eq(engine_eval(c, toks, n, 0, lc, true, err, sizeof err), 0, "%s", err);
-        cr_assert_eq(engine_eval(f, toks, n, 0, lf, true, err, sizeof err), 0, "%s", err);
+        kiln_err err = {0};
+        cr_assert_eq(engine_eval(c, toks, n, 0, lc, true, &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_eval(f, toks, n, 0, lf, true, &err), 0, "%s", err.msg);
         double worst = 0, mag = 0;
         uint32_t agree = 0;
         for (uint32_t t = 0; t < n; t++) {
@@ -188,23 +189,23 @@ Test(oracle, bad_input) {
     model *m;
     engine *e = open_engine(tu_data_file("models/stories260K.gguf"), ORC_F32, 0, &m);
     float *l = malloc(512 * sizeof *l);
-    char err[256];
+    kiln_err err = {0};
     int32_t bad = 512, ok[2] = {1, 2};
-    cr_assert_eq(engine_eval(e, &bad, 1, 0, l, false, err, sizeof err), -1);
-    cr_assert(strstr(err, "token id 512 is outside the vocabulary of 512"), "%s", err);
-    cr_assert_eq(engine_eval(e, ok, 2, 1, l, false, err, sizeof err), -1);
-    cr_assert(strstr(err, "past the 0 cached positions"), "%s", err);
-    cr_assert_eq(engine_eval(e, ok, 0, 0, l, false, err, sizeof err), -1);
-    cr_assert_eq(engine_eval(e, ok, 2, 0, l, false, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(engine_eval(e, &bad, 1, 0, l, false, &err), -1);
+    cr_assert(strstr(err.msg, "token id 512 is outside the vocabulary of 512"), "%s", err.msg);
+    cr_assert_eq(engine_eval(e, ok, 2, 1, l, false, &err), -1);
+    cr_assert(strstr(err.msg, "past the 0 cached positions"), "%s", err.msg);
+    cr_assert_eq(engine_eval(e, ok, 0, 0, l, false, &err), -1);
+    cr_assert_eq(engine_eval(e, ok, 2, 0, l, false, &err), 0, "%s", err.msg);
     engine_truncate(e, 1);
     cr_assert_eq(e->n_past, 1);
-    cr_assert_eq(engine_eval(e, ok, 2, 2047, l, false, err, sizeof err), -1);
+    cr_assert_eq(engine_eval(e, ok, 2, 2047, l, false, &err), -1);
     free(l);
     engine_destroy(e);
     model_free(m);
-    char msg[512];
-    cr_assert_null(model_load(tu_data_file("tokenizer/ggml-vocab-llama-spm.gguf"), msg, sizeof msg));
-    cr_assert(strstr(msg, "tensor 'token_embd.weight' is missing"), "%s", msg);
-    cr_assert_null(model_load(tu_data_file("tokenizer/ggml-vocab-bert-bge.gguf"), msg, sizeof msg));
-    cr_assert(strstr(msg, "architecture 'bert' is not supported"), "%s", msg);
+    kiln_err msg = {0};
+    cr_assert_null(model_load(tu_data_file("tokenizer/ggml-vocab-llama-spm.gguf"), &msg));
+    cr_assert(strstr(msg.msg, "tensor 'token_embd.weight' is missing"), "%s", msg.msg);
+    cr_assert_null(model_load(tu_data_file("tokenizer/ggml-vocab-bert-bge.gguf"), &msg));
+    cr_assert(strstr(msg.msg, "architecture 'bert' is not supported"), "%s", msg.msg);
 }

@@ -6,6 +6,7 @@
  * gets (and, on a device with cooperative matrices, without them). Skipped by name when
  * there is no Vulkan device. */
 #include "backend-spirv/vk_device.h"
+#include "base/error.h"
 #include "backend-spirv/vk_probe.h"
 #include "generate/generate.h"
 #include "generate/sampler.h"
@@ -125,28 +126,28 @@ Test(plan, llama3_rope_freqs_on_vulkan, .timeout = 600) {
 
 Test(plan, refuses_what_does_not_fit) {
     rt_device *d = tu_vk_open_or_skip(NULL);
-    char err[512];
-    model *m = model_load(tu_data_file("models/stories260K.gguf"), err, sizeof err);
-    cr_assert_not_null(m, "%s", err);
+    kiln_err err = {0};
+    model *m = model_load(tu_data_file("models/stories260K.gguf"), &err);
+    cr_assert_not_null(m, "%s", err.msg);
     uint64_t saved = d->caps.memory_bytes;
     d->caps.memory_bytes = 1 << 18; /* pretend a 256 KiB device */
-    cr_assert_null(plan_create(m, d, GGUF_T_BF16, 256, 0, err, sizeof err));
-    cr_assert(strstr(err, "GiB") && strstr(err, "--ctx"), "%s", err);
+    cr_assert_null(plan_create(m, d, GGUF_T_BF16, 256, 0, err.msg, sizeof err.msg));
+    cr_assert(strstr(err.msg, "GiB") && strstr(err.msg, "--ctx"), "%s", err.msg);
     d->caps.memory_bytes = saved;
     /* one buffer past what a kernel may bind: refused before any upload, with the limit */
     uint64_t saved_lim = d->caps.max_buffer_bytes;
     d->caps.max_buffer_bytes = 4096;
-    cr_assert_null(plan_create(m, d, GGUF_T_BF16, 256, 0, err, sizeof err));
-    cr_assert(strstr(err, "maxStorageBufferRange"), "%s", err);
+    cr_assert_null(plan_create(m, d, GGUF_T_BF16, 256, 0, err.msg, sizeof err.msg));
+    cr_assert(strstr(err.msg, "maxStorageBufferRange"), "%s", err.msg);
     d->caps.max_buffer_bytes = saved_lim;
     /* no --ctx: the model's context, halved until the plan fits */
-    engine *full = plan_create(m, d, GGUF_T_BF16, 0, 0, err, sizeof err);
-    cr_assert_not_null(full, "%s", err);
+    engine *full = plan_create(m, d, GGUF_T_BF16, 0, 0, err.msg, sizeof err.msg);
+    cr_assert_not_null(full, "%s", err.msg);
     cr_assert_eq(full->n_ctx, m->hp.n_ctx_train, "%u", full->n_ctx);
     engine_destroy(full);
     d->caps.memory_bytes = 1200 * 1024; /* the weights (~0.5 MB) and a shorter cache */
-    engine *part = plan_create(m, d, GGUF_T_BF16, 0, 0, err, sizeof err);
-    cr_assert_not_null(part, "%s", err);
+    engine *part = plan_create(m, d, GGUF_T_BF16, 0, 0, err.msg, sizeof err.msg);
+    cr_assert_not_null(part, "%s", err.msg);
     cr_assert(part->n_ctx < m->hp.n_ctx_train && part->n_ctx >= 256, "%u", part->n_ctx);
     engine_destroy(part);
     d->caps.memory_bytes = saved;
@@ -158,30 +159,30 @@ Test(plan, refuses_what_does_not_fit) {
  * a cache per slot; a sibling answers as the first does, from its own cache. */
 Test(plan, slots_share_the_weights) {
     rt_device *d = tu_vk_open_or_skip(NULL);
-    char err[512];
-    model *m = model_load(tu_data_file("models/stories260K.gguf"), err, sizeof err);
-    cr_assert_not_null(m, "%s", err);
+    kiln_err err = {0};
+    model *m = model_load(tu_data_file("models/stories260K.gguf"), &err);
+    cr_assert_not_null(m, "%s", err.msg);
     uint64_t saved = d->caps.memory_bytes;
     d->caps.memory_bytes = 1200 * 1024; /* the weights and one 256-position cache, not 64 */
-    engine *one = plan_create_slots(m, d, GGUF_T_BF16, 256, 0, 1, err, sizeof err);
-    cr_assert_not_null(one, "%s", err);
+    engine *one = plan_create_slots(m, d, GGUF_T_BF16, 256, 0, 1, err.msg, sizeof err.msg);
+    cr_assert_not_null(one, "%s", err.msg);
     engine_destroy(one);
-    cr_assert_null(plan_create_slots(m, d, GGUF_T_BF16, 256, 0, 64, err, sizeof err));
-    cr_assert(strstr(err, "64 slots") && strstr(err, "--ctx"), "%s", err);
+    cr_assert_null(plan_create_slots(m, d, GGUF_T_BF16, 256, 0, 64, err.msg, sizeof err.msg));
+    cr_assert(strstr(err.msg, "64 slots") && strstr(err.msg, "--ctx"), "%s", err.msg);
     d->caps.memory_bytes = saved;
-    engine *a = plan_create_slots(m, d, GGUF_T_BF16, 256, 0, 2, err, sizeof err);
-    cr_assert_not_null(a, "%s", err);
-    engine *b = plan_create_sibling(a, err, sizeof err);
-    cr_assert_not_null(b, "%s", err);
+    engine *a = plan_create_slots(m, d, GGUF_T_BF16, 256, 0, 2, err.msg, sizeof err.msg);
+    cr_assert_not_null(a, "%s", err.msg);
+    engine *b = plan_create_sibling(a, err.msg, sizeof err.msg);
+    cr_assert_not_null(b, "%s", err.msg);
     cr_assert_eq(b->n_ctx, a->n_ctx);
     int32_t t1[3] = {1, 400, 300}, t2[2] = {1, 50};
     float *la = malloc(m->hp.n_vocab * sizeof *la), *lb = malloc(m->hp.n_vocab * sizeof *lb);
-    cr_assert_eq(engine_eval(a, t1, 3, 0, la, false, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(engine_eval(b, t2, 2, 0, lb, false, err, sizeof err), 0, "%s", err); /* its own cache */
-    cr_assert_eq(engine_eval(b, t1, 3, 0, lb, false, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(engine_eval(a, t1, 3, 0, la, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(engine_eval(b, t2, 2, 0, lb, false, &err), 0, "%s", err.msg); /* its own cache */
+    cr_assert_eq(engine_eval(b, t1, 3, 0, lb, false, &err), 0, "%s", err.msg);
     cr_assert_eq(memcmp(la, lb, m->hp.n_vocab * sizeof *la), 0);
-    cr_assert_eq(engine_eval(a, t2, 2, 0, la, false, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(engine_eval(b, t2, 2, 0, lb, false, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(engine_eval(a, t2, 2, 0, la, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(engine_eval(b, t2, 2, 0, lb, false, &err), 0, "%s", err.msg);
     cr_assert_eq(memcmp(la, lb, m->hp.n_vocab * sizeof *la), 0);
     free(la);
     free(lb);
@@ -237,29 +238,29 @@ static int quiet(void *ctx, const char *text, size_t len) {
 Test(plan, greedy_argmax_on_the_device_matches_the_logits, .timeout = 300) {
     rt_device *d = tu_vk_open_or_skip(NULL);
     const char *path = tu_data_file("models/stories260K.gguf");
-    char err[512];
-    model *m = model_load(path, err, sizeof err);
-    cr_assert_not_null(m, "%s", err);
-    engine *e = plan_create(m, d, GGUF_T_BF16, 256, 64, err, sizeof err);
-    cr_assert_not_null(e, "%s", err);
+    kiln_err err = {0};
+    model *m = model_load(path, &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    engine *e = plan_create(m, d, GGUF_T_BF16, 256, 64, err.msg, sizeof err.msg);
+    cr_assert_not_null(e, "%s", err.msg);
     cr_assert_not_null(e->ops->eval_argmax);
     int32_t ids[400];
     uint32_t n = tu_story_ids(path, ids, 400);
     float *lg = malloc((size_t)e->n_vocab * 4);
     int32_t best = -2, tok = 0;
-    cr_assert_eq(e->ops->eval_argmax(e, ids, n, 0, &best, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(engine_eval(e, ids, n, 0, lg, false, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(e->ops->eval_argmax(e, ids, n, 0, &best, &err), 0, "%s", err.msg);
+    cr_assert_eq(engine_eval(e, ids, n, 0, lg, false, &err), 0, "%s", err.msg);
     cr_assert_eq(best, samp_argmax(lg, e->n_vocab), "after the prompt");
     for (uint32_t s = 0; s < 24; s++) {
         tok = best;
         uint32_t pos = n + s;
-        cr_assert_eq(e->ops->eval_argmax(e, &tok, 1, pos, &best, err, sizeof err), 0, "%s", err);
-        cr_assert_eq(engine_eval(e, &tok, 1, pos, lg, false, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(e->ops->eval_argmax(e, &tok, 1, pos, &best, &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_eval(e, &tok, 1, pos, lg, false, &err), 0, "%s", err.msg);
         cr_assert_eq(best, samp_argmax(lg, e->n_vocab), "step %u", s);
     }
     /* the generation loop, fast path and not */
-    tokenizer *t = tok_load(m->file, err, sizeof err);
-    cr_assert_not_null(t, "%s", err);
+    tokenizer *t = tok_load(m->file, &err);
+    cr_assert_not_null(t, "%s", err.msg);
     samp_params sp;
     samp_params_default(&sp);
     sampler *smp = samp_create(&sp, e->n_vocab);
@@ -272,7 +273,7 @@ Test(plan, greedy_argmax_on_the_device_matches_the_logits, .timeout = 300) {
         e->ops = i ? &slow : fast;
         engine_truncate(e, 0);
         gen_session *gs = gen_session_create(e, t);
-        cr_assert_eq(gen_run(gs, smp, ids, 20, &gp, quiet, NULL, &r[i], err, sizeof err), 0, "%s", err);
+        cr_assert_eq(gen_run(gs, smp, ids, 20, &gp, quiet, NULL, &r[i], &err), 0, "%s", err.msg);
         gen_session_free(gs);
     }
     e->ops = fast;
@@ -291,18 +292,18 @@ Test(plan, greedy_argmax_on_the_device_matches_the_logits, .timeout = 300) {
  * each, rates where they apply; and the engine keeps working (from an empty cache). */
 Test(plan, profile_of_a_step_and_a_block, .timeout = 300) {
     rt_device *d = tu_vk_open_or_skip(NULL);
-    char err[512];
-    model *m = model_load(tu_data_file("models/stories260K.gguf"), err, sizeof err);
-    cr_assert_not_null(m, "%s", err);
-    engine *e = plan_create(m, d, GGUF_T_BF16, 256, 64, err, sizeof err);
-    cr_assert_not_null(e, "%s", err);
+    kiln_err err = {0};
+    model *m = model_load(tu_data_file("models/stories260K.gguf"), &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    engine *e = plan_create(m, d, GGUF_T_BF16, 256, 64, err.msg, sizeof err.msg);
+    cr_assert_not_null(e, "%s", err.msg);
     int32_t toks[3] = {1, 400, 300}, best;
-    cr_assert_eq(e->ops->eval_argmax(e, toks, 3, 0, &best, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(e->ops->eval_argmax(e, toks, 3, 0, &best, &err), 0, "%s", err.msg);
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     cr_assert(f);
-    cr_assert_eq(plan_profile(e, 3, f, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(plan_profile(e, 3, f, err.msg, sizeof err.msg), 0, "%s", err.msg);
     fclose(f);
     const char *want[] = {"decode step on ", "at position 2", "prefill block of 64 tokens", "attn_decode",
                           "attn_merge", "decode_qkv", "prefill_qkv", "attn_prefill", "TFLOP/s", "GB/s",
@@ -310,7 +311,7 @@ Test(plan, profile_of_a_step_and_a_block, .timeout = 300) {
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) cr_assert(strstr(text, want[i]), "no '%s' in:\n%s", want[i], text);
     free(text);
     cr_assert_eq(e->n_past, 0);
-    cr_assert_eq(e->ops->eval_argmax(e, toks, 3, 0, &best, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(e->ops->eval_argmax(e, toks, 3, 0, &best, &err), 0, "%s", err.msg);
     cr_assert(best >= 0);
     engine_destroy(e);
     model_free(m);

@@ -377,6 +377,16 @@ Test(api, error_json_exact) {
     free(s);
 }
 
+/* A failed generation's error as the stream's event: the same object, framed as SSE. */
+Test(api, error_chunk_exact) {
+    srv_error e;
+    srv_error_set(&e, 500, NULL, NULL, "device lost \xff");
+    char *s = srv_error_chunk(&e);
+    cr_assert_str_eq(s, "data: {\"error\":{\"message\":\"device lost \xef\xbf\xbd\",\"type\":\"server_error\","
+                        "\"param\":null,\"code\":null}}\n\n");
+    free(s);
+}
+
 /* ---- responses ---------------------------------------------------------------------------- */
 
 static json_t *load(char *text) {

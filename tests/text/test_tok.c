@@ -3,6 +3,7 @@
  * from the Llama 3 and Qwen3 tokenizer.json files, detokenization (pieces and the stream),
  * speed on 100 kB, and bad input. */
 #include "gguf/gguf.h"
+#include "base/error.h"
 #include "tests/util/testutil.h"
 #include "text/tok.h"
 
@@ -49,12 +50,12 @@ typedef struct {
 } vocab;
 
 static void vocab_open(vocab *v, const char *path) {
-    gguf_error ge;
+    kiln_err ge;
     v->g = gguf_open(path, &ge);
     cr_assert_not_null(v->g, "%s: %s", path, ge.msg);
-    char err[256] = "";
-    v->t = tok_load(v->g, err, sizeof err);
-    cr_assert_not_null(v->t, "%s: %s", path, err);
+    kiln_err err = {0};
+    v->t = tok_load(v->g, &err);
+    cr_assert_not_null(v->t, "%s: %s", path, err.msg);
 }
 
 /* A small model whose tokenizer comes from tokenizers/<name>/tokenizer.json, written by
@@ -83,16 +84,16 @@ static void vocab_synth(vocab *v, const char *name) {
     pid_t w = waitpid(pid, &status, 0);
     /* Open, then remove at once: the mapping outlives the name, and a failing assertion
      * later leaves nothing behind in /tmp. */
-    gguf_error ge = {.msg = "synth did not finish"};
+    kiln_err ge = {.msg = "synth did not finish"};
     v->g = w == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? gguf_open(v->path, &ge) : NULL;
     unlink(v->path);
     rmdir(v->dir);
     v->dir[0] = 0;
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s synth failed (status %d)", KILN_BIN, status);
     cr_assert_not_null(v->g, "%s: %s", v->path, ge.msg);
-    char err[256] = "";
-    v->t = tok_load(v->g, err, sizeof err);
-    cr_assert_not_null(v->t, "%s: %s", v->path, err);
+    kiln_err err = {0};
+    v->t = tok_load(v->g, &err);
+    cr_assert_not_null(v->t, "%s: %s", v->path, err.msg);
 }
 
 static void vocab_close(vocab *v) {
@@ -105,12 +106,12 @@ static void vocab_close(vocab *v) {
 }
 
 static int64_t encode(const tokenizer *t, const char *s, size_t n, bool add_special, bool parse_special, int32_t **ids) {
-    char err[256] = "";
-    int64_t k = tok_encode(t, s, n, add_special, parse_special, NULL, 0, err, sizeof err);
-    cr_assert(k >= 0, "encode failed: %s", err);
+    kiln_err err = {0};
+    int64_t k = tok_encode(t, s, n, add_special, parse_special, NULL, 0, &err);
+    cr_assert(k >= 0, "encode failed: %s", err.msg);
     *ids = malloc(((size_t)k + 1) * sizeof **ids);
     cr_assert_not_null(*ids);
-    int64_t k2 = tok_encode(t, s, n, add_special, parse_special, *ids, (size_t)k, err, sizeof err);
+    int64_t k2 = tok_encode(t, s, n, add_special, parse_special, *ids, (size_t)k, &err);
     cr_assert_eq(k2, k);
     return k;
 }
@@ -559,10 +560,10 @@ static char *big_text(size_t *n) {
 
 static void time_encode(const tokenizer *t, const char *name, const char *text, size_t n) {
     double t0 = now();
-    char err[256];
-    int64_t k = tok_encode(t, text, n, true, true, NULL, 0, err, sizeof err);
+    kiln_err err = {0};
+    int64_t k = tok_encode(t, text, n, true, true, NULL, 0, &err);
     double dt = now() - t0;
-    cr_assert(k > 0, "%s: %s", name, err);
+    cr_assert(k > 0, "%s: %s", name, err.msg);
     fprintf(stderr, "tok speed: %s: %zu bytes -> %lld tokens in %.1f ms\n", name, n, (long long)k, dt * 1e3);
     cr_log_info("%s: %zu bytes -> %lld tokens in %.1f ms", name, n, (long long)k, dt * 1e3);
     cr_assert(dt < SPEED_LIMIT, "%s: %.2f s for %zu bytes", name, dt, n);
@@ -604,10 +605,10 @@ Test(tok, invalid_utf8) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         size_t len = strlen(bad[i].s);
         cr_assert_eq(tok_utf8_invalid_at(bad[i].s, len), bad[i].at, "case %zu", i);
-        char err[256] = "";
+        kiln_err err = {0};
         int32_t ids[16];
-        cr_assert_eq(tok_encode(v.t, bad[i].s, len, false, false, ids, 16, err, sizeof err), -1);
-        cr_assert(strstr(err, "UTF-8"), "message: %s", err);
+        cr_assert_eq(tok_encode(v.t, bad[i].s, len, false, false, ids, 16, &err), -1);
+        cr_assert(strstr(err.msg, "UTF-8"), "message: %s", err.msg);
     }
     cr_assert_eq(tok_utf8_invalid_at("", 0), 0);
     cr_assert_eq(tok_utf8_invalid_at("\xf4\x8f\xbf\xbf \xef\xbf\xbd", 8), 0);
@@ -623,7 +624,7 @@ Test(tok, refuses_files_without_a_usable_tokenizer) {
     /* a GGUF with no tokenizer keys */
     char path[64];
     snprintf(path, sizeof path, "/tmp/kiln-tok-%d.gguf", (int)getpid());
-    gguf_error ge;
+    kiln_err ge;
     gguf_writer *w = gguf_writer_create(path, &ge);
     cr_assert_not_null(w, "%s", ge.msg);
     cr_assert_eq(gguf_writer_add_str(w, "general.architecture", "llama", &ge), 0);
@@ -632,18 +633,18 @@ Test(tok, refuses_files_without_a_usable_tokenizer) {
     gguf_writer_destroy(w);
     gguf_file *g = gguf_open(path, &ge);
     cr_assert_not_null(g, "%s", ge.msg);
-    char err[256] = "";
-    cr_assert_null(tok_load(g, err, sizeof err));
-    cr_assert(strstr(err, "tokenizer.ggml.model"), "message: %s", err);
+    kiln_err err = {0};
+    cr_assert_null(tok_load(g, &err));
+    cr_assert(strstr(err.msg, "tokenizer.ggml.model"), "message: %s", err.msg);
     gguf_close(g);
     unlink(path);
 
     /* WordPiece */
     g = gguf_open(tu_data_file("tokenizer/ggml-vocab-bert-bge.gguf"), &ge);
     cr_assert_not_null(g, "%s", ge.msg);
-    err[0] = 0;
-    cr_assert_null(tok_load(g, err, sizeof err));
-    cr_assert(strstr(err, "'bert'") && strstr(err, "not supported"), "message: %s", err);
+    err.msg[0] = 0;
+    cr_assert_null(tok_load(g, &err));
+    cr_assert(strstr(err.msg, "'bert'") && strstr(err.msg, "not supported"), "message: %s", err.msg);
     gguf_close(g);
 
     /* a gpt2 model without merges, and tokens of the wrong type */
@@ -657,8 +658,8 @@ Test(tok, refuses_files_without_a_usable_tokenizer) {
     gguf_writer_destroy(w);
     g = gguf_open(path, &ge);
     cr_assert_not_null(g);
-    cr_assert_null(tok_load(g, err, sizeof err));
-    cr_assert(strstr(err, "tokenizer.ggml.merges"), "message: %s", err);
+    cr_assert_null(tok_load(g, &err));
+    cr_assert(strstr(err.msg, "tokenizer.ggml.merges"), "message: %s", err.msg);
     gguf_close(g);
     unlink(path);
 
@@ -670,11 +671,11 @@ Test(tok, refuses_files_without_a_usable_tokenizer) {
     gguf_writer_destroy(w);
     g = gguf_open(path, &ge);
     cr_assert_not_null(g);
-    cr_assert_null(tok_load(g, err, sizeof err));
-    cr_assert(strstr(err, "tokenizer.ggml.tokens"), "message: %s", err);
+    cr_assert_null(tok_load(g, &err));
+    cr_assert(strstr(err.msg, "tokenizer.ggml.tokens"), "message: %s", err.msg);
     gguf_close(g);
     unlink(path);
-    cr_assert_null(tok_load(NULL, err, sizeof err));
+    cr_assert_null(tok_load(NULL, &err));
 }
 
 /* stories260K's SPM vocab (512 tokens) loads and round-trips. */

@@ -13,6 +13,7 @@
  * script cross-checked against Hugging Face `tokenizers` 0.23 pre-tokenizers: gpt-2,
  * llama-bpe, qwen2 and starcoder agree on every input. */
 #include "tests/util/testutil.h"
+#include "base/error.h"
 #include "text/tok_pretok.h"
 
 #include <criterion/criterion.h>
@@ -71,9 +72,9 @@ static json_t *golden(void) {
 /* Splits and checks the spans tile the text: in order, no gaps, none empty. */
 static size_t split_ok(const char *pre, const char *text, size_t len, tok_span **sp) {
     size_t n = 99;
-    char err[256] = "";
-    int rc = tok_pretok_split(pre, text, len, sp, &n, err, sizeof err);
-    cr_assert_eq(rc, 0, "%s: %s", pre, err);
+    kiln_err err = {0};
+    int rc = tok_pretok_split(pre, text, len, sp, &n, &err);
+    cr_assert_eq(rc, 0, "%s: %s", pre, err.msg);
     size_t at = 0;
     for (size_t i = 0; i < n; i++) {
         cr_assert_eq((*sp)[i].start, at, "%s: span %zu starts at %zu, expected %zu", pre, i, (*sp)[i].start, at);
@@ -310,10 +311,10 @@ Test(tok_pretok, empty_text) {
     for (size_t f = 0; f < N_FAMS; f++) {
         tok_span *sp = NULL;
         size_t n = 7;
-        char err[128] = "";
-        cr_assert_eq(tok_pretok_split(FAMS[f], "", 0, &sp, &n, err, sizeof err), 0, "%s", err);
+        kiln_err err = {0};
+        cr_assert_eq(tok_pretok_split(FAMS[f], "", 0, &sp, &n, &err), 0, "%s", err.msg);
         cr_assert_eq(n, 0);
-        cr_assert_eq(tok_pretok_split(FAMS[f], NULL, 0, &sp, &n, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(tok_pretok_split(FAMS[f], NULL, 0, &sp, &n, &err), 0, "%s", err.msg);
         cr_assert_eq(n, 0);
         free(sp);
     }
@@ -322,16 +323,16 @@ Test(tok_pretok, empty_text) {
 Test(tok_pretok, unknown_name) {
     tok_span *sp = NULL;
     size_t n = 7;
-    char err[128] = "";
+    kiln_err err = {0};
     cr_assert_not(tok_pretok_known("no-such-pre"));
     cr_assert_not(tok_pretok_known(NULL));
     cr_assert_not(tok_pretok_known(""));
     cr_assert_not(tok_pretok_known("GPT-2"));
-    cr_assert_eq(tok_pretok_split("no-such-pre", "abc", 3, &sp, &n, err, sizeof err), -1);
+    cr_assert_eq(tok_pretok_split("no-such-pre", "abc", 3, &sp, &n, &err), -1);
     cr_assert_eq(n, 0);
-    cr_assert(strstr(err, "no-such-pre"), "%s", err);
-    cr_assert_eq(tok_pretok_split(NULL, "abc", 3, &sp, &n, err, sizeof err), -1);
-    cr_assert_eq(tok_pretok_split(NULL, "abc", 3, &sp, &n, NULL, 0), -1); /* no room for a message */
+    cr_assert(strstr(err.msg, "no-such-pre"), "%s", err.msg);
+    cr_assert_eq(tok_pretok_split(NULL, "abc", 3, &sp, &n, &err), -1);
+    cr_assert_eq(tok_pretok_split(NULL, "abc", 3, &sp, &n, NULL), -1); /* no room for a message */
     cr_assert_null(sp);
     for (size_t f = 0; f < N_FAMS; f++) cr_assert(tok_pretok_known(FAMS[f]), "%s", FAMS[f]);
 }
@@ -339,10 +340,10 @@ Test(tok_pretok, unknown_name) {
 Test(tok_pretok, bad_arguments) {
     tok_span *sp = NULL;
     size_t n = 7;
-    char err[128] = "";
-    cr_assert_eq(tok_pretok_split("gpt-2", NULL, 3, &sp, &n, err, sizeof err), -1);
-    cr_assert_eq(tok_pretok_split("gpt-2", "abc", 3, NULL, &n, err, sizeof err), -1);
-    cr_assert_eq(tok_pretok_split("gpt-2", "abc", 3, &sp, NULL, err, sizeof err), -1);
+    kiln_err err = {0};
+    cr_assert_eq(tok_pretok_split("gpt-2", NULL, 3, &sp, &n, &err), -1);
+    cr_assert_eq(tok_pretok_split("gpt-2", "abc", 3, NULL, &n, &err), -1);
+    cr_assert_eq(tok_pretok_split("gpt-2", "abc", 3, &sp, NULL, &err), -1);
     cr_assert_null(sp);
 }
 
@@ -365,11 +366,11 @@ Test(tok_pretok, invalid_utf8) {
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
             tok_span *sp = NULL;
             size_t n = 7;
-            char err[128] = "";
-            cr_assert_eq(tok_pretok_split(FAMS[f], bad[i].s, bad[i].n, &sp, &n, err, sizeof err), -1,
+            kiln_err err = {0};
+            cr_assert_eq(tok_pretok_split(FAMS[f], bad[i].s, bad[i].n, &sp, &n, &err), -1,
                          "%s: bad input %zu accepted", FAMS[f], i);
             cr_assert_eq(n, 0);
-            cr_assert(strstr(err, "UTF-8"), "%s", err);
+            cr_assert(strstr(err.msg, "UTF-8"), "%s", err.msg);
             cr_assert_null(sp);
         }
 }

@@ -160,6 +160,9 @@ void tu_dev_host_buffers(rt_device *d) {
     rt_buffer *ba = d->ops->alloc(d, n * 4, err, sizeof err), *bx = d->ops->alloc_host(d, n * 4, err, sizeof err),
               *by = d->ops->alloc_host(d, (n + guard) * 4, err, sizeof err);
     cr_assert(ba && bx && by, "%s", err);
+    /* the sizes the plan checks each binding against: what was asked for, host or not */
+    cr_assert_eq(d->ops->size(d, ba), n * 4);
+    cr_assert_eq(d->ops->size(d, by), (n + guard) * 4);
     cr_assert_eq(d->ops->upload(d, ba, 0, a, n * 4, err, sizeof err), 0, "%s", err);
     cr_assert_eq(d->ops->upload(d, by, 0, y, (n + guard) * 4, err, sizeof err), 0, "%s", err);
     rt_arg args[5] = {{ba, 0}, {bx, 0}, {by, 0}, {NULL, n}, {NULL, fbits(1.0f)}};

@@ -1,6 +1,8 @@
 /* Whole-model checks shared by the Vulkan and CUDA plan tests. */
 #include "tests/util/testutil_plan.h"
+#include "base/error.h"
 
+#include "diverge/diverge.h"
 #include "model/engine.h"
 #include "model/model.h"
 #include "oracle/oracle.h"
@@ -14,12 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* The spacing of the 16-bit type's values at magnitude x. */
-static double quantum(double x, uint32_t dtype) {
-    int e = ilogb(fabs(x) > 1e-30 ? x : 1e-30);
-    return ldexp(1.0, e - (dtype == GGUF_T_F16 ? 10 : 7));
-}
 
 static void top2(const float *l, uint32_t n, int32_t *a, int32_t *b) {
     *a = 0, *b = 1;
@@ -37,31 +33,31 @@ static void top2(const float *l, uint32_t n, int32_t *a, int32_t *b) {
 
 double tu_plan_compare(rt_device *d, const char *caps, const char *path, uint32_t dtype, uint32_t steps,
                        const int32_t *prompt, uint32_t n_prompt, uint32_t n_block, double *f32_worst) {
-    char err[512];
-    model *m = model_load(path, err, sizeof err);
-    cr_assert_not_null(m, "%s", err);
+    kiln_err err = {0};
+    model *m = model_load(path, &err);
+    cr_assert_not_null(m, "%s", err.msg);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN); /* the oracle on qwen3-8b wants every core */
     orc_options oo = {.mode = ORC_CONTRACT, .dtype = dtype, .n_ctx = 256,
                       .threads = ncpu < 2 ? 2 : ncpu > 32 ? 32 : (uint32_t)ncpu};
-    engine *orc = orc_create(m, &oo, err, sizeof err);
-    cr_assert_not_null(orc, "%s", err);
-    engine *gpu = plan_create(m, d, dtype, 256, n_block, err, sizeof err);
-    cr_assert_not_null(gpu, "%s", err);
+    engine *orc = orc_create(m, &oo, &err);
+    cr_assert_not_null(orc, "%s", err.msg);
+    engine *gpu = plan_create(m, d, dtype, 256, n_block, err.msg, sizeof err.msg);
+    cr_assert_not_null(gpu, "%s", err.msg);
     engine *f32 = NULL; /* the f32 oracle beside, for the contract's own distance */
     if (f32_worst) {
         orc_options of = oo;
         of.mode = ORC_F32;
-        f32 = orc_create(m, &of, err, sizeof err);
-        cr_assert_not_null(f32, "%s", err);
+        f32 = orc_create(m, &of, &err);
+        cr_assert_not_null(f32, "%s", err.msg);
         *f32_worst = 0;
     }
     uint32_t nk, nl;
     plan_counts(gpu, &nk, &nl);
     uint32_t nv = m->hp.n_vocab;
     float *lo = malloc((size_t)nv * 4), *lg = malloc((size_t)nv * 4), *lf = malloc((size_t)nv * 4);
-    cr_assert_eq(engine_eval(orc, prompt, n_prompt, 0, lo, false, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(engine_eval(gpu, prompt, n_prompt, 0, lg, false, err, sizeof err), 0, "%s", err);
-    if (f32) cr_assert_eq(engine_eval(f32, prompt, n_prompt, 0, lf, false, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(engine_eval(orc, prompt, n_prompt, 0, lo, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(engine_eval(gpu, prompt, n_prompt, 0, lg, false, &err), 0, "%s", err.msg);
+    if (f32) cr_assert_eq(engine_eval(f32, prompt, n_prompt, 0, lf, false, &err), 0, "%s", err.msg);
     double worst = 0;
     int first_div = -1, worst_step = 0;
     for (uint32_t s = 0; s < steps; s++) {
@@ -83,9 +79,11 @@ double tu_plan_compare(rt_device *d, const char *caps, const char *path, uint32_
         top2(lo, nv, &oa, &ob);
         top2(lg, nv, &ga, &gb);
         if (ga != oa) {
-            double gap = (lo[oa] - lo[ob]) / quantum(lo[oa], dtype);
-            cr_log_info("%s step %u: gpu picks %d (%g), oracle %d (%g); oracle's top two %d %g / %d %g, %.2f quanta apart",
-                        path, s, ga, lg[ga], oa, lg[oa], oa, lo[oa], ob, lo[ob], gap);
+            /* diverge's near-tie rule: each side's pick over the other's within DV_NEAR_TIE_QUANTA */
+            double gap_o = dv_gap_quanta(lo, oa, ga, dtype), gap_g = dv_gap_quanta(lg, ga, oa, dtype);
+            cr_log_info("%s step %u: gpu picks %d (%g), oracle %d (%g); oracle's top two %d %g / %d %g; gaps %.2f "
+                        "quanta on the oracle's side, %.2f on the gpu's",
+                        path, s, ga, lg[ga], oa, lg[oa], oa, lo[oa], ob, lo[ob], gap_o, gap_g);
             if (first_div < 0) {
                 first_div = (int)s;
                 /* with the f32 oracle beside: also explained when the contract's own rounding
@@ -95,16 +93,16 @@ double tu_plan_compare(rt_device *d, const char *caps, const char *path, uint32_
                 if (f32)
                     cr_log_info("%s step %u: contract margin over the gpu's pick %g, f32-vs-contract noise %g", path, s,
                                 lo[oa] - lo[ga], fe);
-                cr_assert((ob == ga && gap <= 2.0) || noise,
-                          "%s: first divergence at step %u is not a near-tie (%.2f quanta)%s", path, s, gap,
-                          f32 ? " nor within the contract's own rounding noise" : "");
+                cr_assert(dv_is_near_tie(gap_o, gap_g) || noise,
+                          "%s: first divergence at step %u is not a near-tie (%.2f / %.2f quanta)%s", path, s, gap_o,
+                          gap_g, f32 ? " nor within the contract's own rounding noise" : "");
             }
         }
         int32_t next = oa;
         uint32_t pos = n_prompt + s;
-        cr_assert_eq(engine_eval(orc, &next, 1, pos, lo, false, err, sizeof err), 0, "%s", err);
-        cr_assert_eq(engine_eval(gpu, &next, 1, pos, lg, false, err, sizeof err), 0, "%s", err);
-        if (f32) cr_assert_eq(engine_eval(f32, &next, 1, pos, lf, false, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(engine_eval(orc, &next, 1, pos, lo, false, &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_eval(gpu, &next, 1, pos, lg, false, &err), 0, "%s", err.msg);
+        if (f32) cr_assert_eq(engine_eval(f32, &next, 1, pos, lf, false, &err), 0, "%s", err.msg);
     }
     cr_log_info("%s on %s caps=%s, %u-token prompt in blocks of %u: %u kernels, %u launches per decode step; worst "
                 "logits relative error %.2e (step %d); %s",
@@ -131,13 +129,13 @@ uint32_t tu_story_ids(const char *path, int32_t *ids, uint32_t cap) {
         "sky and landed in a tree. Lily was sad because she could not reach the ball. Then her friend Tom came to "
         "the park. Tom was tall and strong. He climbed the tree and got the ball for Lily. Lily was so happy. She "
         "said thank you to Tom and they played with the ball all day long. When the sun went down, they";
-    char err[512];
-    model *m = model_load(path, err, sizeof err);
-    cr_assert_not_null(m, "%s", err);
-    tokenizer *t = tok_load(m->file, err, sizeof err);
-    cr_assert_not_null(t, "%s", err);
-    int64_t n = tok_encode(t, story, sizeof story - 1, true, false, ids, cap, err, sizeof err);
-    cr_assert(n > 128 && n < 240, "%lld tokens: %s", (long long)n, err);
+    kiln_err err = {0};
+    model *m = model_load(path, &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    tokenizer *t = tok_load(m->file, &err);
+    cr_assert_not_null(t, "%s", err.msg);
+    int64_t n = tok_encode(t, story, sizeof story - 1, true, false, ids, cap, &err);
+    cr_assert(n > 128 && n < 240, "%lld tokens: %s", (long long)n, err.msg);
     tok_free(t);
     model_free(m);
     return (uint32_t)n;
