@@ -1,6 +1,6 @@
 /* backend-spirv/ — a SPIR-V module builder: one word segment per logical-layout section,
  * de-duplicated types and constants, capability and extension sets. It knows SPIR-V's
- * module layout, not kiln's IR (spv_emit.c does the lowering). */
+ * module layout, not kiln's IR (the spv_*.c emitter files lower onto it). */
 #ifndef KILN_BACKEND_SPIRV_SPV_BUILDER_H
 #define KILN_BACKEND_SPIRV_SPV_BUILDER_H
 

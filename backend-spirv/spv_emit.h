@@ -56,7 +56,7 @@ ir_kernel *spv_lowered(const ir_kernel *k, const rt_caps *c, char *err, size_t e
 /* SPIRV-Tools validation for Vulkan 1.3 (0, or -1 with the validator's message) and
  * disassembly (malloc'ed text, NULL on failure). These link SPIRV-Tools; Debian 12's
  * (2023.1) predates SPV_KHR_cooperative_matrix and SPV_KHR_bfloat16 and rejects modules
- * with fragments as unknown opcodes (tests/test_spirv.c then uses $KILN_SPIRV_VAL). */
+ * with fragments as unknown opcodes (tests/backend-spirv then use $KILN_SPIRV_VAL). */
 int spv_validate(const spv_module *m, char *err, size_t errlen);
 char *spv_disassemble(const spv_module *m);
 /* Whether m declares a capability Debian 12's SPIRV-Tools (2023.1) predates (cooperative
