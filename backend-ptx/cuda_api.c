@@ -3,6 +3,8 @@
  * (unloading a GPU driver while its threads live is asking for trouble). */
 #include "backend-ptx/cuda_api.h"
 
+#include "base/error.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -81,9 +83,9 @@ static void load_once(void) {
     loaded = &api;
 }
 
-const cu_api *cu_load(char *err, size_t errlen) {
+const cu_api *cu_load(kiln_err *err) {
     pthread_once(&once, load_once);
-    if (!loaded && err && errlen) snprintf(err, errlen, "%s", load_err);
+    if (!loaded && err) kiln_fail(err, KILN_ERR_DEVICE, "%s", load_err);
     return loaded;
 }
 

@@ -5,6 +5,8 @@
 #ifndef KILN_BACKEND_PTX_CUDA_API_H
 #define KILN_BACKEND_PTX_CUDA_API_H
 
+#include "base/error.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -86,7 +88,7 @@ typedef struct cu_api {
 /* Loads libcuda.so.1, resolves every entry point and calls cuInit(0), once per process
  * (later calls return the first outcome). The table, or NULL with err saying why: no
  * driver library, a symbol missing (a driver too old), or cuInit failing (no GPU). */
-const cu_api *cu_load(char *err, size_t errlen);
+const cu_api *cu_load(kiln_err *err);
 
 /* "CUDA_ERROR_OUT_OF_MEMORY" for r (or "CUresult N" when the driver does not know it). */
 const char *cu_error_name(const cu_api *cu, CUresult r, char buf[32]);

@@ -12,6 +12,7 @@
 #include "backend-ptx/cuda_api.h"
 #include "backend-ptx/cuda_probe.h"
 #include "backend-ptx/ptx_emit.h"
+#include "base/error.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -68,31 +69,32 @@ static void list_del(cu_node *n) {
 }
 
 /* "cuda:N: <call>: <error name>" into err; -1. */
-static int cu_fail(const cu_dev *d, char *err, size_t errlen, const char *call, CUresult r) {
+static int cu_fail(const cu_dev *d, kiln_err *err, const char *call, CUresult r) {
     char buf[32];
-    snprintf(err, errlen, "%s: %s: %s", d->base.label, call, cu_error_name(d->cu, r, buf));
+    kiln_fail(err, KILN_ERR_DEVICE, "%s: %s: %s", d->base.label, call, cu_error_name(d->cu, r, buf));
     return -1;
 }
 
 /* Appends " (...)" detail to a message already in err. */
-static void append(char *err, size_t errlen, const char *detail) {
-    size_t n = strnlen(err, errlen);
-    if (n + 1 < errlen) snprintf(err + n, errlen - n, " (%s)", detail);
+static void append(kiln_err *err, const char *detail) {
+    if (!err) return;
+    size_t n = strnlen(err->msg, sizeof err->msg);
+    if (n + 1 < sizeof err->msg) snprintf(err->msg + n, sizeof err->msg - n, " (%s)", detail);
 }
 
 /* Makes the device's context current on the calling thread: each entry point does, so
  * devices (and threads) can be mixed freely. */
-static int bind(const cu_dev *d, char *err, size_t errlen) {
+static int bind(const cu_dev *d, kiln_err *err) {
     CUresult r = d->cu->CtxSetCurrent(d->ctx);
-    return r ? cu_fail(d, err, errlen, "cuCtxSetCurrent", r) : 0;
+    return r ? cu_fail(d, err, "cuCtxSetCurrent", r) : 0;
 }
 
 /* ---- memory ------------------------------------------------------------------------ */
 
-static rt_buffer *alloc_buffer(cu_dev *d, size_t bytes, bool host, char *err, size_t errlen) {
-    if (bind(d, err, errlen)) return NULL;
+static rt_buffer *alloc_buffer(cu_dev *d, size_t bytes, bool host, kiln_err *err) {
+    if (bind(d, err)) return NULL;
     rt_buffer *b = calloc(1, sizeof *b);
-    if (!b) return snprintf(err, errlen, "out of memory"), NULL;
+    if (!b) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
     size_t n = bytes ? bytes : 4; /* the driver refuses empty allocations */
     char size[48];
     snprintf(size, sizeof size, "%zu bytes", bytes);
@@ -100,16 +102,16 @@ static rt_buffer *alloc_buffer(cu_dev *d, size_t bytes, bool host, char *err, si
     if (host) {
         r = d->cu->MemHostAlloc(&b->host, n, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
         if (r) {
-            cu_fail(d, err, errlen, "cuMemHostAlloc", r), append(err, errlen, size), free(b);
+            cu_fail(d, err, "cuMemHostAlloc", r), append(err, size), free(b);
             return NULL;
         }
         if ((r = d->cu->MemHostGetDevicePointer(&b->ptr, b->host, 0))) {
-            cu_fail(d, err, errlen, "cuMemHostGetDevicePointer", r);
+            cu_fail(d, err, "cuMemHostGetDevicePointer", r);
             d->cu->MemFreeHost(b->host), free(b);
             return NULL;
         }
     } else if ((r = d->cu->MemAlloc(&b->ptr, n))) {
-        cu_fail(d, err, errlen, "cuMemAlloc", r), append(err, errlen, size), free(b);
+        cu_fail(d, err, "cuMemAlloc", r), append(err, size), free(b);
         return NULL;
     }
     b->size = bytes;
@@ -117,12 +119,12 @@ static rt_buffer *alloc_buffer(cu_dev *d, size_t bytes, bool host, char *err, si
     return b;
 }
 
-static rt_buffer *cu_alloc(rt_device *base, size_t bytes, char *err, size_t errlen) {
-    return alloc_buffer((cu_dev *)base, bytes, false, err, errlen);
+static rt_buffer *cu_alloc(rt_device *base, size_t bytes, kiln_err *err) {
+    return alloc_buffer((cu_dev *)base, bytes, false, err);
 }
 
-static rt_buffer *cu_alloc_host(rt_device *base, size_t bytes, char *err, size_t errlen) {
-    return alloc_buffer((cu_dev *)base, bytes, true, err, errlen);
+static rt_buffer *cu_alloc_host(rt_device *base, size_t bytes, kiln_err *err) {
+    return alloc_buffer((cu_dev *)base, bytes, true, err);
 }
 
 static void free_buffer(cu_dev *d, rt_buffer *b) {
@@ -139,48 +141,48 @@ static size_t cu_size(rt_device *base, const rt_buffer *b) {
 
 static void cu_release(rt_device *base, rt_buffer *b) {
     cu_dev *d = (cu_dev *)base;
-    char err[8];
+    kiln_err err = {0};
     if (!b) return;
-    bind(d, err, sizeof err);
+    bind(d, &err);
     free_buffer(d, b);
 }
 
-static int check_range(const rt_buffer *b, size_t off, size_t n, char *err, size_t errlen) {
+static int check_range(const rt_buffer *b, size_t off, size_t n, kiln_err *err) {
     if (off > b->size || n > b->size - off) {
-        snprintf(err, errlen, "copy of %zu bytes at %zu is outside a %zu-byte buffer", n, off, b->size);
+        kiln_fail(err, KILN_ERR_INVALID, "copy of %zu bytes at %zu is outside a %zu-byte buffer", n, off, b->size);
         return -1;
     }
     return 0;
 }
 
 /* Waits for the stream; -1 with err naming the call when it (or work on it) failed. */
-static int sync_stream(cu_dev *d, char *err, size_t errlen) {
+static int sync_stream(cu_dev *d, kiln_err *err) {
     CUresult r = d->cu->StreamSynchronize(d->stream);
-    return r ? cu_fail(d, err, errlen, "cuStreamSynchronize", r) : 0;
+    return r ? cu_fail(d, err, "cuStreamSynchronize", r) : 0;
 }
 
 /* Copies go on the device's stream and are waited for: ordered after every launch and
  * synchronous to the caller, without the legacy stream's implicit ordering. */
-static int cu_upload(rt_device *base, rt_buffer *b, size_t off, const void *src, size_t n, char *err, size_t errlen) {
+static int cu_upload(rt_device *base, rt_buffer *b, size_t off, const void *src, size_t n, kiln_err *err) {
     cu_dev *d = (cu_dev *)base;
-    if (check_range(b, off, n, err, errlen)) return -1;
+    if (check_range(b, off, n, err)) return -1;
     if (!n) return 0;
     if (b->host) return memcpy((char *)b->host + off, src, n), 0; /* no launch is in flight: calls wait */
-    if (bind(d, err, errlen)) return -1;
+    if (bind(d, err)) return -1;
     CUresult r = d->cu->MemcpyHtoDAsync(b->ptr + off, src, n, d->stream);
-    if (r) return cu_fail(d, err, errlen, "cuMemcpyHtoDAsync", r);
-    return sync_stream(d, err, errlen);
+    if (r) return cu_fail(d, err, "cuMemcpyHtoDAsync", r);
+    return sync_stream(d, err);
 }
 
-static int cu_download(rt_device *base, rt_buffer *b, size_t off, void *dst, size_t n, char *err, size_t errlen) {
+static int cu_download(rt_device *base, rt_buffer *b, size_t off, void *dst, size_t n, kiln_err *err) {
     cu_dev *d = (cu_dev *)base;
-    if (check_range(b, off, n, err, errlen)) return -1;
+    if (check_range(b, off, n, err)) return -1;
     if (!n) return 0;
     if (b->host) return memcpy(dst, (char *)b->host + off, n), 0;
-    if (bind(d, err, errlen)) return -1;
+    if (bind(d, err)) return -1;
     CUresult r = d->cu->MemcpyDtoHAsync(dst, b->ptr + off, n, d->stream);
-    if (r) return cu_fail(d, err, errlen, "cuMemcpyDtoHAsync", r);
-    return sync_stream(d, err, errlen);
+    if (r) return cu_fail(d, err, "cuMemcpyDtoHAsync", r);
+    return sync_stream(d, err);
 }
 
 /* ---- kernels ----------------------------------------------------------------------- */
@@ -193,9 +195,9 @@ static void free_kernel(cu_dev *d, rt_kernel *k) {
 
 static void cu_release_kernel(rt_device *base, rt_kernel *k) {
     cu_dev *d = (cu_dev *)base;
-    char err[8];
+    kiln_err err = {0};
     if (!k) return;
-    bind(d, err, sizeof err);
+    bind(d, &err);
     free_kernel(d, k);
 }
 
@@ -221,30 +223,31 @@ static void flatten(char *s) {
         if (*p == '\n' || *p == '\r') *p = ' ';
 }
 
-static rt_kernel *cu_compile(rt_device *base, const ir_kernel *ir, const double *spec_values, char *err,
-                             size_t errlen) {
+static rt_kernel *cu_compile(rt_device *base, const ir_kernel *ir, const double *spec_values, kiln_err *err) {
     cu_dev *d = (cu_dev *)base;
     /* ptx_emit folds spec constants to their defaults; other values need ir_specialize
      * on the kernel before compiling, which a const kernel cannot get here */
     for (uint32_t i = 0; spec_values && i < ir_n_specs(ir); i++) {
         const ir_spec *s = ir_spec_at(ir, i);
         if (spec_values[i] != s->dflt) {
-            snprintf(err, errlen, "%s: kernel '%s': spec constant '%s' = %g: the CUDA backend takes defaults only "
-                     "(ir_specialize the kernel first)", base->label, ir_kernel_name(ir), s->name, spec_values[i]);
+            kiln_fail(err, KILN_ERR_UNSUPPORTED,
+                      "%s: kernel '%s': spec constant '%s' = %g: the CUDA backend takes defaults only "
+                      "(ir_specialize the kernel first)",
+                      base->label, ir_kernel_name(ir), s->name, spec_values[i]);
             return NULL;
         }
     }
     uint32_t np = ir_n_params(ir);
     if (np > CU_MAX_PARAMS) {
-        snprintf(err, errlen, "%s: kernel '%s' has %u parameters (at most %d)", base->label, ir_kernel_name(ir), np,
-                 CU_MAX_PARAMS);
+        kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: kernel '%s' has %u parameters (at most %d)", base->label,
+                  ir_kernel_name(ir), np, CU_MAX_PARAMS);
         return NULL;
     }
     char *ptx = NULL;
-    if (ptx_emit_cached(ir, &base->caps, &ptx, NULL, err, errlen)) return NULL;
-    if (bind(d, err, errlen)) return free(ptx), NULL;
+    if (ptx_emit_cached(ir, &base->caps, &ptx, NULL, err)) return NULL;
+    if (bind(d, err)) return free(ptx), NULL;
     rt_kernel *k = calloc(1, sizeof *k);
-    if (!k) return free(ptx), snprintf(err, errlen, "out of memory"), NULL;
+    if (!k) return free(ptx), kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
     list_add(&d->kernels, &k->node);
     char log[2048] = "", name[256];
     int opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
@@ -253,17 +256,17 @@ static rt_kernel *cu_compile(rt_device *base, const ir_kernel *ir, const double 
     if (r) {
         char what[300];
         snprintf(what, sizeof what, "cuModuleLoadDataEx of kernel '%s'", ir_kernel_name(ir));
-        cu_fail(d, err, errlen, what, r);
+        cu_fail(d, err, what, r);
         log[sizeof log - 1] = '\0';
         flatten(log);
-        if (log[0]) append(err, errlen, log);
+        if (log[0]) append(err, log);
         goto fail;
     }
     entry_name(ptx, ir_kernel_name(ir), name, sizeof name);
     if ((r = d->cu->ModuleGetFunction(&k->fn, k->module, name))) {
         char what[300];
         snprintf(what, sizeof what, "cuModuleGetFunction '%s'", name);
-        cu_fail(d, err, errlen, what, r);
+        cu_fail(d, err, what, r);
         goto fail;
     }
     ir_val spec;
@@ -280,15 +283,15 @@ fail:
 
 /* ---- launches ------------------------------------------------------------------------ */
 
-static int check_launch(const rt_launch *l, char *err, size_t errlen) {
-    if (!l->kernel) return snprintf(err, errlen, "launch without a kernel"), -1;
-    return rt_check_launch(l, l->kernel->n_params, l->kernel->is_buffer, err, errlen);
+static int check_launch(const rt_launch *l, kiln_err *err) {
+    if (!l->kernel) return kiln_fail(err, KILN_ERR_INVALID, "launch without a kernel"), -1;
+    return rt_check_launch(l, l->kernel->n_params, l->kernel->is_buffer, err);
 }
 
 /* Issues the launches on the stream: buffers as device pointers, scalars as their 32
  * bits, in parameter order (the driver copies the values at the call). A launch with no
  * workgroups does nothing, as a Vulkan dispatch of zero groups. *issued counts them. */
-static int enqueue(cu_dev *d, const rt_launch *l, uint32_t n, uint32_t *issued, char *err, size_t errlen) {
+static int enqueue(cu_dev *d, const rt_launch *l, uint32_t n, uint32_t *issued, kiln_err *err) {
     *issued = 0;
     for (uint32_t i = 0; i < n; i++) {
         const rt_kernel *k = l[i].kernel;
@@ -306,24 +309,24 @@ static int enqueue(cu_dev *d, const rt_launch *l, uint32_t n, uint32_t *issued, 
         if (r) {
             char what[64];
             snprintf(what, sizeof what, "cuLaunchKernel (launch %u)", i);
-            return cu_fail(d, err, errlen, what, r);
+            return cu_fail(d, err, what, r);
         }
         ++*issued;
     }
     return 0;
 }
 
-static int cu_run(rt_device *base, const rt_launch *l, uint32_t n, char *err, size_t errlen) {
+static int cu_run(rt_device *base, const rt_launch *l, uint32_t n, kiln_err *err) {
     cu_dev *d = (cu_dev *)base;
     for (uint32_t i = 0; i < n; i++)
-        if (check_launch(&l[i], err, errlen)) return -1;
-    if (bind(d, err, errlen)) return -1;
+        if (check_launch(&l[i], err)) return -1;
+    if (bind(d, err)) return -1;
     uint32_t issued;
-    if (enqueue(d, l, n, &issued, err, errlen)) {
+    if (enqueue(d, l, n, &issued, err)) {
         d->cu->StreamSynchronize(d->stream); /* leave the stream idle for the next call */
         return -1;
     }
-    return sync_stream(d, err, errlen);
+    return sync_stream(d, err);
 }
 
 static void free_recording(cu_dev *d, rt_recording *r) {
@@ -334,34 +337,34 @@ static void free_recording(cu_dev *d, rt_recording *r) {
 
 static void cu_release_recording(rt_device *base, rt_recording *r) {
     cu_dev *d = (cu_dev *)base;
-    char err[8];
+    kiln_err err = {0};
     if (!r) return;
-    bind(d, err, sizeof err);
+    bind(d, &err);
     free_recording(d, r);
 }
 
 /* The launches captured from the stream into a graph, instantiated once; the graph itself
  * is not kept (the executable graph holds its own copy). */
-static rt_recording *cu_record(rt_device *base, const rt_launch *l, uint32_t n, char *err, size_t errlen) {
+static rt_recording *cu_record(rt_device *base, const rt_launch *l, uint32_t n, kiln_err *err) {
     cu_dev *d = (cu_dev *)base;
     for (uint32_t i = 0; i < n; i++)
-        if (check_launch(&l[i], err, errlen)) return NULL;
-    if (bind(d, err, errlen)) return NULL;
+        if (check_launch(&l[i], err)) return NULL;
+    if (bind(d, err)) return NULL;
     rt_recording *rec = calloc(1, sizeof *rec);
-    if (!rec) return snprintf(err, errlen, "out of memory"), NULL;
+    if (!rec) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
     list_add(&d->recordings, &rec->node);
     /* thread-local mode: another thread's unrelated driver calls do not end this capture */
     CUresult r = d->cu->StreamBeginCapture(d->stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     if (r) {
-        cu_fail(d, err, errlen, "cuStreamBeginCapture", r);
+        cu_fail(d, err, "cuStreamBeginCapture", r);
         goto fail;
     }
     uint32_t issued = 0;
-    int rc = enqueue(d, l, n, &issued, err, errlen);
+    int rc = enqueue(d, l, n, &issued, err);
     CUgraph graph = NULL;
     r = d->cu->StreamEndCapture(d->stream, &graph); /* always: the stream must leave capture mode */
     if (rc || r) {
-        if (!rc) cu_fail(d, err, errlen, "cuStreamEndCapture", r);
+        if (!rc) cu_fail(d, err, "cuStreamEndCapture", r);
         if (graph) d->cu->GraphDestroy(graph);
         goto fail;
     }
@@ -369,7 +372,7 @@ static rt_recording *cu_record(rt_device *base, const rt_launch *l, uint32_t n, 
     d->cu->GraphDestroy(graph);
     if (r) {
         rec->exec = NULL;
-        cu_fail(d, err, errlen, "cuGraphInstantiateWithFlags", r);
+        cu_fail(d, err, "cuGraphInstantiateWithFlags", r);
         goto fail;
     }
     return rec;
@@ -378,14 +381,14 @@ fail:
     return NULL;
 }
 
-static int cu_replay(rt_device *base, rt_recording *rec, char *err, size_t errlen) {
+static int cu_replay(rt_device *base, rt_recording *rec, kiln_err *err) {
     cu_dev *d = (cu_dev *)base;
-    if (!rec) return snprintf(err, errlen, "replay of no recording"), -1;
+    if (!rec) return kiln_fail(err, KILN_ERR_INVALID, "replay of no recording"), -1;
     if (!rec->exec) return 0;
-    if (bind(d, err, errlen)) return -1;
+    if (bind(d, err)) return -1;
     CUresult r = d->cu->GraphLaunch(rec->exec, d->stream);
-    if (r) return cu_fail(d, err, errlen, "cuGraphLaunch", r);
-    return sync_stream(d, err, errlen);
+    if (r) return cu_fail(d, err, "cuGraphLaunch", r);
+    return sync_stream(d, err);
 }
 
 /* ---- the device ------------------------------------------------------------------------ */
@@ -410,10 +413,10 @@ static const rt_device_ops cu_ops = {cu_alloc,          cu_alloc_host, cu_releas
                                      cu_compile,        cu_release_kernel, cu_run, cu_record, cu_replay,
                                      cu_release_recording, cu_destroy};
 
-rt_device *cuda_device_open(uint32_t index, const char *caps_override, char *err, size_t errlen) {
+rt_device *cuda_device_open(uint32_t index, const char *caps_override, kiln_err *err) {
     cu_dev *d = calloc(1, sizeof *d);
     rt_caps *all = calloc((size_t)index + 1, sizeof *all);
-    if (!d || !all) return free(d), free(all), snprintf(err, errlen, "out of memory"), NULL;
+    if (!d || !all) return free(d), free(all), kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
     d->base.ops = &cu_ops;
     list_init(&d->buffers), list_init(&d->kernels), list_init(&d->recordings);
     snprintf(d->base.label, sizeof d->base.label, "cuda:%u", index);
@@ -421,29 +424,30 @@ rt_device *cuda_device_open(uint32_t index, const char *caps_override, char *err
      * retained before the probe, whose free-memory query would otherwise create and
      * destroy it once more. */
     int count = 0;
-    if ((d->cu = cu_load(NULL, 0)) && d->cu->DeviceGetCount(&count) == CUDA_SUCCESS && index < (uint32_t)count &&
+    if ((d->cu = cu_load(NULL)) && d->cu->DeviceGetCount(&count) == CUDA_SUCCESS && index < (uint32_t)count &&
         d->cu->DeviceGet(&d->dev, (int)index) == CUDA_SUCCESS) {
         CUresult r = d->cu->DevicePrimaryCtxRetain(&d->ctx, d->dev);
         if (r) {
             d->ctx = NULL;
-            cu_fail(d, err, errlen, "cuDevicePrimaryCtxRetain", r);
+            cu_fail(d, err, "cuDevicePrimaryCtxRetain", r);
             goto fail;
         }
     }
     uint32_t n = 0;
-    char note[320] = "";
-    if (cuda_probe_devices(all, index + 1, &n, note, sizeof note) || index >= n || !d->ctx) {
-        snprintf(err, errlen, "no CUDA device cuda:%u (%u found)%s%s", index, n, note[0] ? ": " : "", note);
+    kiln_err note = {0};
+    if (cuda_probe_devices(all, index + 1, &n, &note) || index >= n || !d->ctx) {
+        kiln_fail(err, KILN_ERR_UNAVAILABLE, "no CUDA device cuda:%u (%u found)%s%s", index, n, note.msg[0] ? ": " : "",
+                  note.msg);
         goto fail;
     }
     d->base.caps = all[index];
-    if (caps_override && rt_caps_override(&d->base.caps, caps_override, err, errlen)) goto fail;
+    if (caps_override && rt_caps_override(&d->base.caps, caps_override, err)) goto fail;
     rt_debug_from_list(&d->base.debug, caps_override);
-    if (bind(d, err, errlen)) goto fail;
+    if (bind(d, err)) goto fail;
     CUresult r = d->cu->StreamCreate(&d->stream, CU_STREAM_NON_BLOCKING);
     if (r) {
         d->stream = NULL;
-        cu_fail(d, err, errlen, "cuStreamCreate", r);
+        cu_fail(d, err, "cuStreamCreate", r);
         goto fail;
     }
     free(all);

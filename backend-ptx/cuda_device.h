@@ -3,11 +3,12 @@
 #ifndef KILN_BACKEND_PTX_CUDA_DEVICE_H
 #define KILN_BACKEND_PTX_CUDA_DEVICE_H
 
+#include "base/error.h"
 #include "runtime/device.h"
 
 /* Opens CUDA device `index` (cuda:N, the driver's ordinal). caps_override is a --caps
  * list (NULL for none). NULL with err when there is no such device (no driver, no GPU)
  * or it cannot be used. */
-rt_device *cuda_device_open(uint32_t index, const char *caps_override, char *err, size_t errlen);
+rt_device *cuda_device_open(uint32_t index, const char *caps_override, kiln_err *err);
 
 #endif

@@ -6,6 +6,7 @@
 #include "backend-ptx/cuda_probe.h"
 
 #include "backend-ptx/cuda_api.h"
+#include "base/error.h"
 #include "ir/ir.h"
 
 #include <stdio.h>
@@ -70,26 +71,26 @@ static void fill(const cu_api *cu, CUdevice dev, int driver_version, rt_caps *c)
     c->max_buffer_bytes = 0; /* a kernel reaches any allocation through a 64-bit pointer */
 }
 
-int cuda_probe_devices(rt_caps *out, uint32_t max, uint32_t *n, char *err, size_t errlen) {
-    if (err && errlen) err[0] = '\0';
+int cuda_probe_devices(rt_caps *out, uint32_t max, uint32_t *n, kiln_err *err) {
+    kiln_err_clear(err);
     if (!n || (!out && max)) {
-        if (err && errlen) snprintf(err, errlen, "cuda_probe_devices: bad arguments");
+        if (err) kiln_fail(err, KILN_ERR_INVALID, "cuda_probe_devices: bad arguments");
         return -1;
     }
     *n = 0;
-    char why[256];
-    const cu_api *cu = cu_load(why, sizeof why);
+    kiln_err why = {0};
+    const cu_api *cu = cu_load(&why);
     if (!cu) {
-        if (err && errlen) snprintf(err, errlen, "no CUDA devices: %s", why);
+        if (err) kiln_fail(err, KILN_ERR_UNAVAILABLE, "no CUDA devices: %s", why.msg);
         return 0;
     }
     int count = 0, version = 0;
     CUresult r = cu->DeviceGetCount(&count);
     if (r != CUDA_SUCCESS || count <= 0) {
         char name[32];
-        if (err && errlen)
-            snprintf(err, errlen, "no CUDA devices: %s",
-                     r != CUDA_SUCCESS ? cu_error_name(cu, r, name) : "the driver reports none");
+        if (err)
+            kiln_fail(err, KILN_ERR_UNAVAILABLE, "no CUDA devices: %s",
+                      r != CUDA_SUCCESS ? cu_error_name(cu, r, name) : "the driver reports none");
         return 0;
     }
     if (cu->DriverGetVersion(&version) != CUDA_SUCCESS) version = 0;
@@ -99,7 +100,7 @@ int cuda_probe_devices(rt_caps *out, uint32_t max, uint32_t *n, char *err, size_
         fill(cu, dev, version, &out[*n]);
         ++*n;
     }
-    if ((uint32_t)count > *n && err && errlen)
-        snprintf(err, errlen, "%d CUDA devices, only the first %u probed", count, *n);
+    if ((uint32_t)count > *n && err)
+        kiln_fail(err, KILN_ERR_UNAVAILABLE, "%d CUDA devices, only the first %u probed", count, *n);
     return 0;
 }

@@ -3,6 +3,7 @@
 #ifndef KILN_BACKEND_PTX_CUDA_PROBE_H
 #define KILN_BACKEND_PTX_CUDA_PROBE_H
 
+#include "base/error.h"
 #include "runtime/caps.h"
 
 #include <stddef.h>
@@ -17,6 +18,6 @@
  * scalar arithmetic. */
 void cuda_caps_of_arch(rt_caps *c);
 
-int cuda_probe_devices(rt_caps *out, uint32_t max, uint32_t *n, char *err, size_t errlen);
+int cuda_probe_devices(rt_caps *out, uint32_t max, uint32_t *n, kiln_err *err);
 
 #endif

@@ -1,5 +1,6 @@
 /* Emitted PTX kept on disk (ptx_emit.h, ptx_emit_cached). */
 #include "backend-ptx/ptx_emit.h"
+#include "base/error.h"
 #include "runtime/cache_dir.h"
 
 #include <llvm-c/Core.h>
@@ -51,14 +52,14 @@ static char *read_file(const char *path, size_t *n) {
     return buf;
 }
 
-int ptx_emit_cached(const ir_kernel *k, const rt_caps *c, char **ptx, bool *hit, char *err, size_t errlen) {
+int ptx_emit_cached(const ir_kernel *k, const rt_caps *c, char **ptx, bool *hit, kiln_err *err) {
     if (hit) *hit = false;
     if (ptx) *ptx = NULL;
     char dir[600];
     char *text = k && c ? ir_print(k) : NULL;
     if (!text || rt_cache_dir(dir, sizeof dir)) {
         free(text);
-        return ptx_emit(k, c, ptx, NULL, err, errlen);
+        return ptx_emit(k, c, ptx, NULL, err);
     }
     hash2 h = {0xcbf29ce484222325ull, 0x84222325cbf29ce4ull};
     mix(&h, text, strlen(text));
@@ -80,7 +81,7 @@ int ptx_emit_cached(const ir_kernel *k, const rt_caps *c, char **ptx, bool *hit,
     }
     free(got);
     char *fresh = NULL;
-    if (ptx_emit(k, c, &fresh, NULL, err, errlen)) return -1;
+    if (ptx_emit(k, c, &fresh, NULL, err)) return -1;
     size_t fl = strlen(fresh);
     char *file = malloc(kl + fl + 1);
     if (file) {

@@ -5,6 +5,7 @@
 #include "backend-ptx/ptx_emit.h"
 
 #include "backend-ptx/ptx_internal.h"
+#include "base/error.h"
 #include "ir/lower.h"
 
 #include <stdarg.h>
@@ -43,7 +44,9 @@ static LLVMTypeRef t_of(ptx_ctx *x, ir_type t) {
 
 static const ir_inst *emit_region(ptx_ctx *x, const ir_region *r);
 
-static LLVMBasicBlockRef block(ptx_ctx *x, const char *name) { return LLVMAppendBasicBlockInContext(x->lc, x->fn, name); }
+static LLVMBasicBlockRef block(ptx_ctx *x, const char *name) {
+    return LLVMAppendBasicBlockInContext(x->lc, x->fn, name);
+}
 
 /* Loop unrolling hints on a loop's back edge (llvm.loop metadata): LLVM's own threshold
  * leaves a 32-step dot product over a head rolled, one load in flight per lane per
@@ -87,7 +90,8 @@ static void unroll_hint(ptx_ctx *x, const ir_inst *in, LLVMValueRef br, LLVMValu
     }
     uint64_t trips = UINT64_MAX;
     if (LLVMIsAConstantInt(lo) && LLVMIsAConstantInt(hi) && LLVMIsAConstantInt(step)) {
-        uint64_t l = LLVMConstIntGetZExtValue(lo), h = LLVMConstIntGetZExtValue(hi), st = LLVMConstIntGetZExtValue(step);
+        uint64_t l = LLVMConstIntGetZExtValue(lo), h = LLVMConstIntGetZExtValue(hi),
+                 st = LLVMConstIntGetZExtValue(step);
         if (st && h >= l && l < (1ull << 31) && h < (1ull << 31)) trips = (h - l + st - 1) / st;
     }
     uint32_t body = n_insts(&in->region[0]);
@@ -133,7 +137,8 @@ static void emit_for(ptx_ctx *x, const ir_inst *in) {
     for (uint32_t i = 0; i < n; i++) init[i] = ptx_V(x, in->operand[3 + i]);
     if (x->e.failed) goto out;
     LLVMBasicBlockRef pre = LLVMGetInsertBlock(x->b);
-    LLVMBasicBlockRef header = block(x, "for"), body = block(x, "body"), latch = block(x, "latch"), exit = block(x, "endfor");
+    LLVMBasicBlockRef header = block(x, "for"), body = block(x, "body"), latch = block(x, "latch"),
+                      exit = block(x, "endfor");
     LLVMBuildBr(x->b, header);
     LLVMPositionBuilderAtEnd(x->b, header);
     LLVMValueRef iv = LLVMBuildPhi(x->b, LLVMTypeOf(lo), "iv");
@@ -228,7 +233,8 @@ static void emit_inst(void *ctx, const ir_inst *in) {
     ptx_ctx *x = ctx;
     switch (ir_op_class_of(in->op)) {
     case IR_CLASS_DECL:
-        if (in->result && in->result <= x->e.n_val && !ir_emit_has(&x->e, in->result)) ptx_fail(x, "not declared up front");
+        if (in->result && in->result <= x->e.n_val && !ir_emit_has(&x->e, in->result))
+            ptx_fail(x, "not declared up front");
         return;
     case IR_CLASS_ID: ptx_def(x, in->result, ptx_load_id(x, (ir_id_kind)in->imm[0], (uint32_t)in->imm[1])); return;
     case IR_CLASS_ARITH: ptx_emit_arith(x, in); return;
@@ -275,7 +281,8 @@ static void declare_function(ptx_ctx *x) {
         } else if (p->elem == IR_I32 || p->elem == IR_U32 || p->elem == IR_F32) {
             pt[i] = ptx_t_rep(x, p->elem, 1);
         } else {
-            ptx_fail(x, "scalar parameter '%s' is %s; kernel arguments take i32, u32 or f32", p->name, ir_scalar_name(p->elem));
+            ptx_fail(x, "scalar parameter '%s' is %s; kernel arguments take i32, u32 or f32", p->name,
+                     ir_scalar_name(p->elem));
         }
     }
     if (x->e.failed) {
@@ -326,10 +333,13 @@ static void declare_shared(ptx_ctx *x) {
     }
     if (x->e.failed) return;
     if (bytes > STATIC_SHARED_LIMIT)
-        ptx_fail(x, "workgroup arrays need %llu bytes; static .shared is limited to %u (dynamic shared memory is not used yet)",
-                 (unsigned long long)bytes, STATIC_SHARED_LIMIT);
+        ptx_fail(
+            x,
+            "workgroup arrays need %llu bytes; static .shared is limited to %u (dynamic shared memory is not used yet)",
+            (unsigned long long)bytes, STATIC_SHARED_LIMIT);
     else if (x->c->shared_bytes && bytes > x->c->shared_bytes)
-        ptx_fail(x, "workgroup arrays need %llu bytes; caps.shared_bytes is %u", (unsigned long long)bytes, x->c->shared_bytes);
+        ptx_fail(x, "workgroup arrays need %llu bytes; caps.shared_bytes is %u", (unsigned long long)bytes,
+                 x->c->shared_bytes);
 }
 
 /* Spec constants take their defaults (ptx_emit.h); constants anywhere become LLVM constants. */
@@ -349,7 +359,8 @@ static void declare_constants(ptx_ctx *x) {
             break;
         }
         default:
-            ptx_fail(x, "spec constant '%s' is %s; spec constants are bool, i32, u32 or f32", s->name, ir_scalar_name(s->type));
+            ptx_fail(x, "spec constant '%s' is %s; spec constants are bool, i32, u32 or f32", s->name,
+                     ir_scalar_name(s->type));
             return;
         }
         ptx_def(x, s->value, c);
@@ -407,7 +418,8 @@ static int emit_module(ptx_ctx *x) {
     const ir_inst *sgi = ir_emit_find_class(ir_kernel_body(k), IR_CLASS_SUBGROUP);
     if (sgi && (x->wg[0] * x->wg[1] * x->wg[2]) % 32) {
         x->e.cur = sgi;
-        ptx_fail(x, "subgroup ops need whole warps: workgroup %ux%ux%u is not a multiple of 32", x->wg[0], x->wg[1], x->wg[2]);
+        ptx_fail(x, "subgroup ops need whole warps: workgroup %ux%ux%u is not a multiple of 32", x->wg[0], x->wg[1],
+                 x->wg[2]);
         return -1;
     }
     x->n_buf = ir_n_buffers(k);
@@ -418,9 +430,9 @@ static int emit_module(ptx_ctx *x) {
         ptx_fail(x, "out of memory");
         return -1;
     }
-    char terr[256] = "";
-    if (ptx_prepare_module(x->m, x->sm, terr, sizeof terr)) {
-        ptx_fail(x, "%s", terr);
+    kiln_err terr = {0};
+    if (ptx_prepare_module(x->m, x->sm, &terr)) {
+        ptx_fail(x, "%s", terr.msg);
         return -1;
     }
     declare_function(x);
@@ -436,10 +448,6 @@ static int emit_module(ptx_ctx *x) {
     return 0;
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, const char *a, const char *b) {
-    if (err && errlen) snprintf(err, errlen, fmt, a, b);
-}
-
 /* The IR's target rewrites this emitter relies on (ir/lower.h): f16 and bf16 live in f32
  * registers; f32 -> bf16 rounds in the IR, f32 -> f16 with cvt.rn.f16.f32. */
 static ir_lower_opts lower_opts(const rt_caps *c) {
@@ -448,47 +456,47 @@ static ir_lower_opts lower_opts(const rt_caps *c) {
                            .f16 = {.in_f32 = true, .arith = c->f16_arith, .round = false}};
 }
 
-ir_kernel *ptx_lowered(const ir_kernel *k, const rt_caps *c, char *err, size_t errlen) {
-    if (err && errlen) err[0] = 0;
+ir_kernel *ptx_lowered(const ir_kernel *k, const rt_caps *c, kiln_err *err) {
+    kiln_err_clear(err);
     if (!k || !c) {
-        set_err(err, errlen, "ptx: no kernel or caps%s%s", "", "");
+        kiln_fail(err, KILN_ERR_INVALID, "ptx: no kernel or caps");
         return NULL;
     }
     ir_kernel *low = ir_kernel_clone(k);
     if (!low) {
-        set_err(err, errlen, "ptx: kernel '%s': %s", ir_kernel_name(k), "out of memory");
+        kiln_fail(err, KILN_ERR_NOMEM, "ptx: kernel '%s': out of memory", ir_kernel_name(k));
         return NULL;
     }
     ir_lower_opts o = lower_opts(c);
-    char lerr[256];
-    if (ir_lower(low, &o, lerr, sizeof lerr)) {
-        set_err(err, errlen, "ptx: kernel '%s': %s", ir_kernel_name(k), lerr);
+    kiln_err lerr = {0};
+    if (ir_lower(low, &o, &lerr)) {
+        kiln_err_wrap(err, &lerr, "ptx: kernel '%s'", ir_kernel_name(k));
         ir_kernel_destroy(low);
         return NULL;
     }
     return low;
 }
 
-int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, char *err, size_t errlen) {
-    if (err && errlen) err[0] = 0;
+int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, kiln_err *err) {
+    kiln_err_clear(err);
     if (ptx) *ptx = NULL;
     if (llvm_ir) *llvm_ir = NULL;
     if (!k || !c || !ptx) {
-        set_err(err, errlen, "ptx: no kernel, caps or output%s%s", "", "");
+        kiln_fail(err, KILN_ERR_INVALID, "ptx: no kernel, caps or output");
         return -1;
     }
-    char verr[256];
-    if (ir_verify(k, verr, sizeof verr)) {
-        set_err(err, errlen, "ptx: kernel '%s' does not verify: %s", ir_kernel_name(k), verr);
+    kiln_err verr = {0};
+    if (ir_verify(k, &verr)) {
+        kiln_err_wrap(err, &verr, "ptx: kernel '%s' does not verify", ir_kernel_name(k));
         return -1;
     }
-    char why[160];
-    unsigned sm = ptx_pick_sm(c, why, sizeof why);
+    kiln_err why = {0};
+    unsigned sm = ptx_pick_sm(c, &why);
     if (!sm) {
-        set_err(err, errlen, "ptx: kernel '%s': %s", ir_kernel_name(k), why);
+        kiln_err_wrap(err, &why, "ptx: kernel '%s'", ir_kernel_name(k));
         return -1;
     }
-    ir_kernel *low = ptx_lowered(k, c, err, errlen);
+    ir_kernel *low = ptx_lowered(k, c, err);
     if (!low) return -1;
     ptx_ctx x;
     memset(&x, 0, sizeof x);
@@ -498,7 +506,7 @@ int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, c
     x.lc = LLVMContextCreate();
     x.m = LLVMModuleCreateWithNameInContext(ir_kernel_name(k), x.lc);
     x.b = LLVMCreateBuilderInContext(x.lc);
-    int rc = ir_emit_init(&x.e, low, "ptx", err, errlen) ? -1 : emit_module(&x);
+    int rc = ir_emit_init(&x.e, low, "ptx", err) ? -1 : emit_module(&x);
     if (!rc && llvm_ir) {
         char *s = LLVMPrintModuleToString(x.m);
         *llvm_ir = s ? strdup(s) : NULL;
@@ -509,11 +517,11 @@ int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, c
         }
     }
     if (!rc) {
-        char cerr[512] = "";
-        *ptx = ptx_compile(x.m, sm, cerr, sizeof cerr);
+        kiln_err cerr = {0};
+        *ptx = ptx_compile(x.m, sm, &cerr);
         if (!*ptx) {
             x.e.cur = NULL;
-            ptx_fail(&x, "%s", cerr);
+            ptx_fail(&x, "%s", cerr.msg);
             rc = -1;
         }
     }

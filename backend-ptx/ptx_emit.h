@@ -18,7 +18,7 @@
  * Before emitting, the kernel is lowered (ir/lower.h, ptx_lowered): masked accesses
  * become ifs around plain accesses, 16-bit arithmetic f32 arithmetic and conversions.
  *
- * Numerics (DESIGN.md's contract): f16 and bf16 are 16-bit integers in memory and f32 in
+ * Numerics (docs/ARCHITECTURE.md's contract): f16 and bf16 are 16-bit integers in memory and f32 in
  * registers; f32 -> bf16 rounds to nearest even with integer ops (written out in the IR),
  * f32 -> f16 with cvt.rn.f16.f32; both -> f32 exact. f32 add/sub/mul stay separate `.rn` instructions
  * (no contraction; FMA only where the IR says FMA); div and sqrt are IEEE (div.rn,
@@ -40,6 +40,7 @@
 #ifndef KILN_BACKEND_PTX_PTX_EMIT_H
 #define KILN_BACKEND_PTX_PTX_EMIT_H
 
+#include "base/error.h"
 #include "ir/ir.h"
 #include "runtime/caps.h"
 
@@ -50,19 +51,19 @@
  * 0 with *ptx the malloc'ed PTX text and, when llvm_ir is not NULL, *llvm_ir the
  * malloc'ed LLVM IR kiln wrote (before optimization); or -1 with a one-line err, both
  * outputs NULL. Never aborts on bad input. Thread-safe (one LLVM context per call). */
-int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, char *err, size_t errlen);
+int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, kiln_err *err);
 
 /* The kernel ptx_emit emits for caps c: a copy of k after the IR's target rewrites
  * (ir/lower.h), for reading (kiln dump writes it as ROLE.lowered.ir). The caller
  * destroys it; NULL with a one-line err. */
-ir_kernel *ptx_lowered(const ir_kernel *k, const rt_caps *c, char *err, size_t errlen);
+ir_kernel *ptx_lowered(const ir_kernel *k, const rt_caps *c, kiln_err *err);
 
 /* ptx_emit through a cache on disk (runtime/cache_dir.h's folder, ptx-<key>.ptx), so a
  * second start runs no LLVM. The key hashes the kernel's printed IR, the caps fields the
  * emitter reads and the emitter's and LLVM's versions; the file's first line (a PTX
  * comment) repeats it, and a file without it is ignored and rewritten. *hit says whether
  * the PTX came from the disk. Without a cache folder it is plain ptx_emit. */
-int ptx_emit_cached(const ir_kernel *k, const rt_caps *c, char **ptx, bool *hit, char *err, size_t errlen);
+int ptx_emit_cached(const ir_kernel *k, const rt_caps *c, char **ptx, bool *hit, kiln_err *err);
 
 /* "sm_90" etc.: the architecture ptx_emit targets for caps c (NULL when refused). */
 const char *ptx_target_arch(const rt_caps *c);

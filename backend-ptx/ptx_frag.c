@@ -160,8 +160,10 @@ static void emit_mma(ptx_ctx *x, const ir_inst *in) {
     LLVMValueRef args[10];
     LLVMTypeRef at_[10];
     for (uint32_t i = 0; i < 4; i++) args[i] = LLVMBuildExtractElement(x->b, a, ptx_c_i32(x, i), ""), at_[i] = i32;
-    for (uint32_t i = 0; i < 2; i++) args[4 + i] = LLVMBuildExtractElement(x->b, b, ptx_c_i32(x, i), ""), at_[4 + i] = i32;
-    for (uint32_t i = 0; i < 4; i++) args[6 + i] = LLVMBuildExtractElement(x->b, c, ptx_c_i32(x, i), ""), at_[6 + i] = f32;
+    for (uint32_t i = 0; i < 2; i++)
+        args[4 + i] = LLVMBuildExtractElement(x->b, b, ptx_c_i32(x, i), ""), at_[4 + i] = i32;
+    for (uint32_t i = 0; i < 4; i++)
+        args[6 + i] = LLVMBuildExtractElement(x->b, c, ptx_c_i32(x, i), ""), at_[6 + i] = f32;
     LLVMTypeRef rt[4] = {f32, f32, f32, f32};
     LLVMTypeRef ret = LLVMStructTypeInContext(x->lc, rt, 4, 0);
     LLVMTypeRef fty = LLVMFunctionType(ret, at_, 10, 0);

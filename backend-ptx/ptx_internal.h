@@ -5,6 +5,7 @@
 #ifndef KILN_BACKEND_PTX_PTX_INTERNAL_H
 #define KILN_BACKEND_PTX_PTX_INTERNAL_H
 
+#include "base/error.h"
 #include "ir/emit_core.h"
 #include "ir/ir.h"
 #include "runtime/caps.h"
@@ -70,10 +71,10 @@ void ptx_emit_frag(ptx_ctx *x, const ir_inst *in);
 
 /* ---- ptx_target.c ---- */
 /* the architecture for caps (0 and a message when refused) */
-unsigned ptx_pick_sm(const rt_caps *c, char *why, size_t whylen);
+unsigned ptx_pick_sm(const rt_caps *c, kiln_err *why);
 /* Runs O2 on m and writes PTX for sm (malloc'ed text), or NULL with a message. */
-char *ptx_compile(LLVMModuleRef m, unsigned sm, char *err, size_t errlen);
+char *ptx_compile(LLVMModuleRef m, unsigned sm, kiln_err *err);
 /* Sets m's triple and data layout for NVPTX; -1 with a message if LLVM lacks the target. */
-int ptx_prepare_module(LLVMModuleRef m, unsigned sm, char *err, size_t errlen);
+int ptx_prepare_module(LLVMModuleRef m, unsigned sm, kiln_err *err);
 
 #endif

@@ -22,7 +22,9 @@ static LLVMValueRef elem_ptr(ptx_ctx *x, LLVMValueRef base, ir_scalar s, LLVMVal
     return LLVMBuildInBoundsGEP2(x->b, ptx_t_store(x, s, 1), base, &i64, 1, "");
 }
 
-static LLVMValueRef add_u32(ptx_ctx *x, LLVMValueRef a, uint32_t k) { return k ? LLVMBuildAdd(x->b, a, ptx_c_i32(x, k), "") : a; }
+static LLVMValueRef add_u32(ptx_ctx *x, LLVMValueRef a, uint32_t k) {
+    return k ? LLVMBuildAdd(x->b, a, ptx_c_i32(x, k), "") : a;
+}
 
 /* `lanes` consecutive elements from base[index]: one access of lanes * size bytes, aligned
  * so (the IR keeps index a multiple of lanes). */
@@ -98,7 +100,8 @@ void ptx_emit_memory(ptx_ctx *x, const ir_inst *in) {
         LLVMValueRef index = ptx_V(x, in->operand[0]), v = ptx_V(x, in->operand[1]);
         if (x->e.failed) return;
         ir_scalar e = ir_shared_at(x->k, s)->elem;
-        for (uint32_t l = 0; l < lanes; l++) store_at(x, x->shm[s], e, add_u32(x, index, l), 1, lane_of(x, lanes, v, l));
+        for (uint32_t l = 0; l < lanes; l++)
+            store_at(x, x->shm[s], e, add_u32(x, index, l), 1, lane_of(x, lanes, v, l));
         return;
     }
     default: return;

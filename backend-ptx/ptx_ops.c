@@ -60,7 +60,8 @@ LLVMValueRef ptx_c_splat(ptx_ctx *x, ir_scalar s, uint32_t lanes, uint64_t bits)
 }
 
 /* A call to a declared-on-demand function or intrinsic. */
-LLVMValueRef ptx_call(ptx_ctx *x, const char *name, LLVMTypeRef ret, LLVMTypeRef *args, LLVMValueRef *vals, unsigned n) {
+LLVMValueRef ptx_call(ptx_ctx *x, const char *name, LLVMTypeRef ret, LLVMTypeRef *args, LLVMValueRef *vals,
+                      unsigned n) {
     LLVMTypeRef ft = LLVMFunctionType(ret, args, n, 0);
     LLVMValueRef f = LLVMGetNamedFunction(x->m, name);
     if (!f) f = LLVMAddFunction(x->m, name, ft);
@@ -69,7 +70,10 @@ LLVMValueRef ptx_call(ptx_ctx *x, const char *name, LLVMTypeRef ret, LLVMTypeRef
 
 /* "f32", "v4f32", "i32", "v2i64": an overloaded intrinsic's suffix. */
 static void suffix(char *buf, size_t n, ir_scalar s, uint32_t lanes) {
-    const char *e = ir_scalar_is_float(s) ? "f32" : ir_scalar_bits(s) == 64 ? "i64" : ir_scalar_bits(s) == 1 ? "i1" : "i32";
+    const char *e = ir_scalar_is_float(s)     ? "f32"
+                    : ir_scalar_bits(s) == 64 ? "i64"
+                    : ir_scalar_bits(s) == 1  ? "i1"
+                                              : "i32";
     if (lanes > 1) snprintf(buf, n, "v%u%s", lanes, e);
     else snprintf(buf, n, "%s", e);
 }
@@ -160,7 +164,8 @@ static LLVMValueRef f_exp(ptx_ctx *x, LLVMValueRef a) {
     return f_ex2(x, LLVMBuildFMul(x->b, a, LLVMConstReal(t_f32(x), 1.44269504088896340736), ""));
 }
 static LLVMValueRef f_log(ptx_ctx *x, LLVMValueRef a) {
-    return LLVMBuildFMul(x->b, nvvm1(x, "llvm.nvvm.lg2.approx.f", a), LLVMConstReal(t_f32(x), 0.693147180559945309417), "");
+    return LLVMBuildFMul(x->b, nvvm1(x, "llvm.nvvm.lg2.approx.f", a), LLVMConstReal(t_f32(x), 0.693147180559945309417),
+                         "");
 }
 static LLVMValueRef f_sin(ptx_ctx *x, LLVMValueRef a) { return nvvm1(x, "llvm.nvvm.sin.approx.f", a); }
 static LLVMValueRef f_cos(ptx_ctx *x, LLVMValueRef a) { return nvvm1(x, "llvm.nvvm.cos.approx.f", a); }
@@ -173,19 +178,23 @@ static LLVMValueRef f_tanh(ptx_ctx *x, LLVMValueRef a) {
     LLVMTypeRef t = t_f32(x);
     if (x->sm >= 75) { /* LLVM 19 has no intrinsic for it: inline PTX */
         LLVMTypeRef ft = LLVMFunctionType(t, &t, 1, 0);
-        LLVMValueRef asmv = LLVMGetInlineAsm(ft, "tanh.approx.f32 $0, $1;", 23, "=f,f", 4, 0, 0, LLVMInlineAsmDialectATT, 0);
+        LLVMValueRef asmv =
+            LLVMGetInlineAsm(ft, "tanh.approx.f32 $0, $1;", 23, "=f,f", 4, 0, 0, LLVMInlineAsmDialectATT, 0);
         return LLVMBuildCall2(x->b, ft, asmv, &a, 1, "");
     }
     /* tanh|x| = 1 - 2 / (e^(2|x|) + 1), sign restored */
     LLVMValueRef ax = ptx_call(x, "llvm.fabs.f32", t, &t, &a, 1);
     LLVMValueRef e = f_ex2(x, LLVMBuildFMul(x->b, ax, LLVMConstReal(t, 2.88539008177792681472), ""));
-    LLVMValueRef r = LLVMBuildFSub(x->b, LLVMConstReal(t, 1.0),
-                                   LLVMBuildFDiv(x->b, LLVMConstReal(t, 2.0), LLVMBuildFAdd(x->b, e, LLVMConstReal(t, 1.0), ""), ""), "");
+    LLVMValueRef r = LLVMBuildFSub(
+        x->b, LLVMConstReal(t, 1.0),
+        LLVMBuildFDiv(x->b, LLVMConstReal(t, 2.0), LLVMBuildFAdd(x->b, e, LLVMConstReal(t, 1.0), ""), ""), "");
     LLVMValueRef neg = LLVMBuildFCmp(x->b, LLVMRealOLT, a, LLVMConstReal(t, 0.0), "");
     return LLVMBuildSelect(x->b, neg, LLVMBuildFNeg(x->b, r, ""), r, "");
 }
 
-static void bad_type(ptx_ctx *x, const ir_inst *in, ir_scalar s) { ptx_fail(x, "%s on %s", ir_op_name(in->op), ir_scalar_name(s)); }
+static void bad_type(ptx_ctx *x, const ir_inst *in, ir_scalar s) {
+    ptx_fail(x, "%s on %s", ir_op_name(in->op), ir_scalar_name(s));
+}
 
 void ptx_emit_arith(ptx_ctx *x, const ir_inst *in) {
     ir_scalar s;
@@ -223,8 +232,12 @@ void ptx_emit_arith(ptx_ctx *x, const ir_inst *in) {
         case IR_OP_ADD: r = fl ? LLVMBuildFAdd(b, a, c, "") : LLVMBuildAdd(b, a, c, ""); break;
         case IR_OP_SUB: r = fl ? LLVMBuildFSub(b, a, c, "") : LLVMBuildSub(b, a, c, ""); break;
         case IR_OP_MUL: r = fl ? LLVMBuildFMul(b, a, c, "") : LLVMBuildMul(b, a, c, ""); break;
-        case IR_OP_DIV: r = fl ? LLVMBuildFDiv(b, a, c, "") : sg ? LLVMBuildSDiv(b, a, c, "") : LLVMBuildUDiv(b, a, c, ""); break;
-        case IR_OP_REM: r = fl ? LLVMBuildFRem(b, a, c, "") : sg ? LLVMBuildSRem(b, a, c, "") : LLVMBuildURem(b, a, c, ""); break;
+        case IR_OP_DIV:
+            r = fl ? LLVMBuildFDiv(b, a, c, "") : sg ? LLVMBuildSDiv(b, a, c, "") : LLVMBuildUDiv(b, a, c, "");
+            break;
+        case IR_OP_REM:
+            r = fl ? LLVMBuildFRem(b, a, c, "") : sg ? LLVMBuildSRem(b, a, c, "") : LLVMBuildURem(b, a, c, "");
+            break;
         case IR_OP_MIN: r = intr2(x, fl ? "llvm.minnum" : sg ? "llvm.smin" : "llvm.umin", s, n, a, c); break;
         case IR_OP_MAX: r = intr2(x, fl ? "llvm.maxnum" : sg ? "llvm.smax" : "llvm.umax", s, n, a, c); break;
         case IR_OP_AND: r = LLVMBuildAnd(b, a, c, ""); break;
@@ -290,7 +303,8 @@ void ptx_emit_cmp(ptx_ctx *x, const ir_inst *in) {
     ir_scalar s;
     uint32_t n;
     if (!ptx_tinfo(x, ir_type_of(x->k, in->operand[0]), &s, &n)) return;
-    static const LLVMRealPredicate F[6] = {LLVMRealOEQ, LLVMRealONE, LLVMRealOLT, LLVMRealOLE, LLVMRealOGT, LLVMRealOGE};
+    static const LLVMRealPredicate F[6] = {LLVMRealOEQ, LLVMRealONE, LLVMRealOLT,
+                                           LLVMRealOLE, LLVMRealOGT, LLVMRealOGE};
     static const LLVMIntPredicate S[6] = {LLVMIntEQ, LLVMIntNE, LLVMIntSLT, LLVMIntSLE, LLVMIntSGT, LLVMIntSGE};
     static const LLVMIntPredicate U[6] = {LLVMIntEQ, LLVMIntNE, LLVMIntULT, LLVMIntULE, LLVMIntUGT, LLVMIntUGE};
     int64_t c = in->imm[0];
@@ -318,7 +332,8 @@ static LLVMValueRef convert(ptx_ctx *x, ir_scalar from, ir_scalar to, uint32_t n
     }
     if (to == IR_BOOL) {
         LLVMValueRef zero = LLVMConstNull(ptx_t_rep(x, from, n));
-        return ir_scalar_is_float(from) ? LLVMBuildFCmp(b, LLVMRealUNE, v, zero, "") : LLVMBuildICmp(b, LLVMIntNE, v, zero, "");
+        return ir_scalar_is_float(from) ? LLVMBuildFCmp(b, LLVMRealUNE, v, zero, "")
+                                        : LLVMBuildICmp(b, LLVMIntNE, v, zero, "");
     }
     bool ff = ir_scalar_is_float(from), tf = ir_scalar_is_float(to);
     if (ff && tf) { /* from is exact in f32 already */

@@ -64,8 +64,10 @@ static LLVMValueRef shfl_scalar(ptx_ctx *x, bool bfly, ir_scalar s, LLVMValueRef
     case 64: {
         LLVMTypeRef i64 = LLVMInt64TypeInContext(x->lc);
         LLVMValueRef lo = shfl32(x, bfly, LLVMBuildTrunc(b, v, i32, ""), lane);
-        LLVMValueRef hi = shfl32(x, bfly, LLVMBuildTrunc(b, LLVMBuildLShr(b, v, LLVMConstInt(i64, 32, 0), ""), i32, ""), lane);
-        return LLVMBuildOr(b, LLVMBuildZExt(b, lo, i64, ""), LLVMBuildShl(b, LLVMBuildZExt(b, hi, i64, ""), LLVMConstInt(i64, 32, 0), ""), "");
+        LLVMValueRef hi =
+            shfl32(x, bfly, LLVMBuildTrunc(b, LLVMBuildLShr(b, v, LLVMConstInt(i64, 32, 0), ""), i32, ""), lane);
+        return LLVMBuildOr(b, LLVMBuildZExt(b, lo, i64, ""),
+                           LLVMBuildShl(b, LLVMBuildZExt(b, hi, i64, ""), LLVMConstInt(i64, 32, 0), ""), "");
     }
     default: /* i32/u32, and f32 registers (f32, and f16/bf16 held in f32) */
         if (t == i32) return shfl32(x, bfly, v, lane);
@@ -101,7 +103,8 @@ void ptx_emit_subgroup(ptx_ctx *x, const ir_inst *in) {
     uint32_t n;
     if (!ptx_tinfo(x, in->type, &s, &n)) return;
     if (reduce ? !x->c->subgroup_arith : !x->c->subgroup_shuffle) {
-        ptx_fail(x, reduce ? "subgroup reduce needs caps.subgroup_arith" : "subgroup shuffle/broadcast needs caps.subgroup_shuffle");
+        ptx_fail(x, reduce ? "subgroup reduce needs caps.subgroup_arith"
+                           : "subgroup shuffle/broadcast needs caps.subgroup_shuffle");
         return;
     }
     LLVMValueRef v = ptx_V(x, in->operand[0]);

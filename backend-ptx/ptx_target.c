@@ -2,6 +2,7 @@
  * and PTX ISA chosen from the caps, the O2 pipeline and the PTX text. */
 #include "backend-ptx/ptx_emit.h"
 #include "backend-ptx/ptx_internal.h"
+#include "base/error.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -27,10 +28,12 @@ static void init_nvptx(void) {
 /* The architectures LLVM 19's NVPTX target knows (sm_50 and up). */
 static const unsigned known_sm[] = {50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 89, 90};
 
-unsigned ptx_pick_sm(const rt_caps *c, char *why, size_t whylen) {
+unsigned ptx_pick_sm(const rt_caps *c, kiln_err *why) {
     unsigned cc = c->compute_capability ? c->compute_capability : 80;
     if (cc < known_sm[0]) {
-        if (why && whylen) snprintf(why, whylen, "compute capability %u.%u is below sm_50, which kiln's PTX needs", cc / 10, cc % 10);
+        if (why)
+            kiln_fail(why, KILN_ERR_UNSUPPORTED, "compute capability %u.%u is below sm_50, which kiln's PTX needs",
+                      cc / 10, cc % 10);
         return 0;
     }
     /* the newest known architecture not above the device's: PTX runs forward */
@@ -44,18 +47,18 @@ const char *ptx_target_arch(const rt_caps *c) {
     static const char *const names[] = {"sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70",
                                         "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90"};
     if (!c) return NULL;
-    unsigned sm = ptx_pick_sm(c, NULL, 0);
+    unsigned sm = ptx_pick_sm(c, NULL);
     for (size_t i = 0; i < sizeof known_sm / sizeof known_sm[0]; i++)
         if (known_sm[i] == sm) return names[i];
     return NULL;
 }
 
-static LLVMTargetMachineRef make_tm(unsigned sm, char *err, size_t errlen) {
+static LLVMTargetMachineRef make_tm(unsigned sm, kiln_err *err) {
     pthread_once(&init_once, init_nvptx);
     LLVMTargetRef t;
     char *msg = NULL;
     if (LLVMGetTargetFromTriple(TRIPLE, &t, &msg)) {
-        snprintf(err, errlen, "LLVM has no NVPTX target: %s", msg ? msg : "?");
+        kiln_fail(err, KILN_ERR_UNAVAILABLE, "LLVM has no NVPTX target: %s", msg ? msg : "?");
         LLVMDisposeMessage(msg);
         return NULL;
     }
@@ -63,12 +66,12 @@ static LLVMTargetMachineRef make_tm(unsigned sm, char *err, size_t errlen) {
     snprintf(cpu, sizeof cpu, "sm_%u", sm);
     LLVMTargetMachineRef tm = LLVMCreateTargetMachine(t, TRIPLE, cpu, PTX_FEATURES, LLVMCodeGenLevelDefault,
                                                       LLVMRelocDefault, LLVMCodeModelDefault);
-    if (!tm) snprintf(err, errlen, "LLVM could not create a target machine for %s", cpu);
+    if (!tm) kiln_fail(err, KILN_ERR_UNAVAILABLE, "LLVM could not create a target machine for %s", cpu);
     return tm;
 }
 
-int ptx_prepare_module(LLVMModuleRef m, unsigned sm, char *err, size_t errlen) {
-    LLVMTargetMachineRef tm = make_tm(sm, err, errlen);
+int ptx_prepare_module(LLVMModuleRef m, unsigned sm, kiln_err *err) {
+    LLVMTargetMachineRef tm = make_tm(sm, err);
     if (!tm) return -1;
     LLVMSetTarget(m, TRIPLE);
     LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(tm);
@@ -78,33 +81,33 @@ int ptx_prepare_module(LLVMModuleRef m, unsigned sm, char *err, size_t errlen) {
     return 0;
 }
 
-char *ptx_compile(LLVMModuleRef m, unsigned sm, char *err, size_t errlen) {
+char *ptx_compile(LLVMModuleRef m, unsigned sm, kiln_err *err) {
     char *msg = NULL;
     /* catches a lowering bug here as a message, before codegen could abort on it */
     if (LLVMVerifyModule(m, LLVMReturnStatusAction, &msg)) {
         char *nl = msg ? strchr(msg, '\n') : NULL;
         if (nl) *nl = 0;
-        snprintf(err, errlen, "internal: LLVM rejects the module: %s", msg ? msg : "?");
+        kiln_fail(err, KILN_ERR_INTERNAL, "internal: LLVM rejects the module: %s", msg ? msg : "?");
         LLVMDisposeMessage(msg);
         return NULL;
     }
     LLVMDisposeMessage(msg);
     msg = NULL;
-    LLVMTargetMachineRef tm = make_tm(sm, err, errlen);
+    LLVMTargetMachineRef tm = make_tm(sm, err);
     if (!tm) return NULL;
     LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
     LLVMErrorRef e = LLVMRunPasses(m, "default<O2>", tm, po);
     LLVMDisposePassBuilderOptions(po);
     if (e) {
         char *em = LLVMGetErrorMessage(e);
-        snprintf(err, errlen, "LLVM's O2 pipeline failed: %s", em ? em : "?");
+        kiln_fail(err, KILN_ERR_INTERNAL, "LLVM's O2 pipeline failed: %s", em ? em : "?");
         LLVMDisposeErrorMessage(em);
         LLVMDisposeTargetMachine(tm);
         return NULL;
     }
     LLVMMemoryBufferRef mb = NULL;
     if (LLVMTargetMachineEmitToMemoryBuffer(tm, m, LLVMAssemblyFile, &msg, &mb)) {
-        snprintf(err, errlen, "LLVM's NVPTX code generation failed: %s", msg ? msg : "?");
+        kiln_fail(err, KILN_ERR_INTERNAL, "LLVM's NVPTX code generation failed: %s", msg ? msg : "?");
         LLVMDisposeMessage(msg);
         LLVMDisposeTargetMachine(tm);
         return NULL;
@@ -113,7 +116,7 @@ char *ptx_compile(LLVMModuleRef m, unsigned sm, char *err, size_t errlen) {
     size_t n = LLVMGetBufferSize(mb);
     char *out = malloc(n + 1);
     if (!out) {
-        snprintf(err, errlen, "out of memory");
+        kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     } else {
         memcpy(out, LLVMGetBufferStart(mb), n);
         out[n] = 0;

@@ -214,7 +214,8 @@ int spv_b_finish(spv_builder *b, uint32_t version, uint32_t **out, size_t *n) {
     b->sec[SPV_SEC_CAPABILITY].n = 0;
     b->sec[SPV_SEC_EXTENSION].n = 0;
     for (size_t i = 0; i < b->n_caps; i++) spv_b_emit(b, SPV_SEC_CAPABILITY, SpvOpCapability, &b->caps[i], 1);
-    for (size_t i = 0; i < b->n_ext; i++) spv_b_emit_str(b, SPV_SEC_EXTENSION, SpvOpExtension, NULL, 0, b->ext[i], NULL, 0);
+    for (size_t i = 0; i < b->n_ext; i++)
+        spv_b_emit_str(b, SPV_SEC_EXTENSION, SpvOpExtension, NULL, 0, b->ext[i], NULL, 0);
     if (b->oom) return -1;
     size_t total = 5;
     for (int s = 0; s < SPV_SEC_COUNT; s++) total += b->sec[s].n;

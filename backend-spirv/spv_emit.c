@@ -4,6 +4,7 @@
 
 #include "backend-spirv/spv_internal.h"
 #include "backend-spirv/spv_khr.h"
+#include "base/error.h"
 #include "ir/lower.h"
 
 #include <math.h>
@@ -492,42 +493,42 @@ static ir_lower_opts lower_opts(const rt_caps *c) {
                            .f16 = {.in_f32 = !c->f16_arith, .arith = c->f16_arith, .round = true}};
 }
 
-ir_kernel *spv_lowered(const ir_kernel *k, const rt_caps *c, char *err, size_t errlen) {
-    if (err && errlen) err[0] = 0;
+ir_kernel *spv_lowered(const ir_kernel *k, const rt_caps *c, kiln_err *err) {
+    kiln_err_clear(err);
     if (!k || !c) {
-        if (err && errlen) snprintf(err, errlen, "spirv: no kernel or no caps");
+        if (err) kiln_fail(err, KILN_ERR_INVALID, "spirv: no kernel or no caps");
         return NULL;
     }
     ir_kernel *low = ir_kernel_clone(k);
     if (!low) {
-        if (err && errlen) snprintf(err, errlen, "spirv: kernel '%s': out of memory", ir_kernel_name(k));
+        if (err) kiln_fail(err, KILN_ERR_NOMEM, "spirv: kernel '%s': out of memory", ir_kernel_name(k));
         return NULL;
     }
     ir_lower_opts o = lower_opts(c);
-    char lerr[256];
-    if (ir_lower(low, &o, lerr, sizeof lerr)) {
-        if (err && errlen) snprintf(err, errlen, "spirv: kernel '%s': %s", ir_kernel_name(k), lerr);
+    kiln_err lerr = {0};
+    if (ir_lower(low, &o, &lerr)) {
+        if (err) kiln_err_wrap(err, &lerr, "spirv: kernel '%s'", ir_kernel_name(k));
         ir_kernel_destroy(low);
         return NULL;
     }
     return low;
 }
 
-int spv_emit(const ir_kernel *k, const rt_caps *c, spv_module *out, char *err, size_t errlen) {
-    if (err && errlen) err[0] = 0;
+int spv_emit(const ir_kernel *k, const rt_caps *c, spv_module *out, kiln_err *err) {
+    kiln_err_clear(err);
     if (!out) return -1;
     out->words = NULL;
     out->n = 0;
     if (!k || !c) {
-        if (err && errlen) snprintf(err, errlen, "spirv: no kernel or no caps");
+        if (err) kiln_fail(err, KILN_ERR_INVALID, "spirv: no kernel or no caps");
         return -1;
     }
-    char verr[256];
-    if (ir_verify(k, verr, sizeof verr)) {
-        if (err && errlen) snprintf(err, errlen, "spirv: kernel '%s' does not verify: %s", ir_kernel_name(k), verr);
+    kiln_err verr = {0};
+    if (ir_verify(k, &verr)) {
+        if (err) kiln_err_wrap(err, &verr, "spirv: kernel '%s' does not verify", ir_kernel_name(k));
         return -1;
     }
-    ir_kernel *low = spv_lowered(k, c, err, errlen);
+    ir_kernel *low = spv_lowered(k, c, err);
     if (!low) return -1;
     spv_ctx x;
     memset(&x, 0, sizeof x);
@@ -535,7 +536,7 @@ int spv_emit(const ir_kernel *k, const rt_caps *c, spv_module *out, char *err, s
     x.c = c;
     x.f16_native = c->f16_arith;
     spv_b_init(&x.b);
-    int rc = ir_emit_init(&x.e, low, "spirv", err, errlen) ? -1 : emit_module(&x, out);
+    int rc = ir_emit_init(&x.e, low, "spirv", err) ? -1 : emit_module(&x, out);
     if (x.b.oom && !x.e.failed) spv_fail(&x, "out of memory");
     if (x.e.failed) rc = -1;
     if (rc) spv_module_free(out);

@@ -32,6 +32,7 @@
 #ifndef KILN_BACKEND_SPIRV_SPV_EMIT_H
 #define KILN_BACKEND_SPIRV_SPV_EMIT_H
 
+#include "base/error.h"
 #include "ir/ir.h"
 #include "runtime/caps.h"
 
@@ -46,18 +47,18 @@ typedef struct spv_module {
 
 /* Emits k (which must pass ir_verify; spv_emit checks) for a device with caps c.
  * 0, or -1 with err (out is then empty). The same kernel and caps give the same words. */
-int spv_emit(const ir_kernel *k, const rt_caps *c, spv_module *out, char *err, size_t errlen);
+int spv_emit(const ir_kernel *k, const rt_caps *c, spv_module *out, kiln_err *err);
 void spv_module_free(spv_module *m);
 /* The kernel spv_emit emits for caps c: a copy of k after the IR's target rewrites
  * (ir/lower.h), for reading (kiln dump writes it as ROLE.lowered.ir). The caller
  * destroys it; NULL with a one-line err. */
-ir_kernel *spv_lowered(const ir_kernel *k, const rt_caps *c, char *err, size_t errlen);
+ir_kernel *spv_lowered(const ir_kernel *k, const rt_caps *c, kiln_err *err);
 
 /* SPIRV-Tools validation for Vulkan 1.3 (0, or -1 with the validator's message) and
  * disassembly (malloc'ed text, NULL on failure). These link SPIRV-Tools; Debian 12's
  * (2023.1) predates SPV_KHR_cooperative_matrix and SPV_KHR_bfloat16 and rejects modules
  * with fragments as unknown opcodes (tests/backend-spirv then use $KILN_SPIRV_VAL). */
-int spv_validate(const spv_module *m, char *err, size_t errlen);
+int spv_validate(const spv_module *m, kiln_err *err);
 char *spv_disassemble(const spv_module *m);
 /* Whether m declares a capability Debian 12's SPIRV-Tools (2023.1) predates (cooperative
  * matrices, bf16), so its validator cannot judge the module. */

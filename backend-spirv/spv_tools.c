@@ -1,31 +1,32 @@
 /* SPIRV-Tools glue: validation for Vulkan 1.3 and disassembly (spv_emit.h). Kept apart
  * from the emitter so that only these two functions pull in SPIRV-Tools. */
 #include "backend-spirv/spv_emit.h"
+#include "base/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <spirv-tools/libspirv.h>
 
-int spv_validate(const spv_module *m, char *err, size_t errlen) {
-    if (err && errlen) err[0] = 0;
+int spv_validate(const spv_module *m, kiln_err *err) {
+    kiln_err_clear(err);
     if (!m || !m->words || !m->n) {
-        if (err && errlen) snprintf(err, errlen, "spirv: empty module");
+        if (err) kiln_fail(err, KILN_ERR_INVALID, "spirv: empty module");
         return -1;
     }
     spv_context ctx = spvContextCreate(SPV_ENV_VULKAN_1_3);
     if (!ctx) {
-        if (err && errlen) snprintf(err, errlen, "spirv: cannot create a SPIRV-Tools context");
+        if (err) kiln_fail(err, KILN_ERR_UNAVAILABLE, "spirv: cannot create a SPIRV-Tools context");
         return -1;
     }
     spv_const_binary_t bin = {m->words, m->n};
     spv_diagnostic diag = NULL;
     spv_result_t r = spvValidate(ctx, &bin, &diag);
-    if (r != SPV_SUCCESS && err && errlen) {
+    if (r != SPV_SUCCESS && err) {
         if (diag && diag->error)
-            snprintf(err, errlen, "spirv-val: %s", diag->error);
+            kiln_fail(err, KILN_ERR_INTERNAL, "spirv-val: %s", diag->error);
         else
-            snprintf(err, errlen, "spirv-val: error %d", (int)r);
+            kiln_fail(err, KILN_ERR_INTERNAL, "spirv-val: error %d", (int)r);
     }
     spvDiagnosticDestroy(diag);
     spvContextDestroy(ctx);

@@ -8,6 +8,7 @@
 #include "backend-spirv/vk_instance.h"
 #include "backend-spirv/vk_khr.h"
 #include "backend-spirv/vk_probe.h"
+#include "base/error.h"
 #include "runtime/cache_dir.h"
 
 #include <stdio.h>
@@ -59,8 +60,8 @@ struct rt_recording {
     VkDescriptorPool pool;
 };
 
-static int vk_fail(char *err, size_t errlen, const char *what, VkResult r) {
-    snprintf(err, errlen, "vulkan: %s failed (VkResult %d)", what, (int)r);
+static int vk_fail(kiln_err *err, const char *what, VkResult r) {
+    kiln_fail(err, KILN_ERR_DEVICE, "vulkan: %s failed (VkResult %d)", what, (int)r);
     return -1;
 }
 
@@ -73,11 +74,11 @@ static int find_memory(const vk_dev *d, uint32_t bits, VkMemoryPropertyFlags wan
 }
 
 static int make_buffer(vk_dev *d, size_t size, VkBufferUsageFlags usage, VkMemoryPropertyFlags props, VkBuffer *buf,
-                       VkDeviceMemory *mem, char *err, size_t errlen) {
+                       VkDeviceMemory *mem, kiln_err *err) {
     VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = size ? size : 4, .usage = usage,
                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
     VkResult r = vkCreateBuffer(d->dev, &bi, NULL, buf);
-    if (r) return vk_fail(err, errlen, "vkCreateBuffer", r);
+    if (r) return vk_fail(err, "vkCreateBuffer", r);
     VkMemoryRequirements req;
     vkGetBufferMemoryRequirements(d->dev, *buf, &req);
     /* host memory the host reads back (logits, downloads) wants the CPU cache: reading
@@ -88,21 +89,22 @@ static int make_buffer(vk_dev *d, size_t size, VkBufferUsageFlags usage, VkMemor
     if (type < 0) type = find_memory(d, req.memoryTypeBits, props);
     if (type < 0) {
         vkDestroyBuffer(d->dev, *buf, NULL);
-        snprintf(err, errlen, "vulkan: no memory type for a %zu-byte buffer", size);
+        kiln_fail(err, KILN_ERR_UNSUPPORTED, "vulkan: no memory type for a %zu-byte buffer", size);
         return -1;
     }
     VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size,
                                .memoryTypeIndex = (uint32_t)type};
     if ((r = vkAllocateMemory(d->dev, &ai, NULL, mem))) {
         vkDestroyBuffer(d->dev, *buf, NULL);
-        snprintf(err, errlen, "vulkan: cannot allocate %zu bytes of device memory (VkResult %d)", size, (int)r);
+        kiln_fail(err, KILN_ERR_NOMEM, "vulkan: cannot allocate %zu bytes of device memory (VkResult %d)", size,
+                  (int)r);
         return -1;
     }
     vkBindBufferMemory(d->dev, *buf, *mem, 0);
     return 0;
 }
 
-static int ensure_staging(vk_dev *d, size_t n, char *err, size_t errlen) {
+static int ensure_staging(vk_dev *d, size_t n, kiln_err *err) {
     if (n <= d->staging_size) return 0;
     if (d->staging) {
         vkUnmapMemory(d->dev, d->staging_mem);
@@ -115,10 +117,10 @@ static int ensure_staging(vk_dev *d, size_t n, char *err, size_t errlen) {
     while (size < n) size *= 2;
     if (make_buffer(d, size, VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
                     VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, &d->staging,
-                    &d->staging_mem, err, errlen))
+                    &d->staging_mem, err))
         return -1;
     VkResult r = vkMapMemory(d->dev, d->staging_mem, 0, VK_WHOLE_SIZE, 0, &d->staging_map);
-    if (r) return vk_fail(err, errlen, "vkMapMemory", r);
+    if (r) return vk_fail(err, "vkMapMemory", r);
     d->staging_size = size;
     return 0;
 }
@@ -141,13 +143,13 @@ static VkResult wait_fence(vk_dev *d) {
     return vkWaitForFences(d->dev, 1, &d->fence, VK_TRUE, UINT64_MAX);
 }
 
-static int submit_once(vk_dev *d, void (*fn)(VkCommandBuffer, void *), void *ctx, char *err, size_t errlen) {
+static int submit_once(vk_dev *d, void (*fn)(VkCommandBuffer, void *), void *ctx, kiln_err *err) {
     VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
                                       .commandPool = d->cmd_pool, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
                                       .commandBufferCount = 1};
     VkCommandBuffer cb;
     VkResult r = vkAllocateCommandBuffers(d->dev, &ai, &cb);
-    if (r) return vk_fail(err, errlen, "vkAllocateCommandBuffers", r);
+    if (r) return vk_fail(err, "vkAllocateCommandBuffers", r);
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
     vkBeginCommandBuffer(cb, &bi);
@@ -158,7 +160,7 @@ static int submit_once(vk_dev *d, void (*fn)(VkCommandBuffer, void *), void *ctx
     r = vkQueueSubmit(d->queue, 1, &si, d->fence);
     if (!r) r = wait_fence(d);
     vkFreeCommandBuffers(d->dev, d->cmd_pool, 1, &cb);
-    return r ? vk_fail(err, errlen, "queue submit", r) : 0;
+    return r ? vk_fail(err, "queue submit", r) : 0;
 }
 
 typedef struct copy_job { VkBuffer src, dst; VkBufferCopy region; } copy_job;
@@ -168,15 +170,15 @@ static void record_copy(VkCommandBuffer cb, void *ctx) {
     vkCmdCopyBuffer(cb, j->src, j->dst, 1, &j->region);
 }
 
-static rt_buffer *alloc_buffer(vk_dev *d, size_t bytes, bool host, char *err, size_t errlen) {
+static rt_buffer *alloc_buffer(vk_dev *d, size_t bytes, bool host, kiln_err *err) {
     rt_buffer *b = calloc(1, sizeof *b);
-    if (!b) return snprintf(err, errlen, "out of memory"), NULL;
+    if (!b) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
     VkMemoryPropertyFlags props = host ? VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
                                        : VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
     if (make_buffer(d, bytes,
                     VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                         VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-                    props, &b->buf, &b->mem, err, errlen)) {
+                    props, &b->buf, &b->mem, err)) {
         free(b);
         return NULL;
     }
@@ -185,18 +187,18 @@ static rt_buffer *alloc_buffer(vk_dev *d, size_t bytes, bool host, char *err, si
         vkDestroyBuffer(d->dev, b->buf, NULL);
         vkFreeMemory(d->dev, b->mem, NULL);
         free(b);
-        return vk_fail(err, errlen, "vkMapMemory", r), NULL;
+        return vk_fail(err, "vkMapMemory", r), NULL;
     }
     b->size = bytes;
     return b;
 }
 
-static rt_buffer *vk_alloc(rt_device *base, size_t bytes, char *err, size_t errlen) {
-    return alloc_buffer((vk_dev *)base, bytes, false, err, errlen);
+static rt_buffer *vk_alloc(rt_device *base, size_t bytes, kiln_err *err) {
+    return alloc_buffer((vk_dev *)base, bytes, false, err);
 }
 
-static rt_buffer *vk_alloc_host(rt_device *base, size_t bytes, char *err, size_t errlen) {
-    return alloc_buffer((vk_dev *)base, bytes, true, err, errlen);
+static rt_buffer *vk_alloc_host(rt_device *base, size_t bytes, kiln_err *err) {
+    return alloc_buffer((vk_dev *)base, bytes, true, err);
 }
 
 static size_t vk_size(rt_device *base, const rt_buffer *b) {
@@ -213,33 +215,33 @@ static void vk_release(rt_device *base, rt_buffer *b) {
     free(b);
 }
 
-static int check_range(const rt_buffer *b, size_t off, size_t n, char *err, size_t errlen) {
+static int check_range(const rt_buffer *b, size_t off, size_t n, kiln_err *err) {
     if (off > b->size || n > b->size - off) {
-        snprintf(err, errlen, "copy of %zu bytes at %zu is outside a %zu-byte buffer", n, off, b->size);
+        kiln_fail(err, KILN_ERR_INVALID, "copy of %zu bytes at %zu is outside a %zu-byte buffer", n, off, b->size);
         return -1;
     }
     return 0;
 }
 
-static int vk_upload(rt_device *base, rt_buffer *b, size_t off, const void *src, size_t n, char *err, size_t errlen) {
+static int vk_upload(rt_device *base, rt_buffer *b, size_t off, const void *src, size_t n, kiln_err *err) {
     vk_dev *d = (vk_dev *)base;
-    if (check_range(b, off, n, err, errlen)) return -1;
+    if (check_range(b, off, n, err)) return -1;
     if (b->map) return memcpy((char *)b->map + off, src, n), 0; /* no replay is in flight: calls wait */
-    if (ensure_staging(d, n, err, errlen)) return -1;
+    if (ensure_staging(d, n, err)) return -1;
     if (!n) return 0;
     memcpy(d->staging_map, src, n);
     copy_job j = {d->staging, b->buf, {0, off, n}};
-    return submit_once(d, record_copy, &j, err, errlen);
+    return submit_once(d, record_copy, &j, err);
 }
 
-static int vk_download(rt_device *base, rt_buffer *b, size_t off, void *dst, size_t n, char *err, size_t errlen) {
+static int vk_download(rt_device *base, rt_buffer *b, size_t off, void *dst, size_t n, kiln_err *err) {
     vk_dev *d = (vk_dev *)base;
-    if (check_range(b, off, n, err, errlen)) return -1;
+    if (check_range(b, off, n, err)) return -1;
     if (b->map) return memcpy(dst, (char *)b->map + off, n), 0;
-    if (ensure_staging(d, n, err, errlen)) return -1;
+    if (ensure_staging(d, n, err)) return -1;
     if (!n) return 0;
     copy_job j = {b->buf, d->staging, {off, 0, n}};
-    if (submit_once(d, record_copy, &j, err, errlen)) return -1;
+    if (submit_once(d, record_copy, &j, err)) return -1;
     memcpy(dst, d->staging_map, n);
     return 0;
 }
@@ -257,19 +259,18 @@ static void vk_release_kernel(rt_device *base, rt_kernel *k) {
     free(k);
 }
 
-static rt_kernel *vk_compile(rt_device *base, const ir_kernel *ir, const double *spec_values, char *err,
-                             size_t errlen) {
+static rt_kernel *vk_compile(rt_device *base, const ir_kernel *ir, const double *spec_values, kiln_err *err) {
     vk_dev *d = (vk_dev *)base;
-    if (ir_verify(ir, err, errlen)) return NULL;
+    if (ir_verify(ir, err)) return NULL;
     spv_module m = {0};
-    if (spv_emit(ir, &base->caps, &m, err, errlen)) return NULL;
+    if (spv_emit(ir, &base->caps, &m, err)) return NULL;
     rt_kernel *k = calloc(1, sizeof *k);
     uint32_t np = ir_n_params(ir), ns = ir_n_specs(ir);
     VkDescriptorSetLayoutBinding *binds = calloc(np ? np : 1, sizeof *binds);
     VkSpecializationMapEntry *entries = calloc(ns ? ns : 1, sizeof *entries);
     uint32_t *spec_data = calloc(ns ? ns : 1, sizeof *spec_data);
     if (!k || !binds || !entries || !spec_data || !(k->is_buffer = calloc(np ? np : 1, sizeof *k->is_buffer))) {
-        snprintf(err, errlen, "out of memory");
+        kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
         goto fail;
     }
     k->n_params = np;
@@ -302,13 +303,13 @@ static rt_kernel *vk_compile(rt_device *base, const ir_kernel *ir, const double 
                                    .pCode = m.words};
     VkResult r = vkCreateShaderModule(d->dev, &mi, NULL, &k->module);
     if (r) {
-        vk_fail(err, errlen, "vkCreateShaderModule", r);
+        vk_fail(err, "vkCreateShaderModule", r);
         goto fail;
     }
     VkDescriptorSetLayoutCreateInfo li = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
                                           .bindingCount = k->n_buffers, .pBindings = binds};
     if ((r = vkCreateDescriptorSetLayout(d->dev, &li, NULL, &k->set_layout))) {
-        vk_fail(err, errlen, "vkCreateDescriptorSetLayout", r);
+        vk_fail(err, "vkCreateDescriptorSetLayout", r);
         goto fail;
     }
     VkPushConstantRange pc = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = 4 * k->n_scalars};
@@ -316,7 +317,7 @@ static rt_kernel *vk_compile(rt_device *base, const ir_kernel *ir, const double 
                                       .pSetLayouts = &k->set_layout, .pushConstantRangeCount = k->n_scalars ? 1 : 0,
                                       .pPushConstantRanges = &pc};
     if ((r = vkCreatePipelineLayout(d->dev, &pli, NULL, &k->layout))) {
-        vk_fail(err, errlen, "vkCreatePipelineLayout", r);
+        vk_fail(err, "vkCreatePipelineLayout", r);
         goto fail;
     }
     VkSpecializationInfo si = {.mapEntryCount = ns, .pMapEntries = entries, .dataSize = 4 * ns, .pData = spec_data};
@@ -333,7 +334,7 @@ static rt_kernel *vk_compile(rt_device *base, const ir_kernel *ir, const double 
                   .pSpecializationInfo = ns ? &si : NULL},
         .layout = k->layout};
     if ((r = vkCreateComputePipelines(d->dev, d->cache, 1, &ci, NULL, &k->pipeline))) {
-        vk_fail(err, errlen, "vkCreateComputePipelines", r);
+        vk_fail(err, "vkCreateComputePipelines", r);
         goto fail;
     }
     free(binds);
@@ -352,15 +353,15 @@ fail:
 
 /* ---- launches ------------------------------------------------------------------------ */
 
-static int check_launch(const rt_launch *l, char *err, size_t errlen) {
-    if (!l->kernel) return snprintf(err, errlen, "launch without a kernel"), -1;
-    return rt_check_launch(l, l->kernel->n_params, l->kernel->is_buffer, err, errlen);
+static int check_launch(const rt_launch *l, kiln_err *err) {
+    if (!l->kernel) return kiln_fail(err, KILN_ERR_INVALID, "launch without a kernel"), -1;
+    return rt_check_launch(l, l->kernel->n_params, l->kernel->is_buffer, err);
 }
 
 /* Records launches into cb, with descriptor sets from pool, and a barrier after each so
  * the next launch sees its writes. */
 static int record_launches(vk_dev *d, VkCommandBuffer cb, VkDescriptorPool pool, const rt_launch *l, uint32_t n,
-                           char *err, size_t errlen) {
+                           kiln_err *err) {
     for (uint32_t i = 0; i < n; i++) {
         const rt_kernel *k = l[i].kernel;
         VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
@@ -368,11 +369,12 @@ static int record_launches(vk_dev *d, VkCommandBuffer cb, VkDescriptorPool pool,
                                           .pSetLayouts = &k->set_layout};
         VkDescriptorSet set;
         VkResult r = vkAllocateDescriptorSets(d->dev, &ai, &set);
-        if (r) return vk_fail(err, errlen, "vkAllocateDescriptorSets", r);
+        if (r) return vk_fail(err, "vkAllocateDescriptorSets", r);
         uint32_t push[64], nb = 0, nsc = 0;
         VkDescriptorBufferInfo infos[64];
         VkWriteDescriptorSet writes[64];
-        if (k->n_buffers > 64 || k->n_scalars > 64) return snprintf(err, errlen, "too many kernel parameters"), -1;
+        if (k->n_buffers > 64 || k->n_scalars > 64)
+            return kiln_fail(err, KILN_ERR_INVALID, "too many kernel parameters"), -1;
         for (uint32_t a = 0; a < l[i].n_args; a++) {
             if (k->is_buffer[a]) {
                 infos[nb] = (VkDescriptorBufferInfo){l[i].args[a].buf->buf, 0, VK_WHOLE_SIZE};
@@ -414,15 +416,15 @@ static void vk_release_recording(rt_device *base, rt_recording *r) {
     free(r);
 }
 
-static rt_recording *vk_record(rt_device *base, const rt_launch *l, uint32_t n, char *err, size_t errlen) {
+static rt_recording *vk_record(rt_device *base, const rt_launch *l, uint32_t n, kiln_err *err) {
     vk_dev *d = (vk_dev *)base;
     uint32_t n_bufs = 0;
     for (uint32_t i = 0; i < n; i++) {
-        if (check_launch(&l[i], err, errlen)) return NULL;
+        if (check_launch(&l[i], err)) return NULL;
         n_bufs += l[i].kernel->n_buffers;
     }
     rt_recording *rec = calloc(1, sizeof *rec);
-    if (!rec) return snprintf(err, errlen, "out of memory"), NULL;
+    if (!rec) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
     VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, n_bufs ? n_bufs : 1};
     VkDescriptorPoolCreateInfo pi = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = n ? n : 1,
                                      .poolSizeCount = 1, .pPoolSizes = &ps};
@@ -432,13 +434,13 @@ static rt_recording *vk_record(rt_device *base, const rt_launch *l, uint32_t n, 
                                       .commandBufferCount = 1};
     if (!r) r = vkAllocateCommandBuffers(d->dev, &ai, &rec->cmd);
     if (r) {
-        vk_fail(err, errlen, "creating a recording", r);
+        vk_fail(err, "creating a recording", r);
         vk_release_recording(base, rec);
         return NULL;
     }
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     vkBeginCommandBuffer(rec->cmd, &bi);
-    int rc = record_launches(d, rec->cmd, rec->pool, l, n, err, errlen);
+    int rc = record_launches(d, rec->cmd, rec->pool, l, n, err);
     vkEndCommandBuffer(rec->cmd);
     if (rc) {
         vk_release_recording(base, rec);
@@ -447,19 +449,19 @@ static rt_recording *vk_record(rt_device *base, const rt_launch *l, uint32_t n, 
     return rec;
 }
 
-static int vk_replay(rt_device *base, rt_recording *rec, char *err, size_t errlen) {
+static int vk_replay(rt_device *base, rt_recording *rec, kiln_err *err) {
     vk_dev *d = (vk_dev *)base;
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &rec->cmd};
     vkResetFences(d->dev, 1, &d->fence);
     VkResult r = vkQueueSubmit(d->queue, 1, &si, d->fence);
     if (!r) r = wait_fence(d);
-    return r ? vk_fail(err, errlen, "replay", r) : 0;
+    return r ? vk_fail(err, "replay", r) : 0;
 }
 
-static int vk_run(rt_device *base, const rt_launch *l, uint32_t n, char *err, size_t errlen) {
-    rt_recording *rec = vk_record(base, l, n, err, errlen);
+static int vk_run(rt_device *base, const rt_launch *l, uint32_t n, kiln_err *err) {
+    rt_recording *rec = vk_record(base, l, n, err);
     if (!rec) return -1;
-    int rc = vk_replay(base, rec, err, errlen);
+    int rc = vk_replay(base, rec, err);
     vk_release_recording(base, rec);
     return rc;
 }
@@ -499,7 +501,8 @@ static void cache_open(vk_dev *d) {
 
 static void cache_save(vk_dev *d) {
     size_t n = 0;
-    if (!d->cache || !d->cache_path[0] || vkGetPipelineCacheData(d->dev, d->cache, &n, NULL) != VK_SUCCESS || !n) return;
+    if (!d->cache || !d->cache_path[0] || vkGetPipelineCacheData(d->dev, d->cache, &n, NULL) != VK_SUCCESS || !n)
+        return;
     void *data = malloc(n);
     if (data && vkGetPipelineCacheData(d->dev, d->cache, &n, data) == VK_SUCCESS)
         rt_cache_write(d->cache_path, data, n);
@@ -531,25 +534,25 @@ static const rt_device_ops vk_ops = {vk_alloc,  vk_alloc_host, vk_release,    vk
                                      vk_compile, vk_release_kernel, vk_run, vk_record, vk_replay, vk_release_recording,
                                      vk_destroy};
 
-rt_device *vk_device_open(uint32_t index, const char *caps_override, char *err, size_t errlen) {
+rt_device *vk_device_open(uint32_t index, const char *caps_override, kiln_err *err) {
     rt_caps all[16];
     uint32_t n = 0;
-    if (vk_probe_devices(all, 16, &n, err, errlen) || index >= n) {
-        if (index >= n) snprintf(err, errlen, "no Vulkan device vulkan:%u (%u found)", index, n);
+    if (vk_probe_devices(all, 16, &n, err) || index >= n) {
+        if (index >= n) kiln_fail(err, KILN_ERR_UNAVAILABLE, "no Vulkan device vulkan:%u (%u found)", index, n);
         return NULL;
     }
     vk_dev *d = calloc(1, sizeof *d);
-    if (!d) return snprintf(err, errlen, "out of memory"), NULL;
+    if (!d) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
     d->base.ops = &vk_ops;
     d->base.caps = all[index];
     snprintf(d->base.label, sizeof d->base.label, "vulkan:%u", index);
     rt_caps *c = &d->base.caps;
-    if (caps_override && rt_caps_override(c, caps_override, err, errlen)) goto fail;
+    if (caps_override && rt_caps_override(c, caps_override, err)) goto fail;
     rt_debug_from_list(&d->base.debug, caps_override);
 
     VkResult r = vk_instance(&d->instance, NULL);
     if (r) {
-        vk_fail(err, errlen, "vkCreateInstance", r);
+        vk_fail(err, "vkCreateInstance", r);
         goto fail;
     }
     uint32_t np = 0;
@@ -558,7 +561,7 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, char *err, 
     if (np > 16) np = 16;
     vkEnumeratePhysicalDevices(d->instance, &np, phys);
     if (index >= np) {
-        snprintf(err, errlen, "no Vulkan device vulkan:%u", index);
+        kiln_fail(err, KILN_ERR_UNAVAILABLE, "no Vulkan device vulkan:%u", index);
         goto fail;
     }
     d->phys = phys[index];
@@ -575,14 +578,16 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, char *err, 
     for (uint32_t i = 0; i < nq && d->queue_family == UINT32_MAX; i++)
         if (qf[i].queueFlags & VK_QUEUE_COMPUTE_BIT) d->queue_family = i;
     if (d->queue_family == UINT32_MAX) {
-        snprintf(err, errlen, "vulkan:%u has no compute queue", index);
+        kiln_fail(err, KILN_ERR_UNSUPPORTED, "vulkan:%u has no compute queue", index);
         goto fail;
     }
 
     /* Enable what the caps promise kernels (and nothing the device lacks). */
     VkPhysicalDeviceVulkan13Features f13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES};
-    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &f13};
-    VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, .pNext = &f12};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                            .pNext = &f13};
+    VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
+                                            .pNext = &f12};
     VkPhysicalDeviceFeatures2 have = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f11};
     vkGetPhysicalDeviceFeatures2(d->phys, &have);
     VkPhysicalDeviceVulkan13Features e13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
@@ -641,10 +646,14 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, char *err, 
     float prio = 1.0f;
     VkDeviceQueueCreateInfo qi = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                   .queueFamilyIndex = d->queue_family, .queueCount = 1, .pQueuePriorities = &prio};
-    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &want, .queueCreateInfoCount = 1,
-                              .pQueueCreateInfos = &qi, .enabledExtensionCount = n_ext, .ppEnabledExtensionNames = exts};
+    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                              .pNext = &want,
+                              .queueCreateInfoCount = 1,
+                              .pQueueCreateInfos = &qi,
+                              .enabledExtensionCount = n_ext,
+                              .ppEnabledExtensionNames = exts};
     if ((r = vkCreateDevice(d->phys, &dci, NULL, &d->dev))) {
-        vk_fail(err, errlen, "vkCreateDevice", r);
+        vk_fail(err, "vkCreateDevice", r);
         goto fail;
     }
     vkGetDeviceQueue(d->dev, d->queue_family, 0, &d->queue);
@@ -652,8 +661,9 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, char *err, 
                                    .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
                                    .queueFamilyIndex = d->queue_family};
     VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    if ((r = vkCreateCommandPool(d->dev, &cpi, NULL, &d->cmd_pool)) || (r = vkCreateFence(d->dev, &fi, NULL, &d->fence))) {
-        vk_fail(err, errlen, "creating the command pool", r);
+    if ((r = vkCreateCommandPool(d->dev, &cpi, NULL, &d->cmd_pool)) ||
+        (r = vkCreateFence(d->dev, &fi, NULL, &d->fence))) {
+        vk_fail(err, "creating the command pool", r);
         goto fail;
     }
     cache_open(d);

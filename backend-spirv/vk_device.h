@@ -3,10 +3,11 @@
 #ifndef KILN_BACKEND_SPIRV_VK_DEVICE_H
 #define KILN_BACKEND_SPIRV_VK_DEVICE_H
 
+#include "base/error.h"
 #include "runtime/device.h"
 
 /* Opens Vulkan physical device `index` (vulkan:N). caps_override is a --caps list (NULL
  * for none). NULL with err when there is no such device or it cannot be used. */
-rt_device *vk_device_open(uint32_t index, const char *caps_override, char *err, size_t errlen);
+rt_device *vk_device_open(uint32_t index, const char *caps_override, kiln_err *err);
 
 #endif

@@ -5,6 +5,7 @@
 
 #include "backend-spirv/vk_instance.h"
 #include "backend-spirv/vk_khr.h"
+#include "base/error.h"
 #include "ir/ir.h"
 
 #include <stdarg.h>
@@ -18,13 +19,16 @@ typedef VkResult(VKAPI_PTR *vkp_get_coopmat_fn)(VkPhysicalDevice, uint32_t *, vk
 
 /* ---- small helpers ----------------------------------------------------------------------- */
 
-static void note(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void note(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
+/* Why there are fewer devices than asked for (no driver, none found, some left out): a
+ * note with a 0 return, coded unavailable. */
+static void note(kiln_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(kiln_err *err, const char *fmt, ...) {
+    if (!err) return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
+    vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
+    err->code = KILN_ERR_UNAVAILABLE;
 }
 
 static const char *result_name(VkResult r) {
@@ -178,7 +182,8 @@ static int probe_one(VkInstance inst, uint32_t inst_api, VkPhysicalDevice pd, rt
     vkp_coopmat_device_props cmp = {.sType = VKP_STYPE_COOPMAT_DEVICE_PROPERTIES};
     VkPhysicalDeviceShaderSMBuiltinsPropertiesNV nvsm = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
-    VkPhysicalDeviceShaderCorePropertiesAMD amd = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD};
+    VkPhysicalDeviceShaderCorePropertiesAMD amd = {.sType =
+                                                       VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD};
     VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
     void **tail = &p2.pNext;
     if (v11) {
@@ -251,7 +256,8 @@ static int probe_one(VkInstance inst, uint32_t inst_api, VkPhysicalDevice pd, rt
                               (sg.supportedOperations & VK_SUBGROUP_FEATURE_BALLOT_BIT);
         /* Other sizes only where a compute pipeline may ask for them. */
         if (x_sgsc && sgscf.subgroupSizeControl && (sgsc.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
-            sgsc.minSubgroupSize && sgsc.minSubgroupSize <= sg.subgroupSize && sgsc.maxSubgroupSize >= sg.subgroupSize) {
+            sgsc.minSubgroupSize && sgsc.minSubgroupSize <= sg.subgroupSize &&
+            sgsc.maxSubgroupSize >= sg.subgroupSize) {
             c->subgroup_min = sgsc.minSubgroupSize;
             c->subgroup_max = sgsc.maxSubgroupSize;
         }
@@ -307,17 +313,17 @@ static int probe_one(VkInstance inst, uint32_t inst_api, VkPhysicalDevice pd, rt
 
 /* ---- all devices ------------------------------------------------------------------------- */
 
-int vk_probe_devices(rt_caps *out, uint32_t max, uint32_t *n, char *err, size_t errlen) {
-    if (err && errlen) err[0] = '\0';
-    if (!n || (!out && max)) return note(err, errlen, "vk_probe_devices: no place for the results"), -1;
+int vk_probe_devices(rt_caps *out, uint32_t max, uint32_t *n, kiln_err *err) {
+    kiln_err_clear(err);
+    if (!n || (!out && max)) return kiln_fail(err, KILN_ERR_INVALID, "vk_probe_devices: no place for the results");
     *n = 0;
 
     VkInstance inst = VK_NULL_HANDLE;
     uint32_t want = 0;
     VkResult r = vk_instance(&inst, &want);
     if (r == VK_ERROR_OUT_OF_HOST_MEMORY)
-        return note(err, errlen, "vkCreateInstance: %s", result_name(r)), -1;
-    if (r != VK_SUCCESS) return note(err, errlen, "no Vulkan devices: vkCreateInstance: %s", result_name(r)), 0;
+        return kiln_fail(err, KILN_ERR_DEVICE, "vkCreateInstance: %s", result_name(r));
+    if (r != VK_SUCCESS) return note(err, "no Vulkan devices: vkCreateInstance: %s", result_name(r)), 0;
 
     int rc = 0;
     uint32_t npd = 0;
@@ -336,23 +342,23 @@ int vk_probe_devices(rt_caps *out, uint32_t max, uint32_t *n, char *err, size_t 
         if (r != VK_INCOMPLETE) break;
     }
     if (r == VK_ERROR_OUT_OF_HOST_MEMORY) {
-        note(err, errlen, "vkEnumeratePhysicalDevices: %s", result_name(r));
+        kiln_fail(err, KILN_ERR_NOMEM, "vkEnumeratePhysicalDevices: %s", result_name(r));
         rc = -1;
     } else if (r != VK_SUCCESS) {
-        note(err, errlen, "no Vulkan devices: vkEnumeratePhysicalDevices: %s", result_name(r));
+        note(err, "no Vulkan devices: vkEnumeratePhysicalDevices: %s", result_name(r));
     } else if (!npd) {
-        note(err, errlen, "no Vulkan devices: the loader found no physical device");
+        note(err, "no Vulkan devices: the loader found no physical device");
     } else {
         uint32_t take = min_u32(npd, max);
         for (uint32_t i = 0; i < take && !rc; i++) {
             if (probe_one(inst, want, pds[i], &out[i])) {
-                note(err, errlen, "probing Vulkan device %u: out of host memory", i);
+                note(err, "probing Vulkan device %u: out of host memory", i);
                 rc = -1;
             }
         }
         if (!rc) {
             *n = take;
-            if (npd > take) note(err, errlen, "%u Vulkan devices, only the first %u probed", npd, take);
+            if (npd > take) note(err, "%u Vulkan devices, only the first %u probed", npd, take);
         }
     }
     free(pds);

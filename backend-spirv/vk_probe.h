@@ -3,6 +3,7 @@
 #ifndef KILN_BACKEND_SPIRV_VK_PROBE_H
 #define KILN_BACKEND_SPIRV_VK_PROBE_H
 
+#include "base/error.h"
 #include "runtime/caps.h"
 
 #include <stddef.h>
@@ -13,6 +14,6 @@
  * the caller to print; err also notes devices left out past max. err is "" when there is
  * nothing to say. Returns -1 (with err) only on bad arguments or when the host runs out
  * of memory. */
-int vk_probe_devices(rt_caps *out, uint32_t max, uint32_t *n, char *err, size_t errlen);
+int vk_probe_devices(rt_caps *out, uint32_t max, uint32_t *n, kiln_err *err);
 
 #endif

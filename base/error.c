@@ -15,7 +15,8 @@ int kiln_fail(kiln_err *e, kiln_code code, const char *fmt, ...) {
 }
 
 int kiln_fail_oom(kiln_err *e, const char *what) {
-    return what ? kiln_fail(e, KILN_ERR_NOMEM, "out of memory %s", what) : kiln_fail(e, KILN_ERR_NOMEM, "out of memory");
+    return what ? kiln_fail(e, KILN_ERR_NOMEM, "out of memory %s", what)
+                : kiln_fail(e, KILN_ERR_NOMEM, "out of memory");
 }
 
 int kiln_err_prefix(kiln_err *e, const char *fmt, ...) {

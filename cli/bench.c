@@ -137,7 +137,8 @@ static int parse_own_flag(bench_opts *o, int argc, char **argv, int *i) {
         break;
     case 3:
         dev_label dl;
-        if (!dev_parse(v, false, &dl)) return cli_usage_error(usage, "--device %s: expected cpu, cuda:N or vulkan:N", v), -1;
+        if (!dev_parse(v, false, &dl))
+            return cli_usage_error(usage, "--device %s: expected cpu, cuda:N or vulkan:N", v), -1;
         if (o->n_dev == MAX_DEVICES) return cli_usage_error(usage, "at most %d --device flags", MAX_DEVICES), -1;
         snprintf(o->devices[o->n_dev++], sizeof o->devices[0], "%s", v);
         break;
@@ -192,9 +193,10 @@ static int parse_args(bench_opts *o, int argc, char **argv, bool *help) {
 static int default_devices(bench_opts *o) {
     dev_found found[1 + 2 * DEV_MAX_PER_BACKEND];
     uint32_t n = 0;
-    char note[640], why[320];
-    if (dev_enumerate(found, sizeof found / sizeof found[0], &n, true, note, sizeof note, why, sizeof why))
-        return cli_fail("%s", why);
+    char note[640];
+    kiln_err why;
+    if (dev_enumerate(found, sizeof found / sizeof found[0], &n, true, note, sizeof note, &why))
+        return cli_fail("%s", why.msg);
     if (note[0]) progress("%s", note);
     for (uint32_t i = 0; i < n && o->n_dev < MAX_DEVICES; i++)
         snprintf(o->devices[o->n_dev++], sizeof o->devices[0], "%s", found[i].label);
@@ -382,7 +384,7 @@ static int bench_device(const bench_opts *o, const char *label, device_result *d
     r.e = NULL;
     if (mo.dev) {
         progress("%s: measuring bandwidth and matrix rate", label);
-        if (measure_device(mo.dev, &d->meas, r.err.msg, sizeof r.err.msg)) {
+        if (measure_device(mo.dev, &d->meas, &r.err)) {
             rc = cli_fail("%s", r.err.msg);
             goto out;
         }

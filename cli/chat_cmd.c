@@ -1,8 +1,8 @@
 /* kiln chat MODEL: an interactive multi-turn chat through the model's chat template.
  * The whole conversation is rendered each turn, and the session evaluates only the
  * tokens its KV cache does not already hold. */
-#include "cli/cli.h"
 #include "base/error.h"
+#include "cli/cli.h"
 #include "cli/model_opts.h"
 #include "generate/generate.h"
 #include "text/chat.h"
@@ -52,7 +52,8 @@ static int pick_family(const char *src, const char *name, chat_family *f) {
     }
     if (!src) return cli_fail("the model has no tokenizer.chat_template: name one with --chat-template NAME");
     int k = chat_detect(src);
-    if (k < 0) return cli_fail("the model's chat template is not one kiln recognizes: name one with --chat-template NAME");
+    if (k < 0)
+        return cli_fail("the model's chat template is not one kiln recognizes: name one with --chat-template NAME");
     *f = (chat_family)k;
     return 0;
 }

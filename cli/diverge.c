@@ -1,8 +1,8 @@
 /* kiln diverge MODEL: greedy decoding on the reference oracle and on each device, side by
  * side, with a verdict per device (diverge/diverge.h does the analysis and writes the
  * reports; this file parses flags, reads prompts and opens the engines). */
-#include "cli/cli.h"
 #include "base/error.h"
+#include "cli/cli.h"
 #include "devices/devices.h"
 #include "diverge/diverge.h"
 #include "oracle/oracle.h"
@@ -74,11 +74,12 @@ static int parse_flag(opts *o, int argc, char **argv, int *i) {
     const char *v = cli_flag_value(argc, argv, i);
     if (!v) return cli_usage_error(usage, "%s needs a value", a);
     uint64_t u;
-    char msg[256];
+    kiln_err msg = {0};
     switch (k) {
     case 0:
         dev_label dl;
-        if (!dev_parse(v, false, &dl)) return cli_usage_error(usage, "--device %s: expected cpu, vulkan:N or cuda:N", v);
+        if (!dev_parse(v, false, &dl))
+            return cli_usage_error(usage, "--device %s: expected cpu, vulkan:N or cuda:N", v);
         if (o->n_devices == MAX_DEVICES) return cli_usage_error(usage, "at most %d devices", MAX_DEVICES);
         o->devices[o->n_devices++] = v;
         break;
@@ -100,7 +101,7 @@ static int parse_flag(opts *o, int argc, char **argv, int *i) {
     case 5: o->json = v; break;
     case 6: o->html = v; break;
     case 7:
-        if (rt_caps_override_check(v, msg, sizeof msg)) return cli_usage_error(usage, "--caps: %s", msg);
+        if (rt_caps_override_check(v, &msg)) return cli_usage_error(usage, "--caps: %s", msg.msg);
         o->caps = v;
         break;
     }
@@ -177,8 +178,9 @@ typedef struct session {
 static void default_devices(session *s) {
     dev_found found[1 + 2 * DEV_MAX_PER_BACKEND];
     uint32_t n = 0;
-    char note[640], why[320];
-    dev_enumerate(found, sizeof found / sizeof found[0], &n, false, note, sizeof note, why, sizeof why);
+    char note[640];
+    kiln_err why;
+    dev_enumerate(found, sizeof found / sizeof found[0], &n, false, note, sizeof note, &why);
     for (uint32_t i = 0; i < n && s->n_dev < MAX_DEVICES; i++)
         snprintf(s->label_buf[s->n_dev++], sizeof s->label_buf[0], "%s", found[i].label);
 }
@@ -194,9 +196,9 @@ static int open_device(session *s, uint32_t i, const opts *o, uint32_t n_ctx) {
         oo.n_ctx = n_ctx;
         s->devs[i] = orc_create(s->m, &oo, &err);
     } else {
-        s->rt[i] = dev_open(dl, o->caps, err.msg, sizeof err.msg);
+        s->rt[i] = dev_open(dl, o->caps, &err);
         if (!s->rt[i]) return cli_fail("--device %s: %s", label, err.msg);
-        s->devs[i] = plan_create(s->m, s->rt[i], o->orc.dtype, n_ctx, 0, err.msg, sizeof err.msg);
+        s->devs[i] = plan_create(s->m, s->rt[i], o->orc.dtype, n_ctx, 0, &err);
     }
     if (!s->devs[i]) return cli_fail("%s on %s: %s", o->model, label, err.msg);
     s->names[i] = s->devs[i]->name;
@@ -242,7 +244,8 @@ static int tokenize_all(const session *s, const prompt_list *pl, tokenized *tk, 
     uint32_t longest = 0;
     for (uint32_t i = 0; i < pl->n; i++) {
         if (cli_tokenize_prompt(s->t, pl->text[i], strlen(pl->text[i]), true, &tk[i].ids, &tk[i].n)) return 1;
-        if (!tk[i].n) return cli_fail("prompt %u is empty and the model adds no BOS token: nothing to start from", i + 1);
+        if (!tk[i].n)
+            return cli_fail("prompt %u is empty and the model adds no BOS token: nothing to start from", i + 1);
         if (tk[i].n > longest) longest = tk[i].n;
     }
     uint64_t need = ((uint64_t)longest + n_steps + 63) / 64 * 64;

@@ -10,9 +10,9 @@
  *            defaults at --sm (default sm_80), less --caps. kiln never assembles PTX
  *            itself (the driver does): check it with ptxas if you have one. */
 #include "backend-ptx/cuda_probe.h"
-#include "base/error.h"
 #include "backend-ptx/ptx_emit.h"
 #include "backend-spirv/spv_emit.h"
+#include "base/error.h"
 #include "cli/cli.h"
 #include "devices/devices.h"
 #include "gguf/gguf.h"
@@ -63,16 +63,17 @@ static int write_lowered(dump_ctx *c, const char *role, ir_kernel *low) {
 }
 
 static void one_ptx(dump_ctx *c, const char *role, const ir_kernel *k) {
-    char err[1024], *ptx = NULL, *ll = NULL;
-    if (ptx_emit(k, c->caps, &ptx, &ll, err, sizeof err)) {
-        cli_fail("%s: %s", role, err);
+    char *ptx = NULL, *ll = NULL;
+    kiln_err err;
+    if (ptx_emit(k, c->caps, &ptx, &ll, &err)) {
+        cli_fail("%s: %s", role, err.msg);
         c->failed++;
         return;
     }
     char *text = ir_print(k);
     if (write_file(c->dir, role, "ptx", ptx, strlen(ptx)) || write_file(c->dir, role, "ll", ll, strlen(ll)) ||
         (text && write_file(c->dir, role, "ir", text, strlen(text))) ||
-        write_lowered(c, role, ptx_lowered(k, c->caps, err, sizeof err))) {
+        write_lowered(c, role, ptx_lowered(k, c->caps, &err))) {
         c->failed++;
     } else {
         c->written++;
@@ -90,24 +91,24 @@ static void one_kernel(void *ctx, const char *role, const ir_kernel *k) {
         return;
     }
     spv_module m = {0};
-    char err[1024];
-    if (spv_emit(k, c->caps, &m, err, sizeof err)) {
-        cli_fail("%s: %s", role, err);
+    kiln_err err = {0};
+    if (spv_emit(k, c->caps, &m, &err)) {
+        cli_fail("%s: %s", role, err.msg);
         c->failed++;
         return;
     }
     char *text = ir_print(k), *dis = spv_disassemble(&m);
     int bad = write_file(c->dir, role, "spv", m.words, m.n * 4) ||
               (text && write_file(c->dir, role, "ir", text, strlen(text))) ||
-              write_lowered(c, role, spv_lowered(k, c->caps, err, sizeof err)) ||
+              write_lowered(c, role, spv_lowered(k, c->caps, &err)) ||
               (dis && write_file(c->dir, role, "spvasm", dis, strlen(dis)));
     const char *status = "valid";
-    if (!bad && spv_validate(&m, err, sizeof err)) {
+    if (!bad && spv_validate(&m, &err)) {
         if (spv_needs_newer_tools(&m)) {
             status = "not validated (SPIRV-Tools too old for cooperative matrices / bf16)";
             c->unchecked++;
         } else {
-            cli_fail("%s: invalid module: %s", role, err);
+            cli_fail("%s: invalid module: %s", role, err.msg);
             bad = 1;
         }
     }
@@ -161,7 +162,7 @@ int cmd_dump(int argc, char **argv) {
         return cli_usage_error(usage, "--sm is sm_XX (50..120) with --ptx, not '%s'", sm);
     if (ptx && device && sm) return cli_usage_error(usage, "--sm or --device, not both");
     kiln_err err = {0};
-    if (caps_list && rt_caps_override_check(caps_list, err.msg, sizeof err.msg)) return cli_usage_error(usage, "%s", err.msg);
+    if (caps_list && rt_caps_override_check(caps_list, &err)) return cli_usage_error(usage, "%s", err.msg);
     const char *want = ptx ? "cuda:" : "vulkan:";
     dev_label dl = {ptx ? DEV_CUDA : DEV_VULKAN, 0};
     if (device && (!dev_parse(device, false, &dl) || dl.kind != (ptx ? DEV_CUDA : DEV_VULKAN)))
@@ -172,7 +173,7 @@ int cmd_dump(int argc, char **argv) {
     rt_debug_from_list(&dbg, caps_list);
     rt_device *dev = NULL;
     if (device) {
-        dev = dev_open(dl, caps_list, err.msg, sizeof err.msg);
+        dev = dev_open(dl, caps_list, &err);
         if (!dev) return cli_fail("%s", err.msg);
         caps = dev->caps;
         dev->ops->destroy(dev);
@@ -180,17 +181,17 @@ int cmd_dump(int argc, char **argv) {
         rt_caps_default(&caps, RT_CUDA);
         caps.compute_capability = (uint32_t)cc;
         cuda_caps_of_arch(&caps);
-        if (caps_list && rt_caps_override(&caps, caps_list, err.msg, sizeof err.msg)) return cli_usage_error(usage, "%s", err.msg);
+        if (caps_list && rt_caps_override(&caps, caps_list, &err)) return cli_usage_error(usage, "%s", err.msg);
     } else {
         rt_caps_default(&caps, RT_VULKAN);
         caps.storage16 = true;
-        if (caps_list && rt_caps_override(&caps, caps_list, err.msg, sizeof err.msg)) return cli_usage_error(usage, "%s", err.msg);
+        if (caps_list && rt_caps_override(&caps, caps_list, &err)) return cli_usage_error(usage, "%s", err.msg);
     }
     if (mkdir(dir, 0777) && errno != EEXIST) return cli_fail("cannot create %s: %s", dir, strerror(errno));
     model *m = model_load(path, &err);
     if (!m) return cli_fail("%s", err.msg);
     dump_ctx c = {dir, &caps, ptx, 0, 0, 0};
-    int rc = plan_each_kernel(m, &caps, &dbg, dtype, (uint32_t)n_ctx, one_kernel, &c, err.msg, sizeof err.msg);
+    int rc = plan_each_kernel(m, &caps, &dbg, dtype, (uint32_t)n_ctx, one_kernel, &c, &err);
     model_free(m);
     if (rc) return cli_fail("%s", err.msg);
     printf("%d kernels written to %s%s", c.written, dir, c.unchecked ? "" : "\n");

@@ -1,7 +1,7 @@
 /* kiln inspect FILE.gguf [--json]: what a GGUF holds, read from its header alone
  * (no weight byte is touched, so it answers at once on any size). */
-#include "cli/cli.h"
 #include "base/error.h"
+#include "cli/cli.h"
 #include "gguf/gguf.h"
 #include "model/arch.h"
 

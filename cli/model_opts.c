@@ -1,7 +1,7 @@
 #include "cli/model_opts.h"
 
-#include "cli/cli.h"
 #include "base/error.h"
+#include "cli/cli.h"
 #include "devices/devices.h"
 #include "model/engine_serial.h"
 #include "plan/plan.h"
@@ -69,8 +69,9 @@ int model_opts_check(model_opts *o, const char *usage) {
     if (o->sampling_set && !o->temp_set) o->samp.temperature = 0.8f;
     if (samp_params_check(&o->samp, &msg)) return cli_usage_error(usage, "%s", msg.msg);
     dev_label l;
-    if (!dev_parse(o->device, true, &l)) return cli_usage_error(usage, "--device %s: expected cpu, cuda:N, vulkan:N or auto", o->device);
-    if (o->caps && rt_caps_override_check(o->caps, msg.msg, sizeof msg.msg)) return cli_usage_error(usage, "--caps: %s", msg.msg);
+    if (!dev_parse(o->device, true, &l))
+        return cli_usage_error(usage, "--device %s: expected cpu, cuda:N, vulkan:N or auto", o->device);
+    if (o->caps && rt_caps_override_check(o->caps, &msg)) return cli_usage_error(usage, "--caps: %s", msg.msg);
     return 0;
 }
 
@@ -78,7 +79,7 @@ int model_opts_check(model_opts *o, const char *usage) {
 static int open_more(model_opts *o, const model *m, uint32_t n, engine **e, kiln_err *err) {
     for (uint32_t i = 1; i < n; i++) {
         kiln_err why = {0};
-        e[i] = o->dev ? plan_create_sibling(e[0], why.msg, sizeof why.msg) : orc_create(m, &o->orc, &why);
+        e[i] = o->dev ? plan_create_sibling(e[0], &why) : orc_create(m, &o->orc, &why);
         if (!e[i]) return kiln_err_wrap(err, &why, "slot %u of %u", i + 1, n);
     }
     return n > 1 ? engine_serialize(e, n, err) : 0;
@@ -99,8 +100,8 @@ int model_opts_open_n(model_opts *o, const char *path, uint32_t n, model **m, to
     dev_parse(o->device, true, &l); /* checked by model_opts_check */
     l = dev_resolve(l);
     if (l.kind != DEV_CPU) {
-        if (!(o->dev = dev_open(l, o->caps, err.msg, sizeof err.msg))) return cli_fail("%s", err.msg);
-        e[0] = plan_create_slots(*m, o->dev, o->orc.dtype, o->orc.n_ctx, 0, n, err.msg, sizeof err.msg);
+        if (!(o->dev = dev_open(l, o->caps, &err))) return cli_fail("%s", err.msg);
+        e[0] = plan_create_slots(*m, o->dev, o->orc.dtype, o->orc.n_ctx, 0, n, &err);
     } else {
         e[0] = orc_create(*m, &o->orc, &err);
     }

@@ -2,8 +2,8 @@
  * CPU oracle, each CUDA device and each Vulkan device — after the --caps overrides, so an
  * A/B run can be checked before it starts; with --measure, each GPU's bandwidth and matrix
  * rate with kiln's own kernels (the floors of `kiln bench`). */
-#include "cli/cli.h"
 #include "base/error.h"
+#include "cli/cli.h"
 #include "devices/devices.h"
 #include "ir/ir.h"
 #include "kernels/kernels.h"
@@ -28,7 +28,7 @@ typedef struct probed {
     char label[24];    /* "cpu", "cuda:0", "vulkan:0" */
     rt_caps caps;
     bool refused;      /* the overrides did not fit this device: caps are as probed */
-    char why[256];
+    kiln_err why;      /* why, when refused */
     dev_label id;
     bool measured;
     measure_result meas;
@@ -76,7 +76,8 @@ static void print_text(const probed *d, uint32_t nd, const char *caps_list) {
     for (uint32_t i = 0; i < nd; i++) {
         if (i) putchar('\n');
         printf("%s\n", d[i].label);
-        if (caps_list) printf("  overrides: %s%s\n", d[i].refused ? "refused: " : "applied", d[i].refused ? d[i].why : "");
+        if (caps_list)
+            printf("  overrides: %s%s\n", d[i].refused ? "refused: " : "applied", d[i].refused ? d[i].why.msg : "");
         rt_caps_describe(&d[i].caps, buf, sizeof buf);
         for (const char *p = buf; *p;) { /* indented under the device's label */
             size_t n = strcspn(p, "\n");
@@ -137,8 +138,9 @@ static json_t *json_device(const probed *d, const char *caps_list) {
         (int)c->subgroup_arith, "subgroup_shuffle", (int)c->subgroup_shuffle, "f16_arith", (int)c->f16_arith,
         "bf16_arith", (int)c->bf16_arith, "int8_arith", (int)c->int8_arith, "storage16", (int)c->storage16,
         "atomic_f32_add", (int)c->atomic_f32_add, "mma", mma, "shared_bytes", (json_int_t)c->shared_bytes,
-        "max_workgroup", (json_int_t)c->max_workgroup, "max_buffer_bytes", (json_int_t)c->max_buffer_bytes, "compute_units", (json_int_t)c->compute_units, "memory_bytes",
-        (json_int_t)c->memory_bytes, "free_bytes", (json_int_t)c->free_bytes);
+        "max_workgroup", (json_int_t)c->max_workgroup, "max_buffer_bytes", (json_int_t)c->max_buffer_bytes,
+        "compute_units", (json_int_t)c->compute_units, "memory_bytes", (json_int_t)c->memory_bytes, "free_bytes",
+        (json_int_t)c->free_bytes);
     if (o && c->backend != RT_CPU) {
         json_t *ks = json_array();
         each_variant(d, json_variant, ks);
@@ -148,7 +150,7 @@ static json_t *json_device(const probed *d, const char *caps_list) {
     if (o && caps_list) {
         json_t *ov = json_pack("{s:o,s:b}", "list", json_text(caps_list, strlen(caps_list) + 1), "applied",
                                !d->refused);
-        if (ov && d->refused) json_object_set_new(ov, "error", json_text(d->why, sizeof d->why));
+        if (ov && d->refused) json_object_set_new(ov, "error", json_text(d->why.msg, sizeof d->why.msg));
         json_object_set_new(o, "overrides", ov ? ov : json_null());
     }
     return o;
@@ -172,9 +174,9 @@ static int print_json(const probed *d, uint32_t nd, const char *caps_list) {
 static int measure_one(probed *d, const char *caps_list, kiln_err *err) {
     if (isatty(STDERR_FILENO)) fprintf(stderr, "kiln: measuring %s...\n", d->label);
     const char *caps = d->refused ? NULL : caps_list;
-    rt_device *dev = dev_open(d->id, caps, err->msg, sizeof err->msg);
+    rt_device *dev = dev_open(d->id, caps, err);
     if (!dev) return -1;
-    int rc = measure_device(dev, &d->meas, err->msg, sizeof err->msg);
+    int rc = measure_device(dev, &d->meas, err);
     dev->ops->destroy(dev);
     d->measured = rc == 0;
     return rc;
@@ -196,7 +198,7 @@ int cmd_probe(int argc, char **argv) {
     }
     kiln_err err = {0};
     /* A malformed list is the user's mistake on any machine: refuse it before probing. */
-    if (caps_list && rt_caps_override_check(caps_list, err.msg, sizeof err.msg))
+    if (caps_list && rt_caps_override_check(caps_list, &err))
         return cli_usage_error(usage, "--caps: %s", err.msg);
 
     static probed dev[1 + 2 * DEV_MAX_PER_BACKEND];
@@ -204,7 +206,7 @@ int cmd_probe(int argc, char **argv) {
     memset(dev, 0, sizeof dev);
     uint32_t nd = 0;
     char note[640];
-    if (dev_enumerate(found, sizeof found / sizeof found[0], &nd, true, note, sizeof note, err.msg, sizeof err.msg))
+    if (dev_enumerate(found, sizeof found / sizeof found[0], &nd, true, note, sizeof note, &err))
         return cli_fail("%s", err.msg);
     if (note[0]) fprintf(stderr, "kiln: %s\n", note); /* no CUDA or Vulkan driver or GPU here, or devices left out */
     for (uint32_t i = 0; i < nd; i++) {
@@ -216,7 +218,7 @@ int cmd_probe(int argc, char **argv) {
     /* A list that is well formed but asks a device for more than it has (subgroup=16 on
      * an 8-wide device) is shown per device rather than hiding the others. */
     for (uint32_t i = 0; caps_list && i < nd; i++)
-        dev[i].refused = rt_caps_override(&dev[i].caps, caps_list, dev[i].why, sizeof dev[i].why) != 0;
+        dev[i].refused = rt_caps_override(&dev[i].caps, caps_list, &dev[i].why) != 0;
 
     for (uint32_t i = 0; measure && i < nd; i++)
         if (dev[i].caps.backend != RT_CPU && measure_one(&dev[i], caps_list, &err))

@@ -169,7 +169,7 @@ int cmd_run(int argc, char **argv) {
             gen_finish_name(res.finish));
     fprintf(stderr, "%s: first token %.3f s after start (model load and kernel compile %.3f s, prompt %.3f s)\n",
             e->name, t_ready - t_start + res.t_prompt, t_ready - t_start, res.t_prompt);
-    if (profile && plan_profile(e, 100, stderr, err.msg, sizeof err.msg)) rc = cli_fail("--profile: %s", err.msg);
+    if (profile && plan_profile(e, 100, stderr, &err)) rc = cli_fail("--profile: %s", err.msg);
 out:
     free(res.ids);
     free(ids);

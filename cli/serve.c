@@ -1,6 +1,6 @@
 /* kiln serve MODEL: an OpenAI-compatible HTTP server (server/http.c) over one model. */
-#include "cli/cli.h"
 #include "base/error.h"
+#include "cli/cli.h"
 #include "cli/model_opts.h"
 #include "gguf/gguf.h"
 #include "server/http.h"
@@ -75,7 +75,8 @@ int cmd_serve(int argc, char **argv) {
     const char *colon = strrchr(listen, ':');
     uint64_t port;
     char host[64];
-    if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof host || !cli_parse_u64(colon + 1, 0, 65535, &port))
+    if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof host ||
+        !cli_parse_u64(colon + 1, 0, 65535, &port))
         return cli_usage_error(usage, "--listen: '%s' is not HOST:PORT", listen);
     memcpy(host, listen, (size_t)(colon - listen));
     host[colon - listen] = 0;

@@ -1,6 +1,6 @@
 /* kiln synth: random-weight models with llama.cpp's names, shapes and keys. */
-#include "cli/cli.h"
 #include "base/error.h"
+#include "cli/cli.h"
 #include "model/arch.h"
 #include "modelgen/synth.h"
 #include "modelgen/tok_import.h"
@@ -79,12 +79,15 @@ int cmd_synth(int argc, char **argv) {
             *num->dst = (uint32_t)x;
             num->set = true;
         } else if (!strcmp(a, "--seed")) {
-            if (!cli_parse_u64(val, 0, UINT64_MAX, &seed)) return cli_usage_error(usage, "--seed: '%s' is not an integer", val);
+            if (!cli_parse_u64(val, 0, UINT64_MAX, &seed))
+                return cli_usage_error(usage, "--seed: '%s' is not an integer", val);
             seed_set = true;
         } else if (!strcmp(a, "--threads")) {
-            if (!cli_parse_u64(val, 1, 256, &threads)) return cli_usage_error(usage, "--threads: '%s' is not in 1..256", val);
+            if (!cli_parse_u64(val, 1, 256, &threads))
+                return cli_usage_error(usage, "--threads: '%s' is not in 1..256", val);
         } else if (!strcmp(a, "--rope-base")) {
-            if (!cli_parse_f32(val, 1.0f, 1e12f, &rope_base)) return cli_usage_error(usage, "--rope-base: '%s' is not a number >= 1", val);
+            if (!cli_parse_f32(val, 1.0f, 1e12f, &rope_base))
+                return cli_usage_error(usage, "--rope-base: '%s' is not a number >= 1", val);
         } else if (!cli_parse_f32(val, 1e-12f, 1.0f, &rms_eps)) {
             return cli_usage_error(usage, "--rms-eps: '%s' is not a number in (0, 1]", val);
         }
@@ -111,7 +114,8 @@ int cmd_synth(int argc, char **argv) {
     /* A new width or head count without --head-dim means head_dim = hidden / heads. */
     if ((nums[0].set || nums[2].set) && !nums[4].set) {
         if (c.n_embd % c.n_head)
-            return cli_usage_error(usage, "--hidden %u is not a multiple of --heads %u: give --head-dim", c.n_embd, c.n_head);
+            return cli_usage_error(usage, "--hidden %u is not a multiple of --heads %u: give --head-dim", c.n_embd,
+                                   c.n_head);
         c.head_dim = c.n_embd / c.n_head;
     }
     if (tied >= 0) c.tied = tied;

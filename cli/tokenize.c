@@ -1,7 +1,7 @@
 /* kiln tokenize MODEL [-p TEXT | -f FILE] [--special] [--json]: ids and pieces of a text,
  * like llama-tokenize. */
-#include "cli/cli.h"
 #include "base/error.h"
+#include "cli/cli.h"
 #include "text/tok.h"
 
 #include <jansson.h>

@@ -4,6 +4,7 @@
 #include "backend-ptx/cuda_probe.h"
 #include "backend-spirv/vk_device.h"
 #include "backend-spirv/vk_probe.h"
+#include "base/error.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -48,11 +49,10 @@ static void add_note(char *note, size_t notelen, const char *what) {
     snprintf(note + used, notelen - used, "%s%s", used ? "; " : "", what);
 }
 
-int dev_enumerate(dev_found *out, uint32_t max, uint32_t *n, bool with_cpu, char *note, size_t notelen, char *err,
-                  size_t errlen) {
+int dev_enumerate(dev_found *out, uint32_t max, uint32_t *n, bool with_cpu, char *note, size_t notelen, kiln_err *err) {
     *n = 0;
     if (note && notelen) note[0] = '\0';
-    if (err && errlen) err[0] = '\0';
+    kiln_err_clear(err);
     if (with_cpu && *n < max) {
         dev_found *d = &out[(*n)++];
         memset(d, 0, sizeof *d);
@@ -64,15 +64,15 @@ int dev_enumerate(dev_found *out, uint32_t max, uint32_t *n, bool with_cpu, char
     for (int b = 0; b < 2; b++) {
         rt_caps found[DEV_MAX_PER_BACKEND];
         uint32_t nf = 0;
-        char why[320];
-        int r = b == 0 ? cuda_probe_devices(found, DEV_MAX_PER_BACKEND, &nf, why, sizeof why)
-                       : vk_probe_devices(found, DEV_MAX_PER_BACKEND, &nf, why, sizeof why);
+        kiln_err why = {0};
+        int r = b == 0 ? cuda_probe_devices(found, DEV_MAX_PER_BACKEND, &nf, &why)
+                       : vk_probe_devices(found, DEV_MAX_PER_BACKEND, &nf, &why);
         if (r) {
-            if (!rc && err && errlen) snprintf(err, errlen, "%s", why);
+            if (!rc) kiln_err_wrap(err, &why, NULL);
             rc = -1;
             continue;
         }
-        add_note(note, notelen, why);
+        add_note(note, notelen, why.msg);
         for (uint32_t i = 0; i < nf && *n < max; i++) {
             dev_found *d = &out[(*n)++];
             memset(d, 0, sizeof *d);
@@ -88,20 +88,20 @@ dev_label dev_resolve(dev_label l) {
     if (l.kind != DEV_AUTO) return l;
     rt_caps c[1];
     uint32_t n = 0;
-    char note[320];
-    if (!cuda_probe_devices(c, 1, &n, note, sizeof note) && n) return (dev_label){DEV_CUDA, 0};
+    kiln_err note = {0};
+    if (!cuda_probe_devices(c, 1, &n, &note) && n) return (dev_label){DEV_CUDA, 0};
     n = 0;
-    if (!vk_probe_devices(c, 1, &n, note, sizeof note) && n) return (dev_label){DEV_VULKAN, 0};
+    if (!vk_probe_devices(c, 1, &n, &note) && n) return (dev_label){DEV_VULKAN, 0};
     return (dev_label){DEV_CPU, 0};
 }
 
-rt_device *dev_open(dev_label l, const char *caps_override, char *err, size_t errlen) {
+rt_device *dev_open(dev_label l, const char *caps_override, kiln_err *err) {
     switch (l.kind) {
-    case DEV_CUDA: return cuda_device_open(l.index, caps_override, err, errlen);
-    case DEV_VULKAN: return vk_device_open(l.index, caps_override, err, errlen);
+    case DEV_CUDA: return cuda_device_open(l.index, caps_override, err);
+    case DEV_VULKAN: return vk_device_open(l.index, caps_override, err);
     case DEV_CPU:
     case DEV_AUTO: break;
     }
-    snprintf(err, errlen, "%s is not a GPU device", l.kind == DEV_CPU ? "cpu" : "auto");
+    kiln_fail(err, KILN_ERR_UNAVAILABLE, "%s is not a GPU device", l.kind == DEV_CPU ? "cpu" : "auto");
     return NULL;
 }

@@ -5,6 +5,7 @@
 #ifndef KILN_DEVICES_DEVICES_H
 #define KILN_DEVICES_DEVICES_H
 
+#include "base/error.h"
 #include "runtime/device.h"
 
 #include <stdbool.h>
@@ -40,8 +41,7 @@ typedef struct dev_found {
  * missing driver or GPU is no device, with a note (why; "" when none) for each backend
  * that found none or left devices out. 0, or -1 with err when a backend's probe failed
  * outright (out[0..*n) then holds what the other backends found). */
-int dev_enumerate(dev_found *out, uint32_t max, uint32_t *n, bool with_cpu, char *note, size_t notelen, char *err,
-                  size_t errlen);
+int dev_enumerate(dev_found *out, uint32_t max, uint32_t *n, bool with_cpu, char *note, size_t notelen, kiln_err *err);
 
 /* "auto" resolved: cuda:0 where a CUDA device exists, else vulkan:0, else cpu; any other
  * label is returned as it is. */
@@ -50,6 +50,6 @@ dev_label dev_resolve(dev_label l);
 /* Opens a GPU label with the --caps overrides (NULL: none). NULL with err for cpu (no
  * device to open: the oracle runs on the host), a missing device, or overrides it
  * refuses. */
-rt_device *dev_open(dev_label l, const char *caps_override, char *err, size_t errlen);
+rt_device *dev_open(dev_label l, const char *caps_override, kiln_err *err);
 
 #endif

@@ -1,8 +1,8 @@
 /* The divergence report as one self-contained HTML page: verdicts, and per prompt an
  * inline SVG plot of each engine's logits relative error per step (log scale) and a strip
  * of its top-1 agreement. No script and nothing fetched from elsewhere. */
-#include "diverge/diverge.h"
 #include "base/error.h"
+#include "diverge/diverge.h"
 
 #include <errno.h>
 #include <math.h>
@@ -79,10 +79,11 @@ static void agreement_strip(FILE *f, const dv_report *r, const dv_comparison **c
         put_escaped(f, names[k]);
         fputs("</text>\n", f);
         for (uint32_t s = 0; s < r->n_steps; s++)
-            fprintf(f, "<rect x=\"%u\" y=\"%u\" width=\"%u\" height=\"14\" fill=\"%s\"><title>step %u: %s</title></rect>\n",
-                    MARGIN + 60 + s * cell, 16 * k + 2, cell > 1 ? cell - 1 : 1,
-                    cs[k]->steps[s].top1_agree ? "#4caf50" : "#e53935", s,
-                    cs[k]->steps[s].top1_agree ? "top-1 agrees" : "top-1 differs");
+            fprintf(
+                f, "<rect x=\"%u\" y=\"%u\" width=\"%u\" height=\"14\" fill=\"%s\"><title>step %u: %s</title></rect>\n",
+                MARGIN + 60 + s * cell, 16 * k + 2, cell > 1 ? cell - 1 : 1,
+                cs[k]->steps[s].top1_agree ? "#4caf50" : "#e53935", s,
+                cs[k]->steps[s].top1_agree ? "top-1 agrees" : "top-1 differs");
     }
     fputs("</svg>\n", f);
 }

@@ -1,6 +1,6 @@
 /* The divergence report as one JSON document (docs/diverge.schema.json describes it). */
-#include "diverge/diverge.h"
 #include "base/error.h"
+#include "diverge/diverge.h"
 #include "gguf/gguf.h"
 
 #include <jansson.h>
@@ -82,15 +82,16 @@ static json_t *devices(const dv_report *r) {
 int dv_write_json(const dv_report *r, const char *path, kiln_err *err) {
     json_t *ps = json_array();
     for (uint32_t p = 0; p < r->n_prompts; p++) json_array_append_new(ps, prompt(r, &r->prompts[p]));
-    json_t *doc = json_pack("{s:s,s:s,s:s,s:o,s:s,s:I,s:I,s:f,s:o,s:o}", "tool", "kiln diverge", "model", r->model,
-                            "reference", r->ref_name, "other_oracle", r->other_name ? json_string(r->other_name) : json_null(),
-                            "dtype", r->dtype == GGUF_T_F16 ? "f16" : "bf16", "steps", (json_int_t)r->n_steps,
-                            "n_vocab", (json_int_t)r->n_vocab, "near_tie_quanta", DV_NEAR_TIE_QUANTA, "devices",
-                            devices(r), "prompts", ps);
+    json_t *doc =
+        json_pack("{s:s,s:s,s:s,s:o,s:s,s:I,s:I,s:f,s:o,s:o}", "tool", "kiln diverge", "model", r->model, "reference",
+                  r->ref_name, "other_oracle", r->other_name ? json_string(r->other_name) : json_null(), "dtype",
+                  r->dtype == GGUF_T_F16 ? "f16" : "bf16", "steps", (json_int_t)r->n_steps, "n_vocab",
+                  (json_int_t)r->n_vocab, "near_tie_quanta", DV_NEAR_TIE_QUANTA, "devices", devices(r), "prompts", ps);
     json_t *mode = doc ? json_string(r->ref_mode) : NULL;
     if (!doc || !mode) {
         json_decref(doc);
-        return kiln_fail(err, KILN_ERR_NOMEM, "cannot build the JSON report (out of memory or text that is not UTF-8)"), -1;
+        return kiln_fail(err, KILN_ERR_NOMEM, "cannot build the JSON report (out of memory or text that is not UTF-8)"),
+               -1;
     }
     json_object_set_new(doc, "reference_mode", mode);
     int rc = json_dump_file(doc, path, JSON_INDENT(1) | JSON_ENSURE_ASCII);

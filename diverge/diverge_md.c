@@ -1,7 +1,7 @@
 /* The divergence report as Markdown: verdicts first, then a summary table, then per
  * prompt the first divergences (top candidates on each side) and the per-step errors. */
-#include "diverge/diverge.h"
 #include "base/error.h"
+#include "diverge/diverge.h"
 #include "gguf/gguf.h"
 
 #include <errno.h>
@@ -66,8 +66,10 @@ static void write_divergence(FILE *f, const dv_report *r, const cmp_ref *cr) {
     uint32_t n = v->a.n_top > v->b.n_top ? v->a.n_top : v->b.n_top;
     for (uint32_t i = 0; i < n; i++) {
         char xa[320] = "", xb[320] = "", la[32] = "", lb[32] = "";
-        if (i < v->a.n_top) dv_token_text(r->tok, v->a.top[i].id, xa, sizeof xa), snprintf(la, sizeof la, "%.6g", v->a.top[i].logit);
-        if (i < v->b.n_top) dv_token_text(r->tok, v->b.top[i].id, xb, sizeof xb), snprintf(lb, sizeof lb, "%.6g", v->b.top[i].logit);
+        if (i < v->a.n_top)
+            dv_token_text(r->tok, v->a.top[i].id, xa, sizeof xa), snprintf(la, sizeof la, "%.6g", v->a.top[i].logit);
+        if (i < v->b.n_top)
+            dv_token_text(r->tok, v->b.top[i].id, xb, sizeof xb), snprintf(lb, sizeof lb, "%.6g", v->b.top[i].logit);
         fprintf(f, "| %u | %s | %s | %s | %s |\n", i + 1, xa, la, xb, lb);
     }
     fputc('\n', f);
@@ -142,6 +144,7 @@ int dv_write_markdown(const dv_report *r, FILE *f, kiln_err *err) {
     for (uint32_t i = 0; i < r->n_prompts; i++) write_prompt(f, r, i, cs);
     free(cs);
     free(line);
-    if (fflush(f) || ferror(f)) return kiln_fail(err, KILN_ERR_UNAVAILABLE, "writing the report: %s", strerror(errno)), -1;
+    if (fflush(f) || ferror(f))
+        return kiln_fail(err, KILN_ERR_UNAVAILABLE, "writing the report: %s", strerror(errno)), -1;
     return 0;
 }

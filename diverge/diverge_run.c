@@ -1,8 +1,8 @@
 /* Driving the engines of a divergence report: the reference's greedy pass, each other
  * engine teacher-forced on the reference's tokens and then free on its own from where it
  * first leaves them, and every comparison of one prompt. */
-#include "diverge/diverge.h"
 #include "base/error.h"
+#include "diverge/diverge.h"
 #include "generate/sampler.h"
 
 #include <math.h>
@@ -42,10 +42,11 @@ int dv_run_engine(engine *e, const int32_t *prompt, uint32_t n_prompt, const int
                   dv_run *out, kiln_err *err) {
     memset(out, 0, sizeof *out);
     uint32_t nv = e->n_vocab;
-    if (!n_steps || !n_prompt) return kiln_fail(err, KILN_ERR_INVALID, "nothing to run (no steps or an empty prompt)"), -1;
+    if (!n_steps || !n_prompt)
+        return kiln_fail(err, KILN_ERR_INVALID, "nothing to run (no steps or an empty prompt)"), -1;
     if ((uint64_t)n_prompt + n_steps > e->n_ctx)
-        return kiln_fail(err, KILN_ERR_INVALID, "%u prompt tokens + %u steps exceed the context of %u", n_prompt, n_steps,
-                        e->n_ctx),
+        return kiln_fail(err, KILN_ERR_INVALID, "%u prompt tokens + %u steps exceed the context of %u", n_prompt,
+                         n_steps, e->n_ctx),
                -1;
     size_t nlog = (size_t)n_steps * nv;
     out->tokens = calloc(n_steps, sizeof *out->tokens);

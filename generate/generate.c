@@ -107,7 +107,8 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
     memset(r, 0, sizeof *r);
     if (n_prompt == 0) return kiln_fail(err, KILN_ERR_INVALID, "empty prompt"), -1;
     if (n_prompt >= e->n_ctx)
-        return kiln_fail(err, KILN_ERR_INVALID, "the prompt has %u tokens; the context holds %u", n_prompt, e->n_ctx), -1;
+        return kiln_fail(err, KILN_ERR_INVALID, "the prompt has %u tokens; the context holds %u", n_prompt, e->n_ctx),
+               -1;
     r->ids = malloc(((size_t)p->max_tokens + 1) * sizeof *r->ids);
     if (!r->ids) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), -1;
 

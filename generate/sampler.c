@@ -33,8 +33,8 @@
  * plus the list of distinct tokens in the window, so a sample costs O(distinct tokens),
  * never a scan of the vocabulary. */
 #include "generate/sampler.h"
-#include "base/error.h"
 
+#include "base/error.h"
 #include "base/rng.h"
 
 #include <float.h>
@@ -100,8 +100,7 @@ int samp_params_check(const samp_params *p, kiln_err *err) {
     if (!(p->min_p >= 0.0f && p->min_p <= 1.0f))
         return kiln_fail(err, KILN_ERR_INVALID, "min_p must be in [0, 1] (got %g)", p->min_p);
     if (!(p->repeat_penalty > 0.0f) || isinf(p->repeat_penalty))
-        return kiln_fail(err, KILN_ERR_INVALID, "repeat_penalty must be finite and > 0 (got %g)",
-                    p->repeat_penalty);
+        return kiln_fail(err, KILN_ERR_INVALID, "repeat_penalty must be finite and > 0 (got %g)", p->repeat_penalty);
     if (!isfinite(p->frequency_penalty))
         return kiln_fail(err, KILN_ERR_INVALID, "frequency_penalty must be finite (got %g)", p->frequency_penalty);
     if (!isfinite(p->presence_penalty))

@@ -4,6 +4,7 @@
 #define KILN_GENERATE_SAMPLER_H
 
 #include "base/error.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

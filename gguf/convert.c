@@ -12,14 +12,14 @@ static int check_rows(const gguf_tensor *t, uint64_t row0, uint64_t nrows, kiln_
     if (!ti || !ti->convertible) {
         if (err)
             kiln_fail(err, KILN_ERR_UNSUPPORTED, "tensor '%s': type %s cannot be converted", t->name,
-                     ti ? ti->name : "?");
+                      ti ? ti->name : "?");
         return -1;
     }
     uint64_t n = gguf_tensor_nrows(t);
     if (row0 > n || nrows > n - row0) {
         if (err)
-            kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': rows [%llu, +%llu) out of range (%llu rows)",
-                     t->name, (unsigned long long)row0, (unsigned long long)nrows, (unsigned long long)n);
+            kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': rows [%llu, +%llu) out of range (%llu rows)", t->name,
+                      (unsigned long long)row0, (unsigned long long)nrows, (unsigned long long)n);
         return -1;
     }
     return 0;

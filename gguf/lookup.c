@@ -12,7 +12,7 @@ static const gguf_value *want(const gguf_file *g, const char *key, gguf_vtype t,
     if (t != GGUF_VT_COUNT && v->type != t) {
         if (err)
             kiln_fail(err, KILN_ERR_INVALID, "metadata key '%s' has type %s, expected %s", key,
-                     gguf_vtype_name(v->type), gguf_vtype_name(t));
+                      gguf_vtype_name(v->type), gguf_vtype_name(t));
         return NULL;
     }
     return v;
@@ -74,7 +74,7 @@ int gguf_get_int(const gguf_file *g, const char *key, int64_t *out, kiln_err *er
     default:
         if (err)
             kiln_fail(err, KILN_ERR_INVALID, "metadata key '%s' has type %s, expected an integer", key,
-                     gguf_vtype_name(v->type));
+                      gguf_vtype_name(v->type));
         return -1;
     }
     kiln_fail(err, KILN_ERR_INVALID, "metadata key '%s' value does not fit in int64", key);
@@ -87,7 +87,7 @@ int gguf_get_float(const gguf_file *g, const char *key, double *out, kiln_err *e
     if (v->type != GGUF_VT_F32 && v->type != GGUF_VT_F64) {
         if (err)
             kiln_fail(err, KILN_ERR_INVALID, "metadata key '%s' has type %s, expected a float", key,
-                     gguf_vtype_name(v->type));
+                      gguf_vtype_name(v->type));
         return -1;
     }
     *out = v->v.f;
@@ -101,7 +101,7 @@ int gguf_get_arr(const gguf_file *g, const char *key, gguf_vtype elem, const ggu
     if (elem != GGUF_VT_COUNT && v->v.arr.type != elem) {
         if (err)
             kiln_fail(err, KILN_ERR_INVALID, "metadata key '%s' is an array of %s, expected %s", key,
-                     gguf_vtype_name(v->v.arr.type), gguf_vtype_name(elem));
+                      gguf_vtype_name(v->v.arr.type), gguf_vtype_name(elem));
         return -1;
     }
     *out = &v->v.arr;

@@ -125,13 +125,16 @@ static int rd_array(gguf_file *g, cursor *c, gguf_value *v, int depth) {
     v->v.arr.n = n;
     if (et == GGUF_VT_STR) {
         gguf_str *s = track(g, n * sizeof *s);
-        if (!s) return fail(c->err, KILN_ERR_NOMEM, at, "out of memory for an array of %llu strings", (unsigned long long)n);
+        if (!s)
+            return fail(c->err, KILN_ERR_NOMEM, at, "out of memory for an array of %llu strings",
+                        (unsigned long long)n);
         for (uint64_t i = 0; i < n; i++)
             if (rd_str(c, &s[i], "string in array")) return -1;
         v->v.arr.data = s;
     } else if (et == GGUF_VT_ARR) {
         gguf_value *a = track(g, n * sizeof *a);
-        if (!a) return fail(c->err, KILN_ERR_NOMEM, at, "out of memory for an array of %llu arrays", (unsigned long long)n);
+        if (!a)
+            return fail(c->err, KILN_ERR_NOMEM, at, "out of memory for an array of %llu arrays", (unsigned long long)n);
         for (uint64_t i = 0; i < n; i++)
             if (rd_array(g, c, &a[i], depth + 1)) return -1;
         v->v.arr.data = a;
@@ -139,7 +142,8 @@ static int rd_array(gguf_file *g, cursor *c, gguf_value *v, int depth) {
         if (et == GGUF_VT_BOOL)
             for (uint64_t i = 0; i < n; i++)
                 if (c->base[c->pos + i] > 1)
-                    return fail(c->err, KILN_ERR_INVALID, c->pos + i, "bool value %u is neither 0 nor 1", c->base[c->pos + i]);
+                    return fail(c->err, KILN_ERR_INVALID, c->pos + i, "bool value %u is neither 0 nor 1",
+                                c->base[c->pos + i]);
         v->v.arr.data = c->base + c->pos;
         c->pos += n * min;
     }
@@ -153,7 +157,8 @@ static int rd_value(gguf_file *g, cursor *c, gguf_vtype t, gguf_value *v, int de
     if (t == GGUF_VT_ARR) return rd_array(g, c, v, depth);
     uint8_t raw[8];
     if (rd(c, raw, gguf_vtype_size(t), "metadata value")) return -1;
-    if (t == GGUF_VT_BOOL && raw[0] > 1) return fail(c->err, KILN_ERR_INVALID, at, "bool value %u is neither 0 nor 1", raw[0]);
+    if (t == GGUF_VT_BOOL && raw[0] > 1)
+        return fail(c->err, KILN_ERR_INVALID, at, "bool value %u is neither 0 nor 1", raw[0]);
     gguf_array one = {t, 1, raw};
     gguf_value e = gguf_arr_at(&one, 0);
     v->v = e.v;
@@ -191,8 +196,8 @@ static int rd_kvs(gguf_file *g, cursor *c) {
         gguf_str key;
         if (rd_str(c, &key, "metadata key")) return -1;
         if (key.len == 0 || key.len > GGUF_MAX_KEY)
-            return fail(c->err, KILN_ERR_INVALID, at, "metadata key length %llu is not in 1..%d", (unsigned long long)key.len,
-                        GGUF_MAX_KEY);
+            return fail(c->err, KILN_ERR_INVALID, at, "metadata key length %llu is not in 1..%d",
+                        (unsigned long long)key.len, GGUF_MAX_KEY);
         if (memchr(key.ptr, 0, key.len)) return fail(c->err, KILN_ERR_INVALID, at, "metadata key contains a NUL byte");
         g->keys[i] = strndup(key.ptr, key.len);
         if (!g->keys[i]) return fail(c->err, KILN_ERR_NOMEM, at, "out of memory");
@@ -217,8 +222,8 @@ static int rd_tensor_infos(gguf_file *g, cursor *c) {
         gguf_str name;
         if (rd_str(c, &name, "tensor name")) return -1;
         if (name.len == 0 || name.len > GGUF_MAX_TENSOR_NAME)
-            return fail(c->err, KILN_ERR_INVALID, at, "tensor name length %llu is not in 1..%d", (unsigned long long)name.len,
-                        GGUF_MAX_TENSOR_NAME);
+            return fail(c->err, KILN_ERR_INVALID, at, "tensor name length %llu is not in 1..%d",
+                        (unsigned long long)name.len, GGUF_MAX_TENSOR_NAME);
         if (memchr(name.ptr, 0, name.len)) return fail(c->err, KILN_ERR_INVALID, at, "tensor name contains a NUL byte");
         t->name = strndup(name.ptr, name.len);
         if (!t->name) return fail(c->err, KILN_ERR_NOMEM, at, "out of memory");
@@ -235,7 +240,8 @@ static int rd_tensor_infos(gguf_file *g, cursor *c) {
         for (uint32_t d = 0; d < t->n_dims; d++) {
             uint64_t nat = c->pos;
             if (rd_u64(c, &t->ne[d], "tensor dimension")) return -1;
-            if (t->ne[d] == 0) return fail(c->err, KILN_ERR_INVALID, nat, "tensor '%s' has a zero dimension ne[%u]", t->name, d);
+            if (t->ne[d] == 0)
+                return fail(c->err, KILN_ERR_INVALID, nat, "tensor '%s' has a zero dimension ne[%u]", t->name, d);
             if (t->ne[d] > (uint64_t)INT64_MAX || __builtin_mul_overflow(nel, t->ne[d], &nel) ||
                 nel > (uint64_t)INT64_MAX)
                 return fail(c->err, KILN_ERR_INVALID, nat, "tensor '%s' dimensions overflow 64 bits", t->name);
@@ -245,8 +251,9 @@ static int rd_tensor_infos(gguf_file *g, cursor *c) {
         const gguf_type_info *ti = gguf_type_info_of(t->type);
         if (!ti) return fail(c->err, KILN_ERR_INVALID, tat, "tensor '%s' has unknown type %u", t->name, t->type);
         if (t->ne[0] % ti->block)
-            return fail(c->err, KILN_ERR_INVALID, dat, "tensor '%s' row length %llu is not a multiple of %s's block of %u",
-                        t->name, (unsigned long long)t->ne[0], ti->name, ti->block);
+            return fail(c->err, KILN_ERR_INVALID, dat,
+                        "tensor '%s' row length %llu is not a multiple of %s's block of %u", t->name,
+                        (unsigned long long)t->ne[0], ti->name, ti->block);
         if (__builtin_mul_overflow(nel / ti->block, (uint64_t)ti->block_bytes, &t->nbytes))
             return fail(c->err, KILN_ERR_INVALID, dat, "tensor '%s' byte size overflows 64 bits", t->name);
         uint64_t oat = c->pos;
@@ -287,8 +294,9 @@ static int check_tensor_data(gguf_file *g, kiln_err *err) {
     for (uint64_t i = 1; i < g->n_tensors; i++) {
         const gguf_tensor *p = order[i - 1], *t = order[i];
         if (p->offset + p->nbytes > t->offset) {
-            int r = fail(err, KILN_ERR_INVALID, t->info_offset, "tensor '%s' data at %llu overlaps tensor '%s' [%llu, +%llu)",
-                         t->name, (unsigned long long)t->offset, p->name, (unsigned long long)p->offset,
+            int r = fail(err, KILN_ERR_INVALID, t->info_offset,
+                         "tensor '%s' data at %llu overlaps tensor '%s' [%llu, +%llu)", t->name,
+                         (unsigned long long)t->offset, p->name, (unsigned long long)p->offset,
                          (unsigned long long)p->nbytes);
             free(order);
             return r;
@@ -307,7 +315,8 @@ static int rd_alignment(gguf_file *g, kiln_err *err) {
         return fail(err, KILN_ERR_INVALID, g->kv_offsets[i], "general.alignment has type %s, expected u32",
                     gguf_vtype_name(v->type));
     if (v->v.u == 0 || (v->v.u & (v->v.u - 1)))
-        return fail(err, KILN_ERR_INVALID, g->kv_offsets[i], "general.alignment %llu is not a power of two", (unsigned long long)v->v.u);
+        return fail(err, KILN_ERR_INVALID, g->kv_offsets[i], "general.alignment %llu is not a power of two",
+                    (unsigned long long)v->v.u);
     g->alignment = (uint32_t)v->v.u;
     return 0;
 }
@@ -319,7 +328,8 @@ static int parse(gguf_file *g, kiln_err *err) {
     if (memcmp(magic, GGUF_MAGIC, 4)) return fail(err, KILN_ERR_INVALID, 0, "bad magic: not a GGUF file");
     if (rd_u32(&c, &g->version, "version")) return -1;
     if (g->version != 2 && g->version != 3) {
-        if (g->version == 1) return fail(err, KILN_ERR_UNSUPPORTED, 4, "GGUF version 1 is not supported (v2 and v3 are)");
+        if (g->version == 1)
+            return fail(err, KILN_ERR_UNSUPPORTED, 4, "GGUF version 1 is not supported (v2 and v3 are)");
         return fail(err, KILN_ERR_UNSUPPORTED, 4, "unsupported GGUF version %u%s", g->version,
                     (g->version & 0xffff) == 0 ? " (a big-endian file?)" : "");
     }
@@ -327,9 +337,11 @@ static int parse(gguf_file *g, kiln_err *err) {
     if (rd_u64(&c, &g->n_kv, "metadata count")) return -1;
     /* each metadata entry is >= 13 bytes, each tensor info >= 33 */
     if (g->n_kv > (c.size - c.pos) / 13)
-        return fail(err, KILN_ERR_INVALID, 16, "metadata count %llu cannot fit in the file", (unsigned long long)g->n_kv);
+        return fail(err, KILN_ERR_INVALID, 16, "metadata count %llu cannot fit in the file",
+                    (unsigned long long)g->n_kv);
     if (g->n_tensors > (c.size - c.pos) / 33)
-        return fail(err, KILN_ERR_INVALID, 8, "tensor count %llu cannot fit in the file", (unsigned long long)g->n_tensors);
+        return fail(err, KILN_ERR_INVALID, 8, "tensor count %llu cannot fit in the file",
+                    (unsigned long long)g->n_tensors);
     g->keys = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->keys);
     g->values = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->values);
     g->kv_offsets = calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv_offsets);

@@ -134,7 +134,8 @@ static int copy_value(gguf_writer *w, gguf_value *dst, const gguf_value *src, in
 int gguf_writer_add_kv(gguf_writer *w, const char *key, const gguf_value *v, kiln_err *err) {
     if (w->began) return kiln_fail(err, KILN_ERR_INVALID, "metadata key '%s' added after the data began", key);
     size_t klen = strlen(key);
-    if (klen == 0 || klen > GGUF_MAX_KEY) return kiln_fail(err, KILN_ERR_INVALID, "metadata key length %zu is not in 1..%d", klen, GGUF_MAX_KEY);
+    if (klen == 0 || klen > GGUF_MAX_KEY)
+        return kiln_fail(err, KILN_ERR_INVALID, "metadata key length %zu is not in 1..%d", klen, GGUF_MAX_KEY);
     if (w->n_kv == w->cap_kv) {
         uint64_t cap = w->cap_kv ? 2 * w->cap_kv : 32;
         char **k = realloc(w->keys, cap * sizeof *k);
@@ -148,11 +149,13 @@ int gguf_writer_add_kv(gguf_writer *w, const char *key, const gguf_value *v, kil
         w->key_index = idx;
         w->cap_kv = cap;
     }
-    if (gguf_names_find(&w->key_index, key) >= 0) return kiln_fail(err, KILN_ERR_INVALID, "duplicate metadata key '%s'", key);
+    if (gguf_names_find(&w->key_index, key) >= 0)
+        return kiln_fail(err, KILN_ERR_INVALID, "duplicate metadata key '%s'", key);
     if (strcmp(key, "general.alignment") == 0) {
         if (v->type != GGUF_VT_U32 || v->v.u == 0 || (v->v.u & (v->v.u - 1)))
             return kiln_fail(err, KILN_ERR_INVALID, "general.alignment must be a u32 power of two");
-        if (w->n_tensors) return kiln_fail(err, KILN_ERR_INVALID, "general.alignment must be set before any tensor is added");
+        if (w->n_tensors)
+            return kiln_fail(err, KILN_ERR_INVALID, "general.alignment must be set before any tensor is added");
         w->alignment = (uint32_t)v->v.u;
     }
     char *k = strdup(key);
@@ -220,27 +223,32 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint
     if (w->began) return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s' added after the data began", name);
     size_t len = strlen(name);
     if (len == 0 || len > GGUF_MAX_TENSOR_NAME)
-        return kiln_fail(err, KILN_ERR_INVALID, "tensor name '%s' length %zu is not in 1..%d", name, len, GGUF_MAX_TENSOR_NAME);
+        return kiln_fail(err, KILN_ERR_INVALID, "tensor name '%s' length %zu is not in 1..%d", name, len,
+                         GGUF_MAX_TENSOR_NAME);
     const gguf_type_info *ti = gguf_type_info_of(type);
     if (!ti) return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': unknown type %u", name, type);
-    if (n_dims == 0 || n_dims > GGUF_MAX_DIMS) return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': n_dims %u", name, n_dims);
+    if (n_dims == 0 || n_dims > GGUF_MAX_DIMS)
+        return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': n_dims %u", name, n_dims);
     for (uint64_t i = 0; i < w->n_tensors; i++)
-        if (strcmp(w->tensors[i].name, name) == 0) return kiln_fail(err, KILN_ERR_INVALID, "duplicate tensor name '%s'", name);
+        if (strcmp(w->tensors[i].name, name) == 0)
+            return kiln_fail(err, KILN_ERR_INVALID, "duplicate tensor name '%s'", name);
     wtensor t = {.type = type, .n_dims = n_dims, .ne = {1, 1, 1, 1}};
     uint64_t nel = 1;
     for (uint32_t d = 0; d < n_dims; d++) {
         t.ne[d] = ne[d];
         if (ne[d] == 0 || ne[d] > (uint64_t)INT64_MAX || __builtin_mul_overflow(nel, ne[d], &nel))
-            return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': bad dimension ne[%u] = %llu", name, d, (unsigned long long)ne[d]);
+            return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': bad dimension ne[%u] = %llu", name, d,
+                             (unsigned long long)ne[d]);
     }
     if (t.ne[0] % ti->block)
-        return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': row length %llu is not a multiple of %s's block of %u", name,
-                    (unsigned long long)t.ne[0], ti->name, ti->block);
+        return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': row length %llu is not a multiple of %s's block of %u",
+                         name, (unsigned long long)t.ne[0], ti->name, ti->block);
     if (__builtin_mul_overflow(nel / ti->block, (uint64_t)ti->block_bytes, &t.nbytes))
         return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': size overflows", name);
     t.offset = w->data_size;
     uint64_t padded = t.nbytes + (w->alignment - t.nbytes % w->alignment) % w->alignment;
-    if (__builtin_add_overflow(w->data_size, padded, &w->data_size)) return kiln_fail(err, KILN_ERR_INVALID, "data section overflows");
+    if (__builtin_add_overflow(w->data_size, padded, &w->data_size))
+        return kiln_fail(err, KILN_ERR_INVALID, "data section overflows");
     if (w->n_tensors == w->cap_tensors) {
         uint64_t cap = w->cap_tensors ? 2 * w->cap_tensors : 64;
         wtensor *a = realloc(w->tensors, cap * sizeof *a);
@@ -255,7 +263,8 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint
 }
 
 static int put(gguf_writer *w, const void *p, size_t n, kiln_err *err) {
-    if (n && fwrite(p, 1, n, w->f) != n) return kiln_fail(err, KILN_ERR_UNAVAILABLE, "write to %s failed: %s", w->tmp_path, strerror(errno));
+    if (n && fwrite(p, 1, n, w->f) != n)
+        return kiln_fail(err, KILN_ERR_UNAVAILABLE, "write to %s failed: %s", w->tmp_path, strerror(errno));
     return 0;
 }
 
@@ -330,7 +339,8 @@ int gguf_writer_write(gguf_writer *w, const void *bytes, size_t n, kiln_err *err
     if (!w->began) return kiln_fail(err, KILN_ERR_INVALID, "tensor data written before begin_data");
     const uint8_t *p = bytes;
     while (n) {
-        if (w->cur >= w->n_tensors) return kiln_fail(err, KILN_ERR_INVALID, "more tensor data written than the tensors hold");
+        if (w->cur >= w->n_tensors)
+            return kiln_fail(err, KILN_ERR_INVALID, "more tensor data written than the tensors hold");
         const wtensor *t = &w->tensors[w->cur];
         uint64_t left = t->nbytes - w->cur_done;
         size_t k = n < left ? n : (size_t)left;
@@ -351,7 +361,7 @@ int gguf_writer_finish(gguf_writer *w, kiln_err *err) {
     if (!w->began && gguf_writer_begin_data(w, err)) return -1;
     if (w->cur < w->n_tensors)
         return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s' got %llu of its %llu bytes", w->tensors[w->cur].name,
-                    (unsigned long long)w->cur_done, (unsigned long long)w->tensors[w->cur].nbytes);
+                         (unsigned long long)w->cur_done, (unsigned long long)w->tensors[w->cur].nbytes);
     int rc = fflush(w->f);
     if (rc == 0) rc = fsync(fileno(w->f));
     if (fclose(w->f) != 0) rc = -1;

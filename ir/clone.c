@@ -99,7 +99,7 @@ ir_kernel *ir_kernel_clone(const ir_kernel *src) {
     if (!k)
         return NULL;
     memcpy(k->name, src->name, sizeof k->name);
-    memcpy(k->error, src->error, sizeof k->error);
+    k->error = src->error;
     k->failed = src->failed;
     memcpy(k->wg, src->wg, sizeof k->wg);
     k->wg_spec = src->wg_spec;

@@ -64,7 +64,7 @@ ir_for *ir_for_begin(ir_kernel *k, ir_val lo, ir_val hi, ir_val step, uint32_t n
     }
     ir_val *ops = malloc((3 + (size_t)n) * sizeof *ops);
     if (!ops) {
-        ir_fail(k, "out of memory");
+        ir_fail_oom(k);
         return NULL;
     }
     ops[0] = lo, ops[1] = hi, ops[2] = step;
@@ -103,7 +103,9 @@ ir_for *ir_for_begin(ir_kernel *k, ir_val lo, ir_val hi, ir_val step, uint32_t n
 }
 
 ir_val ir_for_iv(const ir_for *f) { return f && f->inst ? f->inst->block_arg[0] : IR_NONE; }
-ir_val ir_for_arg(const ir_for *f, uint32_t i) { return f && f->inst && i < f->n ? f->inst->block_arg[1 + i] : IR_NONE; }
+ir_val ir_for_arg(const ir_for *f, uint32_t i) {
+    return f && f->inst && i < f->n ? f->inst->block_arg[1 + i] : IR_NONE;
+}
 ir_val ir_for_result(const ir_for *f, uint32_t i) {
     return f && f->inst && i < f->inst->n_results ? f->inst->results[i] : IR_NONE;
 }

@@ -1,6 +1,8 @@
 /* The emitters' shared core (emit_core.h). */
 #include "ir/emit_core.h"
 
+#include "base/error.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -31,12 +33,13 @@ ir_op_class ir_op_class_of(ir_op op) {
     }
 }
 
-int ir_emit_init(ir_emit *e, const ir_kernel *k, const char *target, char *err, size_t errlen) {
-    *e = (ir_emit){ .k = k, .target = target, .err = err, .errlen = errlen };
+int ir_emit_init(ir_emit *e, const ir_kernel *k, const char *target, kiln_err *err) {
+    *e = (ir_emit){ .k = k, .target = target, .err = err, .code = KILN_ERR_UNSUPPORTED };
+    kiln_err_clear(err);
     e->n_val = ir_n_values(k);
     e->val = calloc((size_t)e->n_val + 1, sizeof *e->val);
     if (!e->val) {
-        ir_emit_fail(e, "out of memory");
+        ir_emit_fail_code(e, KILN_ERR_NOMEM, "out of memory");
         return -1;
     }
     return 0;
@@ -52,18 +55,27 @@ void ir_emit_vfail(ir_emit *e, const char *fmt, va_list ap) {
     if (e->failed)
         return;
     e->failed = true;
-    if (!e->err || !e->errlen)
+    if (!e->err)
         return;
     char what[256];
     vsnprintf(what, sizeof what, fmt, ap);
     const char *kn = ir_kernel_name(e->k);
     if (e->cur && e->cur->result)
-        snprintf(e->err, e->errlen, "%s: kernel '%s': %%%u = %s: %s", e->target, kn, e->cur->result,
-                 ir_op_name(e->cur->op), what);
+        kiln_fail(e->err, e->code, "%s: kernel '%s': %%%u = %s: %s", e->target, kn, e->cur->result,
+                  ir_op_name(e->cur->op), what);
     else if (e->cur)
-        snprintf(e->err, e->errlen, "%s: kernel '%s': %s: %s", e->target, kn, ir_op_name(e->cur->op), what);
+        kiln_fail(e->err, e->code, "%s: kernel '%s': %s: %s", e->target, kn, ir_op_name(e->cur->op), what);
     else
-        snprintf(e->err, e->errlen, "%s: kernel '%s': %s", e->target, kn, what);
+        kiln_fail(e->err, e->code, "%s: kernel '%s': %s", e->target, kn, what);
+}
+
+void ir_emit_fail_code(ir_emit *e, kiln_code code, const char *fmt, ...) {
+    if (!e->failed)
+        e->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    ir_emit_vfail(e, fmt, ap);
+    va_end(ap);
 }
 
 void ir_emit_fail(ir_emit *e, const char *fmt, ...) {

@@ -6,6 +6,7 @@
 #ifndef KILN_IR_EMIT_CORE_H
 #define KILN_IR_EMIT_CORE_H
 
+#include "base/error.h"
 #include "ir/ir.h"
 
 #include <stdarg.h>
@@ -38,21 +39,24 @@ ir_op_class ir_op_class_of(ir_op op);
 typedef struct ir_emit {
     const ir_kernel *k;
     const char *target; /* "ptx", "spirv": the first word of every message */
-    char *err;          /* the caller's buffer for the first error (may be NULL) */
-    size_t errlen;
+    kiln_err *err;      /* the caller's error for the first failure (may be NULL) */
+    kiln_code code;     /* what a failure is: unsupported (the kernel needs what the caps lack)
+                         * unless an emitter says otherwise before failing */
     bool failed;
     const ir_inst *cur; /* the instruction being emitted, named in messages */
     uintptr_t *val;     /* IR value -> the target's value, 0 while undefined */
     uint32_t n_val;
 } ir_emit;
 
-/* Sets e up for k (its value table sized for every value); 0, or -1 (and failed, with
- * "out of memory") when the table cannot be allocated. */
-int ir_emit_init(ir_emit *e, const ir_kernel *k, const char *target, char *err, size_t errlen);
+/* Sets e up for k (its value table sized for every value); 0, or -1 (and failed, out of
+ * memory) when the table cannot be allocated. */
+int ir_emit_init(ir_emit *e, const ir_kernel *k, const char *target, kiln_err *err);
 void ir_emit_free(ir_emit *e);
 
 /* The first failure wins: "TARGET: kernel 'K': %N = OP: what" (the op named when one is
- * being emitted, its result when it has one); later calls change nothing. */
+ * being emitted, its result when it has one), coded e->code; later calls change nothing.
+ * ir_emit_fail_code sets the code first (out of memory, a target library's failure). */
+void ir_emit_fail_code(ir_emit *e, kiln_code code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void ir_emit_fail(ir_emit *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ir_emit_vfail(ir_emit *e, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 

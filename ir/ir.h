@@ -15,6 +15,7 @@
 #ifndef KILN_IR_IR_H
 #define KILN_IR_IR_H
 
+#include "base/error.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -69,8 +70,10 @@ void ir_kernel_destroy(ir_kernel *k);
  * lower, leaving k as it was built. NULL when out of memory or a for/if is still open. */
 ir_kernel *ir_kernel_clone(const ir_kernel *k);
 const char *ir_kernel_name(const ir_kernel *k);
-/* The first builder error ("" when none). */
+/* The first builder error ("" when none), as text and with its code (out of memory, or
+ * invalid input for every misuse). */
 const char *ir_kernel_error(const ir_kernel *k);
+const kiln_err *ir_kernel_err(const ir_kernel *k);
 
 enum { IR_READ = 1, IR_WRITE = 2 };
 /* A global array of elem (not bool); access is IR_READ, IR_WRITE or both. */
@@ -329,7 +332,7 @@ const ir_inst *ir_def(const ir_kernel *k, ir_val v);
  * match, access modes, fragment shapes, masks, ...). 0, or -1 with one line naming the
  * instruction and the rule. A kernel with a builder error or an open for/if fails with
  * that. err may be NULL. */
-int ir_verify(const ir_kernel *k, char *err, size_t errlen);
+int ir_verify(const ir_kernel *k, kiln_err *err);
 /* The stable text form (same kernel, same text), malloc'ed. */
 char *ir_print(const ir_kernel *k);
 
@@ -343,7 +346,7 @@ char *ir_print(const ir_kernel *k);
  * unknown names or values that do not fit the spec's type fail with the kernel unchanged;
  * the result is verified again (-1 if, say, a folded step or workgroup size is invalid:
  * then discard the kernel). */
-int ir_specialize(ir_kernel *k, const char *const *names, const double *values, uint32_t n, char *err, size_t errlen);
+int ir_specialize(ir_kernel *k, const char *const *names, const double *values, uint32_t n, kiln_err *err);
 /* Remove instructions whose results are unused and that have no effect (stores, atomics,
  * barriers, fragment stores and constructs holding them stay), until none is left. Does
  * nothing while a for/if is still open. */

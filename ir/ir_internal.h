@@ -3,6 +3,7 @@
 #ifndef KILN_IR_IR_INTERNAL_H
 #define KILN_IR_IR_INTERNAL_H
 
+#include "base/error.h"
 #include "ir/ir.h"
 #include "ir/lower.h"
 
@@ -45,7 +46,7 @@ typedef struct ir_open {
 struct ir_kernel {
     ir_block *blocks;
     char name[IR_MAX_NAME + 1];
-    char error[256];
+    kiln_err error; /* the first builder error */
     bool failed;
 
     ir_type_desc *types;   /* [0] unused: type 0 is no type */
@@ -75,7 +76,9 @@ struct ir_kernel {
 void *ir_alloc(ir_kernel *k, size_t size); /* zeroed; NULL (and an error) when out of memory */
 /* Grows an arena array to hold need elements; returns the (maybe moved) array or NULL. */
 void *ir_grow(ir_kernel *k, void *arr, uint32_t *cap, uint32_t need, size_t esz);
+/* Records the kernel's first builder error (invalid input); ir_fail_oom: out of memory. */
 void ir_fail(ir_kernel *k, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ir_fail_oom(ir_kernel *k);
 bool ir_region_push(ir_kernel *k, ir_region *r, ir_inst *in);
 ir_val ir_new_value(ir_kernel *k, ir_inst *def, ir_type t);
 ir_type ir_type_find(const ir_kernel *k, const ir_type_desc *d); /* 0 if never interned */

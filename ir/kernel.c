@@ -1,6 +1,7 @@
 /* The kernel IR's arena, kernels, their parameters and declarations, and the reading
  * side (ir.h's accessors). A failed call records the first error (ir_fail) and returns
  * 0, IR_NONE or NULL without touching the kernel. */
+#include "base/error.h"
 #include "ir/ir_internal.h"
 
 #include <float.h>
@@ -21,14 +22,22 @@ void ir_fail(ir_kernel *k, const char *fmt, ...) {
         return;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(k->error, sizeof k->error, fmt, ap);
+    vsnprintf(k->error.msg, sizeof k->error.msg, fmt, ap);
     va_end(ap);
+    k->error.code = KILN_ERR_INVALID;
+    k->failed = true;
+}
+
+void ir_fail_oom(ir_kernel *k) {
+    if (!k || k->failed)
+        return;
+    kiln_fail_oom(&k->error, NULL);
     k->failed = true;
 }
 
 void *ir_alloc(ir_kernel *k, size_t size) {
     if (size > SIZE_MAX / 4) {
-        ir_fail(k, "out of memory");
+        ir_fail_oom(k);
         return NULL;
     }
     size = (size + IR_ALIGN - 1) & ~(size_t)(IR_ALIGN - 1);
@@ -44,7 +53,7 @@ void *ir_alloc(ir_kernel *k, size_t size) {
             cap = size;
         ir_block *nb = malloc(BLOCK_HDR + cap);
         if (!nb) {
-            ir_fail(k, "out of memory");
+            ir_fail_oom(k);
             return NULL;
         }
         nb->next = b;
@@ -66,7 +75,7 @@ void *ir_grow(ir_kernel *k, void *arr, uint32_t *cap, uint32_t need, size_t esz)
     while (nc < need)
         nc *= 2;
     if (nc > UINT32_MAX) {
-        ir_fail(k, "out of memory");
+        ir_fail_oom(k);
         return NULL;
     }
     void *p = ir_alloc(k, (size_t)nc * esz);
@@ -145,7 +154,12 @@ void ir_kernel_destroy(ir_kernel *k) {
 }
 
 const char *ir_kernel_name(const ir_kernel *k) { return k ? k->name : ""; }
-const char *ir_kernel_error(const ir_kernel *k) { return k ? k->error : "no kernel"; }
+const char *ir_kernel_error(const ir_kernel *k) { return k ? k->error.msg : "no kernel"; }
+
+const kiln_err *ir_kernel_err(const ir_kernel *k) {
+    static const kiln_err none = {KILN_ERR_INVALID, "no kernel"};
+    return k ? &k->error : &none;
+}
 
 /* Parameters, spec constants and shared arrays share one namespace: the printer names
  * them @name. */

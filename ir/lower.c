@@ -2,6 +2,7 @@
  * (ir_internal.h, ir_rw_*). */
 #include "ir/lower.h"
 
+#include "base/error.h"
 #include "ir/ir_internal.h"
 
 #include <stdio.h>
@@ -134,29 +135,20 @@ bool ir_rw_run(ir_kernel *k, ir_rw_fn fn, void *ctx) {
 
 /* ---- the driver -------------------------------------------------------------------------- */
 
-int ir_lower(ir_kernel *k, const ir_lower_opts *o, char *err, size_t errlen) {
-    char dummy[8];
-    if (!err || !errlen)
-        err = dummy, errlen = sizeof dummy;
-    err[0] = 0;
-    if (!k || !o) {
-        snprintf(err, errlen, "ir_lower: no kernel or no options");
+int ir_lower(ir_kernel *k, const ir_lower_opts *o, kiln_err *err) {
+    kiln_err_clear(err);
+    if (!k || !o)
+        return kiln_fail(err, KILN_ERR_INVALID, "ir_lower: no kernel or no options");
+    if (ir_verify(k, err))
         return -1;
-    }
-    if (ir_verify(k, err, errlen))
-        return -1;
-    if (o->masked && ir_lower_masked(k)) {
-        snprintf(err, errlen, "ir_lower: masked accesses: %s", k->failed ? k->error : "failed");
-        return -1;
-    }
-    if (ir_lower_half(k, o)) {
-        snprintf(err, errlen, "ir_lower: 16-bit floats: %s", k->failed ? k->error : "failed");
-        return -1;
-    }
-    char verr[256];
-    if (ir_verify(k, verr, sizeof verr)) {
-        snprintf(err, errlen, "ir_lower: the lowered kernel does not verify: %s", verr);
-        return -1;
-    }
+    if (o->masked && ir_lower_masked(k))
+        return k->failed ? kiln_err_wrap(err, &k->error, "ir_lower: masked accesses")
+                         : kiln_fail(err, KILN_ERR_INTERNAL, "ir_lower: masked accesses failed");
+    if (ir_lower_half(k, o))
+        return k->failed ? kiln_err_wrap(err, &k->error, "ir_lower: 16-bit floats")
+                         : kiln_fail(err, KILN_ERR_INTERNAL, "ir_lower: 16-bit floats failed");
+    kiln_err verr;
+    if (ir_verify(k, &verr)) /* a lowering that breaks a rule is kiln's bug */
+        return kiln_fail(err, KILN_ERR_INTERNAL, "ir_lower: the lowered kernel does not verify: %s", verr.msg);
     return 0;
 }

@@ -17,6 +17,7 @@
 #ifndef KILN_IR_LOWER_H
 #define KILN_IR_LOWER_H
 
+#include "base/error.h"
 #include "ir/ir.h"
 
 #include <stdbool.h>
@@ -38,6 +39,6 @@ typedef struct ir_lower_opts {
 
 /* Rewrites k (which must verify) in place with the passes o asks for, then verifies it
  * again. 0, or -1 with a one-line err (the kernel is then to be discarded). */
-int ir_lower(ir_kernel *k, const ir_lower_opts *o, char *err, size_t errlen);
+int ir_lower(ir_kernel *k, const ir_lower_opts *o, kiln_err *err);
 
 #endif

@@ -45,7 +45,8 @@ static ir_val access(ir_rw *w, const masked *m, ir_region *r, uint32_t l, uint32
         ir_inst *ld = at ? ir_rw_inst(w, IR_OP_LOAD, t, &at, 1, m->in->imm[0], lanes, 0) : NULL;
         v = ld ? ld->result : IR_NONE;
     } else {
-        ir_val value = lanes == 1 && m->lanes > 1 ? ir_rw_op(w, IR_OP_EXTRACT, m->elem, m->value, IR_NONE, l) : m->value;
+        ir_val value =
+            lanes == 1 && m->lanes > 1 ? ir_rw_op(w, IR_OP_EXTRACT, m->elem, m->value, IR_NONE, l) : m->value;
         ir_val ops[2] = { at, value };
         v = at && value && ir_rw_inst(w, IR_OP_STORE, 0, ops, 2, m->in->imm[0], lanes, 0) ? 1 : IR_NONE;
     }

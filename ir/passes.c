@@ -8,6 +8,7 @@
  * sqrt (whose precision the targets do not pin), and any f32 operation with a NaN or
  * subnormal operand or result (NaN payloads and denormal flushing differ between
  * devices). Folded constants are always bool, i32, u32 or f32. */
+#include "base/error.h"
 #include "ir/ir_internal.h"
 
 #include <math.h>
@@ -371,28 +372,24 @@ static bool fold_region(fold *f, ir_region *r, bool top) {
 
 /* ---- specialize ------------------------------------------------------------------------------ */
 
-int ir_specialize(ir_kernel *k, const char *const *names, const double *values, uint32_t n, char *err,
-                  size_t errlen) {
-    char dummy[8];
-    if (!err || !errlen)
-        err = dummy, errlen = sizeof dummy;
-    err[0] = 0;
+int ir_specialize(ir_kernel *k, const char *const *names, const double *values, uint32_t n, kiln_err *err) {
+    kiln_err_clear(err);
     if (!k) {
-        snprintf(err, errlen, "no kernel");
+        kiln_fail(err, KILN_ERR_INVALID, "no kernel");
         return -1;
     }
     if (n && (!names || !values)) {
-        snprintf(err, errlen, "ir_specialize: %u names without their arrays", n);
+        kiln_fail(err, KILN_ERR_INVALID, "ir_specialize: %u names without their arrays", n);
         return -1;
     }
     /* folding trusts the kernel's typing, so it takes only kernels that verify */
-    if (ir_verify(k, err, errlen))
+    if (ir_verify(k, err))
         return -1;
     int64_t *bits = calloc((size_t)k->n_specs + 1, sizeof *bits);
     bool *set = calloc((size_t)k->n_specs + 1, sizeof *set);
     ir_val *repl = calloc((size_t)k->n_vals + 1, sizeof *repl);
     if (!bits || !set || !repl) {
-        snprintf(err, errlen, "out of memory");
+        kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
         goto fail;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -400,12 +397,13 @@ int ir_specialize(ir_kernel *k, const char *const *names, const double *values, 
         while (j < k->n_specs && !(names[i] && strcmp(k->specs[j].name, names[i]) == 0))
             j++;
         if (j == k->n_specs) {
-            snprintf(err, errlen, "ir_specialize: unknown spec constant @%s", names[i] ? names[i] : "(null)");
+            kiln_fail(err, KILN_ERR_INVALID, "ir_specialize: unknown spec constant @%s",
+                      names[i] ? names[i] : "(null)");
             goto fail;
         }
         const char *why = NULL;
         if (ir_encode_spec_value(k->specs[j].type, values[i], &bits[j], &why)) {
-            snprintf(err, errlen, "ir_specialize: @%s = %g: %s", names[i], values[i], why);
+            kiln_fail(err, KILN_ERR_INVALID, "ir_specialize: @%s = %g: %s", names[i], values[i], why);
             goto fail;
         }
         set[j] = true;
@@ -424,7 +422,7 @@ int ir_specialize(ir_kernel *k, const char *const *names, const double *values, 
         }
         ir_inst *c = ir_alloc(k, sizeof *c);
         if (!c || !ir_region_push(k, &head, c)) {
-            snprintf(err, errlen, "out of memory");
+            kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
             goto fail;
         }
         c->op = IR_OP_CONST;
@@ -440,20 +438,20 @@ int ir_specialize(ir_kernel *k, const char *const *names, const double *values, 
     k->n_specs = kept;
     for (uint32_t i = 0; i < k->body.n; i++)
         if (!ir_region_push(k, &head, k->body.inst[i])) {
-            snprintf(err, errlen, "out of memory");
+            kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
             goto fail;
         }
     k->body = head;
 
     fold f = { .k = k, .repl = repl };
     if (!fold_region(&f, &k->body, true)) {
-        snprintf(err, errlen, "out of memory");
+        kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
         goto fail;
     }
     free(bits);
     free(set);
     free(repl);
-    return ir_verify(k, err, errlen);
+    return ir_verify(k, err);
 fail:
     free(bits);
     free(set);

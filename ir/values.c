@@ -87,7 +87,7 @@ bool ir_uses_ok(ir_kernel *k, const char *fn, const ir_val *v, uint32_t n) {
  * region. Returns it, or NULL (with the error) when it breaks a rule. */
 ir_inst *ir_build(ir_kernel *k, const char *fn, ir_op op, ir_type type, const ir_val *ops, uint32_t n, int64_t imm0,
                   int64_t imm1, int64_t imm2) {
-    if (k->failed && !strncmp(k->error, "out of memory", 13))
+    if (k->failed && k->error.code == KILN_ERR_NOMEM)
         return NULL;
     ir_inst tmp = { .op = op, .type = type, .operand = (ir_val *)ops, .n_operand = n,
                     .imm = { imm0, imm1, imm2 } };

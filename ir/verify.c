@@ -8,6 +8,7 @@
  * whose bounds or step are divergent, is refused, even where the data would in fact
  * agree; loads are taken as uniform when their index is (a racing write is a bug of its
  * own). */
+#include "base/error.h"
 #include "ir/ir_internal.h"
 
 #include <stdio.h>
@@ -418,7 +419,8 @@ static bool check(ck *c) {
     case IR_OP_IF:
         if (!nops(c, 1))
             return false;
-        return is_scalar(c, ty(c, 0), IR_BOOL) ? true : bad(c, "if condition must be bool, is %s", tname(c, ty(c, 0), a));
+        return is_scalar(c, ty(c, 0), IR_BOOL) ? true
+                                               : bad(c, "if condition must be bool, is %s", tname(c, ty(c, 0), a));
     case IR_OP_YIELD:
         return true;
     case IR_OP_COUNT:
@@ -440,8 +442,9 @@ typedef struct vs {
     const ir_kernel *k;
     uint8_t *state;  /* per value: 0 not yet defined, 1 in scope, 2 out of scope */
     uint8_t *taint;  /* per value: divergent */
-    char *err;
+    char *err;       /* the message (the caller's kiln_err) */
     size_t len;
+    kiln_code code;  /* invalid input, or out of memory */
     bool failed;
 } vs;
 
@@ -608,7 +611,7 @@ static bool walk_for(vs *s, const ir_inst *in, bool divergent, int depth) {
         return fail(s, in, "a for has one region, %u block arguments and %u results", n + 1, n);
     ir_type *types = malloc((n + 1) * sizeof *types);
     if (!types)
-        return fail(s, in, "out of memory");
+        return s->code = KILN_ERR_NOMEM, fail(s, in, "out of memory");
     bool ok = true;
     for (uint32_t i = 0; i < n && ok; i++)
         types[i] = ir_type_of(s->k, in->operand[3 + i]);
@@ -636,7 +639,7 @@ static bool walk_if(vs *s, const ir_inst *in, bool divergent, int depth) {
         return fail(s, in, "an if has a then and an else region");
     ir_type *types = malloc((n + 1) * sizeof *types);
     if (!types)
-        return fail(s, in, "out of memory");
+        return s->code = KILN_ERR_NOMEM, fail(s, in, "out of memory");
     for (uint32_t i = 0; i < n; i++)
         types[i] = ir_type_of(s->k, in->results[i]);
     bool div = divergent || tainted(s, in->operand[0]);
@@ -751,31 +754,25 @@ static bool workgroup(vs *s) {
     return true;
 }
 
-int ir_verify(const ir_kernel *k, char *err, size_t errlen) {
-    char dummy[8];
-    if (!err || !errlen)
-        err = dummy, errlen = sizeof dummy;
-    err[0] = 0;
-    if (!k) {
-        snprintf(err, errlen, "no kernel");
-        return -1;
-    }
-    if (k->failed) {
-        snprintf(err, errlen, "builder: %s", k->error);
-        return -1;
-    }
-    if (k->n_open) {
-        snprintf(err, errlen, "%s is still open", k->open[k->n_open - 1].inst->op == IR_OP_IF ? "an if" : "a for");
-        return -1;
-    }
-    vs s = { .k = k, .err = err, .len = errlen };
+int ir_verify(const ir_kernel *k, kiln_err *err) {
+    kiln_err none;
+    if (!err)
+        err = &none;
+    kiln_err_clear(err);
+    if (!k)
+        return kiln_fail(err, KILN_ERR_INVALID, "no kernel");
+    if (k->failed)
+        return kiln_err_wrap(err, &k->error, "builder");
+    if (k->n_open)
+        return kiln_fail(err, KILN_ERR_INVALID, "%s is still open",
+                         k->open[k->n_open - 1].inst->op == IR_OP_IF ? "an if" : "a for");
+    vs s = { .k = k, .err = err->msg, .len = sizeof err->msg, .code = KILN_ERR_INVALID };
     s.state = calloc((size_t)k->n_vals + 1, 1);
     s.taint = calloc((size_t)k->n_vals + 1, 1);
     if (!s.state || !s.taint) {
         free(s.state);
         free(s.taint);
-        snprintf(err, errlen, "out of memory");
-        return -1;
+        return kiln_fail_oom(err, NULL);
     }
     for (uint32_t t = 1; t < k->n_types; t++) {
         const char *why = ir_type_problem(&k->types[t]);
@@ -791,5 +788,7 @@ int ir_verify(const ir_kernel *k, char *err, size_t errlen) {
     bool ok = !s.failed && entry(&s) && walk(&s, &k->body, NULL, false, 0) && workgroup(&s);
     free(s.state);
     free(s.taint);
+    if (!ok)
+        err->code = s.code;
     return ok ? 0 : -1;
 }

@@ -3,6 +3,7 @@
  * largest value and, among equals, the lowest index. A NaN counts as -inf (as the host's
  * samp_argmax skips it); the maximum is written beside the index, so a caller sees when
  * there was nothing but -inf and NaN. */
+#include "base/error.h"
 #include "kernels/kn_common.h"
 
 #include <math.h>
@@ -15,12 +16,12 @@ static ir_val better(kx k, ir_val v2, ir_val i2, ir_val v1, ir_val i1) {
     return kx_or(k, larger, tie);
 }
 
-ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, char *err, size_t errlen) {
+ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, kiln_err *err) {
     if (!c || n == 0 || n == UINT32_MAX) {
-        kn_fail(err, errlen, c ? "kn_argmax: bad n %u" : "no caps", n);
+        kiln_fail(err, KILN_ERR_INVALID, c ? "kn_argmax: bad n %u" : "no caps", n);
         return NULL;
     }
-    kx k = {kn_create("kn_argmax", err, errlen), c};
+    kx k = {kn_create("kn_argmax", err), c};
     if (!k.ir) return NULL;
     ir_buf lg = kx_buffer(k, "logits", IR_F32, IR_READ, n), out = kx_buffer(k, "out", IR_U32, IR_WRITE, 2);
     uint32_t wg = kn_workgroup(c, 1024);
@@ -93,5 +94,5 @@ ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, char *err, size_t errlen) {
     ir_val bits = kx_bitcast(k, bv, kx_t(k, IR_U32, 1));
     kx_store(k, out, kx_u32(k, 1), bits);
     kx_end_if(k, st);
-    return kn_finish(k.ir, err, errlen);
+    return kn_finish(k.ir, err);
 }

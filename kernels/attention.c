@@ -22,19 +22,20 @@
  * to dtype once (with one run, exactly acc_d / l). The oracle instead normalises each
  * weight (e_p / sum) before the product; the two differ by a few f32 roundings per term
  * (see tests/test_kernels_attn.c for the bound). */
+#include "base/error.h"
 #include "kernels/kn_common.h"
 
 #include <math.h>
 
 ir_kernel *kn_kv_store(const rt_caps *c, uint32_t kv_dim, uint32_t n_ctx, ir_scalar dtype, uint32_t *groups_x,
-                       char *err, size_t errlen) {
-    if (kn_check_dtype(c, dtype, err, errlen)) return NULL;
+                       kiln_err *err) {
+    if (kn_check_dtype(c, dtype, err)) return NULL;
     if (kv_dim == 0 || n_ctx == 0 || (uint64_t)n_ctx * kv_dim > UINT32_MAX) {
-        kn_fail(err, errlen, "kn_kv_store: bad shape (kv_dim %u, n_ctx %u; u32 indices: n_ctx * kv_dim < 2^32)",
-                kv_dim, n_ctx);
+        kiln_fail(err, KILN_ERR_INVALID,
+                  "kn_kv_store: bad shape (kv_dim %u, n_ctx %u; u32 indices: n_ctx * kv_dim < 2^32)", kv_dim, n_ctx);
         return NULL;
     }
-    kx k = {kn_create("kn_kv_store", err, errlen), c};
+    kx k = {kn_create("kn_kv_store", err), c};
     if (!k.ir) return NULL;
     /* token t of the launch is grid row y */
     ir_buf kb = kx_buffer_per_group(k, "k", dtype, IR_READ, 1, kv_dim);
@@ -59,7 +60,7 @@ ir_kernel *kn_kv_store(const rt_caps *c, uint32_t kv_dim, uint32_t n_ctx, ir_sca
     kx_store(k, vc, dst, kx_load(k, vb, src, v));
     kx_end_if(k, in);
     if (groups_x) *groups_x = (n_vec + wg - 1) / wg;
-    return kn_finish(k.ir, err, errlen);
+    return kn_finish(k.ir, err);
 }
 
 uint32_t kn_attn_splits(const rt_caps *c, uint32_t n_head, uint32_t n_ctx) {
@@ -84,24 +85,24 @@ static ir_val keys_of(kx k, ir_buf pb, uint32_t n_ctx, ir_val *pos_ok) {
 }
 
 static int attn_shape_ok(const char *who, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_ctx,
-                         uint32_t n_split, char *err, size_t errlen) {
+                         uint32_t n_split, kiln_err *err) {
     if (n_head == 0 || n_head_kv == 0 || n_head % n_head_kv || head_dim == 0 || n_ctx == 0 || n_split == 0 ||
         n_split > 1024 || (uint64_t)n_ctx * n_head_kv * head_dim > UINT32_MAX ||
         (uint64_t)n_head * n_split * (head_dim + 2) > UINT32_MAX) {
-        kn_fail(err, errlen,
-                "%s: bad shape (heads %u / %u kv, head_dim %u, n_ctx %u, %u splits; n_head a multiple of n_head_kv, "
-                "1..1024 splits, u32 indices: n_ctx * kv_dim < 2^32)",
-                who, n_head, n_head_kv, head_dim, n_ctx, n_split);
+        kiln_fail(err, KILN_ERR_INVALID,
+                  "%s: bad shape (heads %u / %u kv, head_dim %u, n_ctx %u, %u splits; n_head a multiple of n_head_kv, "
+                  "1..1024 splits, u32 indices: n_ctx * kv_dim < 2^32)",
+                  who, n_head, n_head_kv, head_dim, n_ctx, n_split);
         return -1;
     }
     return 0;
 }
 
 ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_ctx,
-                          uint32_t n_split, ir_scalar dtype, uint32_t groups[2], char *err, size_t errlen) {
-    if (kn_check_dtype(c, dtype, err, errlen)) return NULL;
-    if (attn_shape_ok("kn_attn_decode", n_head, n_head_kv, head_dim, n_ctx, n_split, err, errlen)) return NULL;
-    kx k = {kn_create("kn_attn_decode", err, errlen), c};
+                          uint32_t n_split, ir_scalar dtype, uint32_t groups[2], kiln_err *err) {
+    if (kn_check_dtype(c, dtype, err)) return NULL;
+    if (attn_shape_ok("kn_attn_decode", n_head, n_head_kv, head_dim, n_ctx, n_split, err)) return NULL;
+    kx k = {kn_create("kn_attn_decode", err), c};
     if (!k.ir) return NULL;
     uint64_t cache_len = (uint64_t)n_ctx * n_head_kv * head_dim;
     ir_buf qb = kx_buffer(k, "q", dtype, IR_READ, (uint64_t)n_head * head_dim);
@@ -115,7 +116,8 @@ ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv,
     uint32_t per = (head_dim + wg - 1) / wg; /* dims each invocation owns in phase 2 */
     kx_workgroup(k, wg);
     if (per > 64) {
-        kn_fail(err, errlen, "kn_attn_decode: head_dim %u too large for a workgroup of %u", head_dim, wg);
+        kiln_fail(err, KILN_ERR_UNSUPPORTED, "kn_attn_decode: head_dim %u too large for a workgroup of %u", head_dim,
+                  wg);
         ir_kernel_destroy(k.ir);
         return NULL;
     }
@@ -233,14 +235,14 @@ ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv,
         kx_end_if(k, f);
     }
     groups[0] = n_head, groups[1] = n_split;
-    return kn_finish(k.ir, err, errlen);
+    return kn_finish(k.ir, err);
 }
 
 ir_kernel *kn_attn_merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, uint32_t n_ctx, uint32_t n_split,
-                         ir_scalar dtype, uint32_t *groups_x, char *err, size_t errlen) {
-    if (kn_check_dtype(c, dtype, err, errlen)) return NULL;
-    if (attn_shape_ok("kn_attn_merge", n_head, 1, head_dim, n_ctx, n_split, err, errlen)) return NULL;
-    kx k = {kn_create("kn_attn_merge", err, errlen), c};
+                         ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+    if (kn_check_dtype(c, dtype, err)) return NULL;
+    if (attn_shape_ok("kn_attn_merge", n_head, 1, head_dim, n_ctx, n_split, err)) return NULL;
+    kx k = {kn_create("kn_attn_merge", err), c};
     if (!k.ir) return NULL;
     ir_buf pa = kx_buffer(k, "part", IR_F32, IR_READ, (uint64_t)n_head * n_split * (head_dim + 2));
     ir_buf ob = kx_buffer(k, "out", dtype, IR_WRITE, (uint64_t)n_head * head_dim);
@@ -248,7 +250,8 @@ ir_kernel *kn_attn_merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, u
     uint32_t wg = kn_workgroup(c, head_dim > 32 ? head_dim : 32), per = (head_dim + wg - 1) / wg;
     kx_workgroup(k, wg);
     if (per > 64) {
-        kn_fail(err, errlen, "kn_attn_merge: head_dim %u too large for a workgroup of %u", head_dim, wg);
+        kiln_fail(err, KILN_ERR_UNSUPPORTED, "kn_attn_merge: head_dim %u too large for a workgroup of %u", head_dim,
+                  wg);
         ir_kernel_destroy(k.ir);
         return NULL;
     }
@@ -321,5 +324,5 @@ ir_kernel *kn_attn_merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, u
         kx_end_if(k, f);
     }
     if (groups_x) *groups_x = n_head;
-    return kn_finish(k.ir, err, errlen);
+    return kn_finish(k.ir, err);
 }

@@ -46,6 +46,7 @@
  * layer. f16 takes ~30% longer (its unpacking converts). Tried and slower: 64 keys per
  * tile (as fast for 0.6b, 15% slower for 8b), 128 invocations (20%), 16 or 64 rows
  * (40-70%), f32 tiles (~12%, at 128 invocations), one token block per workgroup (3%). */
+#include "base/error.h"
 #include "kernels/kn_common.h"
 
 #include <math.h>
@@ -461,19 +462,19 @@ static void block(const kb *b, ir_val t0) {
 }
 
 ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t q_stride,
-                           uint32_t n_ctx, uint32_t n_max, ir_scalar dtype, uint32_t groups[2], char *err,
-                           size_t errlen) {
-    if (kn_check_dtype(c, dtype, err, errlen)) return NULL;
+                           uint32_t n_ctx, uint32_t n_max, ir_scalar dtype, uint32_t groups[2], kiln_err *err) {
+    if (kn_check_dtype(c, dtype, err)) return NULL;
     uint32_t hd = head_dim;
     uint64_t q_dim = (uint64_t)n_head * hd, kv_dim64 = (uint64_t)n_head_kv * hd;
     if (n_head == 0 || n_head_kv == 0 || n_head % n_head_kv || hd == 0 || n_ctx == 0 || n_max == 0 ||
         q_stride < q_dim || (uint64_t)n_ctx * kv_dim64 > UINT32_MAX || (uint64_t)n_max * q_stride > UINT32_MAX ||
         n_ctx > (1u << 31)) {
-        kn_fail(err, errlen,
-                "kn_attn_prefill: bad shape (heads %u / %u kv, head_dim %u, q_stride %u, n_ctx %u, n_max %u; n_head a "
-                "multiple of n_head_kv, q_stride >= n_head * head_dim, u32 indices: n_ctx * kv_dim, n_max * q_stride "
-                "< 2^32, n_ctx <= 2^31)",
-                n_head, n_head_kv, hd, q_stride, n_ctx, n_max);
+        kiln_fail(
+            err, KILN_ERR_INVALID,
+            "kn_attn_prefill: bad shape (heads %u / %u kv, head_dim %u, q_stride %u, n_ctx %u, n_max %u; n_head a "
+            "multiple of n_head_kv, q_stride >= n_head * head_dim, u32 indices: n_ctx * kv_dim, n_max * q_stride "
+            "< 2^32, n_ctx <= 2^31)",
+            n_head, n_head_kv, hd, q_stride, n_ctx, n_max);
         return NULL;
     }
     uint32_t group_size = n_head / n_head_kv;
@@ -489,12 +490,12 @@ ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv
         for (uint32_t keys = 32; keys >= 4 && !ok; keys /= 2)
             ok = plan(c, group_size, hd, lanes, per_word, rows, keys, 256, &g);
     if (!ok) {
-        kn_fail(err, errlen,
-                "kn_attn_prefill: head_dim %u does not fit the caps (%u bytes of workgroup memory, %u invocations)",
-                hd, c->shared_bytes, c->max_workgroup);
+        kiln_fail(err, KILN_ERR_UNSUPPORTED,
+                  "kn_attn_prefill: head_dim %u does not fit the caps (%u bytes of workgroup memory, %u invocations)",
+                  hd, c->shared_bytes, c->max_workgroup);
         return NULL;
     }
-    kx k = {kn_create("kn_attn_prefill", err, errlen), c};
+    kx k = {kn_create("kn_attn_prefill", err), c};
     if (!k.ir) return NULL;
     kb b = {.k = k, .g = &g, .dtype = dtype, .hd = hd, .q_stride = q_stride, .kv_dim = (uint32_t)kv_dim64,
             .n_head = n_head};
@@ -539,5 +540,5 @@ ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv
     kx_end_if(k, live);
     kx_end_for(k, two);
     if (groups) groups[0] = n_head / g.heads_per_tile, groups[1] = gy_n;
-    return kn_finish(k.ir, err, errlen);
+    return kn_finish(k.ir, err);
 }

@@ -1,17 +1,18 @@
 /* A plain copy of u32 words: what `kiln probe --measure` times for the memory bandwidth
  * the decode floor is computed from. Each invocation moves one vector (the widest that
  * divides n, so the loop bound alone masks the tail) per step of a grid-stride loop. */
+#include "base/error.h"
 #include "kernels/kn_common.h"
 
 /* Vulkan guarantees only 65535 workgroups in x: more work loops instead. */
 #define KN_MAX_GROUPS 65535u
 
-ir_kernel *kn_copy(const rt_caps *c, uint32_t n, uint32_t *groups_x, char *err, size_t errlen) {
+ir_kernel *kn_copy(const rt_caps *c, uint32_t n, uint32_t *groups_x, kiln_err *err) {
     if (!c || n == 0) {
-        kn_fail(err, errlen, c ? "kn_copy: n is 0" : "no caps");
+        kiln_fail(err, KILN_ERR_INVALID, c ? "kn_copy: n is 0" : "no caps");
         return NULL;
     }
-    kx k = {kn_create("kn_copy", err, errlen), c};
+    kx k = {kn_create("kn_copy", err), c};
     if (!k.ir) return NULL;
     ir_buf src = kx_buffer(k, "src", IR_U32, IR_READ, n), dst = kx_buffer(k, "dst", IR_U32, IR_WRITE, n);
     uint32_t wg = kn_workgroup(c, 256), v = kn_vec_width(n), n_vec = n / v;
@@ -26,5 +27,5 @@ ir_kernel *kn_copy(const rt_caps *c, uint32_t n, uint32_t *groups_x, char *err, 
         uint32_t g = (n_vec + wg - 1) / wg;
         *groups_x = g < KN_MAX_GROUPS ? g : KN_MAX_GROUPS;
     }
-    return kn_finish(k.ir, err, errlen);
+    return kn_finish(k.ir, err);
 }

@@ -3,6 +3,7 @@
  * memory, subgroup operations, cooperative-matrix shapes), so `kiln probe` shows the
  * variants a device gets without a model file. Read off the kernels themselves, not
  * from a second copy of the builders' rules. */
+#include "base/error.h"
 #include "kernels/kn_common.h"
 
 #include <stdio.h>
@@ -42,7 +43,9 @@ static size_t line(char *buf, size_t cap, size_t at, const char *role, const ir_
         uint32_t shm = 0;
         for (uint32_t i = 0; i < ir_n_shared(k); i++) {
             const ir_shared_decl *d = ir_shared_at(k, i);
-            shm += d->count * (d->elem == IR_F16 || d->elem == IR_BF16 ? 2 : d->elem == IR_I64 || d->elem == IR_U64 ? 8 : 4);
+            shm += d->count * (d->elem == IR_F16 || d->elem == IR_BF16  ? 2
+                               : d->elem == IR_I64 || d->elem == IR_U64 ? 8
+                                                                        : 4);
         }
         int n = snprintf(text, sizeof text, "%s: workgroup %u", role, wg[0] * wg[1] * wg[2]);
         if (shm) n += snprintf(text + n, sizeof text - n, ", %u B workgroup memory", shm);
@@ -63,22 +66,22 @@ size_t kn_describe(const rt_caps *c, char *buf, size_t cap) {
     const uint32_t d = 1024, nh = 16, nkv = 8, hd = 128, nv = 151936, ctx = 4096, nb = 512;
     const uint32_t qkv = (nh + 2 * nkv) * hd;
     const ir_scalar t = IR_BF16;
-    char err[256];
+    kiln_err err = {0};
     uint32_t g[2];
     kn_rope_opts rope = {hd, true, 1e6f, 1.0f, false};
     static const char *const roles[] = {"rmsnorm", "matvec (decode)", "matmul (prefill)", "qk_prep",
                                         "attention (decode)", "attention (prefill)", "logits head"};
     size_t at = 0;
     for (int i = 0; i < 7; i++) {
-        err[0] = 0;
-        ir_kernel *k = i == 0 ? kn_rmsnorm(c, d, t, 1e-6f, err, sizeof err)
-                       : i == 1 ? kn_matvec(c, qkv, d, t, t, KN_EPI_NONE, g, err, sizeof err)
-                       : i == 2 ? kn_matmul(c, qkv, d, nb, t, KN_EPI_NONE, g, err, sizeof err)
-                       : i == 3 ? kn_qk_prep(c, nh, nkv, hd, &rope, true, 1e-6f, ctx, t, err, sizeof err)
-                       : i == 4 ? kn_attn_decode(c, nh, nkv, hd, ctx, kn_attn_splits(c, nh, ctx), t, g, err, sizeof err)
-                       : i == 5 ? kn_attn_prefill(c, nh, nkv, hd, qkv, ctx, nb, t, g, err, sizeof err)
-                                : kn_matvec(c, nv, d, t, IR_F32, KN_EPI_NONE, g, err, sizeof err);
-        at = line(buf, cap, at, roles[i], k, err);
+        err.msg[0] = 0;
+        ir_kernel *k = i == 0 ? kn_rmsnorm(c, d, t, 1e-6f, &err)
+                       : i == 1 ? kn_matvec(c, qkv, d, t, t, KN_EPI_NONE, g, &err)
+                       : i == 2 ? kn_matmul(c, qkv, d, nb, t, KN_EPI_NONE, g, &err)
+                       : i == 3 ? kn_qk_prep(c, nh, nkv, hd, &rope, true, 1e-6f, ctx, t, &err)
+                       : i == 4 ? kn_attn_decode(c, nh, nkv, hd, ctx, kn_attn_splits(c, nh, ctx), t, g, &err)
+                       : i == 5 ? kn_attn_prefill(c, nh, nkv, hd, qkv, ctx, nb, t, g, &err)
+                                : kn_matvec(c, nv, d, t, IR_F32, KN_EPI_NONE, g, &err);
+        at = line(buf, cap, at, roles[i], k, err.msg);
         ir_kernel_destroy(k);
     }
     return at;

@@ -1,6 +1,7 @@
 /* Element-wise kernels: the residual add and SwiGLU. Each invocation takes one vector
  * (the widest that divides n) per step of a grid-stride loop, computes in f32 and rounds
  * once on store. */
+#include "base/error.h"
 #include "kernels/kn_common.h"
 
 /* Vulkan guarantees only 65535 workgroups in x: more work loops instead. */
@@ -9,13 +10,13 @@
 typedef enum { OP_ADD, OP_SWIGLU } eltwise_op;
 
 static ir_kernel *build(const rt_caps *c, const char *name, eltwise_op op, uint32_t n, ir_scalar dtype,
-                        uint32_t *groups_x, char *err, size_t errlen) {
-    if (kn_check_dtype(c, dtype, err, errlen)) return NULL;
+                        uint32_t *groups_x, kiln_err *err) {
+    if (kn_check_dtype(c, dtype, err)) return NULL;
     if (n == 0) {
-        kn_fail(err, errlen, "%s: n is 0", name);
+        kiln_fail(err, KILN_ERR_INVALID, "%s: n is 0", name);
         return NULL;
     }
-    kx k = {kn_create(name, err, errlen), c};
+    kx k = {kn_create(name, err), c};
     if (!k.ir) return NULL;
     const char *an = op == OP_ADD ? "a" : "g", *bn = op == OP_ADD ? "b" : "u";
     ir_buf a = kx_buffer(k, an, dtype, IR_READ, n), b = kx_buffer(k, bn, dtype, IR_READ, n);
@@ -45,13 +46,13 @@ static ir_kernel *build(const rt_caps *c, const char *name, eltwise_op op, uint3
         uint32_t g = (n_vec + wg - 1) / wg;
         *groups_x = g < KN_MAX_GROUPS ? g : KN_MAX_GROUPS;
     }
-    return kn_finish(k.ir, err, errlen);
+    return kn_finish(k.ir, err);
 }
 
-ir_kernel *kn_add(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *groups_x, char *err, size_t errlen) {
-    return build(c, "kn_add", OP_ADD, n, dtype, groups_x, err, errlen);
+ir_kernel *kn_add(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+    return build(c, "kn_add", OP_ADD, n, dtype, groups_x, err);
 }
 
-ir_kernel *kn_swiglu(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *groups_x, char *err, size_t errlen) {
-    return build(c, "kn_swiglu", OP_SWIGLU, n, dtype, groups_x, err, errlen);
+ir_kernel *kn_swiglu(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+    return build(c, "kn_swiglu", OP_SWIGLU, n, dtype, groups_x, err);
 }

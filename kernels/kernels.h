@@ -1,18 +1,20 @@
 /* kernels/ — the model's kernels written with the IR builder. Each builder takes the
  * shapes (written into the IR as constants) and the device's caps, and returns a
- * verified kernel, or NULL with a message in err (bad shapes, a dtype that is not
- * bf16/f16, caps that cannot run it, out of memory).
+ * verified kernel, or NULL with err (invalid input: bad shapes, a dtype that is not
+ * bf16/f16; unsupported: caps that cannot run it; out of memory).
  *
- * The numerical contract (DESIGN.md): activations and weights are `dtype` (IR_BF16 or
+ * The numerical contract (docs/ARCHITECTURE.md): activations and weights are `dtype` (IR_BF16 or
  * IR_F16) in buffers; every sum is f32; norms, rope and activations compute in f32;
  * results are rounded to dtype once, on store (round to nearest even).
  *
- * Buffer and scalar parameters are listed per kernel in declaration order (the order of
- * rt_launch.args). The launch grid is given per kernel; builders whose grid follows from
+ * Buffer and scalar parameters are listed per kernel by name, in declaration order, with
+ * the elements each may touch (its extent, declared in the IR: what the plan checks when
+ * it binds a buffer to the name, plan/plan_bind.h). The launch grid is given per kernel; builders whose grid follows from
  * the shapes also return it through groups (may be NULL). */
 #ifndef KILN_KERNELS_KERNELS_H
 #define KILN_KERNELS_KERNELS_H
 
+#include "base/error.h"
 #include "ir/ir.h"
 #include "runtime/caps.h"
 
@@ -23,11 +25,11 @@
 /* y[r][c] = (x[r][c] * scale_r) * w[c], scale_r = 1 / sqrt(mean_c(x[r][c]^2) + eps).
  * Params: x (dtype, read), w (dtype, read, n), y (dtype, write).
  * Grid: one workgroup per row: groups = {n_rows, 1, 1}. */
-ir_kernel *kn_rmsnorm(const rt_caps *c, uint32_t n, ir_scalar dtype, float eps, char *err, size_t errlen);
+ir_kernel *kn_rmsnorm(const rt_caps *c, uint32_t n, ir_scalar dtype, float eps, kiln_err *err);
 /* The per-head variant (qwen3 q/k norm): the same math on rows of head_dim with one
  * head_dim weight shared by every head, with a workgroup sized for short rows.
  * Grid: one workgroup per (token, head): groups = {n_tokens * n_heads, 1, 1}. */
-ir_kernel *kn_rmsnorm_heads(const rt_caps *c, uint32_t head_dim, ir_scalar dtype, float eps, char *err, size_t errlen);
+ir_kernel *kn_rmsnorm_heads(const rt_caps *c, uint32_t head_dim, ir_scalar dtype, float eps, kiln_err *err);
 
 /* Prefill kernels run a block of up to n_max tokens recorded once: they are launched for
  * n_max and read the block's first position and token count from a u32 buffer
@@ -60,7 +62,7 @@ enum { KN_EPI_NONE = 0, KN_EPI_BIAS = 1, KN_EPI_RESIDUAL = 2, KN_EPI_SWIGLU = 4,
  * the result does not depend on the grid (plan_tune picks the fastest on the device). */
 bool kn_matvec_strided(const rt_caps *c);
 ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out, unsigned epi,
-                     uint32_t *groups_x, char *err, size_t errlen);
+                     uint32_t *groups_x, kiln_err *err);
 
 /* kn_matvec of the RMSNorm of x: every workgroup first computes h = round((x * scale) *
  * wn) (kn_rmsnorm's row, scale from the same f32 sums) into workgroup memory, then the
@@ -68,7 +70,7 @@ ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar d
  * Params: as kn_matvec (x is the un-normalized row), then wn (dtype, read, cols).
  * NULL when a row of f32 does not fit the caps' workgroup memory. */
 ir_kernel *kn_matvec_norm(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out,
-                          unsigned epi, float eps, uint32_t *groups_x, char *err, size_t errlen);
+                          unsigned epi, float eps, uint32_t *groups_x, kiln_err *err);
 
 /* The prefill projections: Y[t][r] = sum_c W[r * cols + c] * X[t * cols + c] for r < rows
  * and t < n = info[1], then the epilogue (KN_EPI_BIAS and/or KN_EPI_RESIDUAL, res being
@@ -82,13 +84,13 @@ ir_kernel *kn_matvec_norm(const rt_caps *c, uint32_t rows, uint32_t cols, ir_sca
  * Grid: groups = {groups[0], groups[1], 1}; workgroups whose tokens all lie at t >= n
  * return at once. */
 ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
-                     uint32_t groups[2], char *err, size_t errlen);
+                     uint32_t groups[2], kiln_err *err);
 
 /* out[i] = a[i] + b[i] (the residual add). Params: a, b (dtype, read), out (dtype, write).
  * out[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u (SwiGLU). Params: g, u, out.
  * Grid: groups = {*groups_x, 1, 1} (a grid-stride loop covers any n). */
-ir_kernel *kn_add(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *groups_x, char *err, size_t errlen);
-ir_kernel *kn_swiglu(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *groups_x, char *err, size_t errlen);
+ir_kernel *kn_add(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
+ir_kernel *kn_swiglu(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
 
 /* Rotary embedding in place on x = [n_tokens][n_heads][head_dim], the first n_rot dims of
  * each head (pairs (2i, 2i+1), or (i, i + n_rot/2) when neox), token t at position
@@ -98,19 +100,19 @@ ir_kernel *kn_swiglu(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *gr
  * Params: x (dtype, read/write), pos (u32, read, 1).
  * Grid: groups = {*groups_x, n_tokens, 1}. */
 ir_kernel *kn_rope(const rt_caps *c, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, bool neox, float base,
-                   ir_scalar dtype, uint32_t *groups_x, char *err, size_t errlen);
+                   ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
 
 /* dst[i] = src[i] for i < n, u32 words copied bit for bit in vectors (the widest that
  * divides n): the copy `kiln probe --measure` times for the memory bandwidth.
  * Params: src (u32, read, n), dst (u32, write, n).
  * Grid: groups = {*groups_x, 1, 1} (a grid-stride loop covers any n). */
-ir_kernel *kn_copy(const rt_caps *c, uint32_t n, uint32_t *groups_x, char *err, size_t errlen);
+ir_kernel *kn_copy(const rt_caps *c, uint32_t n, uint32_t *groups_x, kiln_err *err);
 
 /* out[0] = the index of the largest of logits[0..n) (ties to the lowest index; NaN counts
  * as -inf: the host's samp_argmax), out[1] = that largest value's f32 bits (-inf: there
  * was nothing else, and the host decides what then).
  * Params: logits (f32, read, n), out (u32, write, 2). Grid: groups = {1, 1, 1}. */
-ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, char *err, size_t errlen);
+ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, kiln_err *err);
 
 /* out[t][c] = table[tok[t] * n_embd + c] for the launch's tokens t (grid y); a token >=
  * n_vocab gives a row of zeros instead of a read past the table.
@@ -118,7 +120,7 @@ ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, char *err, size_t errlen);
  * write, n_tokens * n_embd).
  * Grid: groups = {*groups_x, n_tokens, 1}. */
 ir_kernel *kn_embed(const rt_caps *c, uint32_t n_vocab, uint32_t n_embd, ir_scalar dtype, uint32_t *groups_x,
-                    char *err, size_t errlen);
+                    kiln_err *err);
 
 /* A step's inputs from the host-mapped buffers the host writes into device memory, once
  * per replay, so the kernels after it read them there: a read of host memory crosses the
@@ -126,14 +128,14 @@ ir_kernel *kn_embed(const rt_caps *c, uint32_t n_vocab, uint32_t n_embd, ir_scal
  * tok_host[i] for i < n_tok, info[i] = info_host[i] for i < 2.
  * Params: tok_host (u32, read, n_tok), tok (u32, write, n_tok), info_host (u32, read, 2),
  * info (u32, write, 2). Grid: groups = {*groups_x, 1, 1}. */
-ir_kernel *kn_stage_inputs(const rt_caps *c, uint32_t n_tok, uint32_t *groups_x, char *err, size_t errlen);
+ir_kernel *kn_stage_inputs(const rt_caps *c, uint32_t n_tok, uint32_t *groups_x, kiln_err *err);
 
 /* out[c] = x[(info[1] - 1) * n + c]: the last row of a prefill block (kernels below), for
  * the logits head. n = info[1] = 0 or > n_max gives zeros.
  * Params: x (dtype, read, n_max * n), info (u32, read, 2), out (dtype, write, n).
  * Grid: groups = {*groups_x, 1, 1}. */
-ir_kernel *kn_take_last(const rt_caps *c, uint32_t n, uint32_t n_max, ir_scalar dtype, uint32_t *groups_x, char *err,
-                        size_t errlen);
+ir_kernel *kn_take_last(const rt_caps *c, uint32_t n, uint32_t n_max, ir_scalar dtype, uint32_t *groups_x,
+                        kiln_err *err);
 
 /* The KV-cache store: kcache[p * kv_dim + i] = k[t * kv_dim + i] and the same for v, bit for
  * bit, for token t of the launch at p = pos[0] + t; caches are [n_ctx][kv_dim] row-major,
@@ -143,7 +145,7 @@ ir_kernel *kn_take_last(const rt_caps *c, uint32_t n, uint32_t n_max, ir_scalar 
  * n_ctx * kv_dim), pos (u32, read, 1).
  * Grid: groups = {*groups_x, n_tokens, 1}. */
 ir_kernel *kn_kv_store(const rt_caps *c, uint32_t kv_dim, uint32_t n_ctx, ir_scalar dtype, uint32_t *groups_x,
-                       char *err, size_t errlen);
+                       kiln_err *err);
 
 /* One token's attention (decode), in two launches: for query head h (kv head h / (n_head
  * / n_head_kv)), s_p = (q_h . k_p) * (1 / sqrt(head_dim)) for p = 0..pos[0], softmax in
@@ -160,9 +162,9 @@ ir_kernel *kn_kv_store(const rt_caps *c, uint32_t kv_dim, uint32_t n_ctx, ir_sca
  * kn_attn_splits: the n_split a plan uses: enough workgroups to fill the device twice
  * over, at most 64 and no runs shorter than 16 positions of the context. */
 ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_ctx,
-                          uint32_t n_split, ir_scalar dtype, uint32_t groups[2], char *err, size_t errlen);
+                          uint32_t n_split, ir_scalar dtype, uint32_t groups[2], kiln_err *err);
 ir_kernel *kn_attn_merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, uint32_t n_ctx, uint32_t n_split,
-                         ir_scalar dtype, uint32_t *groups_x, char *err, size_t errlen);
+                         ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
 uint32_t kn_attn_splits(const rt_caps *c, uint32_t n_head, uint32_t n_ctx);
 
 /* Causal attention of a prefill block: query token t < n = info[1] sits at position
@@ -176,8 +178,7 @@ uint32_t kn_attn_splits(const rt_caps *c, uint32_t n_head, uint32_t n_ctx);
  * * head_dim), out (dtype, write, n_max * n_head * head_dim), info (u32, read, 2).
  * Grid: groups = {groups[0], groups[1], 1}. */
 ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t q_stride,
-                           uint32_t n_ctx, uint32_t n_max, ir_scalar dtype, uint32_t groups[2], char *err,
-                           size_t errlen);
+                           uint32_t n_ctx, uint32_t n_max, ir_scalar dtype, uint32_t groups[2], kiln_err *err);
 
 /* Rope options shared by the kernels that rotate: the pairing, the base, a linear
  * frequency scale (1 / factor; 1 when unscaled) and whether per-pair frequency factors
@@ -202,8 +203,9 @@ typedef struct kn_rope_opts {
  * (u32, read, 2), then q_norm, k_norm (dtype, read, head_dim) when qk_norm, then
  * freqs (dtype, read, n_rot / 2) when rope.freq_factors.
  * Grid: groups = {n_head + 2 * n_head_kv, n_max, 1}. */
-ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, const kn_rope_opts *rope,
-                      bool qk_norm, float eps, uint32_t n_ctx, ir_scalar dtype, char *err, size_t errlen);
+ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                      const kn_rope_opts *rope, bool qk_norm, float eps, uint32_t n_ctx, ir_scalar dtype,
+                      kiln_err *err);
 
 /* One line per kernel family ("matmul (prefill): workgroup 128, cooperative matrices
  * 16x16x16 bf16\n", ...): the variants the builders choose for caps c, read off kernels

@@ -2,28 +2,22 @@
  * workgroup-wide f32 sum. */
 #include "kernels/kn_common.h"
 
+#include "base/error.h"
+
 #include <math.h>
 #include <stdio.h>
 
-void kn_fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
-int kn_check_dtype(const rt_caps *c, ir_scalar dtype, char *err, size_t errlen) {
+int kn_check_dtype(const rt_caps *c, ir_scalar dtype, kiln_err *err) {
     if (!c) {
-        kn_fail(err, errlen, "no caps");
+        kiln_fail(err, KILN_ERR_INVALID, "no caps");
         return -1;
     }
     if (dtype != IR_BF16 && dtype != IR_F16) {
-        kn_fail(err, errlen, "dtype must be bf16 or f16, not %s", ir_scalar_name(dtype));
+        kiln_fail(err, KILN_ERR_INVALID, "dtype must be bf16 or f16, not %s", ir_scalar_name(dtype));
         return -1;
     }
     if (!c->storage16) {
-        kn_fail(err, errlen, "16-bit buffers need caps.storage16 (no 32-bit packing variant yet)");
+        kiln_fail(err, KILN_ERR_UNSUPPORTED, "16-bit buffers need caps.storage16 (no 32-bit packing variant yet)");
         return -1;
     }
     return 0;
@@ -85,26 +79,26 @@ ir_val kn_wg_sum(kx k, uint32_t wg, ir_val v, const char *shm_name) {
     return kx_sg_sum(k, ir_for_result(lp, 0));
 }
 
-ir_kernel *kn_finish(ir_kernel *k, char *err, size_t errlen) {
-    char msg[512];
-    if (ir_verify(k, msg, sizeof msg)) {
+ir_kernel *kn_finish(ir_kernel *k, kiln_err *err) {
+    kiln_err msg = {0};
+    if (ir_verify(k, &msg)) {
         const char *be = ir_kernel_error(k);
-        kn_fail(err, errlen, "%s: %s", ir_kernel_name(k), be && *be ? be : msg);
+        kiln_err_wrap(err, be && *be ? ir_kernel_err(k) : &msg, "%s", ir_kernel_name(k));
         ir_kernel_destroy(k);
         return NULL;
     }
     return k;
 }
 
-ir_kernel *kn_create(const char *name, char *err, size_t errlen) {
+ir_kernel *kn_create(const char *name, kiln_err *err) {
     ir_kernel *k = ir_kernel_create(name);
-    if (!k) kn_fail(err, errlen, "%s: out of memory", name);
+    if (!k) kiln_fail(err, KILN_ERR_NOMEM, "%s: out of memory", name);
     return k;
 }
 
-int kn_check_epi(const char *who, unsigned epi, unsigned allowed, char *err, size_t errlen) {
+int kn_check_epi(const char *who, unsigned epi, unsigned allowed, kiln_err *err) {
     if ((epi & ~allowed) || ((epi & KN_EPI_SWIGLU) && (epi & (KN_EPI_BIAS | KN_EPI_RESIDUAL)))) {
-        kn_fail(err, errlen, "%s: epilogue flags 0x%x are not supported here", who, epi);
+        kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: epilogue flags 0x%x are not supported here", who, epi);
         return -1;
     }
     return 0;

@@ -2,14 +2,14 @@
 #ifndef KILN_KERNELS_KN_COMMON_H
 #define KILN_KERNELS_KN_COMMON_H
 
+#include "base/error.h"
 #include "kernels/kernels.h"
 #include "kernels/kn_expr.h"
 
 #include <stdarg.h>
 
-void kn_fail(char *err, size_t errlen, const char *fmt, ...);
 /* 0 when dtype is bf16/f16 and the caps can hold it in buffers; -1 with err otherwise. */
-int kn_check_dtype(const rt_caps *c, ir_scalar dtype, char *err, size_t errlen);
+int kn_check_dtype(const rt_caps *c, ir_scalar dtype, kiln_err *err);
 /* The largest power of two <= min(want, caps.max_workgroup, 1024), at least 1. */
 uint32_t kn_workgroup(const rt_caps *c, uint32_t want);
 /* The widest vector (4, 2 or 1 elements) that divides n, so vector loads never straddle
@@ -23,7 +23,7 @@ ir_val kn_wg_sum(kx k, uint32_t wg, ir_val v, const char *shm_name);
 /* Sum of the lanes of an f32 vector (or v itself for a scalar), lane 0 first. */
 ir_val kn_lane_sum(kx k, ir_val v, uint32_t lanes);
 /* -1 with err when epi has flags outside allowed, or SWIGLU with another flag. */
-int kn_check_epi(const char *who, unsigned epi, unsigned allowed, char *err, size_t errlen);
+int kn_check_epi(const char *who, unsigned epi, unsigned allowed, kiln_err *err);
 /* The fused epilogue of a product (kernels.h, KN_EPI_*) on an f32 sum: the bias
  * b[b_index] (BIAS), the rounding to dtype, the residual res[res_index] and a second
  * rounding (RESIDUAL). Returns the dtype value to store. b/res are ignored without
@@ -39,9 +39,9 @@ ir_val kn_fdiv(kx k, ir_val a, ir_val b);
 ir_val kn_fsqrt(kx k, ir_val x);
 ir_val kn_exp(kx k, ir_val x);
 /* Verifies k: k, or NULL (k destroyed) with the builder's or verifier's message. */
-ir_kernel *kn_finish(ir_kernel *k, char *err, size_t errlen);
+ir_kernel *kn_finish(ir_kernel *k, kiln_err *err);
 /* ir_kernel_create, with the out-of-memory message. */
-ir_kernel *kn_create(const char *name, char *err, size_t errlen);
+ir_kernel *kn_create(const char *name, kiln_err *err);
 
 /* p >= p0 && p < n_ctx: a token's cache position p = p0 + t inside the cache and not
  * wrapped past 2^32. */

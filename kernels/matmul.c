@@ -28,6 +28,7 @@
  * not stored. Columns past cols read zero in both matrices (0 * garbage could be NaN).
  * Products of two 16-bit values are exact in f32, so only the summation order differs
  * from a plain loop. */
+#include "base/error.h"
 #include "kernels/kn_common.h"
 
 typedef struct mm {
@@ -485,21 +486,22 @@ static bool build_simt(mm *m, uint32_t groups[2]) {
 }
 
 ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
-                     uint32_t groups[2], char *err, size_t errlen) {
-    if (kn_check_dtype(c, dtype, err, errlen)) return NULL;
-    if (kn_check_epi("kn_matmul", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL, err, errlen)) return NULL;
+                     uint32_t groups[2], kiln_err *err) {
+    if (kn_check_dtype(c, dtype, err)) return NULL;
+    if (kn_check_epi("kn_matmul", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL, err)) return NULL;
     if (rows == 0 || cols == 0 || n_max == 0 || n_max % 64 || (uint64_t)n_max * cols > UINT32_MAX ||
         (uint64_t)n_max * rows > UINT32_MAX || (uint64_t)rows * cols > UINT32_MAX) {
-        kn_fail(err, errlen,
-                "kn_matmul: bad shape (rows %u, cols %u, n_max %u; n_max a multiple of 64, u32 indices: n_max * cols, "
-                "n_max * rows and rows * cols < 2^32)",
-                rows, cols, n_max);
+        kiln_fail(
+            err, KILN_ERR_INVALID,
+            "kn_matmul: bad shape (rows %u, cols %u, n_max %u; n_max a multiple of 64, u32 indices: n_max * cols, "
+            "n_max * rows and rows * cols < 2^32)",
+            rows, cols, n_max);
         return NULL;
     }
     uint32_t g[2];
     mma_cfg cfg;
     bool use_mma = mma_pick(c, dtype, &cfg);
-    mm m = {.k = {kn_create("kn_matmul", err, errlen), c}, .rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype,
+    mm m = {.k = {kn_create("kn_matmul", err), c}, .rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype,
             .epi = epi};
     kx k = m.k;
     if (!k.ir) return NULL;
@@ -515,10 +517,10 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
     if (use_mma) {
         build_mma(&m, &cfg, g);
     } else if (!build_simt(&m, g)) {
-        kn_fail(err, errlen, "kn_matmul: caps.shared_bytes %u holds no tile", c->shared_bytes);
+        kiln_fail(err, KILN_ERR_UNSUPPORTED, "kn_matmul: caps.shared_bytes %u holds no tile", c->shared_bytes);
         ir_kernel_destroy(k.ir);
         return NULL;
     }
     if (groups) groups[0] = g[0], groups[1] = g[1];
-    return kn_finish(k.ir, err, errlen);
+    return kn_finish(k.ir, err);
 }

@@ -3,6 +3,7 @@
  * where a row is whole 16-byte words, else the widest 16-bit vector that divides cols),
  * each keeps an f32 accumulator, and a reduce sums the lanes. Products of two 16-bit
  * values are exact in f32, so only the summation order differs from a loop. */
+#include "base/error.h"
 #include "kernels/kn_common.h"
 
 #include <math.h>
@@ -168,31 +169,32 @@ static uint32_t norm_prologue(kx k, uint32_t wg, ir_buf x, ir_buf wn, uint32_t c
 bool kn_matvec_strided(const rt_caps *c) { return c->compute_capability == 0; }
 
 static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out, unsigned epi,
-                        bool norm, float eps, uint32_t *groups_x, char *err, size_t errlen) {
+                        bool norm, float eps, uint32_t *groups_x, kiln_err *err) {
     const char *name = norm ? "kn_matvec_norm" : "kn_matvec";
-    if (kn_check_dtype(c, dtype, err, errlen)) return NULL;
+    if (kn_check_dtype(c, dtype, err)) return NULL;
     if (out != dtype && out != IR_F32) {
-        kn_fail(err, errlen, "%s: output must be %s or f32, not %s", name, ir_scalar_name(dtype), ir_scalar_name(out));
+        kiln_fail(err, KILN_ERR_INVALID, "%s: output must be %s or f32, not %s", name, ir_scalar_name(dtype),
+                  ir_scalar_name(out));
         return NULL;
     }
     unsigned allowed = out == IR_F32 ? KN_EPI_FAULT : KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU;
-    if (kn_check_epi(name, epi, allowed, err, errlen))
+    if (kn_check_epi(name, epi, allowed, err))
         return NULL;
     if (rows == 0 || cols == 0 || (uint64_t)rows * cols > UINT32_MAX) {
-        kn_fail(err, errlen, "%s: bad shape %u x %u (u32 indices: rows * cols < 2^32)", name, rows, cols);
+        kiln_fail(err, KILN_ERR_INVALID, "%s: bad shape %u x %u (u32 indices: rows * cols < 2^32)", name, rows, cols);
         return NULL;
     }
     if (norm && (!(eps >= 0.0f) || !isfinite(eps))) {
-        kn_fail(err, errlen, "%s: bad eps %g", name, (double)eps);
+        kiln_fail(err, KILN_ERR_INVALID, "%s: bad eps %g", name, (double)eps);
         return NULL;
     }
     /* the normalized row in workgroup memory, and the reductions' few words */
     if (norm && (uint64_t)cols * 4 + 512 > c->shared_bytes) {
-        kn_fail(err, errlen, "%s: a row of %u needs %u bytes of workgroup memory; the device has %u", name, cols,
-                cols * 4 + 512, c->shared_bytes);
+        kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: a row of %u needs %u bytes of workgroup memory; the device has %u",
+                  name, cols, cols * 4 + 512, c->shared_bytes);
         return NULL;
     }
-    kx k = {kn_create(name, err, errlen), c};
+    kx k = {kn_create(name, err), c};
     if (!k.ir) return NULL;
     /* bf16 rows of whole 16-byte words go 8 elements per load (row_dot_wide), the
      * weights (and x, unless normalized into workgroup memory) read as u32 words */
@@ -270,15 +272,15 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
         gx = rows;
     }
     if (groups_x) *groups_x = gx;
-    return kn_finish(k.ir, err, errlen);
+    return kn_finish(k.ir, err);
 }
 
 ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out, unsigned epi,
-                     uint32_t *groups_x, char *err, size_t errlen) {
-    return build(c, rows, cols, dtype, out, epi, false, 0.0f, groups_x, err, errlen);
+                     uint32_t *groups_x, kiln_err *err) {
+    return build(c, rows, cols, dtype, out, epi, false, 0.0f, groups_x, err);
 }
 
 ir_kernel *kn_matvec_norm(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out,
-                          unsigned epi, float eps, uint32_t *groups_x, char *err, size_t errlen) {
-    return build(c, rows, cols, dtype, out, epi, true, eps, groups_x, err, errlen);
+                          unsigned epi, float eps, uint32_t *groups_x, kiln_err *err) {
+    return build(c, rows, cols, dtype, out, epi, true, eps, groups_x, err);
 }

@@ -22,6 +22,7 @@
  * device's: Vulkan allows 2.5 ulp, where the oracle's is correctly rounded.
  * Indices are u32: n_max * (n_head + 2 * n_head_kv) * head_dim must stay below 2^32 (the
  * caller's block size; not known here), n_ctx * kv_dim is checked. */
+#include "base/error.h"
 #include "kernels/kn_common.h"
 
 #include <math.h>
@@ -87,15 +88,16 @@ static void head(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, ir_
     kx_end_for(k, tl);
 }
 
-ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, const kn_rope_opts *rope,
-                      bool qk_norm, float eps, uint32_t n_ctx, ir_scalar dtype, char *err, size_t errlen) {
-    char why[256];
-    if (kn_check_dtype(c, dtype, why, sizeof why)) {
-        kn_fail(err, errlen, "kn_qk_prep: %s", why);
+ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                      const kn_rope_opts *rope, bool qk_norm, float eps, uint32_t n_ctx, ir_scalar dtype,
+                      kiln_err *err) {
+    kiln_err why = {0};
+    if (kn_check_dtype(c, dtype, &why)) {
+        kiln_err_wrap(err, &why, "kn_qk_prep");
         return NULL;
     }
     if (!rope) {
-        kn_fail(err, errlen, "kn_qk_prep: no rope options");
+        kiln_fail(err, KILN_ERR_INVALID, "kn_qk_prep: no rope options");
         return NULL;
     }
     uint32_t n_rot = rope->n_rot;
@@ -104,14 +106,14 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
         n_rot % 2 || n_rot > head_dim || !(rope->base > 0.0f) || !isfinite(rope->base) ||
         !(rope->freq_scale > 0.0f) || !isfinite(rope->freq_scale) || (qk_norm && (!(eps >= 0.0f) || !isfinite(eps))) ||
         row > UINT32_MAX || (uint64_t)n_ctx * kv_dim > UINT32_MAX) {
-        kn_fail(err, errlen,
-                "kn_qk_prep: bad shape (heads %u / %u kv, head_dim %u, n_rot %u, base %g, freq_scale %g, eps %g, "
-                "n_ctx %u; n_head a multiple of n_head_kv, n_rot even and <= head_dim, u32 indices: n_ctx * kv_dim "
-                "< 2^32)",
-                n_head, n_head_kv, head_dim, n_rot, (double)rope->base, (double)rope->freq_scale, (double)eps, n_ctx);
+        kiln_fail(err, KILN_ERR_INVALID,
+                  "kn_qk_prep: bad shape (heads %u / %u kv, head_dim %u, n_rot %u, base %g, freq_scale %g, eps %g, "
+                  "n_ctx %u; n_head a multiple of n_head_kv, n_rot even and <= head_dim, u32 indices: n_ctx * kv_dim "
+                  "< 2^32)",
+                  n_head, n_head_kv, head_dim, n_rot, (double)rope->base, (double)rope->freq_scale, (double)eps, n_ctx);
         return NULL;
     }
-    kx k = {kn_create("kn_qk_prep", err, errlen), c};
+    kx k = {kn_create("kn_qk_prep", err), c};
     if (!k.ir) return NULL;
     qk_build b = {.k = k, .head_dim = head_dim, .n_rot = n_rot, .neox = rope->neox, .qk_norm = qk_norm,
                   .factors = rope->freq_factors, .eps = eps, .freq_scale = rope->freq_scale,
@@ -166,5 +168,5 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
     kx_end_if(k, is_k);
     kx_end_if(k, is_q);
     kx_end_if(k, live);
-    return kn_finish(k.ir, err, errlen);
+    return kn_finish(k.ir, err);
 }

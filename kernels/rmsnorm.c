@@ -1,18 +1,19 @@
 /* RMSNorm, one workgroup per row: a strided pass sums x^2 in f32, a workgroup reduce
  * gives every invocation the same scale, and a second strided pass writes
  * (x * scale) * w rounded to dtype (the oracle's order of operations). */
+#include "base/error.h"
 #include "kernels/kn_common.h"
 
 #include <math.h>
 
 static ir_kernel *build(const rt_caps *c, const char *name, uint32_t n, ir_scalar dtype, float eps, uint32_t wg,
-                        char *err, size_t errlen) {
-    if (kn_check_dtype(c, dtype, err, errlen)) return NULL;
+                        kiln_err *err) {
+    if (kn_check_dtype(c, dtype, err)) return NULL;
     if (n == 0 || !(eps >= 0.0f) || !isfinite(eps)) {
-        kn_fail(err, errlen, "%s: bad shape (n %u, eps %g)", name, n, (double)eps);
+        kiln_fail(err, KILN_ERR_INVALID, "%s: bad shape (n %u, eps %g)", name, n, (double)eps);
         return NULL;
     }
-    kx k = {kn_create(name, err, errlen), c};
+    kx k = {kn_create(name, err), c};
     if (!k.ir) return NULL;
     ir_buf x = kx_buffer_per_group(k, "x", dtype, IR_READ, 0, n); /* one row per workgroup */
     ir_buf w = kx_buffer(k, "w", dtype, IR_READ, n);
@@ -36,20 +37,19 @@ static ir_kernel *build(const rt_caps *c, const char *name, uint32_t n, ir_scala
     ir_val o = kx_mul(k, xs, kx_convert(k, kx_load(k, w, col, v), fv));
     kx_store(k, y, at, kx_convert(k, o, out_t));
     kx_end_for(k, l2);
-    return kn_finish(k.ir, err, errlen);
+    return kn_finish(k.ir, err);
 }
 
-ir_kernel *kn_rmsnorm(const rt_caps *c, uint32_t n, ir_scalar dtype, float eps, char *err, size_t errlen) {
-    return build(c, "kn_rmsnorm", n, dtype, eps, c ? kn_workgroup(c, 256) : 1, err, errlen);
+ir_kernel *kn_rmsnorm(const rt_caps *c, uint32_t n, ir_scalar dtype, float eps, kiln_err *err) {
+    return build(c, "kn_rmsnorm", n, dtype, eps, c ? kn_workgroup(c, 256) : 1, err);
 }
 
-ir_kernel *kn_rmsnorm_heads(const rt_caps *c, uint32_t head_dim, ir_scalar dtype, float eps, char *err,
-                            size_t errlen) {
+ir_kernel *kn_rmsnorm_heads(const rt_caps *c, uint32_t head_dim, ir_scalar dtype, float eps, kiln_err *err) {
     /* short rows: about one vector per invocation, but at least a subgroup */
     uint32_t want = 1;
     if (c) {
         uint32_t per = head_dim / kn_vec_width(head_dim ? head_dim : 1);
         want = per < c->subgroup_size ? c->subgroup_size : per;
     }
-    return build(c, "kn_rmsnorm_heads", head_dim, dtype, eps, c ? kn_workgroup(c, want) : 1, err, errlen);
+    return build(c, "kn_rmsnorm_heads", head_dim, dtype, eps, c ? kn_workgroup(c, want) : 1, err);
 }

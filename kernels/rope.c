@@ -4,20 +4,21 @@
  * is computed here, on the host, with the same powf. sin and cos come from kn_sincos
  * (reduction by pi/2 and f32 polynomials, about an ulp), not the device's, which Vulkan
  * specifies only to 2^-11 absolute on [-pi, pi]. */
+#include "base/error.h"
 #include "kernels/kn_common.h"
 
 #include <math.h>
 
 ir_kernel *kn_rope(const rt_caps *c, uint32_t n_heads, uint32_t head_dim, uint32_t n_rot, bool neox, float base,
-                   ir_scalar dtype, uint32_t *groups_x, char *err, size_t errlen) {
-    if (kn_check_dtype(c, dtype, err, errlen)) return NULL;
+                   ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+    if (kn_check_dtype(c, dtype, err)) return NULL;
     if (n_heads == 0 || head_dim == 0 || n_rot == 0 || n_rot % 2 || n_rot > head_dim || !(base > 0.0f) ||
         !isfinite(base) || (uint64_t)n_heads * head_dim > UINT32_MAX / 65536u) {
-        kn_fail(err, errlen, "kn_rope: bad shape (heads %u, head_dim %u, n_rot %u, base %g)", n_heads, head_dim, n_rot,
-                (double)base);
+        kiln_fail(err, KILN_ERR_INVALID, "kn_rope: bad shape (heads %u, head_dim %u, n_rot %u, base %g)", n_heads,
+                  head_dim, n_rot, (double)base);
         return NULL;
     }
-    kx k = {kn_create("kn_rope", err, errlen), c};
+    kx k = {kn_create("kn_rope", err), c};
     if (!k.ir) return NULL;
     /* token t is grid row y */
     ir_buf x = kx_buffer_per_group(k, "x", dtype, IR_READ | IR_WRITE, 1, (uint64_t)n_heads * head_dim);
@@ -51,5 +52,5 @@ ir_kernel *kn_rope(const rt_caps *c, uint32_t n_heads, uint32_t head_dim, uint32
     kx_store(k, x, ib, kx_as(k, o1, dtype));
     kx_end_if(k, in);
     if (groups_x) *groups_x = (pairs + wg - 1) / wg;
-    return kn_finish(k.ir, err, errlen);
+    return kn_finish(k.ir, err);
 }

@@ -1,4 +1,5 @@
 #include "model/arch.h"
+
 #include "base/error.h"
 
 #include <stdio.h>
@@ -54,8 +55,7 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
     snprintf(arch, sizeof arch, "%.*s", (int)(s.len < 63 ? s.len : 63), s.ptr);
     int a = arch_from_name(arch);
     if (a < 0) {
-        kiln_fail(err, KILN_ERR_INVALID, "architecture '%s' is not supported (kiln runs llama, qwen2, qwen3)",
-                 arch);
+        kiln_fail(err, KILN_ERR_INVALID, "architecture '%s' is not supported (kiln runs llama, qwen2, qwen3)", arch);
         return -1;
     }
     hp->arch = (arch_id)a;
@@ -73,7 +73,7 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
     if (positive("attention.head_count_kv", hp->n_head_kv, err)) return -1;
     if (hp->n_head % hp->n_head_kv) {
         kiln_fail(err, KILN_ERR_INVALID, "head_count %u is not a multiple of head_count_kv %u", hp->n_head,
-                 hp->n_head_kv);
+                  hp->n_head_kv);
         return -1;
     }
     hp->head_dim_k = hp->head_dim_v = hp->n_embd / hp->n_head;
@@ -86,8 +86,8 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
     hp->n_rot = hp->head_dim_k;
     if (get_u32(g, arch, "rope.dimension_count", &hp->n_rot, false, err)) return -1;
     if (hp->n_rot > hp->head_dim_k || hp->n_rot % 2) {
-        kiln_fail(err, KILN_ERR_INVALID, "rope.dimension_count %u is odd or exceeds the head size %u",
-                 hp->n_rot, hp->head_dim_k);
+        kiln_fail(err, KILN_ERR_INVALID, "rope.dimension_count %u is odd or exceeds the head size %u", hp->n_rot,
+                  hp->head_dim_k);
         return -1;
     }
     hp->rope_base = 10000.0f;
@@ -97,7 +97,7 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
         return -1;
     if (!(hp->rope_base > 0 && hp->rope_base < 1e30f) || !(hp->rms_eps > 0 && hp->rms_eps < 1)) {
         kiln_fail(err, KILN_ERR_INVALID, "rope.freq_base %g or layer_norm_rms_epsilon %g is out of range",
-                 (double)hp->rope_base, (double)hp->rms_eps);
+                  (double)hp->rope_base, (double)hp->rms_eps);
         return -1;
     }
     hp->rope_neox = hp->arch != ARCH_LLAMA;
@@ -111,8 +111,8 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
         else if (gguf_str_eq(s, "yarn")) hp->rope_scaling = ROPE_SCALING_YARN;
         else if (gguf_str_eq(s, "llama3")) hp->rope_scaling = ROPE_SCALING_LLAMA3;
         else {
-            kiln_fail(err, KILN_ERR_INVALID, "rope scaling type '%.*s' is not supported", (int)(s.len > 32 ? 32 : s.len),
-                     s.ptr);
+            kiln_fail(err, KILN_ERR_INVALID, "rope scaling type '%.*s' is not supported",
+                      (int)(s.len > 32 ? 32 : s.len), s.ptr);
             return -1;
         }
     }

@@ -7,6 +7,7 @@
 #define KILN_MODEL_ENGINE_H
 
 #include "base/error.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

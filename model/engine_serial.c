@@ -1,4 +1,5 @@
 #include "model/engine_serial.h"
+
 #include "base/error.h"
 
 #include <pthread.h>
@@ -49,7 +50,8 @@ static int serial_eval(engine *e, const int32_t *tokens, uint32_t n, uint32_t po
     return rc;
 }
 
-static int serial_eval_argmax(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best, kiln_err *err) {
+static int serial_eval_argmax(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best,
+                              kiln_err *err) {
     serial *s = (serial *)e;
     turn_begin(s->t);
     s->inner->n_past = e->n_past;

@@ -1,4 +1,5 @@
 #include "model/model.h"
+
 #include "base/error.h"
 
 #include <stdio.h>
@@ -16,14 +17,14 @@ static int check(const gguf_file *g, const want *w, kiln_err *err) {
         return -1;
     }
     if (t->ne[0] != w->ne0 || t->ne[1] != w->ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
-        kiln_fail(err, KILN_ERR_INVALID, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]", w->name,
-                 (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
-                 (unsigned long long)t->ne[3], (unsigned long long)w->ne0, (unsigned long long)w->ne1);
+        kiln_fail(err, KILN_ERR_INVALID, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]",
+                  w->name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
+                  (unsigned long long)t->ne[3], (unsigned long long)w->ne0, (unsigned long long)w->ne1);
         return -1;
     }
     if (!gguf_type_info_of(t->type)->convertible) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED, "tensor '%s' has type %s, which kiln cannot convert yet", w->name,
-                 gguf_type_info_of(t->type)->name);
+                  gguf_type_info_of(t->type)->name);
         return -1;
     }
     *w->dst = t;

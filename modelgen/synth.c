@@ -1,7 +1,7 @@
 #include "modelgen/synth.h"
 
-#include "base/rng.h"
 #include "base/error.h"
+#include "base/rng.h"
 #include "gguf/half.h"
 
 #include <math.h>
@@ -174,8 +174,8 @@ static int write_metadata(gguf_writer *w, const synth_config *c, kiln_err *err) 
         add_arch_u32(w, c, "attention.key_length", c->head_dim, err) ||
         add_arch_u32(w, c, "attention.value_length", c->head_dim, err))
         return -1;
-    if (c->arch == ARCH_LLAMA &&
-        (add_arch_u32(w, c, "vocab_size", c->n_vocab, err) || add_arch_u32(w, c, "rope.dimension_count", c->head_dim, err)))
+    if (c->arch == ARCH_LLAMA && (add_arch_u32(w, c, "vocab_size", c->n_vocab, err) ||
+                                  add_arch_u32(w, c, "rope.dimension_count", c->head_dim, err)))
         return -1;
     return 0;
 }
@@ -187,7 +187,7 @@ static int write_tokenizer(gguf_writer *w, const synth_config *c, const tok_voca
         if (gguf_get_arr(from, "tokenizer.ggml.tokens", GGUF_VT_STR, &toks, err)) return -1;
         if (toks->n != c->n_vocab) {
             kiln_fail(err, KILN_ERR_INVALID, "--vocab-from has %llu tokens but the model's vocab is %u",
-                     (unsigned long long)toks->n, c->n_vocab);
+                      (unsigned long long)toks->n, c->n_vocab);
             return -1;
         }
         for (uint64_t i = 0; i < gguf_n_kv(from); i++)
@@ -198,7 +198,7 @@ static int write_tokenizer(gguf_writer *w, const synth_config *c, const tok_voca
     }
     if (v->n_tokens != c->n_vocab) {
         kiln_fail(err, KILN_ERR_INVALID, "tokenizer has %llu tokens but the model's vocab is %u",
-                 (unsigned long long)v->n_tokens, c->n_vocab);
+                  (unsigned long long)v->n_tokens, c->n_vocab);
         return -1;
     }
     return tok_vocab_write(v, w, err);

@@ -3,6 +3,7 @@
  * does_token_look_special), gguf-py vocab.py (SpecialVocab), constants.py, gguf_writer.py,
  * and llama-vocab.cpp (what the loader requires and which pre names it knows). */
 #include "modelgen/tok_import.h"
+
 #include "base/error.h"
 
 #include <errno.h>
@@ -22,7 +23,9 @@ static json_t *load_json(const char *path, kiln_err *err) {
         j = json_load_file(path, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &je);
     if (!j) {
         if (je.line < 0) kiln_fail(err, KILN_ERR_INVALID, "%s", je.text); /* "unable to open PATH: reason" */
-        else kiln_fail(err, KILN_ERR_INVALID, "%s: invalid JSON at line %d, column %d: %s", path, je.line, je.column, je.text);
+        else
+            kiln_fail(err, KILN_ERR_INVALID, "%s: invalid JSON at line %d, column %d: %s", path, je.line, je.column,
+                      je.text);
     }
     return j;
 }
@@ -167,7 +170,7 @@ static int id_of(importer *im, const json_t *j, const char *what, int64_t *out) 
     if (!json_int(j, &id)) return kiln_fail(im->err, KILN_ERR_INVALID, "%s: %s has no integer id", im->path, what);
     if (id < 0 || id >= (int64_t)TOK_MAX_VOCAB)
         return kiln_fail(im->err, KILN_ERR_INVALID, "%s: %s has id %lld, outside 0..%u", im->path, what, (long long)id,
-                    TOK_MAX_VOCAB - 1);
+                         TOK_MAX_VOCAB - 1);
     *out = id;
     return 0;
 }
@@ -175,7 +178,8 @@ static int id_of(importer *im, const json_t *j, const char *what, int64_t *out) 
 static int read_added(importer *im) {
     const json_t *arr = json_object_get(im->root, "added_tokens");
     if (!arr || json_is_null(arr)) return 0;
-    if (!json_is_array(arr)) return kiln_fail(im->err, KILN_ERR_INVALID, "%s: \"added_tokens\" is not a list", im->path);
+    if (!json_is_array(arr))
+        return kiln_fail(im->err, KILN_ERR_INVALID, "%s: \"added_tokens\" is not a list", im->path);
     size_t n = json_array_size(arr);
     im->added = calloc(n ? n : 1, sizeof *im->added);
     im->added_keys = calloc(n ? n : 1, sizeof *im->added_keys);
@@ -185,7 +189,8 @@ static int read_added(importer *im) {
         const json_t *c = json_object_get(a, "content");
         char what[48];
         snprintf(what, sizeof what, "added token %zu", i);
-        if (!json_is_string(c)) return kiln_fail(im->err, KILN_ERR_INVALID, "%s: %s has no string content", im->path, what);
+        if (!json_is_string(c))
+            return kiln_fail(im->err, KILN_ERR_INVALID, "%s: %s has no string content", im->path, what);
         added_tok *t = &im->added[i];
         if (id_of(im, json_object_get(a, "id"), what, &t->id)) return -1;
         t->content = (gguf_str){json_string_value(c), json_string_length(c)};
@@ -205,15 +210,15 @@ static int read_vocab(importer *im, tok_vocab *v) {
     if (!type) return kiln_fail(err, KILN_ERR_INVALID, "%s: model has no \"type\"", path);
     if (strcmp(type, "BPE") != 0)
         return kiln_fail(err, KILN_ERR_UNSUPPORTED,
-                    "%s: model type \"%s\" is not supported: only byte-level BPE can be imported "
-                    "(WordPiece and Unigram are not yet)",
-                    path, type);
+                         "%s: model type \"%s\" is not supported: only byte-level BPE can be imported "
+                         "(WordPiece and Unigram are not yet)",
+                         path, type);
     /* byte_fallback marks a SentencePiece-style BPE: llama.cpp's "llama" model, not "gpt2". */
     if (json_is_true(json_object_get(model, "byte_fallback")))
         return kiln_fail(err, KILN_ERR_INVALID,
-                    "%s: BPE with byte_fallback is SentencePiece-style (llama.cpp model \"llama\"), "
-                    "not byte-level; not supported yet",
-                    path);
+                         "%s: BPE with byte_fallback is SentencePiece-style (llama.cpp model \"llama\"), "
+                         "not byte-level; not supported yet",
+                         path);
     const json_t *vocab = json_object_get(model, "vocab");
     if (!json_is_object(vocab)) return kiln_fail(err, KILN_ERR_INVALID, "%s: model has no \"vocab\" object", path);
     if (read_added(im)) return -1;
@@ -243,7 +248,8 @@ static int read_vocab(importer *im, tok_vocab *v) {
     int rc = -1;
     for (size_t i = 0; i < im->n_added; i++) {
         if (tok_index_put(&added_ix, im->added_keys, (uint32_t)i) >= 0) {
-            kiln_fail(err, KILN_ERR_INVALID, "%s: added token \"%.60s\" is listed twice", path, im->added[i].content.ptr);
+            kiln_fail(err, KILN_ERR_INVALID, "%s: added token \"%.60s\" is listed twice", path,
+                      im->added[i].content.ptr);
             goto out;
         }
     }
@@ -258,8 +264,8 @@ static int read_vocab(importer *im, tok_vocab *v) {
         json_int(json_object_iter_value(it), &id); /* checked above */
         if (tok_index_get(&added_ix, im->added_keys, k, klen) >= 0) continue;
         if (v->tokens[id].ptr) {
-            kiln_fail(err, KILN_ERR_INVALID, "%s: id %lld is given to both \"%.40s\" and \"%.40s\"", path, (long long)id,
-                 v->tokens[id].ptr, k);
+            kiln_fail(err, KILN_ERR_INVALID, "%s: id %lld is given to both \"%.40s\" and \"%.40s\"", path,
+                      (long long)id, v->tokens[id].ptr, k);
             goto out;
         }
         char *s = tok_dup_bytes(k, klen);
@@ -274,7 +280,7 @@ static int read_vocab(importer *im, tok_vocab *v) {
         const added_tok *a = &im->added[i];
         if (v->tokens[a->id].ptr) {
             kiln_fail(err, KILN_ERR_INVALID, "%s: id %lld is given to both \"%.40s\" and added token \"%.40s\"", path,
-                 (long long)a->id, v->tokens[a->id].ptr, a->content.ptr);
+                      (long long)a->id, v->tokens[a->id].ptr, a->content.ptr);
             goto out;
         }
         char *s;
@@ -327,14 +333,15 @@ static int read_merges(importer *im, tok_vocab *v) {
         char *s = NULL;
         if (!pairs) {
             if (!json_is_string(m) || strlen(json_string_value(m)) != json_string_length(m))
-                return kiln_fail(im->err, KILN_ERR_INVALID, "%s: merge %zu is not a string like the first one", im->path, i);
+                return kiln_fail(im->err, KILN_ERR_INVALID, "%s: merge %zu is not a string like the first one",
+                                 im->path, i);
             s = tok_dup_bytes(json_string_value(m), json_string_length(m));
         } else {
             const json_t *a = json_array_get(m, 0), *b = json_array_get(m, 1);
             if (!json_is_array(m) || json_array_size(m) != 2 || !json_is_string(a) || !json_is_string(b))
                 return kiln_fail(im->err, KILN_ERR_INVALID,
-                            "%s: unknown merges format at merge %zu (expected \"a b\" strings or [a, b] pairs)",
-                            im->path, i);
+                                 "%s: unknown merges format at merge %zu (expected \"a b\" strings or [a, b] pairs)",
+                                 im->path, i);
             size_t la = json_string_length(a), lb = json_string_length(b);
             const char *parts[2] = {json_string_value(a), json_string_value(b)};
             size_t lens[2] = {la, lb};
@@ -399,8 +406,10 @@ typedef struct pt_family {
 #define RE_DS3                                                                                     \
     "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+|" \
     " ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_CJK "[\xE4\xB8\x80-\xE9\xBE\xA5\xE0\xA0\x80-\xE4\xB8\x80\xEA\xB0\x80-\xED\x9F\xBF]+" /* [一-龥ࠀ-一가-퟿]+ */
-#define RE_DS3_CJK "[\xE4\xB8\x80-\xE9\xBE\xA5\xE3\x81\x80-\xE3\x82\x9F\xE3\x82\xA0-\xE3\x83\xBF]+" /* [一-龥぀-ゟ゠-ヿ]+ */
+#define RE_CJK                                                                                                         \
+    "[\xE4\xB8\x80-\xE9\xBE\xA5\xE0\xA0\x80-\xE4\xB8\x80\xEA\xB0\x80-\xED\x9F\xBF]+" /* [一-龥ࠀ-一가-퟿]+ */
+#define RE_DS3_CJK                                                                                                     \
+    "[\xE4\xB8\x80-\xE9\xBE\xA5\xE3\x81\x80-\xE3\x82\x9F\xE3\x82\xA0-\xE3\x83\xBF]+" /* [一-龥぀-ゟ゠-ヿ]+ */
 /* deepseek-llm's letter class is ~500 bytes of ranges; its head identifies it. */
 #define RE_DSLLM_LETTERS_HEAD "\\s?[A-Za-z\xC2\xB5\xC3\x80-\xC3\x96\xC3\x98-\xC3\xB6\xC3\xB8-\xC6\xBA" /* µÀ-ÖØ-öø-ƺ */
 #define RE_DSLLM_PUNCT                                                                             \
@@ -547,7 +556,7 @@ static int infer_pre(importer *im, char **out) {
     int rc = 0;
     size_t got = 0;
     if (n == 0 || n > PT_MAX_STEPS) {
-        snprintf(why.msg, sizeof why.msg, "a Sequence of %zu steps", n);
+        kiln_fail(&why, KILN_ERR_INVALID, "a Sequence of %zu steps", n);
         rc = 1;
     }
     for (; rc == 0 && got < n; got++) {
@@ -676,13 +685,17 @@ static int post_processor_pass(importer *im, special_state *s) {
             }
         }
         if (np) {
-            size_t start = first && eq_str(json_object_get(json_object_get(json_array_get(pair, 0), "SpecialToken"), "id"), first);
+            size_t start =
+                first && eq_str(json_object_get(json_object_get(json_array_get(pair, 0), "SpecialToken"), "id"), first);
             size_t stop = np;
-            if (last && eq_str(json_object_get(json_object_get(json_array_get(pair, np - 1), "SpecialToken"), "id"), last))
+            if (last &&
+                eq_str(json_object_get(json_object_get(json_array_get(pair, np - 1), "SpecialToken"), "id"), last))
                 stop = np - 1;
             if (stop > start) {
-                const char *a = json_string_value(json_object_get(json_object_get(json_array_get(pair, start), "Sequence"), "id"));
-                const char *b = json_string_value(json_object_get(json_object_get(json_array_get(pair, stop - 1), "Sequence"), "id"));
+                const char *a =
+                    json_string_value(json_object_get(json_object_get(json_array_get(pair, start), "Sequence"), "id"));
+                const char *b = json_string_value(
+                    json_object_get(json_object_get(json_array_get(pair, stop - 1), "Sequence"), "id"));
                 /* A [sep] [eos] B: what sits between the sequences says whether sep is added */
                 if (a && b && strcmp(a, "A") == 0 && strcmp(b, "B") == 0 && stop - start > 2) {
                     size_t m0 = start + 1, nm = stop - start - 2;

@@ -1,6 +1,7 @@
 /* The tokenizer vocabulary as GGUF holds it: kiln's default byte-level vocab, padding,
  * writing the tokenizer.ggml.* keys as llama.cpp's converter does. */
 #include "modelgen/vocab.h"
+
 #include "base/error.h"
 
 #include <stdarg.h>
@@ -94,11 +95,13 @@ static int put_merged(tok_vocab *v, const char *a, size_t na, const char *b, siz
 int tok_vocab_bytelevel(uint64_t vocab_size, tok_vocab *out, kiln_err *err) {
     tok_vocab_init(out);
     if (vocab_size < BYTELEVEL_MIN)
-        return kiln_fail(err, KILN_ERR_INVALID, "vocab size %llu is too small: the byte-level vocab needs %u tokens "
-                                 "(256 bytes, bos, eos)",
-                    (unsigned long long)vocab_size, BYTELEVEL_MIN);
+        return kiln_fail(err, KILN_ERR_INVALID,
+                         "vocab size %llu is too small: the byte-level vocab needs %u tokens "
+                         "(256 bytes, bos, eos)",
+                         (unsigned long long)vocab_size, BYTELEVEL_MIN);
     if (vocab_size > TOK_MAX_VOCAB)
-        return kiln_fail(err, KILN_ERR_INVALID, "vocab size %llu is larger than %u", (unsigned long long)vocab_size, TOK_MAX_VOCAB);
+        return kiln_fail(err, KILN_ERR_INVALID, "vocab size %llu is larger than %u", (unsigned long long)vocab_size,
+                         TOK_MAX_VOCAB);
     tok_vocab v;
     tok_vocab_init(&v);
     uint64_t n_merged = vocab_size - BYTELEVEL_MIN;
@@ -143,9 +146,10 @@ oom:
 int tok_vocab_pad(tok_vocab *v, uint64_t vocab_size, kiln_err *err) {
     if (v->n_tokens > vocab_size)
         return kiln_fail(err, KILN_ERR_INVALID, "the vocab has %llu tokens, more than the %llu asked for",
-                    (unsigned long long)v->n_tokens, (unsigned long long)vocab_size);
+                         (unsigned long long)v->n_tokens, (unsigned long long)vocab_size);
     if (vocab_size > TOK_MAX_VOCAB)
-        return kiln_fail(err, KILN_ERR_INVALID, "vocab size %llu is larger than %u", (unsigned long long)vocab_size, TOK_MAX_VOCAB);
+        return kiln_fail(err, KILN_ERR_INVALID, "vocab size %llu is larger than %u", (unsigned long long)vocab_size,
+                         TOK_MAX_VOCAB);
     if (v->n_tokens == vocab_size) return 0;
     gguf_str *t = realloc(v->tokens, vocab_size * sizeof *t);
     if (t) v->tokens = t;
@@ -165,7 +169,8 @@ int tok_vocab_pad(tok_vocab *v, uint64_t vocab_size, kiln_err *err) {
 int tok_vocab_write(const tok_vocab *v, gguf_writer *w, kiln_err *err) {
     if (!v->model || !v->n_tokens || !v->tokens || !v->types)
         return kiln_fail(err, KILN_ERR_INVALID, "tokenizer: the vocab is empty");
-    if (v->n_tokens > TOK_MAX_VOCAB) return kiln_fail(err, KILN_ERR_INVALID, "tokenizer: %llu tokens is too many", (unsigned long long)v->n_tokens);
+    if (v->n_tokens > TOK_MAX_VOCAB)
+        return kiln_fail(err, KILN_ERR_INVALID, "tokenizer: %llu tokens is too many", (unsigned long long)v->n_tokens);
     /* llama.cpp asserts that every token string is distinct */
     tok_index ix;
     if (tok_index_init(&ix, v->n_tokens)) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
@@ -173,9 +178,10 @@ int tok_vocab_write(const tok_vocab *v, gguf_writer *w, kiln_err *err) {
         int64_t j = tok_index_put(&ix, v->tokens, (uint32_t)i);
         if (j >= 0) {
             tok_index_free(&ix);
-            return kiln_fail(err, KILN_ERR_INVALID, "tokenizer: tokens %lld and %llu are both \"%.*s\"; llama.cpp needs distinct tokens",
-                        (long long)j, (unsigned long long)i, (int)(v->tokens[i].len > 60 ? 60 : v->tokens[i].len),
-                        v->tokens[i].ptr);
+            return kiln_fail(err, KILN_ERR_INVALID,
+                             "tokenizer: tokens %lld and %llu are both \"%.*s\"; llama.cpp needs distinct tokens",
+                             (long long)j, (unsigned long long)i, (int)(v->tokens[i].len > 60 ? 60 : v->tokens[i].len),
+                             v->tokens[i].ptr);
         }
     }
     tok_index_free(&ix);
@@ -190,8 +196,8 @@ int tok_vocab_write(const tok_vocab *v, gguf_writer *w, kiln_err *err) {
     };
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
         if (ids[i].write && ids[i].id >= (int64_t)v->n_tokens)
-            return kiln_fail(err, KILN_ERR_INVALID, "tokenizer: %s %lld is outside the %llu tokens", ids[i].key, (long long)ids[i].id,
-                        (unsigned long long)v->n_tokens);
+            return kiln_fail(err, KILN_ERR_INVALID, "tokenizer: %s %lld is outside the %llu tokens", ids[i].key,
+                             (long long)ids[i].id, (unsigned long long)v->n_tokens);
 
     if (gguf_writer_add_str(w, "tokenizer.ggml.model", v->model, err)) return -1;
     if (v->pre && gguf_writer_add_str(w, "tokenizer.ggml.pre", v->pre, err)) return -1;

@@ -10,8 +10,8 @@
  *   5. the output projection, the gate and up projections, silu(gate) * up, the down
  *      projection
  * Logits stay f32. Every dot product, norm sum and softmax sum accumulates in f32. */
-#include "gguf/half.h"
 #include "base/error.h"
+#include "gguf/half.h"
 #include "oracle/oracle.h"
 #include "oracle/pool.h"
 #include "oracle/weights.h"
@@ -150,7 +150,8 @@ static void rope(const orc_engine *e, float *x, uint32_t pos) {
     const arch_hparams *hp = &e->hp;
     uint32_t half = hp->n_rot / 2;
     float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
-    float freq_scale = hp->rope_scaling == ROPE_SCALING_LINEAR && hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor : 1.0f;
+    float freq_scale =
+        hp->rope_scaling == ROPE_SCALING_LINEAR && hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor : 1.0f;
     float theta = (float)pos;
     for (uint32_t i = 0; i < half; i++, theta *= theta_scale) {
         float th = freq_scale * (e->rope_freqs ? theta / e->rope_freqs[i] : theta);
@@ -265,17 +266,22 @@ static int grow(orc_engine *e, uint32_t n) {
     return 0;
 }
 
-static int orc_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all, kiln_err *err) {
+static int orc_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
+                    kiln_err *err) {
     orc_engine *e = (orc_engine *)base;
     const arch_hparams *hp = &e->hp;
     if (n == 0) return kiln_fail(err, KILN_ERR_INVALID, "no tokens to evaluate"), -1;
     if (pos > base->n_past)
         return kiln_fail(err, KILN_ERR_INVALID, "position %u is past the %u cached positions", pos, base->n_past), -1;
     if ((uint64_t)pos + n > base->n_ctx)
-        return kiln_fail(err, KILN_ERR_INVALID, "%u tokens at position %u exceed the context of %u", n, pos, base->n_ctx), -1;
+        return kiln_fail(err, KILN_ERR_INVALID, "%u tokens at position %u exceed the context of %u", n, pos,
+                         base->n_ctx),
+               -1;
     for (uint32_t t = 0; t < n; t++)
         if (tokens[t] < 0 || (uint32_t)tokens[t] >= hp->n_vocab)
-            return kiln_fail(err, KILN_ERR_INVALID, "token id %d is outside the vocabulary of %u", tokens[t], hp->n_vocab), -1;
+            return kiln_fail(err, KILN_ERR_INVALID, "token id %d is outside the vocabulary of %u", tokens[t],
+                             hp->n_vocab),
+                   -1;
     if (grow(e, n)) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory for %u tokens", n), -1;
 
     for (uint32_t t = 0; t < n; t++) orc_weight_row(&e->tok_embd, (uint64_t)tokens[t], e->x + (size_t)t * hp->n_embd);

@@ -1,7 +1,7 @@
 #include "oracle/weights.h"
 
-#include "gguf/half.h"
 #include "base/error.h"
+#include "gguf/half.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -29,7 +29,7 @@ int orc_weight_load(orc_weight *w, const gguf_tensor *t, uint32_t want, kiln_err
     w->owned = malloc(w->rows * w->cols * esz);
     if (!w->owned) {
         kiln_fail(err, KILN_ERR_NOMEM, "out of memory converting tensor '%s' (%llu bytes)", t->name,
-                 (unsigned long long)(w->rows * w->cols * esz));
+                  (unsigned long long)(w->rows * w->cols * esz));
         return -1;
     }
     kiln_err ge;

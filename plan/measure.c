@@ -1,6 +1,7 @@
 #include "plan/measure.h"
 
 #include "base/clock.h"
+#include "base/error.h"
 #include "kernels/kernels.h"
 
 #include <math.h>
@@ -51,16 +52,16 @@ static ir_scalar pick_dtype(const rt_caps *c) {
 
 /* Seconds per launch of l: recorded `launches` times over, replayed once to warm up, then
  * the fastest of `reps` replays. */
-static int time_launch(rt_device *d, const rt_launch *l, const sizes *s, double *sec, char *err, size_t errlen) {
+static int time_launch(rt_device *d, const rt_launch *l, const sizes *s, double *sec, kiln_err *err) {
     rt_launch ls[MAX_LAUNCHES];
     for (uint32_t i = 0; i < s->launches; i++) ls[i] = *l;
-    rt_recording *rec = d->ops->record(d, ls, s->launches, err, errlen);
+    rt_recording *rec = d->ops->record(d, ls, s->launches, err);
     if (!rec) return -1;
-    int rc = d->ops->replay(d, rec, err, errlen);
+    int rc = d->ops->replay(d, rec, err);
     double best = INFINITY;
     for (uint32_t i = 0; i < s->reps && rc == 0; i++) {
         double t0 = clock_now_s();
-        rc = d->ops->replay(d, rec, err, errlen);
+        rc = d->ops->replay(d, rec, err);
         double t = clock_now_s() - t0;
         if (t < best) best = t;
     }
@@ -70,24 +71,24 @@ static int time_launch(rt_device *d, const rt_launch *l, const sizes *s, double 
 }
 
 /* Compiles a built kernel (NULL: the builder failed, its message in err). */
-static rt_kernel *compile(rt_device *d, ir_kernel *k, char *err, size_t errlen) {
+static rt_kernel *compile(rt_device *d, ir_kernel *k, kiln_err *err) {
     if (!k) return NULL;
-    rt_kernel *ck = d->ops->compile(d, k, NULL, err, errlen);
+    rt_kernel *ck = d->ops->compile(d, k, NULL, err);
     ir_kernel_destroy(k);
     return ck;
 }
 
-static int measure_copy(rt_device *d, const sizes *s, measure_result *r, char *err, size_t errlen) {
+static int measure_copy(rt_device *d, const sizes *s, measure_result *r, kiln_err *err) {
     uint32_t gx = 0;
-    rt_kernel *ck = compile(d, kn_copy(&d->caps, (uint32_t)(s->copy_bytes / 4), &gx, err, errlen), err, errlen);
-    rt_buffer *src = ck ? d->ops->alloc(d, s->copy_bytes, err, errlen) : NULL;
-    rt_buffer *dst = src ? d->ops->alloc(d, s->copy_bytes, err, errlen) : NULL;
+    rt_kernel *ck = compile(d, kn_copy(&d->caps, (uint32_t)(s->copy_bytes / 4), &gx, err), err);
+    rt_buffer *src = ck ? d->ops->alloc(d, s->copy_bytes, err) : NULL;
+    rt_buffer *dst = src ? d->ops->alloc(d, s->copy_bytes, err) : NULL;
     int rc = -1;
     if (dst) {
         rt_arg args[2] = {{src, 0}, {dst, 0}};
         rt_launch l = {ck, {gx, 1, 1}, args, 2};
         double sec;
-        if ((rc = time_launch(d, &l, s, &sec, err, errlen)) == 0)
+        if ((rc = time_launch(d, &l, s, &sec, err)) == 0)
             r->bandwidth_gbps = 2.0 * (double)s->copy_bytes / sec * 1e-9;
         r->copy_bytes = s->copy_bytes;
     }
@@ -98,15 +99,15 @@ static int measure_copy(rt_device *d, const sizes *s, measure_result *r, char *e
 }
 
 /* A device buffer of n 16-bit ones: real numbers, so no path slows on NaN or subnormals. */
-static rt_buffer *ones16(rt_device *d, ir_scalar dt, size_t n, char *err, size_t errlen) {
+static rt_buffer *ones16(rt_device *d, ir_scalar dt, size_t n, kiln_err *err) {
     uint16_t *h = malloc(n * 2);
     if (!h) {
-        snprintf(err, errlen, "out of memory (%zu bytes)", n * 2);
+        kiln_fail(err, KILN_ERR_NOMEM, "out of memory (%zu bytes)", n * 2);
         return NULL;
     }
     for (size_t i = 0; i < n; i++) h[i] = dt == IR_BF16 ? 0x3f80 : 0x3c00;
-    rt_buffer *b = d->ops->alloc(d, n * 2, err, errlen);
-    if (b && d->ops->upload(d, b, 0, h, n * 2, err, errlen)) {
+    rt_buffer *b = d->ops->alloc(d, n * 2, err);
+    if (b && d->ops->upload(d, b, 0, h, n * 2, err)) {
         d->ops->release(d, b);
         b = NULL;
     }
@@ -114,23 +115,23 @@ static rt_buffer *ones16(rt_device *d, ir_scalar dt, size_t n, char *err, size_t
     return b;
 }
 
-static int measure_matmul(rt_device *d, const sizes *s, measure_result *r, char *err, size_t errlen) {
+static int measure_matmul(rt_device *d, const sizes *s, measure_result *r, kiln_err *err) {
     ir_scalar dt = pick_dtype(&d->caps);
     uint32_t groups[2] = {0, 0};
     uint32_t rows = s->mm_rows, cols = s->mm_cols, tok = s->mm_tokens;
     rt_kernel *ck =
-        compile(d, kn_matmul(&d->caps, rows, cols, tok, dt, KN_EPI_NONE, groups, err, errlen), err, errlen);
-    rt_buffer *w = ck ? ones16(d, dt, (size_t)rows * cols, err, errlen) : NULL;
-    rt_buffer *x = w ? ones16(d, dt, (size_t)tok * cols, err, errlen) : NULL;
-    rt_buffer *y = x ? d->ops->alloc(d, (size_t)tok * rows * 2, err, errlen) : NULL;
-    rt_buffer *info = y ? d->ops->alloc(d, 2 * sizeof(uint32_t), err, errlen) : NULL;
+        compile(d, kn_matmul(&d->caps, rows, cols, tok, dt, KN_EPI_NONE, groups, err), err);
+    rt_buffer *w = ck ? ones16(d, dt, (size_t)rows * cols, err) : NULL;
+    rt_buffer *x = w ? ones16(d, dt, (size_t)tok * cols, err) : NULL;
+    rt_buffer *y = x ? d->ops->alloc(d, (size_t)tok * rows * 2, err) : NULL;
+    rt_buffer *info = y ? d->ops->alloc(d, 2 * sizeof(uint32_t), err) : NULL;
     const uint32_t info_h[2] = {0, tok};
     int rc = -1;
-    if (info && d->ops->upload(d, info, 0, info_h, sizeof info_h, err, errlen) == 0) {
+    if (info && d->ops->upload(d, info, 0, info_h, sizeof info_h, err) == 0) {
         rt_arg args[4] = {{w, 0}, {x, 0}, {y, 0}, {info, 0}};
         rt_launch l = {ck, {groups[0], groups[1], 1}, args, 4};
         double sec;
-        if ((rc = time_launch(d, &l, s, &sec, err, errlen)) == 0)
+        if ((rc = time_launch(d, &l, s, &sec, err)) == 0)
             r->matmul_gflops = 2.0 * rows * cols * (double)tok / sec * 1e-9;
         r->mm_rows = rows, r->mm_cols = cols, r->mm_tokens = tok;
         r->mm_dtype = dt == IR_BF16 ? "bf16" : "f16";
@@ -142,7 +143,7 @@ static int measure_matmul(rt_device *d, const sizes *s, measure_result *r, char 
     return rc;
 }
 
-int measure_device(rt_device *d, measure_result *r, char *err, size_t errlen) {
+int measure_device(rt_device *d, measure_result *r, kiln_err *err) {
     memset(r, 0, sizeof *r);
     sizes s = pick_sizes(&d->caps);
     for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++)
@@ -150,13 +151,13 @@ int measure_device(rt_device *d, measure_result *r, char *err, size_t errlen) {
             r->peak_bandwidth_gbps = peaks[i].gbps, r->peak_gflops = peaks[i].gflops;
             break;
         }
-    char msg[512];
-    if (measure_copy(d, &s, r, msg, sizeof msg)) {
-        snprintf(err, errlen, "%s: copy: %s", d->label, msg);
+    kiln_err msg = {0};
+    if (measure_copy(d, &s, r, &msg)) {
+        kiln_err_wrap(err, &msg, "%s: copy", d->label);
         return -1;
     }
-    if (measure_matmul(d, &s, r, msg, sizeof msg)) {
-        snprintf(err, errlen, "%s: matmul: %s", d->label, msg);
+    if (measure_matmul(d, &s, r, &msg)) {
+        kiln_err_wrap(err, &msg, "%s: matmul", d->label);
         return -1;
     }
     return 0;

@@ -5,6 +5,7 @@
 #ifndef KILN_PLAN_MEASURE_H
 #define KILN_PLAN_MEASURE_H
 
+#include "base/error.h"
 #include "runtime/device.h"
 
 #include <stddef.h>
@@ -22,6 +23,6 @@ typedef struct measure_result {
 
 /* Measures d (sizes scaled down on lavapipe, a CPU, so it takes seconds). 0, or -1 with
  * err (a kernel that does not build or compile, memory the device lacks). */
-int measure_device(rt_device *d, measure_result *r, char *err, size_t errlen);
+int measure_device(rt_device *d, measure_result *r, kiln_err *err);
 
 #endif

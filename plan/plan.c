@@ -13,6 +13,7 @@
  *            to the logits head.
  * Each kernel's numbers follow the oracle's contract rounding points (oracle/forward.c):
  * the fused epilogues round where the oracle rounds. */
+#include "base/error.h"
 #include "plan/plan_internal.h"
 
 #include <math.h>
@@ -21,36 +22,35 @@
 #include <string.h>
 
 
-static int build(plan_engine *p, char *err, size_t errlen) {
+static int build(plan_engine *p, kiln_err *err) {
     for (int i = 0; i < K_COUNT; i++) {
-        ir_kernel *k = plan_build_kernel(&p->s, &p->d->caps, i, p->grid[i], err, errlen);
+        ir_kernel *k = plan_build_kernel(&p->s, &p->d->caps, i, p->grid[i], err);
         if (!k) return -1;
-        p->kern[i] = p->d->ops->compile(p->d, k, NULL, err, errlen);
+        p->kern[i] = p->d->ops->compile(p->d, k, NULL, err);
         /* the IR goes; its parameters stay, to bind the launches by name */
-        int bad = !p->kern[i] || plan_sig_capture(k, plan_role[i], &p->sig[i], err, errlen);
+        int bad = !p->kern[i] || plan_sig_capture(k, plan_role[i], &p->sig[i], err);
         ir_kernel_destroy(k);
         if (bad) return -1;
         p->n_kern++;
         progress_update(&p->prog, p->s.hp.n_layer + p->n_kern);
     }
-    if (plan_record_decode(p, err, errlen)) return -1;
+    if (plan_record_decode(p, err)) return -1;
     p->n_decode_launch = p->n_launch;
-    if (plan_tune_products(p, err, errlen)) return -1;
-    if (!(p->decode = p->d->ops->record(p->d, p->launch, p->n_launch, err, errlen))) return -1;
-    if (plan_record_prefill(p, err, errlen)) return -1;
-    p->prefill = p->d->ops->record(p->d, p->launch + p->n_decode_launch, p->n_launch - p->n_decode_launch, err, errlen);
+    if (plan_tune_products(p, err)) return -1;
+    if (!(p->decode = p->d->ops->record(p->d, p->launch, p->n_launch, err))) return -1;
+    if (plan_record_prefill(p, err)) return -1;
+    p->prefill = p->d->ops->record(p->d, p->launch + p->n_decode_launch, p->n_launch - p->n_decode_launch, err);
     return p->prefill ? 0 : -1;
 }
 
 /* ---- the engine ------------------------------------------------------------------------- */
 
 /* Runs one recording for tokens [0, n) at pos (n <= n_block; decode: n == 1). */
-static int step(plan_engine *p, rt_recording *rec, const int32_t *tokens, uint32_t n, uint32_t pos, char *err,
-                size_t errlen) {
+static int step(plan_engine *p, rt_recording *rec, const int32_t *tokens, uint32_t n, uint32_t pos, kiln_err *err) {
     rt_device *d = p->d;
     uint32_t info[2] = {pos, n};
-    return d->ops->upload(d, p->tok_h, 0, tokens, (size_t)n * 4, err, errlen) ||
-                   d->ops->upload(d, p->info_h, 0, info, sizeof info, err, errlen) || d->ops->replay(d, rec, err, errlen)
+    return d->ops->upload(d, p->tok_h, 0, tokens, (size_t)n * 4, err) ||
+                   d->ops->upload(d, p->info_h, 0, info, sizeof info, err) || d->ops->replay(d, rec, err)
                ? -1
                : 0;
 }
@@ -59,45 +59,46 @@ static int step(plan_engine *p, rt_recording *rec, const int32_t *tokens, uint32
  * stay on the device for the caller to read. all: a decode step per token, each token's
  * logits copied to logits[t] as it goes. */
 static int run_tokens(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
-                      char *err, size_t errlen) {
+                      kiln_err *err) {
     engine *base = &p->base;
-    if (n == 0) return plan_fail(err, errlen, "no tokens to evaluate");
-    if (pos > base->n_past) return plan_fail(err, errlen, "position %u is past the %u cached positions", pos, base->n_past);
+    if (n == 0) return kiln_fail(err, KILN_ERR_INVALID, "no tokens to evaluate");
+    if (pos > base->n_past)
+        return kiln_fail(err, KILN_ERR_INVALID, "position %u is past the %u cached positions", pos, base->n_past);
     if ((uint64_t)pos + n > base->n_ctx)
-        return plan_fail(err, errlen, "%u tokens at position %u exceed the context of %u", n, pos, base->n_ctx);
+        return kiln_fail(err, KILN_ERR_INVALID, "%u tokens at position %u exceed the context of %u", n, pos,
+                         base->n_ctx);
     for (uint32_t t = 0; t < n; t++)
         if (tokens[t] < 0 || (uint32_t)tokens[t] >= p->s.hp.n_vocab)
-            return plan_fail(err, errlen, "token id %d is outside the vocabulary of %u", tokens[t], p->s.hp.n_vocab);
+            return kiln_fail(err, KILN_ERR_INVALID, "token id %d is outside the vocabulary of %u", tokens[t],
+                             p->s.hp.n_vocab);
     rt_device *d = p->d;
     base->n_past = pos;
     size_t row = (size_t)p->s.hp.n_vocab * 4;
     for (uint32_t t = 0; t < n;) {
         /* logits of every token need a decode step each; otherwise blocks of the prompt */
         uint32_t m = all || n - t == 1 ? 1 : n - t < p->s.n_block ? n - t : p->s.n_block;
-        if (step(p, m == 1 ? p->decode : p->prefill, tokens + t, m, pos + t, err, errlen)) return -1;
+        if (step(p, m == 1 ? p->decode : p->prefill, tokens + t, m, pos + t, err)) return -1;
         t += m;
         base->n_past = pos + t;
-        if (all && d->ops->download(d, p->logits, 0, logits + (size_t)(t - 1) * p->s.hp.n_vocab, row, err, errlen))
+        if (all && d->ops->download(d, p->logits, 0, logits + (size_t)(t - 1) * p->s.hp.n_vocab, row, err))
             return -1;
     }
     return 0;
 }
 
-
-static int eval_msg(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all, char *err,
-                     size_t errlen) {
+static int plan_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
+                     kiln_err *err) {
     plan_engine *p = (plan_engine *)base;
-    if (run_tokens(p, tokens, n, pos, logits, all, err, errlen)) return -1;
-    return all ? 0 : p->d->ops->download(p->d, p->logits, 0, logits, (size_t)p->s.hp.n_vocab * 4, err, errlen);
+    if (run_tokens(p, tokens, n, pos, logits, all, err)) return -1;
+    return all ? 0 : p->d->ops->download(p->d, p->logits, 0, logits, (size_t)p->s.hp.n_vocab * 4, err);
 }
 
-
-static int eval_argmax_msg(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best, char *err,
-                            size_t errlen) {
+static int plan_eval_argmax(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best,
+                            kiln_err *err) {
     plan_engine *p = (plan_engine *)base;
     uint32_t out[2];
-    if (run_tokens(p, tokens, n, pos, NULL, false, err, errlen) ||
-        p->d->ops->download(p->d, p->best, 0, out, sizeof out, err, errlen))
+    if (run_tokens(p, tokens, n, pos, NULL, false, err) ||
+        p->d->ops->download(p->d, p->best, 0, out, sizeof out, err))
         return -1;
     float mx;
     memcpy(&mx, &out[1], 4);
@@ -105,19 +106,6 @@ static int eval_argmax_msg(engine *base, const int32_t *tokens, uint32_t n, uint
     return 0;
 }
 
-
-/* TEMPORARY bridge while the device interface still reports into char buffers. */
-static int plan_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
-                     kiln_err *err) {
-    char m[KILN_ERR_MSG] = "";
-    return eval_msg(base, tokens, n, pos, logits, all, m, sizeof m) ? kiln_fail(err, KILN_ERR_DEVICE, "%s", m) : 0;
-}
-
-static int plan_eval_argmax(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best,
-                            kiln_err *err) {
-    char m[KILN_ERR_MSG] = "";
-    return eval_argmax_msg(base, tokens, n, pos, best, m, sizeof m) ? kiln_fail(err, KILN_ERR_DEVICE, "%s", m) : 0;
-}
 
 static void plan_destroy(engine *base) {
     plan_engine *p = (plan_engine *)base;
@@ -162,14 +150,13 @@ uint32_t plan_block(const engine *e) { return ((const plan_engine *)e)->s.n_bloc
 
 /* A plan of shape s0 (checked to fit); owner: the plan whose weight buffers it borrows,
  * or NULL to upload its own. */
-static engine *make(const model *m, rt_device *d, const plan_shape *s0, const plan_engine *owner, char *err,
-                    size_t errlen) {
+static engine *make(const model *m, rt_device *d, const plan_shape *s0, const plan_engine *owner, kiln_err *err) {
     plan_shape s = *s0;
     const arch_hparams *hp = &s.hp;
     plan_engine *p = calloc(1, sizeof *p);
     if (!p || !(p->L = calloc(hp->n_layer, sizeof *p->L))) {
         free(p);
-        return plan_fail(err, errlen, "out of memory"), NULL;
+        return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
     }
     p->m = m;
     p->d = d;
@@ -184,10 +171,10 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
     char what[96];
     snprintf(what, sizeof what, "%s: %s", d->label, owner ? "another slot's cache and kernels" : "weights and kernels");
     progress_begin(&p->prog, what, (uint64_t)hp->n_layer + K_COUNT);
-    int bad = owner ? plan_borrow_weights(p, owner) : plan_upload_weights(p, err, errlen);
+    int bad = owner ? plan_borrow_weights(p, owner) : plan_upload_weights(p, err);
     for (uint32_t l = 0; l < hp->n_layer && !bad; l++) {
         size_t cache = (size_t)s.n_ctx * s.kv_dim * 2;
-        bad = !(p->L[l].kc = plan_alloc(p, cache, err, errlen)) || !(p->L[l].vc = plan_alloc(p, cache, err, errlen));
+        bad = !(p->L[l].kc = plan_alloc(p, cache, err)) || !(p->L[l].vc = plan_alloc(p, cache, err));
     }
     free(p->scratch);
     p->scratch = NULL;
@@ -203,15 +190,15 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
         /* what the host writes or reads each step lives in host memory */
         bool host = acts[i].b == &p->logits || acts[i].b == &p->tok_h || acts[i].b == &p->info_h ||
                     acts[i].b == &p->best;
-        if (!(*acts[i].b = (host ? d->ops->alloc_host : d->ops->alloc)(d, acts[i].bytes, err, errlen))) bad = 1;
+        if (!(*acts[i].b = (host ? d->ops->alloc_host : d->ops->alloc)(d, acts[i].bytes, err))) bad = 1;
     }
     /* One replay of each recording now, so the driver's first-use work (final pipeline
      * compiles, page mappings) lands in load time, not in the first prompt: the prefill
      * for no tokens (every product and attention tile returns at once), a decode step at
      * position 0 (its cache row is rewritten by the first real token). */
     int32_t tok0 = 0;
-    if (bad || build(p, err, errlen) || step(p, p->prefill, &tok0, 0, 0, err, errlen) ||
-        step(p, p->decode, &tok0, 1, 0, err, errlen)) {
+    if (bad || build(p, err) || step(p, p->prefill, &tok0, 0, 0, err) ||
+        step(p, p->decode, &tok0, 1, 0, err)) {
         progress_end(&p->prog, false);
         plan_destroy(&p->base);
         return NULL;
@@ -222,32 +209,31 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
 
 
 engine *plan_create_slots(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block,
-                          uint32_t n_slots, char *err, size_t errlen) {
+                          uint32_t n_slots, kiln_err *err) {
     plan_shape s;
-    char why[256];
-    if (plan_shape_of(m, dtype, n_ctx, n_block, &s, why, sizeof why))
-        return plan_fail(err, errlen, "%s: %s", d->label, why), NULL;
+    kiln_err why = {0};
+    if (plan_shape_of(m, dtype, n_ctx, n_block, &s, &why))
+        return kiln_err_wrap(err, &why, "%s", d->label), NULL;
     s.n_slots = n_slots ? n_slots : 1;
     s.fault_logits = d->debug.fault_logits;
     /* no --ctx: the model's context, halved until it fits (down to 256 positions) */
-    while (!n_ctx && s.n_ctx > 256 && plan_check_fit(m, &s, d, why, sizeof why)) {
+    while (!n_ctx && s.n_ctx > 256 && plan_check_fit(m, &s, d, &why)) {
         s.n_ctx = s.n_ctx / 2 > 256 ? s.n_ctx / 2 : 256;
         if (s.n_block > (s.n_ctx + 63) / 64 * 64) s.n_block = (s.n_ctx + 63) / 64 * 64;
     }
-    if (plan_check_fit(m, &s, d, err, errlen)) return NULL;
-    return make(m, d, &s, NULL, err, errlen);
+    if (plan_check_fit(m, &s, d, err)) return NULL;
+    return make(m, d, &s, NULL, err);
 }
 
 
-engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, char *err,
-                    size_t errlen) {
-    return plan_create_slots(m, d, dtype, n_ctx, n_block, 1, err, errlen);
+engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, kiln_err *err) {
+    return plan_create_slots(m, d, dtype, n_ctx, n_block, 1, err);
 }
 
 
-engine *plan_create_sibling(engine *first, char *err, size_t errlen) {
-    if (!first || first->ops != &plan_ops) return plan_fail(err, errlen, "not a plan"), NULL;
+engine *plan_create_sibling(engine *first, kiln_err *err) {
+    if (!first || first->ops != &plan_ops) return kiln_fail(err, KILN_ERR_INVALID, "not a plan"), NULL;
     const plan_engine *o = (const plan_engine *)first;
     if (o->owner) o = o->owner;
-    return make(o->m, o->d, &o->s, o, err, errlen);
+    return make(o->m, o->d, &o->s, o, err);
 }

@@ -6,6 +6,7 @@
 #ifndef KILN_PLAN_PLAN_H
 #define KILN_PLAN_PLAN_H
 
+#include "base/error.h"
 #include "model/engine.h"
 #include "model/model.h"
 #include "runtime/device.h"
@@ -19,20 +20,19 @@
  * The model and the device must outlive the engine. NULL with err: a model or context
  * that does not fit the device (with the sizes), a feature the GPU path lacks, a
  * compile failure. */
-engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, char *err,
-                    size_t errlen);
+engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, kiln_err *err);
 
 /* Plans for n_slots requests at once on one device (kiln serve --parallel): this makes
  * the first, exactly as plan_create, except that the memory check (and the context chosen
  * without n_ctx) counts the weights once and a KV cache and activations n_slots times;
  * plan_create_sibling makes the others. */
 engine *plan_create_slots(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block,
-                          uint32_t n_slots, char *err, size_t errlen);
+                          uint32_t n_slots, kiln_err *err);
 /* Another plan of first's shape on its device that borrows its weight buffers (only
  * read by every kernel): its own KV cache, activations, kernels and recordings. first
  * must outlive it; the two must not evaluate at the same time (engine_serial.h). NULL
  * with err (the device's allocation fails, not a plan). */
-engine *plan_create_sibling(engine *first, char *err, size_t errlen);
+engine *plan_create_sibling(engine *first, kiln_err *err);
 
 /* Kernels compiled, and launches per decode step (for reports). */
 void plan_counts(const engine *e, uint32_t *n_kernels, uint32_t *n_launches);
@@ -42,7 +42,7 @@ void plan_counts(const engine *e, uint32_t *n_kernels, uint32_t *n_launches);
  * weights or the cache and the FLOP rate of the prefill products and attention, written
  * to out. The launches rewrite the activations and the cache (the engine's cache is
  * empty afterwards): for the end of a run. 0, or -1 with err. */
-int plan_profile(engine *e, uint32_t reps, FILE *out, char *err, size_t errlen);
+int plan_profile(engine *e, uint32_t reps, FILE *out, kiln_err *err);
 /* Tokens per prefill block (a prompt runs in blocks of this many). */
 uint32_t plan_block(const engine *e);
 
@@ -52,6 +52,6 @@ uint32_t plan_block(const engine *e);
  * returns (n_ctx 0: the model's context; dbg: the test switches, NULL for none). For
  * `kiln dump`. 0, or -1 with err. */
 int plan_each_kernel(const model *m, const rt_caps *c, const rt_debug *dbg, uint32_t dtype, uint32_t n_ctx,
-                     void (*fn)(void *ctx, const char *role, const ir_kernel *k), void *ctx, char *err, size_t errlen);
+                     void (*fn)(void *ctx, const char *role, const ir_kernel *k), void *ctx, kiln_err *err);
 
 #endif

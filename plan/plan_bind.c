@@ -3,19 +3,20 @@
  * parameter named, instead of showing only as a divergence. */
 #include "plan/plan_bind.h"
 
+#include "base/error.h"
 #include "plan/plan_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int plan_sig_capture(const ir_kernel *k, const char *role, plan_sig *sig, char *err, size_t errlen) {
+int plan_sig_capture(const ir_kernel *k, const char *role, plan_sig *sig, kiln_err *err) {
     uint32_t n = ir_n_params(k);
     size_t names = strlen(ir_kernel_name(k)) + 1;
     for (uint32_t i = 0; i < n; i++) names += strlen(ir_param_at(k, i)->name) + 1;
     /* one block: the parameters, then every name after them */
     char *block = malloc(n * sizeof(ir_param) + names);
-    if (!block) return plan_fail(err, errlen, "out of memory");
+    if (!block) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     ir_param *param = (ir_param *)block;
     char *at = block + n * sizeof(ir_param);
     for (uint32_t i = 0; i < n; i++) {
@@ -52,10 +53,11 @@ static uint32_t find_param(const plan_sig *sig, const char *name) {
 
 /* The buffer bound to p holds what a launch of groups reaches through it. */
 static int check_size(rt_device *d, const plan_sig *sig, const ir_param *p, rt_buffer *b, const uint32_t groups[3],
-                      char *err, size_t errlen) {
+                      kiln_err *err) {
     uint32_t esize = elem_bytes(p->elem);
     if (!p->extent || !esize)
-        return plan_fail(err, errlen, "%s (%s): parameter '%s' declares no extent", sig->role, sig->kernel, p->name);
+        return kiln_fail(err, KILN_ERR_INVALID, "%s (%s): parameter '%s' declares no extent", sig->role, sig->kernel,
+                         p->name);
     size_t bytes = d->ops->size(d, b);
     /* elements a launch of groups needs, saturated where a per-group extent times the grid
      * would pass what 64 bits of bytes count */
@@ -65,7 +67,7 @@ static int check_size(rt_device *d, const plan_sig *sig, const ir_param *p, rt_b
     const char *how = p->access == (IR_READ | IR_WRITE) ? "reads and writes"
                       : p->access == IR_WRITE           ? "writes"
                                                         : "reads";
-    return plan_fail(err, errlen,
+    return kiln_fail(err, KILN_ERR_INVALID,
                      "%s (%s): the buffer bound to '%s' holds %zu bytes; a launch of %ux%ux%u workgroups %s %llu %s "
                      "(%llu bytes)",
                      sig->role, sig->kernel, p->name, bytes, groups[0], groups[1], groups[2], how,
@@ -73,8 +75,7 @@ static int check_size(rt_device *d, const plan_sig *sig, const ir_param *p, rt_b
 }
 
 /* Every argument names a parameter, none twice; which argument binds each parameter. */
-static int match_names(const plan_sig *sig, const plan_arg *args, uint32_t n_args, uint32_t *arg_of, char *err,
-                       size_t errlen) {
+static int match_names(const plan_sig *sig, const plan_arg *args, uint32_t n_args, uint32_t *arg_of, kiln_err *err) {
     for (uint32_t i = 0; i < sig->n_params; i++) arg_of[i] = n_args;
     for (uint32_t j = 0; j < n_args; j++) {
         uint32_t i = find_param(sig, args[j].name);
@@ -83,36 +84,36 @@ static int match_names(const plan_sig *sig, const plan_arg *args, uint32_t n_arg
             continue;
         }
         if (i < sig->n_params)
-            return plan_fail(err, errlen, "%s (%s): parameter '%s' is bound twice", sig->role, sig->kernel,
+            return kiln_fail(err, KILN_ERR_INVALID, "%s (%s): parameter '%s' is bound twice", sig->role, sig->kernel,
                              args[j].name);
-        int used = snprintf(err, errlen, "%s (%s): no parameter named '%s' (it has", sig->role, sig->kernel,
-                            args[j].name);
-        for (uint32_t k = 0; k < sig->n_params && used >= 0 && (size_t)used < errlen; k++)
-            used += snprintf(err + used, errlen - used, " %s", sig->param[k].name);
-        if (used >= 0 && (size_t)used < errlen) snprintf(err + used, errlen - used, ")");
-        return -1;
+        char names[KILN_ERR_MSG] = "";
+        size_t used = 0;
+        for (uint32_t k = 0; k < sig->n_params && used < sizeof names; k++)
+            used += (size_t)snprintf(names + used, sizeof names - used, " %s", sig->param[k].name);
+        return kiln_fail(err, KILN_ERR_INVALID, "%s (%s): no parameter named '%s' (it has%s)", sig->role, sig->kernel,
+                         args[j].name, names);
     }
     return 0;
 }
 
 int plan_bind(rt_device *d, const plan_sig *sig, const uint32_t groups[3], const plan_arg *args, uint32_t n_args,
-              rt_arg **out, char *err, size_t errlen) {
+              rt_arg **out, kiln_err *err) {
     *out = NULL;
     uint32_t *arg_of = malloc((sig->n_params ? sig->n_params : 1) * sizeof *arg_of);
     rt_arg *a = calloc(sig->n_params ? sig->n_params : 1, sizeof *a);
-    if (!arg_of || !a) return free(arg_of), free(a), plan_fail(err, errlen, "out of memory");
-    int rc = match_names(sig, args, n_args, arg_of, err, errlen);
+    if (!arg_of || !a) return free(arg_of), free(a), kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    int rc = match_names(sig, args, n_args, arg_of, err);
     for (uint32_t i = 0; i < sig->n_params && !rc; i++) {
         const ir_param *p = &sig->param[i];
         const char *role = sig->role, *kern = sig->kernel;
         if (!p->is_buffer)
-            rc = plan_fail(err, errlen, "%s (%s): scalar parameter '%s': the plan binds buffers only", role, kern,
-                           p->name);
+            rc = kiln_fail(err, KILN_ERR_INVALID, "%s (%s): scalar parameter '%s': the plan binds buffers only", role,
+                           kern, p->name);
         else if (arg_of[i] == n_args)
-            rc = plan_fail(err, errlen, "%s (%s): parameter '%s' is left unbound", role, kern, p->name);
+            rc = kiln_fail(err, KILN_ERR_INVALID, "%s (%s): parameter '%s' is left unbound", role, kern, p->name);
         else if (!args[arg_of[i]].buf)
-            rc = plan_fail(err, errlen, "%s (%s): parameter '%s' is bound to no buffer", role, kern, p->name);
-        else if (!(rc = check_size(d, sig, p, args[arg_of[i]].buf, groups, err, errlen)))
+            rc = kiln_fail(err, KILN_ERR_INVALID, "%s (%s): parameter '%s' is bound to no buffer", role, kern, p->name);
+        else if (!(rc = check_size(d, sig, p, args[arg_of[i]].buf, groups, err)))
             a[i] = (rt_arg){args[arg_of[i]].buf, 0};
     }
     free(arg_of);

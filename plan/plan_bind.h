@@ -5,6 +5,7 @@
 #ifndef KILN_PLAN_PLAN_BIND_H
 #define KILN_PLAN_PLAN_BIND_H
 
+#include "base/error.h"
 #include "ir/ir.h"
 #include "runtime/device.h"
 
@@ -27,7 +28,7 @@ typedef struct plan_arg {
 
 /* Copies k's parameters into sig (role is kept as a pointer). 0, or -1 with err (out of
  * memory). */
-int plan_sig_capture(const ir_kernel *k, const char *role, plan_sig *sig, char *err, size_t errlen);
+int plan_sig_capture(const ir_kernel *k, const char *role, plan_sig *sig, kiln_err *err);
 void plan_sig_free(plan_sig *sig);
 
 /* The positional arguments of a launch of sig's kernel on groups, from args[0..n_args)
@@ -38,6 +39,6 @@ void plan_sig_free(plan_sig *sig);
  * buffer, a buffer too small, a buffer parameter with no declared extent, a scalar
  * parameter (the plan binds none). */
 int plan_bind(rt_device *d, const plan_sig *sig, const uint32_t groups[3], const plan_arg *args, uint32_t n_args,
-              rt_arg **out, char *err, size_t errlen);
+              rt_arg **out, kiln_err *err);
 
 #endif

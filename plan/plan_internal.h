@@ -3,6 +3,7 @@
 #ifndef KILN_PLAN_PLAN_INTERNAL_H
 #define KILN_PLAN_PLAN_INTERNAL_H
 
+#include "base/error.h"
 #include "base/progress.h"
 #include "kernels/kernels.h"
 #include "plan/plan.h"
@@ -66,34 +67,32 @@ typedef struct plan_engine {
 extern const engine_ops plan_ops;
 
 /* Formats err; returns -1. */
-int plan_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- kernel choice (plan_kernels.c) ---- */
 /* The shape of a plan for the model: dtype 0 the file's; n_ctx 0 the model's; n_block 0: 512. */
-int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, plan_shape *s, char *err,
-                  size_t errlen);
+int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, plan_shape *s, kiln_err *err);
 bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c);
 /* Builds kernel i for the shape; its grid (x, y) where it follows from the shape. */
-ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint32_t g[2], char *err, size_t errlen);
+ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint32_t g[2], kiln_err *err);
 
 /* ---- weights and memory (plan_weights.c) ---- */
-rt_buffer *plan_alloc(plan_engine *p, size_t bytes, char *err, size_t errlen);
+rt_buffer *plan_alloc(plan_engine *p, size_t bytes, kiln_err *err);
 /* Every weight converted and uploaded (q, k, v fused), progress per layer. 0 or -1. */
-int plan_upload_weights(plan_engine *p, char *err, size_t errlen);
+int plan_upload_weights(plan_engine *p, kiln_err *err);
 /* The owner's weight buffers, read-only in every kernel, so plans can share them. */
 int plan_borrow_weights(plan_engine *p, const plan_engine *o);
 /* What the device refuses, or 0: the whole plan past its memory, or one buffer past what
  * a kernel may bind. */
-int plan_check_fit(const model *m, const plan_shape *s, const rt_device *d, char *err, size_t errlen);
+int plan_check_fit(const model *m, const plan_shape *s, const rt_device *d, kiln_err *err);
 
 /* ---- the recordings (plan_record.c) ---- */
 /* Appends the launches of a decode step / a prefill block to p->launch, each bound by
  * name (plan_bind); 0, or -1 with err (a binding the kernel refuses, out of memory). */
-int plan_record_decode(plan_engine *p, char *err, size_t errlen);
-int plan_record_prefill(plan_engine *p, char *err, size_t errlen);
+int plan_record_decode(plan_engine *p, kiln_err *err);
+int plan_record_prefill(plan_engine *p, kiln_err *err);
 
 /* ---- grid tuning (plan_tune.c) ---- */
 /* The decode step's products on the grids measured fastest on the device. 0 or -1. */
-int plan_tune_products(plan_engine *p, char *err, size_t errlen);
+int plan_tune_products(plan_engine *p, kiln_err *err);
 
 #endif

@@ -1,5 +1,6 @@
 /* The plan's kernel choice: the shape a model gives a plan, and which builder of kernels/
  * makes each role's kernel at that shape for the device's caps. */
+#include "base/error.h"
 #include "plan/plan_internal.h"
 
 #include <stdarg.h>
@@ -13,80 +14,70 @@ const char *const plan_role[K_COUNT] = {
 
 
 
-int plan_fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* kn_matvec_norm keeps a row of f32 in workgroup memory: where it fits. */
 bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c) {
     return (uint64_t)s->hp.n_embd * 4 + 512 <= c->shared_bytes;
 }
 
 /* Builds kernel i for the shape; its grid (x, y) where it follows from the shape. */
-ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint32_t g[2], char *err, size_t errlen) {
+ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint32_t g[2], kiln_err *err) {
     const arch_hparams *hp = &s->hp;
     uint32_t d = hp->n_embd, nb = s->n_block;
     ir_scalar dt = s->dt;
     g[0] = g[1] = 1;
-    kn_rope_opts rope = {hp->n_rot, hp->rope_neox, hp->rope_base,
-                         hp->rope_scaling == ROPE_SCALING_LINEAR && hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor
-                                                                                                : 1.0f,
-                         s->freqs};
+    kn_rope_opts rope = {
+        hp->n_rot, hp->rope_neox, hp->rope_base,
+        hp->rope_scaling == ROPE_SCALING_LINEAR && hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor : 1.0f,
+        s->freqs};
     unsigned bias = s->bias ? KN_EPI_BIAS : 0;
     switch (i) {
-    case K_EMBED: return kn_embed(c, hp->n_vocab, d, dt, &g[0], err, errlen);
-    case K_NORM: return kn_rmsnorm(c, d, dt, hp->rms_eps, err, errlen);
+    case K_EMBED: return kn_embed(c, hp->n_vocab, d, dt, &g[0], err);
+    case K_NORM: return kn_rmsnorm(c, d, dt, hp->rms_eps, err);
     case K_MV_QKV:
-        return s->fuse_norm ? kn_matvec_norm(c, s->qkv_dim, d, dt, dt, bias, hp->rms_eps, &g[0], err, errlen)
-                            : kn_matvec(c, s->qkv_dim, d, dt, dt, bias, &g[0], err, errlen);
+        return s->fuse_norm ? kn_matvec_norm(c, s->qkv_dim, d, dt, dt, bias, hp->rms_eps, &g[0], err)
+                            : kn_matvec(c, s->qkv_dim, d, dt, dt, bias, &g[0], err);
     case K_QK_PREP:
         return kn_qk_prep(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps, s->n_ctx, dt,
-                          err, errlen);
+                          err);
     case K_ATTN:
         return kn_attn_decode(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
-                              kn_attn_splits(c, hp->n_head, s->n_ctx), dt, g, err, errlen);
+                              kn_attn_splits(c, hp->n_head, s->n_ctx), dt, g, err);
     case K_ATTN_MERGE:
         return kn_attn_merge(c, hp->n_head, hp->head_dim_k, s->n_ctx, kn_attn_splits(c, hp->n_head, s->n_ctx), dt,
-                             &g[0], err, errlen);
-    case K_MV_O: return kn_matvec(c, d, s->q_dim, dt, dt, KN_EPI_RESIDUAL, &g[0], err, errlen);
+                             &g[0], err);
+    case K_MV_O: return kn_matvec(c, d, s->q_dim, dt, dt, KN_EPI_RESIDUAL, &g[0], err);
     case K_MV_FFN:
-        return s->fuse_norm ? kn_matvec_norm(c, hp->n_ff, d, dt, dt, KN_EPI_SWIGLU, hp->rms_eps, &g[0], err, errlen)
-                            : kn_matvec(c, hp->n_ff, d, dt, dt, KN_EPI_SWIGLU, &g[0], err, errlen);
-    case K_MV_DOWN: return kn_matvec(c, d, hp->n_ff, dt, dt, KN_EPI_RESIDUAL, &g[0], err, errlen);
+        return s->fuse_norm ? kn_matvec_norm(c, hp->n_ff, d, dt, dt, KN_EPI_SWIGLU, hp->rms_eps, &g[0], err)
+                            : kn_matvec(c, hp->n_ff, d, dt, dt, KN_EPI_SWIGLU, &g[0], err);
+    case K_MV_DOWN: return kn_matvec(c, d, hp->n_ff, dt, dt, KN_EPI_RESIDUAL, &g[0], err);
     case K_MV_OUT:
     {
         unsigned fault = s->fault_logits ? KN_EPI_FAULT : KN_EPI_NONE;
-        return s->fuse_norm ? kn_matvec_norm(c, hp->n_vocab, d, dt, IR_F32, fault, hp->rms_eps, &g[0], err, errlen)
-                            : kn_matvec(c, hp->n_vocab, d, dt, IR_F32, fault, &g[0], err, errlen);
+        return s->fuse_norm ? kn_matvec_norm(c, hp->n_vocab, d, dt, IR_F32, fault, hp->rms_eps, &g[0], err)
+                            : kn_matvec(c, hp->n_vocab, d, dt, IR_F32, fault, &g[0], err);
     }
-    case K_MM_QKV: return kn_matmul(c, s->qkv_dim, d, nb, dt, bias, g, err, errlen);
+    case K_MM_QKV: return kn_matmul(c, s->qkv_dim, d, nb, dt, bias, g, err);
     case K_ATTN_PREFILL:
-        return kn_attn_prefill(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->qkv_dim, s->n_ctx, nb, dt, g, err,
-                               errlen);
-    case K_MM_O: return kn_matmul(c, d, s->q_dim, nb, dt, KN_EPI_RESIDUAL, g, err, errlen);
-    case K_MM_FF: return kn_matmul(c, hp->n_ff, d, nb, dt, KN_EPI_NONE, g, err, errlen);
-    case K_MM_DOWN: return kn_matmul(c, d, hp->n_ff, nb, dt, KN_EPI_RESIDUAL, g, err, errlen);
-    case K_SWIGLU: return kn_swiglu(c, nb * hp->n_ff, dt, &g[0], err, errlen);
-    case K_TAKE_LAST: return kn_take_last(c, d, nb, dt, &g[0], err, errlen);
-    case K_STAGE: return kn_stage_inputs(c, nb, &g[0], err, errlen);
-    case K_ARGMAX: return kn_argmax(c, hp->n_vocab, err, errlen);
+        return kn_attn_prefill(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->qkv_dim, s->n_ctx, nb, dt, g, err);
+    case K_MM_O: return kn_matmul(c, d, s->q_dim, nb, dt, KN_EPI_RESIDUAL, g, err);
+    case K_MM_FF: return kn_matmul(c, hp->n_ff, d, nb, dt, KN_EPI_NONE, g, err);
+    case K_MM_DOWN: return kn_matmul(c, d, hp->n_ff, nb, dt, KN_EPI_RESIDUAL, g, err);
+    case K_SWIGLU: return kn_swiglu(c, nb * hp->n_ff, dt, &g[0], err);
+    case K_TAKE_LAST: return kn_take_last(c, d, nb, dt, &g[0], err);
+    case K_STAGE: return kn_stage_inputs(c, nb, &g[0], err);
+    case K_ARGMAX: return kn_argmax(c, hp->n_vocab, err);
     }
     return NULL;
 }
 
 
-int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, plan_shape *s, char *err,
-                    size_t errlen) {
+int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, plan_shape *s, kiln_err *err) {
     const arch_hparams *hp = &m->hp;
     if (hp->rope_scaling == ROPE_SCALING_YARN)
-        return plan_fail(err, errlen, "YaRN rope scaling is not supported (the oracle lacks it too)");
+        return kiln_fail(err, KILN_ERR_UNSUPPORTED, "YaRN rope scaling is not supported (the oracle lacks it too)");
     if (hp->head_dim_k != hp->head_dim_v)
-        return plan_fail(err, errlen, "key and value head sizes differ (%u, %u): not on the GPU path yet", hp->head_dim_k,
-                    hp->head_dim_v);
+        return kiln_fail(err, KILN_ERR_UNSUPPORTED, "key and value head sizes differ (%u, %u): not on the GPU path yet",
+                         hp->head_dim_k, hp->head_dim_v);
     memset(s, 0, sizeof *s);
     s->hp = *hp;
     uint32_t dt = dtype ? dtype : m->file_dtype == GGUF_T_F16 ? GGUF_T_F16 : GGUF_T_BF16;
@@ -107,14 +98,14 @@ int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_blo
 
 
 int plan_each_kernel(const model *m, const rt_caps *c, const rt_debug *dbg, uint32_t dtype, uint32_t n_ctx,
-                     void (*fn)(void *ctx, const char *role, const ir_kernel *k), void *ctx, char *err, size_t errlen) {
+                     void (*fn)(void *ctx, const char *role, const ir_kernel *k), void *ctx, kiln_err *err) {
     plan_shape s;
-    if (plan_shape_of(m, dtype, n_ctx, 0, &s, err, errlen)) return -1;
+    if (plan_shape_of(m, dtype, n_ctx, 0, &s, err)) return -1;
     s.fuse_norm = plan_can_fuse_norm(&s, c);
     s.fault_logits = dbg && dbg->fault_logits;
     for (int i = 0; i < K_COUNT; i++) {
         uint32_t g[2];
-        ir_kernel *k = plan_build_kernel(&s, c, i, g, err, errlen);
+        ir_kernel *k = plan_build_kernel(&s, c, i, g, err);
         if (!k) return -1;
         fn(ctx, plan_role[i], k);
         ir_kernel_destroy(k);

@@ -1,6 +1,7 @@
 /* The plan's profile: where a decode step's and a prefill block's time goes, by kernel
  * role, with the bandwidth or FLOP rate of the kernels that bound it. */
 #include "base/clock.h"
+#include "base/error.h"
 #include "plan/plan_internal.h"
 
 #include <stdio.h>
@@ -40,23 +41,23 @@ static uint64_t prefill_flops(const plan_shape *s, int i) {
 /* Times the recording rec (launches [first, first + count) of p->launch) replayed reps
  * times, then each launch run reps times back to back, and prints them by role. */
 static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint32_t count, uint32_t reps, bool prefill,
-                        uint32_t pos, FILE *out, char *err, size_t errlen) {
+                        uint32_t pos, FILE *out, kiln_err *err) {
     rt_device *d = p->d;
     rt_launch *l = malloc(reps * sizeof *l);
-    if (!l) return plan_fail(err, errlen, "out of memory");
+    if (!l) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     double t_role[K_COUNT] = {0};
     uint32_t n_role[K_COUNT] = {0}, grid_role[K_COUNT] = {0};
     double t0 = clock_now_s();
     for (uint32_t r = 0; r < reps; r++)
-        if (d->ops->replay(d, rec, err, errlen)) return free(l), -1;
+        if (d->ops->replay(d, rec, err)) return free(l), -1;
     double t_step = (clock_now_s() - t0) / reps;
     for (uint32_t i = first; i < first + count; i++) {
         int k = 0;
         while (k < K_COUNT && p->kern[k] != p->launch[i].kernel) k++;
         for (uint32_t r = 0; r < reps; r++) l[r] = p->launch[i];
-        if (d->ops->run(d, l, 1, err, errlen)) return free(l), -1; /* warm */
+        if (d->ops->run(d, l, 1, err)) return free(l), -1; /* warm */
         t0 = clock_now_s();
-        if (d->ops->run(d, l, reps, err, errlen)) return free(l), -1;
+        if (d->ops->run(d, l, reps, err)) return free(l), -1;
         t_role[k] += (clock_now_s() - t0) / reps;
         n_role[k]++;
         grid_role[k] = p->launch[i].groups[0] * p->launch[i].groups[1];
@@ -74,7 +75,8 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
         if (!n_role[k]) continue;
         double each = t_role[k] / n_role[k];
         uint64_t b = prefill ? prefill_flops(&p->s, k) : decode_bytes(&p->s, k, pos);
-        fprintf(out, "  %-24s %8u %8u %10.2f %10.1f", plan_role[k], n_role[k], grid_role[k], each * 1e6, t_role[k] * 1e6);
+        fprintf(out, "  %-24s %8u %8u %10.2f %10.1f", plan_role[k], n_role[k], grid_role[k], each * 1e6,
+                t_role[k] * 1e6);
         if (b) fprintf(out, prefill ? " %9.2f" : " %9.1f", b / each * (prefill ? 1e-12 : 1e-9));
         fputc('\n', out);
         sum += t_role[k];
@@ -89,22 +91,23 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
 }
 
 
-int plan_profile(engine *e, uint32_t reps, FILE *out, char *err, size_t errlen) {
-    if (e->ops != &plan_ops) return plan_fail(err, errlen, "a profile needs a GPU device (the oracle runs no kernels)");
+int plan_profile(engine *e, uint32_t reps, FILE *out, kiln_err *err) {
+    if (e->ops != &plan_ops)
+        return kiln_fail(err, KILN_ERR_UNSUPPORTED, "a profile needs a GPU device (the oracle runs no kernels)");
     plan_engine *p = (plan_engine *)e;
     if (reps == 0) reps = 1;
     uint32_t pos = e->n_past ? e->n_past - 1 : 0;
-    if (profile_span(p, p->decode, 0, p->n_decode_launch, reps, false, pos, out, err, errlen)) return -1;
+    if (profile_span(p, p->decode, 0, p->n_decode_launch, reps, false, pos, out, err)) return -1;
     /* a full prefill block from position 0 (token 0 throughout), fewer repeats: each
      * launch is a block's worth of work */
     uint32_t nb = p->s.n_block, info[2] = {0, nb};
     int32_t *zeros = calloc(nb, sizeof *zeros);
-    if (!zeros) return plan_fail(err, errlen, "out of memory");
+    if (!zeros) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     rt_device *d = p->d;
-    int rc = d->ops->upload(d, p->tok_h, 0, zeros, (size_t)nb * 4, err, errlen) ||
-                     d->ops->upload(d, p->info_h, 0, info, sizeof info, err, errlen) ||
+    int rc = d->ops->upload(d, p->tok_h, 0, zeros, (size_t)nb * 4, err) ||
+                     d->ops->upload(d, p->info_h, 0, info, sizeof info, err) ||
                      profile_span(p, p->prefill, p->n_decode_launch, p->n_launch - p->n_decode_launch,
-                                  reps < 10 ? reps : 10, true, 0, out, err, errlen)
+                                  reps < 10 ? reps : 10, true, 0, out, err)
                  ? -1
                  : 0;
     free(zeros);

@@ -1,6 +1,7 @@
 /* The plan's recordings: the launches of a decode step and of a prefill block, in order,
  * each with its kernel's buffers bound by parameter name (plan_bind: checked against the
  * kernel's parameters and extents, then positional), recorded once and replayed. */
+#include "base/error.h"
 #include "plan/plan_internal.h"
 
 #include <stdlib.h>
@@ -9,8 +10,7 @@
  * message err keeps (every later add does nothing). */
 typedef struct recorder {
     plan_engine *p;
-    char *err;
-    size_t errlen;
+    kiln_err *err;
     int rc;
 } recorder;
 
@@ -22,7 +22,7 @@ static void add(recorder *R, int i, uint32_t gx, uint32_t gy, const plan_arg *ar
         uint32_t cap = p->cap_launch ? 2 * p->cap_launch : 64;
         rt_launch *l = realloc(p->launch, cap * sizeof *l);
         if (!l) {
-            R->rc = plan_fail(R->err, R->errlen, "out of memory");
+            R->rc = kiln_fail(R->err, KILN_ERR_NOMEM, "out of memory");
             return;
         }
         p->launch = l;
@@ -30,7 +30,7 @@ static void add(recorder *R, int i, uint32_t gx, uint32_t gy, const plan_arg *ar
     }
     rt_launch l = {p->kern[i], {gx, gy, 1}, NULL, p->sig[i].n_params};
     rt_arg *a;
-    if ((R->rc = plan_bind(p->d, &p->sig[i], l.groups, args, n, &a, R->err, R->errlen))) return;
+    if ((R->rc = plan_bind(p->d, &p->sig[i], l.groups, args, n, &a, R->err))) return;
     l.args = a;
     p->launch[p->n_launch++] = l;
 }
@@ -77,8 +77,8 @@ static void add_logits(recorder *R, rt_buffer *x) {
 }
 
 
-int plan_record_decode(plan_engine *p, char *err, size_t errlen) {
-    recorder rec = {p, err, errlen, 0}, *R = &rec;
+int plan_record_decode(plan_engine *p, kiln_err *err) {
+    recorder rec = {p, err, 0}, *R = &rec;
     const arch_hparams *hp = &p->s.hp;
     uint32_t (*g)[2] = p->grid;
     bool fused = p->s.fuse_norm;
@@ -107,8 +107,8 @@ int plan_record_decode(plan_engine *p, char *err, size_t errlen) {
 }
 
 
-int plan_record_prefill(plan_engine *p, char *err, size_t errlen) {
-    recorder rec = {p, err, errlen, 0}, *R = &rec;
+int plan_record_prefill(plan_engine *p, kiln_err *err) {
+    recorder rec = {p, err, 0}, *R = &rec;
     const arch_hparams *hp = &p->s.hp;
     uint32_t (*g)[2] = p->grid, nb = p->s.n_block;
     ADD(K_STAGE, g[K_STAGE][0], 1, {"tok_host", p->tok_h}, {"tok", p->tok}, {"info_host", p->info_h},

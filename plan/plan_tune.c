@@ -10,6 +10,7 @@
 #include "plan/plan_tune.h"
 
 #include "base/clock.h"
+#include "base/error.h"
 #include "plan/plan_internal.h"
 
 #include <stdio.h>
@@ -34,14 +35,14 @@ static void set_grid(rt_launch *l, uint32_t n, const rt_kernel *k, uint32_t gx) 
 }
 
 /* Seconds per replay of the step l[0..n) recorded as it is now: the best of a few. */
-static int time_step(rt_device *d, const rt_launch *l, uint32_t n, double *t, char *err, size_t errlen) {
-    rt_recording *r = d->ops->record(d, l, n, err, errlen);
+static int time_step(rt_device *d, const rt_launch *l, uint32_t n, double *t, kiln_err *err) {
+    rt_recording *r = d->ops->record(d, l, n, err);
     if (!r) return -1;
-    int rc = d->ops->replay(d, r, err, errlen); /* warm */
+    int rc = d->ops->replay(d, r, err); /* warm */
     *t = 1e30;
     for (int i = 0; i < 8 && !rc; i++) {
         double t0 = clock_now_s();
-        rc = d->ops->replay(d, r, err, errlen);
+        rc = d->ops->replay(d, r, err);
         double dt = clock_now_s() - t0;
         if (dt < *t) *t = dt;
     }
@@ -50,13 +51,13 @@ static int time_step(rt_device *d, const rt_launch *l, uint32_t n, double *t, ch
 }
 
 int plan_tune_grids(rt_device *d, rt_launch *l, uint32_t n, rt_kernel *const *kerns, uint32_t n_kerns,
-                    uint32_t *chosen, char *err, size_t errlen) {
+                    uint32_t *chosen, kiln_err *err) {
     static const uint32_t per_cu[] = {1, 2, 3, 4, 6, 8};
     enum { N_CAND = 1 + sizeof per_cu / sizeof per_cu[0], ROUNDS = 5, MIN_BATCH = 16 };
     const uint32_t cu = d->caps.compute_units, cap = n > MIN_BATCH ? n : MIN_BATCH;
     rt_launch *batch = malloc(cap * sizeof *batch);
     uint32_t *full_of = calloc(n_kerns ? n_kerns : 1, sizeof *full_of); /* 0: not tuned */
-    if (!batch || !full_of) return free(batch), free(full_of), snprintf(err, errlen, "out of memory"), -1;
+    if (!batch || !full_of) return free(batch), free(full_of), kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), -1;
     /* the products a few times first, to bring the clocks up (only they: the rest of the
      * step reads a token and a position not written yet) */
     int rc = 0;
@@ -64,7 +65,7 @@ int plan_tune_grids(rt_device *d, rt_launch *l, uint32_t n, rt_kernel *const *ke
         for (uint32_t k = 0; k < n_kerns && !rc; k++) {
             uint32_t i = 0;
             while (i < n && l[i].kernel != kerns[k]) i++;
-            if (i < n) rc = d->ops->run(d, batch, fill_batch(l, n, kerns[k], l[i].groups[0], batch, cap, 1), err, errlen);
+            if (i < n) rc = d->ops->run(d, batch, fill_batch(l, n, kerns[k], l[i].groups[0], batch, cap, 1), err);
         }
     for (uint32_t k = 0; k < n_kerns && !rc; k++) {
         uint32_t i = 0;
@@ -72,7 +73,8 @@ int plan_tune_grids(rt_device *d, rt_launch *l, uint32_t n, rt_kernel *const *ke
         chosen[k] = i < n ? l[i].groups[0] : 0;
         if (i == n || !cu || l[i].groups[0] <= cu) continue;
         uint32_t full = l[i].groups[0], cand[N_CAND] = {full}, nc = 1;
-        for (size_t m = 0; m < sizeof per_cu / sizeof per_cu[0] && per_cu[m] * cu < full; m++) cand[nc++] = per_cu[m] * cu;
+        for (size_t m = 0; m < sizeof per_cu / sizeof per_cu[0] && per_cu[m] * cu < full; m++)
+            cand[nc++] = per_cu[m] * cu;
         /* rounds over all candidates, the best of each kept: drift hits them alike */
         double best_t[N_CAND];
         for (uint32_t c = 0; c < nc; c++) best_t[c] = 1e30;
@@ -80,7 +82,7 @@ int plan_tune_grids(rt_device *d, rt_launch *l, uint32_t n, rt_kernel *const *ke
             for (uint32_t c = 0; c < nc && !rc; c++) {
                 uint32_t m = fill_batch(l, n, kerns[k], cand[c], batch, cap, MIN_BATCH);
                 double t0 = clock_now_s();
-                if ((rc = d->ops->run(d, batch, m, err, errlen))) break;
+                if ((rc = d->ops->run(d, batch, m, err))) break;
                 double each = (clock_now_s() - t0) / m;
                 if (each < best_t[c]) best_t[c] = each;
             }
@@ -99,9 +101,9 @@ int plan_tune_grids(rt_device *d, rt_launch *l, uint32_t n, rt_kernel *const *ke
     for (uint32_t k = 0; k < n_kerns && !rc; k++) {
         if (!full_of[k] || chosen[k] == full_of[k]) continue;
         double t_small, t_full;
-        if ((rc = time_step(d, l, n, &t_small, err, errlen))) break;
+        if ((rc = time_step(d, l, n, &t_small, err))) break;
         set_grid(l, n, kerns[k], full_of[k]);
-        if ((rc = time_step(d, l, n, &t_full, err, errlen))) break;
+        if ((rc = time_step(d, l, n, &t_full, err))) break;
         if (t_small < 0.99 * t_full) set_grid(l, n, kerns[k], chosen[k]);
         else chosen[k] = full_of[k];
     }
@@ -116,7 +118,7 @@ int plan_tune_grids(rt_device *d, rt_launch *l, uint32_t n, rt_kernel *const *ke
  * CUDA); a plan that borrows another's weights takes that plan's grids, not measuring
  * again. The launches were bound before (plan_bind checked their buffers at the full
  * grid); a matvec's extents do not follow its grid, so a smaller one needs no new check. */
-int plan_tune_products(plan_engine *p, char *err, size_t errlen) {
+int plan_tune_products(plan_engine *p, kiln_err *err) {
     static const int mv[] = {K_MV_QKV, K_MV_O, K_MV_FFN, K_MV_DOWN, K_MV_OUT};
     enum { N_MV = sizeof mv / sizeof mv[0] };
     rt_device *d = p->d;
@@ -132,9 +134,9 @@ int plan_tune_products(plan_engine *p, char *err, size_t errlen) {
     } else {
         int32_t tok0 = 0;
         uint32_t info0[2] = {0, 1}; /* token 0 at position 0: the step's replays need valid inputs */
-        if (d->ops->upload(d, p->tok_h, 0, &tok0, sizeof tok0, err, errlen) ||
-            d->ops->upload(d, p->info_h, 0, info0, sizeof info0, err, errlen) ||
-            plan_tune_grids(d, p->launch, p->n_launch, mk, N_MV, chosen, err, errlen))
+        if (d->ops->upload(d, p->tok_h, 0, &tok0, sizeof tok0, err) ||
+            d->ops->upload(d, p->info_h, 0, info0, sizeof info0, err) ||
+            plan_tune_grids(d, p->launch, p->n_launch, mk, N_MV, chosen, err))
             return -1;
     }
     for (int i = 0; i < N_MV; i++)

@@ -3,6 +3,7 @@
 #ifndef KILN_PLAN_PLAN_TUNE_H
 #define KILN_PLAN_PLAN_TUNE_H
 
+#include "base/error.h"
 #include "runtime/device.h"
 
 #include <stdint.h>
@@ -16,6 +17,6 @@
  * outputs are scratch until the next step rewrites them. Nothing changes where the caps
  * do not know the compute units. 0, or -1 with err. */
 int plan_tune_grids(rt_device *d, rt_launch *l, uint32_t n, rt_kernel *const *kerns, uint32_t n_kerns,
-                    uint32_t *chosen, char *err, size_t errlen);
+                    uint32_t *chosen, kiln_err *err);
 
 #endif

@@ -2,6 +2,7 @@
  * `--caps` overrides and the text `kiln probe` prints. */
 #include "runtime/caps.h"
 
+#include "base/error.h"
 #include "ir/ir.h"
 
 #include <stdarg.h>
@@ -80,15 +81,6 @@ void rt_caps_default(rt_caps *c, rt_backend b) {
 
 /* ---- overrides --------------------------------------------------------------------------- */
 
-static void fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* Whole-string decimal, no sign, no spaces, within uint32_t. */
 static bool parse_u32(const char *s, size_t n, uint32_t *out) {
     if (n == 0 || n > 10) return false;
@@ -131,12 +123,12 @@ static const char *const debug_items[] = {"debug-fault"};
 static bool key_is(const char *key, size_t n, const char *name) { return strlen(name) == n && !memcmp(key, name, n); }
 
 /* One item (not empty, spaces trimmed) applied to c; 0, or -1 with err naming it. */
-static int apply_item(rt_caps *c, const char *it, size_t n, char *err, size_t errlen) {
+static int apply_item(rt_caps *c, const char *it, size_t n, kiln_err *err) {
     const char *eq = memchr(it, '=', n);
     size_t kn = eq ? (size_t)(eq - it) : n;
     for (size_t i = 0; i < sizeof flag_items / sizeof flag_items[0]; i++) {
         if (!key_is(it, kn, flag_items[i].name)) continue;
-        if (eq) return fail(err, errlen, "caps item '%.*s': takes no value", (int)n, it), -1;
+        if (eq) return kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': takes no value", (int)n, it), -1;
         if (i == 0) {
             c->n_mma = 0;
             memset(c->mma, 0, sizeof c->mma);
@@ -149,34 +141,39 @@ static int apply_item(rt_caps *c, const char *it, size_t n, char *err, size_t er
     }
     for (size_t i = 0; i < sizeof debug_items / sizeof debug_items[0]; i++)
         if (key_is(it, kn, debug_items[i]))
-            return eq ? fail(err, errlen, "caps item '%.*s': takes no value", (int)n, it), -1 : 0;
+            return eq ? kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': takes no value", (int)n, it), -1 : 0;
     bool sg = key_is(it, kn, "subgroup"), sh = key_is(it, kn, "shared"), wg = key_is(it, kn, "workgroup");
-    if (!sg && !sh && !wg) return fail(err, errlen, "unknown caps item '%.*s'", (int)n, it), -1;
-    if (!eq) return fail(err, errlen, "caps item '%.*s': needs =N", (int)n, it), -1;
+    if (!sg && !sh && !wg) return kiln_fail(err, KILN_ERR_INVALID, "unknown caps item '%.*s'", (int)n, it), -1;
+    if (!eq) return kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': needs =N", (int)n, it), -1;
     uint32_t v;
     if (!parse_u32(eq + 1, n - kn - 1, &v))
-        return fail(err, errlen, "caps item '%.*s': '%.*s' is not a decimal number", (int)n, it, (int)(n - kn - 1),
-                    eq + 1),
+        return kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': '%.*s' is not a decimal number", (int)n, it,
+                         (int)(n - kn - 1), eq + 1),
                -1;
     if (sg) {
         if (v == 0 || (v & (v - 1)))
-            return fail(err, errlen, "caps item '%.*s': %u is not a power of two", (int)n, it, v), -1;
+            return kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': %u is not a power of two", (int)n, it, v), -1;
         if (v < c->subgroup_min || v > c->subgroup_max)
-            return fail(err, errlen, "caps item '%.*s': the device's subgroup sizes are %u..%u", (int)n, it,
-                        c->subgroup_min, c->subgroup_max),
+            return kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': the device's subgroup sizes are %u..%u", (int)n,
+                             it, c->subgroup_min, c->subgroup_max),
                    -1;
         /* Kernels are built for v; min/max stay what the device can be asked for, so the
          * backend still knows it must request v explicitly when v is not its default. */
         c->subgroup_size = v;
     } else if (sh) {
         if (v > c->shared_bytes)
-            return fail(err, errlen, "caps item '%.*s': the device offers %u bytes", (int)n, it, c->shared_bytes), -1;
+            return kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': the device offers %u bytes", (int)n, it,
+                             c->shared_bytes),
+                   -1;
         c->shared_bytes = v;
     } else {
-        if (v == 0) return fail(err, errlen, "caps item '%.*s': a workgroup needs at least 1 invocation", (int)n, it), -1;
+        if (v == 0)
+            return kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': a workgroup needs at least 1 invocation", (int)n,
+                             it),
+                   -1;
         if (v > c->max_workgroup)
-            return fail(err, errlen, "caps item '%.*s': the device allows %u invocations", (int)n, it,
-                        c->max_workgroup),
+            return kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': the device allows %u invocations", (int)n, it,
+                             c->max_workgroup),
                    -1;
         c->max_workgroup = v;
     }
@@ -185,9 +182,9 @@ static int apply_item(rt_caps *c, const char *it, size_t n, char *err, size_t er
 
 static bool is_space(char ch) { return ch == ' ' || ch == '\t'; }
 
-int rt_caps_override(rt_caps *c, const char *list, char *err, size_t errlen) {
-    if (err && errlen) err[0] = '\0';
-    if (!c) return fail(err, errlen, "no caps to override"), -1;
+int rt_caps_override(rt_caps *c, const char *list, kiln_err *err) {
+    kiln_err_clear(err);
+    if (!c) return kiln_fail(err, KILN_ERR_INVALID, "no caps to override"), -1;
     if (!list) return 0;
     const char *p = list;
     while (is_space(*p)) p++;
@@ -199,8 +196,8 @@ int rt_caps_override(rt_caps *c, const char *list, char *err, size_t errlen) {
         const char *a = p, *b = end;
         while (a < b && is_space(*a)) a++;
         while (b > a && is_space(b[-1])) b--;
-        if (a == b) return fail(err, errlen, "empty caps item (number %u) in '%s'", pos, list), -1;
-        if (apply_item(&t, a, (size_t)(b - a), err, errlen)) return -1;
+        if (a == b) return kiln_fail(err, KILN_ERR_INVALID, "empty caps item (number %u) in '%s'", pos, list), -1;
+        if (apply_item(&t, a, (size_t)(b - a), err)) return -1;
         if (!*end) break;
         p = end + 1;
     }
@@ -208,14 +205,14 @@ int rt_caps_override(rt_caps *c, const char *list, char *err, size_t errlen) {
     return 0;
 }
 
-int rt_caps_override_check(const char *list, char *err, size_t errlen) {
+int rt_caps_override_check(const char *list, kiln_err *err) {
     /* Every syntactically good item applies to a device that offers everything. */
     rt_caps any;
     memset(&any, 0, sizeof any);
     any.subgroup_min = 1;
     any.subgroup_size = any.subgroup_max = 1u << 31;
     any.shared_bytes = any.max_workgroup = UINT32_MAX;
-    return rt_caps_override(&any, list, err, errlen);
+    return rt_caps_override(&any, list, err);
 }
 
 void rt_debug_from_list(rt_debug *d, const char *list) {

@@ -5,6 +5,8 @@
 #ifndef KILN_RUNTIME_CAPS_H
 #define KILN_RUNTIME_CAPS_H
 
+#include "base/error.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -70,11 +72,11 @@ void rt_caps_default(rt_caps *c, rt_backend b);
  * Overrides only take capabilities away (a device cannot be made to offer more).
  * debug-fault is a test switch (rt_debug), accepted here and left to rt_debug_from_list.
  * 0, or -1 with a message naming the bad item. */
-int rt_caps_override(rt_caps *c, const char *list, char *err, size_t errlen);
+int rt_caps_override(rt_caps *c, const char *list, kiln_err *err);
 /* The same list checked for syntax alone (unknown items, malformed numbers, subgroup not
  * a power of two, workgroup=0), as a command does when it parses its flags, before any
  * device is known. 0, or -1 with a message naming the bad item. */
-int rt_caps_override_check(const char *list, char *err, size_t errlen);
+int rt_caps_override_check(const char *list, kiln_err *err);
 
 /* The test switches a list rt_caps_override_check accepts turns on (debug-fault) set in d;
  * the other items leave d alone. */

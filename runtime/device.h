@@ -6,6 +6,7 @@
 #ifndef KILN_RUNTIME_DEVICE_H
 #define KILN_RUNTIME_DEVICE_H
 
+#include "base/error.h"
 #include "ir/ir.h"
 #include "runtime/caps.h"
 
@@ -33,26 +34,26 @@ typedef struct rt_launch {
 } rt_launch;
 
 typedef struct rt_device_ops {
-    rt_buffer *(*alloc)(rt_device *d, size_t bytes, char *err, size_t errlen);
+    rt_buffer *(*alloc)(rt_device *d, size_t bytes, kiln_err *err);
     /* A buffer in memory the host maps (system memory the device reads and writes over
      * the bus): for a recording's small inputs and outputs (token ids, position,
      * logits), whose upload and download are then plain copies, without a submission. */
-    rt_buffer *(*alloc_host)(rt_device *d, size_t bytes, char *err, size_t errlen);
+    rt_buffer *(*alloc_host)(rt_device *d, size_t bytes, kiln_err *err);
     void (*release)(rt_device *d, rt_buffer *b);
     /* The bytes b was allocated with: what a launch may reach through it (the plan
      * checks each binding against its kernel's extents). */
     size_t (*size)(rt_device *d, const rt_buffer *b);
-    int (*upload)(rt_device *d, rt_buffer *b, size_t offset, const void *src, size_t n, char *err, size_t errlen);
-    int (*download)(rt_device *d, rt_buffer *b, size_t offset, void *dst, size_t n, char *err, size_t errlen);
+    int (*upload)(rt_device *d, rt_buffer *b, size_t offset, const void *src, size_t n, kiln_err *err);
+    int (*download)(rt_device *d, rt_buffer *b, size_t offset, void *dst, size_t n, kiln_err *err);
     /* Compiles a verified kernel; spec constants take spec_values[i] for the i-th
      * (NULL: their defaults). */
-    rt_kernel *(*compile)(rt_device *d, const ir_kernel *k, const double *spec_values, char *err, size_t errlen);
+    rt_kernel *(*compile)(rt_device *d, const ir_kernel *k, const double *spec_values, kiln_err *err);
     void (*release_kernel)(rt_device *d, rt_kernel *k);
     /* Runs launches in order (each sees the previous one's writes) and waits. */
-    int (*run)(rt_device *d, const rt_launch *l, uint32_t n, char *err, size_t errlen);
+    int (*run)(rt_device *d, const rt_launch *l, uint32_t n, kiln_err *err);
     /* Records launches once; replay submits them again and waits. */
-    rt_recording *(*record)(rt_device *d, const rt_launch *l, uint32_t n, char *err, size_t errlen);
-    int (*replay)(rt_device *d, rt_recording *r, char *err, size_t errlen);
+    rt_recording *(*record)(rt_device *d, const rt_launch *l, uint32_t n, kiln_err *err);
+    int (*replay)(rt_device *d, rt_recording *r, kiln_err *err);
     void (*release_recording)(rt_device *d, rt_recording *r);
     void (*destroy)(rt_device *d);
 } rt_device_ops;
@@ -60,7 +61,7 @@ typedef struct rt_device_ops {
 /* A launch's arguments against its kernel's n_params parameters (is_buffer[i]: whether
  * parameter i is a buffer): the count, and a buffer for every buffer parameter. 0, or -1
  * with err. For the backends, before they touch a launch. */
-int rt_check_launch(const rt_launch *l, uint32_t n_params, const bool *is_buffer, char *err, size_t errlen);
+int rt_check_launch(const rt_launch *l, uint32_t n_params, const bool *is_buffer, kiln_err *err);
 
 struct rt_device {
     const rt_device_ops *ops;

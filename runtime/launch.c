@@ -1,16 +1,17 @@
 /* The argument check every backend runs before a launch (runtime/device.h). */
+#include "base/error.h"
 #include "runtime/device.h"
 
 #include <stdio.h>
 
-int rt_check_launch(const rt_launch *l, uint32_t n_params, const bool *is_buffer, char *err, size_t errlen) {
+int rt_check_launch(const rt_launch *l, uint32_t n_params, const bool *is_buffer, kiln_err *err) {
     if (l->n_args != n_params || (l->n_args && !l->args)) {
-        snprintf(err, errlen, "launch with %u arguments for a kernel of %u parameters", l->n_args, n_params);
+        kiln_fail(err, KILN_ERR_INVALID, "launch with %u arguments for a kernel of %u parameters", l->n_args, n_params);
         return -1;
     }
     for (uint32_t i = 0; i < l->n_args; i++)
         if (is_buffer[i] && !l->args[i].buf) {
-            snprintf(err, errlen, "launch argument %u is a buffer parameter without a buffer", i);
+            kiln_fail(err, KILN_ERR_INVALID, "launch argument %u is a buffer parameter without a buffer", i);
             return -1;
         }
     return 0;

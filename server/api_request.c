@@ -1,8 +1,8 @@
 /* Request parsing: jansson does the syntax (it rejects invalid UTF-8, \u0000 in
  * strings and nesting deeper than JSON_PARSER_MAX_DEPTH without recursing further),
  * this file the fields' types and ranges. */
-#include "server/api.h"
 #include "base/error.h"
+#include "server/api.h"
 
 #include <float.h>
 #include <jansson.h>

@@ -1,6 +1,6 @@
 /* A request's prompt as token ids, checked against what the server takes. */
-#include "server/http_internal.h"
 #include "base/error.h"
+#include "server/http_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

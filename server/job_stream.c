@@ -2,8 +2,8 @@
  * job's small locked queue of bytes; the connection's thread reads them out as the
  * response's body. A client that goes away makes the next write fail; libmicrohttpd then
  * frees the response, which cancels the job at its next token. */
-#include "server/http_internal.h"
 #include "base/error.h"
+#include "server/http_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

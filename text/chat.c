@@ -16,6 +16,7 @@
  *    Qwen3-Thinking-2507's generation prompt adds "<think>\n"; Phi-3-small's and
  *    Phi-3-mini's first template write BOS and keep an empty system message. */
 #include "text/chat.h"
+
 #include "base/error.h"
 
 #include <stdarg.h>
@@ -240,16 +241,16 @@ static int check_alternating(const conv *c, size_t from, bool system_role) {
         role want = (i - from) % 2 == 0 ? R_USER : R_ASSISTANT;
         if (c->r[i] == R_SYSTEM) {
             if (system_role)
-                kiln_fail(c->err, KILN_ERR_INVALID, "%s: message %zu: a system message is allowed only as the first message",
-                        c->fam, i);
+                kiln_fail(c->err, KILN_ERR_INVALID,
+                          "%s: message %zu: a system message is allowed only as the first message", c->fam, i);
             else
                 kiln_fail(c->err, KILN_ERR_INVALID, "%s: the template has no system role (message %zu)", c->fam, i);
             return -1;
         }
         if (c->r[i] != want) {
             kiln_fail(c->err, KILN_ERR_INVALID,
-                    "%s: message %zu is '%s': %sroles must alternate user/assistant/user/... starting with user",
-                    c->fam, i, c->m[i].role, system_role ? "after the optional system message, " : "");
+                      "%s: message %zu is '%s': %sroles must alternate user/assistant/user/... starting with user",
+                      c->fam, i, c->m[i].role, system_role ? "after the optional system message, " : "");
             return -1;
         }
     }
@@ -524,8 +525,8 @@ char *chat_render(chat_family f, const chat_msg *msgs, size_t n, bool add_genera
         else if (!strcmp(r, "user")) roles[i] = R_USER;
         else if (!strcmp(r, "assistant")) roles[i] = R_ASSISTANT;
         else {
-            kiln_fail(err, KILN_ERR_INVALID, "%s: message %zu has unknown role '%s' (expected system, user or assistant)", fam,
-                    i, r);
+            kiln_fail(err, KILN_ERR_INVALID,
+                      "%s: message %zu has unknown role '%s' (expected system, user or assistant)", fam, i, r);
             free(roles);
             return NULL;
         }

@@ -5,6 +5,7 @@
 #define KILN_TEXT_CHAT_H
 
 #include "base/error.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 

@@ -2,8 +2,8 @@
  * it: token attributes from tokenizer.ggml.token_type plus the same name-based fix-ups
  * (eot/eom/fim/eog detection, phi-3's rstrip), special-token partitioning of the text,
  * then SentencePiece (tok_spm.c) or byte-level BPE (tok_bpe.c) on the plain fragments. */
-#include "text/tok_internal.h"
 #include "base/error.h"
+#include "text/tok_internal.h"
 #include "text/tok_pretok.h"
 
 #include <stdio.h>
@@ -319,9 +319,9 @@ tokenizer *tok_load(const gguf_file *g, kiln_err *err) {
                            : gguf_str_eq(model, "no_vocab") || gguf_str_eq(model, "none") ? " (no vocabulary)"
                                                                               : "";
         kiln_fail(err, KILN_ERR_UNSUPPORTED,
-                 "tokenizer.ggml.model '%.*s'%s is not supported: kiln runs 'llama' (SentencePiece) and 'gpt2' "
-                 "(byte-level BPE) tokenizers",
-                 (int)(model.len > 64 ? 64 : model.len), model.ptr, what);
+                  "tokenizer.ggml.model '%.*s'%s is not supported: kiln runs 'llama' (SentencePiece) and 'gpt2' "
+                  "(byte-level BPE) tokenizers",
+                  (int)(model.len > 64 ? 64 : model.len), model.ptr, what);
         return NULL;
     }
 
@@ -329,8 +329,8 @@ tokenizer *tok_load(const gguf_file *g, kiln_err *err) {
     const gguf_array *toks = str_array(g, "tokenizer.ggml.tokens", true, err, &rc);
     if (!toks) return NULL;
     if (toks->n == 0 || toks->n > TOK_MAX_VOCAB) {
-        kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.tokens has %llu entries (1 to %u expected)", (unsigned long long)toks->n,
-                 TOK_MAX_VOCAB);
+        kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.tokens has %llu entries (1 to %u expected)",
+                  (unsigned long long)toks->n, TOK_MAX_VOCAB);
         return NULL;
     }
     uint32_t n = (uint32_t)toks->n;
@@ -349,7 +349,8 @@ tokenizer *tok_load(const gguf_file *g, kiln_err *err) {
         return NULL;
     }
     if (sv && sv->v.arr.n < n) {
-        kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.scores has %llu entries for %u tokens", (unsigned long long)sv->v.arr.n, n);
+        kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.scores has %llu entries for %u tokens",
+                  (unsigned long long)sv->v.arr.n, n);
         return NULL;
     }
     const gguf_value *tv = gguf_find(g, "tokenizer.ggml.token_type");
@@ -359,7 +360,7 @@ tokenizer *tok_load(const gguf_file *g, kiln_err *err) {
     }
     if (tv && tv->v.arr.n < n) {
         kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.token_type has %llu entries for %u tokens",
-                 (unsigned long long)tv->v.arr.n, n);
+                  (unsigned long long)tv->v.arr.n, n);
         return NULL;
     }
     const gguf_value *pv = gguf_find(g, "tokenizer.ggml.pre");
@@ -377,7 +378,8 @@ tokenizer *tok_load(const gguf_file *g, kiln_err *err) {
     else t->pre = tok_dup_bytes("default", 7); /* llama.cpp: a missing pre is "default" */
     if (!t->model || !t->pre) goto oom;
     if (kind == TOK_KIND_BPE && !tok_pretok_known(t->pre)) {
-        kiln_fail(err, KILN_ERR_UNSUPPORTED, "tokenizer.ggml.pre '%s' names a pre-tokenizer kiln does not have", t->pre);
+        kiln_fail(err, KILN_ERR_UNSUPPORTED, "tokenizer.ggml.pre '%s' names a pre-tokenizer kiln does not have",
+                  t->pre);
         tok_free(t);
         return NULL;
     }
@@ -420,7 +422,7 @@ tokenizer *tok_load(const gguf_file *g, kiln_err *err) {
         int64_t j = tok_index_put(&t->ix, t->text, i);
         if (j >= 0) {
             kiln_fail(err, KILN_ERR_INVALID, "duplicate token in tokenizer.ggml.tokens: '%.*s' has ids %lld and %u",
-                     (int)(t->text[i].len > 60 ? 60 : t->text[i].len), t->text[i].ptr, (long long)j, i);
+                      (int)(t->text[i].len > 60 ? 60 : t->text[i].len), t->text[i].ptr, (long long)j, i);
             tok_free(t);
             return NULL;
         }
@@ -457,11 +459,13 @@ tokenizer *tok_load(const gguf_file *g, kiln_err *err) {
         opt_bool(g, "tokenizer.ggml.add_eos_token", &t->add_eos, err))
         goto fail;
     if (t->add_bos && t->bos < 0) {
-        kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set");
+        kiln_fail(err, KILN_ERR_INVALID,
+                  "tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set");
         goto fail;
     }
     if (t->add_eos && t->eos < 0) {
-        kiln_fail(err, KILN_ERR_INVALID, "tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set");
+        kiln_fail(err, KILN_ERR_INVALID,
+                  "tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set");
         goto fail;
     }
 
@@ -707,7 +711,9 @@ int64_t tok_encode(const tokenizer *t, const char *text, size_t len, bool add_sp
     if (!t) return kiln_fail(err, KILN_ERR_INVALID, "no tokenizer");
     if (!text && len) return kiln_fail(err, KILN_ERR_INVALID, "no text");
     size_t bad = tok_utf8_invalid_at(text, len);
-    if (bad) return kiln_fail(err, KILN_ERR_INVALID, "text is not valid UTF-8 (byte %zu: 0x%02X)", bad - 1, (unsigned char)text[bad - 1]);
+    if (bad)
+        return kiln_fail(err, KILN_ERR_INVALID, "text is not valid UTF-8 (byte %zu: 0x%02X)", bad - 1,
+                         (unsigned char)text[bad - 1]);
     tok_ids out = {0};
     if (encode_all(t, text, len, add_special, parse_special, &out, err)) {
         free(out.v);
@@ -727,7 +733,10 @@ static int64_t copy_out(char *buf, size_t cap, const char *p, size_t n) {
 }
 
 static int hexval(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 int64_t tok_piece(const tokenizer *t, int32_t id, bool special, char *buf, size_t cap) {

@@ -2,8 +2,8 @@
  * the text into spans; each span's bytes are spelled with GPT-2's byte-to-unicode alphabet;
  * adjacent symbols are merged by the rank of their pair in tokenizer.ggml.merges (lowest
  * rank, then leftmost, first); each final symbol is its token. */
-#include "text/tok_internal.h"
 #include "base/error.h"
+#include "text/tok_internal.h"
 #include "text/tok_pretok.h"
 
 #include <stdint.h>

@@ -1,6 +1,7 @@
 /* Token strings: a hash index over byte strings (duplicates, added-token lookups) and the
  * small helpers the tokenizer files share. */
 #include "text/tok_index.h"
+
 #include "base/error.h"
 
 #include <stdarg.h>

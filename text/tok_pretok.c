@@ -6,6 +6,7 @@
  * Unicode White_Space, which is what llama.cpp's tables (made with Python's `regex`) and
  * Hugging Face's engines use. */
 #include "text/tok_pretok.h"
+
 #include "base/error.h"
 
 #include <stdarg.h>
@@ -473,7 +474,9 @@ int tok_pretok_split(const char *pre, const char *text, size_t len, tok_span **s
     if (!spans || !n) return kiln_fail(err, KILN_ERR_INVALID, "pre-tokenizer: no place for the spans");
     if (!text && len) return kiln_fail(err, KILN_ERR_INVALID, "pre-tokenizer: no text");
     const pt_family *fam = pt_find(pre);
-    if (!fam) return kiln_fail(err, KILN_ERR_UNSUPPORTED, "pre-tokenizer: unknown tokenizer.ggml.pre '%s'", pre ? pre : "(null)");
+    if (!fam)
+        return kiln_fail(err, KILN_ERR_UNSUPPORTED, "pre-tokenizer: unknown tokenizer.ggml.pre '%s'",
+                         pre ? pre : "(null)");
 
     pt_text t;
     if (pt_text_decode(&t, text, len, err)) return -1;

@@ -5,6 +5,7 @@
 #define KILN_TEXT_TOK_PRETOK_H
 
 #include "base/error.h"
+
 #include <stddef.h>
 #include <stdint.h>
 

@@ -2,8 +2,8 @@
  * characters, repeatedly merge the adjacent pair whose concatenation is the vocab token
  * with the highest score (leftmost on ties), then spell what is no token with byte-fallback
  * tokens. The caller has added the dummy prefix and turned spaces into "▁". */
-#include "text/tok_internal.h"
 #include "base/error.h"
+#include "text/tok_internal.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -72,7 +72,8 @@ int tok_spm_encode(const tokenizer *t, const char *text, size_t len, tok_ids *ou
             unsigned char b = (unsigned char)text[s[i].start + j];
             int32_t bid = t->spm_byte[b] >= 0 ? t->spm_byte[b] : t->unk;
             if (bid < 0) {
-                rc = kiln_fail(err, KILN_ERR_INVALID, "byte 0x%02X has no byte-fallback token and the vocab has no unknown token", b);
+                rc = kiln_fail(err, KILN_ERR_INVALID,
+                               "byte 0x%02X has no byte-fallback token and the vocab has no unknown token", b);
                 goto done;
             }
             if (tok_ids_push(out, bid)) goto oom;

@@ -6,6 +6,7 @@
  * name when there is no CUDA device, unless KILN_REQUIRE_CUDA=1, when they fail. */
 #include "backend-ptx/cuda_device.h"
 #include "backend-ptx/cuda_probe.h"
+#include "base/error.h"
 #include "gguf/gguf.h"
 #include "ir/ir.h"
 #include "tests/util/testutil.h"
@@ -18,21 +19,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint32_t probe(rt_caps *all, uint32_t max, char *note, size_t cap) {
+static uint32_t probe(rt_caps *all, uint32_t max, kiln_err *note) {
     uint32_t n = 0;
-    cr_assert_eq(cuda_probe_devices(all, max, &n, note, cap), 0, "%s", note);
+    cr_assert_eq(cuda_probe_devices(all, max, &n, note), 0, "%s", note->msg);
     return n;
 }
 
 static rt_device *open_or_skip(const char *caps) {
     rt_caps all[4];
-    char err[512];
-    uint32_t n = probe(all, 4, err, sizeof err);
+    kiln_err err = {0};
+    uint32_t n = probe(all, 4, &err);
     const char *req = getenv("KILN_REQUIRE_CUDA");
-    if (n == 0 && req && *req && strcmp(req, "0")) cr_assert_fail("no CUDA device under KILN_REQUIRE_CUDA: %s", err);
-    if (n == 0) cr_skip_test("no CUDA device: %s", err);
-    rt_device *d = cuda_device_open(0, caps, err, sizeof err);
-    cr_assert_not_null(d, "%s", err);
+    if (n == 0 && req && *req && strcmp(req, "0"))
+        cr_assert_fail("no CUDA device under KILN_REQUIRE_CUDA: %s", err.msg);
+    if (n == 0) cr_skip_test("no CUDA device: %s", err.msg);
+    rt_device *d = cuda_device_open(0, caps, &err);
+    cr_assert_not_null(d, "%s", err.msg);
     cr_assert_str_eq(d->label, "cuda:0");
     return d;
 }
@@ -47,11 +49,12 @@ static uint32_t fbits(float f) {
 
 Test(cuda, probe_reports_a_note_not_an_error) {
     rt_caps all[16];
-    char note[512] = "junk";
-    uint32_t n = probe(all, 16, note, sizeof note);
+    kiln_err note;
+    kiln_fail(&note, KILN_ERR_INTERNAL, "junk");
+    uint32_t n = probe(all, 16, &note);
     if (n == 0) {
-        cr_assert(strstr(note, "no CUDA devices: "), "%s", note);
-        cr_assert(!strchr(note, '\n'), "one line: %s", note);
+        cr_assert(strstr(note.msg, "no CUDA devices: "), "%s", note.msg);
+        cr_assert(!strchr(note.msg, '\n'), "one line: %s", note.msg);
     }
     for (uint32_t i = 0; i < n; i++) {
         const rt_caps *c = &all[i];
@@ -74,33 +77,35 @@ Test(cuda, probe_reports_a_note_not_an_error) {
     }
     /* the count alone, and bad arguments */
     uint32_t n0 = 99;
-    cr_assert_eq(cuda_probe_devices(NULL, 0, &n0, note, sizeof note), 0, "%s", note);
+    cr_assert_eq(cuda_probe_devices(NULL, 0, &n0, &note), 0, "%s", note.msg);
     cr_assert_eq(n0, 0);
-    if (n) cr_assert(strstr(note, "only the first 0 probed"), "%s", note);
-    cr_assert_eq(cuda_probe_devices(all, 1, NULL, note, sizeof note), -1);
-    cr_assert_eq(cuda_probe_devices(NULL, 4, &n0, note, sizeof note), -1);
-    cr_assert_eq(cuda_probe_devices(all, 4, &n0, NULL, 0), 0); /* no room for a note is fine */
+    if (n) cr_assert(strstr(note.msg, "only the first 0 probed"), "%s", note.msg);
+    cr_assert_eq(cuda_probe_devices(all, 1, NULL, &note), -1);
+    cr_assert_eq(cuda_probe_devices(NULL, 4, &n0, &note), -1);
+    cr_assert_eq(cuda_probe_devices(all, 4, &n0, NULL), 0); /* no room for a note is fine */
 }
 
 Test(cuda, open_of_a_missing_device_fails_with_a_message) {
     rt_caps all[16];
-    char note[512], err[512] = "";
-    uint32_t n = probe(all, 16, note, sizeof note);
-    rt_device *d = cuda_device_open(n, NULL, err, sizeof err); /* one past the last */
+    kiln_err note = {0};
+    kiln_err err = {0};
+    uint32_t n = probe(all, 16, &note);
+    rt_device *d = cuda_device_open(n, NULL, &err); /* one past the last */
     cr_assert_null(d);
     char want[64];
     snprintf(want, sizeof want, "no CUDA device cuda:%u (%u found)", n, n);
-    cr_assert(strstr(err, want), "%s", err);
-    if (n == 0) cr_assert(strstr(err, "no CUDA devices: "), "the probe's note says why: %s", err);
-    cr_assert_null(cuda_device_open(63, NULL, err, sizeof err));
-    cr_assert(strstr(err, "cuda:63"), "%s", err);
+    cr_assert(strstr(err.msg, want), "%s", err.msg);
+    if (n == 0) cr_assert(strstr(err.msg, "no CUDA devices: "), "the probe's note says why: %s", err.msg);
+    cr_assert_null(cuda_device_open(63, NULL, &err));
+    cr_assert(strstr(err.msg, "cuda:63"), "%s", err.msg);
 }
 
 Test(cuda, kiln_command_without_a_device) {
-    char out[65536], err[8192];
+    char out[65536];
+    char err[8192];
     rt_caps all[4];
-    char note[512];
-    uint32_t n = probe(all, 4, note, sizeof note);
+    kiln_err note = {0};
+    uint32_t n = probe(all, 4, &note);
     cr_assert_eq(tu_run_kiln((const char *const[]){"probe", NULL}, out, sizeof out, err, sizeof err), 0, "%s", err);
     cr_assert(strstr(out, "cpu"), "%s", out);
     if (n == 0) {
@@ -148,16 +153,16 @@ Test(cuda, record_once_replay_many) {
     rt_device *d = open_or_skip(NULL);
     tu_dev_record_replay(d);
     /* a grid y past 65535: the driver refuses, with its call named */
-    char err[512];
+    kiln_err err = {0};
     ir_kernel *k = tu_dev_axpy_kernel();
-    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
-    cr_assert_not_null(ck, "%s", err);
-    rt_buffer *b = d->ops->alloc(d, 64, err, sizeof err);
-    cr_assert_not_null(b, "%s", err);
+    rt_kernel *ck = d->ops->compile(d, k, NULL, &err);
+    cr_assert_not_null(ck, "%s", err.msg);
+    rt_buffer *b = d->ops->alloc(d, 64, &err);
+    cr_assert_not_null(b, "%s", err.msg);
     rt_arg args[5] = {{b, 0}, {b, 0}, {b, 0}, {NULL, 1}, {NULL, 0}};
     rt_launch too_big = {ck, {1, 1u << 20, 1}, args, 5};
-    cr_assert_eq(d->ops->run(d, &too_big, 1, err, sizeof err), -1);
-    cr_assert(strstr(err, "cuda:0: cuLaunchKernel"), "%s", err);
+    cr_assert_eq(d->ops->run(d, &too_big, 1, &err), -1);
+    cr_assert(strstr(err.msg, "cuda:0: cuLaunchKernel"), "%s", err.msg);
     d->ops->release(d, b);
     d->ops->release_kernel(d, ck);
     ir_kernel_destroy(k);
@@ -174,30 +179,30 @@ Test(cuda, host_buffers_in_and_out_of_replays) {
  * destroy frees what the caller left allocated; --caps apply and bad ones are refused. */
 Test(cuda, devices_share_the_context_and_destroy_frees_leftovers) {
     rt_device *d1 = open_or_skip(NULL), *d2 = open_or_skip("subgroup=32,workgroup=256,no-atomic-f32");
-    char err[512];
+    kiln_err err = {0};
     cr_assert_eq(d2->caps.max_workgroup, 256);
     cr_assert(!d2->caps.atomic_f32_add);
-    cr_assert_null(cuda_device_open(0, "subgroup=64", err, sizeof err), "a device cannot be made to offer more");
-    cr_assert(strstr(err, "subgroup"), "%s", err);
+    cr_assert_null(cuda_device_open(0, "subgroup=64", &err), "a device cannot be made to offer more");
+    cr_assert(strstr(err.msg, "subgroup"), "%s", err.msg);
     ir_kernel *k = tu_dev_axpy_kernel();
-    rt_kernel *k1 = d1->ops->compile(d1, k, NULL, err, sizeof err), *k2 = d2->ops->compile(d2, k, NULL, err, sizeof err);
-    cr_assert(k1 && k2, "%s", err);
-    rt_buffer *left = d1->ops->alloc(d1, 1 << 20, err, sizeof err), *left_h = d1->ops->alloc_host(d1, 64, err, sizeof err);
-    cr_assert(left && left_h, "%s", err);
+    rt_kernel *k1 = d1->ops->compile(d1, k, NULL, &err), *k2 = d2->ops->compile(d2, k, NULL, &err);
+    cr_assert(k1 && k2, "%s", err.msg);
+    rt_buffer *left = d1->ops->alloc(d1, 1 << 20, &err), *left_h = d1->ops->alloc_host(d1, 64, &err);
+    cr_assert(left && left_h, "%s", err.msg);
     rt_arg a1[5] = {{left, 0}, {left, 0}, {left, 0}, {NULL, 16}, {NULL, 0}};
     rt_launch l1 = {k1, {1, 1, 1}, a1, 5};
-    cr_assert_not_null(d1->ops->record(d1, &l1, 1, err, sizeof err), "%s", err);
+    cr_assert_not_null(d1->ops->record(d1, &l1, 1, &err), "%s", err.msg);
     d1->ops->destroy(d1); /* with a buffer, a host buffer, a kernel and a recording still held */
 
     float v[64], out[64];
     for (int i = 0; i < 64; i++) v[i] = (float)i;
-    rt_buffer *b = d2->ops->alloc(d2, sizeof v, err, sizeof err);
-    cr_assert_not_null(b, "%s", err);
-    cr_assert_eq(d2->ops->upload(d2, b, 0, v, sizeof v, err, sizeof err), 0, "%s", err);
+    rt_buffer *b = d2->ops->alloc(d2, sizeof v, &err);
+    cr_assert_not_null(b, "%s", err.msg);
+    cr_assert_eq(d2->ops->upload(d2, b, 0, v, sizeof v, &err), 0, "%s", err.msg);
     rt_arg a2[5] = {{b, 0}, {b, 0}, {b, 0}, {NULL, 64}, {NULL, fbits(1.0f)}};
     rt_launch l2 = {k2, {1, 1, 1}, a2, 5};
-    cr_assert_eq(d2->ops->run(d2, &l2, 1, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(d2->ops->download(d2, b, 0, out, sizeof out, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(d2->ops->run(d2, &l2, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(d2->ops->download(d2, b, 0, out, sizeof out, &err), 0, "%s", err.msg);
     for (int i = 0; i < 64; i++) cr_assert_eq(out[i], 2.0f * (float)i, "%d: %g", i, out[i]);
     d2->ops->release(d2, b);
     d2->ops->release_kernel(d2, k2);
@@ -208,20 +213,20 @@ Test(cuda, devices_share_the_context_and_destroy_frees_leftovers) {
 /* What the emitter or the driver refuses comes back as a message. */
 Test(cuda, compile_errors_are_messages) {
     rt_device *d = open_or_skip(NULL);
-    char err[512];
+    kiln_err err = {0};
     ir_kernel *k = ir_kernel_create("spec_scale");
     ir_buf y = ir_param_buffer(k, "y", IR_F32, IR_WRITE);
     ir_val s = ir_spec_const(k, "scale", IR_F32, 2.0);
     ir_set_workgroup(k, 32, 1, 1);
     ir_val i = ir_id(k, IR_ID_GLOBAL, 0);
     ir_store(k, y, i, ir_bin(k, IR_OP_MUL, s, ir_convert(k, i, ir_t_scalar(k, IR_F32))));
-    cr_assert_eq(ir_verify(k, err, sizeof err), 0, "%s (%s)", err, ir_kernel_error(k));
+    cr_assert_eq(ir_verify(k, &err), 0, "%s (%s)", err.msg, ir_kernel_error(k));
     double dflt = 2.0, other = 3.0;
-    rt_kernel *ck = d->ops->compile(d, k, &dflt, err, sizeof err);
-    cr_assert_not_null(ck, "defaults are what the emitter folds: %s", err);
+    rt_kernel *ck = d->ops->compile(d, k, &dflt, &err);
+    cr_assert_not_null(ck, "defaults are what the emitter folds: %s", err.msg);
     d->ops->release_kernel(d, ck);
-    cr_assert_null(d->ops->compile(d, k, &other, err, sizeof err));
-    cr_assert(strstr(err, "scale") && strstr(err, "ir_specialize"), "%s", err);
+    cr_assert_null(d->ops->compile(d, k, &other, &err));
+    cr_assert(strstr(err.msg, "scale") && strstr(err.msg, "ir_specialize"), "%s", err.msg);
     ir_kernel_destroy(k);
     d->ops->destroy(d);
 }

@@ -4,6 +4,7 @@
  * (skipped by name where it does not); refusals. No GPU is needed. */
 #include "backend-ptx/cuda_probe.h"
 #include "backend-ptx/ptx_emit.h"
+#include "base/error.h"
 #include "ir/ir.h"
 #include "kernels/kernels.h"
 #include "runtime/caps.h"
@@ -74,11 +75,11 @@ static void assemble(const char *ptx, const char *arch, const char *what) {
 /* Emits k (destroyed) for caps c; returns the PTX (caller frees), assembled where ptxas exists. */
 static char *emit(ir_kernel *k, const rt_caps *c) {
     cr_assert(k, "no kernel");
-    char err[512] = "";
-    cr_assert(!ir_verify(k, err, sizeof err), "%s", err);
+    kiln_err err = {0};
+    cr_assert(!ir_verify(k, &err), "%s", err.msg);
     char *ptx = NULL, *ll = NULL;
-    int rc = ptx_emit(k, c, &ptx, &ll, err, sizeof err);
-    cr_assert_eq(rc, 0, "ptx_emit %s: %s", ir_kernel_name(k), err);
+    int rc = ptx_emit(k, c, &ptx, &ll, &err);
+    cr_assert_eq(rc, 0, "ptx_emit %s: %s", ir_kernel_name(k), err.msg);
     cr_assert(ptx && ll);
     cr_assert(strstr(ll, "nvvm.annotations"), "%s", ll);
     assemble(ptx, ptx_target_arch(c), ir_kernel_name(k));
@@ -141,7 +142,8 @@ Test(ptx, fma_div_and_math) {
     ir_buf x = ir_param_buffer(k, "x", IR_F32, IR_READ | IR_WRITE);
     ir_set_workgroup(k, 32, 1, 1);
     ir_val i = gid(k), v = ir_load(k, x, i, 1);
-    static const ir_op ops[] = {IR_OP_EXP, IR_OP_LOG, IR_OP_SIN, IR_OP_COS, IR_OP_TANH, IR_OP_SQRT, IR_OP_RSQRT, IR_OP_FLOOR, IR_OP_ROUNDEVEN, IR_OP_ABS, IR_OP_NEG};
+    static const ir_op ops[] = {IR_OP_EXP,   IR_OP_LOG,   IR_OP_SIN,       IR_OP_COS, IR_OP_TANH, IR_OP_SQRT,
+                                IR_OP_RSQRT, IR_OP_FLOOR, IR_OP_ROUNDEVEN, IR_OP_ABS, IR_OP_NEG};
     ir_val acc = ir_fma(k, v, v, F(1.0f));
     for (size_t j = 0; j < sizeof ops / sizeof ops[0]; j++) acc = ir_bin(k, IR_OP_ADD, acc, ir_un(k, ops[j], v));
     acc = ir_bin(k, IR_OP_DIV, acc, ir_bin(k, IR_OP_MAX, v, F(0.5f)));
@@ -259,7 +261,8 @@ Test(ptx, loops_and_ifs_with_values) {
     ir_val iv = ir_for_iv(f);
     ir_val e = ir_load(k, x, ir_convert(k, iv, TS(U32)), 1);
     ir_if *c = ir_if_begin(k, ir_compare(k, IR_GT, e, F(0.0f)), 2);
-    ir_val t[2] = {ir_bin(k, IR_OP_ADD, ir_for_arg(f, 0), e), ir_bin(k, IR_OP_ADD, ir_for_arg(f, 1), ir_const_i32(k, 1))};
+    ir_val t[2] = {ir_bin(k, IR_OP_ADD, ir_for_arg(f, 0), e),
+                   ir_bin(k, IR_OP_ADD, ir_for_arg(f, 1), ir_const_i32(k, 1))};
     ir_if_else(k, c, t);
     ir_val el[2] = {ir_for_arg(f, 0), ir_for_arg(f, 1)};
     ir_if_end(k, c, el);
@@ -342,7 +345,9 @@ Test(ptx, subgroups) {
     ir_val mx = ir_sg_reduce(k, IR_REDUCE_MAX, lane);
     ir_val mn = ir_sg_reduce(k, IR_REDUCE_MIN, ir_convert(k, lane, TS(I32)));
     ir_val sgid = ir_id(k, IR_ID_SG_ID, 0), sgsz = ir_id(k, IR_ID_SG_SIZE, 0);
-    ir_store(k, z, gid(k), ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_ADD, mx, ir_convert(k, mn, TS(U32))), ir_bin(k, IR_OP_MUL, sgid, sgsz)));
+    ir_store(
+        k, z, gid(k),
+        ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_ADD, mx, ir_convert(k, mn, TS(U32))), ir_bin(k, IR_OP_MUL, sgid, sgsz)));
     rt_caps c = cuda_caps(90);
     char *p = emit(k, &c);
     cr_assert_geq(count(p, "shfl.sync.bfly.b32"), 5 * 3 + 2, "%s", p);
@@ -402,8 +407,8 @@ Test(ptx, spec_constants_take_their_defaults) {
     ir_store(k, y, gid(k), ir_bin(k, IR_OP_MUL, n, U(3)));
     const char *names[2] = {"wg", "n"};
     const double vals[2] = {256, 1000};
-    char err[256];
-    cr_assert(!ir_specialize(k, names, vals, 2, err, sizeof err), "%s", err);
+    kiln_err err = {0};
+    cr_assert(!ir_specialize(k, names, vals, 2, &err), "%s", err.msg);
     p = emit(k, &c);
     HAS(p, ".reqntid 256, 1, 1");
     HAS(p, "3000");
@@ -411,8 +416,11 @@ Test(ptx, spec_constants_take_their_defaults) {
 }
 
 Test(ptx, target_architectures) {
-    static const struct { unsigned cc; const char *arch; } t[] = {{0, "sm_80"}, {80, "sm_80"}, {86, "sm_86"}, {89, "sm_89"},
-                                                                 {90, "sm_90"}, {100, "sm_90"}, {120, "sm_90"}, {75, "sm_75"}};
+    static const struct {
+        unsigned cc;
+        const char *arch;
+    } t[] = {{0, "sm_80"},  {80, "sm_80"},  {86, "sm_86"},  {89, "sm_89"},
+             {90, "sm_90"}, {100, "sm_90"}, {120, "sm_90"}, {75, "sm_75"}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         rt_caps c = cuda_caps(t[i].cc);
         cr_assert_str_eq(ptx_target_arch(&c), t[i].arch);
@@ -432,11 +440,12 @@ Test(ptx, target_architectures) {
 
 Test(ptx, deterministic) {
     rt_caps c = cuda_caps(90);
-    char err[256], *p[2];
+    kiln_err err = {0};
+    char *p[2];
     for (int r = 0; r < 2; r++) {
-        ir_kernel *k = kn_rmsnorm(&c, 1024, IR_BF16, 1e-6f, err, sizeof err);
-        cr_assert(k, "%s", err);
-        cr_assert_eq(ptx_emit(k, &c, &p[r], NULL, err, sizeof err), 0, "%s", err);
+        ir_kernel *k = kn_rmsnorm(&c, 1024, IR_BF16, 1e-6f, &err);
+        cr_assert(k, "%s", err.msg);
+        cr_assert_eq(ptx_emit(k, &c, &p[r], NULL, &err), 0, "%s", err.msg);
         ir_kernel_destroy(k);
     }
     cr_assert_str_eq(p[0], p[1]);
@@ -447,12 +456,14 @@ Test(ptx, deterministic) {
 /* ---- refusals ------------------------------------------------------------------------------------ */
 
 static void refused(ir_kernel *k, const rt_caps *c, const char *want) {
-    char err[512] = "", *ptx = (char *)1, *ll = (char *)1;
-    cr_assert_eq(ptx_emit(k, c, &ptx, &ll, err, sizeof err), -1, "emitted what it should refuse (%s)", want);
+    kiln_err err = {0};
+    char *ptx = (char *)1;
+    char *ll = (char *)1;
+    cr_assert_eq(ptx_emit(k, c, &ptx, &ll, &err), -1, "emitted what it should refuse (%s)", want);
     cr_assert_null(ptx);
     cr_assert_null(ll);
-    cr_assert(strstr(err, want), "error '%s' lacks '%s'", err, want);
-    cr_assert_null(strchr(err, '\n'), "one line: %s", err);
+    cr_assert(strstr(err.msg, want), "error '%s' lacks '%s'", err.msg, want);
+    cr_assert_null(strchr(err.msg, '\n'), "one line: %s", err.msg);
     ir_kernel_destroy(k);
 }
 
@@ -471,11 +482,12 @@ Test(ptx, refuses_unverified_kernels_and_null) {
     ir_bin(k, IR_OP_ADD, U(1), F(1.0f)); /* mixed types: a builder error */
     refused(k, &c, "does not verify");
 
-    char err[128], *ptx;
-    cr_assert_eq(ptx_emit(NULL, &c, &ptx, NULL, err, sizeof err), -1);
+    kiln_err err = {0};
+    char *ptx;
+    cr_assert_eq(ptx_emit(NULL, &c, &ptx, NULL, &err), -1);
     cr_assert_null(ptx);
     k = ir_kernel_create("ok");
-    cr_assert_eq(ptx_emit(k, NULL, &ptx, NULL, err, sizeof err), -1);
+    cr_assert_eq(ptx_emit(k, NULL, &ptx, NULL, &err), -1);
     ir_kernel_destroy(k);
 }
 
@@ -490,8 +502,8 @@ Test(ptx, fragments_as_mma_sync) {
     ir_set_workgroup(k, 32, 1, 1);
     ir_val z = ir_frag_fill(k, ir_t_frag(k, IR_FRAG_ACC, IR_F32, 16, 16, 16), F(0.0f));
     ir_frag_store(k, z, false, y, U(0), U(16), true);
-    char err[256];
-    cr_assert(!ir_verify(k, err, sizeof err), "%s", err);
+    kiln_err err = {0};
+    cr_assert(!ir_verify(k, &err), "%s", err.msg);
     refused(k, &c, "PTX lowers m16n8k16");
 
     for (int old = 0; old < 2; old++) {
@@ -516,8 +528,8 @@ Test(ptx, fragments_as_mma_sync) {
     uint32_t g[2];
     for (int t = 0; t < 2; t++) {
         rt_caps m = cuda_caps(90);
-        k = kn_matmul(&m, 1024, 1024, 512, t ? IR_F16 : IR_BF16, KN_EPI_NONE, g, err, sizeof err);
-        cr_assert_not_null(k, "%s", err);
+        k = kn_matmul(&m, 1024, 1024, 512, t ? IR_F16 : IR_BF16, KN_EPI_NONE, g, &err);
+        cr_assert_not_null(k, "%s", err.msg);
         char *p = emit(k, &m);
         cr_assert(strstr(p, t ? "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
                               : "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"),
@@ -588,54 +600,59 @@ static void builder(ir_kernel *k, const rt_caps *c, const char *err, const char 
  * prefill blocks of 512; and odd shapes beside them. */
 static void all_builders(unsigned cc, ir_scalar t) {
     rt_caps c = cuda_caps(cc);
-    char err[512] = "";
+    kiln_err err = {0};
     uint32_t gx, g[2];
-    static const unsigned epis[] = {KN_EPI_NONE, KN_EPI_BIAS, KN_EPI_RESIDUAL, KN_EPI_BIAS | KN_EPI_RESIDUAL, KN_EPI_SWIGLU};
-    builder(kn_rmsnorm(&c, 1024, t, 1e-6f, err, sizeof err), &c, err, "rmsnorm");
-    builder(kn_rmsnorm(&c, 997, t, 1e-6f, err, sizeof err), &c, err, "rmsnorm odd");
-    builder(kn_rmsnorm_heads(&c, 128, t, 1e-6f, err, sizeof err), &c, err, "rmsnorm_heads");
-    builder(kn_rmsnorm_heads(&c, 80, t, 1e-6f, err, sizeof err), &c, err, "rmsnorm_heads 80");
+    static const unsigned epis[] = {KN_EPI_NONE, KN_EPI_BIAS, KN_EPI_RESIDUAL, KN_EPI_BIAS | KN_EPI_RESIDUAL,
+                                    KN_EPI_SWIGLU};
+    builder(kn_rmsnorm(&c, 1024, t, 1e-6f, &err), &c, err.msg, "rmsnorm");
+    builder(kn_rmsnorm(&c, 997, t, 1e-6f, &err), &c, err.msg, "rmsnorm odd");
+    builder(kn_rmsnorm_heads(&c, 128, t, 1e-6f, &err), &c, err.msg, "rmsnorm_heads");
+    builder(kn_rmsnorm_heads(&c, 80, t, 1e-6f, &err), &c, err.msg, "rmsnorm_heads 80");
     for (size_t e = 0; e < sizeof epis / sizeof epis[0]; e++) {
         uint32_t rows = epis[e] == KN_EPI_SWIGLU ? 3072 : 2048;
-        builder(kn_matvec(&c, rows, 1024, t, t, epis[e], &gx, err, sizeof err), &c, err, "matvec");
-        builder(kn_matvec_norm(&c, rows, 1024, t, t, epis[e], 1e-6f, &gx, err, sizeof err), &c, err, "matvec_norm");
+        builder(kn_matvec(&c, rows, 1024, t, t, epis[e], &gx, &err), &c, err.msg, "matvec");
+        builder(kn_matvec_norm(&c, rows, 1024, t, t, epis[e], 1e-6f, &gx, &err), &c, err.msg, "matvec_norm");
     }
-    builder(kn_matvec(&c, 1024, 3072, t, t, KN_EPI_RESIDUAL, &gx, err, sizeof err), &c, err, "matvec down");
-    builder(kn_matvec(&c, 151936, 1024, t, IR_F32, KN_EPI_NONE, &gx, err, sizeof err), &c, err, "matvec logits");
-    builder(kn_matvec_norm(&c, 151936, 1024, t, IR_F32, KN_EPI_NONE, 1e-6f, &gx, err, sizeof err), &c, err, "matvec_norm logits");
-    builder(kn_matvec(&c, 1001, 999, t, t, KN_EPI_BIAS, &gx, err, sizeof err), &c, err, "matvec odd");
-    builder(kn_matvec_norm(&c, 1001, 999, t, t, KN_EPI_SWIGLU, 1e-6f, &gx, err, sizeof err), &c, err, "matvec_norm odd");
+    builder(kn_matvec(&c, 1024, 3072, t, t, KN_EPI_RESIDUAL, &gx, &err), &c, err.msg, "matvec down");
+    builder(kn_matvec(&c, 151936, 1024, t, IR_F32, KN_EPI_NONE, &gx, &err), &c, err.msg, "matvec logits");
+    builder(kn_matvec_norm(&c, 151936, 1024, t, IR_F32, KN_EPI_NONE, 1e-6f, &gx, &err), &c, err.msg,
+            "matvec_norm logits");
+    builder(kn_matvec(&c, 1001, 999, t, t, KN_EPI_BIAS, &gx, &err), &c, err.msg, "matvec odd");
+    builder(kn_matvec_norm(&c, 1001, 999, t, t, KN_EPI_SWIGLU, 1e-6f, &gx, &err), &c, err.msg, "matvec_norm odd");
     static const unsigned mepis[] = {KN_EPI_NONE, KN_EPI_BIAS, KN_EPI_RESIDUAL, KN_EPI_BIAS | KN_EPI_RESIDUAL};
     for (size_t e = 0; e < sizeof mepis / sizeof mepis[0]; e++)
-        builder(kn_matmul(&c, 2048, 1024, 512, t, mepis[e], g, err, sizeof err), &c, err, "matmul");
-    builder(kn_matmul(&c, 1000, 999, 64, t, KN_EPI_NONE, g, err, sizeof err), &c, err, "matmul odd");
-    builder(kn_add(&c, 1024, t, &gx, err, sizeof err), &c, err, "add");
-    builder(kn_add(&c, 1023, t, &gx, err, sizeof err), &c, err, "add odd");
-    builder(kn_swiglu(&c, 3072, t, &gx, err, sizeof err), &c, err, "swiglu");
-    builder(kn_swiglu(&c, 3071, t, &gx, err, sizeof err), &c, err, "swiglu odd");
-    builder(kn_rope(&c, 16, 128, 128, true, 1e6f, t, &gx, err, sizeof err), &c, err, "rope neox");
-    builder(kn_rope(&c, 8, 64, 32, false, 1e4f, t, &gx, err, sizeof err), &c, err, "rope partial");
-    builder(kn_argmax(&c, 151936, err, sizeof err), &c, err, "argmax");
-    builder(kn_argmax(&c, 1001, err, sizeof err), &c, err, "argmax odd");
-    builder(kn_embed(&c, 151936, 1024, t, &gx, err, sizeof err), &c, err, "embed");
-    builder(kn_embed(&c, 1001, 999, t, &gx, err, sizeof err), &c, err, "embed odd");
-    builder(kn_take_last(&c, 1024, 512, t, &gx, err, sizeof err), &c, err, "take_last");
-    builder(kn_take_last(&c, 999, 64, t, &gx, err, sizeof err), &c, err, "take_last odd");
-    builder(kn_stage_inputs(&c, 512, &gx, err, sizeof err), &c, err, "stage_inputs");
-    builder(kn_kv_store(&c, 1024, 4096, t, &gx, err, sizeof err), &c, err, "kv_store");
-    builder(kn_kv_store(&c, 200, 1000, t, &gx, err, sizeof err), &c, err, "kv_store odd");
+        builder(kn_matmul(&c, 2048, 1024, 512, t, mepis[e], g, &err), &c, err.msg, "matmul");
+    builder(kn_matmul(&c, 1000, 999, 64, t, KN_EPI_NONE, g, &err), &c, err.msg, "matmul odd");
+    builder(kn_add(&c, 1024, t, &gx, &err), &c, err.msg, "add");
+    builder(kn_add(&c, 1023, t, &gx, &err), &c, err.msg, "add odd");
+    builder(kn_swiglu(&c, 3072, t, &gx, &err), &c, err.msg, "swiglu");
+    builder(kn_swiglu(&c, 3071, t, &gx, &err), &c, err.msg, "swiglu odd");
+    builder(kn_rope(&c, 16, 128, 128, true, 1e6f, t, &gx, &err), &c, err.msg, "rope neox");
+    builder(kn_rope(&c, 8, 64, 32, false, 1e4f, t, &gx, &err), &c, err.msg, "rope partial");
+    builder(kn_argmax(&c, 151936, &err), &c, err.msg, "argmax");
+    builder(kn_argmax(&c, 1001, &err), &c, err.msg, "argmax odd");
+    builder(kn_embed(&c, 151936, 1024, t, &gx, &err), &c, err.msg, "embed");
+    builder(kn_embed(&c, 1001, 999, t, &gx, &err), &c, err.msg, "embed odd");
+    builder(kn_take_last(&c, 1024, 512, t, &gx, &err), &c, err.msg, "take_last");
+    builder(kn_take_last(&c, 999, 64, t, &gx, &err), &c, err.msg, "take_last odd");
+    builder(kn_stage_inputs(&c, 512, &gx, &err), &c, err.msg, "stage_inputs");
+    builder(kn_kv_store(&c, 1024, 4096, t, &gx, &err), &c, err.msg, "kv_store");
+    builder(kn_kv_store(&c, 200, 1000, t, &gx, &err), &c, err.msg, "kv_store odd");
     uint32_t g2[2];
-    builder(kn_attn_decode(&c, 16, 8, 128, 4096, 16, t, g2, err, sizeof err), &c, err, "attn_decode");
-    builder(kn_attn_decode(&c, 6, 2, 64, 1000, 3, t, g2, err, sizeof err), &c, err, "attn_decode odd");
-    builder(kn_attn_merge(&c, 16, 128, 4096, 16, t, &gx, err, sizeof err), &c, err, "attn_merge");
-    builder(kn_attn_merge(&c, 6, 40, 1000, 3, t, &gx, err, sizeof err), &c, err, "attn_merge odd");
-    builder(kn_attn_prefill(&c, 16, 8, 128, 4096, 4096, 512, t, g, err, sizeof err), &c, err, "attn_prefill");
-    builder(kn_attn_prefill(&c, 6, 2, 64, 640, 1000, 64, t, g, err, sizeof err), &c, err, "attn_prefill odd");
+    builder(kn_attn_decode(&c, 16, 8, 128, 4096, 16, t, g2, &err), &c, err.msg, "attn_decode");
+    builder(kn_attn_decode(&c, 6, 2, 64, 1000, 3, t, g2, &err), &c, err.msg, "attn_decode odd");
+    builder(kn_attn_merge(&c, 16, 128, 4096, 16, t, &gx, &err), &c, err.msg, "attn_merge");
+    builder(kn_attn_merge(&c, 6, 40, 1000, 3, t, &gx, &err), &c, err.msg, "attn_merge odd");
+    builder(kn_attn_prefill(&c, 16, 8, 128, 4096, 4096, 512, t, g, &err), &c, err.msg, "attn_prefill");
+    builder(kn_attn_prefill(&c, 6, 2, 64, 640, 1000, 64, t, g, &err), &c, err.msg, "attn_prefill odd");
     kn_rope_opts r = {128, true, 1e6f, 1.0f, false};
-    builder(kn_qk_prep(&c, 16, 8, 128, &r, true, 1e-6f, 4096, t, err, sizeof err), &c, err, "qk_prep");
+    builder(kn_qk_prep(&c, 16, 8, 128, &r, true, 1e-6f, 4096, t, &err), &c, err.msg, "qk_prep");
     kn_rope_opts r2 = {32, false, 1e4f, 0.25f, true};
-    builder(kn_qk_prep(&c, 6, 2, 64, &r2, false, 1e-6f, 1000, t, err, sizeof err), &c, err, "qk_prep odd");
-    if (!ptxas_path()) cr_skip_test("no ptxas: %d kernels emitted for sm_%u but not assembled (looked on PATH and at /usr/local/cuda/bin/ptxas)", n_emitted, cc);
+    builder(kn_qk_prep(&c, 6, 2, 64, &r2, false, 1e-6f, 1000, t, &err), &c, err.msg, "qk_prep odd");
+    if (!ptxas_path())
+        cr_skip_test("no ptxas: %d kernels emitted for sm_%u but not assembled (looked on PATH and at "
+                     "/usr/local/cuda/bin/ptxas)",
+                     n_emitted, cc);
 }
 
 Test(ptx, builders_sm80_bf16, .timeout = 120) { all_builders(80, IR_BF16); }
@@ -650,13 +667,16 @@ Test(ptx, cache_on_disk) {
     const char *dir = tu_tmp("ptx-cache");
     setenv("KILN_CACHE_DIR", dir, 1);
     rt_caps c = cuda_caps(90), c80 = cuda_caps(80);
-    char err[512], *a = NULL, *b = NULL, *d = NULL;
+    kiln_err err = {0};
+    char *a = NULL;
+    char *b = NULL;
+    char *d = NULL;
     bool hit = true;
-    ir_kernel *k = kn_rmsnorm(&c, 1000, IR_BF16, 1e-6f, err, sizeof err);
-    cr_assert_not_null(k, "%s", err);
-    cr_assert_eq(ptx_emit_cached(k, &c, &a, &hit, err, sizeof err), 0, "%s", err);
+    ir_kernel *k = kn_rmsnorm(&c, 1000, IR_BF16, 1e-6f, &err);
+    cr_assert_not_null(k, "%s", err.msg);
+    cr_assert_eq(ptx_emit_cached(k, &c, &a, &hit, &err), 0, "%s", err.msg);
     cr_assert(!hit && a && strstr(a, ".entry"));
-    cr_assert_eq(ptx_emit_cached(k, &c, &b, &hit, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(ptx_emit_cached(k, &c, &b, &hit, &err), 0, "%s", err.msg);
     cr_assert(hit, "second emit missed the cache");
     cr_assert(strstr(b, "// kiln ptx cache ") == b && strstr(b, a), "cached text differs");
     assemble(b, "sm_90", "cached rmsnorm");
@@ -673,13 +693,13 @@ Test(ptx, cache_on_disk) {
     fputs("garbage", f);
     fclose(f);
     free(b);
-    cr_assert_eq(ptx_emit_cached(k, &c, &b, &hit, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(ptx_emit_cached(k, &c, &b, &hit, &err), 0, "%s", err.msg);
     cr_assert(!hit && strstr(b, ".entry"), "a damaged file was used");
     free(b);
-    cr_assert_eq(ptx_emit_cached(k, &c, &b, &hit, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(ptx_emit_cached(k, &c, &b, &hit, &err), 0, "%s", err.msg);
     cr_assert(hit, "the damaged file was not rewritten");
     /* another target: another key */
-    cr_assert_eq(ptx_emit_cached(k, &c80, &d, &hit, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(ptx_emit_cached(k, &c80, &d, &hit, &err), 0, "%s", err.msg);
     cr_assert(!hit && strstr(d, "sm_80"));
     free(a), free(b), free(d);
     ir_kernel_destroy(k);

@@ -1,5 +1,6 @@
 /* The SPIR-V tests' capability sets, kernels covering every IR op and the case matrix
  * (spirv_test.h). */
+#include "base/error.h"
 #include "tests/backend-spirv/spirv_test.h"
 
 const char *const caps_name[N_CAPS] = {"lavapipe", "h200", "spec-minimum", "storage16-only"};
@@ -151,7 +152,8 @@ ir_kernel *k_arith_bf16(void) {
     w = BIN(MAX, UN(ABS, w), BIN(MIN, v, w));
     ir_val a = ir_extract(k, w, 0);
     a = BIN(REM, a, ir_extract(k, v, 1));
-    ir_store(k, io, BIN(MUL, GID, CU(4)), ir_vec(k, (ir_val[]){a, ir_extract(k, w, 1), ir_extract(k, w, 2), ir_extract(k, v, 3)}, 4));
+    ir_store(k, io, BIN(MUL, GID, CU(4)),
+             ir_vec(k, (ir_val[]){a, ir_extract(k, w, 1), ir_extract(k, w, 2), ir_extract(k, v, 3)}, 4));
     return k;
 }
 
@@ -198,7 +200,8 @@ ir_kernel *k_bitcast16(void) {
     ir_val hb = ir_bitcast(k, ir_extract(k, h2, 1), TS(BF16)); /* f16 -> bf16 */
     ir_val bh = ir_bitcast(k, ir_extract(k, b2, 0), TS(F16)); /* bf16 -> f16 */
     ir_val h2b = ir_vec(k, (ir_val[]){bh, ir_extract(k, h2, 0)}, 2);
-    ir_val u = BIN(ADD, ir_bitcast(k, h2b, TS(U32)), ir_bitcast(k, ir_vec(k, (ir_val[]){hb, ir_extract(k, b2, 1)}, 2), TS(U32)));
+    ir_val u = BIN(ADD, ir_bitcast(k, h2b, TS(U32)),
+                   ir_bitcast(k, ir_vec(k, (ir_val[]){hb, ir_extract(k, b2, 1)}, 2), TS(U32)));
     ir_val v4 = ir_vec(k, (ir_val[]){ir_extract(k, h2, 0), ir_extract(k, h2, 1), bh, bh}, 4);
     ir_val u2 = ir_bitcast(k, v4, TV(U32, 2));
     u = BIN(ADD, u, BIN(XOR, ir_extract(k, u2, 0), ir_extract(k, u2, 1)));
@@ -463,7 +466,9 @@ const kcase cases[] = {
     {"arith_int", k_arith_int, {OK, OK, OK, OK}},
     {"arith_i64", k_arith_i64, {OK, OK, OK, OK}},
     {"arith_f16", k_arith_f16, {OK, OK, "caps.storage16", "f16 arithmetic needs caps.f16_arith"}},
-    {"arith_bf16", k_arith_bf16, {"bf16 arithmetic needs caps.bf16_arith", OK, "caps.storage16", "bf16 arithmetic needs caps.bf16_arith"}},
+    {"arith_bf16",
+     k_arith_bf16,
+     {"bf16 arithmetic needs caps.bf16_arith", OK, "caps.storage16", "bf16 arithmetic needs caps.bf16_arith"}},
     {"convert", k_convert, {OK, OK, OK, OK}},
     {"bitcast16", k_bitcast16, {OK, OK, "caps.f16_arith", "caps.f16_arith"}},
     {"memory32", k_memory32, {OK, OK, OK, OK}},
@@ -485,7 +490,7 @@ ir_kernel *build_checked(const kcase *kc) {
     ir_kernel *k = kc->build();
     cr_assert(k, "%s: no kernel", kc->name);
     cr_assert_str_empty(ir_kernel_error(k), "%s: builder: %s", kc->name, ir_kernel_error(k));
-    char err[256];
-    cr_assert_eq(ir_verify(k, err, sizeof err), 0, "%s: verify: %s", kc->name, err);
+    kiln_err err = {0};
+    cr_assert_eq(ir_verify(k, &err), 0, "%s: verify: %s", kc->name, err.msg);
     return k;
 }

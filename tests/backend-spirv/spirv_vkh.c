@@ -57,8 +57,10 @@ bool vkh_open(vkh *h) {
     vkp_coopmat_features fc = {.sType = VKP_STYPE_COOPMAT_FEATURES, .pNext = bf16 ? &fb : NULL};
     VkPhysicalDeviceVulkan13Features f13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
                                             .pNext = coop ? (void *)&fc : bf16 ? (void *)&fb : NULL};
-    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES, .pNext = &f13};
-    VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES, .pNext = &f12};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                            .pNext = &f13};
+    VkPhysicalDeviceVulkan11Features f11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
+                                            .pNext = &f12};
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f11};
     vkGetPhysicalDeviceFeatures2(h->pd, &f2);
 
@@ -74,7 +76,8 @@ bool vkh_open(vkh *h) {
     c->shared_bytes = p2.properties.limits.maxComputeSharedMemorySize;
     c->max_workgroup = p2.properties.limits.maxComputeWorkGroupInvocations;
     if (coop && fc.cooperativeMatrix) {
-        vkh_get_coopmat_fn get = (vkh_get_coopmat_fn)vkGetInstanceProcAddr(h->inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
+        vkh_get_coopmat_fn get =
+            (vkh_get_coopmat_fn)vkGetInstanceProcAddr(h->inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR");
         uint32_t np = 0;
         vkp_coopmat_props props[64];
         if (get && get(h->pd, &np, NULL) == VK_SUCCESS) {
@@ -124,8 +127,12 @@ bool vkh_open(vkh *h) {
     float prio = 1;
     VkDeviceQueueCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = qf,
                                    .queueCount = 1, .pQueuePriorities = &prio};
-    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &e2, .queueCreateInfoCount = 1,
-                              .pQueueCreateInfos = &qci, .enabledExtensionCount = n_ext, .ppEnabledExtensionNames = exts};
+    VkDeviceCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                              .pNext = &e2,
+                              .queueCreateInfoCount = 1,
+                              .pQueueCreateInfos = &qci,
+                              .enabledExtensionCount = n_ext,
+                              .ppEnabledExtensionNames = exts};
     if (vkCreateDevice(h->pd, &dci, NULL, &h->dev) != VK_SUCCESS) return false;
     vkGetDeviceQueue(h->dev, qf, 0, &h->q);
     VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO, .queueFamilyIndex = qf};
@@ -163,7 +170,8 @@ void vkbuf_make(vkh *h, vkbuf *b, size_t bytes) {
     for (uint32_t i = 0; i < h->mem.memoryTypeCount && type == UINT32_MAX; i++)
         if ((req.memoryTypeBits & (1u << i)) && (h->mem.memoryTypes[i].propertyFlags & want) == want) type = i;
     cr_assert_neq(type, UINT32_MAX, "no host-visible memory");
-    VkMemoryAllocateInfo mai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size, .memoryTypeIndex = type};
+    VkMemoryAllocateInfo mai = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size, .memoryTypeIndex = type};
     cr_assert_eq(vkAllocateMemory(h->dev, &mai, NULL, &b->m), VK_SUCCESS);
     cr_assert_eq(vkBindBufferMemory(h->dev, b->b, b->m, 0), VK_SUCCESS);
     cr_assert_eq(vkMapMemory(h->dev, b->m, 0, VK_WHOLE_SIZE, 0, &b->p), VK_SUCCESS);
@@ -180,14 +188,16 @@ void vkbuf_free(vkh *h, vkbuf *b) {
 void vkh_run(vkh *h, const spv_module *m, vkbuf *bufs, uint32_t nbuf, const void *pc, uint32_t pc_bytes,
                     const uint32_t *spec, uint32_t nspec, uint32_t groups) {
     VkDevice d = h->dev;
-    VkShaderModuleCreateInfo smci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = m->n * 4, .pCode = m->words};
+    VkShaderModuleCreateInfo smci = {
+        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = m->n * 4, .pCode = m->words};
     VkShaderModule sm;
     cr_assert_eq(vkCreateShaderModule(d, &smci, NULL, &sm), VK_SUCCESS);
     VkDescriptorSetLayoutBinding lb[8];
     for (uint32_t i = 0; i < nbuf; i++)
         lb[i] = (VkDescriptorSetLayoutBinding){.binding = i, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                                .descriptorCount = 1, .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
-    VkDescriptorSetLayoutCreateInfo dslci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = nbuf, .pBindings = lb};
+    VkDescriptorSetLayoutCreateInfo dslci = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = nbuf, .pBindings = lb};
     VkDescriptorSetLayout dsl;
     cr_assert_eq(vkCreateDescriptorSetLayout(d, &dslci, NULL, &dsl), VK_SUCCESS);
     VkPushConstantRange pcr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = 128};
@@ -196,7 +206,8 @@ void vkh_run(vkh *h, const spv_module *m, vkbuf *bufs, uint32_t nbuf, const void
     VkPipelineLayout pl;
     cr_assert_eq(vkCreatePipelineLayout(d, &plci, NULL, &pl), VK_SUCCESS);
     VkSpecializationMapEntry me[8];
-    for (uint32_t i = 0; i < nspec; i++) me[i] = (VkSpecializationMapEntry){.constantID = i, .offset = 4 * i, .size = 4};
+    for (uint32_t i = 0; i < nspec; i++)
+        me[i] = (VkSpecializationMapEntry){.constantID = i, .offset = 4 * i, .size = 4};
     VkSpecializationInfo si = {.mapEntryCount = nspec, .pMapEntries = me, .dataSize = 4 * nspec, .pData = spec};
     VkComputePipelineCreateInfo cpci = {
         .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
@@ -206,7 +217,8 @@ void vkh_run(vkh *h, const spv_module *m, vkbuf *bufs, uint32_t nbuf, const void
     VkPipeline pipe;
     cr_assert_eq(vkCreateComputePipelines(d, VK_NULL_HANDLE, 1, &cpci, NULL, &pipe), VK_SUCCESS);
     VkDescriptorPoolSize ps = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, nbuf};
-    VkDescriptorPoolCreateInfo dpci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = 1, .poolSizeCount = 1, .pPoolSizes = &ps};
+    VkDescriptorPoolCreateInfo dpci = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO, .maxSets = 1, .poolSizeCount = 1, .pPoolSizes = &ps};
     VkDescriptorPool dp;
     cr_assert_eq(vkCreateDescriptorPool(d, &dpci, NULL, &dp), VK_SUCCESS);
     VkDescriptorSetAllocateInfo dsai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO, .descriptorPool = dp,
@@ -217,15 +229,20 @@ void vkh_run(vkh *h, const spv_module *m, vkbuf *bufs, uint32_t nbuf, const void
     VkWriteDescriptorSet w[8];
     for (uint32_t i = 0; i < nbuf; i++) {
         dbi[i] = (VkDescriptorBufferInfo){bufs[i].b, 0, VK_WHOLE_SIZE};
-        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = ds, .dstBinding = i,
-                                      .descriptorCount = 1, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .pBufferInfo = &dbi[i]};
+        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                      .dstSet = ds,
+                                      .dstBinding = i,
+                                      .descriptorCount = 1,
+                                      .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                      .pBufferInfo = &dbi[i]};
     }
     vkUpdateDescriptorSets(d, nbuf, w, 0, NULL);
     VkCommandBufferAllocateInfo cbai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO, .commandPool = h->pool,
                                         .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY, .commandBufferCount = 1};
     VkCommandBuffer cb;
     cr_assert_eq(vkAllocateCommandBuffers(d, &cbai, &cb), VK_SUCCESS);
-    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO, .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                   .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
     vkBeginCommandBuffer(cb, &bi);
     vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
     vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pl, 0, 1, &ds, 0, NULL);
@@ -235,7 +252,8 @@ void vkh_run(vkh *h, const spv_module *m, vkbuf *bufs, uint32_t nbuf, const void
     vkCmdDispatch(cb, groups, 1, 1);
     VkMemoryBarrier mb = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER, .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
                           .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
-    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
+    vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0,
+                         NULL);
     vkEndCommandBuffer(cb);
     VkSubmitInfo sub = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &cb};
     cr_assert_eq(vkQueueSubmit(h->q, 1, &sub, VK_NULL_HANDLE), VK_SUCCESS);

@@ -7,6 +7,7 @@
  * The installed SPIRV-Tools may predate SPV_KHR_cooperative_matrix / SPV_KHR_bfloat16:
  * modules using them are then validated with the spirv-val named by $KILN_SPIRV_VAL,
  * or reported as not validated. */
+#include "base/error.h"
 #include "tests/backend-spirv/spirv_test.h"
 
 /* Does the module declare a capability newer than Debian's SPIRV-Tools knows? */
@@ -18,18 +19,19 @@ static void run_matrix(int which) {
         const kcase *kc = &cases[i];
         ir_kernel *k = build_checked(kc);
         spv_module m;
-        char err[512];
-        int rc = spv_emit(k, &c, &m, err, sizeof err);
+        kiln_err err = {0};
+        int rc = spv_emit(k, &c, &m, &err);
         char what[96];
         snprintf(what, sizeof what, "%s on %s", kc->name, caps_name[which]);
         if (kc->expect[which]) {
             cr_expect_neq(rc, 0, "%s: expected a refusal (%s)", what, kc->expect[which]);
-            cr_expect(strstr(err, kc->expect[which]) != NULL, "%s: refusal '%s' lacks '%s'", what, err, kc->expect[which]);
-            cr_expect(strstr(err, kc->name) != NULL, "%s: refusal '%s' does not name the kernel", what, err);
+            cr_expect(strstr(err.msg, kc->expect[which]) != NULL, "%s: refusal '%s' lacks '%s'", what, err.msg,
+                      kc->expect[which]);
+            cr_expect(strstr(err.msg, kc->name) != NULL, "%s: refusal '%s' does not name the kernel", what, err.msg);
             cr_expect(m.words == NULL && m.n == 0);
             refused++;
         } else {
-            cr_assert_eq(rc, 0, "%s: %s", what, err);
+            cr_assert_eq(rc, 0, "%s: %s", what, err.msg);
             tu_val_how h = tu_spv_validate(&m, what);
             ok += h == TU_VAL_OK;
             external += h == TU_VAL_EXTERNAL;
@@ -44,7 +46,9 @@ static void run_matrix(int which) {
         spv_module_free(&m);
         ir_kernel_destroy(k);
     }
-    fprintf(stderr, "spirv %-15s: %d validated, %d validated by $KILN_SPIRV_VAL, %d not validated (SPIRV-Tools too old), %d refused as expected\n",
+    fprintf(stderr,
+            "spirv %-15s: %d validated, %d validated by $KILN_SPIRV_VAL, %d not validated (SPIRV-Tools too old), %d "
+            "refused as expected\n",
             caps_name[which], ok, external, unchecked, refused);
 }
 
@@ -70,14 +74,15 @@ Test(spirv, every_caps_combination) {
         for (size_t i = 0; i < N_CASES; i++) {
             ir_kernel *k = build_checked(&cases[i]);
             spv_module m;
-            char err[512] = "";
+            kiln_err err = {0};
             char what[96];
             snprintf(what, sizeof what, "%s with flags 0x%02x", cases[i].name, bits);
-            if (spv_emit(k, &c, &m, err, sizeof err) == 0) {
+            if (spv_emit(k, &c, &m, &err) == 0) {
                 tu_spv_validate(&m, what);
                 ok++;
             } else {
-                cr_expect(strstr(err, "caps.") && strstr(err, cases[i].name), "%s: unclear refusal '%s'", what, err);
+                cr_expect(strstr(err.msg, "caps.") && strstr(err.msg, cases[i].name), "%s: unclear refusal '%s'", what,
+                          err.msg);
                 refused++;
             }
             spv_module_free(&m);
@@ -95,12 +100,13 @@ Test(spirv, deterministic) {
             if (cases[i].expect[which]) continue;
             ir_kernel *k1 = build_checked(&cases[i]), *k2 = build_checked(&cases[i]);
             spv_module a, b, a2;
-            char err[256];
-            cr_assert_eq(spv_emit(k1, &c, &a, err, sizeof err), 0, "%s", err);
-            cr_assert_eq(spv_emit(k2, &c, &b, err, sizeof err), 0, "%s", err);
-            cr_assert_eq(spv_emit(k1, &c, &a2, err, sizeof err), 0, "%s", err);
+            kiln_err err = {0};
+            cr_assert_eq(spv_emit(k1, &c, &a, &err), 0, "%s", err.msg);
+            cr_assert_eq(spv_emit(k2, &c, &b, &err), 0, "%s", err.msg);
+            cr_assert_eq(spv_emit(k1, &c, &a2, &err), 0, "%s", err.msg);
             cr_assert_eq(a.n, b.n, "%s on %s: %zu vs %zu words", cases[i].name, caps_name[which], a.n, b.n);
-            cr_assert(!memcmp(a.words, b.words, a.n * 4), "%s on %s differs between builds", cases[i].name, caps_name[which]);
+            cr_assert(!memcmp(a.words, b.words, a.n * 4), "%s on %s differs between builds", cases[i].name,
+                      caps_name[which]);
             cr_assert(a.n == a2.n && !memcmp(a.words, a2.words, a.n * 4));
             spv_module_free(&a);
             spv_module_free(&b);
@@ -119,9 +125,9 @@ Test(spirv, rounding_to_16_bits_is_lowered_in_the_ir) {
         rt_caps c;
         caps_fill(&c, which);
         ir_kernel *k = k_convert();
-        char err[256];
-        ir_kernel *low = spv_lowered(k, &c, err, sizeof err);
-        cr_assert_not_null(low, "%s: %s", caps_name[which], err);
+        kiln_err err = {0};
+        ir_kernel *low = spv_lowered(k, &c, &err);
+        cr_assert_not_null(low, "%s: %s", caps_name[which], err.msg);
         char *t = ir_print(low);
         cr_assert(strstr(t, " = convert.exact ") && strstr(t, " = roundeven "), "%s: %s", caps_name[which], t);
         for (const char *p = strstr(t, " = convert %"); p; p = strstr(p + 1, " = convert %")) {
@@ -140,10 +146,10 @@ Test(spirv, rounding_to_16_bits_is_lowered_in_the_ir) {
 
 static void expect_refusal(ir_kernel *k, const rt_caps *c, const char *part) {
     spv_module m = {0};
-    char err[512] = "";
+    kiln_err err = {0};
     cr_assert_str_empty(ir_kernel_error(k), "builder: %s", ir_kernel_error(k));
-    cr_expect_neq(spv_emit(k, c, &m, err, sizeof err), 0, "expected a refusal with '%s'", part);
-    cr_expect(strstr(err, part), "'%s' lacks '%s'", err, part);
+    cr_expect_neq(spv_emit(k, c, &m, &err), 0, "expected a refusal with '%s'", part);
+    cr_expect(strstr(err.msg, part), "'%s' lacks '%s'", err.msg, part);
     cr_expect(!m.words && !m.n);
     ir_kernel_destroy(k);
 }
@@ -157,7 +163,8 @@ Test(spirv, refuses_fragment_without_coopmat) {
 Test(spirv, refuses_fragment_shape_not_offered) {
     rt_caps c;
     caps_fill(&c, CAPS_H200);
-    expect_refusal(frag_kernel("frag32", IR_F16, IR_F32, 32, 32, 16), &c, "not one of the device's cooperative-matrix shapes");
+    expect_refusal(frag_kernel("frag32", IR_F16, IR_F32, 32, 32, 16), &c,
+                   "not one of the device's cooperative-matrix shapes");
     c.n_mma = 3; /* f16 accumulators only */
     expect_refusal(k_frag_f16(), &c, "fragment ACC f32 16x16x16");
     caps_fill(&c, CAPS_H200);
@@ -171,7 +178,9 @@ Test(spirv, refuses_fragment_shape_not_offered) {
 Test(spirv, refuses_f16_without_caps) {
     rt_caps c;
     caps_fill(&c, CAPS_MIN);
-    expect_refusal(k_arith_f16(), &c, "buffer 'io' holds f16: 16-bit buffers need caps.storage16 (a 32-bit packing fallback is not written yet)");
+    expect_refusal(
+        k_arith_f16(), &c,
+        "buffer 'io' holds f16: 16-bit buffers need caps.storage16 (a 32-bit packing fallback is not written yet)");
     c.storage16 = true;
     expect_refusal(k_arith_f16(), &c, "f16 arithmetic needs caps.f16_arith");
     /* f16 arithmetic on register values only */
@@ -232,18 +241,18 @@ Test(spirv, refuses_unverified_kernel_and_null) {
     ir_for *f = ir_for_begin(k, CU(0), CU(4), CU(1), 0, NULL);
     ir_store(k, o, ir_for_iv(f), CF(1)); /* never closed */
     spv_module m = {0};
-    char err[512];
-    cr_expect_neq(spv_emit(k, &c, &m, err, sizeof err), 0);
-    cr_expect(strstr(err, "does not verify"), "%s", err);
+    kiln_err err = {0};
+    cr_expect_neq(spv_emit(k, &c, &m, &err), 0);
+    cr_expect(strstr(err.msg, "does not verify"), "%s", err.msg);
     ir_kernel_destroy(k);
-    cr_expect_neq(spv_emit(NULL, &c, &m, err, sizeof err), 0);
-    cr_expect_neq(spv_emit(NULL, NULL, &m, NULL, 0), 0);
-    cr_expect_neq(spv_validate(&m, err, sizeof err), 0);
+    cr_expect_neq(spv_emit(NULL, &c, &m, &err), 0);
+    cr_expect_neq(spv_emit(NULL, NULL, &m, NULL), 0);
+    cr_expect_neq(spv_validate(&m, &err), 0);
     cr_expect_null(spv_disassemble(&m));
     uint32_t junk[6] = {0x07230203, 0x00010600, 0, 10, 0, 0xdeadbeef};
     spv_module bad = {junk, 6};
-    cr_expect_neq(spv_validate(&bad, err, sizeof err), 0);
-    cr_expect(strstr(err, "spirv-val"), "%s", err);
+    cr_expect_neq(spv_validate(&bad, &err), 0);
+    cr_expect(strstr(err.msg, "spirv-val"), "%s", err.msg);
     spv_module_free(NULL);
 }
 
@@ -254,8 +263,8 @@ Test(spirv, interface_layout) {
     caps_fill(&c, CAPS_LAVAPIPE);
     ir_kernel *k = k_spec();
     spv_module m;
-    char err[512];
-    cr_assert_eq(spv_emit(k, &c, &m, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(spv_emit(k, &c, &m, &err), 0, "%s", err.msg);
     char *t = spv_disassemble(&m);
     cr_assert(t);
     cr_expect(strstr(t, "OpExecutionModeId %main LocalSizeId %WG %uint_1 %uint_1"), "%s", t);
@@ -270,7 +279,7 @@ Test(spirv, interface_layout) {
     ir_kernel_destroy(k);
 
     k = k_push();
-    cr_assert_eq(spv_emit(k, &c, &m, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(spv_emit(k, &c, &m, &err), 0, "%s", err.msg);
     t = spv_disassemble(&m);
     cr_assert(t);
     cr_expect(strstr(t, "OpMemberDecorate %Params 0 Offset 0"));
@@ -285,7 +294,7 @@ Test(spirv, interface_layout) {
     ir_kernel_destroy(k);
 
     k = k_atomic();
-    cr_assert_eq(spv_emit(k, &c, &m, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(spv_emit(k, &c, &m, &err), 0, "%s", err.msg);
     t = spv_disassemble(&m);
     cr_assert(t);
     cr_expect(strstr(t, "OpAtomicExchange %uint"), "f32 exchange moves bits");
@@ -297,7 +306,7 @@ Test(spirv, interface_layout) {
     ir_kernel_destroy(k);
 
     k = k_memory16();
-    cr_assert_eq(spv_emit(k, &c, &m, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(spv_emit(k, &c, &m, &err), 0, "%s", err.msg);
     t = spv_disassemble(&m);
     cr_assert(t);
     cr_expect(strstr(t, "OpTypeRuntimeArray %ushort"), "bf16 is stored as u16");

@@ -1,5 +1,6 @@
 /* The SPIR-V emitter on a Vulkan device (lavapipe here, the H200 on the GPU machine):
  * every case's pipeline compiles, and emitted kernels run and match C. */
+#include "base/error.h"
 #include "tests/backend-spirv/spirv_test.h"
 
 Test(spirv_vk, pipelines_compile) {
@@ -9,15 +10,16 @@ Test(spirv_vk, pipelines_compile) {
     for (size_t i = 0; i < N_CASES; i++) {
         ir_kernel *k = build_checked(&cases[i]);
         spv_module m;
-        char err[512];
-        if (spv_emit(k, &h.caps, &m, err, sizeof err)) {
-            cr_log_info("%s: refused for this device: %s", cases[i].name, err);
+        kiln_err err = {0};
+        if (spv_emit(k, &h.caps, &m, &err)) {
+            cr_log_info("%s: refused for this device: %s", cases[i].name, err.msg);
             refused++;
             ir_kernel_destroy(k);
             continue;
         }
         tu_spv_validate(&m, cases[i].name);
-        VkShaderModuleCreateInfo smci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = m.n * 4, .pCode = m.words};
+        VkShaderModuleCreateInfo smci = {
+            .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = m.n * 4, .pCode = m.words};
         VkShaderModule sm;
         cr_assert_eq(vkCreateShaderModule(h.dev, &smci, NULL, &sm), VK_SUCCESS, "%s", cases[i].name);
         VkDescriptorSetLayoutBinding lb[8];
@@ -25,19 +27,24 @@ Test(spirv_vk, pipelines_compile) {
         for (uint32_t j = 0; j < nb; j++)
             lb[j] = (VkDescriptorSetLayoutBinding){.binding = j, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                                    .descriptorCount = 1, .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
-        VkDescriptorSetLayoutCreateInfo dslci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = nb, .pBindings = lb};
+        VkDescriptorSetLayoutCreateInfo dslci = {
+            .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = nb, .pBindings = lb};
         VkDescriptorSetLayout dsl;
         cr_assert_eq(vkCreateDescriptorSetLayout(h.dev, &dslci, NULL, &dsl), VK_SUCCESS);
         VkPushConstantRange pcr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = 128};
-        VkPipelineLayoutCreateInfo plci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO, .setLayoutCount = 1,
-                                           .pSetLayouts = &dsl, .pushConstantRangeCount = 1, .pPushConstantRanges = &pcr};
+        VkPipelineLayoutCreateInfo plci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                           .setLayoutCount = 1,
+                                           .pSetLayouts = &dsl,
+                                           .pushConstantRangeCount = 1,
+                                           .pPushConstantRanges = &pcr};
         VkPipelineLayout pl;
         cr_assert_eq(vkCreatePipelineLayout(h.dev, &plci, NULL, &pl), VK_SUCCESS);
-        VkComputePipelineCreateInfo cpci = {
-            .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-            .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-                      .module = sm, .pName = "main"},
-            .layout = pl};
+        VkComputePipelineCreateInfo cpci = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+                                            .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                                                      .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                                                      .module = sm,
+                                                      .pName = "main"},
+                                            .layout = pl};
         VkPipeline pipe;
         cr_expect_eq(vkCreateComputePipelines(h.dev, VK_NULL_HANDLE, 1, &cpci, NULL, &pipe), VK_SUCCESS,
                      "%s: the driver refused the pipeline", cases[i].name);
@@ -54,9 +61,9 @@ Test(spirv_vk, pipelines_compile) {
 }
 
 static void emit_for(vkh *h, ir_kernel *k, const rt_caps *c, spv_module *m) {
-    char err[512];
+    kiln_err err = {0};
     cr_assert_str_empty(ir_kernel_error(k), "builder: %s", ir_kernel_error(k));
-    cr_assert_eq(spv_emit(k, c ? c : &h->caps, m, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(spv_emit(k, c ? c : &h->caps, m, &err), 0, "%s", err.msg);
     tu_spv_validate(m, ir_kernel_name(k));
 }
 
@@ -106,7 +113,9 @@ static void fill_inputs(float *x, uint32_t n) {
         else if (i == nt + 2) x[i] = u2f(0x7fa00001u); /* signaling NaN */
         else if (i == nt + 3) x[i] = u2f(0xffc00000u);
         else if (i % 3 == 0) x[i] = u2f((s & 0xffff0000u) | 0x8000u | ((s >> 7) & 0x10000u)); /* bf16 ties */
-        else if (i % 3 == 1) x[i] = u2f(((0x33000000u + s % 0x14800000u) & ~0x1fffu) | 0x1000u | (s & 0x80000000u)); /* f16 ties, subnormals */
+        else if (i % 3 == 1)
+            x[i] = u2f(((0x33000000u + s % 0x14800000u) & ~0x1fffu) | 0x1000u |
+                       (s & 0x80000000u)); /* f16 ties, subnormals */
         else x[i] = u2f(s);
     }
 }
@@ -181,16 +190,19 @@ static void check_round_trip(vkh *h, ir_scalar s, const rt_caps *c, const char *
         if (s == IR_BF16) {
             uint16_t want = ref_bf16(in[j]);
             if (hb[j] != want || back[j] != (uint32_t)want << 16) {
-                cr_log_error("%s: bf16 of %a (0x%08x): got 0x%04x / 0x%08x, want 0x%04x", label, in[j], f2u(in[j]), hb[j], back[j], want);
+                cr_log_error("%s: bf16 of %a (0x%08x): got 0x%04x / 0x%08x, want 0x%04x", label, in[j], f2u(in[j]),
+                             hb[j], back[j], want);
                 bad++;
             }
         } else {
             float want = ref_f16_value(in[j]);
             float got = u2f(back[j]);
             uint16_t wbits = ref_f16(in[j]);
-            bool same = isnan(want) ? isnan(got) && (hb[j] & 0x7fffu) > 0x7c00u : f2u(got) == f2u(want) && hb[j] == wbits;
+            bool same =
+                isnan(want) ? isnan(got) && (hb[j] & 0x7fffu) > 0x7c00u : f2u(got) == f2u(want) && hb[j] == wbits;
             /* devices may flush f16 subnormals: accept a signed zero for those */
-            if (!same && !isnan(want) && fabsf(want) < 6.103515625e-05f && got == 0.0f && (hb[j] & 0x7fffu) == 0) same = true;
+            if (!same && !isnan(want) && fabsf(want) < 6.103515625e-05f && got == 0.0f && (hb[j] & 0x7fffu) == 0)
+                same = true;
             if (!same) {
                 cr_log_error("%s: f16 of %a (0x%08x): got %a (0x%04x), want %a (0x%04x)", label, in[j], f2u(in[j]), got,
                              hb[j], want, wbits);
@@ -223,7 +235,8 @@ Test(spirv_vk, f32_to_f16_rne) {
         vkh_close(&h);
         cr_skip_test("device lacks storageBuffer16BitAccess");
     }
-    check_round_trip(&h, IR_F16, NULL, h.caps.f16_arith ? "native f16" : "f16 in f32 registers"); /* native where offered */
+    check_round_trip(&h, IR_F16, NULL,
+                     h.caps.f16_arith ? "native f16" : "f16 in f32 registers"); /* native where offered */
     rt_caps c = h.caps;
     c.f16_arith = false; /* f16 in f32 registers: the emitter's own rounding */
     check_round_trip(&h, IR_F16, &c, "f16 in f32 registers");
@@ -299,8 +312,8 @@ static void check_frag(vkh *h, ir_scalar ab) {
     if (!h->caps.n_mma || !h->caps.mma[0].m) return;
     bool have = false;
     for (uint32_t i = 0; i < h->caps.n_mma; i++)
-        have |= h->caps.mma[i].m == M && h->caps.mma[i].n == N && h->caps.mma[i].k == K && h->caps.mma[i].ab_type == (uint32_t)ab &&
-                h->caps.mma[i].acc_type == IR_F32;
+        have |= h->caps.mma[i].m == M && h->caps.mma[i].n == N && h->caps.mma[i].k == K &&
+                h->caps.mma[i].ab_type == (uint32_t)ab && h->caps.mma[i].acc_type == IR_F32;
     if (!have) {
         cr_log_warn("no %s 16x16x16 cooperative matrix here", ab == IR_F16 ? "f16" : "bf16");
         return;
@@ -334,7 +347,8 @@ static void check_frag(vkh *h, ir_scalar ab) {
             float want = 0;
             for (uint32_t t = 0; t < 4; t++)
                 for (uint32_t kk = 0; kk < K; kk++) want += A[t][i][kk] * B[kk][j];
-            cr_expect_eq(pc[i * N + j], want, "%s C[%u][%u] = %f, want %f", ir_kernel_name(k), i, j, pc[i * N + j], want);
+            cr_expect_eq(pc[i * N + j], want, "%s C[%u][%u] = %f, want %f", ir_kernel_name(k), i, j, pc[i * N + j],
+                         want);
         }
     /* the accumulator also went column-major through workgroup memory: lane l read sc[l] */
     for (uint32_t l = 0; l < 32; l++) {

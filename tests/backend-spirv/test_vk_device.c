@@ -3,6 +3,7 @@
  * guard regions around outputs. Skipped by name when no Vulkan device exists. */
 #include "backend-spirv/vk_device.h"
 #include "backend-spirv/vk_probe.h"
+#include "base/error.h"
 #include "ir/ir.h"
 #include "tests/util/testutil.h"
 #include "tests/util/testutil_dev.h"
@@ -40,10 +41,10 @@ Test(vk_device, pipeline_cache_on_disk) {
     const char *dir = tu_tmpdir();
     setenv("KILN_CACHE_DIR", dir, 1);
     rt_device *d = tu_vk_open_or_skip(NULL);
-    char err[512];
+    kiln_err err = {0};
     ir_kernel *k = tu_dev_axpy_kernel();
-    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
-    cr_assert_not_null(ck, "%s", err);
+    rt_kernel *ck = d->ops->compile(d, k, NULL, &err);
+    cr_assert_not_null(ck, "%s", err.msg);
     d->ops->release_kernel(d, ck);
     d->ops->destroy(d);
     char cmd[700], path[700] = "";
@@ -61,13 +62,13 @@ Test(vk_device, pipeline_cache_on_disk) {
     fclose(f);
     /* the next start reads it and still compiles */
     d = tu_vk_open_or_skip(NULL);
-    cr_assert_not_null(ck = d->ops->compile(d, k, NULL, err, sizeof err), "%s", err);
+    cr_assert_not_null(ck = d->ops->compile(d, k, NULL, &err), "%s", err.msg);
     d->ops->release_kernel(d, ck);
     d->ops->destroy(d);
     /* a damaged file: ignored */
     cr_assert(tu_write_file(path, "not a pipeline cache at all, just junk bytes", 44));
     d = tu_vk_open_or_skip(NULL);
-    cr_assert_not_null(ck = d->ops->compile(d, k, NULL, err, sizeof err), "%s", err);
+    cr_assert_not_null(ck = d->ops->compile(d, k, NULL, &err), "%s", err.msg);
     d->ops->release_kernel(d, ck);
     d->ops->destroy(d);
     ir_kernel_destroy(k);

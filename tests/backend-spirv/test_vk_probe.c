@@ -2,6 +2,7 @@
  * Mesa's lavapipe (../shared/device/observed/lavapipe-selftest-v.txt); where the probe
  * finds no device the device tests skip by name. */
 #include "backend-spirv/vk_probe.h"
+#include "base/error.h"
 #include "ir/ir.h"
 #include "runtime/caps.h"
 
@@ -15,14 +16,14 @@
 
 static rt_caps dev[MAXDEV];
 static uint32_t ndev;
-static char note[256];
+static kiln_err note = {0};
 
 static void probe_or_skip(void) {
-    int rc = vk_probe_devices(dev, MAXDEV, &ndev, note, sizeof note);
-    cr_assert_eq(rc, 0, "vk_probe_devices: %s", note);
+    int rc = vk_probe_devices(dev, MAXDEV, &ndev, &note);
+    cr_assert_eq(rc, 0, "vk_probe_devices: %s", note.msg);
     if (!ndev) {
-        cr_assert(!strncmp(note, "no Vulkan devices: ", 19), "note: '%s'", note);
-        cr_skip_test("%s", note);
+        cr_assert(!strncmp(note.msg, "no Vulkan devices: ", 19), "note: '%s'", note.msg);
+        cr_skip_test("%s", note.msg);
     }
 }
 
@@ -106,14 +107,14 @@ Test(vk_probe, lavapipe_matches_the_selftest) {
     }
     /* the overrides behave on a real device */
     rt_caps t = *c;
-    char err[160];
-    cr_assert_eq(rt_caps_override(&t, "no-f16,no-storage16,workgroup=256", err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(rt_caps_override(&t, "no-f16,no-storage16,workgroup=256", &err), 0, "%s", err.msg);
     cr_assert(!t.f16_arith && !t.storage16 && t.max_workgroup == 256);
     char item[32];
     snprintf(item, sizeof item, "subgroup=%u", c->subgroup_max * 2);
     t = *c;
-    cr_assert_eq(rt_caps_override(&t, item, err, sizeof err), -1);
-    cr_assert(strstr(err, item), "%s", err);
+    cr_assert_eq(rt_caps_override(&t, item, &err), -1);
+    cr_assert(strstr(err.msg, item), "%s", err.msg);
 }
 
 /* Probing twice gives the same devices in the same order (vulkan:N stays N). */
@@ -121,8 +122,8 @@ Test(vk_probe, repeatable_and_bounded) {
     probe_or_skip();
     rt_caps again[MAXDEV];
     uint32_t n2 = 0;
-    char err[256];
-    cr_assert_eq(vk_probe_devices(again, MAXDEV, &n2, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(vk_probe_devices(again, MAXDEV, &n2, &err), 0, "%s", err.msg);
     cr_assert_eq(n2, ndev);
     for (uint32_t i = 0; i < ndev; i++) {
         cr_assert_str_eq(again[i].name, dev[i].name);
@@ -133,24 +134,24 @@ Test(vk_probe, repeatable_and_bounded) {
     /* room for fewer than there are: the first ones, and a note */
     rt_caps one;
     uint32_t n1 = 99;
-    cr_assert_eq(vk_probe_devices(&one, 1, &n1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(vk_probe_devices(&one, 1, &n1, &err), 0, "%s", err.msg);
     cr_assert_eq(n1, 1);
     cr_assert_str_eq(one.name, dev[0].name);
-    if (ndev > 1) cr_assert(strstr(err, "only the first 1 probed"), "%s", err);
+    if (ndev > 1) cr_assert(strstr(err.msg, "only the first 1 probed"), "%s", err.msg);
     n1 = 99;
-    cr_assert_eq(vk_probe_devices(NULL, 0, &n1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(vk_probe_devices(NULL, 0, &n1, &err), 0, "%s", err.msg);
     cr_assert_eq(n1, 0);
-    cr_assert(strstr(err, "only the first 0 probed"), "%s", err);
+    cr_assert(strstr(err.msg, "only the first 0 probed"), "%s", err.msg);
 }
 
 Test(vk_probe, bad_arguments) {
-    char err[128];
+    kiln_err err = {0};
     rt_caps c;
-    cr_assert_eq(vk_probe_devices(&c, 1, NULL, err, sizeof err), -1);
-    cr_assert(strlen(err) > 0);
+    cr_assert_eq(vk_probe_devices(&c, 1, NULL, &err), -1);
+    cr_assert(strlen(err.msg) > 0);
     uint32_t n = 7;
-    cr_assert_eq(vk_probe_devices(NULL, 4, &n, err, sizeof err), -1);
-    cr_assert_eq(vk_probe_devices(NULL, 4, &n, NULL, 0), -1, "no message buffer is fine too");
+    cr_assert_eq(vk_probe_devices(NULL, 4, &n, &err), -1);
+    cr_assert_eq(vk_probe_devices(NULL, 4, &n, NULL), -1, "no message buffer is fine too");
 }
 
 /* A machine whose loader finds no driver (the CI without a GPU and without Mesa): no
@@ -162,11 +163,11 @@ Test(vk_probe, no_driver_is_not_an_error) {
     unsetenv("VK_ADD_DRIVER_FILES");
     rt_caps c[2];
     uint32_t n = 5;
-    char err[256];
-    cr_assert_eq(vk_probe_devices(c, 2, &n, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(vk_probe_devices(c, 2, &n, &err), 0, "%s", err.msg);
     cr_assert_eq(n, 0);
-    cr_assert(!strncmp(err, "no Vulkan devices: ", 19), "note: '%s'", err);
+    cr_assert(!strncmp(err.msg, "no Vulkan devices: ", 19), "note: '%s'", err.msg);
     /* twice in one process: nothing left behind by the first try */
-    cr_assert_eq(vk_probe_devices(c, 2, &n, NULL, 0), 0);
+    cr_assert_eq(vk_probe_devices(c, 2, &n, NULL), 0);
     cr_assert_eq(n, 0);
 }

@@ -3,6 +3,7 @@
  * and stories260K on the oracle and the GPU under test: every output format parses and
  * holds every device and test, the warm-up apart; bad input exits 2 or 1 with a message.
  * GPU cases skip by name without a device. */
+#include "base/error.h"
 #include "kernels/kernels.h"
 #include "tests/util/testutil.h"
 #include "tests/util/testutil_vk.h"
@@ -33,10 +34,10 @@ static const char *gpu_or_skip(void) {
 /* ---- kn_copy ------------------------------------------------------------------------- */
 
 static void copy_case(rt_device *d, uint32_t n) {
-    char msg[512];
+    kiln_err msg = {0};
     uint32_t gx = 0;
-    ir_kernel *k = kn_copy(&d->caps, n, &gx, msg, sizeof msg);
-    cr_assert_not_null(k, "n=%u: %s", n, msg);
+    ir_kernel *k = kn_copy(&d->caps, n, &gx, &msg);
+    cr_assert_not_null(k, "n=%u: %s", n, msg.msg);
     uint32_t *src = malloc(n * 4u), *dst = malloc((n + GUARD) * 4u);
     for (uint32_t i = 0; i < n; i++) src[i] = tu_rnd32();
     for (uint32_t i = 0; i < n + GUARD; i++) dst[i] = POISON;
@@ -68,9 +69,9 @@ Test(bench, copy_kernel_odd_sizes_with_guards) {
 Test(bench, copy_kernel_refuses_nothing_to_copy) {
     rt_caps c;
     tu_caps_min(&c);
-    char msg[256];
-    cr_assert_null(kn_copy(&c, 0, NULL, msg, sizeof msg));
-    cr_assert(strstr(msg, "n is 0"), "%s", msg);
+    kiln_err msg = {0};
+    cr_assert_null(kn_copy(&c, 0, NULL, &msg));
+    cr_assert(strstr(msg.msg, "n is 0"), "%s", msg.msg);
 }
 
 /* ---- kiln bench ---------------------------------------------------------------------- */

@@ -1,7 +1,7 @@
 /* The kiln command: exit codes and one-line messages for bad input, and inspect/synth
  * end to end through the real binary. */
-#include "gguf/gguf.h"
 #include "base/error.h"
+#include "gguf/gguf.h"
 #include "gguf/half.h"
 #include "model/arch.h"
 #include "tests/util/testutil.h"
@@ -185,8 +185,10 @@ static bool same_bytes(const char *a, const char *b) {
 }
 
 Test(synth, same_seed_same_file_whatever_the_threads) {
-    gguf_close(synth_and_open("s1.gguf", (const char *const[]){"--preset", "tiny", "--seed", "5", "--threads", "1", NULL}));
-    gguf_close(synth_and_open("s2.gguf", (const char *const[]){"--preset", "tiny", "--seed", "5", "--threads", "7", NULL}));
+    gguf_close(
+        synth_and_open("s1.gguf", (const char *const[]){"--preset", "tiny", "--seed", "5", "--threads", "1", NULL}));
+    gguf_close(
+        synth_and_open("s2.gguf", (const char *const[]){"--preset", "tiny", "--seed", "5", "--threads", "7", NULL}));
     gguf_close(synth_and_open("s3.gguf", (const char *const[]){"--preset", "tiny", "--seed", "6", NULL}));
     cr_assert(same_bytes(tu_tmp("s1.gguf"), tu_tmp("s2.gguf")));
     cr_assert(!same_bytes(tu_tmp("s1.gguf"), tu_tmp("s3.gguf")));
@@ -340,7 +342,8 @@ Test(synth, tokenizer_import_and_vocab_from) {
     cr_assert_not_null(gguf_find(g, "tokenizer.ggml.scores"));
     expect_tensor(g, "token_embd.weight", GGUF_T_BF16, 200, 512);
     gguf_close(g);
-    cr_assert_eq(RUN("synth", "--preset", "tiny", "--vocab-from", stories, "--vocab", "600", "-o", tu_tmp("bad.gguf")), 1);
+    cr_assert_eq(RUN("synth", "--preset", "tiny", "--vocab-from", stories, "--vocab", "600", "-o", tu_tmp("bad.gguf")),
+                 1);
     cr_assert(strstr(err, "512 tokens"), "%s", err);
 }
 

@@ -61,11 +61,12 @@ static void dump_and_check(const char *model, const char *dir, const char *const
 Test(dump, every_kernel_of_the_plan_validates) {
     const char *model = tu_tmp("dump-tiny.gguf");
     char e[4096];
-    cr_assert_eq(tu_run_kiln((const char *const[]){"synth", "--preset", "tiny", "--arch", "qwen2", "-o", model, NULL}, NULL,
-                             0, e, sizeof e),
+    cr_assert_eq(tu_run_kiln((const char *const[]){"synth", "--preset", "tiny", "--arch", "qwen2", "-o", model, NULL},
+                             NULL, 0, e, sizeof e),
                  0, "%s", e);
     dump_and_check(model, tu_tmp("dump-min"), NULL);
-    dump_and_check(model, tu_tmp("dump-min-f16"), (const char *const[]){"--dtype", "f16", "--caps", "workgroup=64", NULL});
+    dump_and_check(model, tu_tmp("dump-min-f16"),
+                   (const char *const[]){"--dtype", "f16", "--caps", "workgroup=64", NULL});
     /* the device's own variants, where there is a Vulkan device */
     char out[4096];
     if (tu_run_kiln((const char *const[]){"probe", NULL}, out, sizeof out, e, sizeof e) == 0 && strstr(out, "vulkan:0"))
@@ -75,8 +76,8 @@ Test(dump, every_kernel_of_the_plan_validates) {
     for (int sm = 0; sm < 2; sm++) {
         const char *arch = sm ? "sm_90" : "sm_80", *dir = tu_tmp(sm ? "dump-ptx90" : "dump-ptx80");
         static char out[1 << 16];
-        cr_assert_eq(tu_run_kiln((const char *const[]){"dump", model, "--ptx", dir, "--sm", arch, NULL}, out, sizeof out,
-                                 e, sizeof e),
+        cr_assert_eq(tu_run_kiln((const char *const[]){"dump", model, "--ptx", dir, "--sm", arch, NULL}, out,
+                                 sizeof out, e, sizeof e),
                      0, "%s", e);
         cr_assert(strstr(out, "19 kernels written"), "%s", out);
         static const char *const some[] = {"decode_qkv", "attn_prefill", "prefill_qkv", "qk_prep", "logits"};
@@ -102,12 +103,13 @@ Test(dump, every_kernel_of_the_plan_validates) {
                             {"dump", model, "--spirv", "/tmp/x", "--ptx", "/tmp/y", NULL}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         cr_assert_eq(tu_run_kiln(bad[i], NULL, 0, e, sizeof e), 2, "case %zu: %s", i, e);
-    cr_assert_eq(tu_run_kiln((const char *const[]){"dump", "/nonexistent.gguf", "--spirv", tu_tmp("dump-x"), NULL}, NULL,
-                             0, e, sizeof e),
-                 1, "%s", e);
-    /* a CUDA device that is not there: a message and 1, not a crash */
-    cr_assert_eq(tu_run_kiln((const char *const[]){"dump", model, "--ptx", tu_tmp("dump-c"), "--device", "cuda:9", NULL},
+    cr_assert_eq(tu_run_kiln((const char *const[]){"dump", "/nonexistent.gguf", "--spirv", tu_tmp("dump-x"), NULL},
                              NULL, 0, e, sizeof e),
                  1, "%s", e);
+    /* a CUDA device that is not there: a message and 1, not a crash */
+    cr_assert_eq(
+        tu_run_kiln((const char *const[]){"dump", model, "--ptx", tu_tmp("dump-c"), "--device", "cuda:9", NULL}, NULL,
+                    0, e, sizeof e),
+        1, "%s", e);
     cr_assert(strstr(e, "cuda"), "%s", e);
 }

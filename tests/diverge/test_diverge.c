@@ -330,7 +330,8 @@ Test(diverge, prompts_file_of_lines_and_json_lines_on_the_oracle) {
     cr_assert_not_null(strstr(out, "## Prompt 2"));
     cr_assert_null(strstr(out, "## Prompt 3"));
     cr_assert_not_null(strstr(out, "The dog ran"));
-    cr_assert_not_null(strstr(out, "- cpu: explained: identical to the reference to the end on all 2 prompts"), "%s", out);
+    cr_assert_not_null(strstr(out, "- cpu: explained: identical to the reference to the end on all 2 prompts"), "%s",
+                       out);
     validate_json(json);
     free(out);
     free(err);

@@ -1,5 +1,6 @@
 /* libFuzzer target for the GGUF reader: any byte string must either be rejected with
  * a message or give a file whose every value and tensor row can be read in bounds. */
+#include "base/error.h"
 #include "gguf/gguf.h"
 
 #include <stdlib.h>

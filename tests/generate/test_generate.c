@@ -1,8 +1,8 @@
 /* Text generation end to end: `kiln run` on stories260K against the float64 greedy
  * golden, stop strings, seeds, prefix reuse across turns, `kiln tokenize`, `kiln chat`,
  * and bad input. */
-#include "generate/generate.h"
 #include "base/error.h"
+#include "generate/generate.h"
 #include "generate/sampler.h"
 #include "model/engine.h"
 #include "model/engine_serial.h"
@@ -58,8 +58,8 @@ Test(generate, run_stories_matches_golden, .timeout = 120) {
     char *want = golden_text(t, ids, (size_t)(np - 1) + 64);
 
     for (int mode = 0; mode < 2; mode++) {
-        int rc = RUN("run", model_path, "-p", "Once upon a time", "-n", "64", "--oracle-mode", mode ? "contract" : "f32",
-                     "--ids");
+        int rc = RUN("run", model_path, "-p", "Once upon a time", "-n", "64", "--oracle-mode",
+                     mode ? "contract" : "f32", "--ids");
         cr_assert_eq(rc, 0, "%s", err);
         cr_assert(strncmp(out, want, strlen(want)) == 0, "mode %d:\n got: %s\nwant: %s", mode, out, want);
         cr_assert(strstr(err, "tok/s"), "%s", err);

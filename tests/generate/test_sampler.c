@@ -1,8 +1,8 @@
 /* Sampler: parameters, greedy and ties, penalties to the exact value, top-k/top-p/min-p
  * sets against a brute-force llama.cpp-order reference, the temperature distribution by
  * chi-square, seeds, non-finite logits, and the time per token on a 150k vocabulary. */
-#include "base/rng.h"
 #include "base/error.h"
+#include "base/rng.h"
 #include "generate/sampler.h"
 
 #include <criterion/criterion.h>

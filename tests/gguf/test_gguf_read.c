@@ -1,7 +1,7 @@
 /* GGUF reading: real files, crafted files of every value type, and every validation
  * rule with the byte offset it must name. */
-#include "gguf/gguf.h"
 #include "base/error.h"
+#include "gguf/gguf.h"
 #include "gguf/half.h"
 #include "tests/util/testutil.h"
 

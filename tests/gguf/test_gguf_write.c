@@ -1,7 +1,7 @@
 /* GGUF writing: read -> write -> read keeps metadata and tensor bytes identical; the
  * writer refuses what would make a bad file and never leaves a half-written one. */
-#include "gguf/gguf.h"
 #include "base/error.h"
+#include "gguf/gguf.h"
 #include "tests/util/testutil.h"
 
 #include <criterion/criterion.h>

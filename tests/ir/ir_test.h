@@ -2,6 +2,7 @@
 #ifndef KILN_TESTS_IR_IR_TEST_H
 #define KILN_TESTS_IR_IR_TEST_H
 
+#include "base/error.h"
 #include "ir/ir.h"
 
 #include <criterion/criterion.h>
@@ -21,17 +22,17 @@ static inline ir_kernel *kern(void) {
 }
 
 static inline void expect_ok(const ir_kernel *k) {
-    char err[512];
-    int rc = ir_verify(k, err, sizeof err);
-    cr_assert_eq(rc, 0, "verify failed: %s (builder: %s)", err, ir_kernel_error(k));
-    cr_assert_str_eq(err, "");
+    kiln_err err = {0};
+    int rc = ir_verify(k, &err);
+    cr_assert_eq(rc, 0, "verify failed: %s (builder: %s)", err.msg, ir_kernel_error(k));
+    cr_assert_str_eq(err.msg, "");
 }
 
 static inline void expect_fail(const ir_kernel *k, const char *part) {
-    char err[512];
-    int rc = ir_verify(k, err, sizeof err);
+    kiln_err err = {0};
+    int rc = ir_verify(k, &err);
     cr_assert_eq(rc, -1, "verify passed, expected \"%s\"", part);
-    cr_assert(strstr(err, part), "error \"%s\" lacks \"%s\"", err, part);
+    cr_assert(strstr(err.msg, part), "error \"%s\" lacks \"%s\"", err.msg, part);
 }
 
 static inline void expect_builder_error(const ir_kernel *k, const char *part) {

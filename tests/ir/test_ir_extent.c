@@ -1,6 +1,7 @@
 /* Buffer extents: what a kernel declares it reads or writes through each buffer, kept on
  * the parameter, printed after its type, carried through specialization; misuse is a
  * builder error. */
+#include "base/error.h"
 #include "ir/ir.h"
 
 #include <criterion/criterion.h>
@@ -21,7 +22,7 @@ static ir_kernel *copy_kernel(uint64_t n_src, uint64_t n_dst) {
 
 Test(ir_extent, kept_and_printed) {
     ir_kernel *k = copy_kernel(100, 7);
-    cr_assert_eq(ir_verify(k, NULL, 0), 0, "%s", ir_kernel_error(k));
+    cr_assert_eq(ir_verify(k, NULL), 0, "%s", ir_kernel_error(k));
     cr_assert_eq(ir_param_at(k, 0)->extent, 100);
     cr_assert_eq(ir_param_at(k, 1)->extent, 7);
     char *t = ir_print(k);
@@ -59,7 +60,7 @@ Test(ir_extent, misuse_is_a_builder_error) {
     ir_kernel *k = copy_kernel(0, 0);
     ir_buffer_extent(k, 2, 10); /* no third buffer */
     cr_assert(strstr(ir_kernel_error(k), "not a buffer parameter"), "%s", ir_kernel_error(k));
-    cr_assert_neq(ir_verify(k, NULL, 0), 0);
+    cr_assert_neq(ir_verify(k, NULL), 0);
     ir_kernel_destroy(k);
     k = copy_kernel(0, 0);
     ir_buffer_extent(k, 0, 0);
@@ -83,11 +84,11 @@ Test(ir_extent, survives_specialization) {
     ir_buffer_extent(k, b, 33);
     ir_val s = ir_spec_const(k, "n", IR_U32, 4);
     ir_store(k, b, ir_id(k, IR_ID_GLOBAL, 0), s);
-    cr_assert_eq(ir_verify(k, NULL, 0), 0, "%s", ir_kernel_error(k));
+    cr_assert_eq(ir_verify(k, NULL), 0, "%s", ir_kernel_error(k));
     const char *names[] = {"n"};
     double values[] = {9};
-    char err[256];
-    cr_assert_eq(ir_specialize(k, names, values, 1, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(ir_specialize(k, names, values, 1, &err), 0, "%s", err.msg);
     cr_assert_eq(ir_param_at(k, 0)->extent, 33);
     ir_kernel_destroy(k);
 }

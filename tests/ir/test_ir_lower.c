@@ -2,6 +2,7 @@
  * prints as the original and lives on its own; masked accesses become ifs around plain
  * accesses (exact text), the lowered kernel verifies and holds no masked op; misuse fails
  * with a message. */
+#include "base/error.h"
 #include "ir/lower.h"
 #include "tests/ir/ir_test.h"
 
@@ -131,8 +132,8 @@ Test(ir_lower, clone_prints_the_same_and_stands_alone) {
     cr_assert_str_eq(b2, a);
     const char *names[] = { "WG" };
     double values[] = { 128 };
-    char err[256];
-    cr_assert_eq(ir_specialize(c, names, values, 1, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(ir_specialize(c, names, values, 1, &err), 0, "%s", err.msg);
     ir_kernel_destroy(c);
     free(a);
     free(b);
@@ -155,8 +156,8 @@ Test(ir_lower, masked_accesses_exact) {
     ir_kernel *k = build_tail();
     char *before = ir_print(k);
     ir_kernel *c = ir_kernel_clone(k);
-    char err[256];
-    cr_assert_eq(ir_lower(c, &(ir_lower_opts){ .masked = true }, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(ir_lower(c, &(ir_lower_opts){ .masked = true }, &err), 0, "%s", err.msg);
     char *t = ir_print(c);
     cr_assert_str_eq(t, tail_lowered);
     expect_ok(c);
@@ -175,7 +176,7 @@ Test(ir_lower, masked_accesses_exact) {
 Test(ir_lower, nothing_asked_nothing_changed) {
     ir_kernel *k = build_tail();
     char *before = ir_print(k);
-    cr_assert_eq(ir_lower(k, &(ir_lower_opts){ 0 }, NULL, 0), 0);
+    cr_assert_eq(ir_lower(k, &(ir_lower_opts){ 0 }, NULL), 0);
     char *after = ir_print(k);
     cr_assert_str_eq(before, after);
     free(before);
@@ -184,13 +185,13 @@ Test(ir_lower, nothing_asked_nothing_changed) {
 }
 
 Test(ir_lower, refuses_unverified_kernels_and_null) {
-    char err[256];
-    cr_assert_eq(ir_lower(NULL, &(ir_lower_opts){ .masked = true }, err, sizeof err), -1);
-    cr_assert(strstr(err, "no kernel"), "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(ir_lower(NULL, &(ir_lower_opts){ .masked = true }, &err), -1);
+    cr_assert(strstr(err.msg, "no kernel"), "%s", err.msg);
     ir_kernel *k = kern();
-    cr_assert_eq(ir_lower(k, NULL, err, sizeof err), -1);
+    cr_assert_eq(ir_lower(k, NULL, &err), -1);
     ir_bin(k, IR_OP_ADD, ir_const_u32(k, 1), ir_const_f32(k, 1.0f)); /* a builder error */
-    cr_assert_eq(ir_lower(k, &(ir_lower_opts){ .masked = true }, err, sizeof err), -1);
-    cr_assert(strstr(err, "builder"), "%s", err);
+    cr_assert_eq(ir_lower(k, &(ir_lower_opts){ .masked = true }, &err), -1);
+    cr_assert(strstr(err.msg, "builder"), "%s", err.msg);
     ir_kernel_destroy(k);
 }

@@ -3,6 +3,7 @@
  * conversion back, each option honoured (native types and refused arithmetic left as
  * they are); and the forms only lowered kernels hold (convert.exact, vector constants,
  * roundeven) checked by the verifier. */
+#include "base/error.h"
 #include "ir/lower.h"
 #include "tests/ir/ir_test.h"
 
@@ -27,8 +28,8 @@ static ir_kernel *build_narrow(ir_scalar t, uint32_t lanes, bool arith) {
 }
 
 static char *lowered(ir_kernel *k, ir_lower_opts o) {
-    char err[256];
-    cr_assert_eq(ir_lower(k, &o, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(ir_lower(k, &o, &err), 0, "%s", err.msg);
     expect_ok(k);
     char *t = ir_print(k);
     cr_assert(t);

@@ -1,5 +1,6 @@
 /* The kernel IR's builder misused: every call returns IR_NONE (or nothing) with an error
  * and never crashes. */
+#include "base/error.h"
 #include "tests/ir/ir_test.h"
 
 #include <criterion/criterion.h>
@@ -336,9 +337,9 @@ Test(ir, misuse_values) {
 Test(ir, misuse_null_kernel_and_garbage) {
     /* nothing may crash: a NULL kernel, IR_NONE and out-of-range operands everywhere */
     cr_assert_null(ir_print(NULL));
-    char err[64];
-    cr_assert_eq(ir_verify(NULL, err, sizeof err), -1);
-    cr_assert_eq(ir_specialize(NULL, NULL, NULL, 0, err, sizeof err), -1);
+    kiln_err err = {0};
+    cr_assert_eq(ir_verify(NULL, &err), -1);
+    cr_assert_eq(ir_specialize(NULL, NULL, NULL, 0, &err), -1);
     ir_dce(NULL);
     ir_kernel_destroy(NULL);
     cr_assert_eq(ir_bin(NULL, IR_OP_ADD, 1, 2), IR_NONE);
@@ -400,12 +401,12 @@ Test(ir, misuse_null_kernel_and_garbage) {
     cr_assert_eq(ir_compare(k, (ir_cmp)9, f, f), IR_NONE);
     cr_assert_eq(ir_atomic(k, (ir_atomic_op)9, false, b, ir_const_u32(k, 0), f), IR_NONE);
     cr_assert_neq(ir_kernel_error(k)[0], 0);
-    cr_assert_eq(ir_verify(k, err, sizeof err), -1);
+    cr_assert_eq(ir_verify(k, &err), -1);
     char *t = ir_print(k); /* a kernel with errors still prints */
     cr_assert(t);
     free(t);
-    cr_assert_eq(ir_specialize(k, NULL, NULL, 0, err, sizeof err), -1);
+    cr_assert_eq(ir_specialize(k, NULL, NULL, 0, &err), -1);
     ir_dce(k);
-    cr_assert_eq(ir_verify(k, NULL, 0), -1); /* no error buffer: fine */
+    cr_assert_eq(ir_verify(k, NULL), -1); /* no error buffer: fine */
     ir_kernel_destroy(k);
 }

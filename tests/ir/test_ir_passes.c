@@ -1,4 +1,5 @@
 /* The kernel IR's passes: specialization folds as the device would; dead-code removal. */
+#include "base/error.h"
 #include "tests/ir/ir_test.h"
 
 #include <criterion/criterion.h>
@@ -11,9 +12,9 @@
 /* ---- specialize and fold ------------------------------------------------------------------- */
 
 static int spec1(ir_kernel *k, const char *name, double v) {
-    char err[256];
-    int rc = ir_specialize(k, &name, &v, 1, err, sizeof err);
-    cr_assert_eq(rc, 0, "specialize: %s", err);
+    kiln_err err = {0};
+    int rc = ir_specialize(k, &name, &v, 1, &err);
+    cr_assert_eq(rc, 0, "specialize: %s", err.msg);
     return rc;
 }
 
@@ -46,8 +47,8 @@ static int64_t fold2(ir_op op, ir_val (*mk)(ir_kernel *, double), double x, doub
     ir_kernel *k = kern();
     ir_val r = ir_bin(k, op, mk(k, x), mk(k, y));
     cr_assert_neq(r, IR_NONE, "%s", ir_kernel_error(k));
-    char err[256];
-    cr_assert_eq(ir_specialize(k, NULL, NULL, 0, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(ir_specialize(k, NULL, NULL, 0, &err), 0, "%s", err.msg);
     const ir_inst *d = ir_def(k, r);
     int64_t v = d->op == IR_OP_CONST ? d->imm[0] : -1;
     cr_assert(d->op == IR_OP_CONST || d->op == op);
@@ -123,8 +124,8 @@ Test(ir, fold_unary_cmp_convert_select) {
     ir_val sel = ir_select(k, lt, ir_id(k, IR_ID_LOCAL, 0), ir_const_u32(k, 9));
     ir_buf o = ir_param_buffer(k, "o", IR_U32, IR_WRITE);
     ir_store(k, o, sel, sel);
-    char err[256];
-    cr_assert_eq(ir_specialize(k, NULL, NULL, 0, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(ir_specialize(k, NULL, NULL, 0, &err), 0, "%s", err.msg);
     cr_assert_eq(ir_def(k, neg)->imm[0], fbits(2.5f));
     cr_assert_eq(ir_def(k, ab)->imm[0], fbits(2.5f));
     cr_assert_eq(ir_def(k, fl)->imm[0], fbits(-3.0f));
@@ -231,27 +232,27 @@ Test(ir, specialize_zero_trip_loop) {
 Test(ir, specialize_workgroup_and_errors) {
     ir_kernel *k = build_axpy();
     char *before = ir_print(k);
-    char err[256];
+    kiln_err err = {0};
     const char *bad[] = { "nope" };
     double v = 1;
-    cr_assert_eq(ir_specialize(k, bad, &v, 1, err, sizeof err), -1);
-    cr_assert(strstr(err, "unknown spec constant @nope"), "%s", err);
+    cr_assert_eq(ir_specialize(k, bad, &v, 1, &err), -1);
+    cr_assert(strstr(err.msg, "unknown spec constant @nope"), "%s", err.msg);
     const char *wg[] = { "WG" };
     double neg = -5;
-    cr_assert_eq(ir_specialize(k, wg, &neg, 1, err, sizeof err), -1);
-    cr_assert(strstr(err, "@WG = -5: not a u32"), "%s", err);
+    cr_assert_eq(ir_specialize(k, wg, &neg, 1, &err), -1);
+    cr_assert(strstr(err.msg, "@WG = -5: not a u32"), "%s", err.msg);
     char *after = ir_print(k);
     cr_assert_str_eq(before, after); /* refused: unchanged */
     free(after);
     double big = 4096;
-    cr_assert_eq(ir_specialize(k, wg, &big, 1, err, sizeof err), -1);
-    cr_assert(strstr(err, "workgroup size 4096x1x1"), "%s", err);
+    cr_assert_eq(ir_specialize(k, wg, &big, 1, &err), -1);
+    cr_assert(strstr(err.msg, "workgroup size 4096x1x1"), "%s", err.msg);
     free(before);
     ir_kernel_destroy(k);
 
     k = build_axpy();
     double w = 128;
-    cr_assert_eq(ir_specialize(k, wg, &w, 1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(ir_specialize(k, wg, &w, 1, &err), 0, "%s", err.msg);
     uint32_t xyz[3];
     ir_val xs;
     ir_workgroup(k, xyz, &xs);

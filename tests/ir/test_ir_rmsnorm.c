@@ -1,5 +1,6 @@
 /* The kernel IR on a realistic kernel (RMSNorm), and edited kernels that never crash the
  * verifier or printer. */
+#include "base/error.h"
 #include "tests/ir/ir_test.h"
 
 #include <criterion/criterion.h>
@@ -80,8 +81,8 @@ Test(ir, rmsnorm) {
     /* specialized for a device: the workgroup becomes a constant, everything still verifies */
     const char *names[] = { "WG", "eps" };
     double vals[] = { 128, 1e-5 };
-    char err[256];
-    cr_assert_eq(ir_specialize(k, names, vals, 2, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(ir_specialize(k, names, vals, 2, &err), 0, "%s", err.msg);
     ir_dce(k);
     expect_ok(k);
     uint32_t xyz[3];
@@ -125,12 +126,12 @@ Test(ir, edited_kernels_never_crash) {
         case 3: in->op = (ir_op)(r % (IR_OP_COUNT + 1)); break;
         case 4: in->result = r % (ir_n_values(k) + 3); break;
         }
-        char err[256];
-        if (ir_verify(k, err, sizeof err) == 0) {
+        kiln_err err = {0};
+        if (ir_verify(k, &err) == 0) {
             still_ok++;
-            ir_specialize(k, NULL, NULL, 0, err, sizeof err);
+            ir_specialize(k, NULL, NULL, 0, &err);
         } else {
-            cr_assert_neq(err[0], 0);
+            cr_assert_neq(err.msg[0], 0);
         }
         free(ir_print(k));
         ir_dce(k);

@@ -15,6 +15,7 @@
 #include "backend-spirv/spv_emit.h"
 #include "backend-spirv/vk_device.h"
 #include "backend-spirv/vk_probe.h"
+#include "base/error.h"
 #include "generate/sampler.h"
 #include "gguf/half.h"
 #include "ir/ir.h"
@@ -36,11 +37,11 @@
 
 
 static void launch(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
-    char err[512];
-    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
-    cr_assert_not_null(ck, "%s: %s", ir_kernel_name(k), err);
+    kiln_err err = {0};
+    rt_kernel *ck = d->ops->compile(d, k, NULL, &err);
+    cr_assert_not_null(ck, "%s: %s", ir_kernel_name(k), err.msg);
     rt_launch l = {ck, {gx, gy, 1}, args, n};
-    cr_assert_eq(d->ops->run(d, &l, 1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(d->ops->run(d, &l, 1, &err), 0, "%s", err.msg);
     d->ops->release_kernel(d, ck);
 }
 
@@ -86,13 +87,14 @@ static const char *const variants[] = {NULL, "no-subgroup-arith", "workgroup=32"
 /* ---- rmsnorm ------------------------------------------------------------------------------ */
 
 static void rmsnorm_case(rt_device *d, bool heads, uint32_t n, uint32_t rows, ir_scalar t, const char *var) {
-    char err[512], what[128];
+    kiln_err err = {0};
+    char what[128];
     snprintf(what, sizeof what, "%s n=%u rows=%u %s caps=%s", heads ? "rmsnorm_heads" : "rmsnorm", n, rows, tu_dname(t),
              var ? var : "device");
     const float eps = 1e-6f;
-    ir_kernel *k = heads ? kn_rmsnorm_heads(&d->caps, n, t, eps, err, sizeof err)
-                         : kn_rmsnorm(&d->caps, n, t, eps, err, sizeof err);
-    cr_assert_not_null(k, "%s: %s", what, err);
+    ir_kernel *k = heads ? kn_rmsnorm_heads(&d->caps, n, t, eps, &err)
+                         : kn_rmsnorm(&d->caps, n, t, eps, &err);
+    cr_assert_not_null(k, "%s: %s", what, err.msg);
     float *xf, *wf;
     uint16_t *x = tu_rand16(t, (size_t)n * rows, -3, 3, &xf), *w = tu_rand16(t, n, -2, 2, &wf);
     rt_buffer *bx = tu_vk_upload(d, x, (size_t)n * rows * 2), *bw = tu_vk_upload(d, w, (size_t)n * 2);
@@ -154,12 +156,13 @@ static uint32_t shrunk(const rt_caps *c, uint32_t gx, uint32_t div) {
 
 static void matvec_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t, ir_scalar out, uint32_t div,
                         const char *var) {
-    char err[512], what[160];
+    kiln_err err = {0};
+    char what[160];
     uint32_t gx = 0;
-    ir_kernel *k = kn_matvec(&d->caps, rows, cols, t, out, KN_EPI_NONE, &gx, err, sizeof err);
+    ir_kernel *k = kn_matvec(&d->caps, rows, cols, t, out, KN_EPI_NONE, &gx, &err);
     snprintf(what, sizeof what, "matvec %ux%u %s->%s grid %u of %u caps=%s", rows, cols, tu_dname(t),
              out == IR_F32 ? "f32" : tu_dname(t), shrunk(&d->caps, gx, div), gx, var ? var : "device");
-    cr_assert_not_null(k, "%s: %s", what, err);
+    cr_assert_not_null(k, "%s: %s", what, err.msg);
     float *wf, *xf;
     uint16_t *w = tu_rand16(t, (size_t)rows * cols, -1, 1, &wf), *x = tu_rand16(t, cols, -2, 2, &xf);
     rt_buffer *bw = tu_vk_upload(d, w, (size_t)rows * cols * 2), *bx = tu_vk_upload(d, x, (size_t)cols * 2), *by;
@@ -192,7 +195,8 @@ static void matvec_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t,
         for (uint32_t r = 0; r < rows; r++)
             cr_assert(fabs((double)y[r] - want[r]) <= tol[r], "%s: [%u] %.9g != %.9g (tol %.3g)", what, r, y[r],
                       want[r], tol[r]);
-        for (size_t i = rows; i < (size_t)rows + GUARD; i++) cr_assert(isnan(y[i]), "%s: wrote past the end at %zu", what, i);
+        for (size_t i = rows; i < (size_t)rows + GUARD; i++)
+            cr_assert(isnan(y[i]), "%s: wrote past the end at %zu", what, i);
         free(y);
     } else {
         uint16_t *y = fetch16(d, by, t, rows, what);
@@ -223,11 +227,12 @@ Test(kernels, matvec_odd_shapes_with_guards) {
  * points; a device sum within tol of the exact one can round to the neighbouring 16-bit
  * value, which the later steps carry: the tolerance follows each rounding. */
 static void matvec_epi_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t, unsigned epi, const char *var) {
-    char err[512], what[160];
+    kiln_err err = {0};
+    char what[160];
     snprintf(what, sizeof what, "matvec epi %u %ux%u %s caps=%s", epi, rows, cols, tu_dname(t), var ? var : "device");
     uint32_t gx = 0, wrows = epi & KN_EPI_SWIGLU ? 2 * rows : rows; /* the up weight after the gate's */
-    ir_kernel *k = kn_matvec(&d->caps, rows, cols, t, t, epi, &gx, err, sizeof err);
-    cr_assert_not_null(k, "%s: %s", what, err);
+    ir_kernel *k = kn_matvec(&d->caps, rows, cols, t, t, epi, &gx, &err);
+    cr_assert_not_null(k, "%s: %s", what, err.msg);
     float *wf, *xf, *bf, *rf;
     uint16_t *w = tu_rand16(t, (size_t)wrows * cols, -1, 1, &wf), *x = tu_rand16(t, cols, -2, 2, &xf);
     uint16_t *b = tu_rand16(t, rows, -3, 3, &bf), *res = tu_rand16(t, rows, -8, 8, &rf);
@@ -302,13 +307,14 @@ Test(kernels, matvec_epilogues_odd_shapes_with_guards) {
  * ulp to the bound, the others nothing. */
 static void matvec_norm_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t, ir_scalar out, unsigned epi,
                              uint32_t div, const char *var) {
-    char err[512], what[192];
+    kiln_err err = {0};
+    char what[192];
     uint32_t gx = 0;
     const float eps = 1e-5f;
-    ir_kernel *k = kn_matvec_norm(&d->caps, rows, cols, t, out, epi, eps, &gx, err, sizeof err);
+    ir_kernel *k = kn_matvec_norm(&d->caps, rows, cols, t, out, epi, eps, &gx, &err);
     snprintf(what, sizeof what, "matvec_norm epi %u %ux%u %s->%s grid %u of %u caps=%s", epi, rows, cols, tu_dname(t),
              out == IR_F32 ? "f32" : tu_dname(t), shrunk(&d->caps, gx, div), gx, var ? var : "device");
-    cr_assert_not_null(k, "%s: %s", what, err);
+    cr_assert_not_null(k, "%s: %s", what, err.msg);
     float *wf, *xf, *nf, *rf;
     uint16_t *w = tu_rand16(t, (size_t)rows * cols, -1, 1, &wf), *x = tu_rand16(t, cols, -3, 3, &xf);
     uint16_t *wn = tu_rand16(t, cols, 0.5f, 1.5f, &nf), *res = tu_rand16(t, rows, -8, 8, &rf);
@@ -394,25 +400,29 @@ Test(kernels, matvec_norm_odd_shapes_with_guards) {
 /* ---- add, swiglu ---------------------------------------------------------------------------- */
 
 static void eltwise_case(rt_device *d, bool swiglu, uint32_t n, ir_scalar t, const char *var) {
-    char err[512], what[128];
+    kiln_err err = {0};
+    char what[128];
     snprintf(what, sizeof what, "%s n=%u %s caps=%s", swiglu ? "swiglu" : "add", n, tu_dname(t), var ? var : "device");
     uint32_t gx = 0;
-    ir_kernel *k = swiglu ? kn_swiglu(&d->caps, n, t, &gx, err, sizeof err) : kn_add(&d->caps, n, t, &gx, err, sizeof err);
-    cr_assert_not_null(k, "%s: %s", what, err);
+    ir_kernel *k = swiglu ? kn_swiglu(&d->caps, n, t, &gx, &err) : kn_add(&d->caps, n, t, &gx, &err);
+    cr_assert_not_null(k, "%s: %s", what, err.msg);
     float *af, *bf;
     uint16_t *a = tu_rand16(t, n, -8, 8, &af), *b = tu_rand16(t, n, -4, 4, &bf);
-    rt_buffer *ba = tu_vk_upload(d, a, (size_t)n * 2), *bb = tu_vk_upload(d, b, (size_t)n * 2), *bo = poisoned16(d, t, n);
+    rt_buffer *ba = tu_vk_upload(d, a, (size_t)n * 2), *bb = tu_vk_upload(d, b, (size_t)n * 2),
+              *bo = poisoned16(d, t, n);
     rt_arg args[3] = {{ba, 0}, {bb, 0}, {bo, 0}};
     launch(d, k, gx, 1, args, 3);
     uint16_t *o = fetch16(d, bo, t, n, what);
     for (uint32_t i = 0; i < n; i++) {
         if (!swiglu) { /* one f32 add, one rounding: bit for bit */
-            cr_assert_eq(o[i], tu_to16(t, af[i] + bf[i]), "%s: [%u] %#x != %#x", what, i, o[i], tu_to16(t, af[i] + bf[i]));
+            cr_assert_eq(o[i], tu_to16(t, af[i] + bf[i]), "%s: [%u] %#x != %#x", what, i, o[i],
+                         tu_to16(t, af[i] + bf[i]));
             continue;
         }
         float want = af[i] / (1.0f + expf(-af[i])) * bf[i];
         /* the device's exp (3 + 2|x| ulp) carries through divide and multiply */
-        double tol = (3 + 2 * fabs(af[i]) + 4) * ldexp(1.0, -23) * fabs(want) + tu_ulp16(t, fmax(fabs(want), fabs(tu_from16(t, o[i]))));
+        double tol = (3 + 2 * fabs(af[i]) + 4) * ldexp(1.0, -23) * fabs(want) +
+                     tu_ulp16(t, fmax(fabs(want), fabs(tu_from16(t, o[i]))));
         cr_assert(fabs(tu_from16(t, o[i]) - want) <= tol, "%s: [%u] %.9g != %.9g", what, i, tu_from16(t, o[i]), want);
     }
     d->ops->release(d, ba), d->ops->release(d, bb), d->ops->release(d, bo);
@@ -449,12 +459,13 @@ static void rope_ref(float *x, uint32_t n_rot, bool neox, float base, uint32_t p
 
 static void rope_case(rt_device *d, uint32_t heads, uint32_t hd, uint32_t n_rot, bool neox, float base, uint32_t pos0,
                       uint32_t tokens, ir_scalar t) {
-    char err[512], what[160];
+    kiln_err err = {0};
+    char what[160];
     snprintf(what, sizeof what, "rope heads=%u hd=%u rot=%u %s pos=%u+%u %s", heads, hd, n_rot, neox ? "neox" : "norm",
              pos0, tokens, tu_dname(t));
     uint32_t gx = 0;
-    ir_kernel *k = kn_rope(&d->caps, heads, hd, n_rot, neox, base, t, &gx, err, sizeof err);
-    cr_assert_not_null(k, "%s: %s", what, err);
+    ir_kernel *k = kn_rope(&d->caps, heads, hd, n_rot, neox, base, t, &gx, &err);
+    cr_assert_not_null(k, "%s: %s", what, err.msg);
     size_t n = (size_t)tokens * heads * hd;
     float *xf;
     uint16_t *x = tu_rand16(t, n, -4, 4, &xf);
@@ -510,25 +521,25 @@ Test(kernels, rope_positions_and_layouts) {
 /* A recorded launch replays with a new position from the pos buffer. */
 Test(kernels, rope_replays_with_new_position) {
     rt_device *d = tu_vk_open_or_skip(NULL);
-    char err[512];
+    kiln_err err = {0};
     uint32_t gx = 0, heads = 4, hd = 16;
-    ir_kernel *k = kn_rope(&d->caps, heads, hd, hd, true, 10000.0f, IR_F16, &gx, err, sizeof err);
-    cr_assert_not_null(k, "%s", err);
-    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
-    cr_assert_not_null(ck, "%s", err);
+    ir_kernel *k = kn_rope(&d->caps, heads, hd, hd, true, 10000.0f, IR_F16, &gx, &err);
+    cr_assert_not_null(k, "%s", err.msg);
+    rt_kernel *ck = d->ops->compile(d, k, NULL, &err);
+    cr_assert_not_null(ck, "%s", err.msg);
     uint16_t ones[64];
     for (int i = 0; i < 64; i++) ones[i] = gguf_f32_to_f16(1.0f);
     uint32_t p = 0;
     rt_buffer *bx = tu_vk_upload(d, ones, sizeof ones), *bp = tu_vk_upload(d, &p, 4);
     rt_arg args[2] = {{bx, 0}, {bp, 0}};
     rt_launch l = {ck, {gx, 1, 1}, args, 2};
-    rt_recording *rec = d->ops->record(d, &l, 1, err, sizeof err);
-    cr_assert_not_null(rec, "%s", err);
+    rt_recording *rec = d->ops->record(d, &l, 1, &err);
+    cr_assert_not_null(rec, "%s", err.msg);
     for (uint32_t step = 0; step < 3; step++) {
         p = 10 + step;
-        cr_assert_eq(d->ops->upload(d, bx, 0, ones, sizeof ones, err, sizeof err), 0);
-        cr_assert_eq(d->ops->upload(d, bp, 0, &p, 4, err, sizeof err), 0);
-        cr_assert_eq(d->ops->replay(d, rec, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(d->ops->upload(d, bx, 0, ones, sizeof ones, &err), 0);
+        cr_assert_eq(d->ops->upload(d, bp, 0, &p, 4, &err), 0);
+        cr_assert_eq(d->ops->replay(d, rec, &err), 0, "%s", err.msg);
         uint16_t y[64];
         tu_vk_download(d, bx, y, sizeof y);
         float want[16];
@@ -548,9 +559,9 @@ Test(kernels, rope_replays_with_new_position) {
 /* ---- argmax ---------------------------------------------------------------------------------- */
 
 static void argmax_case(rt_device *d, uint32_t n, int pattern, const char *var) {
-    char err[512];
-    ir_kernel *k = kn_argmax(&d->caps, n, err, sizeof err);
-    cr_assert_not_null(k, "%s", err);
+    kiln_err err = {0};
+    ir_kernel *k = kn_argmax(&d->caps, n, &err);
+    cr_assert_not_null(k, "%s", err.msg);
     float *lg = malloc((size_t)n * 4);
     for (uint32_t i = 0; i < n; i++) {
         switch (pattern) {
@@ -600,15 +611,15 @@ Test(kernels, argmax_ties_to_lowest_index) {
 
 Test(kernels, embed_rows_and_bad_tokens) {
     rt_device *d = tu_vk_open_or_skip(NULL);
-    char err[512];
+    kiln_err err = {0};
     tu_seed(7);
     const uint32_t dims[][2] = {{1, 1}, {5, 7}, {100, 200}, {3, 4097}, {17, 4096}};
     for (size_t ti = 0; ti < 2; ti++)
         for (size_t si = 0; si < sizeof dims / sizeof dims[0]; si++) {
             ir_scalar t = dtypes[ti];
             uint32_t nv = dims[si][0], ne = dims[si][1], gx = 0;
-            ir_kernel *k = kn_embed(&d->caps, nv, ne, t, &gx, err, sizeof err);
-            cr_assert_not_null(k, "%s", err);
+            ir_kernel *k = kn_embed(&d->caps, nv, ne, t, &gx, &err);
+            cr_assert_not_null(k, "%s", err.msg);
             float *tf;
             uint16_t *tab = tu_rand16(t, (size_t)nv * ne, -1, 1, &tf);
             rt_buffer *bt = tu_vk_upload(d, tab, (size_t)nv * ne * 2);
@@ -629,8 +640,8 @@ Test(kernels, embed_rows_and_bad_tokens) {
             free(o);
             d->ops->release(d, bk), d->ops->release(d, bo);
             /* the last row of a block of n rows of the same table, n from info[1] */
-            ir_kernel *tl = kn_take_last(&d->caps, ne, nv, t, &gx, err, sizeof err);
-            cr_assert_not_null(tl, "%s", err);
+            ir_kernel *tl = kn_take_last(&d->caps, ne, nv, t, &gx, &err);
+            cr_assert_not_null(tl, "%s", err.msg);
             const uint32_t ns[] = {1, nv, nv / 2 + 1, 0, nv + 1};
             for (size_t q = 0; q < sizeof ns / sizeof ns[0]; q++) {
                 uint32_t info[2] = {9, ns[q]};
@@ -657,21 +668,21 @@ Test(kernels, embed_rows_and_bad_tokens) {
  * of info, nothing past either (guards), at odd counts and more than a workgroup. */
 Test(kernels, stage_inputs_copy_exactly_with_guards) {
     rt_device *d = tu_vk_open_or_skip(NULL);
-    char err[512];
+    kiln_err err = {0};
     const uint32_t ns[] = {1, 7, 255, 256, 257, 1000};
     for (size_t q = 0; q < sizeof ns / sizeof ns[0]; q++) {
         uint32_t n = ns[q], gx = 0;
-        ir_kernel *k = kn_stage_inputs(&d->caps, n, &gx, err, sizeof err);
-        cr_assert_not_null(k, "%s", err);
+        ir_kernel *k = kn_stage_inputs(&d->caps, n, &gx, &err);
+        cr_assert_not_null(k, "%s", err.msg);
         uint32_t *src = malloc((n + GUARD) * 4), *got = malloc((n + GUARD) * 4), *poison = malloc((n + GUARD) * 4);
         cr_assert(src && got && poison);
         for (uint32_t i = 0; i < n + GUARD; i++) src[i] = tu_rnd32(), poison[i] = 0xdeadbeefu;
         uint32_t info[2] = {tu_rnd32(), tu_rnd32()}, ipoison[2 + GUARD], igot[2 + GUARD];
         for (uint32_t i = 0; i < 2 + GUARD; i++) ipoison[i] = 0xdeadbeefu;
-        rt_buffer *th = d->ops->alloc_host(d, n * 4, err, sizeof err), *ih = d->ops->alloc_host(d, 8, err, sizeof err);
-        cr_assert(th && ih, "%s", err);
-        cr_assert_eq(d->ops->upload(d, th, 0, src, n * 4, err, sizeof err), 0, "%s", err);
-        cr_assert_eq(d->ops->upload(d, ih, 0, info, 8, err, sizeof err), 0, "%s", err);
+        rt_buffer *th = d->ops->alloc_host(d, n * 4, &err), *ih = d->ops->alloc_host(d, 8, &err);
+        cr_assert(th && ih, "%s", err.msg);
+        cr_assert_eq(d->ops->upload(d, th, 0, src, n * 4, &err), 0, "%s", err.msg);
+        cr_assert_eq(d->ops->upload(d, ih, 0, info, 8, &err), 0, "%s", err.msg);
         rt_buffer *td = tu_vk_upload(d, poison, (n + GUARD) * 4), *id = tu_vk_upload(d, ipoison, sizeof ipoison);
         rt_arg args[4] = {{th, 0}, {td, 0}, {ih, 0}, {id, 0}};
         launch(d, k, gx, 1, args, 4);
@@ -686,7 +697,7 @@ Test(kernels, stage_inputs_copy_exactly_with_guards) {
         ir_kernel_destroy(k);
     }
     uint32_t gx;
-    cr_assert_null(kn_stage_inputs(&d->caps, 0, &gx, err, sizeof err));
+    cr_assert_null(kn_stage_inputs(&d->caps, 0, &gx, &err));
     d->ops->destroy(d);
 }
 
@@ -696,28 +707,28 @@ Test(kernels, variants_build_for_min_and_h200_caps) {
     rt_caps cs[2];
     tu_caps_min(&cs[0]);
     tu_caps_h200(&cs[1]);
-    char err[512];
+    kiln_err err = {0};
     for (int ci = 0; ci < 2; ci++)
         for (size_t ti = 0; ti < 2; ti++) {
             const rt_caps *c = &cs[ci];
             ir_scalar t = dtypes[ti];
             uint32_t gx;
-            tu_emit_ok(kn_rmsnorm(c, 4097, t, 1e-5f, err, sizeof err), c, err, "rmsnorm");
-            tu_emit_ok(kn_rmsnorm(c, 4096, t, 1e-5f, err, sizeof err), c, err, "rmsnorm");
-            tu_emit_ok(kn_rmsnorm_heads(c, 128, t, 1e-6f, err, sizeof err), c, err, "rmsnorm_heads");
-            tu_emit_ok(kn_matvec(c, 4097, 1000, t, t, KN_EPI_NONE, &gx, err, sizeof err), c, err, "matvec");
-            tu_emit_ok(kn_matvec(c, 151936, 4096, t, IR_F32, KN_EPI_NONE, &gx, err, sizeof err), c, err, "matvec f32");
-            tu_emit_ok(kn_add(c, 4097, t, &gx, err, sizeof err), c, err, "add");
-            tu_emit_ok(kn_swiglu(c, 11008, t, &gx, err, sizeof err), c, err, "swiglu");
-            tu_emit_ok(kn_rope(c, 28, 128, 128, true, 1e6f, t, &gx, err, sizeof err), c, err, "rope");
-            tu_emit_ok(kn_argmax(c, 151936, err, sizeof err), c, err, "argmax");
-            tu_emit_ok(kn_embed(c, 151936, 3584, t, &gx, err, sizeof err), c, err, "embed");
+            tu_emit_ok(kn_rmsnorm(c, 4097, t, 1e-5f, &err), c, err.msg, "rmsnorm");
+            tu_emit_ok(kn_rmsnorm(c, 4096, t, 1e-5f, &err), c, err.msg, "rmsnorm");
+            tu_emit_ok(kn_rmsnorm_heads(c, 128, t, 1e-6f, &err), c, err.msg, "rmsnorm_heads");
+            tu_emit_ok(kn_matvec(c, 4097, 1000, t, t, KN_EPI_NONE, &gx, &err), c, err.msg, "matvec");
+            tu_emit_ok(kn_matvec(c, 151936, 4096, t, IR_F32, KN_EPI_NONE, &gx, &err), c, err.msg, "matvec f32");
+            tu_emit_ok(kn_add(c, 4097, t, &gx, &err), c, err.msg, "add");
+            tu_emit_ok(kn_swiglu(c, 11008, t, &gx, &err), c, err.msg, "swiglu");
+            tu_emit_ok(kn_rope(c, 28, 128, 128, true, 1e6f, t, &gx, &err), c, err.msg, "rope");
+            tu_emit_ok(kn_argmax(c, 151936, &err), c, err.msg, "argmax");
+            tu_emit_ok(kn_embed(c, 151936, 3584, t, &gx, &err), c, err.msg, "embed");
         }
     /* the two matvec shapes of work: a few rows per workgroup with subgroups, one without */
     uint32_t g1 = 0, g2 = 0;
-    ir_kernel *a = kn_matvec(&cs[1], 4096, 4096, IR_BF16, IR_BF16, KN_EPI_NONE, &g1, err, sizeof err);
-    ir_kernel *b = kn_matvec(&cs[0], 4096, 4096, IR_BF16, IR_BF16, KN_EPI_NONE, &g2, err, sizeof err);
-    cr_assert(a && b, "%s", err);
+    ir_kernel *a = kn_matvec(&cs[1], 4096, 4096, IR_BF16, IR_BF16, KN_EPI_NONE, &g1, &err);
+    ir_kernel *b = kn_matvec(&cs[0], 4096, 4096, IR_BF16, IR_BF16, KN_EPI_NONE, &g2, &err);
+    cr_assert(a && b, "%s", err.msg);
     cr_assert_eq(g1, 4096 / 8, "256 invocations = 8 subgroups of 32 = 8 rows per workgroup");
     cr_assert_eq(g2, 4096);
     ir_kernel_destroy(a);
@@ -728,36 +739,36 @@ Test(kernels, bad_shapes_and_caps_are_refused) {
     rt_caps c, plain;
     tu_caps_h200(&c);
     rt_caps_default(&plain, RT_VULKAN); /* no 16-bit buffers */
-    char err[512];
+    kiln_err err = {0};
     uint32_t gx;
-    err[0] = 0;
-    cr_assert_null(kn_rmsnorm(&c, 0, IR_BF16, 1e-5f, err, sizeof err));
-    cr_assert(strstr(err, "bad shape"), "%s", err);
-    cr_assert_null(kn_rmsnorm(&c, 64, IR_F32, 1e-5f, err, sizeof err));
-    cr_assert(strstr(err, "bf16 or f16"), "%s", err);
-    cr_assert_null(kn_rmsnorm(&c, 64, IR_BF16, NAN, err, sizeof err));
-    cr_assert_null(kn_rmsnorm(&plain, 64, IR_BF16, 1e-5f, err, sizeof err));
-    cr_assert(strstr(err, "storage16"), "%s", err);
-    cr_assert_null(kn_matvec(&c, 0, 5, IR_F16, IR_F16, KN_EPI_NONE, &gx, err, sizeof err));
-    cr_assert_null(kn_matvec(&c, 100000, 100000, IR_F16, IR_F16, KN_EPI_NONE, &gx, err, sizeof err));
-    cr_assert(strstr(err, "2^32"), "%s", err);
-    cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_BF16, KN_EPI_NONE, &gx, err, sizeof err));
-    cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_F32, KN_EPI_BIAS, &gx, err, sizeof err), "no epilogue on f32 logits");
-    cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_F16, KN_EPI_SWIGLU | KN_EPI_BIAS, &gx, err, sizeof err));
-    cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_F16, 8, &gx, err, sizeof err), "unknown epilogue flag");
-    cr_assert_null(kn_matvec_norm(&c, 5, 5, IR_F16, IR_F16, KN_EPI_NONE, -1.0f, &gx, err, sizeof err), "bad eps");
+    err.msg[0] = 0;
+    cr_assert_null(kn_rmsnorm(&c, 0, IR_BF16, 1e-5f, &err));
+    cr_assert(strstr(err.msg, "bad shape"), "%s", err.msg);
+    cr_assert_null(kn_rmsnorm(&c, 64, IR_F32, 1e-5f, &err));
+    cr_assert(strstr(err.msg, "bf16 or f16"), "%s", err.msg);
+    cr_assert_null(kn_rmsnorm(&c, 64, IR_BF16, NAN, &err));
+    cr_assert_null(kn_rmsnorm(&plain, 64, IR_BF16, 1e-5f, &err));
+    cr_assert(strstr(err.msg, "storage16"), "%s", err.msg);
+    cr_assert_null(kn_matvec(&c, 0, 5, IR_F16, IR_F16, KN_EPI_NONE, &gx, &err));
+    cr_assert_null(kn_matvec(&c, 100000, 100000, IR_F16, IR_F16, KN_EPI_NONE, &gx, &err));
+    cr_assert(strstr(err.msg, "2^32"), "%s", err.msg);
+    cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_BF16, KN_EPI_NONE, &gx, &err));
+    cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_F32, KN_EPI_BIAS, &gx, &err), "no epilogue on f32 logits");
+    cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_F16, KN_EPI_SWIGLU | KN_EPI_BIAS, &gx, &err));
+    cr_assert_null(kn_matvec(&c, 5, 5, IR_F16, IR_F16, 8, &gx, &err), "unknown epilogue flag");
+    cr_assert_null(kn_matvec_norm(&c, 5, 5, IR_F16, IR_F16, KN_EPI_NONE, -1.0f, &gx, &err), "bad eps");
     rt_caps small = c;
     small.shared_bytes = 16384;
-    cr_assert_null(kn_matvec_norm(&small, 5, 4096, IR_F16, IR_F16, KN_EPI_NONE, 1e-6f, &gx, err, sizeof err));
-    cr_assert(strstr(err, "workgroup memory"), "%s", err);
-    cr_assert_null(kn_add(&c, 0, IR_F16, &gx, err, sizeof err));
-    cr_assert_null(kn_swiglu(NULL, 8, IR_F16, &gx, err, sizeof err));
-    cr_assert_null(kn_rope(&c, 8, 64, 65, false, 1e4f, IR_BF16, &gx, err, sizeof err));
-    cr_assert_null(kn_rope(&c, 8, 64, 128, false, 1e4f, IR_BF16, &gx, err, sizeof err));
-    cr_assert_null(kn_rope(&c, 8, 64, 64, false, 0.0f, IR_BF16, &gx, err, sizeof err));
-    cr_assert_null(kn_argmax(&c, 0, err, sizeof err));
-    cr_assert_null(kn_embed(&c, 1u << 20, 1u << 12, IR_BF16, &gx, err, sizeof err));
-    cr_assert(strstr(err, "bad shape"), "%s", err);
+    cr_assert_null(kn_matvec_norm(&small, 5, 4096, IR_F16, IR_F16, KN_EPI_NONE, 1e-6f, &gx, &err));
+    cr_assert(strstr(err.msg, "workgroup memory"), "%s", err.msg);
+    cr_assert_null(kn_add(&c, 0, IR_F16, &gx, &err));
+    cr_assert_null(kn_swiglu(NULL, 8, IR_F16, &gx, &err));
+    cr_assert_null(kn_rope(&c, 8, 64, 65, false, 1e4f, IR_BF16, &gx, &err));
+    cr_assert_null(kn_rope(&c, 8, 64, 128, false, 1e4f, IR_BF16, &gx, &err));
+    cr_assert_null(kn_rope(&c, 8, 64, 64, false, 0.0f, IR_BF16, &gx, &err));
+    cr_assert_null(kn_argmax(&c, 0, &err));
+    cr_assert_null(kn_embed(&c, 1u << 20, 1u << 12, IR_BF16, &gx, &err));
+    cr_assert(strstr(err.msg, "bad shape"), "%s", err.msg);
 }
 
 /* ---- sin and cos of rope angles ---------------------------------------------------------- */
@@ -779,8 +790,8 @@ Test(kernels, sincos_is_accurate_over_rope_angles) {
     kx_store(k, o, kx_mul_c(k, i, 2), s);
     kx_store(k, o, kx_add_c(k, kx_mul_c(k, i, 2), 1), c);
     kx_end_if(k, in);
-    char err[256];
-    cr_assert_eq(ir_verify(k.ir, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(ir_verify(k.ir, &err), 0, "%s", err.msg);
     float *ang = malloc(n * 4), *out = malloc(2 * n * 4);
     tu_seed(11);
     for (uint32_t j = 0; j < n; j++)
@@ -793,8 +804,8 @@ Test(kernels, sincos_is_accurate_over_rope_angles) {
     for (uint32_t j = 0; j < n; j++) {
         double es = fabs(out[2 * j] - sin((double)ang[j])), ec = fabs(out[2 * j + 1] - cos((double)ang[j]));
         worst = fmax(worst, fmax(es, ec));
-        cr_assert(es <= ldexp(1.0, -22) && ec <= ldexp(1.0, -22), "angle %.9g: sin %.9g (%.3g off), cos %.9g (%.3g off)",
-                  ang[j], out[2 * j], es, out[2 * j + 1], ec);
+        cr_assert(es <= ldexp(1.0, -22) && ec <= ldexp(1.0, -22),
+                  "angle %.9g: sin %.9g (%.3g off), cos %.9g (%.3g off)", ang[j], out[2 * j], es, out[2 * j + 1], ec);
     }
     cr_log_info("kn_sincos: worst absolute error %.3g over %u angles", worst, n);
     d->ops->release(d, ba), d->ops->release(d, bo);
@@ -823,8 +834,8 @@ Test(kernels, fdiv_fsqrt_exp_match_the_host) {
     kx_store(k, o, kx_add_c(k, i3, 1), kn_fsqrt(k, kx_abs(k, av)));
     kx_store(k, o, kx_add_c(k, i3, 2), kn_exp(k, bv));
     kx_end_if(k, in);
-    char err[256];
-    cr_assert_eq(ir_verify(k.ir, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(ir_verify(k.ir, &err), 0, "%s", err.msg);
     float *av_ = malloc(n * 4), *bv_ = malloc(n * 4), *out = malloc(3 * n * 4);
     tu_seed(12);
     const float edge_a[] = {0.0f, -0.0f, 1.0f, INFINITY, -INFINITY, NAN, 3e38f, 1e-38f, 7.0f, 1.0f, 1e-45f, 2.0f};
@@ -837,7 +848,8 @@ Test(kernels, fdiv_fsqrt_exp_match_the_host) {
             bv_[j] = j % 3 ? tu_urand(-100, 80) : tu_urand(-1, 1) * powf(2.0f, tu_urand(-30, 30));
         }
     }
-    rt_buffer *ba = tu_vk_upload(d, av_, n * 4), *bb = tu_vk_upload(d, bv_, n * 4), *bo = tu_vk_upload(d, out, 3 * n * 4);
+    rt_buffer *ba = tu_vk_upload(d, av_, n * 4), *bb = tu_vk_upload(d, bv_, n * 4),
+              *bo = tu_vk_upload(d, out, 3 * n * 4);
     rt_arg args[3] = {{ba, 0}, {bb, 0}, {bo, 0}};
     launch(d, k.ir, (n + 63) / 64, 1, args, 3);
     tu_vk_download(d, bo, out, 3 * n * 4);
@@ -846,7 +858,8 @@ Test(kernels, fdiv_fsqrt_exp_match_the_host) {
         float wd = av_[j] / bv_[j], ws = sqrtf(fabsf(av_[j])), we = (float)exp((double)bv_[j]);
         float gd = out[3 * j], gs = out[3 * j + 1], ge = out[3 * j + 2];
         /* one ulp, in the units of the larger magnitude (subnormal floor) */
-#define ULP1(w, g) (isnan(w) ? isnan(g) : (w) == (g) || fabsf((g) - (w)) <= fmaxf(nextafterf(fabsf(w), INFINITY) - fabsf(w), 1e-45f))
+#define ULP1(w, g)                                                                                                     \
+    (isnan(w) ? isnan(g) : (w) == (g) || fabsf((g) - (w)) <= fmaxf(nextafterf(fabsf(w), INFINITY) - fabsf(w), 1e-45f))
         cr_assert(ULP1(wd, gd), "%.9g / %.9g = %.9g, got %.9g", av_[j], bv_[j], wd, gd);
         cr_assert(ULP1(ws, gs), "sqrt %.9g = %.9g, got %.9g", fabsf(av_[j]), ws, gs);
         cr_assert(ULP1(we, ge), "exp %.9g = %.9g, got %.9g", bv_[j], we, ge);

@@ -25,6 +25,7 @@
 #include "backend-spirv/spv_emit.h"
 #include "backend-spirv/vk_device.h"
 #include "backend-spirv/vk_probe.h"
+#include "base/error.h"
 #include "gguf/half.h"
 #include "ir/ir.h"
 #include "kernels/kernels.h"
@@ -91,15 +92,15 @@ static void kv_store_case(rt_device *d, rt_kernel *ck, uint32_t gx, uint32_t kv_
 Test(kernels_attn, kv_store_writes_exactly_row_pos) {
     rt_device *d = tu_vk_open_or_skip(NULL);
     tu_seed(11);
-    char err[512];
+    kiln_err err = {0};
     const uint32_t dims[] = {8, 7, 6, 40, 5 * 40, 4 * 64, 8 * 128}; /* vector widths 4, 1, 2 */
     const uint32_t ctxs[] = {1024, 1031};
     for (size_t ti = 0; ti < 2; ti++)
         for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
             for (size_t ci = 0; ci < 2; ci++) {
                 uint32_t kv = dims[di], nctx = ctxs[ci], gx = 0;
-                ir_kernel *k = kn_kv_store(&d->caps, kv, nctx, dtypes[ti], &gx, err, sizeof err);
-                cr_assert_not_null(k, "%s", err);
+                ir_kernel *k = kn_kv_store(&d->caps, kv, nctx, dtypes[ti], &gx, &err);
+                cr_assert_not_null(k, "%s", err.msg);
                 rt_kernel *ck = tu_vk_compile(d, k);
                 const uint32_t pos[] = {0, 1, 6, 200, 1000, nctx - 1, nctx, nctx + 5, 0xffffffffu};
                 for (size_t pi = 0; pi < sizeof pos / sizeof pos[0]; pi++)
@@ -123,13 +124,14 @@ Test(kernels_attn, kv_store_writes_exactly_row_pos) {
  * makes NaN) with a guard after it, as does the output. */
 static void attn_case(rt_device *d, uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t n_ctx, uint32_t n_split,
                       ir_scalar t, const uint32_t *pos, size_t n_pos, const char *var) {
-    char err[512], what[200];
+    kiln_err err = {0};
+    char what[200];
     uint32_t g[2] = {0}, gm = 0, kv_dim = n_head_kv * hd, qn = n_head * hd;
-    ir_kernel *k = kn_attn_decode(&d->caps, n_head, n_head_kv, hd, n_ctx, n_split, t, g, err, sizeof err);
-    cr_assert_not_null(k, "%s", err);
+    ir_kernel *k = kn_attn_decode(&d->caps, n_head, n_head_kv, hd, n_ctx, n_split, t, g, &err);
+    cr_assert_not_null(k, "%s", err.msg);
     cr_assert(g[0] == n_head && g[1] == n_split);
-    ir_kernel *km = kn_attn_merge(&d->caps, n_head, hd, n_ctx, n_split, t, &gm, err, sizeof err);
-    cr_assert_not_null(km, "%s", err);
+    ir_kernel *km = kn_attn_merge(&d->caps, n_head, hd, n_ctx, n_split, t, &gm, &err);
+    cr_assert_not_null(km, "%s", err.msg);
     cr_assert_eq(gm, n_head);
     rt_kernel *ck = tu_vk_compile(d, k), *cm = tu_vk_compile(d, km);
     size_t nc = (size_t)n_ctx * kv_dim, np = (size_t)n_head * n_split * (hd + 2) + GUARD;
@@ -143,7 +145,8 @@ static void attn_case(rt_device *d, uint32_t n_head, uint32_t n_head_kv, uint32_
     cr_assert(kp && vp && poison && o && want && tol && ppoison && pgot);
     for (size_t i = 0; i < (size_t)qn + GUARD; i++) poison[i] = tu_nan16(t);
     for (size_t i = 0; i < np; i++) ppoison[i] = 0x7fc00000u;
-    rt_buffer *bq = tu_vk_upload(d, q, (size_t)qn * 2), *bk = tu_vk_upload(d, kc, nc * 2), *bv = tu_vk_upload(d, vc, nc * 2);
+    rt_buffer *bq = tu_vk_upload(d, q, (size_t)qn * 2), *bk = tu_vk_upload(d, kc, nc * 2),
+              *bv = tu_vk_upload(d, vc, nc * 2);
     rt_buffer *bo = tu_vk_upload(d, poison, ((size_t)qn + GUARD) * 2), *bp = tu_vk_upload(d, &pos[0], 4);
     rt_buffer *bpart = tu_vk_upload(d, ppoison, np * 4);
     for (size_t pi = 0; pi < n_pos; pi++) {
@@ -223,20 +226,20 @@ Test(kernels_attn, variants_build_for_min_and_h200_caps) {
     rt_caps cs[2];
     tu_caps_min(&cs[0]);
     tu_caps_h200(&cs[1]);
-    char err[512];
+    kiln_err err = {0};
     uint32_t gx;
     for (int ci = 0; ci < 2; ci++)
         for (size_t ti = 0; ti < 2; ti++) {
-            tu_emit_ok(kn_kv_store(&cs[ci], 1024, 32768, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "kv_store");
-            tu_emit_ok(kn_kv_store(&cs[ci], 7, 5, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "kv_store");
+            tu_emit_ok(kn_kv_store(&cs[ci], 1024, 32768, dtypes[ti], &gx, &err), &cs[ci], err.msg, "kv_store");
+            tu_emit_ok(kn_kv_store(&cs[ci], 7, 5, dtypes[ti], &gx, &err), &cs[ci], err.msg, "kv_store");
             uint32_t g2[2];
-            tu_emit_ok(kn_attn_decode(&cs[ci], 32, 8, 128, 32768, 16, dtypes[ti], g2, err, sizeof err), &cs[ci], err, "attn");
-            tu_emit_ok(kn_attn_decode(&cs[ci], 28, 4, 128, 4096, 1, dtypes[ti], g2, err, sizeof err), &cs[ci], err, "attn");
-            tu_emit_ok(kn_attn_decode(&cs[ci], 5, 1, 40, 1031, 7, dtypes[ti], g2, err, sizeof err), &cs[ci], err, "attn");
-            tu_emit_ok(kn_attn_decode(&cs[ci], 2, 2, 256, 100, 64, dtypes[ti], g2, err, sizeof err), &cs[ci], err, "attn");
-            tu_emit_ok(kn_attn_merge(&cs[ci], 32, 128, 32768, 16, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "merge");
-            tu_emit_ok(kn_attn_merge(&cs[ci], 5, 40, 1031, 7, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "merge");
-            tu_emit_ok(kn_attn_merge(&cs[ci], 2, 256, 100, 1, dtypes[ti], &gx, err, sizeof err), &cs[ci], err, "merge");
+            tu_emit_ok(kn_attn_decode(&cs[ci], 32, 8, 128, 32768, 16, dtypes[ti], g2, &err), &cs[ci], err.msg, "attn");
+            tu_emit_ok(kn_attn_decode(&cs[ci], 28, 4, 128, 4096, 1, dtypes[ti], g2, &err), &cs[ci], err.msg, "attn");
+            tu_emit_ok(kn_attn_decode(&cs[ci], 5, 1, 40, 1031, 7, dtypes[ti], g2, &err), &cs[ci], err.msg, "attn");
+            tu_emit_ok(kn_attn_decode(&cs[ci], 2, 2, 256, 100, 64, dtypes[ti], g2, &err), &cs[ci], err.msg, "attn");
+            tu_emit_ok(kn_attn_merge(&cs[ci], 32, 128, 32768, 16, dtypes[ti], &gx, &err), &cs[ci], err.msg, "merge");
+            tu_emit_ok(kn_attn_merge(&cs[ci], 5, 40, 1031, 7, dtypes[ti], &gx, &err), &cs[ci], err.msg, "merge");
+            tu_emit_ok(kn_attn_merge(&cs[ci], 2, 256, 100, 1, dtypes[ti], &gx, &err), &cs[ci], err.msg, "merge");
         }
 }
 
@@ -245,33 +248,33 @@ Test(kernels_attn, bad_shapes_and_caps_are_refused) {
     rt_caps_default(&c, RT_VULKAN);
     c.storage16 = true;
     rt_caps_default(&plain, RT_VULKAN);
-    char err[512];
+    kiln_err err = {0};
     uint32_t gx;
-    cr_assert_null(kn_kv_store(&c, 0, 16, IR_BF16, &gx, err, sizeof err));
-    cr_assert(strstr(err, "bad shape"), "%s", err);
-    cr_assert_null(kn_kv_store(&c, 1u << 16, 1u << 16, IR_BF16, &gx, err, sizeof err));
-    cr_assert(strstr(err, "2^32"), "%s", err);
-    cr_assert_null(kn_kv_store(&c, 64, 16, IR_F32, &gx, err, sizeof err));
-    cr_assert(strstr(err, "bf16 or f16"), "%s", err);
-    cr_assert_null(kn_kv_store(&plain, 64, 16, IR_BF16, &gx, err, sizeof err));
-    cr_assert(strstr(err, "storage16"), "%s", err);
+    cr_assert_null(kn_kv_store(&c, 0, 16, IR_BF16, &gx, &err));
+    cr_assert(strstr(err.msg, "bad shape"), "%s", err.msg);
+    cr_assert_null(kn_kv_store(&c, 1u << 16, 1u << 16, IR_BF16, &gx, &err));
+    cr_assert(strstr(err.msg, "2^32"), "%s", err.msg);
+    cr_assert_null(kn_kv_store(&c, 64, 16, IR_F32, &gx, &err));
+    cr_assert(strstr(err.msg, "bf16 or f16"), "%s", err.msg);
+    cr_assert_null(kn_kv_store(&plain, 64, 16, IR_BF16, &gx, &err));
+    cr_assert(strstr(err.msg, "storage16"), "%s", err.msg);
     uint32_t g2[2];
-    cr_assert_null(kn_attn_decode(&c, 6, 4, 64, 16, 1, IR_BF16, g2, err, sizeof err)); /* 6 % 4 */
-    cr_assert(strstr(err, "bad shape"), "%s", err);
-    cr_assert_null(kn_attn_decode(&c, 0, 1, 64, 16, 1, IR_BF16, g2, err, sizeof err));
-    cr_assert_null(kn_attn_decode(&c, 4, 0, 64, 16, 1, IR_BF16, g2, err, sizeof err));
-    cr_assert_null(kn_attn_decode(&c, 4, 4, 0, 16, 1, IR_BF16, g2, err, sizeof err));
-    cr_assert_null(kn_attn_decode(&c, 4, 4, 64, 0, 1, IR_BF16, g2, err, sizeof err));
-    cr_assert_null(kn_attn_decode(&c, 4, 4, 64, 16, 0, IR_BF16, g2, err, sizeof err));
-    cr_assert(strstr(err, "splits"), "%s", err);
-    cr_assert_null(kn_attn_decode(&c, 4, 4, 64, 16, 1025, IR_BF16, g2, err, sizeof err));
-    cr_assert_null(kn_attn_decode(&c, 64, 64, 128, 1u << 20, 1, IR_BF16, g2, err, sizeof err));
-    cr_assert(strstr(err, "2^32"), "%s", err);
-    cr_assert_null(kn_attn_decode(NULL, 4, 4, 64, 16, 1, IR_BF16, g2, err, sizeof err));
-    cr_assert_null(kn_attn_decode(&c, 4, 4, 64, 16, 1, IR_F32, g2, err, sizeof err));
-    cr_assert_null(kn_attn_merge(&c, 0, 64, 16, 1, IR_BF16, &gx, err, sizeof err));
-    cr_assert_null(kn_attn_merge(&c, 4, 64, 16, 0, IR_BF16, &gx, err, sizeof err));
-    cr_assert_null(kn_attn_merge(&c, 4, 64, 16, 1, IR_F32, &gx, err, sizeof err));
+    cr_assert_null(kn_attn_decode(&c, 6, 4, 64, 16, 1, IR_BF16, g2, &err)); /* 6 % 4 */
+    cr_assert(strstr(err.msg, "bad shape"), "%s", err.msg);
+    cr_assert_null(kn_attn_decode(&c, 0, 1, 64, 16, 1, IR_BF16, g2, &err));
+    cr_assert_null(kn_attn_decode(&c, 4, 0, 64, 16, 1, IR_BF16, g2, &err));
+    cr_assert_null(kn_attn_decode(&c, 4, 4, 0, 16, 1, IR_BF16, g2, &err));
+    cr_assert_null(kn_attn_decode(&c, 4, 4, 64, 0, 1, IR_BF16, g2, &err));
+    cr_assert_null(kn_attn_decode(&c, 4, 4, 64, 16, 0, IR_BF16, g2, &err));
+    cr_assert(strstr(err.msg, "splits"), "%s", err.msg);
+    cr_assert_null(kn_attn_decode(&c, 4, 4, 64, 16, 1025, IR_BF16, g2, &err));
+    cr_assert_null(kn_attn_decode(&c, 64, 64, 128, 1u << 20, 1, IR_BF16, g2, &err));
+    cr_assert(strstr(err.msg, "2^32"), "%s", err.msg);
+    cr_assert_null(kn_attn_decode(NULL, 4, 4, 64, 16, 1, IR_BF16, g2, &err));
+    cr_assert_null(kn_attn_decode(&c, 4, 4, 64, 16, 1, IR_F32, g2, &err));
+    cr_assert_null(kn_attn_merge(&c, 0, 64, 16, 1, IR_BF16, &gx, &err));
+    cr_assert_null(kn_attn_merge(&c, 4, 64, 16, 0, IR_BF16, &gx, &err));
+    cr_assert_null(kn_attn_merge(&c, 4, 64, 16, 1, IR_F32, &gx, &err));
     /* the plan's split count: at least 1, at most 64, a power of two, runs of >= 16 */
     rt_caps big = c;
     big.compute_units = 132;

@@ -18,6 +18,7 @@
 #include "backend-spirv/spv_emit.h"
 #include "backend-spirv/vk_device.h"
 #include "backend-spirv/vk_probe.h"
+#include "base/error.h"
 #include "gguf/half.h"
 #include "ir/ir.h"
 #include "kernels/kernels.h"
@@ -48,11 +49,12 @@ typedef struct blk {
  * caches, refreshed per block with the poison laid over what must not be read. */
 static void prefill_case(rt_device *d, const shape *s, ir_scalar t, const blk *blocks, size_t n_blocks,
                          const char *var) {
-    char err[512], what[256];
+    kiln_err err = {0};
+    char what[256];
     uint32_t groups[2] = {0, 0}, kv_dim = s->n_head_kv * s->hd, qn = s->n_head * s->hd;
     ir_kernel *k = kn_attn_prefill(&d->caps, s->n_head, s->n_head_kv, s->hd, s->q_stride, s->n_ctx, s->n_max, t,
-                                   groups, err, sizeof err);
-    cr_assert_not_null(k, "%s", err);
+                                   groups, &err);
+    cr_assert_not_null(k, "%s", err.msg);
     cr_assert(groups[0] > 0 && groups[1] > 0);
     rt_kernel *ck = tu_vk_compile(d, k);
     size_t nq = (size_t)s->n_max * s->q_stride, nc = (size_t)s->n_ctx * kv_dim, no = (size_t)s->n_max * qn;
@@ -173,23 +175,23 @@ Test(kernels_attn_prefill, variants_build_for_min_and_h200_caps) {
     rt_caps cs[2];
     tu_caps_min(&cs[0]);
     tu_caps_h200(&cs[1]);
-    char err[512];
+    kiln_err err = {0};
     uint32_t g[2];
     for (int ci = 0; ci < 2; ci++)
         for (size_t ti = 0; ti < 2; ti++) {
             ir_scalar t = dtypes[ti];
             /* qwen3-0.6b (q part of its fused qkv row) and qwen3-8b, 4096 positions, 512 tokens */
-            tu_emit_ok(kn_attn_prefill(&cs[ci], 16, 8, 128, 4096, 4096, 512, t, g, err, sizeof err), &cs[ci], err,
+            tu_emit_ok(kn_attn_prefill(&cs[ci], 16, 8, 128, 4096, 4096, 512, t, g, &err), &cs[ci], err.msg,
                        "prefill 0.6b");
-            tu_emit_ok(kn_attn_prefill(&cs[ci], 32, 8, 128, 4096, 4096, 512, t, g, err, sizeof err), &cs[ci], err,
+            tu_emit_ok(kn_attn_prefill(&cs[ci], 32, 8, 128, 4096, 4096, 512, t, g, &err), &cs[ci], err.msg,
                        "prefill 8b");
-            tu_emit_ok(kn_attn_prefill(&cs[ci], 16, 8, 128, 2048, 4096, 512, t, g, err, sizeof err), &cs[ci], err,
+            tu_emit_ok(kn_attn_prefill(&cs[ci], 16, 8, 128, 2048, 4096, 512, t, g, &err), &cs[ci], err.msg,
                        "prefill 0.6b");
-            tu_emit_ok(kn_attn_prefill(&cs[ci], 6, 1, 40, 241, 1031, 100, t, g, err, sizeof err), &cs[ci], err,
+            tu_emit_ok(kn_attn_prefill(&cs[ci], 6, 1, 40, 241, 1031, 100, t, g, &err), &cs[ci], err.msg,
                        "prefill odd");
-            tu_emit_ok(kn_attn_prefill(&cs[ci], 2, 2, 256, 512, 100, 64, t, g, err, sizeof err), &cs[ci], err,
+            tu_emit_ok(kn_attn_prefill(&cs[ci], 2, 2, 256, 512, 100, 64, t, g, &err), &cs[ci], err.msg,
                        "prefill 256");
-            tu_emit_ok(kn_attn_prefill(&cs[ci], 3, 3, 5, 15, 7, 3, t, g, err, sizeof err), &cs[ci], err, "prefill tiny");
+            tu_emit_ok(kn_attn_prefill(&cs[ci], 3, 3, 5, 15, 7, 3, t, g, &err), &cs[ci], err.msg, "prefill tiny");
         }
 }
 
@@ -198,40 +200,40 @@ Test(kernels_attn_prefill, bad_shapes_and_caps_are_refused) {
     rt_caps_default(&c, RT_VULKAN);
     c.storage16 = true;
     rt_caps_default(&plain, RT_VULKAN);
-    char err[512];
+    kiln_err err = {0};
     uint32_t g[2];
     const char *pre = "kn_attn_prefill: ";
-    cr_assert_null(kn_attn_prefill(&c, 6, 4, 64, 384, 16, 8, IR_BF16, g, err, sizeof err)); /* 6 % 4 */
-    cr_assert(strncmp(err, pre, strlen(pre)) == 0 && strstr(err, "bad shape"), "%s", err);
-    cr_assert_null(kn_attn_prefill(&c, 0, 1, 64, 64, 16, 8, IR_BF16, g, err, sizeof err));
-    cr_assert(strncmp(err, pre, strlen(pre)) == 0, "%s", err);
-    cr_assert_null(kn_attn_prefill(&c, 4, 0, 64, 256, 16, 8, IR_BF16, g, err, sizeof err));
-    cr_assert(strncmp(err, pre, strlen(pre)) == 0, "%s", err);
-    cr_assert_null(kn_attn_prefill(&c, 4, 4, 0, 256, 16, 8, IR_BF16, g, err, sizeof err));
-    cr_assert(strncmp(err, pre, strlen(pre)) == 0, "%s", err);
-    cr_assert_null(kn_attn_prefill(&c, 4, 4, 64, 256, 0, 8, IR_BF16, g, err, sizeof err));
-    cr_assert(strncmp(err, pre, strlen(pre)) == 0, "%s", err);
-    cr_assert_null(kn_attn_prefill(&c, 4, 4, 64, 256, 16, 0, IR_BF16, g, err, sizeof err));
-    cr_assert(strncmp(err, pre, strlen(pre)) == 0, "%s", err);
+    cr_assert_null(kn_attn_prefill(&c, 6, 4, 64, 384, 16, 8, IR_BF16, g, &err)); /* 6 % 4 */
+    cr_assert(strncmp(err.msg, pre, strlen(pre)) == 0 && strstr(err.msg, "bad shape"), "%s", err.msg);
+    cr_assert_null(kn_attn_prefill(&c, 0, 1, 64, 64, 16, 8, IR_BF16, g, &err));
+    cr_assert(strncmp(err.msg, pre, strlen(pre)) == 0, "%s", err.msg);
+    cr_assert_null(kn_attn_prefill(&c, 4, 0, 64, 256, 16, 8, IR_BF16, g, &err));
+    cr_assert(strncmp(err.msg, pre, strlen(pre)) == 0, "%s", err.msg);
+    cr_assert_null(kn_attn_prefill(&c, 4, 4, 0, 256, 16, 8, IR_BF16, g, &err));
+    cr_assert(strncmp(err.msg, pre, strlen(pre)) == 0, "%s", err.msg);
+    cr_assert_null(kn_attn_prefill(&c, 4, 4, 64, 256, 0, 8, IR_BF16, g, &err));
+    cr_assert(strncmp(err.msg, pre, strlen(pre)) == 0, "%s", err.msg);
+    cr_assert_null(kn_attn_prefill(&c, 4, 4, 64, 256, 16, 0, IR_BF16, g, &err));
+    cr_assert(strncmp(err.msg, pre, strlen(pre)) == 0, "%s", err.msg);
     /* q rows shorter than the heads */
-    cr_assert_null(kn_attn_prefill(&c, 4, 4, 64, 255, 16, 8, IR_BF16, g, err, sizeof err));
-    cr_assert(strncmp(err, pre, strlen(pre)) == 0 && strstr(err, "q_stride"), "%s", err);
+    cr_assert_null(kn_attn_prefill(&c, 4, 4, 64, 255, 16, 8, IR_BF16, g, &err));
+    cr_assert(strncmp(err.msg, pre, strlen(pre)) == 0 && strstr(err.msg, "q_stride"), "%s", err.msg);
     /* u32 indices: the caches, q and out */
-    cr_assert_null(kn_attn_prefill(&c, 64, 64, 128, 8192, 1u << 20, 8, IR_BF16, g, err, sizeof err));
-    cr_assert(strncmp(err, pre, strlen(pre)) == 0 && strstr(err, "2^32"), "%s", err);
-    cr_assert_null(kn_attn_prefill(&c, 8, 8, 128, 1024, 16, 1u << 22, IR_BF16, g, err, sizeof err));
-    cr_assert(strncmp(err, pre, strlen(pre)) == 0 && strstr(err, "2^32"), "%s", err);
-    cr_assert_null(kn_attn_prefill(&c, 1, 1, 64, 64, 1u << 20, 1u << 26, IR_BF16, g, err, sizeof err));
-    cr_assert(strncmp(err, pre, strlen(pre)) == 0, "%s", err);
+    cr_assert_null(kn_attn_prefill(&c, 64, 64, 128, 8192, 1u << 20, 8, IR_BF16, g, &err));
+    cr_assert(strncmp(err.msg, pre, strlen(pre)) == 0 && strstr(err.msg, "2^32"), "%s", err.msg);
+    cr_assert_null(kn_attn_prefill(&c, 8, 8, 128, 1024, 16, 1u << 22, IR_BF16, g, &err));
+    cr_assert(strncmp(err.msg, pre, strlen(pre)) == 0 && strstr(err.msg, "2^32"), "%s", err.msg);
+    cr_assert_null(kn_attn_prefill(&c, 1, 1, 64, 64, 1u << 20, 1u << 26, IR_BF16, g, &err));
+    cr_assert(strncmp(err.msg, pre, strlen(pre)) == 0, "%s", err.msg);
     /* a head too wide for the workgroup memory */
     rt_caps tiny = c;
     tiny.shared_bytes = 1024;
-    cr_assert_null(kn_attn_prefill(&tiny, 4, 4, 128, 512, 16, 8, IR_BF16, g, err, sizeof err));
-    cr_assert(strncmp(err, pre, strlen(pre)) == 0 && strstr(err, "workgroup memory"), "%s", err);
+    cr_assert_null(kn_attn_prefill(&tiny, 4, 4, 128, 512, 16, 8, IR_BF16, g, &err));
+    cr_assert(strncmp(err.msg, pre, strlen(pre)) == 0 && strstr(err.msg, "workgroup memory"), "%s", err.msg);
     /* dtype and caps */
-    cr_assert_null(kn_attn_prefill(&c, 4, 4, 64, 256, 16, 8, IR_F32, g, err, sizeof err));
-    cr_assert(strstr(err, "bf16 or f16"), "%s", err);
-    cr_assert_null(kn_attn_prefill(&plain, 4, 4, 64, 256, 16, 8, IR_BF16, g, err, sizeof err));
-    cr_assert(strstr(err, "storage16"), "%s", err);
-    cr_assert_null(kn_attn_prefill(NULL, 4, 4, 64, 256, 16, 8, IR_BF16, g, err, sizeof err));
+    cr_assert_null(kn_attn_prefill(&c, 4, 4, 64, 256, 16, 8, IR_F32, g, &err));
+    cr_assert(strstr(err.msg, "bf16 or f16"), "%s", err.msg);
+    cr_assert_null(kn_attn_prefill(&plain, 4, 4, 64, 256, 16, 8, IR_BF16, g, &err));
+    cr_assert(strstr(err.msg, "storage16"), "%s", err.msg);
+    cr_assert_null(kn_attn_prefill(NULL, 4, 4, 64, 256, 16, 8, IR_BF16, g, &err));
 }

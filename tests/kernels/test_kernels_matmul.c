@@ -17,6 +17,7 @@
 #include "backend-spirv/spv_emit.h"
 #include "backend-spirv/vk_device.h"
 #include "backend-spirv/vk_probe.h"
+#include "base/error.h"
 #include "gguf/half.h"
 #include "ir/ir.h"
 #include "kernels/kernels.h"
@@ -57,13 +58,14 @@ typedef struct mm_shape {
 
 static void matmul_case(rt_device *d, mm_shape s, ir_scalar t, unsigned epi, const uint32_t *ns, size_t n_ns,
                         const char *var) {
-    char err[512], what[200];
+    kiln_err err = {0};
+    char what[200];
     uint32_t rows = s.rows, cols = s.cols, n_max = s.n_max, g[2] = {0, 0};
-    ir_kernel *k = kn_matmul(&d->caps, rows, cols, n_max, t, epi, g, err, sizeof err);
-    cr_assert_not_null(k, "matmul %ux%u n_max=%u: %s", rows, cols, n_max, err);
+    ir_kernel *k = kn_matmul(&d->caps, rows, cols, n_max, t, epi, g, &err);
+    cr_assert_not_null(k, "matmul %ux%u n_max=%u: %s", rows, cols, n_max, err.msg);
     bool mma = uses_frags(k);
-    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
-    cr_assert_not_null(ck, "matmul %ux%u: %s", rows, cols, err);
+    rt_kernel *ck = d->ops->compile(d, k, NULL, &err);
+    cr_assert_not_null(ck, "matmul %ux%u: %s", rows, cols, err.msg);
     size_t nw = (size_t)rows * cols, nx = (size_t)n_max * cols, ny = (size_t)n_max * rows;
     float *wf, *xf, *bf, *rf;
     uint16_t *w = tu_rand16(t, nw, -1, 1, &wf), *x = tu_rand16(t, nx, -2, 2, &xf);
@@ -91,7 +93,7 @@ static void matmul_case(rt_device *d, mm_shape s, ir_scalar t, unsigned epi, con
         tu_vk_reupload(d, bx, xp, nx * 2), tu_vk_reupload(d, by, poison, (ny + GUARD) * 2);
         tu_vk_reupload(d, bi, info, sizeof info);
         rt_launch l = {ck, {g[0], g[1], 1}, args, na};
-        cr_assert_eq(d->ops->run(d, &l, 1, err, sizeof err), 0, "%s: %s", what, err);
+        cr_assert_eq(d->ops->run(d, &l, 1, &err), 0, "%s: %s", what, err.msg);
         tu_vk_download(d, by, y, (ny + GUARD) * 2);
         for (size_t i = (size_t)n * rows; i < ny + GUARD; i++)
             cr_assert_eq(y[i], tu_nan16(t), "%s: wrote [%zu] (token %zu, past n or the end)", what, i, i / rows);
@@ -191,7 +193,7 @@ typedef struct caps_case {
 } caps_case;
 
 Test(kernels_matmul, variants_build_for_min_and_h200_caps) {
-    char err[512];
+    kiln_err err = {0};
     caps_case cs[6];
     tu_caps_min(&cs[0].c);
     for (int i = 1; i < 6; i++) tu_caps_h200(&cs[i].c);
@@ -199,7 +201,7 @@ Test(kernels_matmul, variants_build_for_min_and_h200_caps) {
     cs[1].name = "h200", cs[1].mma[0] = cs[1].mma[1] = true;
     /* a driver without VK_KHR_shader_bfloat16: bf16 tiled, f16 cooperative */
     cs[2].name = "h200 no-bf16", cs[2].mma[0] = false, cs[2].mma[1] = true;
-    cr_assert_eq(rt_caps_override(&cs[2].c, "no-bf16", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(rt_caps_override(&cs[2].c, "no-bf16", &err), 0, "%s", err.msg);
     /* 64-lane subgroups: 256 invocations of cooperative matrices (not with 128 at most) */
     cs[3].name = "subgroup 64", cs[3].c.subgroup_size = cs[3].c.subgroup_min = cs[3].c.subgroup_max = 64;
     cs[3].mma[0] = cs[3].mma[1] = true;
@@ -224,14 +226,14 @@ Test(kernels_matmul, variants_build_for_min_and_h200_caps) {
                     char what[200];
                     snprintf(what, sizeof what, "matmul %ux%u n_max=%u %s epi=%s caps %s", s.rows, s.cols, s.n_max,
                              tu_dname(dtypes[ti]), epi_name(epi), cs[ci].name);
-                    ir_kernel *k = kn_matmul(c, s.rows, s.cols, s.n_max, dtypes[ti], epi, g, err, sizeof err);
-                    cr_assert_not_null(k, "%s: %s", what, err);
+                    ir_kernel *k = kn_matmul(c, s.rows, s.cols, s.n_max, dtypes[ti], epi, g, &err);
+                    cr_assert_not_null(k, "%s: %s", what, err.msg);
                     cr_assert_eq(uses_frags(k), cs[ci].mma[ti], "%s: cooperative matrices %s", what,
                                  cs[ci].mma[ti] ? "not used" : "used");
                     /* 64-row, 64-token tiles on all of these: the grid covers each once */
                     cr_assert_eq(g[0], (s.rows + 63) / 64, "%s: groups x %u", what, g[0]);
                     cr_assert_eq(g[1], s.n_max / 64, "%s: groups y %u", what, g[1]);
-                    tu_emit_ok(k, c, err, what);
+                    tu_emit_ok(k, c, err.msg, what);
                 }
 }
 
@@ -239,7 +241,7 @@ Test(kernels_matmul, bad_shapes_dtypes_and_epilogues_are_refused) {
     rt_caps c, plain;
     tu_caps_h200(&c);
     rt_caps_default(&plain, RT_VULKAN); /* no 16-bit buffers */
-    char err[512];
+    kiln_err err = {0};
     uint32_t g[2];
     static const struct {
         uint32_t rows, cols, n_max;
@@ -250,28 +252,28 @@ Test(kernels_matmul, bad_shapes_dtypes_and_epilogues_are_refused) {
         {1u << 26, 1, 64},     /* n_max * rows = 2^32 */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        err[0] = 0;
-        cr_assert_null(kn_matmul(&c, bad[i].rows, bad[i].cols, bad[i].n_max, IR_BF16, 0, g, err, sizeof err),
+        err.msg[0] = 0;
+        cr_assert_null(kn_matmul(&c, bad[i].rows, bad[i].cols, bad[i].n_max, IR_BF16, 0, g, &err),
                        "%ux%u n_max=%u built", bad[i].rows, bad[i].cols, bad[i].n_max);
-        cr_assert(!strncmp(err, "kn_matmul: bad shape", 20), "%s", err);
+        cr_assert(!strncmp(err.msg, "kn_matmul: bad shape", 20), "%s", err.msg);
     }
-    cr_assert(strstr(err, "2^32"), "%s", err);
+    cr_assert(strstr(err.msg, "2^32"), "%s", err.msg);
     /* just under the limits builds */
-    ir_kernel *k = kn_matmul(&c, (1u << 26) - 1, 1, 64, IR_BF16, 0, g, err, sizeof err);
-    cr_assert_not_null(k, "%s", err);
+    ir_kernel *k = kn_matmul(&c, (1u << 26) - 1, 1, 64, IR_BF16, 0, g, &err);
+    cr_assert_not_null(k, "%s", err.msg);
     ir_kernel_destroy(k);
-    cr_assert_null(kn_matmul(&c, 64, 64, 64, IR_F32, 0, g, err, sizeof err));
-    cr_assert(strstr(err, "bf16 or f16"), "%s", err);
-    cr_assert_null(kn_matmul(&plain, 64, 64, 64, IR_BF16, 0, g, err, sizeof err));
-    cr_assert(strstr(err, "storage16"), "%s", err);
-    cr_assert_null(kn_matmul(&c, 64, 64, 64, IR_BF16, KN_EPI_SWIGLU, g, err, sizeof err));
-    cr_assert(!strncmp(err, "kn_matmul: ", 11), "%s", err);
-    cr_assert_null(kn_matmul(&c, 64, 64, 64, IR_BF16, KN_EPI_SWIGLU | KN_EPI_BIAS, g, err, sizeof err));
-    cr_assert_null(kn_matmul(&c, 64, 64, 64, IR_BF16, 8, g, err, sizeof err));
-    cr_assert_null(kn_matmul(NULL, 64, 64, 64, IR_BF16, 0, g, err, sizeof err));
+    cr_assert_null(kn_matmul(&c, 64, 64, 64, IR_F32, 0, g, &err));
+    cr_assert(strstr(err.msg, "bf16 or f16"), "%s", err.msg);
+    cr_assert_null(kn_matmul(&plain, 64, 64, 64, IR_BF16, 0, g, &err));
+    cr_assert(strstr(err.msg, "storage16"), "%s", err.msg);
+    cr_assert_null(kn_matmul(&c, 64, 64, 64, IR_BF16, KN_EPI_SWIGLU, g, &err));
+    cr_assert(!strncmp(err.msg, "kn_matmul: ", 11), "%s", err.msg);
+    cr_assert_null(kn_matmul(&c, 64, 64, 64, IR_BF16, KN_EPI_SWIGLU | KN_EPI_BIAS, g, &err));
+    cr_assert_null(kn_matmul(&c, 64, 64, 64, IR_BF16, 8, g, &err));
+    cr_assert_null(kn_matmul(NULL, 64, 64, 64, IR_BF16, 0, g, &err));
     rt_caps tiny;
     tu_caps_min(&tiny);
     tiny.shared_bytes = 1024; /* not even 4 columns of a 64 x 64 tile */
-    cr_assert_null(kn_matmul(&tiny, 64, 64, 64, IR_BF16, 0, g, err, sizeof err));
-    cr_assert(strstr(err, "kn_matmul: caps.shared_bytes"), "%s", err);
+    cr_assert_null(kn_matmul(&tiny, 64, 64, 64, IR_BF16, 0, g, &err));
+    cr_assert(strstr(err.msg, "kn_matmul: caps.shared_bytes"), "%s", err.msg);
 }

@@ -27,6 +27,7 @@
 #include "backend-spirv/spv_emit.h"
 #include "backend-spirv/vk_device.h"
 #include "backend-spirv/vk_probe.h"
+#include "base/error.h"
 #include "gguf/half.h"
 #include "ir/ir.h"
 #include "kernels/kernels.h"
@@ -202,10 +203,10 @@ typedef struct block {
 
 /* Builds the shape's kernel for dtype t on d and runs the blocks. */
 static void shape_case(rt_device *d, const shape *s, ir_scalar t, const char *var, const block *blocks, size_t nb) {
-    char err[512];
+    kiln_err err = {0};
     ir_kernel *k = kn_qk_prep(&d->caps, s->n_head, s->n_head_kv, s->head_dim, &s->rope, s->qk_norm, 1e-6f, N_CTX, t,
-                              err, sizeof err);
-    cr_assert_not_null(k, "%s: %s", s->name, err);
+                              &err);
+    cr_assert_not_null(k, "%s: %s", s->name, err.msg);
     kcase kc = {.s = s, .t = t, .var = var, .row = (s->n_head + 2 * s->n_head_kv) * s->head_dim,
                 .kv_dim = s->n_head_kv * s->head_dim, .groups = s->n_head + 2 * s->n_head_kv};
     kc.ck = tu_vk_compile(d, k);
@@ -275,7 +276,7 @@ Test(kernels_qk_prep, variants_build_for_min_and_h200_caps) {
     rt_caps cs[2];
     tu_caps_min(&cs[0]);
     tu_caps_h200(&cs[1]);
-    char err[512];
+    kiln_err err = {0};
     const shape more[] = {
         {"llama3-8b", 32, 8, 128, {128, false, 5e5f, 1.0f, true}, false},
         {"qwen3-big", 64, 4, 256, {256, true, 1e6f, 1.0f, false}, true},
@@ -286,8 +287,8 @@ Test(kernels_qk_prep, variants_build_for_min_and_h200_caps) {
             for (size_t si = 0; si < N_SHAPES + 3; si++) {
                 const shape *s = si < N_SHAPES ? &shapes[si] : &more[si - N_SHAPES];
                 tu_emit_ok(kn_qk_prep(&cs[ci], s->n_head, s->n_head_kv, s->head_dim, &s->rope, s->qk_norm, 1e-6f,
-                                      32768, dtypes[ti], err, sizeof err),
-                           &cs[ci], err, s->name);
+                                      32768, dtypes[ti], &err),
+                           &cs[ci], err.msg, s->name);
             }
 }
 
@@ -295,18 +296,18 @@ Test(kernels_qk_prep, bad_shapes_and_caps_are_refused) {
     rt_caps c, plain;
     tu_caps_h200(&c);
     rt_caps_default(&plain, RT_VULKAN); /* no 16-bit buffers */
-    char err[512];
+    kiln_err err = {0};
     const kn_rope_opts ok = {64, true, 1e4f, 1.0f, false};
-#define REFUSED(caps, nh, nkv, hd, rope, norm, eps, nctx, dt)                                                         \
-    do {                                                                                                          \
-        err[0] = 0;                                                                                               \
-        ir_kernel *k_ = kn_qk_prep(caps, nh, nkv, hd, rope, norm, eps, nctx, dt, err, sizeof err);                \
-        cr_assert_null(k_, "line %d: built", __LINE__);                                                           \
-        cr_assert(!strncmp(err, "kn_qk_prep: ", 12), "line %d: %s", __LINE__, err);                               \
+#define REFUSED(caps, nh, nkv, hd, rope, norm, eps, nctx, dt)                                                          \
+    do {                                                                                                               \
+        err.msg[0] = 0;                                                                                                \
+        ir_kernel *k_ = kn_qk_prep(caps, nh, nkv, hd, rope, norm, eps, nctx, dt, &err);                                \
+        cr_assert_null(k_, "line %d: built", __LINE__);                                                                \
+        cr_assert(!strncmp(err.msg, "kn_qk_prep: ", 12), "line %d: %s", __LINE__, err.msg);                            \
     } while (0)
     /* the reference shape builds */
-    ir_kernel *k = kn_qk_prep(&c, 8, 2, 64, &ok, true, 1e-6f, 4096, IR_BF16, err, sizeof err);
-    cr_assert_not_null(k, "%s", err);
+    ir_kernel *k = kn_qk_prep(&c, 8, 2, 64, &ok, true, 1e-6f, 4096, IR_BF16, &err);
+    cr_assert_not_null(k, "%s", err.msg);
     ir_kernel_destroy(k);
     REFUSED(&c, 0, 2, 64, &ok, true, 1e-6f, 4096, IR_BF16);
     REFUSED(&c, 8, 0, 64, &ok, true, 1e-6f, 4096, IR_BF16);
@@ -314,7 +315,7 @@ Test(kernels_qk_prep, bad_shapes_and_caps_are_refused) {
     REFUSED(&c, 8, 2, 64, &ok, true, 1e-6f, 0, IR_BF16);
     REFUSED(&c, 6, 4, 64, &ok, true, 1e-6f, 4096, IR_BF16); /* 6 % 4 */
     REFUSED(&c, 8, 2, 64, NULL, true, 1e-6f, 4096, IR_BF16);
-    cr_assert(strstr(err, "rope"), "%s", err);
+    cr_assert(strstr(err.msg, "rope"), "%s", err.msg);
     const kn_rope_opts bad[] = {
         {0, true, 1e4f, 1.0f, false},     {63, true, 1e4f, 1.0f, false},      {66, true, 1e4f, 1.0f, false},
         {64, true, 0.0f, 1.0f, false},    {64, true, -1e4f, 1.0f, false},     {64, true, NAN, 1.0f, false},
@@ -323,16 +324,16 @@ Test(kernels_qk_prep, bad_shapes_and_caps_are_refused) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         REFUSED(&c, 8, 2, 64, &bad[i], false, 1e-6f, 4096, IR_F16);
-        cr_assert(strstr(err, "bad shape"), "bad[%zu]: %s", i, err);
+        cr_assert(strstr(err.msg, "bad shape"), "bad[%zu]: %s", i, err.msg);
     }
     REFUSED(&c, 8, 2, 64, &ok, true, NAN, 4096, IR_BF16); /* eps, with the norm */
     REFUSED(&c, 8, 2, 64, &ok, true, -1.0f, 4096, IR_BF16);
     REFUSED(&c, 64, 64, 128, &ok, false, 1e-6f, 1u << 20, IR_BF16); /* n_ctx * kv_dim */
-    cr_assert(strstr(err, "2^32"), "%s", err);
+    cr_assert(strstr(err.msg, "2^32"), "%s", err.msg);
     REFUSED(&c, 8, 2, 64, &ok, true, 1e-6f, 4096, IR_F32);
-    cr_assert(strstr(err, "bf16 or f16"), "%s", err);
+    cr_assert(strstr(err.msg, "bf16 or f16"), "%s", err.msg);
     REFUSED(&plain, 8, 2, 64, &ok, true, 1e-6f, 4096, IR_BF16);
-    cr_assert(strstr(err, "storage16"), "%s", err);
+    cr_assert(strstr(err.msg, "storage16"), "%s", err.msg);
     REFUSED(NULL, 8, 2, 64, &ok, true, 1e-6f, 4096, IR_BF16);
 #undef REFUSED
 }

@@ -1,6 +1,7 @@
 /* kernels/kn_expr.h: each helper builds the instructions it names, in the order its
  * comment gives (the order the kernels' printed IR, their contract, depends on), and
  * declares the extent it is given. */
+#include "base/error.h"
 #include "ir/ir.h"
 #include "kernels/kn_expr.h"
 
@@ -22,8 +23,8 @@ Test(kn_expr, helpers_build_what_they_name_in_order) {
     kx_store(k, f, i, kx_fma_f(k, kx_as(k, i, IR_F32), 2.0f, 0.5f)); /* the addend first */
     kx_end_if(k, c);
     kx_end_for(k, l);
-    char err[256];
-    cr_assert_eq(ir_verify(k.ir, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(ir_verify(k.ir, &err), 0, "%s", err.msg);
     char *text = ir_print(k.ir);
     const char *want = "kernel @t(@b: buf<u32, rw>[8], @f: buf<f32, w>[3 per group.y]) workgroup(4, 1, 1) {\n"
                        "  %1 = id.local.x : u32\n"

@@ -191,7 +191,8 @@ Test(layout, every_source_folder_is_a_room) {
         while ((c = readdir(s)))
             if (is_source(c->d_name)) has_c = true;
         closedir(s);
-        if (has_c && room_index(e->d_name) < 0) note(&f, "  %s/ holds C sources but is no kiln_room()%s%.0ld\n", e->d_name, "", 0);
+        if (has_c && room_index(e->d_name) < 0)
+            note(&f, "  %s/ holds C sources but is no kiln_room()%s%.0ld\n", e->d_name, "", 0);
     }
     closedir(d);
     cr_assert_eq(f.n, 0, "%s", f.text);

@@ -1,7 +1,7 @@
 /* Hyperparameters from metadata: llama.cpp's keys, defaults, and a clear error naming
  * the missing or wrong key. */
-#include "gguf/gguf.h"
 #include "base/error.h"
+#include "gguf/gguf.h"
 #include "model/arch.h"
 #include "tests/util/testutil.h"
 

@@ -1,7 +1,7 @@
 /* Hugging Face tokenizer import: real Qwen3 and Llama 3 files, kiln's byte-level default,
  * padding, the GGUF keys as llama.cpp's converter writes them, and bad input. */
-#include "gguf/gguf.h"
 #include "base/error.h"
+#include "gguf/gguf.h"
 #include "modelgen/tok_import.h"
 #include "tests/util/testutil.h"
 
@@ -279,7 +279,8 @@ Test(tok_import, id_gaps_and_added_types) {
         "{\"added_tokens\":[{\"id\":6,\"content\":\"<|x|>\",\"special\":false},"
         "{\"id\":7,\"content\":\"\\u2581hi\",\"special\":false},{\"id\":8,\"content\":\"<s>\",\"special\":true}],"
         "\"pre_tokenizer\":" PRE_GPT2 ",\"post_processor\":null,"
-        "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":3},\"merges\":[[\"a\",\"b\"],[\"a b\",\"c\"]]}}");
+        "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":3},\"merges\":[[\"a\",\"b\"],[\"a "
+        "b\",\"c\"]]}}");
     tok_vocab v = import_ok(j, NULL, NULL);
     cr_assert_str_eq(v.pre, "gpt-2");
     cr_assert_eq(v.n_tokens, 9);
@@ -299,11 +300,12 @@ Test(tok_import, id_gaps_and_added_types) {
 
 Test(tok_import, template_processing_sets_add_bos) {
     /* Llama 3's original post_processor: bos, then the sequence */
-    char *j = mini_tokenizer(PRE_GPT2, ADDED_BOS_EOS,
-                             "{\"type\":\"Sequence\",\"processors\":[{\"type\":\"ByteLevel\"},"
-                             "{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},"
-                             "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"pair\":[{\"SpecialToken\":{\"id\":\"<s>\"}},"
-                             "{\"Sequence\":{\"id\":\"A\"}},{\"SpecialToken\":{\"id\":\"<s>\"}},{\"Sequence\":{\"id\":\"B\"}}]}]}");
+    char *j = mini_tokenizer(
+        PRE_GPT2, ADDED_BOS_EOS,
+        "{\"type\":\"Sequence\",\"processors\":[{\"type\":\"ByteLevel\"},"
+        "{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},"
+        "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"pair\":[{\"SpecialToken\":{\"id\":\"<s>\"}},"
+        "{\"Sequence\":{\"id\":\"A\"}},{\"SpecialToken\":{\"id\":\"<s>\"}},{\"Sequence\":{\"id\":\"B\"}}]}]}");
     char *c = tmp_file("{\"bos_token\":\"<s>\",\"eos_token\":{\"content\":\"</s>\",\"lstrip\":false},"
                        "\"pad_token\":null,\"chat_template\":[{\"name\":\"tool_use\",\"template\":\"T\"},"
                        "{\"name\":\"default\",\"template\":\"D\"}]}");
@@ -397,20 +399,25 @@ Test(tok_import, model_config_fills_absent_ids) {
 }
 
 Test(tok_import, pre_families) {
-    static const struct { const char *pre, *name; } cases[] = {
+    static const struct { const char *pre, *name;
+    } cases[] = {
         {"{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Digits\",\"individual_digits\":true},"
-         "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true}]}", "starcoder"},
+         "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true}]}",
+         "starcoder"},
         {"{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Punctuation\",\"behavior\":\"Contiguous\"},"
          "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true},"
          "{\"type\":\"Digits\",\"individual_digits\":false},{\"type\":\"Split\",\"pattern\":{\"Regex\":"
-         "\"[0-9][0-9][0-9]\"},\"behavior\":\"Isolated\",\"invert\":false}]}", "falcon"},
+         "\"[0-9][0-9][0-9]\"},\"behavior\":\"Isolated\",\"invert\":false}]}",
+         "falcon"},
         {"{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":\"[\\r\\n]\"},"
          "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\s?\\\\p{L}+\"},"
          "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"Split\",\"pattern\":{\"Regex\":\"\\\\s?\\\\p{P}+\"},"
          "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"Split\",\"pattern\":{\"Regex\":"
-         "\"[\xE4\xB8\x80-\xE9\xBE\xA5\xE0\xA0\x80-\xE4\xB8\x80\xEA\xB0\x80-\xED\x9F\xBF]+\"},\"behavior\":\"Isolated\","
+         "\"[\xE4\xB8\x80-\xE9\xBE\xA5\xE0\xA0\x80-\xE4\xB8\x80\xEA\xB0\x80-\xED\x9F\xBF]+\"},\"behavior\":"
+         "\"Isolated\","
          "\"invert\":false},{\"type\":\"Digits\",\"individual_digits\":true},{\"type\":\"ByteLevel\","
-         "\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":false}]}", "deepseek-coder"},
+         "\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":false}]}",
+         "deepseek-coder"},
         {"{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true}", "gpt-2"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -443,7 +450,9 @@ static char *split_seq_tokenizer(const char *const *res, size_t n, bool digits) 
 Test(tok_import, pre_families_from_regexes) {
     static const char *const deepseek_llm[] = {
         "[\r\n]",
-        "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
+        "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-"
+        "Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-"
+        "Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
         "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
         "\\s+$",
         "[一-龥ࠀ-一가-퟿]+",

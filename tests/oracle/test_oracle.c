@@ -1,8 +1,8 @@
 /* The CPU oracle: stories260K's greedy golden (all 256 ids, logits at positions 0-3),
  * prefill = token-by-token, rewinding the KV cache, both modes on the odd-sized tiny
  * model with their difference reported, and bad input. */
-#include "model/engine.h"
 #include "base/error.h"
+#include "model/engine.h"
 #include "model/model.h"
 #include "oracle/oracle.h"
 #include "tests/util/testutil.h"
@@ -171,9 +171,10 @@ Test(oracle, tiny_all_archs_both_modes, .timeout = 300) {
             }
             agree += argmax(lc + t * nv, nv) == argmax(lf + t * nv, nv);
         }
-        cr_log_info("tiny %s (%s): contract vs f32 over %u positions: max |dlogit| %.3e (max |logit| %.3f), top-1 agree "
-                    "%u/%u",
-                    archs[a], dtypes[a], n, worst, mag, agree, n);
+        cr_log_info(
+            "tiny %s (%s): contract vs f32 over %u positions: max |dlogit| %.3e (max |logit| %.3f), top-1 agree "
+            "%u/%u",
+            archs[a], dtypes[a], n, worst, mag, agree, n);
         cr_assert_gt(worst, 0);
         cr_assert_lt(worst, 0.05 * mag + 1e-3);
         free(lc);

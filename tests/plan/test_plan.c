@@ -6,8 +6,8 @@
  * gets (and, on a device with cooperative matrices, without them). Skipped by name when
  * there is no Vulkan device. */
 #include "backend-spirv/vk_device.h"
-#include "base/error.h"
 #include "backend-spirv/vk_probe.h"
+#include "base/error.h"
 #include "generate/generate.h"
 #include "generate/sampler.h"
 #include "model/engine.h"
@@ -51,15 +51,16 @@ static void compare(const char *path, uint32_t dtype, uint32_t steps, const int3
         worst[v] = compare_on(variants[v], path, dtype, steps, prompt, n_prompt, n_block);
     }
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++)
-        cr_assert_lt(worst[v], 1e-2, "%s caps=%s: logits relative error %.3e", path, variants[v] ? variants[v] : "device",
-                     worst[v]);
+        cr_assert_lt(worst[v], 1e-2, "%s caps=%s: logits relative error %.3e", path,
+                     variants[v] ? variants[v] : "device", worst[v]);
 }
 
 /* n token ids in [lo, hi), deterministic */
 static int32_t *ids(uint32_t n, int32_t lo, int32_t hi) {
     int32_t *p = malloc(n * sizeof *p);
     uint32_t x = 12345;
-    for (uint32_t i = 0; i < n; i++) x = x * 1103515245u + 12345u, p[i] = lo + (int32_t)((x >> 8) % (uint32_t)(hi - lo));
+    for (uint32_t i = 0; i < n; i++)
+        x = x * 1103515245u + 12345u, p[i] = lo + (int32_t)((x >> 8) % (uint32_t)(hi - lo));
     return p;
 }
 
@@ -131,22 +132,22 @@ Test(plan, refuses_what_does_not_fit) {
     cr_assert_not_null(m, "%s", err.msg);
     uint64_t saved = d->caps.memory_bytes;
     d->caps.memory_bytes = 1 << 18; /* pretend a 256 KiB device */
-    cr_assert_null(plan_create(m, d, GGUF_T_BF16, 256, 0, err.msg, sizeof err.msg));
+    cr_assert_null(plan_create(m, d, GGUF_T_BF16, 256, 0, &err));
     cr_assert(strstr(err.msg, "GiB") && strstr(err.msg, "--ctx"), "%s", err.msg);
     d->caps.memory_bytes = saved;
     /* one buffer past what a kernel may bind: refused before any upload, with the limit */
     uint64_t saved_lim = d->caps.max_buffer_bytes;
     d->caps.max_buffer_bytes = 4096;
-    cr_assert_null(plan_create(m, d, GGUF_T_BF16, 256, 0, err.msg, sizeof err.msg));
+    cr_assert_null(plan_create(m, d, GGUF_T_BF16, 256, 0, &err));
     cr_assert(strstr(err.msg, "maxStorageBufferRange"), "%s", err.msg);
     d->caps.max_buffer_bytes = saved_lim;
     /* no --ctx: the model's context, halved until the plan fits */
-    engine *full = plan_create(m, d, GGUF_T_BF16, 0, 0, err.msg, sizeof err.msg);
+    engine *full = plan_create(m, d, GGUF_T_BF16, 0, 0, &err);
     cr_assert_not_null(full, "%s", err.msg);
     cr_assert_eq(full->n_ctx, m->hp.n_ctx_train, "%u", full->n_ctx);
     engine_destroy(full);
     d->caps.memory_bytes = 1200 * 1024; /* the weights (~0.5 MB) and a shorter cache */
-    engine *part = plan_create(m, d, GGUF_T_BF16, 0, 0, err.msg, sizeof err.msg);
+    engine *part = plan_create(m, d, GGUF_T_BF16, 0, 0, &err);
     cr_assert_not_null(part, "%s", err.msg);
     cr_assert(part->n_ctx < m->hp.n_ctx_train && part->n_ctx >= 256, "%u", part->n_ctx);
     engine_destroy(part);
@@ -164,15 +165,15 @@ Test(plan, slots_share_the_weights) {
     cr_assert_not_null(m, "%s", err.msg);
     uint64_t saved = d->caps.memory_bytes;
     d->caps.memory_bytes = 1200 * 1024; /* the weights and one 256-position cache, not 64 */
-    engine *one = plan_create_slots(m, d, GGUF_T_BF16, 256, 0, 1, err.msg, sizeof err.msg);
+    engine *one = plan_create_slots(m, d, GGUF_T_BF16, 256, 0, 1, &err);
     cr_assert_not_null(one, "%s", err.msg);
     engine_destroy(one);
-    cr_assert_null(plan_create_slots(m, d, GGUF_T_BF16, 256, 0, 64, err.msg, sizeof err.msg));
+    cr_assert_null(plan_create_slots(m, d, GGUF_T_BF16, 256, 0, 64, &err));
     cr_assert(strstr(err.msg, "64 slots") && strstr(err.msg, "--ctx"), "%s", err.msg);
     d->caps.memory_bytes = saved;
-    engine *a = plan_create_slots(m, d, GGUF_T_BF16, 256, 0, 2, err.msg, sizeof err.msg);
+    engine *a = plan_create_slots(m, d, GGUF_T_BF16, 256, 0, 2, &err);
     cr_assert_not_null(a, "%s", err.msg);
-    engine *b = plan_create_sibling(a, err.msg, sizeof err.msg);
+    engine *b = plan_create_sibling(a, &err);
     cr_assert_not_null(b, "%s", err.msg);
     cr_assert_eq(b->n_ctx, a->n_ctx);
     int32_t t1[3] = {1, 400, 300}, t2[2] = {1, 50};
@@ -241,7 +242,7 @@ Test(plan, greedy_argmax_on_the_device_matches_the_logits, .timeout = 300) {
     kiln_err err = {0};
     model *m = model_load(path, &err);
     cr_assert_not_null(m, "%s", err.msg);
-    engine *e = plan_create(m, d, GGUF_T_BF16, 256, 64, err.msg, sizeof err.msg);
+    engine *e = plan_create(m, d, GGUF_T_BF16, 256, 64, &err);
     cr_assert_not_null(e, "%s", err.msg);
     cr_assert_not_null(e->ops->eval_argmax);
     int32_t ids[400];
@@ -295,7 +296,7 @@ Test(plan, profile_of_a_step_and_a_block, .timeout = 300) {
     kiln_err err = {0};
     model *m = model_load(tu_data_file("models/stories260K.gguf"), &err);
     cr_assert_not_null(m, "%s", err.msg);
-    engine *e = plan_create(m, d, GGUF_T_BF16, 256, 64, err.msg, sizeof err.msg);
+    engine *e = plan_create(m, d, GGUF_T_BF16, 256, 64, &err);
     cr_assert_not_null(e, "%s", err.msg);
     int32_t toks[3] = {1, 400, 300}, best;
     cr_assert_eq(e->ops->eval_argmax(e, toks, 3, 0, &best, &err), 0, "%s", err.msg);
@@ -303,12 +304,13 @@ Test(plan, profile_of_a_step_and_a_block, .timeout = 300) {
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     cr_assert(f);
-    cr_assert_eq(plan_profile(e, 3, f, err.msg, sizeof err.msg), 0, "%s", err.msg);
+    cr_assert_eq(plan_profile(e, 3, f, &err), 0, "%s", err.msg);
     fclose(f);
     const char *want[] = {"decode step on ", "at position 2", "prefill block of 64 tokens", "attn_decode",
                           "attn_merge", "decode_qkv", "prefill_qkv", "attn_prefill", "TFLOP/s", "GB/s",
                           "the recorded step replayed", "the recorded block replayed"};
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) cr_assert(strstr(text, want[i]), "no '%s' in:\n%s", want[i], text);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert(strstr(text, want[i]), "no '%s' in:\n%s", want[i], text);
     free(text);
     cr_assert_eq(e->n_past, 0);
     cr_assert_eq(e->ops->eval_argmax(e, toks, 3, 0, &best, &err), 0, "%s", err.msg);

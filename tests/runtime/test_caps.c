@@ -1,5 +1,6 @@
 /* The capability struct's common part: per-backend defaults, every --caps item, bad
  * items, overrides that only ever take away, and the stable text `kiln probe` prints. */
+#include "base/error.h"
 #include "ir/ir.h"
 #include "runtime/caps.h"
 
@@ -20,8 +21,10 @@ static rt_caps rich(void) {
     c.subgroup_size = 32, c.subgroup_min = 8, c.subgroup_max = 64;
     c.subgroup_arith = c.subgroup_shuffle = true;
     c.f16_arith = c.bf16_arith = c.int8_arith = c.storage16 = c.atomic_f32_add = true;
-    const rt_mma_shape shapes[] = {
-        {16, 16, 16, IR_F16, IR_F32}, {16, 8, 16, IR_F16, IR_F16}, {16, 16, 16, IR_BF16, IR_F32}, {16, 8, 8, IR_F16, IR_F32}};
+    const rt_mma_shape shapes[] = {{16, 16, 16, IR_F16, IR_F32},
+                                   {16, 8, 16, IR_F16, IR_F16},
+                                   {16, 16, 16, IR_BF16, IR_F32},
+                                   {16, 8, 8, IR_F16, IR_F32}};
     c.n_mma = 4;
     memcpy(c.mma, shapes, sizeof shapes);
     c.shared_bytes = 48 * 1024;
@@ -128,43 +131,43 @@ Test(caps, every_override_item) {
     rt_caps got, want;
 
     got = base, want = base;
-    cr_assert_eq(rt_caps_override(&got, "no-coopmat", NULL, 0), 0);
+    cr_assert_eq(rt_caps_override(&got, "no-coopmat", NULL), 0);
     want.n_mma = 0;
     memset(want.mma, 0, sizeof want.mma);
     cr_assert_str_eq(describe(&got), describe(&want));
     cr_assert(strstr(describe(&got), "mma: none\n"));
 
     got = base, want = base;
-    cr_assert_eq(rt_caps_override(&got, "no-f16", NULL, 0), 0);
+    cr_assert_eq(rt_caps_override(&got, "no-f16", NULL), 0);
     want.f16_arith = false;
     want.n_mma = 1; /* f16 fragments go with f16 arithmetic; the bf16*bf16+f32 shape stays */
     want.mma[0] = base.mma[2];
     cr_assert_str_eq(describe(&got), describe(&want));
 
     got = base, want = base;
-    cr_assert_eq(rt_caps_override(&got, "no-bf16", NULL, 0), 0);
+    cr_assert_eq(rt_caps_override(&got, "no-bf16", NULL), 0);
     want.bf16_arith = false;
     want.n_mma = 3;
     want.mma[2] = base.mma[3];
     cr_assert_str_eq(describe(&got), describe(&want));
 
     got = base, want = base;
-    cr_assert_eq(rt_caps_override(&got, "no-storage16", NULL, 0), 0);
+    cr_assert_eq(rt_caps_override(&got, "no-storage16", NULL), 0);
     want.storage16 = false;
     cr_assert_str_eq(describe(&got), describe(&want));
 
     got = base, want = base;
-    cr_assert_eq(rt_caps_override(&got, "no-subgroup-arith", NULL, 0), 0);
+    cr_assert_eq(rt_caps_override(&got, "no-subgroup-arith", NULL), 0);
     want.subgroup_arith = false;
     cr_assert_str_eq(describe(&got), describe(&want));
 
     got = base, want = base;
-    cr_assert_eq(rt_caps_override(&got, "no-subgroup-shuffle", NULL, 0), 0);
+    cr_assert_eq(rt_caps_override(&got, "no-subgroup-shuffle", NULL), 0);
     want.subgroup_shuffle = false;
     cr_assert_str_eq(describe(&got), describe(&want));
 
     got = base, want = base;
-    cr_assert_eq(rt_caps_override(&got, "no-atomic-f32", NULL, 0), 0);
+    cr_assert_eq(rt_caps_override(&got, "no-atomic-f32", NULL), 0);
     want.atomic_f32_add = false;
     cr_assert_str_eq(describe(&got), describe(&want));
 
@@ -174,37 +177,39 @@ Test(caps, every_override_item) {
         char item[32];
         snprintf(item, sizeof item, "subgroup=%u", sizes[i]);
         got = base, want = base;
-        cr_assert_eq(rt_caps_override(&got, item, NULL, 0), 0, "%s", item);
+        cr_assert_eq(rt_caps_override(&got, item, NULL), 0, "%s", item);
         want.subgroup_size = sizes[i];
         cr_assert_str_eq(describe(&got), describe(&want));
     }
 
     got = base, want = base;
-    cr_assert_eq(rt_caps_override(&got, "shared=16384", NULL, 0), 0);
+    cr_assert_eq(rt_caps_override(&got, "shared=16384", NULL), 0);
     want.shared_bytes = 16384;
     cr_assert_str_eq(describe(&got), describe(&want));
     got = base;
-    cr_assert_eq(rt_caps_override(&got, "shared=49152", NULL, 0), 0, "the device's own value is allowed");
+    cr_assert_eq(rt_caps_override(&got, "shared=49152", NULL), 0, "the device's own value is allowed");
     cr_assert_eq(got.shared_bytes, 49152);
     got = base;
-    cr_assert_eq(rt_caps_override(&got, "shared=0", NULL, 0), 0, "no workgroup memory at all");
+    cr_assert_eq(rt_caps_override(&got, "shared=0", NULL), 0, "no workgroup memory at all");
     cr_assert_eq(got.shared_bytes, 0);
 
     got = base, want = base;
-    cr_assert_eq(rt_caps_override(&got, "workgroup=256", NULL, 0), 0);
+    cr_assert_eq(rt_caps_override(&got, "workgroup=256", NULL), 0);
     want.max_workgroup = 256;
     cr_assert_str_eq(describe(&got), describe(&want));
     got = base;
-    cr_assert_eq(rt_caps_override(&got, "workgroup=1024", NULL, 0), 0);
+    cr_assert_eq(rt_caps_override(&got, "workgroup=1024", NULL), 0);
     cr_assert_eq(got.max_workgroup, 1024);
 }
 
 Test(caps, lists_of_items) {
     const rt_caps base = rich();
     rt_caps got = base, want = base;
-    char err[128] = "stale";
-    cr_assert_eq(rt_caps_override(&got, " no-f16 ,\tworkgroup=512, subgroup=16,no-atomic-f32 ", err, sizeof err), 0);
-    cr_assert_str_empty(err, "err is cleared on success");
+    kiln_err err;
+    kiln_fail(&err, KILN_ERR_INTERNAL, "stale");
+    cr_assert_eq(rt_caps_override(&got, " no-f16 ,\tworkgroup=512, subgroup=16,no-atomic-f32 ", &err), 0);
+    cr_assert_str_empty(err.msg, "err is cleared on success");
+    cr_assert_eq(err.code, KILN_OK);
     want.f16_arith = false;
     want.n_mma = 1;
     want.mma[0] = base.mma[2];
@@ -215,10 +220,10 @@ Test(caps, lists_of_items) {
 
     /* the same item twice, and later items narrowing earlier ones */
     got = base;
-    cr_assert_eq(rt_caps_override(&got, "no-f16,no-f16,shared=32768,shared=1024", NULL, 0), 0);
+    cr_assert_eq(rt_caps_override(&got, "no-f16,no-f16,shared=32768,shared=1024", NULL), 0);
     cr_assert_eq(got.shared_bytes, 1024);
     got = base;
-    cr_assert_eq(rt_caps_override(&got, "subgroup=64,subgroup=16", NULL, 0), 0);
+    cr_assert_eq(rt_caps_override(&got, "subgroup=64,subgroup=16", NULL), 0);
     cr_assert_eq(got.subgroup_size, 16, "the last one counts");
     cr_assert_eq(got.subgroup_min, 8);
     cr_assert_eq(got.subgroup_max, 64);
@@ -227,7 +232,7 @@ Test(caps, lists_of_items) {
     const char *empty[] = {NULL, "", "   ", "\t"};
     for (size_t i = 0; i < 4; i++) {
         got = base;
-        cr_assert_eq(rt_caps_override(&got, empty[i], NULL, 0), 0);
+        cr_assert_eq(rt_caps_override(&got, empty[i], NULL), 0);
         cr_assert_str_eq(describe(&got), describe(&base));
     }
 }
@@ -271,32 +276,33 @@ Test(caps, bad_items_name_the_item_and_change_nothing) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rt_caps got = base;
-        char err[160] = "";
-        cr_assert_eq(rt_caps_override(&got, bad[i].list, err, sizeof err), -1, "'%s' accepted", bad[i].list);
-        cr_assert(strstr(err, bad[i].want), "'%s': message '%s' lacks '%s'", bad[i].list, err, bad[i].want);
+        kiln_err err = {0};
+        cr_assert_eq(rt_caps_override(&got, bad[i].list, &err), -1, "'%s' accepted", bad[i].list);
+        cr_assert(strstr(err.msg, bad[i].want), "'%s': message '%s' lacks '%s'", bad[i].list, err.msg, bad[i].want);
         cr_assert_str_eq(describe(&got), describe(&base), "'%s' changed the caps", bad[i].list);
     }
-    /* a short or absent message buffer is safe */
+    /* the error is coded invalid input; an absent one is safe */
     rt_caps got = base;
-    char tiny[8];
-    cr_assert_eq(rt_caps_override(&got, "no-frobnicate", tiny, sizeof tiny), -1);
-    cr_assert_eq(strlen(tiny), 7);
-    cr_assert_eq(rt_caps_override(&got, "no-frobnicate", NULL, 0), -1);
-    cr_assert_eq(rt_caps_override(NULL, "no-f16", NULL, 0), -1);
+    kiln_err e = {0};
+    cr_assert_eq(rt_caps_override(&got, "no-frobnicate", &e), -1);
+    cr_assert_eq(e.code, KILN_ERR_INVALID);
+    cr_assert(strstr(e.msg, "'no-frobnicate'"), "%s", e.msg);
+    cr_assert_eq(rt_caps_override(&got, "no-frobnicate", NULL), -1);
+    cr_assert_eq(rt_caps_override(NULL, "no-f16", NULL), -1);
 }
 
 Test(caps, syntax_check_without_a_device) {
-    char err[160];
+    kiln_err err = {0};
     cr_assert_eq(rt_caps_override_check("no-coopmat,no-f16,no-bf16,no-storage16,no-subgroup-arith,"
                                         "no-subgroup-shuffle,no-atomic-f32,subgroup=128,shared=1048576,workgroup=4096",
-                                        err, sizeof err),
-                 0, "%s", err);
-    cr_assert_eq(rt_caps_override_check(NULL, err, sizeof err), 0);
-    cr_assert_eq(rt_caps_override_check("subgroup=12", err, sizeof err), -1);
-    cr_assert(strstr(err, "'subgroup=12'"));
-    cr_assert_eq(rt_caps_override_check("workgroup=0", err, sizeof err), -1);
-    cr_assert_eq(rt_caps_override_check("no-fp8", err, sizeof err), -1);
-    cr_assert(strstr(err, "'no-fp8'"));
+                                        &err),
+                 0, "%s", err.msg);
+    cr_assert_eq(rt_caps_override_check(NULL, &err), 0);
+    cr_assert_eq(rt_caps_override_check("subgroup=12", &err), -1);
+    cr_assert(strstr(err.msg, "'subgroup=12'"));
+    cr_assert_eq(rt_caps_override_check("workgroup=0", &err), -1);
+    cr_assert_eq(rt_caps_override_check("no-fp8", &err), -1);
+    cr_assert(strstr(err.msg, "'no-fp8'"));
 }
 
 Test(caps, overrides_never_add) {
@@ -307,14 +313,14 @@ Test(caps, overrides_never_add) {
                            "no-subgroup-shuffle", "no-atomic-f32"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         rt_caps got = none;
-        cr_assert_eq(rt_caps_override(&got, flags[i], NULL, 0), 0);
+        cr_assert_eq(rt_caps_override(&got, flags[i], NULL), 0);
         cr_assert_str_eq(describe(&got), describe(&none), "%s", flags[i]);
     }
     const char *more[] = {"subgroup=8", "subgroup=2", "shared=16385", "shared=65536", "workgroup=129",
                           "workgroup=1024"};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
         rt_caps got = none;
-        cr_assert_eq(rt_caps_override(&got, more[i], NULL, 0), -1, "%s", more[i]);
+        cr_assert_eq(rt_caps_override(&got, more[i], NULL), -1, "%s", more[i]);
         cr_assert_str_eq(describe(&got), describe(&none));
     }
 
@@ -338,13 +344,13 @@ Test(caps, overrides_never_add) {
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%s", j ? "," : "", pool[(seed >> 16) % npool]);
         }
         rt_caps got = base;
-        if (rt_caps_override(&got, list, NULL, 0) == 0) {
+        if (rt_caps_override(&got, list, NULL) == 0) {
             applied++;
             assert_only_took(&base, &got);
             /* applying the same list again takes nothing more (or is refused, when a later
              * item narrowed what an earlier one asks for: "shared=32768,shared=0") */
             rt_caps again = got;
-            (void)rt_caps_override(&again, list, NULL, 0);
+            (void)rt_caps_override(&again, list, NULL);
             cr_assert_str_eq(describe(&again), describe(&got), "%s", list);
         } else {
             cr_assert_str_eq(describe(&got), describe(&base), "%s", list);

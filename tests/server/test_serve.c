@@ -95,8 +95,9 @@ static void expect_error(resp r, int status, const char *code) {
     free(r.head);
 }
 
-static const char chat_body[] = "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello there\"}],"
-                                "\"max_tokens\":24}";
+static const char chat_body[] =
+    "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello there\"}],"
+    "\"max_tokens\":24}";
 
 TestSuite(serve, .fini = stop_server, .timeout = 60);
 
@@ -122,8 +123,9 @@ Test(serve, health_models_and_errors) {
     expect_error(request("POST", "/health", KEY, "{}"), 405, NULL);
     expect_error(request("POST", "/v1/chat/completions", KEY, "{\"messages\": [}"), 400, NULL);
     expect_error(request("POST", "/v1/completions", KEY, "{\"prompt\": 5}"), 400, NULL);
-    expect_error(request("POST", "/v1/chat/completions", KEY, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}"),
-                 400, NULL);
+    expect_error(
+        request("POST", "/v1/chat/completions", KEY, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}"), 400,
+        NULL);
     /* a body over the limit */
     size_t big = (1u << 20) + 100;
     char *b = malloc(big + 1);
@@ -210,7 +212,8 @@ Test(serve, completion_matches_kiln_run) {
     const char *want[] = {"# TYPE kiln_requests_total counter\nkiln_requests_total 1\n",
                           "kiln_completion_tokens_total 32\n", "# TYPE kiln_tokens_per_second gauge\n",
                           "kiln_queue_depth 0\n", "kiln_slots_busy 0\n", "kiln_prompt_tokens_total "};
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) cr_assert(strstr(r.body, want[i]), "no '%s' in %s", want[i], r.body);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert(strstr(r.body, want[i]), "no '%s' in %s", want[i], r.body);
     free(r.head);
 }
 
@@ -233,9 +236,11 @@ static void parse_sse(const char *body, bool chat, char *text, size_t cap, char 
             json_t *j = json_loadb(p + 6, (size_t)(e - p - 6), 0, &je);
             cr_assert(j, "%s: %.*s", je.text, (int)(e - p), p);
             json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
-            if (!ch) *usage = (long)json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens"));
+            if (!ch)
+                *usage = (long)json_integer_value(json_object_get(json_object_get(j, "usage"), "completion_tokens"));
             else {
-                json_t *t = chat ? json_object_get(json_object_get(ch, "delta"), "content") : json_object_get(ch, "text");
+                json_t *t =
+                    chat ? json_object_get(json_object_get(ch, "delta"), "content") : json_object_get(ch, "text");
                 if (json_is_string(t)) strncat(text, json_string_value(t), cap - strlen(text) - 1);
                 json_t *f = json_object_get(ch, "finish_reason");
                 if (json_is_string(f)) strcpy(finish, json_string_value(f));

@@ -337,8 +337,8 @@ Test(serve_errors, sizes) {
     n += (size_t)sprintf(b, "{\"max_tokens\":1,\"prompt\":\"");
     for (size_t i = 0; i < 20000 / wl; i++, n += wl) memcpy(b + n, word, wl);
     n += (size_t)sprintf(b + n, "\"}");
-    run_row("prompt over the context", &(row){"POST", "/v1/completions", AK, "", 400, "context_length_exceeded", "prompt"},
-            b, n);
+    run_row("prompt over the context",
+            &(row){"POST", "/v1/completions", AK, "", 400, "context_length_exceeded", "prompt"}, b, n);
     n = (size_t)sprintf(b, "{\"max_tokens\":1,\"messages\":[{\"role\":\"user\",\"content\":\"");
     for (size_t i = 0; i < 20000 / wl; i++, n += wl) memcpy(b + n, word, wl);
     n += (size_t)sprintf(b + n, "\"}]}");

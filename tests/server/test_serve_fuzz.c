@@ -105,8 +105,9 @@ static const char *const bases[] = {
 static const char *const endpoint_of_base[] = {"/v1/chat/completions", "/v1/chat/completions", "/v1/completions",
                                                "/v1/completions"};
 
-static const char *const bad_utf8[] = {"\xff", "\xc3\x28", "\xed\xa0\x80", "\xc0\xaf", "\xe2\x82", "\xf8\x88\x80\x80\x80",
-                                       "\xf4\x90\x80\x80", "\x80", "\xfe\xfe", "\xef\xbf\xbe"};
+static const char *const bad_utf8[] = {
+    "\xff", "\xc3\x28", "\xed\xa0\x80", "\xc0\xaf", "\xe2\x82", "\xf8\x88\x80\x80\x80", "\xf4\x90\x80\x80",
+    "\x80", "\xfe\xfe", "\xef\xbf\xbe"};
 static const char *const fragments[] = {
     ",\"max_tokens\":2",  ",\"max_tokens\":3", "\"max_tokens\":1,", "1e999", "-1e999", "99999999999999999999999",
     "-0", "0.0000001", "null", "true", "[]", "{}", "\"\\ud800\"", "\"\\u0000\"", "\"\\udfff\\ud800\"",

@@ -3,8 +3,8 @@
  * Qwen3's reasoning spelled out, the conversations a template refuses and where BOS goes.
  * The other families' renderings against jinja2 are in test_chat_goldens.c, detection in
  * test_chat_detect.c. */
-#include "tests/util/testutil.h"
 #include "base/error.h"
+#include "tests/util/testutil.h"
 #include "tests/util/testutil_chat.h"
 #include "text/chat.h"
 
@@ -210,10 +210,14 @@ Test(chat, bos_placement_and_empty_output) {
         chat_family f;
         bool writes_bos;
     } cases[] = {
-        {CHAT_CHATML, false},    {CHAT_QWEN3, false},     {CHAT_LLAMA3, true},          {CHAT_LLAMA3_ALWAYS_GEN, true},
-        {CHAT_LLAMA31, true},    {CHAT_LLAMA2, true},     {CHAT_MISTRAL, true},         {CHAT_MISTRAL_V1, true},
-        {CHAT_MISTRAL_V3, true}, {CHAT_MISTRAL_V3_TEKKEN, true}, {CHAT_MISTRAL_V7, true}, {CHAT_MISTRAL_V7_TEKKEN, true},
-        {CHAT_GEMMA, true},      {CHAT_GEMMA3, true},     {CHAT_PHI3, false},
+        {CHAT_CHATML, false},    {CHAT_QWEN3, false},
+        {CHAT_LLAMA3, true},     {CHAT_LLAMA3_ALWAYS_GEN, true},
+        {CHAT_LLAMA31, true},    {CHAT_LLAMA2, true},
+        {CHAT_MISTRAL, true},    {CHAT_MISTRAL_V1, true},
+        {CHAT_MISTRAL_V3, true}, {CHAT_MISTRAL_V3_TEKKEN, true},
+        {CHAT_MISTRAL_V7, true}, {CHAT_MISTRAL_V7_TEKKEN, true},
+        {CHAT_GEMMA, true},      {CHAT_GEMMA3, true},
+        {CHAT_PHI3, false},
     };
     for (size_t i = 0; i < N(cases); i++) {
         char *with = render(cases[i].f, m, 1, true, "<BOS>");

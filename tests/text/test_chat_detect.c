@@ -2,6 +2,7 @@
  * excerpts are quoted from the reference templates listed in test_chat_goldens.c), the
  * families' names and end-of-turn texts, and the default system message a template
  * writes when a conversation has none. */
+#include "base/error.h"
 #include "text/chat.h"
 
 #include <criterion/criterion.h>
@@ -96,7 +97,8 @@ Test(chat, detects_each_family) {
          -1},
         {"<|im_start|>{% for message in messages %}User:{{ content }}<end_of_utterance>\n{% endfor %}", -1},
         /* HuggingFaceTB/SmolLM3-3B */
-        {"{{- \"<|im_start|>system\\n\" -}}\n{{- \"## Metadata\\n\\n\" -}}\n{{- \"Knowledge Cutoff Date: June 2025\\n\" -}}",
+        {"{{- \"<|im_start|>system\\n\" -}}\n{{- \"## Metadata\\n\\n\" -}}\n{{- \"Knowledge Cutoff Date: June "
+         "2025\\n\" -}}",
          -1},
         {"{{- '<|header_start|>' + message['role'] + '<|header_end|>\\n\\n' }}", -1},
         {"{{'<\xef\xbd\x9cUser\xef\xbd\x9c>' + message['content']}}", -1},

@@ -24,6 +24,7 @@
  * with each model's BOS and EOS texts. A NULL expectation is a conversation the template
  * refuses (raise_exception). The template excerpts in test_chat_detect.c are quoted from
  * the same files; test_chat.c holds the ground truth from shared/testdata. */
+#include "base/error.h"
 #include "tests/util/testutil_chat.h"
 #include "text/chat.h"
 

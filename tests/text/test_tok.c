@@ -2,8 +2,8 @@
  * the llama-bpe/qwen2 vectors and the npm goldens through GGUFs that `kiln synth` makes
  * from the Llama 3 and Qwen3 tokenizer.json files, detokenization (pieces and the stream),
  * speed on 100 kB, and bad input. */
-#include "gguf/gguf.h"
 #include "base/error.h"
+#include "gguf/gguf.h"
 #include "tests/util/testutil.h"
 #include "text/tok.h"
 
@@ -105,7 +105,8 @@ static void vocab_close(vocab *v) {
     }
 }
 
-static int64_t encode(const tokenizer *t, const char *s, size_t n, bool add_special, bool parse_special, int32_t **ids) {
+static int64_t encode(const tokenizer *t, const char *s, size_t n, bool add_special, bool parse_special,
+                      int32_t **ids) {
     kiln_err err = {0};
     int64_t k = tok_encode(t, s, n, add_special, parse_special, NULL, 0, &err);
     cr_assert(k >= 0, "encode failed: %s", err.msg);
@@ -137,7 +138,8 @@ static char *pieces(const tokenizer *t, const int32_t *ids, size_t n_ids, bool s
 
 /* Streams ids through tok_stream and checks every push gives whole UTF-8 characters;
  * returns the text (which must equal want[0..wn)). */
-static void check_stream(const tokenizer *t, const int32_t *ids, size_t n, const char *want, size_t wn, const char *what) {
+static void check_stream(const tokenizer *t, const int32_t *ids, size_t n, const char *want, size_t wn,
+                         const char *what) {
     tok_stream s;
     tok_stream_init(&s, t);
     size_t cap = wn * 3 + 64, len = 0;
@@ -195,8 +197,10 @@ static int run_vectors(const tokenizer *t, const char *vectors, bool spm, int *t
             pass++;
         } else {
             char g[2048] = "", w[2048] = "";
-            for (int64_t i = 0, o = 0; i < ng && o < 2000; i++) o += snprintf(g + o, sizeof g - (size_t)o, " %d", got[i]);
-            for (size_t i = 0, o = 0; i < nw && o < 2000; i++) o += (size_t)snprintf(w + o, sizeof w - o, " %d", want[i]);
+            for (int64_t i = 0, o = 0; i < ng && o < 2000; i++)
+                o += snprintf(g + o, sizeof g - (size_t)o, " %d", got[i]);
+            for (size_t i = 0, o = 0; i < nw && o < 2000; i++)
+                o += (size_t)snprintf(w + o, sizeof w - o, " %d", want[i]);
             cr_log_error("%s #%d \"%.*s\":\n  got %s\n  want%s", vectors, n, (int)len, p, g, w);
         }
         /* Pieces give the text back; SPM's dummy prefix adds one leading space. */
@@ -307,7 +311,9 @@ static void golden(const char *model) {
                 free(nfc);
             }
             if (ok) pass++;
-            else cr_log_error("%s golden #%d \"%s\": ids differ (%lld vs %zu tokens)", model, n + 1, text, (long long)ng, nw);
+            else
+                cr_log_error("%s golden #%d \"%s\": ids differ (%lld vs %zu tokens)", model, n + 1, text, (long long)ng,
+                             nw);
             /* Pieces with special=true give the text back, special-token text included. */
             size_t pl;
             char *back = pieces(v.t, got, (size_t)ng, true, &pl);

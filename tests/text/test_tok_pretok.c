@@ -12,8 +12,8 @@
  * (testdata/tokenizer/ *.inp, all the same text), "extra" those of "extra_inputs". The same
  * script cross-checked against Hugging Face `tokenizers` 0.23 pre-tokenizers: gpt-2,
  * llama-bpe, qwen2 and starcoder agree on every input. */
-#include "tests/util/testutil.h"
 #include "base/error.h"
+#include "tests/util/testutil.h"
 #include "text/tok_pretok.h"
 
 #include <criterion/criterion.h>

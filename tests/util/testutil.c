@@ -16,7 +16,8 @@ const char *tu_testdata(void) {
     struct stat st;
     if (stat(d, &st) != 0 || !S_ISDIR(st.st_mode)) {
         const char *req = getenv("KILN_REQUIRE_TESTDATA");
-        if (req && strcmp(req, "1") == 0) cr_assert_fail("test data folder %s is absent and KILN_REQUIRE_TESTDATA=1", d);
+        if (req && strcmp(req, "1") == 0)
+            cr_assert_fail("test data folder %s is absent and KILN_REQUIRE_TESTDATA=1", d);
         cr_skip_test("test data folder %s is absent", d);
     }
     return d;
@@ -210,9 +211,9 @@ int tu_run_kiln_input(const char *const *args, const char *input, char *out, siz
 const char *tu_synth_tiny(const char *name, const char *arch, const char *dtype) {
     const char *path = tu_tmp(name);
     char err[4096];
-    int rc = tu_run_kiln((const char *const[]){"synth", "--preset", "tiny", "--arch", arch, "--dtype", dtype, "-o", path,
-                                               NULL},
-                         NULL, 0, err, sizeof err);
+    int rc = tu_run_kiln(
+        (const char *const[]){"synth", "--preset", "tiny", "--arch", arch, "--dtype", dtype, "-o", path, NULL}, NULL, 0,
+        err, sizeof err);
     cr_assert_eq(rc, 0, "%s", err);
     return path;
 }

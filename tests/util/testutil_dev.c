@@ -2,6 +2,7 @@
  * the tests of each backend open their device and call these. */
 #include "tests/util/testutil_dev.h"
 
+#include "base/error.h"
 #include "ir/ir.h"
 
 #include <criterion/criterion.h>
@@ -27,32 +28,32 @@ ir_kernel *tu_dev_axpy_kernel(void) {
     ir_if *f = ir_if_begin(k, ir_compare(k, IR_LT, i, n), 0);
     ir_store(k, y, i, ir_fma(k, s, ir_load(k, x, i, 1), ir_load(k, a, i, 1)));
     ir_if_end(k, f, NULL);
-    char err[256];
-    cr_assert_eq(ir_verify(k, err, sizeof err), 0, "%s (%s)", err, ir_kernel_error(k));
+    kiln_err err = {0};
+    cr_assert_eq(ir_verify(k, &err), 0, "%s (%s)", err.msg, ir_kernel_error(k));
     return k;
 }
 
 void tu_dev_axpy(rt_device *d) {
-    char err[512];
+    kiln_err err = {0};
     ir_kernel *k = tu_dev_axpy_kernel();
-    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
-    cr_assert_not_null(ck, "%s", err);
+    rt_kernel *ck = d->ops->compile(d, k, NULL, &err);
+    cr_assert_not_null(ck, "%s", err.msg);
     const uint32_t sizes[] = {1, 7, 63, 64, 65, 200, 1000, 4097, 1000003};
     for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         uint32_t n = sizes[si], guard = 64;
         float *a = malloc(n * 4), *x = malloc(n * 4), *y = malloc((n + guard) * 4);
         for (uint32_t i = 0; i < n; i++) a[i] = (float)i * 0.5f, x[i] = (float)(i % 13) - 6.0f;
         for (uint32_t i = 0; i < n + guard; i++) y[i] = NAN; /* poison, and a guard region past n */
-        rt_buffer *ba = d->ops->alloc(d, n * 4, err, sizeof err), *bx = d->ops->alloc(d, n * 4, err, sizeof err),
-                  *by = d->ops->alloc(d, (n + guard) * 4, err, sizeof err);
-        cr_assert(ba && bx && by, "%s", err);
-        cr_assert_eq(d->ops->upload(d, ba, 0, a, n * 4, err, sizeof err), 0, "%s", err);
-        cr_assert_eq(d->ops->upload(d, bx, 0, x, n * 4, err, sizeof err), 0, "%s", err);
-        cr_assert_eq(d->ops->upload(d, by, 0, y, (n + guard) * 4, err, sizeof err), 0, "%s", err);
+        rt_buffer *ba = d->ops->alloc(d, n * 4, &err), *bx = d->ops->alloc(d, n * 4, &err),
+                  *by = d->ops->alloc(d, (n + guard) * 4, &err);
+        cr_assert(ba && bx && by, "%s", err.msg);
+        cr_assert_eq(d->ops->upload(d, ba, 0, a, n * 4, &err), 0, "%s", err.msg);
+        cr_assert_eq(d->ops->upload(d, bx, 0, x, n * 4, &err), 0, "%s", err.msg);
+        cr_assert_eq(d->ops->upload(d, by, 0, y, (n + guard) * 4, &err), 0, "%s", err.msg);
         rt_arg args[5] = {{ba, 0}, {bx, 0}, {by, 0}, {NULL, n}, {NULL, fbits(2.5f)}};
         rt_launch l = {ck, {(n + 63) / 64, 1, 1}, args, 5};
-        cr_assert_eq(d->ops->run(d, &l, 1, err, sizeof err), 0, "%s", err);
-        cr_assert_eq(d->ops->download(d, by, 0, y, (n + guard) * 4, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(d->ops->run(d, &l, 1, &err), 0, "%s", err.msg);
+        cr_assert_eq(d->ops->download(d, by, 0, y, (n + guard) * 4, &err), 0, "%s", err.msg);
         for (uint32_t i = 0; i < n; i++) {
             float want = fmaf(2.5f, x[i], a[i]);
             cr_assert_eq(fbits(y[i]), fbits(want), "n=%u i=%u: %g != %g", n, i, y[i], want);
@@ -60,7 +61,7 @@ void tu_dev_axpy(rt_device *d) {
         for (uint32_t i = n; i < n + guard; i++) cr_assert(isnan(y[i]), "n=%u: wrote past the end at %u", n, i);
         /* a partial download at an offset */
         float part[3];
-        cr_assert_eq(d->ops->download(d, by, 4 * (n - 1), part, 12, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(d->ops->download(d, by, 4 * (n - 1), part, 12, &err), 0, "%s", err.msg);
         cr_assert_eq(fbits(part[0]), fbits(fmaf(2.5f, x[n - 1], a[n - 1])));
         cr_assert(isnan(part[1]) && isnan(part[2]));
         d->ops->release(d, ba);
@@ -71,11 +72,11 @@ void tu_dev_axpy(rt_device *d) {
         free(y);
     }
     /* a launch of zero workgroups does nothing, as on Vulkan */
-    rt_buffer *b = d->ops->alloc(d, 4, err, sizeof err);
-    cr_assert_not_null(b, "%s", err);
+    rt_buffer *b = d->ops->alloc(d, 4, &err);
+    cr_assert_not_null(b, "%s", err.msg);
     rt_arg args[5] = {{b, 0}, {b, 0}, {b, 0}, {NULL, 1}, {NULL, 0}};
     rt_launch none = {ck, {0, 1, 1}, args, 5};
-    cr_assert_eq(d->ops->run(d, &none, 1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(d->ops->run(d, &none, 1, &err), 0, "%s", err.msg);
     d->ops->release(d, b);
     d->ops->release_kernel(d, ck);
     ir_kernel_destroy(k);
@@ -84,7 +85,8 @@ void tu_dev_axpy(rt_device *d) {
 /* acc[i] += step[0] for i < n: each replay adds the current step value. */
 static ir_kernel *accumulate(void) {
     ir_kernel *k = ir_kernel_create("accumulate");
-    ir_buf acc = ir_param_buffer(k, "acc", IR_F32, IR_READ | IR_WRITE), step = ir_param_buffer(k, "step", IR_F32, IR_READ);
+    ir_buf acc = ir_param_buffer(k, "acc", IR_F32, IR_READ | IR_WRITE),
+           step = ir_param_buffer(k, "step", IR_F32, IR_READ);
     ir_val n = ir_param_scalar(k, "n", IR_U32);
     ir_set_workgroup(k, 32, 1, 1);
     ir_val i = ir_id(k, IR_ID_GLOBAL, 0);
@@ -95,52 +97,52 @@ static ir_kernel *accumulate(void) {
 }
 
 void tu_dev_record_replay(rt_device *d) {
-    char err[512];
+    kiln_err err = {0};
     ir_kernel *k = accumulate();
-    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
-    cr_assert_not_null(ck, "%s (%s)", err, ir_kernel_error(k));
+    rt_kernel *ck = d->ops->compile(d, k, NULL, &err);
+    cr_assert_not_null(ck, "%s (%s)", err.msg, ir_kernel_error(k));
     uint32_t len = 100;
     float zero[100] = {0}, out[100];
-    rt_buffer *b = d->ops->alloc(d, sizeof zero, err, sizeof err), *s = d->ops->alloc(d, 4, err, sizeof err);
-    cr_assert(b && s, "%s", err);
-    cr_assert_eq(d->ops->upload(d, b, 0, zero, sizeof zero, err, sizeof err), 0);
+    rt_buffer *b = d->ops->alloc(d, sizeof zero, &err), *s = d->ops->alloc(d, 4, &err);
+    cr_assert(b && s, "%s", err.msg);
+    cr_assert_eq(d->ops->upload(d, b, 0, zero, sizeof zero, &err), 0);
     rt_arg args[3] = {{b, 0}, {s, 0}, {NULL, len}};
     rt_launch l = {ck, {(len + 31) / 32, 1, 1}, args, 3};
     rt_launch two[2] = {l, l}; /* the second launch must see the first's writes */
-    rt_recording *rec = d->ops->record(d, two, 2, err, sizeof err);
-    cr_assert_not_null(rec, "%s", err);
+    rt_recording *rec = d->ops->record(d, two, 2, &err);
+    cr_assert_not_null(rec, "%s", err.msg);
     float total = 0;
     for (int r = 1; r <= 5; r++) {
         float v = (float)r;
-        cr_assert_eq(d->ops->upload(d, s, 0, &v, 4, err, sizeof err), 0);
-        cr_assert_eq(d->ops->replay(d, rec, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(d->ops->upload(d, s, 0, &v, 4, &err), 0);
+        cr_assert_eq(d->ops->replay(d, rec, &err), 0, "%s", err.msg);
         total += 2 * v;
     }
-    cr_assert_eq(d->ops->download(d, b, 0, out, sizeof out, err, sizeof err), 0);
+    cr_assert_eq(d->ops->download(d, b, 0, out, sizeof out, &err), 0);
     for (uint32_t j = 0; j < len; j++) cr_assert_eq(out[j], total, "%u: %g", j, out[j]);
     /* run and replay interleave on one stream */
     float one = 1;
-    cr_assert_eq(d->ops->upload(d, s, 0, &one, 4, err, sizeof err), 0);
-    cr_assert_eq(d->ops->run(d, &l, 1, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(d->ops->replay(d, rec, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(d->ops->download(d, b, 0, out, sizeof out, err, sizeof err), 0);
+    cr_assert_eq(d->ops->upload(d, s, 0, &one, 4, &err), 0);
+    cr_assert_eq(d->ops->run(d, &l, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(d->ops->replay(d, rec, &err), 0, "%s", err.msg);
+    cr_assert_eq(d->ops->download(d, b, 0, out, sizeof out, &err), 0);
     for (uint32_t j = 0; j < len; j++) cr_assert_eq(out[j], total + 3, "%u: %g", j, out[j]);
     /* an empty recording replays as nothing */
-    rt_recording *empty = d->ops->record(d, NULL, 0, err, sizeof err);
-    cr_assert_not_null(empty, "%s", err);
-    cr_assert_eq(d->ops->replay(d, empty, err, sizeof err), 0, "%s", err);
+    rt_recording *empty = d->ops->record(d, NULL, 0, &err);
+    cr_assert_not_null(empty, "%s", err.msg);
+    cr_assert_eq(d->ops->replay(d, empty, &err), 0, "%s", err.msg);
     d->ops->release_recording(d, empty);
     /* bad use is refused, not crashed on, and leaves the device usable */
-    cr_assert_eq(d->ops->upload(d, s, 2, zero, 4, err, sizeof err), -1);
-    cr_assert(strstr(err, "outside"), "%s", err);
+    cr_assert_eq(d->ops->upload(d, s, 2, zero, 4, &err), -1);
+    cr_assert(strstr(err.msg, "outside"), "%s", err.msg);
     rt_launch bad = {ck, {1, 1, 1}, args, 2};
-    cr_assert_eq(d->ops->run(d, &bad, 1, err, sizeof err), -1);
-    cr_assert_null(d->ops->record(d, &bad, 1, err, sizeof err));
+    cr_assert_eq(d->ops->run(d, &bad, 1, &err), -1);
+    cr_assert_null(d->ops->record(d, &bad, 1, &err));
     rt_arg nobuf[3] = {{NULL, 0}, {s, 0}, {NULL, len}};
     rt_launch bad2 = {ck, {1, 1, 1}, nobuf, 3};
-    cr_assert_eq(d->ops->run(d, &bad2, 1, err, sizeof err), -1);
-    cr_assert(strstr(err, "without a buffer"), "%s", err);
-    cr_assert_eq(d->ops->replay(d, rec, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(d->ops->run(d, &bad2, 1, &err), -1);
+    cr_assert(strstr(err.msg, "without a buffer"), "%s", err.msg);
+    cr_assert_eq(d->ops->replay(d, rec, &err), 0, "%s", err.msg);
     d->ops->release_recording(d, rec);
     d->ops->release(d, b);
     d->ops->release(d, s);
@@ -149,40 +151,40 @@ void tu_dev_record_replay(rt_device *d) {
 }
 
 void tu_dev_host_buffers(rt_device *d) {
-    char err[512];
+    kiln_err err = {0};
     ir_kernel *k = tu_dev_axpy_kernel();
-    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
-    cr_assert_not_null(ck, "%s", err);
+    rt_kernel *ck = d->ops->compile(d, k, NULL, &err);
+    cr_assert_not_null(ck, "%s", err.msg);
     uint32_t n = 1000, guard = 16;
     float *a = malloc(n * 4), *y = malloc((n + guard) * 4), *x = malloc(n * 4);
     for (uint32_t i = 0; i < n; i++) a[i] = (float)i;
     for (uint32_t i = 0; i < n + guard; i++) y[i] = NAN;
-    rt_buffer *ba = d->ops->alloc(d, n * 4, err, sizeof err), *bx = d->ops->alloc_host(d, n * 4, err, sizeof err),
-              *by = d->ops->alloc_host(d, (n + guard) * 4, err, sizeof err);
-    cr_assert(ba && bx && by, "%s", err);
+    rt_buffer *ba = d->ops->alloc(d, n * 4, &err), *bx = d->ops->alloc_host(d, n * 4, &err),
+              *by = d->ops->alloc_host(d, (n + guard) * 4, &err);
+    cr_assert(ba && bx && by, "%s", err.msg);
     /* the sizes the plan checks each binding against: what was asked for, host or not */
     cr_assert_eq(d->ops->size(d, ba), n * 4);
     cr_assert_eq(d->ops->size(d, by), (n + guard) * 4);
-    cr_assert_eq(d->ops->upload(d, ba, 0, a, n * 4, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(d->ops->upload(d, by, 0, y, (n + guard) * 4, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(d->ops->upload(d, ba, 0, a, n * 4, &err), 0, "%s", err.msg);
+    cr_assert_eq(d->ops->upload(d, by, 0, y, (n + guard) * 4, &err), 0, "%s", err.msg);
     rt_arg args[5] = {{ba, 0}, {bx, 0}, {by, 0}, {NULL, n}, {NULL, fbits(1.0f)}};
     rt_launch l = {ck, {(n + 63) / 64, 1, 1}, args, 5};
-    rt_recording *rec = d->ops->record(d, &l, 1, err, sizeof err);
-    cr_assert_not_null(rec, "%s", err);
+    rt_recording *rec = d->ops->record(d, &l, 1, &err);
+    cr_assert_not_null(rec, "%s", err.msg);
     for (int r = 0; r < 3; r++) {
         for (uint32_t i = 0; i < n; i++) x[i] = (float)(r * 7 + (int)(i % 5));
-        cr_assert_eq(d->ops->upload(d, bx, 0, x, n * 4, err, sizeof err), 0, "%s", err);
-        cr_assert_eq(d->ops->replay(d, rec, err, sizeof err), 0, "%s", err);
-        cr_assert_eq(d->ops->download(d, by, 0, y, (n + guard) * 4, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(d->ops->upload(d, bx, 0, x, n * 4, &err), 0, "%s", err.msg);
+        cr_assert_eq(d->ops->replay(d, rec, &err), 0, "%s", err.msg);
+        cr_assert_eq(d->ops->download(d, by, 0, y, (n + guard) * 4, &err), 0, "%s", err.msg);
         for (uint32_t i = 0; i < n; i++) cr_assert_eq(y[i], a[i] + x[i], "replay %d [%u]: %g", r, i, y[i]);
         for (uint32_t i = n; i < n + guard; i++) cr_assert(isnan(y[i]), "wrote past the end at %u", i);
     }
-    cr_assert_eq(d->ops->upload(d, bx, n * 4 - 2, x, 4, err, sizeof err), -1);
-    cr_assert(strstr(err, "outside"), "%s", err);
-    cr_assert_eq(d->ops->download(d, by, (n + guard) * 4, y, 1, err, sizeof err), -1);
-    cr_assert_eq(d->ops->download(d, by, (n + guard) * 4, y, 0, err, sizeof err), 0, "an empty copy at the end");
-    rt_buffer *empty = d->ops->alloc_host(d, 0, err, sizeof err);
-    cr_assert_not_null(empty, "%s", err);
+    cr_assert_eq(d->ops->upload(d, bx, n * 4 - 2, x, 4, &err), -1);
+    cr_assert(strstr(err.msg, "outside"), "%s", err.msg);
+    cr_assert_eq(d->ops->download(d, by, (n + guard) * 4, y, 1, &err), -1);
+    cr_assert_eq(d->ops->download(d, by, (n + guard) * 4, y, 0, &err), 0, "an empty copy at the end");
+    rt_buffer *empty = d->ops->alloc_host(d, 0, &err);
+    cr_assert_not_null(empty, "%s", err.msg);
     d->ops->release(d, empty);
     d->ops->release_recording(d, rec);
     d->ops->release(d, ba), d->ops->release(d, bx), d->ops->release(d, by);

@@ -1,7 +1,7 @@
 /* Whole-model checks shared by the Vulkan and CUDA plan tests. */
 #include "tests/util/testutil_plan.h"
-#include "base/error.h"
 
+#include "base/error.h"
 #include "diverge/diverge.h"
 #include "model/engine.h"
 #include "model/model.h"
@@ -41,7 +41,7 @@ double tu_plan_compare(rt_device *d, const char *caps, const char *path, uint32_
                       .threads = ncpu < 2 ? 2 : ncpu > 32 ? 32 : (uint32_t)ncpu};
     engine *orc = orc_create(m, &oo, &err);
     cr_assert_not_null(orc, "%s", err.msg);
-    engine *gpu = plan_create(m, d, dtype, 256, n_block, err.msg, sizeof err.msg);
+    engine *gpu = plan_create(m, d, dtype, 256, n_block, &err);
     cr_assert_not_null(gpu, "%s", err.msg);
     engine *f32 = NULL; /* the f32 oracle beside, for the contract's own distance */
     if (f32_worst) {

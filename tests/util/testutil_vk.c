@@ -5,6 +5,7 @@
 #include "backend-spirv/spv_emit.h"
 #include "backend-spirv/vk_device.h"
 #include "backend-spirv/vk_probe.h"
+#include "base/error.h"
 #include "gguf/half.h"
 
 #include <criterion/criterion.h>
@@ -19,12 +20,12 @@
 static rt_device *open_cuda_or_skip(const char *dev, const char *caps) {
     rt_caps all[8];
     uint32_t n = 0, idx = 0;
-    char err[512];
+    kiln_err err = {0};
     cr_assert_eq(sscanf(dev, "cuda:%u", &idx), 1, "KILN_TEST_DEVICE=%s: expected cuda:N", dev);
-    cr_assert_eq(cuda_probe_devices(all, 8, &n, err, sizeof err), 0, "%s", err);
-    if (idx >= n) cr_assert_fail("KILN_TEST_DEVICE=%s: no such CUDA device (%u found) %s", dev, n, err);
-    rt_device *d = cuda_device_open(idx, caps, err, sizeof err);
-    cr_assert_not_null(d, "%s", err);
+    cr_assert_eq(cuda_probe_devices(all, 8, &n, &err), 0, "%s", err.msg);
+    if (idx >= n) cr_assert_fail("KILN_TEST_DEVICE=%s: no such CUDA device (%u found) %s", dev, n, err.msg);
+    rt_device *d = cuda_device_open(idx, caps, &err);
+    cr_assert_not_null(d, "%s", err.msg);
     return d;
 }
 
@@ -33,33 +34,34 @@ rt_device *tu_vk_open_or_skip(const char *caps) {
     if (dev && !strncmp(dev, "cuda:", 5)) return open_cuda_or_skip(dev, caps);
     rt_caps all[4];
     uint32_t n = 0;
-    char err[512];
-    vk_probe_devices(all, 4, &n, err, sizeof err);
+    kiln_err err = {0};
+    vk_probe_devices(all, 4, &n, &err);
     /* on a machine that has a GPU, a device that fails to appear is a failure, not a skip */
     const char *req = getenv("KILN_REQUIRE_VULKAN");
-    if (n == 0 && req && *req && strcmp(req, "0")) cr_assert_fail("no Vulkan device under KILN_REQUIRE_VULKAN: %s", err);
-    if (n == 0) cr_skip_test("no Vulkan device: %s", err);
-    rt_device *d = vk_device_open(0, caps, err, sizeof err);
-    cr_assert_not_null(d, "%s", err);
+    if (n == 0 && req && *req && strcmp(req, "0"))
+        cr_assert_fail("no Vulkan device under KILN_REQUIRE_VULKAN: %s", err.msg);
+    if (n == 0) cr_skip_test("no Vulkan device: %s", err.msg);
+    rt_device *d = vk_device_open(0, caps, &err);
+    cr_assert_not_null(d, "%s", err.msg);
     return d;
 }
 
 rt_buffer *tu_vk_upload(rt_device *d, const void *src, size_t bytes) {
-    char err[512];
-    rt_buffer *b = d->ops->alloc(d, bytes, err, sizeof err);
-    cr_assert_not_null(b, "%s", err);
-    cr_assert_eq(d->ops->upload(d, b, 0, src, bytes, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    rt_buffer *b = d->ops->alloc(d, bytes, &err);
+    cr_assert_not_null(b, "%s", err.msg);
+    cr_assert_eq(d->ops->upload(d, b, 0, src, bytes, &err), 0, "%s", err.msg);
     return b;
 }
 
 void tu_vk_reupload(rt_device *d, rt_buffer *b, const void *src, size_t bytes) {
-    char err[512];
-    cr_assert_eq(d->ops->upload(d, b, 0, src, bytes, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(d->ops->upload(d, b, 0, src, bytes, &err), 0, "%s", err.msg);
 }
 
 void tu_vk_download(rt_device *d, rt_buffer *b, void *dst, size_t bytes) {
-    char err[512];
-    cr_assert_eq(d->ops->download(d, b, 0, dst, bytes, err, sizeof err), 0, "%s", err);
+    kiln_err err = {0};
+    cr_assert_eq(d->ops->download(d, b, 0, dst, bytes, &err), 0, "%s", err.msg);
 }
 
 const char *tu_dname(ir_scalar t) { return t == IR_BF16 ? "bf16" : "f16"; }
@@ -99,9 +101,9 @@ void tu_caps_h200(rt_caps *c) {
 /* SPIRV-Tools in-process; for modules it cannot read, $KILN_SPIRV_VAL (a newer
  * spirv-val) when set. */
 tu_val_how tu_spv_validate(const spv_module *m, const char *what) {
-    char err[2048];
-    if (spv_validate(m, err, sizeof err) == 0) return TU_VAL_OK;
-    cr_assert(spv_needs_newer_tools(m), "%s: %s", what, err);
+    kiln_err err = {0};
+    if (spv_validate(m, &err) == 0) return TU_VAL_OK;
+    cr_assert(spv_needs_newer_tools(m), "%s: %s", what, err.msg);
     const char *ext = getenv("KILN_SPIRV_VAL");
     if (!ext || !*ext) return TU_VAL_UNCHECKED;
     char path[] = "/tmp/kiln-spv-XXXXXX";
@@ -113,19 +115,19 @@ tu_val_how tu_spv_validate(const spv_module *m, const char *what) {
     snprintf(cmd, sizeof cmd, "'%s' --target-env vulkan1.3 '%s' 2>&1", ext, path);
     FILE *p = popen(cmd, "r");
     cr_assert(p, "cannot run %s", ext);
-    size_t got = fread(err, 1, sizeof err - 1, p);
-    err[got] = 0;
+    size_t got = fread(err.msg, 1, sizeof err.msg - 1, p);
+    err.msg[got] = 0;
     int rc = pclose(p);
     unlink(path);
-    cr_assert_eq(rc, 0, "%s: %s: %s", what, ext, err);
+    cr_assert_eq(rc, 0, "%s: %s: %s", what, ext, err.msg);
     return TU_VAL_EXTERNAL;
 }
 
 void tu_emit_ok(ir_kernel *k, const rt_caps *c, const char *err, const char *what) {
     cr_assert_not_null(k, "%s: %s", what, err);
     spv_module m = {0};
-    char e2[512];
-    cr_assert_eq(spv_emit(k, c, &m, e2, sizeof e2), 0, "%s: %s", what, e2);
+    kiln_err e2 = {0};
+    cr_assert_eq(spv_emit(k, c, &m, &e2), 0, "%s: %s", what, e2.msg);
     tu_spv_validate(&m, what);
     spv_module_free(&m);
     ir_kernel_destroy(k);
@@ -182,16 +184,16 @@ void tu_attend_ref(const float *q, const float *kc, const float *vc, uint32_t n_
 }
 
 rt_kernel *tu_vk_compile(rt_device *d, const ir_kernel *k) {
-    char err[512];
-    rt_kernel *ck = d->ops->compile(d, k, NULL, err, sizeof err);
-    cr_assert_not_null(ck, "%s: %s", ir_kernel_name(k), err);
+    kiln_err err = {0};
+    rt_kernel *ck = d->ops->compile(d, k, NULL, &err);
+    cr_assert_not_null(ck, "%s: %s", ir_kernel_name(k), err.msg);
     return ck;
 }
 
 void tu_vk_run(rt_device *d, rt_kernel *ck, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
-    char err[512];
+    kiln_err err = {0};
     rt_launch l = {ck, {gx, gy, 1}, args, n};
-    cr_assert_eq(d->ops->run(d, &l, 1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(d->ops->run(d, &l, 1, &err), 0, "%s", err.msg);
 }
 
 static uint64_t rng_state;

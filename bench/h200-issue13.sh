@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Issue 13's device check, one call on the H200: the restructured kiln beside the kiln of
+# 0ec9abd (before), on the same synthesized files, in one run:
+#   1. both binaries' kernels for this H200's caps (kiln dump --ptx --device cuda:0,
+#      --spirv --device vulkan:0), diffed: what the restructuring changed in the code the
+#      GPU runs (the .ir files also differ by the extents the IR now prints);
+#   2. the CUDA kernel and plan suites of the new build on cuda:0 (the lowered kernels run
+#      for real);
+#   3. kiln bench, before and after interleaved, qwen3-0.6b and qwen3-8b on vulkan:0 and
+#      cuda:0.
+# Expects, relative to the repo root: build-rel/ (new: kiln, kiln-tests, data -> testdata,
+# lib/ with the shared libraries the image lacks), old/kiln (0ec9abd, Release), and the
+# device runtime (source .device-runtime/env.sh first). Writes to $OUT.
+set -u
+out=${OUT:-h200-out}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$PWD/build-rel/lib
+export KILN_CACHE_DIR=/tmp/kiln-cache KILN_REQUIRE_VULKAN=1 KILN_NO_PROGRESS=1
+NEW=$PWD/build-rel/kiln OLD=$PWD/old/kiln T=$PWD/build-rel/kiln-tests dir=/dev/shm/kiln-bench
+export KILN_BIN=$NEW KILN_TESTDATA=$PWD/build-rel/data
+mkdir -p $dir
+t0=$(date +%s)
+stamp() { echo "$(( $(date +%s) - t0 ))s $*" >> "$out/log.txt"; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/smi.txt" 2>&1
+{ ldd $NEW | grep 'not found'; ldd $OLD | grep 'not found'; ldd $T | grep 'not found'; } > "$out/ldd-missing.txt"
+$NEW --version > "$out/versions.txt" 2>&1; $OLD --version >> "$out/versions.txt" 2>&1
+for p in qwen3-0.6b qwen3-8b; do
+  [ -f $dir/$p.gguf ] || timeout 150 $NEW synth --preset $p -o $dir/$p.gguf > /dev/null 2>> "$out/log.txt"
+  stamp "synth $p rc=$?"
+done
+# 1. kernels for this device, before and after
+for who in old new; do
+  K=$OLD; [ $who = new ] && K=$NEW
+  for m in qwen3-0.6b qwen3-8b; do
+    timeout 60 $K dump $dir/$m.gguf --ptx /tmp/dump-$who/$m-cuda --device cuda:0 > /dev/null 2>> "$out/log.txt"
+    timeout 60 $K dump $dir/$m.gguf --spirv /tmp/dump-$who/$m-vk --device vulkan:0 > /dev/null 2>> "$out/log.txt"
+  done
+done
+stamp "dumps"
+( cd /tmp && diff -rq dump-old dump-new | grep -v '\.ir differ' > "$OLDPWD/$out/dump-diff.txt";
+  for f in $(cd dump-old && find . -name '*.ptx' -o -name '*.spvasm'); do
+    cmp -s dump-old/$f dump-new/$f || diff dump-old/$f dump-new/$f | head -40; done > "$OLDPWD/$out/dump-diff-detail.txt" )
+# 2. the new build's CUDA suites
+KILN_TEST_DEVICE=cuda:0 timeout 90 $T -j8 --filter 'kernels*/*' > "$out/kernels-cuda.txt" 2>&1; echo "rc=$?" >> "$out/kernels-cuda.txt"
+KILN_TEST_DEVICE=cuda:0 timeout 90 $T -j8 --filter 'plan*/*' > "$out/plan-cuda.txt" 2>&1; echo "rc=$?" >> "$out/plan-cuda.txt"
+timeout 60 $T -j8 --filter 'cuda/*' > "$out/cuda-suite.txt" 2>&1; echo "rc=$?" >> "$out/cuda-suite.txt"
+stamp "suites"
+# 3. bench, interleaved: before, after, before, after
+for m in qwen3-0.6b qwen3-8b; do
+  for who in old new; do
+    K=$OLD; [ $who = new ] && K=$NEW
+    timeout 120 $K bench $dir/$m.gguf -p 128,512,2048 -n 128 -r 3 --device vulkan:0 --device cuda:0 -o json \
+      > "$out/bench-$m-$who.json" 2> "$out/bench-$m-$who.err"
+    stamp "bench $m $who rc=$?"
+  done
+done
