@@ -113,15 +113,16 @@ static bool is_source(const char *name) {
 /* Calls fn on every .c/.h under dir (relative to the source tree), recursively. */
 static void each_source(const char *dir, void (*fn)(const char *rel, void *ctx), void *ctx) {
     char path[1024];
-    snprintf(path, sizeof path, "%s/%s", KILN_SOURCE_DIR, dir);
+    if (snprintf(path, sizeof path, "%s/%s", KILN_SOURCE_DIR, dir) >= (int)sizeof path) return;
     DIR *d = opendir(path);
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.') continue;
         char rel[1024], full[2048];
-        snprintf(rel, sizeof rel, "%s/%s", dir, e->d_name);
-        snprintf(full, sizeof full, "%s/%s", KILN_SOURCE_DIR, rel);
+        if (snprintf(rel, sizeof rel, "%s/%s", dir, e->d_name) >= (int)sizeof rel ||
+            snprintf(full, sizeof full, "%s/%s", KILN_SOURCE_DIR, rel) >= (int)sizeof full)
+            continue;
         struct stat st;
         if (stat(full, &st)) continue;
         if (S_ISDIR(st.st_mode)) each_source(rel, fn, ctx);
