@@ -16,6 +16,7 @@
 set -u
 out=${OUT:-h200-out}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$PWD/devrun/lib
 export KILN_CACHE_DIR=/tmp/kiln-cache KILN_REQUIRE_VULKAN=1 KILN_NO_PROGRESS=1
 NEW=$PWD/devrun/kiln OLD=$PWD/devrun/kiln-old T=$PWD/devrun/kiln-tests dir=/dev/shm/kiln-bench
@@ -36,15 +37,17 @@ if [ "$part" = 2 ]; then
 # 1. kernels for this device, before and after
 for who in old new; do
   K=$OLD; [ $who = new ] && K=$NEW
+  mkdir -p /tmp/dump-$who
   for m in $models; do
     timeout 60 $K dump $dir/$m.gguf --ptx /tmp/dump-$who/$m-cuda --device cuda:0 > /dev/null 2>> "$out/log.txt"
     timeout 60 $K dump $dir/$m.gguf --spirv /tmp/dump-$who/$m-vk --device vulkan:0 > /dev/null 2>> "$out/log.txt"
   done
 done
 stamp "dumps"
-( cd /tmp && diff -rq dump-old dump-new | grep -v '\.ir differ' > "$OLDPWD/$out/dump-diff.txt";
+( cd /tmp && diff -rq dump-old dump-new | grep -v '\.ir differ' > "$out/dump-diff.txt";
   for f in $(cd dump-old && find . -name '*.ptx' -o -name '*.spvasm'); do
-    cmp -s dump-old/$f dump-new/$f || diff dump-old/$f dump-new/$f | head -40; done > "$OLDPWD/$out/dump-diff-detail.txt" )
+    cmp -s dump-old/$f dump-new/$f || diff dump-old/$f dump-new/$f | head -40; done > "$out/dump-diff-detail.txt" )
+[ -n "${DUMPS_ONLY:-}" ] && exit 0
 # 2. the new build's CUDA suites
 KILN_TEST_DEVICE=cuda:0 timeout 90 $T -j8 --filter 'kernels*/*' > "$out/kernels-cuda.txt" 2>&1; echo "rc=$?" >> "$out/kernels-cuda.txt"
 KILN_TEST_DEVICE=cuda:0 timeout 90 $T -j8 --filter 'plan*/*' > "$out/plan-cuda.txt" 2>&1; echo "rc=$?" >> "$out/plan-cuda.txt"
