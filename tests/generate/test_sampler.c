@@ -712,8 +712,15 @@ Test(sampler, vocab_150k_is_fast) {
     cr_log_info("sampler, 151936 tokens, per token: top_k=0 top_p=0.9 T=0.8: %.0f us (peaked), "
                 "%.0f us (flat); defaults at T=0.8 + repeat 1.1: %.0f us; greedy: %.0f us; "
                 "plain T=1 over all: %.0f us", a, b, c, d, e);
-    /* generous: sanitizer builds are several times slower than -O2 */
-    cr_assert(a < 5000.0 && b < 10000.0 && c < 5000.0 && d < 5000.0 && e < 10000.0);
+    /* generous at -O2, where a whole-vocabulary sort per token would still fail them; sanitizer
+     * builds run several times slower, on a machine busy with the rest of the suite */
+#ifdef KILN_SANITIZED
+    const double slack = 4.0;
+#else
+    const double slack = 1.0;
+#endif
+    cr_assert(a < 5000.0 * slack && b < 10000.0 * slack && c < 5000.0 * slack && d < 5000.0 * slack &&
+              e < 10000.0 * slack);
     free(peaked);
     free(flat);
 }
