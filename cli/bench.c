@@ -1,6 +1,7 @@
 /* kiln bench MODEL: prompt processing (pp<N>) and generation (tg<N>) speed per device in
  * llama-bench's units, with load time, time to first token, and each figure as a fraction
- * of its floor from the device's measured bandwidth and matrix rate (plan/measure.h).
+ * of its floor from the device's measured bandwidth and the chip's matrix peak
+ * (plan/measure.h).
  * Method: bench/README.md. */
 #include "base/clock.h"
 #include "base/error.h"
@@ -57,7 +58,8 @@ typedef struct test_result {
     double warmup_tps;
     double *tps;      /* reps samples */
     double mean, stddev;
-    double floor_tps; /* 0: no measured rate */
+    double floor_tps; /* 0: unknown (no measured bandwidth, or prefill on a chip of unknown peak) */
+    const char *floor_bound; /* "memory", "compute", "" unknown */
 } test_result;
 
 typedef struct device_result {
@@ -234,6 +236,12 @@ static double prefill_flops(const model_facts *f, uint32_t n) {
     return body + logits + 2.0 * f->n_layer * f->n_head * (double)(f->head_dim_k + f->head_dim_v) * attended;
 }
 
+/* Bytes a prefill of n tokens must move at least: every weight read once in 16 bits, and
+ * the n tokens' K and V written to the cache. */
+static double prefill_bytes(const model_facts *f, uint32_t n) {
+    return 2.0 * (double)f->params + 2.0 * 2.0 * f->n_layer * (double)f->kv_dim * n;
+}
+
 /* Bytes one decode step reads at the mean position of tg<n> (steps at positions 1..n,
  * step p reading p + 1 cache positions): every weight once in 16 bits, and K and V. */
 static double decode_bytes(const model_facts *f, uint32_t n) {
@@ -244,8 +252,10 @@ static double decode_bytes(const model_facts *f, uint32_t n) {
 static void set_floors(device_result *d, const model_facts *f) {
     for (uint32_t i = 0; i < d->n_tests && d->measured; i++) {
         test_result *t = &d->tests[i];
-        t->floor_tps = t->prefill ? t->n / (prefill_flops(f, t->n) / (d->meas.matmul_gflops * 1e9))
-                                  : d->meas.bandwidth_gbps * 1e9 / decode_bytes(f, t->n);
+        t->floor_bound = "memory";
+        t->floor_tps = t->prefill ? measure_prefill_floor(&d->meas, t->n, prefill_bytes(f, t->n),
+                                                          prefill_flops(f, t->n), &t->floor_bound)
+                                  : measure_decode_floor(&d->meas, decode_bytes(f, t->n));
     }
 }
 
@@ -414,16 +424,18 @@ static void md_rate(double v, char *buf, size_t cap) {
 }
 
 static void print_md(const bench_opts *o, const model_facts *f, const device_result *d, uint32_t nd) {
-    char a[160], b[160], bw[32], mx[32];
+    char a[160], b[160], bw[32], pk[32], mx[32];
     printf("kiln %s, %s (%s, %.2f M params), caps: %s; %u repetitions after 1 warm-up\n\n", KILN_COMMIT, f->file,
            f->dtype, f->params * 1e-6, o->mo.caps ? o->mo.caps : "as probed", o->reps);
-    printf("| device | name | driver | load s | first token s | bandwidth GB/s | matrix GFLOP/s |\n");
-    printf("| --- | --- | --- | ---: | ---: | ---: | ---: |\n");
+    printf("| device | name | driver | load s | first token s | bandwidth GB/s | matrix peak GFLOP/s | "
+           "kiln's matmul GFLOP/s |\n");
+    printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
     for (uint32_t i = 0; i < nd; i++) {
         md_rate(d[i].measured ? d[i].meas.bandwidth_gbps : 0, bw, sizeof bw);
+        md_rate(d[i].measured ? d[i].meas.peak_gflops : 0, pk, sizeof pk);
         md_rate(d[i].measured ? d[i].meas.matmul_gflops : 0, mx, sizeof mx);
-        printf("| %s | %s | %s | %.3f | %.3f | %s | %s |\n", d[i].label, md_cell(d[i].name, a, sizeof a),
-               md_cell(d[i].driver, b, sizeof b), d[i].load_s, d[i].ttft_s, bw, mx);
+        printf("| %s | %s | %s | %.3f | %.3f | %s | %s | %s |\n", d[i].label, md_cell(d[i].name, a, sizeof a),
+               md_cell(d[i].driver, b, sizeof b), d[i].load_s, d[i].ttft_s, bw, pk, mx);
     }
     printf("\n| model | device | test | t/s | warm-up t/s | fraction of floor |\n");
     printf("| --- | --- | --- | ---: | ---: | ---: |\n");
@@ -453,15 +465,18 @@ static json_t *json_rate(double v) { return v > 0 ? json_real(v) : json_null(); 
 static json_t *json_test(const test_result *t, uint32_t reps) {
     json_t *samples = json_array();
     for (uint32_t i = 0; i < reps; i++) json_array_append_new(samples, json_real(t->tps[i]));
-    return json_pack("{s:s,s:s,s:I,s:f,s:f,s:o,s:f,s:o,s:o}", "test", t->name, "kind", t->prefill ? "pp" : "tg",
-                     "n_tokens", (json_int_t)t->n, "tps_mean", t->mean, "tps_stddev", t->stddev, "tps_samples",
-                     samples, "warmup_tps", t->warmup_tps, "floor_tps", json_rate(t->floor_tps),
+    const char *bound = t->floor_tps > 0 && t->floor_bound ? t->floor_bound : "";
+    return json_pack("{s:s,s:s,s:I,s:f,s:f,s:o,s:f,s:o,s:o,s:o}", "test", t->name, "kind",
+                     t->prefill ? "pp" : "tg", "n_tokens", (json_int_t)t->n, "tps_mean", t->mean, "tps_stddev",
+                     t->stddev, "tps_samples", samples, "warmup_tps", t->warmup_tps, "floor_tps",
+                     json_rate(t->floor_tps), "floor_bound", bound[0] ? json_string(bound) : json_null(),
                      "fraction_of_floor", t->floor_tps > 0 ? json_real(t->mean / t->floor_tps) : json_null());
 }
 
 static json_t *json_measure(const device_result *d) {
     if (!d->measured) return json_null();
     const measure_result *m = &d->meas;
+    /* matmul_gflops is kiln's own product kernel: reported, never a floor */
     return json_pack("{s:f,s:f,s:o,s:o}", "bandwidth_gbps", m->bandwidth_gbps, "matmul_gflops", m->matmul_gflops,
                      "peak_bandwidth_gbps", json_rate(m->peak_bandwidth_gbps), "peak_gflops",
                      json_rate(m->peak_gflops));

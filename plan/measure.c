@@ -21,15 +21,39 @@ typedef struct sizes {
     uint32_t launches, reps; /* launches per recording, timed replays */
 } sizes;
 
-/* Published peaks (bandwidth GB/s, dense bf16 GFLOP/s), matched on the device name, most
- * specific first. */
+/* Published peaks (memory bandwidth GB/s; dense bf16/f16 matrix GFLOP/s with f32
+ * accumulators, no sparsity), matched on the device's name, most specific first. */
 static const struct {
     const char *name;
     double gbps, gflops;
 } peaks[] = {
-    {"H200 NVL", 4800, 835000},
-    {"H200", 4800, 989000},
+    {"H200 NVL", 4800, 835000},   {"H200", 4800, 989000},       {"H100 NVL", 3900, 835000},
+    {"H100 PCIe", 2000, 756000},  {"H100", 3350, 989000},       {"A100 80GB PCIe", 1935, 312000},
+    {"A100-SXM4-80GB", 2039, 312000}, {"A100", 1555, 312000},   {"L40S", 864, 362000},
+    {"L4", 300, 121000},          {"A10", 600, 125000},
 };
+
+void measure_peaks(const char *name, double *gbps, double *gflops) {
+    *gbps = *gflops = 0;
+    for (size_t i = 0; name && i < sizeof peaks / sizeof peaks[0]; i++)
+        if (strstr(name, peaks[i].name)) {
+            *gbps = peaks[i].gbps, *gflops = peaks[i].gflops;
+            return;
+        }
+}
+
+double measure_decode_floor(const measure_result *m, double bytes_per_token) {
+    return m->bandwidth_gbps > 0 && bytes_per_token > 0 ? m->bandwidth_gbps * 1e9 / bytes_per_token : 0;
+}
+
+double measure_prefill_floor(const measure_result *m, uint32_t n, double bytes, double flops, const char **bound) {
+    if (bound) *bound = "";
+    if (!(m->peak_gflops > 0) || !(m->bandwidth_gbps > 0) || n == 0) return 0;
+    double t_mem = bytes / (m->bandwidth_gbps * 1e9), t_math = flops / (m->peak_gflops * 1e9);
+    if (bound) *bound = t_mem > t_math ? "memory" : "compute";
+    double t = t_mem > t_math ? t_mem : t_math;
+    return t > 0 ? n / t : 0;
+}
 
 static sizes pick_sizes(const rt_caps *c) {
     if (strstr(c->name, "llvmpipe")) return (sizes){16u << 20, 512, 512, 128, 4, 3};
@@ -146,11 +170,7 @@ static int measure_matmul(rt_device *d, const sizes *s, measure_result *r, kiln_
 int measure_device(rt_device *d, measure_result *r, kiln_err *err) {
     memset(r, 0, sizeof *r);
     sizes s = pick_sizes(&d->caps);
-    for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++)
-        if (strstr(d->caps.name, peaks[i].name)) {
-            r->peak_bandwidth_gbps = peaks[i].gbps, r->peak_gflops = peaks[i].gflops;
-            break;
-        }
+    measure_peaks(d->caps.name, &r->peak_bandwidth_gbps, &r->peak_gflops);
     kiln_err msg = {0};
     if (measure_copy(d, &s, r, &msg)) {
         kiln_err_wrap(err, &msg, "%s: copy", d->label);
