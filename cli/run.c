@@ -19,7 +19,9 @@ static const char usage[] =
     "  --ids                    also print the generated token ids\n"
     "  --truncate               keep the end of a prompt longer than the context\n"
     "  --no-echo                do not print the prompt before the generated text\n"
-    "  --profile                after the run, time each kernel of a decode step (GPU devices)\n" MODEL_OPTS_USAGE;
+    "  --profile                after the run, time each kernel of a decode step and of a prefill\n"
+    "                           block (GPU devices)\n"
+    "  --profile-tokens N       the profiled prefill block's tokens (default: a full block)\n" MODEL_OPTS_USAGE;
 
 #define MAX_STOPS 16
 
@@ -71,6 +73,7 @@ int cmd_run(int argc, char **argv) {
     size_t n_stop = 0;
     uint64_t n_gen = 128;
     bool ids_out = false, truncate = false, echo = true, profile = false;
+    uint64_t profile_tokens = 0; /* 0: a full block */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = model_opts_parse(&mo, argc, argv, &i, usage);
@@ -79,6 +82,11 @@ int cmd_run(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage, stdout);
             return 0;
+        } else if (!strcmp(a, "--profile-tokens")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            if (!v || !cli_parse_u64(v, 1, 1u << 20, &profile_tokens))
+                return cli_usage_error(usage, "--profile-tokens needs a token count of at least 1");
+            profile = true;
         } else if (!strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "--stop")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v) return cli_usage_error(usage, "%s needs a value", a);
@@ -169,7 +177,7 @@ int cmd_run(int argc, char **argv) {
             gen_finish_name(res.finish));
     fprintf(stderr, "%s: first token %.3f s after start (model load and kernel compile %.3f s, prompt %.3f s)\n",
             e->name, t_ready - t_start + res.t_prompt, t_ready - t_start, res.t_prompt);
-    if (profile && plan_profile(e, 100, stderr, &err)) rc = cli_fail("--profile: %s", err.msg);
+    if (profile && plan_profile(e, 100, (uint32_t)profile_tokens, stderr, &err)) rc = cli_fail("--profile: %s", err.msg);
 out:
     free(res.ids);
     free(ids);

@@ -25,9 +25,9 @@ static uint64_t decode_bytes(const plan_shape *s, int i, uint32_t pos) {
 
 /* FLOPs one launch of prefill kernel i does for a full block (0: not a matrix kernel):
  * for the profile's rate column. */
-static uint64_t prefill_flops(const plan_shape *s, int i) {
+static uint64_t prefill_flops(const plan_shape *s, int i, uint32_t n) {
     const arch_hparams *hp = &s->hp;
-    uint64_t d = hp->n_embd, nb = s->n_block;
+    uint64_t d = hp->n_embd, nb = n;
     switch (i) {
     case K_MM_QKV: return 2 * nb * s->qkv_dim * d;
     case K_MM_O: return 2 * nb * d * s->q_dim;
@@ -40,6 +40,7 @@ static uint64_t prefill_flops(const plan_shape *s, int i) {
 
 /* Times the recording rec (launches [first, first + count) of p->launch) replayed reps
  * times, then each launch run reps times back to back, and prints them by role. */
+/* pos: the decode step's position, or the prefill block's token count. */
 static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint32_t count, uint32_t reps, bool prefill,
                         uint32_t pos, FILE *out, kiln_err *err) {
     rt_device *d = p->d;
@@ -65,7 +66,8 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
     free(l);
     double sum = 0;
     if (prefill)
-        fprintf(out, "prefill block of %u tokens on %s, each launch run %u times back to back:\n", p->s.n_block,
+        fprintf(out, "prefill block of %u tokens (of %u) on %s, each launch run %u times back to back:\n", pos,
+                p->s.n_block,
                 d->label, reps);
     else
         fprintf(out, "decode step on %s at position %u, each launch run %u times back to back:\n", d->label, pos, reps);
@@ -74,7 +76,7 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
     for (int k = 0; k < K_COUNT; k++) {
         if (!n_role[k]) continue;
         double each = t_role[k] / n_role[k];
-        uint64_t b = prefill ? prefill_flops(&p->s, k) : decode_bytes(&p->s, k, pos);
+        uint64_t b = prefill ? prefill_flops(&p->s, k, pos) : decode_bytes(&p->s, k, pos);
         fprintf(out, "  %-24s %8u %8u %10.2f %10.1f", plan_role[k], n_role[k], grid_role[k], each * 1e6,
                 t_role[k] * 1e6);
         if (b) fprintf(out, prefill ? " %9.2f" : " %9.1f", b / each * (prefill ? 1e-12 : 1e-9));
@@ -83,7 +85,7 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
     }
     if (prefill)
         fprintf(out, "  sum of launches %.1f us; the recorded block replayed: %.1f us (%.0f tok/s)\n", sum * 1e6,
-                t_step * 1e6, p->s.n_block / t_step);
+                t_step * 1e6, pos / t_step);
     else
         fprintf(out, "  sum of launches %.1f us; the recorded step replayed: %.1f us (%.1f tok/s)\n", sum * 1e6,
                 t_step * 1e6, 1.0 / t_step);
@@ -91,23 +93,23 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
 }
 
 
-int plan_profile(engine *e, uint32_t reps, FILE *out, kiln_err *err) {
+int plan_profile(engine *e, uint32_t reps, uint32_t n_prefill, FILE *out, kiln_err *err) {
     if (e->ops != &plan_ops)
         return kiln_fail(err, KILN_ERR_UNSUPPORTED, "a profile needs a GPU device (the oracle runs no kernels)");
     plan_engine *p = (plan_engine *)e;
     if (reps == 0) reps = 1;
     uint32_t pos = e->n_past ? e->n_past - 1 : 0;
     if (profile_span(p, p->decode, 0, p->n_decode_launch, reps, false, pos, out, err)) return -1;
-    /* a full prefill block from position 0 (token 0 throughout), fewer repeats: each
-     * launch is a block's worth of work */
-    uint32_t nb = p->s.n_block, info[2] = {0, nb};
+    /* a prefill block of n_prefill tokens (0: a full block) from position 0 (token 0
+     * throughout), fewer repeats: each launch is a block's worth of work */
+    uint32_t nb = p->s.n_block, n = n_prefill && n_prefill < nb ? n_prefill : nb, info[2] = {0, n};
     int32_t *zeros = calloc(nb, sizeof *zeros);
     if (!zeros) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     rt_device *d = p->d;
     int rc = d->ops->upload(d, p->tok_h, 0, zeros, (size_t)nb * 4, err) ||
                      d->ops->upload(d, p->info_h, 0, info, sizeof info, err) ||
                      profile_span(p, p->prefill, p->n_decode_launch, p->n_launch - p->n_decode_launch,
-                                  reps < 10 ? reps : 10, true, 0, out, err)
+                                  reps < 10 ? reps : 10, true, n, out, err)
                  ? -1
                  : 0;
     free(zeros);
