@@ -8,7 +8,10 @@
  * In LLVM a fragment is a vector: A <8 x i16>, B <4 x i16> (the raw 16-bit values, which
  * the instruction takes packed two to a 32-bit register, lower index in the low half)
  * and C <4 x float>. Loads and stores move each lane's elements one by one, so any base,
- * stride and layout the IR allows works. */
+ * stride and layout the IR allows works; where a 16-bit fragment's pairs (e, e + 1) lie
+ * next to each other in memory (A row-major, B column-major: along k) and base and stride
+ * are even, a load takes each pair as one 32-bit word instead (a uniform branch on
+ * (base | stride) & 1, which LLVM folds where it can prove it). */
 #include "backend-ptx/ptx_internal.h"
 
 #include <stdio.h>
@@ -90,12 +93,9 @@ static void lane_coords(ptx_ctx *x, LLVMValueRef *g, LLVMValueRef *t2) {
     *t2 = LLVMBuildShl(x->b, LLVMBuildAnd(x->b, lane, ptx_c_i32(x, 3), ""), ptx_c_i32(x, 1), "");
 }
 
-static void emit_load(ptx_ctx *x, const ir_inst *in) {
-    const ir_type_desc *d = frag_desc(x, in->type);
-    LLVMValueRef p = array_of(x, in);
-    if (!d || !p || !ir_emit_need(&x->e, in, 2)) return;
-    LLVMValueRef base = ptx_V(x, in->operand[0]), stride = ptx_V(x, in->operand[1]), g, t2;
-    lane_coords(x, &g, &t2);
+/* The fragment's elements one by one. */
+static LLVMValueRef load_elements(ptx_ctx *x, const ir_inst *in, const ir_type_desc *d, LLVMValueRef p,
+                                  LLVMValueRef base, LLVMValueRef stride, LLVMValueRef g, LLVMValueRef t2) {
     bool acc = d->use == IR_FRAG_ACC;
     LLVMTypeRef et = acc ? t_f32(x) : t_i16(x);
     LLVMValueRef v = LLVMGetPoison(ptx_frag_type(x, in->type));
@@ -106,7 +106,58 @@ static void emit_load(ptx_ctx *x, const ir_inst *in) {
         LLVMSetAlignment(ld, acc ? 4 : 2);
         v = LLVMBuildInsertElement(x->b, v, ld, ptx_c_i32(x, e), "");
     }
-    ptx_def(x, in->result, v);
+    return v;
+}
+
+/* The 16-bit pairs (e, e + 1) as 32-bit words: their first element's address is even
+ * when base and stride are. */
+static LLVMValueRef load_pairs(ptx_ctx *x, const ir_inst *in, const ir_type_desc *d, LLVMValueRef p,
+                               LLVMValueRef base, LLVMValueRef stride, LLVMValueRef g, LLVMValueRef t2) {
+    LLVMTypeRef i32 = ptx_t_i32(x), i16 = t_i16(x);
+    uint32_t n = frag_count(d) / 2;
+    LLVMValueRef w = LLVMGetPoison(LLVMVectorType(i32, n));
+    for (uint32_t e = 0; e < 2 * n; e += 2) {
+        LLVMValueRef r, c;
+        coord(x, d, g, t2, e, &r, &c);
+        LLVMValueRef ld = LLVMBuildLoad2(x->b, i32, at(x, p, i16, base, stride, in->imm[1] != 0, r, c), "");
+        LLVMSetAlignment(ld, 4);
+        w = LLVMBuildInsertElement(x->b, w, ld, ptx_c_i32(x, e / 2), "");
+    }
+    return LLVMBuildBitCast(x->b, w, ptx_frag_type(x, in->type), "");
+}
+
+static void emit_load(ptx_ctx *x, const ir_inst *in) {
+    const ir_type_desc *d = frag_desc(x, in->type);
+    LLVMValueRef p = array_of(x, in);
+    if (!d || !p || !ir_emit_need(&x->e, in, 2)) return;
+    LLVMValueRef base = ptx_V(x, in->operand[0]), stride = ptx_V(x, in->operand[1]), g, t2;
+    lane_coords(x, &g, &t2);
+    bool row_major = in->imm[1] != 0;
+    bool pairs_adjacent = (d->use == IR_FRAG_A && row_major) || (d->use == IR_FRAG_B && !row_major);
+    if (d->use == IR_FRAG_ACC || !pairs_adjacent) {
+        ptx_def(x, in->result, load_elements(x, in, d, p, base, stride, g, t2));
+        return;
+    }
+    LLVMValueRef odd = LLVMBuildAnd(x->b, LLVMBuildOr(x->b, base, stride, ""), ptx_c_i32(x, 1), "");
+    LLVMValueRef even = LLVMBuildICmp(x->b, LLVMIntEQ, odd, ptx_c_i32(x, 0), "");
+    LLVMBasicBlockRef bp = LLVMAppendBasicBlockInContext(x->lc, x->fn, "frag_pairs");
+    LLVMBasicBlockRef be = LLVMAppendBasicBlockInContext(x->lc, x->fn, "frag_elems");
+    LLVMBasicBlockRef bj = LLVMAppendBasicBlockInContext(x->lc, x->fn, "frag_loaded");
+    LLVMBuildCondBr(x->b, even, bp, be);
+    LLVMPositionBuilderAtEnd(x->b, bp);
+    LLVMValueRef vp = load_pairs(x, in, d, p, base, stride, g, t2);
+    LLVMBasicBlockRef bp_end = LLVMGetInsertBlock(x->b);
+    LLVMBuildBr(x->b, bj);
+    LLVMPositionBuilderAtEnd(x->b, be);
+    LLVMValueRef ve = load_elements(x, in, d, p, base, stride, g, t2);
+    LLVMBasicBlockRef be_end = LLVMGetInsertBlock(x->b);
+    LLVMBuildBr(x->b, bj);
+    LLVMPositionBuilderAtEnd(x->b, bj);
+    LLVMValueRef phi = LLVMBuildPhi(x->b, ptx_frag_type(x, in->type), "");
+    LLVMValueRef vals[2] = {vp, ve};
+    LLVMBasicBlockRef from[2] = {bp_end, be_end};
+    LLVMAddIncoming(phi, vals, from, 2);
+    ptx_def(x, in->result, phi);
 }
 
 static void emit_store(ptx_ctx *x, const ir_inst *in) {

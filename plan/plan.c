@@ -10,7 +10,10 @@
  *            workgroup memory);
  *   prefill  a block of up to n_block tokens: the same with matrix products, prefill
  *            attention, separate gate/up products and SwiGLU; the block's last row goes
- *            to the logits head.
+ *            to the logits head;
+ *   short    where the device has them, the prefill of a block of up to
+ *            PLAN_SHORT_BLOCK tokens with products that read each weight once for all of
+ *            them (kn_matmul_skinny): a short prompt, or a long one's last block.
  * Each kernel's numbers follow the oracle's contract rounding points (oracle/forward.c):
  * the fused epilogues round where the oracle rounds. */
 #include "base/error.h"
@@ -21,6 +24,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+
+/* Whether the plan gets a short block (plan_internal.h, PLAN_SHORT_BLOCK). */
+static bool wants_short(const plan_shape *s, const rt_caps *c) {
+    return s->n_block > PLAN_SHORT_BLOCK && plan_short_block_ok(s, c, PLAN_SHORT_BLOCK);
+}
+
+/* The short block: its own kernels for the roles whose shape follows the block, the full
+ * block's for the others (with their tuned grids), and its recording. */
+static int build_short(plan_engine *p, kiln_err *err) {
+    plan_prefill *b = &p->short_block;
+    if (!wants_short(&p->s, &p->d->caps)) return 0;
+    plan_shape s = p->s;
+    s.n_block = PLAN_SHORT_BLOCK;
+    for (int i = 0; i < K_COUNT; i++) {
+        if (!plan_block_role(i)) {
+            b->kern[i] = p->kern[i], b->sig[i] = p->sig[i];
+            b->grid[i][0] = p->grid[i][0], b->grid[i][1] = p->grid[i][1];
+            continue;
+        }
+        ir_kernel *k = plan_build_kernel(&s, &p->d->caps, i, b->grid[i], err);
+        if (!k) return -1;
+        b->kern[i] = p->d->ops->compile(p->d, k, NULL, err);
+        int bad = !b->kern[i] || plan_sig_capture(k, plan_role[i], &b->sig[i], err);
+        ir_kernel_destroy(k);
+        if (bad) return -1;
+        p->n_kern++;
+        progress_update(&p->prog, p->s.hp.n_layer + p->n_kern);
+    }
+    b->n = PLAN_SHORT_BLOCK;
+    b->first_launch = p->n_launch;
+    if (plan_record_prefill(p, b, err)) return -1;
+    b->n_launch = p->n_launch - b->first_launch;
+    b->rec = p->d->ops->record(p->d, p->launch + b->first_launch, b->n_launch, err);
+    return b->rec ? 0 : -1;
+}
 
 static int build(plan_engine *p, kiln_err *err) {
     for (int i = 0; i < K_COUNT; i++) {
@@ -38,9 +76,10 @@ static int build(plan_engine *p, kiln_err *err) {
     p->n_decode_launch = p->n_launch;
     if (plan_tune_products(p, err)) return -1;
     if (!(p->decode = p->d->ops->record(p->d, p->launch, p->n_launch, err))) return -1;
-    if (plan_record_prefill(p, err)) return -1;
-    p->prefill = p->d->ops->record(p->d, p->launch + p->n_decode_launch, p->n_launch - p->n_decode_launch, err);
-    return p->prefill ? 0 : -1;
+    if (plan_record_prefill(p, NULL, err)) return -1;
+    p->n_prefill_launch = p->n_launch - p->n_decode_launch;
+    p->prefill = p->d->ops->record(p->d, p->launch + p->n_decode_launch, p->n_prefill_launch, err);
+    return p->prefill ? build_short(p, err) : -1;
 }
 
 /* ---- the engine ------------------------------------------------------------------------- */
@@ -77,7 +116,8 @@ static int run_tokens(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_
     for (uint32_t t = 0; t < n;) {
         /* logits of every token need a decode step each; otherwise blocks of the prompt */
         uint32_t m = all || n - t == 1 ? 1 : n - t < p->s.n_block ? n - t : p->s.n_block;
-        if (step(p, m == 1 ? p->decode : p->prefill, tokens + t, m, pos + t, err)) return -1;
+        rt_recording *rec = m == 1 ? p->decode : m <= p->short_block.n ? p->short_block.rec : p->prefill;
+        if (step(p, rec, tokens + t, m, pos + t, err)) return -1;
         t += m;
         base->n_past = pos + t;
         if (all && d->ops->download(d, p->logits, 0, logits + (size_t)(t - 1) * p->s.hp.n_vocab, row, err))
@@ -112,6 +152,13 @@ static void plan_destroy(engine *base) {
     rt_device *d = p->d;
     if (p->decode) d->ops->release_recording(d, p->decode);
     if (p->prefill) d->ops->release_recording(d, p->prefill);
+    plan_prefill *b = &p->short_block;
+    if (b->rec) d->ops->release_recording(d, b->rec);
+    for (int i = 0; i < K_COUNT; i++)
+        if (plan_block_role(i)) { /* the others are the full block's */
+            if (b->kern[i]) d->ops->release_kernel(d, b->kern[i]);
+            plan_sig_free(&b->sig[i]);
+        }
     for (uint32_t i = 0; i < p->n_launch; i++) free((void *)p->launch[i].args);
     free(p->launch);
     for (int i = 0; i < K_COUNT; i++) {
@@ -170,7 +217,9 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
     p->base.name = p->name;
     char what[96];
     snprintf(what, sizeof what, "%s: %s", d->label, owner ? "another slot's cache and kernels" : "weights and kernels");
-    progress_begin(&p->prog, what, (uint64_t)hp->n_layer + K_COUNT);
+    uint64_t n_kernels = K_COUNT;
+    for (int i = 0; i < K_COUNT && wants_short(&s, &d->caps); i++) n_kernels += plan_block_role(i);
+    progress_begin(&p->prog, what, (uint64_t)hp->n_layer + n_kernels);
     int bad = owner ? plan_borrow_weights(p, owner) : plan_upload_weights(p, err);
     for (uint32_t l = 0; l < hp->n_layer && !bad; l++) {
         size_t cache = (size_t)s.n_ctx * s.kv_dim * 2;
@@ -198,6 +247,7 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
      * position 0 (its cache row is rewritten by the first real token). */
     int32_t tok0 = 0;
     if (bad || build(p, err) || step(p, p->prefill, &tok0, 0, 0, err) ||
+        (p->short_block.rec && step(p, p->short_block.rec, &tok0, 0, 0, err)) ||
         step(p, p->decode, &tok0, 1, 0, err)) {
         progress_end(&p->prog, false);
         plan_destroy(&p->base);

@@ -37,6 +37,22 @@ typedef struct plan_layer {
     rt_buffer *kc, *vc;
 } plan_layer;
 
+/* Prompts, or a prompt's last block, of at most this many tokens run through the short
+ * block: products that read each weight once for all its tokens (kn_matmul_skinny). */
+#define PLAN_SHORT_BLOCK 64
+
+/* The kernels one prefill block's size calls for: the full block's are the plan's own; the
+ * short block rebuilds those whose shape depends on the block (plan_block_role), the
+ * others are the full block's (not owned). */
+typedef struct plan_prefill {
+    uint32_t n; /* tokens it holds (0: no such block) */
+    rt_kernel *kern[K_COUNT];
+    plan_sig sig[K_COUNT];
+    uint32_t grid[K_COUNT][2];
+    rt_recording *rec;
+    uint32_t first_launch, n_launch; /* its launches in plan_engine.launch */
+} plan_prefill;
+
 typedef struct plan_engine {
     engine base;
     const model *m;
@@ -59,8 +75,9 @@ typedef struct plan_engine {
     uint32_t grid[K_COUNT][2];
     uint32_t n_kern;
     rt_launch *launch;
-    uint32_t n_launch, cap_launch, n_decode_launch;
+    uint32_t n_launch, cap_launch, n_decode_launch, n_prefill_launch; /* decode's, then the full block's */
     rt_recording *decode, *prefill;
+    plan_prefill short_block; /* n == 0 where the device has no skinny products for the model */
     progress prog; /* while the plan is made: layers uploaded, then kernels compiled */
 } plan_engine;
 
@@ -72,8 +89,15 @@ extern const engine_ops plan_ops;
 /* The shape of a plan for the model: dtype 0 the file's; n_ctx 0 the model's; n_block 0: 512. */
 int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, plan_shape *s, kiln_err *err);
 bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c);
-/* Builds kernel i for the shape; its grid (x, y) where it follows from the shape. */
+/* Builds kernel i for the shape; its grid (x, y) where it follows from the shape. The
+ * prefill products are kn_matmul_skinny where the block is short enough and the caps allow
+ * (plan_short_block_ok), kn_matmul otherwise. */
 ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint32_t g[2], kiln_err *err);
+/* Whether role i's kernel depends on the prefill block's size. */
+bool plan_block_role(int i);
+/* Whether a short block of n tokens takes the skinny products for every projection of the
+ * shape on caps c. */
+bool plan_short_block_ok(const plan_shape *s, const rt_caps *c, uint32_t n);
 
 /* ---- weights and memory (plan_weights.c) ---- */
 rt_buffer *plan_alloc(plan_engine *p, size_t bytes, kiln_err *err);
@@ -89,7 +113,8 @@ int plan_check_fit(const model *m, const plan_shape *s, const rt_device *d, kiln
 /* Appends the launches of a decode step / a prefill block to p->launch, each bound by
  * name (plan_bind); 0, or -1 with err (a binding the kernel refuses, out of memory). */
 int plan_record_decode(plan_engine *p, kiln_err *err);
-int plan_record_prefill(plan_engine *p, kiln_err *err);
+/* A prefill block of b's size with b's kernels (the full block: b NULL). */
+int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err);
 
 /* ---- grid tuning (plan_tune.c) ---- */
 /* The decode step's products on the grids measured fastest on the device. 0 or -1. */

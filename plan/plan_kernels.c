@@ -19,6 +19,28 @@ bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c) {
     return (uint64_t)s->hp.n_embd * 4 + 512 <= c->shared_bytes;
 }
 
+/* A prefill projection: the skinny product for a short block where the caps allow it. */
+static ir_kernel *product(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t nb, ir_scalar dt, unsigned epi,
+                          uint32_t g[2], kiln_err *err) {
+    if (nb <= PLAN_SHORT_BLOCK && kn_matmul_skinny_ok(c, rows, cols, nb, dt))
+        return kn_matmul_skinny(c, rows, cols, nb, dt, epi, g, err);
+    return kn_matmul(c, rows, cols, nb, dt, epi, g, err);
+}
+
+bool plan_block_role(int i) {
+    switch (i) {
+    case K_MM_QKV: case K_ATTN_PREFILL: case K_MM_O: case K_MM_FF: case K_MM_DOWN: case K_SWIGLU: case K_TAKE_LAST:
+    case K_STAGE: return true;
+    default: return false;
+    }
+}
+
+bool plan_short_block_ok(const plan_shape *s, const rt_caps *c, uint32_t n) {
+    uint32_t d = s->hp.n_embd, ff = s->hp.n_ff;
+    return kn_matmul_skinny_ok(c, s->qkv_dim, d, n, s->dt) && kn_matmul_skinny_ok(c, d, s->q_dim, n, s->dt) &&
+           kn_matmul_skinny_ok(c, ff, d, n, s->dt) && kn_matmul_skinny_ok(c, d, ff, n, s->dt);
+}
+
 /* Builds kernel i for the shape; its grid (x, y) where it follows from the shape. */
 ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint32_t g[2], kiln_err *err) {
     const arch_hparams *hp = &s->hp;
@@ -56,12 +78,12 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
         return s->fuse_norm ? kn_matvec_norm(c, hp->n_vocab, d, dt, IR_F32, fault, hp->rms_eps, &g[0], err)
                             : kn_matvec(c, hp->n_vocab, d, dt, IR_F32, fault, &g[0], err);
     }
-    case K_MM_QKV: return kn_matmul(c, s->qkv_dim, d, nb, dt, bias, g, err);
+    case K_MM_QKV: return product(c, s->qkv_dim, d, nb, dt, bias, g, err);
     case K_ATTN_PREFILL:
         return kn_attn_prefill(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->qkv_dim, s->n_ctx, nb, dt, g, err);
-    case K_MM_O: return kn_matmul(c, d, s->q_dim, nb, dt, KN_EPI_RESIDUAL, g, err);
-    case K_MM_FF: return kn_matmul(c, hp->n_ff, d, nb, dt, KN_EPI_NONE, g, err);
-    case K_MM_DOWN: return kn_matmul(c, d, hp->n_ff, nb, dt, KN_EPI_RESIDUAL, g, err);
+    case K_MM_O: return product(c, d, s->q_dim, nb, dt, KN_EPI_RESIDUAL, g, err);
+    case K_MM_FF: return product(c, hp->n_ff, d, nb, dt, KN_EPI_NONE, g, err);
+    case K_MM_DOWN: return product(c, d, hp->n_ff, nb, dt, KN_EPI_RESIDUAL, g, err);
     case K_SWIGLU: return kn_swiglu(c, nb * hp->n_ff, dt, &g[0], err);
     case K_TAKE_LAST: return kn_take_last(c, d, nb, dt, &g[0], err);
     case K_STAGE: return kn_stage_inputs(c, nb, &g[0], err);

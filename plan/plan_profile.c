@@ -54,7 +54,7 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
     double t_step = (clock_now_s() - t0) / reps;
     for (uint32_t i = first; i < first + count; i++) {
         int k = 0;
-        while (k < K_COUNT && p->kern[k] != p->launch[i].kernel) k++;
+        while (k < K_COUNT && p->kern[k] != p->launch[i].kernel && p->short_block.kern[k] != p->launch[i].kernel) k++;
         for (uint32_t r = 0; r < reps; r++) l[r] = p->launch[i];
         if (d->ops->run(d, l, 1, err)) return free(l), -1; /* warm */
         t0 = clock_now_s();
@@ -103,13 +103,17 @@ int plan_profile(engine *e, uint32_t reps, uint32_t n_prefill, FILE *out, kiln_e
     /* a prefill block of n_prefill tokens (0: a full block) from position 0 (token 0
      * throughout), fewer repeats: each launch is a block's worth of work */
     uint32_t nb = p->s.n_block, n = n_prefill && n_prefill < nb ? n_prefill : nb, info[2] = {0, n};
+    const plan_prefill *b = &p->short_block;
+    bool short_block = b->rec && n <= b->n; /* what a block of n tokens runs */
     int32_t *zeros = calloc(nb, sizeof *zeros);
     if (!zeros) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     rt_device *d = p->d;
     int rc = d->ops->upload(d, p->tok_h, 0, zeros, (size_t)nb * 4, err) ||
                      d->ops->upload(d, p->info_h, 0, info, sizeof info, err) ||
-                     profile_span(p, p->prefill, p->n_decode_launch, p->n_launch - p->n_decode_launch,
-                                  reps < 10 ? reps : 10, true, n, out, err)
+                     (short_block ? profile_span(p, b->rec, b->first_launch, b->n_launch, reps < 10 ? reps : 10, true,
+                                                 n, out, err)
+                                  : profile_span(p, p->prefill, p->n_decode_launch, p->n_prefill_launch,
+                                                 reps < 10 ? reps : 10, true, n, out, err))
                  ? -1
                  : 0;
     free(zeros);

@@ -10,6 +10,9 @@
  * message err keeps (every later add does nothing). */
 typedef struct recorder {
     plan_engine *p;
+    rt_kernel *const *kern; /* the block's kernels, parameters and grids (decode: the plan's) */
+    const plan_sig *sig;
+    const uint32_t (*grid)[2];
     kiln_err *err;
     int rc;
 } recorder;
@@ -28,9 +31,9 @@ static void add(recorder *R, int i, uint32_t gx, uint32_t gy, const plan_arg *ar
         p->launch = l;
         p->cap_launch = cap;
     }
-    rt_launch l = {p->kern[i], {gx, gy, 1}, NULL, p->sig[i].n_params};
+    rt_launch l = {R->kern[i], {gx, gy, 1}, NULL, R->sig[i].n_params};
     rt_arg *a;
-    if ((R->rc = plan_bind(p->d, &p->sig[i], l.groups, args, n, &a, R->err))) return;
+    if ((R->rc = plan_bind(p->d, &R->sig[i], l.groups, args, n, &a, R->err))) return;
     l.args = a;
     p->launch[p->n_launch++] = l;
 }
@@ -42,7 +45,7 @@ static void add(recorder *R, int i, uint32_t gx, uint32_t gy, const plan_arg *ar
 /* The buffers of the qkv product and of qk_prep vary with the model's options. */
 static void add_qkv(recorder *R, int kern, const plan_layer *L, bool prefill) {
     plan_engine *p = R->p;
-    const uint32_t *g = p->grid[kern];
+    const uint32_t *g = R->grid[kern];
     bool fused = !prefill && p->s.fuse_norm; /* the norm of xa inside the product */
     /* the matmul names its activations X, Y; the matvec x, y */
     plan_arg a[5] = {{"W", L->wqkv}, {prefill ? "X" : "x", fused ? p->xa : p->h}, {prefill ? "Y" : "y", p->qkv}};
@@ -66,7 +69,7 @@ static void add_qk_prep(recorder *R, const plan_layer *L, uint32_t gy) {
 /* The logits of the row x: the output norm fused into the head where it can be. */
 static void add_logits(recorder *R, rt_buffer *x) {
     plan_engine *p = R->p;
-    uint32_t gx = p->grid[K_MV_OUT][0];
+    uint32_t gx = R->grid[K_MV_OUT][0];
     if (p->s.fuse_norm) {
         ADD(K_MV_OUT, gx, 1, {"W", p->output}, {"x", x}, {"y", p->logits}, {"wn", p->output_norm});
     } else {
@@ -78,9 +81,9 @@ static void add_logits(recorder *R, rt_buffer *x) {
 
 
 int plan_record_decode(plan_engine *p, kiln_err *err) {
-    recorder rec = {p, err, 0}, *R = &rec;
+    recorder rec = {p, p->kern, p->sig, (const uint32_t(*)[2])p->grid, err, 0}, *R = &rec;
     const arch_hparams *hp = &p->s.hp;
-    uint32_t (*g)[2] = p->grid;
+    const uint32_t (*g)[2] = R->grid;
     bool fused = p->s.fuse_norm;
     ADD(K_STAGE, 1, 1, {"tok_host", p->tok_h}, {"tok", p->tok}, {"info_host", p->info_h}, {"info", p->info});
     ADD(K_EMBED, g[K_EMBED][0], 1, {"table", p->tok_embd}, {"tok", p->tok}, {"out", p->xa});
@@ -107,10 +110,13 @@ int plan_record_decode(plan_engine *p, kiln_err *err) {
 }
 
 
-int plan_record_prefill(plan_engine *p, kiln_err *err) {
-    recorder rec = {p, err, 0}, *R = &rec;
+int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
+    recorder rec = {p, b ? b->kern : p->kern, b ? b->sig : p->sig, (const uint32_t(*)[2])(b ? b->grid : p->grid), err,
+                    0},
+             *R = &rec;
     const arch_hparams *hp = &p->s.hp;
-    uint32_t (*g)[2] = p->grid, nb = p->s.n_block;
+    const uint32_t (*g)[2] = R->grid;
+    uint32_t nb = b ? b->n : p->s.n_block;
     ADD(K_STAGE, g[K_STAGE][0], 1, {"tok_host", p->tok_h}, {"tok", p->tok}, {"info_host", p->info_h},
         {"info", p->info});
     ADD(K_EMBED, g[K_EMBED][0], nb, {"table", p->tok_embd}, {"tok", p->tok}, {"out", p->xa});

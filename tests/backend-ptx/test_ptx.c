@@ -9,6 +9,7 @@
 #include "kernels/kernels.h"
 #include "runtime/caps.h"
 #include "tests/util/testutil.h"
+#include "tests/util/testutil_ptx.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -18,59 +19,6 @@
 #include <unistd.h>
 
 /* ---- helpers ------------------------------------------------------------------------------- */
-
-/* as the CUDA probe fills them: mma.sync m16n8k16 shapes from sm_80 */
-static rt_caps cuda_caps(unsigned cc) {
-    rt_caps c;
-    rt_caps_default(&c, RT_CUDA);
-    c.compute_capability = cc;
-    cuda_caps_of_arch(&c);
-    return c;
-}
-
-/* ptxas on PATH or at /usr/local/cuda/bin/ptxas; NULL when absent. */
-static const char *ptxas_path(void) {
-    static char path[512];
-    static int found = -1;
-    if (found >= 0) return found ? path : NULL;
-    found = 0;
-    if (access("/usr/local/cuda/bin/ptxas", X_OK) == 0) {
-        snprintf(path, sizeof path, "/usr/local/cuda/bin/ptxas");
-        return found = 1, path;
-    }
-    const char *env = getenv("PATH");
-    if (!env) return NULL;
-    char *dup = strdup(env), *save = NULL;
-    for (char *d = strtok_r(dup, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-        snprintf(path, sizeof path, "%s/ptxas", d);
-        if (access(path, X_OK) == 0) {
-            found = 1;
-            break;
-        }
-    }
-    free(dup);
-    return found ? path : NULL;
-}
-
-/* Assembles ptx for arch (e.g. "sm_90") with ptxas; fails the test with ptxas's output. */
-static void assemble(const char *ptx, const char *arch, const char *what) {
-    const char *pa = ptxas_path();
-    if (!pa) return;
-    static int serial;
-    char name[64];
-    snprintf(name, sizeof name, "k%d_%d.ptx", (int)getpid(), serial++);
-    const char *file = tu_tmp(name);
-    cr_assert(tu_write_file(file, ptx, strlen(ptx)), "cannot write %s", file);
-    char cmd[1024], out[4096] = "";
-    snprintf(cmd, sizeof cmd, "'%s' -arch=%s '%s' -o /dev/null 2>&1", pa, arch, file);
-    FILE *p = popen(cmd, "r");
-    cr_assert(p, "cannot run ptxas");
-    size_t n = fread(out, 1, sizeof out - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    unlink(file);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "ptxas -arch=%s rejects %s:\n%s", arch, what, out);
-}
 
 /* Emits k (destroyed) for caps c; returns the PTX (caller frees), assembled where ptxas exists. */
 static char *emit(ir_kernel *k, const rt_caps *c) {
@@ -82,7 +30,7 @@ static char *emit(ir_kernel *k, const rt_caps *c) {
     cr_assert_eq(rc, 0, "ptx_emit %s: %s", ir_kernel_name(k), err.msg);
     cr_assert(ptx && ll);
     cr_assert(strstr(ll, "nvvm.annotations"), "%s", ll);
-    assemble(ptx, ptx_target_arch(c), ir_kernel_name(k));
+    tu_ptxas_assemble(ptx, ptx_target_arch(c), ir_kernel_name(k));
     free(ll);
     ir_kernel_destroy(k);
     return ptx;
@@ -118,7 +66,7 @@ Test(ptx, entry_params_and_uncontracted_arith) {
     ir_val v = ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_MUL, a, ir_load(k, x, i, 1)), ir_load(k, y, i, 1));
     ir_store(k, y, i, v);
     ir_if_end(k, f, NULL);
-    rt_caps c = cuda_caps(90);
+    rt_caps c = tu_cuda_caps(90);
     char *p = emit(k, &c);
     HAS(p, ".target sm_90");
     HAS(p, ".version 8.0");
@@ -149,7 +97,7 @@ Test(ptx, fma_div_and_math) {
     acc = ir_bin(k, IR_OP_DIV, acc, ir_bin(k, IR_OP_MAX, v, F(0.5f)));
     acc = ir_bin(k, IR_OP_MIN, acc, ir_bin(k, IR_OP_REM, v, F(3.0f)));
     ir_store(k, x, i, acc);
-    rt_caps c = cuda_caps(80);
+    rt_caps c = tu_cuda_caps(80);
     char *p = emit(k, &c);
     HAS(p, ".target sm_80");
     HAS(p, "fma.rn.f32");
@@ -177,7 +125,7 @@ Test(ptx, vector_math_per_lane) {
     v = ir_fma(k, ir_un(k, IR_OP_EXP, v), v, ir_un(k, IR_OP_FLOOR, v));
     ir_val l[4] = {ir_extract(k, v, 3), ir_extract(k, v, 2), ir_extract(k, v, 1), ir_extract(k, v, 0)};
     ir_store(k, x, i, ir_vec(k, l, 4));
-    rt_caps c = cuda_caps(90);
+    rt_caps c = tu_cuda_caps(90);
     char *p = emit(k, &c);
     HAS(p, "ld.global.v4.f32");
     HAS(p, "st.global.v4.f32");
@@ -197,7 +145,7 @@ Test(ptx, sixteen_bit_storage_and_rounding) {
     ir_val s = ir_bin(k, IR_OP_MUL, ir_convert(k, ir_load(k, xb, i, 1), f32), ir_convert(k, ir_load(k, xh, i, 1), f32));
     ir_store(k, yb, i, ir_convert(k, s, TS(BF16)));
     ir_store(k, yh, i, ir_convert(k, s, TS(F16)));
-    rt_caps c = cuda_caps(90);
+    rt_caps c = tu_cuda_caps(90);
     char *p = emit(k, &c);
     HAS(p, "ld.global.u16");
     HAS(p, "cvt.f32.f16");
@@ -219,7 +167,7 @@ Test(ptx, vector_16bit_loads_and_bitcasts) {
     ir_store(k, y, ir_bin(k, IR_OP_MUL, i, U(2)), w);
     ir_val h = ir_bitcast(k, ir_extract(k, w, 0), TV(F16, 2));
     ir_store(k, z, ir_bin(k, IR_OP_MUL, i, U(2)), h);
-    rt_caps c = cuda_caps(90);
+    rt_caps c = tu_cuda_caps(90);
     char *p = emit(k, &c);
     HAS(p, "ld.global.v2.u32"); /* 4 x bf16 read as the 2 x u32 it is bitcast to */
     HAS(p, "st.global.v2.u32");
@@ -239,7 +187,7 @@ Test(ptx, masked_loads_and_stores) {
     ir_store_masked(k, y, i, v, n);
     ir_val one = ir_load_masked(k, s, gid(k), 1, n, F(-1.0f));
     ir_store_masked(k, s, gid(k), ir_bin(k, IR_OP_ADD, one, F(1.0f)), n);
-    rt_caps c = cuda_caps(90);
+    rt_caps c = tu_cuda_caps(90);
     char *p = emit(k, &c);
     HAS(p, "ld.global.v4.b16");
     HAS(p, "st.global.v4.b16");
@@ -270,7 +218,7 @@ Test(ptx, loops_and_ifs_with_values) {
     ir_for_end(k, f, y2);
     ir_val r = ir_bin(k, IR_OP_DIV, ir_for_result(f, 0), ir_convert(k, ir_for_result(f, 1), TS(F32)));
     ir_store(k, y, gid(k), r);
-    rt_caps c0 = cuda_caps(90);
+    rt_caps c0 = tu_cuda_caps(90);
     char *p = emit(k, &c0);
     HAS(p, "@%p");
     HAS(p, "bra");
@@ -294,7 +242,7 @@ Test(ptx, conversions_between_ints_and_floats) {
     ir_val back = ir_convert(k, wide, TS(U32));
     ir_val s = ir_convert(k, ir_convert(k, ir_const_i32(k, -3), TS(I64)), TS(I32));
     ir_store(k, z, i, ir_bin(k, IR_OP_XOR, back, ir_convert(k, ir_bin(k, IR_OP_SHR, s, ir_const_i32(k, 1)), TS(U32))));
-    rt_caps c = cuda_caps(90);
+    rt_caps c = tu_cuda_caps(90);
     char *p = emit(k, &c);
     HAS(p, "cvt.rzi.s32.f32");
     HAS(p, "cvt.rzi.u32.f32");
@@ -316,7 +264,7 @@ Test(ptx, workgroup_memory_and_barrier) {
     ir_val v = ir_shm_load(k, t, ir_bin(k, IR_OP_XOR, l, U(1)), 1);
     ir_val w = ir_shm_load(k, g, ir_bin(k, IR_OP_AND, ir_bin(k, IR_OP_ADD, l, U(1)), U(7)), 1);
     ir_store(k, y, gid(k), ir_convert(k, ir_bin(k, IR_OP_ADD, ir_convert(k, v, TS(F32)), w), TS(BF16)));
-    rt_caps c = cuda_caps(90);
+    rt_caps c = tu_cuda_caps(90);
     char *p = emit(k, &c);
     HAS(p, ".shared .align 16 .b8 tile[512]");
     HAS(p, ".shared .align 16 .b8 sums[32]");
@@ -348,7 +296,7 @@ Test(ptx, subgroups) {
     ir_store(
         k, z, gid(k),
         ir_bin(k, IR_OP_ADD, ir_bin(k, IR_OP_ADD, mx, ir_convert(k, mn, TS(U32))), ir_bin(k, IR_OP_MUL, sgid, sgsz)));
-    rt_caps c = cuda_caps(90);
+    rt_caps c = tu_cuda_caps(90);
     char *p = emit(k, &c);
     cr_assert_geq(count(p, "shfl.sync.bfly.b32"), 5 * 3 + 2, "%s", p);
     HAS(p, "shfl.sync.idx.b32");
@@ -375,7 +323,7 @@ Test(ptx, atomics) {
     ir_val sum = ir_bin(k, IR_OP_ADD, ir_convert(k, ir_bin(k, IR_OP_ADD, r1, r2), TS(I32)),
                         ir_bin(k, IR_OP_ADD, r5, ir_convert(k, ir_bin(k, IR_OP_ADD, r3, r4), TS(I32))));
     ir_store(k, o, i, sum);
-    rt_caps c = cuda_caps(90);
+    rt_caps c = tu_cuda_caps(90);
     char *p = emit(k, &c);
     HAS(p, "atom.global.add.u32");
     HAS(p, "atom.global.max.u32");
@@ -392,7 +340,7 @@ Test(ptx, spec_constants_take_their_defaults) {
     ir_val n = ir_spec_const(k, "n", IR_U32, 12345);
     ir_set_workgroup_spec(k, wg);
     ir_store(k, y, gid(k), ir_bin(k, IR_OP_MUL, n, U(3)));
-    rt_caps c = cuda_caps(90);
+    rt_caps c = tu_cuda_caps(90);
     char *p = emit(k, &c);
     HAS(p, ".reqntid 96, 1, 1");
     HAS(p, "37035");
@@ -422,7 +370,7 @@ Test(ptx, target_architectures) {
     } t[] = {{0, "sm_80"},  {80, "sm_80"},  {86, "sm_86"},  {89, "sm_89"},
              {90, "sm_90"}, {100, "sm_90"}, {120, "sm_90"}, {75, "sm_75"}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-        rt_caps c = cuda_caps(t[i].cc);
+        rt_caps c = tu_cuda_caps(t[i].cc);
         cr_assert_str_eq(ptx_target_arch(&c), t[i].arch);
         ir_kernel *k = ir_kernel_create("arch");
         ir_buf y = ir_param_buffer(k, "y", IR_F32, IR_WRITE);
@@ -434,12 +382,12 @@ Test(ptx, target_architectures) {
         HAS(p, want);
         free(p);
     }
-    rt_caps old = cuda_caps(35);
+    rt_caps old = tu_cuda_caps(35);
     cr_assert_null(ptx_target_arch(&old));
 }
 
 Test(ptx, deterministic) {
-    rt_caps c = cuda_caps(90);
+    rt_caps c = tu_cuda_caps(90);
     kiln_err err = {0};
     char *p[2];
     for (int r = 0; r < 2; r++) {
@@ -468,7 +416,7 @@ static void refused(ir_kernel *k, const rt_caps *c, const char *want) {
 }
 
 Test(ptx, refuses_unverified_kernels_and_null) {
-    rt_caps c = cuda_caps(90);
+    rt_caps c = tu_cuda_caps(90);
     ir_kernel *k = ir_kernel_create("open");
     ir_buf y = ir_param_buffer(k, "y", IR_F32, IR_WRITE);
     ir_set_workgroup(k, 32, 1, 1);
@@ -495,7 +443,7 @@ Test(ptx, refuses_unverified_kernels_and_null) {
  * refused by name. The matmul builder picks that shape from the caps and its kernel
  * carries the instruction (assembled by ptxas where it exists). */
 Test(ptx, fragments_as_mma_sync) {
-    rt_caps c = cuda_caps(90);
+    rt_caps c = tu_cuda_caps(90);
     c.mma[c.n_mma++] = (rt_mma_shape){16, 16, 16, IR_F16, IR_F32};
     ir_kernel *k = ir_kernel_create("frag");
     ir_buf y = ir_param_buffer(k, "y", IR_F32, IR_WRITE);
@@ -507,7 +455,7 @@ Test(ptx, fragments_as_mma_sync) {
     refused(k, &c, "PTX lowers m16n8k16");
 
     for (int old = 0; old < 2; old++) {
-        rt_caps cc = cuda_caps(old ? 75 : 80);
+        rt_caps cc = tu_cuda_caps(old ? 75 : 80);
         if (old) cc.mma[cc.n_mma++] = (rt_mma_shape){16, 8, 16, IR_BF16, IR_F32};
         k = ir_kernel_create("mma");
         ir_buf ab = ir_param_buffer(k, "ab", IR_BF16, IR_READ), out = ir_param_buffer(k, "c", IR_F32, IR_WRITE);
@@ -527,7 +475,7 @@ Test(ptx, fragments_as_mma_sync) {
 
     uint32_t g[2];
     for (int t = 0; t < 2; t++) {
-        rt_caps m = cuda_caps(90);
+        rt_caps m = tu_cuda_caps(90);
         k = kn_matmul(&m, 1024, 1024, 512, t ? IR_F16 : IR_BF16, KN_EPI_NONE, g, &err);
         cr_assert_not_null(k, "%s", err.msg);
         char *p = emit(k, &m);
@@ -539,7 +487,7 @@ Test(ptx, fragments_as_mma_sync) {
 }
 
 Test(ptx, refuses_what_caps_lack) {
-    rt_caps c = cuda_caps(90);
+    rt_caps c = tu_cuda_caps(90);
     ir_kernel *k = ir_kernel_create("h16");
     ir_buf y = ir_param_buffer(k, "y", IR_F16, IR_READ | IR_WRITE);
     ir_set_workgroup(k, 32, 1, 1);
@@ -576,7 +524,7 @@ Test(ptx, refuses_what_caps_lack) {
     ir_shm_store(k, s, gid(k), F(1.0f));
     refused(k, &c, "bytes");
 
-    rt_caps old = cuda_caps(35);
+    rt_caps old = tu_cuda_caps(35);
     k = ir_kernel_create("old");
     y = ir_param_buffer(k, "y", IR_F32, IR_WRITE);
     ir_set_workgroup(k, 32, 1, 1);
@@ -599,7 +547,7 @@ static void builder(ir_kernel *k, const rt_caps *c, const char *err, const char 
 /* qwen3-0.6b: d 1024, 16 q heads / 8 kv heads of 128, ffn 3072, vocab 151936, n_ctx 4096,
  * prefill blocks of 512; and odd shapes beside them. */
 static void all_builders(unsigned cc, ir_scalar t) {
-    rt_caps c = cuda_caps(cc);
+    rt_caps c = tu_cuda_caps(cc);
     kiln_err err = {0};
     uint32_t gx, g[2];
     static const unsigned epis[] = {KN_EPI_NONE, KN_EPI_BIAS, KN_EPI_RESIDUAL, KN_EPI_BIAS | KN_EPI_RESIDUAL,
@@ -649,7 +597,7 @@ static void all_builders(unsigned cc, ir_scalar t) {
     builder(kn_qk_prep(&c, 16, 8, 128, &r, true, 1e-6f, 4096, t, &err), &c, err.msg, "qk_prep");
     kn_rope_opts r2 = {32, false, 1e4f, 0.25f, true};
     builder(kn_qk_prep(&c, 6, 2, 64, &r2, false, 1e-6f, 1000, t, &err), &c, err.msg, "qk_prep odd");
-    if (!ptxas_path())
+    if (!tu_ptxas_path())
         cr_skip_test("no ptxas: %d kernels emitted for sm_%u but not assembled (looked on PATH and at "
                      "/usr/local/cuda/bin/ptxas)",
                      n_emitted, cc);
@@ -666,7 +614,7 @@ Test(ptx, builders_sm90_f16, .timeout = 120) { all_builders(90, IR_F16); }
 Test(ptx, cache_on_disk) {
     const char *dir = tu_tmp("ptx-cache");
     setenv("KILN_CACHE_DIR", dir, 1);
-    rt_caps c = cuda_caps(90), c80 = cuda_caps(80);
+    rt_caps c = tu_cuda_caps(90), c80 = tu_cuda_caps(80);
     kiln_err err = {0};
     char *a = NULL;
     char *b = NULL;
@@ -679,7 +627,7 @@ Test(ptx, cache_on_disk) {
     cr_assert_eq(ptx_emit_cached(k, &c, &b, &hit, &err), 0, "%s", err.msg);
     cr_assert(hit, "second emit missed the cache");
     cr_assert(strstr(b, "// kiln ptx cache ") == b && strstr(b, a), "cached text differs");
-    assemble(b, "sm_90", "cached rmsnorm");
+    tu_ptxas_assemble(b, "sm_90", "cached rmsnorm");
     /* exactly one file, then damage it */
     char cmd[1200], path[1000] = "";
     snprintf(cmd, sizeof cmd, "ls %s/ptx-*.ptx", dir);

@@ -21,6 +21,7 @@
 #include "gguf/half.h"
 #include "ir/ir.h"
 #include "kernels/kernels.h"
+#include "tests/util/testutil_ptx.h"
 #include "tests/util/testutil_vk.h"
 
 #include <criterion/criterion.h>
@@ -56,14 +57,18 @@ typedef struct mm_shape {
     uint32_t rows, cols, n_max;
 } mm_shape;
 
-static void matmul_case(rt_device *d, mm_shape s, ir_scalar t, unsigned epi, const uint32_t *ns, size_t n_ns,
-                        const char *var) {
+/* kn_matmul or kn_matmul_skinny: the same parameters and results */
+typedef ir_kernel *(*mm_builder)(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
+                                 unsigned epi, uint32_t groups[2], kiln_err *err);
+
+static void product_case(mm_builder build, rt_device *d, mm_shape s, ir_scalar t, unsigned epi, const uint32_t *ns,
+                         size_t n_ns, const char *var) {
     kiln_err err = {0};
     char what[200];
     uint32_t rows = s.rows, cols = s.cols, n_max = s.n_max, g[2] = {0, 0};
-    ir_kernel *k = kn_matmul(&d->caps, rows, cols, n_max, t, epi, g, &err);
+    ir_kernel *k = build(&d->caps, rows, cols, n_max, t, epi, g, &err);
     cr_assert_not_null(k, "matmul %ux%u n_max=%u: %s", rows, cols, n_max, err.msg);
-    bool mma = uses_frags(k);
+    bool mma = uses_frags(k), skinny = build == kn_matmul_skinny;
     rt_kernel *ck = d->ops->compile(d, k, NULL, &err);
     cr_assert_not_null(ck, "matmul %ux%u: %s", rows, cols, err.msg);
     size_t nw = (size_t)rows * cols, nx = (size_t)n_max * cols, ny = (size_t)n_max * rows;
@@ -86,7 +91,7 @@ static void matmul_case(rt_device *d, mm_shape s, ir_scalar t, unsigned epi, con
         uint32_t n = ns[ni];
         if (n > n_max) continue;
         snprintf(what, sizeof what, "matmul %ux%u n=%u/%u %s epi=%s %s caps=%s", rows, cols, n, n_max, tu_dname(t),
-                 epi_name(epi), mma ? "coopmat" : "tiled", var ? var : "device");
+                 epi_name(epi), skinny ? "skinny" : mma ? "coopmat" : "tiled", var ? var : "device");
         /* rows t >= n of X are NaN: a leak into rows < n shows */
         for (size_t i = 0; i < nx; i++) xp[i] = i / cols < n ? x[i] : tu_nan16(t);
         info[1] = n;
@@ -131,6 +136,11 @@ static void matmul_case(rt_device *d, mm_shape s, ir_scalar t, unsigned epi, con
     d->ops->release_kernel(d, ck);
     free(w), free(x), free(b), free(res), free(wf), free(xf), free(bf), free(rf), free(xp), free(poison), free(y);
     ir_kernel_destroy(k);
+}
+
+static void matmul_case(rt_device *d, mm_shape s, ir_scalar t, unsigned epi, const uint32_t *ns, size_t n_ns,
+                        const char *var) {
+    product_case(kn_matmul, d, s, t, epi, ns, n_ns, var);
 }
 
 static const uint32_t all_ns[] = {1, 7, 63, 64, 200};
@@ -181,6 +191,57 @@ Test(kernels_matmul, other_variants_on_coopmat_devices, .timeout = 600) {
     if (!have) cr_skip_test("the device has no cooperative matrices: the default run covered its only variant");
     run_shapes("no-coopmat", 34, NULL, N_SHAPES);
     run_shapes("shared=32768", 35, small_pick, sizeof small_pick / sizeof small_pick[0]);
+}
+
+/* ---- the skinny products of short blocks ------------------------------------------------ */
+
+/* Where the device offers them (CUDA, 16x8x16 fragments): rows of 16, cols of 16 with 1, 2
+ * and 8 slices, n_max 8 to 64, every epilogue, and n below, at and past whole fragments. */
+Test(kernels_matmul, skinny_on_the_device, .timeout = 600) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    if (!kn_matmul_skinny_ok(&d->caps, 16, 16, 8, IR_BF16)) {
+        d->ops->destroy(d);
+        cr_skip_test("the device has no skinny products (CUDA's 16x8x16 fragments)");
+    }
+    tu_seed(36);
+    static const mm_shape sk[] = {{16, 16, 8}, {48, 160, 24}, {272, 1024, 64}, {32, 1040, 32}, {1024, 128, 64},
+                                  {16, 2048, 16}};
+    static const uint32_t ns[] = {1, 7, 8, 9, 23, 24, 33, 64};
+    for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++)
+        for (size_t ti = 0; ti < 2; ti++)
+            product_case(kn_matmul_skinny, d, sk[i], dtypes[ti], (unsigned)(i + ti) % 4, ns,
+                         sizeof ns / sizeof ns[0], NULL);
+    d->ops->destroy(d);
+}
+
+/* Built and assembled for CUDA's caps at sm_80 and sm_90 on any machine; refused where the
+ * shape does not tile, the caps lack the fragments, or the device is not CUDA. */
+Test(kernels_matmul, skinny_builds_and_refuses) {
+    kiln_err err = {0};
+    uint32_t g[2] = {0, 0};
+    for (uint32_t cc = 80; cc <= 90; cc += 10) {
+        rt_caps c = tu_cuda_caps(cc);
+        for (size_t ti = 0; ti < 2; ti++)
+            for (unsigned epi = 0; epi < 4; epi++) {
+                ir_kernel *k = kn_matmul_skinny(&c, 4096, 12288, 64, dtypes[ti], epi, g, &err);
+                cr_assert_not_null(k, "%s", err.msg);
+                cr_assert(uses_frags(k));
+                cr_assert(g[0] == 4096 / 16 && g[1] == 1, "grid %u x %u", g[0], g[1]);
+                tu_ptx_assembles(k, &c, "skinny");
+                ir_kernel_destroy(k);
+            }
+        cr_assert(kn_matmul_skinny_ok(&c, 1024, 3072, 32, IR_BF16));
+        static const mm_shape bad[] = {{1000, 1024, 32}, {1024, 1000, 32}, {1024, 1024, 20}, {1024, 1024, 72}};
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            cr_assert_not(kn_matmul_skinny_ok(&c, bad[i].rows, bad[i].cols, bad[i].n_max, IR_BF16));
+            cr_assert_null(kn_matmul_skinny(&c, bad[i].rows, bad[i].cols, bad[i].n_max, IR_BF16, 0, g, &err));
+            cr_assert(strstr(err.msg, "does not tile"), "%s", err.msg);
+        }
+        cr_assert_null(kn_matmul_skinny(&c, 1024, 1024, 32, IR_BF16, KN_EPI_SWIGLU, g, &err));
+    }
+    rt_caps v;
+    tu_caps_h200(&v); /* Vulkan, with cooperative matrices: not yet (issue 16) */
+    cr_assert_not(kn_matmul_skinny_ok(&v, 1024, 1024, 32, IR_F16));
 }
 
 /* ---- variants built for other devices, and refusals --------------------------------------- */

@@ -228,7 +228,7 @@ Test(plan_bind, a_plan_refuses_a_short_buffer) {
     cr_assert_not_null(short_att, "%s", err.msg);
     keep = p->att;
     p->att = short_att;
-    cr_assert_eq(plan_record_prefill(p, &err), -1);
+    cr_assert_eq(plan_record_prefill(p, NULL, &err), -1);
     cr_assert(strstr(err.msg, "attn_prefill (kn_attn_prefill)") && strstr(err.msg, "'out'"), "%s", err.msg);
     p->att = keep;
     d->ops->release(d, short_att);
