@@ -47,6 +47,7 @@ struct rt_kernel {
     CUmodule module;
     CUfunction fn;
     uint32_t block[3];
+    uint32_t dynamic_shared; /* bytes each launch asks for (ptx_dynamic_shared_bytes) */
     uint32_t n_params;
     bool is_buffer[CU_MAX_PARAMS];
 };
@@ -269,6 +270,16 @@ static rt_kernel *cu_compile(rt_device *base, const ir_kernel *ir, const double 
         cu_fail(d, err, what, r);
         goto fail;
     }
+    /* past 48 KiB the function must be allowed its dynamic shared memory first */
+    k->dynamic_shared = ptx_dynamic_shared_bytes(ir);
+    if (k->dynamic_shared &&
+        (r = d->cu->FuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)k->dynamic_shared))) {
+        char what[340];
+        snprintf(what, sizeof what, "cuFuncSetAttribute '%s' (%u bytes of dynamic shared memory)", name,
+                 k->dynamic_shared);
+        cu_fail(d, err, what, r);
+        goto fail;
+    }
     ir_val spec;
     ir_workgroup(ir, k->block, &spec); /* a spec workgroup size has its default, as emitted */
     k->n_params = np;
@@ -304,7 +315,8 @@ static int enqueue(cu_dev *d, const rt_launch *l, uint32_t n, uint32_t *issued, 
             if (k->is_buffer[a]) ptrs[a] = l[i].args[a].buf->ptr, params[a] = &ptrs[a];
             else bits[a] = l[i].args[a].bits, params[a] = &bits[a];
         }
-        CUresult r = d->cu->LaunchKernel(k->fn, g[0], g[1], g[2], k->block[0], k->block[1], k->block[2], 0, d->stream,
+        CUresult r = d->cu->LaunchKernel(k->fn, g[0], g[1], g[2], k->block[0], k->block[1], k->block[2],
+                                         k->dynamic_shared, d->stream,
                                          l[i].n_args ? params : NULL, NULL);
         if (r) {
             char what[64];

@@ -16,6 +16,16 @@ void cuda_caps_of_arch(rt_caps *c) {
     c->f16_arith = c->bf16_arith = c->int8_arith = false;
     c->n_mma = 0;
     memset(c->mma, 0, sizeof c->mma);
+    c->async_copy = c->compute_capability >= 80;
+    /* the per-block opt-in limit of dynamic shared memory each architecture has (the
+     * CUDA programming guide's table), for caps made without a device (kiln dump --sm) */
+    uint32_t cc = c->compute_capability, kib = cc >= 90               ? 227
+                                               : cc == 80 || cc == 87 ? 163
+                                               : cc >= 86             ? 99
+                                               : cc >= 75             ? 64
+                                               : cc >= 70             ? 96
+                                                                      : 48;
+    c->shared_bytes = kib * 1024;
     if (c->compute_capability >= 80) {
         c->mma[c->n_mma++] = (rt_mma_shape){16, 8, 16, IR_BF16, IR_F32};
         c->mma[c->n_mma++] = (rt_mma_shape){16, 8, 16, IR_F16, IR_F32};
@@ -54,11 +64,11 @@ static void fill(const cu_api *cu, CUdevice dev, int driver_version, rt_caps *c)
     if (warp > 0) c->subgroup_size = c->subgroup_min = c->subgroup_max = (uint32_t)warp;
     int threads = attr(cu, dev, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
     if (threads > 0) c->max_workgroup = (uint32_t)threads;
-    /* Kernels get static shared memory only, whose limit is 48 KiB per block; the larger
-     * opt-in (CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 227 KiB on the H200)
-     * needs dynamic shared memory and cuFuncSetAttribute, which the emitter does not use. */
-    int shared = attr(cu, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
-    if (shared > 0 && (uint32_t)shared < c->shared_bytes) c->shared_bytes = (uint32_t)shared;
+    /* Past PTX's static 48 KiB a kernel's workgroup arrays are dynamic shared memory
+     * (ptx_emit.h), which the device loader allows up to the opt-in limit (227 KiB on the
+     * H200); where the driver reports no opt-in, the plain per-block limit. */
+    int shared = attr(cu, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    if (shared <= 0) shared = attr(cu, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
     c->compute_units = (uint32_t)attr(cu, dev, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
     int per_sm = attr(cu, dev, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
     int l2 = attr(cu, dev, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
@@ -68,7 +78,8 @@ static void fill(const cu_api *cu, CUdevice dev, int driver_version, rt_caps *c)
     if (cu->DeviceTotalMem(&total, dev) == CUDA_SUCCESS) c->memory_bytes = total;
     c->free_bytes = free_memory(cu, dev);
     cuda_caps_of_arch(c);
-    c->max_buffer_bytes = 0; /* a kernel reaches any allocation through a 64-bit pointer */
+    if (shared > 0) c->shared_bytes = (uint32_t)shared; /* the device's own word over the table's */
+    c->max_buffer_bytes = 0;                            /* a kernel reaches any allocation through a 64-bit pointer */
 }
 
 int cuda_probe_devices(rt_caps *out, uint32_t max, uint32_t *n, kiln_err *err) {

@@ -14,8 +14,9 @@
  * ...") for the caller to print; err also notes devices left out past max, and is "" when
  * there is nothing to say. Returns -1 (with err) only on bad arguments. */
 /* The parts of the caps that follow from c->compute_capability alone (the probe, and
- * `kiln dump --ptx --sm` without a device): the mma.sync shapes from sm_80, no f16/bf16
- * scalar arithmetic. */
+ * `kiln dump --ptx --sm` without a device): the mma.sync shapes and asynchronous copies
+ * from sm_80, the architecture's opt-in shared memory per block (the probe then puts the
+ * device's own figure), no f16/bf16 scalar arithmetic. */
 void cuda_caps_of_arch(rt_caps *c);
 
 int cuda_probe_devices(rt_caps *out, uint32_t max, uint32_t *n, kiln_err *err);

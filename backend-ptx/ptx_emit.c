@@ -251,6 +251,7 @@ static void emit_inst(void *ctx, const ir_inst *in) {
     case IR_CLASS_MEMORY: ptx_emit_memory(x, in); return;
     case IR_CLASS_ATOMIC: ptx_emit_atomic(x, in); return;
     case IR_CLASS_BARRIER: ptx_emit_barrier(x); return;
+    case IR_CLASS_ASYNC: ptx_emit_async(x, in); return;
     case IR_CLASS_SUBGROUP: ptx_emit_subgroup(x, in); return;
     case IR_CLASS_FRAGMENT: ptx_emit_frag(x, in); return;
     case IR_CLASS_CONTROL:
@@ -315,29 +316,53 @@ static void declare_function(ptx_ctx *x) {
     }
 }
 
+/* Each workgroup array at a 16-byte boundary: its bytes rounded up. */
+static uint64_t shared_span(const ir_shared_decl *d) {
+    return ((uint64_t)(ir_scalar_bits(d->elem) / 8) * d->count + 15) / 16 * 16;
+}
+
+uint32_t ptx_dynamic_shared_bytes(const ir_kernel *k) {
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; k && i < ir_n_shared(k); i++) {
+        const ir_shared_decl *d = ir_shared_at(k, i);
+        if (d) bytes += shared_span(d);
+    }
+    return bytes > STATIC_SHARED_LIMIT && bytes <= UINT32_MAX ? (uint32_t)bytes : 0;
+}
+
+/* Static .shared arrays, or (past PTX's 48 KiB static limit) offsets into one extern
+ * .shared array the launch sizes (ptx_emit.h). */
 static void declare_shared(ptx_ctx *x) {
     uint64_t bytes = 0;
+    bool dynamic = ptx_dynamic_shared_bytes(x->k) != 0;
+    LLVMTypeRef i8 = LLVMInt8TypeInContext(x->lc);
+    LLVMValueRef pool = NULL;
+    if (dynamic) {
+        pool = LLVMAddGlobalInAddressSpace(x->m, LLVMArrayType2(i8, 0), "kiln_dynamic_shared", 3);
+        LLVMSetLinkage(pool, LLVMExternalLinkage);
+        LLVMSetAlignment(pool, 16);
+    }
     for (uint32_t i = 0; i < x->n_shm && !x->e.failed; i++) {
         const ir_shared_decl *d = ir_shared_at(x->k, i);
         if (!d || !d->count || d->elem == IR_BOOL) {
             ptx_fail(x, "workgroup array %u is malformed", i);
             return;
         }
-        bytes += (uint64_t)(ir_scalar_bits(d->elem) / 8) * d->count;
-        LLVMTypeRef at = LLVMArrayType2(ptx_t_store(x, d->elem, 1), d->count);
-        LLVMValueRef g = LLVMAddGlobalInAddressSpace(x->m, at, d->name, 3);
-        LLVMSetLinkage(g, LLVMInternalLinkage);
-        LLVMSetInitializer(g, LLVMGetPoison(at)); /* .shared cannot be initialized */
-        LLVMSetAlignment(g, 16);
-        x->shm[i] = g;
+        if (dynamic) {
+            LLVMValueRef off = LLVMConstInt(LLVMInt64TypeInContext(x->lc), bytes, 0);
+            x->shm[i] = LLVMConstInBoundsGEP2(i8, pool, &off, 1);
+        } else {
+            LLVMTypeRef at = LLVMArrayType2(ptx_t_store(x, d->elem, 1), d->count);
+            LLVMValueRef g = LLVMAddGlobalInAddressSpace(x->m, at, d->name, 3);
+            LLVMSetLinkage(g, LLVMInternalLinkage);
+            LLVMSetInitializer(g, LLVMGetPoison(at)); /* .shared cannot be initialized */
+            LLVMSetAlignment(g, 16);
+            x->shm[i] = g;
+        }
+        bytes += shared_span(d);
     }
     if (x->e.failed) return;
-    if (bytes > STATIC_SHARED_LIMIT)
-        ptx_fail(
-            x,
-            "workgroup arrays need %llu bytes; static .shared is limited to %u (dynamic shared memory is not used yet)",
-            (unsigned long long)bytes, STATIC_SHARED_LIMIT);
-    else if (x->c->shared_bytes && bytes > x->c->shared_bytes)
+    if (x->c->shared_bytes && bytes > x->c->shared_bytes)
         ptx_fail(x, "workgroup arrays need %llu bytes; caps.shared_bytes is %u", (unsigned long long)bytes,
                  x->c->shared_bytes);
 }
@@ -451,7 +476,8 @@ static int emit_module(ptx_ctx *x) {
 /* The IR's target rewrites this emitter relies on (ir/lower.h): f16 and bf16 live in f32
  * registers; f32 -> bf16 rounds in the IR, f32 -> f16 with cvt.rn.f16.f32. */
 static ir_lower_opts lower_opts(const rt_caps *c) {
-    return (ir_lower_opts){.masked = true,
+    return (ir_lower_opts){.async_sync = !c->async_copy || ptx_pick_sm(c, NULL) < 80,
+                           .masked = true,
                            .bf16 = {.in_f32 = true, .arith = c->bf16_arith, .round = true},
                            .f16 = {.in_f32 = true, .arith = c->f16_arith, .round = false}};
 }

@@ -5,7 +5,9 @@
  * IR's declaration order: buffers as global pointers (addrspace 1, .u64; no noalias,
  * since kiln's plans never promise buffers do not alias), scalars by value (i32, u32,
  * f32). The workgroup size becomes `.reqntid x, y, z`. Workgroup arrays are static
- * `.shared` arrays (at most 48 KiB in all, PTX's static limit, and caps.shared_bytes).
+ * `.shared` arrays where they fit PTX's static limit (48 KiB in all); past it they are
+ * 16-byte aligned offsets into one `.extern .shared` array, which the launch sizes
+ * (ptx_dynamic_shared_bytes); either way at most caps.shared_bytes.
  *
  * Spec constants are emitted with their defaults (folded by LLVM): a caller that wants
  * other values runs ir_specialize on the kernel first. A spec-constant workgroup size
@@ -64,6 +66,11 @@ ir_kernel *ptx_lowered(const ir_kernel *k, const rt_caps *c, kiln_err *err);
  * comment) repeats it, and a file without it is ignored and rewritten. *hit says whether
  * the PTX came from the disk. Without a cache folder it is plain ptx_emit. */
 int ptx_emit_cached(const ir_kernel *k, const rt_caps *c, char **ptx, bool *hit, kiln_err *err);
+
+/* The dynamic shared memory a launch of k must ask for: 0 when its workgroup arrays fit
+ * PTX's static 48 KiB (they are static then), else all of them, each rounded up to 16
+ * bytes (the driver needs the function's MAX_DYNAMIC_SHARED_SIZE_BYTES raised past 48 KiB). */
+uint32_t ptx_dynamic_shared_bytes(const ir_kernel *k);
 
 /* "sm_90" etc.: the architecture ptx_emit targets for caps c (NULL when refused). */
 const char *ptx_target_arch(const rt_caps *c);

@@ -11,7 +11,8 @@
  * stride and layout the IR allows works; where a 16-bit fragment's pairs (e, e + 1) lie
  * next to each other in a buffer (A row-major, B column-major: along k) and base and
  * stride are even, a load takes each pair as one 32-bit word instead (a uniform branch on
- * (base | stride) & 1, which LLVM folds where it can prove it). */
+ * (base | stride) & 1, which LLVM folds where it can prove it). From workgroup memory the
+ * same pairs come through ldmatrix where base and stride are multiples of 8. */
 #include "backend-ptx/ptx_internal.h"
 
 #include <stdio.h>
@@ -34,8 +35,8 @@ static const ir_type_desc *frag_desc(ptx_ctx *x, ir_type t) {
     bool ab = d->use != IR_FRAG_ACC;
     if (d->m != 16 || d->n != 8 || d->k != 16 || (ab && d->elem != IR_F16 && d->elem != IR_BF16) ||
         (!ab && d->elem != IR_F32)) {
-        ptx_fail(x, "fragment %ux%ux%u of %s: PTX lowers m16n8k16 (f16/bf16 inputs, f32 accumulators) only", d->m,
-                 d->n, d->k, ir_scalar_name(d->elem));
+        ptx_fail(x, "fragment %ux%ux%u of %s: PTX lowers m16n8k16 (f16/bf16 inputs, f32 accumulators) only", d->m, d->n,
+                 d->k, ir_scalar_name(d->elem));
         return NULL;
     }
     return d;
@@ -111,8 +112,8 @@ static LLVMValueRef load_elements(ptx_ctx *x, const ir_inst *in, const ir_type_d
 
 /* The 16-bit pairs (e, e + 1) as 32-bit words: their first element's address is even
  * when base and stride are. */
-static LLVMValueRef load_pairs(ptx_ctx *x, const ir_inst *in, const ir_type_desc *d, LLVMValueRef p,
-                               LLVMValueRef base, LLVMValueRef stride, LLVMValueRef g, LLVMValueRef t2) {
+static LLVMValueRef load_pairs(ptx_ctx *x, const ir_inst *in, const ir_type_desc *d, LLVMValueRef p, LLVMValueRef base,
+                               LLVMValueRef stride, LLVMValueRef g, LLVMValueRef t2) {
     LLVMTypeRef i32 = ptx_t_i32(x), i16 = t_i16(x);
     uint32_t n = frag_count(d) / 2;
     LLVMValueRef w = LLVMGetPoison(LLVMVectorType(i32, n));
@@ -126,6 +127,43 @@ static LLVMValueRef load_pairs(ptx_ctx *x, const ir_inst *in, const ir_type_desc
     return LLVMBuildBitCast(x->b, w, ptx_frag_type(x, in->type), "");
 }
 
+/* From workgroup memory, where the pairs lie along the rows of 8x8 tiles (A row-major,
+ * B column-major) and base and stride are multiples of 8 (each tile row 16 aligned
+ * bytes): ldmatrix, which hands every lane its pairs of 8x8 tiles from row addresses the
+ * lanes give. A (x4) takes tiles (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15),
+ * (rows 8-15, k 8-15), its registers 0..3 in that order; B (x2) the tiles of k 0-7 and
+ * 8-15, the tile rows being B's 8 columns. Lane l gives row l % 8 of tile l / 8. */
+static LLVMValueRef load_ldmatrix(ptx_ctx *x, const ir_inst *in, const ir_type_desc *d, LLVMValueRef p,
+                                  LLVMValueRef base, LLVMValueRef stride) {
+    LLVMTypeRef i32 = ptx_t_i32(x);
+    LLVMValueRef lane = ptx_load_id(x, IR_ID_SG_LANE, 0);
+    LLVMValueRef r = LLVMBuildAnd(x->b, lane, ptx_c_i32(x, 7), "");
+    LLVMValueRef tile = LLVMBuildAnd(x->b, LLVMBuildLShr(x->b, lane, ptx_c_i32(x, 3), ""), ptx_c_i32(x, 3), "");
+    bool a = d->use == IR_FRAG_A;
+    LLVMValueRef row, k;
+    if (a) { /* tile bit 0: rows + 8; bit 1: k + 8 */
+        row = LLVMBuildAdd(x->b, r,
+                           LLVMBuildShl(x->b, LLVMBuildAnd(x->b, tile, ptx_c_i32(x, 1), ""), ptx_c_i32(x, 3), ""), "");
+        k = LLVMBuildShl(x->b, LLVMBuildLShr(x->b, tile, ptx_c_i32(x, 1), ""), ptx_c_i32(x, 3), "");
+    } else { /* tile bit 0: k + 8 (lanes 16-31 repeat 0-15: .x2 ignores their addresses) */
+        row = r;
+        k = LLVMBuildShl(x->b, LLVMBuildAnd(x->b, tile, ptx_c_i32(x, 1), ""), ptx_c_i32(x, 3), "");
+    }
+    /* A: (row, k) row-major; B: column `row` (n), k down it, column-major */
+    LLVMValueRef at_ = LLVMBuildAdd(x->b, base, LLVMBuildAdd(x->b, LLVMBuildMul(x->b, row, stride, ""), k, ""), "");
+    LLVMValueRef i64 = LLVMBuildZExt(x->b, at_, LLVMInt64TypeInContext(x->lc), "");
+    LLVMValueRef ptr = LLVMBuildInBoundsGEP2(x->b, t_i16(x), p, &i64, 1, "");
+    uint32_t n = a ? 4 : 2;
+    LLVMTypeRef rt[4] = {i32, i32, i32, i32}, pt = LLVMTypeOf(ptr);
+    LLVMValueRef call = ptx_call(
+        x, a ? "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16.p3" : "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x2.b16.p3",
+        LLVMStructTypeInContext(x->lc, rt, n, 0), &pt, &ptr, 1);
+    LLVMValueRef w = LLVMGetPoison(LLVMVectorType(i32, n));
+    for (uint32_t i = 0; i < n; i++)
+        w = LLVMBuildInsertElement(x->b, w, LLVMBuildExtractValue(x->b, call, i, ""), ptx_c_i32(x, i), "");
+    return LLVMBuildBitCast(x->b, w, ptx_frag_type(x, in->type), "");
+}
+
 static void emit_load(ptx_ctx *x, const ir_inst *in) {
     const ir_type_desc *d = frag_desc(x, in->type);
     LLVMValueRef p = array_of(x, in);
@@ -134,20 +172,21 @@ static void emit_load(ptx_ctx *x, const ir_inst *in) {
     lane_coords(x, &g, &t2);
     bool row_major = in->imm[1] != 0;
     bool pairs_adjacent = (d->use == IR_FRAG_A && row_major) || (d->use == IR_FRAG_B && !row_major);
-    /* from buffers only: LLVM already pairs workgroup-memory loads (their alignment is
-     * known), and the branch there cost the tiled product's schedule (8b pp512 -8%) */
-    if (d->use == IR_FRAG_ACC || !pairs_adjacent || in->imm[2]) {
+    if (d->use == IR_FRAG_ACC || !pairs_adjacent) {
         ptx_def(x, in->result, load_elements(x, in, d, p, base, stride, g, t2));
         return;
     }
-    LLVMValueRef odd = LLVMBuildAnd(x->b, LLVMBuildOr(x->b, base, stride, ""), ptx_c_i32(x, 1), "");
+    /* workgroup memory: ldmatrix where base and stride are multiples of 8 (a uniform
+     * branch LLVM folds where it proves it, as in the staged products) */
+    bool shm = in->imm[2] != 0;
+    LLVMValueRef odd = LLVMBuildAnd(x->b, LLVMBuildOr(x->b, base, stride, ""), ptx_c_i32(x, shm ? 7 : 1), "");
     LLVMValueRef even = LLVMBuildICmp(x->b, LLVMIntEQ, odd, ptx_c_i32(x, 0), "");
     LLVMBasicBlockRef bp = LLVMAppendBasicBlockInContext(x->lc, x->fn, "frag_pairs");
     LLVMBasicBlockRef be = LLVMAppendBasicBlockInContext(x->lc, x->fn, "frag_elems");
     LLVMBasicBlockRef bj = LLVMAppendBasicBlockInContext(x->lc, x->fn, "frag_loaded");
     LLVMBuildCondBr(x->b, even, bp, be);
     LLVMPositionBuilderAtEnd(x->b, bp);
-    LLVMValueRef vp = load_pairs(x, in, d, p, base, stride, g, t2);
+    LLVMValueRef vp = shm ? load_ldmatrix(x, in, d, p, base, stride) : load_pairs(x, in, d, p, base, stride, g, t2);
     LLVMBasicBlockRef bp_end = LLVMGetInsertBlock(x->b);
     LLVMBuildBr(x->b, bj);
     LLVMPositionBuilderAtEnd(x->b, be);
@@ -227,8 +266,8 @@ static void emit_mma(ptx_ctx *x, const ir_inst *in) {
              "{$10,$11,$12,$13};",
              ty, ty);
     static const char cons[] = "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f";
-    LLVMValueRef asm_ = LLVMGetInlineAsm(fty, text, strlen(text), (char *)cons, sizeof cons - 1, 0, 0,
-                                         LLVMInlineAsmDialectATT, 0);
+    LLVMValueRef asm_ =
+        LLVMGetInlineAsm(fty, text, strlen(text), (char *)cons, sizeof cons - 1, 0, 0, LLVMInlineAsmDialectATT, 0);
     LLVMValueRef call = LLVMBuildCall2(x->b, fty, asm_, args, 10, "");
     LLVMValueRef dv = LLVMGetPoison(LLVMVectorType(f32, 4));
     for (uint32_t i = 0; i < 4; i++)

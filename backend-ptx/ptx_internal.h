@@ -69,6 +69,9 @@ void ptx_emit_subgroup(ptx_ctx *x, const ir_inst *in);
 LLVMTypeRef ptx_frag_type(ptx_ctx *x, ir_type t);
 void ptx_emit_frag(ptx_ctx *x, const ir_inst *in);
 
+/* ---- ptx_async.c ---- */
+void ptx_emit_async(ptx_ctx *x, const ir_inst *in);
+
 /* ---- ptx_target.c ---- */
 /* the architecture for caps (0 and a message when refused) */
 unsigned ptx_pick_sm(const rt_caps *c, kiln_err *why);

@@ -175,6 +175,7 @@ static void emit_inst(void *ctx, const ir_inst *in) {
     case IR_CLASS_MEMORY: spv_emit_memory(x, in); return;
     case IR_CLASS_ATOMIC: spv_emit_atomic(x, in); return;
     case IR_CLASS_BARRIER: spv_emit_barrier(x); return;
+    case IR_CLASS_ASYNC: spv_fail(x, "asynchronous copies reach SPIR-V lowered (ir/lower_async.c)"); return;
     case IR_CLASS_SUBGROUP: spv_emit_subgroup(x, in); return;
     case IR_CLASS_FRAGMENT: spv_emit_frag(x, in); return;
     case IR_CLASS_CONTROL:
@@ -488,7 +489,8 @@ static int emit_module(spv_ctx *x, spv_module *out) {
  * registers, f16 too without native f16 arithmetic; both round from f32 in the IR (f16
  * even where native: NVIDIA's compiler folds an f32 -> f16 -> f32 OpFConvert pair away). */
 static ir_lower_opts lower_opts(const rt_caps *c) {
-    return (ir_lower_opts){.masked = true,
+    return (ir_lower_opts){.async_sync = true, /* no asynchronous copies in SPIR-V */
+                           .masked = true,
                            .bf16 = {.in_f32 = true, .arith = c->bf16_arith, .round = true},
                            .f16 = {.in_f32 = !c->f16_arith, .arith = c->f16_arith, .round = true}};
 }

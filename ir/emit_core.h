@@ -27,6 +27,7 @@ typedef enum ir_op_class {
     IR_CLASS_MEMORY,   /* LOAD, STORE, their masked forms, SHM_LOAD, SHM_STORE */
     IR_CLASS_ATOMIC,   /* ATOMIC */
     IR_CLASS_BARRIER,  /* BARRIER */
+    IR_CLASS_ASYNC,    /* ASYNC_COPY, ASYNC_COMMIT, ASYNC_WAIT (lowered away where a target has none) */
     IR_CLASS_SUBGROUP, /* SG_REDUCE, SG_SHUFFLE, SG_SHUFFLE_XOR, SG_BROADCAST */
     IR_CLASS_FRAGMENT, /* FRAG_FILL, FRAG_LOAD, FRAG_STORE, FRAG_MMA */
     IR_CLASS_CONTROL,  /* FOR, IF, YIELD */

@@ -124,6 +124,7 @@ typedef enum ir_op {
     IR_OP_SHM_LOAD, IR_OP_SHM_STORE,
     IR_OP_ATOMIC,
     IR_OP_BARRIER,
+    IR_OP_ASYNC_COPY, IR_OP_ASYNC_COMMIT, IR_OP_ASYNC_WAIT,
     /* subgroup */
     IR_OP_SG_REDUCE, IR_OP_SG_SHUFFLE, IR_OP_SG_SHUFFLE_XOR, IR_OP_SG_BROADCAST,
     /* matrix fragments */
@@ -184,6 +185,19 @@ void ir_shm_store(ir_kernel *k, ir_shm s, ir_val index, ir_val value);
  * no barrier inside an if whose condition, or a for whose bounds, depend on an id other
  * than GROUP, NUM_GROUPS or SG_SIZE (or on an atomic's result). */
 void ir_barrier(ir_kernel *k);
+
+/* Asynchronous copies from a buffer into workgroup memory (cp.async on sm_80+; a plain
+ * load and store where a target has none, ir/lower.h): dst[dst_index + i] = src_index + i <
+ * limit ? src[src_index + i] : 0 for i < count, where src's and dst's element types are
+ * the same, count * the element's bytes is 4, 8 or 16, and both indices are multiples of
+ * count. The copy is the invocation's until it commits its copies as a group
+ * (ir_async_commit) and waits for all but the last `pending` (0..7) of its groups
+ * (ir_async_wait); the data is then the invocation's to read, and the workgroup's after a
+ * barrier. Groups are per invocation: every invocation commits and waits the same way. */
+void ir_async_copy(ir_kernel *k, ir_shm dst, ir_val dst_index, ir_buf src, ir_val src_index, uint32_t count,
+                   ir_val limit);
+void ir_async_commit(ir_kernel *k);
+void ir_async_wait(ir_kernel *k, uint32_t pending);
 
 typedef enum ir_atomic_op { IR_ATOMIC_ADD, IR_ATOMIC_MIN, IR_ATOMIC_MAX, IR_ATOMIC_XCHG } ir_atomic_op;
 /* On a buffer (shm == false: target is an ir_buf, which needs IR_READ | IR_WRITE) or a
@@ -267,7 +281,8 @@ struct ir_inst {
      *   LOAD/SHM_LOAD [index]; STORE/SHM_STORE [index, value]; LOAD_MASKED [index, limit,
      *   fallback]; STORE_MASKED [index, value, limit]; ATOMIC [index, value]; SELECT [cond,
      *   a, b]; SG_SHUFFLE* / SG_BROADCAST [value, lane]; FRAG_FILL [scalar]; FRAG_LOAD
-     *   [base, stride]; FRAG_STORE [frag, base, stride]; FRAG_MMA [a, b, acc]; FOR [lo, hi,
+     *   [base, stride]; FRAG_STORE [frag, base, stride]; FRAG_MMA [a, b, acc]; ASYNC_COPY [dst_index,
+ *   src_index, limit]; FOR [lo, hi,
      *   step, inits...]; IF [cond]; YIELD [values...] */
     int64_t imm[3];
     /* FOR: body (region 0; its block arguments are block_arg[]: iv then carried values);

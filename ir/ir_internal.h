@@ -138,6 +138,7 @@ ir_inst *ir_rw_if(ir_rw *w, ir_val cond, uint32_t n, const ir_type *types, const
 bool ir_rw_yield(ir_rw *w, ir_region *r, const ir_val *v, uint32_t n);
 
 /* ---- the lowering passes (lower.h): 0, or -1 (out of memory, with the kernel's error) ---- */
+int ir_lower_async(ir_kernel *k);                          /* lower_async.c */
 int ir_lower_masked(ir_kernel *k);                         /* lower_mask.c */
 int ir_lower_half(ir_kernel *k, const ir_lower_opts *o); /* lower_half.c */
 

@@ -141,6 +141,9 @@ int ir_lower(ir_kernel *k, const ir_lower_opts *o, kiln_err *err) {
         return kiln_fail(err, KILN_ERR_INVALID, "ir_lower: no kernel or no options");
     if (ir_verify(k, err))
         return -1;
+    if (o->async_sync && ir_lower_async(k))
+        return k->failed ? kiln_err_wrap(err, &k->error, "ir_lower: asynchronous copies")
+                         : kiln_fail(err, KILN_ERR_INTERNAL, "ir_lower: asynchronous copies failed");
     if (o->masked && ir_lower_masked(k))
         return k->failed ? kiln_err_wrap(err, &k->error, "ir_lower: masked accesses")
                          : kiln_fail(err, KILN_ERR_INTERNAL, "ir_lower: masked accesses failed");

@@ -11,6 +11,10 @@
  * element at or past the limit is touched and no address past it is formed on a taken
  * path.
  *
+ * Asynchronous copies (lower_async.c), for targets without them: async.copy becomes
+ * load.masked (fallback zero) and shm.store per vector of up to 4 elements, done when it
+ * returns; async.commit and async.wait are dropped. It runs before the masked lowering.
+ *
  * 16-bit floats (lower_half.c): for a type held in f32 registers, arithmetic becomes f32
  * arithmetic and a conversion back; where the type's rounding is asked in the IR, f32 -> it
  * becomes round-to-nearest-even written out in IR ops and convert.exact. */
@@ -33,6 +37,7 @@ typedef struct ir_lower_16 {
 } ir_lower_16;
 
 typedef struct ir_lower_opts {
+    bool async_sync; /* async.copy -> a masked load and a workgroup store; commit/wait dropped */
     bool masked; /* load.masked / store.masked -> in-bounds vector or lane-by-lane forms */
     ir_lower_16 bf16, f16;
 } ir_lower_opts;

@@ -90,6 +90,26 @@ void ir_barrier(ir_kernel *k) {
         ir_build(k, "ir_barrier", IR_OP_BARRIER, 0, NULL, 0, 0, 0, 0);
 }
 
+void ir_async_copy(ir_kernel *k, ir_shm dst, ir_val dst_index, ir_buf src, ir_val src_index, uint32_t count,
+                   ir_val limit) {
+    ir_scalar es, ed;
+    ir_val ops[3] = { dst_index, src_index, limit };
+    if (!k || !target_elem(k, "ir_async_copy", true, dst, &ed) || !target_elem(k, "ir_async_copy", false, src, &es) ||
+        !ir_uses_ok(k, "ir_async_copy", ops, 3))
+        return;
+    ir_build(k, "ir_async_copy", IR_OP_ASYNC_COPY, 0, ops, 3, dst, src, count);
+}
+
+void ir_async_commit(ir_kernel *k) {
+    if (k)
+        ir_build(k, "ir_async_commit", IR_OP_ASYNC_COMMIT, 0, NULL, 0, 0, 0, 0);
+}
+
+void ir_async_wait(ir_kernel *k, uint32_t pending) {
+    if (k)
+        ir_build(k, "ir_async_wait", IR_OP_ASYNC_WAIT, 0, NULL, 0, pending, 0, 0);
+}
+
 ir_val ir_atomic(ir_kernel *k, ir_atomic_op op, bool shm, uint32_t target, ir_val index, ir_val value) {
     ir_scalar e;
     ir_val ops[2] = { index, value };

@@ -151,6 +151,16 @@ void ir_sb_inst(ir_sb *b, const ir_kernel *k, const ir_inst *in) {
         put_target(b, k, false, in->imm[0]);
         ir_sb_printf(b, "[%%%u], %%%u, limit %%%u", opnd(in, 0), opnd(in, 1), opnd(in, 2));
         break;
+    case IR_OP_ASYNC_COPY:
+        ir_sb_printf(b, "%s ", op);
+        put_target(b, k, true, in->imm[0]);
+        ir_sb_printf(b, "[%%%u], ", opnd(in, 0));
+        put_target(b, k, false, in->imm[1]);
+        ir_sb_printf(b, "[%%%u], count %lld, limit %%%u", opnd(in, 1), (long long)in->imm[2], opnd(in, 2));
+        break;
+    case IR_OP_ASYNC_WAIT:
+        ir_sb_printf(b, "%s %lld", op, (long long)in->imm[0]);
+        break;
     case IR_OP_ATOMIC:
         ir_sb_printf(b, "atomic.%s ", NAME_AT(atomic_names, in->imm[1]));
         put_target(b, k, in->imm[2] != 0, in->imm[0]);

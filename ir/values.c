@@ -23,6 +23,7 @@ static const char *const op_names[IR_OP_COUNT] = {
     [IR_OP_LOAD] = "load", [IR_OP_STORE] = "store", [IR_OP_LOAD_MASKED] = "load.masked",
     [IR_OP_STORE_MASKED] = "store.masked", [IR_OP_SHM_LOAD] = "shm.load", [IR_OP_SHM_STORE] = "shm.store",
     [IR_OP_ATOMIC] = "atomic", [IR_OP_BARRIER] = "barrier",
+    [IR_OP_ASYNC_COPY] = "async.copy", [IR_OP_ASYNC_COMMIT] = "async.commit", [IR_OP_ASYNC_WAIT] = "async.wait",
     [IR_OP_SG_REDUCE] = "sg.reduce", [IR_OP_SG_SHUFFLE] = "sg.shuffle", [IR_OP_SG_SHUFFLE_XOR] = "sg.shuffle_xor",
     [IR_OP_SG_BROADCAST] = "sg.broadcast",
     [IR_OP_FRAG_FILL] = "frag.fill", [IR_OP_FRAG_LOAD] = "frag.load", [IR_OP_FRAG_STORE] = "frag.store",
@@ -38,6 +39,7 @@ bool ir_op_has_result(ir_op op) {
     switch (op) {
     case IR_OP_STORE: case IR_OP_STORE_MASKED: case IR_OP_SHM_STORE: case IR_OP_BARRIER:
     case IR_OP_FRAG_STORE: case IR_OP_FOR: case IR_OP_IF: case IR_OP_YIELD:
+    case IR_OP_ASYNC_COPY: case IR_OP_ASYNC_COMMIT: case IR_OP_ASYNC_WAIT:
         return false;
     default:
         return (unsigned)op < IR_OP_COUNT;
@@ -48,6 +50,7 @@ bool ir_op_is_effect(ir_op op) {
     switch (op) {
     case IR_OP_STORE: case IR_OP_STORE_MASKED: case IR_OP_SHM_STORE: case IR_OP_ATOMIC:
     case IR_OP_BARRIER: case IR_OP_FRAG_STORE:
+    case IR_OP_ASYNC_COPY: case IR_OP_ASYNC_COMMIT: case IR_OP_ASYNC_WAIT:
         return true;
     default:
         return false;

@@ -347,8 +347,27 @@ static bool check(ck *c) {
         }
         return result_is(c, ty(c, 1));
     }
-    case IR_OP_BARRIER:
+    case IR_OP_BARRIER: case IR_OP_ASYNC_COMMIT:
         return nops(c, 0);
+    case IR_OP_ASYNC_WAIT:
+        if (!nops(c, 0))
+            return false;
+        if (in->imm[0] < 0 || in->imm[0] > 7)
+            return bad(c, "async.wait leaves 0..7 groups pending, not %lld", (long long)in->imm[0]);
+        return true;
+    case IR_OP_ASYNC_COPY: {
+        ir_scalar es;
+        if (!nops(c, 3) || !target(c, true, in->imm[0], 0, &e) || !target(c, false, in->imm[1], IR_READ, &es) ||
+            !index_u32(c, 0, "destination index") || !index_u32(c, 1, "source index") || !index_u32(c, 2, "limit"))
+            return false;
+        if (e != es)
+            return bad(c, "async.copy from %s into %s", ir_scalar_name(es), ir_scalar_name(e));
+        uint64_t bytes = (uint64_t)(ir_scalar_bits(e) / 8) * (uint64_t)(in->imm[2] > 0 ? in->imm[2] : 0);
+        if (bytes != 4 && bytes != 8 && bytes != 16)
+            return bad(c, "async.copy moves 4, 8 or 16 bytes, not %lld elements of %s", (long long)in->imm[2],
+                       ir_scalar_name(e));
+        return true;
+    }
     case IR_OP_SG_REDUCE:
         if (!nops(c, 1))
             return false;

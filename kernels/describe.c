@@ -10,7 +10,7 @@
 #include <string.h>
 
 typedef struct summary {
-    bool sg_reduce, sg_shuffle, atomics;
+    bool sg_reduce, sg_shuffle, atomics, async_copy;
     uint32_t frag_m, frag_n, frag_k;
     ir_scalar frag_t;
 } summary;
@@ -22,6 +22,7 @@ static void scan(const ir_kernel *k, const ir_region *r, summary *s) {
         if (in->op == IR_OP_SG_SHUFFLE || in->op == IR_OP_SG_SHUFFLE_XOR || in->op == IR_OP_SG_BROADCAST)
             s->sg_shuffle = true;
         if (in->op == IR_OP_ATOMIC) s->atomics = true;
+        if (in->op == IR_OP_ASYNC_COPY) s->async_copy = true;
         if (in->op == IR_OP_FRAG_MMA) {
             const ir_type_desc *a = ir_type_get(k, ir_type_of(k, in->operand[0]));
             if (a) s->frag_m = a->m, s->frag_n = a->n, s->frag_k = a->k, s->frag_t = a->elem;
@@ -54,6 +55,7 @@ static size_t line(char *buf, size_t cap, size_t at, const char *role, const ir_
         if (s.frag_m)
             n += snprintf(text + n, sizeof text - n, ", cooperative matrices %ux%ux%u %s", s.frag_m, s.frag_n, s.frag_k,
                           ir_scalar_name(s.frag_t));
+        if (s.async_copy) n += snprintf(text + n, sizeof text - n, ", asynchronous copies");
         snprintf(text + n, sizeof text - n, "\n");
     }
     size_t len = strlen(text);

@@ -3,7 +3,11 @@
  * tile of tokens x rows of Y (x: row tiles, y: token tiles; a tile of tokens all at
  * t >= n returns at once) and walks cols in chunks staged in workgroup memory, so the
  * tails (rows, cols, tokens) are masked while staging, never in the inner loop, and any
- * shape works. Two variants:
+ * shape works. Three variants:
+ *
+ *   the pipeline (matmul_pipe.c), where the caps offer asynchronous copies (sm_80+) and
+ *   cols is a multiple of 8: 128 x 128 tiles, chunks ring-buffered through workgroup
+ *   memory with the next ones in flight during the math;
  *
  *   cooperative matrices (where the caps offer a dtype x dtype -> f32 shape, 16x16x16
  *   first, and dtype is usable in fragments): a 64 x 64 tile per workgroup of 4
@@ -28,28 +32,19 @@
  * not stored. Columns past cols read zero in both matrices (0 * garbage could be NaN).
  * Products of two 16-bit values are exact in f32, so only the summation order differs
  * from a plain loop. */
-#include "base/error.h"
-#include "kernels/kn_common.h"
+#include "kernels/matmul_internal.h"
 
-typedef struct mm {
-    kx k;
-    uint32_t rows, cols, n_max;
-    uint32_t invocations; /* per workgroup */
-    ir_scalar dtype;
-    unsigned epi;
-    ir_buf w, x, y, info, b, res;
-    ir_val lid, n; /* n = min(info[1], n_max) */
-} mm;
+#include "base/error.h"
 
 /* t < n and r < rows: an output that exists */
-static ir_val exists(const mm *m, ir_val t, ir_val r) {
+ir_val mm_exists(const mm *m, ir_val t, ir_val r) {
     ir_val row_ok = kx_lt_c(m->k, r, m->rows);
     return kx_and(m->k, kx_lt(m->k, t, m->n), row_ok);
 }
 
 /* Y[t][r .. r + lanes) = the epilogue of sum[0..lanes), one vector store when lanes > 1
  * (t * rows + r is then a multiple of lanes: lanes divides rows and r). */
-static void store_y(const mm *m, ir_val t, ir_val r, const ir_val *sum, uint32_t lanes) {
+void mm_store_y(const mm *m, ir_val t, ir_val r, const ir_val *sum, uint32_t lanes) {
     kx k = m->k;
     ir_val yi = kx_idx(k, t, m->rows, r), o[4];
     for (uint32_t l = 0; l < lanes; l++) {
@@ -61,8 +56,7 @@ static void store_y(const mm *m, ir_val t, ir_val r, const ir_val *sum, uint32_t
 
 /* Work item i = lid + j * invocations for i < count, unrolled when there are few per
  * invocation (the usual case: the counts are whole tiles) and a loop otherwise. body gets i. */
-typedef void (*item_fn)(const mm *m, ir_val i, const void *arg);
-static void for_items(const mm *m, uint32_t count, item_fn body, const void *arg) {
+void mm_for_items(const mm *m, uint32_t count, mm_item_fn body, const void *arg) {
     kx k = m->k;
     uint32_t wg = m->invocations, per = (count + wg - 1) / wg;
     if (per > 32) {
@@ -147,7 +141,7 @@ static void stage_item(const mm *m, ir_val i, const void *p) {
 }
 
 static void stage(const mm *m, stage_arg *a, uint32_t tile) {
-    for_items(m, tile * (a->n_cols / a->lanes), stage_item, a);
+    mm_for_items(m, tile * (a->n_cols / a->lanes), stage_item, a);
 }
 
 /* How a variant walks cols: the X and W chunks it stages (x_tile tokens, w_tile rows;
@@ -327,10 +321,10 @@ static void out_item(const mm *m, ir_val i, const void *p) {
     ir_val lanes = kx_u32(k, a->lanes);
     ir_val rl = kx_mul(k, kx_rem_c(k, i, per), lanes);
     ir_val t = kx_add(k, a->t0, tl), r = kx_add(k, a->r0, rl);
-    ir_if *f = kx_if(k, exists(m, t, r));
+    ir_if *f = kx_if(k, mm_exists(m, t, r));
     ir_val s[4], at = kx_idx(k, tl, a->src_stride, rl);
     for (uint32_t l = 0; l < a->lanes; l++) s[l] = kx_shm_load(k, a->src, kx_add_c(k, at, l), 1);
-    store_y(m, t, r, s, a->lanes);
+    mm_store_y(m, t, r, s, a->lanes);
     kx_end_if(k, f);
 }
 
@@ -383,7 +377,7 @@ static void build_mma(mm *m, const mma_cfg *cfg, uint32_t groups[2]) {
     kx_barrier(k);
     uint32_t lanes = kn_vec_width(m->rows);
     out_arg o = {cs, t0, r0, MMA_TILE, ACC_STRIDE, lanes};
-    for_items(m, MMA_TILE * MMA_TILE / lanes, out_item, &o);
+    mm_for_items(m, MMA_TILE * MMA_TILE / lanes, out_item, &o);
     kx_end_if(k, live);
     groups[0] = (m->rows + MMA_TILE - 1) / MMA_TILE;
     groups[1] = m->n_max / MMA_TILE;
@@ -474,8 +468,8 @@ static bool build_simt(mm *m, uint32_t groups[2]) {
         for (uint32_t j = 0; j < ROWS_PER_INV; j += lanes) {
             ir_val jc = kx_u32(k, j);
             ir_val r = kx_add(k, r0, kx_add(k, kx_mul_c(k, q.row_blk, ROWS_PER_INV), jc));
-            ir_if *f = kx_if(k, exists(m, t, r));
-            store_y(m, t, r, &acc[i * ROWS_PER_INV + j], lanes);
+            ir_if *f = kx_if(k, mm_exists(m, t, r));
+            mm_store_y(m, t, r, &acc[i * ROWS_PER_INV + j], lanes);
             kx_end_if(k, f);
         }
     }
@@ -500,7 +494,9 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
     }
     uint32_t g[2];
     mma_cfg cfg;
-    bool use_mma = mma_pick(c, dtype, &cfg);
+    mm_pipe_cfg pcfg;
+    bool use_pipe = mm_pipe_pick(c, dtype, cols, &pcfg);
+    bool use_mma = !use_pipe && mma_pick(c, dtype, &cfg);
     mm m = {.k = {kn_create("kn_matmul", err), c}, .rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype,
             .epi = epi};
     kx k = m.k;
@@ -514,7 +510,9 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
     m.lid = kx_local(k);
     ir_val n_max_c = kx_u32(k, n_max);
     m.n = kx_min(k, kx_load_c(k, m.info, 1), n_max_c);
-    if (use_mma) {
+    if (use_pipe) {
+        mm_build_pipe(&m, &pcfg, g);
+    } else if (use_mma) {
         build_mma(&m, &cfg, g);
     } else if (!build_simt(&m, g)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED, "kn_matmul: caps.shared_bytes %u holds no tile", c->shared_bytes);

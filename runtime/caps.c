@@ -115,6 +115,7 @@ static const struct {
     {"no-subgroup-arith", offsetof(rt_caps, subgroup_arith)},
     {"no-subgroup-shuffle", offsetof(rt_caps, subgroup_shuffle)},
     {"no-atomic-f32", offsetof(rt_caps, atomic_f32_add)},
+    {"no-async-copy", offsetof(rt_caps, async_copy)},
 };
 
 /* Items of rt_debug, not of the caps: accepted, applied by rt_debug_from_list. */
@@ -301,6 +302,7 @@ size_t rt_caps_describe(const rt_caps *c, char *buf, size_t cap) {
     YN(int8_arith);
     YN(storage16);
     YN(atomic_f32_add);
+    YN(async_copy);
 #undef YN
     put(&o, "mma: ");
     uint32_t nm = c->n_mma < RT_MAX_MMA_SHAPES ? c->n_mma : RT_MAX_MMA_SHAPES;

@@ -195,3 +195,49 @@ Test(ir_lower, refuses_unverified_kernels_and_null) {
     cr_assert(strstr(err.msg, "builder"), "%s", err.msg);
     ir_kernel_destroy(k);
 }
+
+/* sh[4i..] = src[4i..] (f32, 16 bytes) below limit n, asynchronously, then waited for */
+static ir_kernel *build_async(void) {
+    ir_kernel *k = ir_kernel_create("acopy");
+    ir_buf x = ir_param_buffer(k, "x", IR_F32, IR_READ);
+    ir_val n = ir_param_scalar(k, "n", IR_U32);
+    ir_shm sh = ir_shared_array(k, "sh", IR_F32, 256);
+    ir_set_workgroup(k, 64, 1, 1);
+    ir_val i = ir_bin(k, IR_OP_MUL, ir_id(k, IR_ID_LOCAL, 0), ir_const_u32(k, 4));
+    ir_async_copy(k, sh, i, x, i, 4, n);
+    ir_async_commit(k);
+    ir_async_wait(k, 0);
+    expect_ok(k);
+    return k;
+}
+
+static const char async_printed[] = "  async.copy @sh[%4], @x[%4], count 4, limit %1\n"
+                                    "  async.commit\n"
+                                    "  async.wait 0\n";
+static const char async_lowered[] = "  %5 = const 0 : f32\n"
+                                    "  %2 = const 4 : u32\n"
+                                    "  %3 = id.local.x : u32\n"
+                                    "  %4 = mul %3, %2 : u32\n"
+                                    "  %6 = load.masked @x[%4], limit %1, else %5 : f32x4\n"
+                                    "  shm.store @sh[%4], %6\n"
+                                    "}\n";
+
+Test(ir_lower, async_copies_become_masked_loads_where_asked) {
+    ir_kernel *k = build_async();
+    char *t = ir_print(k);
+    cr_assert(strstr(t, async_printed), "%s", t);
+    free(t);
+    /* not asked: left for a target that has them */
+    ir_kernel *keep = ir_kernel_clone(k);
+    cr_assert_eq(ir_lower(keep, &(ir_lower_opts){ .masked = true }, NULL), 0);
+    cr_assert(has_op(ir_kernel_body(keep), IR_OP_ASYNC_COPY) && has_op(ir_kernel_body(keep), IR_OP_ASYNC_WAIT));
+    ir_kernel_destroy(keep);
+    kiln_err err = {0};
+    cr_assert_eq(ir_lower(k, &(ir_lower_opts){ .async_sync = true }, &err), 0, "%s", err.msg);
+    t = ir_print(k);
+    cr_assert(strstr(t, async_lowered), "%s", t);
+    cr_assert(!has_op(ir_kernel_body(k), IR_OP_ASYNC_COPY) && !has_op(ir_kernel_body(k), IR_OP_ASYNC_COMMIT) &&
+              !has_op(ir_kernel_body(k), IR_OP_ASYNC_WAIT));
+    free(t);
+    ir_kernel_destroy(k);
+}

@@ -473,3 +473,38 @@ Test(ir, rule_builder_error_and_open_construct) {
     expect_fail(k, "an if is still open");
     ir_kernel_destroy(k);
 }
+
+Test(ir, rule_async_copies) {
+    ir_kernel *k = kern();
+    ir_buf src = ir_param_buffer(k, "src", IR_BF16, IR_READ);
+    ir_buf wo = ir_param_buffer(k, "wo", IR_BF16, IR_WRITE);
+    ir_buf s32 = ir_param_buffer(k, "s32", IR_F32, IR_READ);
+    ir_shm sh = ir_shared_array(k, "sh", IR_BF16, 64);
+    ir_val i = ir_const_u32(k, 0), lim = ir_const_u32(k, 10), si = ir_const_i32(k, 0);
+    ir_async_copy(k, sh, i, src, i, 8, lim);
+    ir_async_commit(k);
+    ir_async_wait(k, 0);
+    expect_ok(k);
+    ir_inst *w = last_inst(k);
+    w->imm[0] = 8;
+    expect_fail(k, "async.wait leaves 0..7 groups pending, not 8");
+    w->imm[0] = 7;
+    expect_ok(k);
+    ir_inst *cp = body_inst(k, ir_kernel_body(k)->n - 3);
+    cr_assert_eq(cp->op, IR_OP_ASYNC_COPY);
+    cp->imm[2] = 3;
+    expect_fail(k, "async.copy moves 4, 8 or 16 bytes, not 3 elements of bf16");
+    cp->imm[2] = 4;
+    expect_ok(k);
+    cp->imm[1] = s32;
+    expect_fail(k, "async.copy from f32 into bf16");
+    cp->imm[1] = wo;
+    expect_fail(k, "buffer @wo is not readable");
+    cp->imm[1] = src;
+    cp->operand[2] = si;
+    expect_fail(k, "limit must be u32, is i32");
+    cp->operand[2] = lim;
+    cp->imm[0] = 5;
+    expect_fail(k, "no workgroup array 5");
+    ir_kernel_destroy(k);
+}

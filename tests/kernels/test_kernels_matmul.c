@@ -14,6 +14,7 @@
  * sum|terms|; the rounding to the 16-bit type adds one ulp at the result's magnitude,
  * the bias add a few f32 roundings, and the residual (y = round(round(sum) + res)) one more
  * ulp: the two inner roundings may land on neighbours. */
+#include "backend-ptx/ptx_emit.h"
 #include "backend-spirv/spv_emit.h"
 #include "backend-spirv/vk_device.h"
 #include "backend-spirv/vk_probe.h"
@@ -243,6 +244,53 @@ Test(kernels_matmul, skinny_builds_and_refuses) {
     rt_caps v;
     tu_caps_h200(&v); /* Vulkan, with cooperative matrices: not yet (issue 16) */
     cr_assert_not(kn_matmul_skinny_ok(&v, 1024, 1024, 32, IR_F16));
+}
+
+/* ---- the pipeline of asynchronous copies (CUDA, sm_80+) ------------------------------------- */
+
+static bool uses_async(const ir_kernel *k) {
+    char *text = ir_print(k);
+    cr_assert_not_null(text);
+    bool a = strstr(text, "async.copy") != NULL;
+    free(text);
+    return a;
+}
+
+/* Built and assembled for sm_80 and sm_90 caps on any machine: 128 x 128 tiles, over the
+ * dynamic shared memory's 48 KiB; the 64 x 64 kernel where the caps take the copies away
+ * or cols is not a multiple of 8 (16-byte copies). */
+Test(kernels_matmul, pipeline_builds_for_cuda_caps, .timeout = 300) {
+    kiln_err err = {0};
+    static const mm_shape sh[] = {{4096, 4096, 512}, {24576, 4096, 2048}, {1000, 4104, 64}, {7, 8, 64}};
+    for (uint32_t cc = 80; cc <= 90; cc += 10) {
+        rt_caps c = tu_cuda_caps(cc);
+        for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
+            for (size_t ti = 0; ti < 2; ti++) {
+                uint32_t g[2] = {0, 0};
+                unsigned epi = (unsigned)(i + ti) % 4;
+                char what[160];
+                snprintf(what, sizeof what, "pipeline %ux%u n_max=%u %s epi=%s sm_%u", sh[i].rows, sh[i].cols,
+                         sh[i].n_max, tu_dname(dtypes[ti]), epi_name(epi), cc);
+                ir_kernel *k = kn_matmul(&c, sh[i].rows, sh[i].cols, sh[i].n_max, dtypes[ti], epi, g, &err);
+                cr_assert_not_null(k, "%s: %s", what, err.msg);
+                cr_assert(uses_async(k) && uses_frags(k), "%s: not the pipeline", what);
+                cr_assert(g[0] == (sh[i].rows + 127) / 128 && g[1] == (sh[i].n_max + 127) / 128, "%s: grid %u x %u",
+                          what, g[0], g[1]);
+                cr_assert_gt(ptx_dynamic_shared_bytes(k), 48u * 1024, "%s: the stages fit static shared memory", what);
+                if (i < 2 || ti == 0) tu_ptx_assembles(k, &c, what);
+                ir_kernel_destroy(k);
+            }
+        rt_caps off = c;
+        cr_assert_eq(rt_caps_override(&off, "no-async-copy", &err), 0, "%s", err.msg);
+        uint32_t g[2];
+        ir_kernel *k = kn_matmul(&off, 4096, 4096, 512, IR_BF16, 0, g, &err);
+        cr_assert(k && !uses_async(k) && uses_frags(k) && g[0] == 64, "no-async-copy: the 64 x 64 kernel");
+        tu_ptx_assembles(k, &off, "no-async-copy");
+        ir_kernel_destroy(k);
+        k = kn_matmul(&c, 4096, 4100, 512, IR_BF16, 0, g, &err);
+        cr_assert(k && !uses_async(k) && uses_frags(k), "cols 4100: the 64 x 64 kernel");
+        ir_kernel_destroy(k);
+    }
 }
 
 /* ---- variants built for other devices, and refusals --------------------------------------- */

@@ -1,0 +1,41 @@
+/* What the prefill product's variants share (matmul.c: the staged cooperative-matrix and
+ * tiled kernels; matmul_pipe.c: the multi-stage pipeline of asynchronous copies). */
+#ifndef KILN_KERNELS_MATMUL_INTERNAL_H
+#define KILN_KERNELS_MATMUL_INTERNAL_H
+
+#include "kernels/kn_common.h"
+
+typedef struct mm {
+    kx k;
+    uint32_t rows, cols, n_max;
+    uint32_t invocations; /* per workgroup */
+    ir_scalar dtype;
+    unsigned epi;
+    ir_buf w, x, y, info, b, res;
+    ir_val lid, n; /* n = min(info[1], n_max) */
+} mm;
+
+/* t < n and r < rows: an output that exists */
+ir_val mm_exists(const mm *m, ir_val t, ir_val r);
+/* Y[t][r .. r + lanes) = the epilogue of sum[0..lanes), one vector store when lanes > 1
+ * (t * rows + r is then a multiple of lanes: lanes divides rows and r). */
+void mm_store_y(const mm *m, ir_val t, ir_val r, const ir_val *sum, uint32_t lanes);
+/* Work item i = lid + j * invocations for i < count (unrolled when there are few per
+ * invocation); body gets i. */
+typedef void (*mm_item_fn)(const mm *m, ir_val i, const void *arg);
+void mm_for_items(const mm *m, uint32_t count, mm_item_fn body, const void *arg);
+
+/* ---- matmul_pipe.c ---- */
+typedef struct mm_pipe_cfg {
+    uint32_t warps_t, warps_r; /* subgroups across tokens and rows */
+    uint32_t frags_m, frags_n; /* 16x8 accumulators per subgroup along tokens and rows */
+    uint32_t kc;               /* columns per stage (a multiple of 16) */
+    uint32_t stages;           /* chunks in flight (2..8) */
+} mm_pipe_cfg;
+/* The pipeline's shape for this device and product, or false (then matmul.c's variants
+ * run): asynchronous copies, mma m16n8k16 of dtype, 32-lane subgroups, cols a multiple of
+ * 8 (16-byte copies) and the stages within caps.shared_bytes. */
+bool mm_pipe_pick(const rt_caps *c, ir_scalar dtype, uint32_t cols, mm_pipe_cfg *cfg);
+void mm_build_pipe(mm *m, const mm_pipe_cfg *cfg, uint32_t groups[2]);
+
+#endif
