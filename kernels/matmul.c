@@ -495,7 +495,7 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
     uint32_t g[2];
     mma_cfg cfg;
     mm_pipe_cfg pcfg;
-    bool use_pipe = mm_pipe_pick(c, dtype, cols, &pcfg);
+    bool use_pipe = mm_pipe_pick(c, dtype, rows, cols, n_max, &pcfg);
     bool use_mma = !use_pipe && mma_pick(c, dtype, &cfg);
     mm m = {.k = {kn_create("kn_matmul", err), c}, .rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype,
             .epi = epi};

@@ -35,7 +35,8 @@ typedef struct mm_pipe_cfg {
 /* The pipeline's shape for this device and product, or false (then matmul.c's variants
  * run): asynchronous copies, mma m16n8k16 of dtype, 32-lane subgroups, cols a multiple of
  * 8 (16-byte copies) and the stages within caps.shared_bytes. */
-bool mm_pipe_pick(const rt_caps *c, ir_scalar dtype, uint32_t cols, mm_pipe_cfg *cfg);
+bool mm_pipe_pick(const rt_caps *c, ir_scalar dtype, uint32_t rows, uint32_t cols, uint32_t n_max,
+                  mm_pipe_cfg *cfg);
 void mm_build_pipe(mm *m, const mm_pipe_cfg *cfg, uint32_t groups[2]);
 
 #endif

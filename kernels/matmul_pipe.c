@@ -2,8 +2,8 @@
  * caps offer asynchronous copies): Y[t][r] = sum_c W[r][c] * X[t][c], then kn_epilogue.
  *
  * A workgroup owns a tile of (warps_t * frags_m * 16) tokens x (warps_r * frags_n * 8)
- * rows of Y, 128 x 128 by default: 4 subgroups of 64 x 64, each 4 x 8 accumulators of
- * 16x8. cols is walked in chunks of kc columns; `stages` chunks of X and W live in
+ * rows of Y, 128 x 128 where the grid still fills the device: 4 subgroups of 64 x 64,
+ * each 4 x 8 accumulators of 16x8 (smaller tiles for products of fewer outputs). cols is walked in chunks of kc columns; `stages` chunks of X and W live in
  * workgroup memory at once, ring-buffered. Each chunk arrives by asynchronous 16-byte
  * copies issued stages - 1 chunks ahead, so while a chunk's products run the next ones
  * are in flight (one barrier per chunk):
@@ -13,7 +13,7 @@
  *                    issue chunk c + stages - 1 into the slot chunk c - 1 used; commit
  *                    the products of chunk c
  *
- * Staged rows are padded by 8 elements (kc 32: 80 bytes), so the eight 16-byte rows of a
+ * Staged rows are padded by 8 elements (kc 64: 144 bytes), so the eight 16-byte rows of a
  * fragment load fall in distinct banks. Tails: rows of X at t >= n and of W at r >= rows
  * are clamped into the buffers (what they give reaches no stored output), columns past
  * cols are zero-filled by the copies (their limit is the row's end). The accumulators
@@ -60,7 +60,22 @@ static void env_cfg(mm_pipe_cfg *g) {
     *g = (mm_pipe_cfg){v[0], v[1], v[2], v[3], v[4], v[5]};
 }
 
-bool mm_pipe_pick(const rt_caps *c, ir_scalar dt, uint32_t cols, mm_pipe_cfg *cfg) {
+/* The tiles tried, largest first, each 4 subgroups with 64-column chunks in 3 or 4
+ * stages (128 x 64 would give the grid of 64 x 128; on the H200, qwen3-8b's 512-token products: 128 x 128 with 64 columns in 3
+ * stages ran 200-270 TFLOP/s, 32 columns in 4 stages 200-250, 8 subgroups of 128 x 256 or
+ * 256 x 128 135-245). */
+static const mm_pipe_cfg tiles[] = {
+    {2, 2, 4, 8, 64, 3}, /* 128 tokens x 128 rows */
+    {2, 2, 2, 8, 64, 4}, /* 64 x 128 */
+    {2, 2, 2, 4, 64, 4}, /* 64 x 64 */
+};
+
+static uint32_t grid_of(const mm_pipe_cfg *g, uint32_t rows, uint32_t n_max) {
+    uint32_t tt = g->warps_t * g->frags_m * 16, tr = g->warps_r * g->frags_n * 8;
+    return ((rows + tr - 1) / tr) * ((n_max + tt - 1) / tt);
+}
+
+bool mm_pipe_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t cols, uint32_t n_max, mm_pipe_cfg *cfg) {
     if (!c->async_copy || c->subgroup_size != 32 || cols % COPY) return false;
     bool shape = false;
     for (uint32_t i = 0; i < c->n_mma && i < RT_MAX_MMA_SHAPES; i++) {
@@ -68,7 +83,12 @@ bool mm_pipe_pick(const rt_caps *c, ir_scalar dt, uint32_t cols, mm_pipe_cfg *cf
         shape |= s->m == 16 && s->n == 8 && s->k == 16 && s->ab_type == (uint32_t)dt && s->acc_type == IR_F32;
     }
     if (!shape) return false;
-    mm_pipe_cfg g = {2, 2, 4, 8, 32, 4};
+    /* the largest tile whose grid still covers nine tenths of the SMs (a product of few
+     * tiles leaves the rest idle), else the smallest */
+    size_t n_tiles = sizeof tiles / sizeof tiles[0], t = 0;
+    uint32_t cu = c->compute_units ? c->compute_units : 1;
+    while (t + 1 < n_tiles && (uint64_t)grid_of(&tiles[t], rows, n_max) * 10 < (uint64_t)cu * 9) t++;
+    mm_pipe_cfg g = tiles[t];
     env_cfg(&g);
     if (c->max_workgroup && g.warps_t * g.warps_r * 32 > c->max_workgroup) return false;
     while (g.stages > 2 && c->shared_bytes && pipe_shared_bytes(&g) > c->shared_bytes) g.stages--;

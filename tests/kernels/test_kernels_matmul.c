@@ -34,8 +34,6 @@
 
 #define GUARD 64
 
-
-
 static const ir_scalar dtypes[2] = {IR_BF16, IR_F16};
 
 /* Does the kernel multiply fragments (the cooperative-matrix variant)? */
@@ -92,7 +90,11 @@ static void product_case(mm_builder build, rt_device *d, mm_shape s, ir_scalar t
         uint32_t n = ns[ni];
         if (n > n_max) continue;
         snprintf(what, sizeof what, "matmul %ux%u n=%u/%u %s epi=%s %s caps=%s", rows, cols, n, n_max, tu_dname(t),
-                 epi_name(epi), skinny ? "skinny" : mma ? "coopmat" : "tiled", var ? var : "device");
+                 epi_name(epi),
+                 skinny ? "skinny"
+                 : mma  ? "coopmat"
+                        : "tiled",
+                 var ? var : "device");
         /* rows t >= n of X are NaN: a leak into rows < n shows */
         for (size_t i = 0; i < nx; i++) xp[i] = i / cols < n ? x[i] : tu_nan16(t);
         info[1] = n;
@@ -150,9 +152,8 @@ static const uint32_t all_ns[] = {1, 7, 63, 64, 200};
 /* rows in {1, 7, 200, 1000, 4097}, cols in {1, 7, 64, 1000}, n_max 64 or 256; sized so the
  * C reference stays quick */
 static const mm_shape shapes[] = {
-    {1, 1, 64},     {7, 7, 256},     {200, 64, 256},  {1000, 7, 64},   {7, 1000, 256},
-    {200, 1000, 64}, {4097, 64, 256}, {64, 1000, 64}, {1000, 64, 64}, {130, 130, 256},
-    {100, 40, 64}, /* one full chunk and a tail: the loop that is not pipelined */
+    {1, 1, 64},      {7, 7, 256},    {200, 64, 256}, {1000, 7, 64},   {7, 1000, 256}, {200, 1000, 64},
+    {4097, 64, 256}, {64, 1000, 64}, {1000, 64, 64}, {130, 130, 256}, {100, 40, 64}, /* one full chunk and a tail: the loop that is not pipelined */
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
@@ -205,13 +206,13 @@ Test(kernels_matmul, skinny_on_the_device, .timeout = 600) {
         cr_skip_test("the device has no skinny products (CUDA's 16x8x16 fragments)");
     }
     tu_seed(36);
-    static const mm_shape sk[] = {{16, 16, 8}, {48, 160, 24}, {272, 1024, 64}, {32, 1040, 32}, {1024, 128, 64},
-                                  {16, 2048, 16}};
+    static const mm_shape sk[] = {{16, 16, 8},    {48, 160, 24},   {272, 1024, 64},
+                                  {32, 1040, 32}, {1024, 128, 64}, {16, 2048, 16}};
     static const uint32_t ns[] = {1, 7, 8, 9, 23, 24, 33, 64};
     for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++)
         for (size_t ti = 0; ti < 2; ti++)
-            product_case(kn_matmul_skinny, d, sk[i], dtypes[ti], (unsigned)(i + ti) % 4, ns,
-                         sizeof ns / sizeof ns[0], NULL);
+            product_case(kn_matmul_skinny, d, sk[i], dtypes[ti], (unsigned)(i + ti) % 4, ns, sizeof ns / sizeof ns[0],
+                         NULL);
     d->ops->destroy(d);
 }
 
@@ -256,6 +257,25 @@ static bool uses_async(const ir_kernel *k) {
     return a;
 }
 
+/* Where the device has asynchronous copies (CUDA sm_80+): each of the pipeline's tiles
+ * (128 x 128 where the grid fills the device, then 64 x 128, then 64 x 64) at odd
+ * shapes and n, every epilogue, poisoned rows and guards. */
+Test(kernels_matmul, pipeline_tiles_on_the_device, .timeout = 600) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    if (!d->caps.async_copy) {
+        d->ops->destroy(d);
+        cr_skip_test("the device has no asynchronous copies: the pipeline is CUDA sm_80+'s");
+    }
+    tu_seed(37);
+    /* on the H200's 132 SMs: 128 x 128, 64 x 128, then 64 x 64 three times */
+    static const mm_shape sh[] = {{4241, 136, 512}, {3835, 72, 256}, {4227, 1000, 128}, {200, 264, 64}, {1000, 8, 128}};
+    static const uint32_t ns[] = {1, 63, 65, 128, 129, 300, 512};
+    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
+        for (size_t ti = 0; ti < 2; ti++)
+            product_case(kn_matmul, d, sh[i], dtypes[ti], (unsigned)(i + ti) % 4, ns, sizeof ns / sizeof ns[0], NULL);
+    d->ops->destroy(d);
+}
+
 /* Built and assembled for sm_80 and sm_90 caps on any machine: 128 x 128 tiles, over the
  * dynamic shared memory's 48 KiB; the 64 x 64 kernel where the caps take the copies away
  * or cols is not a multiple of 8 (16-byte copies). */
@@ -264,6 +284,7 @@ Test(kernels_matmul, pipeline_builds_for_cuda_caps, .timeout = 300) {
     static const mm_shape sh[] = {{4096, 4096, 512}, {24576, 4096, 2048}, {1000, 4104, 64}, {7, 8, 64}};
     for (uint32_t cc = 80; cc <= 90; cc += 10) {
         rt_caps c = tu_cuda_caps(cc);
+        c.compute_units = 132; /* an H200's SMs: the tiles follow the grid they give */
         for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
             for (size_t ti = 0; ti < 2; ti++) {
                 uint32_t g[2] = {0, 0};
@@ -274,8 +295,12 @@ Test(kernels_matmul, pipeline_builds_for_cuda_caps, .timeout = 300) {
                 ir_kernel *k = kn_matmul(&c, sh[i].rows, sh[i].cols, sh[i].n_max, dtypes[ti], epi, g, &err);
                 cr_assert_not_null(k, "%s: %s", what, err.msg);
                 cr_assert(uses_async(k) && uses_frags(k), "%s: not the pipeline", what);
-                cr_assert(g[0] == (sh[i].rows + 127) / 128 && g[1] == (sh[i].n_max + 127) / 128, "%s: grid %u x %u",
-                          what, g[0], g[1]);
+                /* 128 x 128 tiles where they fill the 132 SMs, else smaller */
+                bool big = i < 2;
+                cr_assert(!big || (g[0] == (sh[i].rows + 127) / 128 && g[1] == (sh[i].n_max + 127) / 128),
+                          "%s: grid %u x %u", what, g[0], g[1]);
+                cr_assert(i != 2 || (g[0] == 1000 / 64 + 1 && g[1] == 1), "%s: grid %u x %u, not 64 x 64 tiles", what,
+                          g[0], g[1]);
                 cr_assert_gt(ptx_dynamic_shared_bytes(k), 48u * 1024, "%s: the stages fit static shared memory", what);
                 if (i < 2 || ti == 0) tu_ptx_assembles(k, &c, what);
                 ir_kernel_destroy(k);
@@ -319,12 +344,19 @@ Test(kernels_matmul, variants_build_for_min_and_h200_caps) {
     cs[4].mma[0] = cs[4].mma[1] = false;
     /* 32 KiB: 32-column chunks; 16 KiB holds no cooperative tile */
     cs[5].name = "h200 shared=32768", cs[5].c.shared_bytes = 32768, cs[5].mma[0] = cs[5].mma[1] = true;
-    static const mm_shape shapes_b[] = {
-        /* qwen3-0.6b's projections at 512 tokens */
-        {1024, 1024, 512}, {2048, 1024, 512}, {3072, 1024, 512}, {1024, 3072, 512}, {1024, 2048, 512},
-        {4096, 1024, 512},
-        /* odd ones, and a vocabulary-sized one */
-        {1, 1, 64}, {7, 7, 64}, {4097, 1000, 256}, {1000, 4097, 64}, {151936, 1024, 64}};
+    static const mm_shape shapes_b[] = {/* qwen3-0.6b's projections at 512 tokens */
+                                        {1024, 1024, 512},
+                                        {2048, 1024, 512},
+                                        {3072, 1024, 512},
+                                        {1024, 3072, 512},
+                                        {1024, 2048, 512},
+                                        {4096, 1024, 512},
+                                        /* odd ones, and a vocabulary-sized one */
+                                        {1, 1, 64},
+                                        {7, 7, 64},
+                                        {4097, 1000, 256},
+                                        {1000, 4097, 64},
+                                        {151936, 1024, 64}};
     for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
         for (size_t ti = 0; ti < 2; ti++)
             for (unsigned epi = 0; epi < 4; epi++)
@@ -356,10 +388,10 @@ Test(kernels_matmul, bad_shapes_dtypes_and_epilogues_are_refused) {
     static const struct {
         uint32_t rows, cols, n_max;
     } bad[] = {
-        {0, 64, 64},           {64, 0, 64},          {64, 64, 0},          {64, 64, 100},
-        {64, 64, 32},          {1u << 16, 1u << 16, 64}, /* rows * cols = 2^32 */
-        {64, 1u << 26, 64},    /* n_max * cols = 2^32 */
-        {1u << 26, 1, 64},     /* n_max * rows = 2^32 */
+        {0, 64, 64},        {64, 0, 64},  {64, 64, 0},
+        {64, 64, 100},      {64, 64, 32}, {1u << 16, 1u << 16, 64}, /* rows * cols = 2^32 */
+        {64, 1u << 26, 64},                                         /* n_max * cols = 2^32 */
+        {1u << 26, 1, 64},                                          /* n_max * rows = 2^32 */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err.msg[0] = 0;
