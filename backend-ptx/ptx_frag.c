@@ -132,9 +132,10 @@ static LLVMValueRef load_pairs(ptx_ctx *x, const ir_inst *in, const ir_type_desc
  * bytes): ldmatrix, which hands every lane its pairs of 8x8 tiles from row addresses the
  * lanes give. A (x4) takes tiles (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15),
  * (rows 8-15, k 8-15), its registers 0..3 in that order; B (x2) the tiles of k 0-7 and
- * 8-15, the tile rows being B's 8 columns. Lane l gives row l % 8 of tile l / 8. */
+ * 8-15, the tile rows being B's 8 columns; B row-major (x2.trans) the same tiles stored as
+ * 8 rows of k, each 8 columns long. Lane l gives row l % 8 of tile l / 8. */
 static LLVMValueRef load_ldmatrix(ptx_ctx *x, const ir_inst *in, const ir_type_desc *d, LLVMValueRef p,
-                                  LLVMValueRef base, LLVMValueRef stride) {
+                                  LLVMValueRef base, LLVMValueRef stride, bool trans) {
     LLVMTypeRef i32 = ptx_t_i32(x);
     LLVMValueRef lane = ptx_load_id(x, IR_ID_SG_LANE, 0);
     LLVMValueRef r = LLVMBuildAnd(x->b, lane, ptx_c_i32(x, 7), "");
@@ -145,9 +146,13 @@ static LLVMValueRef load_ldmatrix(ptx_ctx *x, const ir_inst *in, const ir_type_d
         row = LLVMBuildAdd(x->b, r,
                            LLVMBuildShl(x->b, LLVMBuildAnd(x->b, tile, ptx_c_i32(x, 1), ""), ptx_c_i32(x, 3), ""), "");
         k = LLVMBuildShl(x->b, LLVMBuildLShr(x->b, tile, ptx_c_i32(x, 1), ""), ptx_c_i32(x, 3), "");
-    } else { /* tile bit 0: k + 8 (lanes 16-31 repeat 0-15: .x2 ignores their addresses) */
+    } else if (!trans) { /* tile bit 0: k + 8 (lanes 16-31 repeat 0-15: .x2 ignores their addresses) */
         row = r;
         k = LLVMBuildShl(x->b, LLVMBuildAnd(x->b, tile, ptx_c_i32(x, 1), ""), ptx_c_i32(x, 3), "");
+    } else { /* B row-major: the tile rows are B's k (8 consecutive n each), transposed on the way */
+        row = LLVMBuildAdd(x->b, r,
+                           LLVMBuildShl(x->b, LLVMBuildAnd(x->b, tile, ptx_c_i32(x, 1), ""), ptx_c_i32(x, 3), ""), "");
+        k = ptx_c_i32(x, 0);
     }
     /* A: (row, k) row-major; B: column `row` (n), k down it, column-major */
     LLVMValueRef at_ = LLVMBuildAdd(x->b, base, LLVMBuildAdd(x->b, LLVMBuildMul(x->b, row, stride, ""), k, ""), "");
@@ -155,9 +160,11 @@ static LLVMValueRef load_ldmatrix(ptx_ctx *x, const ir_inst *in, const ir_type_d
     LLVMValueRef ptr = LLVMBuildInBoundsGEP2(x->b, t_i16(x), p, &i64, 1, "");
     uint32_t n = a ? 4 : 2;
     LLVMTypeRef rt[4] = {i32, i32, i32, i32}, pt = LLVMTypeOf(ptr);
-    LLVMValueRef call = ptx_call(
-        x, a ? "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16.p3" : "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x2.b16.p3",
-        LLVMStructTypeInContext(x->lc, rt, n, 0), &pt, &ptr, 1);
+    LLVMValueRef call = ptx_call(x,
+                                 a       ? "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16.p3"
+                                 : trans ? "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x2.trans.b16.p3"
+                                         : "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x2.b16.p3",
+                                 LLVMStructTypeInContext(x->lc, rt, n, 0), &pt, &ptr, 1);
     LLVMValueRef w = LLVMGetPoison(LLVMVectorType(i32, n));
     for (uint32_t i = 0; i < n; i++)
         w = LLVMBuildInsertElement(x->b, w, LLVMBuildExtractValue(x->b, call, i, ""), ptx_c_i32(x, i), "");
@@ -172,7 +179,9 @@ static void emit_load(ptx_ctx *x, const ir_inst *in) {
     lane_coords(x, &g, &t2);
     bool row_major = in->imm[1] != 0;
     bool pairs_adjacent = (d->use == IR_FRAG_A && row_major) || (d->use == IR_FRAG_B && !row_major);
-    if (d->use == IR_FRAG_ACC || !pairs_adjacent) {
+    /* B row-major in workgroup memory: ldmatrix's transposing form */
+    bool trans = in->imm[2] && d->use == IR_FRAG_B && row_major;
+    if (d->use == IR_FRAG_ACC || (!pairs_adjacent && !trans)) {
         ptx_def(x, in->result, load_elements(x, in, d, p, base, stride, g, t2));
         return;
     }
@@ -186,7 +195,8 @@ static void emit_load(ptx_ctx *x, const ir_inst *in) {
     LLVMBasicBlockRef bj = LLVMAppendBasicBlockInContext(x->lc, x->fn, "frag_loaded");
     LLVMBuildCondBr(x->b, even, bp, be);
     LLVMPositionBuilderAtEnd(x->b, bp);
-    LLVMValueRef vp = shm ? load_ldmatrix(x, in, d, p, base, stride) : load_pairs(x, in, d, p, base, stride, g, t2);
+    LLVMValueRef vp =
+        shm ? load_ldmatrix(x, in, d, p, base, stride, trans) : load_pairs(x, in, d, p, base, stride, g, t2);
     LLVMBasicBlockRef bp_end = LLVMGetInsertBlock(x->b);
     LLVMBuildBr(x->b, bj);
     LLVMPositionBuilderAtEnd(x->b, be);

@@ -47,6 +47,7 @@
  * tile (as fast for 0.6b, 15% slower for 8b), 128 invocations (20%), 16 or 64 rows
  * (40-70%), f32 tiles (~12%, at 128 invocations), one token block per workgroup (3%). */
 #include "base/error.h"
+#include "kernels/kernels.h"
 #include "kernels/kn_common.h"
 
 #include <math.h>
@@ -65,12 +66,12 @@ typedef struct cfg {
     uint32_t score_key_invs, score_row_invs, score_keys, score_rows;
     /* output: invocations across a row's words and across rows, and the words and rows each takes */
     uint32_t out_word_invs, out_row_invs, out_words, out_rows;
-    uint32_t softmax_invs;    /* softmax invocations per row */
-    uint32_t per_word;        /* elements per tile word (2: packed 16-bit pairs, 1: f32) */
-    uint32_t row_words;       /* words per row of head_dim */
+    uint32_t softmax_invs;                   /* softmax invocations per row */
+    uint32_t per_word;                       /* elements per tile word (2: packed 16-bit pairs, 1: f32) */
+    uint32_t row_words;                      /* words per row of head_dim */
     uint32_t q_pitch, kv_pitch, score_pitch; /* row strides (words) of the q, K/V and score tiles */
-    uint32_t load_lanes;      /* elements per global load */
-    uint32_t step_words;      /* words per step of the score loop */
+    uint32_t load_lanes;                     /* elements per global load */
+    uint32_t step_words;                     /* words per step of the score loop */
 } cfg;
 
 static uint32_t floor_pow2(uint32_t x) {
@@ -88,8 +89,8 @@ static bool plan(const rt_caps *c, uint32_t group_size, uint32_t hd, uint32_t la
     g->per_word = per_word, g->row_words = hd / per_word;
     g->q_pitch = g->row_words + 1, g->kv_pitch = g->row_words + 1, g->score_pitch = keys + 1;
     g->step_words = per_word == 2 ? (g->row_words % 2 == 0 ? 2 : 1) : lanes;
-    uint64_t words = (uint64_t)rows * g->q_pitch + (uint64_t)keys * g->kv_pitch + (uint64_t)rows * g->score_pitch +
-                     2ull * rows;
+    uint64_t words =
+        (uint64_t)rows * g->q_pitch + (uint64_t)keys * g->kv_pitch + (uint64_t)rows * g->score_pitch + 2ull * rows;
     if (c->shared_bytes && 4 * words > c->shared_bytes) return false;
     uint32_t inv = kn_workgroup(c, max_inv);
     if (inv > rows * keys) inv = rows * keys;
@@ -112,8 +113,10 @@ static bool plan(const rt_caps *c, uint32_t group_size, uint32_t hd, uint32_t la
     for (uint32_t dx = 1; dx <= inv; dx *= 2) {
         if (inv / dx > rows) continue;
         uint32_t cost = dx * ((rw + dx - 1) / dx);
-        if (dx <= 32 && cost * 8 <= rw * 9) best = dx, best_cost = 0;
-        else if (best_cost && cost < best_cost) best = dx, best_cost = cost;
+        if (dx <= 32 && cost * 8 <= rw * 9)
+            best = dx, best_cost = 0;
+        else if (best_cost && cost < best_cost)
+            best = dx, best_cost = cost;
     }
     if (!best) return false;
     g->out_word_invs = best, g->out_row_invs = inv / best, g->out_words = (rw + best - 1) / best;
@@ -478,6 +481,9 @@ ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv
         return NULL;
     }
     uint32_t group_size = n_head / n_head_kv;
+    /* matrix fragments where the caps have them (q rows and heads at 16-byte copies) */
+    if (q_stride % 8 == 0 && kn_attn_prefill_mma_ok(c, dtype, hd))
+        return kn_attn_prefill_mma(c, n_head, n_head_kv, hd, q_stride, n_ctx, n_max, dtype, groups, err);
     /* vector loads start at multiples of their width: head starts and q rows */
     uint32_t lanes = kn_vec_width(hd);
     while (q_stride % lanes) lanes /= 2;
@@ -497,7 +503,12 @@ ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv
     }
     kx k = {kn_create("kn_attn_prefill", err), c};
     if (!k.ir) return NULL;
-    kb b = {.k = k, .g = &g, .dtype = dtype, .hd = hd, .q_stride = q_stride, .kv_dim = (uint32_t)kv_dim64,
+    kb b = {.k = k,
+            .g = &g,
+            .dtype = dtype,
+            .hd = hd,
+            .q_stride = q_stride,
+            .kv_dim = (uint32_t)kv_dim64,
             .n_head = n_head};
     b.scale = 1.0f / sqrtf((float)hd); /* the oracle's, computed the same way */
     b.qb = kx_buffer(k, "q", dtype, IR_READ, (uint64_t)n_max * q_stride);

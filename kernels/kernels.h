@@ -69,8 +69,8 @@ ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar d
  * products read h there: the decode step's norm and the product after it in one launch.
  * Params: as kn_matvec (x is the un-normalized row), then wn (dtype, read, cols).
  * NULL when a row of f32 does not fit the caps' workgroup memory. */
-ir_kernel *kn_matvec_norm(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out,
-                          unsigned epi, float eps, uint32_t *groups_x, kiln_err *err);
+ir_kernel *kn_matvec_norm(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out, unsigned epi,
+                          float eps, uint32_t *groups_x, kiln_err *err);
 
 /* The prefill projections: Y[t][r] = sum_c W[r * cols + c] * X[t * cols + c] for r < rows
  * and t < n = info[1], then the epilogue (KN_EPI_BIAS and/or KN_EPI_RESIDUAL, res being
@@ -189,6 +189,13 @@ uint32_t kn_attn_splits(const rt_caps *c, uint32_t n_head, uint32_t n_ctx);
  * Grid: groups = {groups[0], groups[1], 1}. */
 ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t q_stride,
                            uint32_t n_ctx, uint32_t n_max, ir_scalar dtype, uint32_t groups[2], kiln_err *err);
+/* kn_attn_prefill's variant on 16x8x16 matrix fragments (attn_prefill_mma.c), which it
+ * picks where kn_attn_prefill_mma_ok: the same parameters, grid and results (up to
+ * summation order). */
+bool kn_attn_prefill_mma_ok(const rt_caps *c, ir_scalar dtype, uint32_t head_dim);
+ir_kernel *kn_attn_prefill_mma(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                               uint32_t q_stride, uint32_t n_ctx, uint32_t n_max, ir_scalar dtype, uint32_t groups[2],
+                               kiln_err *err);
 
 /* Rope options shared by the kernels that rotate: the pairing, the base, a linear
  * frequency scale (1 / factor; 1 when unscaled) and whether per-pair frequency factors

@@ -382,7 +382,8 @@ Test(ptx, dynamic_shared_memory_async_copies_and_ldmatrix) {
     ir_type ta = ir_t_frag(k, IR_FRAG_A, IR_BF16, 16, 8, 16), tb = ir_t_frag(k, IR_FRAG_B, IR_BF16, 16, 8, 16);
     ir_type tc = ir_t_frag(k, IR_FRAG_ACC, IR_F32, 16, 8, 16);
     ir_val a = ir_frag_load(k, ta, true, h, U(0), U(24), true), b = ir_frag_load(k, tb, true, h, U(16), U(24), false);
-    ir_val c = ir_frag_mma(k, a, b, ir_frag_fill(k, tc, F(0.0f)));
+    ir_val bt = ir_frag_load(k, tb, true, h, U(32), U(16), true); /* row-major B: ldmatrix .trans */
+    ir_val c = ir_frag_mma(k, a, bt, ir_frag_mma(k, a, b, ir_frag_fill(k, tc, F(0.0f))));
     ir_frag_store(k, c, true, big, U(0), U(8), true);
     ir_barrier(k);
     ir_store(k, y, i, ir_shm_load(k, big, i, 1));
@@ -396,6 +397,7 @@ Test(ptx, dynamic_shared_memory_async_copies_and_ldmatrix) {
     HAS(p, "cp.async.wait_group 1");
     HAS(p, "ldmatrix.sync.aligned.m8n8.x4.shared.b16");
     HAS(p, "ldmatrix.sync.aligned.m8n8.x2.shared.b16");
+    HAS(p, "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16");
     free(p); /* emit assembled it and destroyed k */
 
     /* before sm_80 the copies are plain loads and stores (no fragments there) */

@@ -22,6 +22,7 @@
 #include "gguf/half.h"
 #include "ir/ir.h"
 #include "kernels/kernels.h"
+#include "tests/util/testutil_ptx.h"
 #include "tests/util/testutil_vk.h"
 
 #include <criterion/criterion.h>
@@ -192,6 +193,47 @@ Test(kernels_attn_prefill, variants_build_for_min_and_h200_caps) {
             tu_emit_ok(kn_attn_prefill(&cs[ci], 2, 2, 256, 512, 100, 64, t, g, &err), &cs[ci], err.msg,
                        "prefill 256");
             tu_emit_ok(kn_attn_prefill(&cs[ci], 3, 3, 5, 15, 7, 3, t, g, &err), &cs[ci], err.msg, "prefill tiny");
+        }
+}
+
+/* CUDA's caps (sm_80, sm_90) give the matrix-fragment variant at head_dim multiples of
+ * 16 with 16-byte q rows, the SIMT kernel otherwise (and with fewer than 128 invocations);
+ * each assembles. */
+Test(kernels_attn_prefill, fragments_on_cuda_caps) {
+    kiln_err err = {0};
+    uint32_t g[2];
+    for (uint32_t cc = 80; cc <= 90; cc += 10)
+        for (size_t ti = 0; ti < 2; ti++) {
+            rt_caps c = tu_cuda_caps(cc);
+            ir_scalar t = dtypes[ti];
+            ir_kernel *k = kn_attn_prefill(&c, 32, 8, 128, 6144, 4096, 512, t, g, &err);
+            cr_assert_not_null(k, "%s", err.msg);
+            char *text = ir_print(k);
+            cr_assert(strstr(text, "frag.mma") && strstr(text, "async.copy"), "8b: not the fragment variant");
+            free(text);
+            /* 4 heads x 16 tokens a workgroup, blocks from the last */
+            cr_assert(g[0] == 8 && g[1] == 32, "grid %u x %u", g[0], g[1]);
+            tu_ptx_assembles(k, &c, "prefill 8b fragments");
+            ir_kernel_destroy(k);
+            k = kn_attn_prefill(&c, 6, 1, 64, 6 * 64 + 3 * 64, 1031, 100, t, g, &err);
+            cr_assert(k && g[0] == 3 && g[1] == 4, "odd: grid %u x %u", g[0], g[1]);
+            tu_ptx_assembles(k, &c, "prefill odd fragments");
+            ir_kernel_destroy(k);
+            /* head_dim 40, an odd q row, 64 invocations: the SIMT kernel */
+            const struct {
+                uint32_t hd, q_stride;
+                const char *caps;
+            } simt[] = {{40, 40 * 6, NULL}, {64, 6 * 64 + 3, NULL}, {64, 6 * 64, "workgroup=64"}};
+            for (size_t i = 0; i < 3; i++) {
+                rt_caps ci = c;
+                if (simt[i].caps) cr_assert_eq(rt_caps_override(&ci, simt[i].caps, &err), 0, "%s", err.msg);
+                k = kn_attn_prefill(&ci, 6, 1, simt[i].hd, simt[i].q_stride, 1031, 100, t, g, &err);
+                cr_assert_not_null(k, "%s", err.msg);
+                text = ir_print(k);
+                cr_assert(!strstr(text, "frag.mma"), "case %zu: fragments", i);
+                free(text);
+                ir_kernel_destroy(k);
+            }
         }
 }
 
