@@ -273,3 +273,16 @@ ir_val kn_exp(kx k, ir_val x) {
     ir_val is_nan = kx_not(k, kx_le_f(k, x, INFINITY)); /* compares are ordered */
     return kx_select(k, is_nan, x, e);
 }
+
+ir_val kn_exp_nonpositive(kx k, ir_val x) {
+    /* x = n ln2 + r as kn_exp, n in -151..0 */
+    ir_val xc = kx_max(k, x, kx_f32(k, -104.0f));
+    ir_val n = kx_floor(k, kx_fma_f(k, xc, 1.44269504088896341f, 0.5f));
+    ir_val nn = kx_neg(k, n);
+    ir_val r = kx_fma(k, nn, kx_f32(k, 0.693145751953125f), xc);
+    r = kx_fma(k, nn, kx_f32(k, 1.428606765330187e-6f), r);
+    /* e^r on the device (|r| <= 0.35: a few ulps), times 2^n where that is a normal f32 */
+    ir_val ni = kx_max(k, kx_as(k, n, IR_I32), kx_i32(k, -126));
+    ir_val e = kx_mul(k, ir_un(k.ir, IR_OP_EXP, r), pow2(k, ni));
+    return kx_select(k, kx_lt_f(k, x, -87.0f), kx_f32(k, 0.0f), e);
+}

@@ -876,3 +876,37 @@ Test(kernels, fdiv_fsqrt_exp_match_the_host) {
     ir_kernel_destroy(k.ir);
     d->ops->destroy(d);
 }
+
+/* kn_exp_nonpositive within 8 ulps of the double exp on [-87, 0] (the device's exp on |r| <=
+ * 0.35 is a few), 0 below -87 and at -inf. */
+Test(kernels, exp_nonpositive_within_ulps) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    kx k = {ir_kernel_create("expneg"), NULL};
+    const uint32_t n = 8192;
+    ir_buf a = kx_buffer(k, "a", IR_F32, IR_READ, n), o = kx_buffer(k, "o", IR_F32, IR_WRITE, n);
+    kx_workgroup(k, 64);
+    ir_val i = kx_global(k);
+    ir_if *in = kx_if(k, kx_lt_c(k, i, n));
+    kx_store(k, o, i, kn_exp_nonpositive(k, kx_load(k, a, i, 1)));
+    kx_end_if(k, in);
+    kiln_err err = {0};
+    cr_assert_eq(ir_verify(k.ir, &err), 0, "%s", err.msg);
+    float *x = malloc(n * 4), *out = malloc(n * 4);
+    tu_seed(13);
+    const float edge[] = {0.0f, -0.0f, -INFINITY, -87.5f, -86.9f, -1e-30f, -0.34657359f, -0.34657360f, -104.0f, -1e4f};
+    for (uint32_t j = 0; j < n; j++)
+        x[j] = j < sizeof edge / sizeof edge[0] ? edge[j] : j % 2 ? tu_urand(-90, 0) : -powf(2.0f, tu_urand(-30, 4));
+    rt_buffer *bx = tu_vk_upload(d, x, n * 4), *bo = tu_vk_upload(d, out, n * 4);
+    rt_arg args[2] = {{bx, 0}, {bo, 0}};
+    launch(d, k.ir, (n + 63) / 64, 1, args, 2);
+    tu_vk_download(d, bo, out, n * 4);
+    for (uint32_t j = 0; j < n; j++) {
+        double want = x[j] < -87.0f ? 0.0 : exp((double)x[j]);
+        double ulp = fmax(ldexp(1.0, ilogb(fmax(want, 1e-38)) - 23), 1e-45);
+        cr_assert(fabs(out[j] - want) <= 8 * ulp, "exp %.9g = %.9g, got %.9g", x[j], want, out[j]);
+    }
+    d->ops->release(d, bx), d->ops->release(d, bo);
+    free(x), free(out);
+    ir_kernel_destroy(k.ir);
+    d->ops->destroy(d);
+}
