@@ -23,6 +23,7 @@ for p in qwen3-8b qwen3-0.6b; do
 done
 timeout 90 $K diverge $dir/qwen3-0.6b.gguf --device cuda:0 -n 16 > $out/div-0.6b.md 2>&1; echo "rc=$?" >> $out/div-0.6b.md
 echo "suites done at $(( $(date +%s) - start )) s" >> $out/times.txt
+tar cf $out-suites.tar -C $(dirname $out) $(basename $out) # in case the rest runs out of time
 wait $bpid
 KILN=$K MODELS="$dir/qwen3-0.6b.gguf $dir/qwen3-8b.gguf" P=24,512,2048 N=32 R=3 DEVICES=cuda:0 \
   timeout $(( 570 - ($(date +%s) - start) )) bash .peers/side-by-side.sh > $out/side-by-side.md 2>&1
