@@ -482,7 +482,7 @@ ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv
     }
     uint32_t group_size = n_head / n_head_kv;
     /* matrix fragments where the caps have them (q rows and heads at 16-byte copies) */
-    if (q_stride % 8 == 0 && kn_attn_prefill_mma_ok(c, dtype, hd))
+    if (q_stride % 8 == 0 && kn_attn_prefill_mma_ok(c, dtype, n_head, n_head_kv, hd, n_max))
         return kn_attn_prefill_mma(c, n_head, n_head_kv, hd, q_stride, n_ctx, n_max, dtype, groups, err);
     /* vector loads start at multiples of their width: head starts and q rows */
     uint32_t lanes = kn_vec_width(hd);

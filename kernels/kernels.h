@@ -190,9 +190,10 @@ uint32_t kn_attn_splits(const rt_caps *c, uint32_t n_head, uint32_t n_ctx);
 ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t q_stride,
                            uint32_t n_ctx, uint32_t n_max, ir_scalar dtype, uint32_t groups[2], kiln_err *err);
 /* kn_attn_prefill's variant on 16x8x16 matrix fragments (attn_prefill_mma.c), which it
- * picks where kn_attn_prefill_mma_ok: the same parameters, grid and results (up to
- * summation order). */
-bool kn_attn_prefill_mma_ok(const rt_caps *c, ir_scalar dtype, uint32_t head_dim);
+ * picks where kn_attn_prefill_mma_ok (the fragments, and a grid of at least half the
+ * compute units): the same parameters and results (up to summation order). */
+bool kn_attn_prefill_mma_ok(const rt_caps *c, ir_scalar dtype, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                            uint32_t n_max);
 ir_kernel *kn_attn_prefill_mma(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                                uint32_t q_stride, uint32_t n_ctx, uint32_t n_max, ir_scalar dtype, uint32_t groups[2],
                                kiln_err *err);

@@ -219,6 +219,17 @@ Test(kernels_attn_prefill, fragments_on_cuda_caps) {
             cr_assert(k && g[0] == 3 && g[1] == 4, "odd: grid %u x %u", g[0], g[1]);
             tu_ptx_assembles(k, &c, "prefill odd fragments");
             ir_kernel_destroy(k);
+            /* on 132 SMs: a short block's 16 workgroups take the SIMT kernel, a full block's 128 not */
+            rt_caps h = c;
+            h.compute_units = 132;
+            for (uint32_t nm = 64; nm <= 512; nm *= 8) {
+                k = kn_attn_prefill(&h, 16, 8, 128, 4096, 4096, nm, t, g, &err);
+                cr_assert_not_null(k, "%s", err.msg);
+                text = ir_print(k);
+                cr_assert_eq(strstr(text, "frag.mma") != NULL, nm == 512, "n_max %u", nm);
+                free(text);
+                ir_kernel_destroy(k);
+            }
             /* head_dim 40, an odd q row, 64 invocations: the SIMT kernel */
             const struct {
                 uint32_t hd, q_stride;
