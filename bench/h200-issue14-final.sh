@@ -6,18 +6,13 @@
 # pp24/pp512/pp2048/tg32, medians of 3) on qwen3-0.6b and qwen3-8b. Binaries in devrun/.
 # Writes OUTDIR.tar (one file comes back).
 set -u
-out=$1; mkdir -p "$out"
-export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$PWD/devrun/lib KILN_CACHE_DIR=/tmp/kiln-cache KILN_NO_PROGRESS=1
-export KILN_BIN=$PWD/devrun/kiln KILN_TESTDATA=$PWD/devrun/data
-K=$PWD/devrun/kiln T=$PWD/devrun/kiln-tests dir=/dev/shm/kiln-bench; mkdir -p $dir
+out=$1
+source bench/h200-common.sh
 start=$(date +%s)
 (bash .peers/build-llamacpp-cuda.sh > $out/llbuild.txt 2>&1; echo "rc=$? at $(( $(date +%s) - start )) s" >> $out/llbuild.txt) &
 bpid=$!
-for p in qwen3-0.6b qwen3-8b; do [ -f $dir/$p.gguf ] || timeout 150 $K synth --preset $p -o $dir/$p.gguf > /dev/null; done
-KILN_TEST_DEVICE=cuda:0 timeout 200 $T -j6 --filter 'kernels*/*' > $out/kern.txt 2>&1; echo "rc=$?" >> $out/kern.txt
-KILN_TEST_DEVICE=cuda:0 timeout 120 $T -j6 --filter 'plan*/*' > $out/plan.txt 2>&1; echo "rc=$?" >> $out/plan.txt
-timeout 60 $T --filter 'cuda/*' > $out/cuda.txt 2>&1; echo "rc=$?" >> $out/cuda.txt
-prompt="The quick brown fox jumps over the lazy dog, and then it runs away into the woods behind the old"
+synth qwen3-0.6b qwen3-8b
+suites 6 120
 for p in qwen3-8b qwen3-0.6b; do
   timeout 60 $K run $dir/$p.gguf -p "$prompt" -n 4 --device cuda:0 --no-echo --profile-tokens 512 > /dev/null 2> $out/prof-$p.txt
 done

@@ -6,15 +6,10 @@
 # qwen3-0.6b and qwen3-8b; kiln diverge on qwen3-0.6b. Binaries as bench/h200-issue13.sh
 # (devrun/). Usage: bash bench/h200-issue14-pipe.sh OUTDIR
 set -u
-out=$1; mkdir -p "$out"
-export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$PWD/devrun/lib KILN_CACHE_DIR=/tmp/kiln-cache KILN_NO_PROGRESS=1
-export KILN_BIN=$PWD/devrun/kiln KILN_TESTDATA=$PWD/devrun/data
-K=$PWD/devrun/kiln T=$PWD/devrun/kiln-tests dir=/dev/shm/kiln-bench; mkdir -p $dir
-for p in qwen3-0.6b qwen3-8b; do [ -f $dir/$p.gguf ] || timeout 150 $K synth --preset $p -o $dir/$p.gguf > /dev/null; done
-KILN_TEST_DEVICE=cuda:0 timeout 200 $T -j8 --filter 'kernels*/*' > $out/kern.txt 2>&1; echo "rc=$?" >> $out/kern.txt
-KILN_TEST_DEVICE=cuda:0 timeout 150 $T -j8 --filter 'plan*/*' > $out/plan.txt 2>&1; echo "rc=$?" >> $out/plan.txt
-timeout 60 $T --filter 'cuda/*' > $out/cuda.txt 2>&1; echo "rc=$?" >> $out/cuda.txt
-prompt="The quick brown fox jumps over the lazy dog, and then it runs away into the woods behind the old"
+out=$1
+source bench/h200-common.sh
+synth qwen3-0.6b qwen3-8b
+suites 8 150
 prof() { # name, then env/caps
   local name=$1; shift
   env "$@" timeout 90 $K run $dir/qwen3-8b.gguf -p "$prompt" -n 4 --device cuda:0 --no-echo --profile-tokens 512 \
@@ -22,7 +17,7 @@ prof() { # name, then env/caps
 }
 prof default
 CAPS=no-async-copy prof mma64
-for cfg in 2,2,4,8,32,3 2,4,4,4,32,4 2,2,4,8,64,3 4,2,4,4,32,4; do prof pipe-$cfg KILN_MATMUL_PIPE=$cfg; done
+for cfg in 2,2,4,8,32,3 2,4,4,4,32,4 2,2,4,8,64,3 4,2,4,4,32,4; do prof pipe-${cfg//,/.} KILN_MATMUL_PIPE=$cfg; done
 timeout 120 python3 bench/torch_shapes.py 4096 4096 1024 12288 32 8 128 24 512 2048 > $out/torch-8b.txt 2>&1
 for p in qwen3-0.6b qwen3-8b; do
   timeout 150 $K bench $dir/$p.gguf -p 24,512,2048 -n 32 -r 3 --device cuda:0 -o md > $out/b-$p.md 2>&1

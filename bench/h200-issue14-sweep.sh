@@ -5,12 +5,10 @@
 # without the pipeline (--caps no-async-copy), the same on qwen3-0.6b, and cuBLAS on the
 # same shapes. Binaries in devrun/. Writes OUTDIR.tar (one file comes back).
 set -u
-out=$1; mkdir -p "$out"
-export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$PWD/devrun/lib KILN_CACHE_DIR=/tmp/kiln-cache KILN_NO_PROGRESS=1
-K=$PWD/devrun/kiln dir=/dev/shm/kiln-bench; mkdir -p $dir
+out=$1
+source bench/h200-common.sh
 timeout 100 $K synth --preset qwen3-8b --layers 2 -o $dir/q8-2.gguf > /dev/null
 timeout 100 $K synth --preset qwen3-0.6b --layers 4 -o $dir/q06-4.gguf > /dev/null
-prompt="The quick brown fox jumps over the lazy dog, and then it runs away into the woods behind the old"
 for m in q8-2 q06-4; do
   for cfg in default off 2.2.4.8.32.3 2.2.4.8.64.3 2.4.4.8.32.4 4.2.4.8.32.4 2.4.4.4.32.4 2.2.4.8.32.6 2.4.4.8.64.3 4.2.4.8.64.3; do
     caps=""; envv=""

@@ -13,9 +13,10 @@
  *      online over the tiles (masked keys, past the row's position, count nothing);
  *   2. S again, e = exp(s - m) with the final m, and O += E V with E split into 16-bit
  *      parts, each the rounding of what the others leave (O += E1 V + E2 V [+ E3 V]):
- *      three bf16 parts (8 bits each) or two f16 parts (11 each) carry e to 2^-24 of
- *      itself or better, so P·V is f32 arithmetic in all but summation order, as the
- *      contract asks: the oracle's softmax needs no new rounding point.
+ *      three bf16 parts (8 bits each) hold e's 24 bits exactly, two f16 parts (11 each)
+ *      carry it to 2^-22 (2^-25 absolute below f16's normal range), about exp's own
+ *      error: P·V is f32 arithmetic up to summation order (and that error), so the oracle's
+ *      softmax needs no new rounding point.
  *
  * At the end out = O / l, rounded to dtype once, as kn_attn_prefill's SIMT kernel and the
  * oracle: scores are (q . k) * scale, the division kn_fdiv; exp is kn_exp_nonpositive (its

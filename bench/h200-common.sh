@@ -1,0 +1,16 @@
+# Sourced by the bench/h200-issue14-*.sh scripts on the H200: the environment for the
+# binaries in devrun/ (kiln, kiln-tests, lib/, data/), synthesized models in /dev/shm, and
+# the CUDA suites. Expects $out (the output folder) set.
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$PWD/devrun/lib KILN_CACHE_DIR=/tmp/kiln-cache KILN_NO_PROGRESS=1
+export KILN_BIN=$PWD/devrun/kiln KILN_TESTDATA=$PWD/devrun/data
+K=$PWD/devrun/kiln T=$PWD/devrun/kiln-tests dir=/dev/shm/kiln-bench
+mkdir -p "$out" $dir
+prompt="The quick brown fox jumps over the lazy dog, and then it runs away into the woods behind the old"
+# synth PRESET...: the presets' GGUFs in $dir, once per machine
+synth() { for p in "$@"; do [ -f $dir/$p.gguf ] || timeout 150 $K synth --preset $p -o $dir/$p.gguf > /dev/null; done; }
+# suites JOBS PLAN_TIMEOUT: the kernel, plan and device suites on cuda:0, each to its file with its rc
+suites() {
+  KILN_TEST_DEVICE=cuda:0 timeout 200 $T -j$1 --filter 'kernels*/*' > $out/kern.txt 2>&1; echo "rc=$?" >> $out/kern.txt
+  KILN_TEST_DEVICE=cuda:0 timeout $2 $T -j$1 --filter 'plan*/*' > $out/plan.txt 2>&1; echo "rc=$?" >> $out/plan.txt
+  timeout 60 $T --filter 'cuda/*' > $out/cuda.txt 2>&1; echo "rc=$?" >> $out/cuda.txt
+}
