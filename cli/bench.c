@@ -9,6 +9,7 @@
 #include "cli/model_opts.h"
 #include "devices/devices.h"
 #include "plan/measure.h"
+#include "plan/plan.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -33,6 +34,7 @@ static const char usage[] =
     "  --plot FILE    also write a bar chart of tokens/s per device and test (SVG)\n"
     "  --caps LIST    take GPU capabilities away (kiln probe --help lists them)\n"
     "  --ctx N        context length (must hold the largest test)  --threads N (the oracle's)\n"
+    "  --block N      prompt tokens per prefill block on a GPU (rounded up to a multiple of 64; default 512)\n"
     "  --dtype T      bf16 | f16  --oracle-mode contract | f32\n";
 
 #define MAX_PP 16
@@ -52,13 +54,13 @@ typedef struct bench_opts {
 } bench_opts;
 
 typedef struct test_result {
-    char name[16];    /* "pp512", "tg128" */
+    char name[16]; /* "pp512", "tg128" */
     bool prefill;
-    uint32_t n;       /* tokens per repetition */
+    uint32_t n; /* tokens per repetition */
     double warmup_tps;
-    double *tps;      /* reps samples */
+    double *tps; /* reps samples */
     double mean, stddev;
-    double floor_tps; /* 0: unknown (no measured bandwidth, or prefill on a chip of unknown peak) */
+    double floor_tps;        /* 0: unknown (no measured bandwidth, or prefill on a chip of unknown peak) */
     const char *floor_bound; /* "memory", "compute", "" unknown */
 } test_result;
 
@@ -66,6 +68,7 @@ typedef struct device_result {
     char label[24], name[128], driver[64], engine[96];
     bool gpu;
     uint32_t n_ctx;
+    uint32_t n_block; /* a GPU plan's prompt tokens per prefill block (0: the oracle) */
     double load_s, ttft_s;
     bool measured;
     measure_result meas;
@@ -75,8 +78,8 @@ typedef struct device_result {
 
 /* What the floors need from the model (the same on every device). */
 typedef struct model_facts {
-    const char *file;  /* the path's last component */
-    const char *dtype; /* the 16-bit type the engines use */
+    const char *file;             /* the path's last component */
+    const char *dtype;            /* the 16-bit type the engines use */
     uint64_t params, head_params; /* every tensor's; token_embd's and an untied output's */
     uint32_t n_layer, n_head, head_dim_k, head_dim_v, kv_dim, n_vocab, n_embd;
 } model_facts;
@@ -127,7 +130,8 @@ static int parse_own_flag(bench_opts *o, int argc, char **argv, int *i) {
     case 0:
         if (!parse_pp_list(v, o))
             return cli_usage_error(usage, "-p: '%s' is not a list of up to %d prompt lengths in 1..%u", v, MAX_PP,
-                                   MAX_TOKENS), -1;
+                                   MAX_TOKENS),
+                   -1;
         break;
     case 1:
         if (!cli_parse_u64(v, 0, MAX_TOKENS, &u)) return cli_usage_error(usage, "-n: '%s' is not a token count", v), -1;
@@ -145,10 +149,14 @@ static int parse_own_flag(bench_opts *o, int argc, char **argv, int *i) {
         snprintf(o->devices[o->n_dev++], sizeof o->devices[0], "%s", v);
         break;
     case 4:
-        if (!strcmp(v, "md")) o->out = OUT_MD;
-        else if (!strcmp(v, "json")) o->out = OUT_JSON;
-        else if (!strcmp(v, "csv")) o->out = OUT_CSV;
-        else return cli_usage_error(usage, "-o: '%s' is not md, json or csv", v), -1;
+        if (!strcmp(v, "md"))
+            o->out = OUT_MD;
+        else if (!strcmp(v, "json"))
+            o->out = OUT_JSON;
+        else if (!strcmp(v, "csv"))
+            o->out = OUT_CSV;
+        else
+            return cli_usage_error(usage, "-o: '%s' is not md, json or csv", v), -1;
         break;
     case 5: {
         size_t n = strlen(v);
@@ -313,8 +321,10 @@ static int run_test(runner *r, const bench_opts *o, const char *label, test_resu
         progress("%s %s: %s %u of %u", label, t->name, k ? "repetition" : "warm-up", k ? k : 1, k ? o->reps : 1);
         double tps;
         if (run_once(r, t, &tps)) return cli_fail("%s %s: %s", label, t->name, r->err.msg);
-        if (k) t->tps[k - 1] = tps;
-        else t->warmup_tps = tps;
+        if (k)
+            t->tps[k - 1] = tps;
+        else
+            t->warmup_tps = tps;
     }
     mean_stddev(t->tps, o->reps, &t->mean, &t->stddev);
     return 0;
@@ -379,6 +389,7 @@ static int bench_device(const bench_opts *o, const char *label, device_result *d
     snprintf(d->name, sizeof d->name, "%s", mo.dev ? mo.dev->caps.name : r.e->name);
     snprintf(d->driver, sizeof d->driver, "%s", mo.dev ? mo.dev->caps.driver : "");
     d->n_ctx = r.e->n_ctx;
+    d->n_block = d->gpu ? plan_block(r.e) : 0;
     if (!r.e->ops->eval_argmax && !(r.logits = malloc(r.e->n_vocab * sizeof *r.logits))) {
         rc = cli_fail("out of memory");
         goto out;
@@ -419,14 +430,18 @@ static const char *md_cell(const char *s, char *buf, size_t cap) {
 }
 
 static void md_rate(double v, char *buf, size_t cap) {
-    if (v > 0) snprintf(buf, cap, "%.2f", v);
-    else snprintf(buf, cap, "-");
+    if (v > 0)
+        snprintf(buf, cap, "%.2f", v);
+    else
+        snprintf(buf, cap, "-");
 }
 
 static void print_md(const bench_opts *o, const model_facts *f, const device_result *d, uint32_t nd) {
     char a[160], b[160], bw[32], pk[32], mx[32];
-    printf("kiln %s, %s (%s, %.2f M params), caps: %s; %u repetitions after 1 warm-up\n\n", KILN_COMMIT, f->file,
-           f->dtype, f->params * 1e-6, o->mo.caps ? o->mo.caps : "as probed", o->reps);
+    printf("kiln %s, %s (%s, %.2f M params), caps: %s; ", KILN_COMMIT, f->file, f->dtype, f->params * 1e-6,
+           o->mo.caps ? o->mo.caps : "as probed");
+    if (o->mo.n_block) printf("prefill blocks of %u tokens; ", o->mo.n_block);
+    printf("%u repetitions after 1 warm-up\n\n", o->reps);
     printf("| device | name | driver | load s | first token s | bandwidth GB/s | matrix peak GFLOP/s | "
            "kiln's matmul GFLOP/s |\n");
     printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
@@ -443,8 +458,10 @@ static void print_md(const bench_opts *o, const model_facts *f, const device_res
         for (uint32_t j = 0; j < d[i].n_tests; j++) {
             const test_result *t = &d[i].tests[j];
             char frac[32];
-            if (t->floor_tps > 0) snprintf(frac, sizeof frac, "%.3f", t->mean / t->floor_tps);
-            else snprintf(frac, sizeof frac, "-");
+            if (t->floor_tps > 0)
+                snprintf(frac, sizeof frac, "%.3f", t->mean / t->floor_tps);
+            else
+                snprintf(frac, sizeof frac, "-");
             printf("| %s %s | %s | %s | %.2f ± %.2f | %.2f | %s |\n", md_cell(f->file, a, sizeof a), f->dtype,
                    d[i].label, t->name, t->mean, t->stddev, t->warmup_tps, frac);
         }
@@ -466,11 +483,11 @@ static json_t *json_test(const test_result *t, uint32_t reps) {
     json_t *samples = json_array();
     for (uint32_t i = 0; i < reps; i++) json_array_append_new(samples, json_real(t->tps[i]));
     const char *bound = t->floor_tps > 0 && t->floor_bound ? t->floor_bound : "";
-    return json_pack("{s:s,s:s,s:I,s:f,s:f,s:o,s:f,s:o,s:o,s:o}", "test", t->name, "kind",
-                     t->prefill ? "pp" : "tg", "n_tokens", (json_int_t)t->n, "tps_mean", t->mean, "tps_stddev",
-                     t->stddev, "tps_samples", samples, "warmup_tps", t->warmup_tps, "floor_tps",
-                     json_rate(t->floor_tps), "floor_bound", bound[0] ? json_string(bound) : json_null(),
-                     "fraction_of_floor", t->floor_tps > 0 ? json_real(t->mean / t->floor_tps) : json_null());
+    return json_pack("{s:s,s:s,s:I,s:f,s:f,s:o,s:f,s:o,s:o,s:o}", "test", t->name, "kind", t->prefill ? "pp" : "tg",
+                     "n_tokens", (json_int_t)t->n, "tps_mean", t->mean, "tps_stddev", t->stddev, "tps_samples", samples,
+                     "warmup_tps", t->warmup_tps, "floor_tps", json_rate(t->floor_tps), "floor_bound",
+                     bound[0] ? json_string(bound) : json_null(), "fraction_of_floor",
+                     t->floor_tps > 0 ? json_real(t->mean / t->floor_tps) : json_null());
 }
 
 static json_t *json_measure(const device_result *d) {
@@ -485,10 +502,11 @@ static json_t *json_measure(const device_result *d) {
 static json_t *json_device(const bench_opts *o, const device_result *d) {
     json_t *tests = json_array();
     for (uint32_t i = 0; i < d->n_tests; i++) json_array_append_new(tests, json_test(&d->tests[i], o->reps));
-    return json_pack("{s:s,s:o,s:o,s:o,s:o,s:I,s:f,s:f,s:o,s:o}", "device", d->label, "name", json_text(d->name),
+    return json_pack("{s:s,s:o,s:o,s:o,s:o,s:I,s:o,s:f,s:f,s:o,s:o}", "device", d->label, "name", json_text(d->name),
                      "driver", d->gpu ? json_text(d->driver) : json_null(), "engine", json_text(d->engine), "caps",
                      d->gpu && o->mo.caps ? json_text(o->mo.caps) : json_null(), "n_ctx", (json_int_t)d->n_ctx,
-                     "load_s", d->load_s, "ttft_s", d->ttft_s, "measured", json_measure(d), "tests", tests);
+                     "n_block", d->gpu ? json_integer(d->n_block) : json_null(), "load_s", d->load_s, "ttft_s",
+                     d->ttft_s, "measured", json_measure(d), "tests", tests);
 }
 
 static int print_json(const bench_opts *o, const model_facts *f, const device_result *d, uint32_t nd) {
@@ -576,13 +594,17 @@ static int write_svg(const char *path, const model_facts *f, const device_result
     if (!fp) return cli_fail("--plot: cannot write %s", path);
     uint32_t n_tests = nd ? d[0].n_tests : 0, rows = n_tests * (nd + 1);
     uint32_t width = SVG_LABEL_W + SVG_BAR_W + 120, height = SVG_TOP + rows * SVG_ROW_H + 10;
-    fprintf(fp, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%u\" height=\"%u\" font-family=\"sans-serif\" "
-                "font-size=\"12\">\n", width, height);
+    fprintf(fp,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%u\" height=\"%u\" font-family=\"sans-serif\" "
+            "font-size=\"12\">\n",
+            width, height);
     fprintf(fp, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"10\" y=\"20\" font-size=\"15\">");
     svg_text(fp, f->file);
     fprintf(fp, " (%s): tokens/s per device and test</text>\n", f->dtype);
-    fprintf(fp, "<text x=\"10\" y=\"38\" fill=\"#555\">kiln %s; mean of the timed repetitions; bars scaled per "
-                "test</text>\n", KILN_COMMIT);
+    fprintf(fp,
+            "<text x=\"10\" y=\"38\" fill=\"#555\">kiln %s; mean of the timed repetitions; bars scaled per "
+            "test</text>\n",
+            KILN_COMMIT);
     uint32_t y = SVG_TOP;
     for (uint32_t j = 0; j < n_tests; j++) {
         double top = 0;
@@ -633,9 +655,12 @@ int cmd_bench(int argc, char **argv) {
         memset(&dev[nd], 0, sizeof dev[nd]);
     }
     if (nd) {
-        if (o.out == OUT_JSON) rc = print_json(&o, &facts, dev, nd);
-        else if (o.out == OUT_CSV) print_csv(&o, &facts, dev, nd);
-        else print_md(&o, &facts, dev, nd);
+        if (o.out == OUT_JSON)
+            rc = print_json(&o, &facts, dev, nd);
+        else if (o.out == OUT_CSV)
+            print_csv(&o, &facts, dev, nd);
+        else
+            print_md(&o, &facts, dev, nd);
         if (rc == 0 && o.plot) rc = write_svg(o.plot, &facts, dev, nd);
     }
     for (uint32_t i = 0; i < nd; i++)

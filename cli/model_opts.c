@@ -19,9 +19,22 @@ void model_opts_init(model_opts *o) {
 
 int model_opts_parse(model_opts *o, int argc, char **argv, int *i, const char *usage) {
     const char *a = argv[*i];
-    static const char *const flags[] = {"--device", "--caps", "--oracle-mode", "--dtype", "--ctx", "--threads", "--temp",
-                                        "--top-k", "--top-p", "--min-p", "--seed", "--repeat-penalty",
-                                        "--repeat-last-n", "--frequency-penalty", "--presence-penalty"};
+    static const char *const flags[] = {"--device",
+                                        "--caps",
+                                        "--oracle-mode",
+                                        "--dtype",
+                                        "--ctx",
+                                        "--threads",
+                                        "--temp",
+                                        "--top-k",
+                                        "--top-p",
+                                        "--min-p",
+                                        "--seed",
+                                        "--repeat-penalty",
+                                        "--repeat-last-n",
+                                        "--frequency-penalty",
+                                        "--presence-penalty",
+                                        "--block"};
     size_t k = 0;
     while (k < sizeof flags / sizeof flags[0] && strcmp(a, flags[k])) k++;
     if (k == sizeof flags / sizeof flags[0]) return 0;
@@ -34,14 +47,20 @@ int model_opts_parse(model_opts *o, int argc, char **argv, int *i, const char *u
     case 0: o->device = v; break;
     case 1: o->caps = v; break;
     case 2:
-        if (!strcmp(v, "contract")) o->orc.mode = ORC_CONTRACT;
-        else if (!strcmp(v, "f32")) o->orc.mode = ORC_F32;
-        else ok = false;
+        if (!strcmp(v, "contract"))
+            o->orc.mode = ORC_CONTRACT;
+        else if (!strcmp(v, "f32"))
+            o->orc.mode = ORC_F32;
+        else
+            ok = false;
         break;
     case 3:
-        if (!strcmp(v, "bf16")) o->orc.dtype = GGUF_T_BF16;
-        else if (!strcmp(v, "f16")) o->orc.dtype = GGUF_T_F16;
-        else ok = false;
+        if (!strcmp(v, "bf16"))
+            o->orc.dtype = GGUF_T_BF16;
+        else if (!strcmp(v, "f16"))
+            o->orc.dtype = GGUF_T_F16;
+        else
+            ok = false;
         break;
     case 4: ok = cli_parse_u64(v, 2, 1u << 24, &u), o->orc.n_ctx = (uint32_t)u; break;
     case 5: ok = cli_parse_u64(v, 1, 256, &u), o->orc.threads = (int)u; break;
@@ -52,14 +71,17 @@ int model_opts_parse(model_opts *o, int argc, char **argv, int *i, const char *u
     case 10: ok = cli_parse_u64(v, 0, UINT64_MAX, &o->samp.seed); break;
     case 11: ok = cli_parse_f32(v, -1e9f, 1e9f, &o->samp.repeat_penalty); break;
     case 12:
-        if (!strcmp(v, "-1")) o->samp.penalty_last_n = -1;
-        else ok = cli_parse_u64(v, 0, 1u << 30, &u), o->samp.penalty_last_n = (int32_t)u;
+        if (!strcmp(v, "-1"))
+            o->samp.penalty_last_n = -1;
+        else
+            ok = cli_parse_u64(v, 0, 1u << 30, &u), o->samp.penalty_last_n = (int32_t)u;
         break;
     case 13: ok = cli_parse_f32(v, -1e9f, 1e9f, &f), o->samp.frequency_penalty = f; break;
     case 14: ok = cli_parse_f32(v, -1e9f, 1e9f, &f), o->samp.presence_penalty = f; break;
+    case 15: ok = cli_parse_u64(v, 1, 1u << 16, &u), o->n_block = (uint32_t)u; break;
     }
     if (!ok) return cli_usage_error(usage, "%s: bad value '%s'", a, v), -1;
-    if (k >= 6) o->sampling_set = true;
+    if (k >= 6 && k <= 14) o->sampling_set = true;
     if (k == 6) o->temp_set = true;
     return 1;
 }
@@ -101,7 +123,7 @@ int model_opts_open_n(model_opts *o, const char *path, uint32_t n, model **m, to
     l = dev_resolve(l);
     if (l.kind != DEV_CPU) {
         if (!(o->dev = dev_open(l, o->caps, &err))) return cli_fail("%s", err.msg);
-        e[0] = plan_create_slots(*m, o->dev, o->orc.dtype, o->orc.n_ctx, 0, n, &err);
+        e[0] = plan_create_slots(*m, o->dev, o->orc.dtype, o->orc.n_ctx, o->n_block, n, &err);
     } else {
         e[0] = orc_create(*m, &o->orc, &err);
     }

@@ -10,24 +10,27 @@
 #include "text/tok.h"
 
 typedef struct model_opts {
-    const char *device;   /* "cpu" (default), "cuda:N", "vulkan:N", "auto" */
-    const char *caps;     /* --caps overrides for a GPU device */
+    const char *device;    /* "cpu" (default), "cuda:N", "vulkan:N", "auto" */
+    const char *caps;      /* --caps overrides for a GPU device */
     struct rt_device *dev; /* opened by model_opts_open */
     orc_options orc;
     samp_params samp;
-    bool sampling_set;    /* any sampling flag given: otherwise greedy */
-    bool temp_set;        /* sampling flags without --temp sample at 0.8, as llama.cpp */
+    bool sampling_set; /* any sampling flag given: otherwise greedy */
+    bool temp_set;     /* sampling flags without --temp sample at 0.8, as llama.cpp */
+    uint32_t n_block;  /* --block: prompt tokens per prefill block on a GPU (0: the plan's 512) */
 } model_opts;
 
-#define MODEL_OPTS_USAGE                                                                                   \
-    "  --device D               cpu (the oracle, default) | cuda:N | vulkan:N | auto (cuda:0, else\n"    \
-    "                           vulkan:0, else cpu)\n"                                                      \
-    "  --caps LIST              take device capabilities away (kiln probe --help lists them)\n"               \
-    "  --oracle-mode M          contract (16-bit rounding as a GPU plan; default) | f32\n"                \
-    "  --dtype T                bf16 | f16: the 16-bit type of contract mode (default: the file's)\n"     \
-    "  --ctx N                  context length (default: cpu min(model's, 4096); a GPU the model's, halved\n" \
-    "                           until it fits)  --threads N\n"               \
-    "  --temp F --top-k N --top-p F --min-p F --seed N\n"                                                 \
+#define MODEL_OPTS_USAGE                                                                                               \
+    "  --device D               cpu (the oracle, default) | cuda:N | vulkan:N | auto (cuda:0, else\n"                  \
+    "                           vulkan:0, else cpu)\n"                                                                 \
+    "  --caps LIST              take device capabilities away (kiln probe --help lists them)\n"                        \
+    "  --oracle-mode M          contract (16-bit rounding as a GPU plan; default) | f32\n"                             \
+    "  --dtype T                bf16 | f16: the 16-bit type of contract mode (default: the file's)\n"                  \
+    "  --ctx N                  context length (default: cpu min(model's, 4096); a GPU the model's, halved\n"          \
+    "                           until it fits)  --threads N\n"                                                         \
+    "  --block N                prompt tokens per prefill block on a GPU (rounded up to a multiple\n"                  \
+    "                           of 64, at most the context; default 512)\n"                                            \
+    "  --temp F --top-k N --top-p F --min-p F --seed N\n"                                                              \
     "  --repeat-penalty F --repeat-last-n N --frequency-penalty F --presence-penalty F\n"
 
 void model_opts_init(model_opts *o);

@@ -160,7 +160,8 @@ static void check_json_test(json_t *t, const char *want, uint32_t n, bool floor,
 Test(bench, stories260k_json, .timeout = 120) {
     const char *gpu = gpu_or_skip();
     const char *model = tu_data_file("models/stories260K.gguf");
-    int rc = RUN("bench", model, "-p", "16,64", "-n", "8", "-r", "3", "--device", "cpu", "--device", gpu, "-o", "json");
+    int rc = RUN("bench", model, "-p", "16,64", "-n", "8", "-r", "3", "--device", "cpu", "--device", gpu, "--block", "40",
+                 "-o", "json");
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
     json_t *doc = parse_json();
     cr_assert_str_eq(json_string_value(json_object_get(doc, "model")), "stories260K.gguf");
@@ -177,6 +178,9 @@ Test(bench, stories260k_json, .timeout = 120) {
         cr_assert_str_eq(json_string_value(json_object_get(d, "device")), on_gpu ? gpu : "cpu");
         cr_assert(json_string_length(json_object_get(d, "name")) > 0);
         cr_assert(on_gpu ? json_is_string(json_object_get(d, "driver")) : json_is_null(json_object_get(d, "driver")));
+        /* --block 40: blocks of 64 on the GPU (pp64 in one), none on the oracle */
+        json_t *nb = json_object_get(d, "n_block");
+        cr_assert(on_gpu ? json_integer_value(nb) == 64 : json_is_null(nb), "n_block");
         cr_assert(json_real_value(json_object_get(d, "load_s")) > 0);
         cr_assert(json_real_value(json_object_get(d, "ttft_s")) >= json_real_value(json_object_get(d, "load_s")));
         json_t *m = json_object_get(d, "measured");
@@ -311,6 +315,8 @@ Test(bench, bad_input) {
     expect(RUN("bench", model, "--plot", tu_tmp("chart.png")), 2, "is not a .svg file");
     expect(RUN("bench", model, "--temp", "0.7"), 2, "sampling flags do not apply");
     expect(RUN("bench", model, "--caps", "no-such-cap"), 2, "--caps");
+    expect(RUN("bench", model, "--block", "0"), 2, "--block: bad value '0'");
+    expect(RUN("bench", model, "--block", "70000"), 2, "--block: bad value '70000'");
     expect(RUN("bench", model, "--frobnicate"), 2, "unknown flag '--frobnicate'");
     expect(RUN("bench", model, model), 2, "more than one model");
     expect(RUN("bench", tu_tmp("absent.gguf"), "--device", "cpu"), 1, "absent.gguf");
