@@ -17,6 +17,7 @@ void cuda_caps_of_arch(rt_caps *c) {
     c->n_mma = 0;
     memset(c->mma, 0, sizeof c->mma);
     c->async_copy = c->compute_capability >= 80;
+    c->wgmma = c->compute_capability == 90; /* sm_90a's: not forward to later architectures */
     /* the per-block opt-in limit of dynamic shared memory each architecture has (the
      * CUDA programming guide's table), for caps made without a device (kiln dump --sm) */
     uint32_t cc = c->compute_capability, kib = cc >= 90               ? 227

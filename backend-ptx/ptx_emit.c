@@ -255,8 +255,10 @@ static void emit_inst(void *ctx, const ir_inst *in) {
     case IR_CLASS_SUBGROUP: ptx_emit_subgroup(x, in); return;
     case IR_CLASS_FRAGMENT: ptx_emit_frag(x, in); return;
     case IR_CLASS_CONTROL:
-        if (in->op == IR_OP_FOR) emit_for(x, in);
-        else if (in->op == IR_OP_IF) emit_if(x, in);
+        if (in->op == IR_OP_FOR)
+            emit_for(x, in);
+        else if (in->op == IR_OP_IF)
+            emit_if(x, in);
         return; /* a YIELD is read by its construct */
     default: ptx_fail(x, "unknown op %d", (int)in->op); return;
     }
@@ -456,7 +458,7 @@ static int emit_module(ptx_ctx *x) {
         return -1;
     }
     kiln_err terr = {0};
-    if (ptx_prepare_module(x->m, x->sm, &terr)) {
+    if (ptx_prepare_module(x->m, x->sm, x->arch_a, &terr)) {
         ptx_fail(x, "%s", terr.msg);
         return -1;
     }
@@ -529,6 +531,9 @@ int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, k
     x.k = low;
     x.c = c;
     x.sm = sm;
+    /* warpgroup products exist only as sm_90a's (the JIT refuses them on plain sm_90) */
+    const ir_inst *wg = ir_emit_find_op(ir_kernel_body(low), IR_OP_WG_MMA);
+    x.arch_a = wg != NULL && sm == 90 && c->wgmma; /* elsewhere the instruction is refused */
     x.lc = LLVMContextCreate();
     x.m = LLVMModuleCreateWithNameInContext(ir_kernel_name(k), x.lc);
     x.b = LLVMCreateBuilderInContext(x.lc);
@@ -544,7 +549,7 @@ int ptx_emit(const ir_kernel *k, const rt_caps *c, char **ptx, char **llvm_ir, k
     }
     if (!rc) {
         kiln_err cerr = {0};
-        *ptx = ptx_compile(x.m, sm, &cerr);
+        *ptx = ptx_compile(x.m, sm, x.arch_a, &cerr);
         if (!*ptx) {
             x.e.cur = NULL;
             ptx_fail(&x, "%s", cerr.msg);

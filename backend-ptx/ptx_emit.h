@@ -34,7 +34,9 @@
  * IR's rule) and buffers aligned to 16 bytes (cuMemAlloc gives 256).
  *
  * Matrix fragments: mma.sync m16n8k16 (f16/bf16 inputs, f32 accumulators, sm_80+; see
- * ptx_frag.c for the lanes' elements); other shapes are refused.
+ * ptx_frag.c for the lanes' elements); warpgroup accumulators (m64 x n x k16, f32) and
+ * wg.mma are wgmma (ptx_wgmma.c), which makes the module `.target sm_90a` (the JIT refuses
+ * wgmma on plain sm_90) and needs caps.wgmma; other shapes are refused.
  *
  * Refused with a message naming the instruction: other fragment shapes, f16/bf16 arithmetic without caps.f16_arith / bf16_arith, f32 atomic add on
  * buffers without caps.atomic_f32_add, subgroup ops without the caps' flags, limits the

@@ -28,11 +28,18 @@ static const ir_type_desc *frag_desc(ptx_ctx *x, ir_type t) {
         ptx_fail(x, "not a fragment type");
         return NULL;
     }
+    bool ab = d->use != IR_FRAG_ACC;
+    if (!ab && d->m == 64 && d->k == 16 && d->n >= 8 && d->n <= 256 && d->n % 8 == 0 && d->elem == IR_F32) {
+        if (x->sm < 90 || !x->c->wgmma) {
+            ptx_fail(x, "warpgroup accumulators (m64) need wgmma: sm_90a and caps.wgmma (sm_%u)", x->sm);
+            return NULL;
+        }
+        return d;
+    }
     if (x->sm < 80) {
         ptx_fail(x, "matrix fragments need mma.sync (sm_80 or newer), not sm_%u", x->sm);
         return NULL;
     }
-    bool ab = d->use != IR_FRAG_ACC;
     if (d->m != 16 || d->n != 8 || d->k != 16 || (ab && d->elem != IR_F16 && d->elem != IR_BF16) ||
         (!ab && d->elem != IR_F32)) {
         ptx_fail(x, "fragment %ux%ux%u of %s: PTX lowers m16n8k16 (f16/bf16 inputs, f32 accumulators) only", d->m, d->n,
@@ -42,7 +49,10 @@ static const ir_type_desc *frag_desc(ptx_ctx *x, ir_type t) {
     return d;
 }
 
-static uint32_t frag_count(const ir_type_desc *d) { return d->use == IR_FRAG_A ? 8 : 4; }
+/* A 8, B 4, accumulators 4 (16x8) or n / 2 (a warpgroup's m64 x n: 16 rows a warp) */
+static uint32_t frag_count(const ir_type_desc *d) {
+    return d->use == IR_FRAG_A ? 8 : d->use == IR_FRAG_B ? 4 : d->m == 64 ? d->n / 2 : 4;
+}
 
 LLVMTypeRef ptx_frag_type(ptx_ctx *x, ir_type t) {
     const ir_type_desc *d = frag_desc(x, t);
@@ -57,7 +67,7 @@ static void coord(ptx_ctx *x, const ir_type_desc *d, LLVMValueRef g, LLVMValueRe
     switch (d->use) {
     case IR_FRAG_A: dr = 8 * ((e >> 1) & 1), dc = (e & 1) + 8 * (e >> 2); break;
     case IR_FRAG_B: dr = (e & 1) + 8 * (e >> 1), dc = 0; break;
-    default: dr = 8 * (e >> 1), dc = e & 1; break;
+    default: dr = 8 * ((e >> 1) & 1), dc = (e & 1) + 8 * (e >> 2); break; /* 16x8, and each 8 columns of m64 */
     }
     /* A and C: rows from g, columns from 2t; B: rows (k) from 2t, columns (n) from g */
     LLVMValueRef rb = d->use == IR_FRAG_B ? t2 : g, cb = d->use == IR_FRAG_B ? g : t2;
@@ -88,9 +98,14 @@ static LLVMValueRef array_of(ptx_ctx *x, const ir_inst *in) {
     return shm ? x->shm[idx] : x->buf[idx];
 }
 
-static void lane_coords(ptx_ctx *x, LLVMValueRef *g, LLVMValueRef *t2) {
+/* g = lane / 4 (plus 16 rows per warp of a warpgroup's m64 accumulator), t2 = 2 (lane % 4) */
+static void lane_coords(ptx_ctx *x, const ir_type_desc *d, LLVMValueRef *g, LLVMValueRef *t2) {
     LLVMValueRef lane = ptx_load_id(x, IR_ID_SG_LANE, 0);
     *g = LLVMBuildLShr(x->b, lane, ptx_c_i32(x, 2), "");
+    if (d->m == 64) {
+        LLVMValueRef w = LLVMBuildAnd(x->b, ptx_load_id(x, IR_ID_SG_ID, 0), ptx_c_i32(x, 3), "");
+        *g = LLVMBuildAdd(x->b, *g, LLVMBuildShl(x->b, w, ptx_c_i32(x, 4), ""), "");
+    }
     *t2 = LLVMBuildShl(x->b, LLVMBuildAnd(x->b, lane, ptx_c_i32(x, 3), ""), ptx_c_i32(x, 1), "");
 }
 
@@ -176,7 +191,7 @@ static void emit_load(ptx_ctx *x, const ir_inst *in) {
     LLVMValueRef p = array_of(x, in);
     if (!d || !p || !ir_emit_need(&x->e, in, 2)) return;
     LLVMValueRef base = ptx_V(x, in->operand[0]), stride = ptx_V(x, in->operand[1]), g, t2;
-    lane_coords(x, &g, &t2);
+    lane_coords(x, d, &g, &t2);
     bool row_major = in->imm[1] != 0;
     bool pairs_adjacent = (d->use == IR_FRAG_A && row_major) || (d->use == IR_FRAG_B && !row_major);
     /* B row-major in workgroup memory: ldmatrix's transposing form */
@@ -218,7 +233,7 @@ static void emit_store(ptx_ctx *x, const ir_inst *in) {
     if (!d || !p) return;
     LLVMValueRef v = ptx_V(x, in->operand[0]), base = ptx_V(x, in->operand[1]), stride = ptx_V(x, in->operand[2]);
     LLVMValueRef g, t2;
-    lane_coords(x, &g, &t2);
+    lane_coords(x, d, &g, &t2);
     bool acc = d->use == IR_FRAG_ACC;
     LLVMTypeRef et = acc ? t_f32(x) : t_i16(x);
     for (uint32_t e = 0; e < frag_count(d); e++) {
@@ -251,6 +266,10 @@ static void emit_mma(ptx_ctx *x, const ir_inst *in) {
     const ir_type_desc *db = frag_desc(x, ir_type_of(x->k, in->operand[1]));
     const ir_type_desc *dc = frag_desc(x, ir_type_of(x->k, in->operand[2]));
     if (!da || !db || !dc) return;
+    if (dc->m != 16) {
+        ptx_fail(x, "frag.mma takes 16x8 accumulators; a warpgroup's m64 is wg.mma's");
+        return;
+    }
     if (da->elem != db->elem) {
         ptx_fail(x, "mma of %s by %s", ir_scalar_name(da->elem), ir_scalar_name(db->elem));
         return;
@@ -291,6 +310,7 @@ void ptx_emit_frag(ptx_ctx *x, const ir_inst *in) {
     case IR_OP_FRAG_LOAD: emit_load(x, in); break;
     case IR_OP_FRAG_STORE: emit_store(x, in); break;
     case IR_OP_FRAG_MMA: emit_mma(x, in); break;
+    case IR_OP_WG_MMA: ptx_emit_wgmma(x, in); break;
     default: ptx_fail(x, "not a fragment instruction"); break;
     }
 }

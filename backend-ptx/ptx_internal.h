@@ -21,6 +21,7 @@ typedef struct ptx_ctx {
     const ir_kernel *k;
     const rt_caps *c;
     unsigned sm;          /* the target architecture, e.g. 90 */
+    bool arch_a;          /* sm_XXa: the kernel uses wg.mma */
 
     LLVMContextRef lc;
     LLVMModuleRef m;
@@ -69,6 +70,9 @@ void ptx_emit_subgroup(ptx_ctx *x, const ir_inst *in);
 LLVMTypeRef ptx_frag_type(ptx_ctx *x, ir_type t);
 void ptx_emit_frag(ptx_ctx *x, const ir_inst *in);
 
+/* ---- ptx_wgmma.c: warpgroup products (sm_90a) ---- */
+void ptx_emit_wgmma(ptx_ctx *x, const ir_inst *in);
+
 /* ---- ptx_async.c ---- */
 void ptx_emit_async(ptx_ctx *x, const ir_inst *in);
 
@@ -76,8 +80,8 @@ void ptx_emit_async(ptx_ctx *x, const ir_inst *in);
 /* the architecture for caps (0 and a message when refused) */
 unsigned ptx_pick_sm(const rt_caps *c, kiln_err *why);
 /* Runs O2 on m and writes PTX for sm (malloc'ed text), or NULL with a message. */
-char *ptx_compile(LLVMModuleRef m, unsigned sm, kiln_err *err);
+char *ptx_compile(LLVMModuleRef m, unsigned sm, bool arch_a, kiln_err *err);
 /* Sets m's triple and data layout for NVPTX; -1 with a message if LLVM lacks the target. */
-int ptx_prepare_module(LLVMModuleRef m, unsigned sm, kiln_err *err);
+int ptx_prepare_module(LLVMModuleRef m, unsigned sm, bool arch_a, kiln_err *err);
 
 #endif

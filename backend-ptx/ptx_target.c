@@ -53,7 +53,8 @@ const char *ptx_target_arch(const rt_caps *c) {
     return NULL;
 }
 
-static LLVMTargetMachineRef make_tm(unsigned sm, kiln_err *err) {
+/* sm_XX, or sm_XXa (the architecture-specific features: wgmma, setmaxnreg) */
+static LLVMTargetMachineRef make_tm(unsigned sm, bool arch_a, kiln_err *err) {
     pthread_once(&init_once, init_nvptx);
     LLVMTargetRef t;
     char *msg = NULL;
@@ -63,15 +64,15 @@ static LLVMTargetMachineRef make_tm(unsigned sm, kiln_err *err) {
         return NULL;
     }
     char cpu[16];
-    snprintf(cpu, sizeof cpu, "sm_%u", sm);
+    snprintf(cpu, sizeof cpu, "sm_%u%s", sm, arch_a ? "a" : "");
     LLVMTargetMachineRef tm = LLVMCreateTargetMachine(t, TRIPLE, cpu, PTX_FEATURES, LLVMCodeGenLevelDefault,
                                                       LLVMRelocDefault, LLVMCodeModelDefault);
     if (!tm) kiln_fail(err, KILN_ERR_UNAVAILABLE, "LLVM could not create a target machine for %s", cpu);
     return tm;
 }
 
-int ptx_prepare_module(LLVMModuleRef m, unsigned sm, kiln_err *err) {
-    LLVMTargetMachineRef tm = make_tm(sm, err);
+int ptx_prepare_module(LLVMModuleRef m, unsigned sm, bool arch_a, kiln_err *err) {
+    LLVMTargetMachineRef tm = make_tm(sm, arch_a, err);
     if (!tm) return -1;
     LLVMSetTarget(m, TRIPLE);
     LLVMTargetDataRef dl = LLVMCreateTargetDataLayout(tm);
@@ -81,7 +82,7 @@ int ptx_prepare_module(LLVMModuleRef m, unsigned sm, kiln_err *err) {
     return 0;
 }
 
-char *ptx_compile(LLVMModuleRef m, unsigned sm, kiln_err *err) {
+char *ptx_compile(LLVMModuleRef m, unsigned sm, bool arch_a, kiln_err *err) {
     char *msg = NULL;
     /* catches a lowering bug here as a message, before codegen could abort on it */
     if (LLVMVerifyModule(m, LLVMReturnStatusAction, &msg)) {
@@ -93,7 +94,7 @@ char *ptx_compile(LLVMModuleRef m, unsigned sm, kiln_err *err) {
     }
     LLVMDisposeMessage(msg);
     msg = NULL;
-    LLVMTargetMachineRef tm = make_tm(sm, err);
+    LLVMTargetMachineRef tm = make_tm(sm, arch_a, err);
     if (!tm) return NULL;
     LLVMPassBuilderOptionsRef po = LLVMCreatePassBuilderOptions();
     LLVMErrorRef e = LLVMRunPasses(m, "default<O2>", tm, po);

@@ -166,8 +166,9 @@ static void emit_inst(void *ctx, const ir_inst *in) {
     case IR_CLASS_CMP: spv_emit_cmp(x, in); return;
     case IR_CLASS_SELECT:
         if (!ir_emit_need(&x->e, in, 3)) return;
-        spv_def(x, in->result, spv_fn3(x, SpvOpSelect, spv_t_rep(x, in->type), spv_V(x, in->operand[0]),
-                                       spv_V(x, in->operand[1]), spv_V(x, in->operand[2])));
+        spv_def(x, in->result,
+                spv_fn3(x, SpvOpSelect, spv_t_rep(x, in->type), spv_V(x, in->operand[0]), spv_V(x, in->operand[1]),
+                        spv_V(x, in->operand[2])));
         return;
     case IR_CLASS_CONVERT: emit_convert(x, in); return;
     case IR_CLASS_BITCAST: spv_emit_bitcast(x, in); return;
@@ -179,8 +180,10 @@ static void emit_inst(void *ctx, const ir_inst *in) {
     case IR_CLASS_SUBGROUP: spv_emit_subgroup(x, in); return;
     case IR_CLASS_FRAGMENT: spv_emit_frag(x, in); return;
     case IR_CLASS_CONTROL:
-        if (in->op == IR_OP_FOR) emit_for(x, in);
-        else if (in->op == IR_OP_IF) emit_if(x, in);
+        if (in->op == IR_OP_FOR)
+            emit_for(x, in);
+        else if (in->op == IR_OP_IF)
+            emit_if(x, in);
         return; /* a YIELD is read by its construct */
     default: spv_fail(x, "unknown op %d", (int)in->op); return;
     }
@@ -324,7 +327,8 @@ static void declare_specs(spv_ctx *x) {
             spv_b_emitv(&x->b, SPV_SEC_GLOBAL, s->dflt != 0 ? SpvOpSpecConstantTrue : SpvOpSpecConstantFalse, 2,
                         spv_t_bool(x), id);
             break;
-        case IR_I32: case IR_U32: {
+        case IR_I32:
+        case IR_U32: {
             uint32_t bits = s->type == IR_I32 ? (uint32_t)(int32_t)s->dflt : (uint32_t)s->dflt;
             if (!(s->dflt >= -2147483648.0 && s->dflt <= 4294967295.0)) bits = 0;
             spv_b_emitv(&x->b, SPV_SEC_GLOBAL, SpvOpSpecConstant, 3, spv_t_rep_s(x, s->type), id, bits);
@@ -417,6 +421,12 @@ static int emit_module(spv_ctx *x, spv_module *out) {
     ir_val wg_spec = IR_NONE;
     ir_workgroup(k, wg, &wg_spec);
 
+    const ir_inst *wgmma = ir_emit_find_op(ir_kernel_body(k), IR_OP_WG_MMA);
+    if (wgmma) {
+        x->e.cur = wgmma;
+        spv_fail(x, "warpgroup matrix products (wgmma, sm_90a) have no SPIR-V equivalent");
+        return -1;
+    }
     scan_frags(x, ir_kernel_body(k), 0);
     check_frags(x, ir_kernel_body(k), 0);
     uint32_t fn_type = spv_b_type(b, SpvOpTypeFunction, (uint32_t[]){spv_t_void(x)}, 1);
@@ -450,7 +460,7 @@ static int emit_module(spv_ctx *x, spv_module *out) {
             spv_fail(x, "workgroup size %ux%ux%u is empty", wg[0], wg[1], wg[2]);
         else if (x->c->max_workgroup && inv > x->c->max_workgroup)
             spv_fail(x, "workgroup %ux%ux%u has %llu invocations; caps.max_workgroup is %u", wg[0], wg[1], wg[2],
-                 (unsigned long long)inv, x->c->max_workgroup);
+                     (unsigned long long)inv, x->c->max_workgroup);
     }
 
     /* the function */

@@ -24,7 +24,8 @@ void spv_emit_frag(spv_ctx *x, const ir_inst *in) {
         spv_def(x, in->result, spv_fn1(x, SpvOpCompositeConstruct, t, v));
         return;
     }
-    case IR_OP_FRAG_LOAD: case IR_OP_FRAG_STORE: {
+    case IR_OP_FRAG_LOAD:
+    case IR_OP_FRAG_STORE: {
         bool load = in->op == IR_OP_FRAG_LOAD;
         uint32_t o = load ? 0 : 1;
         if (!ir_emit_need(&x->e, in, 2 + o)) return;
@@ -46,6 +47,7 @@ void spv_emit_frag(spv_ctx *x, const ir_inst *in) {
         }
         return;
     }
+    case IR_OP_WG_MMA: spv_fail(x, "warpgroup matrix products (wgmma, sm_90a) have no SPIR-V equivalent"); return;
     case IR_OP_FRAG_MMA: {
         if (!ir_emit_need(&x->e, in, 3)) return;
         const ir_type_desc *a = ir_type_get(x->k, ir_type_of(x->k, in->operand[0]));
@@ -69,4 +71,3 @@ void spv_emit_frag(spv_ctx *x, const ir_inst *in) {
     default: return;
     }
 }
-

@@ -28,7 +28,8 @@ ir_op_class ir_op_class_of(ir_op op) {
     case IR_OP_ASYNC_COPY: case IR_OP_ASYNC_COMMIT: case IR_OP_ASYNC_WAIT: return IR_CLASS_ASYNC;
     case IR_OP_SG_REDUCE: case IR_OP_SG_SHUFFLE: case IR_OP_SG_SHUFFLE_XOR: case IR_OP_SG_BROADCAST:
         return IR_CLASS_SUBGROUP;
-    case IR_OP_FRAG_FILL: case IR_OP_FRAG_LOAD: case IR_OP_FRAG_STORE: case IR_OP_FRAG_MMA: return IR_CLASS_FRAGMENT;
+    case IR_OP_FRAG_FILL: case IR_OP_FRAG_LOAD: case IR_OP_FRAG_STORE: case IR_OP_FRAG_MMA: case IR_OP_WG_MMA:
+        return IR_CLASS_FRAGMENT;
     case IR_OP_FOR: case IR_OP_IF: case IR_OP_YIELD: return IR_CLASS_CONTROL;
     default: return IR_CLASS_UNKNOWN;
     }
@@ -150,6 +151,22 @@ const ir_inst *ir_emit_find_class(const ir_region *r, ir_op_class c) {
             return in;
         for (uint32_t j = 0; j < in->n_region && j < 2; j++) {
             const ir_inst *f = ir_emit_find_class(&in->region[j], c);
+            if (f)
+                return f;
+        }
+    }
+    return NULL;
+}
+
+const ir_inst *ir_emit_find_op(const ir_region *r, ir_op op) {
+    for (uint32_t i = 0; i < r->n; i++) {
+        const ir_inst *in = r->inst[i];
+        if (!in)
+            continue;
+        if (in->op == op)
+            return in;
+        for (uint32_t j = 0; j < in->n_region && j < 2; j++) {
+            const ir_inst *f = ir_emit_find_op(&in->region[j], op);
             if (f)
                 return f;
         }

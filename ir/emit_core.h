@@ -29,7 +29,7 @@ typedef enum ir_op_class {
     IR_CLASS_BARRIER,  /* BARRIER */
     IR_CLASS_ASYNC,    /* ASYNC_COPY, ASYNC_COMMIT, ASYNC_WAIT (lowered away where a target has none) */
     IR_CLASS_SUBGROUP, /* SG_REDUCE, SG_SHUFFLE, SG_SHUFFLE_XOR, SG_BROADCAST */
-    IR_CLASS_FRAGMENT, /* FRAG_FILL, FRAG_LOAD, FRAG_STORE, FRAG_MMA */
+    IR_CLASS_FRAGMENT, /* FRAG_FILL, FRAG_LOAD, FRAG_STORE, FRAG_MMA, WG_MMA */
     IR_CLASS_CONTROL,  /* FOR, IF, YIELD */
     IR_CLASS_UNKNOWN
 } ir_op_class;
@@ -80,5 +80,7 @@ const ir_inst *ir_emit_region(ir_emit *e, const ir_region *r, ir_emit_inst_fn em
 
 /* The first instruction in r (recursively) of class c, or NULL. */
 const ir_inst *ir_emit_find_class(const ir_region *r, ir_op_class c);
+/* The first instruction in r (recursively) of op, or NULL. */
+const ir_inst *ir_emit_find_op(const ir_region *r, ir_op op);
 
 #endif

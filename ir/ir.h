@@ -129,6 +129,7 @@ typedef enum ir_op {
     IR_OP_SG_REDUCE, IR_OP_SG_SHUFFLE, IR_OP_SG_SHUFFLE_XOR, IR_OP_SG_BROADCAST,
     /* matrix fragments */
     IR_OP_FRAG_FILL, IR_OP_FRAG_LOAD, IR_OP_FRAG_STORE, IR_OP_FRAG_MMA,
+    IR_OP_WG_MMA,
     /* structured control flow */
     IR_OP_FOR, IR_OP_IF, IR_OP_YIELD,
     IR_OP_COUNT
@@ -223,6 +224,18 @@ ir_val ir_frag_load(ir_kernel *k, ir_type frag, bool shm, uint32_t src, ir_val b
 void ir_frag_store(ir_kernel *k, ir_val frag, bool shm, uint32_t dst, ir_val base, ir_val stride, bool row_major);
 ir_val ir_frag_mma(ir_kernel *k, ir_val a, ir_val b, ir_val acc); /* acc + a * b */
 
+/* Warpgroup matrix products (wgmma, sm_90a): acc + A * B, where acc is an f32 accumulator
+ * fragment of m64 x n x k16 (n a multiple of 8, 8..256) held by a warpgroup: 4 consecutive
+ * subgroups of 32 (the workgroup a multiple of 128 invocations), each its 16 rows. A
+ * (64 x 16 k_steps) and B (16 k_steps x n, kept as n rows of k: Bᵀ) are read from
+ * workgroup arrays of one 16-bit float type, as 8x8 core matrices of 16-byte rows: A's
+ * (r, k) at a_base + (r / 8) * a_sbo + (k / 8) * a_lbo + (r % 8) * 8 + k % 8, B's (k, c)
+ * likewise at its (c, k) with b_base, b_sbo, b_lbo: element indices, multiples of 8 (u32
+ * values; k_steps 1..8 products along k, in order). Every invocation of the warpgroup
+ * takes part (uniform control flow, as a barrier's). */
+ir_val ir_wg_mma(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo, ir_shm b,
+                 ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps);
+
 /* ---- structured control flow --------------------------------------------------------------- */
 
 /* for (iv = lo; iv < hi; iv += step) with n carried values: inside, the body sees iv and
@@ -277,13 +290,16 @@ struct ir_inst {
      *   ATOMIC     imm[0] = buffer or shm index, imm[1] = ir_atomic_op, imm[2] = 1 if shm
      *   FRAG_LOAD, FRAG_STORE
      *              imm[0] = buffer or shm index, imm[1] = 1 if row_major, imm[2] = 1 if shm
+     *   ASYNC_COPY imm[0] = shm index (dst), imm[1] = buffer (src), imm[2] = count
+     *   ASYNC_WAIT imm[0] = pending
+     *   WG_MMA     imm[0] = A's workgroup array, imm[1] = B's, imm[2] = k_steps
      * operands, in order:
      *   LOAD/SHM_LOAD [index]; STORE/SHM_STORE [index, value]; LOAD_MASKED [index, limit,
      *   fallback]; STORE_MASKED [index, value, limit]; ATOMIC [index, value]; SELECT [cond,
      *   a, b]; SG_SHUFFLE* / SG_BROADCAST [value, lane]; FRAG_FILL [scalar]; FRAG_LOAD
-     *   [base, stride]; FRAG_STORE [frag, base, stride]; FRAG_MMA [a, b, acc]; ASYNC_COPY [dst_index,
- *   src_index, limit]; FOR [lo, hi,
-     *   step, inits...]; IF [cond]; YIELD [values...] */
+     *   [base, stride]; FRAG_STORE [frag, base, stride]; FRAG_MMA [a, b, acc]; ASYNC_COPY
+     *   [dst_index, src_index, limit]; WG_MMA [acc, a_base, a_sbo, a_lbo, b_base, b_sbo,
+     *   b_lbo]; FOR [lo, hi, step, inits...]; IF [cond]; YIELD [values...] */
     int64_t imm[3];
     /* FOR: body (region 0; its block arguments are block_arg[]: iv then carried values);
      * IF: then (0) and else (1), always both. Each region ends with exactly one YIELD. */

@@ -172,3 +172,13 @@ ir_val ir_frag_mma(ir_kernel *k, ir_val a, ir_val b, ir_val acc) {
         return IR_NONE;
     return ir_result_of(ir_build(k, "ir_frag_mma", IR_OP_FRAG_MMA, ir_type_of(k, acc), ops, 3, 0, 0, 0));
 }
+
+ir_val ir_wg_mma(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo, ir_shm b,
+                 ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps) {
+    ir_scalar ea, eb;
+    ir_val ops[7] = { acc, a_base, a_sbo, a_lbo, b_base, b_sbo, b_lbo };
+    if (!k || !target_elem(k, "ir_wg_mma", true, a, &ea) || !target_elem(k, "ir_wg_mma", true, b, &eb) ||
+        !ir_uses_ok(k, "ir_wg_mma", ops, 7))
+        return IR_NONE;
+    return ir_result_of(ir_build(k, "ir_wg_mma", IR_OP_WG_MMA, ir_type_of(k, acc), ops, 7, a, b, k_steps));
+}

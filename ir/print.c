@@ -158,6 +158,14 @@ void ir_sb_inst(ir_sb *b, const ir_kernel *k, const ir_inst *in) {
         put_target(b, k, false, in->imm[1]);
         ir_sb_printf(b, "[%%%u], count %lld, limit %%%u", opnd(in, 1), (long long)in->imm[2], opnd(in, 2));
         break;
+    case IR_OP_WG_MMA:
+        ir_sb_printf(b, "%s %%%u, ", op, opnd(in, 0));
+        put_target(b, k, true, in->imm[0]);
+        ir_sb_printf(b, "[%%%u] sbo %%%u lbo %%%u, ", opnd(in, 1), opnd(in, 2), opnd(in, 3));
+        put_target(b, k, true, in->imm[1]);
+        ir_sb_printf(b, "[%%%u] sbo %%%u lbo %%%u, k_steps %lld", opnd(in, 4), opnd(in, 5), opnd(in, 6),
+                     (long long)in->imm[2]);
+        break;
     case IR_OP_ASYNC_WAIT:
         ir_sb_printf(b, "%s %lld", op, (long long)in->imm[0]);
         break;

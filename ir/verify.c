@@ -423,6 +423,25 @@ static bool check(ck *c) {
             return bad(c, "A and B hold %s and %s", ir_scalar_name(fa->elem), ir_scalar_name(fb->elem));
         return result_is(c, ty(c, 2));
     }
+    case IR_OP_WG_MMA: {
+        const ir_type_desc *fc = NULL;
+        if (!nops(c, 7) || !frag_of(c, ty(c, 0), IR_FRAG_ACC, &fc) || !target(c, true, in->imm[0], 0, &e) ||
+            !target(c, true, in->imm[1], 0, &e2))
+            return false;
+        if (fc->m != 64 || fc->k != 16 || fc->n < 8 || fc->n > 256 || fc->n % 8 || fc->elem != IR_F32)
+            return bad(c, "wg.mma accumulates m64 x n x k16 in f32 (n 8..256, a multiple of 8), not m%un%uk%u %s",
+                       fc->m, fc->n, fc->k, ir_scalar_name(fc->elem));
+        if (e != e2 || (e != IR_F16 && e != IR_BF16))
+            return bad(c, "wg.mma multiplies f16 or bf16 arrays of one type, not %s by %s", ir_scalar_name(e),
+                       ir_scalar_name(e2));
+        if (in->imm[2] < 1 || in->imm[2] > 8)
+            return bad(c, "wg.mma takes 1..8 k steps, not %lld", (long long)in->imm[2]);
+        static const char *const what[6] = { "A base", "A sbo", "A lbo", "B base", "B sbo", "B lbo" };
+        for (uint32_t i = 1; i < 7; i++)
+            if (!index_u32(c, i, what[i - 1]))
+                return false;
+        return result_is(c, ty(c, 0));
+    }
     case IR_OP_FOR: {
         if (in->n_operand < 3 || !in->operand)
             return bad(c, "for takes lo, hi, step and its inits");
@@ -693,9 +712,10 @@ static bool walk(vs *s, const ir_region *r, const ir_inst *parent, bool divergen
         char msg[200];
         if (!ir_check_op(s->k, in, msg, sizeof msg))
             return fail(s, in, "%s", msg);
-        if (in->op == IR_OP_BARRIER && divergent)
-            return fail(s, in, "barrier in control flow that depends on a per-invocation id "
-                               "(only GROUP, NUM_GROUPS and SG_SIZE ids are uniform)");
+        if ((in->op == IR_OP_BARRIER || in->op == IR_OP_WG_MMA) && divergent)
+            return fail(s, in, "%s in control flow that depends on a per-invocation id "
+                               "(only GROUP, NUM_GROUPS and SG_SIZE ids are uniform)",
+                        in->op == IR_OP_BARRIER ? "barrier" : "wg.mma");
         bool has = ir_op_has_result(in->op);
         if (has != (in->result != IR_NONE))
             return fail(s, in, has ? "%s must define a value" : "%s defines no value", ir_op_name(in->op));

@@ -40,6 +40,7 @@ typedef struct rt_caps {
     bool int8_arith;
     bool storage16;           /* 16-bit loads/stores from buffers */
     bool atomic_f32_add;      /* float atomic add on buffers */
+    bool wgmma;               /* warpgroup matrix products from workgroup memory (wgmma, sm_90a) */
     bool async_copy;          /* asynchronous buffer -> workgroup memory copies in flight while
                                * the kernel computes (cp.async, sm_80+); without it the IR's
                                * async.copy is a plain load and store */
@@ -70,7 +71,7 @@ void rt_caps_default(rt_caps *c, rt_backend b);
 
 /* Applies a comma-separated override list to caps read from a device:
  *   no-coopmat | no-f16 | no-bf16 | no-storage16 | no-subgroup-arith | no-subgroup-shuffle
- *   | no-atomic-f32 | no-async-copy | subgroup=N (a power of two within [min, max]) | shared=BYTES (<= the
+ *   | no-atomic-f32 | no-async-copy | no-wgmma | subgroup=N (a power of two within [min, max]) | shared=BYTES (<= the
  *   device's) | workgroup=N (<= the device's) | debug-fault.
  * Overrides only take capabilities away (a device cannot be made to offer more).
  * debug-fault is a test switch (rt_debug), accepted here and left to rt_debug_from_list.

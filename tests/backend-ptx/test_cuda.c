@@ -65,6 +65,7 @@ Test(cuda, probe_reports_a_note_not_an_error) {
         /* the opt-in limit the dynamic shared memory reaches (227 KiB on the H200) */
         cr_assert(c->shared_bytes >= 48 * 1024 && c->shared_bytes <= 256 * 1024, "%u", c->shared_bytes);
         cr_assert_eq(c->async_copy, c->compute_capability >= 80);
+        cr_assert_eq(c->wgmma, c->compute_capability == 90);
         cr_assert(c->max_workgroup >= 256 && c->compute_units > 0);
         cr_assert(c->shared_per_cu >= c->shared_bytes && c->l2_bytes >= (1u << 20), "shared/SM %u, L2 %llu",
                   c->shared_per_cu, (unsigned long long)c->l2_bytes);

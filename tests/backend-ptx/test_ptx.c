@@ -470,6 +470,79 @@ static void refused(ir_kernel *k, const rt_caps *c, const char *want) {
     ir_kernel_destroy(k);
 }
 
+/* acc (m64 x 128) = A (64 x 32) B (32 x 128) from core-matrix layouts, stored as rows */
+static ir_kernel *wgmma_kernel(ir_scalar t, uint32_t n, uint32_t steps) {
+    ir_kernel *k = ir_kernel_create("wg");
+    ir_buf y = ir_param_buffer(k, "y", IR_F32, IR_WRITE);
+    ir_set_workgroup(k, 128, 1, 1);
+    uint32_t kk = 16 * steps;
+    ir_shm a = ir_shared_array(k, "a", t, 64 * kk), b = ir_shared_array(k, "b", t, n * kk);
+    ir_shm c = ir_shared_array(k, "c", IR_F32, 64 * n);
+    ir_type tc = ir_t_frag(k, IR_FRAG_ACC, IR_F32, 64, n, 16);
+    /* core matrices of 64 elements; k / 8 of them along k between row groups */
+    ir_val lbo = U(64), sbo = U(64 * kk / 8);
+    ir_val acc = ir_wg_mma(k, ir_frag_fill(k, tc, F(0.0f)), a, U(0), sbo, lbo, b, U(0), sbo, lbo, steps);
+    ir_frag_store(k, acc, true, c, U(0), U(n), true);
+    ir_barrier(k);
+    ir_store(k, y, gid(k), ir_shm_load(k, c, gid(k), 1));
+    return k;
+}
+
+/* wg.mma: inline wgmma on sm_90a (the module's target), assembled; refused below sm_90,
+ * without caps.wgmma, and by the SPIR-V emitter; the verifier's shape rules. */
+Test(ptx, warpgroup_products) {
+    rt_caps c90 = tu_cuda_caps(90), c80 = tu_cuda_caps(80);
+    cr_assert(c90.wgmma && !c80.wgmma);
+    for (int ti = 0; ti < 2; ti++) {
+        ir_scalar t = ti ? IR_F16 : IR_BF16;
+        ir_kernel *k = wgmma_kernel(t, 128, 2);
+        kiln_err err = {0};
+        cr_assert(!ir_verify(k, &err), "%s", err.msg);
+        char *ptx = NULL;
+        cr_assert_eq(ptx_emit(k, &c90, &ptx, NULL, &err), 0, "%s", err.msg);
+        HAS(ptx, ".target sm_90a");
+        HAS(ptx, "wgmma.fence.sync.aligned");
+        HAS(ptx, ti ? "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"
+                    : "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16");
+        HAS(ptx, "wgmma.commit_group.sync.aligned");
+        HAS(ptx, "wgmma.wait_group.sync.aligned 0");
+        cr_assert_eq(count(ptx, "wgmma.mma_async"), 2, "two k steps");
+        tu_ptxas_assemble(ptx, "sm_90a", "wg.mma");
+        free(ptx);
+        ir_kernel_destroy(k);
+    }
+    ir_kernel *k = wgmma_kernel(IR_BF16, 256, 1);
+    char *ptx = NULL;
+    kiln_err err = {0};
+    cr_assert_eq(ptx_emit(k, &c90, &ptx, NULL, &err), 0, "%s", err.msg);
+    tu_ptxas_assemble(ptx, "sm_90a", "wg.mma n256");
+    free(ptx);
+    ir_kernel_destroy(k);
+    refused(wgmma_kernel(IR_BF16, 128, 2), &c80, "wgmma");
+    rt_caps off = c90;
+    cr_assert_eq(rt_caps_override(&off, "no-wgmma", &err), 0, "%s", err.msg);
+    refused(wgmma_kernel(IR_BF16, 128, 2), &off, "caps.wgmma");
+    /* the verifier: n a multiple of 8, 1..8 steps, one 16-bit type, m64 */
+    k = wgmma_kernel(IR_BF16, 128, 2);
+    ir_inst *wg = NULL;
+    for (uint32_t i = 0; i < ir_kernel_body(k)->n; i++)
+        if (ir_kernel_body(k)->inst[i]->op == IR_OP_WG_MMA) wg = ir_kernel_body(k)->inst[i];
+    cr_assert_not_null(wg);
+    wg->imm[2] = 9;
+    cr_assert(ir_verify(k, &err) && strstr(err.msg, "1..8 k steps"), "%s", err.msg);
+    wg->imm[2] = 2;
+    wg->imm[1] = 2; /* the f32 array */
+    cr_assert(ir_verify(k, &err) && strstr(err.msg, "f16 or bf16 arrays of one type"), "%s", err.msg);
+    ir_kernel_destroy(k);
+    k = ir_kernel_create("wg16");
+    ir_set_workgroup(k, 128, 1, 1);
+    ir_shm a = ir_shared_array(k, "a", IR_BF16, 1024);
+    ir_type t16 = ir_t_frag(k, IR_FRAG_ACC, IR_F32, 16, 8, 16);
+    ir_wg_mma(k, ir_frag_fill(k, t16, F(0.0f)), a, U(0), U(128), U(64), a, U(0), U(128), U(64), 1);
+    cr_assert(ir_verify(k, &err) && strstr(err.msg, "m64 x n x k16"), "%s", err.msg);
+    ir_kernel_destroy(k);
+}
+
 Test(ptx, refuses_unverified_kernels_and_null) {
     rt_caps c = tu_cuda_caps(90);
     ir_kernel *k = ir_kernel_create("open");

@@ -175,6 +175,19 @@ Test(spirv, refuses_fragment_shape_not_offered) {
     expect_refusal(k_frag_f16(), &c, "f16");
 }
 
+/* warpgroup products are sm_90a's: refused by name */
+Test(spirv, refuses_warpgroup_products) {
+    rt_caps c;
+    caps_fill(&c, CAPS_H200);
+    ir_kernel *k = ir_kernel_create("wg");
+    ir_set_workgroup(k, 128, 1, 1);
+    ir_shm a = ir_shared_array(k, "a", IR_F16, 1024);
+    ir_type t = ir_t_frag(k, IR_FRAG_ACC, IR_F32, 64, 8, 16);
+    ir_val u0 = ir_const_u32(k, 0), s = ir_const_u32(k, 128), l = ir_const_u32(k, 64);
+    ir_wg_mma(k, ir_frag_fill(k, t, ir_const_f32(k, 0.0f)), a, u0, s, l, a, u0, s, l, 1);
+    expect_refusal(k, &c, "wg.mma");
+}
+
 Test(spirv, refuses_f16_without_caps) {
     rt_caps c;
     caps_fill(&c, CAPS_MIN);
