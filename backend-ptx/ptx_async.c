@@ -3,7 +3,8 @@
  * workgroup memory, never again from L1) for 16 bytes and .ca for 4 or 8, with a source
  * size: the bytes of the copy below the limit, so the rest is zero-filled and nothing
  * at or past the limit is read. async.commit is cp.async.commit_group, async.wait
- * cp.async.wait_group. Below sm_80 ir/lower_async.c has turned them into plain
+ * cp.async.wait_group (on sm_90a, with wgmma in the module, followed by a fence of the async
+ * proxy, through which wgmma reads the copied data). Below sm_80 ir/lower_async.c has turned them into plain
  * accesses before this file is reached. */
 #include "backend-ptx/ptx_internal.h"
 
@@ -50,6 +51,13 @@ void ptx_emit_async(ptx_ctx *x, const ir_inst *in) {
     case IR_OP_ASYNC_WAIT: {
         LLVMValueRef n = ptx_c_i32(x, (uint32_t)in->imm[0]);
         ptx_call(x, "llvm.nvvm.cp.async.wait.group", v, &i32, &n, 1);
+        if (x->arch_a) { /* wgmma reads workgroup memory through the async proxy: order the copies before it */
+            static const char fence[] = "fence.proxy.async.shared::cta;";
+            LLVMTypeRef ft = LLVMFunctionType(v, NULL, 0, 0);
+            LLVMValueRef f = LLVMGetInlineAsm(ft, (char *)fence, sizeof fence - 1, (char *)"~{memory}", 9, 1, 0,
+                                              LLVMInlineAsmDialectATT, 0);
+            LLVMBuildCall2(x->b, ft, f, NULL, 0, "");
+        }
         return;
     }
     default: ptx_fail(x, "not an asynchronous copy"); return;

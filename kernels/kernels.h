@@ -86,6 +86,14 @@ ir_kernel *kn_matvec_norm(const rt_caps *c, uint32_t rows, uint32_t cols, ir_sca
 ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
                      uint32_t groups[2], kiln_err *err);
 
+/* kn_matmul on warpgroup products (wgmma, sm_90a; matmul_wg.c): the same parameters,
+ * epilogues (BIAS, RESIDUAL) and results up to summation order, 128 x 128 tiles; where
+ * kn_matmul_wg_ok (caps.wgmma, asynchronous copies, cols a multiple of 8). Not yet used by
+ * the plan: it has not run on a device. */
+bool kn_matmul_wg_ok(const rt_caps *c, ir_scalar dtype, uint32_t cols);
+ir_kernel *kn_matmul_wg(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
+                        uint32_t groups[2], kiln_err *err);
+
 /* kn_matmul for short blocks: the same parameters, math and epilogues (BIAS, RESIDUAL),
  * each weight read once for all n_max <= 64 tokens on 16x8x16 fragments (a workgroup per 16
  * rows, its subgroups splitting the columns): a short prompt costs about a weight read.

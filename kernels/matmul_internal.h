@@ -25,6 +25,24 @@ void mm_store_y(const mm *m, ir_val t, ir_val r, const ir_val *sum, uint32_t lan
 typedef void (*mm_item_fn)(const mm *m, ir_val i, const void *arg);
 void mm_for_items(const mm *m, uint32_t count, mm_item_fn body, const void *arg);
 
+/* ---- matmul_stage.c: a chunk of X or W into workgroup memory by asynchronous copies ---- */
+#define MM_COPY 8 /* elements per copy (16 bytes) */
+typedef struct mm_stage {
+    ir_buf src;
+    ir_shm dst;
+    uint32_t tile;        /* rows staged (tokens of X, rows of W) */
+    uint32_t last_row;    /* rows past it are clamped to it (they reach no stored output) */
+    uint32_t stage_elems; /* of one ring slot */
+    uint32_t kc;          /* columns per chunk */
+    uint32_t pitch;       /* row-major slots: elements per staged row */
+    bool core;            /* else 8x8 core matrices (wg.mma's layout): (r, k) at (r / 8) kc 8 +
+                           * (k / 8) 64 + (r % 8) 8 + k % 8, so a core matrix is 128 bytes */
+    ir_val first_row;
+} mm_stage;
+/* Issues the copies of chunk (columns chunk * kc ..) into ring slot slot: each invocation a
+ * few 16-byte copies, columns past cols zero-filled. */
+void mm_issue_stage(const mm *m, const mm_stage *s, ir_val chunk, ir_val slot);
+
 /* ---- matmul_pipe.c ---- */
 typedef struct mm_pipe_cfg {
     uint32_t warps_t, warps_r; /* subgroups across tokens and rows */

@@ -76,7 +76,7 @@ static uint32_t grid_of(const mm_pipe_cfg *g, uint32_t rows, uint32_t n_max) {
 }
 
 bool mm_pipe_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t cols, uint32_t n_max, mm_pipe_cfg *cfg) {
-    if (!c->async_copy || c->subgroup_size != 32 || cols % COPY) return false;
+    if (!c->async_copy || c->subgroup_size != 32 || cols % MM_COPY) return false;
     bool shape = false;
     for (uint32_t i = 0; i < c->n_mma && i < RT_MAX_MMA_SHAPES; i++) {
         const rt_mma_shape *s = &c->mma[i];
@@ -99,40 +99,14 @@ bool mm_pipe_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t cols, 
 
 /* ---- staging ------------------------------------------------------------------------------ */
 
-/* One operand's copies for a chunk: copy j of the invocation is item lid + j * wg, row
- * item / (kc / 8), columns (item % (kc / 8)) * 8 .. + 8 of the chunk. */
-typedef struct operand {
-    ir_buf src;
-    ir_shm dst;
-    uint32_t tile, last_row, stage_elems;
-    ir_val first_row;
-} operand;
-
-static void issue_operand(const mm *m, const pipe *p, const operand *o, ir_val chunk, ir_val slot) {
-    kx k = m->k;
-    uint32_t per_row = p->cfg.kc / COPY, n = o->tile * per_row, wg = m->invocations;
-    ir_val col0 = kx_mul_c(k, chunk, p->cfg.kc), dst0 = kx_mul_c(k, slot, o->stage_elems);
-    for (uint32_t j = 0; j * wg < n; j++) {
-        ir_val i = kx_add_c(k, m->lid, j * wg);
-        ir_if *f = (j + 1) * wg <= n ? NULL : kx_if(k, kx_lt_c(k, i, n));
-        ir_val row = kx_div_c(k, i, per_row), c8 = kx_mul_c(k, kx_rem_c(k, i, per_row), COPY);
-        ir_val src_row = kx_min_c(k, kx_add(k, o->first_row, row), o->last_row);
-        ir_val base = kx_mul_c(k, src_row, m->cols);
-        ir_val src = kx_add(k, base, kx_add(k, col0, c8)), limit = kx_add_c(k, base, m->cols);
-        ir_val dst = kx_add(k, dst0, kx_idx(k, row, p->stride, c8));
-        ir_async_copy(k.ir, o->dst, dst, o->src, src, COPY, limit);
-        if (f) kx_end_if(k, f);
-    }
-}
-
 /* chunk's X and W into ring slot chunk % stages */
 static void issue_chunk(const mm *m, const pipe *p, ir_val chunk) {
     kx k = m->k;
     ir_val slot = kx_rem_c(k, chunk, p->cfg.stages);
-    operand ox = {m->x, p->xs, p->tile_t, m->n_max - 1, p->stage_x, p->t0};
-    operand ow = {m->w, p->ws, p->tile_r, m->rows - 1, p->stage_w, p->r0};
-    issue_operand(m, p, &ox, chunk, slot);
-    issue_operand(m, p, &ow, chunk, slot);
+    mm_stage ox = {m->x, p->xs, p->tile_t, m->n_max - 1, p->stage_x, p->cfg.kc, p->stride, false, p->t0};
+    mm_stage ow = {m->w, p->ws, p->tile_r, m->rows - 1, p->stage_w, p->cfg.kc, p->stride, false, p->r0};
+    mm_issue_stage(m, &ox, chunk, slot);
+    mm_issue_stage(m, &ow, chunk, slot);
 }
 
 /* ---- the products --------------------------------------------------------------------------- */

@@ -318,6 +318,52 @@ Test(kernels_matmul, pipeline_builds_for_cuda_caps, .timeout = 300) {
     }
 }
 
+/* ---- warpgroup products (sm_90a) ------------------------------------------------------------ */
+
+/* Built for sm_90 caps and assembled for sm_90a on any machine; refused without wgmma. */
+Test(kernels_matmul, warpgroup_variant_builds_for_sm_90, .timeout = 300) {
+    kiln_err err = {0};
+    rt_caps c = tu_cuda_caps(90), c80 = tu_cuda_caps(80);
+    static const mm_shape sh[] = {{4096, 4096, 512}, {1000, 1000, 64}};
+    for (size_t i = 0; i < 2; i++)
+        for (size_t ti = 0; ti < 2; ti++) {
+            uint32_t g[2] = {0, 0};
+            unsigned epi = (unsigned)(i + 2 * ti) % 4;
+            ir_kernel *k = kn_matmul_wg(&c, sh[i].rows, sh[i].cols, sh[i].n_max, dtypes[ti], epi, g, &err);
+            cr_assert_not_null(k, "%s", err.msg);
+            char *text = ir_print(k);
+            cr_assert(strstr(text, "wg.mma") && strstr(text, "async.copy"), "not the warpgroup variant");
+            free(text);
+            cr_assert(g[0] == (sh[i].rows + 127) / 128 && g[1] == (sh[i].n_max + 127) / 128, "grid %u x %u", g[0],
+                      g[1]);
+            tu_ptx_assembles(k, &c, "matmul wg");
+            ir_kernel_destroy(k);
+        }
+    uint32_t g[2];
+    cr_assert_null(kn_matmul_wg(&c80, 4096, 4096, 512, IR_BF16, 0, g, &err));
+    cr_assert(strstr(err.msg, "wgmma"), "%s", err.msg);
+    cr_assert_eq(rt_caps_override(&c, "no-wgmma", &err), 0, "%s", err.msg);
+    cr_assert_not(kn_matmul_wg_ok(&c, IR_BF16, 4096));
+}
+
+/* Where the device has wgmma (the H200): the warpgroup variant at odd shapes and n, every
+ * epilogue, poisoned rows and guards. */
+Test(kernels_matmul, warpgroup_variant_on_the_device, .timeout = 600) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    if (!kn_matmul_wg_ok(&d->caps, IR_BF16, 64)) {
+        d->ops->destroy(d);
+        cr_skip_test("the device has no warpgroup products (wgmma, sm_90a)");
+    }
+    tu_seed(38);
+    static const mm_shape sh[] = {{4241, 136, 512}, {200, 1000, 128}, {1000, 8, 64}, {300, 264, 256}};
+    static const uint32_t ns[] = {1, 63, 65, 128, 129, 300, 512};
+    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
+        for (size_t ti = 0; ti < 2; ti++)
+            product_case(kn_matmul_wg, d, sh[i], dtypes[ti], (unsigned)(i + ti) % 4, ns, sizeof ns / sizeof ns[0],
+                         "wgmma");
+    d->ops->destroy(d);
+}
+
 /* ---- variants built for other devices, and refusals --------------------------------------- */
 
 /* Caps and whether each dtype (bf16, f16) should get cooperative matrices there. */

@@ -66,7 +66,8 @@ void tu_ptx_assembles(const ir_kernel *k, const rt_caps *c, const char *what) {
     kiln_err err = {0};
     char *ptx = NULL, *ll = NULL;
     cr_assert_eq(ptx_emit(k, c, &ptx, &ll, &err), 0, "%s: %s", what, err.msg);
-    tu_ptxas_assemble(ptx, ptx_target_arch(c), what);
+    /* a module with wgmma targets the architecture-specific sm_90a */
+    tu_ptxas_assemble(ptx, strstr(ptx, ".target sm_90a") ? "sm_90a" : ptx_target_arch(c), what);
     free(ptx);
     free(ll);
 }
