@@ -36,6 +36,20 @@
 
 #include "base/error.h"
 
+void mm_params(mm *m) {
+    kx k = m->k;
+    uint32_t rows = m->rows, cols = m->cols, n_max = m->n_max;
+    m->w = kx_buffer(k, "W", m->dtype, IR_READ, (uint64_t)rows * cols);
+    m->x = kx_buffer(k, "X", m->dtype, IR_READ, (uint64_t)n_max * cols);
+    m->y = kx_buffer(k, "Y", m->dtype, IR_WRITE, (uint64_t)n_max * rows);
+    m->info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    if (m->epi & KN_EPI_BIAS) m->b = kx_buffer(k, "b", m->dtype, IR_READ, rows);
+    if (m->epi & KN_EPI_RESIDUAL) m->res = kx_buffer(k, "res", m->dtype, IR_READ, (uint64_t)n_max * rows);
+    m->lid = kx_local(k);
+    ir_val n_max_c = kx_u32(k, n_max);
+    m->n = kx_min(k, kx_load_c(k, m->info, 1), n_max_c);
+}
+
 /* t < n and r < rows: an output that exists */
 ir_val mm_exists(const mm *m, ir_val t, ir_val r) {
     ir_val row_ok = kx_lt_c(m->k, r, m->rows);
@@ -151,8 +165,8 @@ typedef struct chunker {
     stage_arg sx, sw;
     uint32_t x_tile, w_tile; /* tokens and rows staged per chunk */
     uint32_t cols_per_chunk;
-    uint32_t col_step;       /* columns the math takes at a time */
-    uint32_t n_acc;          /* accumulators carried through the chunks */
+    uint32_t col_step; /* columns the math takes at a time */
+    uint32_t n_acc;    /* accumulators carried through the chunks */
     bool pipelined;
     void (*math)(const mm *m, const void *q, ir_val *acc, uint32_t n_cols);
     const void *q;
@@ -272,12 +286,12 @@ static bool mma_pick(const rt_caps *c, ir_scalar dt, mma_cfg *cfg) {
 }
 
 typedef struct mma_ctx {
-    ir_shm xs, ws;                 /* the staged chunks: tokens x cols, rows x cols */
-    ir_type ta, tb;                /* the A and B fragments */
-    ir_val sub_t0, sub_r0;         /* the subgroup's first token and row in the tile */
+    ir_shm xs, ws;                   /* the staged chunks: tokens x cols, rows x cols */
+    ir_type ta, tb;                  /* the A and B fragments */
+    ir_val sub_t0, sub_r0;           /* the subgroup's first token and row in the tile */
     uint32_t frag_m, frag_n, frag_k; /* the fragments' shape */
-    uint32_t frags_m, frags_n;     /* fragments per subgroup along tokens and rows */
-    uint32_t row_stride;           /* of the staged chunks, in elements */
+    uint32_t frags_m, frags_n;       /* fragments per subgroup along tokens and rows */
+    uint32_t row_stride;             /* of the staged chunks, in elements */
 } mma_ctx;
 
 /* The subgroup's fragments over a staged chunk: acc[i][j] += A_i x B_j per K columns. */
@@ -338,7 +352,11 @@ static ir_val sub_first(kx k, ir_val sid, bool rows) {
 static void build_mma(mm *m, const mma_cfg *cfg, uint32_t groups[2]) {
     kx k = m->k;
     const rt_mma_shape *s = cfg->shape;
-    mma_ctx q = {.frag_m = s->m, .frag_n = s->n, .frag_k = s->k, .frags_m = MMA_SUB / s->m, .frags_n = MMA_SUB / s->n,
+    mma_ctx q = {.frag_m = s->m,
+                 .frag_n = s->n,
+                 .frag_k = s->k,
+                 .frags_m = MMA_SUB / s->m,
+                 .frags_n = MMA_SUB / s->n,
                  .row_stride = cfg->cols_per_chunk + MMA_PAD};
     m->invocations = 4 * k.caps->subgroup_size;
     kx_workgroup(k, m->invocations);
@@ -360,8 +378,14 @@ static void build_mma(mm *m, const mma_cfg *cfg, uint32_t groups[2]) {
     uint32_t v = kn_vec_width(m->cols);
     chunker ch = {.sx = {m->x, q.xs, t0, IR_NONE, m->n_max - 1, 0, v, q.row_stride, 1, false, false},
                   .sw = {m->w, q.ws, r0, IR_NONE, m->rows - 1, 0, v, q.row_stride, 1, false, false},
-                  .x_tile = MMA_TILE, .w_tile = MMA_TILE, .cols_per_chunk = cfg->cols_per_chunk, .col_step = s->k,
-                  .n_acc = q.frags_m * q.frags_n, .pipelined = false, .math = mma_math, .q = &q};
+                  .x_tile = MMA_TILE,
+                  .w_tile = MMA_TILE,
+                  .cols_per_chunk = cfg->cols_per_chunk,
+                  .col_step = s->k,
+                  .n_acc = q.frags_m * q.frags_n,
+                  .pipelined = false,
+                  .math = mma_math,
+                  .q = &q};
     ir_val acc[16];
     ir_val zero = ir_frag_fill(k.ir, tc, kx_f32(k, 0.0f));
     for (uint32_t i = 0; i < ch.n_acc; i++) acc[i] = zero;
@@ -389,8 +413,8 @@ static void build_mma(mm *m, const mma_cfg *cfg, uint32_t groups[2]) {
 #define SIMT_PAD 4     /* f32 words after each staged column */
 
 typedef struct simt_ctx {
-    ir_shm xs, ws;            /* the staged chunks, transposed: xs[c][token], ws[c][row] */
-    ir_val row_blk, tok_blk;  /* the invocation's block: rows row_blk * 4 .., tokens tok_blk * tokens_per_inv .. */
+    ir_shm xs, ws;           /* the staged chunks, transposed: xs[c][token], ws[c][row] */
+    ir_val row_blk, tok_blk; /* the invocation's block: rows row_blk * 4 .., tokens tok_blk * tokens_per_inv .. */
     uint32_t tokens_per_inv;
     uint32_t x_stride, w_stride; /* of xs's and ws's columns, in words */
 } simt_ctx;
@@ -454,8 +478,14 @@ static bool build_simt(mm *m, uint32_t groups[2]) {
     /* staged transposed (xs[c][token], ws[c][row]) so the math reads consecutive words */
     chunker ch = {.sx = {m->x, q.xs, t0, IR_NONE, m->n_max - 1, 0, v, 1, q.x_stride, false, true},
                   .sw = {m->w, q.ws, r0, IR_NONE, m->rows - 1, 0, v, 1, q.w_stride, false, true},
-                  .x_tile = tile_tokens, .w_tile = tile_rows, .cols_per_chunk = kc, .col_step = 1,
-                  .n_acc = q.tokens_per_inv * ROWS_PER_INV, .pipelined = true, .math = simt_math, .q = &q};
+                  .x_tile = tile_tokens,
+                  .w_tile = tile_rows,
+                  .cols_per_chunk = kc,
+                  .col_step = 1,
+                  .n_acc = q.tokens_per_inv * ROWS_PER_INV,
+                  .pipelined = true,
+                  .math = simt_math,
+                  .q = &q};
     ir_val acc[8 * ROWS_PER_INV];
     for (uint32_t i = 0; i < ch.n_acc; i++) acc[i] = kx_f32(k, 0.0f);
     run_chunks(m, &ch, acc);
@@ -497,19 +527,11 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
     mm_pipe_cfg pcfg;
     bool use_pipe = mm_pipe_pick(c, dtype, rows, cols, n_max, &pcfg);
     bool use_mma = !use_pipe && mma_pick(c, dtype, &cfg);
-    mm m = {.k = {kn_create("kn_matmul", err), c}, .rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype,
-            .epi = epi};
+    mm m = {
+        .k = {kn_create("kn_matmul", err), c}, .rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype, .epi = epi};
     kx k = m.k;
     if (!k.ir) return NULL;
-    m.w = kx_buffer(k, "W", dtype, IR_READ, (uint64_t)rows * cols);
-    m.x = kx_buffer(k, "X", dtype, IR_READ, (uint64_t)n_max * cols);
-    m.y = kx_buffer(k, "Y", dtype, IR_WRITE, (uint64_t)n_max * rows);
-    m.info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
-    if (epi & KN_EPI_BIAS) m.b = kx_buffer(k, "b", dtype, IR_READ, rows);
-    if (epi & KN_EPI_RESIDUAL) m.res = kx_buffer(k, "res", dtype, IR_READ, (uint64_t)n_max * rows);
-    m.lid = kx_local(k);
-    ir_val n_max_c = kx_u32(k, n_max);
-    m.n = kx_min(k, kx_load_c(k, m.info, 1), n_max_c);
+    mm_params(&m);
     if (use_pipe) {
         mm_build_pipe(&m, &pcfg, g);
     } else if (use_mma) {

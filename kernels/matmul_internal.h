@@ -15,6 +15,9 @@ typedef struct mm {
     ir_val lid, n; /* n = min(info[1], n_max) */
 } mm;
 
+/* The product's parameters (W, X, Y, info, then b and res as the epilogue asks), lid and n:
+ * every variant's, in one order. */
+void mm_params(mm *m);
 /* t < n and r < rows: an output that exists */
 ir_val mm_exists(const mm *m, ir_val t, ir_val r);
 /* Y[t][r .. r + lanes) = the epilogue of sum[0..lanes), one vector store when lanes > 1
@@ -53,8 +56,7 @@ typedef struct mm_pipe_cfg {
 /* The pipeline's shape for this device and product, or false (then matmul.c's variants
  * run): asynchronous copies, mma m16n8k16 of dtype, 32-lane subgroups, cols a multiple of
  * 8 (16-byte copies) and the stages within caps.shared_bytes. */
-bool mm_pipe_pick(const rt_caps *c, ir_scalar dtype, uint32_t rows, uint32_t cols, uint32_t n_max,
-                  mm_pipe_cfg *cfg);
+bool mm_pipe_pick(const rt_caps *c, ir_scalar dtype, uint32_t rows, uint32_t cols, uint32_t n_max, mm_pipe_cfg *cfg);
 void mm_build_pipe(mm *m, const mm_pipe_cfg *cfg, uint32_t groups[2]);
 
 #endif

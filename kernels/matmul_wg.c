@@ -113,18 +113,10 @@ ir_kernel *kn_matmul_wg(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t
             .n_max = n_max,
             .dtype = dtype,
             .epi = epi};
-    kx k = m.k;
-    if (!k.ir) return NULL;
-    m.w = kx_buffer(k, "W", dtype, IR_READ, (uint64_t)rows * cols);
-    m.x = kx_buffer(k, "X", dtype, IR_READ, (uint64_t)n_max * cols);
-    m.y = kx_buffer(k, "Y", dtype, IR_WRITE, (uint64_t)n_max * rows);
-    m.info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
-    if (epi & KN_EPI_BIAS) m.b = kx_buffer(k, "b", dtype, IR_READ, rows);
-    if (epi & KN_EPI_RESIDUAL) m.res = kx_buffer(k, "res", dtype, IR_READ, (uint64_t)n_max * rows);
-    m.lid = kx_local(k);
-    m.n = kx_min(k, kx_load_c(k, m.info, 1), kx_u32(k, n_max));
+    if (!m.k.ir) return NULL;
+    mm_params(&m);
     uint32_t g[2];
     build(&m, g);
     if (groups) groups[0] = g[0], groups[1] = g[1];
-    return kn_finish(k.ir, err);
+    return kn_finish(m.k.ir, err);
 }
