@@ -250,10 +250,11 @@ static rt_kernel *cu_compile(rt_device *base, const ir_kernel *ir, const double 
     rt_kernel *k = calloc(1, sizeof *k);
     if (!k) return free(ptx), kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
     list_add(&d->kernels, &k->node);
-    char log[2048] = "", name[256];
-    int opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-    void *vals[2] = {log, (void *)(uintptr_t)sizeof log};
-    CUresult r = d->cu->ModuleLoadDataEx(&k->module, ptx, 2, opts, vals);
+    char log[2048] = "", info[2048] = "", name[256];
+    int opts[4] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
+                   CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+    void *vals[4] = {log, (void *)(uintptr_t)sizeof log, info, (void *)(uintptr_t)sizeof info};
+    CUresult r = d->cu->ModuleLoadDataEx(&k->module, ptx, 4, opts, vals);
     if (r) {
         char what[300];
         snprintf(what, sizeof what, "cuModuleLoadDataEx of kernel '%s'", ir_kernel_name(ir));
@@ -261,6 +262,16 @@ static rt_kernel *cu_compile(rt_device *base, const ir_kernel *ir, const double 
         log[sizeof log - 1] = '\0';
         flatten(log);
         if (log[0]) append(err, log);
+        goto fail;
+    }
+    /* ptxas warnings that it serialized wgmma (C7510, C7511, C7515): the variant would run
+     * slowly, so it is refused; its builder's caller builds another (--caps no-wgmma) */
+    info[sizeof info - 1] = '\0';
+    if (strstr(info, "C7510") || strstr(info, "C7511") || strstr(info, "C7515")) {
+        flatten(info);
+        kiln_fail(err, KILN_ERR_UNSUPPORTED,
+                  "%s: kernel '%s': the JIT serialized its wgmma (slow; --caps no-wgmma builds without): %s",
+                  base->label, ir_kernel_name(ir), info);
         goto fail;
     }
     entry_name(ptx, ir_kernel_name(ir), name, sizeof name);
