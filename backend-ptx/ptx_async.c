@@ -10,11 +10,6 @@
 
 #include <stdio.h>
 
-static LLVMValueRef elem_ptr(ptx_ctx *x, LLVMValueRef base, ir_scalar s, LLVMValueRef index) {
-    LLVMValueRef i64 = LLVMBuildZExt(x->b, index, LLVMInt64TypeInContext(x->lc), "");
-    return LLVMBuildInBoundsGEP2(x->b, ptx_t_store(x, s, 1), base, &i64, 1, "");
-}
-
 static void emit_copy(ptx_ctx *x, const ir_inst *in) {
     if (!ir_emit_need(&x->e, in, 3)) return;
     int64_t s = in->imm[0], b = in->imm[1], count = in->imm[2];
@@ -36,7 +31,7 @@ static void emit_copy(ptx_ctx *x, const ir_inst *in) {
     LLVMValueRef full = LLVMBuildICmp(x->b, LLVMIntUGE, some, ptx_c_i32(x, (uint32_t)count), "");
     LLVMValueRef n = LLVMBuildSelect(x->b, full, ptx_c_i32(x, (uint32_t)count), some, "");
     LLVMValueRef src_size = LLVMBuildMul(x->b, n, ptx_c_i32(x, eb), "");
-    LLVMValueRef args[3] = {elem_ptr(x, x->shm[s], e, di), elem_ptr(x, x->buf[b], e, si), src_size};
+    LLVMValueRef args[3] = {ptx_elem_ptr(x, x->shm[s], e, di), ptx_elem_ptr(x, x->buf[b], e, si), src_size};
     LLVMTypeRef ts[3] = {LLVMTypeOf(args[0]), LLVMTypeOf(args[1]), ptx_t_i32(x)};
     char name[64];
     snprintf(name, sizeof name, "llvm.nvvm.cp.async.%s.shared.global.%u.s", bytes == 16 ? "cg" : "ca", bytes);

@@ -59,6 +59,8 @@ void ptx_emit_bitcast(ptx_ctx *x, const ir_inst *in);
 
 /* ---- ptx_mem.c ---- */
 void ptx_emit_memory(ptx_ctx *x, const ir_inst *in);
+/* &array[index] for elements of s (index u32, zero-extended: the IR's indices are unsigned) */
+LLVMValueRef ptx_elem_ptr(ptx_ctx *x, LLVMValueRef base, ir_scalar s, LLVMValueRef index);
 void ptx_emit_atomic(ptx_ctx *x, const ir_inst *in);
 
 /* ---- ptx_sg.c ---- */

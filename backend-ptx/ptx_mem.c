@@ -17,7 +17,7 @@ static uint32_t imm_idx(ptx_ctx *x, const ir_inst *in, int i, uint32_t max, cons
 static ir_scalar buf_elem(ptx_ctx *x, uint32_t b) { return ir_param_at(x->k, ir_buffer_param(x->k, b))->elem; }
 
 /* &array[index] (index u32, so zero-extended: the IR's indices are unsigned). */
-static LLVMValueRef elem_ptr(ptx_ctx *x, LLVMValueRef base, ir_scalar s, LLVMValueRef index) {
+LLVMValueRef ptx_elem_ptr(ptx_ctx *x, LLVMValueRef base, ir_scalar s, LLVMValueRef index) {
     LLVMValueRef i64 = LLVMBuildZExt(x->b, index, t_i64(x), "");
     return LLVMBuildInBoundsGEP2(x->b, ptx_t_store(x, s, 1), base, &i64, 1, "");
 }
@@ -29,13 +29,13 @@ static LLVMValueRef add_u32(ptx_ctx *x, LLVMValueRef a, uint32_t k) {
 /* `lanes` consecutive elements from base[index]: one access of lanes * size bytes, aligned
  * so (the IR keeps index a multiple of lanes). */
 static LLVMValueRef load_at(ptx_ctx *x, LLVMValueRef base, ir_scalar s, LLVMValueRef index, uint32_t lanes) {
-    LLVMValueRef p = elem_ptr(x, base, s, index);
+    LLVMValueRef p = ptx_elem_ptr(x, base, s, index);
     LLVMValueRef v = LLVMBuildLoad2(x->b, ptx_t_store(x, s, lanes), p, "");
     LLVMSetAlignment(v, (ir_scalar_bits(s) / 8) * lanes);
     return ptx_from_storage(x, s, lanes, v);
 }
 static void store_at(ptx_ctx *x, LLVMValueRef base, ir_scalar s, LLVMValueRef index, uint32_t lanes, LLVMValueRef v) {
-    LLVMValueRef p = elem_ptr(x, base, s, index);
+    LLVMValueRef p = ptx_elem_ptr(x, base, s, index);
     LLVMValueRef st = LLVMBuildStore(x->b, ptx_to_storage(x, s, lanes, v), p);
     LLVMSetAlignment(st, (ir_scalar_bits(s) / 8) * lanes);
 }
@@ -152,7 +152,7 @@ void ptx_emit_atomic(ptx_ctx *x, const ir_inst *in) {
     /* an f32 exchange moves bits: exchanged as i32 (atom.exch.b32) */
     bool bits = rmw == LLVMAtomicRMWBinOpXchg && fl;
     if (bits) v = LLVMBuildBitCast(x->b, v, ptx_t_i32(x), "");
-    LLVMValueRef p = elem_ptr(x, shm ? x->shm[target] : x->buf[target], elem, index);
+    LLVMValueRef p = ptx_elem_ptr(x, shm ? x->shm[target] : x->buf[target], elem, index);
     LLVMValueRef r = LLVMBuildAtomicRMW(x->b, rmw, p, v, LLVMAtomicOrderingMonotonic, 0);
     if (bits) r = LLVMBuildBitCast(x->b, r, LLVMFloatTypeInContext(x->lc), "");
     ptx_def(x, in->result, r);

@@ -26,8 +26,7 @@ static LLVMTypeRef t_i64(ptx_ctx *x) { return LLVMInt64TypeInContext(x->lc); }
 /* The descriptor of the core matrices at element index at of array p (16-bit elements),
  * with sbo and lbo in elements. */
 static LLVMValueRef descriptor(ptx_ctx *x, LLVMValueRef p, LLVMValueRef at, LLVMValueRef sbo, LLVMValueRef lbo) {
-    LLVMValueRef i64 = LLVMBuildZExt(x->b, at, t_i64(x), "");
-    LLVMValueRef ptr = LLVMBuildInBoundsGEP2(x->b, LLVMInt16TypeInContext(x->lc), p, &i64, 1, "");
+    LLVMValueRef ptr = ptx_elem_ptr(x, p, IR_BF16, at); /* 16-bit elements either way */
     LLVMValueRef addr = LLVMBuildPtrToInt(x->b, ptr, t_i64(x), ""); /* the shared window's offset */
     LLVMValueRef m14 = LLVMConstInt(t_i64(x), 0x3fff, 0);
     /* (bytes >> 4) & 0x3fff: elements * 2 / 16 = elements >> 3 */

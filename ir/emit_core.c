@@ -142,15 +142,16 @@ const ir_inst *ir_emit_region(ir_emit *e, const ir_region *r, ir_emit_inst_fn em
     return y;
 }
 
-const ir_inst *ir_emit_find_class(const ir_region *r, ir_op_class c) {
+/* The first instruction in r (recursively) with class c (op == IR_OP_COUNT) or op op. */
+static const ir_inst *find(const ir_region *r, ir_op_class c, ir_op op) {
     for (uint32_t i = 0; i < r->n; i++) {
         const ir_inst *in = r->inst[i];
         if (!in)
             continue;
-        if (ir_op_class_of(in->op) == c)
+        if (op == IR_OP_COUNT ? ir_op_class_of(in->op) == c : in->op == op)
             return in;
         for (uint32_t j = 0; j < in->n_region && j < 2; j++) {
-            const ir_inst *f = ir_emit_find_class(&in->region[j], c);
+            const ir_inst *f = find(&in->region[j], c, op);
             if (f)
                 return f;
         }
@@ -158,18 +159,6 @@ const ir_inst *ir_emit_find_class(const ir_region *r, ir_op_class c) {
     return NULL;
 }
 
-const ir_inst *ir_emit_find_op(const ir_region *r, ir_op op) {
-    for (uint32_t i = 0; i < r->n; i++) {
-        const ir_inst *in = r->inst[i];
-        if (!in)
-            continue;
-        if (in->op == op)
-            return in;
-        for (uint32_t j = 0; j < in->n_region && j < 2; j++) {
-            const ir_inst *f = ir_emit_find_op(&in->region[j], op);
-            if (f)
-                return f;
-        }
-    }
-    return NULL;
-}
+const ir_inst *ir_emit_find_class(const ir_region *r, ir_op_class c) { return find(r, c, IR_OP_COUNT); }
+
+const ir_inst *ir_emit_find_op(const ir_region *r, ir_op op) { return find(r, IR_CLASS_UNKNOWN, op); }
