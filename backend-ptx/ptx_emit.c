@@ -327,7 +327,7 @@ uint32_t ptx_dynamic_shared_bytes(const ir_kernel *k) {
     uint64_t bytes = 0;
     for (uint32_t i = 0; k && i < ir_n_shared(k); i++) {
         const ir_shared_decl *d = ir_shared_at(k, i);
-        if (d) bytes += shared_span(d);
+        if (d && !d->overlays) bytes += shared_span(d);
     }
     return bytes > STATIC_SHARED_LIMIT && bytes <= UINT32_MAX ? (uint32_t)bytes : 0;
 }
@@ -349,6 +349,14 @@ static void declare_shared(ptx_ctx *x) {
         if (!d || !d->count || d->elem == IR_BOOL) {
             ptx_fail(x, "workgroup array %u is malformed", i);
             return;
+        }
+        if (d->overlays) { /* its base's memory (verified: declared earlier, large enough) */
+            if (d->overlays > i || !x->shm[d->overlays - 1]) {
+                ptx_fail(x, "workgroup array %u overlays a later one", i);
+                return;
+            }
+            x->shm[i] = x->shm[d->overlays - 1];
+            continue;
         }
         if (dynamic) {
             LLVMValueRef off = LLVMConstInt(LLVMInt64TypeInContext(x->lc), bytes, 0);

@@ -311,6 +311,7 @@ void ptx_emit_frag(ptx_ctx *x, const ir_inst *in) {
     case IR_OP_FRAG_STORE: emit_store(x, in); break;
     case IR_OP_FRAG_MMA: emit_mma(x, in); break;
     case IR_OP_WG_MMA: ptx_emit_wgmma(x, in); break;
+    case IR_OP_WG_WAIT: ptx_emit_wg_wait(x, in); break;
     default: ptx_fail(x, "not a fragment instruction"); break;
     }
 }

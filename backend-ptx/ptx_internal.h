@@ -74,6 +74,7 @@ void ptx_emit_frag(ptx_ctx *x, const ir_inst *in);
 
 /* ---- ptx_wgmma.c: warpgroup products (sm_90a) ---- */
 void ptx_emit_wgmma(ptx_ctx *x, const ir_inst *in);
+void ptx_emit_wg_wait(ptx_ctx *x, const ir_inst *in);
 
 /* ---- ptx_async.c ---- */
 void ptx_emit_async(ptx_ctx *x, const ir_inst *in);

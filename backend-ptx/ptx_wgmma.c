@@ -4,8 +4,11 @@
  *   wgmma.fence; k_steps x wgmma.mma_async.m64nNk16 (A and B from shared-memory
  *   descriptors, D the accumulator, scale-d 1); wgmma.commit_group; wgmma.wait_group 0
  *
- * so the instruction is complete when it returns and the accumulators are tied operands
- * ("+f": LLVM puts no copies between the products). LLVM 19 has no intrinsics for wgmma.
+ * so the instruction is complete when it returns (without the wait for an async wg.mma;
+ * wg.wait N is then wgmma.wait_group N over the same registers), and the accumulators are
+ * tied operands ("+f": LLVM puts no copies between the products; a copy of one in flight
+ * would make ptxas serialize, which the loader's info-log check refuses). LLVM 19 has no
+ * intrinsics for wgmma.
  *
  * A descriptor (PTX ISA, "Matrix Descriptor Format"): bits 0-13 the start address in
  * shared memory >> 4, 16-29 the leading dimension byte offset (LBO: between core matrices
@@ -40,7 +43,7 @@ static LLVMValueRef descriptor(ptx_ctx *x, LLVMValueRef p, LLVMValueRef at, LLVM
 }
 
 /* The asm text: {$0..$(na-1)} the accumulators, then the descriptors $na.. */
-static int asm_text(char *buf, size_t cap, uint32_t n, uint32_t na, uint32_t steps, const char *ty) {
+static int asm_text(char *buf, size_t cap, uint32_t n, uint32_t na, uint32_t steps, const char *ty, bool wait) {
     size_t at = 0;
     int w = snprintf(buf, cap, "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.fence.sync.aligned;\n");
     if (w < 0 || (size_t)w >= cap) return -1;
@@ -58,14 +61,46 @@ static int asm_text(char *buf, size_t cap, uint32_t n, uint32_t na, uint32_t ste
         if (w < 0 || (size_t)w >= cap - at) return -1;
         at += (size_t)w;
     }
-    w = snprintf(buf + at, cap - at, "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}");
+    w = snprintf(buf + at, cap - at, "wgmma.commit_group.sync.aligned;\n%s}",
+                 wait ? "wgmma.wait_group.sync.aligned 0;\n" : "");
     return w < 0 || (size_t)w >= cap - at ? -1 : 0;
+}
+
+/* One asm statement over the accumulator (operand 0) of in: outputs =f, then the nd i64
+ * arguments already in args/at, then the accumulators tied to the outputs ("+f": LLVM
+ * keeps them in the registers the products use, no copies between), side effects and a
+ * memory clobber (the products read workgroup memory). Returns the new accumulator. */
+static LLVMValueRef tied_asm(ptx_ctx *x, const ir_inst *in, const char *body, LLVMValueRef *args, LLVMTypeRef *at,
+                             uint32_t nd) {
+    const ir_type_desc *d = ir_type_get(x->k, in->type);
+    uint32_t na = d->n / 2;
+    LLVMTypeRef f32 = LLVMFloatTypeInContext(x->lc), rt[MAX_ACC];
+    LLVMValueRef acc = ptx_V(x, in->operand[0]);
+    for (uint32_t i = 0; i < na; i++) {
+        args[nd + i] = LLVMBuildExtractElement(x->b, acc, ptx_c_i32(x, i), "");
+        at[nd + i] = rt[i] = f32;
+    }
+    char cons[8 * (2 * MAX_K_STEPS + 2 * MAX_ACC) + 16];
+    size_t cn = 0;
+    for (uint32_t i = 0; i < na; i++) cn += (size_t)snprintf(cons + cn, sizeof cons - cn, "%s=f", i ? "," : "");
+    for (uint32_t s = 0; s < nd; s++) cn += (size_t)snprintf(cons + cn, sizeof cons - cn, ",l");
+    for (uint32_t i = 0; i < na; i++) cn += (size_t)snprintf(cons + cn, sizeof cons - cn, ",%u", i);
+    cn += (size_t)snprintf(cons + cn, sizeof cons - cn, ",~{memory}");
+    LLVMTypeRef ret = LLVMStructTypeInContext(x->lc, rt, na, 0);
+    LLVMTypeRef fty = LLVMFunctionType(ret, at, nd + na, 0);
+    LLVMValueRef asm_ = LLVMGetInlineAsm(fty, (char *)body, strlen(body), cons, cn, 1, 0, LLVMInlineAsmDialectATT, 0);
+    LLVMValueRef call = LLVMBuildCall2(x->b, fty, asm_, args, nd + na, "");
+    LLVMValueRef out = LLVMGetPoison(ptx_frag_type(x, in->type));
+    for (uint32_t i = 0; i < na; i++)
+        out = LLVMBuildInsertElement(x->b, out, LLVMBuildExtractValue(x->b, call, i, ""), ptx_c_i32(x, i), "");
+    return out;
 }
 
 void ptx_emit_wgmma(ptx_ctx *x, const ir_inst *in) {
     if (!ir_emit_need(&x->e, in, 7)) return;
     const ir_type_desc *d = ir_type_get(x->k, in->type);
-    int64_t sa = in->imm[0], sb = in->imm[1], steps = in->imm[2];
+    int64_t sa = in->imm[0], sb = in->imm[1], steps = in->imm[2] & ~(int64_t)IR_WG_MMA_ASYNC;
+    bool wait = !(in->imm[2] & IR_WG_MMA_ASYNC);
     if (!d || d->m != 64 || sa < 0 || (uint64_t)sa >= x->n_shm || sb < 0 || (uint64_t)sb >= x->n_shm || steps < 1 ||
         steps > MAX_K_STEPS) {
         ptx_fail(x, "malformed wg.mma");
@@ -77,11 +112,10 @@ void ptx_emit_wgmma(ptx_ctx *x, const ir_inst *in) {
     }
     ir_scalar e = ir_shared_at(x->k, (ir_shm)sa)->elem;
     uint32_t na = d->n / 2, nd = 2 * (uint32_t)steps;
-    LLVMTypeRef f32 = LLVMFloatTypeInContext(x->lc), i64 = t_i64(x);
-    LLVMValueRef acc = ptx_V(x, in->operand[0]);
+    LLVMTypeRef i64 = t_i64(x);
     LLVMValueRef two = ptx_c_i32(x, 2);
     LLVMValueRef args[2 * MAX_K_STEPS + MAX_ACC];
-    LLVMTypeRef at[2 * MAX_K_STEPS + MAX_ACC], rt[MAX_ACC];
+    LLVMTypeRef at[2 * MAX_K_STEPS + MAX_ACC];
     for (uint32_t s = 0; s < (uint32_t)steps; s++) {
         LLVMValueRef ks = ptx_c_i32(x, s);
         LLVMValueRef ao = LLVMBuildMul(x->b, LLVMBuildMul(x->b, ks, two, ""), ptx_V(x, in->operand[3]), "");
@@ -92,27 +126,29 @@ void ptx_emit_wgmma(ptx_ctx *x, const ir_inst *in) {
                                      ptx_V(x, in->operand[5]), ptx_V(x, in->operand[6]));
         at[2 * s] = at[2 * s + 1] = i64;
     }
-    for (uint32_t i = 0; i < na; i++) {
-        args[nd + i] = LLVMBuildExtractElement(x->b, acc, ptx_c_i32(x, i), "");
-        at[nd + i] = rt[i] = f32;
-    }
-    /* outputs =f, then the descriptors (l), then the accumulators tied to the outputs */
-    char cons[8 * (2 * MAX_K_STEPS + 2 * MAX_ACC)];
-    size_t cn = 0;
-    for (uint32_t i = 0; i < na; i++) cn += (size_t)snprintf(cons + cn, sizeof cons - cn, "%s=f", i ? "," : "");
-    for (uint32_t s = 0; s < nd; s++) cn += (size_t)snprintf(cons + cn, sizeof cons - cn, ",l");
-    for (uint32_t i = 0; i < na; i++) cn += (size_t)snprintf(cons + cn, sizeof cons - cn, ",%u", i);
     char body[16384];
-    if (asm_text(body, sizeof body, d->n, na, (uint32_t)steps, e == IR_BF16 ? "bf16" : "f16")) {
+    if (asm_text(body, sizeof body, d->n, na, (uint32_t)steps, e == IR_BF16 ? "bf16" : "f16", wait)) {
         ptx_fail(x, "wg.mma: asm text too long");
         return;
     }
-    LLVMTypeRef ret = LLVMStructTypeInContext(x->lc, rt, na, 0);
-    LLVMTypeRef fty = LLVMFunctionType(ret, at, nd + na, 0);
-    LLVMValueRef asm_ = LLVMGetInlineAsm(fty, body, strlen(body), cons, cn, 1, 0, LLVMInlineAsmDialectATT, 0);
-    LLVMValueRef call = LLVMBuildCall2(x->b, fty, asm_, args, nd + na, "");
-    LLVMValueRef out = LLVMGetPoison(ptx_frag_type(x, in->type));
-    for (uint32_t i = 0; i < na; i++)
-        out = LLVMBuildInsertElement(x->b, out, LLVMBuildExtractValue(x->b, call, i, ""), ptx_c_i32(x, i), "");
-    ptx_def(x, in->result, out);
+    ptx_def(x, in->result, tied_asm(x, in, body, args, at, nd));
 }
+
+void ptx_emit_wg_wait(ptx_ctx *x, const ir_inst *in) {
+    if (!ir_emit_need(&x->e, in, 1)) return;
+    const ir_type_desc *d = ir_type_get(x->k, in->type);
+    if (!d || d->m != 64 || d->n / 2 > MAX_ACC || in->imm[0] < 0 || in->imm[0] > 7) {
+        ptx_fail(x, "malformed wg.wait");
+        return;
+    }
+    if (x->sm < 90 || !x->c->wgmma) {
+        ptx_fail(x, "wg.wait needs wgmma: sm_90a and caps.wgmma (sm_%u)", x->sm);
+        return;
+    }
+    char body[64];
+    snprintf(body, sizeof body, "wgmma.wait_group.sync.aligned %d;", (int)in->imm[0]);
+    LLVMValueRef args[MAX_ACC];
+    LLVMTypeRef at[MAX_ACC];
+    ptx_def(x, in->result, tied_asm(x, in, body, args, at, 0));
+}
+

@@ -47,7 +47,7 @@ void spv_emit_frag(spv_ctx *x, const ir_inst *in) {
         }
         return;
     }
-    case IR_OP_WG_MMA: spv_fail(x, "warpgroup matrix products (wgmma, sm_90a) have no SPIR-V equivalent"); return;
+    case IR_OP_WG_MMA: case IR_OP_WG_WAIT: spv_fail(x, "warpgroup matrix products (wgmma, sm_90a) have no SPIR-V equivalent"); return;
     case IR_OP_FRAG_MMA: {
         if (!ir_emit_need(&x->e, in, 3)) return;
         const ir_type_desc *a = ir_type_get(x->k, ir_type_of(x->k, in->operand[0]));

@@ -97,6 +97,12 @@ void ir_set_workgroup(ir_kernel *k, uint32_t x, uint32_t y, uint32_t z);
 void ir_set_workgroup_spec(ir_kernel *k, ir_val x_spec);
 /* A workgroup (shared) memory array of count (1..2^24) elements of a non-bool scalar. */
 ir_shm ir_shared_array(ir_kernel *k, const char *name, ir_scalar elem, uint32_t count);
+/* A workgroup array that may reuse the memory of `base` (an array that overlays nothing),
+ * within base's bytes: for a phase of a kernel that no longer needs base (an epilogue after
+ * the staging ring). The two never share values: after a store to one, the other's
+ * contents are undefined, so uses of the two are separated by a barrier. A backend may
+ * give it memory of its own (SPIR-V does; PTX places it at base's offset). */
+ir_shm ir_shared_overlay(ir_kernel *k, const char *name, ir_scalar elem, uint32_t count, ir_shm base);
 
 /* ---- values ----------------------------------------------------------------------------- */
 
@@ -129,7 +135,7 @@ typedef enum ir_op {
     IR_OP_SG_REDUCE, IR_OP_SG_SHUFFLE, IR_OP_SG_SHUFFLE_XOR, IR_OP_SG_BROADCAST,
     /* matrix fragments */
     IR_OP_FRAG_FILL, IR_OP_FRAG_LOAD, IR_OP_FRAG_STORE, IR_OP_FRAG_MMA,
-    IR_OP_WG_MMA,
+    IR_OP_WG_MMA, IR_OP_WG_WAIT,
     /* structured control flow */
     IR_OP_FOR, IR_OP_IF, IR_OP_YIELD,
     IR_OP_COUNT
@@ -235,6 +241,17 @@ ir_val ir_frag_mma(ir_kernel *k, ir_val a, ir_val b, ir_val acc); /* acc + a * b
  * takes part (uniform control flow, as a barrier's). */
 ir_val ir_wg_mma(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo, ir_shm b,
                  ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps);
+/* ir_wg_mma that returns with its products still in flight (one committed group of the
+ * warpgroup's): the accumulator it returns may only be the acc of another wg.mma or of
+ * ir_wg_wait, directly or carried by a loop into them, and A and B must not be stored to
+ * until a wait covers the group. ir_wg_wait returns acc once at most `pending` (0..7) of
+ * the warpgroup's groups are in flight; with 0, acc is complete and may be read. So a
+ * chunk's products overlap the staging of the next ones:
+ *   for c: barrier; stage chunk c + d; acc = wg.mma.async(acc, c); acc = wg.wait(acc, 1)
+ *   acc = wg.wait(acc, 0) */
+ir_val ir_wg_mma_async(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo, ir_shm b,
+                       ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps);
+ir_val ir_wg_wait(ir_kernel *k, ir_val acc, uint32_t pending);
 
 /* ---- structured control flow --------------------------------------------------------------- */
 
@@ -292,14 +309,16 @@ struct ir_inst {
      *              imm[0] = buffer or shm index, imm[1] = 1 if row_major, imm[2] = 1 if shm
      *   ASYNC_COPY imm[0] = shm index (dst), imm[1] = buffer (src), imm[2] = count
      *   ASYNC_WAIT imm[0] = pending
-     *   WG_MMA     imm[0] = A's workgroup array, imm[1] = B's, imm[2] = k_steps
+     *   WG_MMA     imm[0] = A's workgroup array, imm[1] = B's, imm[2] = k_steps, plus
+     *              IR_WG_MMA_ASYNC when it returns in flight (ir_wg_mma_async)
+     *   WG_WAIT    imm[0] = pending
      * operands, in order:
      *   LOAD/SHM_LOAD [index]; STORE/SHM_STORE [index, value]; LOAD_MASKED [index, limit,
      *   fallback]; STORE_MASKED [index, value, limit]; ATOMIC [index, value]; SELECT [cond,
      *   a, b]; SG_SHUFFLE* / SG_BROADCAST [value, lane]; FRAG_FILL [scalar]; FRAG_LOAD
      *   [base, stride]; FRAG_STORE [frag, base, stride]; FRAG_MMA [a, b, acc]; ASYNC_COPY
      *   [dst_index, src_index, limit]; WG_MMA [acc, a_base, a_sbo, a_lbo, b_base, b_sbo,
-     *   b_lbo]; FOR [lo, hi, step, inits...]; IF [cond]; YIELD [values...] */
+     *   b_lbo]; WG_WAIT [acc]; FOR [lo, hi, step, inits...]; IF [cond]; YIELD [values...] */
     int64_t imm[3];
     /* FOR: body (region 0; its block arguments are block_arg[]: iv then carried values);
      * IF: then (0) and else (1), always both. Each region ends with exactly one YIELD. */
@@ -333,7 +352,10 @@ typedef struct ir_shared_decl {
     const char *name;
     ir_scalar elem;
     uint32_t count;
+    uint32_t overlays; /* 1 + the array whose memory it may reuse (ir_shared_overlay), 0 none */
 } ir_shared_decl;
+
+#define IR_WG_MMA_ASYNC 256 /* in WG_MMA's imm[2]: the products are left in flight */
 
 /* PARAM and SPEC instructions are in no region: they are defined at kernel entry and
  * visible everywhere (reach them through ir_param_at / ir_spec_at or ir_def). */

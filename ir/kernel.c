@@ -392,6 +392,27 @@ ir_shm ir_shared_array(ir_kernel *k, const char *name, ir_scalar elem, uint32_t 
     return k->n_shared++;
 }
 
+ir_shm ir_shared_overlay(ir_kernel *k, const char *name, ir_scalar elem, uint32_t count, ir_shm base) {
+    if (!k)
+        return 0;
+    const ir_shared_decl *b = ir_shared_at(k, base);
+    if (!b || b->overlays) {
+        ir_fail(k, "ir_shared_overlay: base %u is no workgroup array of its own", base);
+        return 0;
+    }
+    uint64_t need = (uint64_t)count * (ir_scalar_bits(elem) / 8), have = (uint64_t)b->count * (ir_scalar_bits(b->elem) / 8);
+    if ((unsigned)elem < IR_SCALAR_COUNT && elem != IR_BOOL && need > have) {
+        ir_fail(k, "ir_shared_overlay: %llu bytes do not fit @%s's %llu", (unsigned long long)need, b->name,
+                (unsigned long long)have);
+        return 0;
+    }
+    uint32_t before = k->n_shared;
+    ir_shm s = ir_shared_array(k, name, elem, count);
+    if (k->n_shared == before + 1)
+        k->shared[s].overlays = base + 1;
+    return s;
+}
+
 /* ---- reading --------------------------------------------------------------------------- */
 
 const ir_region *ir_kernel_body(const ir_kernel *k) { return k ? &k->body : NULL; }

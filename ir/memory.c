@@ -173,12 +173,32 @@ ir_val ir_frag_mma(ir_kernel *k, ir_val a, ir_val b, ir_val acc) {
     return ir_result_of(ir_build(k, "ir_frag_mma", IR_OP_FRAG_MMA, ir_type_of(k, acc), ops, 3, 0, 0, 0));
 }
 
-ir_val ir_wg_mma(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo, ir_shm b,
-                 ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps) {
+static ir_val wg_mma(ir_kernel *k, const char *fn, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo,
+                     ir_shm b, ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps) {
     ir_scalar ea, eb;
     ir_val ops[7] = { acc, a_base, a_sbo, a_lbo, b_base, b_sbo, b_lbo };
-    if (!k || !target_elem(k, "ir_wg_mma", true, a, &ea) || !target_elem(k, "ir_wg_mma", true, b, &eb) ||
-        !ir_uses_ok(k, "ir_wg_mma", ops, 7))
+    if (!k || !target_elem(k, fn, true, a, &ea) || !target_elem(k, fn, true, b, &eb) || !ir_uses_ok(k, fn, ops, 7))
         return IR_NONE;
-    return ir_result_of(ir_build(k, "ir_wg_mma", IR_OP_WG_MMA, ir_type_of(k, acc), ops, 7, a, b, k_steps));
+    return ir_result_of(ir_build(k, fn, IR_OP_WG_MMA, ir_type_of(k, acc), ops, 7, a, b, k_steps));
+}
+
+ir_val ir_wg_mma(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo, ir_shm b,
+                 ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps) {
+    return wg_mma(k, "ir_wg_mma", acc, a, a_base, a_sbo, a_lbo, b, b_base, b_sbo, b_lbo, k_steps);
+}
+
+ir_val ir_wg_mma_async(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo, ir_shm b,
+                       ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps) {
+    if (k_steps >= IR_WG_MMA_ASYNC) {
+        ir_fail(k, "ir_wg_mma_async: k_steps %u", k_steps);
+        return IR_NONE;
+    }
+    return wg_mma(k, "ir_wg_mma_async", acc, a, a_base, a_sbo, a_lbo, b, b_base, b_sbo, b_lbo,
+                  k_steps | IR_WG_MMA_ASYNC);
+}
+
+ir_val ir_wg_wait(ir_kernel *k, ir_val acc, uint32_t pending) {
+    if (!k || !ir_uses_ok(k, "ir_wg_wait", &acc, 1))
+        return IR_NONE;
+    return ir_result_of(ir_build(k, "ir_wg_wait", IR_OP_WG_WAIT, ir_type_of(k, acc), &acc, 1, pending, 0, 0));
 }

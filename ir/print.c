@@ -163,8 +163,11 @@ void ir_sb_inst(ir_sb *b, const ir_kernel *k, const ir_inst *in) {
         put_target(b, k, true, in->imm[0]);
         ir_sb_printf(b, "[%%%u] sbo %%%u lbo %%%u, ", opnd(in, 1), opnd(in, 2), opnd(in, 3));
         put_target(b, k, true, in->imm[1]);
-        ir_sb_printf(b, "[%%%u] sbo %%%u lbo %%%u, k_steps %lld", opnd(in, 4), opnd(in, 5), opnd(in, 6),
-                     (long long)in->imm[2]);
+        ir_sb_printf(b, "[%%%u] sbo %%%u lbo %%%u, k_steps %lld%s", opnd(in, 4), opnd(in, 5), opnd(in, 6),
+                     (long long)(in->imm[2] & ~(int64_t)IR_WG_MMA_ASYNC), in->imm[2] & IR_WG_MMA_ASYNC ? ", async" : "");
+        break;
+    case IR_OP_WG_WAIT:
+        ir_sb_printf(b, "%s %%%u, pending %lld", op, opnd(in, 0), (long long)in->imm[0]);
         break;
     case IR_OP_ASYNC_WAIT:
         ir_sb_printf(b, "%s %lld", op, (long long)in->imm[0]);
@@ -306,8 +309,11 @@ char *ir_print(const ir_kernel *k) {
         ir_sb_printf(&b, " workgroup(%u, %u, %u)", k->wg[0], k->wg[1], k->wg[2]);
     ir_sb_printf(&b, " {\n");
     for (uint32_t i = 0; i < k->n_shared; i++)
-        ir_sb_printf(&b, "  shared @%s: %s[%u]\n", k->shared[i].name, ir_scalar_name(k->shared[i].elem),
-                     k->shared[i].count);
+        ir_sb_printf(&b, "  shared @%s: %s[%u]%s%s\n", k->shared[i].name, ir_scalar_name(k->shared[i].elem),
+                     k->shared[i].count, k->shared[i].overlays ? " overlays @" : "",
+                     k->shared[i].overlays && k->shared[i].overlays <= k->n_shared
+                         ? k->shared[k->shared[i].overlays - 1].name
+                         : "");
     put_region(&b, k, &k->body, 1);
     ir_sb_printf(&b, "}\n");
     if (b.oom) {

@@ -434,12 +434,23 @@ static bool check(ck *c) {
         if (e != e2 || (e != IR_F16 && e != IR_BF16))
             return bad(c, "wg.mma multiplies f16 or bf16 arrays of one type, not %s by %s", ir_scalar_name(e),
                        ir_scalar_name(e2));
-        if (in->imm[2] < 1 || in->imm[2] > 8)
-            return bad(c, "wg.mma takes 1..8 k steps, not %lld", (long long)in->imm[2]);
+        int64_t steps = in->imm[2] & ~(int64_t)IR_WG_MMA_ASYNC;
+        if (steps < 1 || steps > 8)
+            return bad(c, "wg.mma takes 1..8 k steps, not %lld", (long long)steps);
         static const char *const what[6] = { "A base", "A sbo", "A lbo", "B base", "B sbo", "B lbo" };
         for (uint32_t i = 1; i < 7; i++)
             if (!index_u32(c, i, what[i - 1]))
                 return false;
+        return result_is(c, ty(c, 0));
+    }
+    case IR_OP_WG_WAIT: {
+        const ir_type_desc *fc = NULL;
+        if (!nops(c, 1) || !frag_of(c, ty(c, 0), IR_FRAG_ACC, &fc))
+            return false;
+        if (fc->m != 64 || fc->k != 16)
+            return bad(c, "wg.wait takes a warpgroup's m64 accumulator, not m%un%uk%u", fc->m, fc->n, fc->k);
+        if (in->imm[0] < 0 || in->imm[0] > 7)
+            return bad(c, "wg.wait leaves 0..7 groups pending, not %lld", (long long)in->imm[0]);
         return result_is(c, ty(c, 0));
     }
     case IR_OP_FOR: {
@@ -689,6 +700,12 @@ static bool walk_if(vs *s, const ir_inst *in, bool divergent, int depth) {
     return ok;
 }
 
+/* The result of a wg.mma left in flight (ir_wg_mma_async). */
+static bool in_flight(const ir_kernel *k, ir_val v) {
+    const ir_inst *d = ir_def(k, v);
+    return d && d->op == IR_OP_WG_MMA && (d->imm[2] & IR_WG_MMA_ASYNC);
+}
+
 static bool walk(vs *s, const ir_region *r, const ir_inst *parent, bool divergent, int depth) {
     if (depth > 1000)
         return fail(s, parent, "constructs nest too deeply");
@@ -706,16 +723,21 @@ static bool walk(vs *s, const ir_region *r, const ir_inst *parent, bool divergen
             return fail(s, in, parent ? "yield must end its region" : "yield outside a for/if");
         if (in->n_operand && !in->operand)
             return fail(s, in, "operands missing");
-        for (uint32_t j = 0; j < in->n_operand; j++)
+        for (uint32_t j = 0; j < in->n_operand; j++) {
             if (!use(s, in, in->operand[j]))
                 return false;
+            if (in_flight(s->k, in->operand[j]) && !((in->op == IR_OP_WG_MMA && j == 0) || in->op == IR_OP_WG_WAIT ||
+                                                     in->op == IR_OP_YIELD || (in->op == IR_OP_FOR && j >= 3)))
+                return fail(s, in, "%%%u is a wg.mma's accumulator still in flight: only wg.mma, wg.wait or a loop "
+                                   "carrying it may take it", in->operand[j]);
+        }
         char msg[200];
         if (!ir_check_op(s->k, in, msg, sizeof msg))
             return fail(s, in, "%s", msg);
-        if ((in->op == IR_OP_BARRIER || in->op == IR_OP_WG_MMA) && divergent)
+        if ((in->op == IR_OP_BARRIER || in->op == IR_OP_WG_MMA || in->op == IR_OP_WG_WAIT) && divergent)
             return fail(s, in, "%s in control flow that depends on a per-invocation id "
                                "(only GROUP, NUM_GROUPS and SG_SIZE ids are uniform)",
-                        in->op == IR_OP_BARRIER ? "barrier" : "wg.mma");
+                        ir_op_name(in->op));
         bool has = ir_op_has_result(in->op);
         if (has != (in->result != IR_NONE))
             return fail(s, in, has ? "%s must define a value" : "%s defines no value", ir_op_name(in->op));
@@ -771,6 +793,12 @@ static bool entry(vs *s) {
         const ir_shared_decl *sh = &k->shared[i];
         if (sh->elem == IR_BOOL || (unsigned)sh->elem >= IR_SCALAR_COUNT || sh->count == 0)
             return fail(s, NULL, "shared @%s: a non-bool element and a count of at least 1", sh->name);
+        if (sh->overlays) {
+            const ir_shared_decl *b = sh->overlays <= k->n_shared ? &k->shared[sh->overlays - 1] : NULL;
+            if (!b || b == sh || b->overlays ||
+                (uint64_t)sh->count * ir_scalar_bits(sh->elem) > (uint64_t)b->count * ir_scalar_bits(b->elem))
+                return fail(s, NULL, "shared @%s overlays no array of its own that holds it", sh->name);
+        }
     }
     return true;
 }

@@ -44,6 +44,7 @@ static size_t line(char *buf, size_t cap, size_t at, const char *role, const ir_
         uint32_t shm = 0;
         for (uint32_t i = 0; i < ir_n_shared(k); i++) {
             const ir_shared_decl *d = ir_shared_at(k, i);
+            if (d->overlays) continue;
             shm += d->count * (d->elem == IR_F16 || d->elem == IR_BF16  ? 2
                                : d->elem == IR_I64 || d->elem == IR_U64 ? 8
                                                                         : 4);

@@ -523,16 +523,23 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
         return NULL;
     }
     uint32_t g[2];
-    mma_cfg cfg;
-    mm_pipe_cfg pcfg;
-    bool use_pipe = mm_pipe_pick(c, dtype, rows, cols, n_max, &pcfg);
+    mma_cfg cfg = {0};
+    mm_pipe_cfg pcfg = {0};
+    mm_wg_cfg wcfg = {0};
+    /* warpgroup products where their smallest tile still fills nine tenths of the SMs */
+    bool use_wg = mm_wg_pick(c, dtype, rows, cols, n_max, &wcfg) &&
+                  (uint64_t)((rows + wcfg.tile_r - 1) / wcfg.tile_r) * ((n_max + 127) / 128) * 10 >=
+                      (uint64_t)(c->compute_units ? c->compute_units : 1) * 9;
+    bool use_pipe = !use_wg && mm_pipe_pick(c, dtype, rows, cols, n_max, &pcfg);
     bool use_mma = !use_pipe && mma_pick(c, dtype, &cfg);
     mm m = {
         .k = {kn_create("kn_matmul", err), c}, .rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype, .epi = epi};
     kx k = m.k;
     if (!k.ir) return NULL;
     mm_params(&m);
-    if (use_pipe) {
+    if (use_wg) {
+        mm_build_wg(&m, &wcfg, g);
+    } else if (use_pipe) {
         mm_build_pipe(&m, &pcfg, g);
     } else if (use_mma) {
         build_mma(&m, &cfg, g);

@@ -41,10 +41,23 @@ typedef struct mm_stage {
     bool core;            /* else 8x8 core matrices (wg.mma's layout): (r, k) at (r / 8) kc 8 +
                            * (k / 8) 64 + (r % 8) 8 + k % 8, so a core matrix is 128 bytes */
     ir_val first_row;
+    uint32_t offset; /* elements from a slot's start to this operand's (both in one ring) */
 } mm_stage;
 /* Issues the copies of chunk (columns chunk * kc ..) into ring slot slot: each invocation a
  * few 16-byte copies, columns past cols zero-filled. */
 void mm_issue_stage(const mm *m, const mm_stage *s, ir_val chunk, ir_val slot);
+
+/* ---- matmul_wg.c: the warpgroup (wgmma) variant ---- */
+typedef struct mm_wg_cfg {
+    uint32_t tile_r; /* rows of Y per workgroup (128, 192 or 256): each warpgroup's m64 x tile_r */
+    uint32_t kc;     /* columns per chunk (16..128, a multiple of 16) */
+    uint32_t stages; /* ring slots (3..8 async, 2..8 not) */
+    bool async;      /* products left in flight one chunk (wg.mma.async) */
+} mm_wg_cfg;
+/* The warpgroup variant's shape for this product, or false: caps.wgmma and asynchronous
+ * copies, a 16-bit dtype, cols a multiple of 8, the ring within caps.shared_bytes. */
+bool mm_wg_pick(const rt_caps *c, ir_scalar dtype, uint32_t rows, uint32_t cols, uint32_t n_max, mm_wg_cfg *cfg);
+void mm_build_wg(mm *m, const mm_wg_cfg *cfg, uint32_t groups[2]);
 
 /* ---- matmul_pipe.c ---- */
 typedef struct mm_pipe_cfg {

@@ -8,7 +8,7 @@
 void mm_issue_stage(const mm *m, const mm_stage *s, ir_val chunk, ir_val slot) {
     kx k = m->k;
     uint32_t per_row = s->kc / MM_COPY, n = s->tile * per_row, wg = m->invocations;
-    ir_val col0 = kx_mul_c(k, chunk, s->kc), dst0 = kx_mul_c(k, slot, s->stage_elems);
+    ir_val col0 = kx_mul_c(k, chunk, s->kc), dst0 = kx_add_c(k, kx_mul_c(k, slot, s->stage_elems), s->offset);
     for (uint32_t j = 0; j * wg < n; j++) {
         ir_val i = kx_add_c(k, m->lid, j * wg);
         ir_if *f = (j + 1) * wg <= n ? NULL : kx_if(k, kx_lt_c(k, i, n));

@@ -1,65 +1,133 @@
-/* The prefill product on warpgroup products (wg.mma: wgmma on sm_90a), built beside
- * kn_matmul with its parameters, grid semantics and epilogues; not yet used by the plan
- * (it has not run on a device: tests/kernels checks it against the reference there).
+/* The prefill product on warpgroup products (wg.mma: wgmma on sm_90a), the variant
+ * kn_matmul builds where the caps offer it, with its parameters, grid semantics and
+ * epilogues.
  *
- * A workgroup of two warpgroups (256 invocations) owns 128 tokens x 128 rows of Y, each
- * warpgroup 64 tokens x 128 rows in one m64n128 accumulator (64 f32 a lane). cols is
- * walked in chunks of 64 columns ring-buffered in `stages` slots of workgroup memory by
- * asynchronous copies issued stages - 1 chunks ahead (kn_matmul's pipeline), each slot
- * in wg.mma's layout of 8x8 core matrices (matmul_stage.c: lbo 64, sbo 8 * 64 elements);
- * a chunk's products are one wg.mma of 4 steps of 16 columns per warpgroup. The
- * accumulators leave through an f32 workgroup array for the epilogue, as kn_matmul's. */
+ * A workgroup of two warpgroups (256 invocations) owns 128 tokens x tile_r rows of Y
+ * (tile_r 128, 192 or 256), each warpgroup 64 tokens in one m64 x tile_r accumulator
+ * (tile_r / 2 f32 a lane). cols is walked in chunks of kc columns ring-buffered in
+ * `stages` slots of one workgroup array (a slot: X's 128 rows, then W's tile_r), each in
+ * wg.mma's layout of 8x8 core matrices (matmul_stage.c: lbo 64, sbo 8 kc elements), filled
+ * by asynchronous copies issued d chunks ahead. With async products a chunk's wg.mma is
+ * left in flight while the next chunk is waited for and staged (d = stages - 2: the slot
+ * being filled is the one the product two chunks back read, which every warpgroup's
+ * wg.wait 1 has released before the barrier); without, d = stages - 1:
+ *
+ *   stage chunks 0 .. d-1, one commit each
+ *   for c in chunks: wait until chunk c has landed (d - 1 groups pending); barrier
+ *                    stage chunk c + d; commit
+ *                    acc = wg.mma.async(acc, chunk c); acc = wg.wait(acc, 1)
+ *   acc = wg.wait(acc, 0)
+ *
+ * The accumulators leave through an f32 array that overlays the ring (it is free once
+ * the loop ends) for the epilogue, as kn_matmul's: consecutive outputs, vector stores. */
 #include "kernels/kernels.h"
 #include "kernels/matmul_internal.h"
 
-#define WG_TILE 128 /* tokens and rows per workgroup */
-#define WG_KC 64    /* columns per chunk */
-#define WG_STAGES 4
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WG_TOKENS 128 /* tokens per workgroup: two warpgroups of 64 */
 #define CS_PAD 4
 
-static uint32_t wg_shared_bytes(void) { return WG_STAGES * 2 * WG_TILE * WG_KC * 2 + WG_TILE * (WG_TILE + CS_PAD) * 4; }
+static uint32_t ring_elems(const mm_wg_cfg *g) { return g->stages * (WG_TOKENS + g->tile_r) * g->kc; }
+static uint32_t cs_elems(const mm_wg_cfg *g) { return WG_TOKENS * (g->tile_r + CS_PAD); }
 
-bool kn_matmul_wg_ok(const rt_caps *c, ir_scalar dt, uint32_t cols) {
+static uint32_t wg_shared_bytes(const mm_wg_cfg *g) {
+    uint32_t ring = ring_elems(g) * 2, cs = cs_elems(g) * 4;
+    return cs <= ring ? ring : ring + cs;
+}
+
+static bool cfg_ok(const mm_wg_cfg *g) {
+    bool r = g->tile_r == 128 || g->tile_r == 192 || g->tile_r == 256;
+    return r && g->kc >= 16 && g->kc <= 128 && g->kc % 16 == 0 && g->stages >= (g->async ? 3u : 2u) &&
+           g->stages <= 8;
+}
+
+/* KILN_MATMUL_WG=tile_r,kc,stages,async overrides the shape (for measuring others on a
+ * device), KILN_MATMUL_WG=0 turns the variant off; a malformed value is ignored. */
+static bool env_cfg(mm_wg_cfg *g) {
+    const char *e = getenv("KILN_MATMUL_WG");
+    if (e && strcmp(e, "0") == 0) return false;
+    unsigned v[4];
+    if (!e || sscanf(e, "%u,%u,%u,%u", &v[0], &v[1], &v[2], &v[3]) != 4) return true;
+    mm_wg_cfg t = {v[0], v[1], v[2], v[3] != 0};
+    if (cfg_ok(&t)) *g = t;
+    return true;
+}
+
+static bool caps_ok(const rt_caps *c, ir_scalar dt, uint32_t cols) {
     if (!c->wgmma || !c->async_copy || c->subgroup_size != 32 || cols % MM_COPY) return false;
     if (dt != IR_BF16 && dt != IR_F16) return false;
-    if (c->max_workgroup && c->max_workgroup < 256) return false;
-    return !c->shared_bytes || wg_shared_bytes() <= c->shared_bytes;
+    return !c->max_workgroup || c->max_workgroup >= 256;
+}
+
+/* The shapes tried: 64-column chunks in 4 slots, products in flight. */
+static const mm_wg_cfg shapes[] = {{256, 64, 4, true}, {192, 64, 4, true}, {128, 64, 4, true}};
+
+bool mm_wg_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t cols, uint32_t n_max, mm_wg_cfg *cfg) {
+    if (!caps_ok(c, dt, cols)) return false;
+    /* the fewest waves of workgroups weighted by a workgroup's time (its rows plus what
+     * every tile costs whatever its width: X's staging, the epilogue) */
+    uint32_t cu = c->compute_units ? c->compute_units : 1, tokens = (n_max + WG_TOKENS - 1) / WG_TOKENS;
+    const mm_wg_cfg *best = NULL;
+    uint64_t best_cost = UINT64_MAX;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        uint64_t grid = (uint64_t)((rows + shapes[i].tile_r - 1) / shapes[i].tile_r) * tokens;
+        uint64_t cost = (grid + cu - 1) / cu * (shapes[i].tile_r + 64);
+        if (cost < best_cost && (!c->shared_bytes || wg_shared_bytes(&shapes[i]) <= c->shared_bytes))
+            best = &shapes[i], best_cost = cost;
+    }
+    if (!best) return false;
+    mm_wg_cfg g = *best;
+    if (!env_cfg(&g)) return false;
+    if (c->shared_bytes && wg_shared_bytes(&g) > c->shared_bytes) return false;
+    *cfg = g;
+    return true;
+}
+
+bool kn_matmul_wg_ok(const rt_caps *c, ir_scalar dt, uint32_t cols) {
+    mm_wg_cfg g;
+    return mm_wg_pick(c, dt, 128, cols, 128, &g);
 }
 
 typedef struct wg_item {
     ir_shm cs;
     ir_val t0, r0;
-    uint32_t lanes;
+    uint32_t lanes, tile_r;
 } wg_item;
 
-/* Output i of the tile: token i / (128 / lanes), rows in vectors, from the f32 sums. */
+/* Output i of the tile: token i / (tile_r / lanes), rows in vectors, from the f32 sums. */
 static void out_item(const mm *m, ir_val i, const void *p) {
     const wg_item *a = p;
     kx k = m->k;
-    uint32_t per = WG_TILE / a->lanes;
+    uint32_t per = a->tile_r / a->lanes;
     ir_val tl = kx_div_c(k, i, per), rl = kx_mul_c(k, kx_rem_c(k, i, per), a->lanes);
     ir_val t = kx_add(k, a->t0, tl), r = kx_add(k, a->r0, rl);
     ir_if *f = kx_if(k, mm_exists(m, t, r));
-    ir_val s[4], at = kx_idx(k, tl, WG_TILE + CS_PAD, rl);
+    ir_val s[4], at = kx_idx(k, tl, a->tile_r + CS_PAD, rl);
     for (uint32_t l = 0; l < a->lanes; l++) s[l] = kx_shm_load(k, a->cs, kx_add_c(k, at, l), 1);
     mm_store_y(m, t, r, s, a->lanes);
     kx_end_if(k, f);
 }
 
-static void build(mm *m, uint32_t groups[2]) {
+void mm_build_wg(mm *m, const mm_wg_cfg *g, uint32_t groups[2]) {
     kx k = m->k;
-    uint32_t stage = WG_TILE * WG_KC, chunks = (m->cols + WG_KC - 1) / WG_KC;
+    uint32_t tr = g->tile_r, kc = g->kc, S = g->stages;
+    uint32_t stage_x = WG_TOKENS * kc, slot_elems = (WG_TOKENS + tr) * kc, chunks = (m->cols + kc - 1) / kc;
+    uint32_t d = g->async ? S - 2 : S - 1; /* chunks staged ahead */
     m->invocations = 256;
     kx_workgroup(k, 256);
-    ir_shm xs = kx_shared(k, "xs", m->dtype, WG_STAGES * stage), ws = kx_shared(k, "ws", m->dtype, WG_STAGES * stage);
-    ir_shm cs = kx_shared(k, "cs", IR_F32, WG_TILE * (WG_TILE + CS_PAD));
-    ir_type tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, 64, WG_TILE, 16);
-    ir_val t0 = kx_group_times(k, 1, WG_TILE), r0 = kx_group_times(k, 0, WG_TILE);
+    ir_shm ring = kx_shared(k, "ring", m->dtype, ring_elems(g));
+    ir_shm cs = cs_elems(g) * 4 <= ring_elems(g) * 2 ? ir_shared_overlay(k.ir, "cs", IR_F32, cs_elems(g), ring)
+                                                     : kx_shared(k, "cs", IR_F32, cs_elems(g));
+    ir_type tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, 64, tr, 16);
+    ir_val t0 = kx_group_times(k, 1, WG_TOKENS), r0 = kx_group_times(k, 0, tr);
     ir_val half = kx_shr_c(k, kx_sg_id(k), 2); /* the warpgroup: tokens 64 half .. */
     ir_if *live = kx_if(k, kx_lt(k, t0, m->n));
-    mm_stage sx = {m->x, xs, WG_TILE, m->n_max - 1, stage, WG_KC, 0, true, t0};
-    mm_stage sw = {m->w, ws, WG_TILE, m->rows - 1, stage, WG_KC, 0, true, r0};
-    for (uint32_t c = 0; c + 1 < WG_STAGES; c++) {
+    mm_stage sx = {m->x, ring, WG_TOKENS, m->n_max - 1, slot_elems, kc, 0, true, t0, 0};
+    mm_stage sw = {m->w, ring, tr, m->rows - 1, slot_elems, kc, 0, true, r0, stage_x};
+    for (uint32_t c = 0; c < d; c++) {
         if (c < chunks) {
             mm_issue_stage(m, &sx, kx_u32(k, c), kx_u32(k, c));
             mm_issue_stage(m, &sw, kx_u32(k, c), kx_u32(k, c));
@@ -69,38 +137,46 @@ static void build(mm *m, uint32_t groups[2]) {
     ir_val init = ir_frag_fill(k.ir, tc, kx_f32(k, 0.0f));
     ir_for *l = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, chunks), kx_u32(k, 1), 1, &init);
     ir_val c = ir_for_iv(l), acc = ir_for_arg(l, 0);
-    ir_async_wait(k.ir, WG_STAGES - 2);
-    kx_barrier(k); /* chunk c is everyone's; chunk c - 1's slot is free */
-    ir_val next = kx_add_c(k, c, WG_STAGES - 1);
+    ir_async_wait(k.ir, d - 1);
+    kx_barrier(k); /* chunk c is everyone's; the slot chunk c + d takes is free */
+    ir_val next = kx_add_c(k, c, d);
     ir_if *f = kx_if(k, kx_lt_c(k, next, chunks));
-    ir_val nslot = kx_rem_c(k, next, WG_STAGES);
+    ir_val nslot = kx_rem_c(k, next, S);
     mm_issue_stage(m, &sx, next, nslot);
     mm_issue_stage(m, &sw, next, nslot);
     kx_end_if(k, f);
     ir_async_commit(k.ir);
-    ir_val slot = kx_mul_c(k, kx_rem_c(k, c, WG_STAGES), stage);
-    ir_val a_base = kx_add(k, slot, kx_mul_c(k, half, 64 * WG_KC)); /* 8 row groups of 8 x 64 */
-    ir_val sbo = kx_u32(k, 8 * WG_KC), lbo = kx_u32(k, 64);
-    acc = ir_wg_mma(k.ir, acc, xs, a_base, sbo, lbo, ws, slot, sbo, lbo, WG_KC / 16);
+    ir_val slot = kx_mul_c(k, kx_rem_c(k, c, S), slot_elems);
+    ir_val a_base = kx_add(k, slot, kx_mul_c(k, half, 64 * kc)); /* 8 row groups of 8 x kc */
+    ir_val b_base = kx_add_c(k, slot, stage_x);
+    ir_val sbo = kx_u32(k, 8 * kc), lbo = kx_u32(k, 64);
+    if (g->async) {
+        acc = ir_wg_mma_async(k.ir, acc, ring, a_base, sbo, lbo, ring, b_base, sbo, lbo, kc / 16);
+        acc = ir_wg_wait(k.ir, acc, 1);
+    } else {
+        acc = ir_wg_mma(k.ir, acc, ring, a_base, sbo, lbo, ring, b_base, sbo, lbo, kc / 16);
+    }
     ir_for_end(k.ir, l, &acc);
     acc = ir_for_result(l, 0);
-    /* the warpgroup's 64 tokens x 128 rows, then the epilogue by all */
-    ir_frag_store(k.ir, acc, true, cs, kx_mul_c(k, half, 64 * (WG_TILE + CS_PAD)), kx_u32(k, WG_TILE + CS_PAD), true);
+    if (g->async) acc = ir_wg_wait(k.ir, acc, 0);
+    kx_barrier(k); /* the ring is free: the sums may overlay it */
+    ir_frag_store(k.ir, acc, true, cs, kx_mul_c(k, half, 64 * (tr + CS_PAD)), kx_u32(k, tr + CS_PAD), true);
     kx_barrier(k);
-    wg_item it = {cs, t0, r0, kn_vec_width(m->rows)};
-    mm_for_items(m, WG_TILE * WG_TILE / it.lanes, out_item, &it);
+    wg_item it = {cs, t0, r0, kn_vec_width(m->rows), tr};
+    mm_for_items(m, WG_TOKENS * tr / it.lanes, out_item, &it);
     kx_end_if(k, live);
-    groups[0] = (m->rows + WG_TILE - 1) / WG_TILE;
-    groups[1] = (m->n_max + WG_TILE - 1) / WG_TILE;
+    groups[0] = (m->rows + tr - 1) / tr;
+    groups[1] = (m->n_max + WG_TOKENS - 1) / WG_TOKENS;
 }
 
 ir_kernel *kn_matmul_wg(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
                         uint32_t groups[2], kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return NULL;
     if (kn_check_epi("kn_matmul_wg", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL, err)) return NULL;
-    if (!kn_matmul_wg_ok(c, dtype, cols) || rows == 0 || n_max == 0 || n_max % 64 ||
-        (uint64_t)n_max * cols > UINT32_MAX || (uint64_t)n_max * rows > UINT32_MAX ||
-        (uint64_t)rows * cols > UINT32_MAX) {
+    mm_wg_cfg cfg;
+    if (rows == 0 || n_max == 0 || n_max % 64 || (uint64_t)n_max * cols > UINT32_MAX ||
+        (uint64_t)n_max * rows > UINT32_MAX || (uint64_t)rows * cols > UINT32_MAX ||
+        !mm_wg_pick(c, dtype, rows, cols, n_max, &cfg)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED,
                   "kn_matmul_wg: needs wgmma (sm_90a), asynchronous copies and cols a multiple of 8, and a shape "
                   "kn_matmul takes (rows %u, cols %u, n_max %u)",
@@ -116,7 +192,7 @@ ir_kernel *kn_matmul_wg(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t
     if (!m.k.ir) return NULL;
     mm_params(&m);
     uint32_t g[2];
-    build(&m, g);
+    mm_build_wg(&m, &cfg, g);
     if (groups) groups[0] = g[0], groups[1] = g[1];
     return kn_finish(m.k.ir, err);
 }

@@ -285,6 +285,7 @@ Test(kernels_matmul, pipeline_builds_for_cuda_caps, .timeout = 300) {
     for (uint32_t cc = 80; cc <= 90; cc += 10) {
         rt_caps c = tu_cuda_caps(cc);
         c.compute_units = 132; /* an H200's SMs: the tiles follow the grid they give */
+        cr_assert_eq(rt_caps_override(&c, "no-wgmma", &err), 0, "%s", err.msg); /* sm_90's other variant */
         for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
             for (size_t ti = 0; ti < 2; ti++) {
                 uint32_t g[2] = {0, 0};
@@ -324,22 +325,49 @@ Test(kernels_matmul, pipeline_builds_for_cuda_caps, .timeout = 300) {
 Test(kernels_matmul, warpgroup_variant_builds_for_sm_90, .timeout = 300) {
     kiln_err err = {0};
     rt_caps c = tu_cuda_caps(90), c80 = tu_cuda_caps(80);
-    static const mm_shape sh[] = {{4096, 4096, 512}, {1000, 1000, 64}};
-    for (size_t i = 0; i < 2; i++)
-        for (size_t ti = 0; ti < 2; ti++) {
-            uint32_t g[2] = {0, 0};
-            unsigned epi = (unsigned)(i + 2 * ti) % 4;
-            ir_kernel *k = kn_matmul_wg(&c, sh[i].rows, sh[i].cols, sh[i].n_max, dtypes[ti], epi, g, &err);
-            cr_assert_not_null(k, "%s", err.msg);
-            char *text = ir_print(k);
-            cr_assert(strstr(text, "wg.mma") && strstr(text, "async.copy"), "not the warpgroup variant");
-            free(text);
-            cr_assert(g[0] == (sh[i].rows + 127) / 128 && g[1] == (sh[i].n_max + 127) / 128, "grid %u x %u", g[0],
-                      g[1]);
-            tu_ptx_assembles(k, &c, "matmul wg");
-            ir_kernel_destroy(k);
-        }
+    c.compute_units = 132;
+    /* the default shapes (tiles of 128, 192 and 256 rows by the grid), then others by
+     * KILN_MATMUL_WG: products waited for in each chunk, 3 slots, 32-column chunks */
+    static const mm_shape sh[] = {{4096, 4096, 512}, {6144, 4096, 512}, {24576, 4096, 2048}, {1000, 1000, 64}};
+    static const uint32_t tile[] = {128, 192, 256, 128};
+    static const char *const env[] = {NULL, "256,64,4,0", "128,64,3,1", "192,32,6,1"};
+    for (size_t e = 0; e < sizeof env / sizeof env[0]; e++) {
+        if (env[e]) setenv("KILN_MATMUL_WG", env[e], 1);
+        for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
+            for (size_t ti = 0; ti < 2; ti++) {
+                if (e && i != 1) continue;
+                uint32_t g[2] = {0, 0}, tr = e ? (uint32_t)atoi(env[e]) : tile[i];
+                unsigned epi = (unsigned)(i + 2 * ti) % 4;
+                ir_kernel *k = kn_matmul_wg(&c, sh[i].rows, sh[i].cols, sh[i].n_max, dtypes[ti], epi, g, &err);
+                cr_assert_not_null(k, "%s", err.msg);
+                char *text = ir_print(k);
+                cr_assert(strstr(text, "wg.mma") && strstr(text, "async.copy"), "not the warpgroup variant");
+                cr_assert_eq(strstr(text, "wg.wait") != NULL, !env[e] || env[e][strlen(env[e]) - 1] == '1',
+                             "products in flight or not");
+                free(text);
+                cr_assert(g[0] == (sh[i].rows + tr - 1) / tr && g[1] == (sh[i].n_max + 127) / 128,
+                          "%ux%u: grid %u x %u, tiles of %u rows", sh[i].rows, sh[i].n_max, g[0], g[1], tr);
+                tu_ptx_assembles(k, &c, env[e] ? env[e] : "matmul wg");
+                ir_kernel_destroy(k);
+            }
+        unsetenv("KILN_MATMUL_WG");
+    }
+    /* kn_matmul takes it where its tiles fill the SMs, not for a small grid or with it off */
     uint32_t g[2];
+    ir_kernel *k = kn_matmul(&c, 4096, 4096, 512, IR_BF16, 0, g, &err);
+    cr_assert_not_null(k, "%s", err.msg);
+    char *text = ir_print(k);
+    cr_assert(strstr(text, "wg.mma"), "kn_matmul 4096x4096x512 on sm_90: not the warpgroup variant");
+    free(text);
+    ir_kernel_destroy(k);
+    k = kn_matmul(&c, 1000, 4104, 64, IR_BF16, 0, g, &err);
+    text = ir_print(k);
+    cr_assert(text && !strstr(text, "wg.mma"), "a grid of 8: the warpgroup variant");
+    free(text);
+    ir_kernel_destroy(k);
+    setenv("KILN_MATMUL_WG", "0", 1);
+    cr_assert_not(kn_matmul_wg_ok(&c, IR_BF16, 4096), "KILN_MATMUL_WG=0");
+    unsetenv("KILN_MATMUL_WG");
     cr_assert_null(kn_matmul_wg(&c80, 4096, 4096, 512, IR_BF16, 0, g, &err));
     cr_assert(strstr(err.msg, "wgmma"), "%s", err.msg);
     cr_assert_eq(rt_caps_override(&c, "no-wgmma", &err), 0, "%s", err.msg);

@@ -60,6 +60,8 @@ void tu_ptxas_assemble(const char *ptx, const char *arch, const char *what) {
     int st = pclose(p);
     unlink(file);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "ptxas -arch=%s rejects %s:\n%s", arch, what, out);
+    /* C7510/C7511/C7515: ptxas serialized the warpgroup products (the loader refuses it) */
+    cr_assert(!strstr(out, "C751"), "ptxas -arch=%s serialized the wgmma of %s:\n%s", arch, what, out);
 }
 
 void tu_ptx_assembles(const ir_kernel *k, const rt_caps *c, const char *what) {
