@@ -318,16 +318,22 @@ static void declare_function(ptx_ctx *x) {
     }
 }
 
-/* Each workgroup array at a 16-byte boundary: its bytes rounded up. */
-static uint64_t shared_span(const ir_shared_decl *d) {
-    return ((uint64_t)(ir_scalar_bits(d->elem) / 8) * d->count + 15) / 16 * 16;
+/* Workgroup arrays start at 16-byte boundaries, or 1024 in a module with warpgroup
+ * products (their swizzled atoms are 1024-byte aligned). */
+static uint64_t shared_align(const ir_kernel *k) {
+    return ir_emit_find_op(ir_kernel_body(k), IR_OP_WG_MMA) ? 1024 : 16;
+}
+
+/* An array's bytes rounded up to the alignment. */
+static uint64_t shared_span(const ir_shared_decl *d, uint64_t align) {
+    return ((uint64_t)(ir_scalar_bits(d->elem) / 8) * d->count + align - 1) / align * align;
 }
 
 uint32_t ptx_dynamic_shared_bytes(const ir_kernel *k) {
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, align = k ? shared_align(k) : 16;
     for (uint32_t i = 0; k && i < ir_n_shared(k); i++) {
         const ir_shared_decl *d = ir_shared_at(k, i);
-        if (d && !d->overlays) bytes += shared_span(d);
+        if (d && !d->overlays) bytes += shared_span(d, align);
     }
     return bytes > STATIC_SHARED_LIMIT && bytes <= UINT32_MAX ? (uint32_t)bytes : 0;
 }
@@ -335,14 +341,14 @@ uint32_t ptx_dynamic_shared_bytes(const ir_kernel *k) {
 /* Static .shared arrays, or (past PTX's 48 KiB static limit) offsets into one extern
  * .shared array the launch sizes (ptx_emit.h). */
 static void declare_shared(ptx_ctx *x) {
-    uint64_t bytes = 0;
+    uint64_t bytes = 0, align = shared_align(x->k);
     bool dynamic = ptx_dynamic_shared_bytes(x->k) != 0;
     LLVMTypeRef i8 = LLVMInt8TypeInContext(x->lc);
     LLVMValueRef pool = NULL;
     if (dynamic) {
         pool = LLVMAddGlobalInAddressSpace(x->m, LLVMArrayType2(i8, 0), "kiln_dynamic_shared", 3);
         LLVMSetLinkage(pool, LLVMExternalLinkage);
-        LLVMSetAlignment(pool, 16);
+        LLVMSetAlignment(pool, (unsigned)align);
     }
     for (uint32_t i = 0; i < x->n_shm && !x->e.failed; i++) {
         const ir_shared_decl *d = ir_shared_at(x->k, i);
@@ -366,10 +372,10 @@ static void declare_shared(ptx_ctx *x) {
             LLVMValueRef g = LLVMAddGlobalInAddressSpace(x->m, at, d->name, 3);
             LLVMSetLinkage(g, LLVMInternalLinkage);
             LLVMSetInitializer(g, LLVMGetPoison(at)); /* .shared cannot be initialized */
-            LLVMSetAlignment(g, 16);
+            LLVMSetAlignment(g, (unsigned)align);
             x->shm[i] = g;
         }
-        bytes += shared_span(d);
+        bytes += shared_span(d, align);
     }
     if (x->e.failed) return;
     if (x->c->shared_bytes && bytes > x->c->shared_bytes)

@@ -13,8 +13,11 @@
  * A descriptor (PTX ISA, "Matrix Descriptor Format"): bits 0-13 the start address in
  * shared memory >> 4, 16-29 the leading dimension byte offset (LBO: between core matrices
  * adjacent along k) >> 4, 32-45 the stride dimension byte offset (SBO: between core
- * matrices adjacent along m or n) >> 4, 62-63 the swizzle (0: none, the IR's core-matrix
- * layout). Step s of k starts 2 s core matrices along k: at base + 2 s lbo. Both
+ * matrices adjacent along m or n; the 8-row atoms when swizzled) >> 4, 62-63 the swizzle
+ * (0: none, the IR's core-matrix layout; 1: 128 bytes, IR_WG_MMA_SW128). Step s of k
+ * starts 2 s core matrices along k (base + 2 s lbo), or swizzled 16 s elements into the
+ * atoms' 64-element rows (the hardware applies the XOR from the address bits, so the atoms
+ * are 1024-byte aligned: ptx_emit.c aligns the arrays of a module with wgmma). Both
  * operands are K-major (transpose bits 0): A as rows of k, B as its columns' rows of k. */
 #include "backend-ptx/ptx_internal.h"
 
@@ -26,20 +29,33 @@
 
 static LLVMTypeRef t_i64(ptx_ctx *x) { return LLVMInt64TypeInContext(x->lc); }
 
-/* The descriptor of the core matrices at element index at of array p (16-bit elements),
- * with sbo and lbo in elements. */
-static LLVMValueRef descriptor(ptx_ctx *x, LLVMValueRef p, LLVMValueRef at, LLVMValueRef sbo, LLVMValueRef lbo) {
+/* The descriptor of the matrix at element index at of array p (16-bit elements), sbo and
+ * lbo in elements; swizzled: the 128-byte mode (lbo unused by the hardware for K-major
+ * operands: the k steps move the start within an atom's row). */
+static LLVMValueRef descriptor(ptx_ctx *x, LLVMValueRef p, LLVMValueRef at, LLVMValueRef sbo, LLVMValueRef lbo,
+                               bool sw128) {
     LLVMValueRef ptr = ptx_elem_ptr(x, p, IR_BF16, at); /* 16-bit elements either way */
     LLVMValueRef addr = LLVMBuildPtrToInt(x->b, ptr, t_i64(x), ""); /* the shared window's offset */
     LLVMValueRef m14 = LLVMConstInt(t_i64(x), 0x3fff, 0);
     /* (bytes >> 4) & 0x3fff: elements * 2 / 16 = elements >> 3 */
     LLVMValueRef a = LLVMBuildAnd(x->b, LLVMBuildLShr(x->b, addr, LLVMConstInt(t_i64(x), 4, 0), ""), m14, "");
-    LLVMValueRef l = LLVMBuildAnd(
-        x->b, LLVMBuildLShr(x->b, LLVMBuildZExt(x->b, lbo, t_i64(x), ""), LLVMConstInt(t_i64(x), 3, 0), ""), m14, "");
+    LLVMValueRef l = sw128 ? LLVMConstInt(t_i64(x), 1, 0)
+                           : LLVMBuildAnd(x->b,
+                                          LLVMBuildLShr(x->b, LLVMBuildZExt(x->b, lbo, t_i64(x), ""),
+                                                        LLVMConstInt(t_i64(x), 3, 0), ""),
+                                          m14, "");
     LLVMValueRef s = LLVMBuildAnd(
         x->b, LLVMBuildLShr(x->b, LLVMBuildZExt(x->b, sbo, t_i64(x), ""), LLVMConstInt(t_i64(x), 3, 0), ""), m14, "");
     LLVMValueRef d = LLVMBuildOr(x->b, a, LLVMBuildShl(x->b, l, LLVMConstInt(t_i64(x), 16, 0), ""), "");
-    return LLVMBuildOr(x->b, d, LLVMBuildShl(x->b, s, LLVMConstInt(t_i64(x), 32, 0), ""), "");
+    d = LLVMBuildOr(x->b, d, LLVMBuildShl(x->b, s, LLVMConstInt(t_i64(x), 32, 0), ""), "");
+    return sw128 ? LLVMBuildOr(x->b, d, LLVMConstInt(t_i64(x), 1ull << 62, 0), "") : d;
+}
+
+/* Where step s of k starts, in elements from the operand's base: 2 s core matrices along
+ * k (plain), or 16 s elements into the atoms' rows, lbo per 64 (swizzled). */
+static LLVMValueRef step_offset(ptx_ctx *x, uint32_t s, LLVMValueRef lbo, bool sw128) {
+    if (!sw128) return LLVMBuildMul(x->b, ptx_c_i32(x, 2 * s), lbo, "");
+    return LLVMBuildAdd(x->b, LLVMBuildMul(x->b, ptx_c_i32(x, 16 * s / 64), lbo, ""), ptx_c_i32(x, 16 * s % 64), "");
 }
 
 /* The asm text: {$0..$(na-1)} the accumulators, then the descriptors $na.. */
@@ -99,8 +115,8 @@ static LLVMValueRef tied_asm(ptx_ctx *x, const ir_inst *in, const char *body, LL
 void ptx_emit_wgmma(ptx_ctx *x, const ir_inst *in) {
     if (!ir_emit_need(&x->e, in, 7)) return;
     const ir_type_desc *d = ir_type_get(x->k, in->type);
-    int64_t sa = in->imm[0], sb = in->imm[1], steps = in->imm[2] & ~(int64_t)IR_WG_MMA_ASYNC;
-    bool wait = !(in->imm[2] & IR_WG_MMA_ASYNC);
+    int64_t sa = in->imm[0], sb = in->imm[1], steps = in->imm[2] & IR_WG_MMA_STEPS;
+    bool wait = !(in->imm[2] & IR_WG_MMA_ASYNC), sw = (in->imm[2] & IR_WG_MMA_SW128) != 0;
     if (!d || d->m != 64 || sa < 0 || (uint64_t)sa >= x->n_shm || sb < 0 || (uint64_t)sb >= x->n_shm || steps < 1 ||
         steps > MAX_K_STEPS) {
         ptx_fail(x, "malformed wg.mma");
@@ -113,17 +129,15 @@ void ptx_emit_wgmma(ptx_ctx *x, const ir_inst *in) {
     ir_scalar e = ir_shared_at(x->k, (ir_shm)sa)->elem;
     uint32_t na = d->n / 2, nd = 2 * (uint32_t)steps;
     LLVMTypeRef i64 = t_i64(x);
-    LLVMValueRef two = ptx_c_i32(x, 2);
     LLVMValueRef args[2 * MAX_K_STEPS + MAX_ACC];
     LLVMTypeRef at[2 * MAX_K_STEPS + MAX_ACC];
     for (uint32_t s = 0; s < (uint32_t)steps; s++) {
-        LLVMValueRef ks = ptx_c_i32(x, s);
-        LLVMValueRef ao = LLVMBuildMul(x->b, LLVMBuildMul(x->b, ks, two, ""), ptx_V(x, in->operand[3]), "");
-        LLVMValueRef bo = LLVMBuildMul(x->b, LLVMBuildMul(x->b, ks, two, ""), ptx_V(x, in->operand[6]), "");
+        LLVMValueRef ao = step_offset(x, s, ptx_V(x, in->operand[3]), sw);
+        LLVMValueRef bo = step_offset(x, s, ptx_V(x, in->operand[6]), sw);
         args[2 * s] = descriptor(x, x->shm[sa], LLVMBuildAdd(x->b, ptx_V(x, in->operand[1]), ao, ""),
-                                 ptx_V(x, in->operand[2]), ptx_V(x, in->operand[3]));
+                                 ptx_V(x, in->operand[2]), ptx_V(x, in->operand[3]), sw);
         args[2 * s + 1] = descriptor(x, x->shm[sb], LLVMBuildAdd(x->b, ptx_V(x, in->operand[4]), bo, ""),
-                                     ptx_V(x, in->operand[5]), ptx_V(x, in->operand[6]));
+                                     ptx_V(x, in->operand[5]), ptx_V(x, in->operand[6]), sw);
         at[2 * s] = at[2 * s + 1] = i64;
     }
     char body[16384];

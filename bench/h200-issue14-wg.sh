@@ -3,7 +3,8 @@
 # wgmma variant's device test among them), where a 512- and a 2048-token block of
 # qwen3-8b-shaped layers goes (kiln run --profile) with kn_matmul's default (wgmma where
 # its tiles fill the SMs), with other warpgroup shapes (KILN_MATMUL_WG=tile_r,kc,stages,
-# async) and without it (KILN_MATMUL_WG=0: the mma.sync pipeline), cuBLAS on the same
+# async; named, it is taken whatever the grid) and without it (KILN_MATMUL_WG=0: the
+# mma.sync pipeline), cuBLAS on the same
 # shapes, the plan suites, and kiln bench with and without it. Binaries in devrun/.
 # Writes OUTDIR.tar (one file comes back; a partial one first).
 set -u
@@ -23,9 +24,10 @@ for n in 512 2048; do
   prof default $n
   prof off $n KILN_MATMUL_WG=0
 done
-for cfg in 256,64,4,1 192,64,4,1 128,64,4,1 128,64,3,1 256,64,3,1 256,64,4,0 256,32,6,1 128,64,4,0; do
+for cfg in 256,64,4,1 192,64,4,1 128,64,4,1 128,64,3,1 256,64,3,1 256,64,4,0 256,128,2,0 128,128,3,1; do
   prof wg-${cfg//,/.} 512 KILN_MATMUL_WG=$cfg
 done
+prof wg-256.64.4.1 2048 KILN_MATMUL_WG=256,64,4,1
 stamp prof
 timeout 120 python3 bench/torch_shapes.py 4096 4096 1024 12288 32 8 128 512 2048 > $out/torch-8b.txt 2>&1
 stamp torch

@@ -241,16 +241,24 @@ ir_val ir_frag_mma(ir_kernel *k, ir_val a, ir_val b, ir_val acc); /* acc + a * b
  * takes part (uniform control flow, as a barrier's). */
 ir_val ir_wg_mma(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo, ir_shm b,
                  ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps);
-/* ir_wg_mma that returns with its products still in flight (one committed group of the
- * warpgroup's): the accumulator it returns may only be the acc of another wg.mma or of
- * ir_wg_wait, directly or carried by a loop into them, and A and B must not be stored to
- * until a wait covers the group. ir_wg_wait returns acc once at most `pending` (0..7) of
- * the warpgroup's groups are in flight; with 0, acc is complete and may be read. So a
- * chunk's products overlap the staging of the next ones:
- *   for c: barrier; stage chunk c + d; acc = wg.mma.async(acc, c); acc = wg.wait(acc, 1)
- *   acc = wg.wait(acc, 0) */
-ir_val ir_wg_mma_async(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo, ir_shm b,
-                       ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps);
+/* ir_wg_mma with flags (IR_WG_MMA_*):
+ * - IR_WG_MMA_SW128: A and B in the 128-byte swizzled layout instead of plain core
+ *   matrices: rows of 64 elements (128 bytes), 8 rows an atom of 1024 bytes at
+ *   base + (r / 8) * sbo + (k / 64) * lbo, within which (r, k) is at
+ *   (r % 8) * 64 + (((k / 8) ^ r) % 8) * 8 + k % 8; base, sbo and lbo multiples of 512
+ *   elements (atoms 1024-byte aligned: a backend aligns the arrays of a kernel with
+ *   wg.mma so). The eight 16-byte pieces of a row land in distinct banks for every row of
+ *   an atom, so the products read workgroup memory without conflicts.
+ * - IR_WG_MMA_ASYNC: the products are left in flight (one committed group of the
+ *   warpgroup's): the accumulator returned may only be the acc of another wg.mma or of
+ *   ir_wg_wait, directly or carried by a loop into them, and A and B must not be stored
+ *   to until a wait covers the group. ir_wg_wait returns acc once at most `pending`
+ *   (0..7) of the warpgroup's groups are in flight; with 0, acc is complete and may be
+ *   read. So a chunk's products overlap the staging of the next ones:
+ *     for c: barrier; stage chunk c + d; acc = wg.mma.async(acc, c); acc = wg.wait(acc, 1)
+ *     acc = wg.wait(acc, 0) */
+ir_val ir_wg_mma_flags(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo, ir_shm b,
+                       ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps, unsigned flags);
 ir_val ir_wg_wait(ir_kernel *k, ir_val acc, uint32_t pending);
 
 /* ---- structured control flow --------------------------------------------------------------- */
@@ -309,8 +317,8 @@ struct ir_inst {
      *              imm[0] = buffer or shm index, imm[1] = 1 if row_major, imm[2] = 1 if shm
      *   ASYNC_COPY imm[0] = shm index (dst), imm[1] = buffer (src), imm[2] = count
      *   ASYNC_WAIT imm[0] = pending
-     *   WG_MMA     imm[0] = A's workgroup array, imm[1] = B's, imm[2] = k_steps, plus
-     *              IR_WG_MMA_ASYNC when it returns in flight (ir_wg_mma_async)
+     *   WG_MMA     imm[0] = A's workgroup array, imm[1] = B's, imm[2] = k_steps | flags
+     *              (IR_WG_MMA_ASYNC, IR_WG_MMA_SW128: ir_wg_mma_flags)
      *   WG_WAIT    imm[0] = pending
      * operands, in order:
      *   LOAD/SHM_LOAD [index]; STORE/SHM_STORE [index, value]; LOAD_MASKED [index, limit,
@@ -356,6 +364,8 @@ typedef struct ir_shared_decl {
 } ir_shared_decl;
 
 #define IR_WG_MMA_ASYNC 256 /* in WG_MMA's imm[2]: the products are left in flight */
+#define IR_WG_MMA_SW128 512 /* in WG_MMA's imm[2]: A and B in the 128-byte swizzled layout */
+#define IR_WG_MMA_STEPS 255 /* WG_MMA's imm[2]: the k steps */
 
 /* PARAM and SPEC instructions are in no region: they are defined at kernel entry and
  * visible everywhere (reach them through ir_param_at / ir_spec_at or ir_def). */

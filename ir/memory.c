@@ -187,14 +187,13 @@ ir_val ir_wg_mma(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo
     return wg_mma(k, "ir_wg_mma", acc, a, a_base, a_sbo, a_lbo, b, b_base, b_sbo, b_lbo, k_steps);
 }
 
-ir_val ir_wg_mma_async(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo, ir_shm b,
-                       ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps) {
-    if (k_steps >= IR_WG_MMA_ASYNC) {
-        ir_fail(k, "ir_wg_mma_async: k_steps %u", k_steps);
+ir_val ir_wg_mma_flags(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo, ir_shm b,
+                       ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps, unsigned flags) {
+    if (k_steps > IR_WG_MMA_STEPS || (flags & ~(unsigned)(IR_WG_MMA_ASYNC | IR_WG_MMA_SW128))) {
+        ir_fail(k, "ir_wg_mma_flags: k_steps %u, flags %#x", k_steps, flags);
         return IR_NONE;
     }
-    return wg_mma(k, "ir_wg_mma_async", acc, a, a_base, a_sbo, a_lbo, b, b_base, b_sbo, b_lbo,
-                  k_steps | IR_WG_MMA_ASYNC);
+    return wg_mma(k, "ir_wg_mma_flags", acc, a, a_base, a_sbo, a_lbo, b, b_base, b_sbo, b_lbo, k_steps | flags);
 }
 
 ir_val ir_wg_wait(ir_kernel *k, ir_val acc, uint32_t pending) {

@@ -163,8 +163,9 @@ void ir_sb_inst(ir_sb *b, const ir_kernel *k, const ir_inst *in) {
         put_target(b, k, true, in->imm[0]);
         ir_sb_printf(b, "[%%%u] sbo %%%u lbo %%%u, ", opnd(in, 1), opnd(in, 2), opnd(in, 3));
         put_target(b, k, true, in->imm[1]);
-        ir_sb_printf(b, "[%%%u] sbo %%%u lbo %%%u, k_steps %lld%s", opnd(in, 4), opnd(in, 5), opnd(in, 6),
-                     (long long)(in->imm[2] & ~(int64_t)IR_WG_MMA_ASYNC), in->imm[2] & IR_WG_MMA_ASYNC ? ", async" : "");
+        ir_sb_printf(b, "[%%%u] sbo %%%u lbo %%%u, k_steps %lld%s%s", opnd(in, 4), opnd(in, 5), opnd(in, 6),
+                     (long long)(in->imm[2] & IR_WG_MMA_STEPS), in->imm[2] & IR_WG_MMA_SW128 ? ", sw128" : "",
+                     in->imm[2] & IR_WG_MMA_ASYNC ? ", async" : "");
         break;
     case IR_OP_WG_WAIT:
         ir_sb_printf(b, "%s %%%u, pending %lld", op, opnd(in, 0), (long long)in->imm[0]);

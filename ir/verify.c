@@ -434,9 +434,10 @@ static bool check(ck *c) {
         if (e != e2 || (e != IR_F16 && e != IR_BF16))
             return bad(c, "wg.mma multiplies f16 or bf16 arrays of one type, not %s by %s", ir_scalar_name(e),
                        ir_scalar_name(e2));
-        int64_t steps = in->imm[2] & ~(int64_t)IR_WG_MMA_ASYNC;
-        if (steps < 1 || steps > 8)
-            return bad(c, "wg.mma takes 1..8 k steps, not %lld", (long long)steps);
+        int64_t steps = in->imm[2] & IR_WG_MMA_STEPS;
+        if (steps < 1 || steps > 8 || (in->imm[2] & ~(int64_t)(IR_WG_MMA_STEPS | IR_WG_MMA_ASYNC | IR_WG_MMA_SW128)))
+            return bad(c, "wg.mma takes 1..8 k steps and the flags async and sw128, not %#llx",
+                       (long long)in->imm[2]);
         static const char *const what[6] = { "A base", "A sbo", "A lbo", "B base", "B sbo", "B lbo" };
         for (uint32_t i = 1; i < 7; i++)
             if (!index_u32(c, i, what[i - 1]))
@@ -700,7 +701,7 @@ static bool walk_if(vs *s, const ir_inst *in, bool divergent, int depth) {
     return ok;
 }
 
-/* The result of a wg.mma left in flight (ir_wg_mma_async). */
+/* The result of a wg.mma left in flight (IR_WG_MMA_ASYNC). */
 static bool in_flight(const ir_kernel *k, ir_val v) {
     const ir_inst *d = ir_def(k, v);
     return d && d->op == IR_OP_WG_MMA && (d->imm[2] & IR_WG_MMA_ASYNC);

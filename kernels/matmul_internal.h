@@ -30,6 +30,13 @@ void mm_for_items(const mm *m, uint32_t count, mm_item_fn body, const void *arg)
 
 /* ---- matmul_stage.c: a chunk of X or W into workgroup memory by asynchronous copies ---- */
 #define MM_COPY 8 /* elements per copy (16 bytes) */
+typedef enum mm_layout {
+    MM_ROWS,  /* row-major, `pitch` elements a row */
+    MM_CORE,  /* 8x8 core matrices (wg.mma's plain layout): (r, k) at (r / 8) kc 8 + (k / 8) 64 +
+               * (r % 8) 8 + k % 8, so a core matrix is 128 bytes */
+    MM_SW128, /* wg.mma's 128-byte swizzle (IR_WG_MMA_SW128): (r, k) at (r / 8) 512 +
+               * (k / 64) tile 64 + (r % 8) 64 + ((k / 8 ^ r) % 8) 8 + k % 8 */
+} mm_layout;
 typedef struct mm_stage {
     ir_buf src;
     ir_shm dst;
@@ -37,9 +44,8 @@ typedef struct mm_stage {
     uint32_t last_row;    /* rows past it are clamped to it (they reach no stored output) */
     uint32_t stage_elems; /* of one ring slot */
     uint32_t kc;          /* columns per chunk */
-    uint32_t pitch;       /* row-major slots: elements per staged row */
-    bool core;            /* else 8x8 core matrices (wg.mma's layout): (r, k) at (r / 8) kc 8 +
-                           * (k / 8) 64 + (r % 8) 8 + k % 8, so a core matrix is 128 bytes */
+    uint32_t pitch;       /* MM_ROWS: elements per staged row */
+    mm_layout layout;
     ir_val first_row;
     uint32_t offset; /* elements from a slot's start to this operand's (both in one ring) */
 } mm_stage;
@@ -50,7 +56,7 @@ void mm_issue_stage(const mm *m, const mm_stage *s, ir_val chunk, ir_val slot);
 /* ---- matmul_wg.c: the warpgroup (wgmma) variant ---- */
 typedef struct mm_wg_cfg {
     uint32_t tile_r; /* rows of Y per workgroup (128, 192 or 256): each warpgroup's m64 x tile_r */
-    uint32_t kc;     /* columns per chunk (16..128, a multiple of 16) */
+    uint32_t kc;     /* columns per chunk (64 or 128: whole swizzled rows) */
     uint32_t stages; /* ring slots (3..8 async, 2..8 not) */
     bool async;      /* products left in flight one chunk (wg.mma.async) */
 } mm_wg_cfg;
@@ -58,6 +64,8 @@ typedef struct mm_wg_cfg {
  * copies, a 16-bit dtype, cols a multiple of 8, the ring within caps.shared_bytes. */
 bool mm_wg_pick(const rt_caps *c, ir_scalar dtype, uint32_t rows, uint32_t cols, uint32_t n_max, mm_wg_cfg *cfg);
 void mm_build_wg(mm *m, const mm_wg_cfg *cfg, uint32_t groups[2]);
+/* KILN_MATMUL_WG names a shape: kn_matmul then takes it whatever its grid */
+bool mm_wg_forced(void);
 
 /* ---- matmul_pipe.c ---- */
 typedef struct mm_pipe_cfg {

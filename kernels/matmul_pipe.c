@@ -103,8 +103,8 @@ bool mm_pipe_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t cols, 
 static void issue_chunk(const mm *m, const pipe *p, ir_val chunk) {
     kx k = m->k;
     ir_val slot = kx_rem_c(k, chunk, p->cfg.stages);
-    mm_stage ox = {m->x, p->xs, p->tile_t, m->n_max - 1, p->stage_x, p->cfg.kc, p->stride, false, p->t0};
-    mm_stage ow = {m->w, p->ws, p->tile_r, m->rows - 1, p->stage_w, p->cfg.kc, p->stride, false, p->r0};
+    mm_stage ox = {m->x, p->xs, p->tile_t, m->n_max - 1, p->stage_x, p->cfg.kc, p->stride, MM_ROWS, p->t0};
+    mm_stage ow = {m->w, p->ws, p->tile_r, m->rows - 1, p->stage_w, p->cfg.kc, p->stride, MM_ROWS, p->r0};
     mm_issue_stage(m, &ox, chunk, slot);
     mm_issue_stage(m, &ow, chunk, slot);
 }

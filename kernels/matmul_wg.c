@@ -6,8 +6,10 @@
  * (tile_r 128, 192 or 256), each warpgroup 64 tokens in one m64 x tile_r accumulator
  * (tile_r / 2 f32 a lane). cols is walked in chunks of kc columns ring-buffered in
  * `stages` slots of one workgroup array (a slot: X's 128 rows, then W's tile_r), each in
- * wg.mma's layout of 8x8 core matrices (matmul_stage.c: lbo 64, sbo 8 kc elements), filled
- * by asynchronous copies issued d chunks ahead. With async products a chunk's wg.mma is
+ * wg.mma's 128-byte swizzled layout (atoms of 8 rows x 64 columns, whose 16-byte pieces
+ * fall in distinct banks for the products' reads: without the swizzle they ran at an
+ * eighth of the tensor cores' rate on the H200), filled by asynchronous copies issued d
+ * chunks ahead. With async products a chunk's wg.mma is
  * left in flight while the next chunk is waited for and staged (d = stages - 2: the slot
  * being filled is the one the product two chunks back read, which every warpgroup's
  * wg.wait 1 has released before the barrier); without, d = stages - 1:
@@ -40,7 +42,7 @@ static uint32_t wg_shared_bytes(const mm_wg_cfg *g) {
 
 static bool cfg_ok(const mm_wg_cfg *g) {
     bool r = g->tile_r == 128 || g->tile_r == 192 || g->tile_r == 256;
-    return r && g->kc >= 16 && g->kc <= 128 && g->kc % 16 == 0 && g->stages >= (g->async ? 3u : 2u) &&
+    return r && (g->kc == 64 || g->kc == 128) && g->stages >= (g->async ? 3u : 2u) &&
            g->stages <= 8;
 }
 
@@ -54,6 +56,11 @@ static bool env_cfg(mm_wg_cfg *g) {
     mm_wg_cfg t = {v[0], v[1], v[2], v[3] != 0};
     if (cfg_ok(&t)) *g = t;
     return true;
+}
+
+bool mm_wg_forced(void) {
+    const char *e = getenv("KILN_MATMUL_WG");
+    return e && strcmp(e, "0") != 0;
 }
 
 static bool caps_ok(const rt_caps *c, ir_scalar dt, uint32_t cols) {
@@ -125,8 +132,8 @@ void mm_build_wg(mm *m, const mm_wg_cfg *g, uint32_t groups[2]) {
     ir_val t0 = kx_group_times(k, 1, WG_TOKENS), r0 = kx_group_times(k, 0, tr);
     ir_val half = kx_shr_c(k, kx_sg_id(k), 2); /* the warpgroup: tokens 64 half .. */
     ir_if *live = kx_if(k, kx_lt(k, t0, m->n));
-    mm_stage sx = {m->x, ring, WG_TOKENS, m->n_max - 1, slot_elems, kc, 0, true, t0, 0};
-    mm_stage sw = {m->w, ring, tr, m->rows - 1, slot_elems, kc, 0, true, r0, stage_x};
+    mm_stage sx = {m->x, ring, WG_TOKENS, m->n_max - 1, slot_elems, kc, 0, MM_SW128, t0, 0};
+    mm_stage sw = {m->w, ring, tr, m->rows - 1, slot_elems, kc, 0, MM_SW128, r0, stage_x};
     for (uint32_t c = 0; c < d; c++) {
         if (c < chunks) {
             mm_issue_stage(m, &sx, kx_u32(k, c), kx_u32(k, c));
@@ -147,15 +154,13 @@ void mm_build_wg(mm *m, const mm_wg_cfg *g, uint32_t groups[2]) {
     kx_end_if(k, f);
     ir_async_commit(k.ir);
     ir_val slot = kx_mul_c(k, kx_rem_c(k, c, S), slot_elems);
-    ir_val a_base = kx_add(k, slot, kx_mul_c(k, half, 64 * kc)); /* 8 row groups of 8 x kc */
+    /* swizzled atoms of 8 rows x 64 columns: sbo 512, lbo a whole operand's rows of 64 */
+    ir_val a_base = kx_add(k, slot, kx_mul_c(k, half, 8 * 512)); /* the warpgroup's 64 tokens */
     ir_val b_base = kx_add_c(k, slot, stage_x);
-    ir_val sbo = kx_u32(k, 8 * kc), lbo = kx_u32(k, 64);
-    if (g->async) {
-        acc = ir_wg_mma_async(k.ir, acc, ring, a_base, sbo, lbo, ring, b_base, sbo, lbo, kc / 16);
-        acc = ir_wg_wait(k.ir, acc, 1);
-    } else {
-        acc = ir_wg_mma(k.ir, acc, ring, a_base, sbo, lbo, ring, b_base, sbo, lbo, kc / 16);
-    }
+    ir_val sbo = kx_u32(k, 512), a_lbo = kx_u32(k, WG_TOKENS * 64), b_lbo = kx_u32(k, tr * 64);
+    unsigned flags = IR_WG_MMA_SW128 | (g->async ? IR_WG_MMA_ASYNC : 0);
+    acc = ir_wg_mma_flags(k.ir, acc, ring, a_base, sbo, a_lbo, ring, b_base, sbo, b_lbo, kc / 16, flags);
+    if (g->async) acc = ir_wg_wait(k.ir, acc, 1);
     ir_for_end(k.ir, l, &acc);
     acc = ir_for_result(l, 0);
     if (g->async) acc = ir_wg_wait(k.ir, acc, 0);

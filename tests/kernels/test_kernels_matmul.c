@@ -327,10 +327,10 @@ Test(kernels_matmul, warpgroup_variant_builds_for_sm_90, .timeout = 300) {
     rt_caps c = tu_cuda_caps(90), c80 = tu_cuda_caps(80);
     c.compute_units = 132;
     /* the default shapes (tiles of 128, 192 and 256 rows by the grid), then others by
-     * KILN_MATMUL_WG: products waited for in each chunk, 3 slots, 32-column chunks */
+     * KILN_MATMUL_WG: products waited for in each chunk, 3 slots, 128-column chunks in 2 */
     static const mm_shape sh[] = {{4096, 4096, 512}, {6144, 4096, 512}, {24576, 4096, 2048}, {1000, 1000, 64}};
     static const uint32_t tile[] = {128, 192, 256, 128};
-    static const char *const env[] = {NULL, "256,64,4,0", "128,64,3,1", "192,32,6,1"};
+    static const char *const env[] = {NULL, "256,64,4,0", "128,64,3,1", "192,128,2,0"};
     for (size_t e = 0; e < sizeof env / sizeof env[0]; e++) {
         if (env[e]) setenv("KILN_MATMUL_WG", env[e], 1);
         for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
@@ -341,7 +341,8 @@ Test(kernels_matmul, warpgroup_variant_builds_for_sm_90, .timeout = 300) {
                 ir_kernel *k = kn_matmul_wg(&c, sh[i].rows, sh[i].cols, sh[i].n_max, dtypes[ti], epi, g, &err);
                 cr_assert_not_null(k, "%s", err.msg);
                 char *text = ir_print(k);
-                cr_assert(strstr(text, "wg.mma") && strstr(text, "async.copy"), "not the warpgroup variant");
+                cr_assert(strstr(text, "wg.mma") && strstr(text, "sw128") && strstr(text, "async.copy"),
+                          "not the warpgroup variant");
                 cr_assert_eq(strstr(text, "wg.wait") != NULL, !env[e] || env[e][strlen(env[e]) - 1] == '1',
                              "products in flight or not");
                 free(text);
