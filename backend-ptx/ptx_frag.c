@@ -304,12 +304,36 @@ static void emit_mma(ptx_ctx *x, const ir_inst *in) {
     ptx_def(x, in->result, dv);
 }
 
+/* frag.elems / frag.from_elems: the lane's elements are the fragment's LLVM vector (an ACC
+ * is <4 x float> either way; an A's 16-bit elements go to their storage form, the two
+ * halves joined). */
+static void emit_elems(ptx_ctx *x, const ir_inst *in) {
+    if (!ir_emit_need(&x->e, in, 1)) return;
+    if (in->op == IR_OP_FRAG_ELEMS) {
+        if (frag_desc(x, ir_type_of(x->k, in->operand[0]))) ptx_def(x, in->result, ptx_V(x, in->operand[0]));
+        return;
+    }
+    const ir_type_desc *d = frag_desc(x, in->type);
+    if (!d) return;
+    if (d->use == IR_FRAG_ACC) {
+        ptx_def(x, in->result, ptx_V(x, in->operand[0]));
+        return;
+    }
+    if (!ir_emit_need(&x->e, in, 2)) return;
+    LLVMValueRef lo = ptx_to_storage(x, d->elem, 4, ptx_V(x, in->operand[0]));
+    LLVMValueRef hi = ptx_to_storage(x, d->elem, 4, ptx_V(x, in->operand[1]));
+    LLVMValueRef idx[8];
+    for (uint32_t i = 0; i < 8; i++) idx[i] = ptx_c_i32(x, i);
+    ptx_def(x, in->result, LLVMBuildShuffleVector(x->b, lo, hi, LLVMConstVector(idx, 8), ""));
+}
+
 void ptx_emit_frag(ptx_ctx *x, const ir_inst *in) {
     switch (in->op) {
     case IR_OP_FRAG_FILL: emit_fill(x, in); break;
     case IR_OP_FRAG_LOAD: emit_load(x, in); break;
     case IR_OP_FRAG_STORE: emit_store(x, in); break;
     case IR_OP_FRAG_MMA: emit_mma(x, in); break;
+    case IR_OP_FRAG_ELEMS: case IR_OP_FRAG_FROM_ELEMS: emit_elems(x, in); break;
     case IR_OP_WG_MMA: ptx_emit_wgmma(x, in); break;
     case IR_OP_WG_WAIT: ptx_emit_wg_wait(x, in); break;
     default: ptx_fail(x, "not a fragment instruction"); break;

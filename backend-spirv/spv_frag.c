@@ -47,6 +47,10 @@ void spv_emit_frag(spv_ctx *x, const ir_inst *in) {
         }
         return;
     }
+    case IR_OP_FRAG_ELEMS: case IR_OP_FRAG_FROM_ELEMS:
+        spv_fail(x, "a fragment's elements per invocation (frag.elems) have no defined layout in SPIR-V's "
+                    "cooperative matrices");
+        return;
     case IR_OP_WG_MMA: case IR_OP_WG_WAIT: spv_fail(x, "warpgroup matrix products (wgmma, sm_90a) have no SPIR-V equivalent"); return;
     case IR_OP_FRAG_MMA: {
         if (!ir_emit_need(&x->e, in, 3)) return;

@@ -135,6 +135,7 @@ typedef enum ir_op {
     IR_OP_SG_REDUCE, IR_OP_SG_SHUFFLE, IR_OP_SG_SHUFFLE_XOR, IR_OP_SG_BROADCAST,
     /* matrix fragments */
     IR_OP_FRAG_FILL, IR_OP_FRAG_LOAD, IR_OP_FRAG_STORE, IR_OP_FRAG_MMA,
+    IR_OP_FRAG_ELEMS, IR_OP_FRAG_FROM_ELEMS,
     IR_OP_WG_MMA, IR_OP_WG_WAIT,
     /* structured control flow */
     IR_OP_FOR, IR_OP_IF, IR_OP_YIELD,
@@ -229,6 +230,18 @@ ir_val ir_frag_fill(ir_kernel *k, ir_type frag, ir_val scalar);
 ir_val ir_frag_load(ir_kernel *k, ir_type frag, bool shm, uint32_t src, ir_val base, ir_val stride, bool row_major);
 void ir_frag_store(ir_kernel *k, ir_val frag, bool shm, uint32_t dst, ir_val base, ir_val stride, bool row_major);
 ir_val ir_frag_mma(ir_kernel *k, ir_val a, ir_val b, ir_val acc); /* acc + a * b */
+/* The invocation's own elements of a 16x8x16 family fragment, in the order of the
+ * targets that expose them (PTX's mma.m16n8k16; SPIR-V's cooperative matrices do not, and
+ * refuse these by name), with g = lane / 4 and t = lane % 4:
+ *   ACC 16x8 f32, 4 elements: e at row g + 8 (e >> 1), column 2t + (e & 1)
+ *   A 16x16 f16/bf16, 8:      e at row g + 8 ((e >> 1) & 1), column 2t + (e & 1) + 8 (e >> 2)
+ * so the accumulators of columns 0..7 and 8..15 of a product give, element for element,
+ * the A fragment of a 16x16 tile (a softmax of scores kept in registers, then P V).
+ * ir_frag_elems: an ACC's 4 elements as a vector of 4 f32. ir_frag_from_elems: the
+ * fragment of type frag from its elements: an ACC from one vector of 4 f32 (lo, hi
+ * IR_NONE), an A from two vectors of 4 of its 16-bit type (elements 0..3, then 4..7). */
+ir_val ir_frag_elems(ir_kernel *k, ir_val acc);
+ir_val ir_frag_from_elems(ir_kernel *k, ir_type frag, ir_val lo, ir_val hi);
 
 /* Warpgroup matrix products (wgmma, sm_90a): acc + A * B, where acc is an f32 accumulator
  * fragment of m64 x n x k16 (n a multiple of 8, 8..256) held by a warpgroup: 4 consecutive
@@ -324,7 +337,7 @@ struct ir_inst {
      *   LOAD/SHM_LOAD [index]; STORE/SHM_STORE [index, value]; LOAD_MASKED [index, limit,
      *   fallback]; STORE_MASKED [index, value, limit]; ATOMIC [index, value]; SELECT [cond,
      *   a, b]; SG_SHUFFLE* / SG_BROADCAST [value, lane]; FRAG_FILL [scalar]; FRAG_LOAD
-     *   [base, stride]; FRAG_STORE [frag, base, stride]; FRAG_MMA [a, b, acc]; ASYNC_COPY
+     *   [base, stride]; FRAG_STORE [frag, base, stride]; FRAG_MMA [a, b, acc]; FRAG_ELEMS [acc]; FRAG_FROM_ELEMS [lo(, hi)]; ASYNC_COPY
      *   [dst_index, src_index, limit]; WG_MMA [acc, a_base, a_sbo, a_lbo, b_base, b_sbo,
      *   b_lbo]; WG_WAIT [acc]; FOR [lo, hi, step, inits...]; IF [cond]; YIELD [values...] */
     int64_t imm[3];

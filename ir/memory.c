@@ -173,6 +173,20 @@ ir_val ir_frag_mma(ir_kernel *k, ir_val a, ir_val b, ir_val acc) {
     return ir_result_of(ir_build(k, "ir_frag_mma", IR_OP_FRAG_MMA, ir_type_of(k, acc), ops, 3, 0, 0, 0));
 }
 
+ir_val ir_frag_elems(ir_kernel *k, ir_val acc) {
+    if (!k || !ir_uses_ok(k, "ir_frag_elems", &acc, 1))
+        return IR_NONE;
+    return ir_result_of(ir_build(k, "ir_frag_elems", IR_OP_FRAG_ELEMS, ir_t_vector(k, IR_F32, 4), &acc, 1, 0, 0, 0));
+}
+
+ir_val ir_frag_from_elems(ir_kernel *k, ir_type frag, ir_val lo, ir_val hi) {
+    ir_val ops[2] = { lo, hi };
+    uint32_t n = hi ? 2 : 1;
+    if (!k || !ir_uses_ok(k, "ir_frag_from_elems", ops, n))
+        return IR_NONE;
+    return ir_result_of(ir_build(k, "ir_frag_from_elems", IR_OP_FRAG_FROM_ELEMS, frag, ops, n, 0, 0, 0));
+}
+
 static ir_val wg_mma(ir_kernel *k, const char *fn, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo,
                      ir_shm b, ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps) {
     ir_scalar ea, eb;

@@ -27,7 +27,8 @@ static const char *const op_names[IR_OP_COUNT] = {
     [IR_OP_SG_REDUCE] = "sg.reduce", [IR_OP_SG_SHUFFLE] = "sg.shuffle", [IR_OP_SG_SHUFFLE_XOR] = "sg.shuffle_xor",
     [IR_OP_SG_BROADCAST] = "sg.broadcast",
     [IR_OP_FRAG_FILL] = "frag.fill", [IR_OP_FRAG_LOAD] = "frag.load", [IR_OP_FRAG_STORE] = "frag.store",
-    [IR_OP_FRAG_MMA] = "frag.mma", [IR_OP_WG_MMA] = "wg.mma", [IR_OP_WG_WAIT] = "wg.wait",
+    [IR_OP_FRAG_MMA] = "frag.mma", [IR_OP_FRAG_ELEMS] = "frag.elems",
+    [IR_OP_FRAG_FROM_ELEMS] = "frag.from_elems", [IR_OP_WG_MMA] = "wg.mma", [IR_OP_WG_WAIT] = "wg.wait",
     [IR_OP_FOR] = "for", [IR_OP_IF] = "if", [IR_OP_YIELD] = "yield",
 };
 

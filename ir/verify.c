@@ -444,6 +444,31 @@ static bool check(ck *c) {
                 return false;
         return result_is(c, ty(c, 0));
     }
+    case IR_OP_FRAG_ELEMS: {
+        const ir_type_desc *fc = NULL;
+        if (!nops(c, 1) || !frag_of(c, ty(c, 0), IR_FRAG_ACC, &fc))
+            return false;
+        if (fc->m != 16 || fc->n != 8 || fc->k != 16 || fc->elem != IR_F32)
+            return bad(c, "frag.elems takes a 16x8x16 f32 accumulator, not m%un%uk%u", fc->m, fc->n, fc->k);
+        return result_is(c, find_sv(c, IR_F32, 4));
+    }
+    case IR_OP_FRAG_FROM_ELEMS: {
+        const ir_type_desc *d = ir_type_get(k, in->type);
+        if (!d || d->kind != IR_T_FRAG || d->m != 16 || d->n != 8 || d->k != 16 || d->use == IR_FRAG_B)
+            return bad(c, "frag.from_elems makes a 16x8x16 ACC or A fragment");
+        bool acc = d->use == IR_FRAG_ACC;
+        if (acc ? d->elem != IR_F32 : d->elem != IR_F16 && d->elem != IR_BF16)
+            return bad(c, "frag.from_elems: an f32 ACC or an f16/bf16 A");
+        if (!nops(c, acc ? 1 : 2))
+            return false;
+        for (uint32_t i = 0; i < in->n_operand; i++) {
+            const ir_type_desc *v = ir_type_get(k, ty(c, i));
+            if (!v || v->kind != IR_T_VECTOR || v->lanes != 4 || v->elem != d->elem)
+                return bad(c, "frag.from_elems takes vectors of 4 %s, not %s", ir_scalar_name(d->elem),
+                           tname(c, ty(c, i), a));
+        }
+        return true;
+    }
     case IR_OP_WG_WAIT: {
         const ir_type_desc *fc = NULL;
         if (!nops(c, 1) || !frag_of(c, ty(c, 0), IR_FRAG_ACC, &fc))

@@ -1,39 +1,46 @@
 /* Prefill attention on matrix fragments (kn_attn_prefill's variant where the caps offer
- * 16x8x16 fragments of dtype, CUDA sm_80+): Q·Kᵀ and P·V on the tensor cores, the
- * softmax in f32 between them, without a new rounding point in the numerical contract.
+ * 16x8x16 fragments of dtype whose elements the target exposes, CUDA sm_80+): Q·Kᵀ and
+ * P·V on the tensor cores, the softmax in registers between them (flash attention 2),
+ * without a new rounding point in the numerical contract.
  *
  * A workgroup of 4 subgroups takes 64 query rows: hpt heads of one kv head (they share
  * the K/V tiles) times 64 / hpt consecutive tokens; each subgroup 16 rows, kept as Q
  * fragments in registers. Keys come in tiles of 64 positions (K and V double-buffered in
  * workgroup memory by asynchronous copies, the next tile in flight during the math;
- * positions past the block's causal limit are zero-filled). Two passes over the tiles:
+ * positions past the block's causal limit are zero-filled). One pass over the tiles:
  *
- *   1. S = Q Kᵀ per tile (8 accumulators of 16x8 per subgroup), through workgroup
- *      memory to the lanes, two lanes a row: each row's max m and sum l = sum exp(s - m),
- *      online over the tiles (masked keys, past the row's position, count nothing);
- *   2. S again, e = exp(s - m) with the final m, and O += E V with E split into 16-bit
- *      parts, each the rounding of what the others leave (O += E1 V + E2 V [+ E3 V]):
- *      three bf16 parts (8 bits each) hold e's 24 bits exactly, two f16 parts (11 each)
- *      carry it to 2^-22 (2^-25 absolute below f16's normal range), about exp's own
- *      error: P·V is f32 arithmetic up to summation order (and that error), so the oracle's
- *      softmax needs no new rounding point.
+ *   S = Q Kᵀ (8 accumulators of 16x8 per subgroup); each lane reads its own elements
+ *   (ir_frag_elems: rows g and g + 8, two keys of every 8), scales and masks them (keys
+ *   past the row's position count nothing), takes the rows' maxima with the 3 other lanes
+ *   of its rows; m_new = max(m, the tile's), alpha = exp(m - m_new), e = exp(s - m_new),
+ *   l = l alpha + sum e (the lane's part of the row), O *= alpha; then O += E V with E
+ *   split into 16-bit parts, each the rounding of what the others leave (O += E1 V +
+ *   E2 V [+ E3 V]), made into A fragments straight from the lanes' elements
+ *   (ir_frag_from_elems: the accumulators of keys 0..7 and 8..15 are, element for
+ *   element, the A fragment of those 16 keys): three bf16 parts (8 bits each) hold e's 24
+ *   bits exactly, two f16 parts (11 each) carry it to 2^-22 (2^-25 absolute below f16's
+ *   normal range), about exp's own error. So P·V is f32 arithmetic up to summation order
+ *   (and that error): the online softmax is kn_attn_prefill's SIMT kernel's (rescaled once
+ *   a tile), and the oracle's softmax needs no new rounding point.
  *
- * At the end out = O / l, rounded to dtype once, as kn_attn_prefill's SIMT kernel and the
- * oracle: scores are (q . k) * scale, the division kn_fdiv; exp is kn_exp_nonpositive (its
- * arguments are s - m <= 0: within about 2^-22, at a third of kn_exp's cost). The work is
- * four or five products per tile where flash attention does two (the price of not
- * rescaling fragments, whose elements the IR does not expose, and of an exact P), on
- * units some 40 times the f32 rate.
+ * At the end the 4 lanes of a row add their l, out = O / l, rounded to dtype once and
+ * stored from the lanes' elements, as kn_attn_prefill's SIMT kernel and the oracle:
+ * scores are (q . k) * scale, the division kn_fdiv; exp is kn_exp_nonpositive (its
+ * arguments are s - m <= 0: within about 2^-22, at a third of kn_exp's cost). The work
+ * is 1 + parts products per tile where flash attention with a rounded P does two.
+ * KILN_ATTN_PARTS=2 takes two bf16 parts (e to 2^-16: below a 16-bit quantum of the
+ * output, not exact; for measuring what the third costs).
  *
  * Balance: the workgroups along y take token blocks from the last (the longest) down. */
 #include "kernels/kn_common.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define AT_ROWS 64 /* query rows per workgroup: 4 subgroups of 16 */
 #define AT_KEYS 64 /* keys per K/V tile */
 #define AT_PAD 8   /* 16-bit elements after each staged row */
-#define SC_PAD 4   /* f32 words after each row of a subgroup's scores */
 #define COPY 8     /* elements per asynchronous copy */
 #define MAX_HD 256
 
@@ -43,22 +50,21 @@ typedef struct at {
     uint32_t hd, q_stride, kv_dim, n_head, n_ctx, n_max, hpt, tpt;
     float scale;
     ir_buf qb, kc, vc, ob;
-    ir_shm qs, ks, vs, sc, pp_[3]; /* pp_: the parts of e, rows of 64 + 8 */
-    uint32_t parts;
+    ir_shm qs, ks, vs;
+    uint32_t parts; /* 16-bit parts of e */
     uint32_t pitch; /* of qs, ks, vs rows: hd + 8 */
-    uint32_t sp;    /* of sc rows (f32): max(64, hd) + 4 */
-    uint32_t pp;    /* of the parts' rows: 64 + 8 */
     ir_type ta, tb, tc;
     ir_val lid, sid, lane, u0, f0, ninf;
     ir_val pos0, n_valid, t0, head0, kv_off, n_keys, n_tiles;
 } at;
 
-static uint32_t parts_of(ir_scalar dt) { return dt == IR_BF16 ? 3 : 2; }
-
-static uint32_t shared_bytes(uint32_t hd, ir_scalar dt) {
-    uint32_t pitch = hd + AT_PAD, sp = (hd > AT_KEYS ? hd : AT_KEYS) + SC_PAD, pp = AT_KEYS + AT_PAD;
-    return AT_ROWS * pitch * 2 * 5 + 4 * 16 * sp * 4 + parts_of(dt) * 4 * 16 * pp * 2;
+static uint32_t parts_of(ir_scalar dt) {
+    const char *e = getenv("KILN_ATTN_PARTS");
+    if (dt == IR_BF16 && e && strcmp(e, "2") == 0) return 2;
+    return dt == IR_BF16 ? 3 : 2;
 }
+
+static uint32_t shared_bytes(uint32_t hd) { return AT_ROWS * (hd + AT_PAD) * 2 * 5; }
 
 /* query heads per workgroup: the largest power of two dividing the group, at most 16 */
 static uint32_t heads_per_tile(uint32_t n_head, uint32_t n_head_kv) {
@@ -76,7 +82,7 @@ bool kn_attn_prefill_mma_ok(const rt_caps *c, ir_scalar dt, uint32_t n_head, uin
              grid = n_head / hpt * ((n_max + AT_ROWS / hpt - 1) / (AT_ROWS / hpt));
     if (c->compute_units && grid * 2 < c->compute_units) return false;
     if (c->max_workgroup && c->max_workgroup < 128) return false;
-    if (c->shared_bytes && shared_bytes(hd, dt) > c->shared_bytes) return false;
+    if (c->shared_bytes && shared_bytes(hd) > c->shared_bytes) return false;
     for (uint32_t i = 0; i < c->n_mma && i < RT_MAX_MMA_SHAPES; i++) {
         const rt_mma_shape *s = &c->mma[i];
         if (s->m == 16 && s->n == 8 && s->k == 16 && s->ab_type == (uint32_t)dt && s->acc_type == IR_F32) return true;
@@ -117,62 +123,13 @@ static void stage_kv(const at *a, ir_buf src_buf, ir_shm dst, ir_val slot, ir_va
     }
 }
 
-/* ---- the products ----------------------------------------------------------------------------- */
-
-/* The subgroup's 16 x 64 scores of the K tile in slot, stored (unscaled) to its rows of sc. */
-static void scores(const at *a, const ir_val *qf, ir_val slot) {
-    kx k = a->k;
-    ir_val st = kx_u32(k, a->pitch), kb = kx_mul_c(k, slot, AT_KEYS * a->pitch);
-    ir_val zero = ir_frag_fill(k.ir, a->tc, a->f0), sc0 = kx_mul_c(k, a->sid, 16 * a->sp);
-    for (uint32_t j = 0; j < AT_KEYS / 8; j++) {
-        ir_val s = zero;
-        for (uint32_t i = 0; i < a->hd / 16; i++) {
-            ir_val b = ir_frag_load(k.ir, a->tb, true, a->ks, kx_add_c(k, kb, j * 8 * a->pitch + i * 16), st, false);
-            s = ir_frag_mma(k.ir, qf[i], b, s);
-        }
-        ir_frag_store(k.ir, s, true, a->sc, kx_add_c(k, sc0, j * 8), kx_u32(k, a->sp), true);
-    }
-}
-
-/* O += sum over the parts E_i V, over the V tile in slot (the subgroup's rows of the parts). */
-static void accumulate(const at *a, ir_val slot, ir_val *o) {
-    kx k = a->k;
-    ir_val st = kx_u32(k, a->pitch), pst = kx_u32(k, a->pp), vb = kx_mul_c(k, slot, AT_KEYS * a->pitch);
-    ir_val p0 = kx_mul_c(k, a->sid, 16 * a->pp);
-    for (uint32_t kk = 0; kk < AT_KEYS / 16; kk++) {
-        ir_val e[3];
-        for (uint32_t i = 0; i < a->parts; i++)
-            e[i] = ir_frag_load(k.ir, a->ta, true, a->pp_[i], kx_add_c(k, p0, kk * 16), pst, true);
-        for (uint32_t d = 0; d < a->hd / 8; d++) {
-            ir_val b = ir_frag_load(k.ir, a->tb, true, a->vs, kx_add_c(k, vb, kk * 16 * a->pitch + d * 8), st, true);
-            for (uint32_t i = 0; i < a->parts; i++) o[d] = ir_frag_mma(k.ir, e[i], b, o[d]);
-        }
-    }
-}
-
-/* ---- the softmax, two lanes a row ---------------------------------------------------------------- */
+/* ---- one lane's rows ---------------------------------------------------------------------------- */
 
 typedef struct lanes {
-    ir_val r;     /* the lane's row within the subgroup */
-    ir_val half;  /* which 32 keys of a tile */
-    ir_val pos;   /* the row's position */
-    ir_val at_sc; /* the lane's first score in sc */
-    ir_val at_p;  /* and in ph / pl */
+    ir_val row[2]; /* the lane's rows within the workgroup's 64: g and g + 8 of its subgroup's */
+    ir_val pos[2]; /* their positions */
+    ir_val key;    /* the lane's first key within 8: 2 (lane % 4) */
 } lanes;
-
-/* The lane's 32 scaled scores of tile j, -inf where the key is past the row's position. */
-static void lane_scores(const at *a, const lanes *ln, ir_val j, ir_val *s) {
-    kx k = a->k;
-    ir_val key0 = kx_add(k, kx_mul_c(k, j, AT_KEYS), kx_mul_c(k, ln->half, 32));
-    for (uint32_t v = 0; v < 8; v++) {
-        ir_val w = kx_shm_load(k, a->sc, kx_add_c(k, ln->at_sc, v * 4), 4);
-        for (uint32_t l = 0; l < 4; l++) {
-            ir_val key = kx_add_c(k, key0, v * 4 + l);
-            ir_val x = kx_mul_f(k, kx_lane(k, w, l), a->scale);
-            s[v * 4 + l] = kx_select(k, kx_le(k, key, ln->pos), x, a->ninf);
-        }
-    }
-}
 
 /* exp(s - m), 0 where s is -inf (exp(-inf) is left to no device) */
 static ir_val exp_live(const at *a, ir_val s, ir_val m) {
@@ -181,81 +138,114 @@ static ir_val exp_live(const at *a, ir_val s, ir_val m) {
     return kx_select(k, live, kn_exp_nonpositive(k, kx_select(k, live, kx_sub(k, s, m), a->f0)), a->f0);
 }
 
-/* (m, l) after tile j: m_new = max(m, the tile's), l = l exp(m - m_new) + sum exp(s - m_new) */
-static void stats_step(const at *a, const lanes *ln, ir_val j, ir_val *m, ir_val *l) {
-    kx k = a->k;
-    ir_val s[32], mt = a->ninf;
-    lane_scores(a, ln, j, s);
-    for (uint32_t i = 0; i < 32; i++) mt = kx_max(k, mt, s[i]);
-    ir_val mn = kx_max(k, *m, mt), sum = a->f0;
-    for (uint32_t i = 0; i < 32; i++) sum = kx_add(k, sum, exp_live(a, s[i], mn));
-    ir_val alpha = exp_live(a, *m, mn); /* 0 while m is -inf */
-    *l = kx_fma(k, *l, alpha, sum), *m = mn;
+/* the maximum over the 4 lanes of a row (lanes 4g .. 4g + 3) */
+static ir_val row_max(kx k, ir_val v) {
+    v = kx_max(k, v, kx_sg_xor(k, v, 1));
+    return kx_max(k, v, kx_sg_xor(k, v, 2));
 }
 
-/* The row's (m, l) from its two lanes. */
-static void stats_merge(const at *a, ir_val *m, ir_val *l) {
+/* x * (a0, a0, a1, a1): the lane's two rows of an accumulator scaled */
+static ir_val scale_rows(const at *a, ir_val f, const ir_val al[2]) {
     kx k = a->k;
-    ir_val mo = kx_sg_xor(k, *m, 1), lo = kx_sg_xor(k, *l, 1);
-    ir_val mx = kx_max(k, *m, mo); /* finite: key 0 is every row's */
-    *l = kx_fma(k, *l, exp_live(a, *m, mx), kx_mul(k, lo, exp_live(a, mo, mx)));
-    *m = mx;
+    ir_val e = ir_frag_elems(k.ir, f), v[4];
+    for (uint32_t i = 0; i < 4; i++) v[i] = kx_mul(k, kx_lane(k, e, i), al[i >> 1]);
+    return ir_frag_from_elems(k.ir, a->tc, kx_vec(k, v, 4), IR_NONE);
 }
 
-/* e = exp(s - m) for the lane's 32 keys of tile j, as its 16-bit parts */
-static void write_p(const at *a, const lanes *ln, ir_val j, ir_val m) {
+/* ---- a tile of 64 keys ----------------------------------------------------------------------------- */
+
+/* The subgroup's 16 rows over the K/V tile in slot (keys kb0 ..): m, l (the lane's part)
+ * and the O accumulators updated. */
+static void tile(const at *a, const lanes *ln, const ir_val *qf, ir_val slot, ir_val kb0, ir_val m[2], ir_val l[2],
+                 ir_val *o) {
     kx k = a->k;
-    ir_val s[32];
-    lane_scores(a, ln, j, s);
+    ir_val st = kx_u32(k, a->pitch), kb = kx_mul_c(k, slot, AT_KEYS * a->pitch);
+    ir_val zero = ir_frag_fill(k.ir, a->tc, a->f0);
+    ir_val s[AT_KEYS / 8][4];
+    ir_val mt[2] = {a->ninf, a->ninf};
+    for (uint32_t jj = 0; jj < AT_KEYS / 8; jj++) {
+        ir_val acc = zero;
+        for (uint32_t i = 0; i < a->hd / 16; i++) {
+            ir_val b = ir_frag_load(k.ir, a->tb, true, a->ks, kx_add_c(k, kb, jj * 8 * a->pitch + i * 16), st, false);
+            acc = ir_frag_mma(k.ir, qf[i], b, acc);
+        }
+        ir_val e = ir_frag_elems(k.ir, acc);
+        for (uint32_t i = 0; i < 4; i++) {
+            ir_val key = kx_add(k, kb0, kx_add_c(k, ln->key, jj * 8 + (i & 1)));
+            ir_val x = kx_mul_f(k, kx_lane(k, e, i), a->scale);
+            s[jj][i] = kx_select(k, kx_le(k, key, ln->pos[i >> 1]), x, a->ninf);
+            mt[i >> 1] = kx_max(k, mt[i >> 1], s[jj][i]);
+        }
+    }
+    ir_val mn[2], al[2], sum[2] = {a->f0, a->f0};
+    for (uint32_t r = 0; r < 2; r++) {
+        mn[r] = kx_max(k, m[r], row_max(k, mt[r])); /* finite: key 0 is in every row's first tile */
+        al[r] = exp_live(a, m[r], mn[r]);           /* 0 while m is -inf */
+    }
     ir_type t4 = kx_t(k, a->dt, 4), f4 = kx_t(k, IR_F32, 4);
-    for (uint32_t v = 0; v < 8; v++) {
+    ir_val parts[AT_KEYS / 8][3];
+    for (uint32_t jj = 0; jj < AT_KEYS / 8; jj++) {
         ir_val e[4];
-        for (uint32_t l = 0; l < 4; l++) e[l] = exp_live(a, s[v * 4 + l], m);
+        for (uint32_t i = 0; i < 4; i++) {
+            e[i] = exp_live(a, s[jj][i], mn[i >> 1]);
+            sum[i >> 1] = kx_add(k, sum[i >> 1], e[i]);
+        }
         ir_val left = kx_vec(k, e, 4); /* what the parts so far leave (exact in f32) */
-        for (uint32_t i = 0; i < a->parts; i++) {
-            ir_val part = kx_convert(k, left, t4);
-            kx_shm_store(k, a->pp_[i], kx_add_c(k, ln->at_p, v * 4), part);
-            if (i + 1 < a->parts) left = kx_sub(k, left, kx_convert(k, part, f4));
+        for (uint32_t p = 0; p < a->parts; p++) {
+            parts[jj][p] = kx_convert(k, left, t4);
+            if (p + 1 < a->parts) left = kx_sub(k, left, kx_convert(k, parts[jj][p], f4));
+        }
+    }
+    for (uint32_t r = 0; r < 2; r++) l[r] = kx_fma(k, l[r], al[r], sum[r]), m[r] = mn[r];
+    uint32_t n_o = a->hd / 8;
+    for (uint32_t d = 0; d < n_o; d++) o[d] = scale_rows(a, o[d], al);
+    ir_val vb = kx_mul_c(k, slot, AT_KEYS * a->pitch);
+    for (uint32_t kk = 0; kk < AT_KEYS / 16; kk++) {
+        ir_val ef[3];
+        for (uint32_t p = 0; p < a->parts; p++)
+            ef[p] = ir_frag_from_elems(k.ir, a->ta, parts[2 * kk][p], parts[2 * kk + 1][p]);
+        for (uint32_t d = 0; d < n_o; d++) {
+            ir_val b = ir_frag_load(k.ir, a->tb, true, a->vs, kx_add_c(k, vb, kk * 16 * a->pitch + d * 8), st, true);
+            for (uint32_t p = 0; p < a->parts; p++) o[d] = ir_frag_mma(k.ir, ef[p], b, o[d]);
         }
     }
 }
 
 /* ---- the block --------------------------------------------------------------------------------- */
 
-static void out_rows(const at *a, const lanes *ln, const ir_val *o, ir_val l) {
+/* out = O / l for the lane's rows of valid tokens, two outputs a store */
+static void out_rows(const at *a, const lanes *ln, const ir_val *o, const ir_val l[2]) {
     kx k = a->k;
-    ir_val sc0 = kx_mul_c(k, a->sid, 16 * a->sp);
-    for (uint32_t d = 0; d < a->hd / 8; d++)
-        ir_frag_store(k.ir, o[d], true, a->sc, kx_add_c(k, sc0, d * 8), kx_u32(k, a->sp), true);
-    kx_barrier(k);
-    ir_val row = kx_add(k, kx_mul_c(k, a->sid, 16), ln->r);
-    ir_val t = kx_add(k, a->t0, kx_div_c(k, row, a->hpt)), head = kx_add(k, a->head0, kx_rem_c(k, row, a->hpt));
-    ir_if *f = kx_if(k, kx_lt(k, t, a->n_valid));
-    uint32_t half = a->hd / 2, w = kn_vec_width(half);
-    ir_val d0 = kx_mul_c(k, ln->half, half);
-    ir_val from = kx_add(k, kx_add(k, sc0, kx_mul_c(k, ln->r, a->sp)), d0);
-    ir_val to = kx_add(k, kx_add(k, kx_mul_c(k, t, a->n_head * a->hd), kx_mul_c(k, head, a->hd)), d0);
-    ir_type ot = kx_t(k, a->dt, w);
-    for (uint32_t i = 0; i < half; i += w) {
-        ir_val v = kx_shm_load(k, a->sc, kx_add_c(k, from, i), w), q[4];
-        for (uint32_t e = 0; e < w; e++) q[e] = kn_fdiv(k, w == 1 ? v : kx_lane(k, v, e), l);
-        kx_store(k, a->ob, kx_add_c(k, to, i), kx_convert(k, w == 1 ? q[0] : kx_vec(k, q, w), ot));
+    ir_type ot = kx_t(k, a->dt, 2);
+    ir_val e[MAX_HD / 8];
+    for (uint32_t d = 0; d < a->hd / 8; d++) e[d] = ir_frag_elems(k.ir, o[d]);
+    for (uint32_t r = 0; r < 2; r++) {
+        ir_val t = kx_add(k, a->t0, kx_div_c(k, ln->row[r], a->hpt));
+        ir_val head = kx_add(k, a->head0, kx_rem_c(k, ln->row[r], a->hpt));
+        ir_if *f = kx_if(k, kx_lt(k, t, a->n_valid));
+        ir_val to = kx_add(k, kx_add(k, kx_mul_c(k, t, a->n_head * a->hd), kx_mul_c(k, head, a->hd)), ln->key);
+        for (uint32_t d = 0; d < a->hd / 8; d++) {
+            ir_val q[2] = {kn_fdiv(k, kx_lane(k, e[d], 2 * r), l[r]), kn_fdiv(k, kx_lane(k, e[d], 2 * r + 1), l[r])};
+            kx_store(k, a->ob, kx_add_c(k, to, d * 8), kx_convert(k, kx_vec(k, q, 2), ot));
+        }
+        kx_end_if(k, f);
     }
-    kx_end_if(k, f);
 }
 
 static void block(at *a) {
     kx k = a->k;
     lanes ln;
-    ln.r = kx_shr_c(k, a->lane, 1), ln.half = kx_and_c(k, a->lane, 1);
-    ir_val row = kx_add(k, kx_mul_c(k, a->sid, 16), ln.r);
-    ln.pos = kx_add(k, a->pos0, kx_add(k, a->t0, kx_div_c(k, row, a->hpt)));
-    ln.at_sc = kx_add(k, kx_mul_c(k, row, a->sp), kx_mul_c(k, ln.half, 32));
-    ln.at_p = kx_add(k, kx_mul_c(k, row, a->pp), kx_mul_c(k, ln.half, 32));
+    ir_val g = kx_shr_c(k, a->lane, 2);
+    ln.key = kx_mul_c(k, kx_and_c(k, a->lane, 3), 2);
+    for (uint32_t r = 0; r < 2; r++) {
+        ln.row[r] = kx_add(k, kx_mul_c(k, a->sid, 16), kx_add_c(k, g, 8 * r));
+        ln.pos[r] = kx_add(k, a->pos0, kx_add(k, a->t0, kx_div_c(k, ln.row[r], a->hpt)));
+    }
     ir_val one = kx_u32(k, 1);
 
     stage_q(a);
     stage_kv(a, a->kc, a->ks, a->u0, a->u0);
+    stage_kv(a, a->vc, a->vs, a->u0, a->u0);
     ir_async_commit(k.ir);
     ir_async_wait(k.ir, 0);
     kx_barrier(k);
@@ -264,52 +254,33 @@ static void block(at *a) {
     for (uint32_t i = 0; i < a->hd / 16; i++)
         qf[i] = ir_frag_load(k.ir, a->ta, true, a->qs, kx_add_c(k, qb, i * 16), st, true);
 
-    /* pass 1: each row's max and sum */
-    ir_val init[2] = {a->ninf, a->f0};
-    ir_for *p1 = ir_for_begin(k.ir, a->u0, a->n_tiles, one, 2, init);
-    ir_val j = ir_for_iv(p1), m = ir_for_arg(p1, 0), l = ir_for_arg(p1, 1);
+    /* carried: m and l of the lane's two rows, then the O accumulators */
+    uint32_t n_o = a->hd / 8, n_c = 4 + n_o;
+    ir_val init[4 + MAX_HD / 8], zero = ir_frag_fill(k.ir, a->tc, a->f0);
+    init[0] = init[1] = a->ninf, init[2] = init[3] = a->f0;
+    for (uint32_t d = 0; d < n_o; d++) init[4 + d] = zero;
+    ir_for *lp = ir_for_begin(k.ir, a->u0, a->n_tiles, one, n_c, init);
+    ir_val j = ir_for_iv(lp), m[2], l[2], o[MAX_HD / 8];
+    for (uint32_t r = 0; r < 2; r++) m[r] = ir_for_arg(lp, r), l[r] = ir_for_arg(lp, 2 + r);
+    for (uint32_t d = 0; d < n_o; d++) o[d] = ir_for_arg(lp, 4 + d);
     ir_val next = kx_add_c(k, j, 1);
     ir_if *more = kx_if(k, kx_lt(k, next, a->n_tiles));
-    stage_kv(a, a->kc, a->ks, kx_and_c(k, next, 1), kx_mul_c(k, next, AT_KEYS));
-    kx_end_if(k, more);
-    ir_async_commit(k.ir);
-    scores(a, qf, kx_and_c(k, j, 1));
-    kx_barrier(k);
-    stats_step(a, &ln, j, &m, &l);
-    ir_async_wait(k.ir, 0);
-    kx_barrier(k);
-    ir_val y1[2] = {m, l};
-    ir_for_end(k.ir, p1, y1);
-    m = ir_for_result(p1, 0), l = ir_for_result(p1, 1);
-    stats_merge(a, &m, &l);
-
-    /* pass 2: O = sum e v */
-    stage_kv(a, a->kc, a->ks, a->u0, a->u0);
-    stage_kv(a, a->vc, a->vs, a->u0, a->u0);
-    ir_async_commit(k.ir);
-    ir_async_wait(k.ir, 0);
-    kx_barrier(k);
-    uint32_t n_o = a->hd / 8;
-    ir_val o[MAX_HD / 8], zero = ir_frag_fill(k.ir, a->tc, a->f0);
-    for (uint32_t d = 0; d < n_o; d++) o[d] = zero;
-    ir_for *p2 = ir_for_begin(k.ir, a->u0, a->n_tiles, one, n_o, o);
-    j = ir_for_iv(p2);
-    for (uint32_t d = 0; d < n_o; d++) o[d] = ir_for_arg(p2, d);
-    next = kx_add_c(k, j, 1);
-    more = kx_if(k, kx_lt(k, next, a->n_tiles));
     stage_kv(a, a->kc, a->ks, kx_and_c(k, next, 1), kx_mul_c(k, next, AT_KEYS));
     stage_kv(a, a->vc, a->vs, kx_and_c(k, next, 1), kx_mul_c(k, next, AT_KEYS));
     kx_end_if(k, more);
     ir_async_commit(k.ir);
-    scores(a, qf, kx_and_c(k, j, 1));
-    kx_barrier(k);
-    write_p(a, &ln, j, m);
-    kx_barrier(k);
-    accumulate(a, kx_and_c(k, j, 1), o);
+    tile(a, &ln, qf, kx_and_c(k, j, 1), kx_mul_c(k, j, AT_KEYS), m, l, o);
     ir_async_wait(k.ir, 0);
-    kx_barrier(k);
-    ir_for_end(k.ir, p2, o);
-    for (uint32_t d = 0; d < n_o; d++) o[d] = ir_for_result(p2, d);
+    kx_barrier(k); /* the next tile has landed; this one's slot is free */
+    ir_val y[4 + MAX_HD / 8] = {m[0], m[1], l[0], l[1]};
+    for (uint32_t d = 0; d < n_o; d++) y[4 + d] = o[d];
+    ir_for_end(k.ir, lp, y);
+    for (uint32_t r = 0; r < 2; r++) {
+        ir_val lr = ir_for_result(lp, 2 + r);
+        lr = kx_add(k, lr, kx_sg_xor(k, lr, 1));
+        l[r] = kx_add(k, lr, kx_sg_xor(k, lr, 2));
+    }
+    for (uint32_t d = 0; d < n_o; d++) o[d] = ir_for_result(lp, 4 + d);
     out_rows(a, &ln, o, l);
 }
 
@@ -325,7 +296,7 @@ ir_kernel *kn_attn_prefill_mma(const rt_caps *c, uint32_t n_head, uint32_t n_hea
             .n_max = n_max,
             .hpt = hpt,
             .tpt = AT_ROWS / hpt};
-    a.pitch = hd + AT_PAD, a.sp = (hd > AT_KEYS ? hd : AT_KEYS) + SC_PAD, a.pp = AT_KEYS + AT_PAD;
+    a.pitch = hd + AT_PAD;
     a.scale = 1.0f / sqrtf((float)hd); /* the oracle's, computed the same way */
     kx k = {kn_create("kn_attn_prefill", err), c};
     if (!k.ir) return NULL;
@@ -339,10 +310,7 @@ ir_kernel *kn_attn_prefill_mma(const rt_caps *c, uint32_t n_head, uint32_t n_hea
     a.qs = kx_shared(k, "qs", dt, AT_ROWS * a.pitch);
     a.ks = kx_shared(k, "ks", dt, 2 * AT_KEYS * a.pitch);
     a.vs = kx_shared(k, "vs", dt, 2 * AT_KEYS * a.pitch);
-    a.sc = kx_shared(k, "sc", IR_F32, 4 * 16 * a.sp);
     a.parts = parts_of(dt);
-    static const char *const part_names[3] = {"e1", "e2", "e3"};
-    for (uint32_t i = 0; i < a.parts; i++) a.pp_[i] = kx_shared(k, part_names[i], dt, 4 * 16 * a.pp);
     a.ta = ir_t_frag(k.ir, IR_FRAG_A, dt, 16, 8, 16);
     a.tb = ir_t_frag(k.ir, IR_FRAG_B, dt, 16, 8, 16);
     a.tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, 16, 8, 16);

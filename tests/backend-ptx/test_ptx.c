@@ -604,6 +604,7 @@ Test(ptx, fragments_as_mma_sync) {
     uint32_t g[2];
     for (int t = 0; t < 2; t++) {
         rt_caps m = tu_cuda_caps(90);
+        cr_assert_eq(rt_caps_override(&m, "no-wgmma", &err), 0, "%s", err.msg); /* else warpgroup products */
         k = kn_matmul(&m, 1024, 1024, 512, t ? IR_F16 : IR_BF16, KN_EPI_NONE, g, &err);
         cr_assert_not_null(k, "%s", err.msg);
         char *p = emit(k, &m);

@@ -46,6 +46,8 @@ const char *tu_ptxas_path(void) {
 void tu_ptxas_assemble(const char *ptx, const char *arch, const char *what) {
     const char *pa = tu_ptxas_path();
     if (!pa) return;
+    /* a module with wgmma targets sm_90a, which plain sm_90 does not take */
+    if (!strcmp(arch, "sm_90") && strstr(ptx, ".target sm_90a")) arch = "sm_90a";
     static int serial;
     char name[64];
     snprintf(name, sizeof name, "k%d_%d.ptx", (int)getpid(), serial++);
