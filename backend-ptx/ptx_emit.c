@@ -418,12 +418,13 @@ static void declare_constants(ptx_ctx *x) {
     x->e.cur = NULL;
 }
 
-/* nvvm.annotations: the function is a kernel, with its exact block size (.reqntid). */
+/* nvvm.annotations: the function is a kernel, with its exact block size (.reqntid) and
+ * the occupancy it asks for (.minnctapersm: ptxas then keeps registers within it). */
 static void annotate(ptx_ctx *x) {
     LLVMTypeRef i32 = ptx_t_i32(x);
-    const char *keys[4] = {"kernel", "reqntidx", "reqntidy", "reqntidz"};
-    uint32_t vals[4] = {1, x->wg[0], x->wg[1], x->wg[2]};
-    for (int i = 0; i < 4; i++) {
+    const char *keys[5] = {"kernel", "reqntidx", "reqntidy", "reqntidz", "minctasm"};
+    uint32_t vals[5] = {1, x->wg[0], x->wg[1], x->wg[2], ir_occupancy(x->k)};
+    for (int i = 0; i < (vals[4] ? 5 : 4); i++) {
         LLVMMetadataRef md[3] = {LLVMValueAsMetadata(x->fn), LLVMMDStringInContext2(x->lc, keys[i], strlen(keys[i])),
                                  LLVMValueAsMetadata(LLVMConstInt(i32, vals[i], 0))};
         LLVMValueRef node = LLVMMetadataAsValue(x->lc, LLVMMDNodeInContext2(x->lc, md, 3));

@@ -104,6 +104,7 @@ ir_kernel *ir_kernel_clone(const ir_kernel *src) {
     memcpy(k->wg, src->wg, sizeof k->wg);
     k->wg_spec = src->wg_spec;
     k->wg_set = src->wg_set;
+    k->occupancy = src->occupancy;
     cl c = { .src = src, .k = k };
     bool ok = copy_decls(&c) && copy_region(&c, &k->body, &src->body);
     /* definitions outside every region: parameters' and spec constants' entry

@@ -95,6 +95,11 @@ ir_val ir_spec_const(ir_kernel *k, const char *name, ir_scalar s, double dflt);
  * checks each dimension is 1..1024 and the product <= 1024 (for a spec, its default). */
 void ir_set_workgroup(ir_kernel *k, uint32_t x, uint32_t y, uint32_t z);
 void ir_set_workgroup_spec(ir_kernel *k, ir_val x_spec);
+/* A hint: the kernel is meant to run n (1..32) workgroups at once per compute unit, so a
+ * target that sizes registers per kernel keeps them within that budget (PTX:
+ * .minnctapersm; SPIR-V has no such hint and ignores it). 0: no hint. */
+void ir_set_occupancy(ir_kernel *k, uint32_t n);
+uint32_t ir_occupancy(const ir_kernel *k);
 /* A workgroup (shared) memory array of count (1..2^24) elements of a non-bool scalar. */
 ir_shm ir_shared_array(ir_kernel *k, const char *name, ir_scalar elem, uint32_t count);
 /* A workgroup array that may reuse the memory of `base` (an array that overlays nothing),
@@ -159,6 +164,10 @@ ir_val ir_select(ir_kernel *k, ir_val cond, ir_val a, ir_val b);
  * exact; no other pairs (no bool, no f16 <-> bf16, no int <-> f16). Vectors convert lane by
  * lane. Converting or bitcasting to the operand's own type returns the operand itself. */
 ir_val ir_convert(ir_kernel *k, ir_val a, ir_type to);
+/* f32 -> f16 / bf16 of a value the type holds exactly (convert.exact): the representation
+ * changes, nothing rounds; for a value the type does not hold, the result is one of
+ * the type's values near it, which one unspecified (bf16 on PTX: the top 16 bits). */
+ir_val ir_convert_exact(ir_kernel *k, ir_val a, ir_type to);
 ir_val ir_bitcast(ir_kernel *k, ir_val a, ir_type to); /* same bit width */
 ir_val ir_vec(ir_kernel *k, const ir_val *lanes, uint32_t n);
 ir_val ir_extract(ir_kernel *k, ir_val v, uint32_t lane);

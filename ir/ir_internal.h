@@ -66,6 +66,7 @@ struct ir_kernel {
     uint32_t wg[3];
     ir_val wg_spec;
     bool wg_set;
+    uint32_t occupancy; /* ir_set_occupancy: workgroups per compute unit, 0 none */
 
     ir_region body;
     ir_open *open;

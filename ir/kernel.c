@@ -370,6 +370,18 @@ void ir_set_workgroup_spec(ir_kernel *k, ir_val x_spec) {
     k->wg_set = true;
 }
 
+void ir_set_occupancy(ir_kernel *k, uint32_t n) {
+    if (!k)
+        return;
+    if (n > 32) {
+        ir_fail(k, "ir_set_occupancy: 0..32 workgroups per compute unit, not %u", n);
+        return;
+    }
+    k->occupancy = n;
+}
+
+uint32_t ir_occupancy(const ir_kernel *k) { return k ? k->occupancy : 0; }
+
 ir_shm ir_shared_array(ir_kernel *k, const char *name, ir_scalar elem, uint32_t count) {
     if (!k)
         return 0;

@@ -203,6 +203,12 @@ ir_val ir_convert(ir_kernel *k, ir_val a, ir_type to) {
     return ir_result_of(ir_build(k, "ir_convert", IR_OP_CONVERT, to, &a, 1, 0, 0, 0));
 }
 
+ir_val ir_convert_exact(ir_kernel *k, ir_val a, ir_type to) {
+    if (!k || !ir_use_ok(k, "ir_convert_exact", a))
+        return IR_NONE;
+    return ir_result_of(ir_build(k, "ir_convert_exact", IR_OP_CONVERT, to, &a, 1, 1, 0, 0));
+}
+
 ir_val ir_bitcast(ir_kernel *k, ir_val a, ir_type to) {
     if (!k || !ir_use_ok(k, "ir_bitcast", a))
         return IR_NONE;

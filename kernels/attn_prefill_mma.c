@@ -5,9 +5,11 @@
  *
  * A workgroup of 4 subgroups takes 64 query rows: hpt heads of one kv head (they share
  * the K/V tiles) times 64 / hpt consecutive tokens; each subgroup 16 rows, kept as Q
- * fragments in registers. Keys come in tiles of 64 positions (K and V double-buffered in
- * workgroup memory by asynchronous copies, the next tile in flight during the math;
- * positions past the block's causal limit are zero-filled). One pass over the tiles:
+ * fragments in registers (staged through V's second slot, which tile 1 takes after). Keys
+ * come in tiles of 64 positions (K and V double-buffered in workgroup memory by
+ * asynchronous copies, the next tile in flight during the math; positions past the
+ * block's causal limit are zero-filled): 70 KiB of workgroup memory at head_dim 128, so
+ * three workgroups fit an H200 SM. One pass over the tiles:
  *
  *   S = Q Kᵀ (8 accumulators of 16x8 per subgroup); each lane reads its own elements
  *   (ir_frag_elems: rows g and g + 8, two keys of every 8), scales and masks them (keys
@@ -17,9 +19,11 @@
  *   split into 16-bit parts, each the rounding of what the others leave (O += E1 V +
  *   E2 V [+ E3 V]), made into A fragments straight from the lanes' elements
  *   (ir_frag_from_elems: the accumulators of keys 0..7 and 8..15 are, element for
- *   element, the A fragment of those 16 keys): three bf16 parts (8 bits each) hold e's 24
- *   bits exactly, two f16 parts (11 each) carry it to 2^-22 (2^-25 absolute below f16's
- *   normal range), about exp's own error. So P·V is f32 arithmetic up to summation order
+ *   element, the A fragment of those 16 keys): three bf16 parts (8 bits each, each the
+ *   truncation of what the others leave: one AND, where rounding takes a dozen integer
+ *   ops) hold e's 24 bits exactly (to 2^-133 absolute, bf16's subnormal grid), two f16
+ *   parts (11 each, rounded) carry it to 2^-22 (2^-25 absolute below f16's normal
+ *   range), about exp's own error. So P·V is f32 arithmetic up to summation order
  *   (and that error): the online softmax is kn_attn_prefill's SIMT kernel's (rescaled once
  *   a tile), and the oracle's softmax needs no new rounding point.
  *
@@ -64,7 +68,7 @@ static uint32_t parts_of(ir_scalar dt) {
     return dt == IR_BF16 ? 3 : 2;
 }
 
-static uint32_t shared_bytes(uint32_t hd) { return AT_ROWS * (hd + AT_PAD) * 2 * 5; }
+static uint32_t shared_bytes(uint32_t hd) { return AT_KEYS * (hd + AT_PAD) * 2 * 4; }
 
 /* query heads per workgroup: the largest power of two dividing the group, at most 16 */
 static uint32_t heads_per_tile(uint32_t n_head, uint32_t n_head_kv) {
@@ -182,33 +186,42 @@ static void tile(const at *a, const lanes *ln, const ir_val *qf, ir_val slot, ir
         mn[r] = kx_max(k, m[r], row_max(k, mt[r])); /* finite: key 0 is in every row's first tile */
         al[r] = exp_live(a, m[r], mn[r]);           /* 0 while m is -inf */
     }
-    ir_type t4 = kx_t(k, a->dt, 4), f4 = kx_t(k, IR_F32, 4);
-    ir_val parts[AT_KEYS / 8][3];
-    for (uint32_t jj = 0; jj < AT_KEYS / 8; jj++) {
-        ir_val e[4];
-        for (uint32_t i = 0; i < 4; i++) {
-            e[i] = exp_live(a, s[jj][i], mn[i >> 1]);
-            sum[i >> 1] = kx_add(k, sum[i >> 1], e[i]);
-        }
-        ir_val left = kx_vec(k, e, 4); /* what the parts so far leave (exact in f32) */
-        for (uint32_t p = 0; p < a->parts; p++) {
-            parts[jj][p] = kx_convert(k, left, t4);
-            if (p + 1 < a->parts) left = kx_sub(k, left, kx_convert(k, parts[jj][p], f4));
-        }
-    }
-    for (uint32_t r = 0; r < 2; r++) l[r] = kx_fma(k, l[r], al[r], sum[r]), m[r] = mn[r];
+    ir_type t4 = kx_t(k, a->dt, 4), f4 = kx_t(k, IR_F32, 4), u4 = kx_t(k, IR_U32, 4);
+    ir_val m16 = kx_u32(k, 0xffff0000u), mask = kx_vec(k, (ir_val[]){m16, m16, m16, m16}, 4);
     uint32_t n_o = a->hd / 8;
     for (uint32_t d = 0; d < n_o; d++) o[d] = scale_rows(a, o[d], al);
+    /* 16 keys at a time: their e, its parts as A fragments, their products (so only one
+     * group's parts are live, and the products overlap the next group's arithmetic) */
     ir_val vb = kx_mul_c(k, slot, AT_KEYS * a->pitch);
     for (uint32_t kk = 0; kk < AT_KEYS / 16; kk++) {
+        ir_val parts[2][3];
+        for (uint32_t h = 0; h < 2; h++) {
+            uint32_t jj = 2 * kk + h;
+            ir_val e[4];
+            for (uint32_t i = 0; i < 4; i++) {
+                e[i] = exp_live(a, s[jj][i], mn[i >> 1]);
+                sum[i >> 1] = kx_add(k, sum[i >> 1], e[i]);
+            }
+            ir_val left = kx_vec(k, e, 4); /* what the parts so far leave (exact in f32) */
+            for (uint32_t p = 0; p < a->parts; p++) {
+                if (a->dt == IR_BF16) { /* truncated: a bf16 value with one AND, so the parts cost little */
+                    ir_val part = kx_bitcast(k, kx_and(k, kx_bitcast(k, left, u4), mask), f4);
+                    parts[h][p] = ir_convert_exact(k.ir, part, t4);
+                    if (p + 1 < a->parts) left = kx_sub(k, left, part);
+                } else {
+                    parts[h][p] = kx_convert(k, left, t4);
+                    if (p + 1 < a->parts) left = kx_sub(k, left, kx_convert(k, parts[h][p], f4));
+                }
+            }
+        }
         ir_val ef[3];
-        for (uint32_t p = 0; p < a->parts; p++)
-            ef[p] = ir_frag_from_elems(k.ir, a->ta, parts[2 * kk][p], parts[2 * kk + 1][p]);
+        for (uint32_t p = 0; p < a->parts; p++) ef[p] = ir_frag_from_elems(k.ir, a->ta, parts[0][p], parts[1][p]);
         for (uint32_t d = 0; d < n_o; d++) {
             ir_val b = ir_frag_load(k.ir, a->tb, true, a->vs, kx_add_c(k, vb, kk * 16 * a->pitch + d * 8), st, true);
             for (uint32_t p = 0; p < a->parts; p++) o[d] = ir_frag_mma(k.ir, ef[p], b, o[d]);
         }
     }
+    for (uint32_t r = 0; r < 2; r++) l[r] = kx_fma(k, l[r], al[r], sum[r]), m[r] = mn[r];
 }
 
 /* ---- the block --------------------------------------------------------------------------------- */
@@ -244,8 +257,9 @@ static void block(at *a) {
     ir_val one = kx_u32(k, 1);
 
     stage_q(a);
-    stage_kv(a, a->kc, a->ks, a->u0, a->u0);
-    stage_kv(a, a->vc, a->vs, a->u0, a->u0);
+    /* tile j in slot (j & 1) ^ 1: tile 0's slot is not the one q overlays */
+    stage_kv(a, a->kc, a->ks, one, a->u0);
+    stage_kv(a, a->vc, a->vs, one, a->u0);
     ir_async_commit(k.ir);
     ir_async_wait(k.ir, 0);
     kx_barrier(k);
@@ -253,6 +267,7 @@ static void block(at *a) {
     ir_val qb = kx_mul_c(k, a->sid, 16 * a->pitch), st = kx_u32(k, a->pitch);
     for (uint32_t i = 0; i < a->hd / 16; i++)
         qf[i] = ir_frag_load(k.ir, a->ta, true, a->qs, kx_add_c(k, qb, i * 16), st, true);
+    kx_barrier(k); /* q is in registers: tile 1 may take its slot */
 
     /* carried: m and l of the lane's two rows, then the O accumulators */
     uint32_t n_o = a->hd / 8, n_c = 4 + n_o;
@@ -265,11 +280,12 @@ static void block(at *a) {
     for (uint32_t d = 0; d < n_o; d++) o[d] = ir_for_arg(lp, 4 + d);
     ir_val next = kx_add_c(k, j, 1);
     ir_if *more = kx_if(k, kx_lt(k, next, a->n_tiles));
-    stage_kv(a, a->kc, a->ks, kx_and_c(k, next, 1), kx_mul_c(k, next, AT_KEYS));
-    stage_kv(a, a->vc, a->vs, kx_and_c(k, next, 1), kx_mul_c(k, next, AT_KEYS));
+    ir_val nslot = kx_xor(k, kx_and_c(k, next, 1), one);
+    stage_kv(a, a->kc, a->ks, nslot, kx_mul_c(k, next, AT_KEYS));
+    stage_kv(a, a->vc, a->vs, nslot, kx_mul_c(k, next, AT_KEYS));
     kx_end_if(k, more);
     ir_async_commit(k.ir);
-    tile(a, &ln, qf, kx_and_c(k, j, 1), kx_mul_c(k, j, AT_KEYS), m, l, o);
+    tile(a, &ln, qf, kx_xor(k, kx_and_c(k, j, 1), one), kx_mul_c(k, j, AT_KEYS), m, l, o);
     ir_async_wait(k.ir, 0);
     kx_barrier(k); /* the next tile has landed; this one's slot is free */
     ir_val y[4 + MAX_HD / 8] = {m[0], m[1], l[0], l[1]};
@@ -307,9 +323,13 @@ ir_kernel *kn_attn_prefill_mma(const rt_caps *c, uint32_t n_head, uint32_t n_hea
     a.ob = kx_buffer(k, "out", dt, IR_WRITE, (uint64_t)n_max * n_head * hd);
     ir_buf ib = kx_buffer(k, "info", IR_U32, IR_READ, 2);
     kx_workgroup(k, 128);
-    a.qs = kx_shared(k, "qs", dt, AT_ROWS * a.pitch);
+    /* KILN_ATTN_OCC=n asks for n workgroups per SM (registers within 64K / (128 n)): for
+     * measuring the latency hiding against spills */
+    const char *occ = getenv("KILN_ATTN_OCC");
+    if (occ && atoi(occ) > 0 && atoi(occ) <= 8) ir_set_occupancy(k.ir, (uint32_t)atoi(occ));
     a.ks = kx_shared(k, "ks", dt, 2 * AT_KEYS * a.pitch);
     a.vs = kx_shared(k, "vs", dt, 2 * AT_KEYS * a.pitch);
+    a.qs = ir_shared_overlay(k.ir, "qs", dt, AT_ROWS * a.pitch, a.vs); /* V's slot 0, free until tile 1 */
     a.parts = parts_of(dt);
     a.ta = ir_t_frag(k.ir, IR_FRAG_A, dt, 16, 8, 16);
     a.tb = ir_t_frag(k.ir, IR_FRAG_B, dt, 16, 8, 16);

@@ -219,7 +219,7 @@ typedef struct kn_rope_opts {
 
 /* Everything between the qkv projection and attention, in one launch, for tokens t < n =
  * info[1] at positions info[0] + t: qkv is [n_max][(n_head + 2 * n_head_kv) * head_dim],
- * each row q heads, then k heads, then v heads. Head j of token t:
+ * each row q heads, then k heads, then v heads. Workgroup (head j, token t):
  *   q head: per-head RMSNorm with q_norm (when qk_norm; rounded), rope (rounded), written
  *           back in place;
  *   k head: the same with k_norm, written to kcache[p * kv_dim + kvh * head_dim ..];
@@ -228,9 +228,7 @@ typedef struct kn_rope_opts {
  * Params: qkv (dtype, read/write), kcache, vcache (dtype, write, n_ctx * kv_dim), info
  * (u32, read, 2), then q_norm, k_norm (dtype, read, head_dim) when qk_norm, then
  * freqs (dtype, read, n_rot / 2) when rope.freq_factors.
- * Grid: groups = {kn_qk_prep_groups_x(n_head, n_head_kv), n_max, 1} (a few heads of one
- * token per workgroup, sharing the token's rope angles). */
-uint32_t kn_qk_prep_groups_x(uint32_t n_head, uint32_t n_head_kv);
+ * Grid: groups = {n_head + 2 * n_head_kv, n_max, 1}. */
 ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                       const kn_rope_opts *rope, bool qk_norm, float eps, uint32_t n_ctx, ir_scalar dtype,
                       kiln_err *err);

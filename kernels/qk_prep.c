@@ -1,12 +1,9 @@
 /* Everything between the qkv projection and prefill attention in one launch: per-head
  * q/k RMSNorm (qwen3), rope, and the KV-cache store, for a block of tokens.
  *
- * One workgroup per QK_HEADS heads j of a token t of the fused qkv row, which first
- * computes the token's rope angles into a table its heads share (the angles cost more than
- * the rest: a chain of up to n_rot / 2 products and a sine and cosine per pair), then
- * takes its heads one after another; every branch below depends only on the group ids,
- * the head loop and info[], so the whole workgroup takes it together and the norm's
- * barriers stay in uniform control flow:
+ * One workgroup per (head j, token t) of the fused qkv row; every branch below depends
+ * only on the group ids and on info[], so the whole workgroup takes it together and the
+ * norm's barriers stay in uniform control flow:
  *   - t >= n, or a position p = info[0] + t at or past n_ctx (or wrapped past 2^32):
  *     the workgroup writes nothing at all, q included (attention reads no such token);
  *   - v heads: a bit-for-bit copy of the head into vcache row p;
@@ -30,12 +27,6 @@
 
 #include <math.h>
 
-#define QK_HEADS 4 /* heads per workgroup: a quarter of the rope tables a workgroup per head builds */
-
-uint32_t kn_qk_prep_groups_x(uint32_t n_head, uint32_t n_head_kv) {
-    return (n_head + 2 * n_head_kv + QK_HEADS - 1) / QK_HEADS;
-}
-
 typedef struct qk_build {
     kx k;
     uint32_t wg, head_dim, n_rot;
@@ -43,30 +34,8 @@ typedef struct qk_build {
     float eps, theta_scale, freq_scale;
     ir_scalar dtype;
     ir_buf qkv, freqs;
-    ir_shm cos_t, sin_t; /* the token's rope table: cos and sin of pair i's angle */
-    ir_val p;            /* the token's position (u32) */
+    ir_val p; /* the token's position (u32) */
 } qk_build;
-
-/* The token's angles once for all its heads: pairs lid, lid + wg, .. (each invocation
- * carries its chain of theta from one pair to its next, so it never multiplies more
- * than n_rot / 2 times), into the workgroup's table. */
-static void rope_table(const qk_build *b) {
-    kx k = b->k;
-    ir_val init[2] = {kx_as(k, b->p, IR_F32), kx_u32(k, 0)};
-    ir_for *l = ir_for_begin(k.ir, kx_local(k), kx_u32(k, b->n_rot / 2), kx_u32(k, b->wg), 2, init);
-    ir_val i = ir_for_iv(l);
-    ir_val th = kn_rope_theta(k, ir_for_arg(l, 0), ir_for_arg(l, 1), i, b->theta_scale);
-    ir_val ang = th;
-    if (b->factors) ang = kn_fdiv(k, ang, kx_as(k, kx_load(k, b->freqs, i, 1), IR_F32));
-    if (b->freq_scale != 1.0f) ang = kx_mul(k, kx_f32(k, b->freq_scale), ang);
-    ir_val cs, sn;
-    kn_sincos(k, ang, &sn, &cs);
-    kx_shm_store(k, b->cos_t, i, cs);
-    kx_shm_store(k, b->sin_t, i, sn);
-    ir_val next[2] = {th, i};
-    ir_for_end(k.ir, l, next);
-    kx_barrier(k);
-}
 
 /* x[src + d] as f32, normed and rounded to dtype with qk_norm. */
 static ir_val load_normed(const qk_build *b, ir_val src, ir_val d, ir_buf w, ir_val scale) {
@@ -83,13 +52,20 @@ static void head(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, ir_
                  const char *shm) {
     kx k = b->k;
     uint32_t half = b->n_rot / 2;
-    ir_val lid = kx_local(k);
+    ir_val lid = kx_local(k), zero = kx_u32(k, 0);
     ir_val scale = b->qk_norm ? kn_rms_scale(k, b->wg, b->qkv, src, b->head_dim, b->eps, shm) : IR_NONE;
 
-    /* pairs lid, lid + wg, .., their angles from the token's table */
-    ir_val step = kx_u32(k, b->wg), i;
-    ir_for *l = kx_for(k, lid, kx_u32(k, half), step, &i);
-    ir_val cs = kx_shm_load(k, b->cos_t, i, 1), sn = kx_shm_load(k, b->sin_t, i, 1);
+    /* pairs lid, lid + wg, ..; carried: theta_at and at, the chain's last step */
+    ir_val init[2] = {kx_as(k, b->p, IR_F32), zero};
+    ir_val step = kx_u32(k, b->wg);
+    ir_for *l = ir_for_begin(k.ir, lid, kx_u32(k, half), step, 2, init);
+    ir_val i = ir_for_iv(l);
+    ir_val th = kn_rope_theta(k, ir_for_arg(l, 0), ir_for_arg(l, 1), i, b->theta_scale);
+    ir_val ang = th;
+    if (b->factors) ang = kn_fdiv(k, ang, kx_as(k, kx_load(k, b->freqs, i, 1), IR_F32));
+    if (b->freq_scale != 1.0f) ang = kx_mul(k, kx_f32(k, b->freq_scale), ang);
+    ir_val cs, sn;
+    kn_sincos(k, ang, &sn, &cs);
     ir_val ia = b->neox ? i : kx_mul_c(k, i, 2);
     ir_val ib = kx_add_c(k, ia, b->neox ? half : 1);
     ir_val x0 = load_normed(b, src, ia, w, scale), x1 = load_normed(b, src, ib, w, scale);
@@ -99,7 +75,8 @@ static void head(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, ir_
     kx_store(k, dst, kx_add(k, dst_base, ia), y0);
     ir_val y1 = kx_as(k, o1, b->dtype);
     kx_store(k, dst, kx_add(k, dst_base, ib), y1);
-    kx_end_for(k, l);
+    ir_val next[2] = {th, i};
+    ir_for_end(k.ir, l, next);
 
     /* dims past n_rot: normed, or copied to the cache; q without a norm keeps them as they are */
     if (b->n_rot == b->head_dim || (in_place && !b->qk_norm)) return;
@@ -161,9 +138,8 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
     b.wg = kn_workgroup(c, 2 * items - 1);
     kx_workgroup(k, b.wg);
 
-    /* workgroup (heads QK_HEADS jx .., token t) at position p = info[0] + t */
-    uint32_t n_heads = n_head + 2 * n_head_kv;
-    ir_val jx = kx_group(k, 0), t = kx_group(k, 1);
+    /* workgroup (head j, token t) at position p = info[0] + t */
+    ir_val j = kx_group(k, 0), t = kx_group(k, 1);
     ir_val p0 = kx_load_c(k, info, 0), n = kx_load_c(k, info, 1);
     b.p = kx_add(k, p0, t);
     /* per workgroup: a token of the block at a position inside the cache (p < p0: wrapped) */
@@ -171,15 +147,8 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
     ir_val in_cache = kx_and(k, kx_ge(k, b.p, p0), below_end);
     ir_if *live = kx_if(k, kx_and(k, kx_lt(k, t, n), in_cache));
     ir_val hd = kx_u32(k, head_dim);
-    ir_val cache_row = kx_mul_c(k, b.p, (uint32_t)kv_dim);
-    b.cos_t = kx_shared(k, "rope_cos", IR_F32, n_rot / 2);
-    b.sin_t = kx_shared(k, "rope_sin", IR_F32, n_rot / 2);
-    rope_table(&b);
-    ir_val h;
-    ir_for *heads = kx_for(k, kx_u32(k, 0), kx_u32(k, QK_HEADS), kx_u32(k, 1), &h);
-    ir_val j = kx_add(k, kx_mul_c(k, jx, QK_HEADS), h);
-    ir_if *exists = kx_if(k, kx_lt_c(k, j, n_heads));
     ir_val src = kx_idx(k, t, (uint32_t)row, kx_mul(k, j, hd));
+    ir_val cache_row = kx_mul_c(k, b.p, (uint32_t)kv_dim);
 
     ir_if *is_q = kx_if(k, kx_lt_c(k, j, n_head));
     head(&b, src, b.qkv, src, qn, true, "ss_q");
@@ -198,9 +167,6 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
     kx_end_for(k, cp);
     kx_end_if(k, is_k);
     kx_end_if(k, is_q);
-    kx_end_if(k, exists);
-    kx_barrier(k); /* the norm's workgroup sums are rewritten by the next head */
-    kx_end_for(k, heads);
     kx_end_if(k, live);
     return kn_finish(k.ir, err);
 }

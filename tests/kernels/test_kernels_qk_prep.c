@@ -208,7 +208,7 @@ static void shape_case(rt_device *d, const shape *s, ir_scalar t, const char *va
                               &err);
     cr_assert_not_null(k, "%s: %s", s->name, err.msg);
     kcase kc = {.s = s, .t = t, .var = var, .row = (s->n_head + 2 * s->n_head_kv) * s->head_dim,
-                .kv_dim = s->n_head_kv * s->head_dim, .groups = kn_qk_prep_groups_x(s->n_head, s->n_head_kv)};
+                .kv_dim = s->n_head_kv * s->head_dim, .groups = s->n_head + 2 * s->n_head_kv};
     kc.ck = tu_vk_compile(d, k);
     uint16_t *qn = NULL, *kn = NULL, *ff = NULL;
     if (s->qk_norm) {
