@@ -86,10 +86,12 @@ ir_kernel *kn_matvec_norm(const rt_caps *c, uint32_t rows, uint32_t cols, ir_sca
 ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
                      uint32_t groups[2], kiln_err *err);
 
-/* kn_matmul on warpgroup products (wgmma, sm_90a; matmul_wg.c): the same parameters,
- * epilogues (BIAS, RESIDUAL) and results up to summation order, 128 x 128 tiles; where
- * kn_matmul_wg_ok (caps.wgmma, asynchronous copies, cols a multiple of 8). Not yet used by
- * the plan: it has not run on a device. */
+/* kn_matmul on warpgroup products (wgmma, sm_90a; matmul_wg.c), which kn_matmul takes
+ * where its grid covers half the compute units: the same parameters, epilogues (BIAS,
+ * RESIDUAL) and results up to summation order, tiles of 128 tokens x 128, 192 or 256 rows;
+ * where kn_matmul_wg_ok (caps.wgmma, asynchronous copies, cols a multiple of 8).
+ * KILN_MATMUL_WG=tile_r,kc,stages,async names another shape (taken whatever the grid),
+ * KILN_MATMUL_WG=0 turns it off. */
 bool kn_matmul_wg_ok(const rt_caps *c, ir_scalar dtype, uint32_t cols);
 ir_kernel *kn_matmul_wg(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
                         uint32_t groups[2], kiln_err *err);

@@ -168,3 +168,28 @@ Test(ptx_fragments_ext, fragment_elements) {
     cr_assert(strstr(ir_kernel_err(k)->msg, "vectors of 4"), "%s", ir_kernel_err(k)->msg);
     ir_kernel_destroy(k);
 }
+
+/* ir_set_occupancy: .minnctapersm on the entry (ptxas keeps the registers within it),
+ * nothing without it; out of range is a builder error; a clone keeps it. */
+Test(ptx_fragments_ext, occupancy_hint) {
+    rt_caps c = tu_cuda_caps(80);
+    for (uint32_t n = 0; n < 2; n++) {
+        ir_kernel *k = ir_kernel_create("occ");
+        ir_buf y = ir_param_buffer(k, "y", IR_F32, IR_WRITE);
+        ir_set_workgroup(k, 128, 1, 1);
+        if (n) ir_set_occupancy(k, 3);
+        ir_store(k, y, gid(k), F(1.0f));
+        ir_kernel *cl = ir_kernel_clone(k);
+        cr_assert_eq(ir_occupancy(cl), n ? 3u : 0u);
+        char *ptx = emit_ok(cl, &c);
+        cr_assert_eq(strstr(ptx, ".minnctapersm 3") != NULL, n == 1, "%s", ptx);
+        tu_ptxas_assemble(ptx, "sm_80", "occupancy");
+        free(ptx);
+        ir_kernel_destroy(cl);
+        ir_kernel_destroy(k);
+    }
+    ir_kernel *k = ir_kernel_create("occ2");
+    ir_set_occupancy(k, 33);
+    cr_assert(strstr(ir_kernel_err(k)->msg, "0..32"), "%s", ir_kernel_err(k)->msg);
+    ir_kernel_destroy(k);
+}
