@@ -265,13 +265,19 @@ static rt_kernel *cu_compile(rt_device *base, const ir_kernel *ir, const double 
         goto fail;
     }
     /* ptxas warnings that it serialized wgmma (C7510, C7511, C7515): the variant would run
-     * slowly, so it is refused; its builder's caller builds another (--caps no-wgmma) */
+     * slowly, so it is refused and the device drops wgmma from its caps (rt_device's
+     * fallback says so); the caller builds the kernel again */
     info[sizeof info - 1] = '\0';
     if (strstr(info, "C7510") || strstr(info, "C7511") || strstr(info, "C7515")) {
         flatten(info);
         kiln_fail(err, KILN_ERR_UNSUPPORTED,
                   "%s: kernel '%s': the JIT serialized its wgmma (slow; --caps no-wgmma builds without): %s",
                   base->label, ir_kernel_name(ir), info);
+        if (base->caps.wgmma) {
+            base->caps.wgmma = false;
+            snprintf(base->fallback, sizeof base->fallback, "no wgmma: the JIT serialized it in kernel '%s'",
+                     ir_kernel_name(ir));
+        }
         goto fail;
     }
     entry_name(ptx, ir_kernel_name(ir), name, sizeof name);

@@ -32,6 +32,7 @@ typedef struct probed {
     dev_label id;
     bool measured;
     measure_result meas;
+    char fallback[256]; /* what measuring made the device give up (rt_device's), "" nothing */
 } probed;
 
 /* ---- text ------------------------------------------------------------------------------ */
@@ -88,6 +89,7 @@ static void print_text(const probed *d, uint32_t nd, const char *caps_list) {
         if (d[i].caps.backend != RT_CPU) printf("  kernels (a qwen3-0.6b-shaped model, bf16):\n");
         each_variant(&d[i], print_variant, NULL);
         if (d[i].measured) print_measured(&d[i].meas);
+        if (d[i].fallback[0]) printf("  fallback: %s\n", d[i].fallback);
     }
 }
 
@@ -148,6 +150,7 @@ static json_t *json_device(const probed *d, const char *caps_list) {
         json_object_set_new(o, "kernels", ks);
     }
     if (o && d->measured) json_object_set_new(o, "measured", json_measured(&d->meas));
+    if (o && d->fallback[0]) json_object_set_new(o, "fallback", json_text(d->fallback, sizeof d->fallback));
     if (o && caps_list) {
         json_t *ov = json_pack("{s:o,s:b}", "list", json_text(caps_list, strlen(caps_list) + 1), "applied",
                                !d->refused);
@@ -178,6 +181,10 @@ static int measure_one(probed *d, const char *caps_list, kiln_err *err) {
     rt_device *dev = dev_open(d->id, caps, err);
     if (!dev) return -1;
     int rc = measure_device(dev, &d->meas, err);
+    if (dev->fallback[0]) { /* the caps as the device now runs them */
+        snprintf(d->fallback, sizeof d->fallback, "%s", dev->fallback);
+        d->caps = dev->caps;
+    }
     dev->ops->destroy(dev);
     d->measured = rc == 0;
     return rc;

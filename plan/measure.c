@@ -143,8 +143,13 @@ static int measure_matmul(rt_device *d, const sizes *s, measure_result *r, kiln_
     ir_scalar dt = pick_dtype(&d->caps);
     uint32_t groups[2] = {0, 0};
     uint32_t rows = s->mm_rows, cols = s->mm_cols, tok = s->mm_tokens;
-    rt_kernel *ck =
-        compile(d, kn_matmul(&d->caps, rows, cols, tok, dt, KN_EPI_NONE, groups, err), err);
+    bool wgmma = d->caps.wgmma;
+    rt_kernel *ck = compile(d, kn_matmul(&d->caps, rows, cols, tok, dt, KN_EPI_NONE, groups, err), err);
+    if (!ck && wgmma && !d->caps.wgmma && err && err->code == KILN_ERR_UNSUPPORTED) {
+        /* the device gave up wgmma for this refusal (rt_device's fallback): the next variant */
+        kiln_err_clear(err);
+        ck = compile(d, kn_matmul(&d->caps, rows, cols, tok, dt, KN_EPI_NONE, groups, err), err);
+    }
     rt_buffer *w = ck ? ones16(d, dt, (size_t)rows * cols, err) : NULL;
     rt_buffer *x = w ? ones16(d, dt, (size_t)tok * cols, err) : NULL;
     rt_buffer *y = x ? d->ops->alloc(d, (size_t)tok * rows * 2, err) : NULL;

@@ -43,12 +43,7 @@ static int build_short(plan_engine *p, kiln_err *err) {
             b->grid[i][0] = p->grid[i][0], b->grid[i][1] = p->grid[i][1];
             continue;
         }
-        ir_kernel *k = plan_build_kernel(&s, &p->d->caps, i, b->grid[i], err);
-        if (!k) return -1;
-        b->kern[i] = p->d->ops->compile(p->d, k, NULL, err);
-        int bad = !b->kern[i] || plan_sig_capture(k, plan_role[i], &b->sig[i], err);
-        ir_kernel_destroy(k);
-        if (bad) return -1;
+        if (!(b->kern[i] = plan_compile_kernel(p->d, &s, i, b->grid[i], &b->sig[i], err))) return -1;
         p->n_kern++;
         progress_update(&p->prog, p->s.hp.n_layer + p->n_kern);
     }
@@ -62,13 +57,7 @@ static int build_short(plan_engine *p, kiln_err *err) {
 
 static int build(plan_engine *p, kiln_err *err) {
     for (int i = 0; i < K_COUNT; i++) {
-        ir_kernel *k = plan_build_kernel(&p->s, &p->d->caps, i, p->grid[i], err);
-        if (!k) return -1;
-        p->kern[i] = p->d->ops->compile(p->d, k, NULL, err);
-        /* the IR goes; its parameters stay, to bind the launches by name */
-        int bad = !p->kern[i] || plan_sig_capture(k, plan_role[i], &p->sig[i], err);
-        ir_kernel_destroy(k);
-        if (bad) return -1;
+        if (!(p->kern[i] = plan_compile_kernel(p->d, &p->s, i, p->grid[i], &p->sig[i], err))) return -1;
         p->n_kern++;
         progress_update(&p->prog, p->s.hp.n_layer + p->n_kern);
     }

@@ -93,6 +93,10 @@ bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c);
  * prefill products are kn_matmul_skinny where the block is short enough and the caps allow
  * (plan_short_block_ok), kn_matmul otherwise. */
 ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint32_t g[2], kiln_err *err);
+/* Kernel i for the shape, compiled on d, its parameters in *sig and its grid in g; where
+ * the device refuses it as unsupported and takes a capability out of its caps meanwhile
+ * (rt_device's fallback), built and compiled once more from the caps as they are now. */
+rt_kernel *plan_compile_kernel(rt_device *d, const plan_shape *s, int i, uint32_t g[2], plan_sig *sig, kiln_err *err);
 /* Whether role i's kernel depends on the prefill block's size. */
 bool plan_block_role(int i);
 /* Whether a short block of n tokens takes the skinny products for every projection of the

@@ -68,6 +68,10 @@ struct rt_device {
     rt_caps caps;
     rt_debug debug; /* the --caps test switches the device was opened with */
     char label[32]; /* "vulkan:0", "cuda:0" */
+    /* What the device took out of its caps after opening, and why ("" nothing): a variant
+     * its driver refused at load (the CUDA JIT serializing wgmma clears caps.wgmma); the
+     * caller builds that kernel again from the caps as they now are. */
+    char fallback[256];
 };
 
 #endif
