@@ -10,9 +10,10 @@
 #include <string.h>
 
 typedef struct summary {
-    bool sg_reduce, sg_shuffle, atomics, async_copy;
+    bool sg_reduce, sg_shuffle, atomics, async_copy, frag_elems, wg_sw128, wg_async;
     uint32_t frag_m, frag_n, frag_k;
     ir_scalar frag_t;
+    uint32_t wg_n; /* a warpgroup product's n (m64 x n x k16), 0 none */
 } summary;
 
 static void scan(const ir_kernel *k, const ir_region *r, summary *s) {
@@ -23,6 +24,13 @@ static void scan(const ir_kernel *k, const ir_region *r, summary *s) {
             s->sg_shuffle = true;
         if (in->op == IR_OP_ATOMIC) s->atomics = true;
         if (in->op == IR_OP_ASYNC_COPY) s->async_copy = true;
+        if (in->op == IR_OP_FRAG_ELEMS) s->frag_elems = true;
+        if (in->op == IR_OP_WG_MMA) {
+            const ir_type_desc *a = ir_type_get(k, in->type);
+            if (a) s->wg_n = a->n;
+            s->wg_sw128 |= (in->imm[2] & IR_WG_MMA_SW128) != 0;
+            s->wg_async |= (in->imm[2] & IR_WG_MMA_ASYNC) != 0;
+        }
         if (in->op == IR_OP_FRAG_MMA) {
             const ir_type_desc *a = ir_type_get(k, ir_type_of(k, in->operand[0]));
             if (a) s->frag_m = a->m, s->frag_n = a->n, s->frag_k = a->k, s->frag_t = a->elem;
@@ -56,6 +64,10 @@ static size_t line(char *buf, size_t cap, size_t at, const char *role, const ir_
         if (s.frag_m)
             n += snprintf(text + n, sizeof text - n, ", cooperative matrices %ux%ux%u %s", s.frag_m, s.frag_n, s.frag_k,
                           ir_scalar_name(s.frag_t));
+        if (s.wg_n)
+            n += snprintf(text + n, sizeof text - n, ", warpgroup products m64n%uk16%s%s", s.wg_n,
+                          s.wg_sw128 ? " swizzled" : "", s.wg_async ? " in flight" : "");
+        if (s.frag_elems) n += snprintf(text + n, sizeof text - n, ", softmax in registers");
         if (s.async_copy) n += snprintf(text + n, sizeof text - n, ", asynchronous copies");
         snprintf(text + n, sizeof text - n, "\n");
     }
