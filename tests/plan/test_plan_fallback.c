@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "ir/ir.h"
 #include "model/model.h"
+#include "plan/plan_bind.h"
 #include "plan/plan_internal.h"
 #include "tests/util/testutil.h"
 #include "tests/util/testutil_ptx.h"
@@ -71,14 +72,17 @@ Test(plan_fallback, a_refused_variant_is_built_again_without_it, .timeout = 120)
     cr_assert_not(d.caps.wgmma);
     cr_assert(strstr(d.fallback, "no wgmma"), "%s", d.fallback);
     cr_assert_str_eq(sig.kernel, "kn_matmul");
+    plan_sig_free(&sig);
     /* later kernels are built from the caps as they now are: no refusal */
     compiles = refusals = 0;
     cr_assert(plan_compile_kernel(&d, &s, K_MM_DOWN, g, &sig, &err), "%s", err.msg);
     cr_assert_eq(compiles, 1);
     cr_assert_eq(refusals, 0);
+    plan_sig_free(&sig);
     compiles = 0;
     cr_assert(plan_compile_kernel(&d, &s, K_EMBED, g, &sig, &err), "%s", err.msg);
     cr_assert_eq(compiles, 1);
+    plan_sig_free(&sig);
     /* a refusal that takes nothing away is the caller's error, after one compile */
     refuse_everything = true;
     compiles = 0;
