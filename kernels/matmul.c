@@ -530,8 +530,7 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
      * about 2.4 times the mma.sync pipeline's (the H200, qwen3-8b's products: 540-680
      * TFLOP/s in a full wave against 200-275), so half a wave of them still wins */
     bool use_wg = mm_wg_pick(c, dtype, rows, cols, n_max, &wcfg) &&
-                  (mm_wg_forced() || (uint64_t)((rows + wcfg.tile_r - 1) / wcfg.tile_r) * ((n_max + 127) / 128) * 2 >=
-                                         (uint64_t)(c->compute_units ? c->compute_units : 1));
+                  (mm_wg_forced() || mm_wg_grid(&wcfg, rows, n_max) * 2 >= (c->compute_units ? c->compute_units : 1));
     bool use_pipe = !use_wg && mm_pipe_pick(c, dtype, rows, cols, n_max, &pcfg);
     bool use_mma = !use_pipe && mma_pick(c, dtype, &cfg);
     mm m = {

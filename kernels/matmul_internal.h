@@ -64,6 +64,8 @@ typedef struct mm_wg_cfg {
  * copies, a 16-bit dtype, cols a multiple of 8, the ring within caps.shared_bytes. */
 bool mm_wg_pick(const rt_caps *c, ir_scalar dtype, uint32_t rows, uint32_t cols, uint32_t n_max, mm_wg_cfg *cfg);
 void mm_build_wg(mm *m, const mm_wg_cfg *cfg, uint32_t groups[2]);
+/* Workgroups of the variant's grid for the shape */
+uint64_t mm_wg_grid(const mm_wg_cfg *cfg, uint32_t rows, uint32_t n_max);
 /* KILN_MATMUL_WG names a shape: kn_matmul then takes it whatever its grid */
 bool mm_wg_forced(void);
 

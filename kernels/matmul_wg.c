@@ -63,6 +63,10 @@ bool mm_wg_forced(void) {
     return e && strcmp(e, "0") != 0;
 }
 
+uint64_t mm_wg_grid(const mm_wg_cfg *g, uint32_t rows, uint32_t n_max) {
+    return (uint64_t)((rows + g->tile_r - 1) / g->tile_r) * ((n_max + WG_TOKENS - 1) / WG_TOKENS);
+}
+
 static bool caps_ok(const rt_caps *c, ir_scalar dt, uint32_t cols) {
     if (!c->wgmma || !c->async_copy || c->subgroup_size != 32 || cols % MM_COPY) return false;
     if (dt != IR_BF16 && dt != IR_F16) return false;
@@ -76,11 +80,11 @@ bool mm_wg_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t cols, ui
     if (!caps_ok(c, dt, cols)) return false;
     /* the fewest waves of workgroups weighted by a workgroup's time (its rows plus what
      * every tile costs whatever its width: X's staging, the epilogue) */
-    uint32_t cu = c->compute_units ? c->compute_units : 1, tokens = (n_max + WG_TOKENS - 1) / WG_TOKENS;
+    uint32_t cu = c->compute_units ? c->compute_units : 1;
     const mm_wg_cfg *best = NULL;
     uint64_t best_cost = UINT64_MAX;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        uint64_t grid = (uint64_t)((rows + shapes[i].tile_r - 1) / shapes[i].tile_r) * tokens;
+        uint64_t grid = mm_wg_grid(&shapes[i], rows, n_max);
         uint64_t cost = (grid + cu - 1) / cu * (shapes[i].tile_r + 64);
         if (cost < best_cost && (!c->shared_bytes || wg_shared_bytes(&shapes[i]) <= c->shared_bytes))
             best = &shapes[i], best_cost = cost;

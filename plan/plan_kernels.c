@@ -137,7 +137,8 @@ int plan_each_kernel(const model *m, const rt_caps *c, const rt_debug *dbg, uint
 
 rt_kernel *plan_compile_kernel(rt_device *d, const plan_shape *s, int i, uint32_t g[2], plan_sig *sig, kiln_err *err) {
     for (int attempt = 0; attempt < 2; attempt++) {
-        rt_caps before = d->caps;
+        char before[sizeof d->fallback];
+        memcpy(before, d->fallback, sizeof before);
         ir_kernel *k = plan_build_kernel(s, &d->caps, i, g, err);
         if (!k) return NULL;
         rt_kernel *ck = d->ops->compile(d, k, NULL, err);
@@ -148,8 +149,8 @@ rt_kernel *plan_compile_kernel(rt_device *d, const plan_shape *s, int i, uint32_
         }
         ir_kernel_destroy(k);
         if (ck) return ck;
-        /* once more only where the device gave up a capability for this refusal */
-        if (attempt || !err || err->code != KILN_ERR_UNSUPPORTED || !memcmp(&before, &d->caps, sizeof before))
+        /* once more only where the device gave up a capability for this refusal (its fallback changed) */
+        if (attempt || !err || err->code != KILN_ERR_UNSUPPORTED || !strcmp(before, d->fallback))
             return NULL;
         kiln_err_clear(err);
     }
