@@ -305,8 +305,8 @@ static void emit_mma(ptx_ctx *x, const ir_inst *in) {
 }
 
 /* frag.elems / frag.from_elems: the lane's elements are the fragment's LLVM vector (an ACC
- * is <4 x float> either way; an A's 16-bit elements go to their storage form, the two
- * halves joined). */
+ * is <4 x float> either way; an A's or B's 16-bit elements go to their storage form, an
+ * A's two halves joined). */
 static void emit_elems(ptx_ctx *x, const ir_inst *in) {
     if (!ir_emit_need(&x->e, in, 1)) return;
     if (in->op == IR_OP_FRAG_ELEMS) {
@@ -317,6 +317,10 @@ static void emit_elems(ptx_ctx *x, const ir_inst *in) {
     if (!d) return;
     if (d->use == IR_FRAG_ACC) {
         ptx_def(x, in->result, ptx_V(x, in->operand[0]));
+        return;
+    }
+    if (d->use == IR_FRAG_B) {
+        ptx_def(x, in->result, ptx_to_storage(x, d->elem, 4, ptx_V(x, in->operand[0])));
         return;
     }
     if (!ir_emit_need(&x->e, in, 2)) return;

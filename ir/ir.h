@@ -244,11 +244,15 @@ ir_val ir_frag_mma(ir_kernel *k, ir_val a, ir_val b, ir_val acc); /* acc + a * b
  * refuse these by name), with g = lane / 4 and t = lane % 4:
  *   ACC 16x8 f32, 4 elements: e at row g + 8 (e >> 1), column 2t + (e & 1)
  *   A 16x16 f16/bf16, 8:      e at row g + 8 ((e >> 1) & 1), column 2t + (e & 1) + 8 (e >> 2)
+ *   B 16x8 f16/bf16, 4:       e at row (k) 2t + (e & 1) + 8 (e >> 1), column (n) g
  * so the accumulators of columns 0..7 and 8..15 of a product give, element for element,
  * the A fragment of a 16x16 tile (a softmax of scores kept in registers, then P V).
  * ir_frag_elems: an ACC's 4 elements as a vector of 4 f32. ir_frag_from_elems: the
  * fragment of type frag from its elements: an ACC from one vector of 4 f32 (lo, hi
- * IR_NONE), an A from two vectors of 4 of its 16-bit type (elements 0..3, then 4..7). */
+ * IR_NONE), an A from two vectors of 4 of its 16-bit type (elements 0..3, then 4..7), a B
+ * from one vector of 4 (hi IR_NONE). Since a product sums over k, A and B built with
+ * the same permutation of k give the same sums in another order (kn_matmul_skinny: a
+ * lane's 8 consecutive columns in one 16-byte load). */
 ir_val ir_frag_elems(ir_kernel *k, ir_val acc);
 ir_val ir_frag_from_elems(ir_kernel *k, ir_type frag, ir_val lo, ir_val hi);
 

@@ -454,12 +454,12 @@ static bool check(ck *c) {
     }
     case IR_OP_FRAG_FROM_ELEMS: {
         const ir_type_desc *d = ir_type_get(k, in->type);
-        if (!d || d->kind != IR_T_FRAG || d->m != 16 || d->n != 8 || d->k != 16 || d->use == IR_FRAG_B)
-            return bad(c, "frag.from_elems makes a 16x8x16 ACC or A fragment");
+        if (!d || d->kind != IR_T_FRAG || d->m != 16 || d->n != 8 || d->k != 16)
+            return bad(c, "frag.from_elems makes a 16x8x16 fragment");
         bool acc = d->use == IR_FRAG_ACC;
         if (acc ? d->elem != IR_F32 : d->elem != IR_F16 && d->elem != IR_BF16)
-            return bad(c, "frag.from_elems: an f32 ACC or an f16/bf16 A");
-        if (!nops(c, acc ? 1 : 2))
+            return bad(c, "frag.from_elems: an f32 ACC or an f16/bf16 A or B");
+        if (!nops(c, d->use == IR_FRAG_A ? 2 : 1))
             return false;
         for (uint32_t i = 0; i < in->n_operand; i++) {
             const ir_type_desc *v = ir_type_get(k, ty(c, i));

@@ -3,125 +3,213 @@
  * costs about one read of the weights, as a decode step does.
  *
  * A workgroup owns 16 or 32 rows of Y (one or two row fragments: two where the rows still
- * give every compute unit a workgroup) for every token of the block; its subgroups split
- * the columns (K) into equal slices. Each subgroup walks its slice 16 columns at a time:
- * A_i = W[r0 + 16i ..][c .. c + 16] loaded straight from the buffer, B_j = the same
- * columns of tokens 8j .. 8j + 8 (X read column-major), acc_ij += A_i x B_j on 16x8x16
- * fragments, only for the j that hold one of the block's n tokens (a uniform branch: a
- * 24-token block does 3 of the 8 token fragments). The slices' accumulators meet in f32
- * workgroup memory, are summed in slice order, and every invocation applies the epilogue
- * (kn_epilogue) to its share of the outputs.
+ * give nine in ten compute units a workgroup) for every token of the block; its subgroups
+ * (8, or 4 where the grid has over 1.4 workgroups a compute unit) split the columns (K)
+ * into equal slices. Each subgroup walks its slice 32 columns a step, and
+ * reads both operands 16 bytes a lane: lane (g = lane / 4, t = lane % 4) loads columns
+ * 8t .. 8t + 7 of rows g and g + 8 of each row fragment and of token g of each token
+ * fragment, as 4 words of 2 elements. Two 16x8x16 products consume them on a permutation
+ * of the step's columns that A and B share (ir_frag_from_elems: product h takes words 2h
+ * and 2h + 1, columns 8t + 4h .. 8t + 4h + 3, as its k = 2t, 2t + 1, 2t + 8, 2t + 9), so
+ * the sums are the same products in another order. The kernel has one path per count
+ * of live token fragments ((n + 7) / 8, a uniform branch: a 24-token block runs the path
+ * of 3), so each loads and multiplies only what it needs, without branches in its loop,
+ * and carries the loads of its next steps (weights and activations: the memory system
+ * needs many loads in flight to reach its bandwidth, and the activations, which every
+ * workgroup reads from the caches, would otherwise stall every step). The slices'
+ * accumulators meet in f32 workgroup memory, are summed in slice order, and every
+ * invocation applies the epilogue (kn_epilogue) to its share of the outputs.
  *
  * Rows of X at t >= n hold anything: they only reach outputs that are not stored. The
- * shape must tile exactly (kn_matmul_skinny_ok): rows a multiple of 16, cols of 16 times
- * the slices, n_max of 8, no more than 64. */
+ * shape must tile exactly (kn_matmul_skinny_ok): rows a multiple of 16, cols of 32 times
+ * the slices, n_max of 8, no more than 64. `KILN_SKINNY=row_frags,slices,depth` forces
+ * a configuration where it fits (measuring; depth 0: by the registers). */
 #include "base/error.h"
 #include "kernels/kn_common.h"
 
-#define SKINNY_ROWS 16   /* rows of Y per row fragment: the fragments' M */
+#include <stdio.h>
+#include <stdlib.h>
+
+#define SKINNY_ROWS 16     /* rows of Y per row fragment: the fragments' M */
 #define SKINNY_ROW_FRAGS 2 /* row fragments per workgroup at most */
-#define SKINNY_TOKENS 8  /* tokens per B fragment: its N */
-#define SKINNY_K 16      /* columns per step: the fragments' K */
-#define SKINNY_MAX 64    /* tokens per block at most (8 accumulators per lane) */
-#define SKINNY_SLICES 8  /* subgroups per workgroup, each a slice of the columns */
+#define SKINNY_TOKENS 8    /* tokens per B fragment: its N */
+#define SKINNY_STEP 32     /* columns per step: two 16-deep products */
+#define SKINNY_MAX 64      /* tokens per block at most (8 accumulators per lane) */
+#define SKINNY_SLICES 8    /* subgroups per workgroup by default, each a slice of the columns */
+#define SKINNY_MAX_SLICES 16
+#define SKINNY_MAX_DEPTH 4 /* steps of loads in flight ahead of the products at most */
 
 /* The 16x8x16 dtype x dtype -> f32 shape, or NULL. */
 static const rt_mma_shape *skinny_shape(const rt_caps *c, ir_scalar dtype) {
     for (uint32_t i = 0; c && i < c->n_mma && i < RT_MAX_MMA_SHAPES; i++) {
         const rt_mma_shape *s = &c->mma[i];
         if (s->ab_type == (uint32_t)dtype && s->acc_type == IR_F32 && s->m == SKINNY_ROWS && s->n == SKINNY_TOKENS &&
-            s->k == SKINNY_K)
+            s->k == 16)
             return s;
     }
     return NULL;
 }
 
-/* Slices of the columns: as many as SKINNY_SLICES that split cols into whole steps. */
-static uint32_t skinny_slices(uint32_t cols) {
-    uint32_t s = SKINNY_SLICES;
-    while (s > 1 && cols % (s * SKINNY_K)) s /= 2;
-    return s;
+typedef struct skinny_cfg {
+    uint32_t row_frags, slices, depth; /* depth 0: by the registers each path needs (depth_for) */
+} skinny_cfg;
+
+static uint32_t sums_bytes(const skinny_cfg *g, uint32_t n_max) {
+    return g->slices * g->row_frags * SKINNY_ROWS * n_max * 4u;
 }
 
-/* Row fragments per workgroup: two where rows / 32 workgroups still cover the device. */
-static uint32_t skinny_row_frags(const rt_caps *c, uint32_t rows) {
+static bool cfg_fits(const rt_caps *c, const skinny_cfg *g, uint32_t rows, uint32_t cols, uint32_t n_max) {
+    uint32_t wg = g->slices * c->subgroup_size;
+    return g->row_frags >= 1 && g->row_frags <= SKINNY_ROW_FRAGS && rows % (g->row_frags * SKINNY_ROWS) == 0 &&
+           g->slices >= 1 && g->slices <= SKINNY_MAX_SLICES && cols % (g->slices * SKINNY_STEP) == 0 &&
+           g->depth <= SKINNY_MAX_DEPTH && wg <= 1024 && (!c->max_workgroup || wg <= c->max_workgroup) &&
+           (!c->shared_bytes || sums_bytes(g, n_max) <= c->shared_bytes);
+}
+
+/* Two row fragments where rows / 32 workgroups still cover the device; as many slices as
+ * SKINNY_SLICES that split cols into whole steps and whose sums fit; or the forced
+ * KILN_SKINNY configuration where it fits. False when nothing fits. */
+static bool skinny_pick(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, skinny_cfg *g) {
     uint32_t units = c->compute_units ? c->compute_units : 128;
-    return rows % (2 * SKINNY_ROWS) == 0 && rows / (2 * SKINNY_ROWS) >= units ? 2 : 1;
-}
-
-static uint32_t sums_bytes(uint32_t slices, uint32_t row_frags, uint32_t n_max) {
-    return slices * row_frags * SKINNY_ROWS * n_max * 4u;
-}
-
-/* The subgroups splitting the columns, fewer where their sums would not fit the caps'
- * workgroup memory (at least 2 a workgroup); 0 when even that does not fit. */
-static uint32_t skinny_fit_slices(const rt_caps *c, uint32_t cols, uint32_t row_frags, uint32_t n_max) {
-    uint32_t s = skinny_slices(cols);
-    while (s > 1 && c->shared_bytes && sums_bytes(s, row_frags, n_max) > c->shared_bytes) s /= 2;
-    return !c->shared_bytes || sums_bytes(s, row_frags, n_max) <= c->shared_bytes ? s : 0;
+    const char *e = getenv("KILN_SKINNY");
+    unsigned v[3];
+    if (e && sscanf(e, "%u,%u,%u", &v[0], &v[1], &v[2]) == 3) {
+        skinny_cfg f = {v[0], v[1], v[2]};
+        if (cfg_fits(c, &f, rows, cols, n_max)) {
+            *g = f;
+            return true;
+        }
+    }
+    /* measured on the H200 (132 SMs), qwen3-8b's products at 24 tokens: two row fragments
+     * (the activations, which every workgroup reads, are then 3/4 of the weights' bytes
+     * where one gives 3/2) even at 128 workgroups; 4 slices where the grid is over 1.4
+     * waves (two workgroups an SM), else 8 */
+    g->row_frags = rows % (2 * SKINNY_ROWS) == 0 && rows / (2 * SKINNY_ROWS) * 10 >= units * 9 ? 2 : 1;
+    g->depth = 0; /* by the registers (depth_for) */
+    uint32_t wgs = rows / (g->row_frags * SKINNY_ROWS);
+    for (g->slices = wgs * 10 >= units * 14 ? SKINNY_SLICES / 2 : SKINNY_SLICES; g->slices >= 1; g->slices /= 2)
+        if (cfg_fits(c, g, rows, cols, n_max)) return true;
+    return false;
 }
 
 bool kn_matmul_skinny_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype) {
     /* measured on CUDA only: Vulkan's cooperative matrices have not run it (issue 16) */
-    if (!c || c->backend != RT_CUDA || !skinny_shape(c, dtype) || c->subgroup_size == 0) return false;
-    if (rows == 0 || rows % SKINNY_ROWS || cols == 0 || cols % SKINNY_K || n_max == 0 || n_max % SKINNY_TOKENS ||
+    if (!c || c->backend != RT_CUDA || !skinny_shape(c, dtype) || c->subgroup_size != 32) return false;
+    if (rows == 0 || rows % SKINNY_ROWS || cols == 0 || cols % SKINNY_STEP || n_max == 0 || n_max % SKINNY_TOKENS ||
         n_max > SKINNY_MAX)
         return false;
-    uint32_t slices = skinny_fit_slices(c, cols, skinny_row_frags(c, rows), n_max), wg = slices * c->subgroup_size;
-    if (!slices || wg > 1024 || (c->max_workgroup && wg > c->max_workgroup)) return false;
+    skinny_cfg g;
+    if (!skinny_pick(c, rows, cols, n_max, &g)) return false;
     return (uint64_t)rows * cols <= UINT32_MAX && (uint64_t)n_max * cols <= UINT32_MAX;
 }
 
 typedef struct skinny {
     kx k;
-    uint32_t rows, cols, n_max, slices, invocations;
+    uint32_t rows, cols, n_max, slices, depth, invocations;
     uint32_t row_frags, tile_rows; /* row fragments per workgroup, and the rows they hold */
     ir_scalar dtype;
     unsigned epi;
-    ir_buf w, x, y, info, b, res;
+    ir_buf w, x, y, info, b, res; /* w and x as u32 words of two elements */
     ir_shm sums; /* [slice][tile_rows rows][n_max tokens], f32 */
     ir_val r0, n;
+    ir_val w_lane, x_lane; /* the lane's first word of W (row r0 + g) and of X (token g) */
 } skinny;
 
-/* acc_j += a x B_j for the token fragments j that hold one of the n tokens. */
-static void token_products(const skinny *q, ir_type tb, ir_val a, ir_val c, ir_val n_frags, const ir_val *in,
-                           ir_val *out, uint32_t n_tok) {
+#define W_LOADS (SKINNY_ROW_FRAGS * 2)          /* word loads of W a step: rows g, g + 8 of each row fragment */
+#define X_LOADS (SKINNY_MAX / SKINNY_TOKENS)      /* of X: token g of each live token fragment */
+#define STEP_LOADS (W_LOADS + X_LOADS)
+#define MAX_ACC (SKINNY_ROW_FRAGS * SKINNY_MAX / SKINNY_TOKENS)
+#define DEPTH_REGS 96 /* registers for the loads in flight, where the depth is not forced */
+
+/* The step at word offset c: rows g and g + 8 of each row fragment of W, then token g of
+ * each of the nf token fragments of X, 4 words each. */
+static void load_step(const skinny *q, ir_val c, uint32_t nf, ir_val *out) {
     kx k = q->k;
-    ir_val stride = kx_u32(k, q->cols);
-    for (uint32_t j = 0; j < n_tok; j++) {
-        ir_val jv = kx_u32(k, j);
-        ir_if *f = ir_if_begin(k.ir, kx_lt(k, jv, n_frags), 1);
-        /* B[kk][n] = X[8j + n][c + kk]: column-major with a column stride of cols */
-        ir_val at = kx_add_c(k, c, j * SKINNY_TOKENS * q->cols);
-        ir_val b = ir_frag_load(k.ir, tb, false, q->x, at, stride, false);
-        ir_val d = ir_frag_mma(k.ir, a, b, in[j]);
-        ir_if_else(k.ir, f, &d);
-        ir_if_end(k.ir, f, &in[j]);
-        out[j] = ir_if_result(f, 0);
+    ir_val wat = kx_add(k, q->w_lane, c), xat = kx_add(k, q->x_lane, c);
+    uint32_t nw = q->row_frags * 2;
+    for (uint32_t i = 0; i < nw; i++) out[i] = kx_load(k, q->w, kx_add_c(k, wat, i * 8 * q->cols / 2), 4);
+    for (uint32_t j = 0; j < nf; j++) out[nw + j] = kx_load(k, q->x, kx_add_c(k, xat, j * SKINNY_TOKENS * q->cols / 2), 4);
+}
+
+/* 4 elements of the 16-bit type from words wa, wb (each two elements, low half first) */
+static ir_val pair_elems(const skinny *q, ir_val wa, ir_val wb) {
+    kx k = q->k;
+    ir_val v[2] = {wa, wb};
+    return kx_bitcast(k, kx_vec(k, v, 2), kx_t(k, q->dtype, 4));
+}
+
+/* acc[i * nf + j] += the step's products (ld: its loads, load_step) */
+static void step_products(const skinny *q, const ir_val *ld, uint32_t nf, ir_val *acc) {
+    kx k = q->k;
+    ir_type ta = ir_t_frag(k.ir, IR_FRAG_A, q->dtype, SKINNY_ROWS, SKINNY_TOKENS, 16);
+    ir_type tb = ir_t_frag(k.ir, IR_FRAG_B, q->dtype, SKINNY_ROWS, SKINNY_TOKENS, 16);
+    const ir_val *xw = ld + q->row_frags * 2;
+    for (uint32_t h = 0; h < 2; h++) {
+        ir_val a[SKINNY_ROW_FRAGS];
+        for (uint32_t i = 0; i < q->row_frags; i++) {
+            /* A elements 0..3: rows g, g + 8 at k 2t, 2t + 1; 4..7 the same at 2t + 8, 2t + 9 */
+            ir_val g0 = ld[2 * i], g8 = ld[2 * i + 1];
+            ir_val lo = pair_elems(q, kx_lane(k, g0, 2 * h), kx_lane(k, g8, 2 * h));
+            ir_val hi = pair_elems(q, kx_lane(k, g0, 2 * h + 1), kx_lane(k, g8, 2 * h + 1));
+            a[i] = ir_frag_from_elems(k.ir, ta, lo, hi);
+        }
+        for (uint32_t j = 0; j < nf; j++) {
+            /* B elements: k 2t, 2t + 1 (word 2h), 2t + 8, 2t + 9 (word 2h + 1) of token g */
+            ir_val e = pair_elems(q, kx_lane(k, xw[j], 2 * h), kx_lane(k, xw[j], 2 * h + 1));
+            ir_val b = ir_frag_from_elems(k.ir, tb, e, IR_NONE);
+            for (uint32_t i = 0; i < q->row_frags; i++) acc[i * nf + j] = ir_frag_mma(k.ir, a[i], b, acc[i * nf + j]);
+        }
     }
 }
 
-/* The subgroup's slice of the columns, 16 a step: acc[i * n_tok + j] += A_i x B_j. */
-static void slice_products(const skinny *q, const rt_mma_shape *s, ir_val *acc, uint32_t n_tok) {
+/* Steps of loads in flight for nf token fragments: the forced depth, else as many as
+ * DEPTH_REGS registers hold (4 a load), 1..SKINNY_MAX_DEPTH. */
+static uint32_t depth_for(const skinny *q, uint32_t nf) {
+    if (q->depth) return q->depth;
+    uint32_t d = DEPTH_REGS / ((q->row_frags * 2 + nf) * 4);
+    return d < 1 ? 1 : d > SKINNY_MAX_DEPTH ? SKINNY_MAX_DEPTH : d;
+}
+
+/* The subgroup's slice of the columns for a block of nf token fragments, a step at a
+ * time, the loads of the next steps in flight (the last steps load the slice's last step
+ * again rather than past it); acc: rf * nf accumulators. */
+static void slice_products(const skinny *q, uint32_t nf, ir_val *acc) {
     kx k = q->k;
-    ir_type ta = ir_t_frag(k.ir, IR_FRAG_A, q->dtype, s->m, s->n, s->k);
-    ir_type tb = ir_t_frag(k.ir, IR_FRAG_B, q->dtype, s->m, s->n, s->k);
-    uint32_t per_slice = q->cols / q->slices, n_acc = q->row_frags * n_tok;
-    /* token fragments holding one of the n tokens: (n + 7) / 8 */
-    ir_val n_frags = kx_shr_c(k, kx_add_c(k, q->n, SKINNY_TOKENS - 1), 3);
-    ir_val first = kx_mul_c(k, kx_sg_id(k), per_slice);
-    ir_val last = kx_add_c(k, first, per_slice), step = kx_u32(k, SKINNY_K);
-    ir_for *l = ir_for_begin(k.ir, first, last, step, n_acc, acc);
-    ir_val c = ir_for_iv(l), stride = kx_u32(k, q->cols);
-    ir_val next[SKINNY_ROW_FRAGS * SKINNY_MAX / SKINNY_TOKENS], in[SKINNY_MAX / SKINNY_TOKENS];
-    for (uint32_t i = 0; i < q->row_frags; i++) {
-        ir_val row = kx_add_c(k, q->r0, i * SKINNY_ROWS);
-        ir_val a = ir_frag_load(k.ir, ta, false, q->w, kx_idx(k, row, q->cols, c), stride, true);
-        for (uint32_t j = 0; j < n_tok; j++) in[j] = ir_for_arg(l, i * n_tok + j);
-        token_products(q, tb, a, c, n_frags, in, next + i * n_tok, n_tok);
-    }
+    uint32_t per = q->cols / q->slices / 2, steps = per / (SKINNY_STEP / 2), n_acc = q->row_frags * nf;
+    uint32_t n_ld = q->row_frags * 2 + nf, depth = depth_for(q, nf), n_carry = n_acc + depth * n_ld;
+    ir_val first = kx_mul_c(k, kx_sg_id(k), per), last_step = kx_add_c(k, first, per - SKINNY_STEP / 2);
+    ir_val carry[MAX_ACC + SKINNY_MAX_DEPTH * STEP_LOADS], next[MAX_ACC + SKINNY_MAX_DEPTH * STEP_LOADS];
+    ir_val cur[STEP_LOADS];
+    for (uint32_t j = 0; j < n_acc; j++) carry[j] = acc[j];
+    for (uint32_t d = 0; d < depth; d++)
+        load_step(q, kx_add_c(k, first, (d < steps ? d : steps - 1) * SKINNY_STEP / 2), nf, carry + n_acc + d * n_ld);
+    ir_for *l = ir_for_begin(k.ir, first, kx_add_c(k, first, per), kx_u32(k, SKINNY_STEP / 2), n_carry, carry);
+    ir_val c = ir_for_iv(l);
+    for (uint32_t j = 0; j < n_carry; j++) next[j] = ir_for_arg(l, j);
+    for (uint32_t i = 0; i < n_ld; i++) cur[i] = next[n_acc + i];
+    /* the ring moves down one step; the step depth ahead is loaded before the products */
+    for (uint32_t d = 0; d + 1 < depth; d++)
+        for (uint32_t i = 0; i < n_ld; i++) next[n_acc + d * n_ld + i] = next[n_acc + (d + 1) * n_ld + i];
+    load_step(q, kx_min(k, kx_add_c(k, c, depth * SKINNY_STEP / 2), last_step), nf, next + n_acc + (depth - 1) * n_ld);
+    step_products(q, cur, nf, next);
     ir_for_end(k.ir, l, next);
     for (uint32_t j = 0; j < n_acc; j++) acc[j] = ir_for_result(l, j);
+}
+
+/* The block's products where (n + 7) / 8 == nf, its sums stored for the slice: slice s's
+ * tile_rows x n_max sums (rows x tokens) at s * tile_rows * n_max (token fragments past
+ * nf are not written and reach no stored output). */
+static void products_for(const skinny *q, uint32_t nf, ir_val zero) {
+    kx k = q->k;
+    ir_val acc[MAX_ACC];
+    for (uint32_t j = 0; j < q->row_frags * nf; j++) acc[j] = zero;
+    slice_products(q, nf, acc);
+    ir_val base = kx_mul_c(k, kx_sg_id(k), q->tile_rows * q->n_max), stride = kx_u32(k, q->n_max);
+    for (uint32_t i = 0; i < q->row_frags; i++)
+        for (uint32_t j = 0; j < nf; j++) {
+            ir_val at = kx_add_c(k, base, i * SKINNY_ROWS * q->n_max + j * SKINNY_TOKENS);
+            ir_frag_store(k.ir, acc[i * nf + j], true, q->sums, at, stride, true);
+        }
 }
 
 /* Output item i: token i / (tile_rows / lanes), rows in vectors of lanes: the slices'
@@ -150,22 +238,22 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
                             unsigned epi, uint32_t groups[2], kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return NULL;
     if (kn_check_epi("kn_matmul_skinny", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL, err)) return NULL;
-    if (!kn_matmul_skinny_ok(c, rows, cols, n_max, dtype)) {
+    skinny_cfg g;
+    if (!kn_matmul_skinny_ok(c, rows, cols, n_max, dtype) || !skinny_pick(c, rows, cols, n_max, &g)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED,
-                  "kn_matmul_skinny: %u x %u for %u tokens does not tile (rows of 16, columns of 16 per slice, "
-                  "8..64 tokens in eights) or the caps lack 16x8x16 %s fragments",
+                  "kn_matmul_skinny: %u x %u for %u tokens does not tile (rows of 16, columns of 32 per slice, "
+                  "8..64 tokens in eights) or the caps lack 16x8x16 %s fragments in subgroups of 32",
                   rows, cols, n_max, ir_scalar_name(dtype));
         return NULL;
     }
-    skinny q = {.rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype, .epi = epi,
-                .row_frags = skinny_row_frags(c, rows)};
-    q.slices = skinny_fit_slices(c, cols, q.row_frags, n_max);
+    skinny q = {.rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype, .epi = epi, .row_frags = g.row_frags,
+                .slices = g.slices, .depth = g.depth};
     q.tile_rows = q.row_frags * SKINNY_ROWS;
     q.k = (kx){kn_create("kn_matmul_skinny", err), c};
     if (!q.k.ir) return NULL;
     kx k = q.k;
-    q.w = kx_buffer(k, "W", dtype, IR_READ, (uint64_t)rows * cols);
-    q.x = kx_buffer(k, "X", dtype, IR_READ, (uint64_t)n_max * cols);
+    q.w = kx_buffer(k, "W", IR_U32, IR_READ, (uint64_t)rows * cols / 2);
+    q.x = kx_buffer(k, "X", IR_U32, IR_READ, (uint64_t)n_max * cols / 2);
     q.y = kx_buffer(k, "Y", dtype, IR_WRITE, (uint64_t)n_max * rows);
     q.info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
     if (epi & KN_EPI_BIAS) q.b = kx_buffer(k, "b", dtype, IR_READ, rows);
@@ -173,24 +261,24 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
     q.invocations = q.slices * c->subgroup_size;
     kx_workgroup(k, q.invocations);
     q.sums = kx_shared(k, "sums", IR_F32, q.slices * q.tile_rows * n_max);
-    ir_val lid = kx_local(k);
+    ir_val lid = kx_local(k), lane = kx_sg_lane(k);
+    ir_val lg = kx_shr_c(k, lane, 2), lt4 = kx_shl_c(k, kx_and_c(k, lane, 3), 2); /* g, 4t */
     q.n = kx_min(k, kx_load(k, q.info, kx_u32(k, 1), 1), kx_u32(k, n_max));
     q.r0 = kx_group_times(k, 0, q.tile_rows);
+    q.w_lane = kx_add(k, kx_mul_c(k, kx_add(k, q.r0, lg), cols / 2), lt4);
+    q.x_lane = kx_add(k, kx_mul_c(k, lg, cols / 2), lt4);
 
     const rt_mma_shape *s = skinny_shape(c, dtype);
     ir_type tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, s->m, s->n, s->k);
-    uint32_t n_tok = n_max / SKINNY_TOKENS;
-    ir_val acc[SKINNY_ROW_FRAGS * SKINNY_MAX / SKINNY_TOKENS], zero = ir_frag_fill(k.ir, tc, kx_f32(k, 0.0f));
-    for (uint32_t j = 0; j < q.row_frags * n_tok; j++) acc[j] = zero;
-    slice_products(&q, s, acc, n_tok);
-    /* slice s's tile_rows x n_max sums (rows x tokens) at s * tile_rows * n_max; token
-     * fragments past n hold zeros (never accumulated) and reach no stored output */
-    ir_val base = kx_mul_c(k, kx_sg_id(k), q.tile_rows * n_max), stride = kx_u32(k, n_max);
-    for (uint32_t i = 0; i < q.row_frags; i++)
-        for (uint32_t j = 0; j < n_tok; j++) {
-            ir_val at = kx_add_c(k, base, i * SKINNY_ROWS * n_max + j * SKINNY_TOKENS);
-            ir_frag_store(k.ir, acc[i * n_tok + j], true, q.sums, at, stride, true);
-        }
+    ir_val zero = ir_frag_fill(k.ir, tc, kx_f32(k, 0.0f));
+    /* one path per count of live token fragments (n + 7) / 8, each with only its loads
+     * and products: no branches in the loop, only the registers it needs */
+    ir_val n_frags = kx_shr_c(k, kx_add_c(k, q.n, SKINNY_TOKENS - 1), 3);
+    for (uint32_t nf = 1; nf <= n_max / SKINNY_TOKENS; nf++) {
+        ir_if *f = kx_if(k, kx_eq_c(k, n_frags, nf));
+        products_for(&q, nf, zero);
+        kx_end_if(k, f);
+    }
     kx_barrier(k);
 
     uint32_t lanes = kn_vec_width(q.tile_rows), items = n_max * q.tile_rows / lanes;

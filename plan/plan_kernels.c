@@ -132,6 +132,20 @@ int plan_each_kernel(const model *m, const rt_caps *c, const rt_debug *dbg, uint
         fn(ctx, plan_role[i], k);
         ir_kernel_destroy(k);
     }
+    /* the short block's own kernels, as plan.c builds them */
+    plan_shape sh = s;
+    sh.n_block = PLAN_SHORT_BLOCK;
+    if (s.n_block <= PLAN_SHORT_BLOCK || !plan_short_block_ok(&s, c, PLAN_SHORT_BLOCK)) return 0;
+    for (int i = 0; i < K_COUNT; i++) {
+        uint32_t g[2];
+        char role[64];
+        if (!plan_block_role(i)) continue;
+        ir_kernel *k = plan_build_kernel(&sh, c, i, g, err);
+        if (!k) return -1;
+        snprintf(role, sizeof role, "short_%s", plan_role[i]);
+        fn(ctx, role, k);
+        ir_kernel_destroy(k);
+    }
     return 0;
 }
 

@@ -144,7 +144,8 @@ Test(ptx_fragments_ext, fragment_elements) {
         ir_val acc2 = ir_frag_from_elems(k, tc, two, IR_NONE);
         ir_val h = ir_convert(k, ir_frag_elems(k, acc2), ir_t_vector(k, t, 4));
         ir_val a2 = ir_frag_from_elems(k, ta, h, h);
-        ir_val acc3 = ir_frag_mma(k, a2, b, acc2);
+        ir_val b2 = ir_frag_from_elems(k, tb, h, IR_NONE); /* a B from its 4 elements */
+        ir_val acc3 = ir_frag_mma(k, a2, b2, ir_frag_mma(k, a2, b, acc2));
         ir_store(k, y, ir_bin(k, IR_OP_MUL, ir_id(k, IR_ID_LOCAL, 0), U(4)), ir_frag_elems(k, acc3));
         char *ptx = emit_ok(k, &c80);
         tu_ptxas_assemble(ptx, "sm_80", "frag.elems");
@@ -166,6 +167,13 @@ Test(ptx_fragments_ext, fragment_elements) {
     ir_val v = ir_vec(k, (ir_val[]){F(1), F(1), F(1), F(1)}, 4);
     cr_assert_eq(ir_frag_from_elems(k, ta, v, v), IR_NONE); /* f32 lanes for a bf16 A */
     cr_assert(strstr(ir_kernel_err(k)->msg, "vectors of 4"), "%s", ir_kernel_err(k)->msg);
+    ir_kernel_destroy(k);
+    k = ir_kernel_create("bad3"); /* a B takes one vector */
+    ir_set_workgroup(k, 32, 1, 1);
+    tb = ir_t_frag(k, IR_FRAG_B, IR_BF16, 16, 8, 16);
+    v = ir_convert(k, ir_vec(k, (ir_val[]){F(1), F(1), F(1), F(1)}, 4), ir_t_vector(k, IR_BF16, 4));
+    cr_assert_eq(ir_frag_from_elems(k, tb, v, v), IR_NONE);
+    cr_assert(ir_kernel_err(k)->code, "a B from two vectors built");
     ir_kernel_destroy(k);
 }
 

@@ -114,3 +114,29 @@ Test(dump, every_kernel_of_the_plan_validates) {
         1, "%s", e);
     cr_assert(strstr(e, "cuda"), "%s", e);
 }
+
+/* A model whose prefill block has a short block (qwen3-0.6b's shapes, one layer): the
+ * short block's own kernels are dumped too, and their PTX assembles for sm_90a. */
+Test(dump, the_short_block_kernels) {
+    const char *model = tu_tmp("dump-q06.gguf"), *dir = tu_tmp("dump-short");
+    char e[4096];
+    static char out[1 << 16];
+    cr_assert_eq(tu_run_kiln((const char *const[]){"synth", "--preset", "qwen3-0.6b", "--layers", "1", "--vocab",
+                                                   "512", "-o", model, NULL},
+                             NULL, 0, e, sizeof e),
+                 0, "%s", e);
+    cr_assert_eq(tu_run_kiln((const char *const[]){"dump", model, "--ptx", dir, "--sm", "sm_90", NULL}, out, sizeof out,
+                             e, sizeof e),
+                 0, "%s", e);
+    cr_assert(strstr(out, "27 kernels written"), "%s", out);
+    const char *ptxas = access("/usr/local/cuda/bin/ptxas", X_OK) == 0 ? "/usr/local/cuda/bin/ptxas" : NULL;
+    static const char *const roles[] = {"short_prefill_qkv", "short_prefill_o", "short_prefill_gate_up",
+                                        "short_prefill_down"};
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
+        cr_assert_gt(file_size(dir, roles[i], "ptx"), 100, "%s/%s.ptx", dir, roles[i]);
+        if (!ptxas) continue;
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "'%s' -arch=sm_90a '%s/%s.ptx' -o /dev/null 2>&1", ptxas, dir, roles[i]);
+        cr_assert_eq(system(cmd), 0, "ptxas refused %s/%s.ptx", dir, roles[i]);
+    }
+}

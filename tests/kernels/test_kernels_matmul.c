@@ -206,13 +206,24 @@ Test(kernels_matmul, skinny_on_the_device, .timeout = 600) {
         cr_skip_test("the device has no skinny products (CUDA's 16x8x16 fragments)");
     }
     tu_seed(36);
-    static const mm_shape sk[] = {{16, 16, 8},    {48, 160, 24},   {272, 1024, 64},
-                                  {32, 1040, 32}, {1024, 128, 64}, {16, 2048, 16}};
+    static const mm_shape sk[] = {{16, 32, 8},    {48, 160, 24},   {272, 1024, 64},
+                                  {32, 1056, 32}, {1024, 128, 64}, {16, 2048, 16}};
     static const uint32_t ns[] = {1, 7, 8, 9, 23, 24, 33, 64};
     for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++)
         for (size_t ti = 0; ti < 2; ti++)
             product_case(kn_matmul_skinny, d, sk[i], dtypes[ti], (unsigned)(i + ti) % 4, ns, sizeof ns / sizeof ns[0],
                          NULL);
+    /* forced configurations (KILN_SKINNY): row fragments, slices, steps in flight, where a
+     * slice has fewer steps than are in flight, one step, and 16 slices */
+    static const char *forced[] = {"1,1,1", "2,2,4", "2,16,3", "1,4,2"};
+    static const mm_shape fs = {64, 2048, 40};
+    static const uint32_t fns[] = {1, 17, 40};
+    for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++) {
+        setenv("KILN_SKINNY", forced[i], 1);
+        product_case(kn_matmul_skinny, d, fs, dtypes[i % 2], (unsigned)i % 4, fns, 3, forced[i]);
+        product_case(kn_matmul_skinny, d, (mm_shape){32, 64, 8}, dtypes[i % 2], 0, fns, 1, forced[i]);
+    }
+    unsetenv("KILN_SKINNY");
     d->ops->destroy(d);
 }
 
