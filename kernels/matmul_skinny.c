@@ -18,7 +18,10 @@
  * needs many loads in flight to reach its bandwidth, and the activations, which every
  * workgroup reads from the caches, would otherwise stall every step). The slices'
  * accumulators meet in f32 workgroup memory, are summed in slice order, and every
- * invocation applies the epilogue (kn_epilogue) to its share of the outputs.
+ * invocation applies the epilogue (kn_epilogue) to its share of the outputs. With
+ * KN_EPI_SWIGLU the two row fragments are the same 16 rows of the gate (W) and of the up
+ * (Wu), and Y gets silu(round(gate)) * round(up) rounded: the short block's feed-forward
+ * in one launch, with the numbers of the separate products and kn_swiglu.
  *
  * Rows of X at t >= n hold anything: they only reach outputs that are not stored. The
  * shape must tile exactly (kn_matmul_skinny_ok): rows a multiple of 16, cols of 32 times
@@ -58,9 +61,12 @@ static uint32_t sums_bytes(const skinny_cfg *g, uint32_t n_max) {
     return g->slices * g->row_frags * SKINNY_ROWS * n_max * 4u;
 }
 
-static bool cfg_fits(const rt_caps *c, const skinny_cfg *g, uint32_t rows, uint32_t cols, uint32_t n_max) {
-    uint32_t wg = g->slices * c->subgroup_size;
-    return g->row_frags >= 1 && g->row_frags <= SKINNY_ROW_FRAGS && rows % (g->row_frags * SKINNY_ROWS) == 0 &&
+/* swiglu: the gate's and the up's 16 rows, two fragments, for 16 rows of Y */
+static bool cfg_fits(const rt_caps *c, const skinny_cfg *g, uint32_t rows, uint32_t cols, uint32_t n_max,
+                     bool swiglu) {
+    uint32_t wg = g->slices * c->subgroup_size, out_rows = swiglu ? SKINNY_ROWS : g->row_frags * SKINNY_ROWS;
+    return g->row_frags >= 1 && g->row_frags <= SKINNY_ROW_FRAGS && (!swiglu || g->row_frags == 2) &&
+           rows % out_rows == 0 &&
            g->slices >= 1 && g->slices <= SKINNY_MAX_SLICES && cols % (g->slices * SKINNY_STEP) == 0 &&
            g->depth <= SKINNY_MAX_DEPTH && wg <= 1024 && (!c->max_workgroup || wg <= c->max_workgroup) &&
            (!c->shared_bytes || sums_bytes(g, n_max) <= c->shared_bytes);
@@ -69,13 +75,13 @@ static bool cfg_fits(const rt_caps *c, const skinny_cfg *g, uint32_t rows, uint3
 /* Two row fragments where rows / 32 workgroups still cover the device; as many slices as
  * SKINNY_SLICES that split cols into whole steps and whose sums fit; or the forced
  * KILN_SKINNY configuration where it fits. False when nothing fits. */
-static bool skinny_pick(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, skinny_cfg *g) {
+static bool skinny_pick(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, bool swiglu, skinny_cfg *g) {
     uint32_t units = c->compute_units ? c->compute_units : 128;
     const char *e = getenv("KILN_SKINNY");
     unsigned v[3];
     if (e && sscanf(e, "%u,%u,%u", &v[0], &v[1], &v[2]) == 3) {
         skinny_cfg f = {v[0], v[1], v[2]};
-        if (cfg_fits(c, &f, rows, cols, n_max)) {
+        if (cfg_fits(c, &f, rows, cols, n_max, swiglu)) {
             *g = f;
             return true;
         }
@@ -84,11 +90,11 @@ static bool skinny_pick(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t
      * (the activations, which every workgroup reads, are then 3/4 of the weights' bytes
      * where one gives 3/2) even at 128 workgroups; 4 slices where the grid is over 1.4
      * waves (two workgroups an SM), else 8 */
-    g->row_frags = rows % (2 * SKINNY_ROWS) == 0 && rows / (2 * SKINNY_ROWS) * 10 >= units * 9 ? 2 : 1;
+    g->row_frags = swiglu || (rows % (2 * SKINNY_ROWS) == 0 && rows / (2 * SKINNY_ROWS) * 10 >= units * 9) ? 2 : 1;
     g->depth = 0; /* by the registers (depth_for) */
-    uint32_t wgs = rows / (g->row_frags * SKINNY_ROWS);
+    uint32_t wgs = rows / (swiglu ? SKINNY_ROWS : g->row_frags * SKINNY_ROWS);
     for (g->slices = wgs * 10 >= units * 14 ? SKINNY_SLICES / 2 : SKINNY_SLICES; g->slices >= 1; g->slices /= 2)
-        if (cfg_fits(c, g, rows, cols, n_max)) return true;
+        if (cfg_fits(c, g, rows, cols, n_max, swiglu)) return true;
     return false;
 }
 
@@ -99,18 +105,20 @@ bool kn_matmul_skinny_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_
         n_max > SKINNY_MAX)
         return false;
     skinny_cfg g;
-    if (!skinny_pick(c, rows, cols, n_max, &g)) return false;
+    if (!skinny_pick(c, rows, cols, n_max, false, &g) || !skinny_pick(c, rows, cols, n_max, true, &g)) return false;
     return (uint64_t)rows * cols <= UINT32_MAX && (uint64_t)n_max * cols <= UINT32_MAX;
 }
 
 typedef struct skinny {
     kx k;
     uint32_t rows, cols, n_max, slices, depth, invocations;
-    uint32_t row_frags, tile_rows; /* row fragments per workgroup, and the rows they hold */
+    uint32_t row_frags, frag_rows; /* row fragments per workgroup, and the rows of sums they hold */
+    uint32_t tile_rows;            /* rows of Y a workgroup: frag_rows, or 16 for SwiGLU (gate and up) */
     ir_scalar dtype;
     unsigned epi;
-    ir_buf w, x, y, info, b, res; /* w and x as u32 words of two elements */
-    ir_shm sums; /* [slice][tile_rows rows][n_max tokens], f32 */
+    bool swiglu;
+    ir_buf w, wu, x, y, info, b, res; /* w, wu and x as u32 words of two elements */
+    ir_shm sums; /* [slice][frag_rows rows][n_max tokens], f32 */
     ir_val r0, n;
     ir_val w_lane, x_lane; /* the lane's first word of W (row r0 + g) and of X (token g) */
 } skinny;
@@ -127,7 +135,10 @@ static void load_step(const skinny *q, ir_val c, uint32_t nf, ir_val *out) {
     kx k = q->k;
     ir_val wat = kx_add(k, q->w_lane, c), xat = kx_add(k, q->x_lane, c);
     uint32_t nw = q->row_frags * 2;
-    for (uint32_t i = 0; i < nw; i++) out[i] = kx_load(k, q->w, kx_add_c(k, wat, i * 8 * q->cols / 2), 4);
+    for (uint32_t i = 0; i < nw; i++) { /* SwiGLU: the gate's rows g, g + 8, then the up's */
+        uint32_t r8 = q->swiglu ? i % 2 : i;
+        out[i] = kx_load(k, q->swiglu && i >= 2 ? q->wu : q->w, kx_add_c(k, wat, r8 * 8 * q->cols / 2), 4);
+    }
     for (uint32_t j = 0; j < nf; j++) out[nw + j] = kx_load(k, q->x, kx_add_c(k, xat, j * SKINNY_TOKENS * q->cols / 2), 4);
 }
 
@@ -197,14 +208,14 @@ static void slice_products(const skinny *q, uint32_t nf, ir_val *acc) {
 }
 
 /* The block's products where (n + 7) / 8 == nf, its sums stored for the slice: slice s's
- * tile_rows x n_max sums (rows x tokens) at s * tile_rows * n_max (token fragments past
+ * frag_rows x n_max sums (rows x tokens) at s * frag_rows * n_max (token fragments past
  * nf are not written and reach no stored output). */
 static void products_for(const skinny *q, uint32_t nf, ir_val zero) {
     kx k = q->k;
     ir_val acc[MAX_ACC];
     for (uint32_t j = 0; j < q->row_frags * nf; j++) acc[j] = zero;
     slice_products(q, nf, acc);
-    ir_val base = kx_mul_c(k, kx_sg_id(k), q->tile_rows * q->n_max), stride = kx_u32(k, q->n_max);
+    ir_val base = kx_mul_c(k, kx_sg_id(k), q->frag_rows * q->n_max), stride = kx_u32(k, q->n_max);
     for (uint32_t i = 0; i < q->row_frags; i++)
         for (uint32_t j = 0; j < nf; j++) {
             ir_val at = kx_add_c(k, base, i * SKINNY_ROWS * q->n_max + j * SKINNY_TOKENS);
@@ -212,8 +223,20 @@ static void products_for(const skinny *q, uint32_t nf, ir_val zero) {
         }
 }
 
-/* Output item i: token i / (tile_rows / lanes), rows in vectors of lanes: the slices'
- * sums in order, the epilogue, stored for t < n. */
+/* Sum of the slices' sums at row rl of the fragments' rows (the slices in order). */
+static ir_val slice_sum(const skinny *q, ir_val rl, ir_val t) {
+    kx k = q->k;
+    ir_val at = kx_add(k, kx_mul_c(k, rl, q->n_max), t), sum = IR_NONE;
+    for (uint32_t s = 0; s < q->slices; s++) {
+        ir_val v = kx_shm_load(k, q->sums, kx_add_c(k, at, s * q->frag_rows * q->n_max), 1);
+        sum = s ? kx_add(k, sum, v) : v;
+    }
+    return sum;
+}
+
+/* Output item i: token i / (tile_rows / lanes), rows in vectors of lanes: the epilogue
+ * (SwiGLU: silu(round(gate)) * round(up), as the separate products and kn_swiglu give),
+ * stored for t < n. */
 static void out_item(const skinny *q, ir_val i, uint32_t lanes) {
     kx k = q->k;
     uint32_t per = q->tile_rows / lanes;
@@ -222,10 +245,12 @@ static void out_item(const skinny *q, ir_val i, uint32_t lanes) {
     ir_if *f = kx_if(k, kx_lt(k, t, q->n));
     ir_val r = kx_add(k, q->r0, rl), yi = kx_idx(k, t, q->rows, r), o[4];
     for (uint32_t l = 0; l < lanes; l++) {
-        ir_val at = kx_add(k, kx_mul_c(k, kx_add_c(k, rl, l), q->n_max), t), sum = IR_NONE;
-        for (uint32_t s = 0; s < q->slices; s++) {
-            ir_val v = kx_shm_load(k, q->sums, kx_add_c(k, at, s * q->tile_rows * q->n_max), 1);
-            sum = s ? kx_add(k, sum, v) : v;
+        ir_val sum = slice_sum(q, kx_add_c(k, rl, l), t);
+        if (q->swiglu) {
+            ir_val up = slice_sum(q, kx_add_c(k, rl, SKINNY_ROWS + l), t);
+            ir_val g = kx_as(k, kx_as(k, sum, q->dtype), IR_F32), u = kx_as(k, kx_as(k, up, q->dtype), IR_F32);
+            o[l] = kx_as(k, kn_silu_mul(k, g, u), q->dtype);
+            continue;
         }
         ir_val res_at = kx_add_c(k, yi, l), b_at = kx_add_c(k, r, l);
         o[l] = kn_epilogue(k, q->epi, sum, q->b, b_at, q->res, res_at, q->dtype);
@@ -237,9 +262,10 @@ static void out_item(const skinny *q, ir_val i, uint32_t lanes) {
 ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
                             unsigned epi, uint32_t groups[2], kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return NULL;
-    if (kn_check_epi("kn_matmul_skinny", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL, err)) return NULL;
+    if (kn_check_epi("kn_matmul_skinny", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err)) return NULL;
     skinny_cfg g;
-    if (!kn_matmul_skinny_ok(c, rows, cols, n_max, dtype) || !skinny_pick(c, rows, cols, n_max, &g)) {
+    bool swiglu = epi & KN_EPI_SWIGLU;
+    if (!kn_matmul_skinny_ok(c, rows, cols, n_max, dtype) || !skinny_pick(c, rows, cols, n_max, swiglu, &g)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED,
                   "kn_matmul_skinny: %u x %u for %u tokens does not tile (rows of 16, columns of 32 per slice, "
                   "8..64 tokens in eights) or the caps lack 16x8x16 %s fragments in subgroups of 32",
@@ -247,12 +273,14 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
         return NULL;
     }
     skinny q = {.rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype, .epi = epi, .row_frags = g.row_frags,
-                .slices = g.slices, .depth = g.depth};
-    q.tile_rows = q.row_frags * SKINNY_ROWS;
+                .slices = g.slices, .depth = g.depth, .swiglu = swiglu};
+    q.frag_rows = q.row_frags * SKINNY_ROWS;
+    q.tile_rows = swiglu ? SKINNY_ROWS : q.frag_rows;
     q.k = (kx){kn_create("kn_matmul_skinny", err), c};
     if (!q.k.ir) return NULL;
     kx k = q.k;
     q.w = kx_buffer(k, "W", IR_U32, IR_READ, (uint64_t)rows * cols / 2);
+    if (swiglu) q.wu = kx_buffer(k, "Wu", IR_U32, IR_READ, (uint64_t)rows * cols / 2);
     q.x = kx_buffer(k, "X", IR_U32, IR_READ, (uint64_t)n_max * cols / 2);
     q.y = kx_buffer(k, "Y", dtype, IR_WRITE, (uint64_t)n_max * rows);
     q.info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
@@ -260,7 +288,7 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
     if (epi & KN_EPI_RESIDUAL) q.res = kx_buffer(k, "res", dtype, IR_READ, (uint64_t)n_max * rows);
     q.invocations = q.slices * c->subgroup_size;
     kx_workgroup(k, q.invocations);
-    q.sums = kx_shared(k, "sums", IR_F32, q.slices * q.tile_rows * n_max);
+    q.sums = kx_shared(k, "sums", IR_F32, q.slices * q.frag_rows * n_max);
     ir_val lid = kx_local(k), lane = kx_sg_lane(k);
     ir_val lg = kx_shr_c(k, lane, 2), lt4 = kx_shl_c(k, kx_and_c(k, lane, 3), 2); /* g, 4t */
     q.n = kx_min(k, kx_load(k, q.info, kx_u32(k, 1), 1), kx_u32(k, n_max));

@@ -13,6 +13,7 @@
  * bandwidth needs: one 8-byte load at a time per lane leaves the memory system idle),
  * with a plain loop for the columns past the last whole unrolled step. */
 #define UNROLL 4
+#define MAX_ROWS 4 /* rows a subgroup takes at most (rows_per_subgroup) */
 /* x[c] (v lanes) as f32: from the x buffer, or from the workgroup copy of the normalized
  * row (hx != UINT32_MAX), which holds f32 values of dtype numbers. */
 static ir_val x_at(kx k, ir_buf x, uint32_t hx, ir_val c, uint32_t v, ir_type fv) {
@@ -125,6 +126,45 @@ static ir_val row_dot_wide(kx k, ir_buf w, ir_buf w2, ir_val *sum2, ir_buf x, ui
     return kn_lane_sum(k, acc[0], 4);
 }
 
+/* The wide dot products of nr consecutive rows from row against x in one loop (their
+ * loads together in flight: rows of a few KiB leave a lane too few loads otherwise);
+ * the lane sums to sums[]. */
+static void rows_dot_wide(kx k, ir_buf w, ir_buf x, uint32_t hx, ir_val row, uint32_t nr, ir_val first,
+                          uint32_t stride, uint32_t cols, ir_val *sums) {
+    ir_val zero = kx_splat(k, kx_f32(k, 0.0f), 4), acc[MAX_ROWS], wbase[MAX_ROWS];
+    uint32_t main_end = cols - cols % (stride * UNROLL);
+    for (uint32_t r = 0; r < nr; r++) acc[r] = zero, wbase[r] = kx_mul_c(k, kx_add_c(k, row, r), cols / 2);
+    if (main_end) {
+        ir_for *l = ir_for_begin(k.ir, first, kx_u32(k, main_end), kx_u32(k, stride * UNROLL), nr, acc);
+        ir_val a[MAX_ROWS];
+        for (uint32_t r = 0; r < nr; r++) a[r] = ir_for_arg(l, r);
+        for (uint32_t u = 0; u < UNROLL; u++)
+            for (uint32_t r = 0; r < nr; r++) a[r] = dot8(k, w, x, hx, wbase[r], kx_add_c(k, ir_for_iv(l), u * stride), a[r]);
+        ir_for_end(k.ir, l, a);
+        for (uint32_t r = 0; r < nr; r++) acc[r] = ir_for_result(l, r);
+    }
+    if (main_end < cols) {
+        ir_for *l = ir_for_begin(k.ir, kx_add_c(k, first, main_end), kx_u32(k, cols), kx_u32(k, stride), nr, acc);
+        ir_val a[MAX_ROWS];
+        for (uint32_t r = 0; r < nr; r++) a[r] = dot8(k, w, x, hx, wbase[r], ir_for_iv(l), ir_for_arg(l, r));
+        ir_for_end(k.ir, l, a);
+        for (uint32_t r = 0; r < nr; r++) acc[r] = ir_for_result(l, r);
+    }
+    for (uint32_t r = 0; r < nr; r++) sums[r] = kn_lane_sum(k, acc[r], 4);
+}
+
+/* Rows a subgroup takes: where a bf16 row is short (qwen3-0.6b's 1024 columns: its logits
+ * head's 18,992 workgroups of 8 rows spent most of their time in the norm prologue and in
+ * starting), as many as keep a subgroup's rows within 4096 columns, the rows a whole
+ * number of workgroups and the grid at least two workgroups a compute unit. */
+static uint32_t rows_per_subgroup(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t rpw, bool wide, bool swi) {
+    uint32_t units = c->compute_units ? c->compute_units : 1;
+    uint32_t r = MAX_ROWS;
+    if (!wide || swi) return 1;
+    while (r > 1 && (r * cols > 4096 || rows % (rpw * r) || rows / (rpw * r) < 2 * units)) r /= 2;
+    return r;
+}
+
 /* sum + 0.5 * (row % 7): the planted error of KN_EPI_FAULT. */
 static ir_val fault(kx k, ir_val row, ir_val sum) {
     ir_val r7 = kx_as(k, kx_rem_c(k, row, 7), IR_F32);
@@ -221,9 +261,9 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
          * where kn_matvec_strided (a grid smaller than *groups_x amortizes the prologue
          * over more rows), else a subgroup past the last row skips its row: no barrier
          * past the prologue */
-        uint32_t rpw = wg / sg;
+        uint32_t rpw = wg / sg, nr = strided ? 1 : rows_per_subgroup(c, rows, cols, rpw, wide, swi);
         ir_val sg_id = kx_sg_id(k);
-        ir_val row0 = kx_add(k, kx_group_times(k, 0, rpw), sg_id);
+        ir_val row0 = kx_mul_c(k, kx_add(k, kx_group_times(k, 0, rpw), sg_id), nr);
         ir_val stride = kx_n_groups_times(k, rpw), row = row0;
         ir_for *each = strided ? kx_for(k, row0, kx_u32(k, rows), stride, &row) : NULL;
         ir_if *in = strided ? NULL : kx_if(k, kx_lt_c(k, row0, rows));
@@ -231,6 +271,17 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
         ir_val first = kx_mul_c(k, lane, v);
         if (wide) first = kx_mul_c(k, lane, 8);
         ir_val up = IR_NONE, sum;
+        if (nr > 1) {
+            ir_val sums[MAX_ROWS];
+            rows_dot_wide(k, w, x, hx, row, nr, first, sg * 8, cols, sums);
+            for (uint32_t r = 0; r < nr; r++) sums[r] = kx_sg_sum(k, sums[r]);
+            ir_if *l0 = kx_if(k, kx_eq_c(k, lane, 0));
+            for (uint32_t r = 0; r < nr; r++) store_row(k, epi, y, b, res, kx_add_c(k, row, r), sums[r], up, dtype, out);
+            kx_end_if(k, l0);
+            kx_end_if(k, in);
+            if (groups_x) *groups_x = rows / (rpw * nr);
+            return kn_finish(k.ir, err);
+        }
         if (wide) {
             sum = kx_sg_sum(k, row_dot_wide(k, w, wu, swi ? &up : NULL, x, hx, row, first, sg * 8, cols));
             if (swi) up = kx_sg_sum(k, up);

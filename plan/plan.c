@@ -13,7 +13,8 @@
  *            to the logits head;
  *   short    where the device has them, the prefill of a block of up to
  *            PLAN_SHORT_BLOCK tokens with products that read each weight once for all of
- *            them (kn_matmul_skinny): a short prompt, or a long one's last block.
+ *            them (kn_matmul_skinny; the gate and up products and SwiGLU in one):
+ *            a short prompt, or a long one's last block.
  * Each kernel's numbers follow the oracle's contract rounding points (oracle/forward.c):
  * the fused epilogues round where the oracle rounds. */
 #include "base/error.h"

@@ -102,6 +102,10 @@ bool plan_block_role(int i);
 /* Whether a short block of n tokens takes the skinny products for every projection of the
  * shape on caps c. */
 bool plan_short_block_ok(const plan_shape *s, const rt_caps *c, uint32_t n);
+/* Whether a block of s->n_block tokens computes the gate and up products and SwiGLU in
+ * one launch (the skinny products of a short block: W the gate, Wu the up, Y the
+ * activation), with no K_SWIGLU launch. */
+bool plan_ff_swiglu(const plan_shape *s, const rt_caps *c);
 
 /* ---- weights and memory (plan_weights.c) ---- */
 rt_buffer *plan_alloc(plan_engine *p, size_t bytes, kiln_err *err);

@@ -41,6 +41,10 @@ bool plan_short_block_ok(const plan_shape *s, const rt_caps *c, uint32_t n) {
            kn_matmul_skinny_ok(c, ff, d, n, s->dt) && kn_matmul_skinny_ok(c, d, ff, n, s->dt);
 }
 
+bool plan_ff_swiglu(const plan_shape *s, const rt_caps *c) {
+    return s->n_block <= PLAN_SHORT_BLOCK && kn_matmul_skinny_ok(c, s->hp.n_ff, s->hp.n_embd, s->n_block, s->dt);
+}
+
 /* Builds kernel i for the shape; its grid (x, y) where it follows from the shape. */
 ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint32_t g[2], kiln_err *err) {
     const arch_hparams *hp = &s->hp;
@@ -82,7 +86,7 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_ATTN_PREFILL:
         return kn_attn_prefill(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->qkv_dim, s->n_ctx, nb, dt, g, err);
     case K_MM_O: return product(c, d, s->q_dim, nb, dt, KN_EPI_RESIDUAL, g, err);
-    case K_MM_FF: return product(c, hp->n_ff, d, nb, dt, KN_EPI_NONE, g, err);
+    case K_MM_FF: return product(c, hp->n_ff, d, nb, dt, plan_ff_swiglu(s, c) ? KN_EPI_SWIGLU : KN_EPI_NONE, g, err);
     case K_MM_DOWN: return product(c, d, hp->n_ff, nb, dt, KN_EPI_RESIDUAL, g, err);
     case K_SWIGLU: return kn_swiglu(c, nb * hp->n_ff, dt, &g[0], err);
     case K_TAKE_LAST: return kn_take_last(c, d, nb, dt, &g[0], err);

@@ -25,13 +25,13 @@ static uint64_t decode_bytes(const plan_shape *s, int i, uint32_t pos) {
 
 /* FLOPs one launch of prefill kernel i does for a full block (0: not a matrix kernel):
  * for the profile's rate column. */
-static uint64_t prefill_flops(const plan_shape *s, int i, uint32_t n) {
+static uint64_t prefill_flops(const plan_shape *s, int i, uint32_t n, bool ff_swiglu) {
     const arch_hparams *hp = &s->hp;
     uint64_t d = hp->n_embd, nb = n;
     switch (i) {
     case K_MM_QKV: return 2 * nb * s->qkv_dim * d;
     case K_MM_O: return 2 * nb * d * s->q_dim;
-    case K_MM_FF: return 2 * nb * hp->n_ff * d;
+    case K_MM_FF: return (ff_swiglu ? 4 : 2) * nb * hp->n_ff * d; /* the gate and the up in one launch */
     case K_MM_DOWN: return 2 * nb * d * hp->n_ff;
     case K_ATTN_PREFILL: return 2ull * 2 * hp->n_head * hp->head_dim_k * (nb * (nb + 1) / 2); /* causal, from 0 */
     default: return 0;
@@ -65,6 +65,9 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
     }
     free(l);
     double sum = 0;
+    plan_shape sb = p->s; /* the block the recording is of */
+    sb.n_block = rec == p->short_block.rec ? p->short_block.n : p->s.n_block;
+    bool ff_swiglu = prefill && plan_ff_swiglu(&sb, &d->caps);
     if (prefill)
         fprintf(out, "prefill block of %u tokens (of %u) on %s, each launch run %u times back to back:\n", pos,
                 p->s.n_block,
@@ -76,7 +79,7 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
     for (int k = 0; k < K_COUNT; k++) {
         if (!n_role[k]) continue;
         double each = t_role[k] / n_role[k];
-        uint64_t b = prefill ? prefill_flops(&p->s, k, pos) : decode_bytes(&p->s, k, pos);
+        uint64_t b = prefill ? prefill_flops(&p->s, k, pos, ff_swiglu) : decode_bytes(&p->s, k, pos);
         fprintf(out, "  %-24s %8u %8u %10.2f %10.1f", plan_role[k], n_role[k], grid_role[k], each * 1e6,
                 t_role[k] * 1e6);
         if (b) fprintf(out, prefill ? " %9.2f" : " %9.1f", b / each * (prefill ? 1e-12 : 1e-9));

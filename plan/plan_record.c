@@ -117,6 +117,9 @@ int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
     const arch_hparams *hp = &p->s.hp;
     const uint32_t (*g)[2] = R->grid;
     uint32_t nb = b ? b->n : p->s.n_block;
+    plan_shape sb = p->s;
+    sb.n_block = nb;
+    bool ff_swiglu = plan_ff_swiglu(&sb, &p->d->caps); /* as plan_build_kernel built K_MM_FF */
     ADD(K_STAGE, g[K_STAGE][0], 1, {"tok_host", p->tok_h}, {"tok", p->tok}, {"info_host", p->info_h},
         {"info", p->info});
     ADD(K_EMBED, g[K_EMBED][0], nb, {"table", p->tok_embd}, {"tok", p->tok}, {"out", p->xa});
@@ -130,9 +133,14 @@ int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
         ADD(K_MM_O, g[K_MM_O][0], g[K_MM_O][1], {"W", L->wo}, {"X", p->att}, {"Y", p->xb}, {"info", p->info},
             {"res", p->xa});
         ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
-        ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_gate}, {"X", p->h}, {"Y", p->g}, {"info", p->info});
-        ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_up}, {"X", p->h}, {"Y", p->u}, {"info", p->info});
-        ADD(K_SWIGLU, g[K_SWIGLU][0], 1, {"g", p->g}, {"u", p->u}, {"out", p->act});
+        if (ff_swiglu) {
+            ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_gate}, {"Wu", L->w_up}, {"X", p->h}, {"Y", p->act},
+                {"info", p->info});
+        } else {
+            ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_gate}, {"X", p->h}, {"Y", p->g}, {"info", p->info});
+            ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_up}, {"X", p->h}, {"Y", p->u}, {"info", p->info});
+            ADD(K_SWIGLU, g[K_SWIGLU][0], 1, {"g", p->g}, {"u", p->u}, {"out", p->act});
+        }
         ADD(K_MM_DOWN, g[K_MM_DOWN][0], g[K_MM_DOWN][1], {"W", L->w_down}, {"X", p->act}, {"Y", p->xa},
             {"info", p->info}, {"res", p->xb});
     }

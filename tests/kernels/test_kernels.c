@@ -201,7 +201,9 @@ static void matvec_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scalar t,
 }
 
 Test(kernels, matvec_odd_shapes_with_guards) {
-    const uint32_t shapes[][2] = {{1, 1}, {7, 200}, {200, 7}, {1000, 4097}, {4097, 1000}, {33, 4096}, {65, 2}};
+    /* the last two: short rows a CUDA subgroup takes four and two at a time (132 SMs) */
+    const uint32_t shapes[][2] = {{1, 1},   {7, 200}, {200, 7}, {1000, 4097}, {4097, 1000}, {33, 4096}, {65, 2},
+                                  {16384, 512}, {8448, 1536}};
     for (size_t v = 0; v < N_VARIANTS; v++) {
         rt_device *d = tu_vk_open_or_skip(variants[v]);
         tu_seed(3);
@@ -373,7 +375,7 @@ static void matvec_norm_case(rt_device *d, uint32_t rows, uint32_t cols, ir_scal
 }
 
 Test(kernels, matvec_norm_odd_shapes_with_guards) {
-    const uint32_t shapes[][2] = {{1, 1}, {7, 200}, {200, 7}, {1000, 1001}, {65, 2}, {33, 3072}};
+    const uint32_t shapes[][2] = {{1, 1}, {7, 200}, {200, 7}, {1000, 1001}, {65, 2}, {33, 3072}, {8448, 1024}};
     for (size_t v = 0; v < N_VARIANTS; v++) {
         rt_device *d = tu_vk_open_or_skip(variants[v]);
         tu_seed(5);
@@ -589,7 +591,8 @@ static void argmax_case(rt_device *d, uint32_t n, int pattern, const char *var) 
 }
 
 Test(kernels, argmax_ties_to_lowest_index) {
-    const uint32_t sizes[] = {1, 7, 200, 1000, 4097, 151936};
+    /* the vector steps, the vectors past them and the elements past the vectors, each alone and together */
+    const uint32_t sizes[] = {1, 7, 200, 1000, 4097, 16386, 20003, 151936};
     for (size_t v = 0; v < N_VARIANTS; v++) {
         rt_device *d = tu_vk_open_or_skip(variants[v]);
         tu_seed(6);
@@ -710,6 +713,8 @@ Test(kernels, variants_build_for_min_and_h200_caps) {
             tu_emit_ok(kn_rmsnorm_heads(c, 128, t, 1e-6f, &err), c, err.msg, "rmsnorm_heads");
             tu_emit_ok(kn_matvec(c, 4097, 1000, t, t, KN_EPI_NONE, &gx, &err), c, err.msg, "matvec");
             tu_emit_ok(kn_matvec(c, 151936, 4096, t, IR_F32, KN_EPI_NONE, &gx, &err), c, err.msg, "matvec f32");
+            tu_emit_ok(kn_matvec_norm(c, 151936, 1024, t, IR_F32, KN_EPI_NONE, 1e-6f, &gx, &err), c, err.msg,
+                       "matvec short rows");
             tu_emit_ok(kn_add(c, 4097, t, &gx, &err), c, err.msg, "add");
             tu_emit_ok(kn_swiglu(c, 11008, t, &gx, &err), c, err.msg, "swiglu");
             tu_emit_ok(kn_rope(c, 28, 128, 128, true, 1e6f, t, &gx, &err), c, err.msg, "rope");

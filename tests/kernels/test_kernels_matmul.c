@@ -227,6 +227,84 @@ Test(kernels_matmul, skinny_on_the_device, .timeout = 600) {
     d->ops->destroy(d);
 }
 
+/* The SwiGLU epilogue (the short block's gate and up products in one): Y[t][r] =
+ * round(silu(round(gate)) * round(up)), the gate's and the up's rows of W and Wu, tokens
+ * past n not written. The tolerance follows each rounding (as the matrix-vector case). */
+static void skinny_swiglu_case(rt_device *d, mm_shape s, ir_scalar t, const uint32_t *ns, size_t n_ns) {
+    kiln_err err = {0};
+    uint32_t rows = s.rows, cols = s.cols, n_max = s.n_max, g[2];
+    ir_kernel *k = kn_matmul_skinny(&d->caps, rows, cols, n_max, t, KN_EPI_SWIGLU, g, &err);
+    cr_assert_not_null(k, "skinny swiglu %ux%u: %s", rows, cols, err.msg);
+    cr_assert_eq(g[0], rows / 16);
+    rt_kernel *ck = d->ops->compile(d, k, NULL, &err);
+    cr_assert_not_null(ck, "%s", err.msg);
+    size_t nw = (size_t)rows * cols, nx = (size_t)n_max * cols, ny = (size_t)n_max * rows;
+    float *wf, *uf, *xf;
+    uint16_t *w = tu_rand16(t, nw, -1, 1, &wf), *wu = tu_rand16(t, nw, -1, 1, &uf), *x = tu_rand16(t, nx, -2, 2, &xf);
+    uint16_t *poison = malloc((ny + GUARD) * 2), *y = malloc((ny + GUARD) * 2), *xp = malloc(nx * 2);
+    cr_assert(poison && y && xp);
+    for (size_t i = 0; i < ny + GUARD; i++) poison[i] = tu_nan16(t);
+    rt_buffer *bw = tu_vk_upload(d, w, nw * 2), *bu = tu_vk_upload(d, wu, nw * 2), *bx = tu_vk_upload(d, x, nx * 2);
+    rt_buffer *by = tu_vk_upload(d, poison, (ny + GUARD) * 2);
+    uint32_t info[2] = {0, 0};
+    rt_buffer *bi = tu_vk_upload(d, info, sizeof info);
+    rt_arg args[5] = {{bw, 0}, {bu, 0}, {bx, 0}, {by, 0}, {bi, 0}};
+    for (size_t ni = 0; ni < n_ns; ni++) {
+        uint32_t n = ns[ni];
+        if (n > n_max) continue;
+        for (size_t i = 0; i < nx; i++) xp[i] = i / cols < n ? x[i] : tu_nan16(t);
+        info[1] = n;
+        tu_vk_reupload(d, bx, xp, nx * 2), tu_vk_reupload(d, by, poison, (ny + GUARD) * 2);
+        tu_vk_reupload(d, bi, info, sizeof info);
+        rt_launch l = {ck, {g[0], 1, 1}, args, 5};
+        cr_assert_eq(d->ops->run(d, &l, 1, &err), 0, "%s", err.msg);
+        tu_vk_download(d, by, y, (ny + GUARD) * 2);
+        for (size_t i = (size_t)n * rows; i < ny + GUARD; i++)
+            cr_assert_eq(y[i], tu_nan16(t), "swiglu %ux%u n=%u: wrote [%zu]", rows, cols, n, i);
+        for (uint32_t tk = 0; tk < n; tk++)
+            for (uint32_t r = 0; r < rows; r++) {
+                float sum[2];
+                double tol[2];
+                for (int h = 0; h < 2; h++) {
+                    const float *wr = (h ? uf : wf) + (size_t)r * cols, *xr = xf + (size_t)tk * cols;
+                    float sm = 0;
+                    double mag = 0;
+                    for (uint32_t c = 0; c < cols; c++) sm += wr[c] * xr[c], mag += fabs(wr[c] * xr[c]);
+                    sum[h] = sm, tol[h] = 2.0 * cols * ldexp(1.0, -24) * mag;
+                }
+                float gv = tu_from16(t, tu_to16(t, sum[0])), uv = tu_from16(t, tu_to16(t, sum[1]));
+                double want = gv / (1.0f + expf(-gv)) * uv, got = tu_from16(t, y[(size_t)tk * rows + r]);
+                double dg = tol[0] + tu_ulp16(t, fabs(gv) + tol[0]), du = tol[1] + tu_ulp16(t, fabs(uv) + tol[1]);
+                double tl = 1.1 * dg * (fabs(uv) + du) + (fabs(gv) + dg) * du +
+                            (7 + 2 * fabs(gv)) * ldexp(1.0, -23) * fabs(want);
+                tl += tu_ulp16(t, fmax(fabs(want), fabs(got)));
+                cr_assert(fabs(got - want) <= tl, "swiglu %ux%u n=%u %s: Y[%u][%u] = %.9g, want %.9g (tol %.3g)", rows,
+                          cols, n, tu_dname(t), tk, r, got, want, tl);
+            }
+    }
+    d->ops->release(d, bw), d->ops->release(d, bu), d->ops->release(d, bx), d->ops->release(d, by);
+    d->ops->release(d, bi);
+    d->ops->release_kernel(d, ck);
+    free(w), free(wu), free(x), free(wf), free(uf), free(xf), free(poison), free(y), free(xp);
+    ir_kernel_destroy(k);
+}
+
+Test(kernels_matmul, skinny_swiglu_on_the_device, .timeout = 600) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    if (!kn_matmul_skinny_ok(&d->caps, 16, 32, 8, IR_BF16)) {
+        d->ops->destroy(d);
+        cr_skip_test("the device has no skinny products (CUDA's 16x8x16 fragments)");
+    }
+    tu_seed(37);
+    static const mm_shape sk[] = {{16, 32, 8}, {48, 160, 24}, {272, 1024, 64}, {1040, 256, 40}};
+    static const uint32_t ns[] = {1, 8, 9, 24, 33, 64};
+    for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++) skinny_swiglu_case(d, sk[i], dtypes[i % 2], ns, 6);
+    setenv("KILN_SKINNY", "2,16,1", 1); /* 16 slices, one step in flight */
+    skinny_swiglu_case(d, (mm_shape){32, 1024, 16}, IR_BF16, ns, 6);
+    unsetenv("KILN_SKINNY");
+    d->ops->destroy(d);
+}
+
 /* Built and assembled for CUDA's caps at sm_80 and sm_90 on any machine; refused where the
  * shape does not tile, the caps lack the fragments, or the device is not CUDA. */
 Test(kernels_matmul, skinny_builds_and_refuses) {
@@ -251,7 +329,12 @@ Test(kernels_matmul, skinny_builds_and_refuses) {
             cr_assert_null(kn_matmul_skinny(&c, bad[i].rows, bad[i].cols, bad[i].n_max, IR_BF16, 0, g, &err));
             cr_assert(strstr(err.msg, "does not tile"), "%s", err.msg);
         }
-        cr_assert_null(kn_matmul_skinny(&c, 1024, 1024, 32, IR_BF16, KN_EPI_SWIGLU, g, &err));
+        ir_kernel *sw = kn_matmul_skinny(&c, 1040, 1024, 32, IR_BF16, KN_EPI_SWIGLU, g, &err);
+        cr_assert_not_null(sw, "%s", err.msg);
+        cr_assert_eq(g[0], 1040 / 16); /* the gate's and the up's 16 rows a workgroup */
+        tu_ptx_assembles(sw, &c, "skinny swiglu");
+        ir_kernel_destroy(sw);
+        cr_assert_null(kn_matmul_skinny(&c, 1024, 1024, 32, IR_BF16, KN_EPI_SWIGLU | KN_EPI_BIAS, g, &err));
     }
     rt_caps v;
     tu_caps_h200(&v); /* Vulkan, with cooperative matrices: not yet (issue 16) */
@@ -504,4 +587,30 @@ Test(kernels_matmul, bad_shapes_dtypes_and_epilogues_are_refused) {
     tiny.shared_bytes = 1024; /* not even 4 columns of a 64 x 64 tile */
     cr_assert_null(kn_matmul(&tiny, 64, 64, 64, IR_BF16, 0, g, &err));
     cr_assert(strstr(err.msg, "kn_matmul: caps.shared_bytes"), "%s", err.msg);
+}
+
+/* ---- the matrix-vector products' short rows on CUDA ----------------------------------------- */
+
+/* Where a bf16 row is short a CUDA subgroup takes up to four (a row's 4096 columns at most,
+ * two workgroups an SM kept): the logits head of qwen3-0.6b gets a quarter of the
+ * workgroups, an 8B's rows one subgroup each; assembled with ptxas. */
+Test(kernels_matmul, matvec_short_rows_on_cuda) {
+    rt_caps c = tu_cuda_caps(90);
+    c.compute_units = 132;
+    kiln_err err = {0};
+    uint32_t gx = 0;
+    ir_kernel *k = kn_matvec_norm(&c, 151936, 1024, IR_BF16, IR_F32, KN_EPI_NONE, 1e-6f, &gx, &err);
+    cr_assert_not_null(k, "%s", err.msg);
+    cr_assert_eq(gx, 151936 / 32, "grid %u", gx);
+    tu_ptx_assembles(k, &c, "matvec short rows");
+    ir_kernel_destroy(k);
+    static const uint32_t shapes[][3] = {{4096, 4096, 8}, {16384, 512, 32}, {8448, 1536, 16}, {4096, 1024, 8},
+                                         {4097, 1024, 8}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        k = kn_matvec(&c, shapes[i][0], shapes[i][1], IR_BF16, IR_BF16, KN_EPI_RESIDUAL, &gx, &err);
+        cr_assert_not_null(k, "%s", err.msg);
+        uint32_t want = (shapes[i][0] + shapes[i][2] - 1) / shapes[i][2];
+        cr_assert_eq(gx, want, "%ux%u: grid %u, not %u", shapes[i][0], shapes[i][1], gx, want);
+        ir_kernel_destroy(k);
+    }
 }
