@@ -1,26 +1,43 @@
 #!/usr/bin/env bash
-# Issue 14 on the H200, one call of under 10 minutes: llama.cpp's llama-bench built in
-# the background (../shared/peers copied to .peers/) while the CUDA kernel, plan and
-# device suites run on cuda:0, the profiles of a 512-token block and kiln diverge on
-# qwen3-0.6b; then the side-by-side (kiln bench and llama-bench -fa 1 on the same files,
-# pp24/pp512/pp2048/tg32, medians of 3) on qwen3-0.6b and qwen3-8b. Binaries in devrun/.
-# Writes OUTDIR.tar (one file comes back).
+# Issue 14 on the H200, the session's last call (under 10 minutes): llama.cpp's llama-bench
+# built in the background (../shared/peers copied to .peers/) while the CUDA kernel, plan
+# and device suites run on cuda:0; where 24- and 512-token blocks of qwen3-8b-shaped layers
+# go (kiln run --profile-tokens); kiln diverge on qwen3-0.6b; cuBLAS (torch) on the 8B's
+# shapes at 24, 512 and 2048 tokens; then the side-by-side (kiln bench and llama-bench -fa 1
+# on the same files, pp24/pp512/pp2048/tg32, medians of 3) on qwen3-8b, -4b and -0.6b, one
+# model at a time; qwen3-8b's diverge at 8 steps with the time left. Binaries in devrun/.
+# Writes OUTDIR.tar (one file comes back; a partial one first).
 set -u
 out=$1
 source bench/h200-common.sh
 start=$(date +%s)
+stamp() { echo "$1 at $(( $(date +%s) - start )) s" >> $out/times.txt; }
 (bash .peers/build-llamacpp-cuda.sh > $out/llbuild.txt 2>&1; echo "rc=$? at $(( $(date +%s) - start )) s" >> $out/llbuild.txt) &
 bpid=$!
-synth qwen3-0.6b qwen3-8b
-suites 6 120
-for p in qwen3-8b qwen3-0.6b; do
-  timeout 60 $K run $dir/$p.gguf -p "$prompt" -n 4 --device cuda:0 --no-echo --profile-tokens 512 > /dev/null 2> $out/prof-$p.txt
+synth qwen3-8b qwen3-0.6b qwen3-4b
+timeout 100 $K synth --preset qwen3-8b --layers 2 -o $dir/q8-2.gguf > /dev/null
+stamp synth
+suites 8 200
+stamp suites
+for n in 24 512; do
+  timeout 60 $K run $dir/q8-2.gguf -p "$prompt" -n 2 --device cuda:0 --no-echo --profile-tokens $n \
+    > /dev/null 2> $out/prof-q8-$n.txt
 done
-timeout 90 $K diverge $dir/qwen3-0.6b.gguf --device cuda:0 -n 16 > $out/div-0.6b.md 2>&1; echo "rc=$?" >> $out/div-0.6b.md
-echo "suites done at $(( $(date +%s) - start )) s" >> $out/times.txt
-tar cf $out-suites.tar -C $(dirname $out) $(basename $out) # in case the rest runs out of time
+stamp prof
+timeout 100 $K diverge $dir/qwen3-0.6b.gguf --device cuda:0 -n 16 > $out/div-qwen3-0.6b.md 2>&1; echo "rc=$?" >> $out/div-qwen3-0.6b.md
+stamp diverge
+timeout 60 python3 bench/torch_shapes.py 4096 4096 1024 12288 32 8 128 24 512 2048 > $out/torch-8b.txt 2>&1
+tar cf $out-part.tar -C $(dirname $out) $(basename $out)
 wait $bpid
-KILN=$K MODELS="$dir/qwen3-0.6b.gguf $dir/qwen3-8b.gguf" P=24,512,2048 N=32 R=3 DEVICES=cuda:0 \
-  timeout $(( 570 - ($(date +%s) - start) )) bash .peers/side-by-side.sh > $out/side-by-side.md 2>&1
-echo "side-by-side done at $(( $(date +%s) - start )) s" >> $out/times.txt
+stamp llbuild
+for p in qwen3-8b qwen3-4b qwen3-0.6b; do
+  left=$(( 560 - ($(date +%s) - start) ))
+  [ $left -gt 30 ] || break
+  KILN=$K MODELS="$dir/$p.gguf" P=24,512,2048 N=32 R=3 DEVICES=cuda:0 timeout $left bash .peers/side-by-side.sh \
+    > $out/sbs-$p.md 2>&1
+  stamp "sbs $p"
+done
+left=$(( 570 - ($(date +%s) - start) ))
+[ $left -gt 40 ] && { timeout $left $K diverge $dir/qwen3-8b.gguf --device cuda:0 -n 8 > $out/div-qwen3-8b.md 2>&1; echo "rc=$?" >> $out/div-qwen3-8b.md; }
+stamp end
 tar cf $out.tar -C $(dirname $out) $(basename $out)
