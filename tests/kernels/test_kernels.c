@@ -592,7 +592,7 @@ static void argmax_case(rt_device *d, uint32_t n, int pattern, const char *var) 
 
 Test(kernels, argmax_ties_to_lowest_index) {
     /* the vector steps, the vectors past them and the elements past the vectors, each alone and together */
-    const uint32_t sizes[] = {1, 7, 200, 1000, 4097, 16386, 20003, 151936};
+    const uint32_t sizes[] = {1, 7, 200, 1000, 4097, 32770, 40003, 151936};
     for (size_t v = 0; v < N_VARIANTS; v++) {
         rt_device *d = tu_vk_open_or_skip(variants[v]);
         tu_seed(6);
