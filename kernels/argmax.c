@@ -16,7 +16,7 @@ static ir_val better(kx k, ir_val v2, ir_val i2, ir_val v1, ir_val i1) {
     return kx_or(k, larger, tie);
 }
 
-#define UNROLL 8
+#define UNROLL 4
 
 /* b = (best value, its index) after element i of value raw: a NaN counts as -inf; the
  * first of equal values stays (strict >), and any element beats the empty (-inf, none) */
@@ -49,8 +49,9 @@ ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, kiln_err *err) {
     /* the invocation's elements in increasing index order: vectors of 4, UNROLL of them a
      * step with their loads first (one workgroup reads the whole vocabulary, so its loads
      * in flight set the time: one scalar load at a time took 50 us of a decode step on a
-     * 151,936-entry vocabulary on the H200, four vectors 18), then the vectors past the
-     * last whole step, then the elements past the last whole vector */
+     * 151,936-entry vocabulary on the H200, four vectors 18, eight 17.5: past four the
+     * loads are not the limit), then the vectors past the last whole step, then the
+     * elements past the last whole vector */
     uint32_t n4 = n / 4, main4 = n4 - n4 % (wg * UNROLL);
     if (main4) {
         ir_for *l = ir_for_begin(k.ir, lid, kx_u32(k, main4), kx_u32(k, wg * UNROLL), 2, best);
