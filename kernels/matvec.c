@@ -270,31 +270,24 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
         ir_val lane = kx_sg_lane(k);
         ir_val first = kx_mul_c(k, lane, v);
         if (wide) first = kx_mul_c(k, lane, 8);
-        ir_val up = IR_NONE, sum;
+        ir_val up = IR_NONE, sums[MAX_ROWS];
         if (nr > 1) {
-            ir_val sums[MAX_ROWS];
             rows_dot_wide(k, w, x, hx, row, nr, first, sg * 8, cols, sums);
             for (uint32_t r = 0; r < nr; r++) sums[r] = kx_sg_sum(k, sums[r]);
-            ir_if *l0 = kx_if(k, kx_eq_c(k, lane, 0));
-            for (uint32_t r = 0; r < nr; r++) store_row(k, epi, y, b, res, kx_add_c(k, row, r), sums[r], up, dtype, out);
-            kx_end_if(k, l0);
-            kx_end_if(k, in);
-            if (groups_x) *groups_x = rows / (rpw * nr);
-            return kn_finish(k.ir, err);
-        }
-        if (wide) {
-            sum = kx_sg_sum(k, row_dot_wide(k, w, wu, swi ? &up : NULL, x, hx, row, first, sg * 8, cols));
+        } else if (wide) {
+            sums[0] = kx_sg_sum(k, row_dot_wide(k, w, wu, swi ? &up : NULL, x, hx, row, first, sg * 8, cols));
             if (swi) up = kx_sg_sum(k, up);
         } else {
-            sum = kx_sg_sum(k, row_dot(k, w, x, hx, row, first, sg * v, cols, v));
+            sums[0] = kx_sg_sum(k, row_dot(k, w, x, hx, row, first, sg * v, cols, v));
             if (swi) up = kx_sg_sum(k, row_dot(k, wu, x, hx, row, first, sg * v, cols, v));
         }
         ir_if *l0 = kx_if(k, kx_eq_c(k, lane, 0));
-        store_row(k, epi, y, b, res, row, sum, up, dtype, out);
+        for (uint32_t r = 0; r < nr; r++)
+            store_row(k, epi, y, b, res, r ? kx_add_c(k, row, r) : row, sums[r], up, dtype, out);
         kx_end_if(k, l0);
         if (strided) kx_end_for(k, each);
         else kx_end_if(k, in);
-        gx = (rows + rpw - 1) / rpw;
+        gx = (rows + rpw * nr - 1) / (rpw * nr); /* nr > 1 only where it divides rows */
     } else {
         /* one workgroup per row (strided over the grid as above), summed through workgroup
          * memory (rows workgroups in x: past Vulkan's guaranteed 65535 for a vocabulary
