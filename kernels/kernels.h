@@ -85,6 +85,10 @@ ir_kernel *kn_matvec_norm(const rt_caps *c, uint32_t rows, uint32_t cols, ir_sca
  * return at once. */
 ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
                      uint32_t groups[2], kiln_err *err);
+/* Where kn_matmul takes KN_EPI_SWIGLU (the warpgroup variant only): W the gate, then Wu
+ * (dtype, read, rows x cols) the up, Y = silu(round(W X)) * round(Wu X) rounded, as the
+ * separate products and kn_swiglu give; refused by name elsewhere. */
+bool kn_matmul_swiglu_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype);
 
 /* kn_matmul on warpgroup products (wgmma, sm_90a; matmul_wg.c), which kn_matmul takes
  * where its grid covers half the compute units: the same parameters, epilogues (BIAS,
@@ -223,7 +227,8 @@ typedef struct kn_rope_opts {
 
 /* Everything between the qkv projection and attention, in one launch, for tokens t < n =
  * info[1] at positions info[0] + t: qkv is [n_max][(n_head + 2 * n_head_kv) * head_dim],
- * each row q heads, then k heads, then v heads. Workgroup (head j, token t):
+ * each row q heads, then k heads, then v heads. Workgroup (x, token t) takes heads
+ * j = x, x + groups_x, ..:
  *   q head: per-head RMSNorm with q_norm (when qk_norm; rounded), rope (rounded), written
  *           back in place;
  *   k head: the same with k_norm, written to kcache[p * kv_dim + kvh * head_dim ..];
@@ -232,7 +237,11 @@ typedef struct kn_rope_opts {
  * Params: qkv (dtype, read/write), kcache, vcache (dtype, write, n_ctx * kv_dim), info
  * (u32, read, 2), then q_norm, k_norm (dtype, read, head_dim) when qk_norm, then
  * freqs (dtype, read, n_rot / 2) when rope.freq_factors.
- * Grid: groups = {n_head + 2 * n_head_kv, n_max, 1}. */
+ * Grid: groups = {any groups_x from 1 to n_head + 2 * n_head_kv, n_max, 1}: the same
+ * numbers whatever groups_x; kn_qk_prep_groups gives the one for a block of n_max tokens
+ * (one head a workgroup for short blocks, up to 8 for long ones: the angle table is
+ * computed once a workgroup). */
+uint32_t kn_qk_prep_groups(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t n_max);
 ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                       const kn_rope_opts *rope, bool qk_norm, float eps, uint32_t n_ctx, ir_scalar dtype,
                       kiln_err *err);

@@ -40,6 +40,7 @@ void mm_params(mm *m) {
     kx k = m->k;
     uint32_t rows = m->rows, cols = m->cols, n_max = m->n_max;
     m->w = kx_buffer(k, "W", m->dtype, IR_READ, (uint64_t)rows * cols);
+    if (m->epi & KN_EPI_SWIGLU) m->wu = kx_buffer(k, "Wu", m->dtype, IR_READ, (uint64_t)rows * cols);
     m->x = kx_buffer(k, "X", m->dtype, IR_READ, (uint64_t)n_max * cols);
     m->y = kx_buffer(k, "Y", m->dtype, IR_WRITE, (uint64_t)n_max * rows);
     m->info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
@@ -509,10 +510,26 @@ static bool build_simt(mm *m, uint32_t groups[2]) {
     return true;
 }
 
+/* warpgroup products where their tiles keep half the SMs busy: an SM's rate on them is
+ * about 2.4 times the mma.sync pipeline's (the H200, qwen3-8b's products: 540-680 TFLOP/s
+ * in a full wave against 200-275), so half a wave of them still wins */
+static bool wg_takes(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
+                     mm_wg_cfg *cfg) {
+    if (!c || !mm_wg_pick(c, dtype, rows, cols, n_max, epi, cfg)) return false;
+    return mm_wg_forced() || mm_wg_grid(cfg, rows, n_max, epi) * 2 >= (c->compute_units ? c->compute_units : 1);
+}
+
+bool kn_matmul_swiglu_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype) {
+    mm_wg_cfg cfg;
+    return rows && cols && n_max && n_max % 64 == 0 && (uint64_t)n_max * cols <= UINT32_MAX &&
+           (uint64_t)n_max * rows <= UINT32_MAX && (uint64_t)rows * cols <= UINT32_MAX &&
+           wg_takes(c, rows, cols, n_max, dtype, KN_EPI_SWIGLU, &cfg);
+}
+
 ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
                      uint32_t groups[2], kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return NULL;
-    if (kn_check_epi("kn_matmul", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL, err)) return NULL;
+    if (kn_check_epi("kn_matmul", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err)) return NULL;
     if (rows == 0 || cols == 0 || n_max == 0 || n_max % 64 || (uint64_t)n_max * cols > UINT32_MAX ||
         (uint64_t)n_max * rows > UINT32_MAX || (uint64_t)rows * cols > UINT32_MAX) {
         kiln_fail(
@@ -526,11 +543,13 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
     mma_cfg cfg = {0};
     mm_pipe_cfg pcfg = {0};
     mm_wg_cfg wcfg = {0};
-    /* warpgroup products where their tiles keep half the SMs busy: an SM's rate on them is
-     * about 2.4 times the mma.sync pipeline's (the H200, qwen3-8b's products: 540-680
-     * TFLOP/s in a full wave against 200-275), so half a wave of them still wins */
-    bool use_wg = mm_wg_pick(c, dtype, rows, cols, n_max, &wcfg) &&
-                  (mm_wg_forced() || mm_wg_grid(&wcfg, rows, n_max) * 2 >= (c->compute_units ? c->compute_units : 1));
+    bool use_wg = wg_takes(c, rows, cols, n_max, dtype, epi, &wcfg);
+    if (!use_wg && (epi & KN_EPI_SWIGLU)) {
+        kiln_fail(err, KILN_ERR_UNSUPPORTED,
+                  "kn_matmul: the SwiGLU epilogue needs the warpgroup variant (wgmma; rows %u, cols %u, n_max %u)",
+                  rows, cols, n_max);
+        return NULL;
+    }
     bool use_pipe = !use_wg && mm_pipe_pick(c, dtype, rows, cols, n_max, &pcfg);
     bool use_mma = !use_pipe && mma_pick(c, dtype, &cfg);
     mm m = {

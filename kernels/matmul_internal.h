@@ -11,7 +11,7 @@ typedef struct mm {
     uint32_t invocations; /* per workgroup */
     ir_scalar dtype;
     unsigned epi;
-    ir_buf w, x, y, info, b, res;
+    ir_buf w, x, y, info, b, res, wu; /* wu: the up's weights (KN_EPI_SWIGLU) */
     ir_val lid, n; /* n = min(info[1], n_max) */
 } mm;
 
@@ -60,12 +60,14 @@ typedef struct mm_wg_cfg {
     uint32_t stages; /* ring slots (3..8 async, 2..8 not) */
     bool async;      /* products left in flight one chunk (wg.mma.async) */
 } mm_wg_cfg;
-/* The warpgroup variant's shape for this product, or false: caps.wgmma and asynchronous
- * copies, a 16-bit dtype, cols a multiple of 8, the ring within caps.shared_bytes. */
-bool mm_wg_pick(const rt_caps *c, ir_scalar dtype, uint32_t rows, uint32_t cols, uint32_t n_max, mm_wg_cfg *cfg);
+/* The warpgroup variant's shape for this product and epilogue, or false: caps.wgmma and
+ * asynchronous copies, a 16-bit dtype, cols a multiple of 8, the ring within
+ * caps.shared_bytes (SwiGLU: 64-column chunks). */
+bool mm_wg_pick(const rt_caps *c, ir_scalar dtype, uint32_t rows, uint32_t cols, uint32_t n_max, unsigned epi,
+                mm_wg_cfg *cfg);
 void mm_build_wg(mm *m, const mm_wg_cfg *cfg, uint32_t groups[2]);
 /* Workgroups of the variant's grid for the shape */
-uint64_t mm_wg_grid(const mm_wg_cfg *cfg, uint32_t rows, uint32_t n_max);
+uint64_t mm_wg_grid(const mm_wg_cfg *cfg, uint32_t rows, uint32_t n_max, unsigned epi);
 /* KILN_MATMUL_WG names a shape: kn_matmul then takes it whatever its grid */
 bool mm_wg_forced(void);
 

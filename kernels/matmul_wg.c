@@ -21,7 +21,13 @@
  *   acc = wg.wait(acc, 0)
  *
  * The accumulators leave through an f32 array that overlays the ring (it is free once
- * the loop ends) for the epilogue, as kn_matmul's: consecutive outputs, vector stores. */
+ * the loop ends) for the epilogue, as kn_matmul's: consecutive outputs, vector stores.
+ *
+ * KN_EPI_SWIGLU (the feed-forward's gate and up in one launch): a tile's tile_r rows of
+ * W are tile_r / 2 rows of the gate (W) then the same rows of the up (Wu), each half
+ * staged as its own operand into the slot (64-column chunks, so a half is whole atoms),
+ * and the workgroup writes tile_r / 2 rows of silu(round(g)) * round(u) rounded: the
+ * numbers of the two products and kn_swiglu. */
 #include "kernels/kernels.h"
 #include "kernels/matmul_internal.h"
 
@@ -40,21 +46,21 @@ static uint32_t wg_shared_bytes(const mm_wg_cfg *g) {
     return cs <= ring ? ring : ring + cs;
 }
 
-static bool cfg_ok(const mm_wg_cfg *g) {
+static bool cfg_ok(const mm_wg_cfg *g, bool swiglu) {
     bool r = g->tile_r == 128 || g->tile_r == 192 || g->tile_r == 256;
-    return r && (g->kc == 64 || g->kc == 128) && g->stages >= (g->async ? 3u : 2u) &&
+    return r && (g->kc == 64 || (g->kc == 128 && !swiglu)) && g->stages >= (g->async ? 3u : 2u) &&
            g->stages <= 8;
 }
 
 /* KILN_MATMUL_WG=tile_r,kc,stages,async overrides the shape (for measuring others on a
  * device), KILN_MATMUL_WG=0 turns the variant off; a malformed value is ignored. */
-static bool env_cfg(mm_wg_cfg *g) {
+static bool env_cfg(mm_wg_cfg *g, bool swiglu) {
     const char *e = getenv("KILN_MATMUL_WG");
     if (e && strcmp(e, "0") == 0) return false;
     unsigned v[4];
     if (!e || sscanf(e, "%u,%u,%u,%u", &v[0], &v[1], &v[2], &v[3]) != 4) return true;
     mm_wg_cfg t = {v[0], v[1], v[2], v[3] != 0};
-    if (cfg_ok(&t)) *g = t;
+    if (cfg_ok(&t, swiglu)) *g = t;
     return true;
 }
 
@@ -63,8 +69,12 @@ bool mm_wg_forced(void) {
     return e && strcmp(e, "0") != 0;
 }
 
-uint64_t mm_wg_grid(const mm_wg_cfg *g, uint32_t rows, uint32_t n_max) {
-    return (uint64_t)((rows + g->tile_r - 1) / g->tile_r) * ((n_max + WG_TOKENS - 1) / WG_TOKENS);
+/* rows of Y a workgroup writes: half its tile with SwiGLU */
+static uint32_t out_rows(const mm_wg_cfg *g, unsigned epi) { return epi & KN_EPI_SWIGLU ? g->tile_r / 2 : g->tile_r; }
+
+uint64_t mm_wg_grid(const mm_wg_cfg *g, uint32_t rows, uint32_t n_max, unsigned epi) {
+    uint32_t tr = out_rows(g, epi);
+    return (uint64_t)((rows + tr - 1) / tr) * ((n_max + WG_TOKENS - 1) / WG_TOKENS);
 }
 
 static bool caps_ok(const rt_caps *c, ir_scalar dt, uint32_t cols) {
@@ -76,22 +86,24 @@ static bool caps_ok(const rt_caps *c, ir_scalar dt, uint32_t cols) {
 /* The shapes tried: 64-column chunks in 4 slots, products in flight. */
 static const mm_wg_cfg shapes[] = {{256, 64, 4, true}, {192, 64, 4, true}, {128, 64, 4, true}};
 
-bool mm_wg_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t cols, uint32_t n_max, mm_wg_cfg *cfg) {
+bool mm_wg_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t cols, uint32_t n_max, unsigned epi,
+                mm_wg_cfg *cfg) {
     if (!caps_ok(c, dt, cols)) return false;
+    bool swiglu = epi & KN_EPI_SWIGLU;
     /* the fewest waves of workgroups weighted by a workgroup's time (its rows plus what
      * every tile costs whatever its width: X's staging, the epilogue) */
     uint32_t cu = c->compute_units ? c->compute_units : 1;
     const mm_wg_cfg *best = NULL;
     uint64_t best_cost = UINT64_MAX;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-        uint64_t grid = mm_wg_grid(&shapes[i], rows, n_max);
+        uint64_t grid = mm_wg_grid(&shapes[i], rows, n_max, epi);
         uint64_t cost = (grid + cu - 1) / cu * (shapes[i].tile_r + 64);
         if (cost < best_cost && (!c->shared_bytes || wg_shared_bytes(&shapes[i]) <= c->shared_bytes))
             best = &shapes[i], best_cost = cost;
     }
     if (!best) return false;
     mm_wg_cfg g = *best;
-    if (!env_cfg(&g)) return false;
+    if (!env_cfg(&g, swiglu)) return false;
     if (c->shared_bytes && wg_shared_bytes(&g) > c->shared_bytes) return false;
     *cfg = g;
     return true;
@@ -99,32 +111,43 @@ bool mm_wg_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t cols, ui
 
 bool kn_matmul_wg_ok(const rt_caps *c, ir_scalar dt, uint32_t cols) {
     mm_wg_cfg g;
-    return mm_wg_pick(c, dt, 128, cols, 128, &g);
+    return mm_wg_pick(c, dt, 128, cols, 128, KN_EPI_NONE, &g);
 }
 
 typedef struct wg_item {
     ir_shm cs;
     ir_val t0, r0;
-    uint32_t lanes, tile_r;
+    uint32_t lanes, tile_r, out_r;
 } wg_item;
 
-/* Output i of the tile: token i / (tile_r / lanes), rows in vectors, from the f32 sums. */
+/* Output i of the tile: token i / (out_r / lanes), rows in vectors, from the f32 sums
+ * (with SwiGLU the up's sum of a row is tile_r / 2 columns of cs past the gate's). */
 static void out_item(const mm *m, ir_val i, const void *p) {
     const wg_item *a = p;
     kx k = m->k;
-    uint32_t per = a->tile_r / a->lanes;
+    uint32_t per = a->out_r / a->lanes;
     ir_val tl = kx_div_c(k, i, per), rl = kx_mul_c(k, kx_rem_c(k, i, per), a->lanes);
     ir_val t = kx_add(k, a->t0, tl), r = kx_add(k, a->r0, rl);
     ir_if *f = kx_if(k, mm_exists(m, t, r));
     ir_val s[4], at = kx_idx(k, tl, a->tile_r + CS_PAD, rl);
     for (uint32_t l = 0; l < a->lanes; l++) s[l] = kx_shm_load(k, a->cs, kx_add_c(k, at, l), 1);
-    mm_store_y(m, t, r, s, a->lanes);
+    if (!(m->epi & KN_EPI_SWIGLU)) {
+        mm_store_y(m, t, r, s, a->lanes);
+    } else {
+        for (uint32_t l = 0; l < a->lanes; l++) {
+            ir_val up = kx_shm_load(k, a->cs, kx_add_c(k, at, a->out_r + l), 1);
+            ir_val gv = kx_as(k, kx_as(k, s[l], m->dtype), IR_F32), uv = kx_as(k, kx_as(k, up, m->dtype), IR_F32);
+            s[l] = kx_as(k, kn_silu_mul(k, gv, uv), m->dtype);
+        }
+        kx_store(k, m->y, kx_idx(k, t, m->rows, r), a->lanes == 1 ? s[0] : kx_vec(k, s, a->lanes));
+    }
     kx_end_if(k, f);
 }
 
 void mm_build_wg(mm *m, const mm_wg_cfg *g, uint32_t groups[2]) {
     kx k = m->k;
-    uint32_t tr = g->tile_r, kc = g->kc, S = g->stages;
+    bool swiglu = m->epi & KN_EPI_SWIGLU;
+    uint32_t tr = g->tile_r, out_r = out_rows(g, m->epi), kc = g->kc, S = g->stages;
     uint32_t stage_x = WG_TOKENS * kc, slot_elems = (WG_TOKENS + tr) * kc, chunks = (m->cols + kc - 1) / kc;
     uint32_t d = g->async ? S - 2 : S - 1; /* chunks staged ahead */
     m->invocations = 256;
@@ -133,15 +156,17 @@ void mm_build_wg(mm *m, const mm_wg_cfg *g, uint32_t groups[2]) {
     ir_shm cs = cs_elems(g) * 4 <= ring_elems(g) * 2 ? ir_shared_overlay(k.ir, "cs", IR_F32, cs_elems(g), ring)
                                                      : kx_shared(k, "cs", IR_F32, cs_elems(g));
     ir_type tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, 64, tr, 16);
-    ir_val t0 = kx_group_times(k, 1, WG_TOKENS), r0 = kx_group_times(k, 0, tr);
+    ir_val t0 = kx_group_times(k, 1, WG_TOKENS), r0 = kx_group_times(k, 0, out_r);
     ir_val half = kx_shr_c(k, kx_sg_id(k), 2); /* the warpgroup: tokens 64 half .. */
     ir_if *live = kx_if(k, kx_lt(k, t0, m->n));
     mm_stage sx = {m->x, ring, WG_TOKENS, m->n_max - 1, slot_elems, kc, 0, MM_SW128, t0, 0};
-    mm_stage sw = {m->w, ring, tr, m->rows - 1, slot_elems, kc, 0, MM_SW128, r0, stage_x};
+    mm_stage sw = {m->w, ring, out_r, m->rows - 1, slot_elems, kc, 0, MM_SW128, r0, stage_x};
+    mm_stage su = {m->wu, ring, out_r, m->rows - 1, slot_elems, kc, 0, MM_SW128, r0, stage_x + out_r * kc};
     for (uint32_t c = 0; c < d; c++) {
         if (c < chunks) {
             mm_issue_stage(m, &sx, kx_u32(k, c), kx_u32(k, c));
             mm_issue_stage(m, &sw, kx_u32(k, c), kx_u32(k, c));
+            if (swiglu) mm_issue_stage(m, &su, kx_u32(k, c), kx_u32(k, c));
         }
         ir_async_commit(k.ir);
     }
@@ -155,6 +180,7 @@ void mm_build_wg(mm *m, const mm_wg_cfg *g, uint32_t groups[2]) {
     ir_val nslot = kx_rem_c(k, next, S);
     mm_issue_stage(m, &sx, next, nslot);
     mm_issue_stage(m, &sw, next, nslot);
+    if (swiglu) mm_issue_stage(m, &su, next, nslot);
     kx_end_if(k, f);
     ir_async_commit(k.ir);
     ir_val slot = kx_mul_c(k, kx_rem_c(k, c, S), slot_elems);
@@ -171,21 +197,21 @@ void mm_build_wg(mm *m, const mm_wg_cfg *g, uint32_t groups[2]) {
     kx_barrier(k); /* the ring is free: the sums may overlay it */
     ir_frag_store(k.ir, acc, true, cs, kx_mul_c(k, half, 64 * (tr + CS_PAD)), kx_u32(k, tr + CS_PAD), true);
     kx_barrier(k);
-    wg_item it = {cs, t0, r0, kn_vec_width(m->rows), tr};
-    mm_for_items(m, WG_TOKENS * tr / it.lanes, out_item, &it);
+    wg_item it = {cs, t0, r0, kn_vec_width(m->rows), tr, out_r};
+    mm_for_items(m, WG_TOKENS * out_r / it.lanes, out_item, &it);
     kx_end_if(k, live);
-    groups[0] = (m->rows + tr - 1) / tr;
+    groups[0] = (m->rows + out_r - 1) / out_r;
     groups[1] = (m->n_max + WG_TOKENS - 1) / WG_TOKENS;
 }
 
 ir_kernel *kn_matmul_wg(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
                         uint32_t groups[2], kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return NULL;
-    if (kn_check_epi("kn_matmul_wg", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL, err)) return NULL;
+    if (kn_check_epi("kn_matmul_wg", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err)) return NULL;
     mm_wg_cfg cfg;
     if (rows == 0 || n_max == 0 || n_max % 64 || (uint64_t)n_max * cols > UINT32_MAX ||
         (uint64_t)n_max * rows > UINT32_MAX || (uint64_t)rows * cols > UINT32_MAX ||
-        !mm_wg_pick(c, dtype, rows, cols, n_max, &cfg)) {
+        !mm_wg_pick(c, dtype, rows, cols, n_max, epi, &cfg)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED,
                   "kn_matmul_wg: needs wgmma (sm_90a), asynchronous copies and cols a multiple of 8, and a shape "
                   "kn_matmul takes (rows %u, cols %u, n_max %u)",

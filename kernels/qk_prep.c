@@ -1,19 +1,26 @@
 /* Everything between the qkv projection and prefill attention in one launch: per-head
  * q/k RMSNorm (qwen3), rope, and the KV-cache store, for a block of tokens.
  *
- * One workgroup per (head j, token t) of the fused qkv row; every branch below depends
- * only on the group ids and on info[], so the whole workgroup takes it together and the
- * norm's barriers stay in uniform control flow:
+ * Workgroup (x, token t) takes heads j = x, x + groups_x, x + 2 groups_x, .. of the fused
+ * qkv row (groups_x = the grid's width, from one per head down to kn_qk_prep_groups'
+ * count for long blocks). Every branch and loop below depends only on the group ids, the
+ * grid and info[], so the whole workgroup takes it together and the barriers stay in
+ * uniform control flow:
  *   - t >= n, or a position p = info[0] + t at or past n_ctx (or wrapped past 2^32):
  *     the workgroup writes nothing at all, q included (attention reads no such token);
+ *   - first the token's rope angles: cos and sin of each pair i < n_rot / 2 into
+ *     workgroup memory, once for all the workgroup's heads (the angle chain below is the
+ *     launch's main arithmetic: one head a workgroup computed it 48 times a token on
+ *     qwen3-8b);
  *   - v heads: a bit-for-bit copy of the head into vcache row p;
  *   - q and k heads: pass 1 (with qk_norm) is kn_rms_scale, the same f32 sum of squares
  *     and scale as kn_rmsnorm_heads; pass 2 gives each invocation rope pairs i = lid,
  *     lid + wg, ..: it loads x[a], x[b], norms them ((x * scale) * w, rounded to dtype,
- *     the oracle's rounding point), rotates in f32 and stores the pair rounded, in place
- *     for q, to kcache row p for k. Dims past n_rot are normed (or, for k, copied) by a
- *     third strided loop. An element is read and written by one invocation, and pass 1's
- *     reads all precede the barrier, so rewriting q in place races with nothing.
+ *     the oracle's rounding point), rotates in f32 with the table's cos and sin and stores
+ *     the pair rounded, in place for q, to kcache row p for k. Dims past n_rot are normed
+ *     (or, for k, copied) by a third strided loop. An element is read and written by one
+ *     invocation, and pass 1's reads all precede the barrier, so rewriting q in place races
+ *     with nothing; a barrier ends each head (the next one reuses the sum's array).
  * Angles are kn_rope's, step for step: theta_0 = p, theta_{i+1} = theta_i * theta_scale
  * by repeated f32 multiplication (each invocation carries its chain from one pair to its
  * next, so it never multiplies more than n_rot / 2 times), then the oracle's options,
@@ -34,7 +41,8 @@ typedef struct qk_build {
     float eps, theta_scale, freq_scale;
     ir_scalar dtype;
     ir_buf qkv, freqs;
-    ir_val p; /* the token's position (u32) */
+    ir_shm cos_t, sin_t; /* the token's rope table: n_rot / 2 pairs */
+    ir_val p;            /* the token's position (u32) */
 } qk_build;
 
 /* x[src + d] as f32, normed and rounded to dtype with qk_norm. */
@@ -47,18 +55,13 @@ static ir_val load_normed(const qk_build *b, ir_val src, ir_val d, ir_buf w, ir_
     return kx_as(k, kx_as(k, y, b->dtype), IR_F32);
 }
 
-/* One q or k head at qkv[src ..]: norm (with w), rope, stored at dst[dst_base ..]. */
-static void head(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, ir_buf w, bool in_place,
-                 const char *shm) {
+/* cos and sin of pair i's angle for every pair, into the workgroup's table */
+static void rope_table(const qk_build *b) {
     kx k = b->k;
-    uint32_t half = b->n_rot / 2;
-    ir_val lid = kx_local(k), zero = kx_u32(k, 0);
-    ir_val scale = b->qk_norm ? kn_rms_scale(k, b->wg, b->qkv, src, b->head_dim, b->eps, shm) : IR_NONE;
-
     /* pairs lid, lid + wg, ..; carried: theta_at and at, the chain's last step */
-    ir_val init[2] = {kx_as(k, b->p, IR_F32), zero};
+    ir_val init[2] = {kx_as(k, b->p, IR_F32), kx_u32(k, 0)};
     ir_val step = kx_u32(k, b->wg);
-    ir_for *l = ir_for_begin(k.ir, lid, kx_u32(k, half), step, 2, init);
+    ir_for *l = ir_for_begin(k.ir, kx_local(k), kx_u32(k, b->n_rot / 2), step, 2, init);
     ir_val i = ir_for_iv(l);
     ir_val th = kn_rope_theta(k, ir_for_arg(l, 0), ir_for_arg(l, 1), i, b->theta_scale);
     ir_val ang = th;
@@ -66,6 +69,24 @@ static void head(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, ir_
     if (b->freq_scale != 1.0f) ang = kx_mul(k, kx_f32(k, b->freq_scale), ang);
     ir_val cs, sn;
     kn_sincos(k, ang, &sn, &cs);
+    kx_shm_store(k, b->cos_t, i, cs);
+    kx_shm_store(k, b->sin_t, i, sn);
+    ir_val next[2] = {th, i};
+    ir_for_end(k.ir, l, next);
+    kx_barrier(k);
+}
+
+/* One q or k head at qkv[src ..]: norm (with w), rope, stored at dst[dst_base ..]. */
+static void head(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, ir_buf w, bool in_place,
+                 const char *shm) {
+    kx k = b->k;
+    uint32_t half = b->n_rot / 2;
+    ir_val lid = kx_local(k);
+    ir_val scale = b->qk_norm ? kn_rms_scale(k, b->wg, b->qkv, src, b->head_dim, b->eps, shm) : IR_NONE;
+
+    ir_val step = kx_u32(k, b->wg), i;
+    ir_for *l = kx_for(k, lid, kx_u32(k, half), step, &i);
+    ir_val cs = kx_shm_load(k, b->cos_t, i, 1), sn = kx_shm_load(k, b->sin_t, i, 1);
     ir_val ia = b->neox ? i : kx_mul_c(k, i, 2);
     ir_val ib = kx_add_c(k, ia, b->neox ? half : 1);
     ir_val x0 = load_normed(b, src, ia, w, scale), x1 = load_normed(b, src, ib, w, scale);
@@ -75,8 +96,7 @@ static void head(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, ir_
     kx_store(k, dst, kx_add(k, dst_base, ia), y0);
     ir_val y1 = kx_as(k, o1, b->dtype);
     kx_store(k, dst, kx_add(k, dst_base, ib), y1);
-    ir_val next[2] = {th, i};
-    ir_for_end(k.ir, l, next);
+    kx_end_for(k, l);
 
     /* dims past n_rot: normed, or copied to the cache; q without a norm keeps them as they are */
     if (b->n_rot == b->head_dim || (in_place && !b->qk_norm)) return;
@@ -138,18 +158,22 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
     b.wg = kn_workgroup(c, 2 * items - 1);
     kx_workgroup(k, b.wg);
 
-    /* workgroup (head j, token t) at position p = info[0] + t */
-    ir_val j = kx_group(k, 0), t = kx_group(k, 1);
+    /* workgroup (x, token t) at position p = info[0] + t */
+    ir_val t = kx_group(k, 1);
     ir_val p0 = kx_load_c(k, info, 0), n = kx_load_c(k, info, 1);
     b.p = kx_add(k, p0, t);
     /* per workgroup: a token of the block at a position inside the cache (p < p0: wrapped) */
     ir_val below_end = kx_lt_c(k, b.p, n_ctx);
     ir_val in_cache = kx_and(k, kx_ge(k, b.p, p0), below_end);
     ir_if *live = kx_if(k, kx_and(k, kx_lt(k, t, n), in_cache));
+    b.cos_t = kx_shared(k, "rope_cos", IR_F32, n_rot / 2);
+    b.sin_t = kx_shared(k, "rope_sin", IR_F32, n_rot / 2);
+    rope_table(&b);
     ir_val hd = kx_u32(k, head_dim);
-    ir_val src = kx_idx(k, t, (uint32_t)row, kx_mul(k, j, hd));
     ir_val cache_row = kx_mul_c(k, b.p, (uint32_t)kv_dim);
-
+    ir_val j;
+    ir_for *heads = kx_for(k, kx_group(k, 0), kx_u32(k, n_head + 2 * n_head_kv), kx_n_groups(k), &j);
+    ir_val src = kx_idx(k, t, (uint32_t)row, kx_mul(k, j, hd));
     ir_if *is_q = kx_if(k, kx_lt_c(k, j, n_head));
     head(&b, src, b.qkv, src, qn, true, "ss_q");
     kx_else(k, is_q);
@@ -167,6 +191,18 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
     kx_end_for(k, cp);
     kx_end_if(k, is_k);
     kx_end_if(k, is_q);
+    kx_barrier(k); /* the next head's sum reuses the workgroup arrays */
+    kx_end_for(k, heads);
     kx_end_if(k, live);
     return kn_finish(k.ir, err);
+}
+
+uint32_t kn_qk_prep_groups(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t n_max) {
+    uint32_t heads = n_head + 2 * n_head_kv, units = c && c->compute_units ? c->compute_units : 16;
+    /* one head a workgroup until the grid passes 16 workgroups an SM, then up to 8 heads
+     * share one token's angle table */
+    uint64_t per = (uint64_t)heads * n_max / ((uint64_t)units * 16);
+    if (per < 1) per = 1;
+    if (per > 8) per = 8;
+    return (heads + (uint32_t)per - 1) / (uint32_t)per;
 }

@@ -41,8 +41,12 @@ bool plan_short_block_ok(const plan_shape *s, const rt_caps *c, uint32_t n) {
            kn_matmul_skinny_ok(c, ff, d, n, s->dt) && kn_matmul_skinny_ok(c, d, ff, n, s->dt);
 }
 
+/* The gate, the up and SwiGLU in one launch: the skinny product for short blocks, the
+ * warpgroup product for long ones, where the device has them. */
 bool plan_ff_swiglu(const plan_shape *s, const rt_caps *c) {
-    return s->n_block <= PLAN_SHORT_BLOCK && kn_matmul_skinny_ok(c, s->hp.n_ff, s->hp.n_embd, s->n_block, s->dt);
+    uint32_t ff = s->hp.n_ff, d = s->hp.n_embd;
+    if (s->n_block <= PLAN_SHORT_BLOCK) return kn_matmul_skinny_ok(c, ff, d, s->n_block, s->dt);
+    return kn_matmul_swiglu_ok(c, ff, d, s->n_block, s->dt);
 }
 
 /* Builds kernel i for the shape; its grid (x, y) where it follows from the shape. */

@@ -230,12 +230,13 @@ Test(kernels_matmul, skinny_on_the_device, .timeout = 600) {
 /* The SwiGLU epilogue (the short block's gate and up products in one): Y[t][r] =
  * round(silu(round(gate)) * round(up)), the gate's and the up's rows of W and Wu, tokens
  * past n not written. The tolerance follows each rounding (as the matrix-vector case). */
-static void skinny_swiglu_case(rt_device *d, mm_shape s, ir_scalar t, const uint32_t *ns, size_t n_ns) {
+static void swiglu_case(mm_builder build, rt_device *d, mm_shape s, ir_scalar t, const uint32_t *ns, size_t n_ns) {
     kiln_err err = {0};
-    uint32_t rows = s.rows, cols = s.cols, n_max = s.n_max, g[2];
-    ir_kernel *k = kn_matmul_skinny(&d->caps, rows, cols, n_max, t, KN_EPI_SWIGLU, g, &err);
-    cr_assert_not_null(k, "skinny swiglu %ux%u: %s", rows, cols, err.msg);
-    cr_assert_eq(g[0], rows / 16);
+    uint32_t rows = s.rows, cols = s.cols, n_max = s.n_max, g[2] = {0, 0};
+    ir_kernel *k = build(&d->caps, rows, cols, n_max, t, KN_EPI_SWIGLU, g, &err);
+    cr_assert_not_null(k, "swiglu %ux%u: %s", rows, cols, err.msg);
+    if (build == kn_matmul_skinny) cr_assert_eq(g[0], rows / 16);
+    if (g[1] == 0) g[1] = 1;
     rt_kernel *ck = d->ops->compile(d, k, NULL, &err);
     cr_assert_not_null(ck, "%s", err.msg);
     size_t nw = (size_t)rows * cols, nx = (size_t)n_max * cols, ny = (size_t)n_max * rows;
@@ -256,7 +257,7 @@ static void skinny_swiglu_case(rt_device *d, mm_shape s, ir_scalar t, const uint
         info[1] = n;
         tu_vk_reupload(d, bx, xp, nx * 2), tu_vk_reupload(d, by, poison, (ny + GUARD) * 2);
         tu_vk_reupload(d, bi, info, sizeof info);
-        rt_launch l = {ck, {g[0], 1, 1}, args, 5};
+        rt_launch l = {ck, {g[0], g[1], 1}, args, 5};
         cr_assert_eq(d->ops->run(d, &l, 1, &err), 0, "%s", err.msg);
         tu_vk_download(d, by, y, (ny + GUARD) * 2);
         for (size_t i = (size_t)n * rows; i < ny + GUARD; i++)
@@ -298,9 +299,10 @@ Test(kernels_matmul, skinny_swiglu_on_the_device, .timeout = 600) {
     tu_seed(37);
     static const mm_shape sk[] = {{16, 32, 8}, {48, 160, 24}, {272, 1024, 64}, {1040, 256, 40}};
     static const uint32_t ns[] = {1, 8, 9, 24, 33, 64};
-    for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++) skinny_swiglu_case(d, sk[i], dtypes[i % 2], ns, 6);
+    for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++)
+        swiglu_case(kn_matmul_skinny, d, sk[i], dtypes[i % 2], ns, 6);
     setenv("KILN_SKINNY", "2,16,1", 1); /* 16 slices, one step in flight */
-    skinny_swiglu_case(d, (mm_shape){32, 1024, 16}, IR_BF16, ns, 6);
+    swiglu_case(kn_matmul_skinny, d, (mm_shape){32, 1024, 16}, IR_BF16, ns, 6);
     unsetenv("KILN_SKINNY");
     d->ops->destroy(d);
 }
@@ -447,6 +449,29 @@ Test(kernels_matmul, warpgroup_variant_builds_for_sm_90, .timeout = 300) {
             }
         unsetenv("KILN_MATMUL_WG");
     }
+    /* SwiGLU: half a tile of gate rows and half of up rows, 64-column chunks only */
+    for (size_t ti = 0; ti < 2; ti++) {
+        uint32_t g[2] = {0, 0};
+        ir_kernel *k = kn_matmul(&c, 12288, 4096, 512, dtypes[ti], KN_EPI_SWIGLU, g, &err);
+        cr_assert_not_null(k, "%s", err.msg);
+        char *text = ir_print(k);
+        cr_assert(strstr(text, "wg.mma") && strstr(text, "@Wu"), "swiglu: not the warpgroup variant with Wu");
+        free(text);
+        cr_assert(g[0] == 12288 / 128 && g[1] == 4, "swiglu grid %u x %u: 128 rows of Y a workgroup", g[0], g[1]);
+        tu_ptx_assembles(k, &c, "matmul wg swiglu");
+        ir_kernel_destroy(k);
+    }
+    cr_assert(kn_matmul_swiglu_ok(&c, 12288, 4096, 512, IR_BF16));
+    cr_assert_not(kn_matmul_swiglu_ok(&c, 12288, 4096, 100, IR_BF16), "n_max not a multiple of 64");
+    cr_assert_not(kn_matmul_swiglu_ok(&c80, 12288, 4096, 512, IR_BF16), "sm_80: no wgmma");
+    setenv("KILN_MATMUL_WG", "0", 1);
+    cr_assert_not(kn_matmul_swiglu_ok(&c, 12288, 4096, 512, IR_BF16), "KILN_MATMUL_WG=0");
+    unsetenv("KILN_MATMUL_WG");
+    {
+        uint32_t g[2];
+        cr_assert_null(kn_matmul(&c80, 12288, 4096, 512, IR_BF16, KN_EPI_SWIGLU, g, &err));
+        cr_assert(strstr(err.msg, "SwiGLU") && strstr(err.msg, "warpgroup"), "%s", err.msg);
+    }
     /* kn_matmul takes it where its tiles fill the SMs, not for a small grid or with it off */
     uint32_t g[2];
     ir_kernel *k = kn_matmul(&c, 4096, 4096, 512, IR_BF16, 0, g, &err);
@@ -484,6 +509,16 @@ Test(kernels_matmul, warpgroup_variant_on_the_device, .timeout = 600) {
         for (size_t ti = 0; ti < 2; ti++)
             product_case(kn_matmul_wg, d, sh[i], dtypes[ti], (unsigned)(i + ti) % 4, ns, sizeof ns / sizeof ns[0],
                          "wgmma");
+    /* the SwiGLU epilogue: half-tiles of gate and up rows, a rows tail in each tile size */
+    static const mm_shape sw[] = {{200, 1000, 128}, {1000, 136, 256}, {136, 64, 64}};
+    static const char *const tiles[] = {NULL, "192,64,4,1", "128,64,3,0"};
+    static const uint32_t sns[] = {1, 63, 65, 128, 129, 256};
+    for (size_t e = 0; e < sizeof tiles / sizeof tiles[0]; e++) {
+        if (tiles[e]) setenv("KILN_MATMUL_WG", tiles[e], 1);
+        for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++)
+            swiglu_case(kn_matmul_wg, d, sw[i], dtypes[(i + e) % 2], sns, 6);
+        unsetenv("KILN_MATMUL_WG");
+    }
     d->ops->destroy(d);
 }
 

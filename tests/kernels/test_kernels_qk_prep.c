@@ -6,7 +6,8 @@
  * bit, k within the tolerance; the q part of qkv changes only in those tokens' rows; the
  * v part of qkv and the guard after it never change. Each shape also runs with caps
  * overrides that change the generated code; every variant is emitted for spec-minimum
- * and H200-like caps; bad shapes are refused. Skipped by name when no Vulkan device.
+ * and H200-like caps; bad shapes are refused. Blocks run on grids of several widths
+ * (workgroups taking one head, several, or all). Skipped by name when no Vulkan device.
  *
  * Tolerances, in the terms of tests/test_kernels.c (rmsnorm and rope):
  *  - norm: the kernel's scale is within (hd + 8) 2^-24 relative of the reference's (two
@@ -222,7 +223,13 @@ static void shape_case(rt_device *d, const shape *s, ir_scalar t, const char *va
         kc.ff[0] = 1.0f, kc.ff[half - 1] = 8.0f;
         kc.bff = tu_vk_upload(d, ff, half * 2);
     }
-    for (size_t bi = 0; bi < nb; bi++) block_case(d, &kc, blocks[bi].pos0, blocks[bi].n);
+    /* the grid's width changes which workgroup takes which heads, never the numbers: one
+     * head a workgroup, all heads in one, three a row (a short last round) */
+    uint32_t heads = s->n_head + 2 * s->n_head_kv, widths[3] = {heads, 1, heads < 3 ? heads : 3};
+    for (size_t bi = 0; bi < nb; bi++) {
+        kc.groups = widths[bi % 3];
+        block_case(d, &kc, blocks[bi].pos0, blocks[bi].n);
+    }
     if (kc.bqn) d->ops->release(d, kc.bqn), d->ops->release(d, kc.bkn);
     if (kc.bff) d->ops->release(d, kc.bff);
     d->ops->release_kernel(d, kc.ck);
@@ -290,6 +297,24 @@ Test(kernels_qk_prep, variants_build_for_min_and_h200_caps) {
                                       32768, dtypes[ti], &err),
                            &cs[ci], err.msg, s->name);
             }
+}
+
+/* The grid's width for a block: a workgroup per head for short blocks (decode, the first
+ * token), several heads sharing a token's angle table once the grid passes 16 an SM. */
+Test(kernels_qk_prep, grid_width_follows_the_block) {
+    rt_caps c;
+    tu_caps_h200(&c);
+    c.compute_units = 132;
+    cr_assert_eq(kn_qk_prep_groups(&c, 32, 8, 1), 48);
+    cr_assert_eq(kn_qk_prep_groups(&c, 32, 8, 24), 48);
+    cr_assert_eq(kn_qk_prep_groups(&c, 32, 8, 512), 6, "qwen3-8b at 512 tokens: 8 heads a workgroup");
+    cr_assert_eq(kn_qk_prep_groups(&c, 16, 8, 512), 5, "qwen3-0.6b at 512 tokens: 7 heads a workgroup");
+    for (uint32_t n = 1; n <= 4096; n = n * 3 + 1) {
+        uint32_t g = kn_qk_prep_groups(&c, 3, 1, n);
+        cr_assert(g >= 1 && g <= 5, "n %u: width %u", n, g);
+    }
+    c.compute_units = 0; /* unknown: still a width */
+    cr_assert(kn_qk_prep_groups(&c, 32, 8, 512) >= 1);
 }
 
 Test(kernels_qk_prep, bad_shapes_and_caps_are_refused) {
