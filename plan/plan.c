@@ -9,12 +9,15 @@
  *            launches per layer (9 where the norms do not fit in the products'
  *            workgroup memory);
  *   prefill  a block of up to n_block tokens: the same with matrix products, prefill
- *            attention, separate gate/up products and SwiGLU; the block's last row goes
- *            to the logits head;
+ *            attention, the gate/up products and SwiGLU (one launch where the warpgroup
+ *            products take it); the block's last row goes to the logits head;
  *   short    where the device has them, the prefill of a block of up to
  *            PLAN_SHORT_BLOCK tokens with products that read each weight once for all of
  *            them (kn_matmul_skinny; the gate and up products and SwiGLU in one):
- *            a short prompt, or a long one's last block.
+ *            a short prompt, or a long one's last block;
+ *   mid      where n_block is larger (the default's PLAN_LONG_BLOCK), a block of
+ *            PLAN_MID_BLOCK tokens with the tiles that suit that many: a prompt runs
+ *            through the smallest block that holds what is left of it.
  * Each kernel's numbers follow the oracle's contract rounding points (oracle/forward.c):
  * the fused epilogues round where the oracle rounds. */
 #include "base/error.h"
@@ -26,18 +29,12 @@
 #include <string.h>
 
 
-/* Whether the plan gets a short block (plan_internal.h, PLAN_SHORT_BLOCK). */
-static bool wants_short(const plan_shape *s, const rt_caps *c) {
-    return s->n_block > PLAN_SHORT_BLOCK && plan_short_block_ok(s, c, PLAN_SHORT_BLOCK);
-}
-
-/* The short block: its own kernels for the roles whose shape follows the block, the full
- * block's for the others (with their tuned grids), and its recording. */
-static int build_short(plan_engine *p, kiln_err *err) {
-    plan_prefill *b = &p->short_block;
-    if (!wants_short(&p->s, &p->d->caps)) return 0;
+/* Smaller block i (plan_sub_block): its own kernels for the roles whose shape follows the
+ * block, the full block's for the others (with their tuned grids), and its recording. */
+static int build_sub(plan_engine *p, int bi, kiln_err *err) {
+    plan_prefill *b = &p->sub[bi];
     plan_shape s = p->s;
-    s.n_block = PLAN_SHORT_BLOCK;
+    if (!(s.n_block = plan_sub_block(&p->s, &p->d->caps, bi))) return 0;
     for (int i = 0; i < K_COUNT; i++) {
         if (!plan_block_role(i)) {
             b->kern[i] = p->kern[i], b->sig[i] = p->sig[i];
@@ -48,7 +45,7 @@ static int build_short(plan_engine *p, kiln_err *err) {
         p->n_kern++;
         progress_update(&p->prog, p->s.hp.n_layer + p->n_kern);
     }
-    b->n = PLAN_SHORT_BLOCK;
+    b->n = s.n_block;
     b->first_launch = p->n_launch;
     if (plan_record_prefill(p, b, err)) return -1;
     b->n_launch = p->n_launch - b->first_launch;
@@ -69,7 +66,9 @@ static int build(plan_engine *p, kiln_err *err) {
     if (plan_record_prefill(p, NULL, err)) return -1;
     p->n_prefill_launch = p->n_launch - p->n_decode_launch;
     p->prefill = p->d->ops->record(p->d, p->launch + p->n_decode_launch, p->n_prefill_launch, err);
-    return p->prefill ? build_short(p, err) : -1;
+    for (int bi = 0; bi < PLAN_SUBS; bi++)
+        if (!p->prefill || build_sub(p, bi, err)) return -1;
+    return 0;
 }
 
 /* ---- the engine ------------------------------------------------------------------------- */
@@ -106,7 +105,9 @@ static int run_tokens(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_
     for (uint32_t t = 0; t < n;) {
         /* logits of every token need a decode step each; otherwise blocks of the prompt */
         uint32_t m = all || n - t == 1 ? 1 : n - t < p->s.n_block ? n - t : p->s.n_block;
-        rt_recording *rec = m == 1 ? p->decode : m <= p->short_block.n ? p->short_block.rec : p->prefill;
+        rt_recording *rec = m == 1 ? p->decode : p->prefill; /* the smallest block that holds m */
+        for (int bi = PLAN_SUBS - 1; bi >= 0 && m > 1; bi--)
+            if (p->sub[bi].rec && m <= p->sub[bi].n) rec = p->sub[bi].rec;
         if (step(p, rec, tokens + t, m, pos + t, err)) return -1;
         t += m;
         base->n_past = pos + t;
@@ -142,13 +143,15 @@ static void plan_destroy(engine *base) {
     rt_device *d = p->d;
     if (p->decode) d->ops->release_recording(d, p->decode);
     if (p->prefill) d->ops->release_recording(d, p->prefill);
-    plan_prefill *b = &p->short_block;
-    if (b->rec) d->ops->release_recording(d, b->rec);
-    for (int i = 0; i < K_COUNT; i++)
-        if (plan_block_role(i)) { /* the others are the full block's */
-            if (b->kern[i]) d->ops->release_kernel(d, b->kern[i]);
-            plan_sig_free(&b->sig[i]);
-        }
+    for (int bi = 0; bi < PLAN_SUBS; bi++) {
+        plan_prefill *b = &p->sub[bi];
+        if (b->rec) d->ops->release_recording(d, b->rec);
+        for (int i = 0; i < K_COUNT; i++)
+            if (plan_block_role(i)) { /* the others are the full block's */
+                if (b->kern[i]) d->ops->release_kernel(d, b->kern[i]);
+                plan_sig_free(&b->sig[i]);
+            }
+    }
     for (uint32_t i = 0; i < p->n_launch; i++) free((void *)p->launch[i].args);
     free(p->launch);
     for (int i = 0; i < K_COUNT; i++) {
@@ -208,7 +211,8 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
     char what[96];
     snprintf(what, sizeof what, "%s: %s", d->label, owner ? "another slot's cache and kernels" : "weights and kernels");
     uint64_t n_kernels = K_COUNT;
-    for (int i = 0; i < K_COUNT && wants_short(&s, &d->caps); i++) n_kernels += plan_block_role(i);
+    for (int bi = 0; bi < PLAN_SUBS; bi++)
+        for (int i = 0; i < K_COUNT && plan_sub_block(&s, &d->caps, bi); i++) n_kernels += plan_block_role(i);
     progress_begin(&p->prog, what, (uint64_t)hp->n_layer + n_kernels);
     int bad = owner ? plan_borrow_weights(p, owner) : plan_upload_weights(p, err);
     for (uint32_t l = 0; l < hp->n_layer && !bad; l++) {
@@ -236,9 +240,9 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
      * for no tokens (every product and attention tile returns at once), a decode step at
      * position 0 (its cache row is rewritten by the first real token). */
     int32_t tok0 = 0;
-    if (bad || build(p, err) || step(p, p->prefill, &tok0, 0, 0, err) ||
-        (p->short_block.rec && step(p, p->short_block.rec, &tok0, 0, 0, err)) ||
-        step(p, p->decode, &tok0, 1, 0, err)) {
+    bad = bad || build(p, err) || step(p, p->prefill, &tok0, 0, 0, err);
+    for (int bi = 0; bi < PLAN_SUBS && !bad; bi++) bad = p->sub[bi].rec && step(p, p->sub[bi].rec, &tok0, 0, 0, err);
+    if (bad || step(p, p->decode, &tok0, 1, 0, err)) {
         progress_end(&p->prog, false);
         plan_destroy(&p->base);
         return NULL;
@@ -256,10 +260,17 @@ engine *plan_create_slots(const model *m, rt_device *d, uint32_t dtype, uint32_t
         return kiln_err_wrap(err, &why, "%s", d->label), NULL;
     s.n_slots = n_slots ? n_slots : 1;
     s.fault_logits = d->debug.fault_logits;
-    /* no --ctx: the model's context, halved until it fits (down to 256 positions) */
-    while (!n_ctx && s.n_ctx > 256 && plan_check_fit(m, &s, d, &why)) {
-        s.n_ctx = s.n_ctx / 2 > 256 ? s.n_ctx / 2 : 256;
-        if (s.n_block > (s.n_ctx + 63) / 64 * 64) s.n_block = (s.n_ctx + 63) / 64 * 64;
+    plan_shape first = s;
+    for (;;) {
+        /* no --ctx: the model's context, halved until it fits (down to 256 positions) */
+        while (!n_ctx && s.n_ctx > 256 && plan_check_fit(m, &s, d, &why)) {
+            s.n_ctx = s.n_ctx / 2 > 256 ? s.n_ctx / 2 : 256;
+            if (s.n_block > (s.n_ctx + 63) / 64 * 64) s.n_block = (s.n_ctx + 63) / 64 * 64;
+        }
+        /* no --block: the long block, or where even that does not fit, blocks of 512 */
+        if (n_block || s.n_block <= PLAN_MID_BLOCK || !plan_check_fit(m, &s, d, &why)) break;
+        s = first;
+        s.n_block = PLAN_MID_BLOCK;
     }
     if (plan_check_fit(m, &s, d, err)) return NULL;
     return make(m, d, &s, NULL, err);

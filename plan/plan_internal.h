@@ -40,9 +40,16 @@ typedef struct plan_layer {
 /* Prompts, or a prompt's last block, of at most this many tokens run through the short
  * block: products that read each weight once for all its tokens (kn_matmul_skinny). */
 #define PLAN_SHORT_BLOCK 64
+/* The block a plan takes without --block (where it fits: 512 otherwise): the products'
+ * large tiles fill the device at 2048 tokens where they do not at 512 (the H200: qwen3-8b's
+ * products 566-679 TFLOP/s at 2048 against 418-603 at 512). Prompts of at most
+ * PLAN_MID_BLOCK tokens run through a block of that size with its own tiles. */
+#define PLAN_LONG_BLOCK 2048
+#define PLAN_MID_BLOCK 512
+#define PLAN_SUBS 2 /* the smaller blocks: short, mid */
 
-/* The kernels one prefill block's size calls for: the full block's are the plan's own; the
- * short block rebuilds those whose shape depends on the block (plan_block_role), the
+/* The kernels one prefill block's size calls for: the full block's are the plan's own; a
+ * smaller block rebuilds those whose shape depends on the block (plan_block_role), the
  * others are the full block's (not owned). */
 typedef struct plan_prefill {
     uint32_t n; /* tokens it holds (0: no such block) */
@@ -77,7 +84,10 @@ typedef struct plan_engine {
     rt_launch *launch;
     uint32_t n_launch, cap_launch, n_decode_launch, n_prefill_launch; /* decode's, then the full block's */
     rt_recording *decode, *prefill;
-    plan_prefill short_block; /* n == 0 where the device has no skinny products for the model */
+    /* blocks smaller than n_block, ascending, each where it applies (n == 0 otherwise):
+     * [0] the short block (the skinny products; not where the device lacks them), [1] the
+     * mid block (where n_block is larger) */
+    plan_prefill sub[PLAN_SUBS];
     progress prog; /* while the plan is made: layers uploaded, then kernels compiled */
 } plan_engine;
 
@@ -86,7 +96,8 @@ extern const engine_ops plan_ops;
 /* Formats err; returns -1. */
 
 /* ---- kernel choice (plan_kernels.c) ---- */
-/* The shape of a plan for the model: dtype 0 the file's; n_ctx 0 the model's; n_block 0: 512. */
+/* The shape of a plan for the model: dtype 0 the file's; n_ctx 0 the model's; n_block 0:
+ * PLAN_LONG_BLOCK (each within the context). */
 int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, plan_shape *s, kiln_err *err);
 bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c);
 /* Builds kernel i for the shape; its grid (x, y) where it follows from the shape. The
@@ -102,6 +113,10 @@ bool plan_block_role(int i);
 /* Whether a short block of n tokens takes the skinny products for every projection of the
  * shape on caps c. */
 bool plan_short_block_ok(const plan_shape *s, const rt_caps *c, uint32_t n);
+/* The tokens of smaller block i (0 short, 1 mid) a plan of shape s builds on caps c, or 0
+ * where it builds none; plan_sub_prefix[i] names its kernels in dumps ("short_", "mid_"). */
+uint32_t plan_sub_block(const plan_shape *s, const rt_caps *c, int i);
+extern const char *const plan_sub_prefix[PLAN_SUBS];
 /* Whether a block of s->n_block tokens computes the gate and up products and SwiGLU in
  * one launch (the skinny products of a short block: W the gate, Wu the up, Y the
  * activation), with no K_SWIGLU launch. */

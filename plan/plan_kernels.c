@@ -41,6 +41,13 @@ bool plan_short_block_ok(const plan_shape *s, const rt_caps *c, uint32_t n) {
            kn_matmul_skinny_ok(c, ff, d, n, s->dt) && kn_matmul_skinny_ok(c, d, ff, n, s->dt);
 }
 
+const char *const plan_sub_prefix[PLAN_SUBS] = {"short_", "mid_"};
+
+uint32_t plan_sub_block(const plan_shape *s, const rt_caps *c, int i) {
+    if (i == 0) return s->n_block > PLAN_SHORT_BLOCK && plan_short_block_ok(s, c, PLAN_SHORT_BLOCK) ? PLAN_SHORT_BLOCK : 0;
+    return i == 1 && s->n_block > PLAN_MID_BLOCK ? PLAN_MID_BLOCK : 0;
+}
+
 /* The gate, the up and SwiGLU in one launch: the skinny product for short blocks, the
  * warpgroup product for long ones, where the device has them. */
 bool plan_ff_swiglu(const plan_shape *s, const rt_caps *c) {
@@ -117,7 +124,7 @@ int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_blo
     s->qkv_dim = s->q_dim + 2 * s->kv_dim;
     s->n_ctx = n_ctx ? n_ctx : hp->n_ctx_train ? hp->n_ctx_train : 4096;
     /* a block of prompt tokens: the matmul's tile multiple, no more than the context needs */
-    uint32_t want = n_block ? n_block : 512;
+    uint32_t want = n_block ? n_block : PLAN_LONG_BLOCK;
     uint32_t cap = (s->n_ctx + 63) / 64 * 64;
     s->n_block = ((want < cap ? want : cap) + 63) / 64 * 64;
     s->bias = hp->qkv_bias;
@@ -140,19 +147,20 @@ int plan_each_kernel(const model *m, const rt_caps *c, const rt_debug *dbg, uint
         fn(ctx, plan_role[i], k);
         ir_kernel_destroy(k);
     }
-    /* the short block's own kernels, as plan.c builds them */
-    plan_shape sh = s;
-    sh.n_block = PLAN_SHORT_BLOCK;
-    if (s.n_block <= PLAN_SHORT_BLOCK || !plan_short_block_ok(&s, c, PLAN_SHORT_BLOCK)) return 0;
-    for (int i = 0; i < K_COUNT; i++) {
-        uint32_t g[2];
-        char role[64];
-        if (!plan_block_role(i)) continue;
-        ir_kernel *k = plan_build_kernel(&sh, c, i, g, err);
-        if (!k) return -1;
-        snprintf(role, sizeof role, "short_%s", plan_role[i]);
-        fn(ctx, role, k);
-        ir_kernel_destroy(k);
+    /* the smaller blocks' own kernels, as plan.c builds them */
+    for (int b = 0; b < PLAN_SUBS; b++) {
+        plan_shape sh = s;
+        if (!(sh.n_block = plan_sub_block(&s, c, b))) continue;
+        for (int i = 0; i < K_COUNT; i++) {
+            uint32_t g[2];
+            char role[64];
+            if (!plan_block_role(i)) continue;
+            ir_kernel *k = plan_build_kernel(&sh, c, i, g, err);
+            if (!k) return -1;
+            snprintf(role, sizeof role, "%s%s", plan_sub_prefix[b], plan_role[i]);
+            fn(ctx, role, k);
+            ir_kernel_destroy(k);
+        }
     }
     return 0;
 }

@@ -54,7 +54,9 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
     double t_step = (clock_now_s() - t0) / reps;
     for (uint32_t i = first; i < first + count; i++) {
         int k = 0;
-        while (k < K_COUNT && p->kern[k] != p->launch[i].kernel && p->short_block.kern[k] != p->launch[i].kernel) k++;
+        while (k < K_COUNT && p->kern[k] != p->launch[i].kernel && p->sub[0].kern[k] != p->launch[i].kernel &&
+               p->sub[1].kern[k] != p->launch[i].kernel)
+            k++;
         for (uint32_t r = 0; r < reps; r++) l[r] = p->launch[i];
         if (d->ops->run(d, l, 1, err)) return free(l), -1; /* warm */
         t0 = clock_now_s();
@@ -66,11 +68,12 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
     free(l);
     double sum = 0;
     plan_shape sb = p->s; /* the block the recording is of */
-    sb.n_block = rec == p->short_block.rec ? p->short_block.n : p->s.n_block;
+    for (int bi = 0; bi < PLAN_SUBS; bi++)
+        if (rec == p->sub[bi].rec) sb.n_block = p->sub[bi].n;
     bool ff_swiglu = prefill && plan_ff_swiglu(&sb, &d->caps);
     if (prefill)
         fprintf(out, "prefill block of %u tokens (of %u) on %s, each launch run %u times back to back:\n", pos,
-                p->s.n_block,
+                sb.n_block,
                 d->label, reps);
     else
         fprintf(out, "decode step on %s at position %u, each launch run %u times back to back:\n", d->label, pos, reps);
@@ -106,15 +109,16 @@ int plan_profile(engine *e, uint32_t reps, uint32_t n_prefill, FILE *out, kiln_e
     /* a prefill block of n_prefill tokens (0: a full block) from position 0 (token 0
      * throughout), fewer repeats: each launch is a block's worth of work */
     uint32_t nb = p->s.n_block, n = n_prefill && n_prefill < nb ? n_prefill : nb, info[2] = {0, n};
-    const plan_prefill *b = &p->short_block;
-    bool short_block = b->rec && n <= b->n; /* what a block of n tokens runs */
+    const plan_prefill *b = NULL; /* what a block of n tokens runs: the smallest that holds n */
+    for (int bi = PLAN_SUBS - 1; bi >= 0; bi--)
+        if (p->sub[bi].rec && n <= p->sub[bi].n) b = &p->sub[bi];
     int32_t *zeros = calloc(nb, sizeof *zeros);
     if (!zeros) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     rt_device *d = p->d;
     int rc = d->ops->upload(d, p->tok_h, 0, zeros, (size_t)nb * 4, err) ||
                      d->ops->upload(d, p->info_h, 0, info, sizeof info, err) ||
-                     (short_block ? profile_span(p, b->rec, b->first_launch, b->n_launch, reps < 10 ? reps : 10, true,
-                                                 n, out, err)
+                     (b ? profile_span(p, b->rec, b->first_launch, b->n_launch, reps < 10 ? reps : 10, true, n, out,
+                                       err)
                                   : profile_span(p, p->prefill, p->n_decode_launch, p->n_prefill_launch,
                                                  reps < 10 ? reps : 10, true, n, out, err))
                  ? -1

@@ -117,7 +117,9 @@ Test(dump, every_kernel_of_the_plan_validates) {
 
 /* A model whose prefill block has a short block (qwen3-0.6b's shapes, one layer): the
  * short block's own kernels are dumped too, and their PTX assembles for sm_90a. */
-Test(dump, the_short_block_kernels) {
+/* The short and mid blocks' own kernels (a 2048-token default block: both apply) beside
+ * the full block's, each assembled for sm_90a. */
+Test(dump, the_smaller_blocks_kernels) {
     const char *model = tu_tmp("dump-q06.gguf"), *dir = tu_tmp("dump-short");
     char e[4096];
     static char out[1 << 16];
@@ -128,10 +130,11 @@ Test(dump, the_short_block_kernels) {
     cr_assert_eq(tu_run_kiln((const char *const[]){"dump", model, "--ptx", dir, "--sm", "sm_90", NULL}, out, sizeof out,
                              e, sizeof e),
                  0, "%s", e);
-    cr_assert(strstr(out, "27 kernels written"), "%s", out);
+    cr_assert(strstr(out, "35 kernels written"), "%s", out); /* 19 roles, 8 of them again for each smaller block */
     const char *ptxas = access("/usr/local/cuda/bin/ptxas", X_OK) == 0 ? "/usr/local/cuda/bin/ptxas" : NULL;
     static const char *const roles[] = {"short_prefill_qkv", "short_prefill_o", "short_prefill_gate_up",
-                                        "short_prefill_down"};
+                                        "short_prefill_down", "mid_prefill_qkv", "mid_prefill_gate_up",
+                                        "mid_attn_prefill", "prefill_gate_up"};
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
         cr_assert_gt(file_size(dir, roles[i], "ptx"), 100, "%s/%s.ptx", dir, roles[i]);
         if (!ptxas) continue;

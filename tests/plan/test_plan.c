@@ -95,6 +95,22 @@ Test(plan, tiny_odd_sizes_on_vulkan, .timeout = 600) {
     free(longer);
 }
 
+/* A prompt through the long block, then the mid block for what is left (1024 + 300
+ * tokens), on qwen3-0.6b's layer shapes: where the device has warpgroup products they
+ * take the long blocks' projections and the gate, the up and SwiGLU in one launch. */
+Test(plan, long_and_mid_blocks, .timeout = 900) {
+    const char *path = tu_tmp("plan-q06.gguf");
+    char e[4096];
+    int rc = tu_run_kiln((const char *const[]){"synth", "--preset", "qwen3-0.6b", "--layers", "1", "--vocab", "1000",
+                                               "-o", path, NULL},
+                         NULL, 0, e, sizeof e);
+    cr_assert_eq(rc, 0, "%s", e);
+    int32_t *p = ids(1324, 0, 1000);
+    double worst = compare_on(NULL, path, GGUF_T_BF16, 4, p, 1324, 1024);
+    cr_assert_lt(worst, 1e-2, "logits relative error %.3e", worst);
+    free(p);
+}
+
 /* A row too wide for the fused norm's workgroup copy (4096 f32 in 16 KiB): the plan
  * keeps the norms as launches of their own, checked the same way. */
 Test(plan, norms_apart_where_the_row_does_not_fit, .timeout = 600) {

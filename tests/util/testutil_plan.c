@@ -37,11 +37,13 @@ double tu_plan_compare(rt_device *d, const char *caps, const char *path, uint32_
     model *m = model_load(path, &err);
     cr_assert_not_null(m, "%s", err.msg);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN); /* the oracle on qwen3-8b wants every core */
-    orc_options oo = {.mode = ORC_CONTRACT, .dtype = dtype, .n_ctx = 256,
+    /* 256 positions, or what a longer prompt and its steps need */
+    uint32_t n_ctx = n_prompt + steps > 256 ? (n_prompt + steps + 63) / 64 * 64 : 256;
+    orc_options oo = {.mode = ORC_CONTRACT, .dtype = dtype, .n_ctx = n_ctx,
                       .threads = ncpu < 2 ? 2 : ncpu > 32 ? 32 : (uint32_t)ncpu};
     engine *orc = orc_create(m, &oo, &err);
     cr_assert_not_null(orc, "%s", err.msg);
-    engine *gpu = plan_create(m, d, dtype, 256, n_block, &err);
+    engine *gpu = plan_create(m, d, dtype, n_ctx, n_block, &err);
     cr_assert_not_null(gpu, "%s", err.msg);
     engine *f32 = NULL; /* the f32 oracle beside, for the contract's own distance */
     if (f32_worst) {
