@@ -237,11 +237,14 @@ typedef struct kn_rope_opts {
  * Params: qkv (dtype, read/write), kcache, vcache (dtype, write, n_ctx * kv_dim), info
  * (u32, read, 2), then q_norm, k_norm (dtype, read, head_dim) when qk_norm, then
  * freqs (dtype, read, n_rot / 2) when rope.freq_factors.
- * Grid: groups = {any groups_x from 1 to n_head + 2 * n_head_kv, n_max, 1}: the same
- * numbers whatever groups_x; kn_qk_prep_groups gives the one for a block of n_max tokens
- * (one head a workgroup for short blocks, up to 8 for long ones: the angle table is
- * computed once a workgroup). */
-uint32_t kn_qk_prep_groups(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t n_max);
+ * Where the caps have subgroup sums, each subgroup of a workgroup takes heads of its own
+ * (x * subgroups + s, stepping by the grid's subgroups), a whole workgroup one at a time
+ * otherwise.
+ * Grid: groups = {any groups_x >= 1, n_max, 1}: the same numbers whatever groups_x;
+ * kn_qk_prep_groups gives the one for a block of n_max tokens (a head a subgroup for
+ * short blocks, up to 4 for long ones: the angle table is computed once a workgroup). */
+uint32_t kn_qk_prep_groups(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_rot,
+                           uint32_t n_max);
 ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                       const kn_rope_opts *rope, bool qk_norm, float eps, uint32_t n_ctx, ir_scalar dtype,
                       kiln_err *err);

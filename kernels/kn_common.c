@@ -152,6 +152,10 @@ ir_val kn_rms_scale(kx k, uint32_t wg, ir_buf x, ir_val base, uint32_t n, float 
     ir_val ss = kx_fma(k, xv, xv, ir_for_arg(l, 0));
     ir_for_end(k.ir, l, &ss);
     ir_val total = kn_wg_sum(k, wg, kn_lane_sum(k, ir_for_result(l, 0), v), shm_name);
+    return kn_rms_of_sum(k, total, n, eps);
+}
+
+ir_val kn_rms_of_sum(kx k, ir_val total, uint32_t n, float eps) {
     /* the oracle's 1 / sqrtf(ss / n + eps), each step correctly rounded */
     ir_val mean = kn_fdiv(k, total, kx_f32(k, (float)n));
     ir_val root = kn_fsqrt(k, kx_add_f(k, mean, eps));

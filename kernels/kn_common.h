@@ -69,5 +69,8 @@ void kn_rotate(kx k, ir_val x0, ir_val x1, ir_val cs, ir_val sn, ir_val *o0, ir_
  * kn_vec_width(n) at lid * v, lid * v + wg * v, ... (base a multiple of that width).
  * Contains kn_wg_sum's barriers: uniform control flow, one shm name per call. */
 ir_val kn_rms_scale(kx k, uint32_t wg, ir_buf x, ir_val base, uint32_t n, float eps, const char *shm_name);
+/* The scale of a row of n from its f32 sum of squares: 1 / sqrt(total / n + eps), each step
+ * correctly rounded (kn_rms_scale's last steps). */
+ir_val kn_rms_of_sum(kx k, ir_val total, uint32_t n, float eps);
 
 #endif

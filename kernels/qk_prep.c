@@ -42,6 +42,7 @@ typedef struct qk_build {
     ir_scalar dtype;
     ir_buf qkv, freqs;
     ir_shm cos_t, sin_t; /* the token's rope table: n_rot / 2 pairs */
+    uint32_t sg;         /* lanes of a subgroup with a head of its own (head_sg), 0 otherwise */
     ir_val p;            /* the token's position (u32) */
 } qk_build;
 
@@ -108,6 +109,79 @@ static void head(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, ir_
     kx_end_for(k, tl);
 }
 
+/* Subgroups of their own heads where the caps have subgroup sums and a head is few values
+ * a lane: the subgroups a workgroup holds (4), 0 for one head a workgroup at a time. */
+#define SG_VALUES 32 /* a lane's values of a head at most */
+static uint32_t sg_slots(const rt_caps *c, uint32_t head_dim, uint32_t n_rot) {
+    uint32_t sg = c ? c->subgroup_size : 0;
+    if (!c || !c->subgroup_arith || sg < 4) return 0;
+    uint32_t per_lane = (n_rot / 2 + sg - 1) / sg * 2 + (head_dim - n_rot + sg - 1) / sg;
+    uint32_t wg = kn_workgroup(c, 4 * sg);
+    return per_lane <= SG_VALUES && wg >= sg && wg % sg == 0 ? wg / sg : 0;
+}
+
+/* x as f32, normed and rounded to dtype with qk_norm (dim d's weight of w) */
+static ir_val norm_val(const qk_build *b, ir_val x, ir_val d, ir_buf w, ir_val scale) {
+    kx k = b->k;
+    if (!b->qk_norm) return x;
+    ir_val y = kx_mul(k, kx_mul(k, x, scale), kx_as(k, kx_load(k, w, d, 1), IR_F32));
+    return kx_as(k, kx_as(k, y, b->dtype), IR_F32);
+}
+
+/* One q or k head by one subgroup: every lane loads its pairs (i = lane, lane + sg, ..) and
+ * dims past n_rot at once, the sum of squares is the subgroup's, then the same norm, rope
+ * and stores as head(); lanes past the head's end load a clamped element and count 0. */
+static void head_sg(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, ir_buf w, bool in_place) {
+    kx k = b->k;
+    uint32_t half = b->n_rot / 2, sg = b->sg, hd = b->head_dim;
+    uint32_t np = (half + sg - 1) / sg, ne = (hd - b->n_rot + sg - 1) / sg;
+    bool extras = b->n_rot < hd && !(in_place && !b->qk_norm);
+    ir_val lane = kx_sg_lane(k), zero = kx_f32(k, 0.0f), ss = zero;
+    ir_val pi[SG_VALUES], pa[SG_VALUES], pb[SG_VALUES], x0[SG_VALUES], x1[SG_VALUES], ok[SG_VALUES];
+    ir_val ed[SG_VALUES], xe[SG_VALUES], eok[SG_VALUES];
+    for (uint32_t m = 0; m < np; m++) {
+        ir_val i = kx_add_c(k, lane, m * sg);
+        ok[m] = (m + 1) * sg <= half ? IR_NONE : kx_lt_c(k, i, half);
+        pi[m] = ok[m] ? kx_min_c(k, i, half - 1) : i;
+        pa[m] = b->neox ? pi[m] : kx_mul_c(k, pi[m], 2);
+        pb[m] = kx_add_c(k, pa[m], b->neox ? half : 1);
+        x0[m] = kx_as(k, kx_load(k, b->qkv, kx_add(k, src, pa[m]), 1), IR_F32);
+        x1[m] = kx_as(k, kx_load(k, b->qkv, kx_add(k, src, pb[m]), 1), IR_F32);
+    }
+    for (uint32_t m = 0; m < ne && (extras || b->qk_norm); m++) {
+        ir_val d = kx_add_c(k, lane, b->n_rot + m * sg);
+        eok[m] = b->n_rot + (m + 1) * sg <= hd ? IR_NONE : kx_lt_c(k, d, hd);
+        ed[m] = eok[m] ? kx_min_c(k, d, hd - 1) : d;
+        xe[m] = kx_as(k, kx_load(k, b->qkv, kx_add(k, src, ed[m]), 1), IR_F32);
+    }
+    ir_val scale = IR_NONE;
+    if (b->qk_norm) {
+        for (uint32_t m = 0; m < np; m++) {
+            ir_val q = kx_fma(k, x1[m], x1[m], kx_mul(k, x0[m], x0[m]));
+            ss = kx_add(k, ss, ok[m] ? kx_select(k, ok[m], q, zero) : q);
+        }
+        for (uint32_t m = 0; m < ne; m++) {
+            ir_val q = kx_mul(k, xe[m], xe[m]);
+            ss = kx_add(k, ss, eok[m] ? kx_select(k, eok[m], q, zero) : q);
+        }
+        scale = kn_rms_of_sum(k, kx_sg_sum(k, ss), hd, b->eps);
+    }
+    for (uint32_t m = 0; m < np; m++) {
+        ir_if *f = ok[m] ? kx_if(k, ok[m]) : NULL;
+        ir_val cs = kx_shm_load(k, b->cos_t, pi[m], 1), sn = kx_shm_load(k, b->sin_t, pi[m], 1);
+        ir_val o0, o1;
+        kn_rotate(k, norm_val(b, x0[m], pa[m], w, scale), norm_val(b, x1[m], pb[m], w, scale), cs, sn, &o0, &o1);
+        kx_store(k, dst, kx_add(k, dst_base, pa[m]), kx_as(k, o0, b->dtype));
+        kx_store(k, dst, kx_add(k, dst_base, pb[m]), kx_as(k, o1, b->dtype));
+        if (f) kx_end_if(k, f);
+    }
+    for (uint32_t m = 0; m < ne && extras; m++) {
+        ir_if *f = eok[m] ? kx_if(k, eok[m]) : NULL;
+        kx_store(k, dst, kx_add(k, dst_base, ed[m]), kx_as(k, norm_val(b, xe[m], ed[m], w, scale), b->dtype));
+        if (f) kx_end_if(k, f);
+    }
+}
+
 ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                       const kn_rope_opts *rope, bool qk_norm, float eps, uint32_t n_ctx, ir_scalar dtype,
                       kiln_err *err) {
@@ -149,13 +223,16 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
     }
     if (b.factors) b.freqs = kx_buffer(k, "freqs", dtype, IR_READ, n_rot / 2);
 
-    /* about one pair (plus the dims past n_rot, or one vector of a v head) per
-     * invocation, at least a subgroup: the smallest power of two covering that */
+    /* a subgroup a head (sg_slots); or one head a workgroup at a time: about one pair
+     * (plus the dims past n_rot, or one vector of a v head) per invocation, at least a
+     * subgroup, the smallest power of two covering that */
     uint32_t v = kn_vec_width(head_dim), items = n_rot / 2 + (head_dim - n_rot);
+    uint32_t slots = sg_slots(c, head_dim, n_rot);
     if (head_dim / v > items) items = head_dim / v;
     if (items < c->subgroup_size) items = c->subgroup_size;
     if (items > 256) items = 256;
-    b.wg = kn_workgroup(c, 2 * items - 1);
+    b.sg = slots ? c->subgroup_size : 0;
+    b.wg = slots ? slots * b.sg : kn_workgroup(c, 2 * items - 1);
     kx_workgroup(k, b.wg);
 
     /* workgroup (x, token t) at position p = info[0] + t */
@@ -171,38 +248,49 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
     rope_table(&b);
     ir_val hd = kx_u32(k, head_dim);
     ir_val cache_row = kx_mul_c(k, b.p, (uint32_t)kv_dim);
-    ir_val j;
-    ir_for *heads = kx_for(k, kx_group(k, 0), kx_u32(k, n_head + 2 * n_head_kv), kx_n_groups(k), &j);
+    /* heads j = x slots + s, stepping by the grid's slots: s the subgroup (a head each), or
+     * 0 with one slot (the whole workgroup's head; uniform) */
+    ir_val j, s0 = slots ? kx_add(k, kx_mul_c(k, kx_group(k, 0), slots), kx_sg_id(k)) : kx_group(k, 0);
+    ir_val jstep = slots ? kx_mul_c(k, kx_n_groups(k), slots) : kx_n_groups(k);
+    ir_for *heads = kx_for(k, s0, kx_u32(k, n_head + 2 * n_head_kv), jstep, &j);
     ir_val src = kx_idx(k, t, (uint32_t)row, kx_mul(k, j, hd));
     ir_if *is_q = kx_if(k, kx_lt_c(k, j, n_head));
-    head(&b, src, b.qkv, src, qn, true, "ss_q");
+    if (slots) head_sg(&b, src, b.qkv, src, qn, true);
+    else head(&b, src, b.qkv, src, qn, true, "ss_q");
     kx_else(k, is_q);
     ir_val kvh = kx_sub_c(k, j, n_head);
     ir_if *is_k = kx_if(k, kx_lt_c(k, kvh, n_head_kv));
-    head(&b, src, kc, kx_add(k, cache_row, kx_mul(k, kvh, hd)), kn, false, "ss_k");
+    ir_val kdst = kx_add(k, cache_row, kx_mul(k, kvh, hd));
+    if (slots) head_sg(&b, src, kc, kdst, kn, false);
+    else head(&b, src, kc, kdst, kn, false, "ss_k");
     kx_else(k, is_k);
-    /* v head: vectors copied as they are */
+    /* v head: vectors copied as they are (by the head's subgroup, or the workgroup) */
     ir_val vh = kx_sub_c(k, kvh, n_head_kv);
     ir_val vdst = kx_add(k, cache_row, kx_mul(k, vh, hd));
-    ir_val step = kx_u32(k, b.wg * v), col;
-    ir_for *cp = kx_for(k, kx_local_times(k, v), hd, step, &col);
+    ir_val step = kx_u32(k, (slots ? b.sg : b.wg) * v), col;
+    ir_val first = slots ? kx_mul_c(k, kx_sg_lane(k), v) : kx_local_times(k, v);
+    ir_for *cp = kx_for(k, first, hd, step, &col);
     ir_val val = kx_load(k, b.qkv, kx_add(k, src, col), v);
     kx_store(k, vc, kx_add(k, vdst, col), val);
     kx_end_for(k, cp);
     kx_end_if(k, is_k);
     kx_end_if(k, is_q);
-    kx_barrier(k); /* the next head's sum reuses the workgroup arrays */
+    if (!slots) kx_barrier(k); /* the next head's sum reuses the workgroup arrays */
     kx_end_for(k, heads);
     kx_end_if(k, live);
     return kn_finish(k.ir, err);
 }
 
-uint32_t kn_qk_prep_groups(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t n_max) {
+uint32_t kn_qk_prep_groups(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_rot,
+                           uint32_t n_max) {
     uint32_t heads = n_head + 2 * n_head_kv, units = c && c->compute_units ? c->compute_units : 16;
-    /* one head a workgroup until the grid passes 16 workgroups an SM, then up to 8 heads
-     * share one token's angle table */
-    uint64_t per = (uint64_t)heads * n_max / ((uint64_t)units * 16);
+    uint32_t slots = n_rot && n_rot <= head_dim ? sg_slots(c, head_dim, n_rot) : 0;
+    if (!slots) slots = 1;
+    /* a head a slot until the grid passes 8 workgroups an SM, then up to 4 a slot share
+     * one token's angle table */
+    uint64_t per = (uint64_t)heads * n_max / ((uint64_t)slots * units * 8);
     if (per < 1) per = 1;
-    if (per > 8) per = 8;
-    return (heads + (uint32_t)per - 1) / (uint32_t)per;
+    if (per > 4) per = 4;
+    uint32_t at_once = slots * (uint32_t)per;
+    return (heads + at_once - 1) / at_once;
 }

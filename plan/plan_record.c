@@ -63,7 +63,8 @@ static void add_qk_prep(recorder *R, const plan_layer *L, uint32_t gy) {
     uint32_t n = 4;
     if (p->s.hp.qk_norm) a[n++] = (plan_arg){"q_norm", L->q_norm}, a[n++] = (plan_arg){"k_norm", L->k_norm};
     if (p->s.freqs) a[n++] = (plan_arg){"freqs", p->freqs};
-    add(R, K_QK_PREP, kn_qk_prep_groups(&p->d->caps, p->s.hp.n_head, p->s.hp.n_head_kv, gy), gy, a, n);
+    add(R, K_QK_PREP, kn_qk_prep_groups(&p->d->caps, p->s.hp.n_head, p->s.hp.n_head_kv, p->s.hp.head_dim_k,
+                                          p->s.hp.n_rot, gy), gy, a, n);
 }
 
 /* The logits of the row x: the output norm fused into the head where it can be. */

@@ -299,22 +299,27 @@ Test(kernels_qk_prep, variants_build_for_min_and_h200_caps) {
             }
 }
 
-/* The grid's width for a block: a workgroup per head for short blocks (decode, the first
- * token), several heads sharing a token's angle table once the grid passes 16 an SM. */
+/* The grid's width for a block: a head a subgroup (4 a workgroup) for short blocks
+ * (decode, the first token), several heads a subgroup sharing a token's angle table once
+ * the grid passes 8 workgroups an SM; a head a workgroup without subgroup sums. */
 Test(kernels_qk_prep, grid_width_follows_the_block) {
     rt_caps c;
     tu_caps_h200(&c);
     c.compute_units = 132;
-    cr_assert_eq(kn_qk_prep_groups(&c, 32, 8, 1), 48);
-    cr_assert_eq(kn_qk_prep_groups(&c, 32, 8, 24), 48);
-    cr_assert_eq(kn_qk_prep_groups(&c, 32, 8, 512), 6, "qwen3-8b at 512 tokens: 8 heads a workgroup");
-    cr_assert_eq(kn_qk_prep_groups(&c, 16, 8, 512), 5, "qwen3-0.6b at 512 tokens: 7 heads a workgroup");
+    cr_assert_eq(kn_qk_prep_groups(&c, 32, 8, 128, 128, 1), 12);
+    cr_assert_eq(kn_qk_prep_groups(&c, 32, 8, 128, 128, 24), 12);
+    cr_assert_eq(kn_qk_prep_groups(&c, 32, 8, 128, 128, 512), 3, "qwen3-8b at 512 tokens: 4 heads a subgroup");
+    cr_assert_eq(kn_qk_prep_groups(&c, 16, 8, 128, 128, 512), 3, "qwen3-0.6b at 512 tokens: 3 heads a subgroup");
     for (uint32_t n = 1; n <= 4096; n = n * 3 + 1) {
-        uint32_t g = kn_qk_prep_groups(&c, 3, 1, n);
+        uint32_t g = kn_qk_prep_groups(&c, 3, 1, 7, 6, n);
         cr_assert(g >= 1 && g <= 5, "n %u: width %u", n, g);
     }
     c.compute_units = 0; /* unknown: still a width */
-    cr_assert(kn_qk_prep_groups(&c, 32, 8, 512) >= 1);
+    cr_assert(kn_qk_prep_groups(&c, 32, 8, 128, 128, 512) >= 1);
+    c.compute_units = 132;
+    c.subgroup_arith = false; /* a head a workgroup */
+    cr_assert_eq(kn_qk_prep_groups(&c, 32, 8, 128, 128, 1), 48);
+    cr_assert_eq(kn_qk_prep_groups(&c, 32, 8, 128, 128, 512), 12);
 }
 
 Test(kernels_qk_prep, bad_shapes_and_caps_are_refused) {
