@@ -134,7 +134,7 @@ Test(dump, the_smaller_blocks_kernels) {
     const char *ptxas = access("/usr/local/cuda/bin/ptxas", X_OK) == 0 ? "/usr/local/cuda/bin/ptxas" : NULL;
     static const char *const roles[] = {"short_prefill_qkv", "short_prefill_o", "short_prefill_gate_up",
                                         "short_prefill_down", "mid_prefill_qkv", "mid_prefill_gate_up",
-                                        "mid_attn_prefill", "prefill_gate_up"};
+                                        "mid_attn_prefill", "prefill_gate_up", "prefill_swiglu"};
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++) {
         cr_assert_gt(file_size(dir, roles[i], "ptx"), 100, "%s/%s.ptx", dir, roles[i]);
         if (!ptxas) continue;

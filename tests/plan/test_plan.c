@@ -97,7 +97,7 @@ Test(plan, tiny_odd_sizes_on_vulkan, .timeout = 600) {
 
 /* A prompt through the long block, then the mid block for what is left (1024 + 300
  * tokens), on qwen3-0.6b's layer shapes: where the device has warpgroup products they
- * take the long blocks' projections and the gate, the up and SwiGLU in one launch. */
+ * take the long blocks' projections. */
 Test(plan, long_and_mid_blocks, .timeout = 900) {
     const char *path = tu_tmp("plan-q06.gguf");
     char e[4096];
