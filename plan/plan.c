@@ -9,8 +9,8 @@
  *            launches per layer (9 where the norms do not fit in the products'
  *            workgroup memory);
  *   prefill  a block of up to n_block tokens: the same with matrix products, prefill
- *            attention, the gate/up products and SwiGLU (one launch where the warpgroup
- *            products take it); the block's last row goes to the logits head;
+ *            attention, separate gate/up products and SwiGLU; the block's last row goes
+ *            to the logits head;
  *   short    where the device has them, the prefill of a block of up to
  *            PLAN_SHORT_BLOCK tokens with products that read each weight once for all of
  *            them (kn_matmul_skinny; the gate and up products and SwiGLU in one):
@@ -73,6 +73,13 @@ static int build(plan_engine *p, kiln_err *err) {
 
 /* ---- the engine ------------------------------------------------------------------------- */
 
+const plan_prefill *plan_sub_for(const plan_engine *p, uint32_t n) {
+    const plan_prefill *b = NULL;
+    for (int bi = PLAN_SUBS - 1; bi >= 0; bi--)
+        if (p->sub[bi].rec && n <= p->sub[bi].n) b = &p->sub[bi];
+    return b;
+}
+
 /* Runs one recording for tokens [0, n) at pos (n <= n_block; decode: n == 1). */
 static int step(plan_engine *p, rt_recording *rec, const int32_t *tokens, uint32_t n, uint32_t pos, kiln_err *err) {
     rt_device *d = p->d;
@@ -105,9 +112,8 @@ static int run_tokens(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_
     for (uint32_t t = 0; t < n;) {
         /* logits of every token need a decode step each; otherwise blocks of the prompt */
         uint32_t m = all || n - t == 1 ? 1 : n - t < p->s.n_block ? n - t : p->s.n_block;
-        rt_recording *rec = m == 1 ? p->decode : p->prefill; /* the smallest block that holds m */
-        for (int bi = PLAN_SUBS - 1; bi >= 0 && m > 1; bi--)
-            if (p->sub[bi].rec && m <= p->sub[bi].n) rec = p->sub[bi].rec;
+        const plan_prefill *b = plan_sub_for(p, m);
+        rt_recording *rec = m == 1 ? p->decode : b ? b->rec : p->prefill;
         if (step(p, rec, tokens + t, m, pos + t, err)) return -1;
         t += m;
         base->n_past = pos + t;

@@ -92,6 +92,8 @@ typedef struct plan_engine {
 } plan_engine;
 
 extern const engine_ops plan_ops;
+/* The smallest of the plan's smaller blocks that holds n tokens, or NULL: the full block. */
+const plan_prefill *plan_sub_for(const plan_engine *p, uint32_t n);
 
 /* Formats err; returns -1. */
 

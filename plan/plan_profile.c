@@ -109,9 +109,7 @@ int plan_profile(engine *e, uint32_t reps, uint32_t n_prefill, FILE *out, kiln_e
     /* a prefill block of n_prefill tokens (0: a full block) from position 0 (token 0
      * throughout), fewer repeats: each launch is a block's worth of work */
     uint32_t nb = p->s.n_block, n = n_prefill && n_prefill < nb ? n_prefill : nb, info[2] = {0, n};
-    const plan_prefill *b = NULL; /* what a block of n tokens runs: the smallest that holds n */
-    for (int bi = PLAN_SUBS - 1; bi >= 0; bi--)
-        if (p->sub[bi].rec && n <= p->sub[bi].n) b = &p->sub[bi];
+    const plan_prefill *b = plan_sub_for(p, n); /* what a block of n tokens runs */
     int32_t *zeros = calloc(nb, sizeof *zeros);
     if (!zeros) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     rt_device *d = p->d;
