@@ -25,8 +25,10 @@
  *
  * Rows of X at t >= n hold anything: they only reach outputs that are not stored. The
  * shape must tile exactly (kn_matmul_skinny_ok): rows a multiple of 16, cols of 32 times
- * the slices, n_max of 8, no more than 64. `KILN_SKINNY=row_frags,slices,depth` forces
- * a configuration where it fits (measuring; depth 0: by the registers). */
+ * the slices, n_max of 8, no more than 64. `KILN_SKINNY=row_frags,slices,depth[,wide]`
+ * forces a configuration where it fits (measuring; depth 0: by the registers; wide 2: a
+ * step of 64 columns, each lane's two 16-byte loads of a row side by side, so four lanes
+ * read 128 contiguous bytes of it). */
 #include "base/error.h"
 #include "kernels/kn_common.h"
 
@@ -41,6 +43,7 @@
 #define SKINNY_SLICES 8    /* subgroups per workgroup by default, each a slice of the columns */
 #define SKINNY_MAX_SLICES 16
 #define SKINNY_MAX_DEPTH 4 /* steps of loads in flight ahead of the products at most */
+#define SKINNY_MAX_WIDE 2  /* 16-byte loads per row and token a step at most */
 
 /* The 16x8x16 dtype x dtype -> f32 shape, or NULL. */
 static const rt_mma_shape *skinny_shape(const rt_caps *c, ir_scalar dtype) {
@@ -55,6 +58,7 @@ static const rt_mma_shape *skinny_shape(const rt_caps *c, ir_scalar dtype) {
 
 typedef struct skinny_cfg {
     uint32_t row_frags, slices, depth; /* depth 0: by the registers each path needs (depth_for) */
+    uint32_t wide;                     /* 16-byte loads per row and token a step: 32 * wide columns */
 } skinny_cfg;
 
 static uint32_t sums_bytes(const skinny_cfg *g, uint32_t n_max) {
@@ -67,7 +71,8 @@ static bool cfg_fits(const rt_caps *c, const skinny_cfg *g, uint32_t rows, uint3
     uint32_t wg = g->slices * c->subgroup_size, out_rows = swiglu ? SKINNY_ROWS : g->row_frags * SKINNY_ROWS;
     return g->row_frags >= 1 && g->row_frags <= SKINNY_ROW_FRAGS && (!swiglu || g->row_frags == 2) &&
            rows % out_rows == 0 &&
-           g->slices >= 1 && g->slices <= SKINNY_MAX_SLICES && cols % (g->slices * SKINNY_STEP) == 0 &&
+           g->wide >= 1 && g->wide <= SKINNY_MAX_WIDE && g->slices >= 1 && g->slices <= SKINNY_MAX_SLICES &&
+           cols % (g->slices * SKINNY_STEP * g->wide) == 0 &&
            g->depth <= SKINNY_MAX_DEPTH && wg <= 1024 && (!c->max_workgroup || wg <= c->max_workgroup) &&
            (!c->shared_bytes || sums_bytes(g, n_max) <= c->shared_bytes);
 }
@@ -78,9 +83,9 @@ static bool cfg_fits(const rt_caps *c, const skinny_cfg *g, uint32_t rows, uint3
 static bool skinny_pick(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, bool swiglu, skinny_cfg *g) {
     uint32_t units = c->compute_units ? c->compute_units : 128;
     const char *e = getenv("KILN_SKINNY");
-    unsigned v[3];
-    if (e && sscanf(e, "%u,%u,%u", &v[0], &v[1], &v[2]) == 3) {
-        skinny_cfg f = {v[0], v[1], v[2]};
+    unsigned v[4] = {0, 0, 0, 1};
+    if (e && sscanf(e, "%u,%u,%u,%u", &v[0], &v[1], &v[2], &v[3]) >= 3) {
+        skinny_cfg f = {v[0], v[1], v[2], v[3]};
         if (cfg_fits(c, &f, rows, cols, n_max, swiglu)) {
             *g = f;
             return true;
@@ -92,6 +97,7 @@ static bool skinny_pick(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t
      * waves (two workgroups an SM), else 8 */
     g->row_frags = swiglu || (rows % (2 * SKINNY_ROWS) == 0 && rows / (2 * SKINNY_ROWS) * 10 >= units * 9) ? 2 : 1;
     g->depth = 0; /* by the registers (depth_for) */
+    g->wide = 1;
     uint32_t wgs = rows / (swiglu ? SKINNY_ROWS : g->row_frags * SKINNY_ROWS);
     for (g->slices = wgs * 10 >= units * 14 ? SKINNY_SLICES / 2 : SKINNY_SLICES; g->slices >= 1; g->slices /= 2)
         if (cfg_fits(c, g, rows, cols, n_max, swiglu)) return true;
@@ -111,7 +117,7 @@ bool kn_matmul_skinny_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_
 
 typedef struct skinny {
     kx k;
-    uint32_t rows, cols, n_max, slices, depth, invocations;
+    uint32_t rows, cols, n_max, slices, depth, wide, invocations;
     uint32_t row_frags, frag_rows; /* row fragments per workgroup, and the rows of sums they hold */
     uint32_t tile_rows;            /* rows of Y a workgroup: frag_rows, or 16 for SwiGLU (gate and up) */
     ir_scalar dtype;
@@ -123,23 +129,28 @@ typedef struct skinny {
     ir_val w_lane, x_lane; /* the lane's first word of W (row r0 + g) and of X (token g) */
 } skinny;
 
-#define W_LOADS (SKINNY_ROW_FRAGS * 2)          /* word loads of W a step: rows g, g + 8 of each row fragment */
-#define X_LOADS (SKINNY_MAX / SKINNY_TOKENS)      /* of X: token g of each live token fragment */
+#define W_LOADS (SKINNY_ROW_FRAGS * 2 * SKINNY_MAX_WIDE) /* loads of W a step: rows g, g + 8 of each row fragment */
+#define X_LOADS (SKINNY_MAX / SKINNY_TOKENS * SKINNY_MAX_WIDE) /* of X: token g of each live token fragment */
 #define STEP_LOADS (W_LOADS + X_LOADS)
 #define MAX_ACC (SKINNY_ROW_FRAGS * SKINNY_MAX / SKINNY_TOKENS)
 #define DEPTH_REGS 96 /* registers for the loads in flight, where the depth is not forced */
 
 /* The step at word offset c: rows g and g + 8 of each row fragment of W, then token g of
- * each of the nf token fragments of X, 4 words each. */
+ * each of the nf token fragments of X, wide loads of 4 words each (a row's or token's
+ * loads next to each other: out[(row or token) * wide + v]). */
 static void load_step(const skinny *q, ir_val c, uint32_t nf, ir_val *out) {
     kx k = q->k;
     ir_val wat = kx_add(k, q->w_lane, c), xat = kx_add(k, q->x_lane, c);
-    uint32_t nw = q->row_frags * 2;
+    uint32_t nw = q->row_frags * 2, wd = q->wide;
     for (uint32_t i = 0; i < nw; i++) { /* SwiGLU: the gate's rows g, g + 8, then the up's */
         uint32_t r8 = q->swiglu ? i % 2 : i;
-        out[i] = kx_load(k, q->swiglu && i >= 2 ? q->wu : q->w, kx_add_c(k, wat, r8 * 8 * q->cols / 2), 4);
+        for (uint32_t v = 0; v < wd; v++)
+            out[i * wd + v] = kx_load(k, q->swiglu && i >= 2 ? q->wu : q->w,
+                                      kx_add_c(k, wat, r8 * 8 * q->cols / 2 + 4 * v), 4);
     }
-    for (uint32_t j = 0; j < nf; j++) out[nw + j] = kx_load(k, q->x, kx_add_c(k, xat, j * SKINNY_TOKENS * q->cols / 2), 4);
+    for (uint32_t j = 0; j < nf; j++)
+        for (uint32_t v = 0; v < wd; v++)
+            out[(nw + j) * wd + v] = kx_load(k, q->x, kx_add_c(k, xat, j * SKINNY_TOKENS * q->cols / 2 + 4 * v), 4);
 }
 
 /* 4 elements of the 16-bit type from words wa, wb (each two elements, low half first) */
@@ -154,19 +165,22 @@ static void step_products(const skinny *q, const ir_val *ld, uint32_t nf, ir_val
     kx k = q->k;
     ir_type ta = ir_t_frag(k.ir, IR_FRAG_A, q->dtype, SKINNY_ROWS, SKINNY_TOKENS, 16);
     ir_type tb = ir_t_frag(k.ir, IR_FRAG_B, q->dtype, SKINNY_ROWS, SKINNY_TOKENS, 16);
-    const ir_val *xw = ld + q->row_frags * 2;
-    for (uint32_t h = 0; h < 2; h++) {
+    uint32_t wd = q->wide;
+    const ir_val *xw = ld + q->row_frags * 2 * wd;
+    for (uint32_t p = 0; p < 2 * wd; p++) { /* product p: load v = p / 2, its words 2h, 2h + 1 */
+        uint32_t v = p / 2, h = p % 2;
         ir_val a[SKINNY_ROW_FRAGS];
         for (uint32_t i = 0; i < q->row_frags; i++) {
             /* A elements 0..3: rows g, g + 8 at k 2t, 2t + 1; 4..7 the same at 2t + 8, 2t + 9 */
-            ir_val g0 = ld[2 * i], g8 = ld[2 * i + 1];
+            ir_val g0 = ld[2 * i * wd + v], g8 = ld[(2 * i + 1) * wd + v];
             ir_val lo = pair_elems(q, kx_lane(k, g0, 2 * h), kx_lane(k, g8, 2 * h));
             ir_val hi = pair_elems(q, kx_lane(k, g0, 2 * h + 1), kx_lane(k, g8, 2 * h + 1));
             a[i] = ir_frag_from_elems(k.ir, ta, lo, hi);
         }
         for (uint32_t j = 0; j < nf; j++) {
             /* B elements: k 2t, 2t + 1 (word 2h), 2t + 8, 2t + 9 (word 2h + 1) of token g */
-            ir_val e = pair_elems(q, kx_lane(k, xw[j], 2 * h), kx_lane(k, xw[j], 2 * h + 1));
+            ir_val xv = xw[j * wd + v];
+            ir_val e = pair_elems(q, kx_lane(k, xv, 2 * h), kx_lane(k, xv, 2 * h + 1));
             ir_val b = ir_frag_from_elems(k.ir, tb, e, IR_NONE);
             for (uint32_t i = 0; i < q->row_frags; i++) acc[i * nf + j] = ir_frag_mma(k.ir, a[i], b, acc[i * nf + j]);
         }
@@ -177,7 +191,7 @@ static void step_products(const skinny *q, const ir_val *ld, uint32_t nf, ir_val
  * DEPTH_REGS registers hold (4 a load), 1..SKINNY_MAX_DEPTH. */
 static uint32_t depth_for(const skinny *q, uint32_t nf) {
     if (q->depth) return q->depth;
-    uint32_t d = DEPTH_REGS / ((q->row_frags * 2 + nf) * 4);
+    uint32_t d = DEPTH_REGS / ((q->row_frags * 2 + nf) * 4 * q->wide);
     return d < 1 ? 1 : d > SKINNY_MAX_DEPTH ? SKINNY_MAX_DEPTH : d;
 }
 
@@ -186,22 +200,23 @@ static uint32_t depth_for(const skinny *q, uint32_t nf) {
  * again rather than past it); acc: rf * nf accumulators. */
 static void slice_products(const skinny *q, uint32_t nf, ir_val *acc) {
     kx k = q->k;
-    uint32_t per = q->cols / q->slices / 2, steps = per / (SKINNY_STEP / 2), n_acc = q->row_frags * nf;
-    uint32_t n_ld = q->row_frags * 2 + nf, depth = depth_for(q, nf), n_carry = n_acc + depth * n_ld;
-    ir_val first = kx_mul_c(k, kx_sg_id(k), per), last_step = kx_add_c(k, first, per - SKINNY_STEP / 2);
+    uint32_t sw = SKINNY_STEP / 2 * q->wide; /* words a step */
+    uint32_t per = q->cols / q->slices / 2, steps = per / sw, n_acc = q->row_frags * nf;
+    uint32_t n_ld = (q->row_frags * 2 + nf) * q->wide, depth = depth_for(q, nf), n_carry = n_acc + depth * n_ld;
+    ir_val first = kx_mul_c(k, kx_sg_id(k), per), last_step = kx_add_c(k, first, per - sw);
     ir_val carry[MAX_ACC + SKINNY_MAX_DEPTH * STEP_LOADS], next[MAX_ACC + SKINNY_MAX_DEPTH * STEP_LOADS];
     ir_val cur[STEP_LOADS];
     for (uint32_t j = 0; j < n_acc; j++) carry[j] = acc[j];
     for (uint32_t d = 0; d < depth; d++)
-        load_step(q, kx_add_c(k, first, (d < steps ? d : steps - 1) * SKINNY_STEP / 2), nf, carry + n_acc + d * n_ld);
-    ir_for *l = ir_for_begin(k.ir, first, kx_add_c(k, first, per), kx_u32(k, SKINNY_STEP / 2), n_carry, carry);
+        load_step(q, kx_add_c(k, first, (d < steps ? d : steps - 1) * sw), nf, carry + n_acc + d * n_ld);
+    ir_for *l = ir_for_begin(k.ir, first, kx_add_c(k, first, per), kx_u32(k, sw), n_carry, carry);
     ir_val c = ir_for_iv(l);
     for (uint32_t j = 0; j < n_carry; j++) next[j] = ir_for_arg(l, j);
     for (uint32_t i = 0; i < n_ld; i++) cur[i] = next[n_acc + i];
     /* the ring moves down one step; the step depth ahead is loaded before the products */
     for (uint32_t d = 0; d + 1 < depth; d++)
         for (uint32_t i = 0; i < n_ld; i++) next[n_acc + d * n_ld + i] = next[n_acc + (d + 1) * n_ld + i];
-    load_step(q, kx_min(k, kx_add_c(k, c, depth * SKINNY_STEP / 2), last_step), nf, next + n_acc + (depth - 1) * n_ld);
+    load_step(q, kx_min(k, kx_add_c(k, c, depth * sw), last_step), nf, next + n_acc + (depth - 1) * n_ld);
     step_products(q, cur, nf, next);
     ir_for_end(k.ir, l, next);
     for (uint32_t j = 0; j < n_acc; j++) acc[j] = ir_for_result(l, j);
@@ -273,7 +288,7 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
         return NULL;
     }
     skinny q = {.rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype, .epi = epi, .row_frags = g.row_frags,
-                .slices = g.slices, .depth = g.depth, .swiglu = swiglu};
+                .slices = g.slices, .depth = g.depth, .wide = g.wide, .swiglu = swiglu};
     q.frag_rows = q.row_frags * SKINNY_ROWS;
     q.tile_rows = swiglu ? SKINNY_ROWS : q.frag_rows;
     q.k = (kx){kn_create("kn_matmul_skinny", err), c};
@@ -290,7 +305,8 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
     kx_workgroup(k, q.invocations);
     q.sums = kx_shared(k, "sums", IR_F32, q.slices * q.frag_rows * n_max);
     ir_val lid = kx_local(k), lane = kx_sg_lane(k);
-    ir_val lg = kx_shr_c(k, lane, 2), lt4 = kx_shl_c(k, kx_and_c(k, lane, 3), 2); /* g, 4t */
+    /* g, and lane t's first word of a step: 4 * wide t */
+    ir_val lg = kx_shr_c(k, lane, 2), lt4 = kx_mul_c(k, kx_and_c(k, lane, 3), 4 * q.wide);
     q.n = kx_min(k, kx_load(k, q.info, kx_u32(k, 1), 1), kx_u32(k, n_max));
     q.r0 = kx_group_times(k, 0, q.tile_rows);
     q.w_lane = kx_add(k, kx_mul_c(k, kx_add(k, q.r0, lg), cols / 2), lt4);

@@ -214,8 +214,8 @@ Test(kernels_matmul, skinny_on_the_device, .timeout = 600) {
             product_case(kn_matmul_skinny, d, sk[i], dtypes[ti], (unsigned)(i + ti) % 4, ns, sizeof ns / sizeof ns[0],
                          NULL);
     /* forced configurations (KILN_SKINNY): row fragments, slices, steps in flight, where a
-     * slice has fewer steps than are in flight, one step, and 16 slices */
-    static const char *forced[] = {"1,1,1", "2,2,4", "2,16,3", "1,4,2"};
+     * slice has fewer steps than are in flight, one step, 16 slices, and steps of 64 columns */
+    static const char *forced[] = {"1,1,1", "2,2,4", "2,16,3", "1,4,2", "2,4,2,2", "1,2,1,2"};
     static const mm_shape fs = {64, 2048, 40};
     static const uint32_t fns[] = {1, 17, 40};
     for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++) {
