@@ -74,6 +74,8 @@ static void load_once(void) {
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++)
         if (resolve(lib, (char *)&api + syms[i].off, syms[i].name)) return;
+    void *ex = dlsym(lib, "cuLaunchKernelEx"); /* optional: caps.grid_dep stays off without it */
+    if (ex) memcpy(&api.LaunchKernelEx, &ex, sizeof ex);
     CUresult r = api.Init(0);
     if (r != CUDA_SUCCESS) {
         char name[32];

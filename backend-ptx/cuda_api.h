@@ -20,6 +20,23 @@ typedef struct CUstream_st *CUstream;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
 
+/* cuLaunchKernelEx's configuration (CUDA 12.0+): a launch attribute is an id padded to 8
+ * bytes and a 64-byte value union, of which kiln sets one 32-bit field. */
+typedef struct CUlaunchAttribute {
+    int id;
+    char pad[4];
+    union {
+        char bytes[64];
+        unsigned u32;
+    } value;
+} CUlaunchAttribute;
+typedef struct CUlaunchConfig {
+    unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned numAttrs;
+} CUlaunchConfig;
+
 enum {
     CUDA_SUCCESS = 0,
 
@@ -46,6 +63,8 @@ enum {
     CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
 
     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+
+    CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
 };
 
 /* The driver's entry points, resolved by name from libcuda.so.1. */
@@ -76,6 +95,8 @@ typedef struct cu_api {
     CUresult (*FuncSetAttribute)(CUfunction f, int attrib, int value);
     CUresult (*LaunchKernel)(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                              unsigned bz, unsigned shared_bytes, CUstream s, void **params, void **extra);
+    /* optional (NULL where the driver predates CUDA 12): launches with attributes */
+    CUresult (*LaunchKernelEx)(const CUlaunchConfig *config, CUfunction f, void **params, void **extra);
     CUresult (*StreamCreate)(CUstream *s, unsigned flags);
     CUresult (*StreamDestroy)(CUstream s);
     CUresult (*StreamSynchronize)(CUstream s);

@@ -48,6 +48,7 @@ struct rt_kernel {
     CUfunction fn;
     uint32_t block[3];
     uint32_t dynamic_shared; /* bytes each launch asks for (ptx_dynamic_shared_bytes) */
+    bool grid_dep;           /* emitted with griddepcontrol (caps.grid_dep): launched so it may overlap */
     uint32_t n_params;
     bool is_buffer[CU_MAX_PARAMS];
 };
@@ -287,6 +288,7 @@ static rt_kernel *cu_compile(rt_device *base, const ir_kernel *ir, const double 
         cu_fail(d, err, what, r);
         goto fail;
     }
+    k->grid_dep = ptx_uses_grid_dep(&base->caps);
     /* past 48 KiB the function must be allowed its dynamic shared memory first */
     k->dynamic_shared = ptx_dynamic_shared_bytes(ir);
     if (k->dynamic_shared &&
@@ -332,9 +334,16 @@ static int enqueue(cu_dev *d, const rt_launch *l, uint32_t n, uint32_t *issued, 
             if (k->is_buffer[a]) ptrs[a] = l[i].args[a].buf->ptr, params[a] = &ptrs[a];
             else bits[a] = l[i].args[a].bits, params[a] = &bits[a];
         }
-        CUresult r = d->cu->LaunchKernel(k->fn, g[0], g[1], g[2], k->block[0], k->block[1], k->block[2],
-                                         k->dynamic_shared, d->stream,
-                                         l[i].n_args ? params : NULL, NULL);
+        CUresult r;
+        if (k->grid_dep) { /* its prologue waits for the kernel before it (ptx_emit.c) */
+            CUlaunchAttribute a = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, .value.u32 = 1};
+            CUlaunchConfig cfg = {g[0], g[1], g[2], k->block[0], k->block[1], k->block[2], k->dynamic_shared,
+                                  d->stream, &a, 1};
+            r = d->cu->LaunchKernelEx(&cfg, k->fn, l[i].n_args ? params : NULL, NULL);
+        } else {
+            r = d->cu->LaunchKernel(k->fn, g[0], g[1], g[2], k->block[0], k->block[1], k->block[2],
+                                    k->dynamic_shared, d->stream, l[i].n_args ? params : NULL, NULL);
+        }
         if (r) {
             char what[64];
             snprintf(what, sizeof what, "cuLaunchKernel (launch %u)", i);

@@ -18,6 +18,7 @@ void cuda_caps_of_arch(rt_caps *c) {
     memset(c->mma, 0, sizeof c->mma);
     c->async_copy = c->compute_capability >= 80;
     c->wgmma = c->compute_capability == 90; /* sm_90a's: not forward to later architectures */
+    c->grid_dep = c->compute_capability >= 90; /* griddepcontrol: PTX 7.8, sm_90 */
     /* the per-block opt-in limit of dynamic shared memory each architecture has (the
      * CUDA programming guide's table), for caps made without a device (kiln dump --sm) */
     uint32_t cc = c->compute_capability, kib = cc >= 90               ? 227
@@ -79,6 +80,8 @@ static void fill(const cu_api *cu, CUdevice dev, int driver_version, rt_caps *c)
     if (cu->DeviceTotalMem(&total, dev) == CUDA_SUCCESS) c->memory_bytes = total;
     c->free_bytes = free_memory(cu, dev);
     cuda_caps_of_arch(c);
+    /* launch attributes need cuLaunchKernelEx; recorded steps keep the overlap from 12.3 */
+    if (!cu->LaunchKernelEx || driver_version < 12030) c->grid_dep = false;
     if (shared > 0) c->shared_bytes = (uint32_t)shared; /* the device's own word over the table's */
     c->max_buffer_bytes = 0;                            /* a kernel reaches any allocation through a 64-bit pointer */
 }

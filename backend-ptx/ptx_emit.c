@@ -449,6 +449,23 @@ static void workgroup_size(ptx_ctx *x) {
                  (unsigned long long)inv, x->c->max_workgroup);
 }
 
+/* Programmatic dependent launch (caps.grid_dep): the device launches every kernel with
+ * programmatic stream serialization, so its workgroups may be scheduled while the kernel
+ * before it still runs. Each first waits until that kernel has finished and its memory is
+ * visible (griddepcontrol.wait: a no-op when launched without the attribute), then lets
+ * the next kernel be scheduled (launch_dependents): at most one kernel waits ahead, its
+ * launch latency hidden behind the running one. Nothing is read or written before the
+ * wait, so the kernels' results are those of plain stream order. */
+static void grid_dep_prologue(ptx_ctx *x) {
+    static const char *const text[] = {"griddepcontrol.wait;", "griddepcontrol.launch_dependents;"};
+    LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(x->lc), NULL, 0, 0);
+    for (int i = 0; i < 2; i++) {
+        LLVMValueRef f = LLVMGetInlineAsm(ft, (char *)text[i], strlen(text[i]), (char *)"~{memory}", 9, 1, 0,
+                                          LLVMInlineAsmDialectATT, 0);
+        LLVMBuildCall2(x->b, ft, f, NULL, 0, "");
+    }
+}
+
 static int emit_module(ptx_ctx *x) {
     const ir_kernel *k = x->k;
     if (x->c->subgroup_size != 32) {
@@ -482,6 +499,7 @@ static int emit_module(ptx_ctx *x) {
     if (!x->e.failed) declare_constants(x);
     if (x->e.failed) return -1;
     LLVMPositionBuilderAtEnd(x->b, block(x, "entry"));
+    if (ptx_uses_grid_dep(x->c)) grid_dep_prologue(x);
     emit_region(x, ir_kernel_body(k));
     if (x->e.failed) return -1;
     x->e.cur = NULL;

@@ -77,4 +77,8 @@ uint32_t ptx_dynamic_shared_bytes(const ir_kernel *k);
 /* "sm_90" etc.: the architecture ptx_emit targets for caps c (NULL when refused). */
 const char *ptx_target_arch(const rt_caps *c);
 
+/* Whether ptx_emit gives kernels for caps c the griddepcontrol prologue (caps.grid_dep on
+ * sm_90+), so a device launches them with programmatic stream serialization. */
+bool ptx_uses_grid_dep(const rt_caps *c);
+
 #endif

@@ -43,6 +43,8 @@ unsigned ptx_pick_sm(const rt_caps *c, kiln_err *why) {
     return sm;
 }
 
+bool ptx_uses_grid_dep(const rt_caps *c) { return c && c->grid_dep && ptx_pick_sm(c, NULL) >= 90; }
+
 const char *ptx_target_arch(const rt_caps *c) {
     static const char *const names[] = {"sm_50", "sm_52", "sm_53", "sm_60", "sm_61", "sm_62", "sm_70",
                                         "sm_72", "sm_75", "sm_80", "sm_86", "sm_87", "sm_89", "sm_90"};

@@ -117,6 +117,7 @@ static const struct {
     {"no-atomic-f32", offsetof(rt_caps, atomic_f32_add)},
     {"no-async-copy", offsetof(rt_caps, async_copy)},
     {"no-wgmma", offsetof(rt_caps, wgmma)},
+    {"no-grid-dep", offsetof(rt_caps, grid_dep)},
 };
 
 /* Items of rt_debug, not of the caps: accepted, applied by rt_debug_from_list. */
@@ -305,6 +306,7 @@ size_t rt_caps_describe(const rt_caps *c, char *buf, size_t cap) {
     YN(atomic_f32_add);
     YN(async_copy);
     YN(wgmma);
+    YN(grid_dep);
 #undef YN
     put(&o, "mma: ");
     uint32_t nm = c->n_mma < RT_MAX_MMA_SHAPES ? c->n_mma : RT_MAX_MMA_SHAPES;

@@ -441,6 +441,30 @@ Test(ptx, target_architectures) {
     cr_assert_null(ptx_target_arch(&old));
 }
 
+/* caps.grid_dep (sm_90+): every kernel begins with griddepcontrol.wait, before any memory
+ * access, then launch_dependents; not on sm_80, not under --caps no-grid-dep. */
+Test(ptx, grid_dependency_prologue) {
+    for (int v = 0; v < 3; v++) {
+        rt_caps c = tu_cuda_caps(v == 1 ? 80 : 90);
+        kiln_err err = {0};
+        if (v == 2) cr_assert_eq(rt_caps_override(&c, "no-grid-dep", &err), 0, "%s", err.msg);
+        cr_assert_eq(c.grid_dep, v == 0);
+        ir_kernel *k = ir_kernel_create("dep");
+        ir_buf x = ir_param_buffer(k, "x", IR_F32, IR_READ), y = ir_param_buffer(k, "y", IR_F32, IR_WRITE);
+        ir_set_workgroup(k, 32, 1, 1);
+        ir_store(k, y, gid(k), ir_load(k, x, gid(k), 1));
+        char *p = emit(k, &c);
+        const char *w = strstr(p, "griddepcontrol.wait;"), *l = strstr(p, "griddepcontrol.launch_dependents;");
+        if (v == 0) {
+            cr_assert(w && l && w < l, "%s", p);
+            cr_assert(w < strstr(p, "ld.global"), "a load before the wait:\n%s", p);
+        } else {
+            cr_assert(!w && !l, "%s", p);
+        }
+        free(p);
+    }
+}
+
 Test(ptx, deterministic) {
     rt_caps c = tu_cuda_caps(90);
     kiln_err err = {0};

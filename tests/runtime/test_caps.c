@@ -379,6 +379,7 @@ Test(caps, describe_is_stable) {
                        "atomic_f32_add: yes\n"
                        "async_copy: no\n"
                        "wgmma: no\n"
+                       "grid_dep: no\n"
                        "mma: 16x16x16 f16*f16+f32, 16x8x16 f16*f16+f16, 16x16x16 bf16*bf16+f32, 16x8x8 f16*f16+f32\n"
                        "shared_bytes: 49152 (48 KiB)\n"
                        "max_workgroup: 1024\n"
@@ -412,7 +413,7 @@ Test(caps, describe_is_stable) {
     d = describe(&odd);
     int lines = 0;
     for (const char *p = d; *p; p++) lines += *p == '\n';
-    cr_assert_eq(lines, 27, "%s", d);
+    cr_assert_eq(lines, 28, "%s", d);
     cr_assert(strstr(d, "vendor: a?b\n"));
 
     /* sizing: NULL buffer, short buffers */
