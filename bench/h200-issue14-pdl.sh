@@ -4,15 +4,12 @@
 # serialization) and the skinny products' 64-column steps by default. The CUDA, matmul and
 # plan suites on cuda:0; a 24-token and a 512-token profile of qwen3-8b-shaped layers with
 # and without the overlap (--caps no-grid-dep); kiln bench pp24/pp512/tg32 both ways on the
-# three presets; then the side-by-side with llama.cpp (built in the same call) on all three.
-# Writes OUTDIR.tar.
+# three presets (the side-by-side with llama.cpp: h200-issue14-sbs.sh). Writes OUTDIR.tar.
 set -u
 out=$1
 source bench/h200-common.sh
 start=$(date +%s)
 stamp() { echo "$1 at $(( $(date +%s) - start )) s" >> $out/times.txt; }
-(bash .peers/build-llamacpp-cuda.sh > $out/llbuild.txt 2>&1) &
-bpid=$!
 timeout 100 $K synth --preset qwen3-8b --layers 2 -o $dir/q8-2.gguf > /dev/null
 (synth qwen3-8b qwen3-4b qwen3-0.6b) &
 spid=$!
@@ -36,13 +33,5 @@ for p in qwen3-8b qwen3-4b qwen3-0.6b; do
   timeout 90 $K bench $dir/$p.gguf -p 24,512 -n 32 -r 3 --device cuda:0 --caps no-grid-dep -o md \
     > $out/b-$p-nodep.md 2>&1
   stamp "bench $p"
-done
-tar cf $out.tar -C $(dirname $out) $(basename $out)
-wait $bpid
-stamp llbuild
-for p in qwen3-8b qwen3-4b qwen3-0.6b; do
-  KILN=$K MODELS="$dir/$p.gguf" P=24,512,2048 N=32 R=3 DEVICES=cuda:0 timeout 200 bash .peers/side-by-side.sh \
-    > $out/sbs-$p.md 2>&1
-  stamp "sbs $p"
 done
 tar cf $out.tar -C $(dirname $out) $(basename $out)
