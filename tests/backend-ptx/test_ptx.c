@@ -442,7 +442,8 @@ Test(ptx, target_architectures) {
 }
 
 /* caps.grid_dep (sm_90+): every kernel begins with griddepcontrol.wait, before any memory
- * access, then launch_dependents; not on sm_80, not under --caps no-grid-dep. */
+ * access, and ends with launch_dependents, after its stores; not on sm_80, not under
+ * --caps no-grid-dep. */
 Test(ptx, grid_dependency_prologue) {
     for (int v = 0; v < 3; v++) {
         rt_caps c = tu_cuda_caps(v == 1 ? 80 : 90);
@@ -458,6 +459,7 @@ Test(ptx, grid_dependency_prologue) {
         if (v == 0) {
             cr_assert(w && l && w < l, "%s", p);
             cr_assert(w < strstr(p, "ld.global"), "a load before the wait:\n%s", p);
+            cr_assert(strstr(p, "st.global") < l, "a store after the trigger:\n%s", p);
         } else {
             cr_assert(!w && !l, "%s", p);
         }
