@@ -53,12 +53,64 @@ void orc_deltanet_free(orc_layer *L) {
     free(L->ssm_norm);
 }
 
-void orc_deltanet_reset(orc_engine *e) {
+static size_t conv_bytes(const orc_engine *e) {
+    return (size_t)e->hp.n_recurrent * (e->hp.ssm_conv_kernel - 1) * e->conv_dim * sizeof(float);
+}
+
+static size_t s_bytes(const orc_engine *e) {
     const arch_hparams *hp = &e->hp;
-    size_t n_rec = hp->n_recurrent;
-    if (!n_rec) return;
-    memset(e->conv_state, 0, n_rec * (hp->ssm_conv_kernel - 1) * e->conv_dim * sizeof(float));
-    memset(e->ssm_S, 0, n_rec * hp->ssm_v_heads * (size_t)hp->ssm_state * hp->ssm_state * sizeof(float));
+    return (size_t)hp->n_recurrent * hp->ssm_v_heads * hp->ssm_state * hp->ssm_state * sizeof(float);
+}
+
+void orc_deltanet_reset(orc_engine *e) {
+    if (!e->hp.n_recurrent) return;
+    memset(e->conv_state, 0, conv_bytes(e));
+    memset(e->ssm_S, 0, s_bytes(e));
+}
+
+void orc_snapshot_take(orc_engine *e) {
+    for (int i = 0; i < ORC_SNAPSHOTS; i++)
+        if (e->snap[i].valid && e->snap[i].pos == e->rs_pos) return;
+    orc_snapshot *s = &e->snap[e->snap_next];
+    if (!s->S) {
+        s->conv = malloc(conv_bytes(e) ? conv_bytes(e) : 1);
+        s->S = malloc(s_bytes(e));
+        if (!s->conv || !s->S) {
+            free(s->conv), free(s->S);
+            s->conv = s->S = NULL;
+            return;
+        }
+    }
+    memcpy(s->conv, e->conv_state, conv_bytes(e));
+    memcpy(s->S, e->ssm_S, s_bytes(e));
+    s->pos = e->rs_pos;
+    s->valid = true;
+    e->snap_next = (e->snap_next + 1) % ORC_SNAPSHOTS;
+}
+
+void orc_snapshot_drop_after(orc_engine *e, uint32_t pos) {
+    for (int i = 0; i < ORC_SNAPSHOTS; i++)
+        if (e->snap[i].pos > pos) e->snap[i].valid = false;
+}
+
+uint32_t orc_snapshot_restore(orc_engine *e, uint32_t pos) {
+    const orc_snapshot *best = NULL;
+    for (int i = 0; i < ORC_SNAPSHOTS; i++)
+        if (e->snap[i].valid && e->snap[i].pos <= pos && (!best || e->snap[i].pos > best->pos)) best = &e->snap[i];
+    if (!best) {
+        orc_deltanet_reset(e);
+        return 0;
+    }
+    memcpy(e->conv_state, best->conv, conv_bytes(e));
+    memcpy(e->ssm_S, best->S, s_bytes(e));
+    return best->pos;
+}
+
+void orc_snapshot_free(orc_engine *e) {
+    for (int i = 0; i < ORC_SNAPSHOTS; i++) {
+        free(e->snap[i].conv);
+        free(e->snap[i].S);
+    }
 }
 
 static float dot(const float *a, const float *b, uint32_t n) {

@@ -19,9 +19,9 @@
  * state matrix per value head) for the one sequence, beside the KV cache. The engine
  * interface lets a caller rewind by evaluating at any pos <= n_past (and
  * engine_truncate lowers n_past unseen); a recurrent state cannot step back, so an
- * eval at a position before the state's end zeroes the state and replays the
- * remembered tokens from position 0 (rewind_state below: a prefill's cost per rewind,
- * bit-identical to the first pass). */
+ * eval at a position before the state's end restores a snapshot (the state at the start
+ * of one of the last few evals, or before its last token) at or before it, else the zero state, and replays the
+ * remembered tokens from there (rewind_state below: bit-identical to the first pass). */
 #include "base/error.h"
 #include "gguf/half.h"
 #include "oracle/internal.h"
@@ -311,19 +311,21 @@ static void trunk(orc_engine *e, const int32_t *tokens, uint32_t n, uint32_t pos
     e->rs_pos = pos + n;
 }
 
-/* The recurrent state cannot step back: to evaluate at pos < rs_pos, zero it and
- * re-evaluate the remembered tokens [0, pos) in blocks (the KV entries they rewrite come
- * out identical, as every step is the same per token however the tokens are grouped).
- * This costs a prefill of pos tokens per rewind; no snapshots are kept. */
+/* The recurrent state cannot step back: to evaluate at pos < rs_pos, restore the latest
+ * snapshot at or before pos (the state at the start of each of the last few evals and
+ * before the last token of each; ORC_SNAPSHOTS in all), else zero the state, and re-evaluate the remembered tokens from there to pos in
+ * blocks (the KV entries they rewrite come out identical, as every step is the same per
+ * token however the tokens are grouped). Re-evaluating the last token or going back into
+ * the last few evals is cheap; anything older costs a prefill of pos tokens. */
 #define REPLAY_BLOCK 256u
 static void rewind_state(orc_engine *e, uint32_t pos) {
-    orc_deltanet_reset(e);
-    e->rs_pos = 0;
-    for (uint32_t p = 0; p < pos; p += REPLAY_BLOCK) {
+    uint32_t from = orc_snapshot_restore(e, pos);
+    e->rs_pos = from;
+    for (uint32_t p = from; p < pos; p += REPLAY_BLOCK) {
         uint32_t n = pos - p < REPLAY_BLOCK ? pos - p : REPLAY_BLOCK;
         trunk(e, e->hist + p, n, p);
     }
-    e->replayed += pos;
+    e->replayed += pos - from;
 }
 
 static int orc_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
@@ -352,15 +354,30 @@ static int orc_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t po
     if (grow(e, need)) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory for %u tokens", need), -1;
 
     base->n_past = pos; /* entries past pos are overwritten or dropped */
-    if (hp->n_recurrent && pos != e->rs_pos) rewind_state(e, pos); /* pos <= n_past <= rs_pos */
-    trunk(e, tokens, n, pos);
+    /* with a recurrent state: snapshots at pos and, when only the last token's logits are
+     * wanted, before that last token (the tokens then go in two groups, which changes
+     * nothing), so re-evaluating the last token replays nothing */
+    bool split = hp->n_recurrent && n > 1 && !all;
+    if (hp->n_recurrent) {
+        orc_snapshot_drop_after(e, pos);                /* their tokens change now */
+        if (pos != e->rs_pos) rewind_state(e, pos);     /* pos <= n_past <= rs_pos */
+        if (pos) orc_snapshot_take(e);
+    }
+    if (split) {
+        trunk(e, tokens, n - 1, pos);
+        orc_snapshot_take(e);
+        trunk(e, tokens + n - 1, 1, pos + n - 1);
+    } else {
+        trunk(e, tokens, n, pos);
+    }
     if (e->hist) memcpy(e->hist + pos, tokens, n * sizeof *tokens);
     base->n_past = pos + n;
 
     uint32_t first = all ? 0 : n - 1, m = n - first;
+    const float *x = split ? e->x : e->x + (size_t)first * hp->n_embd; /* the rows of the logits */
     for (uint32_t t = 0; t < m; t++)
-        orc_rmsnorm(e->h + (size_t)t * hp->n_embd, e->x + (size_t)(first + t) * hp->n_embd, e->output_norm, hp->n_embd,
-                hp->rms_eps);
+        orc_rmsnorm(e->h + (size_t)t * hp->n_embd, x + (size_t)t * hp->n_embd, e->output_norm, hp->n_embd,
+                    hp->rms_eps);
     orc_round16(e, e->h, (uint64_t)m * hp->n_embd);
     matmul_job j = {&e->output, e->h, logits, m};
     orc_pool_run(e->pool, matmul_rows, &j, e->output.rows); /* logits stay f32 */
@@ -390,6 +407,7 @@ static void orc_destroy(engine *base) {
     free(e->conv_state);
     free(e->ssm_S);
     free(e->hist);
+    orc_snapshot_free(e);
     float *bufs[] = {e->x,  e->h,    e->q,      e->k,    e->v,    e->att,  e->o,  e->g, e->u,
                      e->qg, e->gate, e->dn_qkv, e->dn_x, e->dn_z, e->dn_b, e->dn_a, e->dn_o};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);

@@ -15,6 +15,14 @@ typedef struct orc_layer {
     float *ssm_conv, *ssm_dt_bias, *ssm_a, *ssm_norm; /* conv, dt_bias and a stay f32 in both modes */
 } orc_layer;
 
+/* A copy of every DeltaNet state at a position (see orc_snapshot_take). */
+#define ORC_SNAPSHOTS 8
+typedef struct orc_snapshot {
+    bool valid;
+    uint32_t pos;
+    float *conv, *S;
+} orc_snapshot;
+
 typedef struct orc_engine {
     engine base;
     const model *m;
@@ -38,7 +46,8 @@ typedef struct orc_engine {
 
     /* Gated DeltaNet (qwen35): the recurrent state, kept for one sequence beside the KV
      * cache. rs_pos is how many positions it has absorbed; hist the tokens at those
-     * positions, so a rewind to pos < rs_pos replays hist[0, pos) from a zero state. */
+     * positions, so a rewind to pos < rs_pos restores the latest snapshot at or before
+     * pos (else the zero state) and replays hist from there to pos. */
     uint32_t conv_dim, ssm_vdim; /* 2 k-head blocks + the v heads; v heads x state */
     uint32_t *rs_slot;           /* per layer: its index in the states (DeltaNet layers only) */
     float *conv_state;           /* [DeltaNet layer][conv_kernel - 1][conv_dim]: the last inputs, oldest first */
@@ -46,6 +55,8 @@ typedef struct orc_engine {
     int32_t *hist;               /* [n_ctx] */
     uint32_t rs_pos;
     uint64_t replayed;           /* positions re-evaluated by rewinds (tests read it) */
+    orc_snapshot snap[ORC_SNAPSHOTS]; /* a ring: the state at the start of recent evals, before their last tokens */
+    uint32_t snap_next;
     float *dn_qkv, *dn_x, *dn_z, *dn_b, *dn_a, *dn_o; /* per token: conv_dim, conv_dim, ssm_vdim, v heads x2, ssm_vdim */
 } orc_engine;
 
@@ -65,6 +76,14 @@ float *orc_load_vector(const orc_engine *e, const gguf_tensor *t, bool round, ki
 void orc_deltanet(orc_engine *e, uint32_t l, uint32_t n);
 /* Zeroes every DeltaNet state (the state before position 0). */
 void orc_deltanet_reset(orc_engine *e);
+/* Snapshots: take saves the state (at rs_pos) over the ring's oldest, unless one already
+ * holds rs_pos (or memory for it is lacking: a snapshot is an optimization only);
+ * drop_after forgets those past pos (their tokens are about to change); restore puts back
+ * the latest at or before pos, else zeroes the state, and gives the position it holds. */
+void orc_snapshot_take(orc_engine *e);
+void orc_snapshot_drop_after(orc_engine *e, uint32_t pos);
+uint32_t orc_snapshot_restore(orc_engine *e, uint32_t pos);
+void orc_snapshot_free(orc_engine *e);
 /* Loads / frees layer l's DeltaNet weights. */
 int orc_deltanet_load(orc_engine *e, uint32_t l, kiln_err *err);
 void orc_deltanet_free(orc_layer *L);

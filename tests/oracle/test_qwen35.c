@@ -2,7 +2,7 @@
  * 3, 7) against llama.cpp's goldens, f32 mode against the exact-math golden and contract
  * mode (f16) against llama.cpp as users run it; a prompt evaluated at once equals token
  * by token; rewinds (an eval before the recurrent state's end, engine_truncate) replay
- * from position 0 and agree with a fresh run. */
+ * from a snapshot or position 0 and agree with a fresh run. */
 #include "base/error.h"
 #include "model/engine.h"
 #include "model/model.h"
@@ -179,9 +179,10 @@ Test(oracle, qwen35_prefill_equals_steps, .timeout = 120) {
 }
 
 /* Rewinds as documented in forward.c: an eval at pos < the state's end (or after
- * engine_truncate) zeroes the recurrent state and replays the remembered tokens [0, pos);
- * the result is bit-identical to a fresh run of the same path, and differs from carrying
- * on with the stale state (so the check could fail). */
+ * engine_truncate) restores the latest snapshot at or before pos (the state at the start
+ * of one of the last few evals), else the zero state, and replays the remembered tokens
+ * from there; the result is bit-identical to a fresh run of the same path, and differs
+ * from carrying on with the stale state (so the check could fail). */
 Test(oracle, qwen35_rewind_replays_from_zero, .timeout = 180) {
     model *ma, *mb;
     engine *a = open_engine(ORC_F32, 512, &ma), *b = open_engine(ORC_F32, 512, &mb);
@@ -228,9 +229,27 @@ Test(oracle, qwen35_rewind_replays_from_zero, .timeout = 180) {
     cr_assert_eq(engine_eval(a, path, 295, 0, la, false, &err), 0, "%s", err.msg);
     expect_same(lb, la, nv, "a rewind to 290 differs from a fresh run");
 
+    /* snapshots (the state at the start of each of the last few evals): the same 5 tokens
+     * at 290 again restore the one at 290 and replay nothing; 2 tokens at 292 restore it
+     * and replay 2; re-evaluating the last token (generate's way to get the logits of a
+     * fully cached prompt) restores the one its eval took */
+    memcpy(orig, lb, nv * sizeof *lb);
+    cr_assert_eq(engine_eval(b, alt, 5, 290, lb, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(orc_replayed_positions(b), 312);
+    expect_same(lb, orig, nv, "the snapshot at 290 gives other logits than the replay did");
+    int32_t two[2] = {11, 12};
+    cr_assert_eq(engine_eval(b, two, 2, 292, lb, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(orc_replayed_positions(b), 314);
+    memcpy(path + 292, two, sizeof two);
+    cr_assert_eq(engine_eval(a, path, 294, 0, la, false, &err), 0, "%s", err.msg);
+    expect_same(lb, la, nv, "a snapshot at 290 plus a replay of 2 differs from a fresh run");
+    cr_assert_eq(engine_eval(b, &two[1], 1, 293, lb, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(orc_replayed_positions(b), 314);
+    expect_same(lb, la, nv, "re-evaluating the last token differs");
+
     /* a position past the cache is still refused */
     cr_assert_eq(engine_eval(b, alt, 1, 296, lb, false, &err), -1);
-    cr_assert(strstr(err.msg, "past the 295 cached positions"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "past the 294 cached positions"), "%s", err.msg);
     free(toks);
     free(path);
     free(lb);
