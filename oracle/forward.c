@@ -19,9 +19,10 @@
  * state matrix per value head) for the one sequence, beside the KV cache. The engine
  * interface lets a caller rewind by evaluating at any pos <= n_past (and
  * engine_truncate lowers n_past unseen); a recurrent state cannot step back, so an
- * eval at a position before the state's end restores a snapshot (the state at the start
- * of one of the last few evals, or before its last token) at or before it, else the zero state, and replays the
- * remembered tokens from there (rewind_state below: bit-identical to the first pass). */
+ * eval at a position before the state's end restores a snapshot at or before it (the
+ * state at the start of one of the last few evals, or before its last token), else the
+ * zero state, and replays the remembered tokens from there (rewind_state below:
+ * bit-identical to the first pass). */
 #include "base/error.h"
 #include "gguf/half.h"
 #include "oracle/internal.h"
