@@ -183,7 +183,7 @@ Test(oracle, qwen35_prefill_equals_steps, .timeout = 120) {
  * of one of the last few evals), else the zero state, and replays the remembered tokens
  * from there; the result is bit-identical to a fresh run of the same path, and differs
  * from carrying on with the stale state (so the check could fail). */
-Test(oracle, qwen35_rewind_replays_from_zero, .timeout = 180) {
+Test(oracle, qwen35_rewind_replays_from_a_snapshot_or_zero, .timeout = 180) {
     model *ma, *mb;
     engine *a = open_engine(ORC_F32, 512, &ma), *b = open_engine(ORC_F32, 512, &mb);
     uint32_t nv = a->n_vocab, n = 300;
