@@ -126,6 +126,17 @@ static void print_hparams(const gguf_file *g) {
     if (hp.qkv_bias) printf(", q/k/v biases");
     if (hp.qk_norm) printf(", q/k RMSNorm");
     putchar('\n');
+    if (hp.arch == ARCH_QWEN35) {
+        printf("  Gated DeltaNet in %u of %u layers (full attention in", hp.n_recurrent, hp.n_layer);
+        for (uint32_t l = 0; l < hp.n_layer; l++)
+            if (!hp.recurrent[l]) printf(" %u", l);
+        printf("); k heads %u, v heads %u, state %u, conv kernel %u\n", hp.ssm_k_heads, hp.ssm_v_heads,
+               hp.ssm_state, hp.ssm_conv_kernel);
+        printf("  IMROPE sections [%u, %u, %u, %u], gated attention output", hp.rope_sections[0], hp.rope_sections[1],
+               hp.rope_sections[2], hp.rope_sections[3]);
+        if (hp.n_nextn) printf(", %u nextn (MTP) blocks not run", hp.n_nextn);
+        putchar('\n');
+    }
 }
 
 static int inspect_text(const char *path, const gguf_file *g) {

@@ -101,6 +101,8 @@ int cmd_synth(int argc, char **argv) {
     if (arch) {
         int id = arch_from_name(arch);
         if (id < 0) return cli_usage_error(usage, "--arch: unknown architecture '%s' (llama, qwen2, qwen3)", arch);
+        if (id == ARCH_QWEN35)
+            return cli_usage_error(usage, "--arch: kiln synth cannot write 'qwen35' models yet (llama, qwen2, qwen3)");
         c.arch = (arch_id)id;
     }
     if (dtype) {

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const names[ARCH_COUNT] = {"llama", "qwen2", "qwen3"};
+static const char *const names[ARCH_COUNT] = {"llama", "qwen2", "qwen3", "qwen35"};
 
 const char *arch_name(arch_id a) { return a < ARCH_COUNT ? names[a] : "?"; }
 
@@ -55,7 +55,7 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
     snprintf(arch, sizeof arch, "%.*s", (int)(s.len < 63 ? s.len : 63), s.ptr);
     int a = arch_from_name(arch);
     if (a < 0) {
-        kiln_fail(err, KILN_ERR_INVALID, "architecture '%s' is not supported (kiln runs llama, qwen2, qwen3)", arch);
+        kiln_fail(err, KILN_ERR_INVALID, "architecture '%s' is not supported (kiln runs llama, qwen2, qwen3, qwen35)", arch);
         return -1;
     }
     hp->arch = (arch_id)a;
@@ -133,6 +133,7 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
     if (positive("vocab size", hp->n_vocab, err)) return -1;
     hp->tied_output = gguf_find_tensor(g, "output.weight") == NULL;
     hp->qkv_bias = hp->arch == ARCH_QWEN2;
-    hp->qk_norm = hp->arch == ARCH_QWEN3;
+    hp->qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN35;
+    if (hp->arch == ARCH_QWEN35) return arch_read_qwen35(g, hp, err);
     return 0;
 }

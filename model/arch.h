@@ -9,7 +9,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef enum arch_id { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_COUNT } arch_id;
+typedef enum arch_id { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN35, ARCH_COUNT } arch_id;
+
+#define ARCH_MAX_LAYERS 512 /* llama.cpp's LLAMA_MAX_LAYERS */
 
 typedef enum arch_rope_scaling { ROPE_SCALING_NONE, ROPE_SCALING_LINEAR, ROPE_SCALING_YARN,
                                  ROPE_SCALING_LLAMA3 } arch_rope_scaling;
@@ -27,7 +29,19 @@ typedef struct arch_hparams {
     float rms_eps;
     bool tied_output;        /* no output.weight: logits use token_embd */
     bool qkv_bias;           /* qwen2 */
-    bool qk_norm;            /* qwen3 */
+    bool qk_norm;            /* qwen3, qwen35 */
+
+    /* qwen35 (Qwen3.5: Gated DeltaNet layers mixed with gated full-attention layers; see
+     * model/arch_qwen35.c). n_layer counts the trunk only: block_count minus n_nextn. */
+    uint32_t n_nextn;          /* nextn_predict_layers: multi-token-prediction blocks past the trunk (not run) */
+    uint32_t ssm_conv_kernel;  /* ssm.conv_kernel: taps of the causal depthwise convolution */
+    uint32_t ssm_state;        /* ssm.state_size: the k (and v) head size of a DeltaNet layer */
+    uint32_t ssm_k_heads;      /* ssm.group_count */
+    uint32_t ssm_v_heads;      /* ssm.time_step_rank; v head j reads k head j % ssm_k_heads */
+    uint32_t ssm_inner;        /* ssm.inner_size = ssm_state * ssm_v_heads */
+    uint32_t rope_sections[4]; /* rope.dimension_sections (IMROPE): t, h, w, e */
+    uint32_t n_recurrent;      /* how many trunk layers are DeltaNet layers */
+    bool recurrent[ARCH_MAX_LAYERS]; /* layer l is a DeltaNet layer (else full attention) */
 } arch_hparams;
 
 const char *arch_name(arch_id a);
@@ -37,5 +51,10 @@ int arch_from_name(const char *name); /* -1 if kiln does not run it */
  * wrong key (or the unsupported architecture). Tensors are consulted for the vocab size
  * (when the metadata lacks it) and for tied output. */
 int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err);
+
+/* The qwen35 keys (ssm.*, full_attention_interval or attention.recurrent_layers,
+ * rope.dimension_sections, nextn_predict_layers), read by arch_read_hparams after the
+ * common ones. */
+int arch_read_qwen35(const gguf_file *g, arch_hparams *hp, kiln_err *err);
 
 #endif

@@ -38,6 +38,43 @@ static int check(const gguf_file *g, const want *w, kiln_err *err) {
         if (check(g, &w_, err)) return -1;                                                           \
     } while (0)
 
+/* Qwen3.5's trunk, by layer kind, with llama.cpp's names and shapes (its
+ * load_arch_tensors); blocks past the trunk (nextn_predict_layers) are not read. */
+static int find_qwen35(model *m, kiln_err *err) {
+    const gguf_file *g = m->file;
+    const arch_hparams *hp = &m->hp;
+    uint64_t d = hp->n_embd, f = hp->n_ff, dk = hp->head_dim_k, q = (uint64_t)hp->n_head * dk,
+             kv = (uint64_t)hp->n_head_kv * dk, ks = (uint64_t)hp->ssm_k_heads * hp->ssm_state,
+             vs = (uint64_t)hp->ssm_v_heads * hp->ssm_state, nv = hp->ssm_v_heads;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        model_layer *L = &m->layers[l];
+        WANT(L->attn_norm, d, 1, false, "blk.%u.attn_norm.weight", l);
+        WANT(L->ffn_norm, d, 1, false, "blk.%u.post_attention_norm.weight", l);
+        if (hp->recurrent[l]) {
+            WANT(L->ssm_qkv, d, 2 * ks + vs, false, "blk.%u.attn_qkv.weight", l);
+            WANT(L->ssm_z, d, vs, false, "blk.%u.attn_gate.weight", l);
+            WANT(L->ssm_conv, hp->ssm_conv_kernel, 2 * ks + vs, false, "blk.%u.ssm_conv1d.weight", l);
+            WANT(L->ssm_dt_bias, nv, 1, false, "blk.%u.ssm_dt.bias", l);
+            WANT(L->ssm_a, nv, 1, false, "blk.%u.ssm_a", l);
+            WANT(L->ssm_beta, d, nv, false, "blk.%u.ssm_beta.weight", l);
+            WANT(L->ssm_alpha, d, nv, false, "blk.%u.ssm_alpha.weight", l);
+            WANT(L->ssm_norm, hp->ssm_state, 1, false, "blk.%u.ssm_norm.weight", l);
+            WANT(L->ssm_out, vs, d, false, "blk.%u.ssm_out.weight", l);
+        } else {
+            WANT(L->wq, d, 2 * q, false, "blk.%u.attn_q.weight", l);
+            WANT(L->wk, d, kv, false, "blk.%u.attn_k.weight", l);
+            WANT(L->wv, d, kv, false, "blk.%u.attn_v.weight", l);
+            WANT(L->wo, q, d, false, "blk.%u.attn_output.weight", l);
+            WANT(L->q_norm, dk, 1, false, "blk.%u.attn_q_norm.weight", l);
+            WANT(L->k_norm, dk, 1, false, "blk.%u.attn_k_norm.weight", l);
+        }
+        WANT(L->w_gate, d, f, false, "blk.%u.ffn_gate.weight", l);
+        WANT(L->w_up, d, f, false, "blk.%u.ffn_up.weight", l);
+        WANT(L->w_down, f, d, false, "blk.%u.ffn_down.weight", l);
+    }
+    return 0;
+}
+
 static int find_tensors(model *m, kiln_err *err) {
     const gguf_file *g = m->file;
     const arch_hparams *hp = &m->hp;
@@ -48,6 +85,7 @@ static int find_tensors(model *m, kiln_err *err) {
     WANT(m->output, d, hp->n_vocab, true, "output.weight");
     if (!m->output) m->output = m->tok_embd;
     WANT(m->rope_freqs, hp->n_rot / 2, 1, true, "rope_freqs.weight");
+    if (hp->arch == ARCH_QWEN35) return find_qwen35(m, err);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         model_layer *L = &m->layers[l];
         WANT(L->attn_norm, d, 1, false, "blk.%u.attn_norm.weight", l);
@@ -95,7 +133,8 @@ model *model_load(const char *path, kiln_err *err) {
         model_free(m);
         return NULL;
     }
-    uint32_t t = m->layers[0].wq->type;
+    const model_layer *L0 = &m->layers[0];
+    uint32_t t = (L0->wq ? L0->wq : L0->w_gate)->type; /* a qwen35 layer 0 is a DeltaNet layer */
     m->file_dtype = t == GGUF_T_BF16 || t == GGUF_T_F16 ? t : GGUF_T_F32;
     return m;
 }

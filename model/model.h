@@ -8,8 +8,14 @@
 #include "model/arch.h"
 
 typedef struct model_layer {
+    /* attention (a qwen35 full-attention layer's wq is 2x wide: per head the query, then
+     * its output gate); all NULL in a qwen35 DeltaNet layer */
     const gguf_tensor *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *q_norm, *k_norm;
+    /* the FFN; qwen35 names its norm post_attention_norm */
     const gguf_tensor *ffn_norm, *w_gate, *w_up, *w_down;
+    /* a qwen35 Gated DeltaNet layer (NULL elsewhere): attn_qkv, attn_gate (z), ssm_conv1d,
+     * ssm_dt.bias, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out */
+    const gguf_tensor *ssm_qkv, *ssm_z, *ssm_conv, *ssm_dt_bias, *ssm_a, *ssm_beta, *ssm_alpha, *ssm_norm, *ssm_out;
 } model_layer;
 
 typedef struct model {

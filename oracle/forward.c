@@ -1,4 +1,5 @@
-/* The oracle's forward pass for llama, qwen2 and qwen3, written to be read.
+/* The oracle's forward pass for llama, qwen2, qwen3 and qwen35 (Qwen3.5's hybrid: its
+ * Gated DeltaNet layers are in deltanet.c), written to be read.
  *
  * Contract rounding points (contract mode rounds each to the 16-bit type, as a GPU plan
  * stores it between kernels; f32 mode rounds nothing):
@@ -6,12 +7,25 @@
  *   2. each RMSNorm output (normalized x times the norm weight)
  *   3. the q, k, v projections (after their bias), then q and k after the per-head
  *      q/k norm (qwen3) and after rope; k and v are cached as rounded
- *   4. the attention output (all heads, before the output projection)
+ *   4. the attention output (all heads, before the output projection; for qwen35 after
+ *      its sigmoid(gate), which the attention epilogue applies; the 2x-wide q|gate
+ *      projection is rounded as a whole like any projection)
  *   5. the output projection, the gate and up projections, silu(gate) * up, the down
  *      projection
- * Logits stay f32. Every dot product, norm sum and softmax sum accumulates in f32. */
+ *   6. qwen35's DeltaNet layers: the points listed in deltanet.c
+ * Logits stay f32. Every dot product, norm sum and softmax sum accumulates in f32.
+ *
+ * Qwen3.5's DeltaNet layers carry a recurrent state (the convolution's last inputs, a
+ * state matrix per value head) for the one sequence, beside the KV cache. The engine
+ * interface lets a caller rewind by evaluating at any pos <= n_past (and
+ * engine_truncate lowers n_past unseen); a recurrent state cannot step back, so an
+ * eval at a position before the state's end restores a snapshot at or before it (the
+ * state at the start of one of the last few evals, or before its last token), else the
+ * zero state, and replays the remembered tokens from there (rewind_state below:
+ * bit-identical to the first pass). */
 #include "base/error.h"
 #include "gguf/half.h"
+#include "oracle/internal.h"
 #include "oracle/oracle.h"
 #include "oracle/pool.h"
 #include "oracle/weights.h"
@@ -21,35 +35,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct orc_layer {
-    orc_weight wq, wk, wv, wo, w_gate, w_up, w_down;
-    float *attn_norm, *ffn_norm, *bq, *bk, *bv, *q_norm, *k_norm; /* NULL when absent */
-} orc_layer;
-
-typedef struct orc_engine {
-    engine base;
-    const model *m;
-    arch_hparams hp;
-    orc_mode mode;
-    uint32_t dtype; /* the 16-bit type of contract mode */
-    char name[96];
-    orc_weight tok_embd, output;
-    float *output_norm, *rope_freqs;
-    orc_layer *layers;
-    uint32_t q_dim, kv_dim, v_dim, o_dim;
-    float *k_cache, *v_cache; /* [layer][position][kv_dim or v_dim] */
-    orc_pool *pool;
-    float *scores; /* attention scores: n_ctx per pool worker */
-    /* activations for up to cap tokens */
-    uint32_t cap;
-    float *x, *h, *q, *k, *v, *att, *o, *g, *u;
-} orc_engine;
-
 const char *orc_mode_name(orc_mode m) { return m == ORC_F32 ? "f32" : "contract"; }
 
 /* ---- rounding ----------------------------------------------------------------------- */
 
-static void round16(const orc_engine *e, float *x, uint64_t n) {
+void orc_round16(const orc_engine *e, float *x, uint64_t n) {
     if (e->mode == ORC_F32) return;
     if (e->dtype == GGUF_T_BF16)
         for (uint64_t i = 0; i < n; i++) x[i] = gguf_bf16_to_f32(gguf_f32_to_bf16(x[i]));
@@ -59,19 +49,24 @@ static void round16(const orc_engine *e, float *x, uint64_t n) {
 
 /* ---- loading ------------------------------------------------------------------------ */
 
-/* A 1-D weight (norm, bias, rope factors) as f32 values, rounded like any weight. */
-static float *load_vector(const orc_engine *e, const gguf_tensor *t, kiln_err *err) {
+/* A weight vector (norm, bias, rope factors, a small filter) as f32 values. */
+float *orc_load_vector(const orc_engine *e, const gguf_tensor *t, bool round, kiln_err *err) {
     if (!t) return NULL;
-    float *v = malloc(t->ne[0] * sizeof *v);
+    uint64_t rows = gguf_tensor_nrows(t), n = t->ne[0] * rows;
+    float *v = malloc(n * sizeof *v);
     kiln_err ge;
-    if (!v || gguf_tensor_rows_f32(t, 0, 1, v, &ge)) {
+    if (!v || gguf_tensor_rows_f32(t, 0, rows, v, &ge)) {
         if (v) kiln_err_wrap(err, &ge, NULL);
         else kiln_fail_oom(err, NULL);
         free(v);
         return NULL;
     }
-    round16(e, v, t->ne[0]);
+    if (round) orc_round16(e, v, n);
     return v;
+}
+
+static float *load_vector(const orc_engine *e, const gguf_tensor *t, kiln_err *err) {
+    return orc_load_vector(e, t, true, err);
 }
 
 static int load_weights(orc_engine *e, kiln_err *err) {
@@ -81,20 +76,18 @@ static int load_weights(orc_engine *e, kiln_err *err) {
         orc_weight_load(&e->output, m->output, want, err))
         return -1;
     if (!(e->output_norm = load_vector(e, m->output_norm, err))) return -1;
-    if (m->rope_freqs) {
-        /* rope factors divide angles; they are not activations or matrix weights */
-        orc_mode saved = e->mode;
-        e->mode = ORC_F32;
-        e->rope_freqs = load_vector(e, m->rope_freqs, err);
-        e->mode = saved;
-        if (!e->rope_freqs) return -1;
-    }
+    /* rope factors divide angles; they are not activations or matrix weights */
+    if (m->rope_freqs && !(e->rope_freqs = orc_load_vector(e, m->rope_freqs, false, err))) return -1;
     for (uint32_t l = 0; l < e->hp.n_layer; l++) {
         const model_layer *ml = &m->layers[l];
         orc_layer *L = &e->layers[l];
-        if (orc_weight_load(&L->wq, ml->wq, want, err) || orc_weight_load(&L->wk, ml->wk, want, err) ||
-            orc_weight_load(&L->wv, ml->wv, want, err) || orc_weight_load(&L->wo, ml->wo, want, err) ||
-            orc_weight_load(&L->w_gate, ml->w_gate, want, err) ||
+        if (e->hp.recurrent[l] ? orc_deltanet_load(e, l, err)
+                               : orc_weight_load(&L->wq, ml->wq, want, err) ||
+                                     orc_weight_load(&L->wk, ml->wk, want, err) ||
+                                     orc_weight_load(&L->wv, ml->wv, want, err) ||
+                                     orc_weight_load(&L->wo, ml->wo, want, err))
+            return -1;
+        if (orc_weight_load(&L->w_gate, ml->w_gate, want, err) ||
             orc_weight_load(&L->w_up, ml->w_up, want, err) ||
             orc_weight_load(&L->w_down, ml->w_down, want, err))
             return -1;
@@ -111,7 +104,7 @@ static int load_weights(orc_engine *e, kiln_err *err) {
 
 /* ---- the pieces --------------------------------------------------------------------- */
 
-static void rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps) {
+void orc_rmsnorm(float *out, const float *x, const float *w, uint32_t n, float eps) {
     float ss = 0;
     for (uint32_t i = 0; i < n; i++) ss += x[i] * x[i];
     float scale = 1.0f / sqrtf(ss / (float)n + eps);
@@ -134,27 +127,41 @@ static void matmul_rows(void *ctx, uint64_t r0, uint64_t r1, int worker) {
 }
 
 /* out[t] = W in[t] (+ bias), rounded: threads split W's rows, each read once for all tokens. */
-static void matmul(orc_engine *e, const orc_weight *w, const float *bias, const float *in, float *out, uint32_t n) {
+void orc_matmul(orc_engine *e, const orc_weight *w, const float *bias, const float *in, float *out, uint32_t n) {
     matmul_job j = {w, in, out, n};
     orc_pool_run(e->pool, matmul_rows, &j, w->rows);
     if (bias)
         for (uint32_t t = 0; t < n; t++)
             for (uint64_t r = 0; r < w->rows; r++) out[t * w->rows + r] += bias[r];
-    round16(e, out, (uint64_t)n * w->rows);
+    orc_round16(e, out, (uint64_t)n * w->rows);
 }
 
 /* Rotates the first n_rot dims of one head at position pos. llama.cpp's angles:
  * theta_i = pos * base^(-2i/n_rot) / freq_factor_i, the power built by repeated
- * multiplication in f32; pairs (2i, 2i+1) normally, (i, i + n_rot/2) for neox. */
+ * multiplication in f32; pairs (2i, 2i+1) normally, (i, i + n_rot/2) for neox.
+ * qwen35's IMROPE pairs as neox and gives pair i the position of section
+ * (i mod the sections' sum) interleaved t, h, w, t, h, w, ...: for text, t, h and w are
+ * the token's position and e is 0, so a pair that falls to e (past 3 x a section's
+ * size) does not turn. With sections covering the pairs, it is plain neox rope. */
+static bool imrope_pair_is_e(const uint32_t sec[4], uint32_t i) {
+    uint32_t sum = sec[0] + sec[1] + sec[2] + sec[3], s = i % sum;
+    if (s % 3 == 1 && s < 3 * sec[1]) return false;
+    if (s % 3 == 2 && s < 3 * sec[2]) return false;
+    if (s % 3 == 0 && s < 3 * sec[0]) return false;
+    return true;
+}
+
 static void rope(const orc_engine *e, float *x, uint32_t pos) {
     const arch_hparams *hp = &e->hp;
     uint32_t half = hp->n_rot / 2;
     float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
     float freq_scale =
         hp->rope_scaling == ROPE_SCALING_LINEAR && hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor : 1.0f;
+    bool imrope = hp->arch == ARCH_QWEN35;
     float theta = (float)pos;
     for (uint32_t i = 0; i < half; i++, theta *= theta_scale) {
         float th = freq_scale * (e->rope_freqs ? theta / e->rope_freqs[i] : theta);
+        if (imrope && imrope_pair_is_e(hp->rope_sections, i)) th = 0;
         float c = cosf(th), s = sinf(th);
         uint32_t a = hp->rope_neox ? i : 2 * i, b = hp->rope_neox ? i + half : 2 * i + 1;
         float x0 = x[a], x1 = x[b];
@@ -168,15 +175,17 @@ typedef struct attn_job {
     uint32_t layer, pos, n;
 } attn_job;
 
-/* One (token, head) pair per item: causal softmax(q k / sqrt(d)) v over the cache. */
+/* One (token, head) pair per item: causal softmax(q k / sqrt(d)) v over the cache, times
+ * sigmoid(gate) where the layer has output gates (qwen35). */
 static void attend(void *ctx, uint64_t i0, uint64_t i1, int worker) {
     const attn_job *j = ctx;
     orc_engine *e = j->e;
     const arch_hparams *hp = &e->hp;
     uint32_t dk = hp->head_dim_k, dv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
     float *scores = e->scores + (size_t)worker * e->base.n_ctx; /* a context's worth per worker */
-    const float *kc = e->k_cache + (size_t)j->layer * e->base.n_ctx * e->kv_dim;
-    const float *vc = e->v_cache + (size_t)j->layer * e->base.n_ctx * e->v_dim;
+    size_t slot = e->kv_slot[j->layer];
+    const float *kc = e->k_cache + slot * e->base.n_ctx * e->kv_dim;
+    const float *vc = e->v_cache + slot * e->base.n_ctx * e->v_dim;
     float scale = 1.0f / sqrtf((float)dk);
     for (uint64_t item = i0; item < i1; item++) {
         uint32_t t = (uint32_t)(item / hp->n_head), h = (uint32_t)(item % hp->n_head), kvh = h / group;
@@ -199,54 +208,77 @@ static void attend(void *ctx, uint64_t i0, uint64_t i1, int worker) {
             float wgt = scores[p] / sum;
             for (uint32_t d = 0; d < dv; d++) out[d] += wgt * v[d];
         }
+        if (hp->arch == ARCH_QWEN35) {
+            const float *g = e->gate + (size_t)t * e->o_dim + (size_t)h * dv;
+            for (uint32_t d = 0; d < dv; d++) out[d] *= 1.0f / (1.0f + expf(-g[d]));
+        }
     }
 }
 
-static void layer_forward(orc_engine *e, uint32_t l, uint32_t pos, uint32_t n) {
+/* The attention mixer: e->h (normed) to e->o. */
+static void attention(orc_engine *e, uint32_t l, uint32_t pos, uint32_t n) {
     const arch_hparams *hp = &e->hp;
     const orc_layer *L = &e->layers[l];
-    uint32_t d = hp->n_embd, dk = hp->head_dim_k;
-
-    for (uint32_t t = 0; t < n; t++) rmsnorm(e->h + (size_t)t * d, e->x + (size_t)t * d, L->attn_norm, d, hp->rms_eps);
-    round16(e, e->h, (uint64_t)n * d);
-    matmul(e, &L->wq, L->bq, e->h, e->q, n);
-    matmul(e, &L->wk, L->bk, e->h, e->k, n);
-    matmul(e, &L->wv, L->bv, e->h, e->v, n);
+    uint32_t dk = hp->head_dim_k;
+    if (hp->arch == ARCH_QWEN35) { /* per head [query | gate] */
+        orc_matmul(e, &L->wq, NULL, e->h, e->qg, n);
+        for (uint32_t t = 0; t < n; t++)
+            for (uint32_t h = 0; h < hp->n_head; h++) {
+                const float *src = e->qg + (size_t)t * 2 * e->q_dim + (size_t)h * 2 * dk;
+                memcpy(e->q + (size_t)t * e->q_dim + (size_t)h * dk, src, dk * sizeof(float));
+                memcpy(e->gate + (size_t)t * e->o_dim + (size_t)h * dk, src + dk, dk * sizeof(float));
+            }
+    } else {
+        orc_matmul(e, &L->wq, L->bq, e->h, e->q, n);
+    }
+    orc_matmul(e, &L->wk, L->bk, e->h, e->k, n);
+    orc_matmul(e, &L->wv, L->bv, e->h, e->v, n);
     for (uint32_t t = 0; t < n; t++) {
         float *q = e->q + (size_t)t * e->q_dim, *k = e->k + (size_t)t * e->kv_dim;
         if (L->q_norm) {
-            for (uint32_t h = 0; h < hp->n_head; h++) rmsnorm(q + h * dk, q + h * dk, L->q_norm, dk, hp->rms_eps);
-            for (uint32_t h = 0; h < hp->n_head_kv; h++) rmsnorm(k + h * dk, k + h * dk, L->k_norm, dk, hp->rms_eps);
-            round16(e, q, e->q_dim);
-            round16(e, k, e->kv_dim);
+            for (uint32_t h = 0; h < hp->n_head; h++) orc_rmsnorm(q + h * dk, q + h * dk, L->q_norm, dk, hp->rms_eps);
+            for (uint32_t h = 0; h < hp->n_head_kv; h++) orc_rmsnorm(k + h * dk, k + h * dk, L->k_norm, dk, hp->rms_eps);
+            orc_round16(e, q, e->q_dim);
+            orc_round16(e, k, e->kv_dim);
         }
         for (uint32_t h = 0; h < hp->n_head; h++) rope(e, q + h * dk, pos + t);
         for (uint32_t h = 0; h < hp->n_head_kv; h++) rope(e, k + h * dk, pos + t);
-        round16(e, q, e->q_dim);
-        round16(e, k, e->kv_dim);
-        size_t slot = (size_t)l * e->base.n_ctx + pos + t;
+        orc_round16(e, q, e->q_dim);
+        orc_round16(e, k, e->kv_dim);
+        size_t slot = (size_t)e->kv_slot[l] * e->base.n_ctx + pos + t;
         memcpy(e->k_cache + slot * e->kv_dim, k, e->kv_dim * sizeof *k);
         memcpy(e->v_cache + slot * e->v_dim, e->v + (size_t)t * e->v_dim, e->v_dim * sizeof(float));
     }
     attn_job aj = {e, l, pos, n};
     orc_pool_run(e->pool, attend, &aj, (uint64_t)n * hp->n_head);
-    round16(e, e->att, (uint64_t)n * e->o_dim);
-    matmul(e, &L->wo, NULL, e->att, e->o, n);
-    for (uint64_t i = 0; i < (uint64_t)n * d; i++) e->x[i] += e->o[i];
-    round16(e, e->x, (uint64_t)n * d);
+    orc_round16(e, e->att, (uint64_t)n * e->o_dim);
+    orc_matmul(e, &L->wo, NULL, e->att, e->o, n);
+}
 
-    for (uint32_t t = 0; t < n; t++) rmsnorm(e->h + (size_t)t * d, e->x + (size_t)t * d, L->ffn_norm, d, hp->rms_eps);
-    round16(e, e->h, (uint64_t)n * d);
-    matmul(e, &L->w_gate, NULL, e->h, e->g, n);
-    matmul(e, &L->w_up, NULL, e->h, e->u, n);
+static void layer_forward(orc_engine *e, uint32_t l, uint32_t pos, uint32_t n) {
+    const arch_hparams *hp = &e->hp;
+    const orc_layer *L = &e->layers[l];
+    uint32_t d = hp->n_embd;
+
+    for (uint32_t t = 0; t < n; t++) orc_rmsnorm(e->h + (size_t)t * d, e->x + (size_t)t * d, L->attn_norm, d, hp->rms_eps);
+    orc_round16(e, e->h, (uint64_t)n * d);
+    if (hp->recurrent[l]) orc_deltanet(e, l, n);
+    else attention(e, l, pos, n);
+    for (uint64_t i = 0; i < (uint64_t)n * d; i++) e->x[i] += e->o[i];
+    orc_round16(e, e->x, (uint64_t)n * d);
+
+    for (uint32_t t = 0; t < n; t++) orc_rmsnorm(e->h + (size_t)t * d, e->x + (size_t)t * d, L->ffn_norm, d, hp->rms_eps);
+    orc_round16(e, e->h, (uint64_t)n * d);
+    orc_matmul(e, &L->w_gate, NULL, e->h, e->g, n);
+    orc_matmul(e, &L->w_up, NULL, e->h, e->u, n);
     for (uint64_t i = 0; i < (uint64_t)n * hp->n_ff; i++) {
         float g = e->g[i];
         e->g[i] = g / (1.0f + expf(-g)) * e->u[i]; /* SwiGLU */
     }
-    round16(e, e->g, (uint64_t)n * hp->n_ff);
-    matmul(e, &L->w_down, NULL, e->g, e->o, n);
+    orc_round16(e, e->g, (uint64_t)n * hp->n_ff);
+    orc_matmul(e, &L->w_down, NULL, e->g, e->o, n);
     for (uint64_t i = 0; i < (uint64_t)n * d; i++) e->x[i] += e->o[i];
-    round16(e, e->x, (uint64_t)n * d);
+    orc_round16(e, e->x, (uint64_t)n * d);
 }
 
 /* ---- the engine interface ------------------------------------------------------------ */
@@ -254,16 +286,47 @@ static void layer_forward(orc_engine *e, uint32_t l, uint32_t pos, uint32_t n) {
 static int grow(orc_engine *e, uint32_t n) {
     if (n <= e->cap) return 0;
     const arch_hparams *hp = &e->hp;
+    bool gated = hp->arch == ARCH_QWEN35, dn = hp->n_recurrent > 0;
     struct { float **p; size_t per; } bufs[] = {
         {&e->x, hp->n_embd}, {&e->h, hp->n_embd}, {&e->q, e->q_dim}, {&e->k, e->kv_dim}, {&e->v, e->v_dim},
-        {&e->att, e->o_dim}, {&e->o, hp->n_embd}, {&e->g, hp->n_ff}, {&e->u, hp->n_ff}};
+        {&e->att, e->o_dim}, {&e->o, hp->n_embd}, {&e->g, hp->n_ff}, {&e->u, hp->n_ff},
+        {&e->qg, gated ? 2 * e->q_dim : 0}, {&e->gate, gated ? e->o_dim : 0},
+        {&e->dn_qkv, dn ? e->conv_dim : 0}, {&e->dn_x, dn ? e->conv_dim : 0}, {&e->dn_z, dn ? e->ssm_vdim : 0},
+        {&e->dn_b, dn ? hp->ssm_v_heads : 0}, {&e->dn_a, dn ? hp->ssm_v_heads : 0}, {&e->dn_o, dn ? e->ssm_vdim : 0}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (!bufs[i].per) continue;
         float *p = realloc(*bufs[i].p, (size_t)n * bufs[i].per * sizeof(float));
         if (!p) return -1;
         *bufs[i].p = p;
     }
     e->cap = n;
     return 0;
+}
+
+/* Embeds tokens[0, n) and runs every layer at positions pos.. (no logits). */
+static void trunk(orc_engine *e, const int32_t *tokens, uint32_t n, uint32_t pos) {
+    const arch_hparams *hp = &e->hp;
+    for (uint32_t t = 0; t < n; t++) orc_weight_row(&e->tok_embd, (uint64_t)tokens[t], e->x + (size_t)t * hp->n_embd);
+    orc_round16(e, e->x, (uint64_t)n * hp->n_embd);
+    for (uint32_t l = 0; l < hp->n_layer; l++) layer_forward(e, l, pos, n);
+    e->rs_pos = pos + n;
+}
+
+/* The recurrent state cannot step back: to evaluate at pos < rs_pos, restore the latest
+ * snapshot at or before pos (the state at the start of each of the last few evals and
+ * before the last token of each; ORC_SNAPSHOTS in all), else zero the state, and re-evaluate the remembered tokens from there to pos in
+ * blocks (the KV entries they rewrite come out identical, as every step is the same per
+ * token however the tokens are grouped). Re-evaluating the last token or going back into
+ * the last few evals is cheap; anything older costs a prefill of pos tokens. */
+#define REPLAY_BLOCK 256u
+static void rewind_state(orc_engine *e, uint32_t pos) {
+    uint32_t from = orc_snapshot_restore(e, pos);
+    e->rs_pos = from;
+    for (uint32_t p = from; p < pos; p += REPLAY_BLOCK) {
+        uint32_t n = pos - p < REPLAY_BLOCK ? pos - p : REPLAY_BLOCK;
+        trunk(e, e->hist + p, n, p);
+    }
+    e->replayed += pos - from;
 }
 
 static int orc_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
@@ -281,20 +344,42 @@ static int orc_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t po
         if (tokens[t] < 0 || (uint32_t)tokens[t] >= hp->n_vocab)
             return kiln_fail(err, KILN_ERR_INVALID, "token id %d is outside the vocabulary of %u", tokens[t],
                              hp->n_vocab),
-                   -1;
-    if (grow(e, n)) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory for %u tokens", n), -1;
+               -1;
+    if (hp->n_recurrent && pos > e->rs_pos)
+        return kiln_fail(err, KILN_ERR_INVALID, "position %u is past the %u positions of the recurrent state", pos,
+                         e->rs_pos),
+               -1;
+    uint32_t need = n;
+    if (hp->n_recurrent && pos != e->rs_pos && need < (pos < REPLAY_BLOCK ? pos : REPLAY_BLOCK))
+        need = pos < REPLAY_BLOCK ? pos : REPLAY_BLOCK;
+    if (grow(e, need)) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory for %u tokens", need), -1;
 
-    for (uint32_t t = 0; t < n; t++) orc_weight_row(&e->tok_embd, (uint64_t)tokens[t], e->x + (size_t)t * hp->n_embd);
-    round16(e, e->x, (uint64_t)n * hp->n_embd);
     base->n_past = pos; /* entries past pos are overwritten or dropped */
-    for (uint32_t l = 0; l < hp->n_layer; l++) layer_forward(e, l, pos, n);
+    /* with a recurrent state: snapshots at pos and, when only the last token's logits are
+     * wanted, before that last token (the tokens then go in two groups, which changes
+     * nothing), so re-evaluating the last token replays nothing */
+    bool split = hp->n_recurrent && n > 1 && !all;
+    if (hp->n_recurrent) {
+        orc_snapshot_drop_after(e, pos);                /* their tokens change now */
+        if (pos != e->rs_pos) rewind_state(e, pos);     /* pos <= n_past <= rs_pos */
+        if (pos) orc_snapshot_take(e);
+    }
+    if (split) {
+        trunk(e, tokens, n - 1, pos);
+        orc_snapshot_take(e);
+        trunk(e, tokens + n - 1, 1, pos + n - 1);
+    } else {
+        trunk(e, tokens, n, pos);
+    }
+    if (e->hist) memcpy(e->hist + pos, tokens, n * sizeof *tokens);
     base->n_past = pos + n;
 
     uint32_t first = all ? 0 : n - 1, m = n - first;
+    const float *x = split ? e->x : e->x + (size_t)first * hp->n_embd; /* the rows of the logits */
     for (uint32_t t = 0; t < m; t++)
-        rmsnorm(e->h + (size_t)t * hp->n_embd, e->x + (size_t)(first + t) * hp->n_embd, e->output_norm, hp->n_embd,
-                hp->rms_eps);
-    round16(e, e->h, (uint64_t)m * hp->n_embd);
+        orc_rmsnorm(e->h + (size_t)t * hp->n_embd, x + (size_t)t * hp->n_embd, e->output_norm, hp->n_embd,
+                    hp->rms_eps);
+    orc_round16(e, e->h, (uint64_t)m * hp->n_embd);
     matmul_job j = {&e->output, e->h, logits, m};
     orc_pool_run(e->pool, matmul_rows, &j, e->output.rows); /* logits stay f32 */
     return 0;
@@ -312,18 +397,58 @@ static void orc_destroy(engine *base) {
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) orc_weight_free(ws[i]);
         float *vs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm};
         for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) free(vs[i]);
+        orc_deltanet_free(L);
     }
     free(e->layers);
     free(e->k_cache);
     free(e->v_cache);
     free(e->scores);
-    float *bufs[] = {e->x, e->h, e->q, e->k, e->v, e->att, e->o, e->g, e->u};
+    free(e->kv_slot);
+    free(e->rs_slot);
+    free(e->conv_state);
+    free(e->ssm_S);
+    free(e->hist);
+    orc_snapshot_free(e);
+    float *bufs[] = {e->x,  e->h,    e->q,      e->k,    e->v,    e->att,  e->o,  e->g, e->u,
+                     e->qg, e->gate, e->dn_qkv, e->dn_x, e->dn_z, e->dn_b, e->dn_a, e->dn_o};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     orc_pool_destroy(e->pool);
     free(e);
 }
 
 static const engine_ops orc_ops = {orc_eval, orc_destroy, NULL};
+
+uint64_t orc_replayed_positions(const engine *base) {
+    return base->ops == &orc_ops ? ((const orc_engine *)base)->replayed : 0;
+}
+
+/* The per-layer slots in the KV cache and the recurrent states, and their memory. */
+static int alloc_state(orc_engine *e) {
+    const arch_hparams *hp = &e->hp;
+    e->kv_slot = calloc(hp->n_layer, sizeof *e->kv_slot);
+    e->rs_slot = calloc(hp->n_layer, sizeof *e->rs_slot);
+    if (!e->kv_slot || !e->rs_slot) return -1;
+    uint32_t n_rec = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        e->kv_slot[l] = e->rs_slot[l] = UINT32_MAX;
+        if (hp->recurrent[l]) e->rs_slot[l] = n_rec++;
+        else e->kv_slot[l] = e->n_attn++;
+    }
+    size_t cache = (size_t)e->n_attn * e->base.n_ctx;
+    e->k_cache = malloc((cache ? cache * e->kv_dim : 1) * sizeof(float));
+    e->v_cache = malloc((cache ? cache * e->v_dim : 1) * sizeof(float));
+    if (!e->k_cache || !e->v_cache) return -1;
+    if (!n_rec) return 0;
+    e->conv_dim = 2 * hp->ssm_k_heads * hp->ssm_state + hp->ssm_inner;
+    e->ssm_vdim = hp->ssm_inner;
+    size_t conv = (size_t)n_rec * (hp->ssm_conv_kernel - 1) * e->conv_dim;
+    e->conv_state = malloc((conv ? conv : 1) * sizeof(float));
+    e->ssm_S = malloc((size_t)n_rec * hp->ssm_v_heads * hp->ssm_state * hp->ssm_state * sizeof(float));
+    e->hist = malloc((size_t)e->base.n_ctx * sizeof *e->hist);
+    if (!e->conv_state || !e->ssm_S || !e->hist) return -1;
+    orc_deltanet_reset(e);
+    return 0;
+}
 
 engine *orc_create(const model *m, const orc_options *o, kiln_err *err) {
     if (o->dtype && o->dtype != GGUF_T_BF16 && o->dtype != GGUF_T_F16) {
@@ -354,13 +479,10 @@ engine *orc_create(const model *m, const orc_options *o, kiln_err *err) {
     if (e->mode == ORC_F32) snprintf(e->name, sizeof e->name, "cpu (oracle, f32)");
     else snprintf(e->name, sizeof e->name, "cpu (oracle, contract %s)", e->dtype == GGUF_T_BF16 ? "bf16" : "f16");
     e->base.name = e->name;
-    size_t cache = (size_t)hp->n_layer * e->base.n_ctx;
     e->layers = calloc(hp->n_layer, sizeof *e->layers);
-    e->k_cache = malloc(cache * e->kv_dim * sizeof(float));
-    e->v_cache = malloc(cache * e->v_dim * sizeof(float));
     e->pool = orc_pool_create(o->threads);
     if (e->pool) e->scores = malloc((size_t)orc_pool_threads(e->pool) * e->base.n_ctx * sizeof *e->scores);
-    if (!e->layers || !e->k_cache || !e->v_cache || !e->pool || !e->scores) {
+    if (!e->layers || !e->pool || !e->scores || alloc_state(e)) {
         kiln_fail(err, KILN_ERR_NOMEM, "out of memory for a KV cache of %u positions", e->base.n_ctx);
         orc_destroy(&e->base);
         return NULL;

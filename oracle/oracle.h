@@ -29,4 +29,9 @@ engine *orc_create(const model *m, const orc_options *o, kiln_err *err);
 
 const char *orc_mode_name(orc_mode m);
 
+/* Positions an oracle has re-evaluated to rewind a recurrent (qwen35) state, since it
+ * was made: an eval before the state's end replays from the latest snapshot at or before
+ * it, else from position 0 (forward.c). 0 for other engines. */
+uint64_t orc_replayed_positions(const engine *e);
+
 #endif

@@ -109,6 +109,10 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
 
 int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, plan_shape *s, kiln_err *err) {
     const arch_hparams *hp = &m->hp;
+    if (hp->arch == ARCH_QWEN35)
+        return kiln_fail(err, KILN_ERR_UNSUPPORTED,
+                         "architecture 'qwen35' (Gated DeltaNet hybrid) has no GPU kernels yet: run it on the CPU "
+                         "oracle (--device cpu)");
     if (hp->rope_scaling == ROPE_SCALING_YARN)
         return kiln_fail(err, KILN_ERR_UNSUPPORTED, "YaRN rope scaling is not supported (the oracle lacks it too)");
     if (hp->head_dim_k != hp->head_dim_v)
