@@ -254,4 +254,28 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
  * built for a qwen3-0.6b-shaped model in bf16. As snprintf: returns the length needed. */
 size_t kn_describe(const rt_caps *c, char *buf, size_t cap);
 
+/* Qwen3.5's Gated DeltaNet (kernels/deltanet.c), token by token over a block of up to
+ * n_max tokens (info = {pos0, n}), in the oracle's arithmetic (oracle/deltanet.c).
+ *
+ * kn_ssm_conv: the causal depthwise convolution of `taps` (2..8) over rows of `channels`:
+ * x[t][c] = round(silu(sum_i in_i w[c][i])) where in_0 .. in_{taps-2} are the inputs before
+ * token t (the state's rows, oldest first, then the block's) and in_{taps-1} = qkv[t][c];
+ * state ((taps-1) x channels, f32) then holds the latest taps-1 inputs. w: channels x taps
+ * f32. Params: qkv (dtype), w, state, x (dtype), info. Grid: groups[0] workgroups. */
+ir_kernel *kn_ssm_conv(const rt_caps *c, uint32_t channels, uint32_t taps, uint32_t n_max, ir_scalar dtype,
+                       uint32_t groups[2], kiln_err *err);
+
+/* kn_deltanet: the gated delta rule and the gated output norm. x: the convolution's
+ * output, rows of 2 k_heads state + v_heads state (q heads, k heads, v heads); a, b: the
+ * alpha and beta projections (rows of v_heads); z: the output gate (rows of v_heads
+ * state); dt_bias, ssm_a: v_heads f32; norm: state (dtype); S: v_heads x state x state
+ * f32, head j's S[i][c] at (j state + i) state + c (i a k dim, c a v dim), read and
+ * written; y: rows of v_heads state (dtype). Value head j takes k head j % k_heads.
+ * Grid: one workgroup a value head (groups[0] = v_heads) of `state` invocations. */
+typedef struct kn_deltanet_shape {
+    uint32_t k_heads, v_heads, state, n_max;
+} kn_deltanet_shape;
+ir_kernel *kn_deltanet(const rt_caps *c, const kn_deltanet_shape *shape, ir_scalar dtype, float eps,
+                       uint32_t groups[2], kiln_err *err);
+
 #endif

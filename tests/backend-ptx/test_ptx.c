@@ -730,6 +730,10 @@ static void all_builders(unsigned cc, ir_scalar t) {
     builder(kn_add(&c, 1023, t, &gx, &err), &c, err.msg, "add odd");
     builder(kn_swiglu(&c, 3072, t, &gx, &err), &c, err.msg, "swiglu");
     builder(kn_swiglu(&c, 3071, t, &gx, &err), &c, err.msg, "swiglu odd");
+    builder(kn_ssm_conv(&c, 6144, 4, 64, t, g, &err), &c, err.msg, "ssm_conv");
+    builder(kn_ssm_conv(&c, 37, 3, 1, t, g, &err), &c, err.msg, "ssm_conv odd");
+    builder(kn_deltanet(&c, &(kn_deltanet_shape){16, 16, 128, 64}, t, 1e-6f, g, &err), &c, err.msg, "deltanet");
+    builder(kn_deltanet(&c, &(kn_deltanet_shape){2, 3, 40, 7}, t, 1e-6f, g, &err), &c, err.msg, "deltanet odd");
     builder(kn_rope(&c, 16, 128, 128, true, 1e6f, t, &gx, &err), &c, err.msg, "rope neox");
     builder(kn_rope(&c, 8, 64, 32, false, 1e4f, t, &gx, &err), &c, err.msg, "rope partial");
     builder(kn_argmax(&c, 151936, &err), &c, err.msg, "argmax");

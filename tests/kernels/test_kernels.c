@@ -720,6 +720,10 @@ Test(kernels, variants_build_for_min_and_h200_caps) {
             tu_emit_ok(kn_rope(c, 28, 128, 128, true, 1e6f, t, &gx, &err), c, err.msg, "rope");
             tu_emit_ok(kn_argmax(c, 151936, &err), c, err.msg, "argmax");
             tu_emit_ok(kn_embed(c, 151936, 3584, t, &gx, &err), c, err.msg, "embed");
+            uint32_t g2[2];
+            tu_emit_ok(kn_ssm_conv(c, 6144, 4, 512, t, g2, &err), c, err.msg, "ssm_conv"); /* qwen3.5-0.8b's */
+            tu_emit_ok(kn_deltanet(c, &(kn_deltanet_shape){16, 16, 128, 512}, t, 1e-6f, g2, &err), c, err.msg,
+                       "deltanet");
         }
     /* the two matvec shapes of work: a few rows per workgroup with subgroups, one without */
     uint32_t g1 = 0, g2 = 0;

@@ -1,0 +1,196 @@
+/* Qwen3.5's Gated DeltaNet on the device: the causal depthwise convolution with its
+ * rolling state (kn_ssm_conv) and the gated delta rule with its gated output norm
+ * (kn_deltanet), token by token, in the oracle's arithmetic (oracle/deltanet.c).
+ *
+ * kn_ssm_conv: an invocation a channel c walks the block's tokens in order, holding the
+ * window of its last K-1 inputs in registers: s = 0 + in_0 w_0 + ... + in_{K-1} w_{K-1}
+ * (tap K-1 is the current token), x = silu(s) = s / (1 + exp(-s)) rounded to dtype; at
+ * the end the window (the K-1 latest inputs, which are the 16-bit projections, exact in
+ * f32) goes back to the state.
+ *
+ * kn_deltanet: a workgroup a value head j (k head j % k_heads, ggml's tiled broadcast), an
+ * invocation a value dim c, which holds column c of the head's state S (dk values,
+ * S[i][c] at (j dk + i) dv + c, so the loads and stores are coalesced) in registers for
+ * the whole block. Per token: the q and k of head j % k_heads staged in workgroup memory;
+ * each invocation sums their squares in order (the oracle's l2 norms bit for bit),
+ * divides by max(|.|, eps); g = softplus(a + dt_bias) ssm_a, decay = exp(g),
+ * beta = sigmoid(b); S[.][c] = decay S[.][c]; d = beta (v_c - S[.][c] . k);
+ * S[.][c] += k d; o_c = (S[.][c] . q) / sqrt(dk); then o through workgroup memory for the
+ * head's RMSNorm (each invocation sums the squares in order), times ssm_norm and
+ * silu(z), rounded once. exp and division to the oracle's precision (kn_exp, kn_fdiv);
+ * softplus's log is the device's (IR log), so the decay may differ from the oracle's by
+ * a few ulps.
+ *
+ * Both walk the tokens one after another: a prefill block costs n sequential steps per
+ * head (the chunked form is issue 15's next step). Tokens past n = info[1] are neither
+ * read into the state nor written. */
+#include "base/error.h"
+#include "kernels/kn_common.h"
+
+#include <math.h>
+
+#define CONV_MAX_K 8       /* taps of the convolution at most */
+#define DELTANET_MAX_DK 128 /* state columns an invocation holds at most */
+
+static ir_val silu(kx k, ir_val s) { return kn_fdiv(k, s, kx_add_f(k, kn_exp(k, kx_neg(k, s)), 1.0f)); }
+
+ir_kernel *kn_ssm_conv(const rt_caps *c, uint32_t channels, uint32_t taps, uint32_t n_max, ir_scalar dtype,
+                       uint32_t groups[2], kiln_err *err) {
+    if (kn_check_dtype(c, dtype, err)) return NULL;
+    if (!channels || taps < 2 || taps > CONV_MAX_K || !n_max || (uint64_t)n_max * channels > UINT32_MAX) {
+        kiln_fail(err, KILN_ERR_INVALID, "kn_ssm_conv: bad shape (%u channels, %u taps (2..%d), %u tokens)", channels,
+                  taps, CONV_MAX_K, n_max);
+        return NULL;
+    }
+    kx k = {kn_create("kn_ssm_conv", err), c};
+    if (!k.ir) return NULL;
+    uint32_t C = channels, K = taps, wg = kn_workgroup(c, 256);
+    ir_buf qkv = kx_buffer(k, "qkv", dtype, IR_READ, (uint64_t)n_max * C);
+    ir_buf w = kx_buffer(k, "w", IR_F32, IR_READ, (uint64_t)C * K);
+    ir_buf state = kx_buffer(k, "state", IR_F32, IR_READ | IR_WRITE, (uint64_t)(K - 1) * C);
+    ir_buf x = kx_buffer(k, "x", dtype, IR_WRITE, (uint64_t)n_max * C);
+    ir_buf info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    kx_workgroup(k, wg);
+    ir_val ch = kx_global(k);
+    ir_if *in = kx_if(k, kx_lt_c(k, ch, C));
+    ir_val n = kx_min(k, kx_load_c(k, info, 1), kx_u32(k, n_max));
+    ir_val wt[CONV_MAX_K], win[CONV_MAX_K], next[CONV_MAX_K];
+    for (uint32_t i = 0; i < K; i++) wt[i] = kx_load(k, w, kx_add_c(k, kx_mul_c(k, ch, K), i), 1);
+    for (uint32_t r = 0; r + 1 < K; r++) win[r] = kx_load(k, state, kx_add_c(k, ch, r * C), 1);
+    ir_for *l = ir_for_begin(k.ir, kx_u32(k, 0), n, kx_u32(k, 1), K - 1, win);
+    ir_val t = ir_for_iv(l), at = kx_idx(k, t, C, ch);
+    for (uint32_t r = 0; r + 1 < K; r++) next[r] = ir_for_arg(l, r);
+    ir_val cur = kx_as(k, kx_load(k, qkv, at, 1), IR_F32), s = kx_f32(k, 0.0f);
+    for (uint32_t i = 0; i < K; i++) s = kx_add(k, s, kx_mul(k, i + 1 < K ? next[i] : cur, wt[i]));
+    kx_store(k, x, at, kx_as(k, silu(k, s), dtype));
+    for (uint32_t r = 0; r + 1 < K; r++) next[r] = r + 2 < K ? next[r + 1] : cur;
+    ir_for_end(k.ir, l, next);
+    for (uint32_t r = 0; r + 1 < K; r++) kx_store(k, state, kx_add_c(k, ch, r * C), ir_for_result(l, r));
+    kx_end_if(k, in);
+    if (groups) groups[0] = (C + wg - 1) / wg, groups[1] = 1;
+    return kn_finish(k.ir, err);
+}
+
+typedef struct dn {
+    kx k;
+    kn_deltanet_shape s;
+    uint32_t C, vdim;
+    ir_scalar dtype;
+    float eps;
+    ir_buf x, a, b, z, dt_bias, ssm_a, norm, S, y;
+    ir_shm qk, o;
+    ir_val j, c, kh;
+} dn;
+
+/* sum over i < n of f(shm[base + i])^2, in order from 0 */
+static ir_val shm_sumsq(const dn *q, ir_shm m, uint32_t base, uint32_t n) {
+    kx k = q->k;
+    ir_val s = kx_f32(k, 0.0f);
+    for (uint32_t i = 0; i < n; i++) {
+        ir_val v = kx_shm_load(k, m, kx_u32(k, base + i), 1);
+        s = kx_add(k, s, kx_mul(k, v, v));
+    }
+    return s;
+}
+
+/* 1 / max(sqrt(ss), eps): the oracle's l2-norm divisor */
+static ir_val l2_inv(const dn *q, ir_val ss) {
+    kx k = q->k;
+    return kn_fdiv(k, kx_f32(k, 1.0f), kx_max(k, kn_fsqrt(k, ss), kx_f32(k, q->eps)));
+}
+
+/* One token t of the head: S (dk values of column c) updated in place, y stored. */
+static void token_step(const dn *q, ir_val t, ir_val *S) {
+    kx k = q->k;
+    uint32_t dk = q->s.state, dv = q->s.state, nk = q->s.k_heads, nv = q->s.v_heads;
+    ir_val row = kx_mul_c(k, t, q->C);
+    kx_barrier(k); /* the previous token's reads of qk and o are done */
+    for (uint32_t base = 0; base < dk; base += dv) { /* q then k of head kh, as f32 */
+        ir_val i = kx_add_c(k, q->c, base);
+        ir_if *f = base + dv > dk ? kx_if(k, kx_lt_c(k, i, dk)) : NULL;
+        ir_val qi = kx_add(k, row, kx_add(k, kx_mul_c(k, q->kh, dk), i));
+        ir_val ki = kx_add(k, row, kx_add(k, kx_mul_c(k, kx_add_c(k, q->kh, nk), dk), i));
+        kx_shm_store(k, q->qk, i, kx_as(k, kx_load(k, q->x, qi, 1), IR_F32));
+        kx_shm_store(k, q->qk, kx_add_c(k, i, dk), kx_as(k, kx_load(k, q->x, ki, 1), IR_F32));
+        if (f) kx_end_if(k, f);
+    }
+    kx_barrier(k);
+    ir_val inv_q = l2_inv(q, shm_sumsq(q, q->qk, 0, dk)), inv_k = l2_inv(q, shm_sumsq(q, q->qk, dk, dk));
+    ir_val at = kx_add(k, kx_mul_c(k, t, nv), q->j);
+    ir_val sp = kx_add(k, kx_as(k, kx_load(k, q->a, at, 1), IR_F32), kx_load(k, q->dt_bias, q->j, 1));
+    ir_val soft = ir_un(k.ir, IR_OP_LOG, kx_add_f(k, kn_exp(k, sp), 1.0f));
+    sp = kx_select(k, kx_gt_f(k, sp, 20.0f), sp, soft); /* softplus, as ggml */
+    ir_val decay = kn_exp(k, kx_mul(k, sp, kx_load(k, q->ssm_a, q->j, 1)));
+    ir_val bt = kx_as(k, kx_load(k, q->b, at, 1), IR_F32);
+    ir_val beta = kn_fdiv(k, kx_f32(k, 1.0f), kx_add_f(k, kn_exp(k, kx_neg(k, bt)), 1.0f));
+    ir_val v_at = kx_add(k, row, kx_add(k, kx_mul_c(k, q->j, dv), q->c));
+    ir_val v = kx_as(k, kx_load(k, q->x, kx_add_c(k, v_at, 2 * nk * dk), 1), IR_F32);
+    ir_val kn[DELTANET_MAX_DK], sk = kx_f32(k, 0.0f);
+    for (uint32_t i = 0; i < dk; i++) {
+        S[i] = kx_mul(k, S[i], decay);
+        kn[i] = kx_mul(k, kx_shm_load(k, q->qk, kx_u32(k, dk + i), 1), inv_k);
+        sk = kx_add(k, sk, kx_mul(k, S[i], kn[i]));
+    }
+    ir_val d = kx_mul(k, kx_sub(k, v, sk), beta), oq = kx_f32(k, 0.0f);
+    for (uint32_t i = 0; i < dk; i++) {
+        S[i] = kx_add(k, S[i], kx_mul(k, kn[i], d));
+        ir_val qn = kx_mul(k, kx_shm_load(k, q->qk, kx_u32(k, i), 1), inv_q);
+        oq = kx_add(k, oq, kx_mul(k, S[i], qn));
+    }
+    ir_val o = kx_mul_f(k, oq, 1.0f / sqrtf((float)dk));
+    kx_shm_store(k, q->o, q->c, o);
+    kx_barrier(k);
+    ir_val scale = kn_rms_of_sum(k, shm_sumsq(q, q->o, 0, dv), dv, q->eps);
+    ir_val yv = kx_mul(k, kx_mul(k, o, scale), kx_as(k, kx_load(k, q->norm, q->c, 1), IR_F32));
+    ir_val zi = kx_add(k, kx_mul_c(k, t, q->vdim), kx_add(k, kx_mul_c(k, q->j, dv), q->c));
+    ir_val zc = kx_as(k, kx_load(k, q->z, zi, 1), IR_F32);
+    kx_store(k, q->y, zi, kx_as(k, kx_mul(k, yv, silu(k, zc)), q->dtype));
+}
+
+ir_kernel *kn_deltanet(const rt_caps *c, const kn_deltanet_shape *shape, ir_scalar dtype, float eps,
+                       uint32_t groups[2], kiln_err *err) {
+    if (kn_check_dtype(c, dtype, err)) return NULL;
+    kn_deltanet_shape s = shape ? *shape : (kn_deltanet_shape){0};
+    uint64_t C = 2ull * s.k_heads * s.state + (uint64_t)s.v_heads * s.state;
+    if (!s.k_heads || !s.v_heads || !s.state || s.state > DELTANET_MAX_DK || !s.n_max ||
+        (c && c->max_workgroup && s.state > c->max_workgroup) || C * s.n_max > UINT32_MAX ||
+        !(eps >= 0.0f) || !isfinite(eps)) {
+        kiln_fail(err, KILN_ERR_INVALID,
+                  "kn_deltanet: bad shape (%u k heads, %u v heads, state %u (1..%d, within the workgroup limit), "
+                  "%u tokens, eps %g)",
+                  s.k_heads, s.v_heads, s.state, DELTANET_MAX_DK, s.n_max, (double)eps);
+        return NULL;
+    }
+    dn q = {.s = s, .C = (uint32_t)C, .vdim = s.v_heads * s.state, .dtype = dtype, .eps = eps};
+    q.k = (kx){kn_create("kn_deltanet", err), c};
+    if (!q.k.ir) return NULL;
+    kx k = q.k;
+    uint32_t dk = s.state, nv = s.v_heads;
+    q.x = kx_buffer(k, "x", dtype, IR_READ, C * s.n_max);
+    q.a = kx_buffer(k, "a", dtype, IR_READ, (uint64_t)nv * s.n_max);
+    q.b = kx_buffer(k, "b", dtype, IR_READ, (uint64_t)nv * s.n_max);
+    q.z = kx_buffer(k, "z", dtype, IR_READ, (uint64_t)q.vdim * s.n_max);
+    q.dt_bias = kx_buffer(k, "dt_bias", IR_F32, IR_READ, nv);
+    q.ssm_a = kx_buffer(k, "ssm_a", IR_F32, IR_READ, nv);
+    q.norm = kx_buffer(k, "norm", dtype, IR_READ, dk);
+    q.S = kx_buffer(k, "S", IR_F32, IR_READ | IR_WRITE, (uint64_t)nv * dk * dk);
+    q.y = kx_buffer(k, "y", dtype, IR_WRITE, (uint64_t)q.vdim * s.n_max);
+    ir_buf info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    kx_workgroup(k, dk);
+    q.qk = kx_shared(k, "qk", IR_F32, 2 * dk);
+    q.o = kx_shared(k, "o", IR_F32, dk);
+    q.j = kx_group(k, 0);
+    q.c = kx_local(k);
+    q.kh = kx_rem_c(k, q.j, s.k_heads);
+    ir_val n = kx_min(k, kx_load_c(k, info, 1), kx_u32(k, s.n_max));
+    ir_val S[DELTANET_MAX_DK], col = kx_add(k, kx_mul_c(k, q.j, dk * dk), q.c);
+    for (uint32_t i = 0; i < dk; i++) S[i] = kx_load(k, q.S, kx_add_c(k, col, i * dk), 1);
+    ir_for *l = ir_for_begin(k.ir, kx_u32(k, 0), n, kx_u32(k, 1), dk, S);
+    ir_val cur[DELTANET_MAX_DK];
+    for (uint32_t i = 0; i < dk; i++) cur[i] = ir_for_arg(l, i);
+    token_step(&q, ir_for_iv(l), cur);
+    ir_for_end(k.ir, l, cur);
+    for (uint32_t i = 0; i < dk; i++) kx_store(k, q.S, kx_add_c(k, col, i * dk), ir_for_result(l, i));
+    if (groups) groups[0] = nv, groups[1] = 1;
+    return kn_finish(k.ir, err);
+}

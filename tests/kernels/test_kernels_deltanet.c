@@ -1,0 +1,256 @@
+/* Qwen3.5's Gated DeltaNet kernels (kernels/deltanet.c) on the device (lavapipe in CI, or
+ * KILN_TEST_DEVICE) against a plain C reference written as the oracle computes it
+ * (oracle/deltanet.c: libm exp/log, sums in order), at odd sizes, with outputs poisoned and
+ * guard regions past them, tokens past n left alone, and the state carried from one
+ * launch to the next.
+ *
+ * Tolerances: the convolution differs from the reference only where kn_exp's last bit
+ * does (one 16-bit ulp after rounding). The delta rule also takes softplus's log from the
+ * device (IR log: a few ulps on Vulkan), which moves the decay and, through the state,
+ * every later token a little: y within 2^-12 of its magnitude plus one 16-bit ulp, the
+ * state within 2^-14 of (1 + |S|). */
+#include "base/error.h"
+#include "ir/ir.h"
+#include "kernels/kernels.h"
+#include "tests/util/testutil_vk.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 64
+
+static void run(rt_device *d, ir_kernel *k, const uint32_t g[2], const rt_arg *args, uint32_t n) {
+    rt_kernel *ck = tu_vk_compile(d, k);
+    tu_vk_run(d, ck, g[0], g[1], args, n);
+    d->ops->release_kernel(d, ck);
+}
+
+static rt_buffer *poisoned16(rt_device *d, ir_scalar t, size_t n) {
+    uint16_t *p = malloc((n + GUARD) * 2);
+    for (size_t i = 0; i < n + GUARD; i++) p[i] = tu_nan16(t);
+    rt_buffer *b = tu_vk_upload(d, p, (n + GUARD) * 2);
+    free(p);
+    return b;
+}
+
+/* f32 values followed by a NaN guard */
+static rt_buffer *upload_f32_guarded(rt_device *d, const float *v, size_t n) {
+    float *p = malloc((n + GUARD) * 4);
+    memcpy(p, v, n * 4);
+    for (size_t i = n; i < n + GUARD; i++) p[i] = NAN;
+    rt_buffer *b = tu_vk_upload(d, p, (n + GUARD) * 4);
+    free(p);
+    return b;
+}
+
+static float *download_f32_guarded(rt_device *d, rt_buffer *b, size_t n, const char *what) {
+    float *p = malloc((n + GUARD) * 4);
+    tu_vk_download(d, b, p, (n + GUARD) * 4);
+    for (size_t i = n; i < n + GUARD; i++) cr_assert(isnan(p[i]), "%s: wrote past the end at %zu", what, i);
+    return p;
+}
+
+static float silu_ref(float s) { return s / (1.0f + expf(-s)); }
+static float round16(ir_scalar t, float v) { return tu_from16(t, tu_to16(t, v)); }
+
+/* ---- the convolution ---------------------------------------------------------------------- */
+
+static void conv_case(rt_device *d, uint32_t C, uint32_t K, uint32_t n_max, const uint32_t *ns, size_t n_ns,
+                      ir_scalar t) {
+    kiln_err err = {0};
+    uint32_t g[2];
+    ir_kernel *k = kn_ssm_conv(&d->caps, C, K, n_max, t, g, &err);
+    cr_assert_not_null(k, "%s", err.msg);
+    float *w = malloc((size_t)C * K * 4), *st = malloc((size_t)(K - 1) * C * 4);
+    for (size_t i = 0; i < (size_t)C * K; i++) w[i] = tu_urand(-1, 1);
+    for (size_t i = 0; i < (size_t)(K - 1) * C; i++) st[i] = round16(t, tu_urand(-2, 2));
+    rt_buffer *bw = tu_vk_upload(d, w, (size_t)C * K * 4), *bs = upload_f32_guarded(d, st, (size_t)(K - 1) * C);
+    uint32_t info[2] = {0, 0};
+    rt_buffer *bi = tu_vk_upload(d, info, sizeof info);
+    for (size_t c = 0; c < n_ns; c++) { /* consecutive blocks: the state carries */
+        uint32_t n = ns[c];
+        char what[96];
+        snprintf(what, sizeof what, "ssm_conv C=%u K=%u n=%u/%u %s", C, K, n, n_max, tu_dname(t));
+        float *qf;
+        uint16_t *qkv = tu_rand16(t, (size_t)n_max * C, -2, 2, &qf);
+        rt_buffer *bq = tu_vk_upload(d, qkv, (size_t)n_max * C * 2), *bx = poisoned16(d, t, (size_t)n_max * C);
+        info[1] = n;
+        tu_vk_reupload(d, bi, info, sizeof info);
+        rt_arg args[5] = {{bq, 0}, {bw, 0}, {bs, 0}, {bx, 0}, {bi, 0}};
+        run(d, k, g, args, 5);
+        uint16_t *x = malloc(((size_t)n_max * C + GUARD) * 2);
+        tu_vk_download(d, bx, x, ((size_t)n_max * C + GUARD) * 2);
+        for (uint32_t ti = 0; ti < n; ti++)
+            for (uint32_t ch = 0; ch < C; ch++) {
+                float s = 0;
+                for (uint32_t i = 0; i < K; i++) {
+                    uint32_t r = ti + i; /* row r of [state ; block] */
+                    float in = r < K - 1 ? st[(size_t)r * C + ch] : qf[(size_t)(r - (K - 1)) * C + ch];
+                    s += in * w[(size_t)ch * K + i];
+                }
+                double want = round16(t, silu_ref(s)), got = tu_from16(t, x[(size_t)ti * C + ch]);
+                cr_assert(fabs(got - want) <= tu_ulp16(t, fabs(want)), "%s: x[%u][%u] %.8g != %.8g", what, ti, ch,
+                          got, want);
+            }
+        for (size_t i = (size_t)n * C; i < (size_t)n_max * C + GUARD; i++)
+            cr_assert_eq(x[i], tu_nan16(t), "%s: wrote x at %zu past its %u tokens", what, i, n);
+        for (uint32_t r = 0; r + 1 < K; r++) /* the new state: the latest K-1 inputs */
+            for (uint32_t ch = 0; ch < C; ch++) {
+                uint32_t src = n + r;
+                float *dst = &st[(size_t)r * C + ch];
+                *dst = src < K - 1 ? st[(size_t)src * C + ch] : qf[(size_t)(src - (K - 1)) * C + ch];
+            }
+        float *got = download_f32_guarded(d, bs, (size_t)(K - 1) * C, what);
+        for (size_t i = 0; i < (size_t)(K - 1) * C; i++)
+            cr_assert_eq(got[i], st[i], "%s: state[%zu] %g != %g", what, i, got[i], st[i]);
+        free(got), free(x), free(qkv), free(qf);
+        d->ops->release(d, bq), d->ops->release(d, bx);
+    }
+    d->ops->release(d, bw), d->ops->release(d, bs), d->ops->release(d, bi);
+    free(w), free(st);
+    ir_kernel_destroy(k);
+}
+
+Test(kernels_deltanet, conv_odd_sizes_with_state, .timeout = 120) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    tu_seed(151);
+    static const uint32_t ns[] = {1, 5, 0, 9, 2};
+    conv_case(d, 37, 4, 9, ns, 5, IR_BF16);
+    conv_case(d, 300, 2, 9, ns, 5, IR_F16);
+    conv_case(d, 1, 8, 9, ns, 5, IR_BF16);
+    d->ops->destroy(d);
+}
+
+/* ---- the gated delta rule ------------------------------------------------------------------ */
+
+typedef struct dn_in {
+    kn_deltanet_shape s;
+    ir_scalar t;
+    float eps;
+    float *dt_bias, *ssm_a, *norm; /* norm: 16-bit values as f32 */
+} dn_in;
+
+/* The oracle's recurrence and gated norm for n tokens (inputs as f32 of their 16-bit
+ * values); S updated, y (rows of v_heads state) written. */
+static void deltanet_ref(const dn_in *p, const float *x, const float *a, const float *b, const float *z, uint32_t n,
+                         float *S, float *y) {
+    uint32_t nk = p->s.k_heads, nv = p->s.v_heads, dk = p->s.state, C = 2 * nk * dk + nv * dk;
+    float *qn = malloc(dk * 4), *kn = malloc(dk * 4), *o = malloc(dk * 4);
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t j = 0; j < nv; j++) {
+            const float *xr = x + (size_t)t * C;
+            uint32_t kh = j % nk;
+            float sq = 0, sk = 0;
+            for (uint32_t i = 0; i < dk; i++) sq += xr[kh * dk + i] * xr[kh * dk + i];
+            for (uint32_t i = 0; i < dk; i++) sk += xr[(nk + kh) * dk + i] * xr[(nk + kh) * dk + i];
+            float iq = 1.0f / fmaxf(sqrtf(sq), p->eps), ik = 1.0f / fmaxf(sqrtf(sk), p->eps);
+            for (uint32_t i = 0; i < dk; i++) qn[i] = xr[kh * dk + i] * iq, kn[i] = xr[(nk + kh) * dk + i] * ik;
+            float sp = a[t * nv + j] + p->dt_bias[j];
+            sp = sp > 20.0f ? sp : logf(1.0f + expf(sp));
+            float decay = expf(sp * p->ssm_a[j]), beta = 1.0f / (1.0f + expf(-b[t * nv + j]));
+            float *M = S + (size_t)j * dk * dk;
+            for (uint32_t c = 0; c < dk; c++) {
+                float dot = 0;
+                for (uint32_t i = 0; i < dk; i++) M[i * dk + c] *= decay;
+                for (uint32_t i = 0; i < dk; i++) dot += M[i * dk + c] * kn[i];
+                float dd = (xr[2 * nk * dk + j * dk + c] - dot) * beta, oq = 0;
+                for (uint32_t i = 0; i < dk; i++) M[i * dk + c] += kn[i] * dd;
+                for (uint32_t i = 0; i < dk; i++) oq += M[i * dk + c] * qn[i];
+                o[c] = oq * (1.0f / sqrtf((float)dk));
+            }
+            float ss = 0;
+            for (uint32_t c = 0; c < dk; c++) ss += o[c] * o[c];
+            float scale = 1.0f / sqrtf(ss / (float)dk + p->eps);
+            for (uint32_t c = 0; c < dk; c++) {
+                size_t at = (size_t)t * nv * dk + j * dk + c;
+                y[at] = (o[c] * scale) * p->norm[c] * silu_ref(z[at]);
+            }
+        }
+    free(qn), free(kn), free(o);
+}
+
+static void deltanet_case(rt_device *d, kn_deltanet_shape s, ir_scalar t, const uint32_t *ns, size_t n_ns) {
+    kiln_err err = {0};
+    uint32_t g[2], nk = s.k_heads, nv = s.v_heads, dk = s.state, C = 2 * nk * dk + nv * dk, V = nv * dk;
+    dn_in p = {.s = s, .t = t, .eps = 1e-6f};
+    ir_kernel *k = kn_deltanet(&d->caps, &s, t, p.eps, g, &err);
+    cr_assert_not_null(k, "%s", err.msg);
+    cr_assert_eq(g[0], nv);
+    p.dt_bias = malloc(nv * 4), p.ssm_a = malloc(nv * 4);
+    for (uint32_t j = 0; j < nv; j++) p.dt_bias[j] = tu_urand(-1, 1), p.ssm_a[j] = -expf(tu_urand(-1, 1));
+    uint16_t *norm = tu_rand16(t, dk, 0.5f, 1.5f, &p.norm);
+    size_t ns_S = (size_t)nv * dk * dk;
+    float *S = malloc(ns_S * 4);
+    for (size_t i = 0; i < ns_S; i++) S[i] = tu_urand(-0.1f, 0.1f);
+    rt_buffer *bdt = tu_vk_upload(d, p.dt_bias, nv * 4), *ba_ = tu_vk_upload(d, p.ssm_a, nv * 4);
+    rt_buffer *bn = tu_vk_upload(d, norm, dk * 2), *bS = upload_f32_guarded(d, S, ns_S);
+    uint32_t info[2] = {0, 0};
+    rt_buffer *bi = tu_vk_upload(d, info, sizeof info);
+    for (size_t ci = 0; ci < n_ns; ci++) { /* consecutive blocks: the state carries */
+        uint32_t n = ns[ci], m = s.n_max;
+        char what[128];
+        snprintf(what, sizeof what, "deltanet k=%u v=%u state=%u n=%u/%u %s", nk, nv, dk, n, m, tu_dname(t));
+        float *xf, *af, *bf, *zf;
+        uint16_t *x = tu_rand16(t, (size_t)m * C, -1, 1, &xf), *a = tu_rand16(t, (size_t)m * nv, -3, 1, &af);
+        uint16_t *b = tu_rand16(t, (size_t)m * nv, -2, 2, &bf), *z = tu_rand16(t, (size_t)m * V, -2, 2, &zf);
+        rt_buffer *bx = tu_vk_upload(d, x, (size_t)m * C * 2), *bA = tu_vk_upload(d, a, (size_t)m * nv * 2);
+        rt_buffer *bB = tu_vk_upload(d, b, (size_t)m * nv * 2), *bz = tu_vk_upload(d, z, (size_t)m * V * 2);
+        rt_buffer *by = poisoned16(d, t, (size_t)m * V);
+        info[1] = n;
+        tu_vk_reupload(d, bi, info, sizeof info);
+        rt_arg args[10] = {{bx, 0}, {bA, 0}, {bB, 0}, {bz, 0}, {bdt, 0}, {ba_, 0}, {bn, 0}, {bS, 0}, {by, 0}, {bi, 0}};
+        run(d, k, g, args, 10);
+        float *want = malloc(((size_t)m * V + 1) * 4);
+        deltanet_ref(&p, xf, af, bf, zf, n, S, want);
+        uint16_t *y = malloc(((size_t)m * V + GUARD) * 2);
+        tu_vk_download(d, by, y, ((size_t)m * V + GUARD) * 2);
+        for (size_t i = 0; i < (size_t)n * V; i++) {
+            double gv = tu_from16(t, y[i]), wv = want[i];
+            double tol = ldexp(fabs(wv), -12) + tu_ulp16(t, fmax(fabs(gv), fabs(wv)));
+            cr_assert(fabs(gv - wv) <= tol, "%s: y[%zu] %.8g != %.8g", what, i, gv, wv);
+        }
+        for (size_t i = (size_t)n * V; i < (size_t)m * V + GUARD; i++)
+            cr_assert_eq(y[i], tu_nan16(t), "%s: wrote y at %zu past its %u tokens", what, i, n);
+        float *gS = download_f32_guarded(d, bS, ns_S, what);
+        for (size_t i = 0; i < ns_S; i++)
+            cr_assert(fabs(gS[i] - S[i]) <= ldexp(1.0 + fabs(S[i]), -14), "%s: S[%zu] %.8g != %.8g", what, i, gS[i],
+                      S[i]);
+        free(gS), free(y), free(want), free(x), free(a), free(b), free(z), free(xf), free(af), free(bf), free(zf);
+        d->ops->release(d, bx), d->ops->release(d, bA), d->ops->release(d, bB), d->ops->release(d, bz);
+        d->ops->release(d, by);
+    }
+    d->ops->release(d, bdt), d->ops->release(d, ba_), d->ops->release(d, bn), d->ops->release(d, bS);
+    d->ops->release(d, bi);
+    free(p.dt_bias), free(p.ssm_a), free(p.norm), free(norm), free(S);
+    ir_kernel_destroy(k);
+}
+
+Test(kernels_deltanet, delta_rule_odd_sizes_state_carried, .timeout = 300) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    tu_seed(152);
+    static const uint32_t ns[] = {1, 7, 0, 13};
+    deltanet_case(d, (kn_deltanet_shape){1, 1, 16, 13}, IR_BF16, ns, 4);
+    deltanet_case(d, (kn_deltanet_shape){2, 6, 24, 13}, IR_F16, ns, 4);  /* v head j on k head j % 2 */
+    deltanet_case(d, (kn_deltanet_shape){2, 3, 40, 13}, IR_BF16, ns, 4); /* heads that do not divide */
+    static const uint32_t ns128[] = {3, 2};
+    deltanet_case(d, (kn_deltanet_shape){2, 4, 128, 4}, IR_BF16, ns128, 2); /* Qwen3.5's state */
+    d->ops->destroy(d);
+}
+
+Test(kernels_deltanet, bad_shapes_are_refused) {
+    rt_caps c;
+    tu_caps_h200(&c);
+    kiln_err err = {0};
+    cr_assert_null(kn_ssm_conv(&c, 16, 1, 8, IR_BF16, NULL, &err));
+    cr_assert(strstr(err.msg, "kn_ssm_conv"), "%s", err.msg);
+    cr_assert_null(kn_ssm_conv(&c, 0, 4, 8, IR_BF16, NULL, &err));
+    cr_assert_null(kn_ssm_conv(&c, 16, 9, 8, IR_BF16, NULL, &err));
+    cr_assert_null(kn_deltanet(&c, &(kn_deltanet_shape){2, 4, 256, 8}, IR_BF16, 1e-6f, NULL, &err));
+    cr_assert(strstr(err.msg, "kn_deltanet"), "%s", err.msg);
+    cr_assert_null(kn_deltanet(&c, &(kn_deltanet_shape){0, 4, 64, 8}, IR_BF16, 1e-6f, NULL, &err));
+    cr_assert_null(kn_deltanet(&c, NULL, IR_BF16, 1e-6f, NULL, &err));
+    cr_assert_null(kn_deltanet(&c, &(kn_deltanet_shape){1, 1, 64, 8}, IR_BF16, NAN, NULL, &err));
+}
