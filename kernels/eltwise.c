@@ -1,4 +1,4 @@
-/* Element-wise kernels: the residual add and SwiGLU. Each invocation takes one vector
+/* Element-wise kernels: the residual add, SwiGLU and the output gate. Each invocation takes one vector
  * (the widest that divides n) per step of a grid-stride loop, computes in f32 and rounds
  * once on store. */
 #include "base/error.h"
@@ -7,7 +7,7 @@
 /* Vulkan guarantees only 65535 workgroups in x: more work loops instead. */
 #define KN_MAX_GROUPS 65535u
 
-typedef enum { OP_ADD, OP_SWIGLU } eltwise_op;
+typedef enum { OP_ADD, OP_SWIGLU, OP_GATE } eltwise_op;
 
 static ir_kernel *build(const rt_caps *c, const char *name, eltwise_op op, uint32_t n, ir_scalar dtype,
                         uint32_t *groups_x, kiln_err *err) {
@@ -18,7 +18,7 @@ static ir_kernel *build(const rt_caps *c, const char *name, eltwise_op op, uint3
     }
     kx k = {kn_create(name, err), c};
     if (!k.ir) return NULL;
-    const char *an = op == OP_ADD ? "a" : "g", *bn = op == OP_ADD ? "b" : "u";
+    const char *an = op == OP_ADD ? "a" : op == OP_GATE ? "x" : "g", *bn = op == OP_ADD ? "b" : op == OP_GATE ? "gate" : "u";
     ir_buf a = kx_buffer(k, an, dtype, IR_READ, n), b = kx_buffer(k, bn, dtype, IR_READ, n);
     ir_buf o = kx_buffer(k, "out", dtype, IR_WRITE, n);
     uint32_t wg = kn_workgroup(c, 256), v = kn_vec_width(n), n_vec = n / v;
@@ -31,6 +31,15 @@ static ir_kernel *build(const rt_caps *c, const char *name, eltwise_op op, uint3
     ir_val r;
     if (op == OP_ADD) {
         r = kx_add(k, av, bv);
+    } else if (op == OP_GATE) {
+        /* x * (1 / (1 + exp(-gate))), the oracle's expression, lane by lane */
+        ir_val lane[4];
+        for (uint32_t j = 0; j < v; j++) {
+            ir_val x = v == 1 ? av : kx_lane(k, av, j), g = v == 1 ? bv : kx_lane(k, bv, j);
+            ir_val sig = kn_fdiv(k, kx_f32(k, 1.0f), kx_add_f(k, kn_exp(k, kx_neg(k, g)), 1.0f));
+            lane[j] = kx_mul(k, x, sig);
+        }
+        r = v == 1 ? lane[0] : kx_vec(k, lane, v);
     } else {
         /* g / (1 + exp(-g)) * u, the oracle's expression, lane by lane */
         ir_val lane[4];
@@ -55,4 +64,8 @@ ir_kernel *kn_add(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *group
 
 ir_kernel *kn_swiglu(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
     return build(c, "kn_swiglu", OP_SWIGLU, n, dtype, groups_x, err);
+}
+
+ir_kernel *kn_sigmoid_gate(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+    return build(c, "kn_sigmoid_gate", OP_GATE, n, dtype, groups_x, err);
 }

@@ -114,9 +114,12 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
 
 /* out[i] = a[i] + b[i] (the residual add). Params: a, b (dtype, read), out (dtype, write).
  * out[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u (SwiGLU). Params: g, u, out.
+ * out[i] = x[i] * (1 / (1 + exp(-gate[i]))) (qwen35's attention output gate). Params: x,
+ * gate, out. Each computes in f32 and rounds once.
  * Grid: groups = {*groups_x, 1, 1} (a grid-stride loop covers any n). */
 ir_kernel *kn_add(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
 ir_kernel *kn_swiglu(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
+ir_kernel *kn_sigmoid_gate(const rt_caps *c, uint32_t n, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
 
 /* Rotary embedding in place on x = [n_tokens][n_heads][head_dim], the first n_rot dims of
  * each head (pairs (2i, 2i+1), or (i, i + n_rot/2) when neox), token t at position

@@ -7,9 +7,10 @@
  *   2. each RMSNorm output (normalized x times the norm weight)
  *   3. the q, k, v projections (after their bias), then q and k after the per-head
  *      q/k norm (qwen3) and after rope; k and v are cached as rounded
- *   4. the attention output (all heads, before the output projection; for qwen35 after
- *      its sigmoid(gate), which the attention epilogue applies; the 2x-wide q|gate
- *      projection is rounded as a whole like any projection)
+ *   4. the attention output (all heads, before the output projection); for qwen35 also
+ *      that output times sigmoid(gate) (the 2x-wide q|gate projection is rounded as a
+ *      whole like any projection): the GPU plans apply the gate in its own elementwise
+ *      kernel after the attention kernels, which round their output as for every model
  *   5. the output projection, the gate and up projections, silu(gate) * up, the down
  *      projection
  *   6. qwen35's DeltaNet layers: the points listed in deltanet.c
@@ -175,8 +176,7 @@ typedef struct attn_job {
     uint32_t layer, pos, n;
 } attn_job;
 
-/* One (token, head) pair per item: causal softmax(q k / sqrt(d)) v over the cache, times
- * sigmoid(gate) where the layer has output gates (qwen35). */
+/* One (token, head) pair per item: causal softmax(q k / sqrt(d)) v over the cache. */
 static void attend(void *ctx, uint64_t i0, uint64_t i1, int worker) {
     const attn_job *j = ctx;
     orc_engine *e = j->e;
@@ -207,10 +207,6 @@ static void attend(void *ctx, uint64_t i0, uint64_t i1, int worker) {
             const float *v = vc + (size_t)p * e->v_dim + (size_t)kvh * dv;
             float wgt = scores[p] / sum;
             for (uint32_t d = 0; d < dv; d++) out[d] += wgt * v[d];
-        }
-        if (hp->arch == ARCH_QWEN35) {
-            const float *g = e->gate + (size_t)t * e->o_dim + (size_t)h * dv;
-            for (uint32_t d = 0; d < dv; d++) out[d] *= 1.0f / (1.0f + expf(-g[d]));
         }
     }
 }
@@ -252,6 +248,10 @@ static void attention(orc_engine *e, uint32_t l, uint32_t pos, uint32_t n) {
     attn_job aj = {e, l, pos, n};
     orc_pool_run(e->pool, attend, &aj, (uint64_t)n * hp->n_head);
     orc_round16(e, e->att, (uint64_t)n * e->o_dim);
+    if (hp->arch == ARCH_QWEN35) { /* the output gate: its own rounding point (4) */
+        for (uint64_t i = 0; i < (uint64_t)n * e->o_dim; i++) e->att[i] *= 1.0f / (1.0f + expf(-e->gate[i]));
+        orc_round16(e, e->att, (uint64_t)n * e->o_dim);
+    }
     orc_matmul(e, &L->wo, NULL, e->att, e->o, n);
 }
 

@@ -240,6 +240,41 @@ Test(kernels_deltanet, delta_rule_odd_sizes_state_carried, .timeout = 300) {
     d->ops->destroy(d);
 }
 
+/* ---- the attention output gate --------------------------------------------------------- */
+
+Test(kernels_deltanet, sigmoid_gate_odd_sizes_with_guards) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    tu_seed(153);
+    static const uint32_t sizes[] = {1, 7, 4097, 3 * 2048 + 2};
+    static const ir_scalar ts[] = {IR_BF16, IR_F16};
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            ir_scalar t = ts[ti];
+            uint32_t n = sizes[si], g[2] = {0, 1};
+            kiln_err err = {0};
+            ir_kernel *k = kn_sigmoid_gate(&d->caps, n, t, &g[0], &err);
+            cr_assert_not_null(k, "%s", err.msg);
+            float *xf, *gf;
+            uint16_t *x = tu_rand16(t, n, -4, 4, &xf), *gt = tu_rand16(t, n, -9, 9, &gf);
+            rt_buffer *bx = tu_vk_upload(d, x, (size_t)n * 2), *bg = tu_vk_upload(d, gt, (size_t)n * 2);
+            rt_buffer *bo = poisoned16(d, t, n);
+            rt_arg args[3] = {{bx, 0}, {bg, 0}, {bo, 0}};
+            run(d, k, g, args, 3);
+            uint16_t *o = malloc(((size_t)n + GUARD) * 2);
+            tu_vk_download(d, bo, o, ((size_t)n + GUARD) * 2);
+            for (uint32_t i = 0; i < n; i++) {
+                double want = round16(t, xf[i] * (1.0f / (1.0f + expf(-gf[i])))), got = tu_from16(t, o[i]);
+                cr_assert(fabs(got - want) <= tu_ulp16(t, fabs(want)), "gate n=%u %s: [%u] %.8g != %.8g", n,
+                          tu_dname(t), i, got, want);
+            }
+            for (size_t i = n; i < (size_t)n + GUARD; i++) cr_assert_eq(o[i], tu_nan16(t), "gate: wrote past n");
+            d->ops->release(d, bx), d->ops->release(d, bg), d->ops->release(d, bo);
+            free(x), free(gt), free(xf), free(gf), free(o);
+            ir_kernel_destroy(k);
+        }
+    d->ops->destroy(d);
+}
+
 Test(kernels_deltanet, bad_shapes_are_refused) {
     rt_caps c;
     tu_caps_h200(&c);
