@@ -36,6 +36,7 @@ static int build_sub(plan_engine *p, int bi, kiln_err *err) {
     plan_shape s = p->s;
     if (!(s.n_block = plan_sub_block(&p->s, &p->d->caps, bi))) return 0;
     for (int i = 0; i < K_COUNT; i++) {
+        if (!plan_role_used(&p->s, i)) continue;
         if (!plan_block_role(i)) {
             b->kern[i] = p->kern[i], b->sig[i] = p->sig[i];
             b->grid[i][0] = p->grid[i][0], b->grid[i][1] = p->grid[i][1];
@@ -55,6 +56,7 @@ static int build_sub(plan_engine *p, int bi, kiln_err *err) {
 
 static int build(plan_engine *p, kiln_err *err) {
     for (int i = 0; i < K_COUNT; i++) {
+        if (!plan_role_used(&p->s, i)) continue;
         if (!(p->kern[i] = plan_compile_kernel(p->d, &p->s, i, p->grid[i], &p->sig[i], err))) return -1;
         p->n_kern++;
         progress_update(&p->prog, p->s.hp.n_layer + p->n_kern);
@@ -90,6 +92,40 @@ static int step(plan_engine *p, rt_recording *rec, const int32_t *tokens, uint32
                : 0;
 }
 
+/* qwen35's recurrent state back to zero (position 0). */
+static int reset_state(plan_engine *p, kiln_err *err) {
+    const arch_hparams *hp = &p->s.hp;
+    size_t conv = (size_t)(hp->ssm_conv_kernel - 1) * p->s.conv_dim * 4;
+    size_t S = (size_t)hp->ssm_v_heads * hp->ssm_state * hp->ssm_state * 4, big = conv > S ? conv : S;
+    void *zero = calloc(1, big);
+    if (!zero) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    int rc = 0;
+    for (uint32_t l = 0; l < hp->n_layer && !rc; l++)
+        if (p->L[l].S)
+            rc = p->d->ops->upload(p->d, p->L[l].conv_state, 0, zero, conv, err) ||
+                 p->d->ops->upload(p->d, p->L[l].S, 0, zero, S, err);
+    free(zero);
+    if (!rc) p->rs_pos = 0;
+    return rc ? -1 : 0;
+}
+
+static int run_blocks(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
+                      kiln_err *err);
+
+/* A recurrent state (qwen35) cannot step back: an eval at pos < rs_pos zeroes it and
+ * evaluates the remembered tokens [0, pos) again (a prefill of pos tokens: the KV entries
+ * it rewrites come out the same). Tokens go into hist as they are evaluated. */
+static int rewind_state(plan_engine *p, uint32_t pos, kiln_err *err) {
+    if (!p->s.hp.n_recurrent || pos == p->rs_pos) return 0;
+    if (pos > p->rs_pos)
+        return kiln_fail(err, KILN_ERR_INVALID, "position %u is past the %u positions of the recurrent state", pos,
+                         p->rs_pos);
+    if (reset_state(p, err)) return -1;
+    if (pos && run_blocks(p, p->hist, pos, 0, NULL, false, err)) return -1;
+    p->replayed += pos;
+    return 0;
+}
+
 /* Evaluates tokens through the recordings; the last step's logits (and their argmax)
  * stay on the device for the caller to read. all: a decode step per token, each token's
  * logits copied to logits[t] as it goes. */
@@ -106,8 +142,15 @@ static int run_tokens(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_
         if (tokens[t] < 0 || (uint32_t)tokens[t] >= p->s.hp.n_vocab)
             return kiln_fail(err, KILN_ERR_INVALID, "token id %d is outside the vocabulary of %u", tokens[t],
                              p->s.hp.n_vocab);
-    rt_device *d = p->d;
     base->n_past = pos;
+    if (rewind_state(p, pos, err)) return -1;
+    return run_blocks(p, tokens, n, pos, logits, all, err);
+}
+
+static int run_blocks(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
+                      kiln_err *err) {
+    engine *base = &p->base;
+    rt_device *d = p->d;
     size_t row = (size_t)p->s.hp.n_vocab * 4;
     for (uint32_t t = 0; t < n;) {
         /* logits of every token need a decode step each; otherwise blocks of the prompt */
@@ -115,6 +158,10 @@ static int run_tokens(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_
         const plan_prefill *b = plan_sub_for(p, m);
         rt_recording *rec = m == 1 ? p->decode : b ? b->rec : p->prefill;
         if (step(p, rec, tokens + t, m, pos + t, err)) return -1;
+        if (p->hist) { /* the recurrent state now covers these tokens */
+            memmove(p->hist + pos + t, tokens + t, (size_t)m * sizeof *tokens);
+            p->rs_pos = pos + t + m;
+        }
         t += m;
         base->n_past = pos + t;
         if (all && d->ops->download(d, p->logits, 0, logits + (size_t)(t - 1) * p->s.hp.n_vocab, row, err))
@@ -168,17 +215,24 @@ static void plan_destroy(engine *base) {
     rt_buffer *bufs[] = {own ? p->tok_embd : NULL, own && p->output != p->tok_embd ? p->output : NULL,
                          own ? p->output_norm : NULL, own ? p->freqs : NULL, p->xa,
                          p->xb, p->h, p->qkv, p->att, p->g, p->u, p->act, p->last, p->hl, p->logits, p->tok, p->info,
-                         p->part, p->tok_h, p->info_h, p->best};
+                         p->part, p->tok_h, p->info_h, p->best, p->agate, p->gated, p->dn_qkv, p->dn_z, p->dn_b,
+                         p->dn_a, p->dn_x, p->dn_y};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
     for (uint32_t l = 0; p->L && l < p->s.hp.n_layer; l++) {
         plan_layer *L = &p->L[l];
-        rt_buffer *lb[] = {L->attn_norm, L->wqkv, L->bqkv, L->q_norm, L->k_norm, L->wo,
-                           L->ffn_norm, L->w_gate, L->w_up, L->w_down, L->kc, L->vc};
-        for (size_t i = own ? 0 : 10; i < sizeof lb / sizeof lb[0]; i++)
-            if (lb[i]) d->ops->release(d, lb[i]);
+        rt_buffer *weights[] = {L->attn_norm, L->wqkv,     L->bqkv,  L->q_norm,   L->k_norm,    L->wo,
+                                L->ffn_norm,  L->w_gate,   L->w_up,  L->w_down,   L->w_agate,   L->dn_qkv,
+                                L->dn_z,      L->dn_beta,  L->dn_alpha, L->dn_out, L->dn_conv,  L->dn_dt_bias,
+                                L->dn_a,      L->dn_norm};
+        rt_buffer *own_bufs[] = {L->kc, L->vc, L->conv_state, L->S};
+        for (size_t i = 0; own && i < sizeof weights / sizeof weights[0]; i++)
+            if (weights[i]) d->ops->release(d, weights[i]);
+        for (size_t i = 0; i < sizeof own_bufs / sizeof own_bufs[0]; i++)
+            if (own_bufs[i]) d->ops->release(d, own_bufs[i]);
     }
     free(p->L);
+    free(p->hist);
     free(p->scratch);
     free(p);
 }
@@ -216,14 +270,26 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
     p->base.name = p->name;
     char what[96];
     snprintf(what, sizeof what, "%s: %s", d->label, owner ? "another slot's cache and kernels" : "weights and kernels");
-    uint64_t n_kernels = K_COUNT;
+    uint64_t n_kernels = 0;
+    for (int i = 0; i < K_COUNT; i++) n_kernels += plan_role_used(&s, i);
     for (int bi = 0; bi < PLAN_SUBS; bi++)
-        for (int i = 0; i < K_COUNT && plan_sub_block(&s, &d->caps, bi); i++) n_kernels += plan_block_role(i);
+        for (int i = 0; i < K_COUNT && plan_sub_block(&s, &d->caps, bi); i++)
+            n_kernels += plan_block_role(i) && plan_role_used(&s, i);
     progress_begin(&p->prog, what, (uint64_t)hp->n_layer + n_kernels);
     int bad = owner ? plan_borrow_weights(p, owner) : plan_upload_weights(p, err);
+    bool q35 = hp->arch == ARCH_QWEN35;
     for (uint32_t l = 0; l < hp->n_layer && !bad; l++) {
         size_t cache = (size_t)s.n_ctx * s.kv_dim * 2;
-        bad = !(p->L[l].kc = plan_alloc(p, cache, err)) || !(p->L[l].vc = plan_alloc(p, cache, err));
+        size_t conv = (size_t)(hp->ssm_conv_kernel - 1) * s.conv_dim * 4;
+        size_t S = (size_t)hp->ssm_v_heads * hp->ssm_state * hp->ssm_state * 4;
+        if (q35 && hp->recurrent[l]) /* a DeltaNet layer: its state (zeroed before the first eval) */
+            bad = !(p->L[l].conv_state = plan_alloc(p, conv, err)) || !(p->L[l].S = plan_alloc(p, S, err));
+        else
+            bad = !(p->L[l].kc = plan_alloc(p, cache, err)) || !(p->L[l].vc = plan_alloc(p, cache, err));
+    }
+    if (!bad && hp->n_recurrent && !(p->hist = malloc((size_t)s.n_ctx * sizeof *p->hist))) {
+        kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+        bad = 1;
     }
     free(p->scratch);
     p->scratch = NULL;
@@ -234,8 +300,15 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
         {&p->u, nb * hp->n_ff * 2}, {&p->act, nb * hp->n_ff * 2}, {&p->last, hp->n_embd * 2},
         {&p->hl, hp->n_embd * 2}, {&p->logits, (size_t)hp->n_vocab * 4}, {&p->tok, nb * 4}, {&p->info, 8},
         {&p->tok_h, nb * 4}, {&p->info_h, 8}, {&p->best, 8},
-        {&p->part, (size_t)hp->n_head * kn_attn_splits(&d->caps, hp->n_head, s.n_ctx) * (hp->head_dim_k + 2) * 4}};
+        {&p->part, (size_t)hp->n_head * kn_attn_splits(&d->caps, hp->n_head, s.n_ctx) * (hp->head_dim_k + 2) * 4},
+        /* qwen35 only (0 bytes: no buffer) */
+        {&p->agate, q35 ? nb * s.q_dim * 2 : 0}, {&p->gated, q35 ? nb * s.q_dim * 2 : 0},
+        {&p->dn_qkv, hp->n_recurrent ? nb * s.conv_dim * 2 : 0}, {&p->dn_x, hp->n_recurrent ? nb * s.conv_dim * 2 : 0},
+        {&p->dn_z, hp->n_recurrent ? nb * s.dn_v_dim * 2 : 0}, {&p->dn_y, hp->n_recurrent ? nb * s.dn_v_dim * 2 : 0},
+        {&p->dn_b, hp->n_recurrent ? nb * hp->ssm_v_heads * 2 : 0},
+        {&p->dn_a, hp->n_recurrent ? nb * hp->ssm_v_heads * 2 : 0}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0] && !bad; i++) {
+        if (!acts[i].bytes) continue;
         /* what the host writes or reads each step lives in host memory */
         bool host = acts[i].b == &p->logits || acts[i].b == &p->tok_h || acts[i].b == &p->info_h ||
                     acts[i].b == &p->best;
@@ -248,7 +321,8 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
     int32_t tok0 = 0;
     bad = bad || build(p, err) || step(p, p->prefill, &tok0, 0, 0, err);
     for (int bi = 0; bi < PLAN_SUBS && !bad; bi++) bad = p->sub[bi].rec && step(p, p->sub[bi].rec, &tok0, 0, 0, err);
-    if (bad || step(p, p->decode, &tok0, 1, 0, err)) {
+    /* the warm-up step went through the recurrent state: back to zero */
+    if (bad || step(p, p->decode, &tok0, 1, 0, err) || (hp->n_recurrent && reset_state(p, err))) {
         progress_end(&p->prog, false);
         plan_destroy(&p->base);
         return NULL;

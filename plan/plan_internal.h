@@ -16,6 +16,11 @@
 enum {
     K_EMBED, K_NORM, K_MV_QKV, K_QK_PREP, K_ATTN, K_MV_O, K_MV_FFN, K_MV_DOWN, K_MV_OUT,
     K_MM_QKV, K_ATTN_PREFILL, K_MM_O, K_MM_FF, K_MM_DOWN, K_SWIGLU, K_TAKE_LAST, K_ATTN_MERGE, K_STAGE, K_ARGMAX,
+    /* qwen35 only (plan_role_used): the attention output gate's product and kernel, and the
+     * Gated DeltaNet layers' products (qkv, z, beta and alpha, out), convolution and
+     * recurrence, each for decode and for a block */
+    K_MV_AGATE, K_GATE, K_MV_DN_QKV, K_MV_DN_Z, K_MV_DN_AB, K_MV_DN_OUT, K_CONV, K_DELTANET,
+    K_MM_AGATE, K_GATE_BLOCK, K_MM_DN_QKV, K_MM_DN_Z, K_MM_DN_AB, K_MM_DN_OUT, K_CONV_BLOCK, K_DELTANET_BLOCK,
     K_COUNT
 };
 /* Each role's name ("embed", "decode_qkv", ...), for dumps and profiles. */
@@ -30,11 +35,18 @@ typedef struct plan_shape {
     bool fuse_norm; /* the decode step's norms inside the products after them (kn_matvec_norm) */
     uint32_t n_slots; /* plans that will share one upload of the weights (for the memory check) */
     bool fault_logits; /* rt_debug's planted error in the logits head (KN_EPI_FAULT) */
+    /* qwen35: the DeltaNet layers' convolution channels (q, k and v heads) and value width */
+    uint32_t conv_dim, dn_v_dim;
 } plan_shape;
 
 typedef struct plan_layer {
     rt_buffer *attn_norm, *wqkv, *bqkv, *q_norm, *k_norm, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
-    rt_buffer *kc, *vc;
+    /* qwen35: a full-attention layer's output gate rows (taken out of attn_q, whose
+     * query rows go to wqkv); a DeltaNet layer's weights (conv, dt_bias, ssm_a in f32) */
+    rt_buffer *w_agate, *dn_qkv, *dn_z, *dn_beta, *dn_alpha, *dn_out, *dn_conv, *dn_dt_bias, *dn_a, *dn_norm;
+    /* the buffers above are shared by sibling plans; those below are each plan's */
+    rt_buffer *kc, *vc;        /* a full-attention layer's KV cache */
+    rt_buffer *conv_state, *S; /* a DeltaNet layer's recurrent state (f32) */
 } plan_layer;
 
 /* Prompts, or a prompt's last block, of at most this many tokens run through the short
@@ -77,6 +89,13 @@ typedef struct plan_engine {
     rt_buffer *tok_h, *info_h; /* what the host writes (host-mapped); tok and info are their device copies */
     rt_buffer *best;           /* the logits' argmax and max (host-mapped), for greedy decoding */
     rt_buffer *part; /* the decode attention's per-run softmax partials (f32) */
+    /* qwen35: the attention gate's product and the gated output; the DeltaNet layers'
+     * projections, convolution output and gated-norm output */
+    rt_buffer *agate, *gated, *dn_qkv, *dn_z, *dn_b, *dn_a, *dn_x, *dn_y;
+    /* qwen35's recurrent state covers positions [0, rs_pos) of the tokens in hist (the
+     * state cannot step back: an eval before rs_pos zeroes it and replays hist) */
+    int32_t *hist;
+    uint32_t rs_pos, replayed;
     rt_kernel *kern[K_COUNT];
     plan_sig sig[K_COUNT]; /* each kernel's parameters, kept from its IR to bind launches by name */
     uint32_t grid[K_COUNT][2];
@@ -112,6 +131,10 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
 rt_kernel *plan_compile_kernel(rt_device *d, const plan_shape *s, int i, uint32_t g[2], plan_sig *sig, kiln_err *err);
 /* Whether role i's kernel depends on the prefill block's size. */
 bool plan_block_role(int i);
+/* Whether a plan of shape s has role i at all (the qwen35 roles only for qwen35). */
+bool plan_role_used(const plan_shape *s, int i);
+/* Whether qwen35's IMROPE leaves rotary pair i unturned for text (the GPU refuses such sections). */
+bool plan_imrope_pair_still(const uint32_t sections[4], uint32_t i);
 /* Whether a short block of n tokens takes the skinny products for every projection of the
  * shape on caps c. */
 bool plan_short_block_ok(const plan_shape *s, const rt_caps *c, uint32_t n);

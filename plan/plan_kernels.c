@@ -10,13 +10,18 @@
 const char *const plan_role[K_COUNT] = {
     "embed", "rmsnorm", "decode_qkv", "qk_prep", "attn_decode", "decode_o", "decode_gate_up_swiglu",
     "decode_down", "logits", "prefill_qkv", "attn_prefill", "prefill_o", "prefill_gate_up", "prefill_down",
-    "prefill_swiglu", "take_last", "attn_merge", "stage_inputs", "argmax"};
+    "prefill_swiglu", "take_last", "attn_merge", "stage_inputs", "argmax",
+    "decode_attn_gate", "attn_gate", "decode_dn_qkv", "decode_dn_z", "decode_dn_beta_alpha", "decode_dn_out",
+    "ssm_conv", "deltanet", "prefill_attn_gate", "prefill_gate_attn", "prefill_dn_qkv", "prefill_dn_z",
+    "prefill_dn_beta_alpha", "prefill_dn_out", "prefill_ssm_conv", "prefill_deltanet"};
 
 
 
-/* kn_matvec_norm keeps a row of f32 in workgroup memory: where it fits. */
+/* kn_matvec_norm keeps a row of f32 in workgroup memory: where it fits. Not for qwen35,
+ * whose layers feed several products (q/k/v and the gate; DeltaNet's four) from one norm:
+ * its norms are launches of their own. */
 bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c) {
-    return (uint64_t)s->hp.n_embd * 4 + 512 <= c->shared_bytes;
+    return s->hp.arch != ARCH_QWEN35 && (uint64_t)s->hp.n_embd * 4 + 512 <= c->shared_bytes;
 }
 
 /* A prefill projection: the skinny product for a short block where the caps allow it. */
@@ -30,14 +35,31 @@ static ir_kernel *product(const rt_caps *c, uint32_t rows, uint32_t cols, uint32
 bool plan_block_role(int i) {
     switch (i) {
     case K_MM_QKV: case K_ATTN_PREFILL: case K_MM_O: case K_MM_FF: case K_MM_DOWN: case K_SWIGLU: case K_TAKE_LAST:
-    case K_STAGE: return true;
+    case K_STAGE: case K_MM_AGATE: case K_GATE_BLOCK: case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_AB:
+    case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK: return true;
     default: return false;
     }
 }
 
+bool plan_role_used(const plan_shape *s, int i) {
+    bool q35 = s->hp.arch == ARCH_QWEN35, dn = q35 && s->hp.n_recurrent > 0;
+    bool attn = !q35 || s->hp.n_recurrent < s->hp.n_layer;
+    switch (i) {
+    case K_MV_AGATE: case K_GATE: case K_MM_AGATE: case K_GATE_BLOCK: return q35 && attn;
+    case K_MV_DN_QKV: case K_MV_DN_Z: case K_MV_DN_AB: case K_MV_DN_OUT: case K_CONV: case K_DELTANET:
+    case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_AB: case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK:
+        return dn;
+    default: return true;
+    }
+}
+
 bool plan_short_block_ok(const plan_shape *s, const rt_caps *c, uint32_t n) {
-    uint32_t d = s->hp.n_embd, ff = s->hp.n_ff;
-    return kn_matmul_skinny_ok(c, s->qkv_dim, d, n, s->dt) && kn_matmul_skinny_ok(c, d, s->q_dim, n, s->dt) &&
+    uint32_t d = s->hp.n_embd, ff = s->hp.n_ff, dv = s->dn_v_dim, nv = s->hp.ssm_v_heads;
+    bool dn = s->hp.arch != ARCH_QWEN35 || !s->hp.n_recurrent ||
+              (kn_matmul_skinny_ok(c, s->conv_dim, d, n, s->dt) && kn_matmul_skinny_ok(c, dv, d, n, s->dt) &&
+               kn_matmul_skinny_ok(c, nv, d, n, s->dt) && kn_matmul_skinny_ok(c, d, dv, n, s->dt));
+    return dn && (s->hp.arch != ARCH_QWEN35 || kn_matmul_skinny_ok(c, s->q_dim, d, n, s->dt)) &&
+           kn_matmul_skinny_ok(c, s->qkv_dim, d, n, s->dt) && kn_matmul_skinny_ok(c, d, s->q_dim, n, s->dt) &&
            kn_matmul_skinny_ok(c, ff, d, n, s->dt) && kn_matmul_skinny_ok(c, d, ff, n, s->dt);
 }
 
@@ -53,6 +75,14 @@ uint32_t plan_sub_block(const plan_shape *s, const rt_caps *c, int i) {
  * H200 (qwen3-8b, 512 tokens) at 293 us against 212 for the two products and kn_swiglu. */
 bool plan_ff_swiglu(const plan_shape *s, const rt_caps *c) {
     return s->n_block <= PLAN_SHORT_BLOCK && kn_matmul_skinny_ok(c, s->hp.n_ff, s->hp.n_embd, s->n_block, s->dt);
+}
+
+/* qwen35's IMROPE for text (oracle/forward.c): pair i, past the t/h/w sections'
+ * interleaved share of i mod their sum, takes the 4th section's position 0 and does not
+ * turn; the GPU's rope (kn_qk_prep, neox on n_rot dims) turns every pair. */
+bool plan_imrope_pair_still(const uint32_t sec[4], uint32_t i) {
+    uint32_t sum = sec[0] + sec[1] + sec[2] + sec[3], r = sum ? i % sum : 0;
+    return !((r % 3 == 0 && r < 3 * sec[0]) || (r % 3 == 1 && r < 3 * sec[1]) || (r % 3 == 2 && r < 3 * sec[2]));
 }
 
 /* Builds kernel i for the shape; its grid (x, y) where it follows from the shape. */
@@ -103,6 +133,27 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_STAGE: return kn_stage_inputs(c, nb, &g[0], err);
     case K_ARGMAX: return kn_argmax(c, hp->n_vocab, err);
     }
+    /* qwen35 */
+    kn_deltanet_shape dn = {hp->ssm_k_heads, hp->ssm_v_heads, hp->ssm_state, 1};
+    uint32_t nv = hp->ssm_v_heads, cd = s->conv_dim, dv = s->dn_v_dim, taps = hp->ssm_conv_kernel;
+    switch (i) {
+    case K_MV_AGATE: return kn_matvec(c, s->q_dim, d, dt, dt, KN_EPI_NONE, &g[0], err);
+    case K_GATE: return kn_sigmoid_gate(c, s->q_dim, dt, &g[0], err);
+    case K_MV_DN_QKV: return kn_matvec(c, cd, d, dt, dt, KN_EPI_NONE, &g[0], err);
+    case K_MV_DN_Z: return kn_matvec(c, dv, d, dt, dt, KN_EPI_NONE, &g[0], err);
+    case K_MV_DN_AB: return kn_matvec(c, nv, d, dt, dt, KN_EPI_NONE, &g[0], err);
+    case K_MV_DN_OUT: return kn_matvec(c, d, dv, dt, dt, KN_EPI_RESIDUAL, &g[0], err);
+    case K_CONV: return kn_ssm_conv(c, cd, taps, 1, dt, g, err);
+    case K_DELTANET: return kn_deltanet(c, &dn, dt, hp->rms_eps, g, err);
+    case K_MM_AGATE: return product(c, s->q_dim, d, nb, dt, KN_EPI_NONE, g, err);
+    case K_GATE_BLOCK: return kn_sigmoid_gate(c, nb * s->q_dim, dt, &g[0], err);
+    case K_MM_DN_QKV: return product(c, cd, d, nb, dt, KN_EPI_NONE, g, err);
+    case K_MM_DN_Z: return product(c, dv, d, nb, dt, KN_EPI_NONE, g, err);
+    case K_MM_DN_AB: return product(c, nv, d, nb, dt, KN_EPI_NONE, g, err);
+    case K_MM_DN_OUT: return product(c, d, dv, nb, dt, KN_EPI_RESIDUAL, g, err);
+    case K_CONV_BLOCK: return kn_ssm_conv(c, cd, taps, nb, dt, g, err);
+    case K_DELTANET_BLOCK: dn.n_max = nb; return kn_deltanet(c, &dn, dt, hp->rms_eps, g, err);
+    }
     return NULL;
 }
 
@@ -110,9 +161,13 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
 int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, plan_shape *s, kiln_err *err) {
     const arch_hparams *hp = &m->hp;
     if (hp->arch == ARCH_QWEN35)
-        return kiln_fail(err, KILN_ERR_UNSUPPORTED,
-                         "architecture 'qwen35' (Gated DeltaNet hybrid) has no GPU kernels yet: run it on the CPU "
-                         "oracle (--device cpu)");
+        for (uint32_t i = 0; i < hp->n_rot / 2; i++)
+            if (plan_imrope_pair_still(hp->rope_sections, i))
+                return kiln_fail(err, KILN_ERR_UNSUPPORTED,
+                                 "qwen35: rope sections [%u, %u, %u, %u] leave rotary pair %u unturned for text "
+                                 "(IMROPE's 4th section): the GPU kernels rotate every pair (run it on --device cpu)",
+                                 hp->rope_sections[0], hp->rope_sections[1], hp->rope_sections[2],
+                                 hp->rope_sections[3], i);
     if (hp->rope_scaling == ROPE_SCALING_YARN)
         return kiln_fail(err, KILN_ERR_UNSUPPORTED, "YaRN rope scaling is not supported (the oracle lacks it too)");
     if (hp->head_dim_k != hp->head_dim_v)
@@ -133,6 +188,8 @@ int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_blo
     s->bias = hp->qkv_bias;
     s->freqs = m->rope_freqs != NULL;
     s->n_slots = 1;
+    s->conv_dim = 2 * hp->ssm_k_heads * hp->ssm_state + hp->ssm_v_heads * hp->ssm_state;
+    s->dn_v_dim = hp->ssm_v_heads * hp->ssm_state;
     return 0;
 }
 
@@ -145,6 +202,7 @@ int plan_each_kernel(const model *m, const rt_caps *c, const rt_debug *dbg, uint
     s.fault_logits = dbg && dbg->fault_logits;
     for (int i = 0; i < K_COUNT; i++) {
         uint32_t g[2];
+        if (!plan_role_used(&s, i)) continue;
         ir_kernel *k = plan_build_kernel(&s, c, i, g, err);
         if (!k) return -1;
         fn(ctx, plan_role[i], k);
@@ -157,7 +215,7 @@ int plan_each_kernel(const model *m, const rt_caps *c, const rt_debug *dbg, uint
         for (int i = 0; i < K_COUNT; i++) {
             uint32_t g[2];
             char role[64];
-            if (!plan_block_role(i)) continue;
+            if (!plan_block_role(i) || !plan_role_used(&s, i)) continue;
             ir_kernel *k = plan_build_kernel(&sh, c, i, g, err);
             if (!k) return -1;
             snprintf(role, sizeof role, "%s%s", plan_sub_prefix[b], plan_role[i]);

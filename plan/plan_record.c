@@ -67,6 +67,48 @@ static void add_qk_prep(recorder *R, const plan_layer *L, uint32_t gy) {
                                           p->s.hp.n_rot, gy), gy, a, n);
 }
 
+/* qwen35: the output gate's product (from h) beside q/k/v, then att times sigmoid(gate)
+ * into gated, the output product's input. */
+static void add_gate_product(recorder *R, const plan_layer *L, bool prefill) {
+    plan_engine *p = R->p;
+    int k = prefill ? K_MM_AGATE : K_MV_AGATE;
+    if (prefill)
+        ADD(k, R->grid[k][0], R->grid[k][1], {"W", L->w_agate}, {"X", p->h}, {"Y", p->agate}, {"info", p->info});
+    else
+        ADD(k, R->grid[k][0], 1, {"W", L->w_agate}, {"x", p->h}, {"y", p->agate});
+}
+
+static void add_gate(recorder *R, bool prefill) {
+    plan_engine *p = R->p;
+    int k = prefill ? K_GATE_BLOCK : K_GATE;
+    ADD(k, R->grid[k][0], 1, {"x", p->att}, {"gate", p->agate}, {"out", p->gated});
+}
+
+/* qwen35's Gated DeltaNet mixer: h (normed xa) to xb = xa + out(deltanet(conv(qkv))). */
+static void add_deltanet(recorder *R, const plan_layer *L, bool prefill) {
+    plan_engine *p = R->p;
+    const uint32_t (*g)[2] = R->grid;
+    int kq = prefill ? K_MM_DN_QKV : K_MV_DN_QKV, kz = prefill ? K_MM_DN_Z : K_MV_DN_Z;
+    int kab = prefill ? K_MM_DN_AB : K_MV_DN_AB, ko = prefill ? K_MM_DN_OUT : K_MV_DN_OUT;
+    int kc = prefill ? K_CONV_BLOCK : K_CONV, kd = prefill ? K_DELTANET_BLOCK : K_DELTANET;
+    struct { int k; rt_buffer *w, *y; } pr[4] = {{kq, L->dn_qkv, p->dn_qkv}, {kz, L->dn_z, p->dn_z},
+                                                 {kab, L->dn_beta, p->dn_b}, {kab, L->dn_alpha, p->dn_a}};
+    for (int i = 0; i < 4; i++) {
+        if (prefill)
+            ADD(pr[i].k, g[pr[i].k][0], g[pr[i].k][1], {"W", pr[i].w}, {"X", p->h}, {"Y", pr[i].y}, {"info", p->info});
+        else
+            ADD(pr[i].k, g[pr[i].k][0], 1, {"W", pr[i].w}, {"x", p->h}, {"y", pr[i].y});
+    }
+    ADD(kc, g[kc][0], 1, {"qkv", p->dn_qkv}, {"w", L->dn_conv}, {"state", L->conv_state}, {"x", p->dn_x},
+        {"info", p->info});
+    ADD(kd, g[kd][0], 1, {"x", p->dn_x}, {"a", p->dn_a}, {"b", p->dn_b}, {"z", p->dn_z}, {"dt_bias", L->dn_dt_bias},
+        {"ssm_a", L->dn_a}, {"norm", L->dn_norm}, {"S", L->S}, {"y", p->dn_y}, {"info", p->info});
+    if (prefill)
+        ADD(ko, g[ko][0], g[ko][1], {"W", L->dn_out}, {"X", p->dn_y}, {"Y", p->xb}, {"info", p->info}, {"res", p->xa});
+    else
+        ADD(ko, g[ko][0], 1, {"W", L->dn_out}, {"x", p->dn_y}, {"y", p->xb}, {"res", p->xa});
+}
+
 /* The logits of the row x: the output norm fused into the head where it can be. */
 static void add_logits(recorder *R, rt_buffer *x) {
     plan_engine *p = R->p;
@@ -88,15 +130,23 @@ int plan_record_decode(plan_engine *p, kiln_err *err) {
     bool fused = p->s.fuse_norm;
     ADD(K_STAGE, 1, 1, {"tok_host", p->tok_h}, {"tok", p->tok}, {"info_host", p->info_h}, {"info", p->info});
     ADD(K_EMBED, g[K_EMBED][0], 1, {"table", p->tok_embd}, {"tok", p->tok}, {"out", p->xa});
+    bool gated = hp->arch == ARCH_QWEN35;
     for (uint32_t l = 0; l < hp->n_layer && !R->rc; l++) {
         const plan_layer *L = &p->L[l];
         if (!fused) ADD(K_NORM, 1, 1, {"x", p->xa}, {"w", L->attn_norm}, {"y", p->h});
-        add_qkv(R, K_MV_QKV, L, false);
-        add_qk_prep(R, L, 1);
-        ADD(K_ATTN, g[K_ATTN][0], g[K_ATTN][1], {"q", p->qkv}, {"kcache", L->kc}, {"vcache", L->vc},
-            {"part", p->part}, {"pos", p->info});
-        ADD(K_ATTN_MERGE, g[K_ATTN_MERGE][0], 1, {"part", p->part}, {"out", p->att}, {"pos", p->info});
-        ADD(K_MV_O, g[K_MV_O][0], 1, {"W", L->wo}, {"x", p->att}, {"y", p->xb}, {"res", p->xa});
+        if (gated && hp->recurrent[l]) {
+            add_deltanet(R, L, false);
+        } else {
+            add_qkv(R, K_MV_QKV, L, false);
+            if (gated) add_gate_product(R, L, false);
+            add_qk_prep(R, L, 1);
+            ADD(K_ATTN, g[K_ATTN][0], g[K_ATTN][1], {"q", p->qkv}, {"kcache", L->kc}, {"vcache", L->vc},
+                {"part", p->part}, {"pos", p->info});
+            ADD(K_ATTN_MERGE, g[K_ATTN_MERGE][0], 1, {"part", p->part}, {"out", p->att}, {"pos", p->info});
+            if (gated) add_gate(R, false);
+            ADD(K_MV_O, g[K_MV_O][0], 1, {"W", L->wo}, {"x", gated ? p->gated : p->att}, {"y", p->xb},
+                {"res", p->xa});
+        }
         if (fused) {
             ADD(K_MV_FFN, g[K_MV_FFN][0], 1, {"W", L->w_gate}, {"x", p->xb}, {"y", p->act}, {"Wu", L->w_up},
                 {"wn", L->ffn_norm});
@@ -124,15 +174,22 @@ int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
     ADD(K_STAGE, g[K_STAGE][0], 1, {"tok_host", p->tok_h}, {"tok", p->tok}, {"info_host", p->info_h},
         {"info", p->info});
     ADD(K_EMBED, g[K_EMBED][0], nb, {"table", p->tok_embd}, {"tok", p->tok}, {"out", p->xa});
+    bool gated = hp->arch == ARCH_QWEN35;
     for (uint32_t l = 0; l < hp->n_layer && !R->rc; l++) {
         const plan_layer *L = &p->L[l];
         ADD(K_NORM, nb, 1, {"x", p->xa}, {"w", L->attn_norm}, {"y", p->h});
-        add_qkv(R, K_MM_QKV, L, true);
-        add_qk_prep(R, L, nb);
-        ADD(K_ATTN_PREFILL, g[K_ATTN_PREFILL][0], g[K_ATTN_PREFILL][1], {"q", p->qkv}, {"kcache", L->kc},
-            {"vcache", L->vc}, {"out", p->att}, {"info", p->info});
-        ADD(K_MM_O, g[K_MM_O][0], g[K_MM_O][1], {"W", L->wo}, {"X", p->att}, {"Y", p->xb}, {"info", p->info},
-            {"res", p->xa});
+        if (gated && hp->recurrent[l]) {
+            add_deltanet(R, L, true);
+        } else {
+            add_qkv(R, K_MM_QKV, L, true);
+            if (gated) add_gate_product(R, L, true);
+            add_qk_prep(R, L, nb);
+            ADD(K_ATTN_PREFILL, g[K_ATTN_PREFILL][0], g[K_ATTN_PREFILL][1], {"q", p->qkv}, {"kcache", L->kc},
+                {"vcache", L->vc}, {"out", p->att}, {"info", p->info});
+            if (gated) add_gate(R, true);
+            ADD(K_MM_O, g[K_MM_O][0], g[K_MM_O][1], {"W", L->wo}, {"X", gated ? p->gated : p->att}, {"Y", p->xb},
+                {"info", p->info}, {"res", p->xa});
+        }
         ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
         if (ff_swiglu) {
             ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_gate}, {"Wu", L->w_up}, {"X", p->h}, {"Y", p->act},

@@ -12,6 +12,23 @@ rt_buffer *plan_alloc(plan_engine *p, size_t bytes, kiln_err *err) {
     return p->d->ops->alloc(p->d, bytes, err);
 }
 
+/* Rows [r0, r0 + n) of t, converted to the plan's 16-bit type, into b at element at. */
+static int upload_rows(plan_engine *p, rt_buffer *b, uint64_t at, const gguf_tensor *t, uint64_t r0, uint64_t n,
+                       kiln_err *err) {
+    uint64_t ne = n * t->ne[0];
+    if (ne > p->scratch_n) { /* one host buffer for every tensor: fresh pages fault */
+        free(p->scratch);
+        p->scratch = malloc(ne * 2);
+        p->scratch_n = p->scratch ? ne : 0;
+    }
+    if (!p->scratch) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory converting '%s'", t->name);
+    kiln_err ge;
+    if (p->s.dt == IR_BF16 ? gguf_tensor_rows_bf16(t, r0, n, p->scratch, &ge)
+                           : gguf_tensor_rows_f16(t, r0, n, p->scratch, &ge))
+        return kiln_err_wrap(err, &ge, NULL);
+    return p->d->ops->upload(p->d, b, at * 2, p->scratch, ne * 2, err);
+}
+
 /* Tensors converted to the plan's 16-bit type and uploaded one after another into one
  * buffer (the fused qkv weight and bias); NULL tensors are skipped. */
 static rt_buffer *upload_concat(plan_engine *p, const gguf_tensor *const *t, int n, kiln_err *err) {
@@ -22,31 +39,64 @@ static rt_buffer *upload_concat(plan_engine *p, const gguf_tensor *const *t, int
     uint64_t at = 0;
     for (int i = 0; i < n && b; i++) {
         if (!t[i]) continue;
-        uint64_t ne = gguf_tensor_nelements(t[i]);
-        if (ne > p->scratch_n) { /* one host buffer for every tensor: fresh pages fault */
-            free(p->scratch);
-            p->scratch = malloc(ne * 2);
-            p->scratch_n = p->scratch ? ne : 0;
-        }
-        uint16_t *host = p->scratch;
-        kiln_err ge;
-        int rc = !host ? kiln_fail(err, KILN_ERR_NOMEM, "out of memory converting '%s'", t[i]->name)
-                 : (p->s.dt == IR_BF16 ? gguf_tensor_rows_bf16(t[i], 0, gguf_tensor_nrows(t[i]), host, &ge)
-                                       : gguf_tensor_rows_f16(t[i], 0, gguf_tensor_nrows(t[i]), host, &ge))
-                     ? kiln_err_wrap(err, &ge, NULL)
-                     : p->d->ops->upload(p->d, b, at * 2, host, ne * 2, err);
-        if (rc) {
+        if (upload_rows(p, b, at, t[i], 0, gguf_tensor_nrows(t[i]), err)) {
             p->d->ops->release(p->d, b);
             b = NULL;
         }
-        at += ne;
+        at += gguf_tensor_nelements(t[i]);
     }
     return b;
 }
 
-
 static rt_buffer *upload_weight(plan_engine *p, const gguf_tensor *t, kiln_err *err) {
     return upload_concat(p, &t, 1, err);
+}
+
+/* A small tensor (a filter, a bias, decay rates) as f32, as the file holds it. */
+static rt_buffer *upload_f32(plan_engine *p, const gguf_tensor *t, kiln_err *err) {
+    uint64_t rows = gguf_tensor_nrows(t), ne = gguf_tensor_nelements(t);
+    float *host = malloc(ne * 4);
+    kiln_err ge;
+    rt_buffer *b = NULL;
+    if (!host) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory converting '%s'", t->name), NULL;
+    if (gguf_tensor_rows_f32(t, 0, rows, host, &ge)) kiln_err_wrap(err, &ge, NULL);
+    else if ((b = plan_alloc(p, ne * 4, err)) && p->d->ops->upload(p->d, b, 0, host, ne * 4, err))
+        p->d->ops->release(p->d, b), b = NULL;
+    free(host);
+    return b;
+}
+
+/* A qwen35 full-attention layer: attn_q holds per head its query rows, then its output
+ * gate's; the query rows go to the fused q/k/v weight (as any model's q), the gate's to
+ * a weight of their own. */
+static int upload_gated_qkv(plan_engine *p, const model_layer *ml, plan_layer *L, kiln_err *err) {
+    const arch_hparams *hp = &p->s.hp;
+    uint64_t d = hp->n_embd, dk = hp->head_dim_k;
+    if (!(L->wqkv = plan_alloc(p, (uint64_t)p->s.qkv_dim * d * 2, err)) ||
+        !(L->w_agate = plan_alloc(p, (uint64_t)p->s.q_dim * d * 2, err)))
+        return -1;
+    for (uint32_t h = 0; h < hp->n_head; h++)
+        if (upload_rows(p, L->wqkv, h * dk * d, ml->wq, 2 * h * dk, dk, err) ||
+            upload_rows(p, L->w_agate, h * dk * d, ml->wq, 2 * h * dk + dk, dk, err))
+            return -1;
+    uint64_t kv = p->s.kv_dim;
+    return upload_rows(p, L->wqkv, p->s.q_dim * d, ml->wk, 0, kv, err) ||
+                   upload_rows(p, L->wqkv, (p->s.q_dim + kv) * d, ml->wv, 0, kv, err)
+               ? -1
+               : 0;
+}
+
+/* A qwen35 Gated DeltaNet layer's weights: the products' in the 16-bit type, the
+ * convolution's filter, dt bias and decay rates in f32 (as the oracle keeps them). */
+static int upload_deltanet(plan_engine *p, const model_layer *ml, plan_layer *L, kiln_err *err) {
+    const gguf_tensor *w[6] = {ml->ssm_qkv, ml->ssm_z, ml->ssm_beta, ml->ssm_alpha, ml->ssm_out, ml->ssm_norm};
+    rt_buffer **dst[6] = {&L->dn_qkv, &L->dn_z, &L->dn_beta, &L->dn_alpha, &L->dn_out, &L->dn_norm};
+    for (int i = 0; i < 6; i++)
+        if (!(*dst[i] = upload_weight(p, w[i], err))) return -1;
+    return !(L->dn_conv = upload_f32(p, ml->ssm_conv, err)) || !(L->dn_dt_bias = upload_f32(p, ml->ssm_dt_bias, err)) ||
+                   !(L->dn_a = upload_f32(p, ml->ssm_a, err))
+               ? -1
+               : 0;
 }
 
 /* Every weight converted and uploaded (q, k, v fused), progress per layer. 0 or -1. */
@@ -61,8 +111,11 @@ int plan_upload_weights(plan_engine *p, kiln_err *err) {
         const model_layer *ml = &m->layers[l];
         plan_layer *L = &p->L[l];
         const gguf_tensor *qkv[3] = {ml->wq, ml->wk, ml->wv}, *b[3] = {ml->bq, ml->bk, ml->bv};
-        bad = !(L->wqkv = upload_concat(p, qkv, 3, err)) ||
-              (p->s.bias && !(L->bqkv = upload_concat(p, b, 3, err)));
+        if (p->s.hp.arch == ARCH_QWEN35)
+            bad = p->s.hp.recurrent[l] ? upload_deltanet(p, ml, L, err) : upload_gated_qkv(p, ml, L, err);
+        else
+            bad = !(L->wqkv = upload_concat(p, qkv, 3, err)) ||
+                  (p->s.bias && !(L->bqkv = upload_concat(p, b, 3, err)));
         const gguf_tensor *t[7] = {ml->attn_norm, ml->q_norm, ml->k_norm, ml->wo, ml->ffn_norm, ml->w_gate, ml->w_up};
         rt_buffer **dst[7] = {&L->attn_norm, &L->q_norm, &L->k_norm, &L->wo, &L->ffn_norm, &L->w_gate, &L->w_up};
         for (int i = 0; i < 7 && !bad; i++)
@@ -78,9 +131,8 @@ int plan_borrow_weights(plan_engine *p, const plan_engine *o) {
     p->tok_embd = o->tok_embd, p->output = o->output, p->output_norm = o->output_norm, p->freqs = o->freqs;
     for (uint32_t l = 0; l < p->s.hp.n_layer; l++) {
         plan_layer *L = &p->L[l];
-        const plan_layer *K = &o->L[l];
-        *L = (plan_layer){K->attn_norm, K->wqkv, K->bqkv, K->q_norm, K->k_norm, K->wo, K->ffn_norm, K->w_gate,
-                          K->w_up, K->w_down, NULL, NULL};
+        *L = o->L[l]; /* the weights; the caches and states are each plan's */
+        L->kc = L->vc = L->conv_state = L->S = NULL;
     }
     progress_update(&p->prog, p->s.hp.n_layer);
     return 0;
@@ -89,7 +141,10 @@ int plan_borrow_weights(plan_engine *p, const plan_engine *o) {
 /* Activation bytes for a block of nb tokens. */
 static uint64_t act_bytes(const plan_shape *s, const rt_caps *c, uint32_t nb) {
     const arch_hparams *hp = &s->hp;
-    return 2ull * nb * (3ull * hp->n_embd + s->qkv_dim + s->q_dim + 3ull * hp->n_ff) + 4ull * hp->n_embd +
+    uint64_t q35 = hp->arch == ARCH_QWEN35 ? 2ull * s->q_dim + 2ull * s->conv_dim + 2ull * s->dn_v_dim +
+                                                 2ull * hp->ssm_v_heads
+                                           : 0;
+    return 2ull * nb * (3ull * hp->n_embd + s->qkv_dim + s->q_dim + 3ull * hp->n_ff + q35) + 4ull * hp->n_embd +
            4ull * hp->n_vocab + 8ull * nb + 24 +
            4ull * hp->n_head * kn_attn_splits(c, hp->n_head, s->n_ctx) * (hp->head_dim_k + 2);
 }
@@ -116,7 +171,14 @@ static uint64_t plan_bytes(const model *m, const plan_shape *s, const rt_caps *c
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
         if (other[i].bytes > big) big = other[i].bytes, snprintf(what, what_len, "%s", other[i].name);
     *largest = big;
-    return w + (uint64_t)s->n_slots * (2 * hp->n_layer * cache + act_bytes(s, c, s->n_block));
+    /* KV caches for the full-attention layers; qwen35's DeltaNet layers hold a state
+     * instead (f32: the convolution's last inputs and a state matrix per value head) */
+    uint64_t state = hp->arch == ARCH_QWEN35 ? 4ull * hp->n_recurrent *
+                                                   ((uint64_t)(hp->ssm_conv_kernel - 1) * s->conv_dim +
+                                                    (uint64_t)hp->ssm_v_heads * hp->ssm_state * hp->ssm_state)
+                                             : 0;
+    uint32_t n_attn = hp->arch == ARCH_QWEN35 ? hp->n_layer - hp->n_recurrent : hp->n_layer;
+    return w + (uint64_t)s->n_slots * (2 * n_attn * cache + state + act_bytes(s, c, s->n_block));
 }
 
 /* What the device refuses, or 0: the whole plan past its memory, or one buffer past what

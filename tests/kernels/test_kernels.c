@@ -45,13 +45,7 @@ static void launch(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, c
 /* ---- 16-bit values ------------------------------------------------------------------- */
 
 /* A device buffer of n 16-bit outputs plus the guard, all NaN. */
-static rt_buffer *poisoned16(rt_device *d, ir_scalar t, size_t n) {
-    uint16_t *p = malloc((n + GUARD) * 2);
-    for (size_t i = 0; i < n + GUARD; i++) p[i] = tu_nan16(t);
-    rt_buffer *b = tu_vk_upload(d, p, (n + GUARD) * 2);
-    free(p);
-    return b;
-}
+static rt_buffer *poisoned16(rt_device *d, ir_scalar t, size_t n) { return tu_vk_poisoned16(d, t, n, GUARD); }
 
 /* Downloads n outputs + guard; the guard must still hold the poison. */
 static uint16_t *fetch16(rt_device *d, rt_buffer *b, ir_scalar t, size_t n, const char *what) {

@@ -28,13 +28,7 @@ static void run(rt_device *d, ir_kernel *k, const uint32_t g[2], const rt_arg *a
     d->ops->release_kernel(d, ck);
 }
 
-static rt_buffer *poisoned16(rt_device *d, ir_scalar t, size_t n) {
-    uint16_t *p = malloc((n + GUARD) * 2);
-    for (size_t i = 0; i < n + GUARD; i++) p[i] = tu_nan16(t);
-    rt_buffer *b = tu_vk_upload(d, p, (n + GUARD) * 2);
-    free(p);
-    return b;
-}
+static rt_buffer *poisoned16(rt_device *d, ir_scalar t, size_t n) { return tu_vk_poisoned16(d, t, n, GUARD); }
 
 /* f32 values followed by a NaN guard */
 static rt_buffer *upload_f32_guarded(rt_device *d, const float *v, size_t n) {

@@ -1,25 +1,99 @@
-/* A GPU plan refuses Qwen3.5 (qwen35) by name until its DeltaNet kernels exist: no
- * device is touched (the refusal comes from the plan's shape, before any upload). */
+/* Qwen3.5 (qwen35: Gated DeltaNet layers beside gated full attention) through a GPU plan
+ * on the Vulkan device (lavapipe in CI), against the contract-mode oracle: a story prompt
+ * in prefill blocks (several and a partial one) and through the short block, then decode
+ * steps; rewinds replay the recurrent state from zero and give the logits of the first
+ * pass; sections the GPU's rope cannot follow are refused by name. */
 #include "base/error.h"
+#include "gguf/gguf.h"
+#include "model/engine.h"
 #include "model/model.h"
 #include "plan/plan.h"
 #include "plan/plan_internal.h"
 #include "tests/util/testutil.h"
+#include "tests/util/testutil_plan.h"
+#include "tests/util/testutil_vk.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-Test(plan, qwen35_is_refused_by_name) {
+Test(plan_qwen35, shape_and_roles) {
     kiln_err err = {0};
     model *m = model_load(tu_data_file("models/qwen35-tiny.gguf"), &err);
     cr_assert_not_null(m, "%s", err.msg);
     plan_shape s;
+    cr_assert_eq(plan_shape_of(m, 0, 0, 0, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(s.conv_dim, 2 * 2 * 32 + 4 * 32, "q and k of 2 k heads, v of 4 v heads, state 32");
+    cr_assert_eq(s.dn_v_dim, 4 * 32);
+    cr_assert(plan_role_used(&s, K_DELTANET) && plan_role_used(&s, K_GATE) && plan_role_used(&s, K_MM_QKV));
+    /* IMROPE's 4th section leaves pairs unturned: the GPU refuses such sections */
+    uint32_t sec[4] = {3, 3, 2, 0};
+    for (uint32_t i = 0; i < 8; i++) cr_assert(!plan_imrope_pair_still(sec, i), "pair %u", i);
+    uint32_t with_e[4] = {2, 2, 2, 2};
+    cr_assert(plan_imrope_pair_still(with_e, 6) && plan_imrope_pair_still(with_e, 7));
+    memcpy(m->hp.rope_sections, with_e, sizeof with_e);
     cr_assert_eq(plan_shape_of(m, 0, 0, 0, &s, &err), -1);
-    cr_assert(strstr(err.msg, "architecture 'qwen35'") && strstr(err.msg, "--device cpu"), "%s", err.msg);
-    rt_device d = {0};
-    snprintf(d.label, sizeof d.label, "vulkan:7");
-    cr_assert_null(plan_create(m, &d, 0, 0, 0, &err));
-    cr_assert(strstr(err.msg, "vulkan:7") && strstr(err.msg, "architecture 'qwen35'"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "qwen35") && strstr(err.msg, "--device cpu"), "%s", err.msg);
+    /* a dense model has none of the qwen35 roles */
+    model_free(m);
+}
+
+Test(plan_qwen35, whole_model_against_the_oracle, .timeout = 600) {
+    const char *path = tu_data_file("models/qwen35-tiny.gguf");
+    int32_t ids[256];
+    uint32_t n = tu_story_ids(path, ids, 256);
+    cr_assert_geq(n, 70, "a story of %u tokens", n);
+    static const struct {
+        const char *caps;
+        uint32_t dtype, block, n_prompt;
+    } runs[] = {{NULL, GGUF_T_F16, 64, 70}, {NULL, GGUF_T_BF16, 0, 23}, {"workgroup=64", GGUF_T_F16, 64, 9}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        rt_device *d = tu_vk_open_or_skip(runs[i].caps);
+        double f32 = 0, worst = tu_plan_compare(d, runs[i].caps, path, runs[i].dtype, 12, ids, runs[i].n_prompt,
+                                                runs[i].block, &f32);
+        d->ops->destroy(d);
+        cr_log_info("caps=%s: logits relative error %.3e (the f32 oracle's distance from the contract: %.3e)",
+                    runs[i].caps ? runs[i].caps : "device", worst, f32);
+        cr_assert_lt(worst, 1e-2, "caps=%s: logits relative error %.3e", runs[i].caps ? runs[i].caps : "device",
+                     worst);
+    }
+}
+
+static double rel_err(const float *a, const float *b, uint32_t n) {
+    double num = 0, den = 0;
+    for (uint32_t i = 0; i < n; i++) num += fabs((double)a[i] - b[i]), den += fabs((double)b[i]);
+    return den ? num / den : num;
+}
+
+/* Evaluating again at an earlier position zeroes the recurrent state and replays the
+ * remembered tokens: the logits are those of the first pass (up to the summation order
+ * of the blocks the replay takes), and a position past the state is refused. */
+Test(plan_qwen35, rewinds_replay_the_state, .timeout = 300) {
+    const char *path = tu_data_file("models/qwen35-tiny.gguf");
+    kiln_err err = {0};
+    model *m = model_load(path, &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    engine *e = plan_create(m, d, GGUF_T_F16, 256, 64, &err);
+    cr_assert_not_null(e, "%s", err.msg);
+    int32_t ids[256];
+    uint32_t n = 40, V = m->hp.n_vocab;
+    cr_assert_geq(tu_story_ids(path, ids, 256), n);
+    float *first = malloc((size_t)n * V * 4), *again = malloc((size_t)V * 4);
+    cr_assert_eq(engine_eval(e, ids, n, 0, first, true, &err), 0, "%s", err.msg); /* one decode step a token */
+    uint32_t back[] = {n - 1, 17, 1, 0};
+    for (size_t i = 0; i < sizeof back / sizeof back[0]; i++) {
+        uint32_t p = back[i];
+        cr_assert_eq(engine_eval(e, ids + p, n - p, p, again, false, &err), 0, "%s", err.msg);
+        double r = rel_err(again, first + (size_t)(n - 1) * V, V);
+        cr_assert_lt(r, 1e-2, "rewound to %u: logits relative error %.3e", p, r);
+    }
+    cr_assert_eq(engine_eval(e, ids, 1, n + 1, again, false, &err), -1);
+    cr_assert(strstr(err.msg, "past"), "%s", err.msg);
+    free(first), free(again);
+    e->ops->destroy(e);
+    d->ops->destroy(d);
     model_free(m);
 }

@@ -69,6 +69,15 @@ uint16_t tu_to16(ir_scalar t, float f) { return t == IR_BF16 ? gguf_f32_to_bf16(
 float tu_from16(ir_scalar t, uint16_t h) { return t == IR_BF16 ? gguf_bf16_to_f32(h) : gguf_f16_to_f32(h); }
 uint16_t tu_nan16(ir_scalar t) { return t == IR_BF16 ? 0x7fc0 : 0x7e00; }
 
+rt_buffer *tu_vk_poisoned16(rt_device *d, ir_scalar t, size_t n, size_t guard) {
+    uint16_t *p = malloc((n + guard) * 2);
+    cr_assert_not_null(p);
+    for (size_t i = 0; i < n + guard; i++) p[i] = tu_nan16(t);
+    rt_buffer *b = tu_vk_upload(d, p, (n + guard) * 2);
+    free(p);
+    return b;
+}
+
 double tu_ulp16(ir_scalar t, double v) {
     int e;
     frexp(fabs(v), &e); /* |v| = m * 2^e, m in [0.5, 1) */

@@ -19,6 +19,9 @@ const char *tu_dname(ir_scalar t); /* "bf16" or "f16" */
 uint16_t tu_to16(ir_scalar t, float f);
 float tu_from16(ir_scalar t, uint16_t h);
 uint16_t tu_nan16(ir_scalar t);
+/* A device buffer of n 16-bit values plus guard more, all tu_nan16: outputs poisoned, a
+ * guard region past them. */
+rt_buffer *tu_vk_poisoned16(rt_device *d, ir_scalar t, size_t n, size_t guard);
 /* One unit in the last place of the 16-bit type at |v|'s magnitude (subnormal floor). */
 double tu_ulp16(ir_scalar t, double v);
 
