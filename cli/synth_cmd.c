@@ -103,7 +103,7 @@ int cmd_synth(int argc, char **argv) {
     if (tok_json && vocab_from) return cli_usage_error(usage, "--tokenizer and --vocab-from exclude each other");
     if (arch) {
         int id = arch_from_name(arch);
-        if (id < 0) return cli_usage_error(usage, "--arch: unknown architecture '%s' (llama, qwen2, qwen3)", arch);
+        if (id < 0) return cli_usage_error(usage, "--arch: unknown architecture '%s' (llama, qwen2, qwen3, qwen35)", arch);
         /* qwen35 has its own layers and keys: a dense preset cannot become one, nor back */
         if (id == ARCH_QWEN35 && c.arch != ARCH_QWEN35)
             return cli_usage_error(usage,

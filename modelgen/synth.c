@@ -211,7 +211,10 @@ bool synth_layer_recurrent(const synth_config *c, uint32_t l) {
 /* Qwen3.5 in the order and with the names, shapes and types of llama.cpp's converter
  * (the layout of testdata's qwen35-tiny.gguf; the loader is llama.cpp's
  * src/models/qwen35.cpp): per layer attn_norm, the mixer, post_attention_norm, the ffn.
- * The 1-D tensors and the depthwise filter ssm_conv1d stay F32. */
+ * The 1-D tensors and the depthwise filter ssm_conv1d stay F32. Checked by hand on
+ * 2026-12-02 against llama.cpp 34af94cd's CPU backend (libllama, greedy over a
+ * 12-token prompt): it loads qwen3.5-tiny-odd (seeds 42, 7, 1234) and qwen3.5-0.8b
+ * ("model type 0.8B") and its tokens equal kiln's oracle in f32 mode on every one. */
 static int plan_qwen35(const synth_config *c, plan *p) {
     uint32_t w = c->dtype, f = GGUF_T_F32;
     uint64_t d = c->n_embd, q = (uint64_t)c->n_head * c->head_dim, kv = (uint64_t)c->n_head_kv * c->head_dim,
