@@ -12,7 +12,10 @@
 static const char usage[] =
     "usage: kiln synth --preset NAME [flags] -o FILE.gguf\n"
     "  --preset NAME            tiny | qwen3-0.6b | qwen3-4b | qwen3-8b | llama-3.2-1b\n"
-    "  --arch A                 llama | qwen2 | qwen3\n"
+    "                           | qwen3.5-0.8b | qwen3.5-4b | qwen3.5-tiny-odd  (Qwen3.5: arch qwen35,\n"
+    "                           Gated DeltaNet layers with a gated full-attention layer every 4th, 3rd for\n"
+    "                           tiny-odd; --heads/--kv-heads/--head-dim size the attention layers)\n"
+    "  --arch A                 llama | qwen2 | qwen3 (dense presets); qwen35 (qwen3.5 presets)\n"
     "  --hidden N --layers N --heads N --kv-heads N --head-dim N --ffn N --vocab N --ctx N\n"
     "  --tied | --untied        output shares token_embd (no output.weight) or not\n"
     "  --dtype bf16|f16         type of the matrices (1-D tensors stay F32), default bf16\n"
@@ -100,9 +103,14 @@ int cmd_synth(int argc, char **argv) {
     if (tok_json && vocab_from) return cli_usage_error(usage, "--tokenizer and --vocab-from exclude each other");
     if (arch) {
         int id = arch_from_name(arch);
-        if (id < 0) return cli_usage_error(usage, "--arch: unknown architecture '%s' (llama, qwen2, qwen3)", arch);
-        if (id == ARCH_QWEN35)
-            return cli_usage_error(usage, "--arch: kiln synth cannot write 'qwen35' models yet (llama, qwen2, qwen3)");
+        if (id < 0) return cli_usage_error(usage, "--arch: unknown architecture '%s' (llama, qwen2, qwen3, qwen35)", arch);
+        /* qwen35 has its own layers and keys: a dense preset cannot become one, nor back */
+        if (id == ARCH_QWEN35 && c.arch != ARCH_QWEN35)
+            return cli_usage_error(usage,
+                                   "--arch qwen35 needs a qwen3.5 preset (qwen3.5-0.8b, qwen3.5-4b, qwen3.5-tiny-odd)");
+        if (id != ARCH_QWEN35 && c.arch == ARCH_QWEN35)
+            return cli_usage_error(usage, "--arch %s: preset '%s' is a qwen35 model (use a dense preset)", arch,
+                                   preset);
         c.arch = (arch_id)id;
     }
     if (dtype) {
@@ -113,8 +121,10 @@ int cmd_synth(int argc, char **argv) {
     uint32_t *fields[] = {&c.n_embd, &c.n_layer, &c.n_head, &c.n_head_kv, &c.head_dim, &c.n_ff, &c.n_vocab, &c.n_ctx};
     for (size_t k = 0; k < n_nums; k++)
         if (nums[k].set) *fields[k] = *nums[k].dst;
-    /* A new width or head count without --head-dim means head_dim = hidden / heads. */
-    if ((nums[0].set || nums[2].set) && !nums[4].set) {
+    /* A new width or head count without --head-dim means head_dim = hidden / heads
+     * (qwen35's head size is its own: 256 on the published sizes, whatever the width). */
+    if (c.arch == ARCH_QWEN35) synth_qwen35_rope(&c);
+    else if ((nums[0].set || nums[2].set) && !nums[4].set) {
         if (c.n_embd % c.n_head)
             return cli_usage_error(usage, "--hidden %u is not a multiple of --heads %u: give --head-dim", c.n_embd,
                                    c.n_head);

@@ -12,7 +12,33 @@
 #include <time.h>
 #include <unistd.h>
 
-const char *const synth_preset_names[] = {"tiny", "qwen3-0.6b", "qwen3-4b", "qwen3-8b", "llama-3.2-1b", NULL};
+const char *const synth_preset_names[] = {"tiny",         "qwen3-0.6b",   "qwen3-4b",         "qwen3-8b",
+                                          "llama-3.2-1b", "qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-tiny-odd",
+                                          NULL};
+
+void synth_qwen35_rope(synth_config *c) {
+    c->n_rot = c->head_dim / 4 / 2 * 2;
+    uint32_t half = c->n_rot / 2, t = (half + 2) / 3, h = (half - t + 1) / 2;
+    c->rope_sections[0] = t, c->rope_sections[1] = h, c->rope_sections[2] = half - t - h, c->rope_sections[3] = 0;
+}
+
+/* Qwen3.5's text tower (Qwen3_5ForConditionalGeneration's text_config; kiln writes it as
+ * llama.cpp's `qwen35`, without the vision tower or the multi-token-prediction block).
+ * Common to the published checkpoints (mirrors of Qwen/Qwen3.5-0.8B's and -4B's
+ * config.json): head_dim 256, linear_key_head_dim = linear_value_head_dim = 128,
+ * linear_conv_kernel_dim 4, full_attention_interval 4, rms_norm_eps 1e-6,
+ * rope_theta 10,000,000, partial_rotary_factor 0.25 with mrope_section [11, 11, 10]
+ * (rope.dimension_count 64), vocab_size 248,320, max_position_embeddings 262,144, and
+ * tied embeddings on these two sizes (tie_word_embeddings true in the 0.8B config; the
+ * 4B's Megatron recipe in THUDM/slime, scripts/models/qwen3.5-4B.sh, keeps them tied
+ * where its 27B recipe passes --untie-embeddings-and-output-weights). */
+static void qwen35_common(synth_config *c) {
+    c->arch = ARCH_QWEN35;
+    c->head_dim = 256, c->ssm_state = 128, c->ssm_conv_kernel = 4, c->full_attn_interval = 4;
+    c->n_vocab = 248320, c->n_ctx = 262144, c->tied = true;
+    c->rope_base = 10000000.0f, c->rms_eps = 1e-6f;
+    synth_qwen35_rope(c);
+}
 
 int synth_preset(const char *name, synth_config *c) {
     memset(c, 0, sizeof *c);
@@ -43,6 +69,34 @@ int synth_preset(const char *name, synth_config *c) {
         c->rope_base = 500000.0f, c->rms_eps = 1e-5f;
         c->llama3_rope = true, c->rope_factor = 32.0f, c->rope_low_freq = 1.0f, c->rope_high_freq = 4.0f;
         c->rope_orig_ctx = 8192;
+    } else if (strcmp(name, "qwen3.5-0.8b") == 0) {
+        /* Qwen/Qwen3.5-0.8B text_config: hidden_size 1024, num_hidden_layers 24,
+         * intermediate_size 3584, num_attention_heads 8, num_key_value_heads 2,
+         * linear_num_key_heads 16, linear_num_value_heads 16 (llama.cpp's qwen35 loader
+         * names 24 layers at width 1024 LLM_TYPE_0_8B) */
+        qwen35_common(c);
+        c->n_layer = 24, c->n_embd = 1024, c->n_ff = 3584, c->n_head = 8, c->n_head_kv = 2;
+        c->ssm_k_heads = 16, c->ssm_v_heads = 16;
+    } else if (strcmp(name, "qwen3.5-4b") == 0) {
+        /* Qwen/Qwen3.5-4B text_config: hidden_size 2560, num_hidden_layers 32,
+         * intermediate_size 9216, num_attention_heads 16, num_key_value_heads 4,
+         * linear_num_key_heads 16, linear_num_value_heads 32 (llama.cpp: 32 layers at
+         * width 2560 is LLM_TYPE_4B) */
+        qwen35_common(c);
+        c->n_layer = 32, c->n_embd = 2560, c->n_ff = 9216, c->n_head = 16, c->n_head_kv = 4;
+        c->ssm_k_heads = 16, c->ssm_v_heads = 32;
+    } else if (strcmp(name, "qwen3.5-tiny-odd") == 0) {
+        /* for CI: 6 layers, full attention at 2 and 5 (interval 3), and nothing a multiple
+         * of 32: width 200, 5 query heads of 44 (220, not the width) over 1 KV head, rope
+         * on 10 dims as [2, 2, 1, 0], DeltaNet heads of 28 with 2 key heads shared by 6
+         * value heads (inner 168, conv channels 280), ffn 456, vocab 641 */
+        c->arch = ARCH_QWEN35;
+        c->n_layer = 6, c->full_attn_interval = 3;
+        c->n_embd = 200, c->n_head = 5, c->n_head_kv = 1, c->head_dim = 44, c->n_ff = 456;
+        c->ssm_state = 28, c->ssm_k_heads = 2, c->ssm_v_heads = 6, c->ssm_conv_kernel = 4;
+        c->n_vocab = 641, c->n_ctx = 512, c->tied = true;
+        c->rope_base = 10000000.0f, c->rms_eps = 1e-6f;
+        synth_qwen35_rope(c);
     } else {
         return -1;
     }
@@ -66,6 +120,39 @@ int synth_check(const synth_config *c, kiln_err *err) {
         kiln_fail(err, KILN_ERR_INVALID, "--head-dim %u must be even (rope rotates pairs)", c->head_dim);
         return -1;
     }
+    if (c->arch == ARCH_QWEN35) {
+        const struct { const char *what; uint32_t v; } q35[] = {
+            {"full_attention_interval", c->full_attn_interval}, {"ssm.conv_kernel", c->ssm_conv_kernel},
+            {"ssm.state_size", c->ssm_state}, {"ssm.group_count", c->ssm_k_heads},
+            {"ssm.time_step_rank", c->ssm_v_heads}};
+        for (size_t i = 0; i < sizeof q35 / sizeof q35[0]; i++)
+            if (q35[i].v == 0) {
+                kiln_fail(err, KILN_ERR_INVALID, "qwen35: %s must be positive", q35[i].what);
+                return -1;
+            }
+        if (c->ssm_v_heads % c->ssm_k_heads) {
+            kiln_fail(err, KILN_ERR_INVALID, "qwen35: %u value heads are not a multiple of %u key heads",
+                      c->ssm_v_heads, c->ssm_k_heads);
+            return -1;
+        }
+        uint32_t sum = c->rope_sections[0] + c->rope_sections[1] + c->rope_sections[2] + c->rope_sections[3];
+        if (c->n_rot < 2 || c->n_rot % 2 || c->n_rot > c->head_dim || 2 * sum != c->n_rot) {
+            kiln_fail(err, KILN_ERR_INVALID,
+                      "qwen35: rope over %u of the head's %u dims with sections summing to %u (--head-dim must "
+                      "be at least 8)",
+                      c->n_rot, c->head_dim, sum);
+            return -1;
+        }
+        if ((uint64_t)c->ssm_state * c->ssm_v_heads > (1u << 20) || c->ssm_conv_kernel > 64 ||
+            c->n_layer > ARCH_MAX_LAYERS) {
+            kiln_fail(err, KILN_ERR_INVALID, "qwen35: sizes are beyond any real model");
+            return -1;
+        }
+        if (c->llama3_rope) {
+            kiln_fail(err, KILN_ERR_INVALID, "qwen35: Llama 3 rope factors do not apply");
+            return -1;
+        }
+    }
     if (c->dtype != GGUF_T_BF16 && c->dtype != GGUF_T_F16) {
         kiln_fail(err, KILN_ERR_INVALID, "dtype must be bf16 or f16");
         return -1;
@@ -81,7 +168,11 @@ int synth_check(const synth_config *c, kiln_err *err) {
 
 /* ---- the tensor plan ------------------------------------------------------------------ */
 
-typedef enum fill_kind { FILL_WEIGHT, FILL_NORM, FILL_ROPE_FREQS } fill_kind;
+/* FILL_WEIGHT: normal, std 0.02 (matrices and biases); FILL_NORM: normal around 1, std
+ * 0.02; FILL_CONV: qwen35's depthwise filter, normal with std 1/sqrt(taps) (the scale
+ * PyTorch's Conv1d init gives, and one that keeps the qkv's size through the filter);
+ * FILL_SSM_A and FILL_DT_BIAS: qwen35's decay rates and dt bias (fill_chunk). */
+typedef enum fill_kind { FILL_WEIGHT, FILL_NORM, FILL_ROPE_FREQS, FILL_CONV, FILL_SSM_A, FILL_DT_BIAS } fill_kind;
 
 typedef struct plan_tensor {
     char name[GGUF_MAX_TENSOR_NAME + 1];
@@ -113,8 +204,56 @@ static int plan_add(plan *p, fill_kind kind, uint32_t type, uint64_t ne0, uint64
     return 0;
 }
 
+bool synth_layer_recurrent(const synth_config *c, uint32_t l) {
+    return c->arch == ARCH_QWEN35 && (l + 1) % c->full_attn_interval != 0;
+}
+
+/* Qwen3.5 in the order and with the names, shapes and types of llama.cpp's converter
+ * (the layout of testdata's qwen35-tiny.gguf; the loader is llama.cpp's
+ * src/models/qwen35.cpp): per layer attn_norm, the mixer, post_attention_norm, the ffn.
+ * The 1-D tensors and the depthwise filter ssm_conv1d stay F32. Checked by hand on
+ * 2026-12-02 against llama.cpp 34af94cd's CPU backend (libllama, greedy over a
+ * 12-token prompt): it loads qwen3.5-tiny-odd (seeds 42, 7, 1234) and qwen3.5-0.8b
+ * ("model type 0.8B") and its tokens equal kiln's oracle in f32 mode on every one. */
+static int plan_qwen35(const synth_config *c, plan *p) {
+    uint32_t w = c->dtype, f = GGUF_T_F32;
+    uint64_t d = c->n_embd, q = (uint64_t)c->n_head * c->head_dim, kv = (uint64_t)c->n_head_kv * c->head_dim,
+             ks = (uint64_t)c->ssm_k_heads * c->ssm_state, vs = (uint64_t)c->ssm_v_heads * c->ssm_state;
+    int r = plan_add(p, FILL_WEIGHT, w, d, c->n_vocab, "token_embd.weight", 0);
+    for (uint32_t l = 0; l < c->n_layer && !r; l++) {
+        int L = (int)l;
+        r |= plan_add(p, FILL_NORM, f, d, 0, "blk.%d.attn_norm.weight", L);
+        if (synth_layer_recurrent(c, l)) {
+            r |= plan_add(p, FILL_WEIGHT, w, d, 2 * ks + vs, "blk.%d.attn_qkv.weight", L);
+            r |= plan_add(p, FILL_WEIGHT, w, d, vs, "blk.%d.attn_gate.weight", L);
+            r |= plan_add(p, FILL_CONV, f, c->ssm_conv_kernel, 2 * ks + vs, "blk.%d.ssm_conv1d.weight", L);
+            r |= plan_add(p, FILL_DT_BIAS, f, c->ssm_v_heads, 0, "blk.%d.ssm_dt.bias", L);
+            r |= plan_add(p, FILL_SSM_A, f, c->ssm_v_heads, 0, "blk.%d.ssm_a", L);
+            r |= plan_add(p, FILL_WEIGHT, w, d, c->ssm_v_heads, "blk.%d.ssm_beta.weight", L);
+            r |= plan_add(p, FILL_WEIGHT, w, d, c->ssm_v_heads, "blk.%d.ssm_alpha.weight", L);
+            r |= plan_add(p, FILL_NORM, f, c->ssm_state, 0, "blk.%d.ssm_norm.weight", L);
+            r |= plan_add(p, FILL_WEIGHT, w, vs, d, "blk.%d.ssm_out.weight", L);
+        } else {
+            r |= plan_add(p, FILL_WEIGHT, w, d, 2 * q, "blk.%d.attn_q.weight", L); /* query and gate */
+            r |= plan_add(p, FILL_WEIGHT, w, d, kv, "blk.%d.attn_k.weight", L);
+            r |= plan_add(p, FILL_WEIGHT, w, d, kv, "blk.%d.attn_v.weight", L);
+            r |= plan_add(p, FILL_NORM, f, c->head_dim, 0, "blk.%d.attn_q_norm.weight", L);
+            r |= plan_add(p, FILL_NORM, f, c->head_dim, 0, "blk.%d.attn_k_norm.weight", L);
+            r |= plan_add(p, FILL_WEIGHT, w, q, d, "blk.%d.attn_output.weight", L);
+        }
+        r |= plan_add(p, FILL_NORM, f, d, 0, "blk.%d.post_attention_norm.weight", L);
+        r |= plan_add(p, FILL_WEIGHT, w, d, c->n_ff, "blk.%d.ffn_gate.weight", L);
+        r |= plan_add(p, FILL_WEIGHT, w, d, c->n_ff, "blk.%d.ffn_up.weight", L);
+        r |= plan_add(p, FILL_WEIGHT, w, c->n_ff, d, "blk.%d.ffn_down.weight", L);
+    }
+    r |= plan_add(p, FILL_NORM, f, d, 0, "output_norm.weight", 0);
+    if (!c->tied) r |= plan_add(p, FILL_WEIGHT, w, d, c->n_vocab, "output.weight", 0);
+    return r ? -1 : 0;
+}
+
 /* Names and shapes as llama.cpp's converter writes them (ne[0] is the input size). */
 static int make_plan(const synth_config *c, plan *p) {
+    if (c->arch == ARCH_QWEN35) return plan_qwen35(c, p);
     uint32_t w = c->dtype, f = GGUF_T_F32;
     uint64_t q = (uint64_t)c->n_head * c->head_dim, kv = (uint64_t)c->n_head_kv * c->head_dim;
     int r = plan_add(p, FILL_WEIGHT, w, c->n_embd, c->n_vocab, "token_embd.weight", 0);
@@ -177,6 +316,22 @@ static int write_metadata(gguf_writer *w, const synth_config *c, kiln_err *err) 
     if (c->arch == ARCH_LLAMA && (add_arch_u32(w, c, "vocab_size", c->n_vocab, err) ||
                                   add_arch_u32(w, c, "rope.dimension_count", c->head_dim, err)))
         return -1;
+    if (c->arch == ARCH_QWEN35) {
+        /* the keys (and value types: u32, and an i32 array for the sections) of
+         * llama.cpp's converter, as qwen35-tiny.gguf holds them */
+        int32_t sec[4];
+        for (int i = 0; i < 4; i++) sec[i] = (int32_t)c->rope_sections[i];
+        if (add_arch_u32(w, c, "rope.dimension_count", c->n_rot, err) ||
+            gguf_writer_add_arr(w, "qwen35.rope.dimension_sections", GGUF_VT_I32, sec, 4, err) ||
+            add_arch_u32(w, c, "full_attention_interval", c->full_attn_interval, err) ||
+            add_arch_u32(w, c, "ssm.conv_kernel", c->ssm_conv_kernel, err) ||
+            add_arch_u32(w, c, "ssm.state_size", c->ssm_state, err) ||
+            add_arch_u32(w, c, "ssm.group_count", c->ssm_k_heads, err) ||
+            add_arch_u32(w, c, "ssm.time_step_rank", c->ssm_v_heads, err) ||
+            add_arch_u32(w, c, "ssm.inner_size", c->ssm_state * c->ssm_v_heads, err) ||
+            add_arch_u32(w, c, "vocab_size", c->n_vocab, err))
+            return -1;
+    }
     return 0;
 }
 
@@ -252,7 +407,22 @@ static void fill_chunk(const pipeline *pl, const chunk *ck, slot *s, float *tmp)
     rng r;
     rng_seed(&r, c->seed, ck->tensor, ck->index);
     if (t->kind == FILL_ROPE_FREQS) rope_factors(c, tmp, ck->count);
-    else rng_normal_fill(&r, tmp, ck->count, t->kind == FILL_NORM ? 1.0f : 0.0f, 0.02f);
+    else if (t->kind == FILL_CONV) rng_normal_fill(&r, tmp, ck->count, 0.0f, 1.0f / sqrtf((float)t->ne[0]));
+    else if (t->kind == FILL_SSM_A || t->kind == FILL_DT_BIAS) {
+        /* Mamba-2's initialisation, which Qwen3-Next's (and so Qwen3.5's) A_log follows:
+         * A log-uniform in [1, 16], stored as ssm_a = -A (the converter's -exp(A_log)),
+         * and dt log-uniform in [0.001, 0.1], stored as the bias whose softplus it is.
+         * A token's decay exp(-A softplus(alpha + dt_bias)) then spans about 0.2 to
+         * 0.999 over the heads: short and long memories, never 0 or 1. */
+        for (uint64_t i = 0; i < ck->count; i++) {
+            double u = rng_uniform(&r);
+            if (t->kind == FILL_SSM_A) tmp[i] = (float)-pow(16.0, u);
+            else {
+                double dt = 0.001 * pow(100.0, u);
+                tmp[i] = (float)log(expm1(dt)); /* softplus^-1 */
+            }
+        }
+    } else rng_normal_fill(&r, tmp, ck->count, t->kind == FILL_NORM ? 1.0f : 0.0f, 0.02f);
     uint16_t *h = (uint16_t *)s->buf;
     if (t->type == GGUF_T_F32) memcpy(s->buf, tmp, ck->count * 4);
     else if (t->type == GGUF_T_BF16)
