@@ -92,40 +92,6 @@ static int step(plan_engine *p, rt_recording *rec, const int32_t *tokens, uint32
                : 0;
 }
 
-/* qwen35's recurrent state back to zero (position 0). */
-static int reset_state(plan_engine *p, kiln_err *err) {
-    const arch_hparams *hp = &p->s.hp;
-    size_t conv = (size_t)(hp->ssm_conv_kernel - 1) * p->s.conv_dim * 4;
-    size_t S = (size_t)hp->ssm_v_heads * hp->ssm_state * hp->ssm_state * 4, big = conv > S ? conv : S;
-    void *zero = calloc(1, big);
-    if (!zero) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
-    int rc = 0;
-    for (uint32_t l = 0; l < hp->n_layer && !rc; l++)
-        if (p->L[l].S)
-            rc = p->d->ops->upload(p->d, p->L[l].conv_state, 0, zero, conv, err) ||
-                 p->d->ops->upload(p->d, p->L[l].S, 0, zero, S, err);
-    free(zero);
-    if (!rc) p->rs_pos = 0;
-    return rc ? -1 : 0;
-}
-
-static int run_blocks(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
-                      kiln_err *err);
-
-/* A recurrent state (qwen35) cannot step back: an eval at pos < rs_pos zeroes it and
- * evaluates the remembered tokens [0, pos) again (a prefill of pos tokens: the KV entries
- * it rewrites come out the same). Tokens go into hist as they are evaluated. */
-static int rewind_state(plan_engine *p, uint32_t pos, kiln_err *err) {
-    if (!p->s.hp.n_recurrent || pos == p->rs_pos) return 0;
-    if (pos > p->rs_pos)
-        return kiln_fail(err, KILN_ERR_INVALID, "position %u is past the %u positions of the recurrent state", pos,
-                         p->rs_pos);
-    if (reset_state(p, err)) return -1;
-    if (pos && run_blocks(p, p->hist, pos, 0, NULL, false, err)) return -1;
-    p->replayed += pos;
-    return 0;
-}
-
 /* Evaluates tokens through the recordings; the last step's logits (and their argmax)
  * stay on the device for the caller to read. all: a decode step per token, each token's
  * logits copied to logits[t] as it goes. */
@@ -143,12 +109,19 @@ static int run_tokens(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_
             return kiln_fail(err, KILN_ERR_INVALID, "token id %d is outside the vocabulary of %u", tokens[t],
                              p->s.hp.n_vocab);
     base->n_past = pos;
-    if (rewind_state(p, pos, err)) return -1;
-    return run_blocks(p, tokens, n, pos, logits, all, err);
+    if (!p->s.hp.n_recurrent) return plan_run_blocks(p, tokens, n, pos, logits, all, err);
+    /* a recurrent state (plan_state.c): snapshots at pos and, where only the last token's
+     * logits are wanted, before that token (the tokens then go in two groups) */
+    if (plan_state_rewind(p, pos, err) || (pos && plan_state_snapshot(p, err))) return -1;
+    if (n > 1 && !all) {
+        if (plan_run_blocks(p, tokens, n - 1, pos, NULL, false, err) || plan_state_snapshot(p, err)) return -1;
+        return plan_run_blocks(p, tokens + n - 1, 1, pos + n - 1, NULL, false, err);
+    }
+    return plan_run_blocks(p, tokens, n, pos, logits, all, err);
 }
 
-static int run_blocks(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
-                      kiln_err *err) {
+int plan_run_blocks(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
+                    kiln_err *err) {
     engine *base = &p->base;
     rt_device *d = p->d;
     size_t row = (size_t)p->s.hp.n_vocab * 4;
@@ -225,7 +198,8 @@ static void plan_destroy(engine *base) {
                                 L->ffn_norm,  L->w_gate,   L->w_up,  L->w_down,   L->w_agate,   L->dn_qkv,
                                 L->dn_z,      L->dn_beta,  L->dn_alpha, L->dn_out, L->dn_conv,  L->dn_dt_bias,
                                 L->dn_a,      L->dn_norm};
-        rt_buffer *own_bufs[] = {L->kc, L->vc, L->conv_state, L->S};
+        rt_buffer *own_bufs[] = {L->kc, L->vc, L->conv_state, L->S, L->snap[0][0], L->snap[0][1], L->snap[1][0],
+                                 L->snap[1][1]};
         for (size_t i = 0; own && i < sizeof weights / sizeof weights[0]; i++)
             if (weights[i]) d->ops->release(d, weights[i]);
         for (size_t i = 0; i < sizeof own_bufs / sizeof own_bufs[0]; i++)
@@ -282,10 +256,14 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
         size_t cache = (size_t)s.n_ctx * s.kv_dim * 2;
         size_t conv = (size_t)(hp->ssm_conv_kernel - 1) * s.conv_dim * 4;
         size_t S = (size_t)hp->ssm_v_heads * hp->ssm_state * hp->ssm_state * 4;
-        if (q35 && hp->recurrent[l]) /* a DeltaNet layer: its state (zeroed before the first eval) */
-            bad = !(p->L[l].conv_state = plan_alloc(p, conv, err)) || !(p->L[l].S = plan_alloc(p, S, err));
-        else
+        if (q35 && hp->recurrent[l]) { /* a DeltaNet layer: its state (zeroed before the first eval), snapshots */
+            plan_layer *L = &p->L[l];
+            bad = !(L->conv_state = plan_alloc(p, conv, err)) || !(L->S = plan_alloc(p, S, err));
+            for (int i = 0; i < PLAN_SNAPSHOTS && !bad; i++)
+                bad = !(L->snap[i][0] = plan_alloc(p, conv, err)) || !(L->snap[i][1] = plan_alloc(p, S, err));
+        } else {
             bad = !(p->L[l].kc = plan_alloc(p, cache, err)) || !(p->L[l].vc = plan_alloc(p, cache, err));
+        }
     }
     if (!bad && hp->n_recurrent && !(p->hist = malloc((size_t)s.n_ctx * sizeof *p->hist))) {
         kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
@@ -322,7 +300,7 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
     bad = bad || build(p, err) || step(p, p->prefill, &tok0, 0, 0, err);
     for (int bi = 0; bi < PLAN_SUBS && !bad; bi++) bad = p->sub[bi].rec && step(p, p->sub[bi].rec, &tok0, 0, 0, err);
     /* the warm-up step went through the recurrent state: back to zero */
-    if (bad || step(p, p->decode, &tok0, 1, 0, err) || (hp->n_recurrent && reset_state(p, err))) {
+    if (bad || step(p, p->decode, &tok0, 1, 0, err) || (hp->n_recurrent && plan_state_reset(p, err))) {
         progress_end(&p->prog, false);
         plan_destroy(&p->base);
         return NULL;

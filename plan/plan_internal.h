@@ -21,6 +21,7 @@ enum {
      * recurrence, each for decode and for a block */
     K_MV_AGATE, K_GATE, K_MV_DN_QKV, K_MV_DN_Z, K_MV_DN_AB, K_MV_DN_OUT, K_CONV, K_DELTANET,
     K_MM_AGATE, K_GATE_BLOCK, K_MM_DN_QKV, K_MM_DN_Z, K_MM_DN_AB, K_MM_DN_OUT, K_CONV_BLOCK, K_DELTANET_BLOCK,
+    K_COPY_CONV, K_COPY_S, /* a DeltaNet layer's state into a snapshot and back (plan_state.c) */
     K_COUNT
 };
 /* Each role's name ("embed", "decode_qkv", ...), for dumps and profiles. */
@@ -47,6 +48,8 @@ typedef struct plan_layer {
     /* the buffers above are shared by sibling plans; those below are each plan's */
     rt_buffer *kc, *vc;        /* a full-attention layer's KV cache */
     rt_buffer *conv_state, *S; /* a DeltaNet layer's recurrent state (f32) */
+#define PLAN_SNAPSHOTS 2
+    rt_buffer *snap[PLAN_SNAPSHOTS][2]; /* copies of conv_state and S (plan_state.c) */
 } plan_layer;
 
 /* Prompts, or a prompt's last block, of at most this many tokens run through the short
@@ -96,6 +99,8 @@ typedef struct plan_engine {
      * state cannot step back: an eval before rs_pos zeroes it and replays hist) */
     int32_t *hist;
     uint32_t rs_pos, replayed;
+    uint32_t snap_pos[PLAN_SNAPSHOTS], snap_next; /* where each snapshot stands */
+    bool snap_ok[PLAN_SNAPSHOTS];
     rt_kernel *kern[K_COUNT];
     plan_sig sig[K_COUNT]; /* each kernel's parameters, kept from its IR to bind launches by name */
     uint32_t grid[K_COUNT][2];
@@ -163,6 +168,20 @@ int plan_check_fit(const model *m, const plan_shape *s, const rt_device *d, kiln
 int plan_record_decode(plan_engine *p, kiln_err *err);
 /* A prefill block of b's size with b's kernels (the full block: b NULL). */
 int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err);
+
+/* ---- the recurrent state (plan_state.c) ---- */
+/* Every DeltaNet layer's state to zero (position 0). */
+int plan_state_reset(plan_engine *p, kiln_err *err);
+/* A snapshot of the state at rs_pos (none where one is there already), in the ring of
+ * PLAN_SNAPSHOTS. */
+int plan_state_snapshot(plan_engine *p, kiln_err *err);
+/* The state at pos <= rs_pos: snapshots past pos dropped (their tokens change now), the
+ * latest at or before pos restored (else zero), the remembered tokens from there to pos
+ * evaluated again. */
+int plan_state_rewind(plan_engine *p, uint32_t pos, kiln_err *err);
+/* Evaluates tokens at pos through the recordings (plan.c), the history and rs_pos kept. */
+int plan_run_blocks(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
+                    kiln_err *err);
 
 /* ---- grid tuning (plan_tune.c) ---- */
 /* The decode step's products on the grids measured fastest on the device. 0 or -1. */

@@ -13,7 +13,8 @@ const char *const plan_role[K_COUNT] = {
     "prefill_swiglu", "take_last", "attn_merge", "stage_inputs", "argmax",
     "decode_attn_gate", "attn_gate", "decode_dn_qkv", "decode_dn_z", "decode_dn_beta_alpha", "decode_dn_out",
     "ssm_conv", "deltanet", "prefill_attn_gate", "prefill_gate_attn", "prefill_dn_qkv", "prefill_dn_z",
-    "prefill_dn_beta_alpha", "prefill_dn_out", "prefill_ssm_conv", "prefill_deltanet"};
+    "prefill_dn_beta_alpha", "prefill_dn_out", "prefill_ssm_conv", "prefill_deltanet", "state_copy_conv",
+    "state_copy_S"};
 
 
 
@@ -48,6 +49,7 @@ bool plan_role_used(const plan_shape *s, int i) {
     case K_MV_AGATE: case K_GATE: case K_MM_AGATE: case K_GATE_BLOCK: return q35 && attn;
     case K_MV_DN_QKV: case K_MV_DN_Z: case K_MV_DN_AB: case K_MV_DN_OUT: case K_CONV: case K_DELTANET:
     case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_AB: case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK:
+    case K_COPY_CONV: case K_COPY_S:
         return dn;
     default: return true;
     }
@@ -153,6 +155,8 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_MM_DN_OUT: return product(c, d, dv, nb, dt, KN_EPI_RESIDUAL, g, err);
     case K_CONV_BLOCK: return kn_ssm_conv(c, cd, taps, nb, dt, g, err);
     case K_DELTANET_BLOCK: dn.n_max = nb; return kn_deltanet(c, &dn, dt, hp->rms_eps, g, err);
+    case K_COPY_CONV: return kn_copy(c, (taps - 1) * cd, &g[0], err);
+    case K_COPY_S: return kn_copy(c, nv * hp->ssm_state * hp->ssm_state, &g[0], err);
     }
     return NULL;
 }

@@ -133,6 +133,7 @@ int plan_borrow_weights(plan_engine *p, const plan_engine *o) {
         plan_layer *L = &p->L[l];
         *L = o->L[l]; /* the weights; the caches and states are each plan's */
         L->kc = L->vc = L->conv_state = L->S = NULL;
+        memset(L->snap, 0, sizeof L->snap);
     }
     progress_update(&p->prog, p->s.hp.n_layer);
     return 0;
@@ -178,7 +179,8 @@ static uint64_t plan_bytes(const model *m, const plan_shape *s, const rt_caps *c
                                                     (uint64_t)hp->ssm_v_heads * hp->ssm_state * hp->ssm_state)
                                              : 0;
     uint32_t n_attn = hp->arch == ARCH_QWEN35 ? hp->n_layer - hp->n_recurrent : hp->n_layer;
-    return w + (uint64_t)s->n_slots * (2 * n_attn * cache + state + act_bytes(s, c, s->n_block));
+    /* the state and its PLAN_SNAPSHOTS copies */
+    return w + (uint64_t)s->n_slots * (2 * n_attn * cache + (1 + PLAN_SNAPSHOTS) * state + act_bytes(s, c, s->n_block));
 }
 
 /* What the device refuses, or 0: the whole plan past its memory, or one buffer past what

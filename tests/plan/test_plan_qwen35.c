@@ -84,10 +84,11 @@ static double rel_err(const float *a, const float *b, uint32_t n) {
     return den ? num / den : num;
 }
 
-/* Evaluating again at an earlier position zeroes the recurrent state and replays the
- * remembered tokens: the logits are those of the first pass (up to the summation order
- * of the blocks the replay takes), and a position past the state is refused. */
-Test(plan_qwen35, rewinds_replay_the_state, .timeout = 300) {
+/* Evaluating again at an earlier position restores a snapshot of the recurrent state or
+ * zeroes it, and replays the remembered tokens from there: the logits are those of the
+ * first pass (up to the summation order of the blocks taken), re-evaluating the last
+ * token replays nothing, and a position past the state is refused. */
+Test(plan_qwen35, rewinds_restore_or_replay_the_state, .timeout = 300) {
     const char *path = tu_data_file("models/qwen35-tiny.gguf");
     kiln_err err = {0};
     model *m = model_load(path, &err);
@@ -95,17 +96,26 @@ Test(plan_qwen35, rewinds_replay_the_state, .timeout = 300) {
     rt_device *d = tu_vk_open_or_skip(NULL);
     engine *e = plan_create(m, d, GGUF_T_F16, 256, 64, &err);
     cr_assert_not_null(e, "%s", err.msg);
+    const plan_engine *pe = (const plan_engine *)e;
     int32_t ids[256];
     uint32_t n = 40, V = m->hp.n_vocab;
     cr_assert_geq(tu_story_ids(path, ids, 256), n);
     float *first = malloc((size_t)n * V * 4), *again = malloc((size_t)V * 4);
     cr_assert_eq(engine_eval(e, ids, n, 0, first, true, &err), 0, "%s", err.msg); /* one decode step a token */
-    uint32_t back[] = {n - 1, 17, 1, 0};
+    const float *want = first + (size_t)(n - 1) * V;
+    static const struct { uint32_t from, replayed; } back[] = {
+        {0, 0},      /* from the start: the state zeroed, a snapshot before the last token */
+        {39, 0},     /* the last token again: that snapshot back */
+        {17, 17},    /* older than any snapshot: zero, and 17 tokens again */
+        {17, 17},    /* the snapshot taken at 17 */
+        {1, 18}, {0, 18}};
     for (size_t i = 0; i < sizeof back / sizeof back[0]; i++) {
-        uint32_t p = back[i];
+        uint32_t p = back[i].from;
         cr_assert_eq(engine_eval(e, ids + p, n - p, p, again, false, &err), 0, "%s", err.msg);
-        double r = rel_err(again, first + (size_t)(n - 1) * V, V);
+        double r = rel_err(again, want, V);
         cr_assert_lt(r, 1e-2, "rewound to %u: logits relative error %.3e", p, r);
+        cr_assert_eq(pe->replayed, back[i].replayed, "rewound to %u: %u positions replayed in all, not %u", p,
+                     pe->replayed, back[i].replayed);
     }
     cr_assert_eq(engine_eval(e, ids, 1, n + 1, again, false, &err), -1);
     cr_assert(strstr(err.msg, "past"), "%s", err.msg);
