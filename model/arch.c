@@ -15,7 +15,7 @@ int arch_from_name(const char *name) {
     return -1;
 }
 
-static int get_u32(const gguf_file *g, const char *arch, const char *suffix, uint32_t *out, bool required,
+int arch_get_u32(const gguf_file *g, const char *arch, const char *suffix, uint32_t *out, bool required,
                    kiln_err *err) {
     char key[160];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
@@ -59,17 +59,17 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
         return -1;
     }
     hp->arch = (arch_id)a;
-    if (get_u32(g, arch, "block_count", &hp->n_layer, true, err) ||
-        get_u32(g, arch, "embedding_length", &hp->n_embd, true, err) ||
-        get_u32(g, arch, "attention.head_count", &hp->n_head, true, err) ||
-        get_u32(g, arch, "feed_forward_length", &hp->n_ff, true, err) ||
-        get_u32(g, arch, "context_length", &hp->n_ctx_train, true, err))
+    if (arch_get_u32(g, arch, "block_count", &hp->n_layer, true, err) ||
+        arch_get_u32(g, arch, "embedding_length", &hp->n_embd, true, err) ||
+        arch_get_u32(g, arch, "attention.head_count", &hp->n_head, true, err) ||
+        arch_get_u32(g, arch, "feed_forward_length", &hp->n_ff, true, err) ||
+        arch_get_u32(g, arch, "context_length", &hp->n_ctx_train, true, err))
         return -1;
     if (positive("block_count", hp->n_layer, err) || positive("embedding_length", hp->n_embd, err) ||
         positive("attention.head_count", hp->n_head, err) || positive("feed_forward_length", hp->n_ff, err))
         return -1;
     hp->n_head_kv = hp->n_head;
-    if (get_u32(g, arch, "attention.head_count_kv", &hp->n_head_kv, false, err)) return -1;
+    if (arch_get_u32(g, arch, "attention.head_count_kv", &hp->n_head_kv, false, err)) return -1;
     if (positive("attention.head_count_kv", hp->n_head_kv, err)) return -1;
     if (hp->n_head % hp->n_head_kv) {
         kiln_fail(err, KILN_ERR_INVALID, "head_count %u is not a multiple of head_count_kv %u", hp->n_head,
@@ -77,14 +77,14 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
         return -1;
     }
     hp->head_dim_k = hp->head_dim_v = hp->n_embd / hp->n_head;
-    if (get_u32(g, arch, "attention.key_length", &hp->head_dim_k, false, err) ||
-        get_u32(g, arch, "attention.value_length", &hp->head_dim_v, false, err))
+    if (arch_get_u32(g, arch, "attention.key_length", &hp->head_dim_k, false, err) ||
+        arch_get_u32(g, arch, "attention.value_length", &hp->head_dim_v, false, err))
         return -1;
     if (positive("attention.key_length", hp->head_dim_k, err) ||
         positive("attention.value_length", hp->head_dim_v, err))
         return -1;
     hp->n_rot = hp->head_dim_k;
-    if (get_u32(g, arch, "rope.dimension_count", &hp->n_rot, false, err)) return -1;
+    if (arch_get_u32(g, arch, "rope.dimension_count", &hp->n_rot, false, err)) return -1;
     if (hp->n_rot > hp->head_dim_k || hp->n_rot % 2) {
         kiln_fail(err, KILN_ERR_INVALID, "rope.dimension_count %u is odd or exceeds the head size %u", hp->n_rot,
                   hp->head_dim_k);
@@ -117,7 +117,7 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
         }
     }
     if (get_f32(g, arch, "rope.scaling.factor", &hp->rope_scale_factor, false, err) ||
-        get_u32(g, arch, "rope.scaling.original_context_length", &hp->rope_orig_ctx, false, err))
+        arch_get_u32(g, arch, "rope.scaling.original_context_length", &hp->rope_orig_ctx, false, err))
         return -1;
     hp->has_rope_freqs = gguf_find_tensor(g, "rope_freqs.weight") != NULL;
     if (hp->has_rope_freqs && hp->rope_scaling == ROPE_SCALING_NONE) hp->rope_scaling = ROPE_SCALING_LLAMA3;
@@ -125,7 +125,7 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
     /* vocab: metadata, else the tokenizer's token list, else the embedding's rows */
     const gguf_array *toks;
     const gguf_tensor *emb = gguf_find_tensor(g, "token_embd.weight");
-    if (get_u32(g, arch, "vocab_size", &hp->n_vocab, false, err)) return -1;
+    if (arch_get_u32(g, arch, "vocab_size", &hp->n_vocab, false, err)) return -1;
     if (!hp->n_vocab && gguf_find(g, "tokenizer.ggml.tokens") &&
         gguf_get_arr(g, "tokenizer.ggml.tokens", GGUF_VT_STR, &toks, NULL) == 0 && toks->n <= UINT32_MAX)
         hp->n_vocab = (uint32_t)toks->n;

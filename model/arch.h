@@ -52,6 +52,12 @@ int arch_from_name(const char *name); /* -1 if kiln does not run it */
  * (when the metadata lacks it) and for tied output. */
 int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err);
 
+/* "{arch}.{suffix}" as a non-negative 32-bit integer into *out; a missing optional key
+ * leaves *out alone. 0, or -1 with err naming the key (missing when required, not an
+ * integer, out of range). */
+int arch_get_u32(const gguf_file *g, const char *arch, const char *suffix, uint32_t *out, bool required,
+                 kiln_err *err);
+
 /* The qwen35 keys (ssm.*, full_attention_interval or attention.recurrent_layers,
  * rope.dimension_sections, nextn_predict_layers), read by arch_read_hparams after the
  * common ones. */

@@ -16,17 +16,7 @@ static int key_name(char *key, size_t n, const char *suffix) {
 
 /* An optional (or required) non-negative integer key. */
 static int read_u32(const gguf_file *g, const char *suffix, uint32_t *out, bool required, kiln_err *err) {
-    char key[96];
-    key_name(key, sizeof key, suffix);
-    if (!gguf_find(g, key) && !required) return 0;
-    int64_t v;
-    if (gguf_get_int(g, key, &v, err)) return -1;
-    if (v < 0 || v > UINT32_MAX) {
-        kiln_fail(err, KILN_ERR_INVALID, "metadata key '%s' value %lld is out of range", key, (long long)v);
-        return -1;
-    }
-    *out = (uint32_t)v;
-    return 0;
+    return arch_get_u32(g, "qwen35", suffix, out, required, err);
 }
 
 /* Element i of an integer or bool array as a non-negative integer; -1 (with err) else. */
