@@ -11,8 +11,8 @@ const char *const plan_role[K_COUNT] = {
     "embed", "rmsnorm", "decode_qkv", "qk_prep", "attn_decode", "decode_o", "decode_gate_up_swiglu",
     "decode_down", "logits", "prefill_qkv", "attn_prefill", "prefill_o", "prefill_gate_up", "prefill_down",
     "prefill_swiglu", "take_last", "attn_merge", "stage_inputs", "argmax",
-    "decode_attn_gate", "attn_gate", "decode_dn_qkv", "decode_dn_z", "decode_dn_beta_alpha", "decode_dn_out",
-    "ssm_conv", "deltanet", "prefill_attn_gate", "prefill_gate_attn", "prefill_dn_qkv", "prefill_dn_z",
+    "decode_attn_gate", "attn_gate_apply", "decode_dn_qkv", "decode_dn_z", "decode_dn_beta_alpha", "decode_dn_out",
+    "ssm_conv", "deltanet", "prefill_attn_gate", "prefill_attn_gate_apply", "prefill_dn_qkv", "prefill_dn_z",
     "prefill_dn_beta_alpha", "prefill_dn_out", "prefill_ssm_conv", "prefill_deltanet", "state_copy_conv",
     "state_copy_S"};
 
