@@ -198,12 +198,13 @@ static void plan_destroy(engine *base) {
                                 L->ffn_norm,  L->w_gate,   L->w_up,  L->w_down,   L->w_agate,   L->dn_qkv,
                                 L->dn_z,      L->dn_beta,  L->dn_alpha, L->dn_out, L->dn_conv,  L->dn_dt_bias,
                                 L->dn_a,      L->dn_norm};
-        rt_buffer *own_bufs[] = {L->kc, L->vc, L->conv_state, L->S, L->snap[0][0], L->snap[0][1], L->snap[1][0],
-                                 L->snap[1][1]};
+        rt_buffer *own_bufs[] = {L->kc, L->vc, L->conv_state, L->S};
         for (size_t i = 0; own && i < sizeof weights / sizeof weights[0]; i++)
             if (weights[i]) d->ops->release(d, weights[i]);
         for (size_t i = 0; i < sizeof own_bufs / sizeof own_bufs[0]; i++)
             if (own_bufs[i]) d->ops->release(d, own_bufs[i]);
+        for (int i = 0; i < 2 * PLAN_SNAPSHOTS; i++)
+            if (L->snap[i / 2][i % 2]) d->ops->release(d, L->snap[i / 2][i % 2]);
     }
     free(p->L);
     free(p->hist);
@@ -254,8 +255,8 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
     bool q35 = hp->arch == ARCH_QWEN35;
     for (uint32_t l = 0; l < hp->n_layer && !bad; l++) {
         size_t cache = (size_t)s.n_ctx * s.kv_dim * 2;
-        size_t conv = (size_t)(hp->ssm_conv_kernel - 1) * s.conv_dim * 4;
-        size_t S = (size_t)hp->ssm_v_heads * hp->ssm_state * hp->ssm_state * 4;
+        size_t conv, S;
+        plan_state_sizes(&s, &conv, &S);
         if (q35 && hp->recurrent[l]) { /* a DeltaNet layer: its state (zeroed before the first eval), snapshots */
             plan_layer *L = &p->L[l];
             bad = !(L->conv_state = plan_alloc(p, conv, err)) || !(L->S = plan_alloc(p, S, err));

@@ -170,6 +170,8 @@ int plan_record_decode(plan_engine *p, kiln_err *err);
 int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err);
 
 /* ---- the recurrent state (plan_state.c) ---- */
+/* The bytes of one DeltaNet layer's convolution state and of its S (f32). */
+void plan_state_sizes(const plan_shape *s, size_t *conv, size_t *S);
 /* Every DeltaNet layer's state to zero (position 0). */
 int plan_state_reset(plan_engine *p, kiln_err *err);
 /* A snapshot of the state at rs_pos (none where one is there already), in the ring of

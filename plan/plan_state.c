@@ -15,10 +15,17 @@
 
 #include <stdlib.h>
 
+void plan_state_sizes(const plan_shape *s, size_t *conv, size_t *S) {
+    const arch_hparams *hp = &s->hp;
+    *conv = hp->ssm_conv_kernel ? (size_t)(hp->ssm_conv_kernel - 1) * s->conv_dim * 4 : 0;
+    *S = (size_t)hp->ssm_v_heads * hp->ssm_state * hp->ssm_state * 4;
+}
+
 int plan_state_reset(plan_engine *p, kiln_err *err) {
     const arch_hparams *hp = &p->s.hp;
-    size_t conv = (size_t)(hp->ssm_conv_kernel - 1) * p->s.conv_dim * 4;
-    size_t S = (size_t)hp->ssm_v_heads * hp->ssm_state * hp->ssm_state * 4, big = conv > S ? conv : S;
+    size_t conv, S;
+    plan_state_sizes(&p->s, &conv, &S);
+    size_t big = conv > S ? conv : S;
     void *zero = calloc(1, big);
     if (!zero) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     int rc = 0;

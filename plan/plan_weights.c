@@ -174,10 +174,9 @@ static uint64_t plan_bytes(const model *m, const plan_shape *s, const rt_caps *c
     *largest = big;
     /* KV caches for the full-attention layers; qwen35's DeltaNet layers hold a state
      * instead (f32: the convolution's last inputs and a state matrix per value head) */
-    uint64_t state = hp->arch == ARCH_QWEN35 ? 4ull * hp->n_recurrent *
-                                                   ((uint64_t)(hp->ssm_conv_kernel - 1) * s->conv_dim +
-                                                    (uint64_t)hp->ssm_v_heads * hp->ssm_state * hp->ssm_state)
-                                             : 0;
+    size_t conv, S;
+    plan_state_sizes(s, &conv, &S);
+    uint64_t state = hp->arch == ARCH_QWEN35 ? (uint64_t)hp->n_recurrent * (conv + S) : 0;
     uint32_t n_attn = hp->arch == ARCH_QWEN35 ? hp->n_layer - hp->n_recurrent : hp->n_layer;
     /* the state and its PLAN_SNAPSHOTS copies */
     return w + (uint64_t)s->n_slots * (2 * n_attn * cache + (1 + PLAN_SNAPSHOTS) * state + act_bytes(s, c, s->n_block));
