@@ -21,9 +21,11 @@
  * softplus's log is the device's (IR log), so the decay may differ from the oracle's by
  * a few ulps.
  *
- * Both walk the tokens one after another: a prefill block costs n sequential steps per
- * head (the chunked form is issue 15's next step). Tokens past n = info[1] are neither
- * read into the state nor written. */
+ * Both walk the tokens one after another: decode's step, and the reference the prefill
+ * block's kernels are checked against: kn_ssm_conv_block (an invocation a token and
+ * channel, the same sums) with kn_ssm_conv_state after it (the window moved on), and the
+ * chunked delta rule (kernels/deltanet_chunk.c). Tokens past n = info[1] are neither read
+ * into the state nor written. */
 #include "base/error.h"
 #include "kernels/kn_common.h"
 
@@ -71,6 +73,76 @@ ir_kernel *kn_ssm_conv(const rt_caps *c, uint32_t channels, uint32_t taps, uint3
     return kn_finish(k.ir, err);
 }
 
+/* The inputs before token t (taps - 1 of them, oldest first) and t's own: in_i =
+ * qkv[t - (K-1) + i] where that is in the block, the state's row K - 1 + (t - (K-1) + i)
+ * before it. */
+ir_kernel *kn_ssm_conv_block(const rt_caps *c, uint32_t channels, uint32_t taps, uint32_t n_max, ir_scalar dtype,
+                             uint32_t groups[2], kiln_err *err) {
+    if (kn_check_dtype(c, dtype, err)) return NULL;
+    if (!channels || taps < 2 || taps > CONV_MAX_K || !n_max || (uint64_t)n_max * channels > UINT32_MAX / 2) {
+        kiln_fail(err, KILN_ERR_INVALID, "kn_ssm_conv_block: bad shape (%u channels, %u taps (2..%d), %u tokens)",
+                  channels, taps, CONV_MAX_K, n_max);
+        return NULL;
+    }
+    kx k = {kn_create("kn_ssm_conv_block", err), c};
+    if (!k.ir) return NULL;
+    uint32_t C = channels, K = taps, wg = kn_workgroup(c, 256);
+    ir_buf qkv = kx_buffer(k, "qkv", dtype, IR_READ, (uint64_t)n_max * C);
+    ir_buf w = kx_buffer(k, "w", IR_F32, IR_READ, (uint64_t)C * K);
+    ir_buf state = kx_buffer(k, "state", IR_F32, IR_READ, (uint64_t)(K - 1) * C);
+    ir_buf x = kx_buffer(k, "x", dtype, IR_WRITE, (uint64_t)n_max * C);
+    ir_buf info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    kx_workgroup(k, wg);
+    ir_val e = kx_global(k), n = kx_min(k, kx_load_c(k, info, 1), kx_u32(k, n_max));
+    ir_val t = kx_div_c(k, e, C), ch = kx_rem_c(k, e, C);
+    ir_if *in = kx_if(k, kx_lt(k, t, n));
+    ir_val s = kx_f32(k, 0.0f);
+    for (uint32_t i = 0; i < K; i++) {
+        /* row t + i of [state ; block] */
+        ir_val r = kx_add_c(k, t, i), from_block = kx_ge(k, r, kx_u32(k, K - 1));
+        ir_val br = kx_select(k, from_block, kx_sub_c(k, r, K - 1), kx_u32(k, 0));
+        ir_val sr = kx_select(k, from_block, kx_u32(k, 0), r);
+        ir_val bv = kx_as(k, kx_load(k, qkv, kx_idx(k, br, C, ch), 1), IR_F32);
+        ir_val sv = kx_load(k, state, kx_idx(k, sr, C, ch), 1);
+        s = kx_add(k, s, kx_mul(k, kx_select(k, from_block, bv, sv), kx_load(k, w, kx_add_c(k, kx_mul_c(k, ch, K), i), 1)));
+    }
+    kx_store(k, x, e, kx_as(k, silu(k, s), dtype));
+    kx_end_if(k, in);
+    if (groups) groups[0] = (uint32_t)(((uint64_t)n_max * C + wg - 1) / wg), groups[1] = 1;
+    return kn_finish(k.ir, err);
+}
+
+ir_kernel *kn_ssm_conv_state(const rt_caps *c, uint32_t channels, uint32_t taps, uint32_t n_max, ir_scalar dtype,
+                             uint32_t groups[2], kiln_err *err) {
+    if (kn_check_dtype(c, dtype, err)) return NULL;
+    if (!channels || taps < 2 || taps > CONV_MAX_K || !n_max || (uint64_t)n_max * channels > UINT32_MAX / 2) {
+        kiln_fail(err, KILN_ERR_INVALID, "kn_ssm_conv_state: bad shape (%u channels, %u taps (2..%d), %u tokens)",
+                  channels, taps, CONV_MAX_K, n_max);
+        return NULL;
+    }
+    kx k = {kn_create("kn_ssm_conv_state", err), c};
+    if (!k.ir) return NULL;
+    uint32_t C = channels, K = taps, wg = kn_workgroup(c, 256);
+    ir_buf qkv = kx_buffer(k, "qkv", dtype, IR_READ, (uint64_t)n_max * C);
+    ir_buf state = kx_buffer(k, "state", IR_F32, IR_READ | IR_WRITE, (uint64_t)(K - 1) * C);
+    ir_buf info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    kx_workgroup(k, wg);
+    ir_val ch = kx_global(k), n = kx_min(k, kx_load_c(k, info, 1), kx_u32(k, n_max));
+    ir_if *in = kx_if(k, kx_lt_c(k, ch, C));
+    ir_val v[CONV_MAX_K];
+    for (uint32_t r = 0; r + 1 < K; r++) { /* row n + r of [state ; block]: all read before any is written */
+        ir_val at = kx_add_c(k, n, r), from_block = kx_ge(k, at, kx_u32(k, K - 1));
+        ir_val br = kx_select(k, from_block, kx_sub_c(k, at, K - 1), kx_u32(k, 0));
+        ir_val sr = kx_select(k, from_block, kx_u32(k, 0), at);
+        ir_val bv = kx_as(k, kx_load(k, qkv, kx_idx(k, br, C, ch), 1), IR_F32);
+        v[r] = kx_select(k, from_block, bv, kx_load(k, state, kx_idx(k, sr, C, ch), 1));
+    }
+    for (uint32_t r = 0; r + 1 < K; r++) kx_store(k, state, kx_add_c(k, ch, r * C), v[r]);
+    kx_end_if(k, in);
+    if (groups) groups[0] = (C + wg - 1) / wg, groups[1] = 1;
+    return kn_finish(k.ir, err);
+}
+
 typedef struct dn {
     kx k;
     kn_deltanet_shape s;
@@ -93,11 +165,6 @@ static ir_val shm_sumsq(const dn *q, ir_shm m, uint32_t base, uint32_t n) {
     return s;
 }
 
-/* 1 / max(sqrt(ss), eps): the oracle's l2-norm divisor */
-static ir_val l2_inv(const dn *q, ir_val ss) {
-    kx k = q->k;
-    return kn_fdiv(k, kx_f32(k, 1.0f), kx_max(k, kn_fsqrt(k, ss), kx_f32(k, q->eps)));
-}
 
 /* One token t of the head: S (dk values of column c) updated in place, y stored. */
 static void token_step(const dn *q, ir_val t, ir_val *S) {
@@ -115,14 +182,11 @@ static void token_step(const dn *q, ir_val t, ir_val *S) {
         if (f) kx_end_if(k, f);
     }
     kx_barrier(k);
-    ir_val inv_q = l2_inv(q, shm_sumsq(q, q->qk, 0, dk)), inv_k = l2_inv(q, shm_sumsq(q, q->qk, dk, dk));
+    ir_val inv_q = kn_l2_inv(k, shm_sumsq(q, q->qk, 0, dk), q->eps), inv_k = kn_l2_inv(k, shm_sumsq(q, q->qk, dk, dk), q->eps);
     ir_val at = kx_add(k, kx_mul_c(k, t, nv), q->j);
     ir_val sp = kx_add(k, kx_as(k, kx_load(k, q->a, at, 1), IR_F32), kx_load(k, q->dt_bias, q->j, 1));
-    ir_val soft = ir_un(k.ir, IR_OP_LOG, kx_add_f(k, kn_exp(k, sp), 1.0f));
-    sp = kx_select(k, kx_gt_f(k, sp, 20.0f), sp, soft); /* softplus, as ggml */
-    ir_val decay = kn_exp(k, kx_mul(k, sp, kx_load(k, q->ssm_a, q->j, 1)));
-    ir_val bt = kx_as(k, kx_load(k, q->b, at, 1), IR_F32);
-    ir_val beta = kn_fdiv(k, kx_f32(k, 1.0f), kx_add_f(k, kn_exp(k, kx_neg(k, bt)), 1.0f));
+    ir_val decay = kn_exp(k, kx_mul(k, kn_softplus(k, sp), kx_load(k, q->ssm_a, q->j, 1)));
+    ir_val beta = kn_sigmoid(k, kx_as(k, kx_load(k, q->b, at, 1), IR_F32));
     ir_val v_at = kx_add(k, row, kx_add(k, kx_mul_c(k, q->j, dv), q->c));
     ir_val v = kx_as(k, kx_load(k, q->x, kx_add_c(k, v_at, 2 * nk * dk), 1), IR_F32);
     ir_val kn[DELTANET_MAX_DK], sk = kx_f32(k, 0.0f);

@@ -268,6 +268,15 @@ size_t kn_describe(const rt_caps *c, char *buf, size_t cap);
 ir_kernel *kn_ssm_conv(const rt_caps *c, uint32_t channels, uint32_t taps, uint32_t n_max, ir_scalar dtype,
                        uint32_t groups[2], kiln_err *err);
 
+/* The same convolution token-parallel for a prefill block: kn_ssm_conv_block (qkv, w,
+ * state, x, info; the state only read) then kn_ssm_conv_state (qkv, state, info: the
+ * window moved past the block's n tokens). Launched in that order they give
+ * kn_ssm_conv's x and state bit for bit. */
+ir_kernel *kn_ssm_conv_block(const rt_caps *c, uint32_t channels, uint32_t taps, uint32_t n_max, ir_scalar dtype,
+                             uint32_t groups[2], kiln_err *err);
+ir_kernel *kn_ssm_conv_state(const rt_caps *c, uint32_t channels, uint32_t taps, uint32_t n_max, ir_scalar dtype,
+                             uint32_t groups[2], kiln_err *err);
+
 /* kn_deltanet: the gated delta rule and the gated output norm. x: the convolution's
  * output, rows of 2 k_heads state + v_heads state (q heads, k heads, v heads); a, b: the
  * alpha and beta projections (rows of v_heads); z: the output gate (rows of v_heads
@@ -277,8 +286,29 @@ ir_kernel *kn_ssm_conv(const rt_caps *c, uint32_t channels, uint32_t taps, uint3
  * Grid: one workgroup a value head (groups[0] = v_heads) of `state` invocations. */
 typedef struct kn_deltanet_shape {
     uint32_t k_heads, v_heads, state, n_max;
+    uint32_t chunk; /* the chunked kernels' tokens a chunk: 0 chooses (a power of two, 8..64) */
 } kn_deltanet_shape;
 ir_kernel *kn_deltanet(const rt_caps *c, const kn_deltanet_shape *shape, ir_scalar dtype, float eps,
                        uint32_t groups[2], kiln_err *err);
+
+/* The same recurrence over a prefill block in chunks (kernels/deltanet_chunk.c), three
+ * launches in order: kn_deltanet_prep (x, a, b, dt_bias, ssm_a, qk, uw, p, gl, info; all
+ * chunks at once), kn_deltanet_scan (qk, uw, p, gl, S, o, info; the chunks in order, the
+ * state read and written) and kn_deltanet_norm (o, z, norm, y, info: y as kn_deltanet
+ * writes it). qk, uw, p, gl and o are f32 scratch of the sizes below (elements), which
+ * kn_deltanet_scratch_of gives with the chunk it takes for the caps' workgroup memory
+ * (KILN_ERR_UNSUPPORTED where even chunks of 8 do not fit). Each builder's grid is
+ * groups[0] x groups[1]. */
+typedef struct kn_deltanet_scratch {
+    uint32_t chunk, n_chunks;
+    uint64_t qk, uw, p, gl, o;
+} kn_deltanet_scratch;
+int kn_deltanet_scratch_of(const rt_caps *c, const kn_deltanet_shape *shape, kn_deltanet_scratch *out,
+                           kiln_err *err);
+ir_kernel *kn_deltanet_prep(const rt_caps *c, const kn_deltanet_shape *shape, ir_scalar dtype, float eps,
+                            uint32_t groups[2], kiln_err *err);
+ir_kernel *kn_deltanet_scan(const rt_caps *c, const kn_deltanet_shape *shape, uint32_t groups[2], kiln_err *err);
+ir_kernel *kn_deltanet_norm(const rt_caps *c, const kn_deltanet_shape *shape, ir_scalar dtype, float eps,
+                            uint32_t groups[2], kiln_err *err);
 
 #endif

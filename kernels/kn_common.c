@@ -121,6 +121,19 @@ ir_val kn_silu_mul(kx k, ir_val g, ir_val u) {
     return kx_mul(k, kn_fdiv(k, g, sig), u);
 }
 
+ir_val kn_softplus(kx k, ir_val x) {
+    ir_val soft = ir_un(k.ir, IR_OP_LOG, kx_add_f(k, kn_exp(k, x), 1.0f));
+    return kx_select(k, kx_gt_f(k, x, 20.0f), x, soft);
+}
+
+ir_val kn_sigmoid(kx k, ir_val x) {
+    return kn_fdiv(k, kx_f32(k, 1.0f), kx_add_f(k, kn_exp(k, kx_neg(k, x)), 1.0f));
+}
+
+ir_val kn_l2_inv(kx k, ir_val ss, float eps) {
+    return kn_fdiv(k, kx_f32(k, 1.0f), kx_max(k, kn_fsqrt(k, ss), kx_f32(k, eps)));
+}
+
 ir_val kn_rope_theta(kx k, ir_val th, ir_val from, ir_val to, float theta_scale) {
     ir_for *l = ir_for_begin(k.ir, from, to, kx_u32(k, 1), 1, &th);
     ir_val next = kx_mul_f(k, ir_for_arg(l, 0), theta_scale);

@@ -32,6 +32,12 @@ ir_val kn_epilogue(kx k, unsigned epi, ir_val sum, ir_buf b, ir_val b_index, ir_
                    ir_scalar dtype);
 /* silu(g) * u in f32, silu(g) = g / (1 + exp(-g)), as the oracle writes it. */
 ir_val kn_silu_mul(kx k, ir_val g, ir_val u);
+/* Gated DeltaNet's gates (kernels/deltanet*.c): softplus(x) = log(1 + exp(x)) (x past
+ * 20: x, as ggml), sigmoid(x) = 1 / (1 + exp(-x)), and the l2 norm's divisor's inverse
+ * 1 / max(sqrt(ss), eps) from a sum of squares. log is the device's. */
+ir_val kn_softplus(kx k, ir_val x);
+ir_val kn_sigmoid(kx k, ir_val x);
+ir_val kn_l2_inv(kx k, ir_val ss, float eps);
 /* f32 scalar divide, square root and exp to the oracle's precision (correctly rounded
  * but for rare last-bit cases; exp within about an ulp, subnormals included), built from
  * fma around the device's approximations, which Vulkan allows to be a few ulps off. */

@@ -52,12 +52,14 @@ static float round16(ir_scalar t, float v) { return tu_from16(t, tu_to16(t, v));
 
 /* ---- the convolution ---------------------------------------------------------------------- */
 
+/* block: the prefill's pair (kn_ssm_conv_block, then kn_ssm_conv_state), else kn_ssm_conv */
 static void conv_case(rt_device *d, uint32_t C, uint32_t K, uint32_t n_max, const uint32_t *ns, size_t n_ns,
-                      ir_scalar t) {
+                      ir_scalar t, bool block) {
     kiln_err err = {0};
-    uint32_t g[2];
-    ir_kernel *k = kn_ssm_conv(&d->caps, C, K, n_max, t, g, &err);
+    uint32_t g[2], g2[2];
+    ir_kernel *k = (block ? kn_ssm_conv_block : kn_ssm_conv)(&d->caps, C, K, n_max, t, g, &err), *k2 = NULL;
     cr_assert_not_null(k, "%s", err.msg);
+    if (block) cr_assert_not_null(k2 = kn_ssm_conv_state(&d->caps, C, K, n_max, t, g2, &err), "%s", err.msg);
     float *w = malloc((size_t)C * K * 4), *st = malloc((size_t)(K - 1) * C * 4);
     for (size_t i = 0; i < (size_t)C * K; i++) w[i] = tu_urand(-1, 1);
     for (size_t i = 0; i < (size_t)(K - 1) * C; i++) st[i] = round16(t, tu_urand(-2, 2));
@@ -67,14 +69,16 @@ static void conv_case(rt_device *d, uint32_t C, uint32_t K, uint32_t n_max, cons
     for (size_t c = 0; c < n_ns; c++) { /* consecutive blocks: the state carries */
         uint32_t n = ns[c];
         char what[96];
-        snprintf(what, sizeof what, "ssm_conv C=%u K=%u n=%u/%u %s", C, K, n, n_max, tu_dname(t));
+        snprintf(what, sizeof what, "ssm_conv%s C=%u K=%u n=%u/%u %s", block ? " (block)" : "", C, K, n, n_max,
+                 tu_dname(t));
         float *qf;
         uint16_t *qkv = tu_rand16(t, (size_t)n_max * C, -2, 2, &qf);
         rt_buffer *bq = tu_vk_upload(d, qkv, (size_t)n_max * C * 2), *bx = poisoned16(d, t, (size_t)n_max * C);
         info[1] = n;
         tu_vk_reupload(d, bi, info, sizeof info);
-        rt_arg args[5] = {{bq, 0}, {bw, 0}, {bs, 0}, {bx, 0}, {bi, 0}};
+        rt_arg args[5] = {{bq, 0}, {bw, 0}, {bs, 0}, {bx, 0}, {bi, 0}}, sargs[3] = {{bq, 0}, {bs, 0}, {bi, 0}};
         run(d, k, g, args, 5);
+        if (block) run(d, k2, g2, sargs, 3);
         uint16_t *x = malloc(((size_t)n_max * C + GUARD) * 2);
         tu_vk_download(d, bx, x, ((size_t)n_max * C + GUARD) * 2);
         for (uint32_t ti = 0; ti < n; ti++)
@@ -105,16 +109,18 @@ static void conv_case(rt_device *d, uint32_t C, uint32_t K, uint32_t n_max, cons
     }
     d->ops->release(d, bw), d->ops->release(d, bs), d->ops->release(d, bi);
     free(w), free(st);
-    ir_kernel_destroy(k);
+    ir_kernel_destroy(k), ir_kernel_destroy(k2);
 }
 
 Test(kernels_deltanet, conv_odd_sizes_with_state, .timeout = 120) {
     rt_device *d = tu_vk_open_or_skip(NULL);
     tu_seed(151);
     static const uint32_t ns[] = {1, 5, 0, 9, 2};
-    conv_case(d, 37, 4, 9, ns, 5, IR_BF16);
-    conv_case(d, 300, 2, 9, ns, 5, IR_F16);
-    conv_case(d, 1, 8, 9, ns, 5, IR_BF16);
+    for (int block = 0; block < 2; block++) {
+        conv_case(d, 37, 4, 9, ns, 5, IR_BF16, block);
+        conv_case(d, 300, 2, 9, ns, 5, IR_F16, block);
+        conv_case(d, 1, 8, 9, ns, 5, IR_BF16, block);
+    }
     d->ops->destroy(d);
 }
 
@@ -166,13 +172,73 @@ static void deltanet_ref(const dn_in *p, const float *x, const float *a, const f
     free(qn), free(kn), free(o);
 }
 
-static void deltanet_case(rt_device *d, kn_deltanet_shape s, ir_scalar t, const uint32_t *ns, size_t n_ns) {
+/* The kernels under test: the token recurrence (kn_deltanet), or, where chunked, its three
+ * chunked launches with their f32 scratch (poisoned: every element they read is written
+ * first by the launch before). */
+typedef struct dn_kernels {
+    bool chunked;
+    ir_kernel *k[3];
+    uint32_t g[3][2];
+    kn_deltanet_scratch sz;
+    rt_buffer *scratch[5]; /* qk, uw, p, gl, o */
+} dn_kernels;
+
+static dn_kernels dn_build(rt_device *d, const kn_deltanet_shape *s, ir_scalar t, float eps, bool chunked) {
     kiln_err err = {0};
-    uint32_t g[2], nk = s.k_heads, nv = s.v_heads, dk = s.state, C = 2 * nk * dk + nv * dk, V = nv * dk;
+    dn_kernels K = {.chunked = chunked};
+    if (!chunked) {
+        K.k[0] = kn_deltanet(&d->caps, s, t, eps, K.g[0], &err);
+        cr_assert_not_null(K.k[0], "%s", err.msg);
+        cr_assert_eq(K.g[0][0], s->v_heads);
+        return K;
+    }
+    cr_assert_eq(kn_deltanet_scratch_of(&d->caps, s, &K.sz, &err), 0, "%s", err.msg);
+    if (s->chunk) cr_assert_eq(K.sz.chunk, s->chunk);
+    K.k[0] = kn_deltanet_prep(&d->caps, s, t, eps, K.g[0], &err);
+    cr_assert_not_null(K.k[0], "%s", err.msg);
+    K.k[1] = kn_deltanet_scan(&d->caps, s, K.g[1], &err);
+    cr_assert_not_null(K.k[1], "%s", err.msg);
+    K.k[2] = kn_deltanet_norm(&d->caps, s, t, eps, K.g[2], &err);
+    cr_assert_not_null(K.k[2], "%s", err.msg);
+    uint64_t n[5] = {K.sz.qk, K.sz.uw, K.sz.p, K.sz.gl, K.sz.o};
+    for (int i = 0; i < 5; i++) {
+        float *v = malloc(n[i] * 4);
+        for (uint64_t e = 0; e < n[i]; e++) v[e] = NAN;
+        K.scratch[i] = upload_f32_guarded(d, v, n[i]);
+        free(v);
+    }
+    return K;
+}
+
+static void dn_release(rt_device *d, dn_kernels *K) {
+    for (int i = 0; i < 3; i++) ir_kernel_destroy(K->k[i]);
+    for (int i = 0; i < 5; i++)
+        if (K->scratch[i]) d->ops->release(d, K->scratch[i]);
+}
+
+/* in: x, a, b, z, dt_bias, ssm_a, norm, S, y, info */
+static void dn_run(rt_device *d, const dn_kernels *K, rt_buffer *const in[10]) {
+    if (!K->chunked) {
+        rt_arg args[10];
+        for (int i = 0; i < 10; i++) args[i] = (rt_arg){in[i], 0};
+        run(d, K->k[0], K->g[0], args, 10);
+        return;
+    }
+    rt_buffer *const *sc = K->scratch;
+    rt_arg prep[10] = {{in[0], 0}, {in[1], 0}, {in[2], 0}, {in[4], 0}, {in[5], 0},
+                       {sc[0], 0}, {sc[1], 0}, {sc[2], 0}, {sc[3], 0}, {in[9], 0}};
+    rt_arg scan[7] = {{sc[0], 0}, {sc[1], 0}, {sc[2], 0}, {sc[3], 0}, {in[7], 0}, {sc[4], 0}, {in[9], 0}};
+    rt_arg norm[5] = {{sc[4], 0}, {in[3], 0}, {in[6], 0}, {in[8], 0}, {in[9], 0}};
+    run(d, K->k[0], K->g[0], prep, 10);
+    run(d, K->k[1], K->g[1], scan, 7);
+    run(d, K->k[2], K->g[2], norm, 5);
+}
+
+static void deltanet_case(rt_device *d, kn_deltanet_shape s, ir_scalar t, const uint32_t *ns, size_t n_ns,
+                          bool chunked) {
+    uint32_t nk = s.k_heads, nv = s.v_heads, dk = s.state, C = 2 * nk * dk + nv * dk, V = nv * dk;
     dn_in p = {.s = s, .t = t, .eps = 1e-6f};
-    ir_kernel *k = kn_deltanet(&d->caps, &s, t, p.eps, g, &err);
-    cr_assert_not_null(k, "%s", err.msg);
-    cr_assert_eq(g[0], nv);
+    dn_kernels K = dn_build(d, &s, t, p.eps, chunked);
     p.dt_bias = malloc(nv * 4), p.ssm_a = malloc(nv * 4);
     for (uint32_t j = 0; j < nv; j++) p.dt_bias[j] = tu_urand(-1, 1), p.ssm_a[j] = -expf(tu_urand(-1, 1));
     uint16_t *norm = tu_rand16(t, dk, 0.5f, 1.5f, &p.norm);
@@ -186,7 +252,8 @@ static void deltanet_case(rt_device *d, kn_deltanet_shape s, ir_scalar t, const 
     for (size_t ci = 0; ci < n_ns; ci++) { /* consecutive blocks: the state carries */
         uint32_t n = ns[ci], m = s.n_max;
         char what[128];
-        snprintf(what, sizeof what, "deltanet k=%u v=%u state=%u n=%u/%u %s", nk, nv, dk, n, m, tu_dname(t));
+        snprintf(what, sizeof what, "deltanet%s k=%u v=%u state=%u n=%u/%u chunk %u %s", chunked ? " (chunked)" : "",
+                 nk, nv, dk, n, m, K.sz.chunk, tu_dname(t));
         float *xf, *af, *bf, *zf;
         uint16_t *x = tu_rand16(t, (size_t)m * C, -1, 1, &xf), *a = tu_rand16(t, (size_t)m * nv, -3, 1, &af);
         uint16_t *b = tu_rand16(t, (size_t)m * nv, -2, 2, &bf), *z = tu_rand16(t, (size_t)m * V, -2, 2, &zf);
@@ -195,15 +262,17 @@ static void deltanet_case(rt_device *d, kn_deltanet_shape s, ir_scalar t, const 
         rt_buffer *by = poisoned16(d, t, (size_t)m * V);
         info[1] = n;
         tu_vk_reupload(d, bi, info, sizeof info);
-        rt_arg args[10] = {{bx, 0}, {bA, 0}, {bB, 0}, {bz, 0}, {bdt, 0}, {ba_, 0}, {bn, 0}, {bS, 0}, {by, 0}, {bi, 0}};
-        run(d, k, g, args, 10);
+        rt_buffer *const in[10] = {bx, bA, bB, bz, bdt, ba_, bn, bS, by, bi};
+        dn_run(d, &K, in);
         float *want = malloc(((size_t)m * V + 1) * 4);
         deltanet_ref(&p, xf, af, bf, zf, n, S, want);
         uint16_t *y = malloc(((size_t)m * V + GUARD) * 2);
         tu_vk_download(d, by, y, ((size_t)m * V + GUARD) * 2);
         for (size_t i = 0; i < (size_t)n * V; i++) {
-            double gv = tu_from16(t, y[i]), wv = want[i];
-            double tol = ldexp(fabs(wv), -12) + tu_ulp16(t, fmax(fabs(gv), fabs(wv)));
+            /* o is RMS-normed: its rounding error is relative to unit scale, not to o_c,
+             * which a cancelling sum can leave small (FMA contraction moves it then) */
+            double gv = tu_from16(t, y[i]), wv = want[i], unit = p.norm[i % dk] * silu_ref(zf[i]);
+            double tol = ldexp(fabs(wv) + fabs(unit), -12) + tu_ulp16(t, fmax(fabs(gv), fabs(wv)));
             cr_assert(fabs(gv - wv) <= tol, "%s: y[%zu] %.8g != %.8g", what, i, gv, wv);
         }
         for (size_t i = (size_t)n * V; i < (size_t)m * V + GUARD; i++)
@@ -219,18 +288,33 @@ static void deltanet_case(rt_device *d, kn_deltanet_shape s, ir_scalar t, const 
     d->ops->release(d, bdt), d->ops->release(d, ba_), d->ops->release(d, bn), d->ops->release(d, bS);
     d->ops->release(d, bi);
     free(p.dt_bias), free(p.ssm_a), free(p.norm), free(norm), free(S);
-    ir_kernel_destroy(k);
+    dn_release(d, &K);
 }
 
 Test(kernels_deltanet, delta_rule_odd_sizes_state_carried, .timeout = 300) {
     rt_device *d = tu_vk_open_or_skip(NULL);
     tu_seed(152);
     static const uint32_t ns[] = {1, 7, 0, 13};
-    deltanet_case(d, (kn_deltanet_shape){1, 1, 16, 13}, IR_BF16, ns, 4);
-    deltanet_case(d, (kn_deltanet_shape){2, 6, 24, 13}, IR_F16, ns, 4);  /* v head j on k head j % 2 */
-    deltanet_case(d, (kn_deltanet_shape){2, 3, 40, 13}, IR_BF16, ns, 4); /* heads that do not divide */
+    deltanet_case(d, (kn_deltanet_shape){1, 1, 16, 13}, IR_BF16, ns, 4, false);
+    deltanet_case(d, (kn_deltanet_shape){2, 6, 24, 13}, IR_F16, ns, 4, false);  /* v head j on k head j % 2 */
+    deltanet_case(d, (kn_deltanet_shape){2, 3, 40, 13}, IR_BF16, ns, 4, false); /* heads that do not divide */
     static const uint32_t ns128[] = {3, 2};
-    deltanet_case(d, (kn_deltanet_shape){2, 4, 128, 4}, IR_BF16, ns128, 2); /* Qwen3.5's state */
+    deltanet_case(d, (kn_deltanet_shape){2, 4, 128, 4}, IR_BF16, ns128, 2, false); /* Qwen3.5's state */
+    d->ops->destroy(d);
+}
+
+/* The chunked form against the same token recurrence: blocks of one token, of a chunk
+ * less one, a chunk, a chunk and one, several chunks and a part, at the smallest chunk and
+ * the one the device's workgroup memory gives, the state carried across blocks. */
+Test(kernels_deltanet, chunked_delta_rule_odd_sizes_state_carried, .timeout = 600) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    tu_seed(153);
+    static const uint32_t ns8[] = {1, 7, 8, 9, 0, 29};
+    deltanet_case(d, (kn_deltanet_shape){1, 1, 16, 29, 8}, IR_BF16, ns8, 6, true);
+    deltanet_case(d, (kn_deltanet_shape){2, 6, 24, 29, 8}, IR_F16, ns8, 6, true); /* v head j on k head j % 2 */
+    deltanet_case(d, (kn_deltanet_shape){2, 3, 40, 29, 16}, IR_BF16, ns8, 6, true); /* 3 column blocks, 1 partial */
+    static const uint32_t ns128[] = {5, 70};
+    deltanet_case(d, (kn_deltanet_shape){2, 4, 128, 70, 0}, IR_BF16, ns128, 2, true); /* Qwen3.5's state */
     d->ops->destroy(d);
 }
 
@@ -282,4 +366,20 @@ Test(kernels_deltanet, bad_shapes_are_refused) {
     cr_assert_null(kn_deltanet(&c, &(kn_deltanet_shape){0, 4, 64, 8}, IR_BF16, 1e-6f, NULL, &err));
     cr_assert_null(kn_deltanet(&c, NULL, IR_BF16, 1e-6f, NULL, &err));
     cr_assert_null(kn_deltanet(&c, &(kn_deltanet_shape){1, 1, 64, 8}, IR_BF16, NAN, NULL, &err));
+    cr_assert_null(kn_ssm_conv_block(&c, 16, 9, 8, IR_BF16, NULL, &err));
+    cr_assert(strstr(err.msg, "kn_ssm_conv_block"), "%s", err.msg);
+    cr_assert_null(kn_ssm_conv_state(&c, 16, 1, 8, IR_BF16, NULL, &err));
+    cr_assert_null(kn_ssm_conv_block(&c, 16, 4, 0, IR_BF16, NULL, &err));
+    /* the chunked kernels: states past 128, chunks not a power of two in 8..64, eps */
+    cr_assert_null(kn_deltanet_prep(&c, &(kn_deltanet_shape){2, 4, 256, 8}, IR_BF16, 1e-6f, NULL, &err));
+    cr_assert(strstr(err.msg, "chunked"), "%s", err.msg);
+    cr_assert_null(kn_deltanet_scan(&c, &(kn_deltanet_shape){2, 4, 64, 8, 12}, NULL, &err));
+    cr_assert_null(kn_deltanet_scan(&c, &(kn_deltanet_shape){2, 4, 64, 8, 128}, NULL, &err));
+    cr_assert_null(kn_deltanet_norm(&c, NULL, IR_BF16, 1e-6f, NULL, &err));
+    cr_assert_null(kn_deltanet_prep(&c, &(kn_deltanet_shape){1, 1, 64, 8}, IR_BF16, NAN, NULL, &err));
+    /* workgroup memory that holds not even chunks of 8 */
+    c.shared_bytes = 4096;
+    cr_assert_null(kn_deltanet_prep(&c, &(kn_deltanet_shape){2, 4, 128, 8}, IR_BF16, 1e-6f, NULL, &err));
+    cr_assert_eq(err.code, KILN_ERR_UNSUPPORTED, "%s", err.msg);
+    cr_assert(strstr(err.msg, "workgroup memory"), "%s", err.msg);
 }
