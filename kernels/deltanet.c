@@ -104,7 +104,8 @@ ir_kernel *kn_ssm_conv_block(const rt_caps *c, uint32_t channels, uint32_t taps,
         ir_val sr = kx_select(k, from_block, kx_u32(k, 0), r);
         ir_val bv = kx_as(k, kx_load(k, qkv, kx_idx(k, br, C, ch), 1), IR_F32);
         ir_val sv = kx_load(k, state, kx_idx(k, sr, C, ch), 1);
-        s = kx_add(k, s, kx_mul(k, kx_select(k, from_block, bv, sv), kx_load(k, w, kx_add_c(k, kx_mul_c(k, ch, K), i), 1)));
+        ir_val wv = kx_load(k, w, kx_add_c(k, kx_mul_c(k, ch, K), i), 1);
+        s = kx_add(k, s, kx_mul(k, kx_select(k, from_block, bv, sv), wv));
     }
     kx_store(k, x, e, kx_as(k, silu(k, s), dtype));
     kx_end_if(k, in);
@@ -182,7 +183,8 @@ static void token_step(const dn *q, ir_val t, ir_val *S) {
         if (f) kx_end_if(k, f);
     }
     kx_barrier(k);
-    ir_val inv_q = kn_l2_inv(k, shm_sumsq(q, q->qk, 0, dk), q->eps), inv_k = kn_l2_inv(k, shm_sumsq(q, q->qk, dk, dk), q->eps);
+    ir_val inv_q = kn_l2_inv(k, shm_sumsq(q, q->qk, 0, dk), q->eps);
+    ir_val inv_k = kn_l2_inv(k, shm_sumsq(q, q->qk, dk, dk), q->eps);
     ir_val at = kx_add(k, kx_mul_c(k, t, nv), q->j);
     ir_val sp = kx_add(k, kx_as(k, kx_load(k, q->a, at, 1), IR_F32), kx_load(k, q->dt_bias, q->j, 1));
     ir_val decay = kn_exp(k, kx_mul(k, kn_softplus(k, sp), kx_load(k, q->ssm_a, q->j, 1)));

@@ -41,8 +41,8 @@ static uint64_t scan_bytes(uint32_t C, uint32_t dk, uint32_t cb) {
 static bool shape_ok(const kn_deltanet_shape *s) {
     uint64_t X = 2ull * s->k_heads * s->state + (uint64_t)s->v_heads * s->state;
     return s->k_heads && s->v_heads && s->state && s->state <= DN_MAX_DK && s->n_max &&
-           X * s->n_max <= UINT32_MAX / 4 && (!s->chunk || (s->chunk >= CHUNK_MIN && s->chunk <= CHUNK_MAX &&
-                                                          !(s->chunk & (s->chunk - 1))));
+           X * s->n_max <= UINT32_MAX / 4 &&
+           (!s->chunk || (s->chunk >= CHUNK_MIN && s->chunk <= CHUNK_MAX && !(s->chunk & (s->chunk - 1))));
 }
 
 int kn_deltanet_scratch_of(const rt_caps *c, const kn_deltanet_shape *s, kn_deltanet_scratch *out, kiln_err *err) {
@@ -355,7 +355,7 @@ static void scan_chunk(const scan *q, ir_val ch) {
     uint32_t dk = q->s.state, dv = q->s.state, C = q->C, nv = q->s.v_heads;
     ir_val t0 = kx_mul_c(k, ch, C), base = kx_add(k, kx_mul_c(k, q->j, q->NP), t0);
     ir_val e[SCAN_MAX_OUT], r[SCAN_MAX_OUT], cc[SCAN_MAX_OUT], acc[SCAN_MAX_OUT];
-    kx_barrier(k); /* the last chunk's reads of Xs and Ss are done */
+    kx_barrier(k);                           /* the last chunk's reads of Xs and Ss are done */
     stage_rows(q, q->uw, base, dv + dk, dv); /* W */
     kx_barrier(k);
     uint32_t n = tile_outputs(q, C, e, r, cc);
@@ -373,7 +373,8 @@ static void scan_chunk(const scan *q, ir_val ch) {
     ir_val pe;
     ir_for *f = each(k, q->tid, (uint64_t)C * C, q->wg, &pe);
     ir_val pt = kx_div_c(k, pe, C), ps = kx_rem_c(k, pe, C);
-    kx_shm_store(k, q->Ps, kx_add(k, kx_mul_c(k, pt, C + 1), ps), kx_load(k, q->p, kx_add(k, kx_mul_c(k, base, C), pe), 1));
+    kx_shm_store(k, q->Ps, kx_add(k, kx_mul_c(k, pt, C + 1), ps),
+                 kx_load(k, q->p, kx_add(k, kx_mul_c(k, base, C), pe), 1));
     kx_end_for(k, f);
     kx_barrier(k);
     xs_times_s(q, n, r, cc, acc);
@@ -396,7 +397,7 @@ static void scan_chunk(const scan *q, ir_val ch) {
         kx_store(k, q->o, oi, ir_for_result(l, m));
         kx_end_if(k, g);
     }
-    kx_barrier(k); /* the reads of Xs and Ss above are done */
+    kx_barrier(k);                          /* the reads of Xs and Ss above are done */
     stage_rows(q, q->qk, base, 2 * dk, dk); /* exp(g_last - g) k */
     kx_barrier(k);
     /* S = exp(g_last) S0 + sum_s Xs[s] D[s]^T: an invocation its own entries of the slice */

@@ -189,7 +189,7 @@ static void plan_destroy(engine *base) {
                          own ? p->output_norm : NULL, own ? p->freqs : NULL, p->xa,
                          p->xb, p->h, p->qkv, p->att, p->g, p->u, p->act, p->last, p->hl, p->logits, p->tok, p->info,
                          p->part, p->tok_h, p->info_h, p->best, p->agate, p->gated, p->dn_qkv, p->dn_z, p->dn_b,
-                         p->dn_a, p->dn_x, p->dn_y};
+                         p->dn_a, p->dn_x, p->dn_y, p->dn_qk, p->dn_uw, p->dn_p, p->dn_gl, p->dn_o};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
     for (uint32_t l = 0; p->L && l < p->s.hp.n_layer; l++) {
@@ -273,6 +273,8 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
     free(p->scratch);
     p->scratch = NULL;
     size_t nb = s.n_block;
+    kn_deltanet_scratch dns = {0};
+    if (!bad && hp->n_recurrent && plan_dn_scratch(&s, &d->caps, &dns, err)) bad = 1;
     struct { rt_buffer **b; size_t bytes; } acts[] = {
         {&p->xa, nb * hp->n_embd * 2}, {&p->xb, nb * hp->n_embd * 2}, {&p->h, nb * hp->n_embd * 2},
         {&p->qkv, nb * s.qkv_dim * 2}, {&p->att, nb * s.q_dim * 2}, {&p->g, nb * hp->n_ff * 2},
@@ -285,7 +287,8 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
         {&p->dn_qkv, hp->n_recurrent ? nb * s.conv_dim * 2 : 0}, {&p->dn_x, hp->n_recurrent ? nb * s.conv_dim * 2 : 0},
         {&p->dn_z, hp->n_recurrent ? nb * s.dn_v_dim * 2 : 0}, {&p->dn_y, hp->n_recurrent ? nb * s.dn_v_dim * 2 : 0},
         {&p->dn_b, hp->n_recurrent ? nb * hp->ssm_v_heads * 2 : 0},
-        {&p->dn_a, hp->n_recurrent ? nb * hp->ssm_v_heads * 2 : 0}};
+        {&p->dn_a, hp->n_recurrent ? nb * hp->ssm_v_heads * 2 : 0}, {&p->dn_qk, dns.qk * 4},
+        {&p->dn_uw, dns.uw * 4}, {&p->dn_p, dns.p * 4}, {&p->dn_gl, dns.gl * 4}, {&p->dn_o, dns.o * 4}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0] && !bad; i++) {
         if (!acts[i].bytes) continue;
         /* what the host writes or reads each step lives in host memory */

@@ -22,6 +22,10 @@ enum {
     K_MV_AGATE, K_GATE, K_MV_DN_QKV, K_MV_DN_Z, K_MV_DN_AB, K_MV_DN_OUT, K_CONV, K_DELTANET,
     K_MM_AGATE, K_GATE_BLOCK, K_MM_DN_QKV, K_MM_DN_Z, K_MM_DN_AB, K_MM_DN_OUT, K_CONV_BLOCK, K_DELTANET_BLOCK,
     K_COPY_CONV, K_COPY_S, /* a DeltaNet layer's state into a snapshot and back (plan_state.c) */
+    /* a block's convolution is token-parallel (K_CONV_BLOCK) and moves its window after
+     * (K_CONV_STATE); its delta rule is chunked: K_DN_PREP, then K_DELTANET_BLOCK (the
+     * scan over the chunks), then K_DN_NORM (kernels/deltanet_chunk.c) */
+    K_CONV_STATE, K_DN_PREP, K_DN_NORM,
     K_COUNT
 };
 /* Each role's name ("embed", "decode_qkv", ...), for dumps and profiles. */
@@ -95,6 +99,7 @@ typedef struct plan_engine {
     /* qwen35: the attention gate's product and the gated output; the DeltaNet layers'
      * projections, convolution output and gated-norm output */
     rt_buffer *agate, *gated, *dn_qkv, *dn_z, *dn_b, *dn_a, *dn_x, *dn_y;
+    rt_buffer *dn_qk, *dn_uw, *dn_p, *dn_gl, *dn_o; /* the chunked delta rule's f32 scratch (plan_dn_scratch) */
     /* qwen35's recurrent state covers positions [0, rs_pos) of the tokens in hist (the
      * state cannot step back: an eval before rs_pos zeroes it and replays hist) */
     int32_t *hist;
@@ -151,6 +156,9 @@ extern const char *const plan_sub_prefix[PLAN_SUBS];
  * one launch (the skinny products of a short block: W the gate, Wu the up, Y the
  * activation), with no K_SWIGLU launch. */
 bool plan_ff_swiglu(const plan_shape *s, const rt_caps *c);
+/* The chunked delta rule's scratch for the largest of the plan's blocks (elements of
+ * each f32 buffer; every smaller block's fits in it). 0, or -1 with err. */
+int plan_dn_scratch(const plan_shape *s, const rt_caps *c, kn_deltanet_scratch *out, kiln_err *err);
 
 /* ---- weights and memory (plan_weights.c) ---- */
 rt_buffer *plan_alloc(plan_engine *p, size_t bytes, kiln_err *err);

@@ -14,7 +14,7 @@ const char *const plan_role[K_COUNT] = {
     "decode_attn_gate", "attn_gate_apply", "decode_dn_qkv", "decode_dn_z", "decode_dn_beta_alpha", "decode_dn_out",
     "ssm_conv", "deltanet", "prefill_attn_gate", "prefill_attn_gate_apply", "prefill_dn_qkv", "prefill_dn_z",
     "prefill_dn_beta_alpha", "prefill_dn_out", "prefill_ssm_conv", "prefill_deltanet", "state_copy_conv",
-    "state_copy_S"};
+    "state_copy_S", "prefill_ssm_conv_state", "prefill_deltanet_prep", "prefill_deltanet_norm"};
 
 
 
@@ -37,7 +37,8 @@ bool plan_block_role(int i) {
     switch (i) {
     case K_MM_QKV: case K_ATTN_PREFILL: case K_MM_O: case K_MM_FF: case K_MM_DOWN: case K_SWIGLU: case K_TAKE_LAST:
     case K_STAGE: case K_MM_AGATE: case K_GATE_BLOCK: case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_AB:
-    case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK: return true;
+    case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK: case K_CONV_STATE: case K_DN_PREP: case K_DN_NORM:
+        return true;
     default: return false;
     }
 }
@@ -49,7 +50,7 @@ bool plan_role_used(const plan_shape *s, int i) {
     case K_MV_AGATE: case K_GATE: case K_MM_AGATE: case K_GATE_BLOCK: return q35 && attn;
     case K_MV_DN_QKV: case K_MV_DN_Z: case K_MV_DN_AB: case K_MV_DN_OUT: case K_CONV: case K_DELTANET:
     case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_AB: case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK:
-    case K_COPY_CONV: case K_COPY_S:
+    case K_COPY_CONV: case K_COPY_S: case K_CONV_STATE: case K_DN_PREP: case K_DN_NORM:
         return dn;
     default: return true;
     }
@@ -66,6 +67,20 @@ bool plan_short_block_ok(const plan_shape *s, const rt_caps *c, uint32_t n) {
 }
 
 const char *const plan_sub_prefix[PLAN_SUBS] = {"short_", "mid_"};
+
+int plan_dn_scratch(const plan_shape *s, const rt_caps *c, kn_deltanet_scratch *out, kiln_err *err) {
+    const arch_hparams *hp = &s->hp;
+    kn_deltanet_shape dn = {hp->ssm_k_heads, hp->ssm_v_heads, hp->ssm_state, s->n_block};
+    if (kn_deltanet_scratch_of(c, &dn, out, err)) return -1;
+    for (int i = 0; i < PLAN_SUBS; i++) {
+        kn_deltanet_scratch b;
+        if (!(dn.n_max = plan_sub_block(s, c, i))) continue;
+        if (kn_deltanet_scratch_of(c, &dn, &b, err)) return -1;
+        uint64_t *o = &out->qk, *n = &b.qk;
+        for (int f = 0; f < 5; f++) o[f] = o[f] > n[f] ? o[f] : n[f];
+    }
+    return 0;
+}
 
 uint32_t plan_sub_block(const plan_shape *s, const rt_caps *c, int i) {
     if (i == 0) return s->n_block > PLAN_SHORT_BLOCK && plan_short_block_ok(s, c, PLAN_SHORT_BLOCK) ? PLAN_SHORT_BLOCK : 0;
@@ -153,8 +168,11 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_MM_DN_Z: return product(c, dv, d, nb, dt, KN_EPI_NONE, g, err);
     case K_MM_DN_AB: return product(c, nv, d, nb, dt, KN_EPI_NONE, g, err);
     case K_MM_DN_OUT: return product(c, d, dv, nb, dt, KN_EPI_RESIDUAL, g, err);
-    case K_CONV_BLOCK: return kn_ssm_conv(c, cd, taps, nb, dt, g, err);
-    case K_DELTANET_BLOCK: dn.n_max = nb; return kn_deltanet(c, &dn, dt, hp->rms_eps, g, err);
+    case K_CONV_BLOCK: return kn_ssm_conv_block(c, cd, taps, nb, dt, g, err);
+    case K_CONV_STATE: return kn_ssm_conv_state(c, cd, taps, nb, dt, g, err);
+    case K_DN_PREP: dn.n_max = nb; return kn_deltanet_prep(c, &dn, dt, hp->rms_eps, g, err);
+    case K_DELTANET_BLOCK: dn.n_max = nb; return kn_deltanet_scan(c, &dn, g, err);
+    case K_DN_NORM: dn.n_max = nb; return kn_deltanet_norm(c, &dn, dt, hp->rms_eps, g, err);
     case K_COPY_CONV: return kn_copy(c, (taps - 1) * cd, &g[0], err);
     case K_COPY_S: return kn_copy(c, nv * hp->ssm_state * hp->ssm_state, &g[0], err);
     }

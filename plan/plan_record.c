@@ -101,8 +101,20 @@ static void add_deltanet(recorder *R, const plan_layer *L, bool prefill) {
     }
     ADD(kc, g[kc][0], 1, {"qkv", p->dn_qkv}, {"w", L->dn_conv}, {"state", L->conv_state}, {"x", p->dn_x},
         {"info", p->info});
-    ADD(kd, g[kd][0], 1, {"x", p->dn_x}, {"a", p->dn_a}, {"b", p->dn_b}, {"z", p->dn_z}, {"dt_bias", L->dn_dt_bias},
-        {"ssm_a", L->dn_a}, {"norm", L->dn_norm}, {"S", L->S}, {"y", p->dn_y}, {"info", p->info});
+    if (prefill) { /* the window moved on, then the chunked delta rule's three launches */
+        ADD(K_CONV_STATE, g[K_CONV_STATE][0], 1, {"qkv", p->dn_qkv}, {"state", L->conv_state}, {"info", p->info});
+        ADD(K_DN_PREP, g[K_DN_PREP][0], g[K_DN_PREP][1], {"x", p->dn_x}, {"a", p->dn_a}, {"b", p->dn_b},
+            {"dt_bias", L->dn_dt_bias}, {"ssm_a", L->dn_a}, {"qk", p->dn_qk}, {"uw", p->dn_uw}, {"p", p->dn_p},
+            {"gl", p->dn_gl}, {"info", p->info});
+        ADD(kd, g[kd][0], g[kd][1], {"qk", p->dn_qk}, {"uw", p->dn_uw}, {"p", p->dn_p}, {"gl", p->dn_gl},
+            {"S", L->S}, {"o", p->dn_o}, {"info", p->info});
+        ADD(K_DN_NORM, g[K_DN_NORM][0], g[K_DN_NORM][1], {"o", p->dn_o}, {"z", p->dn_z}, {"norm", L->dn_norm},
+            {"y", p->dn_y}, {"info", p->info});
+    } else {
+        ADD(kd, g[kd][0], 1, {"x", p->dn_x}, {"a", p->dn_a}, {"b", p->dn_b}, {"z", p->dn_z},
+            {"dt_bias", L->dn_dt_bias}, {"ssm_a", L->dn_a}, {"norm", L->dn_norm}, {"S", L->S}, {"y", p->dn_y},
+            {"info", p->info});
+    }
     if (prefill)
         ADD(ko, g[ko][0], g[ko][1], {"W", L->dn_out}, {"X", p->dn_y}, {"Y", p->xb}, {"info", p->info}, {"res", p->xa});
     else

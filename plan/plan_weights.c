@@ -145,7 +145,12 @@ static uint64_t act_bytes(const plan_shape *s, const rt_caps *c, uint32_t nb) {
     uint64_t q35 = hp->arch == ARCH_QWEN35 ? 2ull * s->q_dim + 2ull * s->conv_dim + 2ull * s->dn_v_dim +
                                                  2ull * hp->ssm_v_heads
                                            : 0;
-    return 2ull * nb * (3ull * hp->n_embd + s->qkv_dim + s->q_dim + 3ull * hp->n_ff + q35) + 4ull * hp->n_embd +
+    kn_deltanet_scratch dn = {0};
+    kiln_err ignored = {0}; /* a shape without chunks fails later, by name, where the plan allocates them */
+    if (hp->arch == ARCH_QWEN35 && hp->n_recurrent && plan_dn_scratch(s, c, &dn, &ignored))
+        dn = (kn_deltanet_scratch){0};
+    return 4ull * (dn.qk + dn.uw + dn.p + dn.gl + dn.o) +
+           2ull * nb * (3ull * hp->n_embd + s->qkv_dim + s->q_dim + 3ull * hp->n_ff + q35) + 4ull * hp->n_embd +
            4ull * hp->n_vocab + 8ull * nb + 24 +
            4ull * hp->n_head * kn_attn_splits(c, hp->n_head, s->n_ctx) * (hp->head_dim_k + 2);
 }
