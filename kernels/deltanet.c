@@ -1,6 +1,6 @@
 /* Qwen3.5's Gated DeltaNet on the device: the causal depthwise convolution with its
  * rolling state (kn_ssm_conv) and the gated delta rule with its gated output norm
- * (kn_deltanet), token by token, in the oracle's arithmetic (oracle/deltanet.c).
+ * (kn_deltanet), token by token, in the oracle's arithmetic (oracle/deltanet.c) up to the order of sums.
  *
  * kn_ssm_conv: an invocation a channel c walks the block's tokens in order, holding the
  * window of its last K-1 inputs in registers: s = 0 + in_0 w_0 + ... + in_{K-1} w_{K-1}
@@ -8,18 +8,18 @@
  * the end the window (the K-1 latest inputs, which are the 16-bit projections, exact in
  * f32) goes back to the state.
  *
- * kn_deltanet: a workgroup a value head j (k head j % k_heads, ggml's tiled broadcast), an
- * invocation a value dim c, which holds column c of the head's state S (dk values,
- * S[i][c] at (j dk + i) dv + c, so the loads and stores are coalesced) in registers for
- * the whole block. Per token: the q and k of head j % k_heads staged in workgroup memory;
- * each invocation sums their squares in order (the oracle's l2 norms bit for bit),
- * divides by max(|.|, eps); g = softplus(a + dt_bias) ssm_a, decay = exp(g),
- * beta = sigmoid(b); S[.][c] = decay S[.][c]; d = beta (v_c - S[.][c] . k);
+ * kn_deltanet: a workgroup a value head j (k head j % k_heads, ggml's tiled broadcast),
+ * P (up to 4) invocations a value dim c in adjacent lanes, each holding a quarter of column
+ * c of the head's state S (S[i][c] at (j dk + i) dv + c) in registers for the whole
+ * block. Per token: the q and k of head kh staged in workgroup memory; their l2 norms,
+ * S . k and S . q summed over each quarter in order, the quarters added by xor shuffles
+ * (the same sum in every lane), divided by max(|.|, eps); g = softplus(a + dt_bias) ssm_a,
+ * decay = exp(g), beta = sigmoid(b); S[.][c] = decay S[.][c]; d = beta (v_c - S[.][c] . k);
  * S[.][c] += k d; o_c = (S[.][c] . q) / sqrt(dk); then o through workgroup memory for the
- * head's RMSNorm (each invocation sums the squares in order), times ssm_norm and
- * silu(z), rounded once. exp and division to the oracle's precision (kn_exp, kn_fdiv);
- * softplus's log is the device's (IR log), so the decay may differ from the oracle's by
- * a few ulps.
+ * head's RMSNorm (summed the same way), times ssm_norm and silu(z), rounded once. exp and
+ * division to the oracle's precision (kn_exp, kn_fdiv); softplus's log is the device's
+ * (IR log), so the decay may differ from the oracle's by a few ulps, and the sums' order
+ * differs from the oracle's (which adds i = 0 .. dk-1) where P > 1.
  *
  * Both walk the tokens one after another: decode's step, and the reference the prefill
  * block's kernels are checked against: kn_ssm_conv_block (an invocation a token and
@@ -147,70 +147,104 @@ ir_kernel *kn_ssm_conv_state(const rt_caps *c, uint32_t channels, uint32_t taps,
 typedef struct dn {
     kx k;
     kn_deltanet_shape s;
-    uint32_t C, vdim;
+    uint32_t C, vdim, P, L; /* P invocations a column, each L of its dk state values */
     ir_scalar dtype;
     float eps;
     ir_buf x, a, b, z, dt_bias, ssm_a, norm, S, y;
     ir_shm qk, o;
-    ir_val j, c, kh;
+    ir_val j, c, p, kh;
 } dn;
 
-/* sum over i < n of f(shm[base + i])^2, in order from 0 */
-static ir_val shm_sumsq(const dn *q, ir_shm m, uint32_t base, uint32_t n) {
-    kx k = q->k;
-    ir_val s = kx_f32(k, 0.0f);
-    for (uint32_t i = 0; i < n; i++) {
-        ir_val v = kx_shm_load(k, m, kx_u32(k, base + i), 1);
-        s = kx_add(k, s, kx_mul(k, v, v));
-    }
-    return s;
+/* the sum of v over the P invocations of a column (adjacent lanes): a butterfly of xor
+ * shuffles, the same in each of them (every addition has the same two operands) */
+static ir_val parts_sum(const dn *q, ir_val v) {
+    for (uint32_t m = 1; m < q->P; m *= 2) v = kx_add(q->k, v, kx_sg_xor(q->k, v, m));
+    return v;
 }
 
+/* element m of the invocation's part: i = p L + m, whether it is one (< n) and i clamped */
+static ir_val part_index(const dn *q, uint32_t m, uint32_t n, ir_val *ok) {
+    kx k = q->k;
+    ir_val i = kx_add_c(k, kx_mul_c(k, q->p, q->L), m);
+    *ok = q->P * q->L > n ? kx_lt_c(k, i, n) : IR_NONE;
+    return q->P * q->L > n ? kx_select(k, *ok, i, kx_u32(k, 0)) : i;
+}
 
-/* One token t of the head: S (dk values of column c) updated in place, y stored. */
+/* shm[base + i] for element e of the part (0 past n) */
+static ir_val part_load(const dn *q, ir_shm m, uint32_t base, uint32_t n, uint32_t e) {
+    kx k = q->k;
+    ir_val ok, i = part_index(q, e, n, &ok);
+    ir_val v = kx_shm_load(k, m, kx_add_c(k, i, base), 1);
+    return ok != IR_NONE ? kx_select(k, ok, v, kx_f32(k, 0.0f)) : v;
+}
+
+/* the sum of the squares of shm[base .. base + n) over the column's parts */
+static ir_val part_sumsq(const dn *q, ir_shm m, uint32_t base, uint32_t n) {
+    kx k = q->k;
+    ir_val s = kx_f32(k, 0.0f);
+    for (uint32_t e = 0; e < q->L; e++) {
+        ir_val v = part_load(q, m, base, n, e);
+        s = kx_add(k, s, kx_mul(k, v, v));
+    }
+    return parts_sum(q, s);
+}
+
+/* One token t of the head: S (the part's L values of column c) updated in place, y stored. */
 static void token_step(const dn *q, ir_val t, ir_val *S) {
     kx k = q->k;
-    uint32_t dk = q->s.state, dv = q->s.state, nk = q->s.k_heads, nv = q->s.v_heads;
-    ir_val row = kx_mul_c(k, t, q->C);
+    uint32_t dk = q->s.state, dv = q->s.state, nk = q->s.k_heads, nv = q->s.v_heads, L = q->L;
+    ir_val row = kx_mul_c(k, t, q->C), tid = kx_local(k);
     kx_barrier(k); /* the previous token's reads of qk and o are done */
-    for (uint32_t base = 0; base < dk; base += dv) { /* q then k of head kh, as f32 */
-        ir_val i = kx_add_c(k, q->c, base);
-        ir_if *f = base + dv > dk ? kx_if(k, kx_lt_c(k, i, dk)) : NULL;
-        ir_val qi = kx_add(k, row, kx_add(k, kx_mul_c(k, q->kh, dk), i));
-        ir_val ki = kx_add(k, row, kx_add(k, kx_mul_c(k, kx_add_c(k, q->kh, nk), dk), i));
-        kx_shm_store(k, q->qk, i, kx_as(k, kx_load(k, q->x, qi, 1), IR_F32));
-        kx_shm_store(k, q->qk, kx_add_c(k, i, dk), kx_as(k, kx_load(k, q->x, ki, 1), IR_F32));
-        if (f) kx_end_if(k, f);
-    }
+    ir_if *f = kx_if(k, kx_lt_c(k, tid, dk)); /* q then k of head kh, as f32 */
+    ir_val qi = kx_add(k, row, kx_add(k, kx_mul_c(k, q->kh, dk), tid));
+    ir_val ki = kx_add(k, row, kx_add(k, kx_mul_c(k, kx_add_c(k, q->kh, nk), dk), tid));
+    kx_shm_store(k, q->qk, tid, kx_as(k, kx_load(k, q->x, qi, 1), IR_F32));
+    kx_shm_store(k, q->qk, kx_add_c(k, tid, dk), kx_as(k, kx_load(k, q->x, ki, 1), IR_F32));
+    kx_end_if(k, f);
     kx_barrier(k);
-    ir_val inv_q = kn_l2_inv(k, shm_sumsq(q, q->qk, 0, dk), q->eps);
-    ir_val inv_k = kn_l2_inv(k, shm_sumsq(q, q->qk, dk, dk), q->eps);
+    ir_val kn[DELTANET_MAX_DK]; /* q and k read again where they are used: fewer live registers */
+    ir_val inv_q = kn_l2_inv(k, part_sumsq(q, q->qk, 0, dk), q->eps);
+    ir_val inv_k = kn_l2_inv(k, part_sumsq(q, q->qk, dk, dk), q->eps);
     ir_val at = kx_add(k, kx_mul_c(k, t, nv), q->j);
     ir_val sp = kx_add(k, kx_as(k, kx_load(k, q->a, at, 1), IR_F32), kx_load(k, q->dt_bias, q->j, 1));
     ir_val decay = kn_exp(k, kx_mul(k, kn_softplus(k, sp), kx_load(k, q->ssm_a, q->j, 1)));
     ir_val beta = kn_sigmoid(k, kx_as(k, kx_load(k, q->b, at, 1), IR_F32));
     ir_val v_at = kx_add(k, row, kx_add(k, kx_mul_c(k, q->j, dv), q->c));
     ir_val v = kx_as(k, kx_load(k, q->x, kx_add_c(k, v_at, 2 * nk * dk), 1), IR_F32);
-    ir_val kn[DELTANET_MAX_DK], sk = kx_f32(k, 0.0f);
-    for (uint32_t i = 0; i < dk; i++) {
-        S[i] = kx_mul(k, S[i], decay);
-        kn[i] = kx_mul(k, kx_shm_load(k, q->qk, kx_u32(k, dk + i), 1), inv_k);
-        sk = kx_add(k, sk, kx_mul(k, S[i], kn[i]));
+    ir_val sk = kx_f32(k, 0.0f);
+    for (uint32_t e = 0; e < L; e++) {
+        S[e] = kx_mul(k, S[e], decay);
+        kn[e] = kx_mul(k, part_load(q, q->qk, dk, dk, e), inv_k);
+        sk = kx_add(k, sk, kx_mul(k, S[e], kn[e]));
     }
-    ir_val d = kx_mul(k, kx_sub(k, v, sk), beta), oq = kx_f32(k, 0.0f);
-    for (uint32_t i = 0; i < dk; i++) {
-        S[i] = kx_add(k, S[i], kx_mul(k, kn[i], d));
-        ir_val qn = kx_mul(k, kx_shm_load(k, q->qk, kx_u32(k, i), 1), inv_q);
-        oq = kx_add(k, oq, kx_mul(k, S[i], qn));
+    ir_val d = kx_mul(k, kx_sub(k, v, parts_sum(q, sk)), beta), oq = kx_f32(k, 0.0f);
+    for (uint32_t e = 0; e < L; e++) {
+        S[e] = kx_add(k, S[e], kx_mul(k, kn[e], d));
+        oq = kx_add(k, oq, kx_mul(k, S[e], kx_mul(k, part_load(q, q->qk, 0, dk, e), inv_q)));
     }
-    ir_val o = kx_mul_f(k, oq, 1.0f / sqrtf((float)dk));
+    ir_val o = kx_mul_f(k, parts_sum(q, oq), 1.0f / sqrtf((float)dk));
+    ir_if *first = q->P > 1 ? kx_if(k, kx_eq_c(k, q->p, 0)) : NULL;
     kx_shm_store(k, q->o, q->c, o);
+    if (first) kx_end_if(k, first);
     kx_barrier(k);
-    ir_val scale = kn_rms_of_sum(k, shm_sumsq(q, q->o, 0, dv), dv, q->eps);
+    ir_val scale = kn_rms_of_sum(k, part_sumsq(q, q->o, 0, dv), dv, q->eps);
     ir_val yv = kx_mul(k, kx_mul(k, o, scale), kx_as(k, kx_load(k, q->norm, q->c, 1), IR_F32));
     ir_val zi = kx_add(k, kx_mul_c(k, t, q->vdim), kx_add(k, kx_mul_c(k, q->j, dv), q->c));
     ir_val zc = kx_as(k, kx_load(k, q->z, zi, 1), IR_F32);
+    first = q->P > 1 ? kx_if(k, kx_eq_c(k, q->p, 0)) : NULL;
     kx_store(k, q->y, zi, kx_as(k, kx_mul(k, yv, silu(k, zc)), q->dtype));
+    if (first) kx_end_if(k, first);
+}
+
+/* Invocations a column: up to 4, adjacent lanes of a subgroup, where the device shuffles
+ * and the workgroup holds them (the sums then run over four interleaved quarters of the
+ * state, reduced by shuffles: fewer registers and shorter chains than a column alone). */
+static uint32_t column_parts(const rt_caps *c, uint32_t dk) {
+    uint32_t P = 1;
+    while (c && c->subgroup_shuffle && P < 4 && 2 * P <= c->subgroup_min && 2 * P * dk <= c->max_workgroup &&
+           2 * P * dk <= 1024)
+        P *= 2;
+    return P;
 }
 
 ir_kernel *kn_deltanet(const rt_caps *c, const kn_deltanet_shape *shape, ir_scalar dtype, float eps,
@@ -227,11 +261,11 @@ ir_kernel *kn_deltanet(const rt_caps *c, const kn_deltanet_shape *shape, ir_scal
                   s.k_heads, s.v_heads, s.state, DELTANET_MAX_DK, s.n_max, (double)eps);
         return NULL;
     }
-    dn q = {.s = s, .C = (uint32_t)C, .vdim = s.v_heads * s.state, .dtype = dtype, .eps = eps};
+    uint32_t dk = s.state, nv = s.v_heads, P = column_parts(c, dk);
+    dn q = {.s = s, .C = (uint32_t)C, .vdim = nv * dk, .P = P, .L = (dk + P - 1) / P, .dtype = dtype, .eps = eps};
     q.k = (kx){kn_create("kn_deltanet", err), c};
     if (!q.k.ir) return NULL;
     kx k = q.k;
-    uint32_t dk = s.state, nv = s.v_heads;
     q.x = kx_buffer(k, "x", dtype, IR_READ, C * s.n_max);
     q.a = kx_buffer(k, "a", dtype, IR_READ, (uint64_t)nv * s.n_max);
     q.b = kx_buffer(k, "b", dtype, IR_READ, (uint64_t)nv * s.n_max);
@@ -242,21 +276,32 @@ ir_kernel *kn_deltanet(const rt_caps *c, const kn_deltanet_shape *shape, ir_scal
     q.S = kx_buffer(k, "S", IR_F32, IR_READ | IR_WRITE, (uint64_t)nv * dk * dk);
     q.y = kx_buffer(k, "y", dtype, IR_WRITE, (uint64_t)q.vdim * s.n_max);
     ir_buf info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
-    kx_workgroup(k, dk);
+    kx_workgroup(k, dk * P);
     q.qk = kx_shared(k, "qk", IR_F32, 2 * dk);
     q.o = kx_shared(k, "o", IR_F32, dk);
     q.j = kx_group(k, 0);
-    q.c = kx_local(k);
+    ir_val tid = kx_local(k);
+    q.c = P > 1 ? kx_div_c(k, tid, P) : tid;
+    q.p = P > 1 ? kx_rem_c(k, tid, P) : kx_u32(k, 0);
     q.kh = kx_rem_c(k, q.j, s.k_heads);
     ir_val n = kx_min(k, kx_load_c(k, info, 1), kx_u32(k, s.n_max));
     ir_val S[DELTANET_MAX_DK], col = kx_add(k, kx_mul_c(k, q.j, dk * dk), q.c);
-    for (uint32_t i = 0; i < dk; i++) S[i] = kx_load(k, q.S, kx_add_c(k, col, i * dk), 1);
-    ir_for *l = ir_for_begin(k.ir, kx_u32(k, 0), n, kx_u32(k, 1), dk, S);
+    for (uint32_t e = 0; e < q.L; e++) { /* S[i][c] at (j dk + i) dk + c; 0 past dk */
+        ir_val ok, i = part_index(&q, e, dk, &ok);
+        S[e] = kx_load(k, q.S, kx_add(k, col, kx_mul_c(k, i, dk)), 1);
+        if (ok != IR_NONE) S[e] = kx_select(k, ok, S[e], kx_f32(k, 0.0f));
+    }
+    ir_for *l = ir_for_begin(k.ir, kx_u32(k, 0), n, kx_u32(k, 1), q.L, S);
     ir_val cur[DELTANET_MAX_DK];
-    for (uint32_t i = 0; i < dk; i++) cur[i] = ir_for_arg(l, i);
+    for (uint32_t e = 0; e < q.L; e++) cur[e] = ir_for_arg(l, e);
     token_step(&q, ir_for_iv(l), cur);
     ir_for_end(k.ir, l, cur);
-    for (uint32_t i = 0; i < dk; i++) kx_store(k, q.S, kx_add_c(k, col, i * dk), ir_for_result(l, i));
+    for (uint32_t e = 0; e < q.L; e++) { /* the addresses again: not live across the tokens */
+        ir_val ok, i = part_index(&q, e, dk, &ok);
+        ir_if *f = ok != IR_NONE ? kx_if(k, ok) : NULL;
+        kx_store(k, q.S, kx_add(k, col, kx_mul_c(k, i, dk)), ir_for_result(l, e));
+        if (f) kx_end_if(k, f);
+    }
     if (groups) groups[0] = nv, groups[1] = 1;
     return kn_finish(k.ir, err);
 }
