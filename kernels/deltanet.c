@@ -244,7 +244,8 @@ static uint32_t column_parts(const rt_caps *c, uint32_t dk) {
     while (c && c->subgroup_shuffle && P < 4 && 2 * P <= c->subgroup_min && 2 * P * dk <= c->max_workgroup &&
            2 * P * dk <= 1024)
         P *= 2;
-    return P;
+    /* shuffles want whole subgroups (CUDA refuses a partial warp): a state of 28 stays at one */
+    return c && c->subgroup_max && (P * dk) % c->subgroup_max ? 1 : P;
 }
 
 ir_kernel *kn_deltanet(const rt_caps *c, const kn_deltanet_shape *shape, ir_scalar dtype, float eps,

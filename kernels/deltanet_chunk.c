@@ -35,7 +35,7 @@ static uint64_t prep_bytes(uint32_t C, uint32_t dk) {
 }
 static uint32_t col_block(uint32_t dv) { return dv < 16 ? dv : 16; }
 static uint64_t scan_bytes(uint32_t C, uint32_t dk, uint32_t cb) {
-    return 4ull * ((uint64_t)dk * cb + (uint64_t)C * (dk + 1) + (uint64_t)C * cb + (uint64_t)C * (C + 1));
+    return 4ull * ((uint64_t)dk * cb + (uint64_t)C * (dk + 4) + (uint64_t)C * cb + (uint64_t)C * (C + 4));
 }
 
 static bool shape_ok(const kn_deltanet_shape *s) {
@@ -295,7 +295,9 @@ typedef struct scan {
     kx k;
     kn_deltanet_shape s;
     kn_deltanet_scratch sz;
-    uint32_t C, NP, CB, XT, wg;
+    uint32_t C, NP, CB, XT, PT, wg;
+    uint32_t VX;  /* lanes of the vector loads along a row of Xs (4 where dk allows, else 1) */
+    bool same_c; /* every output of an invocation is in one column (wg a multiple of CB) */
     ir_buf qk, uw, p, gl, S, o;
     ir_shm Ss, Xs, Ds, Ps;
     ir_val j, c0, tid, n;
@@ -328,20 +330,71 @@ static uint32_t tile_outputs(const scan *q, uint32_t rows, ir_val *e, ir_val *r,
     return n;
 }
 
+/* for (j = 0; j < len; j += step) carrying n values, as a loop of blocks of 4 steps around
+ * a loop of 4 (where 4 steps divide len): the backend unrolls an inner loop whole, and
+ * these bodies unrolled 16-64 times over made ptxas give up on registers (32 of them and
+ * kilobytes of spills). */
+typedef struct nest {
+    ir_for *outer, *inner;
+    ir_val j, arg[SCAN_MAX_OUT];
+    uint32_t n;
+} nest;
+
+static nest nest_begin(kx k, uint32_t len, uint32_t step, uint32_t n, const ir_val *init) {
+    nest t = {.n = n};
+    uint32_t blk = 4 * step;
+    if (len % blk || len == blk) {
+        t.inner = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, len), kx_u32(k, step), n, init);
+        t.j = ir_for_iv(t.inner);
+    } else {
+        t.outer = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, len), kx_u32(k, blk), n, init);
+        ir_val in[SCAN_MAX_OUT];
+        for (uint32_t m = 0; m < n; m++) in[m] = ir_for_arg(t.outer, m);
+        t.inner = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, blk), kx_u32(k, step), n, in);
+        t.j = kx_add(k, ir_for_iv(t.outer), ir_for_iv(t.inner));
+    }
+    for (uint32_t m = 0; m < n; m++) t.arg[m] = ir_for_arg(t.inner, m);
+    return t;
+}
+
+static void nest_end(kx k, nest *t, const ir_val *y, ir_val *out) {
+    ir_for_end(k.ir, t->inner, y);
+    ir_val r[SCAN_MAX_OUT];
+    for (uint32_t m = 0; m < t->n; m++) r[m] = ir_for_result(t->inner, m);
+    if (t->outer) {
+        ir_for_end(k.ir, t->outer, r);
+        for (uint32_t m = 0; m < t->n; m++) r[m] = ir_for_result(t->outer, m);
+    }
+    for (uint32_t m = 0; m < t->n; m++) out[m] = r[m];
+}
+
+/* lane v of a vector load of w lanes (the value itself for one) */
+static ir_val lane_of(kx k, ir_val v, uint32_t w, uint32_t l) { return w == 1 ? v : kx_lane(k, v, l); }
+
+/* acc[m] (from init) plus the sum over j < len of A[row_m][j] B[j][cc_m], in order of j:
+ * A rows of a_stride in a (read VX lanes at a time along j), B rows of CB in b. The B
+ * values are read once for all outputs where they share a column. */
+static void row_times_cols(const scan *q, ir_shm a, uint32_t a_stride, ir_shm b, uint32_t len, uint32_t n,
+                           const ir_val *row, const ir_val *cc, const ir_val *init, ir_val *acc) {
+    kx k = q->k;
+    uint32_t w = len % q->VX ? 1 : q->VX;
+    nest nt = nest_begin(k, len, w, n, init);
+    ir_val j = nt.j, y[SCAN_MAX_OUT], bv[4];
+    for (uint32_t m = 0; m < n; m++) y[m] = nt.arg[m];
+    for (uint32_t m = 0; m < n; m++) {
+        if (!m || !q->same_c)
+            for (uint32_t v = 0; v < w; v++) bv[v] = kx_shm_load(k, b, kx_add(k, kx_mul_c(k, kx_add_c(k, j, v), q->CB), cc[m]), 1);
+        ir_val av = kx_shm_load(k, a, kx_add(k, kx_mul_c(k, row[m], a_stride), j), w);
+        for (uint32_t v = 0; v < w; v++) y[m] = kx_fma(k, lane_of(k, av, w, v), bv[v], y[m]);
+    }
+    nest_end(k, &nt, y, acc);
+}
+
 /* acc[m] = sum over i < dk of Xs[r_m][i] Ss[i][cc_m], in order */
 static void xs_times_s(const scan *q, uint32_t n, const ir_val *r, const ir_val *cc, ir_val *acc) {
-    kx k = q->k;
     ir_val init[SCAN_MAX_OUT];
-    for (uint32_t m = 0; m < n; m++) init[m] = kx_f32(k, 0.0f);
-    ir_for *l = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, q->s.state), kx_u32(k, 1), n, init);
-    ir_val i = ir_for_iv(l), y[SCAN_MAX_OUT];
-    for (uint32_t m = 0; m < n; m++) {
-        ir_val sv = kx_shm_load(k, q->Ss, kx_add(k, kx_mul_c(k, i, q->CB), cc[m]), 1);
-        ir_val xv = kx_shm_load(k, q->Xs, kx_add(k, kx_mul_c(k, r[m], q->XT), i), 1);
-        y[m] = kx_fma(k, xv, sv, ir_for_arg(l, m));
-    }
-    ir_for_end(k.ir, l, y);
-    for (uint32_t m = 0; m < n; m++) acc[m] = ir_for_result(l, m);
+    for (uint32_t m = 0; m < n; m++) init[m] = kx_f32(q->k, 0.0f);
+    row_times_cols(q, q->Xs, q->XT, q->Ss, q->s.state, n, r, cc, init, acc);
 }
 
 /* Whether output m of a tile of `rows` may fall past its end in some invocation, and the
@@ -373,49 +426,55 @@ static void scan_chunk(const scan *q, ir_val ch) {
     ir_val pe;
     ir_for *f = each(k, q->tid, (uint64_t)C * C, q->wg, &pe);
     ir_val pt = kx_div_c(k, pe, C), ps = kx_rem_c(k, pe, C);
-    kx_shm_store(k, q->Ps, kx_add(k, kx_mul_c(k, pt, C + 1), ps),
+    kx_shm_store(k, q->Ps, kx_add(k, kx_mul_c(k, pt, q->PT), ps),
                  kx_load(k, q->p, kx_add(k, kx_mul_c(k, base, C), pe), 1));
     kx_end_for(k, f);
     kx_barrier(k);
     xs_times_s(q, n, r, cc, acc);
-    ir_val init[SCAN_MAX_OUT];
+    ir_val init[SCAN_MAX_OUT], out[SCAN_MAX_OUT];
     for (uint32_t m = 0; m < n; m++) init[m] = acc[m];
-    ir_for *l = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, C), kx_u32(k, 1), n, init);
-    ir_val s = ir_for_iv(l), y[SCAN_MAX_OUT];
-    for (uint32_t m = 0; m < n; m++) { /* O = exp(g) Q S0 + P D */
-        ir_val pv = kx_shm_load(k, q->Ps, kx_add(k, kx_mul_c(k, r[m], C + 1), s), 1);
-        ir_val dd = kx_shm_load(k, q->Ds, kx_add(k, kx_mul_c(k, s, q->CB), cc[m]), 1);
-        y[m] = kx_fma(k, pv, dd, ir_for_arg(l, m));
-    }
-    ir_for_end(k.ir, l, y);
+    row_times_cols(q, q->Ps, q->PT, q->Ds, C, n, r, cc, init, out); /* O = exp(g) Q S0 + P D */
     for (uint32_t m = 0; m < n; m++) {
         ir_val col = kx_add(k, q->c0, cc[m]), t = kx_add(k, t0, r[m]);
         ir_val ok = kx_and(k, kx_lt_c(k, col, dv), kx_lt(k, t, q->n));
         if ((m + 1) * q->wg > C * q->CB) ok = kx_and(k, ok, kx_lt_c(k, e[m], C * q->CB));
         ir_if *g = kx_if(k, ok);
         ir_val oi = kx_add(k, kx_mul_c(k, t, nv * dv), kx_add(k, kx_mul_c(k, q->j, dv), col));
-        kx_store(k, q->o, oi, ir_for_result(l, m));
+        kx_store(k, q->o, oi, out[m]);
         kx_end_if(k, g);
     }
     kx_barrier(k);                          /* the reads of Xs and Ss above are done */
     stage_rows(q, q->qk, base, 2 * dk, dk); /* exp(g_last - g) k */
     kx_barrier(k);
-    /* S = exp(g_last) S0 + sum_s Xs[s] D[s]^T: an invocation its own entries of the slice */
-    n = tile_outputs(q, dk, e, r, cc);
-    for (uint32_t m = 0; m < n; m++) init[m] = kx_f32(k, 0.0f);
-    l = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, C), kx_u32(k, 1), n, init);
-    s = ir_for_iv(l);
-    for (uint32_t m = 0; m < n; m++) {
-        ir_val xv = kx_shm_load(k, q->Xs, kx_add(k, kx_mul_c(k, s, q->XT), r[m]), 1);
-        ir_val dd = kx_shm_load(k, q->Ds, kx_add(k, kx_mul_c(k, s, q->CB), cc[m]), 1);
-        y[m] = kx_fma(k, xv, dd, ir_for_arg(l, m));
+    /* S = exp(g_last) S0 + sum_s Xs[s] D[s]^T: an invocation its own entries of the slice,
+     * n consecutive state rows of one column where the tile divides evenly (a vector load
+     * of Xs feeds VX of them), else strided as the tiles above */
+    uint32_t per = dk * q->CB / q->wg, w = per % q->VX ? 1 : q->VX;
+    bool packed = q->same_c && (dk * q->CB) % q->wg == 0 && per <= SCAN_MAX_OUT;
+    if (packed) {
+        n = per;
+        ir_val i0 = kx_mul_c(k, kx_div_c(k, q->tid, q->CB), per), c1 = kx_rem_c(k, q->tid, q->CB);
+        for (uint32_t m = 0; m < n; m++) r[m] = kx_add_c(k, i0, m), cc[m] = c1, e[m] = IR_NONE;
+    } else {
+        n = tile_outputs(q, dk, e, r, cc);
     }
-    ir_for_end(k.ir, l, y);
+    ir_val y[SCAN_MAX_OUT], upd[SCAN_MAX_OUT];
+    for (uint32_t m = 0; m < n; m++) init[m] = kx_f32(k, 0.0f);
+    nest nt = nest_begin(k, C, 1, n, init);
+    ir_val s = nt.j, dd = IR_NONE, xv = IR_NONE;
+    for (uint32_t m = 0; m < n; m++) y[m] = nt.arg[m];
+    for (uint32_t m = 0; m < n; m++) {
+        if (!m || !q->same_c) dd = kx_shm_load(k, q->Ds, kx_add(k, kx_mul_c(k, s, q->CB), cc[m]), 1);
+        if (packed && m % w == 0) xv = kx_shm_load(k, q->Xs, kx_add(k, kx_mul_c(k, s, q->XT), r[m]), w);
+        ir_val x = packed ? lane_of(k, xv, w, m % w) : kx_shm_load(k, q->Xs, kx_add(k, kx_mul_c(k, s, q->XT), r[m]), 1);
+        y[m] = kx_fma(k, x, dd, y[m]);
+    }
+    nest_end(k, &nt, y, upd);
     ir_val decay = kx_load(k, q->gl, kx_add(k, kx_mul_c(k, q->j, q->sz.n_chunks), ch), 1);
     for (uint32_t m = 0; m < n; m++) {
-        ir_if *g = if_in_tile(q, m, e[m], dk);
+        ir_if *g = packed ? NULL : if_in_tile(q, m, e[m], dk);
         ir_val si = kx_add(k, kx_mul_c(k, r[m], q->CB), cc[m]);
-        kx_shm_store(k, q->Ss, si, kx_fma(k, decay, kx_shm_load(k, q->Ss, si, 1), ir_for_result(l, m)));
+        kx_shm_store(k, q->Ss, si, kx_fma(k, decay, kx_shm_load(k, q->Ss, si, 1), upd[m]));
         if (g) kx_end_if(k, g);
     }
 }
@@ -425,8 +484,10 @@ ir_kernel *kn_deltanet_scan(const rt_caps *c, const kn_deltanet_shape *shape, ui
     if (!shape || kn_deltanet_scratch_of(c, shape, &q.sz, err)) return NULL;
     q.s = *shape;
     uint32_t dk = q.s.state, dv = q.s.state, nv = q.s.v_heads;
-    q.C = q.sz.chunk, q.NP = q.sz.n_chunks * q.C, q.CB = col_block(dv), q.XT = dk + 1;
+    q.C = q.sz.chunk, q.NP = q.sz.n_chunks * q.C, q.CB = col_block(dv), q.XT = dk + 4, q.PT = q.C + 4;
+    q.VX = dk % 4 ? 1 : 4;
     q.wg = kn_workgroup(c, 256);
+    q.same_c = q.wg % q.CB == 0;
     if ((dk * q.CB + q.wg - 1) / q.wg > SCAN_MAX_OUT) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED, "kn_deltanet_scan: workgroups of %u are too small for state %u", q.wg, dk);
         return NULL;
@@ -443,7 +504,7 @@ ir_kernel *kn_deltanet_scan(const rt_caps *c, const kn_deltanet_shape *shape, ui
     ir_buf info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
     kx_workgroup(k, q.wg);
     q.Ss = kx_shared(k, "S_slice", IR_F32, dk * q.CB), q.Xs = kx_shared(k, "rows", IR_F32, q.C * q.XT);
-    q.Ds = kx_shared(k, "D", IR_F32, q.C * q.CB), q.Ps = kx_shared(k, "P_chunk", IR_F32, q.C * (q.C + 1));
+    q.Ds = kx_shared(k, "D", IR_F32, q.C * q.CB), q.Ps = kx_shared(k, "P_chunk", IR_F32, q.C * q.PT);
     q.j = kx_group(k, 0), q.c0 = kx_group_times(k, 1, q.CB), q.tid = kx_local(k);
     q.n = kx_min(k, kx_load_c(k, info, 1), kx_u32(k, q.s.n_max));
     /* the slice S[.][c0 .. c0 + CB) (0 past dv) */
@@ -481,7 +542,8 @@ ir_kernel *kn_deltanet_norm(const rt_caps *c, const kn_deltanet_shape *shape, ir
         return NULL;
     }
     uint32_t dv = shape->state, nv = shape->v_heads, V = nv * dv, want = 1;
-    while (want < dv && want < 256) want *= 2;
+    /* whole subgroups for kn_wg_sum's reduce (CUDA refuses a partial warp) */
+    while ((want < dv || (c && want < c->subgroup_max)) && want < 256) want *= 2;
     uint32_t wg = kn_workgroup(c, want);
     kx k = {kn_create("kn_deltanet_norm", err), c};
     if (!k.ir) return NULL;
