@@ -31,7 +31,7 @@
 
 /* workgroup memory of each kernel, in bytes */
 static uint64_t prep_bytes(uint32_t C, uint32_t dk) {
-    return 4ull * (2ull * C * (dk + 1) + (uint64_t)C * C + 7ull * C);
+    return 4ull * (2ull * C * (dk + 4) + (uint64_t)C * C + 7ull * C);
 }
 static uint32_t col_block(uint32_t dv) { return dv < 16 ? dv : 16; }
 static uint64_t scan_bytes(uint32_t C, uint32_t dk, uint32_t cb) {
@@ -85,6 +85,49 @@ int kn_deltanet_scratch_of(const rt_caps *c, const kn_deltanet_shape *s, kn_delt
 static ir_for *each(kx k, ir_val tid, uint64_t n, uint32_t wg, ir_val *e) {
     return kx_for(k, tid, kx_u32(k, (uint32_t)n), kx_u32(k, wg), e);
 }
+
+#define SCAN_MAX_OUT 64 /* values an invocation carries through a loop at most */
+
+/* for (j = 0; j < len; j += step) carrying n values, as a loop of blocks of 4 steps around
+ * a loop of 4 (where 4 steps divide len): the backend unrolls an inner loop whole, and
+ * these bodies unrolled 16-64 times over made ptxas give up on registers (32 of them and
+ * kilobytes of spills). */
+typedef struct nest {
+    ir_for *outer, *inner;
+    ir_val j, arg[SCAN_MAX_OUT];
+    uint32_t n;
+} nest;
+
+static nest nest_begin(kx k, uint32_t len, uint32_t step, uint32_t n, const ir_val *init) {
+    nest t = {.n = n};
+    uint32_t blk = 4 * step;
+    if (len % blk || len == blk) {
+        t.inner = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, len), kx_u32(k, step), n, init);
+        t.j = ir_for_iv(t.inner);
+    } else {
+        t.outer = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, len), kx_u32(k, blk), n, init);
+        ir_val in[SCAN_MAX_OUT];
+        for (uint32_t m = 0; m < n; m++) in[m] = ir_for_arg(t.outer, m);
+        t.inner = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, blk), kx_u32(k, step), n, in);
+        t.j = kx_add(k, ir_for_iv(t.outer), ir_for_iv(t.inner));
+    }
+    for (uint32_t m = 0; m < n; m++) t.arg[m] = ir_for_arg(t.inner, m);
+    return t;
+}
+
+static void nest_end(kx k, nest *t, const ir_val *y, ir_val *out) {
+    ir_for_end(k.ir, t->inner, y);
+    ir_val r[SCAN_MAX_OUT];
+    for (uint32_t m = 0; m < t->n; m++) r[m] = ir_for_result(t->inner, m);
+    if (t->outer) {
+        ir_for_end(k.ir, t->outer, r);
+        for (uint32_t m = 0; m < t->n; m++) r[m] = ir_for_result(t->outer, m);
+    }
+    for (uint32_t m = 0; m < t->n; m++) out[m] = r[m];
+}
+
+/* lane v of a vector load of w lanes (the value itself for one) */
+static ir_val lane_of(kx k, ir_val v, uint32_t w, uint32_t l) { return w == 1 ? v : kx_lane(k, v, l); }
 
 /* ---- kn_deltanet_prep -------------------------------------------------------------------- */
 
@@ -183,32 +226,50 @@ static void prep_norm(const prep *q) {
     kx_end_for(k, f);
 }
 
-/* P to the scratch, A to workgroup memory: a pair (t, s) an iteration */
+/* P to the scratch, A to workgroup memory: 4 x 4 pairs an iteration, t = tb + R u and
+ * s = sb + R v for R = C / 4 (rows R apart: the vector loads of a quarter-warp fall in
+ * distinct banks), both dot products over i in order, read four i at a time. */
 static void prep_pairs(const prep *q) {
     kx k = q->k;
-    uint32_t dk = q->s.state, C = q->C;
+    uint32_t dk = q->s.state, C = q->C, R = C / 4, w = q->ST % 4 || dk % 4 ? 1 : 4;
     ir_val e;
-    ir_for *f = each(k, q->tid, (uint64_t)C * C, q->wg, &e);
-    ir_val t = kx_div_c(k, e, C), s = kx_rem_c(k, e, C);
-    ir_if *lower = ir_if_begin(k.ir, kx_le(k, s, t), 2);
-    ir_val z2[2] = {kx_f32(k, 0.0f), kx_f32(k, 0.0f)};
-    ir_val tr = kx_mul_c(k, t, q->ST), sr = kx_mul_c(k, s, q->ST);
-    ir_for *l = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, dk), kx_u32(k, 1), 2, z2);
-    ir_val i = ir_for_iv(l);
-    ir_val ksv = kx_shm_load(k, q->ks, kx_add(k, sr, i), 1);
-    ir_val qtv = kx_shm_load(k, q->qs, kx_add(k, tr, i), 1), ktv = kx_shm_load(k, q->ks, kx_add(k, tr, i), 1);
-    ir_val d[2] = {kx_fma(k, qtv, ksv, ir_for_arg(l, 0)), kx_fma(k, ktv, ksv, ir_for_arg(l, 1))};
-    ir_for_end(k.ir, l, d);
-    ir_val dec = kn_exp(k, kx_sub(k, kx_shm_load(k, q->cg, t, 1), kx_shm_load(k, q->cg, s, 1)));
-    ir_val pv = kx_mul(k, dec, ir_for_result(l, 0));
-    ir_val av = kx_mul(k, kx_mul(k, kx_shm_load(k, q->bs, t, 1), dec), ir_for_result(l, 1));
-    ir_val then[2] = {pv, kx_select(k, kx_lt(k, s, t), av, kx_f32(k, 0.0f))};
-    ir_if_else(k.ir, lower, then);
-    ir_val none[2] = {kx_f32(k, 0.0f), kx_f32(k, 0.0f)};
-    ir_if_end(k.ir, lower, none);
-    ir_val prow = kx_add(k, kx_add(k, kx_mul_c(k, q->j, q->NP), q->t0), t);
-    kx_store(k, q->p, kx_add(k, kx_mul_c(k, prow, C), s), ir_if_result(lower, 0));
-    kx_shm_store(k, q->As, e, ir_if_result(lower, 1));
+    ir_for *f = each(k, q->tid, (uint64_t)R * R, q->wg, &e);
+    ir_val tb = kx_div_c(k, e, R), sb = kx_rem_c(k, e, R), t[4], sr[4], tr[4], init[32];
+    for (uint32_t u = 0; u < 4; u++) {
+        t[u] = kx_add_c(k, tb, u * R);
+        tr[u] = kx_mul_c(k, t[u], q->ST);
+        sr[u] = kx_mul_c(k, kx_add_c(k, sb, u * R), q->ST);
+    }
+    for (uint32_t m = 0; m < 32; m++) init[m] = kx_f32(k, 0.0f);
+    nest nt = nest_begin(k, dk, w, 32, init); /* [0, 16): q_t . k_s, [16, 32): k_t . k_s */
+    ir_val y[32], qt[4], kt[4], ks[4];
+    for (uint32_t m = 0; m < 32; m++) y[m] = nt.arg[m];
+    for (uint32_t u = 0; u < 4; u++) {
+        qt[u] = kx_shm_load(k, q->qs, kx_add(k, tr[u], nt.j), w);
+        kt[u] = kx_shm_load(k, q->ks, kx_add(k, tr[u], nt.j), w);
+        ks[u] = kx_shm_load(k, q->ks, kx_add(k, sr[u], nt.j), w);
+    }
+    for (uint32_t l = 0; l < w; l++)
+        for (uint32_t u = 0; u < 4; u++)
+            for (uint32_t v = 0; v < 4; v++) {
+                ir_val kv = lane_of(k, ks[v], w, l);
+                y[u * 4 + v] = kx_fma(k, lane_of(k, qt[u], w, l), kv, y[u * 4 + v]);
+                y[16 + u * 4 + v] = kx_fma(k, lane_of(k, kt[u], w, l), kv, y[16 + u * 4 + v]);
+            }
+    ir_val d[32];
+    nest_end(k, &nt, y, d);
+    for (uint32_t u = 0; u < 4; u++) {
+        ir_val gt = kx_shm_load(k, q->cg, t[u], 1), bt = kx_shm_load(k, q->bs, t[u], 1);
+        ir_val prow = kx_mul_c(k, kx_add(k, kx_add(k, kx_mul_c(k, q->j, q->NP), q->t0), t[u]), C);
+        for (uint32_t v = 0; v < 4; v++) {
+            ir_val sv = kx_add_c(k, sb, v * R), zero = kx_f32(k, 0.0f);
+            ir_val dec = kn_exp(k, kx_sub(k, gt, kx_shm_load(k, q->cg, sv, 1)));
+            ir_val pv = kx_select(k, kx_le(k, sv, t[u]), kx_mul(k, dec, d[u * 4 + v]), zero);
+            ir_val av = kx_select(k, kx_lt(k, sv, t[u]), kx_mul(k, kx_mul(k, bt, dec), d[16 + u * 4 + v]), zero);
+            kx_store(k, q->p, kx_add(k, prow, sv), pv);
+            kx_shm_store(k, q->As, kx_add(k, kx_mul_c(k, t[u], C), sv), av);
+        }
+    }
     kx_end_for(k, f);
 }
 
@@ -231,7 +292,10 @@ static void prep_solve(const prep *q) {
         ir_val bv = kx_mul(k, kx_select(k, isv, vv, kk), kx_shm_load(k, q->bs, rr, 1));
         bv = kx_select(k, ok, bv, kx_f32(k, 0.0f)); /* padding may hold anything, NaN included */
         ir_val sum = kx_f32(k, 0.0f);
-        for (uint32_t s = 0; s < r; s++) sum = kx_fma(k, kx_shm_load(k, q->As, kx_u32(k, r * C + s), 1), X[s], sum);
+        for (uint32_t s0 = 0; s0 < r; s0 += 4) { /* A's row read four at a time (C is a multiple of 8) */
+            ir_val a4 = kx_shm_load(k, q->As, kx_u32(k, r * C + s0), 4);
+            for (uint32_t s = s0; s < r && s < s0 + 4; s++) sum = kx_fma(k, kx_lane(k, a4, s - s0), X[s], sum);
+        }
         X[r] = kx_sub(k, bv, sum);
         kx_store(k, q->uw, kx_add(k, kx_mul_c(k, kx_add_c(k, head, r), dv + dk), col), X[r]);
     }
@@ -248,7 +312,8 @@ ir_kernel *kn_deltanet_prep(const rt_caps *c, const kn_deltanet_shape *shape, ir
         return NULL;
     }
     q.s = *shape;
-    q.C = q.sz.chunk, q.NP = q.sz.n_chunks * q.C, q.ST = shape->state + 1, q.wg = kn_workgroup(c, 256);
+    q.C = q.sz.chunk, q.NP = q.sz.n_chunks * q.C, q.wg = kn_workgroup(c, 256);
+    q.ST = shape->state + (shape->state % 4 ? 1 : 4); /* rows 16-byte aligned where they can be */
     uint32_t dk = q.s.state, nv = q.s.v_heads, C = q.C;
     q.X = 2 * q.s.k_heads * dk + nv * dk;
     q.k = (kx){kn_create("kn_deltanet_prep", err), c};
@@ -318,7 +383,6 @@ static void stage_rows(const scan *q, ir_buf src, ir_val base, uint32_t w, uint3
 
 /* An invocation's outputs of a C x CB tile: e = tid + wg m (m < *n), row e / CB (clamped
  * into the tile: a clamped one is computed and not stored), column e % CB. */
-#define SCAN_MAX_OUT 64
 static uint32_t tile_outputs(const scan *q, uint32_t rows, ir_val *e, ir_val *r, ir_val *cc) {
     kx k = q->k;
     uint32_t n = (rows * q->CB + q->wg - 1) / q->wg;
@@ -329,47 +393,6 @@ static uint32_t tile_outputs(const scan *q, uint32_t rows, ir_val *e, ir_val *r,
     }
     return n;
 }
-
-/* for (j = 0; j < len; j += step) carrying n values, as a loop of blocks of 4 steps around
- * a loop of 4 (where 4 steps divide len): the backend unrolls an inner loop whole, and
- * these bodies unrolled 16-64 times over made ptxas give up on registers (32 of them and
- * kilobytes of spills). */
-typedef struct nest {
-    ir_for *outer, *inner;
-    ir_val j, arg[SCAN_MAX_OUT];
-    uint32_t n;
-} nest;
-
-static nest nest_begin(kx k, uint32_t len, uint32_t step, uint32_t n, const ir_val *init) {
-    nest t = {.n = n};
-    uint32_t blk = 4 * step;
-    if (len % blk || len == blk) {
-        t.inner = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, len), kx_u32(k, step), n, init);
-        t.j = ir_for_iv(t.inner);
-    } else {
-        t.outer = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, len), kx_u32(k, blk), n, init);
-        ir_val in[SCAN_MAX_OUT];
-        for (uint32_t m = 0; m < n; m++) in[m] = ir_for_arg(t.outer, m);
-        t.inner = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, blk), kx_u32(k, step), n, in);
-        t.j = kx_add(k, ir_for_iv(t.outer), ir_for_iv(t.inner));
-    }
-    for (uint32_t m = 0; m < n; m++) t.arg[m] = ir_for_arg(t.inner, m);
-    return t;
-}
-
-static void nest_end(kx k, nest *t, const ir_val *y, ir_val *out) {
-    ir_for_end(k.ir, t->inner, y);
-    ir_val r[SCAN_MAX_OUT];
-    for (uint32_t m = 0; m < t->n; m++) r[m] = ir_for_result(t->inner, m);
-    if (t->outer) {
-        ir_for_end(k.ir, t->outer, r);
-        for (uint32_t m = 0; m < t->n; m++) r[m] = ir_for_result(t->outer, m);
-    }
-    for (uint32_t m = 0; m < t->n; m++) out[m] = r[m];
-}
-
-/* lane v of a vector load of w lanes (the value itself for one) */
-static ir_val lane_of(kx k, ir_val v, uint32_t w, uint32_t l) { return w == 1 ? v : kx_lane(k, v, l); }
 
 /* acc[m] (from init) plus the sum over j < len of A[row_m][j] B[j][cc_m], in order of j:
  * A rows of a_stride in a (read VX lanes at a time along j), B rows of CB in b. The B
