@@ -8,18 +8,20 @@
  * the end the window (the K-1 latest inputs, which are the 16-bit projections, exact in
  * f32) goes back to the state.
  *
- * kn_deltanet: a workgroup a value head j (k head j % k_heads, ggml's tiled broadcast),
- * P (up to 4) invocations a value dim c in adjacent lanes, each holding a quarter of column
- * c of the head's state S (S[i][c] at (j dk + i) dv + c) in registers for the whole
- * block. Per token: the q and k of head kh staged in workgroup memory; their l2 norms,
- * S . k and S . q summed over each quarter in order, the quarters added by xor shuffles
- * (the same sum in every lane), divided by max(|.|, eps); g = softplus(a + dt_bias) ssm_a,
- * decay = exp(g), beta = sigmoid(b); S[.][c] = decay S[.][c]; d = beta (v_c - S[.][c] . k);
- * S[.][c] += k d; o_c = (S[.][c] . q) / sqrt(dk); then o through workgroup memory for the
- * head's RMSNorm (summed the same way), times ssm_norm and silu(z), rounded once. exp and
- * division to the oracle's precision (kn_exp, kn_fdiv); softplus's log is the device's
- * (IR log), so the decay may differ from the oracle's by a few ulps, and the sums' order
- * differs from the oracle's (which adds i = 0 .. dk-1) where P > 1.
+ * kn_deltanet: a workgroup a value head j (k head j % k_heads, ggml's tiled broadcast) and
+ * a block of up to 32 of its value dims (the heads' columns spread over more of the
+ * device than a workgroup a head), P (up to 4) invocations a value dim c in adjacent lanes,
+ * each holding a quarter of column c of the head's state S (S[i][c] at (j dk + i) dv + c)
+ * in registers for the whole block. Per token: the q and k of head kh staged in workgroup
+ * memory; their l2 norms, S . k and S . q summed over each quarter in order, the quarters
+ * added by xor shuffles (the same sum in every lane), divided by max(|.|, eps);
+ * g = softplus(a + dt_bias) ssm_a, decay = exp(g), beta = sigmoid(b); S[.][c] = decay
+ * S[.][c]; d = beta (v_c - S[.][c] . k); S[.][c] += k d; o_c = (S[.][c] . q) / sqrt(dk),
+ * stored in f32. The head's RMSNorm of o times ssm_norm and silu(z) is kn_deltanet_norm's
+ * (kernels/deltanet_chunk.c), launched after. exp and division to the oracle's precision
+ * (kn_exp, kn_fdiv); softplus's log is the device's (IR log), so the decay may differ from
+ * the oracle's by a few ulps, and the sums' order differs from the oracle's (which adds
+ * i = 0 .. dk-1) where P > 1.
  *
  * Both walk the tokens one after another: decode's step, and the reference the prefill
  * block's kernels are checked against: kn_ssm_conv_block (an invocation a token and
@@ -147,12 +149,11 @@ ir_kernel *kn_ssm_conv_state(const rt_caps *c, uint32_t channels, uint32_t taps,
 typedef struct dn {
     kx k;
     kn_deltanet_shape s;
-    uint32_t C, vdim, P, L; /* P invocations a column, each L of its dk state values */
-    ir_scalar dtype;
+    uint32_t C, vdim, P, L, CB; /* P invocations a column, each L of its dk state values; CB columns a workgroup */
     float eps;
-    ir_buf x, a, b, z, dt_bias, ssm_a, norm, S, y;
-    ir_shm qk, o;
-    ir_val j, c, p, kh;
+    ir_buf x, a, b, dt_bias, ssm_a, S, o;
+    ir_shm qk;
+    ir_val j, c, cl, p, kh, col_ok; /* c the column, cl c clamped into the head (where a block runs past dv) */
 } dn;
 
 /* the sum of v over the P invocations of a column (adjacent lanes): a butterfly of xor
@@ -189,18 +190,26 @@ static ir_val part_sumsq(const dn *q, ir_shm m, uint32_t base, uint32_t n) {
     return parts_sum(q, s);
 }
 
-/* One token t of the head: S (the part's L values of column c) updated in place, y stored. */
+/* where the invocation stores (its part's first lane, its column in the head), or NULL: all do */
+static ir_if *if_storer(const dn *q) {
+    kx k = q->k;
+    ir_val c = q->P > 1 ? kx_eq_c(k, q->p, 0) : IR_NONE;
+    if (q->col_ok != IR_NONE) c = c != IR_NONE ? kx_and(k, c, q->col_ok) : q->col_ok;
+    return c != IR_NONE ? kx_if(k, c) : NULL;
+}
+
+/* One token t of the head: S (the part's L values of column c) updated in place, o stored. */
 static void token_step(const dn *q, ir_val t, ir_val *S) {
     kx k = q->k;
     uint32_t dk = q->s.state, dv = q->s.state, nk = q->s.k_heads, nv = q->s.v_heads, L = q->L;
-    ir_val row = kx_mul_c(k, t, q->C), tid = kx_local(k);
-    kx_barrier(k); /* the previous token's reads of qk and o are done */
-    ir_if *f = kx_if(k, kx_lt_c(k, tid, dk)); /* q then k of head kh, as f32 */
-    ir_val qi = kx_add(k, row, kx_add(k, kx_mul_c(k, q->kh, dk), tid));
-    ir_val ki = kx_add(k, row, kx_add(k, kx_mul_c(k, kx_add_c(k, q->kh, nk), dk), tid));
-    kx_shm_store(k, q->qk, tid, kx_as(k, kx_load(k, q->x, qi, 1), IR_F32));
-    kx_shm_store(k, q->qk, kx_add_c(k, tid, dk), kx_as(k, kx_load(k, q->x, ki, 1), IR_F32));
-    kx_end_if(k, f);
+    ir_val row = kx_mul_c(k, t, q->C), e;
+    kx_barrier(k); /* the previous token's reads of qk are done */
+    ir_for *f = kx_for(k, kx_local(k), kx_u32(k, dk), kx_u32(k, q->CB * q->P), &e); /* q then k of head kh, f32 */
+    ir_val qi = kx_add(k, row, kx_add(k, kx_mul_c(k, q->kh, dk), e));
+    ir_val ki = kx_add(k, row, kx_add(k, kx_mul_c(k, kx_add_c(k, q->kh, nk), dk), e));
+    kx_shm_store(k, q->qk, e, kx_as(k, kx_load(k, q->x, qi, 1), IR_F32));
+    kx_shm_store(k, q->qk, kx_add_c(k, e, dk), kx_as(k, kx_load(k, q->x, ki, 1), IR_F32));
+    kx_end_for(k, f);
     kx_barrier(k);
     ir_val kn[DELTANET_MAX_DK]; /* q and k read again where they are used: fewer live registers */
     ir_val inv_q = kn_l2_inv(k, part_sumsq(q, q->qk, 0, dk), q->eps);
@@ -209,43 +218,35 @@ static void token_step(const dn *q, ir_val t, ir_val *S) {
     ir_val sp = kx_add(k, kx_as(k, kx_load(k, q->a, at, 1), IR_F32), kx_load(k, q->dt_bias, q->j, 1));
     ir_val decay = kn_exp(k, kx_mul(k, kn_softplus(k, sp), kx_load(k, q->ssm_a, q->j, 1)));
     ir_val beta = kn_sigmoid(k, kx_as(k, kx_load(k, q->b, at, 1), IR_F32));
-    ir_val v_at = kx_add(k, row, kx_add(k, kx_mul_c(k, q->j, dv), q->c));
+    ir_val v_at = kx_add(k, row, kx_add(k, kx_mul_c(k, q->j, dv), q->cl));
     ir_val v = kx_as(k, kx_load(k, q->x, kx_add_c(k, v_at, 2 * nk * dk), 1), IR_F32);
     ir_val sk = kx_f32(k, 0.0f);
-    for (uint32_t e = 0; e < L; e++) {
-        S[e] = kx_mul(k, S[e], decay);
-        kn[e] = kx_mul(k, part_load(q, q->qk, dk, dk, e), inv_k);
-        sk = kx_add(k, sk, kx_mul(k, S[e], kn[e]));
+    for (uint32_t m = 0; m < L; m++) {
+        S[m] = kx_mul(k, S[m], decay);
+        kn[m] = kx_mul(k, part_load(q, q->qk, dk, dk, m), inv_k);
+        sk = kx_add(k, sk, kx_mul(k, S[m], kn[m]));
     }
     ir_val d = kx_mul(k, kx_sub(k, v, parts_sum(q, sk)), beta), oq = kx_f32(k, 0.0f);
-    for (uint32_t e = 0; e < L; e++) {
-        S[e] = kx_add(k, S[e], kx_mul(k, kn[e], d));
-        oq = kx_add(k, oq, kx_mul(k, S[e], kx_mul(k, part_load(q, q->qk, 0, dk, e), inv_q)));
+    for (uint32_t m = 0; m < L; m++) {
+        S[m] = kx_add(k, S[m], kx_mul(k, kn[m], d));
+        oq = kx_add(k, oq, kx_mul(k, S[m], kx_mul(k, part_load(q, q->qk, 0, dk, m), inv_q)));
     }
     ir_val o = kx_mul_f(k, parts_sum(q, oq), 1.0f / sqrtf((float)dk));
-    ir_if *first = q->P > 1 ? kx_if(k, kx_eq_c(k, q->p, 0)) : NULL;
-    kx_shm_store(k, q->o, q->c, o);
-    if (first) kx_end_if(k, first);
-    kx_barrier(k);
-    ir_val scale = kn_rms_of_sum(k, part_sumsq(q, q->o, 0, dv), dv, q->eps);
-    ir_val yv = kx_mul(k, kx_mul(k, o, scale), kx_as(k, kx_load(k, q->norm, q->c, 1), IR_F32));
-    ir_val zi = kx_add(k, kx_mul_c(k, t, q->vdim), kx_add(k, kx_mul_c(k, q->j, dv), q->c));
-    ir_val zc = kx_as(k, kx_load(k, q->z, zi, 1), IR_F32);
-    first = q->P > 1 ? kx_if(k, kx_eq_c(k, q->p, 0)) : NULL;
-    kx_store(k, q->y, zi, kx_as(k, kx_mul(k, yv, silu(k, zc)), q->dtype));
-    if (first) kx_end_if(k, first);
+    ir_if *st = if_storer(q);
+    kx_store(k, q->o, kx_add(k, kx_mul_c(k, t, q->vdim), kx_add(k, kx_mul_c(k, q->j, dv), q->c)), o);
+    if (st) kx_end_if(k, st);
 }
 
 /* Invocations a column: up to 4, adjacent lanes of a subgroup, where the device shuffles
- * and the workgroup holds them (the sums then run over four interleaved quarters of the
- * state, reduced by shuffles: fewer registers and shorter chains than a column alone). */
-static uint32_t column_parts(const rt_caps *c, uint32_t dk) {
+ * and the workgroup holds them (the sums then run over four quarters of the state,
+ * reduced by shuffles: fewer registers and shorter chains than a column alone). */
+static uint32_t column_parts(const rt_caps *c, uint32_t cols) {
     uint32_t P = 1;
-    while (c && c->subgroup_shuffle && P < 4 && 2 * P <= c->subgroup_min && 2 * P * dk <= c->max_workgroup &&
-           2 * P * dk <= 1024)
+    while (c && c->subgroup_shuffle && P < 4 && 2 * P <= c->subgroup_min && 2 * P * cols <= c->max_workgroup &&
+           2 * P * cols <= 1024)
         P *= 2;
-    /* shuffles want whole subgroups (CUDA refuses a partial warp): a state of 28 stays at one */
-    return c && c->subgroup_max && (P * dk) % c->subgroup_max ? 1 : P;
+    /* shuffles want whole subgroups (CUDA refuses a partial warp): a block of 28 stays at one */
+    return c && c->subgroup_max && (P * cols) % c->subgroup_max ? 1 : P;
 }
 
 ir_kernel *kn_deltanet(const rt_caps *c, const kn_deltanet_shape *shape, ir_scalar dtype, float eps,
@@ -253,40 +254,40 @@ ir_kernel *kn_deltanet(const rt_caps *c, const kn_deltanet_shape *shape, ir_scal
     if (kn_check_dtype(c, dtype, err)) return NULL;
     kn_deltanet_shape s = shape ? *shape : (kn_deltanet_shape){0};
     uint64_t C = 2ull * s.k_heads * s.state + (uint64_t)s.v_heads * s.state;
+    uint32_t CB = s.state < 32 ? s.state : 32;
     if (!s.k_heads || !s.v_heads || !s.state || s.state > DELTANET_MAX_DK || !s.n_max ||
-        (c && c->max_workgroup && s.state > c->max_workgroup) || C * s.n_max > UINT32_MAX ||
-        !(eps >= 0.0f) || !isfinite(eps)) {
+        (c && c->max_workgroup && CB > c->max_workgroup) || C * s.n_max > UINT32_MAX || !(eps >= 0.0f) ||
+        !isfinite(eps)) {
         kiln_fail(err, KILN_ERR_INVALID,
                   "kn_deltanet: bad shape (%u k heads, %u v heads, state %u (1..%d, within the workgroup limit), "
                   "%u tokens, eps %g)",
                   s.k_heads, s.v_heads, s.state, DELTANET_MAX_DK, s.n_max, (double)eps);
         return NULL;
     }
-    uint32_t dk = s.state, nv = s.v_heads, P = column_parts(c, dk);
-    dn q = {.s = s, .C = (uint32_t)C, .vdim = nv * dk, .P = P, .L = (dk + P - 1) / P, .dtype = dtype, .eps = eps};
+    uint32_t dk = s.state, dv = s.state, nv = s.v_heads, P = column_parts(c, CB);
+    dn q = {.s = s, .C = (uint32_t)C, .vdim = nv * dk, .P = P, .L = (dk + P - 1) / P, .CB = CB, .eps = eps};
     q.k = (kx){kn_create("kn_deltanet", err), c};
     if (!q.k.ir) return NULL;
     kx k = q.k;
     q.x = kx_buffer(k, "x", dtype, IR_READ, C * s.n_max);
     q.a = kx_buffer(k, "a", dtype, IR_READ, (uint64_t)nv * s.n_max);
     q.b = kx_buffer(k, "b", dtype, IR_READ, (uint64_t)nv * s.n_max);
-    q.z = kx_buffer(k, "z", dtype, IR_READ, (uint64_t)q.vdim * s.n_max);
     q.dt_bias = kx_buffer(k, "dt_bias", IR_F32, IR_READ, nv);
     q.ssm_a = kx_buffer(k, "ssm_a", IR_F32, IR_READ, nv);
-    q.norm = kx_buffer(k, "norm", dtype, IR_READ, dk);
     q.S = kx_buffer(k, "S", IR_F32, IR_READ | IR_WRITE, (uint64_t)nv * dk * dk);
-    q.y = kx_buffer(k, "y", dtype, IR_WRITE, (uint64_t)q.vdim * s.n_max);
+    q.o = kx_buffer(k, "o", IR_F32, IR_WRITE, (uint64_t)q.vdim * s.n_max);
     ir_buf info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
-    kx_workgroup(k, dk * P);
+    kx_workgroup(k, CB * P);
     q.qk = kx_shared(k, "qk", IR_F32, 2 * dk);
-    q.o = kx_shared(k, "o", IR_F32, dk);
     q.j = kx_group(k, 0);
-    ir_val tid = kx_local(k);
-    q.c = P > 1 ? kx_div_c(k, tid, P) : tid;
+    ir_val c0 = kx_group_times(k, 1, CB), tid = kx_local(k);
+    q.c = kx_add(k, c0, P > 1 ? kx_div_c(k, tid, P) : tid);
     q.p = P > 1 ? kx_rem_c(k, tid, P) : kx_u32(k, 0);
+    q.col_ok = dv % CB ? kx_lt_c(k, q.c, dv) : IR_NONE;
+    q.cl = dv % CB ? kx_select(k, q.col_ok, q.c, kx_u32(k, 0)) : q.c;
     q.kh = kx_rem_c(k, q.j, s.k_heads);
     ir_val n = kx_min(k, kx_load_c(k, info, 1), kx_u32(k, s.n_max));
-    ir_val S[DELTANET_MAX_DK], col = kx_add(k, kx_mul_c(k, q.j, dk * dk), q.c);
+    ir_val S[DELTANET_MAX_DK], col = kx_add(k, kx_mul_c(k, q.j, dk * dk), q.cl);
     for (uint32_t e = 0; e < q.L; e++) { /* S[i][c] at (j dk + i) dk + c; 0 past dk */
         ir_val ok, i = part_index(&q, e, dk, &ok);
         S[e] = kx_load(k, q.S, kx_add(k, col, kx_mul_c(k, i, dk)), 1);
@@ -299,10 +300,11 @@ ir_kernel *kn_deltanet(const rt_caps *c, const kn_deltanet_shape *shape, ir_scal
     ir_for_end(k.ir, l, cur);
     for (uint32_t e = 0; e < q.L; e++) { /* the addresses again: not live across the tokens */
         ir_val ok, i = part_index(&q, e, dk, &ok);
+        if (q.col_ok != IR_NONE) ok = ok != IR_NONE ? kx_and(k, ok, q.col_ok) : q.col_ok;
         ir_if *f = ok != IR_NONE ? kx_if(k, ok) : NULL;
         kx_store(k, q.S, kx_add(k, col, kx_mul_c(k, i, dk)), ir_for_result(l, e));
         if (f) kx_end_if(k, f);
     }
-    if (groups) groups[0] = nv, groups[1] = 1;
+    if (groups) groups[0] = nv, groups[1] = (dv + CB - 1) / CB;
     return kn_finish(k.ir, err);
 }

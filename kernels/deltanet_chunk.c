@@ -17,7 +17,8 @@
  * forward substitution, an invocation a column of [U | W] in registers.
  * kn_deltanet_scan (a workgroup per (head, block of CB state columns), the chunks in
  * order): its S slice in workgroup memory, D, O and the state update per chunk.
- * kn_deltanet_norm (a workgroup per (token, head)): y = rmsnorm(o) norm silu(z).
+ * kn_deltanet_norm (a workgroup per (token, head)): y = rmsnorm(o) norm silu(z), after
+ * the scan here and after kn_deltanet's decode step.
  * The sums run in another order than the oracle's token steps: the results agree to f32
  * rounding, not bit for bit (tests/kernels/test_kernels_deltanet_chunk.c). */
 #include "base/error.h"
@@ -558,10 +559,11 @@ ir_kernel *kn_deltanet_scan(const rt_caps *c, const kn_deltanet_shape *shape, ui
 ir_kernel *kn_deltanet_norm(const rt_caps *c, const kn_deltanet_shape *shape, ir_scalar dtype, float eps,
                             uint32_t groups[2], kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return NULL;
-    kn_deltanet_scratch sz;
-    if (!shape || kn_deltanet_scratch_of(c, shape, &sz, err)) return NULL;
-    if (!(eps >= 0.0f) || !isfinite(eps)) {
-        kiln_fail(err, KILN_ERR_INVALID, "kn_deltanet_norm: bad eps %g", (double)eps);
+    if (!shape || !shape->v_heads || !shape->state || !shape->n_max ||
+        (uint64_t)shape->n_max * shape->v_heads * shape->state > UINT32_MAX / 4 || !(eps >= 0.0f) ||
+        !isfinite(eps)) {
+        kiln_fail(err, KILN_ERR_INVALID, "kn_deltanet_norm: bad shape or eps (%u v heads, state %u, %u tokens, eps %g)",
+                  shape ? shape->v_heads : 0, shape ? shape->state : 0, shape ? shape->n_max : 0, (double)eps);
         return NULL;
     }
     uint32_t dv = shape->state, nv = shape->v_heads, V = nv * dv, want = 1;
@@ -570,7 +572,7 @@ ir_kernel *kn_deltanet_norm(const rt_caps *c, const kn_deltanet_shape *shape, ir
     uint32_t wg = kn_workgroup(c, want);
     kx k = {kn_create("kn_deltanet_norm", err), c};
     if (!k.ir) return NULL;
-    ir_buf o = kx_buffer(k, "o", IR_F32, IR_READ, sz.o);
+    ir_buf o = kx_buffer(k, "o", IR_F32, IR_READ, (uint64_t)V * shape->n_max);
     ir_buf z = kx_buffer(k, "z", dtype, IR_READ, (uint64_t)V * shape->n_max);
     ir_buf norm = kx_buffer(k, "norm", dtype, IR_READ, dv);
     ir_buf y = kx_buffer(k, "y", dtype, IR_WRITE, (uint64_t)V * shape->n_max);

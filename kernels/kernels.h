@@ -277,13 +277,13 @@ ir_kernel *kn_ssm_conv_block(const rt_caps *c, uint32_t channels, uint32_t taps,
 ir_kernel *kn_ssm_conv_state(const rt_caps *c, uint32_t channels, uint32_t taps, uint32_t n_max, ir_scalar dtype,
                              uint32_t groups[2], kiln_err *err);
 
-/* kn_deltanet: the gated delta rule and the gated output norm. x: the convolution's
- * output, rows of 2 k_heads state + v_heads state (q heads, k heads, v heads); a, b: the
- * alpha and beta projections (rows of v_heads); z: the output gate (rows of v_heads
- * state); dt_bias, ssm_a: v_heads f32; norm: state (dtype); S: v_heads x state x state
- * f32, head j's S[i][c] at (j state + i) state + c (i a k dim, c a v dim), read and
- * written; y: rows of v_heads state (dtype). Value head j takes k head j % k_heads.
- * Grid: one workgroup a value head (groups[0] = v_heads) of `state` invocations. */
+/* kn_deltanet: the gated delta rule. x: the convolution's output, rows of 2 k_heads
+ * state + v_heads state (q heads, k heads, v heads); a, b: the alpha and beta projections
+ * (rows of v_heads); dt_bias, ssm_a: v_heads f32; S: v_heads x state x state f32, head j's
+ * S[i][c] at (j state + i) state + c (i a k dim, c a v dim), read and written; o: rows of
+ * v_heads state, f32, the heads' outputs before their gated norm (kn_deltanet_norm below,
+ * launched after on o, z and norm). Value head j takes k head j % k_heads. Grid:
+ * groups[0] = v_heads by groups[1] blocks of a head's value dims. */
 typedef struct kn_deltanet_shape {
     uint32_t k_heads, v_heads, state, n_max;
     uint32_t chunk; /* the chunked kernels' tokens a chunk: 0 chooses (a power of two, 8..64) */
@@ -294,8 +294,8 @@ ir_kernel *kn_deltanet(const rt_caps *c, const kn_deltanet_shape *shape, ir_scal
 /* The same recurrence over a prefill block in chunks (kernels/deltanet_chunk.c), three
  * launches in order: kn_deltanet_prep (x, a, b, dt_bias, ssm_a, qk, uw, p, gl, info; all
  * chunks at once), kn_deltanet_scan (qk, uw, p, gl, S, o, info; the chunks in order, the
- * state read and written) and kn_deltanet_norm (o, z, norm, y, info: y as kn_deltanet
- * writes it). qk, uw, p, gl and o are f32 scratch of the sizes below (elements), which
+ * state read and written) and kn_deltanet_norm (o, z, norm, y, info: y = rmsnorm(o) norm
+ * silu(z) per token and head, z and y rows of v_heads state in dtype; also kn_deltanet's). qk, uw, p, gl and o are f32 scratch of the sizes below (elements), which
  * kn_deltanet_scratch_of gives with the chunk it takes for the caps' workgroup memory
  * (KILN_ERR_UNSUPPORTED where even chunks of 8 do not fit). Each builder's grid is
  * groups[0] x groups[1]. */

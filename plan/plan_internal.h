@@ -26,6 +26,7 @@ enum {
      * (K_CONV_STATE); its delta rule is chunked: K_DN_PREP, then K_DELTANET_BLOCK (the
      * scan over the chunks), then K_DN_NORM (kernels/deltanet_chunk.c) */
     K_CONV_STATE, K_DN_PREP, K_DN_NORM,
+    K_DN_NORM_DECODE, /* decode's gated norm of the delta rule's output (kn_deltanet writes o) */
     K_COUNT
 };
 /* Each role's name ("embed", "decode_qkv", ...), for dumps and profiles. */

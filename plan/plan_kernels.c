@@ -14,7 +14,8 @@ const char *const plan_role[K_COUNT] = {
     "decode_attn_gate", "attn_gate_apply", "decode_dn_qkv", "decode_dn_z", "decode_dn_beta_alpha", "decode_dn_out",
     "ssm_conv", "deltanet", "prefill_attn_gate", "prefill_attn_gate_apply", "prefill_dn_qkv", "prefill_dn_z",
     "prefill_dn_beta_alpha", "prefill_dn_out", "prefill_ssm_conv", "prefill_deltanet", "state_copy_conv",
-    "state_copy_S", "prefill_ssm_conv_state", "prefill_deltanet_prep", "prefill_deltanet_norm"};
+    "state_copy_S", "prefill_ssm_conv_state", "prefill_deltanet_prep", "prefill_deltanet_norm",
+    "deltanet_norm"};
 
 
 
@@ -50,7 +51,7 @@ bool plan_role_used(const plan_shape *s, int i) {
     case K_MV_AGATE: case K_GATE: case K_MM_AGATE: case K_GATE_BLOCK: return q35 && attn;
     case K_MV_DN_QKV: case K_MV_DN_Z: case K_MV_DN_AB: case K_MV_DN_OUT: case K_CONV: case K_DELTANET:
     case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_AB: case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK:
-    case K_COPY_CONV: case K_COPY_S: case K_CONV_STATE: case K_DN_PREP: case K_DN_NORM:
+    case K_COPY_CONV: case K_COPY_S: case K_CONV_STATE: case K_DN_PREP: case K_DN_NORM: case K_DN_NORM_DECODE:
         return dn;
     default: return true;
     }
@@ -162,6 +163,7 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_MV_DN_OUT: return kn_matvec(c, d, dv, dt, dt, KN_EPI_RESIDUAL, &g[0], err);
     case K_CONV: return kn_ssm_conv(c, cd, taps, 1, dt, g, err);
     case K_DELTANET: return kn_deltanet(c, &dn, dt, hp->rms_eps, g, err);
+    case K_DN_NORM_DECODE: return kn_deltanet_norm(c, &dn, dt, hp->rms_eps, g, err);
     case K_MM_AGATE: return product(c, s->q_dim, d, nb, dt, KN_EPI_NONE, g, err);
     case K_GATE_BLOCK: return kn_sigmoid_gate(c, nb * s->q_dim, dt, &g[0], err);
     case K_MM_DN_QKV: return product(c, cd, d, nb, dt, KN_EPI_NONE, g, err);

@@ -110,10 +110,11 @@ static void add_deltanet(recorder *R, const plan_layer *L, bool prefill) {
             {"S", L->S}, {"o", p->dn_o}, {"info", p->info});
         ADD(K_DN_NORM, g[K_DN_NORM][0], g[K_DN_NORM][1], {"o", p->dn_o}, {"z", p->dn_z}, {"norm", L->dn_norm},
             {"y", p->dn_y}, {"info", p->info});
-    } else {
-        ADD(kd, g[kd][0], 1, {"x", p->dn_x}, {"a", p->dn_a}, {"b", p->dn_b}, {"z", p->dn_z},
-            {"dt_bias", L->dn_dt_bias}, {"ssm_a", L->dn_a}, {"norm", L->dn_norm}, {"S", L->S}, {"y", p->dn_y},
-            {"info", p->info});
+    } else { /* the delta rule's step (o in f32), then its gated norm */
+        ADD(kd, g[kd][0], g[kd][1], {"x", p->dn_x}, {"a", p->dn_a}, {"b", p->dn_b}, {"dt_bias", L->dn_dt_bias},
+            {"ssm_a", L->dn_a}, {"S", L->S}, {"o", p->dn_o}, {"info", p->info});
+        ADD(K_DN_NORM_DECODE, g[K_DN_NORM_DECODE][0], 1, {"o", p->dn_o}, {"z", p->dn_z}, {"norm", L->dn_norm},
+            {"y", p->dn_y}, {"info", p->info});
     }
     if (prefill)
         ADD(ko, g[ko][0], g[ko][1], {"W", L->dn_out}, {"X", p->dn_y}, {"Y", p->xb}, {"info", p->info}, {"res", p->xa});

@@ -186,10 +186,17 @@ typedef struct dn_kernels {
 static dn_kernels dn_build(rt_device *d, const kn_deltanet_shape *s, ir_scalar t, float eps, bool chunked) {
     kiln_err err = {0};
     dn_kernels K = {.chunked = chunked};
-    if (!chunked) {
+    if (!chunked) { /* the step writes o (f32 scratch), the gated norm y from it */
         K.k[0] = kn_deltanet(&d->caps, s, t, eps, K.g[0], &err);
         cr_assert_not_null(K.k[0], "%s", err.msg);
         cr_assert_eq(K.g[0][0], s->v_heads);
+        K.k[2] = kn_deltanet_norm(&d->caps, s, t, eps, K.g[2], &err);
+        cr_assert_not_null(K.k[2], "%s", err.msg);
+        uint64_t n = (uint64_t)s->n_max * s->v_heads * s->state;
+        float *v = malloc(n * 4);
+        for (uint64_t e = 0; e < n; e++) v[e] = NAN;
+        K.scratch[4] = upload_f32_guarded(d, v, n);
+        free(v);
         return K;
     }
     cr_assert_eq(kn_deltanet_scratch_of(&d->caps, s, &K.sz, &err), 0, "%s", err.msg);
@@ -218,17 +225,17 @@ static void dn_release(rt_device *d, dn_kernels *K) {
 
 /* in: x, a, b, z, dt_bias, ssm_a, norm, S, y, info */
 static void dn_run(rt_device *d, const dn_kernels *K, rt_buffer *const in[10]) {
+    rt_buffer *const *sc = K->scratch;
+    rt_arg norm[5] = {{sc[4], 0}, {in[3], 0}, {in[6], 0}, {in[8], 0}, {in[9], 0}};
     if (!K->chunked) {
-        rt_arg args[10];
-        for (int i = 0; i < 10; i++) args[i] = (rt_arg){in[i], 0};
-        run(d, K->k[0], K->g[0], args, 10);
+        rt_arg step[8] = {{in[0], 0}, {in[1], 0}, {in[2], 0}, {in[4], 0}, {in[5], 0}, {in[7], 0}, {sc[4], 0}, {in[9], 0}};
+        run(d, K->k[0], K->g[0], step, 8);
+        run(d, K->k[2], K->g[2], norm, 5);
         return;
     }
-    rt_buffer *const *sc = K->scratch;
     rt_arg prep[10] = {{in[0], 0}, {in[1], 0}, {in[2], 0}, {in[4], 0}, {in[5], 0},
                        {sc[0], 0}, {sc[1], 0}, {sc[2], 0}, {sc[3], 0}, {in[9], 0}};
     rt_arg scan[7] = {{sc[0], 0}, {sc[1], 0}, {sc[2], 0}, {sc[3], 0}, {in[7], 0}, {sc[4], 0}, {in[9], 0}};
-    rt_arg norm[5] = {{sc[4], 0}, {in[3], 0}, {in[6], 0}, {in[8], 0}, {in[9], 0}};
     run(d, K->k[0], K->g[0], prep, 10);
     run(d, K->k[1], K->g[1], scan, 7);
     run(d, K->k[2], K->g[2], norm, 5);
