@@ -2,7 +2,8 @@
 # Issue 15 on the H200: the Qwen3.5 suites on cuda:0 and qwen35-tiny through kiln run
 # (h200-qwen35-check.sh), then llama.cpp built in the same call and the side-by-side on
 # qwen3.5-0.8b and qwen3.5-4b (kiln cuda:0 and vulkan:0, llama-bench -fa 1; pp24, pp512,
-# pp4096, tg32, medians of 3), and a 512-token profile of each. Binaries in devrun/.
+# pp4096, tg32, medians of 3), and a 512-token profile of each (the 0.8b's on vulkan:0 too).
+# Binaries in devrun/.
 # Writes OUTDIR.tar.
 set -u
 out=$1
@@ -24,6 +25,8 @@ for p in qwen3.5-0.8b qwen3.5-4b; do
   timeout 90 $K run $dir/$p.gguf -p "$prompt" -n 2 --device cuda:0 --no-echo --profile-tokens 512 \
     > /dev/null 2> $out/prof-$p.txt
 done
+timeout 90 $K run $dir/qwen3.5-0.8b.gguf -p "$prompt" -n 2 --device vulkan:0 --no-echo --profile-tokens 512 \
+  > /dev/null 2> $out/prof-qwen3.5-0.8b-vulkan.txt
 stamp profiles
 tar cf $out.tar -C $(dirname $out) $(basename $out)
 wait $bpid
