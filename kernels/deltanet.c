@@ -75,17 +75,29 @@ ir_kernel *kn_ssm_conv(const rt_caps *c, uint32_t channels, uint32_t taps, uint3
     return kn_finish(k.ir, err);
 }
 
-/* The inputs before token t (taps - 1 of them, oldest first) and t's own: in_i =
- * qkv[t - (K-1) + i] where that is in the block, the state's row K - 1 + (t - (K-1) + i)
- * before it. */
+/* -1 with err where the block kernels cannot take the shape */
+static int conv_block_check(const char *who, const rt_caps *c, uint32_t channels, uint32_t taps, uint32_t n_max,
+                            ir_scalar dtype, kiln_err *err) {
+    if (kn_check_dtype(c, dtype, err)) return -1;
+    if (!channels || taps < 2 || taps > CONV_MAX_K || !n_max || (uint64_t)n_max * channels > UINT32_MAX / 2)
+        return kiln_fail(err, KILN_ERR_INVALID, "%s: bad shape (%u channels, %u taps (2..%d), %u tokens)", who,
+                         channels, taps, CONV_MAX_K, n_max);
+    return 0;
+}
+
+/* Row r of [state ; block] in channel ch, as f32: the state's (K-1 rows) before the block's. */
+static ir_val window_row(kx k, ir_buf qkv, ir_buf state, ir_val r, uint32_t C, uint32_t K, ir_val ch) {
+    ir_val from_block = kx_ge(k, r, kx_u32(k, K - 1));
+    ir_val br = kx_select(k, from_block, kx_sub_c(k, r, K - 1), kx_u32(k, 0));
+    ir_val sr = kx_select(k, from_block, kx_u32(k, 0), r);
+    ir_val bv = kx_as(k, kx_load(k, qkv, kx_idx(k, br, C, ch), 1), IR_F32);
+    return kx_select(k, from_block, bv, kx_load(k, state, kx_idx(k, sr, C, ch), 1));
+}
+
+/* The inputs of token t: rows t .. t + K - 1 of [state ; block], oldest first. */
 ir_kernel *kn_ssm_conv_block(const rt_caps *c, uint32_t channels, uint32_t taps, uint32_t n_max, ir_scalar dtype,
                              uint32_t groups[2], kiln_err *err) {
-    if (kn_check_dtype(c, dtype, err)) return NULL;
-    if (!channels || taps < 2 || taps > CONV_MAX_K || !n_max || (uint64_t)n_max * channels > UINT32_MAX / 2) {
-        kiln_fail(err, KILN_ERR_INVALID, "kn_ssm_conv_block: bad shape (%u channels, %u taps (2..%d), %u tokens)",
-                  channels, taps, CONV_MAX_K, n_max);
-        return NULL;
-    }
+    if (conv_block_check("kn_ssm_conv_block", c, channels, taps, n_max, dtype, err)) return NULL;
     kx k = {kn_create("kn_ssm_conv_block", err), c};
     if (!k.ir) return NULL;
     uint32_t C = channels, K = taps, wg = kn_workgroup(c, 256);
@@ -100,14 +112,8 @@ ir_kernel *kn_ssm_conv_block(const rt_caps *c, uint32_t channels, uint32_t taps,
     ir_if *in = kx_if(k, kx_lt(k, t, n));
     ir_val s = kx_f32(k, 0.0f);
     for (uint32_t i = 0; i < K; i++) {
-        /* row t + i of [state ; block] */
-        ir_val r = kx_add_c(k, t, i), from_block = kx_ge(k, r, kx_u32(k, K - 1));
-        ir_val br = kx_select(k, from_block, kx_sub_c(k, r, K - 1), kx_u32(k, 0));
-        ir_val sr = kx_select(k, from_block, kx_u32(k, 0), r);
-        ir_val bv = kx_as(k, kx_load(k, qkv, kx_idx(k, br, C, ch), 1), IR_F32);
-        ir_val sv = kx_load(k, state, kx_idx(k, sr, C, ch), 1);
-        ir_val wv = kx_load(k, w, kx_add_c(k, kx_mul_c(k, ch, K), i), 1);
-        s = kx_add(k, s, kx_mul(k, kx_select(k, from_block, bv, sv), wv));
+        ir_val in = window_row(k, qkv, state, kx_add_c(k, t, i), C, K, ch);
+        s = kx_add(k, s, kx_mul(k, in, kx_load(k, w, kx_add_c(k, kx_mul_c(k, ch, K), i), 1)));
     }
     kx_store(k, x, e, kx_as(k, silu(k, s), dtype));
     kx_end_if(k, in);
@@ -117,12 +123,7 @@ ir_kernel *kn_ssm_conv_block(const rt_caps *c, uint32_t channels, uint32_t taps,
 
 ir_kernel *kn_ssm_conv_state(const rt_caps *c, uint32_t channels, uint32_t taps, uint32_t n_max, ir_scalar dtype,
                              uint32_t groups[2], kiln_err *err) {
-    if (kn_check_dtype(c, dtype, err)) return NULL;
-    if (!channels || taps < 2 || taps > CONV_MAX_K || !n_max || (uint64_t)n_max * channels > UINT32_MAX / 2) {
-        kiln_fail(err, KILN_ERR_INVALID, "kn_ssm_conv_state: bad shape (%u channels, %u taps (2..%d), %u tokens)",
-                  channels, taps, CONV_MAX_K, n_max);
-        return NULL;
-    }
+    if (conv_block_check("kn_ssm_conv_state", c, channels, taps, n_max, dtype, err)) return NULL;
     kx k = {kn_create("kn_ssm_conv_state", err), c};
     if (!k.ir) return NULL;
     uint32_t C = channels, K = taps, wg = kn_workgroup(c, 256);
@@ -133,13 +134,8 @@ ir_kernel *kn_ssm_conv_state(const rt_caps *c, uint32_t channels, uint32_t taps,
     ir_val ch = kx_global(k), n = kx_min(k, kx_load_c(k, info, 1), kx_u32(k, n_max));
     ir_if *in = kx_if(k, kx_lt_c(k, ch, C));
     ir_val v[CONV_MAX_K];
-    for (uint32_t r = 0; r + 1 < K; r++) { /* row n + r of [state ; block]: all read before any is written */
-        ir_val at = kx_add_c(k, n, r), from_block = kx_ge(k, at, kx_u32(k, K - 1));
-        ir_val br = kx_select(k, from_block, kx_sub_c(k, at, K - 1), kx_u32(k, 0));
-        ir_val sr = kx_select(k, from_block, kx_u32(k, 0), at);
-        ir_val bv = kx_as(k, kx_load(k, qkv, kx_idx(k, br, C, ch), 1), IR_F32);
-        v[r] = kx_select(k, from_block, bv, kx_load(k, state, kx_idx(k, sr, C, ch), 1));
-    }
+    for (uint32_t r = 0; r + 1 < K; r++) /* row n + r of [state ; block]: all read before any is written */
+        v[r] = window_row(k, qkv, state, kx_add_c(k, n, r), C, K, ch);
     for (uint32_t r = 0; r + 1 < K; r++) kx_store(k, state, kx_add_c(k, ch, r * C), v[r]);
     kx_end_if(k, in);
     if (groups) groups[0] = (C + wg - 1) / wg, groups[1] = 1;
