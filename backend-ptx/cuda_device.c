@@ -40,6 +40,7 @@ struct rt_buffer {
     CUdeviceptr ptr; /* what kernels get */
     void *host;      /* host buffers: the mapped pinned memory */
     size_t size;
+    bool view;       /* a view of another buffer's memory: nothing of its own to free */
 };
 
 struct rt_kernel {
@@ -129,8 +130,22 @@ static rt_buffer *cu_alloc_host(rt_device *base, size_t bytes, kiln_err *err) {
     return alloc_buffer((cu_dev *)base, bytes, true, err);
 }
 
+static rt_buffer *cu_view(rt_device *base, rt_buffer *parent, size_t off, size_t bytes, kiln_err *err) {
+    cu_dev *d = (cu_dev *)base;
+    if (!bytes || off % RT_VIEW_ALIGN || off > parent->size || bytes > parent->size - off)
+        return kiln_fail(err, KILN_ERR_INVALID, "a view of %zu bytes at %zu: empty, outside the %zu-byte buffer or not "
+                         "%u-byte aligned", bytes, off, parent->size, RT_VIEW_ALIGN), NULL;
+    rt_buffer *b = calloc(1, sizeof *b);
+    if (!b) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
+    *b = (rt_buffer){.ptr = parent->ptr + off, .host = parent->host ? (char *)parent->host + off : NULL,
+                     .size = bytes, .view = true};
+    list_add(&d->buffers, &b->node);
+    return b;
+}
+
 static void free_buffer(cu_dev *d, rt_buffer *b) {
-    if (b->host) d->cu->MemFreeHost(b->host);
+    if (b->view) (void)0;
+    else if (b->host) d->cu->MemFreeHost(b->host);
     else d->cu->MemFree(b->ptr);
     list_del(&b->node);
     free(b);
@@ -447,9 +462,11 @@ static void cu_destroy(rt_device *base) {
     free(d);
 }
 
-static const rt_device_ops cu_ops = {cu_alloc,          cu_alloc_host, cu_release, cu_size, cu_upload, cu_download,
-                                     cu_compile,        cu_release_kernel, cu_run, cu_record, cu_replay,
-                                     cu_release_recording, cu_destroy};
+static const rt_device_ops cu_ops = {
+    .alloc = cu_alloc, .alloc_host = cu_alloc_host, .view = cu_view, .release = cu_release, .size = cu_size,
+    .upload = cu_upload, .download = cu_download, .compile = cu_compile, .release_kernel = cu_release_kernel,
+    .run = cu_run, .record = cu_record, .replay = cu_replay, .release_recording = cu_release_recording,
+    .destroy = cu_destroy};
 
 rt_device *cuda_device_open(uint32_t index, const char *caps_override, kiln_err *err) {
     cu_dev *d = calloc(1, sizeof *d);

@@ -41,9 +41,10 @@ typedef struct vk_dev {
 
 struct rt_buffer {
     VkBuffer buf;
-    VkDeviceMemory mem;
+    VkDeviceMemory mem;   /* VK_NULL_HANDLE: a view of another buffer's memory */
+    VkDeviceSize offset;  /* where a view starts in buf */
     size_t size;
-    void *map; /* host-visible buffers: mapped for good, copies are memcpy */
+    void *map; /* host-visible buffers: mapped for good, copies are memcpy (a view: its start) */
 };
 
 struct rt_kernel {
@@ -206,9 +207,25 @@ static size_t vk_size(rt_device *base, const rt_buffer *b) {
     return b->size;
 }
 
+static rt_buffer *vk_view(rt_device *base, rt_buffer *parent, size_t off, size_t bytes, kiln_err *err) {
+    (void)base;
+    if (!bytes || off % RT_VIEW_ALIGN || off > parent->size || bytes > parent->size - off)
+        return kiln_fail(err, KILN_ERR_INVALID, "a view of %zu bytes at %zu: empty, outside the %zu-byte buffer or not "
+                         "%u-byte aligned", bytes, off, parent->size, RT_VIEW_ALIGN), NULL;
+    rt_buffer *b = calloc(1, sizeof *b);
+    if (!b) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
+    *b = (rt_buffer){.buf = parent->buf, .offset = parent->offset + off, .size = bytes,
+                     .map = parent->map ? (char *)parent->map + off : NULL};
+    return b;
+}
+
 static void vk_release(rt_device *base, rt_buffer *b) {
     vk_dev *d = (vk_dev *)base;
     if (!b) return;
+    if (!b->mem) { /* a view */
+        free(b);
+        return;
+    }
     if (b->map) vkUnmapMemory(d->dev, b->mem);
     vkDestroyBuffer(d->dev, b->buf, NULL);
     vkFreeMemory(d->dev, b->mem, NULL);
@@ -230,7 +247,7 @@ static int vk_upload(rt_device *base, rt_buffer *b, size_t off, const void *src,
     if (ensure_staging(d, n, err)) return -1;
     if (!n) return 0;
     memcpy(d->staging_map, src, n);
-    copy_job j = {d->staging, b->buf, {0, off, n}};
+    copy_job j = {d->staging, b->buf, {0, b->offset + off, n}};
     return submit_once(d, record_copy, &j, err);
 }
 
@@ -240,7 +257,7 @@ static int vk_download(rt_device *base, rt_buffer *b, size_t off, void *dst, siz
     if (b->map) return memcpy(dst, (char *)b->map + off, n), 0;
     if (ensure_staging(d, n, err)) return -1;
     if (!n) return 0;
-    copy_job j = {b->buf, d->staging, {off, 0, n}};
+    copy_job j = {b->buf, d->staging, {b->offset + off, 0, n}};
     if (submit_once(d, record_copy, &j, err)) return -1;
     memcpy(dst, d->staging_map, n);
     return 0;
@@ -377,7 +394,8 @@ static int record_launches(vk_dev *d, VkCommandBuffer cb, VkDescriptorPool pool,
             return kiln_fail(err, KILN_ERR_INVALID, "too many kernel parameters"), -1;
         for (uint32_t a = 0; a < l[i].n_args; a++) {
             if (k->is_buffer[a]) {
-                infos[nb] = (VkDescriptorBufferInfo){l[i].args[a].buf->buf, 0, VK_WHOLE_SIZE};
+                const rt_buffer *bb = l[i].args[a].buf; /* a view: its bytes only */
+                infos[nb] = (VkDescriptorBufferInfo){bb->buf, bb->offset, bb->mem ? VK_WHOLE_SIZE : bb->size};
                 writes[nb] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstSet = set,
                                                     .dstBinding = nb, .descriptorCount = 1,
                                                     .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
@@ -530,9 +548,11 @@ static void vk_destroy(rt_device *base) {
     free(d);
 }
 
-static const rt_device_ops vk_ops = {vk_alloc,  vk_alloc_host, vk_release,    vk_size,   vk_upload, vk_download,
-                                     vk_compile, vk_release_kernel, vk_run, vk_record, vk_replay, vk_release_recording,
-                                     vk_destroy};
+static const rt_device_ops vk_ops = {
+    .alloc = vk_alloc, .alloc_host = vk_alloc_host, .view = vk_view, .release = vk_release, .size = vk_size,
+    .upload = vk_upload, .download = vk_download, .compile = vk_compile, .release_kernel = vk_release_kernel,
+    .run = vk_run, .record = vk_record, .replay = vk_replay, .release_recording = vk_release_recording,
+    .destroy = vk_destroy};
 
 rt_device *vk_device_open(uint32_t index, const char *caps_override, kiln_err *err) {
     rt_caps all[16];

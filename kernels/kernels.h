@@ -136,6 +136,8 @@ ir_kernel *kn_rope(const rt_caps *c, uint32_t n_heads, uint32_t head_dim, uint32
  * Params: src (u32, read, n), dst (u32, write, n).
  * Grid: groups = {*groups_x, 1, 1} (a grid-stride loop covers any n). */
 ir_kernel *kn_copy(const rt_caps *c, uint32_t n, uint32_t *groups_x, kiln_err *err);
+/* dst[i] = 0 for i < n, as kn_copy walks it. Params: dst (u32, write, n). Grid: kn_copy's. */
+ir_kernel *kn_zero(const rt_caps *c, uint32_t n, uint32_t *groups_x, kiln_err *err);
 
 /* out[0] = the index of the largest of logits[0..n) (ties to the lowest index; NaN counts
  * as -inf: the host's samp_argmax), out[1] = that largest value's f32 bits (-inf: there

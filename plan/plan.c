@@ -109,14 +109,8 @@ static int run_tokens(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_
             return kiln_fail(err, KILN_ERR_INVALID, "token id %d is outside the vocabulary of %u", tokens[t],
                              p->s.hp.n_vocab);
     base->n_past = pos;
-    if (!p->s.hp.n_recurrent) return plan_run_blocks(p, tokens, n, pos, logits, all, err);
-    /* a recurrent state (plan_state.c): snapshots at pos and, where only the last token's
-     * logits are wanted, before that token (the tokens then go in two groups) */
-    if (plan_state_rewind(p, pos, err) || (pos && plan_state_snapshot(p, err))) return -1;
-    if (n > 1 && !all) {
-        if (plan_run_blocks(p, tokens, n - 1, pos, NULL, false, err) || plan_state_snapshot(p, err)) return -1;
-        return plan_run_blocks(p, tokens + n - 1, 1, pos + n - 1, NULL, false, err);
-    }
+    /* a recurrent state: back to pos, a snapshot where plan_state.c takes one */
+    if (p->s.hp.n_recurrent && plan_state_before_eval(p, pos, n, err)) return -1;
     return plan_run_blocks(p, tokens, n, pos, logits, all, err);
 }
 
@@ -198,14 +192,15 @@ static void plan_destroy(engine *base) {
                                 L->ffn_norm,  L->w_gate,   L->w_up,  L->w_down,   L->w_agate,   L->dn_qkv,
                                 L->dn_z,      L->dn_beta,  L->dn_alpha, L->dn_out, L->dn_conv,  L->dn_dt_bias,
                                 L->dn_a,      L->dn_norm};
-        rt_buffer *own_bufs[] = {L->kc, L->vc, L->conv_state, L->S};
+        rt_buffer *own_bufs[] = {L->kc, L->vc, L->conv_state, L->S}; /* the states: views, before their buffer */
         for (size_t i = 0; own && i < sizeof weights / sizeof weights[0]; i++)
             if (weights[i]) d->ops->release(d, weights[i]);
         for (size_t i = 0; i < sizeof own_bufs / sizeof own_bufs[0]; i++)
             if (own_bufs[i]) d->ops->release(d, own_bufs[i]);
-        for (int i = 0; i < 2 * PLAN_SNAPSHOTS; i++)
-            if (L->snap[i / 2][i % 2]) d->ops->release(d, L->snap[i / 2][i % 2]);
     }
+    if (p->state) d->ops->release(d, p->state);
+    for (int i = 0; i < PLAN_SNAPSHOTS; i++)
+        if (p->snap[i]) d->ops->release(d, p->snap[i]);
     free(p->L);
     free(p->hist);
     free(p->scratch);
@@ -253,15 +248,20 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
     progress_begin(&p->prog, what, (uint64_t)hp->n_layer + n_kernels);
     int bad = owner ? plan_borrow_weights(p, owner) : plan_upload_weights(p, err);
     bool q35 = hp->arch == ARCH_QWEN35;
-    for (uint32_t l = 0; l < hp->n_layer && !bad; l++) {
+    /* the DeltaNet layers' states in one buffer (zeroed before the first eval), its snapshots */
+    size_t conv, S, s_at, stride, state = q35 ? plan_state_layout(&s, &s_at, &stride) : 0;
+    plan_state_sizes(&s, &conv, &S);
+    if (!bad && state) {
+        bad = !(p->state = plan_alloc(p, state, err));
+        for (int i = 0; i < PLAN_SNAPSHOTS && !bad; i++) bad = !(p->snap[i] = plan_alloc(p, state, err));
+    }
+    for (uint32_t l = 0, j = 0; l < hp->n_layer && !bad; l++) {
         size_t cache = (size_t)s.n_ctx * s.kv_dim * 2;
-        size_t conv, S;
-        plan_state_sizes(&s, &conv, &S);
-        if (q35 && hp->recurrent[l]) { /* a DeltaNet layer: its state (zeroed before the first eval), snapshots */
+        if (q35 && hp->recurrent[l]) {
             plan_layer *L = &p->L[l];
-            bad = !(L->conv_state = plan_alloc(p, conv, err)) || !(L->S = plan_alloc(p, S, err));
-            for (int i = 0; i < PLAN_SNAPSHOTS && !bad; i++)
-                bad = !(L->snap[i][0] = plan_alloc(p, conv, err)) || !(L->snap[i][1] = plan_alloc(p, S, err));
+            bad = !(L->conv_state = d->ops->view(d, p->state, j * stride, conv, err)) ||
+                  !(L->S = d->ops->view(d, p->state, j * stride + s_at, S, err));
+            j++;
         } else {
             bad = !(p->L[l].kc = plan_alloc(p, cache, err)) || !(p->L[l].vc = plan_alloc(p, cache, err));
         }

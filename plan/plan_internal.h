@@ -21,7 +21,7 @@ enum {
      * recurrence, each for decode and for a block */
     K_MV_AGATE, K_GATE, K_MV_DN_QKV, K_MV_DN_Z, K_MV_DN_AB, K_MV_DN_OUT, K_CONV, K_DELTANET,
     K_MM_AGATE, K_GATE_BLOCK, K_MM_DN_QKV, K_MM_DN_Z, K_MM_DN_AB, K_MM_DN_OUT, K_CONV_BLOCK, K_DELTANET_BLOCK,
-    K_COPY_CONV, K_COPY_S, /* a DeltaNet layer's state into a snapshot and back (plan_state.c) */
+    K_COPY_STATE, K_ZERO_STATE, /* every DeltaNet layer's state into a snapshot and back, or zeroed (plan_state.c) */
     /* a block's convolution is token-parallel (K_CONV_BLOCK) and moves its window after
      * (K_CONV_STATE); its delta rule is chunked: K_DN_PREP, then K_DELTANET_BLOCK (the
      * scan over the chunks), then K_DN_NORM (kernels/deltanet_chunk.c) */
@@ -52,10 +52,12 @@ typedef struct plan_layer {
     rt_buffer *w_agate, *dn_qkv, *dn_z, *dn_beta, *dn_alpha, *dn_out, *dn_conv, *dn_dt_bias, *dn_a, *dn_norm;
     /* the buffers above are shared by sibling plans; those below are each plan's */
     rt_buffer *kc, *vc;        /* a full-attention layer's KV cache */
-    rt_buffer *conv_state, *S; /* a DeltaNet layer's recurrent state (f32) */
-#define PLAN_SNAPSHOTS 2
-    rt_buffer *snap[PLAN_SNAPSHOTS][2]; /* copies of conv_state and S (plan_state.c) */
+    rt_buffer *conv_state, *S; /* a DeltaNet layer's recurrent state (f32): views of plan_engine.state */
 } plan_layer;
+#define PLAN_SNAPSHOTS 2
+/* A decode step takes a snapshot where the latest is this many positions back (or there is
+ * none): a rewind into decoded tokens replays at most one short block (plan_state.c). */
+#define PLAN_SNAP_EVERY 64
 
 /* Prompts, or a prompt's last block, of at most this many tokens run through the short
  * block: products that read each weight once for all its tokens (kn_matmul_skinny). */
@@ -104,7 +106,8 @@ typedef struct plan_engine {
     /* qwen35's recurrent state covers positions [0, rs_pos) of the tokens in hist (the
      * state cannot step back: an eval before rs_pos zeroes it and replays hist) */
     int32_t *hist;
-    uint32_t rs_pos, replayed;
+    uint32_t rs_pos, replayed, snapshots; /* snapshots taken (tests count them) */
+    rt_buffer *state, *snap[PLAN_SNAPSHOTS]; /* every DeltaNet layer's state in one buffer, and its copies */
     uint32_t snap_pos[PLAN_SNAPSHOTS], snap_next; /* where each snapshot stands */
     bool snap_ok[PLAN_SNAPSHOTS];
     rt_kernel *kern[K_COUNT];
@@ -181,6 +184,12 @@ int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err);
 /* ---- the recurrent state (plan_state.c) ---- */
 /* The bytes of one DeltaNet layer's convolution state and of its S (f32). */
 void plan_state_sizes(const plan_shape *s, size_t *conv, size_t *S);
+/* The bytes of every DeltaNet layer's state in one buffer: layer j (j-th recurrent layer)
+ * has its convolution state at j * *stride, its S at j * *stride + *s_at (view-aligned). */
+size_t plan_state_layout(const plan_shape *s, size_t *s_at, size_t *stride);
+/* Where the plan takes snapshots: at an eval's start past 0; a single token's only where
+ * the latest snapshot is PLAN_SNAP_EVERY or more positions back. */
+int plan_state_before_eval(plan_engine *p, uint32_t pos, uint32_t n, kiln_err *err);
 /* Every DeltaNet layer's state to zero (position 0). */
 int plan_state_reset(plan_engine *p, kiln_err *err);
 /* A snapshot of the state at rs_pos (none where one is there already), in the ring of
@@ -188,7 +197,7 @@ int plan_state_reset(plan_engine *p, kiln_err *err);
 int plan_state_snapshot(plan_engine *p, kiln_err *err);
 /* The state at pos <= rs_pos: snapshots past pos dropped (their tokens change now), the
  * latest at or before pos restored (else zero), the remembered tokens from there to pos
- * evaluated again. */
+ * evaluated again, and a snapshot taken at pos after such a replay. */
 int plan_state_rewind(plan_engine *p, uint32_t pos, kiln_err *err);
 /* Evaluates tokens at pos through the recordings (plan.c), the history and rs_pos kept. */
 int plan_run_blocks(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,

@@ -13,8 +13,8 @@ const char *const plan_role[K_COUNT] = {
     "prefill_swiglu", "take_last", "attn_merge", "stage_inputs", "argmax",
     "decode_attn_gate", "attn_gate_apply", "decode_dn_qkv", "decode_dn_z", "decode_dn_beta_alpha", "decode_dn_out",
     "ssm_conv", "deltanet", "prefill_attn_gate", "prefill_attn_gate_apply", "prefill_dn_qkv", "prefill_dn_z",
-    "prefill_dn_beta_alpha", "prefill_dn_out", "prefill_ssm_conv", "prefill_deltanet", "state_copy_conv",
-    "state_copy_S", "prefill_ssm_conv_state", "prefill_deltanet_prep", "prefill_deltanet_norm",
+    "prefill_dn_beta_alpha", "prefill_dn_out", "prefill_ssm_conv", "prefill_deltanet", "state_copy",
+    "state_zero", "prefill_ssm_conv_state", "prefill_deltanet_prep", "prefill_deltanet_norm",
     "deltanet_norm"};
 
 
@@ -51,7 +51,7 @@ bool plan_role_used(const plan_shape *s, int i) {
     case K_MV_AGATE: case K_GATE: case K_MM_AGATE: case K_GATE_BLOCK: return q35 && attn;
     case K_MV_DN_QKV: case K_MV_DN_Z: case K_MV_DN_AB: case K_MV_DN_OUT: case K_CONV: case K_DELTANET:
     case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_AB: case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK:
-    case K_COPY_CONV: case K_COPY_S: case K_CONV_STATE: case K_DN_PREP: case K_DN_NORM: case K_DN_NORM_DECODE:
+    case K_COPY_STATE: case K_ZERO_STATE: case K_CONV_STATE: case K_DN_PREP: case K_DN_NORM: case K_DN_NORM_DECODE:
         return dn;
     default: return true;
     }
@@ -175,8 +175,15 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_DN_PREP: dn.n_max = nb; return kn_deltanet_prep(c, &dn, dt, hp->rms_eps, g, err);
     case K_DELTANET_BLOCK: dn.n_max = nb; return kn_deltanet_scan(c, &dn, g, err);
     case K_DN_NORM: dn.n_max = nb; return kn_deltanet_norm(c, &dn, dt, hp->rms_eps, g, err);
-    case K_COPY_CONV: return kn_copy(c, (taps - 1) * cd, &g[0], err);
-    case K_COPY_S: return kn_copy(c, nv * hp->ssm_state * hp->ssm_state, &g[0], err);
+    case K_COPY_STATE: case K_ZERO_STATE:
+    {
+        size_t s_at, stride, words = plan_state_layout(s, &s_at, &stride) / 4;
+        if (words > UINT32_MAX) {
+            kiln_fail(err, KILN_ERR_UNSUPPORTED, "the recurrent state's %zu words pass u32 indices", words);
+            return NULL;
+        }
+        return (i == K_COPY_STATE ? kn_copy : kn_zero)(c, (uint32_t)words, &g[0], err);
+    }
     }
     return NULL;
 }

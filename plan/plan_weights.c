@@ -133,7 +133,6 @@ int plan_borrow_weights(plan_engine *p, const plan_engine *o) {
         plan_layer *L = &p->L[l];
         *L = o->L[l]; /* the weights; the caches and states are each plan's */
         L->kc = L->vc = L->conv_state = L->S = NULL;
-        memset(L->snap, 0, sizeof L->snap);
     }
     progress_update(&p->prog, p->s.hp.n_layer);
     return 0;
@@ -179,9 +178,8 @@ static uint64_t plan_bytes(const model *m, const plan_shape *s, const rt_caps *c
     *largest = big;
     /* KV caches for the full-attention layers; qwen35's DeltaNet layers hold a state
      * instead (f32: the convolution's last inputs and a state matrix per value head) */
-    size_t conv, S;
-    plan_state_sizes(s, &conv, &S);
-    uint64_t state = hp->arch == ARCH_QWEN35 ? (uint64_t)hp->n_recurrent * (conv + S) : 0;
+    size_t s_at, stride;
+    uint64_t state = hp->arch == ARCH_QWEN35 ? plan_state_layout(s, &s_at, &stride) : 0;
     uint32_t n_attn = hp->arch == ARCH_QWEN35 ? hp->n_layer - hp->n_recurrent : hp->n_layer;
     /* the state and its PLAN_SNAPSHOTS copies */
     return w + (uint64_t)s->n_slots * (2 * n_attn * cache + (1 + PLAN_SNAPSHOTS) * state + act_bytes(s, c, s->n_block));

@@ -33,12 +33,20 @@ typedef struct rt_launch {
     uint32_t n_args;
 } rt_launch;
 
+/* The alignment of a view's offset: the largest minStorageBufferOffsetAlignment Vulkan
+ * allows, so a view made on one device is valid on every other. */
+#define RT_VIEW_ALIGN 256
+
 typedef struct rt_device_ops {
     rt_buffer *(*alloc)(rt_device *d, size_t bytes, kiln_err *err);
     /* A buffer in memory the host maps (system memory the device reads and writes over
      * the bus): for a recording's small inputs and outputs (token ids, position,
      * logits), whose upload and download are then plain copies, without a submission. */
     rt_buffer *(*alloc_host)(rt_device *d, size_t bytes, kiln_err *err);
+    /* bytes of parent from offset, as a buffer of its own: no memory of its own (a kernel
+     * bound to it sees parent's bytes from offset on; uploads and downloads reach them),
+     * released before parent. offset a multiple of RT_VIEW_ALIGN. */
+    rt_buffer *(*view)(rt_device *d, rt_buffer *parent, size_t offset, size_t bytes, kiln_err *err);
     void (*release)(rt_device *d, rt_buffer *b);
     /* The bytes b was allocated with: what a launch may reach through it (the plan
      * checks each binding against its kernel's extents). */

@@ -151,6 +151,12 @@ Test(cuda, axpy_at_odd_sizes_with_guards) {
     d->ops->destroy(d);
 }
 
+Test(cuda, views_of_a_buffer) {
+    rt_device *d = open_or_skip(NULL);
+    tu_dev_views(d);
+    d->ops->destroy(d);
+}
+
 /* A recording is a CUDA graph. */
 Test(cuda, record_once_replay_many) {
     rt_device *d = open_or_skip(NULL);

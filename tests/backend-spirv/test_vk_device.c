@@ -35,6 +35,12 @@ Test(vk_device, host_buffers_in_and_out_of_replays) {
     d->ops->destroy(d);
 }
 
+Test(vk_device, views_of_a_buffer) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    tu_dev_views(d);
+    d->ops->destroy(d);
+}
+
 /* Pipelines go to a cache file per driver build that the next start reads; a damaged
  * file is ignored, not trusted. */
 Test(vk_device, pipeline_cache_on_disk) {

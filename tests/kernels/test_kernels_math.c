@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void launch(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
     rt_kernel *ck = tu_vk_compile(d, k);
@@ -109,5 +110,38 @@ Test(kernels, exp_nonpositive_within_ulps) {
     d->ops->release(d, bx), d->ops->release(d, bo);
     free(x), free(out);
     ir_kernel_destroy(k.ir);
+    d->ops->destroy(d);
+}
+
+/* ---- copies and zeros -------------------------------------------------------------------- */
+
+/* kn_copy and kn_zero at odd word counts (every vector width, a grid-stride tail) move
+ * exactly n words: the words past n (a guard) keep their poison. */
+Test(kernels, copy_and_zero_exact_with_guards) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    kiln_err err = {0};
+    const uint32_t ns[] = {1, 3, 6, 257, 1024, 4099, 70001};
+    enum { G = 64 };
+    for (size_t q = 0; q < sizeof ns / sizeof ns[0]; q++)
+        for (int zero = 0; zero < 2; zero++) {
+            uint32_t n = ns[q], gx = 0;
+            ir_kernel *k = (zero ? kn_zero : kn_copy)(&d->caps, n, &gx, &err);
+            cr_assert_not_null(k, "%s", err.msg);
+            uint32_t *src = malloc((n + G) * 4), *got = malloc((n + G) * 4);
+            for (uint32_t i = 0; i < n + G; i++) src[i] = 0x9e3779b9u * (i + 1), got[i] = 0xdeadbeefu;
+            rt_buffer *bs = tu_vk_upload(d, src, (n + G) * 4), *bd = tu_vk_upload(d, got, (n + G) * 4);
+            rt_arg copy_args[2] = {{bs, 0}, {bd, 0}}, zero_args[1] = {{bd, 0}};
+            launch(d, k, gx, 1, zero ? zero_args : copy_args, zero ? 1 : 2);
+            tu_vk_download(d, bd, got, (n + G) * 4);
+            for (uint32_t i = 0; i < n + G; i++)
+                cr_assert_eq(got[i], i >= n ? 0xdeadbeefu : zero ? 0u : src[i], "%s n=%u [%u]",
+                             zero ? "zero" : "copy", n, i);
+            d->ops->release(d, bs), d->ops->release(d, bd);
+            free(src), free(got);
+            ir_kernel_destroy(k);
+        }
+    uint32_t gx;
+    cr_assert_null(kn_zero(&d->caps, 0, &gx, &err));
+    cr_assert(strstr(err.msg, "kn_zero"), "%s", err.msg);
     d->ops->destroy(d);
 }

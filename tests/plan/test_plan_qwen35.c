@@ -88,8 +88,10 @@ static double rel_err(const float *a, const float *b, uint32_t n) {
 
 /* Evaluating again at an earlier position restores a snapshot of the recurrent state or
  * zeroes it, and replays the remembered tokens from there: the logits are those of the
- * first pass (up to the summation order of the blocks taken), re-evaluating the last
- * token replays nothing, and a position past the state is refused. */
+ * first pass (up to the summation order of the blocks taken). A prompt goes whole (no
+ * snapshot before its last token): re-evaluating its last token replays it once, then
+ * restores the snapshot that replay left. Single tokens take a snapshot only every
+ * PLAN_SNAP_EVERY positions. A position past the state is refused. */
 Test(plan_qwen35, rewinds_restore_or_replay_the_state, .timeout = 300) {
     const char *path = tu_data_file("models/qwen35-tiny.gguf");
     kiln_err err = {0};
@@ -104,13 +106,15 @@ Test(plan_qwen35, rewinds_restore_or_replay_the_state, .timeout = 300) {
     cr_assert_geq(tu_story_ids(path, ids, 256), n);
     float *first = malloc((size_t)n * V * 4), *again = malloc((size_t)V * 4);
     cr_assert_eq(engine_eval(e, ids, n, 0, first, true, &err), 0, "%s", err.msg); /* one decode step a token */
+    cr_assert_eq(pe->snapshots, 0, "an eval at 0 takes no snapshot");
     const float *want = first + (size_t)(n - 1) * V;
-    static const struct { uint32_t from, replayed; } back[] = {
-        {0, 0},      /* from the start: the state zeroed, a snapshot before the last token */
-        {39, 0},     /* the last token again: that snapshot back */
-        {17, 17},    /* older than any snapshot: zero, and 17 tokens again */
-        {17, 17},    /* the snapshot taken at 17 */
-        {1, 18}, {0, 18}};
+    static const struct { uint32_t from, replayed, snapshots; } back[] = {
+        {0, 0, 0},    /* from the start: the state zeroed, the prompt whole */
+        {39, 39, 1},  /* the last token again: 39 replayed, a snapshot at 39 after them */
+        {39, 39, 1},  /* and again: that snapshot back */
+        {17, 56, 2},  /* older than any snapshot: zero, 17 tokens again, a snapshot at 17 */
+        {17, 56, 2},  /* the snapshot taken at 17 */
+        {1, 57, 3}, {0, 57, 3}};
     for (size_t i = 0; i < sizeof back / sizeof back[0]; i++) {
         uint32_t p = back[i].from;
         cr_assert_eq(engine_eval(e, ids + p, n - p, p, again, false, &err), 0, "%s", err.msg);
@@ -118,8 +122,21 @@ Test(plan_qwen35, rewinds_restore_or_replay_the_state, .timeout = 300) {
         cr_assert_lt(r, 1e-2, "rewound to %u: logits relative error %.3e", p, r);
         cr_assert_eq(pe->replayed, back[i].replayed, "rewound to %u: %u positions replayed in all, not %u", p,
                      pe->replayed, back[i].replayed);
+        cr_assert_eq(pe->snapshots, back[i].snapshots, "rewound to %u: %u snapshots, not %u", p, pe->snapshots,
+                     back[i].snapshots);
     }
-    cr_assert_eq(engine_eval(e, ids, 1, n + 1, again, false, &err), -1);
+    /* decode steps from 40: a snapshot at 40 (none within PLAN_SNAP_EVERY), the next at 40 + 64 */
+    int32_t next = ids[0];
+    for (uint32_t t = n; t < n + PLAN_SNAP_EVERY + 2; t++) {
+        cr_assert_eq(engine_eval(e, &next, 1, t, again, false, &err), 0, "%s", err.msg);
+        uint32_t want_snaps = 3 + (t >= n) + (t >= n + PLAN_SNAP_EVERY);
+        cr_assert_eq(pe->snapshots, want_snaps, "step at %u: %u snapshots, not %u", t, pe->snapshots, want_snaps);
+    }
+    /* back into the generated tokens: the snapshot at 40 + 64, then 1 token replayed */
+    uint32_t before = pe->replayed;
+    cr_assert_eq(engine_eval(e, &next, 1, n + PLAN_SNAP_EVERY + 1, again, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(pe->replayed, before + 1, "%u replayed, not 1", pe->replayed - before);
+    cr_assert_eq(engine_eval(e, ids, 1, n + PLAN_SNAP_EVERY + 4, again, false, &err), -1);
     cr_assert(strstr(err.msg, "past"), "%s", err.msg);
     free(first), free(again);
     e->ops->destroy(e);

@@ -193,3 +193,53 @@ void tu_dev_host_buffers(rt_device *d) {
     free(a), free(x), free(y);
 }
 
+
+/* Views: a kernel bound to a view reads and writes the parent's bytes from the view's
+ * offset and nothing past its end; uploads and downloads through a view reach the same
+ * bytes; a misaligned, empty or out-of-range view is refused. */
+void tu_dev_views(rt_device *d) {
+    kiln_err err = {0};
+    ir_kernel *k = tu_dev_axpy_kernel();
+    rt_kernel *ck = d->ops->compile(d, k, NULL, &err);
+    cr_assert_not_null(ck, "%s", err.msg);
+    enum { N = 4096, AT = 1024, LEN = 200 }; /* floats; the views at 4 * AT bytes */
+    float *host = malloc(N * 4), *got = malloc(N * 4);
+    for (uint32_t i = 0; i < N; i++) host[i] = (float)i;
+    rt_buffer *p = d->ops->alloc(d, N * 4, &err), *q = d->ops->alloc(d, N * 4, &err);
+    cr_assert(p && q, "%s", err.msg);
+    cr_assert_eq(d->ops->upload(d, p, 0, host, N * 4, &err), 0, "%s", err.msg);
+    for (uint32_t i = 0; i < N; i++) got[i] = NAN;
+    cr_assert_eq(d->ops->upload(d, q, 0, got, N * 4, &err), 0, "%s", err.msg);
+    rt_buffer *src = d->ops->view(d, p, 4 * AT, LEN * 4, &err), *dst = d->ops->view(d, q, 8 * AT, LEN * 4, &err);
+    cr_assert(src && dst, "%s", err.msg);
+    cr_assert_eq(d->ops->size(d, src), LEN * 4);
+    /* dst = src + 2 * src through the views */
+    rt_arg args[5] = {{src, 0}, {src, 0}, {dst, 0}, {NULL, LEN}, {NULL, fbits(2.0f)}};
+    rt_launch l = {ck, {(LEN + 63) / 64, 1, 1}, args, 5};
+    cr_assert_eq(d->ops->run(d, &l, 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(d->ops->download(d, q, 0, got, N * 4, &err), 0, "%s", err.msg);
+    for (uint32_t i = 0; i < N; i++) {
+        bool in = i >= 2 * AT && i < 2 * AT + LEN;
+        if (in) cr_assert_eq(got[i], 3.0f * (float)(AT + i - 2 * AT), "i=%u: %g", i, got[i]);
+        else cr_assert(isnan(got[i]), "i=%u outside the view written: %g", i, got[i]);
+    }
+    /* an upload through a view lands at its offset; a download through it reads back */
+    float in[4] = {-1, -2, -3, -4}, out[4];
+    cr_assert_eq(d->ops->upload(d, src, 8, in, sizeof in, &err), 0, "%s", err.msg);
+    cr_assert_eq(d->ops->download(d, p, 4 * AT + 8, out, sizeof out, &err), 0, "%s", err.msg);
+    cr_assert_eq(memcmp(in, out, sizeof in), 0);
+    cr_assert_eq(d->ops->download(d, src, 8, out, sizeof out, &err), 0, "%s", err.msg);
+    cr_assert_eq(memcmp(in, out, sizeof in), 0);
+    cr_assert_neq(d->ops->upload(d, src, LEN * 4 - 4, in, sizeof in, &err), 0, "a copy past the view's end");
+    /* refused: misaligned, empty, past the end */
+    cr_assert_null(d->ops->view(d, p, RT_VIEW_ALIGN / 2, 64, &err));
+    cr_assert(strstr(err.msg, "aligned"), "%s", err.msg);
+    cr_assert_null(d->ops->view(d, p, 0, 0, &err));
+    cr_assert_null(d->ops->view(d, p, N * 4 - RT_VIEW_ALIGN, RT_VIEW_ALIGN + 4, &err));
+    cr_assert_null(d->ops->view(d, p, (size_t)N * 8, 4, &err));
+    d->ops->release(d, src), d->ops->release(d, dst);
+    d->ops->release(d, p), d->ops->release(d, q);
+    d->ops->release_kernel(d, ck);
+    ir_kernel_destroy(k);
+    free(host), free(got);
+}

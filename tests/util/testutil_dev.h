@@ -14,5 +14,7 @@ void tu_dev_axpy(rt_device *d);
 void tu_dev_record_replay(rt_device *d);
 /* host-mapped buffers as a recording's inputs and outputs, with range checks. */
 void tu_dev_host_buffers(rt_device *d);
+/* views of a buffer: kernels, uploads and downloads through them, bad views refused. */
+void tu_dev_views(rt_device *d);
 
 #endif
