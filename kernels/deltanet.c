@@ -147,7 +147,7 @@ typedef struct dn {
     kn_deltanet_shape s;
     uint32_t C, vdim, P, L, CB; /* P invocations a column, each L of its dk state values; CB columns a workgroup */
     float eps;
-    ir_buf x, a, b, dt_bias, ssm_a, S, o;
+    ir_buf x, ba, dt_bias, ssm_a, S, o;
     ir_shm qk;
     ir_val j, c, cl, p, kh, col_ok; /* c the column, cl c clamped into the head (where a block runs past dv) */
 } dn;
@@ -210,10 +210,10 @@ static void token_step(const dn *q, ir_val t, ir_val *S) {
     ir_val kn[DELTANET_MAX_DK]; /* q and k read again where they are used: fewer live registers */
     ir_val inv_q = kn_l2_inv(k, part_sumsq(q, q->qk, 0, dk), q->eps);
     ir_val inv_k = kn_l2_inv(k, part_sumsq(q, q->qk, dk, dk), q->eps);
-    ir_val at = kx_add(k, kx_mul_c(k, t, nv), q->j);
-    ir_val sp = kx_add(k, kx_as(k, kx_load(k, q->a, at, 1), IR_F32), kx_load(k, q->dt_bias, q->j, 1));
+    ir_val at = kx_add(k, kx_mul_c(k, t, 2 * nv), q->j); /* beta's logit; alpha's nv further */
+    ir_val sp = kx_add(k, kx_as(k, kx_load(k, q->ba, kx_add_c(k, at, nv), 1), IR_F32), kx_load(k, q->dt_bias, q->j, 1));
     ir_val decay = kn_exp(k, kx_mul(k, kn_softplus(k, sp), kx_load(k, q->ssm_a, q->j, 1)));
-    ir_val beta = kn_sigmoid(k, kx_as(k, kx_load(k, q->b, at, 1), IR_F32));
+    ir_val beta = kn_sigmoid(k, kx_as(k, kx_load(k, q->ba, at, 1), IR_F32));
     ir_val v_at = kx_add(k, row, kx_add(k, kx_mul_c(k, q->j, dv), q->cl));
     ir_val v = kx_as(k, kx_load(k, q->x, kx_add_c(k, v_at, 2 * nk * dk), 1), IR_F32);
     ir_val sk = kx_f32(k, 0.0f);
@@ -266,8 +266,7 @@ ir_kernel *kn_deltanet(const rt_caps *c, const kn_deltanet_shape *shape, ir_scal
     if (!q.k.ir) return NULL;
     kx k = q.k;
     q.x = kx_buffer(k, "x", dtype, IR_READ, C * s.n_max);
-    q.a = kx_buffer(k, "a", dtype, IR_READ, (uint64_t)nv * s.n_max);
-    q.b = kx_buffer(k, "b", dtype, IR_READ, (uint64_t)nv * s.n_max);
+    q.ba = kx_buffer(k, "ba", dtype, IR_READ, (uint64_t)2 * nv * s.n_max);
     q.dt_bias = kx_buffer(k, "dt_bias", IR_F32, IR_READ, nv);
     q.ssm_a = kx_buffer(k, "ssm_a", IR_F32, IR_READ, nv);
     q.S = kx_buffer(k, "S", IR_F32, IR_READ | IR_WRITE, (uint64_t)nv * dk * dk);

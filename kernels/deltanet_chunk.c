@@ -138,7 +138,7 @@ typedef struct prep {
     kn_deltanet_scratch sz;
     uint32_t C, NP, X, ST, wg;
     float eps;
-    ir_buf x, a, b, dt_bias, ssm_a, qk, uw, p, gl;
+    ir_buf x, ba, dt_bias, ssm_a, qk, uw, p, gl;
     ir_shm qs, ks, As, lg, cg, bs, eg, el, iq, ik;
     ir_val j, ch, kh, tid, n, t0;
 } prep;
@@ -156,10 +156,11 @@ static void prep_gates(const prep *q) {
     ir_val e, ok;
     ir_for *f = each(k, q->tid, q->C, q->wg, &e);
     ir_val t = chunk_row(q, e, &ok);
-    ir_val at = kx_add(k, kx_mul_c(k, t, q->s.v_heads), q->j);
-    ir_val sp = kx_add(k, kx_as(k, kx_load(k, q->a, at, 1), IR_F32), kx_load(k, q->dt_bias, q->j, 1));
+    uint32_t nv = q->s.v_heads;
+    ir_val at = kx_add(k, kx_mul_c(k, t, 2 * nv), q->j); /* beta's logit; alpha's nv further */
+    ir_val sp = kx_add(k, kx_as(k, kx_load(k, q->ba, kx_add_c(k, at, nv), 1), IR_F32), kx_load(k, q->dt_bias, q->j, 1));
     ir_val lg = kx_mul(k, kn_softplus(k, sp), kx_load(k, q->ssm_a, q->j, 1));
-    ir_val beta = kn_sigmoid(k, kx_as(k, kx_load(k, q->b, at, 1), IR_F32));
+    ir_val beta = kn_sigmoid(k, kx_as(k, kx_load(k, q->ba, at, 1), IR_F32));
     ir_val zero = kx_f32(k, 0.0f);
     kx_shm_store(k, q->lg, e, kx_select(k, ok, lg, zero));
     kx_shm_store(k, q->bs, e, kx_select(k, ok, beta, zero));
@@ -321,8 +322,7 @@ ir_kernel *kn_deltanet_prep(const rt_caps *c, const kn_deltanet_shape *shape, ir
     if (!q.k.ir) return NULL;
     kx k = q.k;
     q.x = kx_buffer(k, "x", dtype, IR_READ, (uint64_t)q.X * q.s.n_max);
-    q.a = kx_buffer(k, "a", dtype, IR_READ, (uint64_t)nv * q.s.n_max);
-    q.b = kx_buffer(k, "b", dtype, IR_READ, (uint64_t)nv * q.s.n_max);
+    q.ba = kx_buffer(k, "ba", dtype, IR_READ, (uint64_t)2 * nv * q.s.n_max);
     q.dt_bias = kx_buffer(k, "dt_bias", IR_F32, IR_READ, nv);
     q.ssm_a = kx_buffer(k, "ssm_a", IR_F32, IR_READ, nv);
     q.qk = kx_buffer(k, "qk", IR_F32, IR_WRITE, q.sz.qk);

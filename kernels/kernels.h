@@ -280,8 +280,8 @@ ir_kernel *kn_ssm_conv_state(const rt_caps *c, uint32_t channels, uint32_t taps,
                              uint32_t groups[2], kiln_err *err);
 
 /* kn_deltanet: the gated delta rule. x: the convolution's output, rows of 2 k_heads
- * state + v_heads state (q heads, k heads, v heads); a, b: the alpha and beta projections
- * (rows of v_heads); dt_bias, ssm_a: v_heads f32; S: v_heads x state x state f32, head j's
+ * state + v_heads state (q heads, k heads, v heads); ba: the beta and alpha projections
+ * (rows of 2 v_heads: beta's, then alpha's; one product of their stacked weights); dt_bias, ssm_a: v_heads f32; S: v_heads x state x state f32, head j's
  * S[i][c] at (j state + i) state + c (i a k dim, c a v dim), read and written; o: rows of
  * v_heads state, f32, the heads' outputs before their gated norm (kn_deltanet_norm below,
  * launched after on o, z and norm). Value head j takes k head j % k_heads. Grid:
@@ -294,7 +294,7 @@ ir_kernel *kn_deltanet(const rt_caps *c, const kn_deltanet_shape *shape, ir_scal
                        uint32_t groups[2], kiln_err *err);
 
 /* The same recurrence over a prefill block in chunks (kernels/deltanet_chunk.c), three
- * launches in order: kn_deltanet_prep (x, a, b, dt_bias, ssm_a, qk, uw, p, gl, info; all
+ * launches in order: kn_deltanet_prep (x, ba, dt_bias, ssm_a, qk, uw, p, gl, info; all
  * chunks at once), kn_deltanet_scan (qk, uw, p, gl, S, o, info; the chunks in order, the
  * state read and written) and kn_deltanet_norm (o, z, norm, y, info: y = rmsnorm(o) norm
  * silu(z) per token and head, z and y rows of v_heads state in dtype; also kn_deltanet's). qk, uw, p, gl and o are f32 scratch of the sizes below (elements), which

@@ -182,16 +182,17 @@ static void plan_destroy(engine *base) {
     rt_buffer *bufs[] = {own ? p->tok_embd : NULL, own && p->output != p->tok_embd ? p->output : NULL,
                          own ? p->output_norm : NULL, own ? p->freqs : NULL, p->xa,
                          p->xb, p->h, p->qkv, p->att, p->g, p->u, p->act, p->last, p->hl, p->logits, p->tok, p->info,
-                         p->part, p->tok_h, p->info_h, p->best, p->agate, p->gated, p->dn_qkv, p->dn_z, p->dn_b,
-                         p->dn_a, p->dn_x, p->dn_y, p->dn_qk, p->dn_uw, p->dn_p, p->dn_gl, p->dn_o};
+                         p->part, p->tok_h, p->info_h, p->best, p->agate, p->gated, p->dn_qkv, p->dn_z, p->dn_ba,
+                         p->dn_x, p->dn_y, p->dn_qk, p->dn_uw, p->dn_p, p->dn_gl, p->dn_o,
+                         p->dn_in1_qkv, p->dn_in1_z, p->dn_in1_ba, p->dn_in1}; /* views before their buffer */
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
     for (uint32_t l = 0; p->L && l < p->s.hp.n_layer; l++) {
         plan_layer *L = &p->L[l];
-        rt_buffer *weights[] = {L->attn_norm, L->wqkv,     L->bqkv,  L->q_norm,   L->k_norm,    L->wo,
-                                L->ffn_norm,  L->w_gate,   L->w_up,  L->w_down,   L->w_agate,   L->dn_qkv,
-                                L->dn_z,      L->dn_beta,  L->dn_alpha, L->dn_out, L->dn_conv,  L->dn_dt_bias,
-                                L->dn_a,      L->dn_norm};
+        rt_buffer *weights[] = {L->attn_norm, L->wqkv,   L->bqkv,   L->q_norm, L->k_norm,  L->wo,
+                                L->ffn_norm,  L->w_gate, L->w_up,   L->w_down, L->w_agate, L->dn_qkv,
+                                L->dn_z,      L->dn_ba,  L->dn_in,  L->dn_out, L->dn_conv, L->dn_dt_bias,
+                                L->dn_a,      L->dn_norm}; /* views before their buffer */
         rt_buffer *own_bufs[] = {L->kc, L->vc, L->conv_state, L->S}; /* the states: views, before their buffer */
         for (size_t i = 0; own && i < sizeof weights / sizeof weights[0]; i++)
             if (weights[i]) d->ops->release(d, weights[i]);
@@ -286,8 +287,8 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
         {&p->agate, q35 ? nb * s.q_dim * 2 : 0}, {&p->gated, q35 ? nb * s.q_dim * 2 : 0},
         {&p->dn_qkv, hp->n_recurrent ? nb * s.conv_dim * 2 : 0}, {&p->dn_x, hp->n_recurrent ? nb * s.conv_dim * 2 : 0},
         {&p->dn_z, hp->n_recurrent ? nb * s.dn_v_dim * 2 : 0}, {&p->dn_y, hp->n_recurrent ? nb * s.dn_v_dim * 2 : 0},
-        {&p->dn_b, hp->n_recurrent ? nb * hp->ssm_v_heads * 2 : 0},
-        {&p->dn_a, hp->n_recurrent ? nb * hp->ssm_v_heads * 2 : 0}, {&p->dn_qk, dns.qk * 4},
+        {&p->dn_ba, hp->n_recurrent ? nb * hp->ssm_v_heads * 4 : 0},
+        {&p->dn_in1, hp->n_recurrent ? (size_t)s.dn_in_rows * 2 : 0}, {&p->dn_qk, dns.qk * 4},
         {&p->dn_uw, dns.uw * 4}, {&p->dn_p, dns.p * 4}, {&p->dn_gl, dns.gl * 4}, {&p->dn_o, dns.o * 4}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0] && !bad; i++) {
         if (!acts[i].bytes) continue;
@@ -296,6 +297,10 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
                     acts[i].b == &p->best;
         if (!(*acts[i].b = (host ? d->ops->alloc_host : d->ops->alloc)(d, acts[i].bytes, err))) bad = 1;
     }
+    if (!bad && hp->n_recurrent) /* a decode step's stacked input product, read through views */
+        bad = !(p->dn_in1_qkv = d->ops->view(d, p->dn_in1, 0, (size_t)s.conv_dim * 2, err)) ||
+              !(p->dn_in1_z = d->ops->view(d, p->dn_in1, (size_t)s.dn_z_row * 2, (size_t)s.dn_v_dim * 2, err)) ||
+              !(p->dn_in1_ba = d->ops->view(d, p->dn_in1, (size_t)s.dn_ba_row * 2, (size_t)hp->ssm_v_heads * 4, err));
     /* One replay of each recording now, so the driver's first-use work (final pipeline
      * compiles, page mappings) lands in load time, not in the first prompt: the prefill
      * for no tokens (every product and attention tile returns at once), a decode step at

@@ -17,10 +17,10 @@ enum {
     K_EMBED, K_NORM, K_MV_QKV, K_QK_PREP, K_ATTN, K_MV_O, K_MV_FFN, K_MV_DOWN, K_MV_OUT,
     K_MM_QKV, K_ATTN_PREFILL, K_MM_O, K_MM_FF, K_MM_DOWN, K_SWIGLU, K_TAKE_LAST, K_ATTN_MERGE, K_STAGE, K_ARGMAX,
     /* qwen35 only (plan_role_used): the attention output gate's product and kernel, and the
-     * Gated DeltaNet layers' products (qkv, z, beta and alpha, out), convolution and
-     * recurrence, each for decode and for a block */
-    K_MV_AGATE, K_GATE, K_MV_DN_QKV, K_MV_DN_Z, K_MV_DN_AB, K_MV_DN_OUT, K_CONV, K_DELTANET,
-    K_MM_AGATE, K_GATE_BLOCK, K_MM_DN_QKV, K_MM_DN_Z, K_MM_DN_AB, K_MM_DN_OUT, K_CONV_BLOCK, K_DELTANET_BLOCK,
+     * Gated DeltaNet layers' products (decode: qkv, z, beta and alpha in one; a block: qkv,
+     * z, beta with alpha; out), convolution and recurrence, each for decode and for a block */
+    K_MV_AGATE, K_GATE, K_MV_DN_IN, K_MV_DN_OUT, K_CONV, K_DELTANET,
+    K_MM_AGATE, K_GATE_BLOCK, K_MM_DN_QKV, K_MM_DN_Z, K_MM_DN_BA, K_MM_DN_OUT, K_CONV_BLOCK, K_DELTANET_BLOCK,
     K_COPY_STATE, K_ZERO_STATE, /* every DeltaNet layer's state into a snapshot and back, or zeroed (plan_state.c) */
     /* a block's convolution is token-parallel (K_CONV_BLOCK) and moves its window after
      * (K_CONV_STATE); its delta rule is chunked: K_DN_PREP, then K_DELTANET_BLOCK (the
@@ -41,15 +41,21 @@ typedef struct plan_shape {
     bool fuse_norm; /* the decode step's norms inside the products after them (kn_matvec_norm) */
     uint32_t n_slots; /* plans that will share one upload of the weights (for the memory check) */
     bool fault_logits; /* rt_debug's planted error in the logits head (KN_EPI_FAULT) */
-    /* qwen35: the DeltaNet layers' convolution channels (q, k and v heads) and value width */
-    uint32_t conv_dim, dn_v_dim;
+    /* qwen35: the DeltaNet layers' convolution channels (q, k and v heads) and value width;
+     * the rows of their stacked input weight where z and beta begin, and in all
+     * (plan_dn_rows: each part starting on a view's alignment) */
+    uint32_t conv_dim, dn_v_dim, dn_z_row, dn_ba_row, dn_in_rows;
 } plan_shape;
 
 typedef struct plan_layer {
     rt_buffer *attn_norm, *wqkv, *bqkv, *q_norm, *k_norm, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
     /* qwen35: a full-attention layer's output gate rows (taken out of attn_q, whose
      * query rows go to wqkv); a DeltaNet layer's weights (conv, dt_bias, ssm_a in f32) */
-    rt_buffer *w_agate, *dn_qkv, *dn_z, *dn_beta, *dn_alpha, *dn_out, *dn_conv, *dn_dt_bias, *dn_a, *dn_norm;
+    rt_buffer *w_agate, *dn_out, *dn_conv, *dn_dt_bias, *dn_a, *dn_norm;
+    /* a DeltaNet layer's input products stacked in one weight (plan_dn_rows): the rows of
+     * qkv, z, beta, then alpha (a decode step's one product); the blocks' products read
+     * the views dn_qkv, dn_z and dn_ba (beta's rows with alpha's) */
+    rt_buffer *dn_in, *dn_qkv, *dn_z, *dn_ba;
     /* the buffers above are shared by sibling plans; those below are each plan's */
     rt_buffer *kc, *vc;        /* a full-attention layer's KV cache */
     rt_buffer *conv_state, *S; /* a DeltaNet layer's recurrent state (f32): views of plan_engine.state */
@@ -101,7 +107,8 @@ typedef struct plan_engine {
     rt_buffer *part; /* the decode attention's per-run softmax partials (f32) */
     /* qwen35: the attention gate's product and the gated output; the DeltaNet layers'
      * projections, convolution output and gated-norm output */
-    rt_buffer *agate, *gated, *dn_qkv, *dn_z, *dn_b, *dn_a, *dn_x, *dn_y;
+    rt_buffer *agate, *gated, *dn_qkv, *dn_z, *dn_ba, *dn_x, *dn_y;
+    rt_buffer *dn_in1, *dn_in1_qkv, *dn_in1_z, *dn_in1_ba; /* a decode step's stacked product, and its views */
     rt_buffer *dn_qk, *dn_uw, *dn_p, *dn_gl, *dn_o; /* the chunked delta rule's f32 scratch (plan_dn_scratch) */
     /* qwen35's recurrent state covers positions [0, rs_pos) of the tokens in hist (the
      * state cannot step back: an eval before rs_pos zeroes it and replays hist) */
@@ -135,6 +142,8 @@ const plan_prefill *plan_sub_for(const plan_engine *p, uint32_t n);
  * PLAN_LONG_BLOCK (each within the context). */
 int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, plan_shape *s, kiln_err *err);
 bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c);
+/* The rows of a DeltaNet layer's stacked input weight (plan_shape's dn_*_row, dn_in_rows). */
+void plan_dn_rows(plan_shape *s);
 /* Builds kernel i for the shape; its grid (x, y) where it follows from the shape. The
  * prefill products are kn_matmul_skinny where the block is short enough and the caps allow
  * (plan_short_block_ok), kn_matmul otherwise. */

@@ -11,7 +11,7 @@ const char *const plan_role[K_COUNT] = {
     "embed", "rmsnorm", "decode_qkv", "qk_prep", "attn_decode", "decode_o", "decode_gate_up_swiglu",
     "decode_down", "logits", "prefill_qkv", "attn_prefill", "prefill_o", "prefill_gate_up", "prefill_down",
     "prefill_swiglu", "take_last", "attn_merge", "stage_inputs", "argmax",
-    "decode_attn_gate", "attn_gate_apply", "decode_dn_qkv", "decode_dn_z", "decode_dn_beta_alpha", "decode_dn_out",
+    "decode_attn_gate", "attn_gate_apply", "decode_dn_in", "decode_dn_out",
     "ssm_conv", "deltanet", "prefill_attn_gate", "prefill_attn_gate_apply", "prefill_dn_qkv", "prefill_dn_z",
     "prefill_dn_beta_alpha", "prefill_dn_out", "prefill_ssm_conv", "prefill_deltanet", "state_copy",
     "state_zero", "prefill_ssm_conv_state", "prefill_deltanet_prep", "prefill_deltanet_norm",
@@ -19,11 +19,11 @@ const char *const plan_role[K_COUNT] = {
 
 
 
-/* kn_matvec_norm keeps a row of f32 in workgroup memory: where it fits. Not for qwen35,
- * whose layers feed several products (q/k/v and the gate; DeltaNet's four) from one norm:
- * its norms are launches of their own. */
+/* kn_matvec_norm keeps a row of f32 in workgroup memory: where it fits. (qwen35's
+ * attention layers feed two products from one norm, q/k/v and the gate: each computes it,
+ * a row of n_embd read again, against a launch of its own.) */
 bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c) {
-    return s->hp.arch != ARCH_QWEN35 && (uint64_t)s->hp.n_embd * 4 + 512 <= c->shared_bytes;
+    return (uint64_t)s->hp.n_embd * 4 + 512 <= c->shared_bytes;
 }
 
 /* A prefill projection: the skinny product for a short block where the caps allow it. */
@@ -37,7 +37,7 @@ static ir_kernel *product(const rt_caps *c, uint32_t rows, uint32_t cols, uint32
 bool plan_block_role(int i) {
     switch (i) {
     case K_MM_QKV: case K_ATTN_PREFILL: case K_MM_O: case K_MM_FF: case K_MM_DOWN: case K_SWIGLU: case K_TAKE_LAST:
-    case K_STAGE: case K_MM_AGATE: case K_GATE_BLOCK: case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_AB:
+    case K_STAGE: case K_MM_AGATE: case K_GATE_BLOCK: case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_BA:
     case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK: case K_CONV_STATE: case K_DN_PREP: case K_DN_NORM:
         return true;
     default: return false;
@@ -49,8 +49,8 @@ bool plan_role_used(const plan_shape *s, int i) {
     bool attn = !q35 || s->hp.n_recurrent < s->hp.n_layer;
     switch (i) {
     case K_MV_AGATE: case K_GATE: case K_MM_AGATE: case K_GATE_BLOCK: return q35 && attn;
-    case K_MV_DN_QKV: case K_MV_DN_Z: case K_MV_DN_AB: case K_MV_DN_OUT: case K_CONV: case K_DELTANET:
-    case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_AB: case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK:
+    case K_MV_DN_IN: case K_MV_DN_OUT: case K_CONV: case K_DELTANET:
+    case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_BA: case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK:
     case K_COPY_STATE: case K_ZERO_STATE: case K_CONV_STATE: case K_DN_PREP: case K_DN_NORM: case K_DN_NORM_DECODE:
         return dn;
     default: return true;
@@ -61,7 +61,7 @@ bool plan_short_block_ok(const plan_shape *s, const rt_caps *c, uint32_t n) {
     uint32_t d = s->hp.n_embd, ff = s->hp.n_ff, dv = s->dn_v_dim, nv = s->hp.ssm_v_heads;
     bool dn = s->hp.arch != ARCH_QWEN35 || !s->hp.n_recurrent ||
               (kn_matmul_skinny_ok(c, s->conv_dim, d, n, s->dt) && kn_matmul_skinny_ok(c, dv, d, n, s->dt) &&
-               kn_matmul_skinny_ok(c, nv, d, n, s->dt) && kn_matmul_skinny_ok(c, d, dv, n, s->dt));
+               kn_matmul_skinny_ok(c, 2 * nv, d, n, s->dt) && kn_matmul_skinny_ok(c, d, dv, n, s->dt));
     return dn && (s->hp.arch != ARCH_QWEN35 || kn_matmul_skinny_ok(c, s->q_dim, d, n, s->dt)) &&
            kn_matmul_skinny_ok(c, s->qkv_dim, d, n, s->dt) && kn_matmul_skinny_ok(c, d, s->q_dim, n, s->dt) &&
            kn_matmul_skinny_ok(c, ff, d, n, s->dt) && kn_matmul_skinny_ok(c, d, ff, n, s->dt);
@@ -155,11 +155,13 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     kn_deltanet_shape dn = {hp->ssm_k_heads, hp->ssm_v_heads, hp->ssm_state, 1};
     uint32_t nv = hp->ssm_v_heads, cd = s->conv_dim, dv = s->dn_v_dim, taps = hp->ssm_conv_kernel;
     switch (i) {
-    case K_MV_AGATE: return kn_matvec(c, s->q_dim, d, dt, dt, KN_EPI_NONE, &g[0], err);
+    case K_MV_AGATE:
+        return s->fuse_norm ? kn_matvec_norm(c, s->q_dim, d, dt, dt, KN_EPI_NONE, hp->rms_eps, &g[0], err)
+                            : kn_matvec(c, s->q_dim, d, dt, dt, KN_EPI_NONE, &g[0], err);
     case K_GATE: return kn_sigmoid_gate(c, s->q_dim, dt, &g[0], err);
-    case K_MV_DN_QKV: return kn_matvec(c, cd, d, dt, dt, KN_EPI_NONE, &g[0], err);
-    case K_MV_DN_Z: return kn_matvec(c, dv, d, dt, dt, KN_EPI_NONE, &g[0], err);
-    case K_MV_DN_AB: return kn_matvec(c, nv, d, dt, dt, KN_EPI_NONE, &g[0], err);
+    case K_MV_DN_IN:
+        return s->fuse_norm ? kn_matvec_norm(c, s->dn_in_rows, d, dt, dt, KN_EPI_NONE, hp->rms_eps, &g[0], err)
+                            : kn_matvec(c, s->dn_in_rows, d, dt, dt, KN_EPI_NONE, &g[0], err);
     case K_MV_DN_OUT: return kn_matvec(c, d, dv, dt, dt, KN_EPI_RESIDUAL, &g[0], err);
     case K_CONV: return kn_ssm_conv(c, cd, taps, 1, dt, g, err);
     case K_DELTANET: return kn_deltanet(c, &dn, dt, hp->rms_eps, g, err);
@@ -168,7 +170,7 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_GATE_BLOCK: return kn_sigmoid_gate(c, nb * s->q_dim, dt, &g[0], err);
     case K_MM_DN_QKV: return product(c, cd, d, nb, dt, KN_EPI_NONE, g, err);
     case K_MM_DN_Z: return product(c, dv, d, nb, dt, KN_EPI_NONE, g, err);
-    case K_MM_DN_AB: return product(c, nv, d, nb, dt, KN_EPI_NONE, g, err);
+    case K_MM_DN_BA: return product(c, 2 * nv, d, nb, dt, KN_EPI_NONE, g, err);
     case K_MM_DN_OUT: return product(c, d, dv, nb, dt, KN_EPI_RESIDUAL, g, err);
     case K_CONV_BLOCK: return kn_ssm_conv_block(c, cd, taps, nb, dt, g, err);
     case K_CONV_STATE: return kn_ssm_conv_state(c, cd, taps, nb, dt, g, err);
@@ -188,6 +190,17 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     return NULL;
 }
 
+
+/* Where z's and beta's rows begin in a DeltaNet layer's stacked input weight: on multiples
+ * of 128 rows, so that both the weight's views (rows of n_embd 16-bit values) and the
+ * decode output's (one 16-bit value a row) start on RT_VIEW_ALIGN bytes; the rows between
+ * are zeros. (Every published shape needs none: its parts are multiples of 128 rows.) */
+void plan_dn_rows(plan_shape *s) {
+    uint32_t a = RT_VIEW_ALIGN / 2;
+    s->dn_z_row = (s->conv_dim + a - 1) / a * a;
+    s->dn_ba_row = s->dn_z_row + (s->dn_v_dim + a - 1) / a * a;
+    s->dn_in_rows = s->dn_ba_row + 2 * s->hp.ssm_v_heads;
+}
 
 int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, plan_shape *s, kiln_err *err) {
     const arch_hparams *hp = &m->hp;
@@ -221,6 +234,7 @@ int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_blo
     s->n_slots = 1;
     s->conv_dim = 2 * hp->ssm_k_heads * hp->ssm_state + hp->ssm_v_heads * hp->ssm_state;
     s->dn_v_dim = hp->ssm_v_heads * hp->ssm_state;
+    plan_dn_rows(s);
     return 0;
 }
 

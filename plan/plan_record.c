@@ -74,6 +74,8 @@ static void add_gate_product(recorder *R, const plan_layer *L, bool prefill) {
     int k = prefill ? K_MM_AGATE : K_MV_AGATE;
     if (prefill)
         ADD(k, R->grid[k][0], R->grid[k][1], {"W", L->w_agate}, {"X", p->h}, {"Y", p->agate}, {"info", p->info});
+    else if (p->s.fuse_norm)
+        ADD(k, R->grid[k][0], 1, {"W", L->w_agate}, {"x", p->xa}, {"y", p->agate}, {"wn", L->attn_norm});
     else
         ADD(k, R->grid[k][0], 1, {"W", L->w_agate}, {"x", p->h}, {"y", p->agate});
 }
@@ -84,42 +86,47 @@ static void add_gate(recorder *R, bool prefill) {
     ADD(k, R->grid[k][0], 1, {"x", p->att}, {"gate", p->agate}, {"out", p->gated});
 }
 
-/* qwen35's Gated DeltaNet mixer: h (normed xa) to xb = xa + out(deltanet(conv(qkv))). */
+/* qwen35's Gated DeltaNet mixer: xa (normed into h for a block; in the product where
+ * fused) to xb = xa + out(deltanet(conv(qkv))). A decode step's input products are one
+ * (the stacked weight into dn_in1, read through its views); a block's are three. */
 static void add_deltanet(recorder *R, const plan_layer *L, bool prefill) {
     plan_engine *p = R->p;
     const uint32_t (*g)[2] = R->grid;
-    int kq = prefill ? K_MM_DN_QKV : K_MV_DN_QKV, kz = prefill ? K_MM_DN_Z : K_MV_DN_Z;
-    int kab = prefill ? K_MM_DN_AB : K_MV_DN_AB, ko = prefill ? K_MM_DN_OUT : K_MV_DN_OUT;
     int kc = prefill ? K_CONV_BLOCK : K_CONV, kd = prefill ? K_DELTANET_BLOCK : K_DELTANET;
-    struct { int k; rt_buffer *w, *y; } pr[4] = {{kq, L->dn_qkv, p->dn_qkv}, {kz, L->dn_z, p->dn_z},
-                                                 {kab, L->dn_beta, p->dn_b}, {kab, L->dn_alpha, p->dn_a}};
-    for (int i = 0; i < 4; i++) {
-        if (prefill)
+    rt_buffer *qkv = prefill ? p->dn_qkv : p->dn_in1_qkv, *z = prefill ? p->dn_z : p->dn_in1_z;
+    rt_buffer *ba = prefill ? p->dn_ba : p->dn_in1_ba;
+    if (prefill) {
+        struct { int k; rt_buffer *w, *y; } pr[3] = {{K_MM_DN_QKV, L->dn_qkv, p->dn_qkv}, {K_MM_DN_Z, L->dn_z, p->dn_z},
+                                                     {K_MM_DN_BA, L->dn_ba, p->dn_ba}};
+        for (int i = 0; i < 3; i++)
             ADD(pr[i].k, g[pr[i].k][0], g[pr[i].k][1], {"W", pr[i].w}, {"X", p->h}, {"Y", pr[i].y}, {"info", p->info});
-        else
-            ADD(pr[i].k, g[pr[i].k][0], 1, {"W", pr[i].w}, {"x", p->h}, {"y", pr[i].y});
+    } else if (p->s.fuse_norm) {
+        ADD(K_MV_DN_IN, g[K_MV_DN_IN][0], 1, {"W", L->dn_in}, {"x", p->xa}, {"y", p->dn_in1}, {"wn", L->attn_norm});
+    } else {
+        ADD(K_MV_DN_IN, g[K_MV_DN_IN][0], 1, {"W", L->dn_in}, {"x", p->h}, {"y", p->dn_in1});
     }
-    ADD(kc, g[kc][0], 1, {"qkv", p->dn_qkv}, {"w", L->dn_conv}, {"state", L->conv_state}, {"x", p->dn_x},
+    ADD(kc, g[kc][0], 1, {"qkv", qkv}, {"w", L->dn_conv}, {"state", L->conv_state}, {"x", p->dn_x},
         {"info", p->info});
     if (prefill) { /* the window moved on, then the chunked delta rule's three launches */
-        ADD(K_CONV_STATE, g[K_CONV_STATE][0], 1, {"qkv", p->dn_qkv}, {"state", L->conv_state}, {"info", p->info});
-        ADD(K_DN_PREP, g[K_DN_PREP][0], g[K_DN_PREP][1], {"x", p->dn_x}, {"a", p->dn_a}, {"b", p->dn_b},
-            {"dt_bias", L->dn_dt_bias}, {"ssm_a", L->dn_a}, {"qk", p->dn_qk}, {"uw", p->dn_uw}, {"p", p->dn_p},
-            {"gl", p->dn_gl}, {"info", p->info});
+        ADD(K_CONV_STATE, g[K_CONV_STATE][0], 1, {"qkv", qkv}, {"state", L->conv_state}, {"info", p->info});
+        ADD(K_DN_PREP, g[K_DN_PREP][0], g[K_DN_PREP][1], {"x", p->dn_x}, {"ba", ba}, {"dt_bias", L->dn_dt_bias},
+            {"ssm_a", L->dn_a}, {"qk", p->dn_qk}, {"uw", p->dn_uw}, {"p", p->dn_p}, {"gl", p->dn_gl},
+            {"info", p->info});
         ADD(kd, g[kd][0], g[kd][1], {"qk", p->dn_qk}, {"uw", p->dn_uw}, {"p", p->dn_p}, {"gl", p->dn_gl},
             {"S", L->S}, {"o", p->dn_o}, {"info", p->info});
-        ADD(K_DN_NORM, g[K_DN_NORM][0], g[K_DN_NORM][1], {"o", p->dn_o}, {"z", p->dn_z}, {"norm", L->dn_norm},
+        ADD(K_DN_NORM, g[K_DN_NORM][0], g[K_DN_NORM][1], {"o", p->dn_o}, {"z", z}, {"norm", L->dn_norm},
             {"y", p->dn_y}, {"info", p->info});
     } else { /* the delta rule's step (o in f32), then its gated norm */
-        ADD(kd, g[kd][0], g[kd][1], {"x", p->dn_x}, {"a", p->dn_a}, {"b", p->dn_b}, {"dt_bias", L->dn_dt_bias},
-            {"ssm_a", L->dn_a}, {"S", L->S}, {"o", p->dn_o}, {"info", p->info});
-        ADD(K_DN_NORM_DECODE, g[K_DN_NORM_DECODE][0], 1, {"o", p->dn_o}, {"z", p->dn_z}, {"norm", L->dn_norm},
+        ADD(kd, g[kd][0], g[kd][1], {"x", p->dn_x}, {"ba", ba}, {"dt_bias", L->dn_dt_bias}, {"ssm_a", L->dn_a},
+            {"S", L->S}, {"o", p->dn_o}, {"info", p->info});
+        ADD(K_DN_NORM_DECODE, g[K_DN_NORM_DECODE][0], 1, {"o", p->dn_o}, {"z", z}, {"norm", L->dn_norm},
             {"y", p->dn_y}, {"info", p->info});
     }
     if (prefill)
-        ADD(ko, g[ko][0], g[ko][1], {"W", L->dn_out}, {"X", p->dn_y}, {"Y", p->xb}, {"info", p->info}, {"res", p->xa});
+        ADD(K_MM_DN_OUT, g[K_MM_DN_OUT][0], g[K_MM_DN_OUT][1], {"W", L->dn_out}, {"X", p->dn_y}, {"Y", p->xb},
+            {"info", p->info}, {"res", p->xa});
     else
-        ADD(ko, g[ko][0], 1, {"W", L->dn_out}, {"x", p->dn_y}, {"y", p->xb}, {"res", p->xa});
+        ADD(K_MV_DN_OUT, g[K_MV_DN_OUT][0], 1, {"W", L->dn_out}, {"x", p->dn_y}, {"y", p->xb}, {"res", p->xa});
 }
 
 /* The logits of the row x: the output norm fused into the head where it can be. */

@@ -86,12 +86,36 @@ static int upload_gated_qkv(plan_engine *p, const model_layer *ml, plan_layer *L
                : 0;
 }
 
-/* A qwen35 Gated DeltaNet layer's weights: the products' in the 16-bit type, the
+/* A qwen35 Gated DeltaNet layer's weights: the products' in the 16-bit type (the input
+ * products' stacked in one buffer, zero rows between parts: plan_dn_rows), the
  * convolution's filter, dt bias and decay rates in f32 (as the oracle keeps them). */
 static int upload_deltanet(plan_engine *p, const model_layer *ml, plan_layer *L, kiln_err *err) {
-    const gguf_tensor *w[6] = {ml->ssm_qkv, ml->ssm_z, ml->ssm_beta, ml->ssm_alpha, ml->ssm_out, ml->ssm_norm};
-    rt_buffer **dst[6] = {&L->dn_qkv, &L->dn_z, &L->dn_beta, &L->dn_alpha, &L->dn_out, &L->dn_norm};
-    for (int i = 0; i < 6; i++)
+    const plan_shape *s = &p->s;
+    rt_device *d = p->d;
+    uint64_t cols = s->hp.n_embd, nv = s->hp.ssm_v_heads, row_bytes = cols * 2;
+    if (!(L->dn_in = plan_alloc(p, s->dn_in_rows * row_bytes, err))) return -1;
+    const gguf_tensor *part[4] = {ml->ssm_qkv, ml->ssm_z, ml->ssm_beta, ml->ssm_alpha};
+    uint64_t at[4] = {0, s->dn_z_row, s->dn_ba_row, s->dn_ba_row + nv}, end[4] = {s->dn_z_row, s->dn_ba_row,
+                                                                                  s->dn_ba_row + nv, s->dn_in_rows};
+    for (int i = 0; i < 4; i++) {
+        uint64_t rows = gguf_tensor_nrows(part[i]);
+        if (upload_rows(p, L->dn_in, at[i] * cols, part[i], 0, rows, err)) return -1;
+        if (at[i] + rows < end[i]) { /* the zero rows up to the next part */
+            uint64_t n = (end[i] - at[i] - rows) * row_bytes;
+            void *zero = calloc(1, n);
+            int rc = zero ? d->ops->upload(d, L->dn_in, (at[i] + rows) * row_bytes, zero, n, err)
+                          : kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+            free(zero);
+            if (rc) return -1;
+        }
+    }
+    if (!(L->dn_qkv = d->ops->view(d, L->dn_in, 0, s->conv_dim * row_bytes, err)) ||
+        !(L->dn_z = d->ops->view(d, L->dn_in, s->dn_z_row * row_bytes, s->dn_v_dim * row_bytes, err)) ||
+        !(L->dn_ba = d->ops->view(d, L->dn_in, s->dn_ba_row * row_bytes, 2 * nv * row_bytes, err)))
+        return -1;
+    const gguf_tensor *w[2] = {ml->ssm_out, ml->ssm_norm};
+    rt_buffer **dst[2] = {&L->dn_out, &L->dn_norm};
+    for (int i = 0; i < 2; i++)
         if (!(*dst[i] = upload_weight(p, w[i], err))) return -1;
     return !(L->dn_conv = upload_f32(p, ml->ssm_conv, err)) || !(L->dn_dt_bias = upload_f32(p, ml->ssm_dt_bias, err)) ||
                    !(L->dn_a = upload_f32(p, ml->ssm_a, err))

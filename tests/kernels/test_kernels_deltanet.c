@@ -223,20 +223,20 @@ static void dn_release(rt_device *d, dn_kernels *K) {
         if (K->scratch[i]) d->ops->release(d, K->scratch[i]);
 }
 
-/* in: x, a, b, z, dt_bias, ssm_a, norm, S, y, info */
-static void dn_run(rt_device *d, const dn_kernels *K, rt_buffer *const in[10]) {
+/* in: x, ba, z, dt_bias, ssm_a, norm, S, y, info */
+static void dn_run(rt_device *d, const dn_kernels *K, rt_buffer *const in[9]) {
     rt_buffer *const *sc = K->scratch;
-    rt_arg norm[5] = {{sc[4], 0}, {in[3], 0}, {in[6], 0}, {in[8], 0}, {in[9], 0}};
+    rt_arg norm[5] = {{sc[4], 0}, {in[2], 0}, {in[5], 0}, {in[7], 0}, {in[8], 0}};
     if (!K->chunked) {
-        rt_arg step[8] = {{in[0], 0}, {in[1], 0}, {in[2], 0}, {in[4], 0}, {in[5], 0}, {in[7], 0}, {sc[4], 0}, {in[9], 0}};
-        run(d, K->k[0], K->g[0], step, 8);
+        rt_arg step[7] = {{in[0], 0}, {in[1], 0}, {in[3], 0}, {in[4], 0}, {in[6], 0}, {sc[4], 0}, {in[8], 0}};
+        run(d, K->k[0], K->g[0], step, 7);
         run(d, K->k[2], K->g[2], norm, 5);
         return;
     }
-    rt_arg prep[10] = {{in[0], 0}, {in[1], 0}, {in[2], 0}, {in[4], 0}, {in[5], 0},
-                       {sc[0], 0}, {sc[1], 0}, {sc[2], 0}, {sc[3], 0}, {in[9], 0}};
-    rt_arg scan[7] = {{sc[0], 0}, {sc[1], 0}, {sc[2], 0}, {sc[3], 0}, {in[7], 0}, {sc[4], 0}, {in[9], 0}};
-    run(d, K->k[0], K->g[0], prep, 10);
+    rt_arg prep[9] = {{in[0], 0}, {in[1], 0}, {in[3], 0}, {in[4], 0}, {sc[0], 0},
+                      {sc[1], 0}, {sc[2], 0}, {sc[3], 0}, {in[8], 0}};
+    rt_arg scan[7] = {{sc[0], 0}, {sc[1], 0}, {sc[2], 0}, {sc[3], 0}, {in[6], 0}, {sc[4], 0}, {in[8], 0}};
+    run(d, K->k[0], K->g[0], prep, 9);
     run(d, K->k[1], K->g[1], scan, 7);
     run(d, K->k[2], K->g[2], norm, 5);
 }
@@ -264,12 +264,17 @@ static void deltanet_case(rt_device *d, kn_deltanet_shape s, ir_scalar t, const 
         float *xf, *af, *bf, *zf;
         uint16_t *x = tu_rand16(t, (size_t)m * C, -1, 1, &xf), *a = tu_rand16(t, (size_t)m * nv, -3, 1, &af);
         uint16_t *b = tu_rand16(t, (size_t)m * nv, -2, 2, &bf), *z = tu_rand16(t, (size_t)m * V, -2, 2, &zf);
-        rt_buffer *bx = tu_vk_upload(d, x, (size_t)m * C * 2), *bA = tu_vk_upload(d, a, (size_t)m * nv * 2);
-        rt_buffer *bB = tu_vk_upload(d, b, (size_t)m * nv * 2), *bz = tu_vk_upload(d, z, (size_t)m * V * 2);
+        uint16_t *ba = malloc((size_t)m * 2 * nv * 2); /* per token: beta's row, then alpha's */
+        for (size_t i = 0; i < (size_t)m * nv; i++) {
+            size_t tok = i / nv, j = i % nv;
+            ba[tok * 2 * nv + j] = b[i], ba[tok * 2 * nv + nv + j] = a[i];
+        }
+        rt_buffer *bx = tu_vk_upload(d, x, (size_t)m * C * 2), *bBA = tu_vk_upload(d, ba, (size_t)m * 2 * nv * 2);
+        rt_buffer *bz = tu_vk_upload(d, z, (size_t)m * V * 2);
         rt_buffer *by = poisoned16(d, t, (size_t)m * V);
         info[1] = n;
         tu_vk_reupload(d, bi, info, sizeof info);
-        rt_buffer *const in[10] = {bx, bA, bB, bz, bdt, ba_, bn, bS, by, bi};
+        rt_buffer *const in[9] = {bx, bBA, bz, bdt, ba_, bn, bS, by, bi};
         dn_run(d, &K, in);
         float *want = malloc(((size_t)m * V + 1) * 4);
         deltanet_ref(&p, xf, af, bf, zf, n, S, want);
@@ -288,8 +293,8 @@ static void deltanet_case(rt_device *d, kn_deltanet_shape s, ir_scalar t, const 
         for (size_t i = 0; i < ns_S; i++)
             cr_assert(fabs(gS[i] - S[i]) <= ldexp(1.0 + fabs(S[i]), -14), "%s: S[%zu] %.8g != %.8g", what, i, gS[i],
                       S[i]);
-        free(gS), free(y), free(want), free(x), free(a), free(b), free(z), free(xf), free(af), free(bf), free(zf);
-        d->ops->release(d, bx), d->ops->release(d, bA), d->ops->release(d, bB), d->ops->release(d, bz);
+        free(gS), free(y), free(want), free(x), free(a), free(b), free(ba), free(z), free(xf), free(af), free(bf), free(zf);
+        d->ops->release(d, bx), d->ops->release(d, bBA), d->ops->release(d, bz);
         d->ops->release(d, by);
     }
     d->ops->release(d, bdt), d->ops->release(d, ba_), d->ops->release(d, bn), d->ops->release(d, bS);

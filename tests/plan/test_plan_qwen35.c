@@ -27,6 +27,13 @@ Test(plan_qwen35, shape_and_roles) {
     cr_assert_eq(plan_shape_of(m, 0, 0, 0, &s, &err), 0, "%s", err.msg);
     cr_assert_eq(s.conv_dim, 2 * 2 * 32 + 4 * 32, "q and k of 2 k heads, v of 4 v heads, state 32");
     cr_assert_eq(s.dn_v_dim, 4 * 32);
+    /* the stacked input weight: z and beta on 128-row boundaries (views on RT_VIEW_ALIGN) */
+    cr_assert(s.dn_z_row == 256 && s.dn_ba_row == 384 && s.dn_in_rows == 392, "%u %u %u", s.dn_z_row, s.dn_ba_row,
+              s.dn_in_rows);
+    s.conv_dim = 280, s.dn_v_dim = 168; /* the odd synth's: zero rows after each */
+    plan_dn_rows(&s);
+    cr_assert(s.dn_z_row == 384 && s.dn_ba_row == 640 && s.dn_in_rows == 648, "%u %u %u", s.dn_z_row, s.dn_ba_row,
+              s.dn_in_rows);
     cr_assert(plan_role_used(&s, K_DELTANET) && plan_role_used(&s, K_GATE) && plan_role_used(&s, K_MM_QKV));
     /* IMROPE's 4th section leaves pairs unturned: the GPU refuses such sections */
     uint32_t sec[4] = {3, 3, 2, 0};
