@@ -169,6 +169,8 @@ extern const char *const plan_sub_prefix[PLAN_SUBS];
  * one launch (the skinny products of a short block: W the gate, Wu the up, Y the
  * activation), with no K_SWIGLU launch. */
 bool plan_ff_swiglu(const plan_shape *s, const rt_caps *c);
+/* The chunked delta rule's shape for a block of nb tokens (its chunk: plan_kernels.c). */
+kn_deltanet_shape plan_dn_shape(const plan_shape *s, const rt_caps *c, uint32_t nb);
 /* The chunked delta rule's scratch for the largest of the plan's blocks (elements of
  * each f32 buffer; every smaller block's fits in it). 0, or -1 with err. */
 int plan_dn_scratch(const plan_shape *s, const rt_caps *c, kn_deltanet_scratch *out, kiln_err *err);

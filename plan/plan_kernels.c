@@ -69,13 +69,30 @@ bool plan_short_block_ok(const plan_shape *s, const rt_caps *c, uint32_t n) {
 
 const char *const plan_sub_prefix[PLAN_SUBS] = {"short_", "mid_"};
 
-int plan_dn_scratch(const plan_shape *s, const rt_caps *c, kn_deltanet_scratch *out, kiln_err *err) {
+/* The chunked delta rule's shape for a block of nb: the kernels' own chunk choice (the
+ * largest that fits, up to 64), but no more than PLAN_SHORT_CHUNK tokens in the short block,
+ * whose prompts are mostly shorter than it: the prep's pair products and substitution
+ * grow with the chunk's square whatever its live tokens (a 24-token prompt in one chunk
+ * of 64 did seven times the pairs it needs). */
+#define PLAN_SHORT_CHUNK 32
+kn_deltanet_shape plan_dn_shape(const plan_shape *s, const rt_caps *c, uint32_t nb) {
     const arch_hparams *hp = &s->hp;
-    kn_deltanet_shape dn = {hp->ssm_k_heads, hp->ssm_v_heads, hp->ssm_state, s->n_block};
+    kn_deltanet_shape dn = {hp->ssm_k_heads, hp->ssm_v_heads, hp->ssm_state, nb, 0};
+    kn_deltanet_scratch sz;
+    kiln_err ignored = {0}; /* a shape without chunks fails by name where its kernels are built */
+    if (nb <= PLAN_SHORT_BLOCK && !kn_deltanet_scratch_of(c, &dn, &sz, &ignored) && sz.chunk > PLAN_SHORT_CHUNK)
+        dn.chunk = PLAN_SHORT_CHUNK;
+    return dn;
+}
+
+int plan_dn_scratch(const plan_shape *s, const rt_caps *c, kn_deltanet_scratch *out, kiln_err *err) {
+    kn_deltanet_shape dn = plan_dn_shape(s, c, s->n_block);
     if (kn_deltanet_scratch_of(c, &dn, out, err)) return -1;
     for (int i = 0; i < PLAN_SUBS; i++) {
         kn_deltanet_scratch b;
-        if (!(dn.n_max = plan_sub_block(s, c, i))) continue;
+        uint32_t nb = plan_sub_block(s, c, i);
+        if (!nb) continue;
+        dn = plan_dn_shape(s, c, nb);
         if (kn_deltanet_scratch_of(c, &dn, &b, err)) return -1;
         uint64_t *o = &out->qk, *n = &b.qk;
         for (int f = 0; f < 5; f++) o[f] = o[f] > n[f] ? o[f] : n[f];
@@ -174,9 +191,9 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_MM_DN_OUT: return product(c, d, dv, nb, dt, KN_EPI_RESIDUAL, g, err);
     case K_CONV_BLOCK: return kn_ssm_conv_block(c, cd, taps, nb, dt, g, err);
     case K_CONV_STATE: return kn_ssm_conv_state(c, cd, taps, nb, dt, g, err);
-    case K_DN_PREP: dn.n_max = nb; return kn_deltanet_prep(c, &dn, dt, hp->rms_eps, g, err);
-    case K_DELTANET_BLOCK: dn.n_max = nb; return kn_deltanet_scan(c, &dn, g, err);
-    case K_DN_NORM: dn.n_max = nb; return kn_deltanet_norm(c, &dn, dt, hp->rms_eps, g, err);
+    case K_DN_PREP: dn = plan_dn_shape(s, c, nb); return kn_deltanet_prep(c, &dn, dt, hp->rms_eps, g, err);
+    case K_DELTANET_BLOCK: dn = plan_dn_shape(s, c, nb); return kn_deltanet_scan(c, &dn, g, err);
+    case K_DN_NORM: dn = plan_dn_shape(s, c, nb); return kn_deltanet_norm(c, &dn, dt, hp->rms_eps, g, err);
     case K_COPY_STATE: case K_ZERO_STATE:
     {
         size_t s_at, stride, words = plan_state_layout(s, &s_at, &stride) / 4;
