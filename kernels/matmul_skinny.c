@@ -3,7 +3,7 @@
  * costs about one read of the weights, as a decode step does.
  *
  * A workgroup owns 16 or 32 rows of Y (one or two row fragments: two where the rows still
- * give nine in ten compute units a workgroup) for every token of the block; its subgroups
+ * give half the compute units a workgroup) for every token of the block; its subgroups
  * (8, or 4 where the grid has over 1.4 workgroups a compute unit) split the columns (K)
  * into equal slices. Each subgroup walks its slice 32 columns a step, and
  * reads both operands 16 bytes a lane: lane (g = lane / 4, t = lane % 4) loads columns
@@ -93,9 +93,12 @@ static bool skinny_pick(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t
     }
     /* measured on the H200 (132 SMs), qwen3-8b's products at 24 tokens: two row fragments
      * (the activations, which every workgroup reads, are then 3/4 of the weights' bytes
-     * where one gives 3/2) even at 128 workgroups; 4 slices where the grid is over 1.4
-     * waves (two workgroups an SM), else 8 */
-    g->row_frags = swiglu || (rows % (2 * SKINNY_ROWS) == 0 && rows / (2 * SKINNY_ROWS) * 10 >= units * 9) ? 2 : 1;
+     * where one gives 3/2) even at 128 workgroups; and at qwen3.5-4b's 2560 rows, 80
+     * workgroups of two (every SM one or none) against 160 of one (28 SMs with two): the
+     * down product 22.7 -> 16.6 us, the o and DeltaNet out products 12.0 -> 9.2. So two
+     * wherever their grid covers half the compute units. 4 slices where the grid is over
+     * 1.4 waves (two workgroups an SM), else 8 */
+    g->row_frags = swiglu || (rows % (2 * SKINNY_ROWS) == 0 && rows / (2 * SKINNY_ROWS) * 2 >= units) ? 2 : 1;
     g->depth = 0; /* by the registers (depth_for) */
     uint32_t wgs = rows / (swiglu ? SKINNY_ROWS : g->row_frags * SKINNY_ROWS);
     /* steps of 64 columns where the slices split into them (the H200, 24 tokens: qwen3-8b's
