@@ -34,7 +34,6 @@
 #include <math.h>
 
 #define CONV_MAX_K 8       /* taps of the convolution at most */
-#define DELTANET_MAX_DK 128 /* state columns an invocation holds at most */
 
 static ir_val silu(kx k, ir_val s) { return kn_fdiv(k, s, kx_add_f(k, kn_exp(k, kx_neg(k, s)), 1.0f)); }
 
@@ -207,7 +206,7 @@ static void token_step(const dn *q, ir_val t, ir_val *S) {
     kx_shm_store(k, q->qk, kx_add_c(k, e, dk), kx_as(k, kx_load(k, q->x, ki, 1), IR_F32));
     kx_end_for(k, f);
     kx_barrier(k);
-    ir_val kn[DELTANET_MAX_DK]; /* q and k read again where they are used: fewer live registers */
+    ir_val kn[KN_DELTANET_MAX_STATE]; /* q and k read again where they are used: fewer live registers */
     ir_val inv_q = kn_l2_inv(k, part_sumsq(q, q->qk, 0, dk), q->eps);
     ir_val inv_k = kn_l2_inv(k, part_sumsq(q, q->qk, dk, dk), q->eps);
     ir_val at = kx_add(k, kx_mul_c(k, t, 2 * nv), q->j); /* beta's logit; alpha's nv further */
@@ -251,13 +250,13 @@ ir_kernel *kn_deltanet(const rt_caps *c, const kn_deltanet_shape *shape, ir_scal
     kn_deltanet_shape s = shape ? *shape : (kn_deltanet_shape){0};
     uint64_t C = 2ull * s.k_heads * s.state + (uint64_t)s.v_heads * s.state;
     uint32_t CB = s.state < 32 ? s.state : 32;
-    if (!s.k_heads || !s.v_heads || !s.state || s.state > DELTANET_MAX_DK || !s.n_max ||
+    if (!s.k_heads || !s.v_heads || !s.state || s.state > KN_DELTANET_MAX_STATE || !s.n_max ||
         (c && c->max_workgroup && CB > c->max_workgroup) || C * s.n_max > UINT32_MAX || !(eps >= 0.0f) ||
         !isfinite(eps)) {
         kiln_fail(err, KILN_ERR_INVALID,
                   "kn_deltanet: bad shape (%u k heads, %u v heads, state %u (1..%d, within the workgroup limit), "
                   "%u tokens, eps %g)",
-                  s.k_heads, s.v_heads, s.state, DELTANET_MAX_DK, s.n_max, (double)eps);
+                  s.k_heads, s.v_heads, s.state, KN_DELTANET_MAX_STATE, s.n_max, (double)eps);
         return NULL;
     }
     uint32_t dk = s.state, dv = s.state, nv = s.v_heads, P = column_parts(c, CB);
@@ -282,14 +281,14 @@ ir_kernel *kn_deltanet(const rt_caps *c, const kn_deltanet_shape *shape, ir_scal
     q.cl = dv % CB ? kx_select(k, q.col_ok, q.c, kx_u32(k, 0)) : q.c;
     q.kh = kx_rem_c(k, q.j, s.k_heads);
     ir_val n = kx_min(k, kx_load_c(k, info, 1), kx_u32(k, s.n_max));
-    ir_val S[DELTANET_MAX_DK], col = kx_add(k, kx_mul_c(k, q.j, dk * dk), q.cl);
+    ir_val S[KN_DELTANET_MAX_STATE], col = kx_add(k, kx_mul_c(k, q.j, dk * dk), q.cl);
     for (uint32_t e = 0; e < q.L; e++) { /* S[i][c] at (j dk + i) dk + c; 0 past dk */
         ir_val ok, i = part_index(&q, e, dk, &ok);
         S[e] = kx_load(k, q.S, kx_add(k, col, kx_mul_c(k, i, dk)), 1);
         if (ok != IR_NONE) S[e] = kx_select(k, ok, S[e], kx_f32(k, 0.0f));
     }
     ir_for *l = ir_for_begin(k.ir, kx_u32(k, 0), n, kx_u32(k, 1), q.L, S);
-    ir_val cur[DELTANET_MAX_DK];
+    ir_val cur[KN_DELTANET_MAX_STATE];
     for (uint32_t e = 0; e < q.L; e++) cur[e] = ir_for_arg(l, e);
     token_step(&q, ir_for_iv(l), cur);
     ir_for_end(k.ir, l, cur);

@@ -28,7 +28,6 @@
 
 #define CHUNK_MAX 64
 #define CHUNK_MIN 8
-#define DN_MAX_DK 128
 
 /* workgroup memory of each kernel, in bytes */
 static uint64_t prep_bytes(uint32_t C, uint32_t dk) {
@@ -41,7 +40,7 @@ static uint64_t scan_bytes(uint32_t C, uint32_t dk, uint32_t cb) {
 
 static bool shape_ok(const kn_deltanet_shape *s) {
     uint64_t X = 2ull * s->k_heads * s->state + (uint64_t)s->v_heads * s->state;
-    return s->k_heads && s->v_heads && s->state && s->state <= DN_MAX_DK && s->n_max &&
+    return s->k_heads && s->v_heads && s->state && s->state <= KN_DELTANET_MAX_STATE && s->n_max &&
            X * s->n_max <= UINT32_MAX / 4 &&
            (!s->chunk || (s->chunk >= CHUNK_MIN && s->chunk <= CHUNK_MAX && !(s->chunk & (s->chunk - 1))));
 }
@@ -51,7 +50,7 @@ int kn_deltanet_scratch_of(const rt_caps *c, const kn_deltanet_shape *s, kn_delt
         return kiln_fail(err, KILN_ERR_INVALID,
                          "kn_deltanet (chunked): bad shape (%u k heads, %u v heads, state %u (1..%d), %u tokens, "
                          "chunk %u (0 or a power of two in %d..%d))",
-                         s ? s->k_heads : 0, s ? s->v_heads : 0, s ? s->state : 0, DN_MAX_DK, s ? s->n_max : 0,
+                         s ? s->k_heads : 0, s ? s->v_heads : 0, s ? s->state : 0, KN_DELTANET_MAX_STATE, s ? s->n_max : 0,
                          s ? s->chunk : 0, CHUNK_MIN, CHUNK_MAX);
     uint32_t dk = s->state, C = s->chunk;
     uint64_t lim = c && c->shared_bytes ? c->shared_bytes : UINT32_MAX;

@@ -286,6 +286,9 @@ ir_kernel *kn_ssm_conv_state(const rt_caps *c, uint32_t channels, uint32_t taps,
  * v_heads state, f32, the heads' outputs before their gated norm (kn_deltanet_norm below,
  * launched after on o, z and norm). Value head j takes k head j % k_heads. Grid:
  * groups[0] = v_heads by groups[1] blocks of a head's value dims. */
+/* The largest state (head) size the delta-rule kernels take, token and chunked alike: the
+ * decode kernel holds up to this many state values an invocation in registers. */
+#define KN_DELTANET_MAX_STATE 128
 typedef struct kn_deltanet_shape {
     uint32_t k_heads, v_heads, state, n_max;
     uint32_t chunk; /* the chunked kernels' tokens a chunk: 0 chooses (a power of two, 8..64) */
