@@ -1,7 +1,9 @@
-/* kiln serve end to end: the real binary on the CPU oracle with stories260K, on a port
- * it picks itself (--listen 127.0.0.1:0), spoken to over HTTP/1.0 sockets. */
+/* kiln serve end to end: the real binary on the CPU oracle with stories260K (and Qwen3.5's
+ * tiny model on a Vulkan device), on a port it picks itself (--listen 127.0.0.1:0), spoken
+ * to over HTTP/1.0 sockets. */
 #include "tests/util/testutil.h"
 #include "tests/util/testutil_serve.h"
+#include "tests/util/testutil_vk.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -661,4 +663,40 @@ Test(serve, parallel_bounds) {
         cr_assert_eq(rc, 2, "--parallel %s: %d", bad[i], rc);
         cr_assert(strstr(err, "--parallel") && strstr(err, "1 to 64"), "%s", err);
     }
+}
+
+/* Qwen3.5 on a GPU plan (lavapipe in CI): the same prompt three times gives the same text;
+ * the second finds the whole prompt cached (its last token evaluated again: the recurrent
+ * state replayed from the prompt's start once), the third restores the snapshot that
+ * replay left; a prompt that continues the first answer reuses the cache past the prompt,
+ * into the generated tokens (a rewind to a decode-time snapshot and a short replay). */
+Test(serve, qwen35_on_the_gpu_reuses_its_recurrent_state, .timeout = 240) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    d->ops->destroy(d);
+    ts_start(&srv, tu_data_file("models/qwen35-tiny.gguf"), (const char *const[]){"--device", "vulkan:0", NULL},
+             NULL);
+    const char *p = "Once upon a time";
+    long cached, prompt, again;
+    char *a = completion_text(p, 12, &cached, &prompt);
+    cr_assert_eq(cached, 0);
+    for (int i = 0; i < 2; i++) {
+        char *b = completion_text(p, 12, &cached, &again);
+        cr_assert_eq(again, prompt);
+        cr_assert_eq(cached, prompt - 1, "request %d: %ld of %ld cached", i + 2, cached, prompt);
+        cr_assert_str_eq(b, a, "request %d", i + 2);
+        free(b);
+    }
+    json_t *body = json_pack("{s:s+,s:i}", "prompt", p, a, "max_tokens", 4);
+    char *text = json_dumps(body, 0);
+    resp r = request("POST", "/v1/completions", KEY, text);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *j = parse(&r);
+    json_t *u = json_object_get(j, "usage");
+    long c = (long)json_integer_value(json_object_get(json_object_get(u, "prompt_tokens_details"), "cached_tokens"));
+    long n = (long)json_integer_value(json_object_get(u, "prompt_tokens"));
+    cr_log_info("qwen35 on vulkan:0: prompt %ld tokens, again %ld cached; the continuation %ld of %ld", prompt,
+                prompt - 1, c, n);
+    cr_assert(c > prompt && c < n, "the continuation: %ld of %ld cached (the first prompt %ld)", c, n, prompt);
+    json_decref(j), json_decref(body);
+    free(text), free(r.head), free(a);
 }
