@@ -132,9 +132,7 @@ static rt_buffer *cu_alloc_host(rt_device *base, size_t bytes, kiln_err *err) {
 
 static rt_buffer *cu_view(rt_device *base, rt_buffer *parent, size_t off, size_t bytes, kiln_err *err) {
     cu_dev *d = (cu_dev *)base;
-    if (!bytes || off % RT_VIEW_ALIGN || off > parent->size || bytes > parent->size - off)
-        return kiln_fail(err, KILN_ERR_INVALID, "a view of %zu bytes at %zu: empty, outside the %zu-byte buffer or not "
-                         "%u-byte aligned", bytes, off, parent->size, RT_VIEW_ALIGN), NULL;
+    if (rt_check_view(parent->size, off, bytes, err)) return NULL;
     rt_buffer *b = calloc(1, sizeof *b);
     if (!b) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
     *b = (rt_buffer){.ptr = parent->ptr + off, .host = parent->host ? (char *)parent->host + off : NULL,
@@ -144,9 +142,10 @@ static rt_buffer *cu_view(rt_device *base, rt_buffer *parent, size_t off, size_t
 }
 
 static void free_buffer(cu_dev *d, rt_buffer *b) {
-    if (b->view) (void)0;
-    else if (b->host) d->cu->MemFreeHost(b->host);
-    else d->cu->MemFree(b->ptr);
+    if (!b->view) {
+        if (b->host) d->cu->MemFreeHost(b->host);
+        else d->cu->MemFree(b->ptr);
+    }
     list_del(&b->node);
     free(b);
 }

@@ -209,9 +209,7 @@ static size_t vk_size(rt_device *base, const rt_buffer *b) {
 
 static rt_buffer *vk_view(rt_device *base, rt_buffer *parent, size_t off, size_t bytes, kiln_err *err) {
     (void)base;
-    if (!bytes || off % RT_VIEW_ALIGN || off > parent->size || bytes > parent->size - off)
-        return kiln_fail(err, KILN_ERR_INVALID, "a view of %zu bytes at %zu: empty, outside the %zu-byte buffer or not "
-                         "%u-byte aligned", bytes, off, parent->size, RT_VIEW_ALIGN), NULL;
+    if (rt_check_view(parent->size, off, bytes, err)) return NULL;
     rt_buffer *b = calloc(1, sizeof *b);
     if (!b) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
     *b = (rt_buffer){.buf = parent->buf, .offset = parent->offset + off, .size = bytes,

@@ -14,3 +14,11 @@ suites() {
   KILN_TEST_DEVICE=cuda:0 timeout $2 $T -j$1 --filter 'plan*/*' > $out/plan.txt 2>&1; echo "rc=$?" >> $out/plan.txt
   timeout 60 $T --filter 'cuda/*' > $out/cuda.txt 2>&1; echo "rc=$?" >> $out/cuda.txt
 }
+# stamp WHAT: a line "WHAT at N s" (seconds since this file was sourced) in $out/times.txt
+start=$(date +%s)
+stamp() { echo "$1 at $(( $(date +%s) - start )) s" >> $out/times.txt; }
+# llama_build / llama_wait: llama.cpp built in the background (.peers), its log in $out
+llama_build() { (bash .peers/build-llamacpp-cuda.sh > $out/llbuild.txt 2>&1) & llama_pid=$!; }
+llama_wait() { wait $llama_pid; stamp llbuild; }
+# tarball: $out as $out.tar (what comes back even where a later step runs past the limit)
+tarball() { tar cf $out.tar -C $(dirname $out) $(basename $out); }

@@ -6,8 +6,6 @@
 set -u
 out=$1
 source bench/h200-common.sh
-start=$(date +%s)
-stamp() { echo "$1 at $(( $(date +%s) - start )) s" >> $out/times.txt; }
 synth qwen3.5-0.8b qwen3.5-4b
 for f in 'kernels_deltanet/*' 'plan_qwen35/*'; do
   KILN_TEST_DEVICE=cuda:0 timeout 150 $T -j8 --filter "$f" >> $out/suites.txt 2>&1; echo "rc=$?" >> $out/suites.txt
@@ -20,5 +18,5 @@ for p in qwen3.5-0.8b qwen3.5-4b; do
     > /dev/null 2> $out/prof-$p-24.txt
   timeout 120 $K bench $dir/$p.gguf -p 24,512 -n 32 -r 3 --device cuda:0 -o md > $out/b-$p.md 2>&1
   stamp "$p"
-  tar cf $out.tar -C $(dirname $out) $(basename $out)
+  tarball
 done

@@ -8,10 +8,7 @@
 set -u
 out=$1
 source bench/h200-common.sh
-start=$(date +%s)
-stamp() { echo "$1 at $(( $(date +%s) - start )) s" >> $out/times.txt; }
-(bash .peers/build-llamacpp-cuda.sh > $out/llbuild.txt 2>&1) &
-bpid=$!
+llama_build
 for f in 'kernels_matmul/*' 'kernels_deltanet/*' 'plan_qwen35/*'; do
   KILN_TEST_DEVICE=cuda:0 timeout 150 $T -j8 --filter "$f" >> $out/suites.txt 2>&1; echo "rc=$? ($f)" >> $out/suites.txt
 done
@@ -30,15 +27,14 @@ prof qwen3-4b $dir/qwen3-4b.gguf
 prof l4-s2 $dir/q354-l4.gguf KILN_SKINNY=2,2,0,2
 prof l4-s1 $dir/q354-l4.gguf KILN_SKINNY=2,1,0,2
 stamp profiles
-tar cf $out.tar -C $(dirname $out) $(basename $out)
-wait $bpid
-stamp llbuild
+tarball
+llama_wait
 sbs() { # name P devices models...
   local name=$1 p=$2 devs=$3; shift 3
   local ms=""; for m in "$@"; do ms="$ms $dir/$m.gguf"; done
   KILN=$K MODELS="$ms" P=$p N=32 R=3 DEVICES="$devs" timeout 200 bash .peers/side-by-side.sh > $out/sbs-$name.md 2>&1
   stamp "sbs $name"
-  tar cf $out.tar -C $(dirname $out) $(basename $out)
+  tarball
 }
 sbs q35-08 24,512,4096 "cuda:0 vulkan:0" qwen3.5-0.8b
 sbs q35-4 24,512,4096 "cuda:0 vulkan:0" qwen3.5-4b

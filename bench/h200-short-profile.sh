@@ -5,8 +5,6 @@
 set -u
 out=$1
 source bench/h200-common.sh
-start=$(date +%s)
-stamp() { echo "$1 at $(( $(date +%s) - start )) s" >> $out/times.txt; }
 synth qwen3.5-0.8b qwen3.5-4b qwen3-4b
 [ -f $dir/q8-2.gguf ] || timeout 100 $K synth --preset qwen3-8b --layers 2 -o $dir/q8-2.gguf > /dev/null
 stamp synth
@@ -19,9 +17,9 @@ for p in qwen3.5-0.8b qwen3.5-4b qwen3-4b; do prof $p-24 $dir/$p.gguf 24 cuda:0;
 prof q8-2-24 $dir/q8-2.gguf 24 cuda:0
 prof qwen3.5-0.8b-24-vk $dir/qwen3.5-0.8b.gguf 24 vulkan:0
 stamp prof
-tar cf $out.tar -C $(dirname $out) $(basename $out)
+tarball
 for p in qwen3.5-0.8b qwen3.5-4b; do
   timeout 60 $K bench $dir/$p.gguf -p 24 -n 32 -r 3 --device cuda:0 -o md > $out/b-$p.md 2>&1
 done
 stamp bench
-tar cf $out.tar -C $(dirname $out) $(basename $out)
+tarball

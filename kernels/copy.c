@@ -9,14 +9,15 @@
 /* Vulkan guarantees only 65535 workgroups in x: more work loops instead. */
 #define KN_MAX_GROUPS 65535u
 
-static ir_kernel *build(const rt_caps *c, const char *name, uint32_t n, uint32_t *groups_x, kiln_err *err) {
+/* zero: kn_zero (no src) */
+static ir_kernel *build(const rt_caps *c, bool zero, uint32_t n, uint32_t *groups_x, kiln_err *err) {
+    const char *name = zero ? "kn_zero" : "kn_copy";
     if (!c || n == 0) {
         kiln_fail(err, KILN_ERR_INVALID, c ? "%s: n is 0" : "no caps", name);
         return NULL;
     }
     kx k = {kn_create(name, err), c};
     if (!k.ir) return NULL;
-    bool zero = name[3] == 'z';
     ir_buf src = zero ? 0 : kx_buffer(k, "src", IR_U32, IR_READ, n), dst = kx_buffer(k, "dst", IR_U32, IR_WRITE, n);
     uint32_t wg = kn_workgroup(c, 256), v = kn_vec_width(n), n_vec = n / v;
     kx_workgroup(k, wg);
@@ -34,9 +35,9 @@ static ir_kernel *build(const rt_caps *c, const char *name, uint32_t n, uint32_t
 }
 
 ir_kernel *kn_copy(const rt_caps *c, uint32_t n, uint32_t *groups_x, kiln_err *err) {
-    return build(c, "kn_copy", n, groups_x, err);
+    return build(c, false, n, groups_x, err);
 }
 
 ir_kernel *kn_zero(const rt_caps *c, uint32_t n, uint32_t *groups_x, kiln_err *err) {
-    return build(c, "kn_zero", n, groups_x, err);
+    return build(c, true, n, groups_x, err);
 }

@@ -70,6 +70,9 @@ typedef struct rt_device_ops {
  * parameter i is a buffer): the count, and a buffer for every buffer parameter. 0, or -1
  * with err. For the backends, before they touch a launch. */
 int rt_check_launch(const rt_launch *l, uint32_t n_params, const bool *is_buffer, kiln_err *err);
+/* The check every backend's view runs: bytes > 0 from offset (a multiple of RT_VIEW_ALIGN)
+ * within a buffer of parent_bytes. 0, or -1 with err. */
+int rt_check_view(size_t parent_bytes, size_t offset, size_t bytes, kiln_err *err);
 
 struct rt_device {
     const rt_device_ops *ops;

@@ -1,4 +1,4 @@
-/* The argument check every backend runs before a launch (runtime/device.h). */
+/* The checks every backend runs before a launch and a view (runtime/device.h). */
 #include "base/error.h"
 #include "runtime/device.h"
 
@@ -15,4 +15,12 @@ int rt_check_launch(const rt_launch *l, uint32_t n_params, const bool *is_buffer
             return -1;
         }
     return 0;
+}
+
+int rt_check_view(size_t parent_bytes, size_t offset, size_t bytes, kiln_err *err) {
+    if (bytes && offset % RT_VIEW_ALIGN == 0 && offset <= parent_bytes && bytes <= parent_bytes - offset) return 0;
+    kiln_fail(err, KILN_ERR_INVALID,
+              "a view of %zu bytes at %zu: empty, outside the %zu-byte buffer or not %u-byte aligned", bytes, offset,
+              parent_bytes, RT_VIEW_ALIGN);
+    return -1;
 }
