@@ -510,11 +510,12 @@ static int emit_module(ptx_ctx *x) {
 }
 
 /* The IR's target rewrites this emitter relies on (ir/lower.h): f16 and bf16 live in f32
- * registers; f32 -> bf16 rounds in the IR, f32 -> f16 with cvt.rn.f16.f32. */
+ * registers; f32 -> f16 rounds with cvt.rn.f16.f32, f32 -> bf16 with cvt.rn.bf16.f32 on sm_80+
+ * (in the IR's integer ops below: PTX has no such conversion before sm_80). */
 static ir_lower_opts lower_opts(const rt_caps *c) {
     return (ir_lower_opts){.async_sync = !c->async_copy || ptx_pick_sm(c, NULL) < 80,
                            .masked = true,
-                           .bf16 = {.in_f32 = true, .arith = c->bf16_arith, .round = true},
+                           .bf16 = {.in_f32 = true, .arith = c->bf16_arith, .round = ptx_pick_sm(c, NULL) < 80},
                            .f16 = {.in_f32 = true, .arith = c->f16_arith, .round = false}};
 }
 

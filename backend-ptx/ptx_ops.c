@@ -97,11 +97,20 @@ static LLVMValueRef intr2(ptx_ctx *x, const char *base, ir_scalar s, uint32_t la
 /* ---- 16-bit values: f16 conversions and storage -------------------------------------------- */
 
 /* f32 -> the nearest f16 value, as f32: cvt.rn.f16.f32 (RNE, overflow to inf, f16
- * subnormals) and back (exact). bf16 has no such conversion here: the IR rounds to it
- * (ir/lower_half.c). */
+ * subnormals) and back (exact). */
 static LLVMValueRef round_f16(ptx_ctx *x, uint32_t n, LLVMValueRef f) {
     LLVMValueRef h = LLVMBuildFPTrunc(x->b, f, vec(LLVMHalfTypeInContext(x->lc), n), "");
     return LLVMBuildFPExt(x->b, h, vec(t_f32(x), n), "");
+}
+
+/* f32 -> the nearest bf16 value, as f32: cvt.rn.bf16.f32 (sm_80+; RNE, as the IR's
+ * rounding below sm_80, ir/lower_half.c, one instruction for its eight) and back by a shift
+ * (exact). */
+static LLVMValueRef round_bf16(ptx_ctx *x, uint32_t n, LLVMValueRef f) {
+    LLVMValueRef h = LLVMBuildFPTrunc(x->b, f, vec(LLVMBFloatTypeInContext(x->lc), n), "");
+    LLVMValueRef u = LLVMBuildZExt(x->b, LLVMBuildBitCast(x->b, h, vec(LLVMInt16TypeInContext(x->lc), n), ""),
+                                   vec(ptx_t_i32(x), n), "");
+    return LLVMBuildBitCast(x->b, LLVMBuildShl(x->b, u, c_u32n(x, n, 16), ""), vec(t_f32(x), n), "");
 }
 
 LLVMValueRef ptx_to_storage(ptx_ctx *x, ir_scalar s, uint32_t n, LLVMValueRef v) {
@@ -339,6 +348,7 @@ static LLVMValueRef convert(ptx_ctx *x, ir_scalar from, ir_scalar to, uint32_t n
     if (ff && tf) { /* from is exact in f32 already */
         if (exact || to == IR_F32) return v;
         if (to == IR_F16) return round_f16(x, n, v);
+        if (to == IR_BF16 && x->sm >= 80) return round_bf16(x, n, v);
         ptx_fail(x, "f32 -> %s rounds in the IR before emission (ir/lower.h)", ir_scalar_name(to));
         return v;
     }

@@ -313,6 +313,14 @@ int kn_deltanet_scratch_of(const rt_caps *c, const kn_deltanet_shape *shape, kn_
 ir_kernel *kn_deltanet_prep(const rt_caps *c, const kn_deltanet_shape *shape, ir_scalar dtype, float eps,
                             uint32_t groups[2], kiln_err *err);
 ir_kernel *kn_deltanet_scan(const rt_caps *c, const kn_deltanet_shape *shape, uint32_t groups[2], kiln_err *err);
+/* kn_deltanet_scan's variant on 16x8x16 matrix fragments (deltanet_scan_mma.c), which it
+ * builds where kn_deltanet_scan_mma_ok (CUDA's bf16 fragments, a state a multiple of 16 up
+ * to 128, chunks of 16 tokens or more): the same parameters, its own grid. */
+bool kn_deltanet_scan_mma_ok(const rt_caps *c, const kn_deltanet_shape *shape);
+/* The largest chunk whose two staging slots the fragment scan fits in workgroup memory (0
+ * where it does not apply): the chunk kn_deltanet_scratch_of takes at most when it chooses. */
+uint32_t kn_deltanet_mma_chunk(const rt_caps *c, const kn_deltanet_shape *shape);
+ir_kernel *kn_deltanet_scan_mma(const rt_caps *c, const kn_deltanet_shape *shape, uint32_t groups[2], kiln_err *err);
 ir_kernel *kn_deltanet_norm(const rt_caps *c, const kn_deltanet_shape *shape, ir_scalar dtype, float eps,
                             uint32_t groups[2], kiln_err *err);
 

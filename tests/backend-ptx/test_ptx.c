@@ -133,7 +133,8 @@ Test(ptx, vector_math_per_lane) {
     free(p);
 }
 
-Test(ptx, sixteen_bit_storage_and_rounding) {
+/* y = x_bf16 * x_f16 rounded to bf16 and to f16 */
+static ir_kernel *half_kernel(void) {
     ir_kernel *k = ir_kernel_create("half");
     ir_buf xb = ir_param_buffer(k, "xb", IR_BF16, IR_READ);
     ir_buf xh = ir_param_buffer(k, "xh", IR_F16, IR_READ);
@@ -145,13 +146,23 @@ Test(ptx, sixteen_bit_storage_and_rounding) {
     ir_val s = ir_bin(k, IR_OP_MUL, ir_convert(k, ir_load(k, xb, i, 1), f32), ir_convert(k, ir_load(k, xh, i, 1), f32));
     ir_store(k, yb, i, ir_convert(k, s, TS(BF16)));
     ir_store(k, yh, i, ir_convert(k, s, TS(F16)));
+    return k;
+}
+
+Test(ptx, sixteen_bit_storage_and_rounding) {
     rt_caps c = tu_cuda_caps(90);
-    char *p = emit(k, &c);
+    char *p = emit(half_kernel(), &c);
     HAS(p, "ld.global.u16");
     HAS(p, "cvt.f32.f16");
     HAS(p, "cvt.rn.f16.f32");
-    HAS(p, "32767"); /* bf16's round-to-nearest-even bias, 0x7fff */
+    HAS(p, "cvt.rn.bf16.f32"); /* sm_80+: the conversion, not the IR's integer rounding */
+    cr_assert(!strstr(p, "32767"), "sm_90 rounds to bf16 in integer ops");
     HAS(p, "st.global.b16");
+    free(p);
+    c = tu_cuda_caps(75); /* no bf16 conversion in PTX before sm_80: the IR rounds */
+    p = emit(half_kernel(), &c);
+    HAS(p, "32767"); /* bf16's round-to-nearest-even bias, 0x7fff */
+    cr_assert(!strstr(p, "cvt.rn.bf16"), "sm_75 has no cvt.rn.bf16.f32");
     free(p);
 }
 

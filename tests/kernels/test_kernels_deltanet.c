@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "ir/ir.h"
 #include "kernels/kernels.h"
+#include "tests/util/testutil_ptx.h"
 #include "tests/util/testutil_vk.h"
 
 #include <criterion/criterion.h>
@@ -327,7 +328,47 @@ Test(kernels_deltanet, chunked_delta_rule_odd_sizes_state_carried, .timeout = 60
     deltanet_case(d, (kn_deltanet_shape){2, 3, 40, 29, 16}, IR_BF16, ns8, 6, true); /* 3 column blocks, 1 partial */
     static const uint32_t ns128[] = {5, 70};
     deltanet_case(d, (kn_deltanet_shape){2, 4, 128, 70, 0}, IR_BF16, ns128, 2, true); /* Qwen3.5's state */
+    /* shapes CUDA takes on fragments (kn_deltanet_scan_mma_ok): chunks of 16 and 32 */
+    static const uint32_t ns16[] = {1, 15, 16, 17, 0, 37};
+    deltanet_case(d, (kn_deltanet_shape){1, 3, 32, 37, 16}, IR_BF16, ns16, 6, true);
+    static const uint32_t ns32[] = {31, 33, 3};
+    deltanet_case(d, (kn_deltanet_shape){2, 2, 48, 67, 32}, IR_F16, ns32, 3, true);
     d->ops->destroy(d);
+}
+
+/* CUDA's caps (sm_80, sm_90) give the scan on matrix fragments where the state is a
+ * multiple of 16 and chunks hold 16 tokens or more, the SIMT scan elsewhere; each assembles. */
+Test(kernels_deltanet, chunked_scan_on_fragments_on_cuda_caps) {
+    kiln_err err = {0};
+    static const struct {
+        kn_deltanet_shape s;
+        bool frag;
+        uint32_t g1;
+    } cases[] = {{{16, 32, 128, 512, 0}, true, 8},  /* qwen3.5-4b */
+                 {{2, 4, 128, 24, 32}, true, 8},    /* a short block */
+                 {{1, 3, 48, 37, 16}, true, 3},     /* 3 slices of 16 */
+                 {{2, 4, 128, 70, 8}, false, 8},    /* chunks of 8 */
+                 {{2, 3, 40, 29, 16}, false, 3}};   /* a state of 40 */
+    for (uint32_t cc = 80; cc <= 90; cc += 10) {
+        rt_caps c = tu_cuda_caps(cc);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            uint32_t g[2];
+            cr_assert_eq(kn_deltanet_scan_mma_ok(&c, &cases[i].s), cases[i].frag, "case %zu", i);
+            ir_kernel *k = kn_deltanet_scan(&c, &cases[i].s, g, &err);
+            cr_assert_not_null(k, "%s", err.msg);
+            char *text = ir_print(k);
+            cr_assert_eq(strstr(text, "frag.mma") != NULL, cases[i].frag, "case %zu", i);
+            cr_assert(g[0] == cases[i].s.v_heads && g[1] == cases[i].g1, "case %zu: grid %u x %u", i, g[0], g[1]);
+            free(text);
+            tu_ptx_assembles(k, &c, "deltanet scan");
+            ir_kernel_destroy(k);
+        }
+        rt_caps v = c;
+        v.backend = RT_VULKAN;
+        cr_assert(!kn_deltanet_scan_mma_ok(&v, &cases[0].s), "Vulkan has no fragment elements");
+        cr_assert_null(kn_deltanet_scan_mma(&v, &cases[0].s, NULL, &err));
+        cr_assert(strstr(err.msg, "fragments"), "%s", err.msg);
+    }
 }
 
 /* ---- the attention output gate --------------------------------------------------------- */
