@@ -5,6 +5,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *const plan_role[K_COUNT] = {
@@ -75,13 +76,20 @@ const char *const plan_sub_prefix[PLAN_SUBS] = {"short_", "mid_"};
  * grow with the chunk's square whatever its live tokens (a 24-token prompt in one chunk
  * of 64 did seven times the pairs it needs). */
 #define PLAN_SHORT_CHUNK 32
+/* KILN_DN_SHORT_CHUNK=16 (or 8, 32) takes another cap, for measuring it on a device */
+static uint32_t short_chunk(void) {
+    const char *e = getenv("KILN_DN_SHORT_CHUNK");
+    if (e && (!strcmp(e, "8") || !strcmp(e, "16") || !strcmp(e, "32"))) return (uint32_t)atoi(e);
+    return PLAN_SHORT_CHUNK;
+}
+
 kn_deltanet_shape plan_dn_shape(const plan_shape *s, const rt_caps *c, uint32_t nb) {
     const arch_hparams *hp = &s->hp;
     kn_deltanet_shape dn = {hp->ssm_k_heads, hp->ssm_v_heads, hp->ssm_state, nb, 0};
     kn_deltanet_scratch sz;
     kiln_err ignored = {0}; /* a shape without chunks fails by name where its kernels are built */
-    if (nb <= PLAN_SHORT_BLOCK && !kn_deltanet_scratch_of(c, &dn, &sz, &ignored) && sz.chunk > PLAN_SHORT_CHUNK)
-        dn.chunk = PLAN_SHORT_CHUNK;
+    uint32_t cap = short_chunk();
+    if (nb <= PLAN_SHORT_BLOCK && !kn_deltanet_scratch_of(c, &dn, &sz, &ignored) && sz.chunk > cap) dn.chunk = cap;
     return dn;
 }
 
