@@ -228,51 +228,46 @@ static void prep_norm(const prep *q) {
     kx_end_for(k, f);
 }
 
-/* P to the scratch, A to workgroup memory: B x B pairs an iteration, t = tb + R u and
- * s = sb + R v for R = C / B (rows R apart: the vector loads of a quarter-warp fall in
- * distinct banks), both dot products over i in order, read four i at a time. B is 4 where
- * that leaves R² = C² / 16 iterations for the workgroup's invocations, else 2 or 1 (at
- * C = 32, 4 x 4 pairs left 64 of 256 invocations all the work: about two thirds of the
- * prep's time on qwen3.5-4b). */
+/* P to the scratch, A to workgroup memory: 4 x 4 pairs an iteration, t = tb + R u and
+ * s = sb + R v for R = C / 4 (rows R apart: the vector loads of a quarter-warp fall in
+ * distinct banks), both dot products over i in order, read four i at a time. */
 static void prep_pairs(const prep *q) {
     kx k = q->k;
-    uint32_t dk = q->s.state, C = q->C, w = q->ST % 4 || dk % 4 ? 1 : 4, B = 4;
-    while (B > 1 && (C / B) * (C / B) < q->wg) B /= 2;
-    uint32_t R = C / B, nb = B * B;
+    uint32_t dk = q->s.state, C = q->C, R = C / 4, w = q->ST % 4 || dk % 4 ? 1 : 4;
     ir_val e;
     ir_for *f = each(k, q->tid, (uint64_t)R * R, q->wg, &e);
     ir_val tb = kx_div_c(k, e, R), sb = kx_rem_c(k, e, R), t[4], sr[4], tr[4], init[32];
-    for (uint32_t u = 0; u < B; u++) {
+    for (uint32_t u = 0; u < 4; u++) {
         t[u] = kx_add_c(k, tb, u * R);
         tr[u] = kx_mul_c(k, t[u], q->ST);
         sr[u] = kx_mul_c(k, kx_add_c(k, sb, u * R), q->ST);
     }
-    for (uint32_t m = 0; m < 2 * nb; m++) init[m] = kx_f32(k, 0.0f);
-    nest nt = nest_begin(k, dk, w, 2 * nb, init); /* [0, nb): q_t . k_s, [nb, 2 nb): k_t . k_s */
+    for (uint32_t m = 0; m < 32; m++) init[m] = kx_f32(k, 0.0f);
+    nest nt = nest_begin(k, dk, w, 32, init); /* [0, 16): q_t . k_s, [16, 32): k_t . k_s */
     ir_val y[32], qt[4], kt[4], ks[4];
-    for (uint32_t m = 0; m < 2 * nb; m++) y[m] = nt.arg[m];
-    for (uint32_t u = 0; u < B; u++) {
+    for (uint32_t m = 0; m < 32; m++) y[m] = nt.arg[m];
+    for (uint32_t u = 0; u < 4; u++) {
         qt[u] = kx_shm_load(k, q->qs, kx_add(k, tr[u], nt.j), w);
         kt[u] = kx_shm_load(k, q->ks, kx_add(k, tr[u], nt.j), w);
         ks[u] = kx_shm_load(k, q->ks, kx_add(k, sr[u], nt.j), w);
     }
     for (uint32_t l = 0; l < w; l++)
-        for (uint32_t u = 0; u < B; u++)
-            for (uint32_t v = 0; v < B; v++) {
+        for (uint32_t u = 0; u < 4; u++)
+            for (uint32_t v = 0; v < 4; v++) {
                 ir_val kv = lane_of(k, ks[v], w, l);
-                y[u * B + v] = kx_fma(k, lane_of(k, qt[u], w, l), kv, y[u * B + v]);
-                y[nb + u * B + v] = kx_fma(k, lane_of(k, kt[u], w, l), kv, y[nb + u * B + v]);
+                y[u * 4 + v] = kx_fma(k, lane_of(k, qt[u], w, l), kv, y[u * 4 + v]);
+                y[16 + u * 4 + v] = kx_fma(k, lane_of(k, kt[u], w, l), kv, y[16 + u * 4 + v]);
             }
     ir_val d[32];
     nest_end(k, &nt, y, d);
-    for (uint32_t u = 0; u < B; u++) {
+    for (uint32_t u = 0; u < 4; u++) {
         ir_val gt = kx_shm_load(k, q->cg, t[u], 1), bt = kx_shm_load(k, q->bs, t[u], 1);
         ir_val prow = kx_mul_c(k, kx_add(k, kx_add(k, kx_mul_c(k, q->j, q->NP), q->t0), t[u]), C);
-        for (uint32_t v = 0; v < B; v++) {
+        for (uint32_t v = 0; v < 4; v++) {
             ir_val sv = kx_add_c(k, sb, v * R), zero = kx_f32(k, 0.0f);
             ir_val dec = kn_exp(k, kx_sub(k, gt, kx_shm_load(k, q->cg, sv, 1)));
-            ir_val pv = kx_select(k, kx_le(k, sv, t[u]), kx_mul(k, dec, d[u * B + v]), zero);
-            ir_val av = kx_select(k, kx_lt(k, sv, t[u]), kx_mul(k, kx_mul(k, bt, dec), d[nb + u * B + v]), zero);
+            ir_val pv = kx_select(k, kx_le(k, sv, t[u]), kx_mul(k, dec, d[u * 4 + v]), zero);
+            ir_val av = kx_select(k, kx_lt(k, sv, t[u]), kx_mul(k, kx_mul(k, bt, dec), d[16 + u * 4 + v]), zero);
             kx_store(k, q->p, kx_add(k, prow, sv), pv);
             kx_shm_store(k, q->As, kx_add(k, kx_mul_c(k, t[u], C), sv), av);
         }
