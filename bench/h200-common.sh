@@ -22,3 +22,12 @@ llama_build() { (bash .peers/build-llamacpp-cuda.sh > $out/llbuild.txt 2>&1) & l
 llama_wait() { wait $llama_pid; stamp llbuild; }
 # tarball: $out as $out.tar (what comes back even where a later step runs past the limit)
 tarball() { tar cf $out.tar -C $(dirname $out) $(basename $out); }
+# sbs NAME P DEVICES MODELS...: kiln beside llama-bench (.peers/side-by-side.sh, tg32, medians
+# of 3) on the presets' GGUFs, to $out/sbs-NAME.md; after llama_wait
+sbs() { # name P devices models...
+  local name=$1 p=$2 devs=$3; shift 3
+  local ms=""; for m in "$@"; do ms="$ms $dir/$m.gguf"; done
+  KILN=$K MODELS="$ms" P=$p N=32 R=3 DEVICES="$devs" timeout 200 bash .peers/side-by-side.sh > $out/sbs-$name.md 2>&1
+  stamp "sbs $name"
+  tarball
+}

@@ -32,13 +32,6 @@ KILN_DN_SHORT_CHUNK=16 timeout 60 $K bench $dir/qwen3.5-4b.gguf -p 24 -n 0 -r 3 
 stamp profiles
 tarball
 llama_wait
-sbs() { # name P devices models...
-  local name=$1 p=$2 devs=$3; shift 3
-  local ms=""; for m in "$@"; do ms="$ms $dir/$m.gguf"; done
-  KILN=$K MODELS="$ms" P=$p N=32 R=3 DEVICES="$devs" timeout 200 bash .peers/side-by-side.sh > $out/sbs-$name.md 2>&1
-  stamp "sbs $name"
-  tarball
-}
 sbs q35-4 24,512,4096 "cuda:0" qwen3.5-4b
 sbs q35-08 24,512,4096 "cuda:0 vulkan:0" qwen3.5-0.8b
 sbs q3 24,512 "cuda:0" qwen3-4b qwen3-8b
