@@ -160,9 +160,8 @@ static void stage(const smma *q, ir_val ch, ir_val sl) {
     kx k = q->k;
     uint32_t C = q->C, dk = q->dk, dv = q->dv, wg = 32 * q->W;
     ir_val base = kx_add(k, kx_mul_c(k, q->j, q->NP), kx_mul_c(k, ch, C));
-    static const uint32_t arrays[AR_COUNT] = {AR_W, AR_Q, AR_K, AR_P, AR_U};
-    for (uint32_t ai = 0; ai < AR_COUNT; ai++) {
-        uint32_t a = arrays[ai], width = a == AR_P ? C : a == AR_U ? 16 * q->W : dk, per = width / 4;
+    for (uint32_t a = 0; a < AR_COUNT; a++) {
+        uint32_t width = a == AR_P ? C : a == AR_U ? 16 * q->W : dk, per = width / 4;
         uint32_t src_w = a == AR_P ? C : a == AR_W || a == AR_U ? dv + dk : 2 * dk;
         uint32_t from = a == AR_W ? dv : a == AR_K ? dk : 0;
         ir_buf src = a == AR_P ? q->p : a == AR_W || a == AR_U ? q->uw : q->qk;
