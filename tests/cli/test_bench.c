@@ -109,7 +109,7 @@ Test(bench, tiny_markdown_on_the_oracle_and_the_gpu, .timeout = 120) {
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
     cr_assert_eq(err[0], 0, "stderr is not a TTY: nothing on it, got: %s", err);
     cr_assert(strstr(out, "bench-tiny.gguf (bf16"), "%s", out);
-    cr_assert(strstr(out, "2 repetitions after 1 warm-up"), "%s", out);
+    cr_assert(strstr(out, "2 repetitions after 1 warm-up (GPUs: every test run untimed for 1.0 s first)"), "%s", out);
     cr_assert(strstr(out, "| model | device | test | t/s | warm-up t/s | fraction of floor |"), "%s", out);
     bool gpu_peak_known = peak_known_in_md(gpu);
     const char *devs[2] = {"cpu", gpu}, *tests[3] = {"pp8", "pp24", "tg6"};
@@ -161,7 +161,7 @@ Test(bench, stories260k_json, .timeout = 120) {
     const char *gpu = gpu_or_skip();
     const char *model = tu_data_file("models/stories260K.gguf");
     int rc = RUN("bench", model, "-p", "16,64", "-n", "8", "-r", "3", "--device", "cpu", "--device", gpu, "--block", "40",
-                 "-o", "json");
+                 "--warm", "0.25", "-o", "json");
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
     json_t *doc = parse_json();
     cr_assert_str_eq(json_string_value(json_object_get(doc, "model")), "stories260K.gguf");
@@ -170,6 +170,7 @@ Test(bench, stories260k_json, .timeout = 120) {
     cr_assert(json_integer_value(json_object_get(doc, "params")) > 0);
     cr_assert_eq(json_integer_value(json_object_get(doc, "repetitions")), 3);
     cr_assert_eq(json_integer_value(json_object_get(doc, "warmup_repetitions")), 1);
+    cr_assert_float_eq(json_real_value(json_object_get(doc, "gpu_warm_s")), 0.25, 1e-12);
     json_t *devs = json_object_get(doc, "devices");
     cr_assert_eq(json_array_size(devs), 2);
     for (size_t i = 0; i < 2; i++) {
@@ -309,6 +310,9 @@ Test(bench, bad_input) {
     expect(RUN("bench", model, "-n", "-1"), 2, "-n: '-1'");
     expect(RUN("bench", model, "-r", "0"), 2, "-r: '0'");
     expect(RUN("bench", model, "-r"), 2, "-r needs a value");
+    expect(RUN("bench", model, "--warm", "-1"), 2, "--warm: '-1'");
+    expect(RUN("bench", model, "--warm", "61"), 2, "--warm: '61'");
+    expect(RUN("bench", model, "--warm", "1s"), 2, "--warm: '1s'");
     expect(RUN("bench", model, "--device", "gpu:0"), 2, "--device gpu:0");
     expect(RUN("bench", model, "--device", "auto"), 2, "--device auto");
     expect(RUN("bench", model, "-o", "xml"), 2, "-o: 'xml'");
