@@ -118,7 +118,7 @@ static LLVMValueRef load_elements(ptx_ctx *x, const ir_inst *in, const ir_type_d
     for (uint32_t e = 0; e < frag_count(d); e++) {
         LLVMValueRef r, c;
         coord(x, d, g, t2, e, &r, &c);
-        LLVMValueRef ld = LLVMBuildLoad2(x->b, et, at(x, p, et, base, stride, in->imm[1] != 0, r, c), "");
+        LLVMValueRef ld = LLVMBuildLoad2(x->b, et, at(x, p, et, base, stride, (in->imm[1] & IR_FRAG_ROW_MAJOR) != 0, r, c), "");
         LLVMSetAlignment(ld, acc ? 4 : 2);
         v = LLVMBuildInsertElement(x->b, v, ld, ptx_c_i32(x, e), "");
     }
@@ -135,7 +135,7 @@ static LLVMValueRef load_pairs(ptx_ctx *x, const ir_inst *in, const ir_type_desc
     for (uint32_t e = 0; e < 2 * n; e += 2) {
         LLVMValueRef r, c;
         coord(x, d, g, t2, e, &r, &c);
-        LLVMValueRef ld = LLVMBuildLoad2(x->b, i32, at(x, p, i16, base, stride, in->imm[1] != 0, r, c), "");
+        LLVMValueRef ld = LLVMBuildLoad2(x->b, i32, at(x, p, i16, base, stride, (in->imm[1] & IR_FRAG_ROW_MAJOR) != 0, r, c), "");
         LLVMSetAlignment(ld, 4);
         w = LLVMBuildInsertElement(x->b, w, ld, ptx_c_i32(x, e / 2), "");
     }
@@ -192,7 +192,7 @@ static void emit_load(ptx_ctx *x, const ir_inst *in) {
     if (!d || !p || !ir_emit_need(&x->e, in, 2)) return;
     LLVMValueRef base = ptx_V(x, in->operand[0]), stride = ptx_V(x, in->operand[1]), g, t2;
     lane_coords(x, d, &g, &t2);
-    bool row_major = in->imm[1] != 0;
+    bool row_major = (in->imm[1] & IR_FRAG_ROW_MAJOR) != 0;
     bool pairs_adjacent = (d->use == IR_FRAG_A && row_major) || (d->use == IR_FRAG_B && !row_major);
     /* B row-major in workgroup memory: ldmatrix's transposing form */
     bool trans = in->imm[2] && d->use == IR_FRAG_B && row_major;
@@ -240,7 +240,7 @@ static void emit_store(ptx_ctx *x, const ir_inst *in) {
         LLVMValueRef r, c;
         coord(x, d, g, t2, e, &r, &c);
         LLVMValueRef st = LLVMBuildStore(x->b, LLVMBuildExtractElement(x->b, v, ptx_c_i32(x, e), ""),
-                                         at(x, p, et, base, stride, in->imm[1] != 0, r, c));
+                                         at(x, p, et, base, stride, (in->imm[1] & IR_FRAG_ROW_MAJOR) != 0, r, c));
         LLVMSetAlignment(st, acc ? 4 : 2);
     }
 }

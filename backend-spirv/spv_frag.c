@@ -4,7 +4,9 @@
 
 /* ---- fragments ------------------------------------------------------------------------------- */
 
-/* FRAG_LOAD: operands base, stride; imm[0] src, imm[1] row_major, imm[2] shm.
+/* FRAG_LOAD: operands base, stride; imm[0] src, imm[1] flags (IR_FRAG_ROW_MAJOR,
+ * IR_FRAG_ALIGNED16: through the buffer's view as 16-byte words, base and stride / 8),
+ * imm[2] shm.
  * FRAG_STORE: operands frag, base, stride; imm[0] dst, imm[1] row_major, imm[2] shm. */
 void spv_emit_frag(spv_ctx *x, const ir_inst *in) {
     switch (in->op) {
@@ -34,8 +36,14 @@ void spv_emit_frag(spv_ctx *x, const ir_inst *in) {
         uint32_t t = spv_t_rep(x, load ? in->type : ir_type_of(x->k, in->operand[0]));
         if (x->e.failed || !t) return;
         uint32_t base = spv_V(x, in->operand[o]), stride = spv_V(x, in->operand[o + 1]);
-        uint32_t ptr = shm ? spv_shm_ptr(x, src, base) : spv_buf_ptr(x, src, 1, base);
-        uint32_t layout = spv_c_u32(x, in->imm[1] ? spv_coopmat_row_major : spv_coopmat_col_major);
+        bool words = load && !shm && (in->imm[1] & IR_FRAG_ALIGNED16);
+        if (words) { /* 8 16-bit elements a word */
+            base = spv_fn2(x, SpvOpShiftRightLogical, spv_t_u32(x), base, spv_c_u32(x, 3));
+            stride = spv_fn2(x, SpvOpShiftRightLogical, spv_t_u32(x), stride, spv_c_u32(x, 3));
+        }
+        uint32_t ptr = shm ? spv_shm_ptr(x, src, base) : spv_buf_ptr(x, src, words ? VIEW_WORDS4 : 1, base);
+        uint32_t layout =
+            spv_c_u32(x, in->imm[1] & IR_FRAG_ROW_MAJOR ? spv_coopmat_row_major : spv_coopmat_col_major);
         if (load) {
             uint32_t id = spv_b_id(&x->b);
             spv_b_emitv(&x->b, SPV_SEC_FUNCTION, spv_op_coopmat_load_khr, 6, t, id, ptr, layout, stride,

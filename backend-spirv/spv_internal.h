@@ -38,8 +38,9 @@ typedef enum shm_mode {
 
 /* Views of a buffer: scalars, 2-vectors, 4-vectors, and an f32 buffer's bits as u32 (for
  * atomic exchange: Vulkan allows f32 atomics only with shaderBufferFloat32Atomics). */
-#define N_VIEW_LANES 4
-#define VIEW_BITS 0u /* the lanes argument that asks for the u32 view */
+#define N_VIEW_LANES 5
+#define VIEW_BITS 0u   /* the lanes argument that asks for the u32 view */
+#define VIEW_WORDS4 8u /* ... for the view as 16-byte words (u32 x 4): aligned fragment loads */
 
 typedef struct buf_info {
     const ir_param *p;

@@ -27,14 +27,17 @@ static uint32_t to_storage(spv_ctx *x, ir_scalar s, uint32_t n, uint32_t v) {
 
 /* ---- buffers ------------------------------------------------------------------------------ */
 
-static int view_slot(uint32_t lanes) { return lanes == VIEW_BITS ? 3 : lanes == 4 ? 2 : lanes == 2 ? 1 : 0; }
+static int view_slot(uint32_t lanes) {
+    return lanes == VIEW_WORDS4 ? 4 : lanes == VIEW_BITS ? 3 : lanes == 4 ? 2 : lanes == 2 ? 1 : 0;
+}
 
 /* The element type of a view. */
 static uint32_t view_elem(spv_ctx *x, ir_scalar s, uint32_t lanes) {
+    if (lanes == VIEW_WORDS4) return spv_t_vec(x, spv_t_u32(x), 4);
     return lanes == VIEW_BITS ? spv_t_u32(x) : spv_t_vec(x, spv_t_store_s(x, s), lanes);
 }
 
-/* The variable viewing buffer b as an array of `lanes`-vectors (1, 2 or 4, or VIEW_BITS);
+/* The variable viewing buffer b as an array of `lanes`-vectors (1, 2 or 4, VIEW_BITS or VIEW_WORDS4);
  * each view is a separate Block at the same binding. */
 uint32_t spv_buf_view(spv_ctx *x, uint32_t b, uint32_t lanes) {
     if (b >= x->n_buf) {
@@ -60,15 +63,17 @@ uint32_t spv_buf_view(spv_ctx *x, uint32_t b, uint32_t lanes) {
     uint32_t arr = spv_b_id(&x->b), st = spv_b_id(&x->b);
     spv_b_emitv(&x->b, SPV_SEC_GLOBAL, SpvOpTypeRuntimeArray, 2, arr, elem);
     spv_b_emitv(&x->b, SPV_SEC_GLOBAL, SpvOpTypeStruct, 2, st, arr);
-    spv_decorate(x, arr, SpvDecorationArrayStride, 1, lanes == VIEW_BITS ? 4 : ir_scalar_bits(s) / 8 * lanes);
+    spv_decorate(x, arr, SpvDecorationArrayStride, 1,
+                 lanes == VIEW_WORDS4 ? 16 : lanes == VIEW_BITS ? 4 : ir_scalar_bits(s) / 8 * lanes);
     spv_decorate(x, st, SpvDecorationBlock, 0, 0);
     spv_b_emitv(&x->b, SPV_SEC_ANNOTATION, SpvOpMemberDecorate, 4, st, 0, SpvDecorationOffset, 0);
     uint32_t var = spv_global_var(x, spv_t_ptr(x, SpvStorageClassStorageBuffer, st), SpvStorageClassStorageBuffer);
     char nm[96], snm[104];
     snprintf(nm, sizeof nm,
-             lanes == VIEW_BITS ? "%s_bits"
-             : lanes > 1        ? "%s_v%u"
-                                : "%s",
+             lanes == VIEW_WORDS4 ? "%s_w4"
+             : lanes == VIEW_BITS ? "%s_bits"
+             : lanes > 1          ? "%s_v%u"
+                                  : "%s",
              bi->p->name ? bi->p->name : "buf", lanes);
     snprintf(snm, sizeof snm, "%s_block", nm);
     spv_name(x, st, snm);

@@ -233,10 +233,19 @@ ir_val ir_sg_broadcast(ir_kernel *k, ir_val v, ir_val lane);   /* lane must be u
 
 /* ---- matrix fragments --------------------------------------------------------------------- */
 
+/* FRAG_LOAD/STORE's imm[1] flags: row-major; base and stride multiples of 16 bytes
+ * (ir_frag_load_aligned, buffer loads only) */
+#define IR_FRAG_ROW_MAJOR 1
+#define IR_FRAG_ALIGNED16 2
 ir_val ir_frag_fill(ir_kernel *k, ir_type frag, ir_val scalar);
 /* Tile at element base with a row stride of `stride` elements (row_major) or a column
  * stride (column-major), from a buffer (shm == false) or a workgroup array. */
 ir_val ir_frag_load(ir_kernel *k, ir_type frag, bool shm, uint32_t src, ir_val base, ir_val stride, bool row_major);
+/* ir_frag_load from a buffer of 16-bit elements whose base and stride the kernel promises
+ * are multiples of 8 elements (16 bytes): an emitter may then read it 16 bytes a lane
+ * (SPIR-V: through a view of the buffer as 16-byte words; a 2-byte pointer leaves the
+ * driver 2-byte loads). A base or stride off that grid reads the wrong elements. */
+ir_val ir_frag_load_aligned(ir_kernel *k, ir_type frag, uint32_t src, ir_val base, ir_val stride, bool row_major);
 void ir_frag_store(ir_kernel *k, ir_val frag, bool shm, uint32_t dst, ir_val base, ir_val stride, bool row_major);
 ir_val ir_frag_mma(ir_kernel *k, ir_val a, ir_val b, ir_val acc); /* acc + a * b */
 /* The invocation's own elements of a 16x8x16 family fragment, in the order of the
@@ -340,7 +349,7 @@ struct ir_inst {
      *              imm[0] = buffer (ir_buf) or shm index, imm[1] = lanes (1, 2 or 4)
      *   ATOMIC     imm[0] = buffer or shm index, imm[1] = ir_atomic_op, imm[2] = 1 if shm
      *   FRAG_LOAD, FRAG_STORE
-     *              imm[0] = buffer or shm index, imm[1] = 1 if row_major, imm[2] = 1 if shm
+     *              imm[0] = buffer or shm index, imm[1] = IR_FRAG_ROW_MAJOR | IR_FRAG_ALIGNED16, imm[2] = 1 if shm
      *   ASYNC_COPY imm[0] = shm index (dst), imm[1] = buffer (src), imm[2] = count
      *   ASYNC_WAIT imm[0] = pending
      *   WG_MMA     imm[0] = A's workgroup array, imm[1] = B's, imm[2] = k_steps | flags

@@ -158,6 +158,20 @@ ir_val ir_frag_load(ir_kernel *k, ir_type frag, bool shm, uint32_t src, ir_val b
     return ir_result_of(ir_build(k, "ir_frag_load", IR_OP_FRAG_LOAD, frag, ops, 2, src, row_major, shm));
 }
 
+ir_val ir_frag_load_aligned(ir_kernel *k, ir_type frag, uint32_t src, ir_val base, ir_val stride, bool row_major) {
+    ir_scalar e;
+    ir_val ops[2] = { base, stride };
+    if (!k || !target_elem(k, "ir_frag_load_aligned", false, src, &e) ||
+        !ir_uses_ok(k, "ir_frag_load_aligned", ops, 2))
+        return IR_NONE;
+    if (ir_scalar_bits(e) != 16) {
+        ir_fail(k, "ir_frag_load_aligned: buffer %u holds %s, not a 16-bit type", src, ir_scalar_name(e));
+        return IR_NONE;
+    }
+    int64_t flags = (row_major ? IR_FRAG_ROW_MAJOR : 0) | IR_FRAG_ALIGNED16;
+    return ir_result_of(ir_build(k, "ir_frag_load_aligned", IR_OP_FRAG_LOAD, frag, ops, 2, src, flags, 0));
+}
+
 void ir_frag_store(ir_kernel *k, ir_val frag, bool shm, uint32_t dst, ir_val base, ir_val stride, bool row_major) {
     ir_scalar e;
     ir_val ops[3] = { frag, base, stride };

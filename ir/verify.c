@@ -399,8 +399,10 @@ static bool check(ck *c) {
         bool st = in->op == IR_OP_FRAG_STORE;
         if (!nops(c, st ? 3 : 2))
             return false;
-        if ((in->imm[1] != 0 && in->imm[1] != 1) || (in->imm[2] != 0 && in->imm[2] != 1))
-            return bad(c, "row_major and shm flags are 0 or 1");
+        if (in->imm[1] < 0 || in->imm[1] > (IR_FRAG_ROW_MAJOR | IR_FRAG_ALIGNED16) || (in->imm[2] != 0 && in->imm[2] != 1))
+            return bad(c, "fragment flags are row_major and aligned16, the shm flag 0 or 1");
+        if ((in->imm[1] & IR_FRAG_ALIGNED16) && (st || in->imm[2]))
+            return bad(c, "aligned16 is for fragment loads from buffers");
         if (!target(c, in->imm[2] == 1, in->imm[0], st ? IR_WRITE : IR_READ, &e))
             return false;
         ir_type ft = st ? ty(c, 0) : in->type;
@@ -409,6 +411,8 @@ static bool check(ck *c) {
             return bad(c, "%s needs a fragment, not %s", ir_op_name(in->op), tname(c, ft, a));
         if (d->elem != e)
             return bad(c, "fragment holds %s, the array %s", ir_scalar_name(d->elem), ir_scalar_name(e));
+        if ((in->imm[1] & IR_FRAG_ALIGNED16) && ir_scalar_bits(e) != 16)
+            return bad(c, "aligned16 fragment loads are of 16-bit buffers");
         return index_u32(c, st, "base") && index_u32(c, st + 1, "stride");
     }
     case IR_OP_FRAG_MMA: {

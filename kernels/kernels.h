@@ -101,11 +101,13 @@ ir_kernel *kn_matmul_wg(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t
                         uint32_t groups[2], kiln_err *err);
 
 /* kn_matmul for short blocks: the same parameters, math and epilogues (BIAS, RESIDUAL),
- * each weight read once for all n_max <= 64 tokens on 16x8x16 fragments (a workgroup per 16
+ * each weight read once for all n_max <= 64 tokens on matrix fragments (a workgroup per 16
  * or 32 rows, its subgroups splitting the columns): a short prompt costs about a weight
  * read. Only where kn_matmul_skinny_ok: the caps' dtype x dtype -> f32 16x8x16 fragments
- * in subgroups of 32, rows a multiple of 16, cols of 32, n_max of 8 up to 64, and the f32
- * sums within workgroup memory (for every epilogue). Epilogues BIAS, RESIDUAL, or SWIGLU:
+ * (CUDA: in subgroups of 32, their elements loaded by the kernel; elsewhere cooperative
+ * matrices of 16x8x16 or 16x16x16 loaded whole from the buffers), rows a multiple of 16,
+ * cols of 32, n_max up to 64 in whole fragments of 8 (or 16) tokens, and the f32 sums
+ * within workgroup memory (for every epilogue). Epilogues BIAS, RESIDUAL, or SWIGLU:
  * W the gate and Wu (rows x cols, read) the up, Y = silu(round(W X)) * round(Wu X)
  * rounded, as separate products and kn_swiglu give. Grid: groups = {groups[0], 1}. */
 bool kn_matmul_skinny_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype);

@@ -23,6 +23,12 @@
  * (Wu), and Y gets silu(round(gate)) * round(up) rounded: the short block's feed-forward
  * in one launch, with the numbers of the separate products and kn_swiglu.
  *
+ * Where the fragments' layout is the driver's (Vulkan's cooperative matrices) the same
+ * walk loads whole fragments from the buffers instead (ir_frag_load: W's 16 x 16 row-major,
+ * X's tokens as B's columns), 2 * wide of each a step, the next steps' in flight the same
+ * way; token fragments are the shape's N (16 for the H200 driver's bf16, 8 where 16x8x16
+ * is offered).
+ *
  * Rows of X at t >= n hold anything: they only reach outputs that are not stored. The
  * shape must tile exactly (kn_matmul_skinny_ok): rows a multiple of 16, cols of 32 times
  * the slices, n_max of 8, no more than 64. `KILN_SKINNY=row_frags,slices,depth[,wide]`
@@ -45,15 +51,23 @@
 #define SKINNY_MAX_DEPTH 4 /* steps of loads in flight ahead of the products at most */
 #define SKINNY_MAX_WIDE 2  /* 16-byte loads per row and token a step at most */
 
-/* The 16x8x16 dtype x dtype -> f32 shape, or NULL. */
+/* Where the fragments' elements per lane are known (CUDA's 16x8x16, ir_frag_from_elems), the
+ * kernel loads both operands itself; elsewhere (Vulkan's cooperative matrices, whose
+ * layout is the driver's) it loads whole fragments from the buffers (ir_frag_load). */
+static bool skinny_opaque(const rt_caps *c) { return c->backend != RT_CUDA; }
+
+/* The dtype x dtype -> f32 shape: 16x8x16 on CUDA; elsewhere 16 x n x 16 with n 8, or 16
+ * where 8 is not offered (the H200's Vulkan driver has only 16x16x16 for bf16). NULL: none. */
 static const rt_mma_shape *skinny_shape(const rt_caps *c, ir_scalar dtype) {
+    const rt_mma_shape *best = NULL;
     for (uint32_t i = 0; c && i < c->n_mma && i < RT_MAX_MMA_SHAPES; i++) {
         const rt_mma_shape *s = &c->mma[i];
-        if (s->ab_type == (uint32_t)dtype && s->acc_type == IR_F32 && s->m == SKINNY_ROWS && s->n == SKINNY_TOKENS &&
-            s->k == 16)
-            return s;
+        bool n_ok = s->n == SKINNY_TOKENS || (skinny_opaque(c) && s->n == 2 * SKINNY_TOKENS);
+        if (s->ab_type == (uint32_t)dtype && s->acc_type == IR_F32 && s->m == SKINNY_ROWS && n_ok && s->k == 16 &&
+            (!best || s->n < best->n))
+            best = s;
     }
-    return NULL;
+    return best;
 }
 
 typedef struct skinny_cfg {
@@ -110,9 +124,10 @@ static bool skinny_pick(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t
 }
 
 bool kn_matmul_skinny_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype) {
-    /* measured on CUDA only: Vulkan's cooperative matrices have not run it (issue 16) */
-    if (!c || c->backend != RT_CUDA || !skinny_shape(c, dtype) || c->subgroup_size != 32) return false;
-    if (rows == 0 || rows % SKINNY_ROWS || cols == 0 || cols % SKINNY_STEP || n_max == 0 || n_max % SKINNY_TOKENS ||
+    const rt_mma_shape *s = c ? skinny_shape(c, dtype) : NULL;
+    /* CUDA's path reads the fragments' elements as subgroups of 32 hold them */
+    if (!s || (!skinny_opaque(c) && c->subgroup_size != 32)) return false;
+    if (rows == 0 || rows % SKINNY_ROWS || cols == 0 || cols % SKINNY_STEP || n_max == 0 || n_max % s->n ||
         n_max > SKINNY_MAX)
         return false;
     skinny_cfg g;
@@ -125,10 +140,12 @@ typedef struct skinny {
     uint32_t rows, cols, n_max, slices, depth, wide, invocations;
     uint32_t row_frags, frag_rows; /* row fragments per workgroup, and the rows of sums they hold */
     uint32_t tile_rows;            /* rows of Y a workgroup: frag_rows, or 16 for SwiGLU (gate and up) */
+    uint32_t tok;                  /* tokens per B fragment: the shape's N */
     ir_scalar dtype;
     unsigned epi;
-    bool swiglu;
-    ir_buf w, wu, x, y, info, b, res; /* w, wu and x as u32 words of two elements */
+    bool swiglu, opaque;           /* opaque: whole fragments from the buffers (skinny_opaque) */
+    ir_type ta, tb;                /* the A and B fragment types */
+    ir_buf w, wu, x, y, info, b, res; /* w, wu and x as u32 words of two elements (opaque: of dtype) */
     ir_shm sums; /* [slice][frag_rows rows][n_max tokens], f32 */
     ir_val r0, n;
     ir_val w_lane, x_lane; /* the lane's first word of W (row r0 + g) and of X (token g) */
@@ -136,7 +153,8 @@ typedef struct skinny {
 
 #define W_LOADS (SKINNY_ROW_FRAGS * 2 * SKINNY_MAX_WIDE) /* loads of W a step: rows g, g + 8 of each row fragment */
 #define X_LOADS (SKINNY_MAX / SKINNY_TOKENS * SKINNY_MAX_WIDE) /* of X: token g of each live token fragment */
-#define STEP_LOADS (W_LOADS + X_LOADS)
+#define FRAG_LOADS (2 * SKINNY_MAX_WIDE * (SKINNY_ROW_FRAGS + SKINNY_MAX / SKINNY_TOKENS)) /* opaque, a step */
+#define STEP_LOADS (FRAG_LOADS > W_LOADS + X_LOADS ? FRAG_LOADS : W_LOADS + X_LOADS) /* either path */
 #define MAX_ACC (SKINNY_ROW_FRAGS * SKINNY_MAX / SKINNY_TOKENS)
 #define DEPTH_REGS 96 /* registers for the loads in flight, where the depth is not forced */
 
@@ -168,8 +186,7 @@ static ir_val pair_elems(const skinny *q, ir_val wa, ir_val wb) {
 /* acc[i * nf + j] += the step's products (ld: its loads, load_step) */
 static void step_products(const skinny *q, const ir_val *ld, uint32_t nf, ir_val *acc) {
     kx k = q->k;
-    ir_type ta = ir_t_frag(k.ir, IR_FRAG_A, q->dtype, SKINNY_ROWS, SKINNY_TOKENS, 16);
-    ir_type tb = ir_t_frag(k.ir, IR_FRAG_B, q->dtype, SKINNY_ROWS, SKINNY_TOKENS, 16);
+    ir_type ta = q->ta, tb = q->tb;
     uint32_t wd = q->wide;
     const ir_val *xw = ld + q->row_frags * 2 * wd;
     for (uint32_t p = 0; p < 2 * wd; p++) { /* product p: load v = p / 2, its words 2h, 2h + 1 */
@@ -192,11 +209,50 @@ static void step_products(const skinny *q, const ir_val *ld, uint32_t nf, ir_val
     }
 }
 
+/* Opaque fragments: the step at word offset c (column 2c of the slice) is 2 * wide
+ * 16-column fragments of W (each row fragment: rows r0 + 16i, or SwiGLU's gate and up
+ * rows r0) and of X (token fragment j: tokens j * tok.., X's rows read as B's columns),
+ * loaded whole, 16 bytes a lane (every base and the stride are multiples of 32 elements:
+ * cols is, and so are the slices and steps); out[kf * (row_frags + nf) + i], the token
+ * fragments after the rows. */
+static void frag_load_step(const skinny *q, ir_val c, uint32_t nf, ir_val *out) {
+    kx k = q->k;
+    ir_val col = kx_add(k, q->w_lane, kx_mul_c(k, c, 2)), xcol = kx_mul_c(k, c, 2), stride = kx_u32(k, q->cols);
+    uint32_t per = q->row_frags + nf;
+    for (uint32_t kf = 0; kf < 2 * q->wide; kf++) {
+        for (uint32_t i = 0; i < q->row_frags; i++) {
+            bool up = q->swiglu && i == 1;
+            ir_val at = kx_add_c(k, col, (up ? 0 : i * SKINNY_ROWS * q->cols) + kf * 16);
+            out[kf * per + i] = ir_frag_load_aligned(k.ir, q->ta, up ? q->wu : q->w, at, stride, true);
+        }
+        for (uint32_t j = 0; j < nf; j++) {
+            ir_val at = kx_add_c(k, xcol, j * q->tok * q->cols + kf * 16);
+            out[kf * per + q->row_frags + j] = ir_frag_load_aligned(k.ir, q->tb, q->x, at, stride, false);
+        }
+    }
+}
+
+static void frag_step_products(const skinny *q, const ir_val *ld, uint32_t nf, ir_val *acc) {
+    uint32_t per = q->row_frags + nf;
+    for (uint32_t kf = 0; kf < 2 * q->wide; kf++)
+        for (uint32_t j = 0; j < nf; j++)
+            for (uint32_t i = 0; i < q->row_frags; i++)
+                acc[i * nf + j] = ir_frag_mma(q->k.ir, ld[kf * per + i], ld[kf * per + q->row_frags + j], acc[i * nf + j]);
+}
+
+/* Values a step loads: u32x4 words (rows g, g + 8 of each row fragment, token g of each
+ * token fragment, wide of each), or opaque fragments (every row and token fragment for
+ * each of 2 * wide column fragments). */
+static uint32_t step_loads(const skinny *q, uint32_t nf) {
+    return q->opaque ? 2 * q->wide * (q->row_frags + nf) : (q->row_frags * 2 + nf) * q->wide;
+}
+
 /* Steps of loads in flight for nf token fragments: the forced depth, else as many as
- * DEPTH_REGS registers hold (4 a load), 1..SKINNY_MAX_DEPTH. */
+ * DEPTH_REGS registers hold (4 a load: a u32x4, or an opaque fragment's 8 or fewer
+ * 16-bit elements a lane), 1..SKINNY_MAX_DEPTH. */
 static uint32_t depth_for(const skinny *q, uint32_t nf) {
     if (q->depth) return q->depth;
-    uint32_t d = DEPTH_REGS / ((q->row_frags * 2 + nf) * 4 * q->wide);
+    uint32_t d = DEPTH_REGS / (step_loads(q, nf) * 4);
     return d < 1 ? 1 : d > SKINNY_MAX_DEPTH ? SKINNY_MAX_DEPTH : d;
 }
 
@@ -207,13 +263,14 @@ static void slice_products(const skinny *q, uint32_t nf, ir_val *acc) {
     kx k = q->k;
     uint32_t sw = SKINNY_STEP / 2 * q->wide; /* words a step */
     uint32_t per = q->cols / q->slices / 2, steps = per / sw, n_acc = q->row_frags * nf;
-    uint32_t n_ld = (q->row_frags * 2 + nf) * q->wide, depth = depth_for(q, nf), n_carry = n_acc + depth * n_ld;
+    uint32_t n_ld = step_loads(q, nf), depth = depth_for(q, nf), n_carry = n_acc + depth * n_ld;
+    void (*load)(const skinny *, ir_val, uint32_t, ir_val *) = q->opaque ? frag_load_step : load_step;
     ir_val first = kx_mul_c(k, kx_sg_id(k), per), last_step = kx_add_c(k, first, per - sw);
     ir_val carry[MAX_ACC + SKINNY_MAX_DEPTH * STEP_LOADS], next[MAX_ACC + SKINNY_MAX_DEPTH * STEP_LOADS];
     ir_val cur[STEP_LOADS];
     for (uint32_t j = 0; j < n_acc; j++) carry[j] = acc[j];
     for (uint32_t d = 0; d < depth; d++)
-        load_step(q, kx_add_c(k, first, (d < steps ? d : steps - 1) * sw), nf, carry + n_acc + d * n_ld);
+        load(q, kx_add_c(k, first, (d < steps ? d : steps - 1) * sw), nf, carry + n_acc + d * n_ld);
     ir_for *l = ir_for_begin(k.ir, first, kx_add_c(k, first, per), kx_u32(k, sw), n_carry, carry);
     ir_val c = ir_for_iv(l);
     for (uint32_t j = 0; j < n_carry; j++) next[j] = ir_for_arg(l, j);
@@ -221,13 +278,13 @@ static void slice_products(const skinny *q, uint32_t nf, ir_val *acc) {
     /* the ring moves down one step; the step depth ahead is loaded before the products */
     for (uint32_t d = 0; d + 1 < depth; d++)
         for (uint32_t i = 0; i < n_ld; i++) next[n_acc + d * n_ld + i] = next[n_acc + (d + 1) * n_ld + i];
-    load_step(q, kx_min(k, kx_add_c(k, c, depth * sw), last_step), nf, next + n_acc + (depth - 1) * n_ld);
-    step_products(q, cur, nf, next);
+    load(q, kx_min(k, kx_add_c(k, c, depth * sw), last_step), nf, next + n_acc + (depth - 1) * n_ld);
+    (q->opaque ? frag_step_products : step_products)(q, cur, nf, next);
     ir_for_end(k.ir, l, next);
     for (uint32_t j = 0; j < n_acc; j++) acc[j] = ir_for_result(l, j);
 }
 
-/* The block's products where (n + 7) / 8 == nf, its sums stored for the slice: slice s's
+/* The block's products where (n + tok - 1) / tok == nf, its sums stored for the slice: slice s's
  * frag_rows x n_max sums (rows x tokens) at s * frag_rows * n_max (token fragments past
  * nf are not written and reach no stored output). */
 static void products_for(const skinny *q, uint32_t nf, ir_val zero) {
@@ -238,7 +295,7 @@ static void products_for(const skinny *q, uint32_t nf, ir_val zero) {
     ir_val base = kx_mul_c(k, kx_sg_id(k), q->frag_rows * q->n_max), stride = kx_u32(k, q->n_max);
     for (uint32_t i = 0; i < q->row_frags; i++)
         for (uint32_t j = 0; j < nf; j++) {
-            ir_val at = kx_add_c(k, base, i * SKINNY_ROWS * q->n_max + j * SKINNY_TOKENS);
+            ir_val at = kx_add_c(k, base, i * SKINNY_ROWS * q->n_max + j * q->tok);
             ir_frag_store(k.ir, acc[i * nf + j], true, q->sums, at, stride, true);
         }
 }
@@ -288,20 +345,26 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
     if (!kn_matmul_skinny_ok(c, rows, cols, n_max, dtype) || !skinny_pick(c, rows, cols, n_max, swiglu, &g)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED,
                   "kn_matmul_skinny: %u x %u for %u tokens does not tile (rows of 16, columns of 32 per slice, "
-                  "8..64 tokens in eights) or the caps lack 16x8x16 %s fragments in subgroups of 32",
+                  "up to 64 tokens in whole fragments) or the caps lack 16x8x16 %s fragments (CUDA: in subgroups "
+                  "of 32; elsewhere also 16x16x16)",
                   rows, cols, n_max, ir_scalar_name(dtype));
         return NULL;
     }
+    const rt_mma_shape *s = skinny_shape(c, dtype);
     skinny q = {.rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype, .epi = epi, .row_frags = g.row_frags,
-                .slices = g.slices, .depth = g.depth, .wide = g.wide, .swiglu = swiglu};
+                .slices = g.slices, .depth = g.depth, .wide = g.wide, .swiglu = swiglu, .tok = s->n,
+                .opaque = skinny_opaque(c)};
     q.frag_rows = q.row_frags * SKINNY_ROWS;
     q.tile_rows = swiglu ? SKINNY_ROWS : q.frag_rows;
     q.k = (kx){kn_create("kn_matmul_skinny", err), c};
     if (!q.k.ir) return NULL;
     kx k = q.k;
-    q.w = kx_buffer(k, "W", IR_U32, IR_READ, (uint64_t)rows * cols / 2);
-    if (swiglu) q.wu = kx_buffer(k, "Wu", IR_U32, IR_READ, (uint64_t)rows * cols / 2);
-    q.x = kx_buffer(k, "X", IR_U32, IR_READ, (uint64_t)n_max * cols / 2);
+    /* u32 words of two elements where the kernel reads the elements itself */
+    ir_scalar in = q.opaque ? dtype : IR_U32;
+    uint64_t per_word = q.opaque ? 1 : 2;
+    q.w = kx_buffer(k, "W", in, IR_READ, (uint64_t)rows * cols / per_word);
+    if (swiglu) q.wu = kx_buffer(k, "Wu", in, IR_READ, (uint64_t)rows * cols / per_word);
+    q.x = kx_buffer(k, "X", in, IR_READ, (uint64_t)n_max * cols / per_word);
     q.y = kx_buffer(k, "Y", dtype, IR_WRITE, (uint64_t)n_max * rows);
     q.info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
     if (epi & KN_EPI_BIAS) q.b = kx_buffer(k, "b", dtype, IR_READ, rows);
@@ -314,16 +377,20 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
     ir_val lg = kx_shr_c(k, lane, 2), lt4 = kx_mul_c(k, kx_and_c(k, lane, 3), 4 * q.wide);
     q.n = kx_min(k, kx_load(k, q.info, kx_u32(k, 1), 1), kx_u32(k, n_max));
     q.r0 = kx_group_times(k, 0, q.tile_rows);
-    q.w_lane = kx_add(k, kx_mul_c(k, kx_add(k, q.r0, lg), cols / 2), lt4);
-    q.x_lane = kx_add(k, kx_mul_c(k, lg, cols / 2), lt4);
-
-    const rt_mma_shape *s = skinny_shape(c, dtype);
+    if (q.opaque) { /* the subgroup's W element at row r0, column 0 */
+        q.w_lane = kx_mul_c(k, q.r0, cols);
+    } else {
+        q.w_lane = kx_add(k, kx_mul_c(k, kx_add(k, q.r0, lg), cols / 2), lt4);
+        q.x_lane = kx_add(k, kx_mul_c(k, lg, cols / 2), lt4);
+    }
+    q.ta = ir_t_frag(k.ir, IR_FRAG_A, dtype, s->m, s->n, s->k);
+    q.tb = ir_t_frag(k.ir, IR_FRAG_B, dtype, s->m, s->n, s->k);
     ir_type tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, s->m, s->n, s->k);
     ir_val zero = ir_frag_fill(k.ir, tc, kx_f32(k, 0.0f));
-    /* one path per count of live token fragments (n + 7) / 8, each with only its loads
-     * and products: no branches in the loop, only the registers it needs */
-    ir_val n_frags = kx_shr_c(k, kx_add_c(k, q.n, SKINNY_TOKENS - 1), 3);
-    for (uint32_t nf = 1; nf <= n_max / SKINNY_TOKENS; nf++) {
+    /* one path per count of live token fragments (n + tok - 1) / tok, each with only its
+     * loads and products: no branches in the loop, only the registers it needs */
+    ir_val n_frags = kx_div_c(k, kx_add_c(k, q.n, q.tok - 1), q.tok);
+    for (uint32_t nf = 1; nf <= n_max / q.tok; nf++) {
         ir_if *f = kx_if(k, kx_eq_c(k, n_frags, nf));
         products_for(&q, nf, zero);
         kx_end_if(k, f);

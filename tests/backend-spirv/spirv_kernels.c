@@ -428,7 +428,9 @@ ir_kernel *k_push(void) {
 
 /* A 16x16 (per subgroup) tile product over K: A from a buffer (row-major), B from
  * workgroup memory (column-major), the accumulator carried through the loop. */
-ir_kernel *frag_kernel(const char *name, ir_scalar ab, ir_scalar acc, uint32_t M, uint32_t N, uint32_t K) {
+/* aligned: A's loads by ir_frag_load_aligned (16-byte words) */
+static ir_kernel *frag_kernel_of(const char *name, ir_scalar ab, ir_scalar acc, uint32_t M, uint32_t N, uint32_t K,
+                                 bool aligned) {
     ir_kernel *k = ir_kernel_create(name);
     ir_buf a = ir_param_buffer(k, "a", ab, IR_READ);
     ir_buf b = ir_param_buffer(k, "b", ab, IR_READ);
@@ -446,7 +448,8 @@ ir_kernel *frag_kernel(const char *name, ir_scalar ab, ir_scalar acc, uint32_t M
     ir_val zero = acc == IR_F32 ? CF(0) : ir_convert(k, CF(0), ir_t_scalar(k, acc));
     ir_val init[1] = {ir_frag_fill(k, tc, zero)};
     ir_for *f = ir_for_begin(k, CU(0), CU(4), CU(1), 1, init);
-    ir_val fa = ir_frag_load(k, ta, false, a, BIN(MUL, ir_for_iv(f), CU(M * K)), CU(K), true);
+    ir_val at = BIN(MUL, ir_for_iv(f), CU(M * K));
+    ir_val fa = aligned ? ir_frag_load_aligned(k, ta, a, at, CU(K), true) : ir_frag_load(k, ta, false, a, at, CU(K), true);
     ir_val fb = ir_frag_load(k, tb, true, sb, CU(0), CU(K), false);
     ir_val y[1] = {ir_frag_mma(k, fa, fb, ir_for_arg(f, 0))};
     ir_for_end(k, f, y);
@@ -456,6 +459,10 @@ ir_kernel *frag_kernel(const char *name, ir_scalar ab, ir_scalar acc, uint32_t M
     ir_store(k, c, BIN(ADD, l, CU(M * N)), ir_shm_load(k, sc, l, 1));
     return k;
 }
+ir_kernel *frag_kernel(const char *name, ir_scalar ab, ir_scalar acc, uint32_t M, uint32_t N, uint32_t K) {
+    return frag_kernel_of(name, ab, acc, M, N, K, false);
+}
+ir_kernel *k_frag_aligned(ir_scalar ab) { return frag_kernel_of("frag_aligned", ab, IR_F32, 16, 16, 16, true); }
 ir_kernel *k_frag_f16(void) { return frag_kernel("frag_f16", IR_F16, IR_F32, 16, 16, 16); }
 ir_kernel *k_frag_bf16(void) { return frag_kernel("frag_bf16", IR_BF16, IR_F32, 16, 16, 16); }
 ir_kernel *k_frag_f16acc(void) { return frag_kernel("frag_f16acc", IR_F16, IR_F16, 16, 8, 16); }

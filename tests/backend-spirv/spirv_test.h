@@ -89,6 +89,7 @@ ir_kernel *k_control(void);
 ir_kernel *k_spec(void);
 ir_kernel *k_push(void);
 ir_kernel *frag_kernel(const char *name, ir_scalar ab, ir_scalar acc, uint32_t M, uint32_t N, uint32_t K);
+ir_kernel *k_frag_aligned(ir_scalar ab); /* A loaded by ir_frag_load_aligned */
 ir_kernel *k_frag_f16(void);
 ir_kernel *k_frag_bf16(void);
 ir_kernel *k_frag_f16acc(void);

@@ -175,6 +175,50 @@ Test(spirv, refuses_fragment_shape_not_offered) {
     expect_refusal(k_frag_f16(), &c, "f16");
 }
 
+/* ir_frag_load_aligned reads the buffer through its view as 16-byte words, base and stride
+ * in words (elements / 8); the plain load through 16-bit elements. Both validate. */
+Test(spirv, aligned_fragment_loads_read_16_byte_words) {
+    rt_caps c;
+    caps_fill(&c, CAPS_H200);
+    for (int aligned = 0; aligned < 2; aligned++) {
+        /* f16: Debian's SPIRV-Tools cannot disassemble bf16 cooperative matrices */
+        ir_kernel *k = aligned ? k_frag_aligned(IR_F16) : k_frag_f16();
+        kiln_err err = {0};
+        char *p = ir_print(k);
+        cr_assert(p);
+        cr_expect(!strstr(p, "aligned16") == !aligned, "%s", p);
+        free(p);
+        spv_module m;
+        cr_assert_eq(spv_emit(k, &c, &m, &err), 0, "%s", err.msg);
+        /* Debian's SPIRV-Tools predate cooperative matrices: read the words themselves */
+        bool w4_named = false, stride16 = false, coop_load = false;
+        const char *bytes = (const char *)m.words;
+        for (size_t i = 0; i + 5 <= m.n * 4; i++) w4_named |= !memcmp(bytes + i, "a_w4", 5);
+        for (size_t i = 5; i < m.n;) {
+            uint32_t op = m.words[i] & 0xffff, len = m.words[i] >> 16;
+            if (!len) break;
+            if (op == 71 && len == 4 && m.words[i + 2] == 6 && m.words[i + 3] == 16) /* OpDecorate ArrayStride 16 */
+                stride16 = true;
+            coop_load |= op == 4457; /* OpCooperativeMatrixLoadKHR */
+            i += len;
+        }
+        cr_expect(w4_named == (aligned != 0) && stride16 == (aligned != 0), "aligned %d: view %d, stride 16 %d",
+                  aligned, w4_named, stride16);
+        cr_expect(coop_load);
+        if (spv_validate(&m, &err)) cr_expect(spv_needs_newer_tools(&m), "%s", err.msg);
+        spv_module_free(&m);
+        ir_kernel_destroy(k);
+    }
+    /* 16-bit buffers only */
+    ir_kernel *k = ir_kernel_create("bad_aligned");
+    ir_buf f = ir_param_buffer(k, "f", IR_F32, IR_READ);
+    ir_set_workgroup(k, 32, 1, 1);
+    ir_type ta = ir_t_frag(k, IR_FRAG_A, IR_F16, 16, 16, 16);
+    cr_assert_eq(ir_frag_load_aligned(k, ta, f, CU(0), CU(16), true), IR_NONE);
+    cr_assert(strstr(ir_kernel_error(k), "ir_frag_load_aligned"), "%s", ir_kernel_error(k));
+    ir_kernel_destroy(k);
+}
+
 /* warpgroup products are sm_90a's: refused by name */
 Test(spirv, refuses_warpgroup_products) {
     rt_caps c;

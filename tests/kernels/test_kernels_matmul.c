@@ -197,31 +197,38 @@ Test(kernels_matmul, other_variants_on_coopmat_devices, .timeout = 600) {
 
 /* ---- the skinny products of short blocks ------------------------------------------------ */
 
-/* Where the device offers them (CUDA, 16x8x16 fragments): rows of 16, cols of 16 with 1, 2
- * and 8 slices, n_max 8 to 64, every epilogue, and n below, at and past whole fragments. */
+/* Where the device offers them (CUDA's 16x8x16 fragments, or cooperative matrices of 16 x 8
+ * or 16 x 16 x 16): rows of 16, cols of 16 with 1, 2 and 8 slices, n_max 8 to 64 where it
+ * is whole fragments of tokens, every epilogue, and n below, at and past whole fragments. */
 Test(kernels_matmul, skinny_on_the_device, .timeout = 600) {
     rt_device *d = tu_vk_open_or_skip(NULL);
-    if (!kn_matmul_skinny_ok(&d->caps, 16, 16, 8, IR_BF16)) {
+    if (!kn_matmul_skinny_ok(&d->caps, 16, 32, 16, IR_BF16)) {
         d->ops->destroy(d);
-        cr_skip_test("the device has no skinny products (CUDA's 16x8x16 fragments)");
+        cr_skip_test("the device has no skinny products (16x8x16 or 16x16x16 matrix fragments)");
     }
     tu_seed(36);
-    static const mm_shape sk[] = {{16, 32, 8},    {48, 160, 24},   {272, 1024, 64},
-                                  {32, 1056, 32}, {1024, 128, 64}, {16, 2048, 16}};
-    static const uint32_t ns[] = {1, 7, 8, 9, 23, 24, 33, 64};
+    static const mm_shape sk[] = {{16, 32, 8},     {48, 160, 24},  {272, 1024, 64}, {32, 1056, 32},
+                                  {1024, 128, 64}, {16, 2048, 16}, {80, 352, 48}};
+    static const uint32_t ns[] = {1, 7, 8, 9, 17, 23, 24, 33, 64};
+    uint32_t ran = 0;
     for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++)
-        for (size_t ti = 0; ti < 2; ti++)
+        for (size_t ti = 0; ti < 2; ti++) {
+            /* n_max in whole token fragments: 16 on Vulkan's bf16 */
+            if (!kn_matmul_skinny_ok(&d->caps, sk[i].rows, sk[i].cols, sk[i].n_max, dtypes[ti])) continue;
             product_case(kn_matmul_skinny, d, sk[i], dtypes[ti], (unsigned)(i + ti) % 4, ns, sizeof ns / sizeof ns[0],
                          NULL);
+            ran++;
+        }
+    cr_assert_geq(ran, 8, "only %u of the shapes ran", ran);
     /* forced configurations (KILN_SKINNY): row fragments, slices, steps in flight, where a
      * slice has fewer steps than are in flight, one step, 16 slices, and steps of 64 columns */
     static const char *forced[] = {"1,1,1", "2,2,4", "2,16,3", "1,4,2", "2,4,2,2", "1,2,1,2"};
-    static const mm_shape fs = {64, 2048, 40};
-    static const uint32_t fns[] = {1, 17, 40};
+    static const mm_shape fs = {64, 2048, 48};
+    static const uint32_t fns[] = {1, 17, 40, 48};
     for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++) {
         setenv("KILN_SKINNY", forced[i], 1);
-        product_case(kn_matmul_skinny, d, fs, dtypes[i % 2], (unsigned)i % 4, fns, 3, forced[i]);
-        product_case(kn_matmul_skinny, d, (mm_shape){32, 64, 8}, dtypes[i % 2], 0, fns, 1, forced[i]);
+        product_case(kn_matmul_skinny, d, fs, dtypes[i % 2], (unsigned)i % 4, fns, 4, forced[i]);
+        product_case(kn_matmul_skinny, d, (mm_shape){32, 64, 16}, dtypes[i % 2], 0, fns, 1, forced[i]);
     }
     unsetenv("KILN_SKINNY");
     d->ops->destroy(d);
@@ -292,15 +299,18 @@ static void swiglu_case(mm_builder build, rt_device *d, mm_shape s, ir_scalar t,
 
 Test(kernels_matmul, skinny_swiglu_on_the_device, .timeout = 600) {
     rt_device *d = tu_vk_open_or_skip(NULL);
-    if (!kn_matmul_skinny_ok(&d->caps, 16, 32, 8, IR_BF16)) {
+    if (!kn_matmul_skinny_ok(&d->caps, 16, 32, 16, IR_BF16)) {
         d->ops->destroy(d);
-        cr_skip_test("the device has no skinny products (CUDA's 16x8x16 fragments)");
+        cr_skip_test("the device has no skinny products (16x8x16 or 16x16x16 matrix fragments)");
     }
     tu_seed(37);
-    static const mm_shape sk[] = {{16, 32, 8}, {48, 160, 24}, {272, 1024, 64}, {1040, 256, 40}};
+    static const mm_shape sk[] = {{16, 32, 8}, {48, 160, 24}, {272, 1024, 64}, {1040, 256, 40}, {48, 96, 32}};
     static const uint32_t ns[] = {1, 8, 9, 24, 33, 64};
+    uint32_t ran = 0;
     for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++)
-        swiglu_case(kn_matmul_skinny, d, sk[i], dtypes[i % 2], ns, 6);
+        if (kn_matmul_skinny_ok(&d->caps, sk[i].rows, sk[i].cols, sk[i].n_max, dtypes[i % 2]))
+            swiglu_case(kn_matmul_skinny, d, sk[i], dtypes[i % 2], ns, 6), ran++;
+    cr_assert_geq(ran, 2, "only %u of the shapes ran", ran);
     setenv("KILN_SKINNY", "2,16,1", 1); /* 16 slices, one step in flight */
     swiglu_case(kn_matmul_skinny, d, (mm_shape){32, 1024, 16}, IR_BF16, ns, 6);
     unsetenv("KILN_SKINNY");
@@ -338,9 +348,22 @@ Test(kernels_matmul, skinny_builds_and_refuses) {
         ir_kernel_destroy(sw);
         cr_assert_null(kn_matmul_skinny(&c, 1024, 1024, 32, IR_BF16, KN_EPI_SWIGLU | KN_EPI_BIAS, g, &err));
     }
+    /* Vulkan with cooperative matrices (the H200's driver): whole fragments from the buffers,
+     * 16x8x16 for f16, 16x16x16 for bf16, so bf16 takes token counts of 16 only */
     rt_caps v;
-    tu_caps_h200(&v); /* Vulkan, with cooperative matrices: not yet (issue 16) */
-    cr_assert_not(kn_matmul_skinny_ok(&v, 1024, 1024, 32, IR_F16));
+    tu_caps_h200(&v);
+    for (size_t ti = 0; ti < 2; ti++)
+        for (unsigned epi = 0; epi < 5; epi++) {
+            unsigned e = epi == 4 ? KN_EPI_SWIGLU : epi;
+            ir_kernel *k = kn_matmul_skinny(&v, 1024, 3584, 64, dtypes[ti], e, g, &err);
+            tu_emit_ok(k, &v, err.msg, "skinny vulkan");
+        }
+    cr_assert(kn_matmul_skinny_ok(&v, 1024, 1024, 24, IR_F16));
+    cr_assert_not(kn_matmul_skinny_ok(&v, 1024, 1024, 24, IR_BF16));
+    cr_assert(kn_matmul_skinny_ok(&v, 1024, 1024, 32, IR_BF16));
+    rt_caps lp;
+    tu_caps_min(&lp); /* no cooperative matrices */
+    cr_assert_not(kn_matmul_skinny_ok(&lp, 1024, 1024, 32, IR_F16));
 }
 
 /* ---- the pipeline of asynchronous copies (CUDA, sm_80+) ------------------------------------- */
