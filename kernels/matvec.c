@@ -261,10 +261,10 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
          * where kn_matvec_strided (a grid smaller than *groups_x amortizes the prologue
          * over more rows), else a subgroup past the last row skips its row: no barrier
          * past the prologue */
-        uint32_t rpw = wg / sg, nr = strided ? 1 : rows_per_subgroup(c, rows, cols, rpw, wide, swi);
+        uint32_t rpw = wg / sg, nr = rows_per_subgroup(c, rows, cols, rpw, wide, swi);
         ir_val sg_id = kx_sg_id(k);
         ir_val row0 = kx_mul_c(k, kx_add(k, kx_group_times(k, 0, rpw), sg_id), nr);
-        ir_val stride = kx_n_groups_times(k, rpw), row = row0;
+        ir_val stride = kx_n_groups_times(k, rpw * nr), row = row0;
         ir_for *each = strided ? kx_for(k, row0, kx_u32(k, rows), stride, &row) : NULL;
         ir_if *in = strided ? NULL : kx_if(k, kx_lt_c(k, row0, rows));
         ir_val lane = kx_sg_lane(k);
