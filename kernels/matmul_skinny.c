@@ -42,7 +42,7 @@
 #include <stdlib.h>
 
 #define SKINNY_ROWS 16     /* rows of Y per row fragment: the fragments' M */
-#define SKINNY_ROW_FRAGS 2 /* row fragments per workgroup at most */
+#define SKINNY_ROW_FRAGS 4 /* row fragments per workgroup at most (1, 2 or 4) */
 #define SKINNY_TOKENS 8    /* tokens per B fragment: its N */
 #define SKINNY_STEP 32     /* columns per step: two 16-deep products */
 #define SKINNY_MAX 64      /* tokens per block at most (8 accumulators per lane) */
@@ -82,8 +82,9 @@ static uint32_t sums_bytes(const skinny_cfg *g, uint32_t n_max) {
 /* swiglu: the gate's and the up's 16 rows, two fragments, for 16 rows of Y */
 static bool cfg_fits(const rt_caps *c, const skinny_cfg *g, uint32_t rows, uint32_t cols, uint32_t n_max,
                      bool swiglu) {
-    uint32_t wg = g->slices * c->subgroup_size, out_rows = swiglu ? SKINNY_ROWS : g->row_frags * SKINNY_ROWS;
-    return g->row_frags >= 1 && g->row_frags <= SKINNY_ROW_FRAGS && (!swiglu || g->row_frags == 2) &&
+    uint32_t wg = g->slices * c->subgroup_size, out_rows = g->row_frags * SKINNY_ROWS / (swiglu ? 2 : 1);
+    bool frags_ok = g->row_frags == 1 || g->row_frags == 2 || g->row_frags == 4;
+    return frags_ok && (!swiglu || g->row_frags >= 2) &&
            rows % out_rows == 0 &&
            g->wide >= 1 && g->wide <= SKINNY_MAX_WIDE && g->slices >= 1 && g->slices <= SKINNY_MAX_SLICES &&
            cols % (g->slices * SKINNY_STEP * g->wide) == 0 &&
@@ -114,7 +115,7 @@ static bool skinny_pick(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t
      * 1.4 waves (two workgroups an SM), else 8 */
     g->row_frags = swiglu || (rows % (2 * SKINNY_ROWS) == 0 && rows / (2 * SKINNY_ROWS) * 2 >= units) ? 2 : 1;
     g->depth = 0; /* by the registers (depth_for) */
-    uint32_t wgs = rows / (swiglu ? SKINNY_ROWS : g->row_frags * SKINNY_ROWS);
+    uint32_t wgs = rows / (g->row_frags * SKINNY_ROWS / (swiglu ? 2 : 1));
     /* steps of 64 columns where the slices split into them (the H200, 24 tokens: qwen3-8b's
      * layer 132.8 -> 118.4 us, qwen3-4b's pp24 +12%) */
     for (g->slices = wgs * 10 >= units * 14 ? SKINNY_SLICES / 2 : SKINNY_SLICES; g->slices >= 1; g->slices /= 2)
@@ -165,11 +166,10 @@ static void load_step(const skinny *q, ir_val c, uint32_t nf, ir_val *out) {
     kx k = q->k;
     ir_val wat = kx_add(k, q->w_lane, c), xat = kx_add(k, q->x_lane, c);
     uint32_t nw = q->row_frags * 2, wd = q->wide;
-    for (uint32_t i = 0; i < nw; i++) { /* SwiGLU: the gate's rows g, g + 8, then the up's */
-        uint32_t r8 = q->swiglu ? i % 2 : i;
+    for (uint32_t i = 0; i < nw; i++) { /* SwiGLU: the gate's fragments' rows g, g + 8, then the up's */
+        uint32_t f = i / 2, up = q->swiglu && f >= q->row_frags / 2, r8 = 2 * (up ? f - q->row_frags / 2 : f) + i % 2;
         for (uint32_t v = 0; v < wd; v++)
-            out[i * wd + v] = kx_load(k, q->swiglu && i >= 2 ? q->wu : q->w,
-                                      kx_add_c(k, wat, r8 * 8 * q->cols / 2 + 4 * v), 4);
+            out[i * wd + v] = kx_load(k, up ? q->wu : q->w, kx_add_c(k, wat, r8 * 8 * q->cols / 2 + 4 * v), 4);
     }
     for (uint32_t j = 0; j < nf; j++)
         for (uint32_t v = 0; v < wd; v++)
@@ -221,8 +221,9 @@ static void frag_load_step(const skinny *q, ir_val c, uint32_t nf, ir_val *out) 
     uint32_t per = q->row_frags + nf;
     for (uint32_t kf = 0; kf < 2 * q->wide; kf++) {
         for (uint32_t i = 0; i < q->row_frags; i++) {
-            bool up = q->swiglu && i == 1;
-            ir_val at = kx_add_c(k, col, (up ? 0 : i * SKINNY_ROWS * q->cols) + kf * 16);
+            bool up = q->swiglu && i >= q->row_frags / 2;
+            uint32_t f = up ? i - q->row_frags / 2 : i;
+            ir_val at = kx_add_c(k, col, f * SKINNY_ROWS * q->cols + kf * 16);
             out[kf * per + i] = ir_frag_load_aligned(k.ir, q->ta, up ? q->wu : q->w, at, stride, true);
         }
         for (uint32_t j = 0; j < nf; j++) {
@@ -324,7 +325,7 @@ static void out_item(const skinny *q, ir_val i, uint32_t lanes) {
     for (uint32_t l = 0; l < lanes; l++) {
         ir_val sum = slice_sum(q, kx_add_c(k, rl, l), t);
         if (q->swiglu) {
-            ir_val up = slice_sum(q, kx_add_c(k, rl, SKINNY_ROWS + l), t);
+            ir_val up = slice_sum(q, kx_add_c(k, rl, q->tile_rows + l), t); /* the up's rows follow the gate's */
             ir_val g = kx_as(k, kx_as(k, sum, q->dtype), IR_F32), u = kx_as(k, kx_as(k, up, q->dtype), IR_F32);
             o[l] = kx_as(k, kn_silu_mul(k, g, u), q->dtype);
             continue;
@@ -355,7 +356,7 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
                 .slices = g.slices, .depth = g.depth, .wide = g.wide, .swiglu = swiglu, .tok = s->n,
                 .opaque = skinny_opaque(c)};
     q.frag_rows = q.row_frags * SKINNY_ROWS;
-    q.tile_rows = swiglu ? SKINNY_ROWS : q.frag_rows;
+    q.tile_rows = swiglu ? q.frag_rows / 2 : q.frag_rows;
     q.k = (kx){kn_create("kn_matmul_skinny", err), c};
     if (!q.k.ir) return NULL;
     kx k = q.k;
