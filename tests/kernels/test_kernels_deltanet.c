@@ -121,6 +121,11 @@ Test(kernels_deltanet, conv_odd_sizes_with_state, .timeout = 120) {
         conv_case(d, 37, 4, 9, ns, 5, IR_BF16, block);
         conv_case(d, 300, 2, 9, ns, 5, IR_F16, block);
         conv_case(d, 1, 8, 9, ns, 5, IR_BF16, block);
+        /* groups of 8 tokens: whole, partial and past n; channel pairs */
+        static const uint32_t ns24[] = {24, 17, 8, 1, 23};
+        conv_case(d, 130, 4, 24, ns24, 5, IR_BF16, block);
+        static const uint32_t ns17[] = {17, 9, 1, 16};
+        conv_case(d, 66, 3, 17, ns17, 4, IR_F16, block);
     }
     d->ops->destroy(d);
 }
