@@ -109,7 +109,9 @@ ir_kernel *kn_matmul_wg(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t
  * cols of 32, n_max up to 64 in whole fragments of 8 (or 16) tokens, and the f32 sums
  * within workgroup memory (for every epilogue). Epilogues BIAS, RESIDUAL, or SWIGLU:
  * W the gate and Wu (rows x cols, read) the up, Y = silu(round(W X)) * round(Wu X)
- * rounded, as separate products and kn_swiglu give. Grid: groups = {groups[0], 1}. */
+ * rounded, as separate products and kn_swiglu give. Grid: groups = {groups[0], 1}; past
+ * 64 tokens, n_max a multiple of 64 runs blocks of 64 on y: {groups[0], n_max / 64} (a
+ * product of few rows, whose tiled kernel's grid would leave the device idle). */
 bool kn_matmul_skinny_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype);
 ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
                             unsigned epi, uint32_t groups[2], kiln_err *err);

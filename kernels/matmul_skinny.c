@@ -124,8 +124,10 @@ static bool skinny_pick(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t
     return false;
 }
 
-bool kn_matmul_skinny_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype) {
+bool kn_matmul_skinny_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_all, ir_scalar dtype) {
     const rt_mma_shape *s = c ? skinny_shape(c, dtype) : NULL;
+    /* past 64 tokens, blocks of 64 on the grid's y */
+    uint32_t n_max = n_all > SKINNY_MAX && n_all % SKINNY_MAX == 0 ? SKINNY_MAX : n_all;
     /* CUDA's path reads the fragments' elements as subgroups of 32 hold them */
     if (!s || (!skinny_opaque(c) && c->subgroup_size != 32)) return false;
     if (rows == 0 || rows % SKINNY_ROWS || cols == 0 || cols % SKINNY_STEP || n_max == 0 || n_max % s->n ||
@@ -133,7 +135,8 @@ bool kn_matmul_skinny_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_
         return false;
     skinny_cfg g;
     if (!skinny_pick(c, rows, cols, n_max, false, &g) || !skinny_pick(c, rows, cols, n_max, true, &g)) return false;
-    return (uint64_t)rows * cols <= UINT32_MAX && (uint64_t)n_max * cols <= UINT32_MAX;
+    return (uint64_t)rows * cols <= UINT32_MAX && (uint64_t)n_all * cols <= UINT32_MAX &&
+           (uint64_t)n_all * rows <= UINT32_MAX;
 }
 
 typedef struct skinny {
@@ -148,7 +151,8 @@ typedef struct skinny {
     ir_type ta, tb;                /* the A and B fragment types */
     ir_buf w, wu, x, y, info, b, res; /* w, wu and x as u32 words of two elements (opaque: of dtype) */
     ir_shm sums; /* [slice][frag_rows rows][n_max tokens], f32 */
-    ir_val r0, n;
+    ir_val r0, n;    /* the workgroup's first row, and its block's live tokens */
+    ir_val t0;       /* the block's first token (blocks of 64 on y past 64 tokens) */
     ir_val w_lane, x_lane; /* the lane's first word of W (row r0 + g) and of X (token g) */
 } skinny;
 
@@ -217,7 +221,8 @@ static void step_products(const skinny *q, const ir_val *ld, uint32_t nf, ir_val
  * fragments after the rows. */
 static void frag_load_step(const skinny *q, ir_val c, uint32_t nf, ir_val *out) {
     kx k = q->k;
-    ir_val col = kx_add(k, q->w_lane, kx_mul_c(k, c, 2)), xcol = kx_mul_c(k, c, 2), stride = kx_u32(k, q->cols);
+    ir_val col = kx_add(k, q->w_lane, kx_mul_c(k, c, 2)), xcol = kx_add(k, q->x_lane, kx_mul_c(k, c, 2));
+    ir_val stride = kx_u32(k, q->cols);
     uint32_t per = q->row_frags + nf;
     for (uint32_t kf = 0; kf < 2 * q->wide; kf++) {
         for (uint32_t i = 0; i < q->row_frags; i++) {
@@ -321,7 +326,7 @@ static void out_item(const skinny *q, ir_val i, uint32_t lanes) {
     ir_val t = kx_div_c(k, i, per);
     ir_val rl = kx_mul_c(k, kx_rem_c(k, i, per), lanes);
     ir_if *f = kx_if(k, kx_lt(k, t, q->n));
-    ir_val r = kx_add(k, q->r0, rl), yi = kx_idx(k, t, q->rows, r), o[4];
+    ir_val r = kx_add(k, q->r0, rl), yi = kx_idx(k, kx_add(k, q->t0, t), q->rows, r), o[4];
     for (uint32_t l = 0; l < lanes; l++) {
         ir_val sum = slice_sum(q, kx_add_c(k, rl, l), t);
         if (q->swiglu) {
@@ -337,18 +342,19 @@ static void out_item(const skinny *q, ir_val i, uint32_t lanes) {
     kx_end_if(k, f);
 }
 
-ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
+ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_all, ir_scalar dtype,
                             unsigned epi, uint32_t groups[2], kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return NULL;
     if (kn_check_epi("kn_matmul_skinny", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err)) return NULL;
     skinny_cfg g;
     bool swiglu = epi & KN_EPI_SWIGLU;
-    if (!kn_matmul_skinny_ok(c, rows, cols, n_max, dtype) || !skinny_pick(c, rows, cols, n_max, swiglu, &g)) {
+    uint32_t n_max = n_all > SKINNY_MAX ? SKINNY_MAX : n_all, blocks = (n_all + n_max - 1) / n_max;
+    if (!kn_matmul_skinny_ok(c, rows, cols, n_all, dtype) || !skinny_pick(c, rows, cols, n_max, swiglu, &g)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED,
                   "kn_matmul_skinny: %u x %u for %u tokens does not tile (rows of 16, columns of 32 per slice, "
-                  "up to 64 tokens in whole fragments) or the caps lack 16x8x16 %s fragments (CUDA: in subgroups "
+                  "up to 64 tokens in whole fragments, or blocks of 64) or the caps lack 16x8x16 %s fragments (CUDA: in subgroups "
                   "of 32; elsewhere also 16x16x16)",
-                  rows, cols, n_max, ir_scalar_name(dtype));
+                  rows, cols, n_all, ir_scalar_name(dtype));
         return NULL;
     }
     const rt_mma_shape *s = skinny_shape(c, dtype);
@@ -365,24 +371,30 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
     uint64_t per_word = q.opaque ? 1 : 2;
     q.w = kx_buffer(k, "W", in, IR_READ, (uint64_t)rows * cols / per_word);
     if (swiglu) q.wu = kx_buffer(k, "Wu", in, IR_READ, (uint64_t)rows * cols / per_word);
-    q.x = kx_buffer(k, "X", in, IR_READ, (uint64_t)n_max * cols / per_word);
-    q.y = kx_buffer(k, "Y", dtype, IR_WRITE, (uint64_t)n_max * rows);
+    q.x = kx_buffer(k, "X", in, IR_READ, (uint64_t)n_all * cols / per_word);
+    q.y = kx_buffer(k, "Y", dtype, IR_WRITE, (uint64_t)n_all * rows);
     q.info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
     if (epi & KN_EPI_BIAS) q.b = kx_buffer(k, "b", dtype, IR_READ, rows);
-    if (epi & KN_EPI_RESIDUAL) q.res = kx_buffer(k, "res", dtype, IR_READ, (uint64_t)n_max * rows);
+    if (epi & KN_EPI_RESIDUAL) q.res = kx_buffer(k, "res", dtype, IR_READ, (uint64_t)n_all * rows);
     q.invocations = q.slices * c->subgroup_size;
     kx_workgroup(k, q.invocations);
     q.sums = kx_shared(k, "sums", IR_F32, q.slices * q.frag_rows * n_max);
     ir_val lid = kx_local(k), lane = kx_sg_lane(k);
     /* g, and lane t's first word of a step: 4 * wide t */
     ir_val lg = kx_shr_c(k, lane, 2), lt4 = kx_mul_c(k, kx_and_c(k, lane, 3), 4 * q.wide);
-    q.n = kx_min(k, kx_load(k, q.info, kx_u32(k, 1), 1), kx_u32(k, n_max));
+    /* the block's tokens: min(n, n_all) - t0, at most n_max, 0 past n */
+    ir_val n_in = kx_min(k, kx_load(k, q.info, kx_u32(k, 1), 1), kx_u32(k, n_all));
+    q.t0 = blocks > 1 ? kx_group_times(k, 1, n_max) : kx_u32(k, 0);
+    q.n = blocks > 1 ? kx_select(k, kx_lt(k, q.t0, n_in), kx_min(k, kx_sub(k, n_in, q.t0), kx_u32(k, n_max)),
+                                 kx_u32(k, 0))
+                     : n_in;
     q.r0 = kx_group_times(k, 0, q.tile_rows);
-    if (q.opaque) { /* the subgroup's W element at row r0, column 0 */
+    if (q.opaque) { /* the subgroup's W element at row r0, column 0; X's of token t0 */
         q.w_lane = kx_mul_c(k, q.r0, cols);
+        q.x_lane = kx_mul_c(k, q.t0, cols);
     } else {
         q.w_lane = kx_add(k, kx_mul_c(k, kx_add(k, q.r0, lg), cols / 2), lt4);
-        q.x_lane = kx_add(k, kx_mul_c(k, lg, cols / 2), lt4);
+        q.x_lane = kx_add(k, kx_mul_c(k, kx_add(k, q.t0, lg), cols / 2), lt4);
     }
     q.ta = ir_t_frag(k.ir, IR_FRAG_A, dtype, s->m, s->n, s->k);
     q.tb = ir_t_frag(k.ir, IR_FRAG_B, dtype, s->m, s->n, s->k);
@@ -409,6 +421,6 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
             kx_end_if(k, f);
         }
     }
-    if (groups) groups[0] = rows / q.tile_rows, groups[1] = 1;
+    if (groups) groups[0] = rows / q.tile_rows, groups[1] = blocks;
     return kn_finish(k.ir, err);
 }

@@ -27,10 +27,14 @@ bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c) {
     return (uint64_t)s->hp.n_embd * 4 + 512 <= c->shared_bytes;
 }
 
-/* A prefill projection: the skinny product for a short block where the caps allow it. */
+/* A prefill projection: the skinny product for a short block where the caps allow it, and
+ * for a product of so few rows (qwen3.5's beta/alpha: 2 x the value heads) that the tiled
+ * kernel's grid leaves most of the device idle (qwen3.5-4b at 512 tokens on the H200: 8
+ * workgroups, 15.5 us a layer), in blocks of 64 tokens. */
+#define PLAN_FEW_ROWS 128
 static ir_kernel *product(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t nb, ir_scalar dt, unsigned epi,
                           uint32_t g[2], kiln_err *err) {
-    if (nb <= PLAN_SHORT_BLOCK && kn_matmul_skinny_ok(c, rows, cols, nb, dt))
+    if ((nb <= PLAN_SHORT_BLOCK || rows <= PLAN_FEW_ROWS) && kn_matmul_skinny_ok(c, rows, cols, nb, dt))
         return kn_matmul_skinny(c, rows, cols, nb, dt, epi, g, err);
     return kn_matmul(c, rows, cols, nb, dt, epi, g, err);
 }

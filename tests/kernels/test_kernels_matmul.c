@@ -207,9 +207,10 @@ Test(kernels_matmul, skinny_on_the_device, .timeout = 600) {
         cr_skip_test("the device has no skinny products (16x8x16 or 16x16x16 matrix fragments)");
     }
     tu_seed(36);
+    /* the last two: blocks of 64 tokens on the grid's y */
     static const mm_shape sk[] = {{16, 32, 8},     {48, 160, 24},  {272, 1024, 64}, {32, 1056, 32},
-                                  {1024, 128, 64}, {16, 2048, 16}, {80, 352, 48}};
-    static const uint32_t ns[] = {1, 7, 8, 9, 17, 23, 24, 33, 64};
+                                  {1024, 128, 64}, {16, 2048, 16}, {80, 352, 48},   {48, 320, 192}, {64, 1024, 128}};
+    static const uint32_t ns[] = {1, 7, 8, 9, 17, 23, 24, 33, 64, 65, 127, 128, 130, 192};
     uint32_t ran = 0;
     for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++)
         for (size_t ti = 0; ti < 2; ti++) {
@@ -219,7 +220,7 @@ Test(kernels_matmul, skinny_on_the_device, .timeout = 600) {
                          NULL);
             ran++;
         }
-    cr_assert_geq(ran, 8, "only %u of the shapes ran", ran);
+    cr_assert_geq(ran, 10, "only %u of the shapes ran", ran);
     /* forced configurations (KILN_SKINNY): row fragments, slices, steps in flight, where a
      * slice has fewer steps than are in flight, one step, 16 slices, and steps of 64 columns */
     static const char *forced[] = {"1,1,1", "2,2,4", "2,16,3", "1,4,2", "2,4,2,2", "1,2,1,2", "4,4,0,2", "4,2,1,1"};
@@ -338,7 +339,14 @@ Test(kernels_matmul, skinny_builds_and_refuses) {
                 ir_kernel_destroy(k);
             }
         cr_assert(kn_matmul_skinny_ok(&c, 1024, 3072, 32, IR_BF16));
-        static const mm_shape bad[] = {{1000, 1024, 32}, {1024, 1000, 32}, {1024, 1024, 20}, {1024, 1024, 72}};
+        cr_assert(kn_matmul_skinny_ok(&c, 64, 2560, 512, IR_BF16)); /* 8 blocks of 64 */
+        ir_kernel *kb = kn_matmul_skinny(&c, 64, 2560, 512, IR_BF16, 0, g, &err);
+        cr_assert_not_null(kb, "%s", err.msg);
+        cr_assert(g[1] == 8 && (g[0] == 4 || g[0] == 2), "grid %u x %u", g[0], g[1]);
+        tu_ptx_assembles(kb, &c, "skinny blocks");
+        ir_kernel_destroy(kb);
+        static const mm_shape bad[] = {{1000, 1024, 32}, {1024, 1000, 32}, {1024, 1024, 20}, {1024, 1024, 72},
+                                       {1024, 1024, 100}};
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
             cr_assert_not(kn_matmul_skinny_ok(&c, bad[i].rows, bad[i].cols, bad[i].n_max, IR_BF16));
             cr_assert_null(kn_matmul_skinny(&c, bad[i].rows, bad[i].cols, bad[i].n_max, IR_BF16, 0, g, &err));
