@@ -93,12 +93,14 @@ static ir_val window_row(kx k, ir_buf qkv, ir_buf state, ir_val r, uint32_t C, u
     return kx_select(k, from_block, bv, kx_load(k, state, kx_idx(k, sr, C, ch), 1));
 }
 
-/* An invocation CONV_TOKENS consecutive tokens of v adjacent channels (2 where the channels
- * pair up: 4-byte loads): the window of rows t0 .. t0 + CONV_TOKENS + K - 2 of
+/* An invocation T consecutive tokens of v adjacent channels (2 where the channels pair
+ * up: 4-byte loads), T = CONV_TOKENS past a short block (else 2, which keeps a short
+ * block's few tokens spread over the device): the window of rows t0 .. t0 + T + K - 2 of
  * [state ; block] read once into registers, each token's sum over its K rows of it. One
  * token and channel an invocation read K rows and K taps for each output and spent more
- * on the index arithmetic than on the sums (qwen3.5-4b at 512 tokens: 28.7 us a layer on
- * the H200, ~4 us of bytes). The sums are the same, in the same order. */
+ * on the index arithmetic than on the sums (qwen3.5-4b on the H200 at 512 tokens: 28.7 us a
+ * layer, 20.3 with T = 8; at 24 tokens 4.9, 6.2 with T = 8). The sums are the same, in the
+ * same order. */
 #define CONV_TOKENS 8
 
 /* v lanes of row r of [state ; block] at channel ch, as f32 scalars into out[]: the
@@ -122,7 +124,8 @@ ir_kernel *kn_ssm_conv_block(const rt_caps *c, uint32_t channels, uint32_t taps,
     if (conv_block_check("kn_ssm_conv_block", c, channels, taps, n_max, dtype, err)) return NULL;
     kx k = {kn_create("kn_ssm_conv_block", err), c};
     if (!k.ir) return NULL;
-    uint32_t C = channels, K = taps, wg = kn_workgroup(c, 256), v = C % 2 ? 1 : 2, cv = C / v, T = CONV_TOKENS;
+    uint32_t C = channels, K = taps, wg = kn_workgroup(c, 256), v = C % 2 ? 1 : 2, cv = C / v;
+    uint32_t T = n_max > 64 ? CONV_TOKENS : 2;
     uint32_t n_groups = (n_max + T - 1) / T;
     ir_buf qkv = kx_buffer(k, "qkv", dtype, IR_READ, (uint64_t)n_max * C);
     ir_buf w = kx_buffer(k, "w", IR_F32, IR_READ, (uint64_t)C * K);

@@ -126,6 +126,8 @@ Test(kernels_deltanet, conv_odd_sizes_with_state, .timeout = 120) {
         conv_case(d, 130, 4, 24, ns24, 5, IR_BF16, block);
         static const uint32_t ns17[] = {17, 9, 1, 16};
         conv_case(d, 66, 3, 17, ns17, 4, IR_F16, block);
+        static const uint32_t ns80[] = {80, 33, 1, 65}; /* 8 tokens an invocation past 64 */
+        conv_case(d, 130, 4, 80, ns80, 4, IR_BF16, block);
     }
     d->ops->destroy(d);
 }
