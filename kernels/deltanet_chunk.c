@@ -568,6 +568,7 @@ static ir_kernel *norm_per_subgroup(const rt_caps *c, const kn_deltanet_shape *s
                                     uint32_t groups[2], kiln_err *err) {
     uint32_t dv = shape->state, nv = shape->v_heads, V = nv * dv, sg = c->subgroup_size, per = dv / sg;
     uint32_t v = per % 4 == 0 ? 4 : per % 2 == 0 ? 2 : 1, steps = per / v, rows = shape->n_max * nv;
+    uint32_t rpw = kn_workgroup(c, NORM_ROWS * sg) / sg; /* rows a workgroup: NORM_ROWS, fewer where capped */
     kx k = {kn_create("kn_deltanet_norm", err), c};
     if (!k.ir) return NULL;
     ir_buf o = kx_buffer(k, "o", IR_F32, IR_READ, (uint64_t)V * shape->n_max);
@@ -575,8 +576,8 @@ static ir_kernel *norm_per_subgroup(const rt_caps *c, const kn_deltanet_shape *s
     ir_buf norm = kx_buffer(k, "norm", dtype, IR_READ, dv);
     ir_buf y = kx_buffer(k, "y", dtype, IR_WRITE, (uint64_t)V * shape->n_max);
     ir_buf info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
-    kx_workgroup(k, NORM_ROWS * sg);
-    ir_val r = kx_add(k, kx_group_times(k, 0, NORM_ROWS), kx_sg_id(k)); /* token r / nv, head r % nv */
+    kx_workgroup(k, rpw * sg);
+    ir_val r = kx_add(k, kx_group_times(k, 0, rpw), kx_sg_id(k)); /* token r / nv, head r % nv */
     ir_val n = kx_min(k, kx_load_c(k, info, 1), kx_u32(k, shape->n_max));
     ir_if *live = kx_if(k, kx_lt(k, kx_div_c(k, r, nv), n)); /* uniform in the subgroup */
     ir_val row = kx_mul_c(k, r, dv), lane = kx_mul_c(k, kx_sg_lane(k), v); /* [t][j][.] is row r's dv values */
@@ -601,7 +602,7 @@ static ir_kernel *norm_per_subgroup(const rt_caps *c, const kn_deltanet_shape *s
         kx_store(k, y, at, v > 1 ? kx_vec(k, out, v) : out[0]);
     }
     kx_end_if(k, live);
-    if (groups) groups[0] = (rows + NORM_ROWS - 1) / NORM_ROWS, groups[1] = 1;
+    if (groups) groups[0] = (rows + rpw - 1) / rpw, groups[1] = 1;
     return kn_finish(k.ir, err);
 }
 
@@ -617,7 +618,7 @@ ir_kernel *kn_deltanet_norm(const rt_caps *c, const kn_deltanet_shape *shape, ir
     }
     uint32_t dv = shape->state, nv = shape->v_heads, V = nv * dv, want = 1;
     if (c && c->subgroup_arith && c->subgroup_size >= 8 && dv % c->subgroup_size == 0 &&
-        dv / c->subgroup_size <= NORM_MAX_PER_LANE)
+        dv / c->subgroup_size <= NORM_MAX_PER_LANE && kn_workgroup(c, c->subgroup_size) == c->subgroup_size)
         return norm_per_subgroup(c, shape, dtype, eps, groups, err);
     /* whole subgroups for kn_wg_sum's reduce (CUDA refuses a partial warp) */
     while ((want < dv || (c && want < c->subgroup_max)) && want < 256) want *= 2;
