@@ -118,7 +118,8 @@ static LLVMValueRef load_elements(ptx_ctx *x, const ir_inst *in, const ir_type_d
     for (uint32_t e = 0; e < frag_count(d); e++) {
         LLVMValueRef r, c;
         coord(x, d, g, t2, e, &r, &c);
-        LLVMValueRef ld = LLVMBuildLoad2(x->b, et, at(x, p, et, base, stride, (in->imm[1] & IR_FRAG_ROW_MAJOR) != 0, r, c), "");
+        bool rm = (in->imm[1] & IR_FRAG_ROW_MAJOR) != 0;
+        LLVMValueRef ld = LLVMBuildLoad2(x->b, et, at(x, p, et, base, stride, rm, r, c), "");
         LLVMSetAlignment(ld, acc ? 4 : 2);
         v = LLVMBuildInsertElement(x->b, v, ld, ptx_c_i32(x, e), "");
     }
@@ -135,7 +136,8 @@ static LLVMValueRef load_pairs(ptx_ctx *x, const ir_inst *in, const ir_type_desc
     for (uint32_t e = 0; e < 2 * n; e += 2) {
         LLVMValueRef r, c;
         coord(x, d, g, t2, e, &r, &c);
-        LLVMValueRef ld = LLVMBuildLoad2(x->b, i32, at(x, p, i16, base, stride, (in->imm[1] & IR_FRAG_ROW_MAJOR) != 0, r, c), "");
+        bool rm = (in->imm[1] & IR_FRAG_ROW_MAJOR) != 0;
+        LLVMValueRef ld = LLVMBuildLoad2(x->b, i32, at(x, p, i16, base, stride, rm, r, c), "");
         LLVMSetAlignment(ld, 4);
         w = LLVMBuildInsertElement(x->b, w, ld, ptx_c_i32(x, e / 2), "");
     }

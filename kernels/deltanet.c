@@ -112,7 +112,8 @@ static void window_lanes(kx k, ir_buf qkv, ir_buf state, ir_val r, bool maybe_st
     ir_val row = maybe_state ? kx_select(k, from_block, kx_sub_c(k, r, K - 1), kx_u32(k, 0)) : kx_sub_c(k, r, K - 1);
     ir_val br = kx_min(k, row, kx_u32(k, n_max - 1));
     ir_val bv = kx_load(k, qkv, kx_idx(k, br, C, ch), v);
-    ir_val sv = maybe_state ? kx_load(k, state, kx_idx(k, kx_select(k, from_block, kx_u32(k, 0), r), C, ch), v) : IR_NONE;
+    ir_val sr = maybe_state ? kx_select(k, from_block, kx_u32(k, 0), r) : IR_NONE;
+    ir_val sv = maybe_state ? kx_load(k, state, kx_idx(k, sr, C, ch), v) : IR_NONE;
     for (uint32_t l = 0; l < v; l++) {
         ir_val b = kx_as(k, v > 1 ? kx_lane(k, bv, l) : bv, IR_F32);
         out[l] = maybe_state ? kx_select(k, from_block, b, v > 1 ? kx_lane(k, sv, l) : sv) : b;
@@ -138,7 +139,8 @@ ir_kernel *kn_ssm_conv_block(const rt_caps *c, uint32_t channels, uint32_t taps,
     ir_if *in = kx_if(k, kx_lt(k, t0, n));
     ir_val wt[2][CONV_MAX_K], win[CONV_TOKENS + CONV_MAX_K - 1][2];
     for (uint32_t l = 0; l < v; l++)
-        for (uint32_t i = 0; i < K; i++) wt[l][i] = kx_load(k, w, kx_add_c(k, kx_mul_c(k, kx_add_c(k, ch, l), K), i), 1);
+        for (uint32_t i = 0; i < K; i++)
+            wt[l][i] = kx_load(k, w, kx_add_c(k, kx_mul_c(k, kx_add_c(k, ch, l), K), i), 1);
     for (uint32_t i = 0; i < T + K - 1; i++) /* rows t0 + i; only t0 = 0 reads the state */
         window_lanes(k, qkv, state, kx_add_c(k, t0, i), i + 1 < K, C, K, n_max, ch, v, win[i]);
     for (uint32_t j = 0; j < T; j++) {

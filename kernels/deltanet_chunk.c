@@ -564,18 +564,28 @@ ir_kernel *kn_deltanet_scan(const rt_caps *c, const kn_deltanet_shape *shape, ui
 #define NORM_ROWS 8
 #define NORM_MAX_PER_LANE 16
 
+/* kn_deltanet_norm's parameters, in order */
+typedef struct norm_bufs { ir_buf o, z, norm, y, info; } norm_bufs;
+static norm_bufs norm_buffers(kx k, const kn_deltanet_shape *shape, ir_scalar dtype) {
+    uint64_t n = (uint64_t)shape->v_heads * shape->state * shape->n_max;
+    norm_bufs b;
+    b.o = kx_buffer(k, "o", IR_F32, IR_READ, n);
+    b.z = kx_buffer(k, "z", dtype, IR_READ, n);
+    b.norm = kx_buffer(k, "norm", dtype, IR_READ, shape->state);
+    b.y = kx_buffer(k, "y", dtype, IR_WRITE, n);
+    b.info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    return b;
+}
+
 static ir_kernel *norm_per_subgroup(const rt_caps *c, const kn_deltanet_shape *shape, ir_scalar dtype, float eps,
                                     uint32_t groups[2], kiln_err *err) {
-    uint32_t dv = shape->state, nv = shape->v_heads, V = nv * dv, sg = c->subgroup_size, per = dv / sg;
+    uint32_t dv = shape->state, nv = shape->v_heads, sg = c->subgroup_size, per = dv / sg;
     uint32_t v = per % 4 == 0 ? 4 : per % 2 == 0 ? 2 : 1, steps = per / v, rows = shape->n_max * nv;
     uint32_t rpw = kn_workgroup(c, NORM_ROWS * sg) / sg; /* rows a workgroup: NORM_ROWS, fewer where capped */
     kx k = {kn_create("kn_deltanet_norm", err), c};
     if (!k.ir) return NULL;
-    ir_buf o = kx_buffer(k, "o", IR_F32, IR_READ, (uint64_t)V * shape->n_max);
-    ir_buf z = kx_buffer(k, "z", dtype, IR_READ, (uint64_t)V * shape->n_max);
-    ir_buf norm = kx_buffer(k, "norm", dtype, IR_READ, dv);
-    ir_buf y = kx_buffer(k, "y", dtype, IR_WRITE, (uint64_t)V * shape->n_max);
-    ir_buf info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    norm_bufs b = norm_buffers(k, shape, dtype);
+    ir_buf o = b.o, z = b.z, norm = b.norm, y = b.y, info = b.info;
     kx_workgroup(k, rpw * sg);
     ir_val r = kx_add(k, kx_group_times(k, 0, rpw), kx_sg_id(k)); /* token r / nv, head r % nv */
     ir_val n = kx_min(k, kx_load_c(k, info, 1), kx_u32(k, shape->n_max));
@@ -625,11 +635,8 @@ ir_kernel *kn_deltanet_norm(const rt_caps *c, const kn_deltanet_shape *shape, ir
     uint32_t wg = kn_workgroup(c, want);
     kx k = {kn_create("kn_deltanet_norm", err), c};
     if (!k.ir) return NULL;
-    ir_buf o = kx_buffer(k, "o", IR_F32, IR_READ, (uint64_t)V * shape->n_max);
-    ir_buf z = kx_buffer(k, "z", dtype, IR_READ, (uint64_t)V * shape->n_max);
-    ir_buf norm = kx_buffer(k, "norm", dtype, IR_READ, dv);
-    ir_buf y = kx_buffer(k, "y", dtype, IR_WRITE, (uint64_t)V * shape->n_max);
-    ir_buf info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    norm_bufs b = norm_buffers(k, shape, dtype);
+    ir_buf o = b.o, z = b.z, norm = b.norm, y = b.y, info = b.info;
     kx_workgroup(k, wg);
     ir_val j = kx_group(k, 0), t = kx_group(k, 1), tid = kx_local(k);
     ir_val n = kx_min(k, kx_load_c(k, info, 1), kx_u32(k, shape->n_max));
