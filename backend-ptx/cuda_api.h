@@ -64,8 +64,22 @@ enum {
 
     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
 
+    CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4,
     CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6,
+
+    /* cuTensorMapEncodeTiled's enumerations (cuda.h's CUtensorMap*) */
+    CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6,
+    CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9,
+    CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
+    CU_TENSOR_MAP_SWIZZLE_128B = 3,
+    CU_TENSOR_MAP_L2_PROMOTION_L2_256B = 3,
+    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0, /* elements past the tensor read as zero */
 };
+
+/* An encoded tensor map: 128 opaque bytes, 64-byte aligned, passed to a kernel by value. */
+typedef struct CUtensorMap {
+    _Alignas(64) unsigned long long opaque[16];
+} CUtensorMap;
 
 /* The driver's entry points, resolved by name from libcuda.so.1. */
 typedef struct cu_api {
@@ -97,6 +111,11 @@ typedef struct cu_api {
                              unsigned bz, unsigned shared_bytes, CUstream s, void **params, void **extra);
     /* optional (NULL where the driver predates CUDA 12): launches with attributes */
     CUresult (*LaunchKernelEx)(const CUlaunchConfig *config, CUfunction f, void **params, void **extra);
+    /* optional (CUDA 12.0+): a tensor map for the tensor copy engine (caps.tma stays off without it) */
+    CUresult (*TensorMapEncodeTiled)(CUtensorMap *map, int dtype, unsigned rank, void *addr,
+                                     const unsigned long long *dims, const unsigned long long *strides,
+                                     const unsigned *box, const unsigned *elem_strides, int interleave, int swizzle,
+                                     int l2_promotion, int oob_fill);
     CUresult (*StreamCreate)(CUstream *s, unsigned flags);
     CUresult (*StreamDestroy)(CUstream s);
     CUresult (*StreamSynchronize)(CUstream s);

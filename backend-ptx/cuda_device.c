@@ -50,8 +50,16 @@ struct rt_kernel {
     uint32_t block[3];
     uint32_t dynamic_shared; /* bytes each launch asks for (ptx_dynamic_shared_bytes) */
     bool grid_dep;           /* emitted with griddepcontrol (caps.grid_dep): launched so it may overlap */
+    uint32_t cluster;        /* workgroups a cluster along x (ir_cluster; 1: none) */
     uint32_t n_params;
     bool is_buffer[CU_MAX_PARAMS];
+    /* its tensor maps (ir_tensor_map), encoded per launch for the buffer bound to buf_param
+     * and passed after the IR's parameters */
+    uint32_t n_maps;
+    struct {
+        uint32_t buf_param, inner, outer, box_inner, box_outer;
+        int dtype;
+    } map[8];
 };
 
 struct rt_recording {
@@ -317,6 +325,16 @@ static rt_kernel *cu_compile(rt_device *base, const ir_kernel *ir, const double 
     ir_workgroup(ir, k->block, &spec); /* a spec workgroup size has its default, as emitted */
     k->n_params = np;
     for (uint32_t i = 0; i < np; i++) k->is_buffer[i] = ir_param_at(ir, i)->is_buffer;
+    k->cluster = ir_cluster(ir);
+    k->n_maps = ir_n_tensor_maps(ir) < 8 ? ir_n_tensor_maps(ir) : 8;
+    for (uint32_t i = 0; i < k->n_maps; i++) {
+        const ir_tensor_map_decl *m = ir_tensor_map_at(ir, i);
+        uint32_t bp = ir_buffer_param(ir, m->buf);
+        k->map[i].buf_param = bp, k->map[i].inner = m->inner, k->map[i].outer = m->outer;
+        k->map[i].box_inner = m->box_inner, k->map[i].box_outer = m->box_outer;
+        k->map[i].dtype = ir_param_at(ir, bp)->elem == IR_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+    }
     free(ptx);
     return k;
 fail:
@@ -332,9 +350,26 @@ static int check_launch(const rt_launch *l, kiln_err *err) {
     return rt_check_launch(l, l->kernel->n_params, l->kernel->is_buffer, err);
 }
 
+/* Tensor map i of k for the buffer at ptr: rows of inner 16-bit elements, boxes in the
+ * 128-byte swizzle (ir.h's ir_tensor_map). */
+static int encode_map(cu_dev *d, const rt_kernel *k, uint32_t i, CUdeviceptr ptr, CUtensorMap *out, kiln_err *err) {
+    unsigned long long dims[2] = {k->map[i].inner, k->map[i].outer}, stride = 2ull * k->map[i].inner;
+    unsigned box[2] = {k->map[i].box_inner, k->map[i].box_outer}, es[2] = {1, 1};
+    CUresult r = d->cu->TensorMapEncodeTiled(out, k->map[i].dtype, 2, (void *)(uintptr_t)ptr, dims, &stride, box, es,
+                                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (!r) return 0;
+    cu_fail(d, err, "cuTensorMapEncodeTiled", r);
+    char what[96];
+    snprintf(what, sizeof what, "%u x %u in boxes of %u x %u", k->map[i].outer, k->map[i].inner, box[1], box[0]);
+    append(err, what);
+    return -1;
+}
+
 /* Issues the launches on the stream: buffers as device pointers, scalars as their 32
- * bits, in parameter order (the driver copies the values at the call). A launch with no
- * workgroups does nothing, as a Vulkan dispatch of zero groups. *issued counts them. */
+ * bits, in parameter order, then the tensor maps (the driver copies the values at the
+ * call). A launch with no workgroups does nothing, as a Vulkan dispatch of zero groups.
+ * *issued counts them. */
 static int enqueue(cu_dev *d, const rt_launch *l, uint32_t n, uint32_t *issued, kiln_err *err) {
     *issued = 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -343,20 +378,35 @@ static int enqueue(cu_dev *d, const rt_launch *l, uint32_t n, uint32_t *issued, 
         if (!g[0] || !g[1] || !g[2]) continue;
         CUdeviceptr ptrs[CU_MAX_PARAMS];
         uint32_t bits[CU_MAX_PARAMS];
-        void *params[CU_MAX_PARAMS];
+        void *params[CU_MAX_PARAMS + 8];
+        CUtensorMap maps[8];
         for (uint32_t a = 0; a < l[i].n_args; a++) {
             if (k->is_buffer[a]) ptrs[a] = l[i].args[a].buf->ptr, params[a] = &ptrs[a];
             else bits[a] = l[i].args[a].bits, params[a] = &bits[a];
         }
+        for (uint32_t m = 0; m < k->n_maps; m++) {
+            if (encode_map(d, k, m, ptrs[k->map[m].buf_param], &maps[m], err)) return -1;
+            params[l[i].n_args + m] = &maps[m];
+        }
+        if (k->cluster > 1 && g[0] % k->cluster)
+            return kiln_fail(err, KILN_ERR_INVALID, "%s: a grid of %u workgroups along x in clusters of %u",
+                             d->base.label, g[0], k->cluster);
         CUresult r;
-        if (k->grid_dep) { /* its prologue waits for the kernel before it (ptx_emit.c) */
-            CUlaunchAttribute a = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, .value.u32 = 1};
+        if (k->grid_dep || k->cluster > 1) { /* its prologue waits for the kernel before it (ptx_emit.c) */
+            CUlaunchAttribute a[2] = {{.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, .value.u32 = 1}};
+            unsigned na = k->grid_dep ? 1 : 0;
+            if (k->cluster > 1) {
+                unsigned dim[3] = {k->cluster, 1, 1};
+                a[na].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+                memcpy(a[na].value.bytes, dim, sizeof dim);
+                na++;
+            }
             CUlaunchConfig cfg = {g[0], g[1], g[2], k->block[0], k->block[1], k->block[2], k->dynamic_shared,
-                                  d->stream, &a, 1};
-            r = d->cu->LaunchKernelEx(&cfg, k->fn, l[i].n_args ? params : NULL, NULL);
+                                  d->stream, a, na};
+            r = d->cu->LaunchKernelEx(&cfg, k->fn, l[i].n_args + k->n_maps ? params : NULL, NULL);
         } else {
             r = d->cu->LaunchKernel(k->fn, g[0], g[1], g[2], k->block[0], k->block[1], k->block[2],
-                                    k->dynamic_shared, d->stream, l[i].n_args ? params : NULL, NULL);
+                                    k->dynamic_shared, d->stream, l[i].n_args + k->n_maps ? params : NULL, NULL);
         }
         if (r) {
             char what[64];

@@ -19,6 +19,7 @@ void cuda_caps_of_arch(rt_caps *c) {
     c->async_copy = c->compute_capability >= 80;
     c->wgmma = c->compute_capability == 90; /* sm_90a's: not forward to later architectures */
     c->grid_dep = c->compute_capability >= 90; /* griddepcontrol: PTX 7.8, sm_90 */
+    c->tma = c->compute_capability >= 90;      /* cp.async.bulk.tensor, mbarrier tx counts, clusters: PTX 8.0 */
     /* the per-block opt-in limit of dynamic shared memory each architecture has (the
      * CUDA programming guide's table), for caps made without a device (kiln dump --sm) */
     uint32_t cc = c->compute_capability, kib = cc >= 90               ? 227
@@ -82,6 +83,8 @@ static void fill(const cu_api *cu, CUdevice dev, int driver_version, rt_caps *c)
     cuda_caps_of_arch(c);
     /* launch attributes need cuLaunchKernelEx; recorded steps keep the overlap from 12.3 */
     if (!cu->LaunchKernelEx || driver_version < 12030) c->grid_dep = false;
+    /* tensor maps are encoded on the host; clusters are a launch attribute */
+    if (!cu->TensorMapEncodeTiled || !cu->LaunchKernelEx) c->tma = false;
     if (shared > 0) c->shared_bytes = (uint32_t)shared; /* the device's own word over the table's */
     c->max_buffer_bytes = 0;                            /* a kernel reaches any allocation through a 64-bit pointer */
 }

@@ -30,7 +30,7 @@ static void mix_caps(hash2 *h, const rt_caps *c) {
     const char *arch = ptx_target_arch(c);
     mix(h, arch ? arch : "-", arch ? strlen(arch) : 1);
     uint32_t f[] = {c->subgroup_size, c->subgroup_arith, c->subgroup_shuffle, c->f16_arith, c->bf16_arith,
-                    c->int8_arith, c->storage16, c->atomic_f32_add, c->async_copy, c->wgmma, c->grid_dep, c->shared_bytes, c->max_workgroup, c->n_mma};
+                    c->int8_arith, c->storage16, c->atomic_f32_add, c->async_copy, c->wgmma, c->grid_dep, c->tma, c->shared_bytes, c->max_workgroup, c->n_mma};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) mix_u32(h, f[i]);
     for (uint32_t i = 0; i < c->n_mma && i < RT_MAX_MMA_SHAPES; i++) {
         const rt_mma_shape *s = &c->mma[i];

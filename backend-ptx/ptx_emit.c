@@ -77,9 +77,16 @@ static uint32_t n_insts(const ir_region *r) {
     return n;
 }
 
+/* A pipeline's loop: its waits and warpgroup products gain nothing unrolled, and a copy
+ * per chunk of a 128-register accumulator's asm grew one kernel's PTX sevenfold (ptxas: 29 s). */
+static bool has_pipeline(const ir_region *r) {
+    return ir_emit_find_op(r, IR_OP_WG_MMA) || ir_emit_find_op(r, IR_OP_MBAR_WAIT) ||
+           ir_emit_find_op(r, IR_OP_TMA_LOAD);
+}
+
 static void unroll_hint(ptx_ctx *x, const ir_inst *in, LLVMValueRef br, LLVMValueRef lo, LLVMValueRef hi,
                         LLVMValueRef step) {
-    if (has_loop(&in->region[0])) { /* kept rolled: LLVM would unroll it whole once its inner loops are */
+    if (has_loop(&in->region[0]) || has_pipeline(&in->region[0])) { /* kept rolled: LLVM would unroll it whole once its inner loops are */
         LLVMMetadataRef off = LLVMMDStringInContext2(x->lc, "llvm.loop.unroll.disable", 24);
         LLVMMetadataRef self = LLVMTemporaryMDNode(x->lc, NULL, 0), hint = LLVMMDNodeInContext2(x->lc, &off, 1);
         LLVMMetadataRef ops[2] = {self, hint};
@@ -254,6 +261,7 @@ static void emit_inst(void *ctx, const ir_inst *in) {
     case IR_CLASS_ASYNC: ptx_emit_async(x, in); return;
     case IR_CLASS_SUBGROUP: ptx_emit_subgroup(x, in); return;
     case IR_CLASS_FRAGMENT: ptx_emit_frag(x, in); return;
+    case IR_CLASS_SYNC: ptx_emit_sync(x, in); return;
     case IR_CLASS_CONTROL:
         if (in->op == IR_OP_FOR)
             emit_for(x, in);
@@ -269,9 +277,11 @@ static const ir_inst *emit_region(ptx_ctx *x, const ir_region *r) { return ir_em
 
 /* ---- declarations ----------------------------------------------------------------------------- */
 
+/* The IR's parameters, then one 128-byte, 64-byte aligned .param per tensor map (the
+ * device's launch passes the encoded maps there, ptx_sync.c names them). */
 static void declare_function(ptx_ctx *x) {
-    uint32_t np = ir_n_params(x->k);
-    LLVMTypeRef *pt = calloc(np ? np : 1, sizeof *pt);
+    uint32_t np = ir_n_params(x->k), nm = ir_n_tensor_maps(x->k);
+    LLVMTypeRef *pt = calloc(np + nm ? np + nm : 1, sizeof *pt);
     if (!pt) {
         ptx_fail(x, "out of memory");
         return;
@@ -292,9 +302,18 @@ static void declare_function(ptx_ctx *x) {
         free(pt);
         return;
     }
-    LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(x->lc), pt, np, 0);
+    for (uint32_t i = 0; i < nm; i++) pt[np + i] = LLVMPointerTypeInContext(x->lc, 0);
+    LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(x->lc), pt, np + nm, 0);
     free(pt);
     x->fn = LLVMAddFunction(x->m, ir_kernel_name(x->k), ft);
+    LLVMTypeRef map_t = LLVMArrayType2(LLVMInt8TypeInContext(x->lc), 128);
+    unsigned byval = LLVMGetEnumAttributeKindForName("byval", 5), align = LLVMGetEnumAttributeKindForName("align", 5);
+    for (uint32_t i = 0; i < nm && i < 8; i++) {
+        LLVMAddAttributeAtIndex(x->fn, np + i + 1, LLVMCreateTypeAttribute(x->lc, byval, map_t));
+        LLVMAddAttributeAtIndex(x->fn, np + i + 1, LLVMCreateEnumAttribute(x->lc, align, 64));
+        /* NVPTX names a kernel's parameters <function>_param_<index> */
+        snprintf(x->map_param[i], sizeof x->map_param[i], "%s_param_%u", ir_kernel_name(x->k), np + i);
+    }
     uint32_t nb = 0;
     for (uint32_t i = 0; i < np; i++) {
         const ir_param *p = ir_param_at(x->k, i);
@@ -319,9 +338,10 @@ static void declare_function(ptx_ctx *x) {
 }
 
 /* Workgroup arrays start at 16-byte boundaries, or 1024 in a module with warpgroup
- * products (their swizzled atoms are 1024-byte aligned). */
+ * products or tensor copies (their swizzled atoms are 1024-byte aligned). */
 static uint64_t shared_align(const ir_kernel *k) {
-    return ir_emit_find_op(ir_kernel_body(k), IR_OP_WG_MMA) ? 1024 : 16;
+    const ir_region *body = ir_kernel_body(k);
+    return ir_emit_find_op(body, IR_OP_WG_MMA) || ir_emit_find_op(body, IR_OP_TMA_LOAD) ? 1024 : 16;
 }
 
 /* An array's bytes rounded up to the alignment. */
@@ -459,12 +479,7 @@ static void workgroup_size(ptx_ctx *x) {
  * workgroups' tails. Triggered at the start instead, the waiting workgroups took the
  * first compute units to free up, packed as tight as occupancy allows, and one-wave
  * memory-bound kernels ran on part of the device (the H200: qwen3-0.6b pp512 -19%). */
-static void grid_dep(ptx_ctx *x, const char *text) {
-    LLVMTypeRef ft = LLVMFunctionType(LLVMVoidTypeInContext(x->lc), NULL, 0, 0);
-    LLVMValueRef f =
-        LLVMGetInlineAsm(ft, (char *)text, strlen(text), (char *)"~{memory}", 9, 1, 0, LLVMInlineAsmDialectATT, 0);
-    LLVMBuildCall2(x->b, ft, f, NULL, 0, "");
-}
+static void grid_dep(ptx_ctx *x, const char *text) { ptx_emit_text(x, text); }
 
 static int emit_module(ptx_ctx *x) {
     const ir_kernel *k = x->k;
@@ -499,11 +514,15 @@ static int emit_module(ptx_ctx *x) {
     if (!x->e.failed) declare_constants(x);
     if (x->e.failed) return -1;
     LLVMPositionBuilderAtEnd(x->b, block(x, "entry"));
-    if (ptx_uses_grid_dep(x->c)) grid_dep(x, "griddepcontrol.wait;");
+    /* a kernel that launches early lets the next one be scheduled before its own wait;
+     * one with a grid.wait waits there (ptx_sync.c), any other on entry */
+    bool dep = ptx_uses_grid_dep(x->c), early = ir_launch_early(k);
+    if (dep && early) grid_dep(x, "griddepcontrol.launch_dependents;");
+    if (dep && !ir_emit_find_op(ir_kernel_body(k), IR_OP_GRID_WAIT)) grid_dep(x, "griddepcontrol.wait;");
     emit_region(x, ir_kernel_body(k));
     if (x->e.failed) return -1;
     x->e.cur = NULL;
-    if (ptx_uses_grid_dep(x->c)) grid_dep(x, "griddepcontrol.launch_dependents;");
+    if (dep && !early) grid_dep(x, "griddepcontrol.launch_dependents;");
     LLVMBuildRetVoid(x->b);
     annotate(x);
     return 0;

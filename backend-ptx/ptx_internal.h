@@ -33,6 +33,7 @@ typedef struct ptx_ctx {
     LLVMValueRef *shm;    /* workgroup array -> its addrspace(3) global */
     uint32_t n_shm;
     uint32_t wg[3];       /* the workgroup size */
+    char map_param[8][96]; /* each tensor map's .param symbol (ptx_sync.c's tma.load names it) */
 } ptx_ctx;
 
 /* ---- ptx_emit.c: the emitter core's calls, typed for LLVM ---- */
@@ -75,6 +76,11 @@ void ptx_emit_frag(ptx_ctx *x, const ir_inst *in);
 /* ---- ptx_wgmma.c: warpgroup products (sm_90a) ---- */
 void ptx_emit_wgmma(ptx_ctx *x, const ir_inst *in);
 void ptx_emit_wg_wait(ptx_ctx *x, const ir_inst *in);
+
+/* ---- ptx_sync.c: grid.wait, prefetch, memory barriers, tma.load, cluster.sync ---- */
+void ptx_emit_sync(ptx_ctx *x, const ir_inst *in);
+/* One asm statement of text with side effects and a memory clobber, no operands. */
+void ptx_emit_text(ptx_ctx *x, const char *text);
 
 /* ---- ptx_async.c ---- */
 void ptx_emit_async(ptx_ctx *x, const ir_inst *in);

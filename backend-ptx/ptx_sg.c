@@ -42,6 +42,10 @@ LLVMValueRef ptx_load_id(ptx_ctx *x, ir_id_kind kind, uint32_t dim) {
     case IR_ID_SG_ID: return LLVMBuildLShr(x->b, linear_tid(x), ptx_c_i32(x, 5), "");
     case IR_ID_SG_LANE: return sreg(x, "laneid");
     case IR_ID_SG_SIZE: return ptx_c_i32(x, 32);
+    case IR_ID_WARPGROUP: return LLVMBuildLShr(x->b, linear_tid(x), ptx_c_i32(x, 7), "");
+    case IR_ID_CLUSTER_RANK:
+        if (x->sm < 90) return ptx_c_i32(x, 0); /* no clusters: every workgroup is rank 0 of its own */
+        return sreg(x, "cluster.ctarank");
     default: ptx_fail(x, "unknown id kind %d", (int)kind); return ptx_c_i32(x, 0);
     }
 }

@@ -179,6 +179,11 @@ static void emit_inst(void *ctx, const ir_inst *in) {
     case IR_CLASS_ASYNC: spv_fail(x, "asynchronous copies reach SPIR-V lowered (ir/lower_async.c)"); return;
     case IR_CLASS_SUBGROUP: spv_emit_subgroup(x, in); return;
     case IR_CLASS_FRAGMENT: spv_emit_frag(x, in); return;
+    case IR_CLASS_SYNC: /* grid.wait and prefetch are hints Vulkan has no use for */
+        if (in->op != IR_OP_GRID_WAIT && in->op != IR_OP_PREFETCH)
+            spv_fail(x, "memory barriers, clusters and the tensor copy engine (%s) are CUDA's (sm_90)",
+                     ir_op_name(in->op));
+        return;
     case IR_CLASS_CONTROL:
         if (in->op == IR_OP_FOR)
             emit_for(x, in);
@@ -391,6 +396,10 @@ static void decorate_buffers(spv_ctx *x) {
 static int emit_module(spv_ctx *x, spv_module *out) {
     const ir_kernel *k = x->k;
     spv_builder *b = &x->b;
+    if (ir_cluster(k) > 1 || ir_n_tensor_maps(k)) {
+        spv_fail(x, "clusters of workgroups and tensor maps are CUDA's (sm_90); Vulkan has neither");
+        return -1;
+    }
     spv_b_capability(b, SpvCapabilityShader);
 
     x->n_buf = ir_n_buffers(k);

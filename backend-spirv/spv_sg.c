@@ -17,6 +17,10 @@ uint32_t spv_load_id(spv_ctx *x, ir_id_kind kind, uint32_t dim) {
         spv_fail(x, "bad id kind %d / dim %u", (int)kind, dim);
         return 0;
     }
+    if (kind == IR_ID_WARPGROUP || kind == IR_ID_CLUSTER_RANK) {
+        spv_fail(x, "warpgroups and clusters are CUDA's (sm_90); Vulkan has no such id");
+        return 0;
+    }
     uint32_t t = B[kind].vec ? spv_t_vec(x, spv_t_u32(x), 3) : spv_t_u32(x);
     if (!x->builtin[kind]) {
         if (!B[kind].vec) spv_b_capability(&x->b, SpvCapabilityGroupNonUniform);

@@ -18,7 +18,7 @@
 static const char usage[] =
     "usage: kiln probe [--caps LIST] [--json] [--measure]\n"
     "  --caps LIST  take capabilities away, comma-separated: no-coopmat no-f16 no-bf16 no-storage16\n"
-    "               no-subgroup-arith no-subgroup-shuffle no-atomic-f32 no-async-copy no-wgmma no-grid-dep subgroup=N shared=BYTES workgroup=N;\n"
+    "               no-subgroup-arith no-subgroup-shuffle no-atomic-f32 no-async-copy no-wgmma no-grid-dep no-tma subgroup=N shared=BYTES workgroup=N;\n"
     "               and debug-fault, a test switch that makes the logits head wrong on purpose\n"
     "  --json       one JSON array, one object per device\n"
     "  --measure    time each GPU's memory bandwidth (a copy kernel) and matrix rate (the prefill\n"
@@ -132,7 +132,7 @@ static json_t *json_device(const probed *d, const char *caps_list) {
                                              (json_int_t)c->mma[i].n, "k", (json_int_t)c->mma[i].k, "ab",
                                              type_name(c->mma[i].ab_type), "acc", type_name(c->mma[i].acc_type)));
     json_t *o = json_pack(
-        "{s:s,s:s,s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:I}", "device",
+        "{s:s,s:s,s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:I}", "device",
         d->label, "backend", (unsigned)c->backend <= RT_CUDA ? backends[c->backend] : "unknown", "vendor",
         json_text(c->vendor, sizeof c->vendor), "name", json_text(c->name, sizeof c->name), "driver",
         json_text(c->driver, sizeof c->driver), "api_version", (json_int_t)c->api_version, "compute_capability",
@@ -141,7 +141,7 @@ static json_t *json_device(const probed *d, const char *caps_list) {
         (int)c->subgroup_arith, "subgroup_shuffle", (int)c->subgroup_shuffle, "f16_arith", (int)c->f16_arith,
         "bf16_arith", (int)c->bf16_arith, "int8_arith", (int)c->int8_arith, "storage16", (int)c->storage16,
         "atomic_f32_add", (int)c->atomic_f32_add, "async_copy", (int)c->async_copy, "wgmma", (int)c->wgmma,
-        "grid_dep", (int)c->grid_dep, "mma", mma, "shared_bytes", (json_int_t)c->shared_bytes,
+        "grid_dep", (int)c->grid_dep, "tma", (int)c->tma, "mma", mma, "shared_bytes", (json_int_t)c->shared_bytes,
         "max_workgroup", (json_int_t)c->max_workgroup, "max_buffer_bytes", (json_int_t)c->max_buffer_bytes,
         "compute_units", (json_int_t)c->compute_units, "memory_bytes", (json_int_t)c->memory_bytes, "free_bytes",
         (json_int_t)c->free_bytes);

@@ -105,6 +105,10 @@ ir_kernel *ir_kernel_clone(const ir_kernel *src) {
     k->wg_spec = src->wg_spec;
     k->wg_set = src->wg_set;
     k->occupancy = src->occupancy;
+    k->launch_early = src->launch_early;
+    k->cluster = src->cluster;
+    memcpy(k->tmaps, src->tmaps, sizeof k->tmaps);
+    k->n_tmaps = src->n_tmaps;
     cl c = { .src = src, .k = k };
     bool ok = copy_decls(&c) && copy_region(&c, &k->body, &src->body);
     /* definitions outside every region: parameters' and spec constants' entry

@@ -141,7 +141,11 @@ typedef enum ir_op {
     /* matrix fragments */
     IR_OP_FRAG_FILL, IR_OP_FRAG_LOAD, IR_OP_FRAG_STORE, IR_OP_FRAG_MMA,
     IR_OP_FRAG_ELEMS, IR_OP_FRAG_FROM_ELEMS,
-    IR_OP_WG_MMA, IR_OP_WG_WAIT,
+    IR_OP_WG_MMA, IR_OP_WG_WAIT, IR_OP_FRAG_ELEM,
+    /* ordering with other kernels and workgroups, and the tensor copy engine (ir.h's last
+     * section: grid.wait and prefetch are hints a target may drop; the rest is sm_90's) */
+    IR_OP_GRID_WAIT, IR_OP_PREFETCH,
+    IR_OP_MBAR_INIT, IR_OP_MBAR_ARRIVE, IR_OP_MBAR_EXPECT, IR_OP_MBAR_WAIT, IR_OP_TMA_LOAD, IR_OP_CLUSTER_SYNC,
     /* structured control flow */
     IR_OP_FOR, IR_OP_IF, IR_OP_YIELD,
     IR_OP_COUNT
@@ -181,6 +185,8 @@ typedef enum ir_id_kind {
     IR_ID_SG_ID,       /* subgroup index within the workgroup (dim 0) */
     IR_ID_SG_LANE,     /* lane within the subgroup */
     IR_ID_SG_SIZE,     /* lanes per subgroup */
+    IR_ID_WARPGROUP,   /* the invocation's warpgroup: 4 subgroups of 32 (dim 0; wg.mma's unit) */
+    IR_ID_CLUSTER_RANK, /* the workgroup's rank in its cluster (dim 0; 0 without clusters) */
     IR_ID_COUNT
 } ir_id_kind;
 ir_val ir_id(ir_kernel *k, ir_id_kind kind, uint32_t dim);
@@ -295,6 +301,80 @@ ir_val ir_wg_mma(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo
 ir_val ir_wg_mma_flags(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo, ir_shm b,
                        ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps, unsigned flags);
 ir_val ir_wg_wait(ir_kernel *k, ir_val acc, uint32_t pending);
+/* One f32 element of the invocation's share of an f32 accumulator: a 16x8x16 ACC (i < 4,
+ * frag.elems' order) or a warpgroup's m64 x n ACC (i < n / 2; it must be complete: no
+ * wg.mma in flight). For m64 x n, with w = subgroup % 4, g = lane / 4, t = lane % 4:
+ * element i is at row 16 w + g + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 t + (i & 1): the
+ * 16x8 layout repeated along n, so a warpgroup's epilogue stores straight from its
+ * registers (refused by SPIR-V, like frag.elems). */
+ir_val ir_frag_elem(ir_kernel *k, ir_val acc, uint32_t i);
+
+/* ---- ordering and the tensor copy engine ------------------------------------------------------ */
+
+/* Programmatic dependent launch (PTX's griddepcontrol, where caps.grid_dep): a kernel's
+ * workgroups may start before the kernel before it has ended, and wait for it (its
+ * memory visible) at grid.wait. A kernel without one waits on entry; one with a grid.wait
+ * (one at most, in the body's top level) does only the work before it early: ids,
+ * arithmetic, prefetches and control flow holding only those (no access to memory, no
+ * barrier). A target without the feature ignores it. */
+void ir_grid_wait(ir_kernel *k);
+/* The kernel lets the next kernel be scheduled as soon as every one of its workgroups has
+ * started, not as each ends: for short kernels whose successor prefetches before its
+ * grid.wait (that successor's workgroups then sit on the device while this one runs). */
+void ir_set_launch_early(ir_kernel *k, bool early);
+bool ir_launch_early(const ir_kernel *k);
+/* A hint: bytes (a multiple of 16, 16..2^24) of b from element index (its address a
+ * multiple of 16 bytes, within the buffer) will be read soon; sm_90 brings them into the
+ * L2 cache (cp.async.bulk.prefetch.L2), other targets ignore it. */
+void ir_prefetch(ir_kernel *k, ir_buf b, ir_val index, uint32_t bytes);
+
+/* Workgroups launched in clusters of n (1, 2, 4 or 8) along the grid's x (sm_90: their
+ * workgroup memories reach each other); 1, the default, is no cluster. The grid's x must
+ * be a multiple of n. */
+void ir_set_cluster(ir_kernel *k, uint32_t n);
+uint32_t ir_cluster(const ir_kernel *k);
+/* All invocations of every workgroup in the cluster meet here (a barrier across the
+ * cluster, release and acquire: uniform control flow, as a barrier's). */
+void ir_cluster_sync(ir_kernel *k);
+
+/* Memory barriers (mbarrier, sm_90) in a workgroup array of u64, one element each, for
+ * producer / consumer pipelines without workgroup barriers. init: the barrier at index
+ * completes a phase once `count` arrivals (and the bytes expected of it) have come; one
+ * invocation inits, and the inits are everyone's after a barrier or cluster.sync.
+ * arrive: one arrival on the workgroup's own barrier, or with cta (u32, IR_NONE: own)
+ * on the barrier at the same index in that workgroup of the cluster. expect: an arrival
+ * that also makes the phase wait for `bytes` more bytes of tma.load. wait: returns once
+ * the phase of the given parity (u32 0 or 1; phases alternate 0, 1, 0, ... from the
+ * init) has completed; waiting for parity 1 before any phase completed returns at once,
+ * so a producer's first pass over fresh "slot empty" barriers needs no arrivals. */
+void ir_mbar_init(ir_kernel *k, ir_shm bars, ir_val index, ir_val count);
+void ir_mbar_arrive(ir_kernel *k, ir_shm bars, ir_val index, ir_val cta);
+void ir_mbar_expect(ir_kernel *k, ir_shm bars, ir_val index, ir_val bytes);
+void ir_mbar_wait(ir_kernel *k, ir_shm bars, ir_val index, ir_val parity);
+
+/* A 2D tensor over buffer b (of a 16-bit type) for the tensor copy engine: `outer` rows of
+ * `inner` elements (a multiple of 8), copied in boxes of box_outer (1..256) rows of
+ * box_inner elements (128 bytes: the box rows land in workgroup memory in the 128-byte
+ * swizzled layout wg.mma's IR_WG_MMA_SW128 reads, the array's start 1024-byte aligned);
+ * elements past the tensor read as zero. The CUDA backend encodes it for the buffer a
+ * launch binds to b (cuTensorMapEncodeTiled) and passes it with the launch. Returns its
+ * index (0, 1, ...); at most 8 a kernel. */
+uint32_t ir_tensor_map(ir_kernel *k, ir_buf b, uint32_t inner, uint32_t outer, uint32_t box_inner,
+                       uint32_t box_outer);
+typedef struct ir_tensor_map_decl {
+    ir_buf buf;
+    uint32_t inner, outer, box_inner, box_outer;
+} ir_tensor_map_decl;
+uint32_t ir_n_tensor_maps(const ir_kernel *k);
+const ir_tensor_map_decl *ir_tensor_map_at(const ir_kernel *k, uint32_t i);
+/* tma.load: the box of tensor map `map` whose first element is (c_inner, c_outer) (u32;
+ * c_inner a multiple of box_inner) into dst from element dst_index (a multiple of 512: 1024
+ * bytes), completing box bytes on the barrier bars[bar_index] (which an expect announced).
+ * With cta_mask (u32, IR_NONE: none) the box lands at the same place in every workgroup of
+ * the cluster whose rank's bit is set, completing bytes on each one's barrier at
+ * bar_index. The invocation that issues it needs no others. */
+void ir_tma_load(ir_kernel *k, ir_shm dst, ir_val dst_index, uint32_t map, ir_val c_inner, ir_val c_outer,
+                 ir_shm bars, ir_val bar_index, ir_val cta_mask);
 
 /* ---- structured control flow --------------------------------------------------------------- */
 
@@ -355,13 +435,20 @@ struct ir_inst {
      *   WG_MMA     imm[0] = A's workgroup array, imm[1] = B's, imm[2] = k_steps | flags
      *              (IR_WG_MMA_ASYNC, IR_WG_MMA_SW128: ir_wg_mma_flags)
      *   WG_WAIT    imm[0] = pending
+     *   FRAG_ELEM  imm[0] = the element
+     *   PREFETCH   imm[0] = buffer, imm[1] = bytes
+     *   MBAR_*     imm[0] = the barriers' workgroup array; ARRIVE imm[1] = 1 with a cta operand
+     *   TMA_LOAD   imm[0] = dst array, imm[1] = tensor map, imm[2] = the barriers' array
      * operands, in order:
      *   LOAD/SHM_LOAD [index]; STORE/SHM_STORE [index, value]; LOAD_MASKED [index, limit,
      *   fallback]; STORE_MASKED [index, value, limit]; ATOMIC [index, value]; SELECT [cond,
      *   a, b]; SG_SHUFFLE* / SG_BROADCAST [value, lane]; FRAG_FILL [scalar]; FRAG_LOAD
      *   [base, stride]; FRAG_STORE [frag, base, stride]; FRAG_MMA [a, b, acc]; FRAG_ELEMS [acc]; FRAG_FROM_ELEMS [lo(, hi)]; ASYNC_COPY
      *   [dst_index, src_index, limit]; WG_MMA [acc, a_base, a_sbo, a_lbo, b_base, b_sbo,
-     *   b_lbo]; WG_WAIT [acc]; FOR [lo, hi, step, inits...]; IF [cond]; YIELD [values...] */
+     *   b_lbo]; WG_WAIT [acc]; FRAG_ELEM [acc]; PREFETCH [index]; MBAR_INIT [index, count];
+     *   MBAR_ARRIVE [index(, cta)]; MBAR_EXPECT [index, bytes]; MBAR_WAIT [index, parity];
+     *   TMA_LOAD [dst_index, c_inner, c_outer, bar_index(, cta_mask)]; FOR [lo, hi, step,
+     *   inits...]; IF [cond]; YIELD [values...] */
     int64_t imm[3];
     /* FOR: body (region 0; its block arguments are block_arg[]: iv then carried values);
      * IF: then (0) and else (1), always both. Each region ends with exactly one YIELD. */

@@ -17,6 +17,7 @@ typedef struct ir_block {
 
 #define IR_ALIGN 16u
 #define IR_MAX_NAME 64u
+#define IR_MAX_TENSOR_MAPS 8u
 
 typedef struct ir_value_info {
     ir_inst *def;  /* NULL once a pass removed it */
@@ -67,6 +68,10 @@ struct ir_kernel {
     ir_val wg_spec;
     bool wg_set;
     uint32_t occupancy; /* ir_set_occupancy: workgroups per compute unit, 0 none */
+    bool launch_early;  /* ir_set_launch_early */
+    uint32_t cluster;   /* ir_set_cluster: workgroups a cluster along x (0 or 1: none) */
+    ir_tensor_map_decl tmaps[IR_MAX_TENSOR_MAPS];
+    uint32_t n_tmaps;
 
     ir_region body;
     ir_open *open;

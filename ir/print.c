@@ -98,7 +98,7 @@ static void put_vals(ir_sb *b, const ir_val *v, uint32_t from, uint32_t to) {
 }
 
 static const char *const id_names[IR_ID_COUNT] = {
-    "global", "local", "group", "num_groups", "sg_id", "sg_lane", "sg_size",
+    "global", "local", "group", "num_groups", "sg_id", "sg_lane", "sg_size", "warpgroup", "cluster_rank",
 };
 static const char *const cmp_names[] = { "eq", "ne", "lt", "le", "gt", "ge" };
 static const char *const red_names[] = { "add", "min", "max" };
@@ -169,6 +169,32 @@ void ir_sb_inst(ir_sb *b, const ir_kernel *k, const ir_inst *in) {
         break;
     case IR_OP_WG_WAIT:
         ir_sb_printf(b, "%s %%%u, pending %lld", op, opnd(in, 0), (long long)in->imm[0]);
+        break;
+    case IR_OP_FRAG_ELEM:
+        ir_sb_printf(b, "%s %%%u, %lld", op, opnd(in, 0), (long long)in->imm[0]);
+        break;
+    case IR_OP_PREFETCH:
+        ir_sb_printf(b, "%s ", op);
+        put_target(b, k, false, in->imm[0]);
+        ir_sb_printf(b, "[%%%u], %lld bytes", opnd(in, 0), (long long)in->imm[1]);
+        break;
+    case IR_OP_MBAR_INIT: case IR_OP_MBAR_ARRIVE: case IR_OP_MBAR_EXPECT: case IR_OP_MBAR_WAIT:
+        ir_sb_printf(b, "%s ", op);
+        put_target(b, k, true, in->imm[0]);
+        ir_sb_printf(b, "[%%%u]", opnd(in, 0));
+        if (in->n_operand > 1)
+            ir_sb_printf(b, ", %s %%%u", in->op == IR_OP_MBAR_INIT ? "count" : in->op == IR_OP_MBAR_ARRIVE ? "cta"
+                                         : in->op == IR_OP_MBAR_EXPECT ? "bytes" : "parity", opnd(in, 1));
+        break;
+    case IR_OP_TMA_LOAD:
+        ir_sb_printf(b, "%s ", op);
+        put_target(b, k, true, in->imm[0]);
+        ir_sb_printf(b, "[%%%u], map %lld (%%%u, %%%u), bar ", opnd(in, 0), (long long)in->imm[1], opnd(in, 1),
+                     opnd(in, 2));
+        put_target(b, k, true, in->imm[2]);
+        ir_sb_printf(b, "[%%%u]", opnd(in, 3));
+        if (in->n_operand > 4)
+            ir_sb_printf(b, ", multicast %%%u", opnd(in, 4));
         break;
     case IR_OP_ASYNC_WAIT:
         ir_sb_printf(b, "%s %lld", op, (long long)in->imm[0]);
@@ -311,7 +337,19 @@ char *ir_print(const ir_kernel *k) {
         ir_sb_printf(&b, " workgroup(%%%u)", k->wg_spec);
     else
         ir_sb_printf(&b, " workgroup(%u, %u, %u)", k->wg[0], k->wg[1], k->wg[2]);
+    if (k->occupancy)
+        ir_sb_printf(&b, " occupancy(%u)", k->occupancy);
+    if (ir_cluster(k) > 1)
+        ir_sb_printf(&b, " cluster(%u)", ir_cluster(k));
+    if (k->launch_early)
+        ir_sb_printf(&b, " launch_early");
     ir_sb_printf(&b, " {\n");
+    for (uint32_t i = 0; i < k->n_tmaps; i++) {
+        const ir_tensor_map_decl *m = &k->tmaps[i];
+        ir_sb_printf(&b, "  tensor_map %u: ", i);
+        put_target(&b, k, false, m->buf);
+        ir_sb_printf(&b, " %u x %u, box %u x %u\n", m->outer, m->inner, m->box_outer, m->box_inner);
+    }
     for (uint32_t i = 0; i < k->n_shared; i++)
         ir_sb_printf(&b, "  shared @%s: %s[%u]%s%s\n", k->shared[i].name, ir_scalar_name(k->shared[i].elem),
                      k->shared[i].count, k->shared[i].overlays ? " overlays @" : "",

@@ -3,8 +3,9 @@
  *
  * Barrier uniformity is checked conservatively: a value is "divergent" when it depends,
  * through operands, loop-carried values or if-results, on an id other than GROUP,
- * NUM_GROUPS and SG_SIZE (the ids every invocation of a workgroup shares), or on an
- * atomic's result. A barrier inside an if whose condition is divergent, or inside a for
+ * NUM_GROUPS, SG_SIZE and CLUSTER_RANK (the ids every invocation of a workgroup shares),
+ * or on an atomic's result; one that depends on WARPGROUP, and on nothing divergent, is
+ * uniform within a warpgroup, which is what wg.mma and wg.wait need. A barrier inside an if whose condition is divergent, or inside a for
  * whose bounds or step are divergent, is refused, even where the data would in fact
  * agree; loads are taken as uniform when their index is (a racing write is a bug of its
  * own). */
@@ -483,6 +484,54 @@ static bool check(ck *c) {
             return bad(c, "wg.wait leaves 0..7 groups pending, not %lld", (long long)in->imm[0]);
         return result_is(c, ty(c, 0));
     }
+    case IR_OP_FRAG_ELEM: {
+        const ir_type_desc *fc = NULL;
+        if (!nops(c, 1) || !frag_of(c, ty(c, 0), IR_FRAG_ACC, &fc))
+            return false;
+        bool small = fc->m == 16 && fc->n == 8 && fc->k == 16, wide = fc->m == 64 && fc->k == 16;
+        if (fc->elem != IR_F32 || !(small || wide))
+            return bad(c, "frag.elem takes a 16x8x16 or m64 f32 accumulator, not m%un%uk%u", fc->m, fc->n, fc->k);
+        if (in->imm[0] < 0 || in->imm[0] >= (small ? 4 : fc->n / 2))
+            return bad(c, "frag.elem %lld: the accumulator holds %u a lane", (long long)in->imm[0],
+                       small ? 4 : fc->n / 2);
+        return result_is(c, find_sv(c, IR_F32, 1));
+    }
+    case IR_OP_GRID_WAIT: case IR_OP_CLUSTER_SYNC:
+        return nops(c, 0);
+    case IR_OP_PREFETCH:
+        if (!nops(c, 1) || !target(c, false, in->imm[0], IR_READ, &e) || !index_u32(c, 0, "index"))
+            return false;
+        if (in->imm[1] < 16 || in->imm[1] > (1 << 24) || in->imm[1] % 16)
+            return bad(c, "prefetch of %lld bytes: a multiple of 16 in 16..2^24", (long long)in->imm[1]);
+        return true;
+    case IR_OP_MBAR_INIT: case IR_OP_MBAR_EXPECT: case IR_OP_MBAR_WAIT: case IR_OP_MBAR_ARRIVE: {
+        static const char *const second[] = { "count", "cta", "bytes", "parity" };
+        uint32_t n = in->op == IR_OP_MBAR_ARRIVE ? (in->imm[1] ? 2 : 1) : 2;
+        if ((in->op == IR_OP_MBAR_ARRIVE && in->imm[1] != 0 && in->imm[1] != 1) || !nops(c, n) ||
+            !target(c, true, in->imm[0], 0, &e) || !index_u32(c, 0, "barrier index"))
+            return false;
+        if (e != IR_U64)
+            return bad(c, "memory barriers live in a u64 workgroup array, not %s", ir_scalar_name(e));
+        return n == 1 || index_u32(c, 1, second[in->op - IR_OP_MBAR_INIT]);
+    }
+    case IR_OP_TMA_LOAD: {
+        const ir_tensor_map_decl *m = in->imm[1] >= 0 && in->imm[1] < k->n_tmaps ? &k->tmaps[in->imm[1]] : NULL;
+        if ((in->n_operand != 4 && !nops(c, 5)) || !target(c, true, in->imm[0], 0, &e) ||
+            !target(c, true, in->imm[2], 0, &e2))
+            return false;
+        if (!m)
+            return bad(c, "no tensor map %lld", (long long)in->imm[1]);
+        if (in->n_operand == 5 && ir_cluster(k) == 1)
+            return bad(c, "a multicast tma.load needs clusters (ir_set_cluster first)");
+        if (e != k->params[k->buffers[m->buf]].elem || e2 != IR_U64)
+            return bad(c, "tma.load copies into an array of its tensor's type, completing on a u64 barrier array");
+        static const char *const what[5] = { "destination index", "inner coordinate", "outer coordinate",
+                                             "barrier index", "cta mask" };
+        for (uint32_t i = 0; i < in->n_operand; i++)
+            if (!index_u32(c, i, what[i]))
+                return false;
+        return true;
+    }
     case IR_OP_FOR: {
         if (in->n_operand < 3 || !in->operand)
             return bad(c, "for takes lo, hi, step and its inits");
@@ -520,7 +569,7 @@ bool ir_check_op(const ir_kernel *k, const ir_inst *in, char *msg, size_t len) {
 typedef struct vs {
     const ir_kernel *k;
     uint8_t *state;  /* per value: 0 not yet defined, 1 in scope, 2 out of scope */
-    uint8_t *taint;  /* per value: divergent */
+    uint8_t *taint;  /* per value: 0 uniform, 1 uniform within a warpgroup, 2 divergent */
     char *err;       /* the message (the caller's kiln_err) */
     size_t len;
     kiln_code code;  /* invalid input, or out of memory */
@@ -529,13 +578,25 @@ typedef struct vs {
 
 static bool val_ok(const vs *s, ir_val v) { return v != IR_NONE && v <= s->k->n_vals; }
 
-static bool tainted(const vs *s, ir_val v) { return val_ok(s, v) && s->taint[v]; }
+enum { UNIFORM, WG_UNIFORM, DIVERGENT }; /* taint levels: the larger of two wins */
 
-static void set_taint(vs *s, ir_val v, bool t, bool *changed) {
-    if (val_ok(s, v) && t && !s->taint[v]) {
-        s->taint[v] = 1;
+static uint8_t tainted(const vs *s, ir_val v) { return val_ok(s, v) ? s->taint[v] : UNIFORM; }
+
+static uint8_t most(uint8_t a, uint8_t b) { return a > b ? a : b; }
+
+static void set_taint(vs *s, ir_val v, uint8_t t, bool *changed) {
+    if (val_ok(s, v) && t > s->taint[v]) {
+        s->taint[v] = t;
         *changed = true;
     }
+}
+
+/* An id's level: the workgroup's own (GROUP, NUM_GROUPS, SG_SIZE, CLUSTER_RANK) are
+ * uniform, WARPGROUP within a warpgroup, the rest per invocation. */
+static uint8_t id_level(int64_t kind) {
+    if (kind == IR_ID_GROUP || kind == IR_ID_NUM_GROUPS || kind == IR_ID_SG_SIZE || kind == IR_ID_CLUSTER_RANK)
+        return UNIFORM;
+    return kind == IR_ID_WARPGROUP ? WG_UNIFORM : DIVERGENT;
 }
 
 static const ir_inst *region_yield(const ir_region *r) {
@@ -559,31 +620,32 @@ static bool taint_region(vs *s, const ir_region *r, int depth) {
         const ir_inst *in = r->inst[i];
         if (!in)
             continue;
-        bool t = false;
+        uint8_t t = UNIFORM;
         for (uint32_t j = 0; j < in->n_operand && in->operand; j++)
-            t |= tainted(s, in->operand[j]);
+            t = most(t, tainted(s, in->operand[j]));
         if (in->op == IR_OP_ID)
-            t = in->imm[0] != IR_ID_GROUP && in->imm[0] != IR_ID_NUM_GROUPS && in->imm[0] != IR_ID_SG_SIZE;
+            t = id_level(in->imm[0]);
         if (in->op == IR_OP_ATOMIC)
-            t = true;
+            t = DIVERGENT;
         if (in->op == IR_OP_FOR && in->n_region >= 1 && in->block_arg) {
-            bool bounds = false;
+            uint8_t bounds = UNIFORM;
             for (uint32_t j = 0; j < 3 && j < in->n_operand; j++)
-                bounds |= tainted(s, in->operand[j]);
+                bounds = most(bounds, tainted(s, in->operand[j]));
             bool again = true;
             while (again) {
                 again = false;
                 set_taint(s, in->block_arg[0], bounds, &again);
                 for (uint32_t j = 1; j < in->n_block_arg; j++) {
-                    bool tj = bounds || (3 + j - 1 < in->n_operand && tainted(s, in->operand[3 + j - 1])) ||
-                              tainted(s, yielded(&in->region[0], j - 1));
+                    uint8_t tj = most(bounds, tainted(s, yielded(&in->region[0], j - 1)));
+                    if (3 + j - 1 < in->n_operand)
+                        tj = most(tj, tainted(s, in->operand[3 + j - 1]));
                     set_taint(s, in->block_arg[j], tj, &again);
                 }
                 again |= taint_region(s, &in->region[0], depth + 1);
                 changed |= again;
             }
             for (uint32_t j = 0; j < in->n_results && in->results; j++) {
-                bool tj = bounds || (j + 1 < in->n_block_arg && tainted(s, in->block_arg[j + 1]));
+                uint8_t tj = j + 1 < in->n_block_arg ? most(bounds, tainted(s, in->block_arg[j + 1])) : bounds;
                 set_taint(s, in->results[j], tj, &changed);
             }
             continue;
@@ -592,7 +654,7 @@ static bool taint_region(vs *s, const ir_region *r, int depth) {
             for (uint32_t g = 0; g < in->n_region && g < 2; g++)
                 changed |= taint_region(s, &in->region[g], depth + 1);
             for (uint32_t j = 0; j < in->n_results && in->results; j++) {
-                bool tj = t || tainted(s, yielded(&in->region[0], j)) || tainted(s, yielded(&in->region[1], j));
+                uint8_t tj = most(t, most(tainted(s, yielded(&in->region[0], j)), tainted(s, yielded(&in->region[1], j))));
                 set_taint(s, in->results[j], tj, &changed);
             }
             continue;
@@ -660,11 +722,11 @@ static void close_scope(vs *s, const ir_region *r) {
     }
 }
 
-static bool walk(vs *s, const ir_region *r, const ir_inst *parent, bool divergent, int depth);
+static bool walk(vs *s, const ir_region *r, const ir_inst *parent, uint8_t divergent, int depth);
 
 /* A region of a construct: walks it and checks its closing yield against types[]. */
 static bool walk_body(vs *s, const ir_inst *in, const ir_region *r, const ir_type *types, uint32_t n,
-                      bool divergent, int depth) {
+                      uint8_t divergent, int depth) {
     if (!walk(s, r, in, divergent, depth + 1))
         return false;
     const ir_inst *y = region_yield(r);
@@ -683,7 +745,7 @@ static bool walk_body(vs *s, const ir_inst *in, const ir_region *r, const ir_typ
     return true;
 }
 
-static bool walk_for(vs *s, const ir_inst *in, bool divergent, int depth) {
+static bool walk_for(vs *s, const ir_inst *in, uint8_t divergent, int depth) {
     uint32_t n = in->n_operand - 3;
     if (in->n_region != 1 || in->n_results != n || in->n_block_arg != n + 1 || !in->block_arg ||
         (n && !in->results))
@@ -701,7 +763,8 @@ static bool walk_for(vs *s, const ir_inst *in, bool divergent, int depth) {
             ok = fail(s, in, "carried value %u must keep its init's type", i);
     for (uint32_t i = 0; i <= n && ok; i++)
         ok = define(s, in, in->block_arg[i], "block argument");
-    bool div = divergent || tainted(s, in->operand[0]) || tainted(s, in->operand[1]) || tainted(s, in->operand[2]);
+    uint8_t div = most(most(divergent, tainted(s, in->operand[0])), most(tainted(s, in->operand[1]),
+                                                                        tainted(s, in->operand[2])));
     if (ok)
         ok = walk_body(s, in, &in->region[0], types, n, div, depth);
     for (uint32_t i = 0; i <= n && ok; i++)
@@ -712,7 +775,7 @@ static bool walk_for(vs *s, const ir_inst *in, bool divergent, int depth) {
     return ok;
 }
 
-static bool walk_if(vs *s, const ir_inst *in, bool divergent, int depth) {
+static bool walk_if(vs *s, const ir_inst *in, uint8_t divergent, int depth) {
     uint32_t n = in->n_results;
     if (in->n_region != 2 || (n && !in->results))
         return fail(s, in, "an if has a then and an else region");
@@ -721,7 +784,7 @@ static bool walk_if(vs *s, const ir_inst *in, bool divergent, int depth) {
         return s->code = KILN_ERR_NOMEM, fail(s, in, "out of memory");
     for (uint32_t i = 0; i < n; i++)
         types[i] = ir_type_of(s->k, in->results[i]);
-    bool div = divergent || tainted(s, in->operand[0]);
+    uint8_t div = most(divergent, tainted(s, in->operand[0]));
     bool ok = walk_body(s, in, &in->region[0], types, n, div, depth) &&
               walk_body(s, in, &in->region[1], types, n, div, depth);
     for (uint32_t i = 0; i < n && ok; i++)
@@ -736,7 +799,7 @@ static bool in_flight(const ir_kernel *k, ir_val v) {
     return d && d->op == IR_OP_WG_MMA && (d->imm[2] & IR_WG_MMA_ASYNC);
 }
 
-static bool walk(vs *s, const ir_region *r, const ir_inst *parent, bool divergent, int depth) {
+static bool walk(vs *s, const ir_region *r, const ir_inst *parent, uint8_t divergent, int depth) {
     if (depth > 1000)
         return fail(s, parent, "constructs nest too deeply");
     if (r->n && !r->inst)
@@ -764,10 +827,11 @@ static bool walk(vs *s, const ir_region *r, const ir_inst *parent, bool divergen
         char msg[200];
         if (!ir_check_op(s->k, in, msg, sizeof msg))
             return fail(s, in, "%s", msg);
-        if ((in->op == IR_OP_BARRIER || in->op == IR_OP_WG_MMA || in->op == IR_OP_WG_WAIT) && divergent)
+        bool wg_op = in->op == IR_OP_WG_MMA || in->op == IR_OP_WG_WAIT;
+        if ((in->op == IR_OP_BARRIER || in->op == IR_OP_CLUSTER_SYNC || wg_op) && divergent > (wg_op ? WG_UNIFORM : UNIFORM))
             return fail(s, in, "%s in control flow that depends on a per-invocation id "
-                               "(only GROUP, NUM_GROUPS and SG_SIZE ids are uniform)",
-                        ir_op_name(in->op));
+                               "(only GROUP, NUM_GROUPS, SG_SIZE and CLUSTER_RANK ids are uniform%s)",
+                        ir_op_name(in->op), wg_op ? "; WARPGROUP within a warpgroup" : "");
         bool has = ir_op_has_result(in->op);
         if (has != (in->result != IR_NONE))
             return fail(s, in, has ? "%s must define a value" : "%s defines no value", ir_op_name(in->op));
@@ -851,6 +915,66 @@ static bool workgroup(vs *s) {
     return true;
 }
 
+/* What a kernel may do before its grid.wait: compute values and prefetch (no memory
+ * access, no barrier), in control flow holding only that. */
+static bool early_only(const ir_region *r, int depth) {
+    for (uint32_t i = 0; r->inst && i < r->n && depth < 1000; i++) {
+        const ir_inst *in = r->inst[i];
+        if (!in)
+            continue;
+        switch (in->op) {
+        case IR_OP_FOR: case IR_OP_IF:
+            for (uint32_t g = 0; g < in->n_region; g++)
+                if (!early_only(&in->region[g], depth + 1))
+                    return false;
+            break;
+        case IR_OP_YIELD: case IR_OP_PREFETCH: case IR_OP_CONST: case IR_OP_ID: case IR_OP_CMP: case IR_OP_SELECT:
+        case IR_OP_CONVERT: case IR_OP_BITCAST: case IR_OP_VEC: case IR_OP_EXTRACT: case IR_OP_FMA:
+            break;
+        default:
+            if (in->op < IR_OP_ADD || in->op > IR_OP_ROUNDEVEN)
+                return false;
+        }
+    }
+    return true;
+}
+
+static uint32_t count_op(const ir_region *r, ir_op op, int depth) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; r->inst && i < r->n && depth < 1000; i++) {
+        const ir_inst *in = r->inst[i];
+        if (!in)
+            continue;
+        n += in->op == op;
+        for (uint32_t g = 0; g < in->n_region; g++)
+            n += count_op(&in->region[g], op, depth + 1);
+    }
+    return n;
+}
+
+/* One grid.wait at most, in the body's top level, after only early_only work; a
+ * multicast tma.load in a kernel of clusters. */
+static bool ordering(vs *s) {
+    const ir_kernel *k = s->k;
+    uint32_t n = count_op(&k->body, IR_OP_GRID_WAIT, 0);
+    if (n > 1)
+        return fail(s, NULL, "%u grid.waits: a kernel waits for the kernel before it once", n);
+    for (uint32_t i = 0; n && i < k->body.n; i++) {
+        const ir_inst *in = k->body.inst[i];
+        if (!in || in->op != IR_OP_GRID_WAIT)
+            continue;
+        ir_region before = { k->body.inst, i, i };
+        if (!early_only(&before, 0))
+            return fail(s, in, "only values, prefetches and control flow of them may come before grid.wait");
+        n = 0;
+    }
+    if (n)
+        return fail(s, NULL, "grid.wait belongs in the body's top level, not inside a for or if");
+    if (ir_cluster(k) == 1 && count_op(&k->body, IR_OP_CLUSTER_SYNC, 0))
+        return fail(s, NULL, "cluster.sync in a kernel without clusters (ir_set_cluster)");
+    return true;
+}
+
 int ir_verify(const ir_kernel *k, kiln_err *err) {
     kiln_err none;
     if (!err)
@@ -882,7 +1006,7 @@ int ir_verify(const ir_kernel *k, kiln_err *err) {
     }
     if (!s.failed)
         taint_region(&s, &k->body, 0);
-    bool ok = !s.failed && entry(&s) && walk(&s, &k->body, NULL, false, 0) && workgroup(&s);
+    bool ok = !s.failed && entry(&s) && walk(&s, &k->body, NULL, UNIFORM, 0) && workgroup(&s) && ordering(&s);
     free(s.state);
     free(s.taint);
     if (!ok)

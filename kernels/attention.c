@@ -104,6 +104,7 @@ ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv,
     if (attn_shape_ok("kn_attn_decode", n_head, n_head_kv, head_dim, n_ctx, n_split, err)) return NULL;
     kx k = {kn_create("kn_attn_decode", err), c};
     if (!k.ir) return NULL;
+    kn_launch_early(k); /* a short kernel: the next may start (kn_early.c) */
     uint64_t cache_len = (uint64_t)n_ctx * n_head_kv * head_dim;
     ir_buf qb = kx_buffer(k, "q", dtype, IR_READ, (uint64_t)n_head * head_dim);
     ir_buf kc = kx_buffer(k, "kcache", dtype, IR_READ, cache_len);
@@ -244,6 +245,7 @@ ir_kernel *kn_attn_merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, u
     if (attn_shape_ok("kn_attn_merge", n_head, 1, head_dim, n_ctx, n_split, err)) return NULL;
     kx k = {kn_create("kn_attn_merge", err), c};
     if (!k.ir) return NULL;
+    kn_launch_early(k); /* a short kernel: the next may start (kn_early.c) */
     ir_buf pa = kx_buffer(k, "part", IR_F32, IR_READ, (uint64_t)n_head * n_split * (head_dim + 2));
     ir_buf ob = kx_buffer(k, "out", dtype, IR_WRITE, (uint64_t)n_head * head_dim);
     ir_buf pb = kx_buffer(k, "pos", IR_U32, IR_READ, 1);

@@ -503,6 +503,7 @@ ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv
     }
     kx k = {kn_create("kn_attn_prefill", err), c};
     if (!k.ir) return NULL;
+    if (n_max <= 64) kn_launch_early(k); /* a short block's: the output product may start */
     kb b = {.k = k,
             .g = &g,
             .dtype = dtype,

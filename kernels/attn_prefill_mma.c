@@ -318,6 +318,7 @@ ir_kernel *kn_attn_prefill_mma(const rt_caps *c, uint32_t n_head, uint32_t n_hea
     a.scale = 1.0f / sqrtf((float)hd); /* the oracle's, computed the same way */
     kx k = {kn_create("kn_attn_prefill", err), c};
     if (!k.ir) return NULL;
+    if (n_max <= 64) kn_launch_early(k); /* a short block's: the output product may start */
     a.k = k;
     a.qb = kx_buffer(k, "q", dt, IR_READ, (uint64_t)n_max * q_stride);
     a.kc = kx_buffer(k, "kcache", dt, IR_READ, (uint64_t)n_ctx * a.kv_dim);

@@ -52,6 +52,7 @@ ir_kernel *kn_take_last(const rt_caps *c, uint32_t n, uint32_t n_max, ir_scalar 
     if (check("kn_take_last", c, n_max, n, dtype, err)) return NULL;
     kx k = {kn_create("kn_take_last", err), c};
     if (!k.ir) return NULL;
+    kn_launch_early(k); /* a short kernel: the next may start (kn_early.c) */
     ir_buf x = kx_buffer(k, "x", dtype, IR_READ, (uint64_t)n_max * n), ib = kx_buffer(k, "info", IR_U32, IR_READ, 2);
     ir_buf out = kx_buffer(k, "out", dtype, IR_WRITE, n);
     uint32_t wg = kn_workgroup(c, 256), v = kn_vec_width(n);

@@ -49,6 +49,15 @@ ir_val kn_exp(kx k, ir_val x);
  * 2^-22 of e^x at a third of kn_exp's instructions, for softmax weights, which are at most
  * 1 and summed to at least 1. */
 ir_val kn_exp_nonpositive(kx k, ir_val x);
+/* kn_early.c: the kernel lets the next one be scheduled as soon as it starts
+ * (ir_set_launch_early), for short kernels whose successor prefetches. */
+void kn_launch_early(kx k);
+/* Before the kernel's grid.wait: invocation i of a workgroup prefetches row row0 + i (i <
+ * rows_per_group, the row < rows) of w, rows of cols 16-bit elements held elems_per_word
+ * to a buffer element, where the workgroup is among the first whose rows (n_mats weights
+ * of them: W and Wu) fit the prefetch budget. The caller then calls ir_grid_wait. */
+void kn_prefetch_rows(kx k, ir_buf w, ir_val row0, uint32_t rows_per_group, uint32_t rows, uint32_t cols,
+                      uint32_t elems_per_word, uint32_t n_mats);
 /* Verifies k: k, or NULL (k destroyed) with the builder's or verifier's message. */
 ir_kernel *kn_finish(ir_kernel *k, kiln_err *err);
 /* ir_kernel_create, with the out-of-memory message. */

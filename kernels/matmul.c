@@ -519,11 +519,19 @@ static bool wg_takes(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
     return mm_wg_forced() || mm_wg_grid(cfg, rows, n_max, epi) * 2 >= (c->compute_units ? c->compute_units : 1);
 }
 
+/* the tensor copy engine's variant wherever it fits: it needs no grid to pay */
+static bool tma_takes(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
+                      mm_tma_cfg *cfg) {
+    return c && mm_tma_pick(c, dtype, rows, cols, n_max, epi, cfg);
+}
+
 bool kn_matmul_swiglu_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype) {
     mm_wg_cfg cfg;
+    mm_tma_cfg tcfg;
     return rows && cols && n_max && n_max % 64 == 0 && (uint64_t)n_max * cols <= UINT32_MAX &&
            (uint64_t)n_max * rows <= UINT32_MAX && (uint64_t)rows * cols <= UINT32_MAX &&
-           wg_takes(c, rows, cols, n_max, dtype, KN_EPI_SWIGLU, &cfg);
+           (tma_takes(c, rows, cols, n_max, dtype, KN_EPI_SWIGLU, &tcfg) ||
+            wg_takes(c, rows, cols, n_max, dtype, KN_EPI_SWIGLU, &cfg));
 }
 
 ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
@@ -543,21 +551,25 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
     mma_cfg cfg = {0};
     mm_pipe_cfg pcfg = {0};
     mm_wg_cfg wcfg = {0};
-    bool use_wg = wg_takes(c, rows, cols, n_max, dtype, epi, &wcfg);
-    if (!use_wg && (epi & KN_EPI_SWIGLU)) {
+    mm_tma_cfg tcfg = {0};
+    bool use_tma = tma_takes(c, rows, cols, n_max, dtype, epi, &tcfg);
+    bool use_wg = !use_tma && wg_takes(c, rows, cols, n_max, dtype, epi, &wcfg);
+    if (!use_tma && !use_wg && (epi & KN_EPI_SWIGLU)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED,
                   "kn_matmul: the SwiGLU epilogue needs the warpgroup variant (wgmma; rows %u, cols %u, n_max %u)",
                   rows, cols, n_max);
         return NULL;
     }
-    bool use_pipe = !use_wg && mm_pipe_pick(c, dtype, rows, cols, n_max, &pcfg);
+    bool use_pipe = !use_tma && !use_wg && mm_pipe_pick(c, dtype, rows, cols, n_max, &pcfg);
     bool use_mma = !use_pipe && mma_pick(c, dtype, &cfg);
     mm m = {
         .k = {kn_create("kn_matmul", err), c}, .rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype, .epi = epi};
     kx k = m.k;
     if (!k.ir) return NULL;
     mm_params(&m);
-    if (use_wg) {
+    if (use_tma) {
+        mm_build_tma(&m, &tcfg, g);
+    } else if (use_wg) {
         mm_build_wg(&m, &wcfg, g);
     } else if (use_pipe) {
         mm_build_pipe(&m, &pcfg, g);

@@ -71,6 +71,19 @@ uint64_t mm_wg_grid(const mm_wg_cfg *cfg, uint32_t rows, uint32_t n_max, unsigne
 /* KILN_MATMUL_WG names a shape: kn_matmul then takes it whatever its grid */
 bool mm_wg_forced(void);
 
+/* ---- matmul_tma.c: the tensor copy engine feeding warpgroup products ---- */
+typedef struct mm_tma_cfg {
+    uint32_t tile_r;  /* rows of W per workgroup (128, 192 or 256): each consumer's m64 x tile_r */
+    uint32_t cluster; /* workgroups a cluster sharing W's tile (1 or 2) */
+    uint32_t stages;  /* ring slots (3..8, as many as the workgroup memory holds) */
+} mm_tma_cfg;
+/* The variant's shape for this product, or false: caps.tma and caps.wgmma, a 16-bit dtype,
+ * cols a multiple of 8, rows of 2, 288 invocations a workgroup, 3 slots at least. */
+bool mm_tma_pick(const rt_caps *c, ir_scalar dtype, uint32_t rows, uint32_t cols, uint32_t n_max, unsigned epi,
+                 mm_tma_cfg *cfg);
+void mm_build_tma(mm *m, const mm_tma_cfg *cfg, uint32_t groups[2]);
+uint64_t mm_tma_grid(const mm_tma_cfg *cfg, uint32_t rows, uint32_t n_max, unsigned epi);
+
 /* ---- matmul_pipe.c ---- */
 typedef struct mm_pipe_cfg {
     uint32_t warps_t, warps_r; /* subgroups across tokens and rows */

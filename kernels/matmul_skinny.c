@@ -382,13 +382,18 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
     ir_val lid = kx_local(k), lane = kx_sg_lane(k);
     /* g, and lane t's first word of a step: 4 * wide t */
     ir_val lg = kx_shr_c(k, lane, 2), lt4 = kx_mul_c(k, kx_and_c(k, lane, 3), 4 * q.wide);
+    q.r0 = kx_group_times(k, 0, q.tile_rows);
+    if (blocks == 1) { /* the weights while the kernel before ends (kn_early.c) */
+        kn_prefetch_rows(k, q.w, q.r0, q.tile_rows, rows, cols, (uint32_t)per_word, swiglu ? 2 : 1);
+        if (swiglu) kn_prefetch_rows(k, q.wu, q.r0, q.tile_rows, rows, cols, (uint32_t)per_word, 2);
+    }
+    ir_grid_wait(k.ir);
     /* the block's tokens: min(n, n_all) - t0, at most n_max, 0 past n */
     ir_val n_in = kx_min(k, kx_load(k, q.info, kx_u32(k, 1), 1), kx_u32(k, n_all));
     q.t0 = blocks > 1 ? kx_group_times(k, 1, n_max) : kx_u32(k, 0);
     q.n = blocks > 1 ? kx_select(k, kx_lt(k, q.t0, n_in), kx_min(k, kx_sub(k, n_in, q.t0), kx_u32(k, n_max)),
                                  kx_u32(k, 0))
                      : n_in;
-    q.r0 = kx_group_times(k, 0, q.tile_rows);
     if (q.opaque) { /* the subgroup's W element at row r0, column 0; X's of token t0 */
         q.w_lane = kx_mul_c(k, q.r0, cols);
         q.x_lane = kx_mul_c(k, q.t0, cols);

@@ -255,13 +255,20 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
     bool per_subgroup = c->subgroup_arith && sg >= 8 && sg <= wg;
     if (!per_subgroup) wg = kn_workgroup(c, 128);
     kx_workgroup(k, wg);
+    /* each workgroup's rows: rpw * nr from group * rpw * nr (one subgroup a row), or one */
+    uint32_t rpw = per_subgroup ? wg / sg : 1, nr = per_subgroup ? rows_per_subgroup(c, rows, cols, rpw, wide, swi) : 1;
+    if (!strided) { /* the weights while the kernel before ends (kn_early.c) */
+        ir_val r0 = kx_group_times(k, 0, rpw * nr);
+        kn_prefetch_rows(k, w, r0, rpw * nr, rows, cols, w_per, swi ? 2 : 1);
+        if (swi) kn_prefetch_rows(k, wu, r0, rpw * nr, rows, cols, w_per, 2);
+    }
+    ir_grid_wait(k.ir);
     uint32_t hx = norm ? norm_prologue(k, wg, x, wn, cols, dtype, eps) : UINT32_MAX;
     if (per_subgroup) {
         /* one subgroup per row, wg / sg rows per workgroup, rows strided over the grid
          * where kn_matvec_strided (a grid smaller than *groups_x amortizes the prologue
          * over more rows), else a subgroup past the last row skips its row: no barrier
          * past the prologue */
-        uint32_t rpw = wg / sg, nr = rows_per_subgroup(c, rows, cols, rpw, wide, swi);
         ir_val sg_id = kx_sg_id(k);
         ir_val row0 = kx_mul_c(k, kx_add(k, kx_group_times(k, 0, rpw), sg_id), nr);
         ir_val stride = kx_n_groups_times(k, rpw * nr), row = row0;

@@ -209,6 +209,7 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
     }
     kx k = {kn_create("kn_qk_prep", err), c};
     if (!k.ir) return NULL;
+    kn_launch_early(k); /* a short kernel: the next may start (kn_early.c) */
     qk_build b = {.k = k, .head_dim = head_dim, .n_rot = n_rot, .neox = rope->neox, .qk_norm = qk_norm,
                   .factors = rope->freq_factors, .eps = eps, .freq_scale = rope->freq_scale,
                   .theta_scale = powf(rope->base, -2.0f / (float)n_rot), .dtype = dtype};

@@ -15,6 +15,7 @@ static ir_kernel *build(const rt_caps *c, const char *name, uint32_t n, ir_scala
     }
     kx k = {kn_create(name, err), c};
     if (!k.ir) return NULL;
+    kn_launch_early(k); /* a short kernel: the next may start (kn_early.c) */
     ir_buf x = kx_buffer_per_group(k, "x", dtype, IR_READ, 0, n); /* one row per workgroup */
     ir_buf w = kx_buffer(k, "w", dtype, IR_READ, n);
     ir_buf y = kx_buffer_per_group(k, "y", dtype, IR_WRITE, 0, n);

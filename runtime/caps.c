@@ -118,6 +118,7 @@ static const struct {
     {"no-async-copy", offsetof(rt_caps, async_copy)},
     {"no-wgmma", offsetof(rt_caps, wgmma)},
     {"no-grid-dep", offsetof(rt_caps, grid_dep)},
+    {"no-tma", offsetof(rt_caps, tma)},
 };
 
 /* Items of rt_debug, not of the caps: accepted, applied by rt_debug_from_list. */
@@ -307,6 +308,7 @@ size_t rt_caps_describe(const rt_caps *c, char *buf, size_t cap) {
     YN(async_copy);
     YN(wgmma);
     YN(grid_dep);
+    YN(tma);
 #undef YN
     put(&o, "mma: ");
     uint32_t nm = c->n_mma < RT_MAX_MMA_SHAPES ? c->n_mma : RT_MAX_MMA_SHAPES;

@@ -47,6 +47,9 @@ typedef struct rt_caps {
     bool grid_dep;            /* programmatic dependent launch (sm_90+, cuLaunchKernelEx): a kernel
                                * may be scheduled while the one before it ends, and waits for it
                                * (griddepcontrol.wait) before it touches memory */
+    bool tma;                 /* the tensor copy engine, memory barriers and clusters of workgroups
+                               * (sm_90, cuTensorMapEncodeTiled and cuLaunchKernelEx): tma.load,
+                               * mbar.*, cluster.sync */
 
     uint32_t n_mma;           /* cooperative-matrix / mma shapes offered (0: none) */
     rt_mma_shape mma[RT_MAX_MMA_SHAPES];
@@ -74,7 +77,7 @@ void rt_caps_default(rt_caps *c, rt_backend b);
 
 /* Applies a comma-separated override list to caps read from a device:
  *   no-coopmat | no-f16 | no-bf16 | no-storage16 | no-subgroup-arith | no-subgroup-shuffle
- *   | no-atomic-f32 | no-async-copy | no-wgmma | no-grid-dep | subgroup=N (a power of two within [min, max]) | shared=BYTES (<= the
+ *   | no-atomic-f32 | no-async-copy | no-wgmma | no-grid-dep | no-tma | subgroup=N (a power of two within [min, max]) | shared=BYTES (<= the
  *   device's) | workgroup=N (<= the device's) | debug-fault.
  * Overrides only take capabilities away (a device cannot be made to offer more).
  * debug-fault is a test switch (rt_debug), accepted here and left to rt_debug_from_list.

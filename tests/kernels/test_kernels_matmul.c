@@ -469,6 +469,7 @@ Test(kernels_matmul, warpgroup_variant_builds_for_sm_90, .timeout = 300) {
     kiln_err err = {0};
     rt_caps c = tu_cuda_caps(90), c80 = tu_cuda_caps(80);
     c.compute_units = 132;
+    cr_assert_eq(rt_caps_override(&c, "no-tma", &err), 0, "%s", err.msg); /* kn_matmul's choice below */
     /* the default shapes (tiles of 128, 192 and 256 rows by the grid), then others by
      * KILN_MATMUL_WG: products waited for in each chunk, 3 slots, 128-column chunks in 2 */
     static const mm_shape sh[] = {{4096, 4096, 512}, {6144, 4096, 512}, {24576, 4096, 2048}, {1000, 1000, 64}};
@@ -539,6 +540,80 @@ Test(kernels_matmul, warpgroup_variant_builds_for_sm_90, .timeout = 300) {
     cr_assert(strstr(err.msg, "wgmma"), "%s", err.msg);
     cr_assert_eq(rt_caps_override(&c, "no-wgmma", &err), 0, "%s", err.msg);
     cr_assert_not(kn_matmul_wg_ok(&c, IR_BF16, 4096));
+}
+
+/* The tensor copy engine's variant, built for sm_90 and assembled for sm_90a on any
+ * machine: every tile width and cluster, the epilogues; kn_matmul's first choice there;
+ * refused without caps.tma, below sm_90 and by KILN_MATMUL_TMA=0. */
+Test(kernels_matmul, tma_variant_builds_for_sm_90, .timeout = 300) {
+    kiln_err err = {0};
+    rt_caps c = tu_cuda_caps(90), c80 = tu_cuda_caps(80);
+    c.compute_units = 132;
+    cr_assert(c.tma && !c80.tma);
+    static const char *const env[] = {NULL, "128,1", "192,2", "256,2"};
+    static const mm_shape sh[] = {{4096, 4096, 512}, {1000, 1000, 64}, {24576, 4096, 2048}};
+    for (size_t e = 0; e < sizeof env / sizeof env[0]; e++) {
+        if (env[e]) setenv("KILN_MATMUL_TMA", env[e], 1);
+        for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+            unsigned epi = i == 2 ? KN_EPI_SWIGLU : (unsigned)(e + i) % 4;
+            uint32_t g[2] = {0, 0};
+            ir_kernel *k = kn_matmul(&c, sh[i].rows, sh[i].cols, sh[i].n_max, dtypes[(e + i) % 2], epi, g, &err);
+            cr_assert_not_null(k, "%s", err.msg);
+            char *text = ir_print(k);
+            bool pairs = (sh[i].n_max + 127) / 128 % 2 == 0, cl = pairs && (!env[e] || env[e][strlen(env[e]) - 1] == '2');
+            cr_assert(strstr(text, "tma.load") && strstr(text, "mbar.wait") && strstr(text, "wg.mma"),
+                      "not the tma variant");
+            cr_assert_eq(strstr(text, "cluster(2)") != NULL, cl, "%ux%u (%s): clusters or not", sh[i].rows,
+                         sh[i].n_max, env[e] ? env[e] : "default");
+            cr_assert_eq(strstr(text, "multicast") != NULL, cl, "multicast with clusters only");
+            cr_assert_eq(g[1], 1u, "a 1D grid");
+            cr_assert_eq(g[0] % (cl ? 2 : 1), 0u, "the grid a multiple of the cluster");
+            free(text);
+            tu_ptx_assembles(k, &c, env[e] ? env[e] : "matmul tma");
+            ir_kernel_destroy(k);
+        }
+        unsetenv("KILN_MATMUL_TMA");
+    }
+    uint32_t g[2];
+    cr_assert_null(kn_matmul_tma(&c80, 4096, 4096, 512, IR_BF16, 0, g, &err));
+    cr_assert(strstr(err.msg, "tensor copy engine"), "%s", err.msg);
+    cr_assert_null(kn_matmul_tma(&c, 4095, 4096, 512, IR_BF16, 0, g, &err), "rows of 2");
+    cr_assert_null(kn_matmul_tma(&c, 4096, 4092, 512, IR_BF16, 0, g, &err), "cols of 8");
+    setenv("KILN_MATMUL_TMA", "0", 1);
+    cr_assert_null(kn_matmul_tma(&c, 4096, 4096, 512, IR_BF16, 0, g, &err), "KILN_MATMUL_TMA=0");
+    unsetenv("KILN_MATMUL_TMA");
+    cr_assert_eq(rt_caps_override(&c, "no-tma", &err), 0, "%s", err.msg);
+    ir_kernel *k = kn_matmul(&c, 4096, 4096, 512, IR_BF16, 0, g, &err);
+    char *text = ir_print(k);
+    cr_assert(text && !strstr(text, "tma.load"), "no-tma: the tma variant");
+    free(text);
+    ir_kernel_destroy(k);
+}
+
+/* Where the device has the tensor copy engine (the H200): the tma variant at odd shapes
+ * and n, every epilogue, clusters of one and two, poisoned rows and guards. */
+Test(kernels_matmul, tma_variant_on_the_device, .timeout = 600) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    if (!d->caps.tma || !d->caps.wgmma) {
+        d->ops->destroy(d);
+        cr_skip_test("the device has no tensor copy engine and warpgroup products (sm_90a)");
+    }
+    tu_seed(41);
+    static const mm_shape sh[] = {{4242, 136, 512}, {200, 1000, 128}, {1000, 8, 64}, {300, 264, 256}};
+    static const uint32_t ns[] = {1, 63, 65, 128, 129, 300, 512};
+    static const char *const cfg[] = {NULL, "128,1", "192,2"};
+    for (size_t e = 0; e < sizeof cfg / sizeof cfg[0]; e++) {
+        if (cfg[e]) setenv("KILN_MATMUL_TMA", cfg[e], 1);
+        for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
+            product_case(kn_matmul_tma, d, sh[i], dtypes[(i + e) % 2], (unsigned)(i + e) % 4, ns,
+                         sizeof ns / sizeof ns[0], cfg[e] ? cfg[e] : "tma");
+        static const mm_shape sw[] = {{200, 1000, 128}, {1000, 136, 256}, {136, 64, 64}};
+        static const uint32_t sns[] = {1, 63, 65, 128, 129, 256};
+        for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++)
+            swiglu_case(kn_matmul_tma, d, sw[i], dtypes[(i + e) % 2], sns, 6);
+        unsetenv("KILN_MATMUL_TMA");
+    }
+    d->ops->destroy(d);
 }
 
 /* Where the device has wgmma (the H200): the warpgroup variant at odd shapes and n, every
