@@ -6,8 +6,12 @@
  *                 sm_90, nothing elsewhere (a hint)
  *   mbar.*        mbarrier.init / arrive / arrive.expect_tx / try_wait.parity on the
  *                 barrier's shared address; a remote arrive maps the address into the
- *                 cluster workgroup first (mapa); an init is followed by the fences that
- *                 make it visible to the cluster and to the tensor copy engine
+ *                 cluster workgroup first (mapa) and keeps the default release at the
+ *                 workgroup's scope (.release.cluster put MEMBAR.ALL.GPU before every
+ *                 arrive and halved the tma product in clusters on the H200; what a slot's
+ *                 release orders is wg.mma's reads, complete at its wg.wait); an init is
+ *                 followed by the fences that make it visible to the cluster and to the
+ *                 tensor copy engine
  *   tma.load      cp.async.bulk.tensor.2d ... mbarrier::complete_tx::bytes (.multicast::cluster
  *                 with a mask), its tensor map the generic address of the kernel parameter
  *                 that carries it (ptx_emit.c declares one .param .align 64 .b8 [128] per
@@ -87,7 +91,7 @@ static void mbar(ptx_ctx *x, const ir_inst *in) {
         else
             asm_void(x,
                      "{\n.reg .b32 r;\nmapa.shared::cluster.u32 r, $0, $1;\n"
-                     "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r];\n}",
+                     "mbarrier.arrive.shared::cluster.b64 _, [r];\n}",
                      "r,r,~{memory}", a, 2);
         return;
     default: ptx_fail(x, "not a memory barrier op"); return;

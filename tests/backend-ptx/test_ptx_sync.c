@@ -94,6 +94,7 @@ Test(ptx_sync, pipeline_lowers_to_sm_90a) {
         if (cl) {
             HAS(ptx, ".multicast::cluster");
             HAS(ptx, "mapa.shared::cluster.u32");
+            LACKS(ptx, "mbarrier.arrive.release.cluster"); /* a GPU-wide fence before every arrive */
             HAS(ptx, "barrier.cluster.arrive.release.aligned");
             HAS(ptx, "%cluster_ctarank");
         } else {
