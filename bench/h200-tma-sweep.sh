@@ -13,12 +13,17 @@ stamp synth
 prof() { # name tokens [env...]
   local name=$1 n=$2; shift 2
   env "$@" timeout 60 $K run $m -p "$prompt" -n 2 --device cuda:0 --no-echo --profile-tokens $n 2>&1 \
-    | sed -n '/^prefill block/,$p' | grep -E "prefill_(qkv|o|gate_up|down)|replayed" > $out/p-$name.txt
+    | sed -n '/^prefill block/,$p' | grep -E "prefill_(qkv|o|gate_up|down|swiglu)|replayed" > $out/p-$name.txt
 }
 CFGS=${CFGS:-wg 128,1 192,1 256,1 128,2 192,2 256,2}
 for n in 512 2048; do
   for c in $CFGS; do
-    if [ $c = wg ]; then prof wg-$n $n KILN_MATMUL_TMA=0; else prof tma-${c/,/-}-$n $n KILN_MATMUL_TMA=$c; fi
+    case $c in
+      wg) prof wg-$n $n KILN_MATMUL_TMA=0 ;;
+      default) prof default-$n $n ;;
+      apart) prof apart-$n $n KILN_FF_SWIGLU=0 ;;
+      *) prof tma-${c/,/-}-$n $n KILN_MATMUL_TMA=$c ;;
+    esac
   done
   stamp "sweep $n"
   tarball

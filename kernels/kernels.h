@@ -103,11 +103,13 @@ ir_kernel *kn_matmul_wg(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t
  * kn_matmul takes first where caps.tma and caps.wgmma: the same parameters, epilogues
  * (BIAS, RESIDUAL, SWIGLU) and results up to summation order; a producer subgroup copies
  * tiles of 128 tokens x 128, 192 or 256 rows by tensor maps into a ring of memory barriers
- * for two consumer warpgroups, workgroups in clusters of two sharing W's tile where the
- * token tiles pair up. Grid: {groups[0], 1}, a multiple of the cluster.
+ * for two consumer warpgroups (in clusters of two sharing W's tile where forced and the
+ * token tiles pair up). Grid: {groups[0], 1}, a multiple of the cluster.
  * KILN_MATMUL_TMA=tile_r,cluster names a shape, KILN_MATMUL_TMA=0 turns it off. */
 ir_kernel *kn_matmul_tma(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
                          unsigned epi, uint32_t groups[2], kiln_err *err);
+/* Whether kn_matmul builds the tma variant for this product (and kn_matmul_tma builds it). */
+bool kn_matmul_tma_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi);
 
 /* kn_matmul for short blocks: the same parameters, math and epilogues (BIAS, RESIDUAL),
  * each weight read once for all n_max <= 64 tokens on matrix fragments (a workgroup per 16

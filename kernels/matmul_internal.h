@@ -70,6 +70,15 @@ void mm_build_wg(mm *m, const mm_wg_cfg *cfg, uint32_t groups[2]);
 uint64_t mm_wg_grid(const mm_wg_cfg *cfg, uint32_t rows, uint32_t n_max, unsigned epi);
 /* KILN_MATMUL_WG names a shape: kn_matmul then takes it whatever its grid */
 bool mm_wg_forced(void);
+/* The epilogue of a 128-token tile of two warpgroups' m64 x tile_r accumulators, through
+ * workgroup memory: mm_tile_sums stores warpgroup wg's (0, 1) sums into cs (f32,
+ * mm_tile_sums_elems of them: free memory, an overlay of a ring no one reads any more);
+ * mm_tile_out, reached by the whole workgroup (a barrier, then every invocation's share),
+ * writes Y's tokens t0.. x rows r0.. (out_r: tile_r, or half with KN_EPI_SWIGLU) in
+ * vectors with the epilogue applied. */
+void mm_tile_sums(const mm *m, ir_val acc, ir_val wg, ir_shm cs, uint32_t tile_r);
+void mm_tile_out(const mm *m, ir_shm cs, ir_val t0, ir_val r0, uint32_t tile_r, uint32_t out_r);
+uint32_t mm_tile_sums_elems(uint32_t tile_r);
 
 /* ---- matmul_tma.c: the tensor copy engine feeding warpgroup products ---- */
 typedef struct mm_tma_cfg {

@@ -19,14 +19,16 @@
  *     (chunk c - 1's products are done) -> each subgroup's lane 0 arrives on empty of c - 1
  *
  * so the copies run as far ahead as the ring allows, no workgroup barrier in the loop,
- * and nothing but the producer computes an address. With clusters of two workgroups
- * (adjacent token tiles of the same rows of W) each loads half of W's tile and multicasts
- * it to both (each W byte crosses from L2 once for two workgroups: a 128 x 256 tile needs
- * 48 bytes a clock a SM at the tensor cores' rate on its own, more than the L2 gives), so
- * a slot is empty once the consumers of both have released it (their arrivals reach both
- * workgroups' barriers), and the cluster meets at the end before either leaves (a peer may
- * still arrive on its barriers). The consumers store Y straight from their registers
- * (ir_frag_elem: pairs of adjacent rows of Y a lane).
+ * and nothing but the producer computes an address. In clusters of two workgroups
+ * (KILN_MATMUL_TMA=tile_r,2: adjacent token tiles of the same rows of W) each loads half
+ * of W's tile and multicasts it to both, so a slot is empty once the consumers of both
+ * have released it (their arrivals reach both workgroups' barriers), and the cluster meets
+ * at the end before either leaves (a peer may still arrive on its barriers). Measured on
+ * the H200 (qwen3-8b's products, 2026-12-04) the clusters gave no more than single
+ * workgroups (within 3%, some shapes 6% less), so they are not the default. When every
+ * chunk has been read, the sums leave through workgroup memory over the ring
+ * (mm_tile_out, as matmul_wg.c): straight from the registers, the residual epilogue's
+ * loads went one after another and the o product ran 25% below qkv's rate.
  *
  * KN_EPI_SWIGLU: W's tile is the gate's tile_r / 2 rows then the same rows of the up (a
  * cluster's two workgroups load one each), and the workgroup writes tile_r / 2 rows of
@@ -80,9 +82,9 @@ bool mm_tma_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t cols, u
     if (!c || !c->tma || !c->wgmma || c->subgroup_size != 32 || cols % 8 || rows % 2) return false;
     if ((dt != IR_BF16 && dt != IR_F16) || (c->max_workgroup && c->max_workgroup < TMA_INVOCATIONS)) return false;
     /* the fewest waves weighted by a workgroup's time (its rows plus what every tile costs
-     * whatever its width), as matmul_wg.c; clusters of two where the token tiles pair up */
+     * whatever its width), as matmul_wg.c */
     static const uint32_t widths[] = {256, 192, 128};
-    uint32_t cu = c->compute_units ? c->compute_units : 1, cl = token_tiles(n_max) % 2 == 0 ? 2 : 1;
+    uint32_t cu = c->compute_units ? c->compute_units : 1, cl = 1;
     uint64_t best_cost = UINT64_MAX;
     mm_tma_cfg best = {0};
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
@@ -101,7 +103,7 @@ bool mm_tma_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t cols, u
 typedef struct tma_k {
     mm *m;
     mm_tma_cfg g;
-    ir_shm ring, bars;
+    ir_shm ring, bars, cs; /* cs: the sums of the epilogue, over the ring */
     uint32_t chunks, xmap, wmap, umap, n_pieces, piece_rows;
     ir_val rank, t0, r0; /* the workgroup's rank in its cluster, first token and first row of Y */
 } tma_k;
@@ -187,42 +189,6 @@ static ir_val consume(const tma_k *q, ir_val wg) {
     return ir_wg_wait(k.ir, ir_for_result(l, 0), 0);
 }
 
-/* Y from the accumulator: element i of a lane is token 16 w + g + 8 ((i >> 1) & 1) of the
- * warpgroup's 64, row 8 (i >> 2) + 2 t + (i & 1) of the tile; pairs i, i + 1 are adjacent
- * rows, stored as one 2-lane vector (rows is even). */
-static void store(const tma_k *q, ir_val acc, ir_val wg) {
-    mm *m = q->m;
-    kx k = m->k;
-    bool swiglu = m->epi & KN_EPI_SWIGLU;
-    uint32_t tr = q->g.tile_r, n_out = swiglu ? tr / 4 : tr / 2; /* elements that are outputs */
-    ir_val lane = kx_sg_lane(k);
-    ir_val w = kx_and_c(k, kx_sg_id(k), 3);
-    ir_val g = kx_shr_c(k, lane, 2);
-    ir_val t2 = kx_mul_c(k, kx_and_c(k, lane, 3), 2);
-    ir_val wg_t0 = kx_add(k, q->t0, kx_mul_c(k, wg, 64));
-    ir_val tok = kx_add(k, wg_t0, kx_add(k, kx_mul_c(k, w, 16), g));
-    for (uint32_t i = 0; i < n_out; i += 2) {
-        ir_val t = kx_add_c(k, tok, 8 * ((i >> 1) & 1));
-        ir_val r = kx_add(k, q->r0, kx_add_c(k, t2, 8 * (i >> 2)));
-        ir_if *f = kx_if(k, mm_exists(m, t, r));
-        ir_val s[2];
-        s[0] = ir_frag_elem(k.ir, acc, i);
-        s[1] = ir_frag_elem(k.ir, acc, i + 1);
-        if (!swiglu) {
-            mm_store_y(m, t, r, s, 2);
-        } else {
-            for (uint32_t l = 0; l < 2; l++) { /* the up's row is tile_r / 2 further: element + tile_r / 4 */
-                ir_val up = ir_frag_elem(k.ir, acc, i + l + tr / 4);
-                ir_val gv = kx_as(k, kx_as(k, s[l], m->dtype), IR_F32);
-                ir_val uv = kx_as(k, kx_as(k, up, m->dtype), IR_F32);
-                s[l] = kx_as(k, kn_silu_mul(k, gv, uv), m->dtype);
-            }
-            kx_store(k, m->y, kx_idx(k, t, m->rows, r), kx_vec(k, s, 2));
-        }
-        kx_end_if(k, f);
-    }
-}
-
 void mm_build_tma(mm *m, const mm_tma_cfg *g, uint32_t groups[2]) {
     kx k = m->k;
     bool swiglu = m->epi & KN_EPI_SWIGLU;
@@ -234,6 +200,7 @@ void mm_build_tma(mm *m, const mm_tma_cfg *g, uint32_t groups[2]) {
     if (cl > 1) ir_set_cluster(k.ir, cl);
     q.bars = kx_shared(k, "bars", IR_U64, 2 * S);
     q.ring = kx_shared(k, "ring", m->dtype, S * slot_elems(tr));
+    q.cs = ir_shared_overlay(k.ir, "cs", IR_F32, mm_tile_sums_elems(tr), q.ring);
     q.xmap = ir_tensor_map(k.ir, m->x, m->cols, m->n_max, TMA_KC, TMA_TOKENS);
     q.wmap = ir_tensor_map(k.ir, m->w, m->cols, m->rows, TMA_KC, q.piece_rows);
     if (swiglu) q.umap = ir_tensor_map(k.ir, m->wu, m->cols, m->rows, TMA_KC, q.piece_rows);
@@ -257,17 +224,37 @@ void mm_build_tma(mm *m, const mm_tma_cfg *g, uint32_t groups[2]) {
     if (cl > 1) ir_cluster_sync(k.ir); /* the barriers are the cluster's before a peer copies or arrives */
     else kx_barrier(k);
     ir_val wg = ir_id(k.ir, IR_ID_WARPGROUP, 0);
-    ir_if *role = kx_if(k, kx_lt_c(k, wg, 2));
-    store(&q, consume(&q, wg), wg);
-    kx_else(k, role);
+    ir_val consumer = kx_lt_c(k, wg, 2);
+    ir_if *role = ir_if_begin(k.ir, consumer, 1); /* the consumers' sums out; the producer's are zeros */
+    ir_val acc = consume(&q, wg);
+    ir_if_else(k.ir, role, &acc);
     ir_if *lane0 = kx_if(k, kx_eq_c(k, kx_sg_lane(k), 0));
     produce(&q);
     kx_end_if(k, lane0);
-    kx_end_if(k, role);
+    ir_type tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, 64, tr, 16);
+    ir_val none = ir_frag_fill(k.ir, tc, kx_f32(k, 0.0f));
+    ir_if_end(k.ir, role, &none);
+    acc = ir_if_result(role, 0);
+    /* every chunk has landed and been read: the ring is free for the sums */
+    kx_barrier(k);
+    ir_if *sums = kx_if(k, consumer);
+    mm_tile_sums(m, acc, wg, q.cs, tr);
+    kx_end_if(k, sums);
+    mm_tile_out(m, q.cs, q.t0, q.r0, tr, o_r);
     if (cl > 1) ir_cluster_sync(k.ir); /* no workgroup leaves while a peer may arrive on its barriers */
     kx_end_if(k, live);
     groups[0] = gx * gt;
     groups[1] = 1;
+}
+
+static bool shape_ok(uint32_t rows, uint32_t cols, uint32_t n_max) {
+    return rows && cols && n_max && n_max % 64 == 0 && (uint64_t)n_max * cols <= UINT32_MAX &&
+           (uint64_t)n_max * rows <= UINT32_MAX && (uint64_t)rows * cols <= UINT32_MAX;
+}
+
+bool kn_matmul_tma_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi) {
+    mm_tma_cfg cfg;
+    return shape_ok(rows, cols, n_max) && mm_tma_pick(c, dtype, rows, cols, n_max, epi, &cfg);
 }
 
 ir_kernel *kn_matmul_tma(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
@@ -275,9 +262,7 @@ ir_kernel *kn_matmul_tma(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_
     if (kn_check_dtype(c, dtype, err)) return NULL;
     if (kn_check_epi("kn_matmul_tma", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err)) return NULL;
     mm_tma_cfg cfg;
-    if (rows == 0 || n_max == 0 || n_max % 64 || (uint64_t)n_max * cols > UINT32_MAX ||
-        (uint64_t)n_max * rows > UINT32_MAX || (uint64_t)rows * cols > UINT32_MAX ||
-        !mm_tma_pick(c, dtype, rows, cols, n_max, epi, &cfg)) {
+    if (!shape_ok(rows, cols, n_max) || !mm_tma_pick(c, dtype, rows, cols, n_max, epi, &cfg)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED,
                   "kn_matmul_tma: needs the tensor copy engine and wgmma (sm_90a), cols a multiple of 8 and rows of "
                   "2, and a shape kn_matmul takes (rows %u, cols %u, n_max %u)",

@@ -120,6 +120,8 @@ typedef struct wg_item {
     uint32_t lanes, tile_r, out_r;
 } wg_item;
 
+uint32_t mm_tile_sums_elems(uint32_t tile_r) { return WG_TOKENS * (tile_r + CS_PAD); }
+
 /* Output i of the tile: token i / (out_r / lanes), rows in vectors, from the f32 sums
  * (with SwiGLU the up's sum of a row is tile_r / 2 columns of cs past the gate's). */
 static void out_item(const mm *m, ir_val i, const void *p) {
@@ -142,6 +144,18 @@ static void out_item(const mm *m, ir_val i, const void *p) {
         kx_store(k, m->y, kx_idx(k, t, m->rows, r), a->lanes == 1 ? s[0] : kx_vec(k, s, a->lanes));
     }
     kx_end_if(k, f);
+}
+
+void mm_tile_sums(const mm *m, ir_val acc, ir_val wg, ir_shm cs, uint32_t tile_r) {
+    kx k = m->k;
+    ir_val at = kx_mul_c(k, wg, 64 * (tile_r + CS_PAD));
+    ir_frag_store(k.ir, acc, true, cs, at, kx_u32(k, tile_r + CS_PAD), true);
+}
+
+void mm_tile_out(const mm *m, ir_shm cs, ir_val t0, ir_val r0, uint32_t tile_r, uint32_t out_r) {
+    kx_barrier(m->k);
+    wg_item it = {cs, t0, r0, kn_vec_width(m->rows), tile_r, out_r};
+    mm_for_items(m, WG_TOKENS * out_r / it.lanes, out_item, &it);
 }
 
 void mm_build_wg(mm *m, const mm_wg_cfg *g, uint32_t groups[2]) {
@@ -201,10 +215,8 @@ void mm_build_wg(mm *m, const mm_wg_cfg *g, uint32_t groups[2]) {
     acc = ir_for_result(l, 0);
     if (g->async) acc = ir_wg_wait(k.ir, acc, 0);
     kx_barrier(k); /* the ring is free: the sums may overlay it */
-    ir_frag_store(k.ir, acc, true, cs, kx_mul_c(k, half, 64 * (tr + CS_PAD)), kx_u32(k, tr + CS_PAD), true);
-    kx_barrier(k);
-    wg_item it = {cs, t0, r0, kn_vec_width(m->rows), tr, out_r};
-    mm_for_items(m, WG_TOKENS * out_r / it.lanes, out_item, &it);
+    mm_tile_sums(m, acc, half, cs, tr);
+    mm_tile_out(m, cs, t0, r0, tr, out_r);
     kx_end_if(k, live);
     groups[0] = gx;
     groups[1] = gt;

@@ -166,8 +166,8 @@ bool plan_short_block_ok(const plan_shape *s, const rt_caps *c, uint32_t n);
 uint32_t plan_sub_block(const plan_shape *s, const rt_caps *c, int i);
 extern const char *const plan_sub_prefix[PLAN_SUBS];
 /* Whether a block of s->n_block tokens computes the gate and up products and SwiGLU in
- * one launch (the skinny products of a short block: W the gate, Wu the up, Y the
- * activation), with no K_SWIGLU launch. */
+ * one launch (W the gate, Wu the up, Y the activation: the skinny products of a short
+ * block, the tma product of a long one), with no K_SWIGLU launch. */
 bool plan_ff_swiglu(const plan_shape *s, const rt_caps *c);
 /* The chunked delta rule's shape for a block of nb tokens (its chunk: plan_kernels.c). */
 kn_deltanet_shape plan_dn_shape(const plan_shape *s, const rt_caps *c, uint32_t nb);

@@ -124,7 +124,14 @@ uint32_t plan_sub_block(const plan_shape *s, const rt_caps *c, int i) {
  * warpgroup product's SwiGLU epilogue for long ones (kn_matmul_swiglu_ok): measured on the
  * H200 (qwen3-8b, 512 tokens) at 293 us against 212 for the two products and kn_swiglu. */
 bool plan_ff_swiglu(const plan_shape *s, const rt_caps *c) {
-    return s->n_block <= PLAN_SHORT_BLOCK && kn_matmul_skinny_ok(c, s->hp.n_ff, s->hp.n_embd, s->n_block, s->dt);
+    if (s->n_block <= PLAN_SHORT_BLOCK)
+        return kn_matmul_skinny_ok(c, s->hp.n_ff, s->hp.n_embd, s->n_block, s->dt);
+    /* long blocks where the tma product takes it (the cp.async warpgroup product's SwiGLU
+     * measured slower than the two products and kn_swiglu); KILN_FF_SWIGLU=0 keeps them
+     * apart, for measuring */
+    const char *e = getenv("KILN_FF_SWIGLU");
+    return !(e && strcmp(e, "0") == 0) &&
+           kn_matmul_tma_ok(c, s->hp.n_ff, s->hp.n_embd, s->n_block, s->dt, KN_EPI_SWIGLU);
 }
 
 /* qwen35's IMROPE for text (oracle/forward.c): pair i, past the t/h/w sections'
