@@ -8,6 +8,8 @@ out=$1
 source bench/h200-common.sh
 m=$dir/q8-2l.gguf
 [ -n "${SUITE:-}" ] && { KILN_TEST_DEVICE=cuda:0 timeout 200 $T -j4 --filter "$SUITE" > $out/suite.txt 2>&1; echo "rc=$?" >> $out/suite.txt; }
+[ -n "${PLAN:-}" ] && { KILN_TEST_DEVICE=cuda:0 timeout 200 $T -j8 --filter 'plan*/*' > $out/plan.txt 2>&1; echo "rc=$?" >> $out/plan.txt; }
+[ -n "${TORCH:-}" ] && timeout 100 python3 bench/torch_shapes.py 4096 4096 1024 12288 32 8 128 512 2048 > $out/torch.md 2>&1
 [ -f $m ] || timeout 100 $K synth --preset qwen3-8b --layers 2 --vocab 32000 -o $m > /dev/null
 stamp synth
 prof() { # name tokens [env...]

@@ -152,10 +152,53 @@ void mm_tile_sums(const mm *m, ir_val acc, ir_val wg, ir_shm cs, uint32_t tile_r
     ir_frag_store(k.ir, acc, true, cs, at, kx_u32(k, tile_r + CS_PAD), true);
 }
 
+#define MAX_PRELOAD 32 /* items an invocation whose residuals it loads up front */
+
+/* The residual epilogue's items with their loads first: every item's res vector (its
+ * index clamped to 0 past the outputs: a load from inside the buffer, never used), then
+ * each item's sums, rounding, residual and store. Item by item, each load waited inside
+ * its item's bounds check, one after another: qwen3-8b's o product at 512 tokens ran at
+ * 0.79 of cuBLAS with the epilogue a third of its time. */
+static void residual_items(const mm *m, const wg_item *a, uint32_t count) {
+    kx k = m->k;
+    uint32_t per = a->out_r / a->lanes, n = (count + m->invocations - 1) / m->invocations;
+    ir_val t[MAX_PRELOAD], r[MAX_PRELOAD], ok[MAX_PRELOAD], res[MAX_PRELOAD], at[MAX_PRELOAD];
+    ir_val zero = kx_u32(k, 0);
+    for (uint32_t j = 0; j < n; j++) {
+        ir_val i = kx_add_c(k, m->lid, j * m->invocations);
+        ir_val tl = kx_div_c(k, i, per), rl = kx_mul_c(k, kx_rem_c(k, i, per), a->lanes);
+        t[j] = kx_add(k, a->t0, tl);
+        r[j] = kx_add(k, a->r0, rl);
+        at[j] = kx_idx(k, tl, a->tile_r + CS_PAD, rl);
+        ok[j] = mm_exists(m, t[j], r[j]);
+        if ((j + 1) * m->invocations > count) ok[j] = kx_and(k, ok[j], kx_lt_c(k, i, count));
+        ir_val yi = kx_select(k, ok[j], kx_idx(k, t[j], m->rows, r[j]), zero);
+        res[j] = kx_load(k, m->res, yi, a->lanes);
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        ir_if *f = kx_if(k, ok[j]);
+        ir_val o[4];
+        for (uint32_t l = 0; l < a->lanes; l++) {
+            ir_val sum = kx_shm_load(k, a->cs, kx_add_c(k, at[j], l), 1);
+            if (m->epi & KN_EPI_BIAS) sum = kx_add(k, sum, kx_as(k, kx_load(k, m->b, kx_add_c(k, r[j], l), 1), IR_F32));
+            ir_val y = kx_as(k, kx_as(k, sum, m->dtype), IR_F32); /* kn_epilogue's roundings */
+            ir_val rv = kx_as(k, a->lanes == 1 ? res[j] : kx_lane(k, res[j], l), IR_F32);
+            o[l] = kx_as(k, kx_add(k, y, rv), m->dtype);
+        }
+        kx_store(k, m->y, kx_idx(k, t[j], m->rows, r[j]), a->lanes == 1 ? o[0] : kx_vec(k, o, a->lanes));
+        kx_end_if(k, f);
+    }
+}
+
 void mm_tile_out(const mm *m, ir_shm cs, ir_val t0, ir_val r0, uint32_t tile_r, uint32_t out_r) {
     kx_barrier(m->k);
     wg_item it = {cs, t0, r0, kn_vec_width(m->rows), tile_r, out_r};
-    mm_for_items(m, WG_TOKENS * out_r / it.lanes, out_item, &it);
+    uint32_t count = WG_TOKENS * out_r / it.lanes;
+    if ((m->epi & KN_EPI_RESIDUAL) && !(m->epi & KN_EPI_SWIGLU) &&
+        (count + m->invocations - 1) / m->invocations <= MAX_PRELOAD)
+        residual_items(m, &it, count);
+    else
+        mm_for_items(m, count, out_item, &it);
 }
 
 void mm_build_wg(mm *m, const mm_wg_cfg *g, uint32_t groups[2]) {

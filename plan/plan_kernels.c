@@ -126,11 +126,11 @@ uint32_t plan_sub_block(const plan_shape *s, const rt_caps *c, int i) {
 bool plan_ff_swiglu(const plan_shape *s, const rt_caps *c) {
     if (s->n_block <= PLAN_SHORT_BLOCK)
         return kn_matmul_skinny_ok(c, s->hp.n_ff, s->hp.n_embd, s->n_block, s->dt);
-    /* long blocks where the tma product takes it (the cp.async warpgroup product's SwiGLU
-     * measured slower than the two products and kn_swiglu); KILN_FF_SWIGLU=0 keeps them
-     * apart, for measuring */
+    /* long blocks only where KILN_FF_SWIGLU=1 (measuring): on the H200 both warpgroup
+     * products' SwiGLU epilogues measured slower than the two products and kn_swiglu
+     * (qwen3-8b at 512 tokens: the tma product's 172.8 us against 2 x 69.3 + 25.1) */
     const char *e = getenv("KILN_FF_SWIGLU");
-    return !(e && strcmp(e, "0") == 0) &&
+    return e && strcmp(e, "1") == 0 &&
            kn_matmul_tma_ok(c, s->hp.n_ff, s->hp.n_embd, s->n_block, s->dt, KN_EPI_SWIGLU);
 }
 
