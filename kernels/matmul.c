@@ -36,6 +36,9 @@
 
 #include "base/error.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 void mm_params(mm *m) {
     kx k = m->k;
     uint32_t rows = m->rows, cols = m->cols, n_max = m->n_max;
@@ -519,10 +522,14 @@ static bool wg_takes(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
     return mm_wg_forced() || mm_wg_grid(cfg, rows, n_max, epi) * 2 >= (c->compute_units ? c->compute_units : 1);
 }
 
-/* the tensor copy engine's variant wherever it fits: it needs no grid to pay */
+/* the tensor copy engine's variant where its grid covers half the SMs, as the warpgroup
+ * variant's (a tiny model's products stay on the pipeline or the tiled kernel), or where
+ * KILN_MATMUL_TMA names a shape */
 static bool tma_takes(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
                       mm_tma_cfg *cfg) {
-    return c && mm_tma_pick(c, dtype, rows, cols, n_max, epi, cfg);
+    if (!c || !mm_tma_pick(c, dtype, rows, cols, n_max, epi, cfg)) return false;
+    const char *e = getenv("KILN_MATMUL_TMA");
+    return (e && strchr(e, ',')) || mm_tma_grid(cfg, rows, n_max, epi) * 2 >= (c->compute_units ? c->compute_units : 1);
 }
 
 bool kn_matmul_swiglu_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype) {
