@@ -10,7 +10,7 @@
 #include <string.h>
 
 typedef struct summary {
-    bool sg_reduce, sg_shuffle, atomics, async_copy, frag_elems, wg_sw128, wg_async;
+    bool sg_reduce, sg_shuffle, atomics, async_copy, frag_elems, wg_sw128, wg_async, tma, mbar;
     uint32_t frag_m, frag_n, frag_k;
     ir_scalar frag_t;
     uint32_t wg_n; /* a warpgroup product's n (m64 x n x k16), 0 none */
@@ -25,6 +25,8 @@ static void scan(const ir_kernel *k, const ir_region *r, summary *s) {
         if (in->op == IR_OP_ATOMIC) s->atomics = true;
         if (in->op == IR_OP_ASYNC_COPY) s->async_copy = true;
         if (in->op == IR_OP_FRAG_ELEMS) s->frag_elems = true;
+        if (in->op == IR_OP_TMA_LOAD) s->tma = true;
+        if (in->op == IR_OP_MBAR_WAIT) s->mbar = true;
         if (in->op == IR_OP_WG_MMA) {
             const ir_type_desc *a = ir_type_get(k, in->type);
             if (a) s->wg_n = a->n;
@@ -69,6 +71,9 @@ static size_t line(char *buf, size_t cap, size_t at, const char *role, const ir_
                           s.wg_sw128 ? " swizzled" : "", s.wg_async ? " in flight" : "");
         if (s.frag_elems) n += snprintf(text + n, sizeof text - n, ", softmax in registers");
         if (s.async_copy) n += snprintf(text + n, sizeof text - n, ", asynchronous copies");
+        if (s.tma) n += snprintf(text + n, sizeof text - n, ", tensor-map copies");
+        if (s.mbar) n += snprintf(text + n, sizeof text - n, ", memory barriers");
+        if (ir_cluster(k) > 1) n += snprintf(text + n, sizeof text - n, ", clusters of %u", ir_cluster(k));
         snprintf(text + n, sizeof text - n, "\n");
     }
     size_t len = strlen(text);

@@ -171,6 +171,16 @@ Test(caps, every_override_item) {
     want.atomic_f32_add = false;
     cr_assert_str_eq(describe(&got), describe(&want));
 
+    /* the sm_90 items, on caps that have them */
+    static const char *const sm90[] = {"no-wgmma", "no-grid-dep", "no-tma"};
+    for (size_t i = 0; i < 3; i++) {
+        got = base, got.wgmma = got.grid_dep = got.tma = true;
+        want = got;
+        cr_assert_eq(rt_caps_override(&got, sm90[i], NULL), 0, "%s", sm90[i]);
+        *(i == 0 ? &want.wgmma : i == 1 ? &want.grid_dep : &want.tma) = false;
+        cr_assert_str_eq(describe(&got), describe(&want), "%s", sm90[i]);
+    }
+
     /* subgroup=N: kernels are built for N; the device's range stays as it is */
     const uint32_t sizes[] = {8, 16, 32, 64};
     for (size_t i = 0; i < 4; i++) {
@@ -380,6 +390,7 @@ Test(caps, describe_is_stable) {
                        "async_copy: no\n"
                        "wgmma: no\n"
                        "grid_dep: no\n"
+                       "tma: no\n"
                        "mma: 16x16x16 f16*f16+f32, 16x8x16 f16*f16+f16, 16x16x16 bf16*bf16+f32, 16x8x8 f16*f16+f32\n"
                        "shared_bytes: 49152 (48 KiB)\n"
                        "max_workgroup: 1024\n"
@@ -413,7 +424,7 @@ Test(caps, describe_is_stable) {
     d = describe(&odd);
     int lines = 0;
     for (const char *p = d; *p; p++) lines += *p == '\n';
-    cr_assert_eq(lines, 28, "%s", d);
+    cr_assert_eq(lines, 29, "%s", d);
     cr_assert(strstr(d, "vendor: a?b\n"));
 
     /* sizing: NULL buffer, short buffers */
