@@ -27,8 +27,15 @@ Test(kernels_describe, variants_per_device) {
     line_of(text, "matmul (prefill)", mm, sizeof mm);
     line_of(text, "attention (prefill)", ap, sizeof ap);
     cr_assert(strstr(mm, "warpgroup products m64n") && strstr(mm, "swizzled in flight") &&
-                  strstr(mm, "asynchronous copies"),
+                  strstr(mm, "tensor-map copies") && strstr(mm, "memory barriers") && strstr(mm, "workgroup 288"),
               "sm_90: %s", mm);
+    rt_caps no_tma = c90;
+    cr_assert_eq(rt_caps_override(&no_tma, "no-tma", NULL), 0);
+    kn_describe(&no_tma, text, sizeof text);
+    line_of(text, "matmul (prefill)", mm, sizeof mm);
+    cr_assert(strstr(mm, "warpgroup products m64n") && strstr(mm, "asynchronous copies") && !strstr(mm, "tensor-map"),
+              "sm_90 no-tma: %s", mm);
+    n = kn_describe(&c90, text, sizeof text);
     cr_assert(strstr(ap, "softmax in registers") && strstr(ap, "cooperative matrices 16x8x16 bf16"), "sm_90: %s", ap);
     kn_describe(&c80, text, sizeof text);
     line_of(text, "matmul (prefill)", mm, sizeof mm);
