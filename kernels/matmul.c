@@ -54,6 +54,17 @@ void mm_params(mm *m) {
     m->n = kx_min(k, kx_load_c(k, m->info, 1), n_max_c);
 }
 
+ir_kernel *mm_make(const char *name, const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
+                   unsigned epi, mm_build_fn build, const void *cfg, uint32_t groups[2], kiln_err *err) {
+    mm m = {.k = {kn_create(name, err), c}, .rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype, .epi = epi};
+    if (!m.k.ir) return NULL;
+    mm_params(&m);
+    uint32_t g[2];
+    build(&m, cfg, g);
+    if (groups) groups[0] = g[0], groups[1] = g[1];
+    return kn_finish(m.k.ir, err);
+}
+
 /* t < n and r < rows: an output that exists */
 ir_val mm_exists(const mm *m, ir_val t, ir_val r) {
     ir_val row_ok = kx_lt_c(m->k, r, m->rows);

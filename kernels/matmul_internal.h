@@ -18,6 +18,11 @@ typedef struct mm {
 /* The product's parameters (W, X, Y, info, then b and res as the epilogue asks), lid and n:
  * every variant's, in one order. */
 void mm_params(mm *m);
+/* A variant's kernel named name: its mm made, its parameters declared, built by build
+ * (with the variant's cfg), verified; groups from the build. NULL with err. */
+typedef void (*mm_build_fn)(mm *m, const void *cfg, uint32_t groups[2]);
+ir_kernel *mm_make(const char *name, const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
+                   unsigned epi, mm_build_fn build, const void *cfg, uint32_t groups[2], kiln_err *err);
 /* t < n and r < rows: an output that exists */
 ir_val mm_exists(const mm *m, ir_val t, ir_val r);
 /* Y[t][r .. r + lanes) = the epilogue of sum[0..lanes), one vector store when lanes > 1

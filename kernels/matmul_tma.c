@@ -257,6 +257,8 @@ bool kn_matmul_tma_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n
     return shape_ok(rows, cols, n_max) && mm_tma_pick(c, dtype, rows, cols, n_max, epi, &cfg);
 }
 
+static void build_tma(mm *m, const void *cfg, uint32_t groups[2]) { mm_build_tma(m, cfg, groups); }
+
 ir_kernel *kn_matmul_tma(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
                          unsigned epi, uint32_t groups[2], kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return NULL;
@@ -269,16 +271,5 @@ ir_kernel *kn_matmul_tma(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_
                   rows, cols, n_max);
         return NULL;
     }
-    mm m = {.k = {kn_create("kn_matmul_tma", err), c},
-            .rows = rows,
-            .cols = cols,
-            .n_max = n_max,
-            .dtype = dtype,
-            .epi = epi};
-    if (!m.k.ir) return NULL;
-    mm_params(&m);
-    uint32_t g[2];
-    mm_build_tma(&m, &cfg, g);
-    if (groups) groups[0] = g[0], groups[1] = g[1];
-    return kn_finish(m.k.ir, err);
+    return mm_make("kn_matmul_tma", c, rows, cols, n_max, dtype, epi, build_tma, &cfg, groups, err);
 }

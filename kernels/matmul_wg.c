@@ -265,6 +265,8 @@ void mm_build_wg(mm *m, const mm_wg_cfg *g, uint32_t groups[2]) {
     groups[1] = gt;
 }
 
+static void build_wg(mm *m, const void *cfg, uint32_t groups[2]) { mm_build_wg(m, cfg, groups); }
+
 ir_kernel *kn_matmul_wg(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
                         uint32_t groups[2], kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return NULL;
@@ -279,16 +281,5 @@ ir_kernel *kn_matmul_wg(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t
                   rows, cols, n_max);
         return NULL;
     }
-    mm m = {.k = {kn_create("kn_matmul_wg", err), c},
-            .rows = rows,
-            .cols = cols,
-            .n_max = n_max,
-            .dtype = dtype,
-            .epi = epi};
-    if (!m.k.ir) return NULL;
-    mm_params(&m);
-    uint32_t g[2];
-    mm_build_wg(&m, &cfg, g);
-    if (groups) groups[0] = g[0], groups[1] = g[1];
-    return kn_finish(m.k.ir, err);
+    return mm_make("kn_matmul_wg", c, rows, cols, n_max, dtype, epi, build_wg, &cfg, groups, err);
 }

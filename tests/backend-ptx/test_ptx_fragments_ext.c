@@ -22,13 +22,6 @@
 
 static ir_val gid(ir_kernel *k) { return ir_id(k, IR_ID_GLOBAL, 0); }
 
-static char *emit_ok(ir_kernel *k, const rt_caps *c) {
-    kiln_err err = {0};
-    cr_assert(!ir_verify(k, &err), "%s", err.msg);
-    char *ptx = NULL;
-    cr_assert_eq(ptx_emit(k, c, &ptx, NULL, &err), 0, "%s", err.msg);
-    return ptx;
-}
 
 /* SPIR-V (H200-like Vulkan caps, cooperative matrices) refuses k, naming want */
 static void spv_refuses(const ir_kernel *k, const char *want) {
@@ -77,7 +70,7 @@ Test(ptx_fragments_ext, async_swizzled_products_and_overlays) {
     cr_assert(strstr(text, "overlays @ring") && strstr(text, "sw128, async") && strstr(text, "wg.wait"), "%s",
               text);
     free(text);
-    char *ptx = emit_ok(k, &c90);
+    char *ptx = tu_ptx_emit_ok(k, &c90);
     HAS(ptx, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16");
     HAS(ptx, "wgmma.wait_group.sync.aligned 0;");
     HAS(ptx, ".align 1024"); /* the swizzled atoms' alignment */
@@ -147,7 +140,7 @@ Test(ptx_fragments_ext, fragment_elements) {
         ir_val b2 = ir_frag_from_elems(k, tb, h, IR_NONE); /* a B from its 4 elements */
         ir_val acc3 = ir_frag_mma(k, a2, b2, ir_frag_mma(k, a2, b, acc2));
         ir_store(k, y, ir_bin(k, IR_OP_MUL, ir_id(k, IR_ID_LOCAL, 0), U(4)), ir_frag_elems(k, acc3));
-        char *ptx = emit_ok(k, &c80);
+        char *ptx = tu_ptx_emit_ok(k, &c80);
         tu_ptxas_assemble(ptx, "sm_80", "frag.elems");
         free(ptx);
         /* the H200's Vulkan caps have 16x8x16 for f16 (then frag.elems is refused), not bf16 */
@@ -189,7 +182,7 @@ Test(ptx_fragments_ext, occupancy_hint) {
         ir_store(k, y, gid(k), F(1.0f));
         ir_kernel *cl = ir_kernel_clone(k);
         cr_assert_eq(ir_occupancy(cl), n ? 3u : 0u);
-        char *ptx = emit_ok(cl, &c);
+        char *ptx = tu_ptx_emit_ok(cl, &c);
         cr_assert_eq(strstr(ptx, ".minnctapersm 3") != NULL, n == 1, "%s", ptx);
         tu_ptxas_assemble(ptx, "sm_80", "occupancy");
         free(ptx);

@@ -21,13 +21,6 @@
 #define HAS(ptx, s) cr_assert(strstr(ptx, s), "PTX lacks '%s':\n%s", s, ptx)
 #define LACKS(ptx, s) cr_assert(!strstr(ptx, s), "PTX has '%s':\n%s", s, ptx)
 
-static char *emit_ok(ir_kernel *k, const rt_caps *c) {
-    kiln_err err = {0};
-    cr_assert(!ir_verify(k, &err), "%s", err.msg);
-    char *ptx = NULL;
-    cr_assert_eq(ptx_emit(k, c, &ptx, NULL, &err), 0, "%s", err.msg);
-    return ptx;
-}
 
 static void refused_by(ir_kernel *k, const rt_caps *c, const char *want) {
     kiln_err err = {0};
@@ -82,7 +75,7 @@ Test(ptx_sync, pipeline_lowers_to_sm_90a) {
                       strstr(text, "frag.elem") && strstr(text, cl ? "cluster(2)" : "tma.load"),
                   "%s", text);
         free(text);
-        char *ptx = emit_ok(k, &c);
+        char *ptx = tu_ptx_emit_ok(k, &c);
         HAS(ptx, ".target sm_90a");
         HAS(ptx, ".param .align 64 .b8 pipe_param_2[128]"); /* after X and Y */
         HAS(ptx, "cvta.param.u64");
@@ -136,7 +129,9 @@ static ir_kernel *early(bool launch_early) {
 Test(ptx_sync, grid_wait_where_placed_and_prefetch) {
     rt_caps c = tu_cuda_caps(90), c80 = tu_cuda_caps(80);
     for (int e = 0; e < 2; e++) {
-        char *p = emit_ok(early(e), &c);
+        ir_kernel *ke = early(e);
+        char *p = tu_ptx_emit_ok(ke, &c);
+        ir_kernel_destroy(ke);
         const char *pre = strstr(p, "cp.async.bulk.prefetch.L2.global"), *w = strstr(p, "griddepcontrol.wait;");
         const char *trig = strstr(p, "griddepcontrol.launch_dependents;");
         cr_assert(pre && w && trig && pre < w && w < strstr(p, "ld.global"), "%s", p);
@@ -145,7 +140,9 @@ Test(ptx_sync, grid_wait_where_placed_and_prefetch) {
         tu_ptxas_assemble(p, "sm_90", "grid.wait");
         free(p);
     }
-    char *p = emit_ok(early(true), &c80);
+    ir_kernel *k80 = early(true);
+    char *p = tu_ptx_emit_ok(k80, &c80);
+    ir_kernel_destroy(k80);
     LACKS(p, "prefetch");
     LACKS(p, "griddepcontrol");
     free(p);
@@ -206,24 +203,16 @@ Test(ptx_sync, verifier_rules) {
     ir_cluster_sync(k);
     verify_fails(k, "without clusters");
     /* tensor maps: 128-byte boxes of 16-bit readable buffers, within the extent */
-    k = ir_kernel_create("r7");
-    ir_buf f32 = ir_param_buffer(k, "F", IR_F32, IR_READ), h = ir_param_buffer(k, "H", IR_BF16, IR_READ);
-    ir_buffer_extent(k, h, 64 * 100);
-    ir_tensor_map(k, f32, 64, 64, 32, 64);
-    cr_assert(strstr(ir_kernel_error(k), "16-bit"), "%s", ir_kernel_error(k));
-    ir_kernel_destroy(k);
-    k = ir_kernel_create("r8");
-    h = ir_param_buffer(k, "H", IR_BF16, IR_READ);
-    ir_buffer_extent(k, h, 64 * 100);
-    ir_tensor_map(k, h, 64, 64, 32, 64);
-    cr_assert(strstr(ir_kernel_error(k), "128 bytes"), "%s", ir_kernel_error(k));
-    ir_kernel_destroy(k);
-    k = ir_kernel_create("r9");
-    h = ir_param_buffer(k, "H", IR_BF16, IR_READ);
-    ir_buffer_extent(k, h, 64 * 100);
-    ir_tensor_map(k, h, 64, 101, 64, 64);
-    cr_assert(strstr(ir_kernel_error(k), "extent"), "%s", ir_kernel_error(k));
-    ir_kernel_destroy(k);
+    static const struct { ir_scalar t; uint32_t outer, box_inner; const char *want; } maps[] = {
+        {IR_F32, 64, 32, "16-bit"}, {IR_BF16, 64, 32, "128 bytes"}, {IR_BF16, 101, 64, "extent"}};
+    for (size_t i = 0; i < sizeof maps / sizeof maps[0]; i++) {
+        k = ir_kernel_create("maps");
+        ir_buf h = ir_param_buffer(k, "H", maps[i].t, IR_READ);
+        ir_buffer_extent(k, h, 64 * 100);
+        ir_tensor_map(k, h, 64, maps[i].outer, maps[i].box_inner, 64);
+        cr_assert(strstr(ir_kernel_error(k), maps[i].want), "%s", ir_kernel_error(k));
+        ir_kernel_destroy(k);
+    }
     /* wg.mma under a warpgroup's branch verifies; under a subgroup's it does not; a
      * barrier under a warpgroup's does not either */
     for (int c = 0; c < 3; c++) {

@@ -75,3 +75,11 @@ void tu_ptx_assembles(const ir_kernel *k, const rt_caps *c, const char *what) {
     free(ptx);
     free(ll);
 }
+
+char *tu_ptx_emit_ok(const ir_kernel *k, const rt_caps *c) {
+    kiln_err err = {0};
+    cr_assert(!ir_verify(k, &err), "%s", err.msg);
+    char *ptx = NULL;
+    cr_assert_eq(ptx_emit(k, c, &ptx, NULL, &err), 0, "%s", err.msg);
+    return ptx;
+}

@@ -12,6 +12,8 @@ rt_caps tu_cuda_caps(unsigned cc);
 const char *tu_ptxas_path(void);
 /* Assembles ptx for arch ("sm_90") where ptxas exists; fails the test with its output. */
 void tu_ptxas_assemble(const char *ptx, const char *arch, const char *what);
+/* Verifies k (kept) and emits it for caps c, failing the test on either; the PTX (free it). */
+char *tu_ptx_emit_ok(const ir_kernel *k, const rt_caps *c);
 /* Emits k (kept) for caps c and assembles the PTX for their architecture. */
 void tu_ptx_assembles(const ir_kernel *k, const rt_caps *c, const char *what);
 
