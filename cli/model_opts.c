@@ -3,7 +3,7 @@
 #include "base/error.h"
 #include "cli/cli.h"
 #include "devices/devices.h"
-#include "model/engine_serial.h"
+#include "model/engine_batch.h"
 #include "plan/plan.h"
 
 #include <stdlib.h>
@@ -104,7 +104,7 @@ static int open_more(model_opts *o, const model *m, uint32_t n, engine **e, kiln
         e[i] = o->dev ? plan_create_sibling(e[0], &why) : orc_create(m, &o->orc, &why);
         if (!e[i]) return kiln_err_wrap(err, &why, "slot %u of %u", i + 1, n);
     }
-    return n > 1 ? engine_serialize(e, n, err) : 0;
+    return n > 1 ? engine_batch_group(e, n, &o->batch, err) : 0;
 }
 
 int model_opts_open_n(model_opts *o, const char *path, uint32_t n, model **m, tokenizer **t, engine **e) {

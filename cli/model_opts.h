@@ -4,6 +4,7 @@
 #define KILN_CLI_MODEL_OPTS_H
 
 #include "generate/sampler.h"
+#include "model/engine_batch.h"
 #include "model/engine.h"
 #include "model/model.h"
 #include "oracle/oracle.h"
@@ -18,6 +19,7 @@ typedef struct model_opts {
     bool sampling_set; /* any sampling flag given: otherwise greedy */
     bool temp_set;     /* sampling flags without --temp sample at 0.8, as llama.cpp */
     uint32_t n_block;  /* --block: prompt tokens per prefill block on a GPU (0: the plan's 512) */
+    engine_batch_opts batch; /* several engines' steps (kiln serve --parallel: --batch-tokens) */
 } model_opts;
 
 #define MODEL_OPTS_USAGE                                                                                               \

@@ -15,10 +15,13 @@ static const char usage[] =
     "  --listen HOST:PORT       IPv4 address and port (default 127.0.0.1:8080; port 0 picks a free one);\n"
     "                           the first line on stdout is \"listening on http://HOST:PORT\"\n"
     "  --api-key KEY            require Authorization: Bearer KEY (not on /health)\n"
-    "  --parallel N             slots: requests generated at once, 1..64 (default 1), taking turns token by\n"
-    "                           token on the device; each slot has its own engine and KV cache of --ctx\n"
-    "                           positions (a GPU must hold the weights once and N caches: else refused at\n"
-    "                           start, try a smaller --ctx; the CPU oracle converts weights per slot)\n"
+    "  --parallel N             slots: requests generated at once, 1..64 (default 1), in steps that take\n"
+    "                           every busy slot's next token and chunks of waiting prompts; each slot has\n"
+    "                           its own engine and KV cache of --ctx positions (a GPU must hold the weights\n"
+    "                           once and N caches: else refused at start, try a smaller --ctx; the CPU\n"
+    "                           oracle converts weights per slot)\n"
+    "  --batch-tokens N         tokens a step evaluates at most: a longer prompt goes in chunks between\n"
+    "                           the decoding slots' steps (default 2048, 1..65536)\n"
     "  --queue N                requests that may wait when every slot is busy; more get 503 (default 16)\n"
     "  --chat-template NAME     default: detected from the model's tokenizer.chat_template, else chatml\n"
     "  endpoints: POST /v1/chat/completions, POST /v1/completions (logprobs supported), GET /v1/models,\n"
@@ -53,7 +56,7 @@ int cmd_serve(int argc, char **argv) {
             fputs(usage, stdout);
             return 0;
         } else if (!strcmp(a, "--listen") || !strcmp(a, "--api-key") || !strcmp(a, "--parallel") ||
-                   !strcmp(a, "--queue") || !strcmp(a, "--chat-template")) {
+                   !strcmp(a, "--queue") || !strcmp(a, "--chat-template") || !strcmp(a, "--batch-tokens")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v) return cli_usage_error(usage, "%s needs a value", a);
             if (!strcmp(a, "--listen")) listen = v;
@@ -61,7 +64,12 @@ int cmd_serve(int argc, char **argv) {
                 if (!*v) return cli_usage_error(usage, "--api-key needs a non-empty key");
                 api_key = v;
             } else if (!strcmp(a, "--chat-template")) tmpl = v;
-            else if (!strcmp(a, "--parallel")) {
+            else if (!strcmp(a, "--batch-tokens")) {
+                uint64_t b;
+                if (!cli_parse_u64(v, 1, 65536, &b))
+                    return cli_usage_error(usage, "--batch-tokens: '%s': expected a number of tokens from 1 to 65536", v);
+                mo.batch.step_tokens = (uint32_t)b;
+            } else if (!strcmp(a, "--parallel")) {
                 if (!cli_parse_u64(v, 1, SRV_MAX_PARALLEL, &parallel))
                     return cli_usage_error(usage, "--parallel: '%s': expected a number of slots from 1 to %u", v,
                                            SRV_MAX_PARALLEL);

@@ -1,5 +1,8 @@
-/* GET /metrics: the server's counters in Prometheus' text format. */
+/* GET /metrics: the server's counters in Prometheus' text format, and the slots' steps
+ * (model/engine_batch.h) as histograms of their calls and their time. */
 #include "server/http_internal.h"
+
+#include "model/engine_batch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +13,7 @@ char *srv_metrics_text(server *s) {
     double gs = s->generate_s;
     uint32_t waiting = s->waiting, busy = s->busy;
     pthread_mutex_unlock(&s->mu);
-    size_t cap = 2048;
+    size_t cap = 8192;
     char *out = malloc(cap);
     if (!out) return NULL;
     int n = snprintf(out, cap,
@@ -32,6 +35,36 @@ char *srv_metrics_text(server *s) {
                      "# TYPE kiln_slots_busy gauge\nkiln_slots_busy %u\n",
                      (unsigned long long)req, (unsigned long long)pt, (unsigned long long)ct, (unsigned long long)gt,
                      gs, gs > 0 ? (double)gt / gs : 0.0, waiting, busy);
+    engine_batch_stats st;
+    if (n >= 0 && (size_t)n < cap && s->n_slots && engine_batch_stats_of(s->slots[0].engine, &st)) {
+        static const char *const calls_le[ENGINE_BATCH_BUCKETS] = {"1", "2", "4", "8", "16", "32", "64", "+Inf"};
+        static const char *const ms_le[ENGINE_BATCH_BUCKETS] = {"0.001", "0.002", "0.004", "0.008",
+                                                                "0.016", "0.032", "0.064", "+Inf"};
+        n += snprintf(out + n, cap - (size_t)n,
+                      "# HELP kiln_step_prompt_chunks_total Prompt chunks cut by --batch-tokens.\n"
+                      "# TYPE kiln_step_prompt_chunks_total counter\nkiln_step_prompt_chunks_total %llu\n"
+                      "# HELP kiln_step_tokens_total Tokens evaluated in steps.\n"
+                      "# TYPE kiln_step_tokens_total counter\nkiln_step_tokens_total %llu\n"
+                      "# HELP kiln_step_batch_size Slots' calls a step took.\n# TYPE kiln_step_batch_size histogram\n",
+                      (unsigned long long)st.chunks, (unsigned long long)st.tokens);
+        uint64_t cum = 0;
+        for (int i = 0; i < ENGINE_BATCH_BUCKETS && n >= 0 && (size_t)n < cap; i++)
+            cum += st.by_calls[i],
+                n += snprintf(out + n, cap - (size_t)n, "kiln_step_batch_size_bucket{le=\"%s\"} %llu\n", calls_le[i],
+                              (unsigned long long)cum);
+        if (n >= 0 && (size_t)n < cap)
+            n += snprintf(out + n, cap - (size_t)n,
+                          "kiln_step_batch_size_sum %llu\nkiln_step_batch_size_count %llu\n"
+                          "# HELP kiln_step_seconds Time a step took.\n# TYPE kiln_step_seconds histogram\n",
+                          (unsigned long long)st.calls, (unsigned long long)st.steps);
+        cum = 0;
+        for (int i = 0; i < ENGINE_BATCH_BUCKETS && n >= 0 && (size_t)n < cap; i++)
+            cum += st.by_ms[i], n += snprintf(out + n, cap - (size_t)n, "kiln_step_seconds_bucket{le=\"%s\"} %llu\n",
+                                              ms_le[i], (unsigned long long)cum);
+        if (n >= 0 && (size_t)n < cap)
+            n += snprintf(out + n, cap - (size_t)n, "kiln_step_seconds_sum %.6f\nkiln_step_seconds_count %llu\n",
+                          st.busy_s, (unsigned long long)st.steps);
+    }
     if (n < 0 || (size_t)n >= cap) {
         free(out);
         return NULL;

@@ -1,7 +1,11 @@
 /* The slots: one engine, generation session and worker thread each. A request waits in a
  * bounded FIFO queue (tickets) for a free slot, takes the one whose cache holds the
- * longest part of its prompt and hands its job to that slot's worker. */
+ * longest part of its prompt and hands its job to that slot's worker. Several slots'
+ * engines step together (model/engine_batch.h): a slot is marked busy while it serves a
+ * request, so each step waits for its next token. */
 #include "server/http_internal.h"
+
+#include "model/engine_batch.h"
 
 #include <stdlib.h>
 
@@ -41,6 +45,7 @@ slot_status srv_slot_acquire(server *s, const int32_t *ids, uint32_t n, slot **o
         else {
             slot *sl = slot_pick(s, ids, n);
             sl->busy = true;
+            engine_batch_busy(sl->engine, true); /* its steps wait for this slot's tokens */
             sl->last_used = ++s->uses;
             s->busy++;
             s->ticket_serving++;
@@ -56,6 +61,7 @@ void srv_slot_release(slot *sl) {
     server *s = sl->srv;
     pthread_mutex_lock(&s->mu);
     sl->busy = false;
+    engine_batch_busy(sl->engine, false);
     s->busy--;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);

@@ -5,7 +5,6 @@
 #include "generate/generate.h"
 #include "generate/sampler.h"
 #include "model/engine.h"
-#include "model/engine_serial.h"
 #include "model/model.h"
 #include "oracle/oracle.h"
 #include "tests/util/testutil.h"
@@ -377,76 +376,3 @@ Test(generate, on_token_sees_each_token_and_its_logits) {
     rig_close(&r);
 }
 
-/* engine_serialize: wrapped engines evaluate one at a time, in turn, and follow the
- * caller's n_past both ways. The fake engines log who runs, each call taking a moment
- * so the other thread is waiting for its turn by then. */
-typedef struct turn_fake {
-    engine base;
-    int who, inside;
-    int *log, *n_log;
-    int *running; /* engines inside eval at once (under the wrappers' lock: at most 1) */
-} turn_fake;
-
-static int turn_eval(engine *e, const int32_t *tok, uint32_t n, uint32_t pos, float *logits, bool all, kiln_err *err) {
-    (void)tok, (void)logits, (void)all, (void)err;
-    turn_fake *f = (turn_fake *)e;
-    int now = __atomic_add_fetch(f->running, 1, __ATOMIC_SEQ_CST);
-    nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
-    if (now == 1) f->log[(*f->n_log)++] = f->who;
-    __atomic_sub_fetch(f->running, 1, __ATOMIC_SEQ_CST);
-    e->n_past = pos + n;
-    return now == 1 ? 0 : -1;
-}
-static void turn_destroy(engine *e) { ((turn_fake *)e)->inside = -1; }
-static const engine_ops turn_ops = {turn_eval, turn_destroy, NULL};
-
-typedef struct turn_arg { engine *e; int rc; } turn_arg;
-
-static void *turn_thread(void *arg) {
-    turn_arg *a = arg;
-    kiln_err e = {0};
-    int32_t tok = 1;
-    for (uint32_t i = 0; i < 50 && !a->rc; i++) a->rc = engine_eval(a->e, &tok, 1, i, NULL, false, &e);
-    return NULL;
-}
-
-Test(generate, serialized_engines_take_turns) {
-    static int log[200];
-    int n_log = 0, running = 0;
-    turn_fake f[2];
-    engine *e[2];
-    for (int i = 0; i < 2; i++) {
-        f[i] = (turn_fake){{&turn_ops, "fake", 8, 64, 0}, i, 0, log, &n_log, &running};
-        e[i] = &f[i].base;
-    }
-    kiln_err err = {0};
-    cr_assert_eq(engine_serialize(e, 2, &err), 0);
-    cr_assert(e[0] != &f[0].base && e[0]->n_ctx == 64 && e[0]->n_vocab == 8);
-    cr_assert_null(e[0]->ops->eval_argmax, "offered only where the engine offers it");
-    turn_arg a[2] = {{e[0], 0}, {e[1], 0}};
-    pthread_t th[2];
-    for (int i = 0; i < 2; i++) cr_assert_eq(pthread_create(&th[i], NULL, turn_thread, &a[i]), 0);
-    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
-    cr_assert(a[0].rc == 0 && a[1].rc == 0, "two engines ran at once");
-    cr_assert_eq(n_log, 100);
-    /* between the first switch and the last (one thread may start, or end, alone) */
-    int from = 1, to = n_log - 1, run = 1, longest = 1;
-    while (from < n_log && log[from] == log[0]) from++;
-    while (to > from && log[to] == log[n_log - 1]) to--;
-    for (int i = from + 1; i <= to; i++) {
-        run = log[i] == log[i - 1] ? run + 1 : 1;
-        if (run > longest) longest = run;
-    }
-    cr_assert(to - from > 50, "the threads hardly overlapped (%d..%d)", from, to);
-    cr_assert(longest <= 3, "turns are taken in order (a run of %d)", longest);
-    /* the caller's n_past goes down (truncate) and comes back from the engine */
-    cr_assert_eq(e[0]->n_past, 50);
-    engine_truncate(e[0], 10);
-    int32_t tok = 2;
-    cr_assert_eq(engine_eval(e[0], &tok, 1, 10, NULL, false, &err), 0);
-    cr_assert_eq(e[0]->n_past, 11);
-    cr_assert_eq(f[0].base.n_past, 11);
-    engine_destroy(e[1]);
-    engine_destroy(e[0]);
-    cr_assert(f[0].inside == -1 && f[1].inside == -1, "the wrappers destroy their engines");
-}

@@ -597,7 +597,25 @@ Test(serve, parallel_slots_generate_at_once) {
     }
     resp r = request("GET", "/metrics", NULL, NULL);
     cr_assert(strstr(r.body, "kiln_slots_busy 0\n") && strstr(r.body, "kiln_requests_total 4\n"), "%s", r.body);
+    /* the slots stepped together: most steps took both slots' tokens */
+    const char *two = strstr(r.body, "kiln_step_batch_size_bucket{le=\"2\"} "), *one = strstr(r.body, "kiln_step_batch_size_bucket{le=\"1\"} ");
+    const char *count = strstr(r.body, "kiln_step_batch_size_count ");
+    cr_assert(one && two && count && strstr(r.body, "kiln_step_seconds_bucket{le=\"+Inf\"}"), "%s", r.body);
+    long n1 = atol(one + strlen("kiln_step_batch_size_bucket{le=\"1\"} ")), n2 = atol(two + strlen("kiln_step_batch_size_bucket{le=\"2\"} "));
+    cr_assert(n2 - n1 >= 40, "%ld steps of two calls (of %ld steps)", n2 - n1, atol(count + 27));
     free(r.head);
+}
+
+Test(serve, batch_tokens_bounds) {
+    static char out[4096], err[4096];
+    const char *bad[] = {"0", "65537", "x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = tu_run_kiln((const char *const[]){"serve", tu_data_file("models/stories260K.gguf"), "--batch-tokens",
+                                                   bad[i], NULL},
+                             out, sizeof out, err, sizeof err);
+        cr_assert_eq(rc, 2, "--batch-tokens %s: %d", bad[i], rc);
+        cr_assert(strstr(err, "--batch-tokens") && strstr(err, "1 to 65536"), "%s", err);
+    }
 }
 
 /* A request goes to the free slot that holds the longest part of its prompt: with the two

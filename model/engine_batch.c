@@ -1,0 +1,286 @@
+/* Steps over a group of engines (engine_batch.h). Each caller enqueues its call and
+ * waits; whichever waiting thread finds the group ready and no step running becomes the
+ * step's leader: it picks the step's share of every waiting call under the lock, runs
+ * them without it, and hands the results back. A caller is driven by one thread, so a
+ * wrapper has at most one call waiting. */
+#include "model/engine_batch.h"
+
+#include "base/error.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DEFAULT_STEP_TOKENS 2048
+#define DEFAULT_GATHER_US 500
+
+typedef struct wrap wrap;
+
+typedef struct call {
+    wrap *w;
+    const int32_t *tokens;
+    uint32_t n, pos, done; /* done: tokens evaluated by earlier steps */
+    float *logits;
+    bool all;
+    int32_t *best; /* eval_argmax's call */
+    uint64_t since_us;
+    uint32_t take; /* tokens this step evaluates (the leader's, while a step runs) */
+    bool finished;
+    int rc;
+    kiln_err err;
+    struct call *next;
+} call;
+
+typedef struct group {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    call *head; /* waiting calls, oldest first */
+    uint32_t busy, busy_waiting; /* busy wrappers; of them, those with a call waiting */
+    bool running;
+    engine_batch_opts o;
+    engine_batch_stats st;
+    call **step;    /* the step's calls in the order they run (one per wrapper at most) */
+    float *scratch; /* logits nobody wants: a prompt's chunks before its last (the leader's) */
+    atomic_uint refs;
+} group;
+
+struct wrap {
+    engine base;
+    engine_ops ops;
+    engine *inner;
+    group *g;
+    bool busy, waiting;
+};
+
+static uint64_t now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
+}
+
+/* Every busy wrapper has a call waiting, or the oldest call has waited long enough. */
+static bool ready(const group *g, uint64_t now) {
+    return g->head && (g->busy_waiting >= g->busy || now - g->head->since_us >= g->o.gather_us);
+}
+
+/* The histogram bucket of v: the first b with v <= unit * 2^b, the last past them all. */
+static int bucket(uint64_t v, uint64_t unit) {
+    int b = 0;
+    while (b + 1 < ENGINE_BATCH_BUCKETS && v > unit << b) b++;
+    return b;
+}
+
+/* The step's share of each waiting call, into g->step in running order: decoding calls
+ * (one token left) first, then the others, oldest first, each cut to the budget left (a
+ * step takes at least one call). Returns the calls taken. */
+static uint32_t pick(group *g) {
+    uint32_t left = g->o.step_tokens, taken = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (call *c = g->head; c; c = c->next) {
+            uint32_t rest = c->n - c->done;
+            if ((pass == 0) != (rest == 1) || !left) continue;
+            c->take = rest < left ? rest : left;
+            left -= c->take;
+            g->step[taken++] = c;
+        }
+    return taken;
+}
+
+/* One call's share, on its own engine (the leader's thread, without the lock). */
+static void run_share(group *g, call *c) {
+    engine *in = c->w->inner;
+    uint32_t k = c->take;
+    bool last = c->done + k == c->n;
+    if (c->done == 0) in->n_past = c->w->base.n_past; /* the caller may have truncated */
+    const int32_t *tok = c->tokens + c->done;
+    uint32_t pos = c->pos + c->done;
+    if (last && c->best) {
+        c->rc = in->ops->eval_argmax(in, tok, k, pos, c->best, &c->err);
+    } else if (c->all) {
+        c->rc = engine_eval(in, tok, k, pos, c->logits + (size_t)c->done * in->n_vocab, true, &c->err);
+    } else if (last) {
+        c->rc = engine_eval(in, tok, k, pos, c->logits, false, &c->err);
+    } else if (in->ops->eval_argmax) { /* a chunk before the last: no logits wanted */
+        int32_t ignored;
+        c->rc = in->ops->eval_argmax(in, tok, k, pos, &ignored, &c->err);
+    } else {
+        c->rc = engine_eval(in, tok, k, pos, g->scratch, false, &c->err);
+    }
+    c->done += k;
+}
+
+/* Leads one step: called with the lock held and the group ready; returns with it held. */
+static void lead(group *g) {
+    uint32_t taken = pick(g);
+    g->running = true;
+    pthread_mutex_unlock(&g->mu);
+    uint64_t t0 = now_us(), tokens = 0, cut = 0;
+    for (uint32_t i = 0; i < taken; i++) { /* the queue itself may grow meanwhile: not walked */
+        call *c = g->step[i];
+        tokens += c->take;
+        cut += c->done + c->take < c->n;
+        run_share(g, c);
+    }
+    uint64_t us = now_us() - t0;
+    pthread_mutex_lock(&g->mu);
+    g->running = false;
+    for (uint32_t i = 0; i < taken; i++) {
+        call *c = g->step[i];
+        c->take = 0;
+        c->finished = c->rc || c->done == c->n;
+    }
+    for (call **p = &g->head; *p;) { /* finished calls leave the queue */
+        call *c = *p;
+        if (!c->finished) {
+            p = &c->next;
+            continue;
+        }
+        *p = c->next;
+        c->w->waiting = false;
+        if (c->w->busy) g->busy_waiting--;
+    }
+    g->st.steps++, g->st.calls += taken, g->st.tokens += tokens, g->st.chunks += cut;
+    g->st.busy_s += us / 1e6;
+    g->st.by_calls[bucket(taken, 1)]++;
+    g->st.by_ms[bucket(us, 1000)]++;
+    pthread_cond_broadcast(&g->cv);
+}
+
+static int run_call(engine *e, call *c, kiln_err *err) {
+    wrap *w = (wrap *)e;
+    group *g = w->g;
+    if (c->n == 0) { /* nothing to evaluate: the inner engine's answer, as an unwrapped call */
+        w->inner->n_past = e->n_past;
+        int rc = c->best ? w->inner->ops->eval_argmax(w->inner, c->tokens, 0, c->pos, c->best, err)
+                         : engine_eval(w->inner, c->tokens, 0, c->pos, c->logits, c->all, err);
+        e->n_past = w->inner->n_past;
+        return rc;
+    }
+    c->w = w;
+    pthread_mutex_lock(&g->mu);
+    c->since_us = now_us();
+    call **tail = &g->head;
+    while (*tail) tail = &(*tail)->next;
+    *tail = c;
+    w->waiting = true;
+    if (w->busy) g->busy_waiting++;
+    pthread_cond_broadcast(&g->cv);
+    while (!c->finished) {
+        uint64_t now = now_us();
+        if (!g->running && ready(g, now)) {
+            lead(g);
+            continue;
+        }
+        if (g->running || !g->head) {
+            pthread_cond_wait(&g->cv, &g->mu);
+            continue;
+        }
+        /* not ready: wake when the oldest call has waited the gather time */
+        uint64_t due = g->head->since_us + g->o.gather_us;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t wait = due > now ? due - now : 0, ns = (uint64_t)ts.tv_nsec + (wait % 1000000u) * 1000u;
+        ts.tv_sec += (time_t)(wait / 1000000u + ns / 1000000000u);
+        ts.tv_nsec = (long)(ns % 1000000000u);
+        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+    }
+    pthread_mutex_unlock(&g->mu);
+    e->n_past = w->inner->n_past;
+    if (c->rc && err) *err = c->err;
+    return c->rc;
+}
+
+static int batch_eval(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
+                      kiln_err *err) {
+    call c = {.tokens = tokens, .n = n, .pos = pos, .logits = logits, .all = all};
+    return run_call(e, &c, err);
+}
+
+static int batch_eval_argmax(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best,
+                             kiln_err *err) {
+    call c = {.tokens = tokens, .n = n, .pos = pos, .best = best};
+    return run_call(e, &c, err);
+}
+
+static void group_release(group *g) {
+    if (atomic_fetch_sub(&g->refs, 1) != 1) return;
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g->scratch);
+    free(g->step);
+    free(g);
+}
+
+static void batch_destroy(engine *e) {
+    wrap *w = (wrap *)e;
+    engine_destroy(w->inner);
+    group_release(w->g);
+    free(w);
+}
+
+static wrap *as_wrap(engine *e) { return e && e->ops && e->ops->eval == batch_eval ? (wrap *)e : NULL; }
+
+void engine_batch_busy(engine *e, bool busy) {
+    wrap *w = as_wrap(e);
+    if (!w) return;
+    group *g = w->g;
+    pthread_mutex_lock(&g->mu);
+    if (w->busy != busy) {
+        w->busy = busy;
+        g->busy += busy ? 1u : (uint32_t)-1;
+        if (w->waiting) g->busy_waiting += busy ? 1u : (uint32_t)-1;
+        pthread_cond_broadcast(&g->cv); /* one fewer to wait for */
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+bool engine_batch_stats_of(engine *e, engine_batch_stats *out) {
+    wrap *w = as_wrap(e);
+    memset(out, 0, sizeof *out);
+    if (!w) return false;
+    pthread_mutex_lock(&w->g->mu);
+    *out = w->g->st;
+    pthread_mutex_unlock(&w->g->mu);
+    return true;
+}
+
+int engine_batch_group(engine **e, uint32_t n, const engine_batch_opts *opts, kiln_err *err) {
+    group *g = calloc(1, sizeof *g);
+    wrap **w = calloc(n ? n : 1, sizeof *w);
+    uint32_t vocab = 1;
+    for (uint32_t i = 0; i < n; i++)
+        if (e[i]->n_vocab > vocab) vocab = e[i]->n_vocab;
+    bool ok = g && w && (g->scratch = malloc((size_t)vocab * sizeof *g->scratch)) &&
+              (g->step = calloc(n ? n : 1, sizeof *g->step));
+    for (uint32_t i = 0; ok && i < n; i++) ok = (w[i] = calloc(1, sizeof *w[i])) != NULL;
+    if (!ok) {
+        for (uint32_t i = 0; w && i < n; i++) free(w[i]);
+        free(w);
+        if (g) free(g->scratch), free(g->step);
+        free(g);
+        return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), -1;
+    }
+    g->o.step_tokens = opts && opts->step_tokens ? opts->step_tokens : DEFAULT_STEP_TOKENS;
+    g->o.gather_us = opts && opts->gather_us ? opts->gather_us : DEFAULT_GATHER_US;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&g->refs, n ? n : 1);
+    for (uint32_t i = 0; i < n; i++) {
+        wrap *x = w[i];
+        x->inner = e[i];
+        x->g = g;
+        x->ops = (engine_ops){batch_eval, batch_destroy, e[i]->ops->eval_argmax ? batch_eval_argmax : NULL};
+        x->base = *e[i];
+        x->base.ops = &x->ops;
+        e[i] = &x->base;
+    }
+    free(w);
+    if (n == 0) group_release(g); /* nothing shares it */
+    return 0;
+}
