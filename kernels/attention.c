@@ -21,7 +21,12 @@
  * maximum M and out_d = sum_s acc_s,d * exp(m_s - M) / sum_s l_s * exp(m_s - M), rounded
  * to dtype once (with one run, exactly acc_d / l). The oracle instead normalises each
  * weight (e_p / sum) before the product; the two differ by a few f32 roundings per term
- * (see tests/test_kernels_attn.c for the bound). */
+ * (see tests/test_kernels_attn.c for the bound).
+ *
+ * The batched pair (kn_attn_decode_batch, kn_attn_merge_batch) does the same for a step's
+ * tokens of several sequences at once: token b's query is row b of q (q_stride apart), its
+ * position and sequence are tokpos[2b], tokpos[2b + 1], and its keys are rows seq * n_ctx
+ * + 0..pos of one pool of n_seq caches; grid y takes the token (decode: b * n_split + s). */
 #include "base/error.h"
 #include "kernels/kn_common.h"
 
@@ -76,12 +81,39 @@ static ir_val run_chunk(kx k, ir_val n_keys, uint32_t n_split) {
     return kx_div(k, kx_add_c(k, n_keys, n_split - 1), splits);
 }
 
-/* keys 0..pos (none when pos is past the cache: then nothing is written) */
-static ir_val keys_of(kx k, ir_buf pb, uint32_t n_ctx, ir_val *pos_ok) {
-    ir_val pos = kx_load_c(k, pb, 0);
-    *pos_ok = kx_lt_c(k, pos, n_ctx);
+/* Where a launch's token b finds its query, keys and partials: the single-token kernels'
+ * (batch 0: pos[0], one cache) or the batched ones' (tokpos, a pool of n_seq caches). */
+typedef struct attn_rows {
+    uint32_t batch, n_seq, q_stride; /* batch 0: one token */
+} attn_rows;
+
+typedef struct token_at {
+    ir_val b;        /* the token (0 for one token) */
+    ir_val row0;     /* its sequence's first cache row (seq * n_ctx) */
+    ir_val pos_ok;   /* it has keys: its position (and sequence) inside the cache */
+    ir_val n_keys;   /* keys 0..pos, 0 without */
+} token_at;
+
+/* keys 0..pos of token b (none when pos is past the cache, or the sequence past the pool:
+ * then nothing is written) */
+static token_at token_of(kx k, ir_buf pb, const attn_rows *r, uint32_t n_ctx, ir_val b) {
+    token_at t = {.b = b};
     ir_val none = kx_u32(k, 0);
-    return kx_select(k, *pos_ok, kx_add_c(k, pos, 1), none);
+    if (!r->batch) {
+        ir_val pos = kx_load_c(k, pb, 0);
+        t.pos_ok = kx_lt_c(k, pos, n_ctx);
+        t.row0 = none;
+        t.n_keys = kx_select(k, t.pos_ok, kx_add_c(k, pos, 1), none);
+        return t;
+    }
+    ir_val at = kx_mul_c(k, b, 2);
+    ir_val pos = kx_load(k, pb, at, 1);
+    ir_val seq = kx_load(k, pb, kx_add_c(k, at, 1), 1);
+    ir_val seq_ok = kx_lt_c(k, seq, r->n_seq);
+    t.pos_ok = kx_and(k, kx_lt_c(k, pos, n_ctx), seq_ok);
+    t.row0 = kx_select(k, seq_ok, kx_mul_c(k, seq, n_ctx), none);
+    t.n_keys = kx_select(k, t.pos_ok, kx_add_c(k, pos, 1), none);
+    return t;
 }
 
 static int attn_shape_ok(const char *who, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_ctx,
@@ -98,19 +130,41 @@ static int attn_shape_ok(const char *who, uint32_t n_head, uint32_t n_head_kv, u
     return 0;
 }
 
-ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_ctx,
-                          uint32_t n_split, ir_scalar dtype, uint32_t groups[2], kiln_err *err) {
+/* Rows of the caches a kernel reaches: one cache, or the pool. */
+static uint64_t cache_rows(const attn_rows *r, uint32_t n_ctx) { return (uint64_t)n_ctx * (r->batch ? r->n_seq : 1); }
+
+static int rows_ok(const char *who, const attn_rows *r, uint32_t n_head, uint32_t head_dim, uint32_t n_ctx,
+                   uint32_t n_split, kiln_err *err) {
+    if (!r->batch) return 0;
+    uint64_t q_dim = (uint64_t)n_head * head_dim;
+    if (r->n_seq == 0 || r->q_stride < q_dim || r->batch > 65535 ||
+        (uint64_t)r->batch * r->q_stride > UINT32_MAX || (uint64_t)r->n_seq * n_ctx * head_dim * n_head > UINT32_MAX ||
+        (uint64_t)r->batch * n_head * n_split * (head_dim + 2) > UINT32_MAX)
+        return kiln_fail(err, KILN_ERR_INVALID,
+                         "%s: bad batch (%u tokens of %u sequences, q_stride %u; q_stride >= n_head * head_dim, u32 "
+                         "indices)",
+                         who, r->batch, r->n_seq, r->q_stride);
+    return 0;
+}
+
+static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_ctx,
+                         uint32_t n_split, const attn_rows *rows, ir_scalar dtype, uint32_t groups[2], kiln_err *err) {
+    const char *name = rows->batch ? "kn_attn_decode_batch" : "kn_attn_decode";
     if (kn_check_dtype(c, dtype, err)) return NULL;
-    if (attn_shape_ok("kn_attn_decode", n_head, n_head_kv, head_dim, n_ctx, n_split, err)) return NULL;
-    kx k = {kn_create("kn_attn_decode", err), c};
+    if (attn_shape_ok(name, n_head, n_head_kv, head_dim, n_ctx, n_split, err) ||
+        rows_ok(name, rows, n_head, head_dim, n_ctx, n_split, err))
+        return NULL;
+    kx k = {kn_create(name, err), c};
     if (!k.ir) return NULL;
     kn_launch_early(k); /* a short kernel: the next may start (kn_early.c) */
-    uint64_t cache_len = (uint64_t)n_ctx * n_head_kv * head_dim;
-    ir_buf qb = kx_buffer(k, "q", dtype, IR_READ, (uint64_t)n_head * head_dim);
+    uint32_t nb = rows->batch ? rows->batch : 1;
+    uint64_t cache_len = cache_rows(rows, n_ctx) * n_head_kv * head_dim;
+    uint64_t q_len = rows->batch ? (uint64_t)rows->batch * rows->q_stride : (uint64_t)n_head * head_dim;
+    ir_buf qb = kx_buffer(k, "q", dtype, IR_READ, q_len);
     ir_buf kc = kx_buffer(k, "kcache", dtype, IR_READ, cache_len);
     ir_buf vc = kx_buffer(k, "vcache", dtype, IR_READ, cache_len);
-    ir_buf ob = kx_buffer(k, "part", IR_F32, IR_WRITE, (uint64_t)n_head * n_split * (head_dim + 2));
-    ir_buf pb = kx_buffer(k, "pos", IR_U32, IR_READ, 1);
+    ir_buf ob = kx_buffer(k, "part", IR_F32, IR_WRITE, (uint64_t)nb * n_head * n_split * (head_dim + 2));
+    ir_buf pb = rows->batch ? kx_buffer(k, "tokpos", IR_U32, IR_READ, 2ull * nb) : kx_buffer(k, "pos", IR_U32, IR_READ, 1);
     /* about one invocation per dim of the head (so phase 2 keeps them busy), at least 64
      * positions per block of keys_per_block = wg */
     uint32_t wg = kn_workgroup(c, head_dim > 64 ? head_dim : 64), keys_per_block = wg;
@@ -130,13 +184,18 @@ ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv,
 
     ir_val u0 = kx_u32(k, 0), u1 = kx_u32(k, 1), f0 = kx_f32(k, 0.0f);
     ir_val ninf = kx_f32(k, -INFINITY);
-    /* workgroup (h, s): query head h, split s; kv head kvh */
-    ir_val lid = kx_local(k), h = kx_group(k, 0), sp = kx_group(k, 1);
+    /* workgroup (h, s): query head h, split s (batched: (h, b * n_split + s), token b); kv head kvh */
+    ir_val lid = kx_local(k), h = kx_group(k, 0), gy = kx_group(k, 1);
+    ir_val b = rows->batch ? kx_div_c(k, gy, n_split) : kx_u32(k, 0);
+    ir_val sp = rows->batch ? kx_rem_c(k, gy, n_split) : gy;
+    token_at tk = token_of(k, pb, rows, n_ctx, b);
     ir_val kvh = kx_div_c(k, h, n_head / n_head_kv);
-    ir_val qbase = kx_mul_c(k, h, head_dim);
-    ir_val kvbase = kx_mul_c(k, kvh, head_dim);
-    ir_val kvd = kx_u32(k, kv_dim);
-    ir_val pos_ok, n_keys = keys_of(k, pb, n_ctx, &pos_ok);
+    ir_val qbase = kx_mul_c(k, h, head_dim), kvd = kx_u32(k, kv_dim), kvbase = kx_mul_c(k, kvh, head_dim);
+    if (rows->batch) { /* token b's row of q; its sequence's rows of the pool */
+        qbase = kx_add(k, kx_mul_c(k, b, rows->q_stride), qbase);
+        kvbase = kx_add(k, kx_mul(k, tk.row0, kvd), kvbase);
+    }
+    ir_val n_keys = tk.n_keys;
     ir_val chunk = run_chunk(k, n_keys, n_split);
     ir_val start = kx_mul(k, sp, chunk);
     ir_val end = kx_min(k, n_keys, kx_add(k, start, chunk));
@@ -221,10 +280,11 @@ ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv,
     for (uint32_t r = 0; r < per; r++) nx[2 + r] = kx_fma(k, ir_for_arg(blk, 2 + r), alpha, ir_for_result(pl, 1 + r));
     ir_for_end(k.ir, blk, nx);
 
-    /* the run's (m, l, acc) at part[(h * n_split + s) * (head_dim + 2)]; nothing for an
-     * empty run (the merge skips it) */
+    /* the run's (m, l, acc) at part[((b * n_head + h) * n_split + s) * (head_dim + 2)];
+     * nothing for an empty run (the merge skips it) */
     ir_val part_len = kx_u32(k, head_dim + 2);
-    ir_val base = kx_mul(k, kx_idx(k, h, n_split, sp), part_len);
+    ir_val bh = kx_add(k, kx_mul_c(k, b, n_head), h);
+    ir_val base = kx_mul(k, kx_idx(k, bh, n_split, sp), part_len);
     ir_val live = kx_lt(k, start, end);
     ir_if *w0 = kx_if(k, kx_and(k, live, kx_eq(k, lid, u0)));
     kx_store(k, ob, base, ir_for_result(blk, 0));
@@ -235,20 +295,38 @@ ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv,
         kx_store(k, ob, kx_add(k, base, kx_add_c(k, dim[r], 2)), ir_for_result(blk, 2 + r));
         kx_end_if(k, f);
     }
-    groups[0] = n_head, groups[1] = n_split;
+    groups[0] = n_head, groups[1] = n_split * nb;
     return kn_finish(k.ir, err);
 }
 
-ir_kernel *kn_attn_merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, uint32_t n_ctx, uint32_t n_split,
-                         ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_ctx,
+                          uint32_t n_split, ir_scalar dtype, uint32_t groups[2], kiln_err *err) {
+    attn_rows one = {0};
+    return decode(c, n_head, n_head_kv, head_dim, n_ctx, n_split, &one, dtype, groups, err);
+}
+
+ir_kernel *kn_attn_decode_batch(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                                uint32_t n_ctx, uint32_t n_split, uint32_t n_seq, uint32_t batch, uint32_t q_stride,
+                                ir_scalar dtype, uint32_t groups[2], kiln_err *err) {
+    attn_rows r = {batch, n_seq, q_stride};
+    if (!batch) return kiln_fail(err, KILN_ERR_INVALID, "kn_attn_decode_batch: no tokens"), NULL;
+    return decode(c, n_head, n_head_kv, head_dim, n_ctx, n_split, &r, dtype, groups, err);
+}
+
+static ir_kernel *merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, uint32_t n_ctx, uint32_t n_split,
+                        const attn_rows *rows, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+    const char *name = rows->batch ? "kn_attn_merge_batch" : "kn_attn_merge";
     if (kn_check_dtype(c, dtype, err)) return NULL;
-    if (attn_shape_ok("kn_attn_merge", n_head, 1, head_dim, n_ctx, n_split, err)) return NULL;
-    kx k = {kn_create("kn_attn_merge", err), c};
+    if (attn_shape_ok(name, n_head, 1, head_dim, n_ctx, n_split, err) ||
+        rows_ok(name, rows, n_head, head_dim, n_ctx, n_split, err))
+        return NULL;
+    kx k = {kn_create(name, err), c};
     if (!k.ir) return NULL;
     kn_launch_early(k); /* a short kernel: the next may start (kn_early.c) */
-    ir_buf pa = kx_buffer(k, "part", IR_F32, IR_READ, (uint64_t)n_head * n_split * (head_dim + 2));
-    ir_buf ob = kx_buffer(k, "out", dtype, IR_WRITE, (uint64_t)n_head * head_dim);
-    ir_buf pb = kx_buffer(k, "pos", IR_U32, IR_READ, 1);
+    uint32_t nb = rows->batch ? rows->batch : 1;
+    ir_buf pa = kx_buffer(k, "part", IR_F32, IR_READ, (uint64_t)nb * n_head * n_split * (head_dim + 2));
+    ir_buf ob = kx_buffer(k, "out", dtype, IR_WRITE, (uint64_t)nb * n_head * head_dim);
+    ir_buf pb = rows->batch ? kx_buffer(k, "tokpos", IR_U32, IR_READ, 2ull * nb) : kx_buffer(k, "pos", IR_U32, IR_READ, 1);
     uint32_t wg = kn_workgroup(c, head_dim > 32 ? head_dim : 32), per = (head_dim + wg - 1) / wg;
     kx_workgroup(k, wg);
     if (per > 64) {
@@ -262,11 +340,14 @@ ir_kernel *kn_attn_merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, u
     ir_shm sh_l = kx_shared(k, "run_sum", IR_F32, n_split);
     ir_val u0 = kx_u32(k, 0), u1 = kx_u32(k, 1), f0 = kx_f32(k, 0.0f);
     ir_val lid = kx_local(k), h = kx_group(k, 0), stride = kx_u32(k, head_dim + 2);
-    ir_val pos_ok, n_keys = keys_of(k, pb, n_ctx, &pos_ok);
+    ir_val b = rows->batch ? kx_group(k, 1) : kx_u32(k, 0); /* the token: grid y */
+    token_at tk = token_of(k, pb, rows, n_ctx, b);
+    ir_val pos_ok = tk.pos_ok, n_keys = tk.n_keys;
     /* runs in use: ceil(n_keys / chunk) (none without keys; chunk kept >= 1 for the divide) */
     ir_val chunk = kx_max(k, run_chunk(k, n_keys, n_split), u1);
     ir_val used = kx_div(k, kx_add(k, n_keys, kx_sub(k, chunk, u1)), chunk);
-    ir_val hbase = kx_mul_c(k, h, n_split * (head_dim + 2));
+    ir_val bh = kx_add(k, kx_mul_c(k, b, n_head), h);
+    ir_val hbase = kx_mul_c(k, bh, n_split * (head_dim + 2));
     ir_val wgc = kx_u32(k, wg), s;
 
     ir_for *fm = kx_for(k, lid, used, wgc, &s);
@@ -322,9 +403,22 @@ ir_kernel *kn_attn_merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, u
     for (uint32_t r = 0; r < per; r++) {
         ir_if *f = kx_if(k, kx_and(k, pos_ok, kx_lt_c(k, dim[r], head_dim)));
         ir_val o = kx_as(k, kn_fdiv(k, ir_for_result(sl, r), l), dtype);
-        kx_store(k, ob, kx_idx(k, h, head_dim, dim[r]), o);
+        kx_store(k, ob, kx_idx(k, bh, head_dim, dim[r]), o);
         kx_end_if(k, f);
     }
     if (groups_x) *groups_x = n_head;
     return kn_finish(k.ir, err);
+}
+
+ir_kernel *kn_attn_merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, uint32_t n_ctx, uint32_t n_split,
+                         ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+    attn_rows one = {0};
+    return merge(c, n_head, head_dim, n_ctx, n_split, &one, dtype, groups_x, err);
+}
+
+ir_kernel *kn_attn_merge_batch(const rt_caps *c, uint32_t n_head, uint32_t head_dim, uint32_t n_ctx, uint32_t n_split,
+                               uint32_t n_seq, uint32_t batch, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+    attn_rows r = {batch, n_seq, n_head * head_dim};
+    if (!batch) return kiln_fail(err, KILN_ERR_INVALID, "kn_attn_merge_batch: no tokens"), NULL;
+    return merge(c, n_head, head_dim, n_ctx, n_split, &r, dtype, groups_x, err);
 }

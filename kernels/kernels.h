@@ -211,6 +211,18 @@ ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv,
                           uint32_t n_split, ir_scalar dtype, uint32_t groups[2], kiln_err *err);
 ir_kernel *kn_attn_merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, uint32_t n_ctx, uint32_t n_split,
                          ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
+/* The same for a step's tokens of several sequences (a server's slots decoding together):
+ * token b's query is q[b * q_stride ..], its position and sequence tokpos[2b] and
+ * tokpos[2b + 1] (u32, read, 2 * batch), its keys rows seq * n_ctx + 0..pos of kcache /
+ * vcache (a pool of n_seq caches of n_ctx rows); part holds batch times the runs, out is
+ * [batch][n_head * head_dim]. A token whose position is past n_ctx or sequence past n_seq
+ * gets no output. Grids: decode {n_head, n_split * batch} (y = b * n_split + s), merge
+ * {n_head, batch}. Params as the single-token kernels' with tokpos for pos. */
+ir_kernel *kn_attn_decode_batch(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                                uint32_t n_ctx, uint32_t n_split, uint32_t n_seq, uint32_t batch, uint32_t q_stride,
+                                ir_scalar dtype, uint32_t groups[2], kiln_err *err);
+ir_kernel *kn_attn_merge_batch(const rt_caps *c, uint32_t n_head, uint32_t head_dim, uint32_t n_ctx, uint32_t n_split,
+                               uint32_t n_seq, uint32_t batch, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
 uint32_t kn_attn_splits(const rt_caps *c, uint32_t n_head, uint32_t n_ctx);
 
 /* Causal attention of a prefill block: query token t < n = info[1] sits at position

@@ -29,6 +29,7 @@
 #include "gguf/half.h"
 #include "ir/ir.h"
 #include "kernels/kernels.h"
+#include "tests/util/testutil_ptx.h"
 #include "tests/util/testutil_vk.h"
 
 #include <criterion/criterion.h>
@@ -220,6 +221,81 @@ Test(kernels_attn, decode_matches_oracle_attend, .timeout = 600) { attn_all(NULL
 /* a 32-invocation workgroup: several dims per invocation, blocks of 32 positions */
 Test(kernels_attn, decode_small_workgroup, .timeout = 600) { attn_all("workgroup=32", 22, false); }
 
+/* The batched pair: tokens of several sequences in one launch over a pool of caches, each
+ * token against the reference on its own sequence's cache; a token past the context or
+ * the pool writes nothing; q rows wider than the heads. */
+static void batch_case(rt_device *d, uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t n_split, ir_scalar t) {
+    kiln_err err = {0};
+    enum { N_SEQ = 3, B = 6 };
+    const uint32_t n_ctx = 131, kv_dim = n_head_kv * hd, qn = n_head * hd, q_stride = qn + 24;
+    /* (position, sequence): sequence 1 twice (two of its positions), one past the context, one past the pool */
+    static const uint32_t tokpos[2 * B] = {7, 2, 130, 0, 40, 1, 131, 2, 5, 3, 3, 1};
+    uint32_t g[2], gm;
+    ir_kernel *k = kn_attn_decode_batch(&d->caps, n_head, n_head_kv, hd, n_ctx, n_split, N_SEQ, B, q_stride, t, g, &err);
+    cr_assert_not_null(k, "%s", err.msg);
+    ir_kernel *km = kn_attn_merge_batch(&d->caps, n_head, hd, n_ctx, n_split, N_SEQ, B, t, &gm, &err);
+    cr_assert_not_null(km, "%s", err.msg);
+    cr_assert(g[0] == n_head && g[1] == n_split * B && gm == n_head);
+    rt_kernel *ck = tu_vk_compile(d, k), *cm = tu_vk_compile(d, km);
+    size_t nc = (size_t)N_SEQ * n_ctx * kv_dim, np = (size_t)B * n_head * n_split * (hd + 2) + GUARD;
+    size_t no = (size_t)B * qn + GUARD;
+    float *qf, *kf, *vf;
+    uint16_t *q = tu_rand16(t, (size_t)B * q_stride, -4, 4, &qf), *kc = tu_rand16(t, nc, -1, 1, &kf);
+    uint16_t *vc = tu_rand16(t, nc, -2, 2, &vf), *o = malloc(no * 2), *poison = malloc(no * 2);
+    uint32_t *ppoison = malloc(np * 4);
+    float *want = malloc((size_t)qn * 4), *qrow = malloc((size_t)qn * 4);
+    double *tol = malloc((size_t)qn * sizeof *tol);
+    for (size_t i = 0; i < no; i++) poison[i] = tu_nan16(t);
+    for (size_t i = 0; i < np; i++) ppoison[i] = 0x7fc00000u;
+    /* rows past each sequence's last used position are NaN: a read past pos shows */
+    const uint32_t last[N_SEQ] = {130, 40, 7};
+    for (size_t i = 0; i < nc; i++) {
+        size_t row = i / kv_dim, sq = row / n_ctx;
+        if (row % n_ctx > last[sq]) kc[i] = vc[i] = tu_nan16(t);
+    }
+    rt_buffer *bq = tu_vk_upload(d, q, (size_t)B * q_stride * 2), *bk = tu_vk_upload(d, kc, nc * 2);
+    rt_buffer *bv = tu_vk_upload(d, vc, nc * 2), *bo = tu_vk_upload(d, poison, no * 2);
+    rt_buffer *bp = tu_vk_upload(d, tokpos, sizeof tokpos), *bpart = tu_vk_upload(d, ppoison, np * 4);
+    rt_arg args[5] = {{bq, 0}, {bk, 0}, {bv, 0}, {bpart, 0}, {bp, 0}};
+    rt_arg margs[3] = {{bpart, 0}, {bo, 0}, {bp, 0}};
+    tu_vk_run(d, ck, g[0], g[1], args, 5);
+    tu_vk_run(d, cm, gm, B, margs, 3);
+    tu_vk_download(d, bo, o, no * 2);
+    for (size_t i = (size_t)B * qn; i < no; i++) cr_assert_eq(o[i], tu_nan16(t), "wrote past the end at %zu", i);
+    for (uint32_t b = 0; b < B; b++) {
+        uint32_t pos = tokpos[2 * b], sq = tokpos[2 * b + 1];
+        const uint16_t *ob = o + (size_t)b * qn;
+        if (pos >= n_ctx || sq >= N_SEQ) {
+            for (uint32_t i = 0; i < qn; i++) cr_assert_eq(ob[i], tu_nan16(t), "token %u (no keys) wrote [%u]", b, i);
+            continue;
+        }
+        memcpy(qrow, qf + (size_t)b * q_stride, (size_t)qn * 4);
+        size_t at = (size_t)sq * n_ctx * kv_dim;
+        tu_attend_ref(qrow, kf + at, vf + at, n_head, n_head_kv, hd, pos, want, tol);
+        for (uint32_t i = 0; i < qn; i++) {
+            double gv = tu_from16(t, ob[i]), w = want[i];
+            double tl = tol[i] + tu_ulp16(t, fmax(fabs(gv), fabs(w)));
+            cr_assert(fabs(gv - w) <= tl, "heads %u/%u hd %u splits %u token %u (seq %u pos %u): [%u] %.9g != %.9g",
+                      n_head, n_head_kv, hd, n_split, b, sq, pos, i, gv, w);
+        }
+    }
+    d->ops->release(d, bq), d->ops->release(d, bk), d->ops->release(d, bv), d->ops->release(d, bo);
+    d->ops->release(d, bp), d->ops->release(d, bpart);
+    d->ops->release_kernel(d, ck), d->ops->release_kernel(d, cm);
+    free(q), free(kc), free(vc), free(qf), free(kf), free(vf), free(o), free(poison), free(ppoison), free(want);
+    free(qrow), free(tol);
+    ir_kernel_destroy(k), ir_kernel_destroy(km);
+}
+
+Test(kernels_attn, batched_decode_over_a_pool_of_caches, .timeout = 300) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    tu_seed(23);
+    batch_case(d, 8, 4, 64, 3, IR_BF16);
+    batch_case(d, 5, 1, 40, 1, IR_F16);
+    batch_case(d, 4, 4, 128, 16, IR_BF16);
+    d->ops->destroy(d);
+}
+
 /* ---- variants built for other devices, and refusals ----------------------------------------- */
 
 Test(kernels_attn, variants_build_for_min_and_h200_caps) {
@@ -241,6 +317,26 @@ Test(kernels_attn, variants_build_for_min_and_h200_caps) {
             tu_emit_ok(kn_attn_merge(&cs[ci], 5, 40, 1031, 7, dtypes[ti], &gx, &err), &cs[ci], err.msg, "merge");
             tu_emit_ok(kn_attn_merge(&cs[ci], 2, 256, 100, 1, dtypes[ti], &gx, &err), &cs[ci], err.msg, "merge");
         }
+}
+
+Test(kernels_attn, batched_variants_build_and_refuse) {
+    rt_caps c = tu_cuda_caps(90), vk;
+    tu_caps_h200(&vk);
+    kiln_err err = {0};
+    uint32_t g2[2], gx;
+    ir_kernel *kb = kn_attn_decode_batch(&c, 32, 8, 128, 4096, 8, 8, 64, 6144, IR_BF16, g2, &err);
+    cr_assert_not_null(kb, "%s", err.msg);
+    tu_ptx_assembles(kb, &c, "decode batch");
+    ir_kernel_destroy(kb);
+    tu_emit_ok(kn_attn_decode_batch(&vk, 32, 8, 128, 4096, 8, 8, 64, 6144, IR_BF16, g2, &err), &vk, err.msg, "decode batch");
+    tu_emit_ok(kn_attn_merge_batch(&vk, 32, 128, 4096, 8, 8, 64, IR_BF16, &gx, &err), &vk, err.msg, "merge batch");
+    cr_assert_null(kn_attn_decode_batch(&vk, 32, 8, 128, 4096, 8, 8, 0, 6144, IR_BF16, g2, &err));
+    cr_assert(strstr(err.msg, "no tokens"), "%s", err.msg);
+    cr_assert_null(kn_attn_decode_batch(&vk, 32, 8, 128, 4096, 8, 8, 4, 100, IR_BF16, g2, &err));
+    cr_assert(strstr(err.msg, "q_stride"), "%s", err.msg);
+    cr_assert_null(kn_attn_decode_batch(&vk, 32, 8, 128, 1u << 20, 8, 64, 4, 6144, IR_BF16, g2, &err));
+    cr_assert(strstr(err.msg, "u32"), "%s", err.msg);
+    cr_assert_null(kn_attn_merge_batch(&vk, 32, 128, 4096, 8, 8, 0, IR_BF16, &gx, &err));
 }
 
 Test(kernels_attn, bad_shapes_and_caps_are_refused) {
