@@ -280,6 +280,14 @@ uint32_t kn_qk_prep_groups(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv
 ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                       const kn_rope_opts *rope, bool qk_norm, float eps, uint32_t n_ctx, ir_scalar dtype,
                       kiln_err *err);
+/* kn_qk_prep for a step's tokens of several sequences: token t (grid row y) at position
+ * tokpos[2t] of sequence tokpos[2t + 1] (u32, read, 2 a row of the grid), its k and v into
+ * that sequence's rows (seq * n_ctx + position) of a pool of n_seq caches; a token past
+ * the context or the pool writes nothing, q included. Params as kn_qk_prep's with tokpos
+ * for info. */
+ir_kernel *kn_qk_prep_batch(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                            const kn_rope_opts *rope, bool qk_norm, float eps, uint32_t n_ctx, uint32_t n_seq,
+                            ir_scalar dtype, kiln_err *err);
 
 /* One line per kernel family ("matmul (prefill): workgroup 128, cooperative matrices
  * 16x16x16 bf16\n", ...): the variants the builders choose for caps c, read off kernels

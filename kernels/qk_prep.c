@@ -182,9 +182,11 @@ static void head_sg(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, 
     }
 }
 
-ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
-                      const kn_rope_opts *rope, bool qk_norm, float eps, uint32_t n_ctx, ir_scalar dtype,
-                      kiln_err *err) {
+/* n_seq 0: a block of tokens at info[0] + t in one cache; else a step's tokens, token t at
+ * position tokpos[2t] of sequence tokpos[2t + 1]'s cache in a pool of n_seq. */
+static ir_kernel *build(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                        const kn_rope_opts *rope, bool qk_norm, float eps, uint32_t n_ctx, uint32_t n_seq,
+                        ir_scalar dtype, kiln_err *err) {
     kiln_err why = {0};
     if (kn_check_dtype(c, dtype, &why)) {
         kiln_err_wrap(err, &why, "kn_qk_prep");
@@ -199,24 +201,26 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
     if (n_head == 0 || n_head_kv == 0 || head_dim == 0 || n_ctx == 0 || n_head % n_head_kv || n_rot == 0 ||
         n_rot % 2 || n_rot > head_dim || !(rope->base > 0.0f) || !isfinite(rope->base) ||
         !(rope->freq_scale > 0.0f) || !isfinite(rope->freq_scale) || (qk_norm && (!(eps >= 0.0f) || !isfinite(eps))) ||
-        row > UINT32_MAX || (uint64_t)n_ctx * kv_dim > UINT32_MAX) {
+        row > UINT32_MAX || (uint64_t)n_ctx * kv_dim * (n_seq ? n_seq : 1) > UINT32_MAX) {
         kiln_fail(err, KILN_ERR_INVALID,
                   "kn_qk_prep: bad shape (heads %u / %u kv, head_dim %u, n_rot %u, base %g, freq_scale %g, eps %g, "
-                  "n_ctx %u; n_head a multiple of n_head_kv, n_rot even and <= head_dim, u32 indices: n_ctx * kv_dim "
-                  "< 2^32)",
-                  n_head, n_head_kv, head_dim, n_rot, (double)rope->base, (double)rope->freq_scale, (double)eps, n_ctx);
+                  "n_ctx %u, %u sequences; n_head a multiple of n_head_kv, n_rot even and <= head_dim, u32 indices: "
+                  "the caches' n_ctx * kv_dim < 2^32)",
+                  n_head, n_head_kv, head_dim, n_rot, (double)rope->base, (double)rope->freq_scale, (double)eps, n_ctx,
+                  n_seq);
         return NULL;
     }
-    kx k = {kn_create("kn_qk_prep", err), c};
+    kx k = {kn_create(n_seq ? "kn_qk_prep_batch" : "kn_qk_prep", err), c};
     if (!k.ir) return NULL;
     kn_launch_early(k); /* a short kernel: the next may start (kn_early.c) */
     qk_build b = {.k = k, .head_dim = head_dim, .n_rot = n_rot, .neox = rope->neox, .qk_norm = qk_norm,
                   .factors = rope->freq_factors, .eps = eps, .freq_scale = rope->freq_scale,
                   .theta_scale = powf(rope->base, -2.0f / (float)n_rot), .dtype = dtype};
     b.qkv = kx_buffer_per_group(k, "qkv", dtype, IR_READ | IR_WRITE, 1, row); /* token t is grid row y */
-    ir_buf kc = kx_buffer(k, "kcache", dtype, IR_WRITE, n_ctx * kv_dim);
-    ir_buf vc = kx_buffer(k, "vcache", dtype, IR_WRITE, n_ctx * kv_dim);
-    ir_buf info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    uint64_t cache = (uint64_t)n_ctx * kv_dim * (n_seq ? n_seq : 1);
+    ir_buf kc = kx_buffer(k, "kcache", dtype, IR_WRITE, cache);
+    ir_buf vc = kx_buffer(k, "vcache", dtype, IR_WRITE, cache);
+    ir_buf info = n_seq ? kx_buffer_per_group(k, "tokpos", IR_U32, IR_READ, 1, 2) : kx_buffer(k, "info", IR_U32, IR_READ, 2);
     ir_buf qn = 0, kn = 0;
     if (qk_norm) {
         qn = kx_buffer(k, "q_norm", dtype, IR_READ, head_dim);
@@ -236,19 +240,30 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
     b.wg = slots ? slots * b.sg : kn_workgroup(c, 2 * items - 1);
     kx_workgroup(k, b.wg);
 
-    /* workgroup (x, token t) at position p = info[0] + t */
-    ir_val t = kx_group(k, 1);
-    ir_val p0 = kx_load_c(k, info, 0), n = kx_load_c(k, info, 1);
-    b.p = kx_add(k, p0, t);
-    /* per workgroup: a token of the block at a position inside the cache (p < p0: wrapped) */
-    ir_val below_end = kx_lt_c(k, b.p, n_ctx);
-    ir_val in_cache = kx_and(k, kx_ge(k, b.p, p0), below_end);
-    ir_if *live = kx_if(k, kx_and(k, kx_lt(k, t, n), in_cache));
+    /* workgroup (x, token t) at position p = info[0] + t (batched: tokpos[2t], its
+     * sequence's rows of the pool from seq * n_ctx) */
+    ir_val t = kx_group(k, 1), live_c, row0 = IR_NONE;
+    if (n_seq) {
+        ir_val at = kx_mul_c(k, t, 2);
+        b.p = kx_load(k, info, at, 1);
+        ir_val seq = kx_load(k, info, kx_add_c(k, at, 1), 1);
+        ir_val seq_ok = kx_lt_c(k, seq, n_seq);
+        live_c = kx_and(k, kx_lt_c(k, b.p, n_ctx), seq_ok);
+        row0 = kx_mul_c(k, kx_select(k, seq_ok, seq, kx_u32(k, 0)), n_ctx);
+    } else {
+        ir_val p0 = kx_load_c(k, info, 0), n = kx_load_c(k, info, 1);
+        b.p = kx_add(k, p0, t);
+        /* per workgroup: a token of the block at a position inside the cache (p < p0: wrapped) */
+        ir_val below_end = kx_lt_c(k, b.p, n_ctx);
+        ir_val in_cache = kx_and(k, kx_ge(k, b.p, p0), below_end);
+        live_c = kx_and(k, kx_lt(k, t, n), in_cache);
+    }
+    ir_if *live = kx_if(k, live_c);
     b.cos_t = kx_shared(k, "rope_cos", IR_F32, n_rot / 2);
     b.sin_t = kx_shared(k, "rope_sin", IR_F32, n_rot / 2);
     rope_table(&b);
     ir_val hd = kx_u32(k, head_dim);
-    ir_val cache_row = kx_mul_c(k, b.p, (uint32_t)kv_dim);
+    ir_val cache_row = kx_mul_c(k, n_seq ? kx_add(k, row0, b.p) : b.p, (uint32_t)kv_dim);
     /* heads j = x slots + s, stepping by the grid's slots: s the subgroup (a head each), or
      * 0 with one slot (the whole workgroup's head; uniform) */
     ir_val j, s0 = slots ? kx_add(k, kx_mul_c(k, kx_group(k, 0), slots), kx_sg_id(k)) : kx_group(k, 0);
@@ -280,6 +295,19 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
     kx_end_for(k, heads);
     kx_end_if(k, live);
     return kn_finish(k.ir, err);
+}
+
+ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                      const kn_rope_opts *rope, bool qk_norm, float eps, uint32_t n_ctx, ir_scalar dtype,
+                      kiln_err *err) {
+    return build(c, n_head, n_head_kv, head_dim, rope, qk_norm, eps, n_ctx, 0, dtype, err);
+}
+
+ir_kernel *kn_qk_prep_batch(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                            const kn_rope_opts *rope, bool qk_norm, float eps, uint32_t n_ctx, uint32_t n_seq,
+                            ir_scalar dtype, kiln_err *err) {
+    if (!n_seq) return kiln_fail(err, KILN_ERR_INVALID, "kn_qk_prep_batch: no sequences"), NULL;
+    return build(c, n_head, n_head_kv, head_dim, rope, qk_norm, eps, n_ctx, n_seq, dtype, err);
 }
 
 uint32_t kn_qk_prep_groups(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_rot,

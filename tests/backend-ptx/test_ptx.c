@@ -767,6 +767,9 @@ static void all_builders(unsigned cc, ir_scalar t) {
     builder(kn_qk_prep(&c, 16, 8, 128, &r, true, 1e-6f, 4096, t, &err), &c, err.msg, "qk_prep");
     kn_rope_opts r2 = {32, false, 1e4f, 0.25f, true};
     builder(kn_qk_prep(&c, 6, 2, 64, &r2, false, 1e-6f, 1000, t, &err), &c, err.msg, "qk_prep odd");
+    builder(kn_qk_prep_batch(&c, 16, 8, 128, &r, true, 1e-6f, 4096, 8, t, &err), &c, err.msg, "qk_prep batch");
+    builder(kn_attn_decode_batch(&c, 16, 8, 128, 4096, 16, 8, 64, 4096, t, g2, &err), &c, err.msg, "attn_decode batch");
+    builder(kn_attn_merge_batch(&c, 16, 128, 4096, 16, 8, 64, t, &gx, &err), &c, err.msg, "attn_merge batch");
     if (!tu_ptxas_path())
         cr_skip_test("no ptxas: %d kernels emitted for sm_%u but not assembled (looked on PATH and at "
                      "/usr/local/cuda/bin/ptxas)",

@@ -265,6 +265,81 @@ Test(kernels_qk_prep, matches_oracle_layer_forward, .timeout = 300) {
 
 /* caps that change the code: a 32-invocation workgroup (several pairs per invocation,
  * the angle chain carried between them), the workgroup-memory tree for the norm's sum */
+/* The batched kernel gives each token bit for bit what the block kernel gives it alone:
+ * its q row, and its k and v rows in its own sequence's part of the pool; tokens past the
+ * context or the pool leave everything as it was. */
+static void batch_shape(rt_device *d, const shape *s, ir_scalar t) {
+    enum { B = 5, N_SEQ = 3, CTX = 97 };
+    static const uint32_t tokpos[2 * B] = {5, 2, 0, 0, CTX, 1, 9, 3, 96, 1};
+    kiln_err err = {0};
+    uint32_t hd = s->head_dim, row = (s->n_head + 2 * s->n_head_kv) * hd, kv_dim = s->n_head_kv * hd;
+    uint32_t heads = s->n_head + 2 * s->n_head_kv;
+    ir_kernel *kb = kn_qk_prep_batch(&d->caps, s->n_head, s->n_head_kv, hd, &s->rope, s->qk_norm, 1e-6f, CTX, N_SEQ, t,
+                                     &err);
+    cr_assert_not_null(kb, "%s: %s", s->name, err.msg);
+    ir_kernel *k1 = kn_qk_prep(&d->caps, s->n_head, s->n_head_kv, hd, &s->rope, s->qk_norm, 1e-6f, CTX, t, &err);
+    cr_assert_not_null(k1, "%s: %s", s->name, err.msg);
+    rt_kernel *cb = tu_vk_compile(d, kb), *c1 = tu_vk_compile(d, k1);
+    size_t nq = (size_t)B * row, pool = (size_t)N_SEQ * CTX * kv_dim, one = (size_t)CTX * kv_dim;
+    float *xf, *wf = NULL;
+    uint16_t *x0 = tu_rand16(t, nq, -4, 4, &xf), *w = tu_rand16(t, hd, 0.25f, 2.0f, &wf);
+    uint16_t *poison = malloc((pool + GUARD) * 2), *x = malloc(nq * 2), *kp = malloc((pool + GUARD) * 2);
+    uint16_t *vp = malloc((pool + GUARD) * 2), *x1 = malloc((size_t)row * 2), *k1c = malloc(one * 2), *v1c = malloc(one * 2);
+    for (size_t i = 0; i < pool + GUARD; i++) poison[i] = tu_nan16(t);
+    float ff[MAX_HD];
+    uint16_t ffh[MAX_HD];
+    for (uint32_t i = 0; i < s->rope.n_rot / 2; i++) ff[i] = 1.0f + (float)i / 8, ffh[i] = tu_to16(t, ff[i]);
+    rt_buffer *bw = tu_vk_upload(d, w, hd * 2), *bff = tu_vk_upload(d, ffh, MAX_HD * 2);
+    rt_buffer *bx = tu_vk_upload(d, x0, nq * 2), *bk = tu_vk_upload(d, poison, (pool + GUARD) * 2);
+    rt_buffer *bv = tu_vk_upload(d, poison, (pool + GUARD) * 2), *bp = tu_vk_upload(d, tokpos, sizeof tokpos);
+    rt_arg args[7] = {{bx, 0}, {bk, 0}, {bv, 0}, {bp, 0}};
+    uint32_t na = 4;
+    if (s->qk_norm) args[na++].buf = bw, args[na++].buf = bw;
+    if (s->rope.freq_factors) args[na++].buf = bff;
+    tu_vk_run(d, cb, heads, B, args, na);
+    tu_vk_download(d, bx, x, nq * 2), tu_vk_download(d, bk, kp, (pool + GUARD) * 2);
+    tu_vk_download(d, bv, vp, (pool + GUARD) * 2);
+    rt_buffer *bx1 = tu_vk_upload(d, x0, (size_t)row * 2), *bk1 = tu_vk_upload(d, poison, one * 2);
+    rt_buffer *bv1 = tu_vk_upload(d, poison, one * 2), *bi1 = tu_vk_upload(d, (uint32_t[2]){0, 1}, 8);
+    for (uint32_t b = 0; b < B; b++) {
+        uint32_t pos = tokpos[2 * b], seq = tokpos[2 * b + 1];
+        const uint16_t *xr = x0 + (size_t)b * row, *got = x + (size_t)b * row;
+        if (pos >= CTX || seq >= N_SEQ) {
+            cr_assert_arr_eq(got, xr, (size_t)row * 2, "%s: token %u (not live) changed its row", s->name, b);
+            continue;
+        }
+        uint32_t info[2] = {pos, 1};
+        tu_vk_reupload(d, bx1, xr, (size_t)row * 2), tu_vk_reupload(d, bk1, poison, one * 2);
+        tu_vk_reupload(d, bv1, poison, one * 2), tu_vk_reupload(d, bi1, info, 8);
+        rt_arg a1[7] = {{bx1, 0}, {bk1, 0}, {bv1, 0}, {bi1, 0}, args[4], args[5], args[6]};
+        tu_vk_run(d, c1, heads, 1, a1, na);
+        tu_vk_download(d, bx1, x1, (size_t)row * 2), tu_vk_download(d, bk1, k1c, one * 2);
+        tu_vk_download(d, bv1, v1c, one * 2);
+        cr_assert_arr_eq(got, x1, (size_t)row * 2, "%s %s: token %u's q differs from the block kernel's", s->name,
+                         tu_dname(t), b);
+        size_t at = ((size_t)seq * CTX + pos) * kv_dim;
+        cr_assert_arr_eq(kp + at, k1c + (size_t)pos * kv_dim, (size_t)kv_dim * 2, "%s: token %u's k row", s->name, b);
+        cr_assert_arr_eq(vp + at, v1c + (size_t)pos * kv_dim, (size_t)kv_dim * 2, "%s: token %u's v row", s->name, b);
+        for (size_t i = 0; i < (size_t)kv_dim; i++) kp[at + i] = vp[at + i] = tu_nan16(t); /* checked */
+    }
+    for (size_t i = 0; i < pool + GUARD; i++) { /* nothing else written */
+        cr_assert_eq(kp[i], tu_nan16(t), "%s: kcache pool [%zu] (row %zu) written", s->name, i, i / kv_dim);
+        cr_assert_eq(vp[i], tu_nan16(t), "%s: vcache pool [%zu] (row %zu) written", s->name, i, i / kv_dim);
+    }
+    rt_buffer *bufs[] = {bw, bff, bx, bk, bv, bp, bx1, bk1, bv1, bi1};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) d->ops->release(d, bufs[i]);
+    d->ops->release_kernel(d, cb), d->ops->release_kernel(d, c1);
+    free(x0), free(xf), free(w), free(wf), free(poison), free(x), free(kp), free(vp), free(x1), free(k1c), free(v1c);
+    ir_kernel_destroy(kb), ir_kernel_destroy(k1);
+}
+
+Test(kernels_qk_prep, batched_tokens_match_the_block_kernel, .timeout = 300) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    tu_seed(35);
+    for (size_t i = 0; i < N_SHAPES; i++) batch_shape(d, &shapes[i], dtypes[i % 2]);
+    d->ops->destroy(d);
+}
+
 static void variant(const char *var, uint64_t sd) {
     rt_device *d = tu_vk_open_or_skip(var);
     tu_seed(sd);
