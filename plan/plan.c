@@ -199,6 +199,12 @@ static void plan_destroy(engine *base) {
         for (size_t i = 0; i < sizeof own_bufs / sizeof own_bufs[0]; i++)
             if (own_bufs[i]) d->ops->release(d, own_bufs[i]);
     }
+    for (uint32_t l = 0; p->kpool && l < p->s.hp.n_layer; l++) { /* after every layer's views */
+        if (p->kpool[l]) d->ops->release(d, p->kpool[l]);
+        if (p->vpool[l]) d->ops->release(d, p->vpool[l]);
+    }
+    free(p->kpool);
+    free(p->vpool);
     if (p->state) d->ops->release(d, p->state);
     for (int i = 0; i < PLAN_SNAPSHOTS; i++)
         if (p->snap[i]) d->ops->release(d, p->snap[i]);
@@ -221,7 +227,32 @@ uint32_t plan_block(const engine *e) { return ((const plan_engine *)e)->s.n_bloc
 
 /* A plan of shape s0 (checked to fit); owner: the plan whose weight buffers it borrows,
  * or NULL to upload its own. */
-static engine *make(const model *m, rt_device *d, const plan_shape *s0, const plan_engine *owner, kiln_err *err) {
+/* Whether a plan of shape s on caps c keeps its slots' KV caches in one pool a layer: more
+ * than one slot, a cache that a view can start at (RT_VIEW_ALIGN), the pool within the
+ * largest buffer a kernel may bind. */
+static bool pooled(const plan_shape *s, const rt_caps *c) {
+    uint64_t cache = (uint64_t)s->n_ctx * s->kv_dim * 2;
+    return s->n_slots > 1 && cache % RT_VIEW_ALIGN == 0 &&
+           (!c->max_buffer_bytes || cache * s->n_slots <= c->max_buffer_bytes);
+}
+
+/* Layer l's caches: views of the owner's pools at this plan's slot, or (the owner) the
+ * pools allocated and slot 0's views, or buffers of its own. 0, or -1 with err. */
+static int layer_caches(plan_engine *p, plan_engine *owner, uint32_t l, size_t cache, kiln_err *err) {
+    rt_device *d = p->d;
+    plan_layer *L = &p->L[l];
+    rt_buffer *kp = owner ? owner->kpool ? owner->kpool[l] : NULL : p->kpool ? p->kpool[l] : NULL;
+    rt_buffer *vp = owner ? owner->vpool ? owner->vpool[l] : NULL : p->vpool ? p->vpool[l] : NULL;
+    if (!owner && p->kpool) {
+        size_t all = cache * p->s.n_slots;
+        if (!(p->kpool[l] = kp = plan_alloc(p, all, err)) || !(p->vpool[l] = vp = plan_alloc(p, all, err))) return -1;
+    }
+    if (!kp) return !(L->kc = plan_alloc(p, cache, err)) || !(L->vc = plan_alloc(p, cache, err)) ? -1 : 0;
+    size_t at = (size_t)p->slot * cache;
+    return !(L->kc = d->ops->view(d, kp, at, cache, err)) || !(L->vc = d->ops->view(d, vp, at, cache, err)) ? -1 : 0;
+}
+
+static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_engine *owner, kiln_err *err) {
     plan_shape s = *s0;
     const arch_hparams *hp = &s.hp;
     plan_engine *p = calloc(1, sizeof *p);
@@ -248,6 +279,20 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
             n_kernels += plan_block_role(i) && plan_role_used(&s, i);
     progress_begin(&p->prog, what, (uint64_t)hp->n_layer + n_kernels);
     int bad = owner ? plan_borrow_weights(p, owner) : plan_upload_weights(p, err);
+    if (!owner && pooled(&s, &d->caps) && (!(p->kpool = calloc(hp->n_layer, sizeof *p->kpool)) ||
+                                           !(p->vpool = calloc(hp->n_layer, sizeof *p->vpool)))) {
+        kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+        bad = 1;
+    }
+    if (!bad && owner && owner->kpool) { /* the next slot of the owner's pools */
+        if (owner->slots_taken + 1 >= s.n_slots) {
+            kiln_fail(err, KILN_ERR_INVALID, "%s: more plans than the %u slots the first was made for", d->label,
+                      s.n_slots);
+            bad = 1;
+        } else {
+            p->slot = ++owner->slots_taken;
+        }
+    }
     bool q35 = hp->arch == ARCH_QWEN35;
     /* the DeltaNet layers' states in one buffer (zeroed before the first eval), its snapshots */
     size_t conv, S, s_at, stride, state = q35 ? plan_state_layout(&s, &s_at, &stride) : 0;
@@ -264,7 +309,7 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, const pl
                   !(L->S = d->ops->view(d, p->state, j * stride + s_at, S, err));
             j++;
         } else {
-            bad = !(p->L[l].kc = plan_alloc(p, cache, err)) || !(p->L[l].vc = plan_alloc(p, cache, err));
+            bad = layer_caches(p, owner, l, cache, err) != 0;
         }
     }
     if (!bad && hp->n_recurrent && !(p->hist = malloc((size_t)s.n_ctx * sizeof *p->hist))) {
@@ -351,7 +396,7 @@ engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx
 
 engine *plan_create_sibling(engine *first, kiln_err *err) {
     if (!first || first->ops != &plan_ops) return kiln_fail(err, KILN_ERR_INVALID, "not a plan"), NULL;
-    const plan_engine *o = (const plan_engine *)first;
-    if (o->owner) o = o->owner;
+    plan_engine *o = (plan_engine *)first;
+    if (o->owner) o = (plan_engine *)o->owner; /* its owner is a plan made here, not a constant */
     return make(o->m, o->d, &o->s, o, err);
 }

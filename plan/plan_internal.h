@@ -95,6 +95,12 @@ typedef struct plan_engine {
     plan_shape s;
     char name[200];
     const struct plan_engine *owner; /* NULL: the weight buffers are this plan's; else owner's, borrowed */
+    /* the KV caches of every slot's plan in one pool a layer (kpool[l], vpool[l]: the
+     * owner's, NULL where the slots keep caches of their own or the layer has none), so a
+     * step's kernels reach every sequence's cache (kn_attn_decode_batch); this plan's caches
+     * are views of slot `slot`'s rows; slots_taken: the owner's count of slots given out */
+    rt_buffer **kpool, **vpool;
+    uint32_t slot, slots_taken;
     rt_buffer *tok_embd, *output, *output_norm, *freqs;
     plan_layer *L;
     uint16_t *scratch; /* host copy of a converted tensor while the weights load */

@@ -201,6 +201,20 @@ Test(plan, slots_share_the_weights) {
     cr_assert_eq(engine_eval(a, t2, 2, 0, la, false, &err), 0, "%s", err.msg);
     cr_assert_eq(engine_eval(b, t2, 2, 0, lb, false, &err), 0, "%s", err.msg);
     cr_assert_eq(memcmp(la, lb, m->hp.n_vocab * sizeof *la), 0);
+    /* the caches (one pool, a view a slot) stay apart: a continues over its own rows while
+     * b has written its rows, and gives what a single plan gives */
+    int32_t next = 77;
+    cr_assert_eq(engine_eval(a, t1, 3, 0, la, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(engine_eval(b, t2, 2, 0, lb, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(engine_eval(a, &next, 1, 3, la, false, &err), 0, "%s", err.msg);
+    engine *c = plan_create(m, d, GGUF_T_BF16, 256, 0, &err);
+    cr_assert_not_null(c, "%s", err.msg);
+    cr_assert_eq(engine_eval(c, t1, 3, 0, lb, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(engine_eval(c, &next, 1, 3, lb, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(memcmp(la, lb, m->hp.n_vocab * sizeof *la), 0, "a slot's cache was touched by another's");
+    engine_destroy(c);
+    cr_assert_null(plan_create_sibling(a, &err), "a third plan on a pool of two slots");
+    cr_assert(strstr(err.msg, "2 slots"), "%s", err.msg);
     free(la);
     free(lb);
     engine_destroy(b); /* the sibling first: the weights are a's */
