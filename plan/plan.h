@@ -29,9 +29,10 @@ engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx
 engine *plan_create_slots(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block,
                           uint32_t n_slots, kiln_err *err);
 /* Another plan of first's shape on its device that borrows its weight buffers (only
- * read by every kernel): its own KV cache, activations, kernels and recordings. first
- * must outlive it; the two must not evaluate at the same time (engine_serial.h). NULL
- * with err (the device's allocation fails, not a plan). */
+ * read by every kernel): its own KV cache (the next slot's rows of first's pool where first
+ * keeps one), activations, kernels and recordings. first must outlive it; the two must not
+ * evaluate at the same time (model/engine_batch.h). NULL with err (the device's allocation
+ * fails, more plans than first's slots, not a plan). */
 engine *plan_create_sibling(engine *first, kiln_err *err);
 
 /* Kernels compiled, and launches per decode step (for reports). */
