@@ -340,11 +340,6 @@ void ptx_emit_frag(ptx_ctx *x, const ir_inst *in) {
     case IR_OP_FRAG_STORE: emit_store(x, in); break;
     case IR_OP_FRAG_MMA: emit_mma(x, in); break;
     case IR_OP_FRAG_ELEMS: case IR_OP_FRAG_FROM_ELEMS: emit_elems(x, in); break;
-    case IR_OP_FRAG_ELEM: /* an f32 accumulator is a vector of the lane's floats, in the IR's order */
-        if (ir_emit_need(&x->e, in, 1))
-            ptx_def(x, in->result,
-                    LLVMBuildExtractElement(x->b, ptx_V(x, in->operand[0]), ptx_c_i32(x, (uint32_t)in->imm[0]), ""));
-        break;
     case IR_OP_WG_MMA: ptx_emit_wgmma(x, in); break;
     case IR_OP_WG_WAIT: ptx_emit_wg_wait(x, in); break;
     default: ptx_fail(x, "not a fragment instruction"); break;

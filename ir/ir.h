@@ -141,7 +141,7 @@ typedef enum ir_op {
     /* matrix fragments */
     IR_OP_FRAG_FILL, IR_OP_FRAG_LOAD, IR_OP_FRAG_STORE, IR_OP_FRAG_MMA,
     IR_OP_FRAG_ELEMS, IR_OP_FRAG_FROM_ELEMS,
-    IR_OP_WG_MMA, IR_OP_WG_WAIT, IR_OP_FRAG_ELEM,
+    IR_OP_WG_MMA, IR_OP_WG_WAIT,
     /* ordering with other kernels and workgroups, and the tensor copy engine (ir.h's last
      * section: grid.wait and prefetch are hints a target may drop; the rest is sm_90's) */
     IR_OP_GRID_WAIT, IR_OP_PREFETCH,
@@ -301,13 +301,6 @@ ir_val ir_wg_mma(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo
 ir_val ir_wg_mma_flags(ir_kernel *k, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo, ir_shm b,
                        ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps, unsigned flags);
 ir_val ir_wg_wait(ir_kernel *k, ir_val acc, uint32_t pending);
-/* One f32 element of the invocation's share of an f32 accumulator: a 16x8x16 ACC (i < 4,
- * frag.elems' order) or a warpgroup's m64 x n ACC (i < n / 2; it must be complete: no
- * wg.mma in flight). For m64 x n, with w = subgroup % 4, g = lane / 4, t = lane % 4:
- * element i is at row 16 w + g + 8 ((i >> 1) & 1), column 8 (i >> 2) + 2 t + (i & 1): the
- * 16x8 layout repeated along n, so a warpgroup's epilogue stores straight from its
- * registers (refused by SPIR-V, like frag.elems). */
-ir_val ir_frag_elem(ir_kernel *k, ir_val acc, uint32_t i);
 
 /* ---- ordering and the tensor copy engine ------------------------------------------------------ */
 
@@ -435,7 +428,6 @@ struct ir_inst {
      *   WG_MMA     imm[0] = A's workgroup array, imm[1] = B's, imm[2] = k_steps | flags
      *              (IR_WG_MMA_ASYNC, IR_WG_MMA_SW128: ir_wg_mma_flags)
      *   WG_WAIT    imm[0] = pending
-     *   FRAG_ELEM  imm[0] = the element
      *   PREFETCH   imm[0] = buffer, imm[1] = bytes
      *   MBAR_*     imm[0] = the barriers' workgroup array; ARRIVE imm[1] = 1 with a cta operand
      *   TMA_LOAD   imm[0] = dst array, imm[1] = tensor map, imm[2] = the barriers' array
@@ -445,7 +437,7 @@ struct ir_inst {
      *   a, b]; SG_SHUFFLE* / SG_BROADCAST [value, lane]; FRAG_FILL [scalar]; FRAG_LOAD
      *   [base, stride]; FRAG_STORE [frag, base, stride]; FRAG_MMA [a, b, acc]; FRAG_ELEMS [acc]; FRAG_FROM_ELEMS [lo(, hi)]; ASYNC_COPY
      *   [dst_index, src_index, limit]; WG_MMA [acc, a_base, a_sbo, a_lbo, b_base, b_sbo,
-     *   b_lbo]; WG_WAIT [acc]; FRAG_ELEM [acc]; PREFETCH [index]; MBAR_INIT [index, count];
+     *   b_lbo]; WG_WAIT [acc]; PREFETCH [index]; MBAR_INIT [index, count];
      *   MBAR_ARRIVE [index(, cta)]; MBAR_EXPECT [index, bytes]; MBAR_WAIT [index, parity];
      *   TMA_LOAD [dst_index, c_inner, c_outer, bar_index(, cta_mask)]; FOR [lo, hi, step,
      *   inits...]; IF [cond]; YIELD [values...] */

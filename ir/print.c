@@ -170,9 +170,6 @@ void ir_sb_inst(ir_sb *b, const ir_kernel *k, const ir_inst *in) {
     case IR_OP_WG_WAIT:
         ir_sb_printf(b, "%s %%%u, pending %lld", op, opnd(in, 0), (long long)in->imm[0]);
         break;
-    case IR_OP_FRAG_ELEM:
-        ir_sb_printf(b, "%s %%%u, %lld", op, opnd(in, 0), (long long)in->imm[0]);
-        break;
     case IR_OP_PREFETCH:
         ir_sb_printf(b, "%s ", op);
         put_target(b, k, false, in->imm[0]);

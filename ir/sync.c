@@ -108,9 +108,3 @@ void ir_tma_load(ir_kernel *k, ir_shm dst, ir_val dst_index, uint32_t map, ir_va
     if (k && ir_uses_ok(k, "ir_tma_load", ops, n))
         ir_build(k, "ir_tma_load", IR_OP_TMA_LOAD, 0, ops, n, dst, map, bars);
 }
-
-ir_val ir_frag_elem(ir_kernel *k, ir_val acc, uint32_t i) {
-    if (!k || !ir_uses_ok(k, "ir_frag_elem", &acc, 1))
-        return IR_NONE;
-    return ir_result_of(ir_build(k, "ir_frag_elem", IR_OP_FRAG_ELEM, ir_t_scalar(k, IR_F32), &acc, 1, i, 0, 0));
-}

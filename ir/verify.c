@@ -484,18 +484,6 @@ static bool check(ck *c) {
             return bad(c, "wg.wait leaves 0..7 groups pending, not %lld", (long long)in->imm[0]);
         return result_is(c, ty(c, 0));
     }
-    case IR_OP_FRAG_ELEM: {
-        const ir_type_desc *fc = NULL;
-        if (!nops(c, 1) || !frag_of(c, ty(c, 0), IR_FRAG_ACC, &fc))
-            return false;
-        bool small = fc->m == 16 && fc->n == 8 && fc->k == 16, wide = fc->m == 64 && fc->k == 16;
-        if (fc->elem != IR_F32 || !(small || wide))
-            return bad(c, "frag.elem takes a 16x8x16 or m64 f32 accumulator, not m%un%uk%u", fc->m, fc->n, fc->k);
-        if (in->imm[0] < 0 || in->imm[0] >= (small ? 4 : fc->n / 2))
-            return bad(c, "frag.elem %lld: the accumulator holds %u a lane", (long long)in->imm[0],
-                       small ? 4 : fc->n / 2);
-        return result_is(c, find_sv(c, IR_F32, 1));
-    }
     case IR_OP_GRID_WAIT: case IR_OP_CLUSTER_SYNC:
         return nops(c, 0);
     case IR_OP_PREFETCH:
