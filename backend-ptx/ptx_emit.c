@@ -479,7 +479,6 @@ static void workgroup_size(ptx_ctx *x) {
  * workgroups' tails. Triggered at the start instead, the waiting workgroups took the
  * first compute units to free up, packed as tight as occupancy allows, and one-wave
  * memory-bound kernels ran on part of the device (the H200: qwen3-0.6b pp512 -19%). */
-static void grid_dep(ptx_ctx *x, const char *text) { ptx_emit_text(x, text); }
 
 static int emit_module(ptx_ctx *x) {
     const ir_kernel *k = x->k;
@@ -517,12 +516,12 @@ static int emit_module(ptx_ctx *x) {
     /* a kernel that launches early lets the next one be scheduled before its own wait;
      * one with a grid.wait waits there (ptx_sync.c), any other on entry */
     bool dep = ptx_uses_grid_dep(x->c), early = ir_launch_early(k);
-    if (dep && early) grid_dep(x, "griddepcontrol.launch_dependents;");
-    if (dep && !ir_emit_find_op(ir_kernel_body(k), IR_OP_GRID_WAIT)) grid_dep(x, "griddepcontrol.wait;");
+    if (dep && early) ptx_emit_text(x, "griddepcontrol.launch_dependents;");
+    if (dep && !ir_emit_find_op(ir_kernel_body(k), IR_OP_GRID_WAIT)) ptx_emit_text(x, "griddepcontrol.wait;");
     emit_region(x, ir_kernel_body(k));
     if (x->e.failed) return -1;
     x->e.cur = NULL;
-    if (dep && !early) grid_dep(x, "griddepcontrol.launch_dependents;");
+    if (dep && !early) ptx_emit_text(x, "griddepcontrol.launch_dependents;");
     LLVMBuildRetVoid(x->b);
     annotate(x);
     return 0;

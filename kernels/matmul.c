@@ -36,9 +36,6 @@
 
 #include "base/error.h"
 
-#include <stdlib.h>
-#include <string.h>
-
 void mm_params(mm *m) {
     kx k = m->k;
     uint32_t rows = m->rows, cols = m->cols, n_max = m->n_max;
@@ -63,6 +60,11 @@ ir_kernel *mm_make(const char *name, const rt_caps *c, uint32_t rows, uint32_t c
     build(&m, cfg, g);
     if (groups) groups[0] = g[0], groups[1] = g[1];
     return kn_finish(m.k.ir, err);
+}
+
+bool mm_shape_ok(uint32_t rows, uint32_t cols, uint32_t n_max) {
+    return rows && cols && n_max && n_max % 64 == 0 && (uint64_t)n_max * cols <= UINT32_MAX &&
+           (uint64_t)n_max * rows <= UINT32_MAX && (uint64_t)rows * cols <= UINT32_MAX;
 }
 
 /* t < n and r < rows: an output that exists */
@@ -533,22 +535,10 @@ static bool wg_takes(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
     return mm_wg_forced() || mm_wg_grid(cfg, rows, n_max, epi) * 2 >= (c->compute_units ? c->compute_units : 1);
 }
 
-/* the tensor copy engine's variant where its grid covers half the SMs, as the warpgroup
- * variant's (a tiny model's products stay on the pipeline or the tiled kernel), or where
- * KILN_MATMUL_TMA names a shape */
-static bool tma_takes(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
-                      mm_tma_cfg *cfg) {
-    if (!c || !mm_tma_pick(c, dtype, rows, cols, n_max, epi, cfg)) return false;
-    const char *e = getenv("KILN_MATMUL_TMA");
-    return (e && strchr(e, ',')) || mm_tma_grid(cfg, rows, n_max, epi) * 2 >= (c->compute_units ? c->compute_units : 1);
-}
-
 bool kn_matmul_swiglu_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype) {
     mm_wg_cfg cfg;
     mm_tma_cfg tcfg;
-    return rows && cols && n_max && n_max % 64 == 0 && (uint64_t)n_max * cols <= UINT32_MAX &&
-           (uint64_t)n_max * rows <= UINT32_MAX && (uint64_t)rows * cols <= UINT32_MAX &&
-           (tma_takes(c, rows, cols, n_max, dtype, KN_EPI_SWIGLU, &tcfg) ||
+    return mm_shape_ok(rows, cols, n_max) && (mm_tma_takes(c, dtype, rows, cols, n_max, KN_EPI_SWIGLU, &tcfg) ||
             wg_takes(c, rows, cols, n_max, dtype, KN_EPI_SWIGLU, &cfg));
 }
 
@@ -556,8 +546,7 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
                      uint32_t groups[2], kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return NULL;
     if (kn_check_epi("kn_matmul", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err)) return NULL;
-    if (rows == 0 || cols == 0 || n_max == 0 || n_max % 64 || (uint64_t)n_max * cols > UINT32_MAX ||
-        (uint64_t)n_max * rows > UINT32_MAX || (uint64_t)rows * cols > UINT32_MAX) {
+    if (!mm_shape_ok(rows, cols, n_max)) {
         kiln_fail(
             err, KILN_ERR_INVALID,
             "kn_matmul: bad shape (rows %u, cols %u, n_max %u; n_max a multiple of 64, u32 indices: n_max * cols, "
@@ -570,7 +559,7 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
     mm_pipe_cfg pcfg = {0};
     mm_wg_cfg wcfg = {0};
     mm_tma_cfg tcfg = {0};
-    bool use_tma = tma_takes(c, rows, cols, n_max, dtype, epi, &tcfg);
+    bool use_tma = mm_tma_takes(c, dtype, rows, cols, n_max, epi, &tcfg);
     bool use_wg = !use_tma && wg_takes(c, rows, cols, n_max, dtype, epi, &wcfg);
     if (!use_tma && !use_wg && (epi & KN_EPI_SWIGLU)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED,

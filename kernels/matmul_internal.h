@@ -23,6 +23,9 @@ void mm_params(mm *m);
 typedef void (*mm_build_fn)(mm *m, const void *cfg, uint32_t groups[2]);
 ir_kernel *mm_make(const char *name, const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
                    unsigned epi, mm_build_fn build, const void *cfg, uint32_t groups[2], kiln_err *err);
+/* A shape every variant takes: rows, cols and n_max nonzero, n_max a multiple of 64, and
+ * the u32 indices n_max * cols, n_max * rows and rows * cols below 2^32. */
+bool mm_shape_ok(uint32_t rows, uint32_t cols, uint32_t n_max);
 /* t < n and r < rows: an output that exists */
 ir_val mm_exists(const mm *m, ir_val t, ir_val r);
 /* Y[t][r .. r + lanes) = the epilogue of sum[0..lanes), one vector store when lanes > 1
@@ -97,6 +100,11 @@ bool mm_tma_pick(const rt_caps *c, ir_scalar dtype, uint32_t rows, uint32_t cols
                  mm_tma_cfg *cfg);
 void mm_build_tma(mm *m, const mm_tma_cfg *cfg, uint32_t groups[2]);
 uint64_t mm_tma_grid(const mm_tma_cfg *cfg, uint32_t rows, uint32_t n_max, unsigned epi);
+/* Whether kn_matmul takes the variant (its shape in cfg): where it fits and its grid covers
+ * half the SMs, as the warpgroup variant's (a tiny model's products stay on the pipeline or
+ * the tiled kernel), or where KILN_MATMUL_TMA names a shape. */
+bool mm_tma_takes(const rt_caps *c, ir_scalar dtype, uint32_t rows, uint32_t cols, uint32_t n_max, unsigned epi,
+                  mm_tma_cfg *cfg);
 
 /* ---- matmul_pipe.c ---- */
 typedef struct mm_pipe_cfg {

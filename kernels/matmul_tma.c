@@ -247,14 +247,16 @@ void mm_build_tma(mm *m, const mm_tma_cfg *g, uint32_t groups[2]) {
     groups[1] = 1;
 }
 
-static bool shape_ok(uint32_t rows, uint32_t cols, uint32_t n_max) {
-    return rows && cols && n_max && n_max % 64 == 0 && (uint64_t)n_max * cols <= UINT32_MAX &&
-           (uint64_t)n_max * rows <= UINT32_MAX && (uint64_t)rows * cols <= UINT32_MAX;
+bool mm_tma_takes(const rt_caps *c, ir_scalar dtype, uint32_t rows, uint32_t cols, uint32_t n_max, unsigned epi,
+                  mm_tma_cfg *cfg) {
+    if (!c || !mm_tma_pick(c, dtype, rows, cols, n_max, epi, cfg)) return false;
+    const char *e = getenv("KILN_MATMUL_TMA");
+    return (e && strchr(e, ',')) || mm_tma_grid(cfg, rows, n_max, epi) * 2 >= (c->compute_units ? c->compute_units : 1);
 }
 
 bool kn_matmul_tma_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi) {
     mm_tma_cfg cfg;
-    return shape_ok(rows, cols, n_max) && mm_tma_pick(c, dtype, rows, cols, n_max, epi, &cfg);
+    return mm_shape_ok(rows, cols, n_max) && mm_tma_takes(c, dtype, rows, cols, n_max, epi, &cfg);
 }
 
 static void build_tma(mm *m, const void *cfg, uint32_t groups[2]) { mm_build_tma(m, cfg, groups); }
@@ -264,7 +266,7 @@ ir_kernel *kn_matmul_tma(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_
     if (kn_check_dtype(c, dtype, err)) return NULL;
     if (kn_check_epi("kn_matmul_tma", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err)) return NULL;
     mm_tma_cfg cfg;
-    if (!shape_ok(rows, cols, n_max) || !mm_tma_pick(c, dtype, rows, cols, n_max, epi, &cfg)) {
+    if (!mm_shape_ok(rows, cols, n_max) || !mm_tma_pick(c, dtype, rows, cols, n_max, epi, &cfg)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED,
                   "kn_matmul_tma: needs the tensor copy engine and wgmma (sm_90a), cols a multiple of 8 and rows of "
                   "2, and a shape kn_matmul takes (rows %u, cols %u, n_max %u)",

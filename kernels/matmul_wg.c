@@ -272,9 +272,7 @@ ir_kernel *kn_matmul_wg(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t
     if (kn_check_dtype(c, dtype, err)) return NULL;
     if (kn_check_epi("kn_matmul_wg", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err)) return NULL;
     mm_wg_cfg cfg;
-    if (rows == 0 || n_max == 0 || n_max % 64 || (uint64_t)n_max * cols > UINT32_MAX ||
-        (uint64_t)n_max * rows > UINT32_MAX || (uint64_t)rows * cols > UINT32_MAX ||
-        !mm_wg_pick(c, dtype, rows, cols, n_max, epi, &cfg)) {
+    if (!mm_shape_ok(rows, cols, n_max) || !mm_wg_pick(c, dtype, rows, cols, n_max, epi, &cfg)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED,
                   "kn_matmul_wg: needs wgmma (sm_90a), asynchronous copies and cols a multiple of 8, and a shape "
                   "kn_matmul takes (rows %u, cols %u, n_max %u)",
