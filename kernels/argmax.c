@@ -33,17 +33,24 @@ static void scan4(kx k, ir_val v, ir_val i, ir_val *b) {
     for (uint32_t e = 0; e < 4; e++) scan1(k, kx_lane(k, v, e), kx_add_c(k, i, e), b);
 }
 
-ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, kiln_err *err) {
-    if (!c || n == 0 || n == UINT32_MAX) {
-        kiln_fail(err, KILN_ERR_INVALID, c ? "kn_argmax: bad n %u" : "no caps", n);
+/* rows > 1: workgroup y takes row y (logits from y * n, out from 2y) */
+static ir_kernel *build(const rt_caps *c, uint32_t n, uint32_t rows, kiln_err *err) {
+    if (!c || n == 0 || n == UINT32_MAX || rows == 0 || (uint64_t)n * rows > UINT32_MAX) {
+        kiln_fail(err, KILN_ERR_INVALID, c ? "kn_argmax: bad shape (n %u, %u rows)" : "no caps", n, rows);
         return NULL;
     }
-    kx k = {kn_create("kn_argmax", err), c};
+    kx k = {kn_create(rows > 1 ? "kn_argmax_rows" : "kn_argmax", err), c};
     if (!k.ir) return NULL;
-    ir_buf lg = kx_buffer(k, "logits", IR_F32, IR_READ, n), out = kx_buffer(k, "out", IR_U32, IR_WRITE, 2);
+    ir_buf lg = kx_buffer(k, "logits", IR_F32, IR_READ, (uint64_t)n * rows);
+    ir_buf out = kx_buffer(k, "out", IR_U32, IR_WRITE, 2ull * rows);
     uint32_t wg = kn_workgroup(c, 1024);
     kx_workgroup(k, wg);
     ir_val lid = kx_local(k), none = kx_u32(k, UINT32_MAX);
+    /* the row's first element and first output word; vector loads only where every row
+     * starts on a multiple of 4 */
+    ir_val base = rows > 1 ? kx_group_times(k, 1, n) : kx_u32(k, 0);
+    ir_val obase = rows > 1 ? kx_group_times(k, 1, 2) : kx_u32(k, 0);
+    bool vec = rows == 1 || n % 4 == 0;
     /* an empty slice holds (-inf, none): it loses to any element, even -inf */
     ir_val best[2] = {kx_f32(k, -INFINITY), none};
     /* the invocation's elements in increasing index order: vectors of 4, UNROLL of them a
@@ -52,11 +59,12 @@ ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, kiln_err *err) {
      * 151,936-entry vocabulary on the H200, four vectors 18, eight 17.5: past four the
      * loads are not the limit), then the vectors past the last whole step, then the
      * elements past the last whole vector */
-    uint32_t n4 = n / 4, main4 = n4 - n4 % (wg * UNROLL);
+    uint32_t n4 = vec ? n / 4 : 0, main4 = n4 - n4 % (wg * UNROLL);
     if (main4) {
         ir_for *l = ir_for_begin(k.ir, lid, kx_u32(k, main4), kx_u32(k, wg * UNROLL), 2, best);
         ir_val b[2] = {ir_for_arg(l, 0), ir_for_arg(l, 1)}, v[UNROLL];
-        for (uint32_t u = 0; u < UNROLL; u++) v[u] = kx_load(k, lg, kx_shl_c(k, kx_add_c(k, ir_for_iv(l), u * wg), 2), 4);
+        for (uint32_t u = 0; u < UNROLL; u++)
+            v[u] = kx_load(k, lg, kx_add(k, base, kx_shl_c(k, kx_add_c(k, ir_for_iv(l), u * wg), 2)), 4);
         for (uint32_t u = 0; u < UNROLL; u++) scan4(k, v[u], kx_shl_c(k, kx_add_c(k, ir_for_iv(l), u * wg), 2), b);
         ir_for_end(k.ir, l, b);
         best[0] = ir_for_result(l, 0), best[1] = ir_for_result(l, 1);
@@ -64,14 +72,14 @@ ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, kiln_err *err) {
     if (main4 < n4) {
         ir_for *l = ir_for_begin(k.ir, kx_add_c(k, lid, main4), kx_u32(k, n4), kx_u32(k, wg), 2, best);
         ir_val b[2] = {ir_for_arg(l, 0), ir_for_arg(l, 1)}, at = kx_shl_c(k, ir_for_iv(l), 2);
-        scan4(k, kx_load(k, lg, at, 4), at, b);
+        scan4(k, kx_load(k, lg, kx_add(k, base, at), 4), at, b);
         ir_for_end(k.ir, l, b);
         best[0] = ir_for_result(l, 0), best[1] = ir_for_result(l, 1);
     }
-    if (n % 4) {
+    if (n4 * 4 < n) {
         ir_for *l = ir_for_begin(k.ir, kx_add_c(k, lid, n4 * 4), kx_u32(k, n), kx_u32(k, wg), 2, best);
         ir_val b[2] = {ir_for_arg(l, 0), ir_for_arg(l, 1)};
-        scan1(k, kx_load(k, lg, ir_for_iv(l), 1), ir_for_iv(l), b);
+        scan1(k, kx_load(k, lg, kx_add(k, base, ir_for_iv(l)), 1), ir_for_iv(l), b);
         ir_for_end(k.ir, l, b);
         best[0] = ir_for_result(l, 0), best[1] = ir_for_result(l, 1);
     }
@@ -126,9 +134,15 @@ ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, kiln_err *err) {
         bv = kx_shm_load(k, sv, zero, 1);
     }
     ir_if *st = kx_if(k, kx_eq(k, lid, zero));
-    kx_store(k, out, zero, bi);
+    kx_store(k, out, obase, bi);
     ir_val bits = kx_bitcast(k, bv, kx_t(k, IR_U32, 1));
-    kx_store(k, out, kx_u32(k, 1), bits);
+    kx_store(k, out, kx_add_c(k, obase, 1), bits);
     kx_end_if(k, st);
     return kn_finish(k.ir, err);
+}
+
+ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, kiln_err *err) { return build(c, n, 1, err); }
+
+ir_kernel *kn_argmax_rows(const rt_caps *c, uint32_t n, uint32_t rows, kiln_err *err) {
+    return build(c, n, rows, err);
 }

@@ -46,8 +46,10 @@ ir_kernel *kn_rmsnorm_heads(const rt_caps *c, uint32_t head_dim, ir_scalar dtype
  *   KN_EPI_FAULT     (kn_matvec with out = IR_F32 only) + 0.5 * (r % 7): an error planted on
  *                    purpose (rt_debug.fault_logits), large enough to change greedy
  *                    tokens, so `kiln diverge` can be shown to flag a wrong logits head
- * SWIGLU takes neither of the others; extra params come in the order b, res, Wu. */
-enum { KN_EPI_NONE = 0, KN_EPI_BIAS = 1, KN_EPI_RESIDUAL = 2, KN_EPI_SWIGLU = 4, KN_EPI_FAULT = 8 };
+ *   KN_EPI_F32       (kn_matmul, kn_matmul_skinny) Y is f32: the sums unrounded, the logits
+ *                    head of a step of several tokens (as kn_matvec's out = IR_F32)
+ * SWIGLU takes neither of the others, F32 none; extra params come in the order b, res, Wu. */
+enum { KN_EPI_NONE = 0, KN_EPI_BIAS = 1, KN_EPI_RESIDUAL = 2, KN_EPI_SWIGLU = 4, KN_EPI_FAULT = 8, KN_EPI_F32 = 16 };
 
 /* y[r] = sum_c W[r * cols + c] * x[c] for r < rows (W row-major, as GGUF stores a
  * [cols, rows] tensor), then the epilogue. out is dtype, or IR_F32 for the logits head
@@ -159,6 +161,9 @@ ir_kernel *kn_zero(const rt_caps *c, uint32_t n, uint32_t *groups_x, kiln_err *e
  * was nothing else, and the host decides what then).
  * Params: logits (f32, read, n), out (u32, write, 2). Grid: groups = {1, 1, 1}. */
 ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, kiln_err *err);
+/* The same for each of rows rows: row y of logits (f32, read, rows * n) into out[2y],
+ * out[2y + 1] (u32, write, 2 * rows). Grid: groups = {1, rows, 1}. */
+ir_kernel *kn_argmax_rows(const rt_caps *c, uint32_t n, uint32_t rows, kiln_err *err);
 
 /* out[t][c] = table[tok[t] * n_embd + c] for the launch's tokens t (grid y); a token >=
  * n_vocab gives a row of zeros instead of a read past the table.

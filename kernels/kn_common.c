@@ -97,7 +97,8 @@ ir_kernel *kn_create(const char *name, kiln_err *err) {
 }
 
 int kn_check_epi(const char *who, unsigned epi, unsigned allowed, kiln_err *err) {
-    if ((epi & ~allowed) || ((epi & KN_EPI_SWIGLU) && (epi & (KN_EPI_BIAS | KN_EPI_RESIDUAL)))) {
+    if ((epi & ~allowed) || ((epi & KN_EPI_SWIGLU) && (epi & (KN_EPI_BIAS | KN_EPI_RESIDUAL))) ||
+        ((epi & KN_EPI_F32) && epi != KN_EPI_F32)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED, "%s: epilogue flags 0x%x are not supported here", who, epi);
         return -1;
     }
@@ -106,6 +107,7 @@ int kn_check_epi(const char *who, unsigned epi, unsigned allowed, kiln_err *err)
 
 ir_val kn_epilogue(kx k, unsigned epi, ir_val sum, ir_buf b, ir_val b_index, ir_buf res, ir_val res_index,
                    ir_scalar dtype) {
+    if (epi & KN_EPI_F32) return sum; /* an f32 Y: nothing rounds */
     if (epi & KN_EPI_BIAS) sum = kx_add(k, sum, kx_as(k, kx_load(k, b, b_index, 1), IR_F32));
     ir_val y = kx_as(k, sum, dtype);
     if (epi & KN_EPI_RESIDUAL) {

@@ -42,7 +42,7 @@ void mm_params(mm *m) {
     m->w = kx_buffer(k, "W", m->dtype, IR_READ, (uint64_t)rows * cols);
     if (m->epi & KN_EPI_SWIGLU) m->wu = kx_buffer(k, "Wu", m->dtype, IR_READ, (uint64_t)rows * cols);
     m->x = kx_buffer(k, "X", m->dtype, IR_READ, (uint64_t)n_max * cols);
-    m->y = kx_buffer(k, "Y", m->dtype, IR_WRITE, (uint64_t)n_max * rows);
+    m->y = kx_buffer(k, "Y", m->epi & KN_EPI_F32 ? IR_F32 : m->dtype, IR_WRITE, (uint64_t)n_max * rows);
     m->info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
     if (m->epi & KN_EPI_BIAS) m->b = kx_buffer(k, "b", m->dtype, IR_READ, rows);
     if (m->epi & KN_EPI_RESIDUAL) m->res = kx_buffer(k, "res", m->dtype, IR_READ, (uint64_t)n_max * rows);
@@ -545,7 +545,7 @@ bool kn_matmul_swiglu_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_
 ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
                      uint32_t groups[2], kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return NULL;
-    if (kn_check_epi("kn_matmul", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err)) return NULL;
+    if (kn_check_epi("kn_matmul", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU | KN_EPI_F32, err)) return NULL;
     if (!mm_shape_ok(rows, cols, n_max)) {
         kiln_fail(
             err, KILN_ERR_INVALID,

@@ -345,7 +345,8 @@ static void out_item(const skinny *q, ir_val i, uint32_t lanes) {
 ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_all, ir_scalar dtype,
                             unsigned epi, uint32_t groups[2], kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return NULL;
-    if (kn_check_epi("kn_matmul_skinny", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err)) return NULL;
+    if (kn_check_epi("kn_matmul_skinny", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU | KN_EPI_F32, err))
+        return NULL;
     skinny_cfg g;
     bool swiglu = epi & KN_EPI_SWIGLU;
     uint32_t n_max = n_all > SKINNY_MAX ? SKINNY_MAX : n_all, blocks = (n_all + n_max - 1) / n_max;
@@ -372,7 +373,7 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
     q.w = kx_buffer(k, "W", in, IR_READ, (uint64_t)rows * cols / per_word);
     if (swiglu) q.wu = kx_buffer(k, "Wu", in, IR_READ, (uint64_t)rows * cols / per_word);
     q.x = kx_buffer(k, "X", in, IR_READ, (uint64_t)n_all * cols / per_word);
-    q.y = kx_buffer(k, "Y", dtype, IR_WRITE, (uint64_t)n_all * rows);
+    q.y = kx_buffer(k, "Y", epi & KN_EPI_F32 ? IR_F32 : dtype, IR_WRITE, (uint64_t)n_all * rows);
     q.info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
     if (epi & KN_EPI_BIAS) q.b = kx_buffer(k, "b", dtype, IR_READ, rows);
     if (epi & KN_EPI_RESIDUAL) q.res = kx_buffer(k, "res", dtype, IR_READ, (uint64_t)n_all * rows);

@@ -270,7 +270,8 @@ static void build_wg(mm *m, const void *cfg, uint32_t groups[2]) { mm_build_wg(m
 ir_kernel *kn_matmul_wg(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype, unsigned epi,
                         uint32_t groups[2], kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return NULL;
-    if (kn_check_epi("kn_matmul_wg", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU, err)) return NULL;
+    if (kn_check_epi("kn_matmul_wg", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU | KN_EPI_F32, err))
+        return NULL;
     mm_wg_cfg cfg;
     if (!mm_shape_ok(rows, cols, n_max) || !mm_wg_pick(c, dtype, rows, cols, n_max, epi, &cfg)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED,

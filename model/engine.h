@@ -14,6 +14,17 @@
 
 typedef struct engine engine;
 
+/* One sequence's next token in a step of several (engine_ops.eval_step). */
+typedef struct engine_step {
+    engine *e;
+    int32_t token;
+    uint32_t pos;
+    float *logits; /* its n_vocab logits, or NULL */
+    int32_t *best; /* or the index of its largest logit, as eval_argmax gives it (-1 included) */
+    int rc;        /* set by eval_step: 0, or -1 with err */
+    kiln_err err;
+} engine_step;
+
 typedef struct engine_ops {
     /* Evaluates tokens[0..n) at positions pos..pos+n-1 (pos <= n_past). logits gets
      * n_vocab floats for the last token, or n * n_vocab (row t for token t) when all is
@@ -26,6 +37,12 @@ typedef struct engine_ops {
      * vocabulary's logits. -1 in *best when no logit beats -inf (the caller then reads
      * the logits with eval to decide). 0, or -1 with err. */
     int (*eval_argmax)(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best, kiln_err *err);
+    /* Optional: one token for each of n engines at once, every weight read once for all
+     * of them (the slots of one server on one device); each item's engine must be
+     * distinct and of this kind. Sets every item's rc (a bad item fails alone, as its eval
+     * would) and returns 0; or returns -1, having evaluated nothing, where these engines
+     * cannot step together (they are then evaluated one by one). */
+    int (*eval_step)(engine_step *items, uint32_t n);
 } engine_ops;
 
 struct engine {

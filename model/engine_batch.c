@@ -42,6 +42,7 @@ typedef struct group {
     engine_batch_opts o;
     engine_batch_stats st;
     call **step;    /* the step's calls in the order they run (one per wrapper at most) */
+    engine_step *items; /* the step's decoding tokens, where their engines step together */
     float *scratch; /* logits nobody wants: a prompt's chunks before its last (the leader's) */
     atomic_uint refs;
 } group;
@@ -111,17 +112,44 @@ static void run_share(group *g, call *c) {
     c->done += k;
 }
 
+/* The step's leading calls of one token each (pick puts them first), in one eval_step
+ * where their engines offer it and take them together: 0 where they did not (each then
+ * runs alone), else the calls done. */
+static uint32_t run_together(group *g, uint32_t taken) {
+    uint32_t n = 0;
+    int (*op)(engine_step *, uint32_t) = NULL;
+    for (; n < taken; n++) {
+        call *c = g->step[n];
+        engine *in = c->w->inner;
+        if (c->take != 1 || c->done + 1 != c->n || !in->ops->eval_step || (op && in->ops->eval_step != op)) break;
+        op = in->ops->eval_step;
+        if (c->done == 0) in->n_past = c->w->base.n_past; /* the caller may have truncated */
+        g->items[n] = (engine_step){.e = in, .token = c->tokens[c->done], .pos = c->pos + c->done,
+                                    .logits = c->best ? NULL : c->logits + (c->all ? (size_t)c->done * in->n_vocab : 0),
+                                    .best = c->best};
+    }
+    if (n < 2 || op(g->items, n)) return 0;
+    for (uint32_t i = 0; i < n; i++) {
+        call *c = g->step[i];
+        c->rc = g->items[i].rc;
+        if (c->rc) c->err = g->items[i].err;
+        c->done++;
+    }
+    return n;
+}
+
 /* Leads one step: called with the lock held and the group ready; returns with it held. */
 static void lead(group *g) {
     uint32_t taken = pick(g);
     g->running = true;
     pthread_mutex_unlock(&g->mu);
     uint64_t t0 = now_us(), tokens = 0, cut = 0;
+    uint32_t together = run_together(g, taken);
     for (uint32_t i = 0; i < taken; i++) { /* the queue itself may grow meanwhile: not walked */
         call *c = g->step[i];
         tokens += c->take;
         cut += c->done + c->take < c->n;
-        run_share(g, c);
+        if (i >= together) run_share(g, c);
     }
     uint64_t us = now_us() - t0;
     pthread_mutex_lock(&g->mu);
@@ -141,7 +169,7 @@ static void lead(group *g) {
         c->w->waiting = false;
         if (c->w->busy) g->busy_waiting--;
     }
-    g->st.steps++, g->st.calls += taken, g->st.tokens += tokens, g->st.chunks += cut;
+    g->st.steps++, g->st.calls += taken, g->st.tokens += tokens, g->st.chunks += cut, g->st.together += together;
     g->st.busy_s += us / 1e6;
     g->st.by_calls[bucket(taken, 1)]++;
     g->st.by_ms[bucket(us, 1000)]++;
@@ -210,6 +238,7 @@ static void group_release(group *g) {
     pthread_cond_destroy(&g->cv);
     free(g->scratch);
     free(g->step);
+    free(g->items);
     free(g);
 }
 
@@ -253,12 +282,12 @@ int engine_batch_group(engine **e, uint32_t n, const engine_batch_opts *opts, ki
     for (uint32_t i = 0; i < n; i++)
         if (e[i]->n_vocab > vocab) vocab = e[i]->n_vocab;
     bool ok = g && w && (g->scratch = malloc((size_t)vocab * sizeof *g->scratch)) &&
-              (g->step = calloc(n ? n : 1, sizeof *g->step));
+              (g->step = calloc(n ? n : 1, sizeof *g->step)) && (g->items = calloc(n ? n : 1, sizeof *g->items));
     for (uint32_t i = 0; ok && i < n; i++) ok = (w[i] = calloc(1, sizeof *w[i])) != NULL;
     if (!ok) {
         for (uint32_t i = 0; w && i < n; i++) free(w[i]);
         free(w);
-        if (g) free(g->scratch), free(g->step);
+        if (g) free(g->scratch), free(g->step), free(g->items);
         free(g);
         return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), -1;
     }
@@ -275,7 +304,7 @@ int engine_batch_group(engine **e, uint32_t n, const engine_batch_opts *opts, ki
         wrap *x = w[i];
         x->inner = e[i];
         x->g = g;
-        x->ops = (engine_ops){batch_eval, batch_destroy, e[i]->ops->eval_argmax ? batch_eval_argmax : NULL};
+        x->ops = (engine_ops){batch_eval, batch_destroy, e[i]->ops->eval_argmax ? batch_eval_argmax : NULL, NULL};
         x->base = *e[i];
         x->base.ops = &x->ops;
         e[i] = &x->base;

@@ -8,11 +8,12 @@
  * with a request) has a call waiting, or once the oldest call has waited the gather time
  * (a busy sequence that is sampling its next token is not waited for longer than that).
  *
- * The engines of a step run one after another, each on its own cache: a step is the unit
- * in which an engine able to evaluate several sequences' tokens at once (the products
- * reading every weight once for all of them) will take them together; the order of a
- * step is the order calls arrived in, decoding tokens first. Replaces one fair lock per
- * call, under which the engines also took turns but a long prompt went in one piece. */
+ * A step's decoding tokens go to their engines' eval_step together where the engines offer
+ * it and accept each other (the slots of one plan_create_slots: every weight read once for
+ * all of them); the rest (prompt chunks, engines without it) run one after another, each
+ * on its own cache, in the order calls arrived in, decoding tokens first. Replaces one
+ * fair lock per call, under which the engines took turns and a long prompt went in one
+ * piece. */
 #ifndef KILN_MODEL_ENGINE_BATCH_H
 #define KILN_MODEL_ENGINE_BATCH_H
 
@@ -34,6 +35,7 @@ typedef struct engine_batch_opts {
 #define ENGINE_BATCH_BUCKETS 8
 typedef struct engine_batch_stats {
     uint64_t steps, calls, tokens, chunks; /* chunks: calls cut by the budget */
+    uint64_t together;                      /* tokens evaluated in one eval_step with others */
     double busy_s;                          /* time steps ran */
     /* steps by how many calls they took: 1, 2, 3-4, 5-8, 9-16, 17-32, 33-64, more */
     uint64_t by_calls[ENGINE_BATCH_BUCKETS];

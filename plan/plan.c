@@ -70,7 +70,7 @@ static int build(plan_engine *p, kiln_err *err) {
     p->prefill = p->d->ops->record(p->d, p->launch + p->n_decode_launch, p->n_prefill_launch, err);
     for (int bi = 0; bi < PLAN_SUBS; bi++)
         if (!p->prefill || build_sub(p, bi, err)) return -1;
-    return 0;
+    return plan_batch_build(p, err);
 }
 
 /* ---- the engine ------------------------------------------------------------------------- */
@@ -172,6 +172,7 @@ static void plan_destroy(engine *base) {
                 plan_sig_free(&b->sig[i]);
             }
     }
+    plan_batch_release(p);
     for (uint32_t i = 0; i < p->n_launch; i++) free((void *)p->launch[i].args);
     free(p->launch);
     for (int i = 0; i < K_COUNT; i++) {
@@ -214,7 +215,7 @@ static void plan_destroy(engine *base) {
     free(p);
 }
 
-const engine_ops plan_ops = {plan_eval, plan_destroy, plan_eval_argmax};
+const engine_ops plan_ops = {plan_eval, plan_destroy, plan_eval_argmax, plan_eval_step};
 
 
 void plan_counts(const engine *e, uint32_t *n_kernels, uint32_t *n_launches) {
@@ -277,6 +278,8 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
     for (int bi = 0; bi < PLAN_SUBS; bi++)
         for (int i = 0; i < K_COUNT && plan_sub_block(&s, &d->caps, bi); i++)
             n_kernels += plan_block_role(i) && plan_role_used(&s, i);
+    for (int bi = 0; bi < PLAN_BUCKETS && !owner && pooled(&s, &d->caps); bi++)
+        for (int i = 0; i < K_COUNT && plan_batch_size(&s, &d->caps, bi); i++) n_kernels += plan_batch_role(i);
     progress_begin(&p->prog, what, (uint64_t)hp->n_layer + n_kernels);
     int bad = owner ? plan_borrow_weights(p, owner) : plan_upload_weights(p, err);
     if (!owner && pooled(&s, &d->caps) && (!(p->kpool = calloc(hp->n_layer, sizeof *p->kpool)) ||
@@ -353,6 +356,8 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
     int32_t tok0 = 0;
     bad = bad || build(p, err) || step(p, p->prefill, &tok0, 0, 0, err);
     for (int bi = 0; bi < PLAN_SUBS && !bad; bi++) bad = p->sub[bi].rec && step(p, p->sub[bi].rec, &tok0, 0, 0, err);
+    for (int bi = 0; bi < PLAN_BUCKETS && !bad; bi++) /* a step of no tokens: every row is padding */
+        bad = p->batch[bi].rec && step(p, p->batch[bi].rec, &tok0, 0, 0, err);
     /* the warm-up step went through the recurrent state: back to zero */
     if (bad || step(p, p->decode, &tok0, 1, 0, err) || (hp->n_recurrent && plan_state_reset(p, err))) {
         progress_end(&p->prog, false);

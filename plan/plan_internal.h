@@ -27,6 +27,10 @@ enum {
      * scan over the chunks), then K_DN_NORM (kernels/deltanet_chunk.c) */
     K_CONV_STATE, K_DN_PREP, K_DN_NORM,
     K_DN_NORM_DECODE, /* decode's gated norm of the delta rule's output (kn_deltanet writes o) */
+    /* a step of several slots' tokens only (plan_batch.c): its inputs (tokens and each one's
+     * position and slot), the cache stores and attention over the pool, the logits head of
+     * every row (f32) and each row's argmax */
+    K_STAGE_BATCH, K_QK_PREP_BATCH, K_ATTN_BATCH, K_ATTN_MERGE_BATCH, K_MM_OUT, K_ARGMAX_BATCH,
     K_COUNT
 };
 /* Each role's name ("embed", "decode_qkv", ...), for dumps and profiles. */
@@ -75,6 +79,14 @@ typedef struct plan_layer {
 #define PLAN_LONG_BLOCK 2048
 #define PLAN_MID_BLOCK 512
 #define PLAN_SUBS 2 /* the smaller blocks: short, mid */
+
+/* A step of several slots' decoding tokens runs through the recording of the smallest of
+ * up to PLAN_BUCKETS sizes (8, 16, 32, 64 tokens; plan_batch_size) that holds them. */
+#define PLAN_BUCKETS 4
+#define PLAN_BATCH_MAX 64
+/* A step's staged inputs: PLAN_BATCH_MAX token ids, then (position, slot) for each
+ * (the tokens' view ends on RT_VIEW_ALIGN, where the pairs' begins) */
+#define PLAN_BATCH_WORDS (3 * PLAN_BATCH_MAX)
 
 /* The kernels one prefill block's size calls for: the full block's are the plan's own; a
  * smaller block rebuilds those whose shape depends on the block (plan_block_role), the
@@ -134,6 +146,12 @@ typedef struct plan_engine {
      * [0] the short block (the skinny products; not where the device lacks them), [1] the
      * mid block (where n_block is larger) */
     plan_prefill sub[PLAN_SUBS];
+    /* the owner's steps of several slots' tokens, by bucket (n == 0: none; plan_batch.c),
+     * and their buffers: the host's tokens with each one's position and slot (btok_h; its
+     * device copy btok, read through the views btok_tok and btok_pos), the attention's
+     * partials, every row's logits and argmax (the other activations are the owner's) */
+    plan_prefill batch[PLAN_BUCKETS];
+    rt_buffer *btok_h, *btok, *btok_tok, *btok_pos, *bpart, *blogits, *bbest;
     progress prog; /* while the plan is made: layers uploaded, then kernels compiled */
 } plan_engine;
 
@@ -219,6 +237,25 @@ int plan_state_rewind(plan_engine *p, uint32_t pos, kiln_err *err);
 /* Evaluates tokens at pos through the recordings (plan.c), the history and rs_pos kept. */
 int plan_run_blocks(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
                     kiln_err *err);
+
+/* ---- steps of several slots' tokens (plan_batch.c) ---- */
+/* Whether role i is one a step's bucket builds for its own size (the others it takes
+ * from the plan). */
+bool plan_batch_role(int i);
+/* The tokens of bucket i (ascending) a plan of shape s builds on caps c, or 0: none (one
+ * slot, a recurrent model, a planted logits fault, or no products at that size). */
+uint32_t plan_batch_size(const plan_shape *s, const rt_caps *c, int i);
+/* The attention's runs per head in a step of nb tokens (kn_attn_splits over nb heads' worth). */
+uint32_t plan_batch_splits(const plan_shape *s, const rt_caps *c, uint32_t nb);
+/* The device bytes the buckets add to the owner (0 where it builds none). */
+uint64_t plan_batch_bytes(const plan_shape *s, const rt_caps *c);
+/* The owner's buckets: buffers, kernels and recordings. 0, or -1 with err. */
+int plan_batch_build(plan_engine *p, kiln_err *err);
+void plan_batch_release(plan_engine *p);
+/* The step of items (engine_ops.eval_step). */
+int plan_eval_step(engine_step *items, uint32_t n);
+/* A bucket's launches (plan_record.c). */
+int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err);
 
 /* ---- grid tuning (plan_tune.c) ---- */
 /* The decode step's products on the grids measured fastest on the device. 0 or -1. */

@@ -16,7 +16,8 @@ const char *const plan_role[K_COUNT] = {
     "ssm_conv", "deltanet", "prefill_attn_gate", "prefill_attn_gate_apply", "prefill_dn_qkv", "prefill_dn_z",
     "prefill_dn_beta_alpha", "prefill_dn_out", "prefill_ssm_conv", "prefill_deltanet", "state_copy",
     "state_zero", "prefill_ssm_conv_state", "prefill_deltanet_prep", "prefill_deltanet_norm",
-    "deltanet_norm"};
+    "deltanet_norm", "batch_stage_inputs", "batch_qk_prep", "batch_attn", "batch_attn_merge", "batch_logits",
+    "batch_argmax"};
 
 
 
@@ -58,6 +59,9 @@ bool plan_role_used(const plan_shape *s, int i) {
     case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_BA: case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK:
     case K_COPY_STATE: case K_ZERO_STATE: case K_CONV_STATE: case K_DN_PREP: case K_DN_NORM: case K_DN_NORM_DECODE:
         return dn;
+    case K_STAGE_BATCH: case K_QK_PREP_BATCH: case K_ATTN_BATCH: case K_ATTN_MERGE_BATCH: case K_MM_OUT:
+    case K_ARGMAX_BATCH:
+        return false; /* a step's bucket's own (plan_batch.c) */
     default: return true;
     }
 }
@@ -189,6 +193,21 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_TAKE_LAST: return kn_take_last(c, d, nb, dt, &g[0], err);
     case K_STAGE: return kn_stage_inputs(c, nb, &g[0], err);
     case K_ARGMAX: return kn_argmax(c, hp->n_vocab, err);
+    /* a step of nb slots' tokens over the pool of n_slots caches */
+    case K_STAGE_BATCH: return kn_stage_inputs(c, PLAN_BATCH_WORDS, &g[0], err);
+    case K_QK_PREP_BATCH:
+        g[0] = kn_qk_prep_groups(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, hp->n_rot, nb), g[1] = nb;
+        return kn_qk_prep_batch(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps,
+                                s->n_ctx, s->n_slots, dt, err);
+    case K_ATTN_BATCH:
+        return kn_attn_decode_batch(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
+                                    plan_batch_splits(s, c, nb), s->n_slots, nb, s->qkv_dim, dt, g, err);
+    case K_ATTN_MERGE_BATCH:
+        g[1] = nb;
+        return kn_attn_merge_batch(c, hp->n_head, hp->head_dim_k, s->n_ctx, plan_batch_splits(s, c, nb), s->n_slots,
+                                   nb, dt, &g[0], err);
+    case K_MM_OUT: return product(c, hp->n_vocab, d, nb, dt, KN_EPI_F32, g, err);
+    case K_ARGMAX_BATCH: g[0] = 1, g[1] = nb; return kn_argmax_rows(c, hp->n_vocab, nb, err);
     }
     /* qwen35 */
     kn_deltanet_shape dn = {hp->ssm_k_heads, hp->ssm_v_heads, hp->ssm_state, 1};

@@ -226,3 +226,53 @@ int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
     add_logits(R, p->last);
     return R->rc;
 }
+
+
+/* A step of b->n slots' tokens (row t: token btok_tok[t] at its position of its slot's
+ * cache, btok_pos[2t], btok_pos[2t + 1]; rows past the step's count are padding that
+ * writes nothing): the short block's products over the step's rows, the cache stores and
+ * attention over the pool, then every row's logits and argmax. */
+int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err) {
+    recorder rec = {p, b->kern, b->sig, (const uint32_t(*)[2])b->grid, err, 0}, *R = &rec;
+    const arch_hparams *hp = &p->s.hp;
+    const uint32_t (*g)[2] = R->grid;
+    uint32_t nb = b->n;
+    plan_shape sb = p->s;
+    sb.n_block = nb;
+    bool ff_swiglu = plan_ff_swiglu(&sb, &p->d->caps); /* as plan_build_kernel built K_MM_FF */
+    ADD(K_STAGE_BATCH, g[K_STAGE_BATCH][0], 1, {"tok_host", p->btok_h}, {"tok", p->btok}, {"info_host", p->info_h},
+        {"info", p->info});
+    ADD(K_EMBED, g[K_EMBED][0], nb, {"table", p->tok_embd}, {"tok", p->btok_tok}, {"out", p->xa});
+    for (uint32_t l = 0; l < hp->n_layer && !R->rc; l++) {
+        const plan_layer *L = &p->L[l];
+        ADD(K_NORM, nb, 1, {"x", p->xa}, {"w", L->attn_norm}, {"y", p->h});
+        add_qkv(R, K_MM_QKV, L, true);
+        plan_arg a[7] = {{"qkv", p->qkv}, {"kcache", p->kpool[l]}, {"vcache", p->vpool[l]}, {"tokpos", p->btok_pos}};
+        uint32_t na = 4;
+        if (hp->qk_norm) a[na++] = (plan_arg){"q_norm", L->q_norm}, a[na++] = (plan_arg){"k_norm", L->k_norm};
+        if (p->s.freqs) a[na++] = (plan_arg){"freqs", p->freqs};
+        add(R, K_QK_PREP_BATCH, g[K_QK_PREP_BATCH][0], g[K_QK_PREP_BATCH][1], a, na);
+        ADD(K_ATTN_BATCH, g[K_ATTN_BATCH][0], g[K_ATTN_BATCH][1], {"q", p->qkv}, {"kcache", p->kpool[l]},
+            {"vcache", p->vpool[l]}, {"part", p->bpart}, {"tokpos", p->btok_pos});
+        ADD(K_ATTN_MERGE_BATCH, g[K_ATTN_MERGE_BATCH][0], g[K_ATTN_MERGE_BATCH][1], {"part", p->bpart},
+            {"out", p->att}, {"tokpos", p->btok_pos});
+        ADD(K_MM_O, g[K_MM_O][0], g[K_MM_O][1], {"W", L->wo}, {"X", p->att}, {"Y", p->xb}, {"info", p->info},
+            {"res", p->xa});
+        ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
+        if (ff_swiglu) {
+            ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_gate}, {"Wu", L->w_up}, {"X", p->h}, {"Y", p->act},
+                {"info", p->info});
+        } else {
+            ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_gate}, {"X", p->h}, {"Y", p->g}, {"info", p->info});
+            ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_up}, {"X", p->h}, {"Y", p->u}, {"info", p->info});
+            ADD(K_SWIGLU, g[K_SWIGLU][0], 1, {"g", p->g}, {"u", p->u}, {"out", p->act});
+        }
+        ADD(K_MM_DOWN, g[K_MM_DOWN][0], g[K_MM_DOWN][1], {"W", L->w_down}, {"X", p->act}, {"Y", p->xa},
+            {"info", p->info}, {"res", p->xb});
+    }
+    ADD(K_NORM, nb, 1, {"x", p->xa}, {"w", p->output_norm}, {"y", p->h});
+    ADD(K_MM_OUT, g[K_MM_OUT][0], g[K_MM_OUT][1], {"W", p->output}, {"X", p->h}, {"Y", p->blogits},
+        {"info", p->info});
+    ADD(K_ARGMAX_BATCH, g[K_ARGMAX_BATCH][0], g[K_ARGMAX_BATCH][1], {"logits", p->blogits}, {"out", p->bbest});
+    return R->rc;
+}

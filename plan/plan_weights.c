@@ -206,7 +206,8 @@ static uint64_t plan_bytes(const model *m, const plan_shape *s, const rt_caps *c
     uint64_t state = hp->arch == ARCH_QWEN35 ? plan_state_layout(s, &s_at, &stride) : 0;
     uint32_t n_attn = hp->arch == ARCH_QWEN35 ? hp->n_layer - hp->n_recurrent : hp->n_layer;
     /* the state and its PLAN_SNAPSHOTS copies */
-    return w + (uint64_t)s->n_slots * (2 * n_attn * cache + (1 + PLAN_SNAPSHOTS) * state + act_bytes(s, c, s->n_block));
+    return w + (uint64_t)s->n_slots * (2 * n_attn * cache + (1 + PLAN_SNAPSHOTS) * state + act_bytes(s, c, s->n_block)) +
+           plan_batch_bytes(s, c);
 }
 
 /* What the device refuses, or 0: the whole plan past its memory, or one buffer past what

@@ -45,8 +45,11 @@ char *srv_metrics_text(server *s) {
                       "# TYPE kiln_step_prompt_chunks_total counter\nkiln_step_prompt_chunks_total %llu\n"
                       "# HELP kiln_step_tokens_total Tokens evaluated in steps.\n"
                       "# TYPE kiln_step_tokens_total counter\nkiln_step_tokens_total %llu\n"
+                      "# HELP kiln_step_tokens_together_total Decoding tokens evaluated together with others "
+                      "(one pass over the weights).\n"
+                      "# TYPE kiln_step_tokens_together_total counter\nkiln_step_tokens_together_total %llu\n"
                       "# HELP kiln_step_batch_size Slots' calls a step took.\n# TYPE kiln_step_batch_size histogram\n",
-                      (unsigned long long)st.chunks, (unsigned long long)st.tokens);
+                      (unsigned long long)st.chunks, (unsigned long long)st.tokens, (unsigned long long)st.together);
         uint64_t cum = 0;
         for (int i = 0; i < ENGINE_BATCH_BUCKETS && n >= 0 && (size_t)n < cap; i++)
             cum += st.by_calls[i],

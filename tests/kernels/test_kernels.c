@@ -596,6 +596,58 @@ Test(kernels, argmax_ties_to_lowest_index) {
     }
 }
 
+/* kn_argmax_rows: each row its own pattern (row r: pattern r % 6), the host's pick per row,
+ * outputs past the rows poisoned. n % 4 != 0 takes the scalar walk (rows start unaligned). */
+static void argmax_rows_case(rt_device *d, uint32_t n, uint32_t rows) {
+    kiln_err err = {0};
+    ir_kernel *k = kn_argmax_rows(&d->caps, n, rows, &err);
+    cr_assert_not_null(k, "%s", err.msg);
+    float *lg = malloc((size_t)n * rows * 4);
+    for (uint32_t r = 0; r < rows; r++)
+        for (uint32_t i = 0; i < n; i++) {
+            float *v = &lg[(size_t)r * n + i];
+            switch (r % 6) {
+            case 0: *v = tu_urand(-20, 20); break;
+            case 1: *v = (float)(int)tu_urand(0, 4); break;
+            case 2: *v = -INFINITY; break;
+            case 3: *v = i == n - 1 ? 9.0f : 3.0f; break; /* the last one */
+            case 4: *v = i % 3 ? tu_urand(-5, 5) : NAN; break;
+            default: *v = i % 2 ? -INFINITY : NAN; break;
+            }
+        }
+    size_t words = 2 * (size_t)rows + GUARD;
+    uint32_t *poison = malloc(words * 4), *got = malloc(words * 4);
+    for (size_t i = 0; i < words; i++) poison[i] = 0xdeadbeef;
+    rt_buffer *bl = tu_vk_upload(d, lg, (size_t)n * rows * 4), *bo = tu_vk_upload(d, poison, words * 4);
+    rt_arg args[2] = {{bl, 0}, {bo, 0}};
+    launch(d, k, 1, rows, args, 2);
+    tu_vk_download(d, bo, got, words * 4);
+    for (uint32_t r = 0; r < rows; r++) {
+        const float *row = lg + (size_t)r * n;
+        int32_t want = samp_argmax(row, n);
+        float wmax = want >= 0 ? row[want] : -INFINITY, gmax;
+        memcpy(&gmax, &got[2 * r + 1], 4);
+        cr_assert_eq(got[2 * r], (uint32_t)(want < 0 ? 0 : want), "argmax_rows n=%u row %u/%u: %u != %d", n, r, rows,
+                     got[2 * r], want);
+        cr_assert(gmax == wmax, "argmax_rows n=%u row %u: max %g != %g", n, r, gmax, wmax);
+    }
+    for (size_t i = 2 * (size_t)rows; i < words; i++) cr_assert_eq(got[i], 0xdeadbeef, "argmax_rows wrote past the end");
+    d->ops->release(d, bl), d->ops->release(d, bo);
+    free(lg), free(poison), free(got);
+    ir_kernel_destroy(k);
+}
+
+Test(kernels, argmax_rows_each_its_own) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    tu_seed(61);
+    const uint32_t shapes[][2] = {{1, 1}, {7, 6}, {1000, 7}, {4097, 3}, {512, 64}, {32770, 2}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) argmax_rows_case(d, shapes[i][0], shapes[i][1]);
+    kiln_err err = {0};
+    cr_assert_null(kn_argmax_rows(&d->caps, 16, 0, &err));
+    cr_assert_null(kn_argmax_rows(&d->caps, 1u << 20, 1u << 13, &err), "u32 indices");
+    d->ops->destroy(d);
+}
+
 /* ---- embed ----------------------------------------------------------------------------------- */
 
 Test(kernels, embed_rows_and_bad_tokens) {

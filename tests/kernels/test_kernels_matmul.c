@@ -45,7 +45,11 @@ static bool uses_frags(const ir_kernel *k) {
     return f;
 }
 
+/* The epilogues in turn: none, bias, residual, both, f32 */
+static unsigned epi_of(size_t i) { return i % 5 == 4 ? KN_EPI_F32 : (unsigned)(i % 5); }
+
 static const char *epi_name(unsigned epi) {
+    if (epi & KN_EPI_F32) return "f32";
     static const char *const names[4] = {"none", "bias", "res", "bias+res"};
     return names[epi & 3];
 }
@@ -74,11 +78,19 @@ static void product_case(mm_builder build, rt_device *d, mm_shape s, ir_scalar t
     float *wf, *xf, *bf, *rf;
     uint16_t *w = tu_rand16(t, nw, -1, 1, &wf), *x = tu_rand16(t, nx, -2, 2, &xf);
     uint16_t *b = tu_rand16(t, rows, -4, 4, &bf), *res = tu_rand16(t, ny, -8, 8, &rf);
-    uint16_t *xp = malloc(nx * 2), *poison = malloc((ny + GUARD) * 2), *y = malloc((ny + GUARD) * 2);
+    /* Y in dtype, or f32 with KN_EPI_F32 (the sums unrounded) */
+    bool f32 = epi & KN_EPI_F32;
+    size_t ysz = f32 ? 4 : 2;
+    uint16_t *xp = malloc(nx * 2);
+    uint8_t *poison = malloc((ny + GUARD) * ysz), *y = malloc((ny + GUARD) * ysz);
     cr_assert(xp && poison && y);
-    for (size_t i = 0; i < ny + GUARD; i++) poison[i] = tu_nan16(t);
+    for (size_t i = 0; i < ny + GUARD; i++) {
+        uint16_t p16 = tu_nan16(t);
+        uint32_t p32 = 0x7fc00bad;
+        memcpy(poison + i * ysz, f32 ? (const void *)&p32 : (const void *)&p16, ysz);
+    }
     rt_buffer *bw = tu_vk_upload(d, w, nw * 2), *bx = tu_vk_upload(d, x, nx * 2);
-    rt_buffer *by = tu_vk_upload(d, poison, (ny + GUARD) * 2), *bb = tu_vk_upload(d, b, (size_t)rows * 2);
+    rt_buffer *by = tu_vk_upload(d, poison, (ny + GUARD) * ysz), *bb = tu_vk_upload(d, b, (size_t)rows * 2);
     rt_buffer *br = tu_vk_upload(d, res, ny * 2);
     uint32_t info[2] = {123, 0};
     rt_buffer *bi = tu_vk_upload(d, info, sizeof info);
@@ -98,13 +110,14 @@ static void product_case(mm_builder build, rt_device *d, mm_shape s, ir_scalar t
         /* rows t >= n of X are NaN: a leak into rows < n shows */
         for (size_t i = 0; i < nx; i++) xp[i] = i / cols < n ? x[i] : tu_nan16(t);
         info[1] = n;
-        tu_vk_reupload(d, bx, xp, nx * 2), tu_vk_reupload(d, by, poison, (ny + GUARD) * 2);
+        tu_vk_reupload(d, bx, xp, nx * 2), tu_vk_reupload(d, by, poison, (ny + GUARD) * ysz);
         tu_vk_reupload(d, bi, info, sizeof info);
         rt_launch l = {ck, {g[0], g[1], 1}, args, na};
         cr_assert_eq(d->ops->run(d, &l, 1, &err), 0, "%s: %s", what, err.msg);
-        tu_vk_download(d, by, y, (ny + GUARD) * 2);
+        tu_vk_download(d, by, y, (ny + GUARD) * ysz);
         for (size_t i = (size_t)n * rows; i < ny + GUARD; i++)
-            cr_assert_eq(y[i], tu_nan16(t), "%s: wrote [%zu] (token %zu, past n or the end)", what, i, i / rows);
+            cr_assert_eq(memcmp(y + i * ysz, poison + i * ysz, ysz), 0, "%s: wrote [%zu] (token %zu, past n or the end)",
+                         what, i, i / rows);
         for (uint32_t tk = 0; tk < n; tk++)
             for (uint32_t r = 0; r < rows; r++) {
                 const float *wr = wf + (size_t)r * cols, *xr = xf + (size_t)tk * cols;
@@ -127,9 +140,12 @@ static void product_case(mm_builder build, rt_device *d, mm_shape s, ir_scalar t
                     tol += tu_ulp16(t, fmax(fabs(sum), fabs(y1)) + tol); /* the inner roundings */
                 }
                 size_t i = (size_t)tk * rows + r;
-                double got = tu_from16(t, y[i]);
+                uint16_t y16;
+                float y32;
+                memcpy(f32 ? (void *)&y32 : (void *)&y16, y + i * ysz, ysz);
+                double got = f32 ? y32 : tu_from16(t, y16);
                 cr_assert(!isnan(got), "%s: Y[%u][%u] NaN (not written, or a poisoned row leaked)", what, tk, r);
-                tol += tu_ulp16(t, fmax(fabs(got), fabs(want)));
+                if (!f32) tol += tu_ulp16(t, fmax(fabs(got), fabs(want))); /* the one rounding */
                 cr_assert(fabs(got - want) <= tol, "%s: Y[%u][%u] = %.9g, want %.9g (tol %.3g)", what, tk, r, got, want,
                           tol);
             }
@@ -164,7 +180,7 @@ static void run_shapes(const char *var, uint64_t sd, const size_t *pick, size_t 
     for (size_t pi = 0; pi < n_pick; pi++) {
         size_t si = pick ? pick[pi] : pi;
         for (size_t ti = 0; ti < 2; ti++)
-            matmul_case(d, shapes[si], dtypes[ti], (unsigned)(si + ti) % 4, all_ns, N_NS, var);
+            matmul_case(d, shapes[si], dtypes[ti], epi_of(si + ti), all_ns, N_NS, var);
     }
     d->ops->destroy(d);
 }
@@ -216,8 +232,7 @@ Test(kernels_matmul, skinny_on_the_device, .timeout = 600) {
         for (size_t ti = 0; ti < 2; ti++) {
             /* n_max in whole token fragments: 16 on Vulkan's bf16 */
             if (!kn_matmul_skinny_ok(&d->caps, sk[i].rows, sk[i].cols, sk[i].n_max, dtypes[ti])) continue;
-            product_case(kn_matmul_skinny, d, sk[i], dtypes[ti], (unsigned)(i + ti) % 4, ns, sizeof ns / sizeof ns[0],
-                         NULL);
+            product_case(kn_matmul_skinny, d, sk[i], dtypes[ti], epi_of(i + ti), ns, sizeof ns / sizeof ns[0], NULL);
             ran++;
         }
     cr_assert_geq(ran, 10, "only %u of the shapes ran", ran);
@@ -228,7 +243,7 @@ Test(kernels_matmul, skinny_on_the_device, .timeout = 600) {
     static const uint32_t fns[] = {1, 17, 40, 48};
     for (size_t i = 0; i < sizeof forced / sizeof forced[0]; i++) {
         setenv("KILN_SKINNY", forced[i], 1);
-        product_case(kn_matmul_skinny, d, fs, dtypes[i % 2], (unsigned)i % 4, fns, 4, forced[i]);
+        product_case(kn_matmul_skinny, d, fs, dtypes[i % 2], epi_of(i), fns, 4, forced[i]);
         product_case(kn_matmul_skinny, d, (mm_shape){32, 64, 16}, dtypes[i % 2], 0, fns, 1, forced[i]);
     }
     unsetenv("KILN_SKINNY");
@@ -415,7 +430,7 @@ Test(kernels_matmul, pipeline_tiles_on_the_device, .timeout = 600) {
     static const uint32_t ns[] = {1, 63, 65, 128, 129, 300, 512};
     for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
         for (size_t ti = 0; ti < 2; ti++)
-            product_case(kn_matmul, d, sh[i], dtypes[ti], (unsigned)(i + ti) % 4, ns, sizeof ns / sizeof ns[0], NULL);
+            product_case(kn_matmul, d, sh[i], dtypes[ti], epi_of(i + ti), ns, sizeof ns / sizeof ns[0], NULL);
     d->ops->destroy(d);
 }
 
@@ -432,7 +447,7 @@ Test(kernels_matmul, pipeline_builds_for_cuda_caps, .timeout = 300) {
         for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
             for (size_t ti = 0; ti < 2; ti++) {
                 uint32_t g[2] = {0, 0};
-                unsigned epi = (unsigned)(i + ti) % 4;
+                unsigned epi = epi_of(i + ti);
                 char what[160];
                 snprintf(what, sizeof what, "pipeline %ux%u n_max=%u %s epi=%s sm_%u", sh[i].rows, sh[i].cols,
                          sh[i].n_max, tu_dname(dtypes[ti]), epi_name(epi), cc);
@@ -481,7 +496,7 @@ Test(kernels_matmul, warpgroup_variant_builds_for_sm_90, .timeout = 300) {
             for (size_t ti = 0; ti < 2; ti++) {
                 if (e && i != 1) continue;
                 uint32_t g[2] = {0, 0}, tr = e ? (uint32_t)atoi(env[e]) : tile[i];
-                unsigned epi = (unsigned)(i + 2 * ti) % 4;
+                unsigned epi = epi_of(i + 2 * ti);
                 ir_kernel *k = kn_matmul_wg(&c, sh[i].rows, sh[i].cols, sh[i].n_max, dtypes[ti], epi, g, &err);
                 cr_assert_not_null(k, "%s", err.msg);
                 char *text = ir_print(k);
@@ -556,7 +571,7 @@ Test(kernels_matmul, tma_variant_builds_for_sm_90, .timeout = 300) {
         if (env[e]) setenv("KILN_MATMUL_TMA", env[e], 1);
         for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
             if (i == 1 && !env[e]) continue; /* a grid of 8: kn_matmul keeps another variant (below) */
-            unsigned epi = i == 2 ? KN_EPI_SWIGLU : (unsigned)(e + i) % 4;
+            unsigned epi = i == 2 ? KN_EPI_SWIGLU : epi_of(e + i);
             uint32_t g[2] = {0, 0};
             ir_kernel *k = kn_matmul(&c, sh[i].rows, sh[i].cols, sh[i].n_max, dtypes[(e + i) % 2], epi, g, &err);
             cr_assert_not_null(k, "%s", err.msg);
@@ -611,7 +626,7 @@ Test(kernels_matmul, tma_variant_on_the_device, .timeout = 600) {
     for (size_t e = 0; e < sizeof cfg / sizeof cfg[0]; e++) {
         if (cfg[e]) setenv("KILN_MATMUL_TMA", cfg[e], 1);
         for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
-            product_case(kn_matmul_tma, d, sh[i], dtypes[(i + e) % 2], (unsigned)(i + e) % 4, ns,
+            product_case(kn_matmul_tma, d, sh[i], dtypes[(i + e) % 2], epi_of(i + e), ns,
                          sizeof ns / sizeof ns[0], cfg[e] ? cfg[e] : "tma");
         static const mm_shape sw[] = {{200, 1000, 128}, {1000, 136, 256}, {136, 64, 64}};
         static const uint32_t sns[] = {1, 63, 65, 128, 129, 256};
@@ -635,7 +650,7 @@ Test(kernels_matmul, warpgroup_variant_on_the_device, .timeout = 600) {
     static const uint32_t ns[] = {1, 63, 65, 128, 129, 300, 512};
     for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
         for (size_t ti = 0; ti < 2; ti++)
-            product_case(kn_matmul_wg, d, sh[i], dtypes[ti], (unsigned)(i + ti) % 4, ns, sizeof ns / sizeof ns[0],
+            product_case(kn_matmul_wg, d, sh[i], dtypes[ti], epi_of(i + ti), ns, sizeof ns / sizeof ns[0],
                          "wgmma");
     /* the SwiGLU epilogue: half-tiles of gate and up rows, a rows tail in each tile size */
     static const mm_shape sw[] = {{200, 1000, 128}, {1000, 136, 256}, {136, 64, 64}};

@@ -581,8 +581,10 @@ static void two_streams(stream_conn *c, int max_tokens) {
     read_streams(c, 2);
 }
 
-Test(serve, parallel_slots_generate_at_once) {
-    start_server_with((const char *const[]){"--parallel", "2", NULL});
+/* Two streams at once on a server started with args: both start before either ends, each
+ * answers as it does alone, and most steps take both slots' tokens; returns the metrics. */
+static char *two_streams_at_once(const char *const *args) {
+    start_server_with(args);
     static stream_conn c[2];
     two_streams(c, 200);
     for (int i = 0; i < 2; i++) cr_assert(c[i].first && c[i].finish, "stream %d: %s", i, c[i].buf);
@@ -603,7 +605,29 @@ Test(serve, parallel_slots_generate_at_once) {
     cr_assert(one && two && count && strstr(r.body, "kiln_step_seconds_bucket{le=\"+Inf\"}"), "%s", r.body);
     long n1 = atol(one + strlen("kiln_step_batch_size_bucket{le=\"1\"} ")), n2 = atol(two + strlen("kiln_step_batch_size_bucket{le=\"2\"} "));
     cr_assert(n2 - n1 >= 40, "%ld steps of two calls (of %ld steps)", n2 - n1, atol(count + 27));
+    char *body = strdup(r.body);
     free(r.head);
+    return body;
+}
+
+/* The oracle's engines take their turns inside a step (they have no eval_step). */
+Test(serve, parallel_slots_generate_at_once) {
+    char *m = two_streams_at_once((const char *const[]){"--parallel", "2", NULL});
+    cr_assert(strstr(m, "kiln_step_tokens_together_total 0\n"), "%s", m);
+    free(m);
+}
+
+/* A GPU plan's slots decode in one pass over the weights (plan/plan_batch.c): the same
+ * text as each request alone, most tokens evaluated together. */
+Test(serve, parallel_slots_on_the_gpu_step_together, .timeout = 240) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    d->ops->destroy(d);
+    char *m = two_streams_at_once((const char *const[]){"--parallel", "2", "--device", "vulkan:0", NULL});
+    const char *t = strstr(m, "\nkiln_step_tokens_together_total ");
+    cr_assert(t, "%s", m);
+    long together = atol(t + strlen("\nkiln_step_tokens_together_total "));
+    cr_assert(together >= 80, "%ld tokens evaluated together", together);
+    free(m);
 }
 
 Test(serve, batch_tokens_bounds) {

@@ -1,0 +1,234 @@
+/* Steps of several slots' tokens (kiln serve --parallel): the plans of one
+ * plan_create_slots keep their KV caches in one pool a layer, so one recording can
+ * evaluate every decoding slot's next token at once, each at its own position of its own
+ * slot's cache: the products read every weight once for the whole step (the short
+ * block's skinny products, or the tiled products over a block of 64 where the device has
+ * no skinny ones), kn_qk_prep_batch and the batched attention reach each token's rows of
+ * the pool, and the logits head and argmax run over every row.
+ *
+ * The owner holds the recordings, one per bucket of 8, 16, 32 and 64 tokens (up to the
+ * smallest that holds every slot), and the few buffers of its own (the staged inputs, the
+ * attention's partials, every row's logits and argmax); the activations are the owner's
+ * prefill buffers, free while a step runs because the slots never evaluate at the same
+ * time (model/engine_batch.h). A step's rows past its tokens are padding: slot n_slots
+ * (past the pool) so the cache stores and attention skip them, the products do not store
+ * them (info = {0, n}). */
+#include "base/error.h"
+#include "plan/plan_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+static const uint32_t bucket_tokens[PLAN_BUCKETS] = {8, 16, 32, PLAN_BATCH_MAX};
+
+bool plan_batch_role(int i) {
+    switch (i) {
+    case K_STAGE_BATCH: case K_QK_PREP_BATCH: case K_ATTN_BATCH: case K_ATTN_MERGE_BATCH: case K_MM_OUT:
+    case K_ARGMAX_BATCH: case K_MM_QKV: case K_MM_O: case K_MM_FF: case K_MM_DOWN: case K_SWIGLU:
+        return true;
+    default: return false;
+    }
+}
+
+uint32_t plan_batch_splits(const plan_shape *s, const rt_caps *c, uint32_t nb) {
+    return kn_attn_splits(c, s->hp.n_head * nb, s->n_ctx);
+}
+
+/* A bucket of nb tokens works where its products do: the skinny ones at that size (the
+ * logits head's too), or the tiled ones over a whole tile of 64 tokens. */
+static bool bucket_ok(const plan_shape *s, const rt_caps *c, uint32_t nb) {
+    if (nb % 64 == 0) return true;
+    return plan_short_block_ok(s, c, nb) && kn_matmul_skinny_ok(c, s->hp.n_vocab, s->hp.n_embd, nb, s->dt);
+}
+
+uint32_t plan_batch_size(const plan_shape *s, const rt_caps *c, int i) {
+    /* the slots share a pool of caches (plan.c's pooled, checked where the owner is made);
+     * qwen35's recurrent state has no batched kernels; a planted fault is the decode head's */
+    if (i < 0 || i >= PLAN_BUCKETS || s->n_slots < 2 || s->hp.arch == ARCH_QWEN35 || s->fault_logits ||
+        s->n_block < PLAN_BATCH_MAX)
+        return 0;
+    uint32_t nb = bucket_tokens[i];
+    /* none past the smallest that holds every slot */
+    for (int j = 0; j < i; j++)
+        if (bucket_tokens[j] >= s->n_slots && bucket_ok(s, c, bucket_tokens[j])) return 0;
+    return bucket_ok(s, c, nb) ? nb : 0;
+}
+
+/* Bytes of the buffers of the largest bucket: staged inputs, partials, logits, argmax. */
+static void batch_sizes(const plan_shape *s, const rt_caps *c, uint64_t *part, uint64_t *logits, uint32_t *max_nb) {
+    *part = *logits = 0, *max_nb = 0;
+    for (int i = 0; i < PLAN_BUCKETS; i++) {
+        uint32_t nb = plan_batch_size(s, c, i);
+        if (!nb) continue;
+        uint64_t pb = 4ull * nb * s->hp.n_head * plan_batch_splits(s, c, nb) * (s->hp.head_dim_k + 2);
+        if (pb > *part) *part = pb;
+        *max_nb = nb;
+    }
+    *logits = 4ull * *max_nb * s->hp.n_vocab;
+}
+
+uint64_t plan_batch_bytes(const plan_shape *s, const rt_caps *c) {
+    uint64_t part, logits;
+    uint32_t nb;
+    batch_sizes(s, c, &part, &logits, &nb);
+    return nb ? part + logits + 8ull * nb + 2ull * 4 * PLAN_BATCH_WORDS : 0;
+}
+
+static int stage(plan_engine *o, engine_step *const *it, uint32_t n, kiln_err *err);
+
+/* Bucket bi: its own kernels for the roles that follow its size, the plan's for the rest,
+ * and its recording. */
+static int build_bucket(plan_engine *p, int bi, uint32_t nb, kiln_err *err) {
+    plan_prefill *b = &p->batch[bi];
+    plan_shape s = p->s;
+    s.n_block = nb;
+    bool ff_swiglu = plan_ff_swiglu(&s, &p->d->caps);
+    for (int i = 0; i < K_COUNT; i++) {
+        if (!plan_batch_role(i)) {
+            b->kern[i] = p->kern[i], b->sig[i] = p->sig[i];
+            b->grid[i][0] = p->grid[i][0], b->grid[i][1] = p->grid[i][1];
+            continue;
+        }
+        if (i == K_SWIGLU && ff_swiglu) continue; /* the gate and up product applies it */
+        if (!(b->kern[i] = plan_compile_kernel(p->d, &s, i, b->grid[i], &b->sig[i], err))) return -1;
+        p->n_kern++;
+    }
+    b->n = nb;
+    b->first_launch = p->n_launch;
+    if (plan_record_batch(p, b, err)) return -1;
+    b->n_launch = p->n_launch - b->first_launch;
+    b->rec = p->d->ops->record(p->d, p->launch + b->first_launch, b->n_launch, err);
+    return b->rec ? 0 : -1;
+}
+
+int plan_batch_build(plan_engine *p, kiln_err *err) {
+    rt_device *d = p->d;
+    uint64_t part, logits;
+    uint32_t max_nb;
+    if (p->owner || !p->kpool) return 0;
+    batch_sizes(&p->s, &d->caps, &part, &logits, &max_nb);
+    if (!max_nb) return 0;
+    size_t tok_bytes = (size_t)PLAN_BATCH_MAX * 4;
+    if (!(p->btok_h = d->ops->alloc_host(d, 4 * PLAN_BATCH_WORDS, err)) ||
+        !(p->btok = d->ops->alloc(d, 4 * PLAN_BATCH_WORDS, err)) ||
+        !(p->btok_tok = d->ops->view(d, p->btok, 0, tok_bytes, err)) ||
+        !(p->btok_pos = d->ops->view(d, p->btok, tok_bytes, 2 * tok_bytes, err)) ||
+        !(p->bpart = d->ops->alloc(d, part, err)) || !(p->blogits = d->ops->alloc(d, logits, err)) ||
+        !(p->bbest = d->ops->alloc_host(d, 8ull * max_nb, err)) || stage(p, NULL, 0, err))
+        return -1;
+    for (int bi = 0; bi < PLAN_BUCKETS; bi++) {
+        uint32_t nb = plan_batch_size(&p->s, &d->caps, bi);
+        if (nb && build_bucket(p, bi, nb, err)) return -1;
+    }
+    return 0;
+}
+
+void plan_batch_release(plan_engine *p) {
+    rt_device *d = p->d;
+    for (int bi = 0; bi < PLAN_BUCKETS; bi++) {
+        plan_prefill *b = &p->batch[bi];
+        if (b->rec) d->ops->release_recording(d, b->rec);
+        for (int i = 0; i < K_COUNT; i++)
+            if (plan_batch_role(i)) { /* the others are the plan's */
+                if (b->kern[i]) d->ops->release_kernel(d, b->kern[i]);
+                plan_sig_free(&b->sig[i]);
+            }
+    }
+    rt_buffer *bufs[] = {p->btok_tok, p->btok_pos, p->btok, p->btok_h, p->bpart, p->blogits, p->bbest};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) d->ops->release(d, bufs[i]);
+}
+
+/* ---- a step -------------------------------------------------------------------------- */
+
+static plan_engine *as_plan(engine *e) { return e && e->ops == &plan_ops ? (plan_engine *)e : NULL; }
+
+/* What eval would refuse for the item's token, or 0 (as plan.c's run_tokens). */
+static int check_item(engine_step *it) {
+    plan_engine *p = (plan_engine *)it->e;
+    engine *base = &p->base;
+    if (it->pos > base->n_past)
+        return kiln_fail(&it->err, KILN_ERR_INVALID, "position %u is past the %u cached positions", it->pos,
+                         base->n_past);
+    if ((uint64_t)it->pos + 1 > base->n_ctx)
+        return kiln_fail(&it->err, KILN_ERR_INVALID, "a token at position %u exceeds the context of %u", it->pos,
+                         base->n_ctx);
+    if (it->token < 0 || (uint32_t)it->token >= p->s.hp.n_vocab)
+        return kiln_fail(&it->err, KILN_ERR_INVALID, "token id %d is outside the vocabulary of %u", it->token,
+                         p->s.hp.n_vocab);
+    return 0;
+}
+
+/* The smallest bucket holding n tokens (n <= the largest's). */
+static const plan_prefill *bucket_for(const plan_engine *o, uint32_t n) {
+    for (int bi = 0; bi < PLAN_BUCKETS; bi++)
+        if (o->batch[bi].rec && n <= o->batch[bi].n) return &o->batch[bi];
+    return NULL;
+}
+
+/* The staged inputs of items it[0..n) into the host's buffer: token ids, then (position,
+ * slot) pairs; the rows past n padding at slot n_slots, past the pool, so nothing stores. */
+static int stage(plan_engine *o, engine_step *const *it, uint32_t n, kiln_err *err) {
+    uint32_t in[PLAN_BATCH_WORDS] = {0};
+    for (uint32_t t = 0; t < PLAN_BATCH_MAX; t++) {
+        engine_step *i = t < n ? it[t] : NULL;
+        in[t] = i ? (uint32_t)i->token : 0;
+        in[PLAN_BATCH_MAX + 2 * t] = i ? i->pos : 0;
+        in[PLAN_BATCH_MAX + 2 * t + 1] = i ? ((plan_engine *)i->e)->slot : o->s.n_slots;
+    }
+    return o->d->ops->upload(o->d, o->btok_h, 0, in, sizeof in, err);
+}
+
+/* Items it[0..n) (checked, n within the largest bucket) in one replay; each item's
+ * result read back. 0, or -1 with err (the device failed: every item fails with it). */
+static int run_bucket(plan_engine *o, engine_step **it, uint32_t n, kiln_err *err) {
+    rt_device *d = o->d;
+    const plan_prefill *b = bucket_for(o, n);
+    uint32_t info[2] = {0, n}, best[2 * PLAN_BATCH_MAX];
+    size_t row = (size_t)o->s.hp.n_vocab * 4;
+    if (stage(o, it, n, err) || d->ops->upload(d, o->info_h, 0, info, sizeof info, err) ||
+        d->ops->replay(d, b->rec, err) || d->ops->download(d, o->bbest, 0, best, (size_t)n * 8, err))
+        return -1;
+    for (uint32_t t = 0; t < n; t++) {
+        plan_engine *p = (plan_engine *)it[t]->e;
+        p->base.n_past = it[t]->pos + 1;
+        if (it[t]->logits && d->ops->download(d, o->blogits, t * row, it[t]->logits, row, err)) return -1;
+        if (it[t]->best) {
+            float mx;
+            memcpy(&mx, &best[2 * t + 1], 4);
+            *it[t]->best = mx == -INFINITY || best[2 * t] >= o->s.hp.n_vocab ? -1 : (int32_t)best[2 * t];
+        }
+    }
+    return 0;
+}
+
+int plan_eval_step(engine_step *items, uint32_t n) {
+    plan_engine *first = n ? as_plan(items[0].e) : NULL;
+    plan_engine *o = first ? first->owner ? (plan_engine *)first->owner : first : NULL;
+    if (!o || !bucket_for(o, 1)) return -1;
+    for (uint32_t i = 0; i < n; i++) { /* siblings of one owner, each once */
+        plan_engine *p = as_plan(items[i].e);
+        if (!p || (p->owner ? p->owner : p) != o) return -1;
+        for (uint32_t j = 0; j < i; j++)
+            if (items[j].e == items[i].e) return -1;
+    }
+    engine_step *go[PLAN_BATCH_MAX];
+    uint32_t max_nb = 0, taken = 0;
+    for (int bi = 0; bi < PLAN_BUCKETS; bi++)
+        if (o->batch[bi].rec) max_nb = o->batch[bi].n;
+    for (uint32_t i = 0; i <= n; i++) {
+        if (i < n) {
+            engine_step *it = &items[i];
+            kiln_err_clear(&it->err);
+            if ((it->rc = check_item(it))) continue;
+            go[taken++] = it;
+        }
+        if (taken && (taken == max_nb || i == n)) {
+            kiln_err err = {0};
+            if (run_bucket(o, go, taken, &err))
+                for (uint32_t t = 0; t < taken; t++) go[t]->rc = -1, go[t]->err = err;
+            taken = 0;
+        }
+    }
+    return 0;
+}

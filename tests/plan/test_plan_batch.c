@@ -1,0 +1,145 @@
+/* Steps of several slots' tokens (plan/plan_batch.c, engine_ops.eval_step) on the Vulkan
+ * device (lavapipe in CI: the tiled products over a bucket of 64): three slots of one
+ * plan_create_slots, each with its own prompt, decode together; every slot's logits (or
+ * argmax) against the contract oracle run on that slot's tokens alone (teacher-forced on
+ * the oracle's picks): relative error under 1e-2, greedy picks equal or a near-tie. A bad
+ * item fails alone; plans that do not share a pool are refused whole; a slot rewinds
+ * inside a step. Skipped by name when there is no Vulkan device. */
+#include "base/error.h"
+#include "diverge/diverge.h"
+#include "model/engine.h"
+#include "model/model.h"
+#include "oracle/oracle.h"
+#include "plan/plan.h"
+#include "tests/util/testutil.h"
+#include "tests/util/testutil_vk.h"
+
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SLOTS 3
+
+static int32_t argmax_of(const float *l, uint32_t n) {
+    int32_t b = 0;
+    for (uint32_t i = 1; i < n; i++)
+        if (l[i] > l[b]) b = (int32_t)i;
+    return b;
+}
+
+/* The GPU's row against the oracle's: relative error, and the pick equal or a near-tie. */
+static double check_row(const float *lo, const float *lg, int32_t g_pick, uint32_t nv, const char *what) {
+    double maxabs = 0, e = 0;
+    for (uint32_t v = 0; lg && v < nv; v++) {
+        cr_assert(isfinite(lg[v]), "%s: logit %u is %g", what, v, lg[v]);
+        if (fabs(lo[v]) > maxabs) maxabs = fabs(lo[v]);
+        if (fabs(lg[v] - lo[v]) > e) e = fabs(lg[v] - lo[v]);
+    }
+    int32_t oa = argmax_of(lo, nv);
+    if (g_pick != oa) {
+        double gap = dv_gap_quanta(lo, oa, g_pick, GGUF_T_BF16);
+        cr_assert(gap <= 2.0, "%s: the step picked %d, the oracle %d (%.2f quanta apart)", what, g_pick, oa, gap);
+    }
+    return e / (maxabs > 0 ? maxabs : 1);
+}
+
+Test(plan_batch, slots_step_together_as_each_alone, .timeout = 600) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    kiln_err err = {0};
+    model *m = model_load(tu_data_file("models/stories260K.gguf"), &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    uint32_t nv = m->hp.n_vocab;
+    engine *slot[SLOTS], *orc[SLOTS];
+    slot[0] = plan_create_slots(m, d, GGUF_T_BF16, 256, 0, SLOTS, &err);
+    cr_assert_not_null(slot[0], "%s", err.msg);
+    cr_assert_not_null(slot[0]->ops->eval_step);
+    orc_options oo = {.mode = ORC_CONTRACT, .dtype = GGUF_T_BF16, .n_ctx = 256, .threads = 2};
+    for (int i = 0; i < SLOTS; i++) {
+        if (i) cr_assert_not_null(slot[i] = plan_create_sibling(slot[0], &err), "%s", err.msg);
+        cr_assert_not_null(orc[i] = orc_create(m, &oo, &err), "%s", err.msg);
+    }
+    /* each slot its own prompt, through the prefill blocks */
+    static const int32_t p0[] = {1, 400, 300, 20, 77}, p1[] = {1, 50, 60, 70, 80, 90, 100, 110, 120}, p2[] = {1, 9};
+    const int32_t *prompt[SLOTS] = {p0, p1, p2};
+    uint32_t len[SLOTS] = {5, 9, 2};
+    float *lo[SLOTS], *lg[SLOTS];
+    int32_t next[SLOTS], best[SLOTS];
+    for (int i = 0; i < SLOTS; i++) {
+        lo[i] = malloc(nv * 4), lg[i] = malloc(nv * 4);
+        cr_assert_eq(engine_eval(orc[i], prompt[i], len[i], 0, lo[i], false, &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_eval(slot[i], prompt[i], len[i], 0, lg[i], false, &err), 0, "%s", err.msg);
+        next[i] = argmax_of(lo[i], nv);
+    }
+    double worst = 0;
+    uint32_t pos[SLOTS] = {5, 9, 2};
+    for (uint32_t s = 0; s < 12; s++) {
+        /* every slot, or (odd steps) the last two: logits for slot 0 and 2, the argmax for 1 */
+        engine_step it[SLOTS];
+        uint32_t n = 0, first = s % 2 ? 1 : 0;
+        for (int i = (int)first; i < SLOTS; i++)
+            it[n++] = (engine_step){.e = slot[i], .token = next[i], .pos = pos[i],
+                                    .logits = i == 1 ? NULL : lg[i], .best = i == 1 ? &best[i] : NULL};
+        cr_assert_eq(slot[0]->ops->eval_step(it, n), 0, "step %u not taken", s);
+        for (uint32_t j = 0; j < n; j++) {
+            int i = (int)first + (int)j;
+            char what[80];
+            snprintf(what, sizeof what, "step %u slot %d at %u", s, i, pos[i]);
+            cr_assert_eq(it[j].rc, 0, "%s: %s", what, it[j].err.msg);
+            cr_assert_eq(slot[i]->n_past, pos[i] + 1, "%s", what);
+            cr_assert_eq(engine_eval(orc[i], &next[i], 1, pos[i], lo[i], false, &err), 0, "%s", err.msg);
+            double e = check_row(lo[i], i == 1 ? NULL : lg[i], i == 1 ? best[i] : argmax_of(lg[i], nv), nv, what);
+            if (e > worst) worst = e;
+            pos[i]++;
+            next[i] = argmax_of(lo[i], nv);
+        }
+    }
+    cr_log_info("stories260K, %d slots stepping together on %s: worst logits relative error %.2e", SLOTS, d->label,
+                worst);
+    cr_assert_lt(worst, 1e-2);
+
+    /* a bad token fails alone; the others step */
+    engine_step bad[2] = {{.e = slot[0], .token = (int32_t)nv, .pos = pos[0], .logits = lg[0]},
+                          {.e = slot[2], .token = next[2], .pos = pos[2], .best = &best[2]}};
+    cr_assert_eq(slot[0]->ops->eval_step(bad, 2), 0);
+    cr_assert_eq(bad[0].rc, -1);
+    cr_assert(strstr(bad[0].err.msg, "vocabulary"), "%s", bad[0].err.msg);
+    cr_assert_eq(bad[1].rc, 0, "%s", bad[1].err.msg);
+    cr_assert_eq(slot[0]->n_past, pos[0], "the failed item moved its slot");
+    cr_assert_eq(engine_eval(orc[2], &next[2], 1, pos[2], lo[2], false, &err), 0, "%s", err.msg);
+    check_row(lo[2], NULL, best[2], nv, "beside a bad item");
+
+    /* a rewind inside a step: slot 1 back to its prompt's last token, as a lone decode gives */
+    engine_step rw[2] = {{.e = slot[1], .token = p1[8], .pos = 8, .logits = lg[1]},
+                         {.e = slot[0], .token = next[0], .pos = pos[0], .logits = lg[0]}};
+    cr_assert_eq(slot[0]->ops->eval_step(rw, 2), 0);
+    cr_assert_eq(rw[0].rc, 0, "%s", rw[0].err.msg);
+    cr_assert_eq(engine_eval(orc[1], p1, 9, 0, lo[1], false, &err), 0, "%s", err.msg);
+    cr_assert_lt(check_row(lo[1], lg[1], argmax_of(lg[1], nv), nv, "rewound"), 1e-2);
+    engine_step late = {.e = slot[1], .token = 5, .pos = 11, .best = &best[1]}; /* past its 9 positions */
+    cr_assert_eq(slot[0]->ops->eval_step(&late, 1), 0);
+    cr_assert_eq(late.rc, -1);
+
+    /* plans that share no pool are not taken: nothing evaluated */
+    engine *lone = plan_create(m, d, GGUF_T_BF16, 256, 0, &err);
+    cr_assert_not_null(lone, "%s", err.msg);
+    engine_step mix[2] = {{.e = slot[0], .token = 3, .pos = 0, .best = &best[0]},
+                          {.e = lone, .token = 3, .pos = 0, .best = &best[1]}};
+    uint32_t before = slot[0]->n_past;
+    cr_assert_eq(lone->ops->eval_step(mix, 2), -1);
+    cr_assert_eq(lone->ops->eval_step(mix + 1, 1), -1, "a lone plan has no steps of several");
+    cr_assert_eq(slot[0]->n_past, before);
+    engine_step twice[2] = {{.e = slot[2], .token = 3, .pos = 0, .best = &best[0]},
+                            {.e = slot[2], .token = 3, .pos = 1, .best = &best[1]}};
+    cr_assert_eq(slot[0]->ops->eval_step(twice, 2), -1, "one slot twice in a step");
+    engine_destroy(lone);
+
+    for (int i = SLOTS - 1; i >= 0; i--) { /* the siblings first: the weights are slot 0's */
+        engine_destroy(slot[i]);
+        engine_destroy(orc[i]);
+        free(lo[i]), free(lg[i]);
+    }
+    model_free(m);
+    d->ops->destroy(d);
+}
