@@ -21,6 +21,14 @@ if [ "${SUITES:-1}" = 1 ]; then
   stamp suites
   tarball
 fi
+# PROFILE="8 32": where a step of that many slots' tokens goes, per model (kiln run --profile-step)
+for m in $MODELS; do
+  for n in ${PROFILE:-}; do
+    timeout 120 $K run $dir/$m.gguf --device cuda:0 -p "$prompt" -n 4 --profile-tokens 24 --profile-step $n \
+      > /dev/null 2> $out/prof-$m-step$n.txt
+  done
+done
+stamp profiles
 # serve MODEL DEVICE SLOTS: starts a server, sets pid and port
 serve() {
   $K serve $dir/$1.gguf --device $2 --parallel $3 --listen 127.0.0.1:0 --ctx 4096 > $out/serve.out 2> $out/serve-$1-$2-$3.err &

@@ -123,7 +123,7 @@ int model_opts_open_n(model_opts *o, const char *path, uint32_t n, model **m, to
     l = dev_resolve(l);
     if (l.kind != DEV_CPU) {
         if (!(o->dev = dev_open(l, o->caps, &err))) return cli_fail("%s", err.msg);
-        e[0] = plan_create_slots(*m, o->dev, o->orc.dtype, o->orc.n_ctx, o->n_block, n, &err);
+        e[0] = plan_create_slots(*m, o->dev, o->orc.dtype, o->orc.n_ctx, o->n_block, o->slots > n ? o->slots : n, &err);
     } else {
         e[0] = orc_create(*m, &o->orc, &err);
     }

@@ -19,6 +19,8 @@ typedef struct model_opts {
     bool sampling_set; /* any sampling flag given: otherwise greedy */
     bool temp_set;     /* sampling flags without --temp sample at 0.8, as llama.cpp */
     uint32_t n_block;  /* --block: prompt tokens per prefill block on a GPU (0: the plan's 512) */
+    uint32_t slots;    /* a GPU plan made for this many slots even where fewer engines are opened
+                        * (kiln run --profile-step: the steps of several slots' tokens); 0: the engines' */
     engine_batch_opts batch; /* several engines' steps (kiln serve --parallel: --batch-tokens) */
 } model_opts;
 

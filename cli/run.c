@@ -21,7 +21,9 @@ static const char usage[] =
     "  --no-echo                do not print the prompt before the generated text\n"
     "  --profile                after the run, time each kernel of a decode step and of a prefill\n"
     "                           block (GPU devices)\n"
-    "  --profile-tokens N       the profiled prefill block's tokens (default: a full block)\n" MODEL_OPTS_USAGE;
+    "  --profile-tokens N       the profiled prefill block's tokens (default: a full block)\n"
+    "  --profile-step N         also a step of N slots' tokens decoding together (kiln serve\n"
+    "                           --parallel; the plan is made for N slots)\n" MODEL_OPTS_USAGE;
 
 #define MAX_STOPS 16
 
@@ -73,7 +75,7 @@ int cmd_run(int argc, char **argv) {
     size_t n_stop = 0;
     uint64_t n_gen = 128;
     bool ids_out = false, truncate = false, echo = true, profile = false;
-    uint64_t profile_tokens = 0; /* 0: a full block */
+    uint64_t profile_tokens = 0, profile_step = 0; /* 0: a full block; no step */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = model_opts_parse(&mo, argc, argv, &i, usage);
@@ -87,6 +89,12 @@ int cmd_run(int argc, char **argv) {
             if (!v || !cli_parse_u64(v, 1, 1u << 20, &profile_tokens))
                 return cli_usage_error(usage, "--profile-tokens needs a token count of at least 1");
             profile = true;
+        } else if (!strcmp(a, "--profile-step")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            if (!v || !cli_parse_u64(v, 2, 64, &profile_step))
+                return cli_usage_error(usage, "--profile-step needs a count of slots from 2 to 64");
+            profile = true;
+            mo.slots = (uint32_t)profile_step;
         } else if (!strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "--stop")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v) return cli_usage_error(usage, "%s needs a value", a);
@@ -177,7 +185,8 @@ int cmd_run(int argc, char **argv) {
             gen_finish_name(res.finish));
     fprintf(stderr, "%s: first token %.3f s after start (model load and kernel compile %.3f s, prompt %.3f s)\n",
             e->name, t_ready - t_start + res.t_prompt, t_ready - t_start, res.t_prompt);
-    if (profile && plan_profile(e, 100, (uint32_t)profile_tokens, stderr, &err)) rc = cli_fail("--profile: %s", err.msg);
+    if (profile && plan_profile(e, 100, (uint32_t)profile_tokens, (uint32_t)profile_step, stderr, &err))
+        rc = cli_fail("--profile: %s", err.msg);
 out:
     free(res.ids);
     free(ids);

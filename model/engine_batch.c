@@ -2,7 +2,10 @@
  * waits; whichever waiting thread finds the group ready and no step running becomes the
  * step's leader: it picks the step's share of every waiting call under the lock, runs
  * them without it, and hands the results back. A caller is driven by one thread, so a
- * wrapper has at most one call waiting. */
+ * wrapper has at most one call waiting, and waits on the wrapper's own condition: a step
+ * wakes exactly the callers it finished, and the oldest call's (which times the gather and
+ * leads next); one condition for the group woke every waiter at every call and step
+ * (32 slots: a thousand wakeups a step, milliseconds of a step's time on the H200). */
 #include "model/engine_batch.h"
 
 #include "base/error.h"
@@ -35,7 +38,6 @@ typedef struct call {
 
 typedef struct group {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     call *head; /* waiting calls, oldest first */
     uint32_t busy, busy_waiting; /* busy wrappers; of them, those with a call waiting */
     bool running;
@@ -52,8 +54,15 @@ struct wrap {
     engine_ops ops;
     engine *inner;
     group *g;
+    pthread_cond_t cv; /* its caller's: the call finished, or the group wants a leader */
     bool busy, waiting;
 };
+
+/* The oldest call's caller re-checks the group (the lock held): it times the gather and
+ * leads the next step. */
+static void wake_head(group *g) {
+    if (g->head) pthread_cond_signal(&g->head->w->cv);
+}
 
 static uint64_t now_us(void) {
     struct timespec t;
@@ -159,7 +168,7 @@ static void lead(group *g) {
         c->take = 0;
         c->finished = c->rc || c->done == c->n;
     }
-    for (call **p = &g->head; *p;) { /* finished calls leave the queue */
+    for (call **p = &g->head; *p;) { /* finished calls leave the queue, their callers woken */
         call *c = *p;
         if (!c->finished) {
             p = &c->next;
@@ -168,12 +177,13 @@ static void lead(group *g) {
         *p = c->next;
         c->w->waiting = false;
         if (c->w->busy) g->busy_waiting--;
+        pthread_cond_signal(&c->w->cv);
     }
     g->st.steps++, g->st.calls += taken, g->st.tokens += tokens, g->st.chunks += cut, g->st.together += together;
     g->st.busy_s += us / 1e6;
     g->st.by_calls[bucket(taken, 1)]++;
     g->st.by_ms[bucket(us, 1000)]++;
-    pthread_cond_broadcast(&g->cv);
+    wake_head(g);
 }
 
 static int run_call(engine *e, call *c, kiln_err *err) {
@@ -194,25 +204,26 @@ static int run_call(engine *e, call *c, kiln_err *err) {
     *tail = c;
     w->waiting = true;
     if (w->busy) g->busy_waiting++;
-    pthread_cond_broadcast(&g->cv);
     while (!c->finished) {
         uint64_t now = now_us();
         if (!g->running && ready(g, now)) {
             lead(g);
             continue;
         }
-        if (g->running || !g->head) {
-            pthread_cond_wait(&g->cv, &g->mu);
+        /* a step running (its end wakes this caller or the oldest's), or a call not the
+         * oldest (the oldest's caller times the gather) */
+        if (g->running || g->head != c) {
+            pthread_cond_wait(&w->cv, &g->mu);
             continue;
         }
-        /* not ready: wake when the oldest call has waited the gather time */
+        /* not ready: wake when this, the oldest call, has waited the gather time */
         uint64_t due = g->head->since_us + g->o.gather_us;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         uint64_t wait = due > now ? due - now : 0, ns = (uint64_t)ts.tv_nsec + (wait % 1000000u) * 1000u;
         ts.tv_sec += (time_t)(wait / 1000000u + ns / 1000000000u);
         ts.tv_nsec = (long)(ns % 1000000000u);
-        pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+        pthread_cond_timedwait(&w->cv, &g->mu, &ts);
     }
     pthread_mutex_unlock(&g->mu);
     e->n_past = w->inner->n_past;
@@ -235,7 +246,6 @@ static int batch_eval_argmax(engine *e, const int32_t *tokens, uint32_t n, uint3
 static void group_release(group *g) {
     if (atomic_fetch_sub(&g->refs, 1) != 1) return;
     pthread_mutex_destroy(&g->mu);
-    pthread_cond_destroy(&g->cv);
     free(g->scratch);
     free(g->step);
     free(g->items);
@@ -246,6 +256,7 @@ static void batch_destroy(engine *e) {
     wrap *w = (wrap *)e;
     engine_destroy(w->inner);
     group_release(w->g);
+    pthread_cond_destroy(&w->cv);
     free(w);
 }
 
@@ -260,7 +271,7 @@ void engine_batch_busy(engine *e, bool busy) {
         w->busy = busy;
         g->busy += busy ? 1u : (uint32_t)-1;
         if (w->waiting) g->busy_waiting += busy ? 1u : (uint32_t)-1;
-        pthread_cond_broadcast(&g->cv); /* one fewer to wait for */
+        wake_head(g); /* one fewer to wait for */
     }
     pthread_mutex_unlock(&g->mu);
 }
@@ -297,11 +308,10 @@ int engine_batch_group(engine **e, uint32_t n, const engine_batch_opts *opts, ki
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&g->cv, &ca);
-    pthread_condattr_destroy(&ca);
     atomic_init(&g->refs, n ? n : 1);
     for (uint32_t i = 0; i < n; i++) {
         wrap *x = w[i];
+        pthread_cond_init(&x->cv, &ca);
         x->inner = e[i];
         x->g = g;
         x->ops = (engine_ops){batch_eval, batch_destroy, e[i]->ops->eval_argmax ? batch_eval_argmax : NULL, NULL};
@@ -309,6 +319,7 @@ int engine_batch_group(engine **e, uint32_t n, const engine_batch_opts *opts, ki
         x->base.ops = &x->ops;
         e[i] = &x->base;
     }
+    pthread_condattr_destroy(&ca);
     free(w);
     if (n == 0) group_release(g); /* nothing shares it */
     return 0;

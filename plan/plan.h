@@ -42,9 +42,11 @@ void plan_counts(const engine *e, uint32_t *n_kernels, uint32_t *n_launches);
  * 10), summed by kernel role, with the bytes per second of the decode kernels that stream
  * weights or the cache and the FLOP rate of the prefill products and attention, written
  * to out; the prefill block holds n_prefill tokens (0 or more than a block: a full one).
+ * n_step > 1: also the step of n_step slots' tokens (the plan made for that many slots;
+ * its tokens at positions 0..n_step-1 of slot 0's cache).
  * The launches rewrite the activations and the cache (the engine's cache is empty
  * afterwards): for the end of a run. 0, or -1 with err. */
-int plan_profile(engine *e, uint32_t reps, uint32_t n_prefill, FILE *out, kiln_err *err);
+int plan_profile(engine *e, uint32_t reps, uint32_t n_prefill, uint32_t n_step, FILE *out, kiln_err *err);
 /* Tokens per prefill block (a prompt runs in blocks of this many). */
 uint32_t plan_block(const engine *e);
 

@@ -202,6 +202,23 @@ static int run_bucket(plan_engine *o, engine_step **it, uint32_t n, kiln_err *er
     return 0;
 }
 
+int plan_batch_stage_profile(plan_engine *p, uint32_t n, kiln_err *err) {
+    engine_step it[PLAN_BATCH_MAX], *go[PLAN_BATCH_MAX];
+    uint32_t info[2] = {0, n};
+    for (uint32_t t = 0; t < n && t < PLAN_BATCH_MAX; t++)
+        it[t] = (engine_step){.e = &p->base, .token = 0, .pos = t}, go[t] = &it[t];
+    return stage(p, go, n, err) || p->d->ops->upload(p->d, p->info_h, 0, info, sizeof info, err) ? -1 : 0;
+}
+
+bool plan_owns_kernel(const plan_engine *p, int i, const rt_kernel *k) {
+    if (p->kern[i] == k) return true;
+    for (int bi = 0; bi < PLAN_SUBS; bi++)
+        if (p->sub[bi].kern[i] == k) return true;
+    for (int bi = 0; bi < PLAN_BUCKETS; bi++)
+        if (p->batch[bi].kern[i] == k) return true;
+    return false;
+}
+
 int plan_eval_step(engine_step *items, uint32_t n) {
     plan_engine *first = n ? as_plan(items[0].e) : NULL;
     plan_engine *o = first ? first->owner ? (plan_engine *)first->owner : first : NULL;

@@ -254,6 +254,10 @@ int plan_batch_build(plan_engine *p, kiln_err *err);
 void plan_batch_release(plan_engine *p);
 /* The step of items (engine_ops.eval_step). */
 int plan_eval_step(engine_step *items, uint32_t n);
+/* Stages a step of n tokens (token 0 at positions 0..n-1 of the plan's slot) for a profile. */
+int plan_batch_stage_profile(plan_engine *p, uint32_t n, kiln_err *err);
+/* Whether kernel k is role i's in the plan, one of its smaller blocks or its buckets. */
+bool plan_owns_kernel(const plan_engine *p, int i, const rt_kernel *k);
 /* A bucket's launches (plan_record.c). */
 int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err);
 

@@ -38,6 +38,20 @@ static uint64_t prefill_flops(const plan_shape *s, int i, uint32_t n, bool ff_sw
     }
 }
 
+/* Weight bytes one launch of a step's kernel i reads (its products; 0: not one). */
+static uint64_t step_bytes(const plan_shape *s, int i, bool ff_swiglu) {
+    const arch_hparams *hp = &s->hp;
+    uint64_t d = hp->n_embd, e = 2;
+    switch (i) {
+    case K_MM_QKV: return e * s->qkv_dim * d;
+    case K_MM_O: return e * d * s->q_dim;
+    case K_MM_FF: return (ff_swiglu ? 2 : 1) * e * hp->n_ff * d;
+    case K_MM_DOWN: return e * d * hp->n_ff;
+    case K_MM_OUT: return e * hp->n_vocab * d;
+    default: return 0;
+    }
+}
+
 /* Times the recording rec (launches [first, first + count) of p->launch) replayed reps
  * times, then each launch run reps times back to back, and prints them by role. */
 /* pos: the decode step's position, or the prefill block's token count. */
@@ -54,9 +68,7 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
     double t_step = (clock_now_s() - t0) / reps;
     for (uint32_t i = first; i < first + count; i++) {
         int k = 0;
-        while (k < K_COUNT && p->kern[k] != p->launch[i].kernel && p->sub[0].kern[k] != p->launch[i].kernel &&
-               p->sub[1].kern[k] != p->launch[i].kernel)
-            k++;
+        while (k < K_COUNT && !plan_owns_kernel(p, k, p->launch[i].kernel)) k++;
         for (uint32_t r = 0; r < reps; r++) l[r] = p->launch[i];
         if (d->ops->run(d, l, 1, err)) return free(l), -1; /* warm */
         t0 = clock_now_s();
@@ -68,30 +80,39 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
     free(l);
     double sum = 0;
     plan_shape sb = p->s; /* the block the recording is of */
+    bool step = false;
     for (int bi = 0; bi < PLAN_SUBS; bi++)
         if (rec == p->sub[bi].rec) sb.n_block = p->sub[bi].n;
+    for (int bi = 0; bi < PLAN_BUCKETS; bi++)
+        if (rec == p->batch[bi].rec) sb.n_block = p->batch[bi].n, step = true;
     bool ff_swiglu = prefill && plan_ff_swiglu(&sb, &d->caps);
-    if (prefill)
+    bool flops = prefill && !step; /* a step's products stream their weights: GB/s */
+    if (step)
+        fprintf(out, "step of %u slots' tokens (bucket %u) on %s, each launch run %u times back to back:\n", pos,
+                sb.n_block, d->label, reps);
+    else if (prefill)
         fprintf(out, "prefill block of %u tokens (of %u) on %s, each launch run %u times back to back:\n", pos,
                 sb.n_block,
                 d->label, reps);
     else
         fprintf(out, "decode step on %s at position %u, each launch run %u times back to back:\n", d->label, pos, reps);
     fprintf(out, "  %-24s %8s %8s %10s %10s %9s\n", "kernel", "launches", "grid", "us each", "us/step",
-            prefill ? "TFLOP/s" : "GB/s");
+            flops ? "TFLOP/s" : "GB/s");
     for (int k = 0; k < K_COUNT; k++) {
         if (!n_role[k]) continue;
         double each = t_role[k] / n_role[k];
-        uint64_t b = prefill ? prefill_flops(&p->s, k, pos, ff_swiglu) : decode_bytes(&p->s, k, pos);
+        uint64_t b = step      ? step_bytes(&p->s, k, ff_swiglu)
+                     : prefill ? prefill_flops(&p->s, k, pos, ff_swiglu)
+                               : decode_bytes(&p->s, k, pos);
         fprintf(out, "  %-24s %8u %8u %10.2f %10.1f", plan_role[k], n_role[k], grid_role[k], each * 1e6,
                 t_role[k] * 1e6);
-        if (b) fprintf(out, prefill ? " %9.2f" : " %9.1f", b / each * (prefill ? 1e-12 : 1e-9));
+        if (b) fprintf(out, flops ? " %9.2f" : " %9.1f", b / each * (flops ? 1e-12 : 1e-9));
         fputc('\n', out);
         sum += t_role[k];
     }
     if (prefill)
-        fprintf(out, "  sum of launches %.1f us; the recorded block replayed: %.1f us (%.0f tok/s)\n", sum * 1e6,
-                t_step * 1e6, pos / t_step);
+        fprintf(out, "  sum of launches %.1f us; the recorded %s replayed: %.1f us (%.0f tok/s)\n", sum * 1e6,
+                step ? "step" : "block", t_step * 1e6, pos / t_step);
     else
         fprintf(out, "  sum of launches %.1f us; the recorded step replayed: %.1f us (%.1f tok/s)\n", sum * 1e6,
                 t_step * 1e6, 1.0 / t_step);
@@ -99,7 +120,7 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
 }
 
 
-int plan_profile(engine *e, uint32_t reps, uint32_t n_prefill, FILE *out, kiln_err *err) {
+int plan_profile(engine *e, uint32_t reps, uint32_t n_prefill, uint32_t n_step, FILE *out, kiln_err *err) {
     if (e->ops != &plan_ops)
         return kiln_fail(err, KILN_ERR_UNSUPPORTED, "a profile needs a GPU device (the oracle runs no kernels)");
     plan_engine *p = (plan_engine *)e;
@@ -123,5 +144,14 @@ int plan_profile(engine *e, uint32_t reps, uint32_t n_prefill, FILE *out, kiln_e
                  : 0;
     free(zeros);
     e->n_past = 0; /* the cache now holds the profile's block, not the run's tokens */
+    if (!rc && n_step > 1) {
+        const plan_prefill *sb = NULL;
+        for (int bi = PLAN_BUCKETS - 1; bi >= 0; bi--)
+            if (p->batch[bi].rec && n_step <= p->batch[bi].n) sb = &p->batch[bi];
+        if (!sb) return kiln_fail(err, KILN_ERR_UNSUPPORTED, "no step of %u slots' tokens on this plan", n_step);
+        if (plan_batch_stage_profile(p, n_step, err)) return -1;
+        rc = profile_span(p, sb->rec, sb->first_launch, sb->n_launch, reps, true, n_step, out, err);
+        e->n_past = 0;
+    }
     return rc;
 }

@@ -334,7 +334,7 @@ Test(plan, profile_of_a_step_and_a_block, .timeout = 300) {
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
     cr_assert(f);
-    cr_assert_eq(plan_profile(e, 3, 0, f, &err), 0, "%s", err.msg);
+    cr_assert_eq(plan_profile(e, 3, 0, 0, f, &err), 0, "%s", err.msg);
     fclose(f);
     const char *want[] = {"decode step on ", "at position 2", "prefill block of 64 tokens", "attn_decode",
                           "attn_merge", "decode_qkv", "prefill_qkv", "attn_prefill", "TFLOP/s", "GB/s",

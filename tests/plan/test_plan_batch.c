@@ -17,6 +17,7 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,6 +135,18 @@ Test(plan_batch, slots_step_together_as_each_alone, .timeout = 600) {
                             {.e = slot[2], .token = 3, .pos = 1, .best = &best[1]}};
     cr_assert_eq(slot[0]->ops->eval_step(twice, 2), -1, "one slot twice in a step");
     engine_destroy(lone);
+
+    /* the step's profile (kiln run --profile-step) */
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *f = open_memstream(&text, &text_len);
+    cr_assert(f);
+    cr_assert_eq(plan_profile(slot[0], 2, 0, SLOTS, f, &err), 0, "%s", err.msg);
+    cr_assert_eq(plan_profile(slot[0], 2, 0, 65, f, &err), -1, "a step past the largest bucket");
+    fclose(f);
+    cr_assert(strstr(text, "step of 3 slots' tokens") && strstr(text, "batch_attn") && strstr(text, "batch_logits"),
+              "%s", text);
+    free(text);
 
     for (int i = SLOTS - 1; i >= 0; i--) { /* the siblings first: the weights are slot 0's */
         engine_destroy(slot[i]);
