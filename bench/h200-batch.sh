@@ -31,7 +31,8 @@ done
 stamp profiles
 # serve MODEL DEVICE SLOTS: starts a server, sets pid and port
 serve() {
-  $K serve $dir/$1.gguf --device $2 --parallel $3 --listen 127.0.0.1:0 --ctx 4096 > $out/serve.out 2> $out/serve-$1-$2-$3.err &
+  $K serve $dir/$1.gguf --device $2 --parallel $3 --listen 127.0.0.1:0 --ctx 4096 --step-log $out/steps-$1-$2-$3.log \
+    > $out/serve.out 2> $out/serve-$1-$2-$3.err &
   pid=$!
   for i in $(seq 1 900); do grep -q listening $out/serve.out 2>/dev/null && break; sleep 0.1; done
   port=$(sed -n 's/.*127.0.0.1:\([0-9]*\).*/\1/p' $out/serve.out | head -1)

@@ -6,6 +6,7 @@
 #include "server/http.h"
 #include "text/chat.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,8 @@ static const char usage[] =
     "  --batch-tokens N         tokens a step evaluates at most: a longer prompt goes in chunks between\n"
     "                           the decoding slots' steps (default 2048, 1..65536)\n"
     "  --queue N                requests that may wait when every slot is busy; more get 503 (default 16)\n"
+    "  --step-log FILE          a line per step (--parallel > 1): its calls and tokens, how long the\n"
+    "                           oldest waited, how long it ran (for measuring)\n"
     "  --chat-template NAME     default: detected from the model's tokenizer.chat_template, else chatml\n"
     "  endpoints: POST /v1/chat/completions, POST /v1/completions (logprobs supported), GET /v1/models,\n"
     "  GET /health, GET /metrics\n"
@@ -45,7 +48,7 @@ static char *model_id(const char *path) {
 int cmd_serve(int argc, char **argv) {
     model_opts mo;
     model_opts_init(&mo);
-    const char *path = NULL, *listen = "127.0.0.1:8080", *api_key = NULL, *tmpl = NULL;
+    const char *path = NULL, *listen = "127.0.0.1:8080", *api_key = NULL, *tmpl = NULL, *step_log = NULL;
     uint64_t parallel = 1, queue = 16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -56,7 +59,8 @@ int cmd_serve(int argc, char **argv) {
             fputs(usage, stdout);
             return 0;
         } else if (!strcmp(a, "--listen") || !strcmp(a, "--api-key") || !strcmp(a, "--parallel") ||
-                   !strcmp(a, "--queue") || !strcmp(a, "--chat-template") || !strcmp(a, "--batch-tokens")) {
+                   !strcmp(a, "--queue") || !strcmp(a, "--chat-template") || !strcmp(a, "--batch-tokens") ||
+                   !strcmp(a, "--step-log")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v) return cli_usage_error(usage, "%s needs a value", a);
             if (!strcmp(a, "--listen")) listen = v;
@@ -64,6 +68,7 @@ int cmd_serve(int argc, char **argv) {
                 if (!*v) return cli_usage_error(usage, "--api-key needs a non-empty key");
                 api_key = v;
             } else if (!strcmp(a, "--chat-template")) tmpl = v;
+            else if (!strcmp(a, "--step-log")) step_log = v;
             else if (!strcmp(a, "--batch-tokens")) {
                 uint64_t b;
                 if (!cli_parse_u64(v, 1, 65536, &b))
@@ -92,6 +97,7 @@ int cmd_serve(int argc, char **argv) {
     if (tmpl && (fam = chat_family_from_name(tmpl)) < 0)
         return cli_usage_error(usage, "--chat-template: unknown template '%s'", tmpl);
     if (model_opts_check(&mo, usage)) return EXIT_USAGE;
+    if (step_log && !(mo.batch.log = fopen(step_log, "w"))) return cli_fail("--step-log %s: %s", step_log, strerror(errno));
 
     model *m = NULL;
     tokenizer *t = NULL;
@@ -126,5 +132,6 @@ out:
     free(default_system);
     free(id);
     model_opts_close_n(&mo, m, t, e, (uint32_t)parallel);
+    if (mo.batch.log) fclose(mo.batch.log);
     return rc;
 }

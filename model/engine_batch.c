@@ -152,8 +152,9 @@ static void lead(group *g) {
     uint32_t taken = pick(g);
     g->running = true;
     pthread_mutex_unlock(&g->mu);
-    uint64_t t0 = now_us(), tokens = 0, cut = 0;
+    uint64_t t0 = now_us(), tokens = 0, cut = 0, waited = t0 - g->step[0]->since_us;
     uint32_t together = run_together(g, taken);
+    uint64_t t1 = now_us();
     for (uint32_t i = 0; i < taken; i++) { /* the queue itself may grow meanwhile: not walked */
         call *c = g->step[i];
         tokens += c->take;
@@ -161,6 +162,11 @@ static void lead(group *g) {
         if (i >= together) run_share(g, c);
     }
     uint64_t us = now_us() - t0;
+    if (g->o.log)
+        fprintf(g->o.log, "step %llu at %llu us: %u calls, %u together, %llu tokens; first call waited %llu us; "
+                          "together %llu us, the rest %llu us\n",
+                (unsigned long long)g->st.steps, (unsigned long long)t0, taken, together, (unsigned long long)tokens,
+                (unsigned long long)waited, (unsigned long long)(t1 - t0), (unsigned long long)(t0 + us - t1));
     pthread_mutex_lock(&g->mu);
     g->running = false;
     for (uint32_t i = 0; i < taken; i++) {
@@ -304,6 +310,7 @@ int engine_batch_group(engine **e, uint32_t n, const engine_batch_opts *opts, ki
     }
     g->o.step_tokens = opts && opts->step_tokens ? opts->step_tokens : DEFAULT_STEP_TOKENS;
     g->o.gather_us = opts && opts->gather_us ? opts->gather_us : DEFAULT_GATHER_US;
+    g->o.log = opts ? opts->log : NULL;
     pthread_mutex_init(&g->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

@@ -22,6 +22,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct engine_batch_opts {
     uint32_t step_tokens; /* the token budget of a step (a chunk of a prompt is cut to what is left;
@@ -29,6 +30,8 @@ typedef struct engine_batch_opts {
     uint32_t gather_us;   /* how long a step waits for busy engines' calls; 0: 500 (a sequence
                            * samples its next token in tens to hundreds of microseconds; one
                            * whose client stalls costs the others no more than this a step) */
+    FILE *log;            /* NULL, or a line a step: its calls, tokens, how long its oldest call waited
+                           * and how long its parts ran (kiln serve --step-log) */
 } engine_batch_opts;
 
 /* Counters of the group's steps (every wrapper of a group reports the same). */
