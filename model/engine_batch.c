@@ -41,6 +41,7 @@ typedef struct group {
     call *head; /* waiting calls, oldest first */
     uint32_t busy, busy_waiting; /* busy wrappers; of them, those with a call waiting */
     bool running;
+    uint64_t idle_since_us; /* when the last step ended */
     engine_batch_opts o;
     engine_batch_stats st;
     call **step;    /* the step's calls in the order they run (one per wrapper at most) */
@@ -70,9 +71,19 @@ static uint64_t now_us(void) {
     return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
 }
 
-/* Every busy wrapper has a call waiting, or the oldest call has waited long enough. */
+/* When a step may start without every busy wrapper's call: the gather time after the
+ * oldest call came, or after the last step ended, whichever is later. Counted from the
+ * call alone, calls that came during a step were past it when the step ended, so the
+ * next step took them before the step's own callers came back: on the H200 32 slots
+ * split into two groups of 28 and 4 whose steps alternated for good. */
+static uint64_t gather_due(const group *g) {
+    uint64_t from = g->head->since_us > g->idle_since_us ? g->head->since_us : g->idle_since_us;
+    return from + g->o.gather_us;
+}
+
+/* Every busy wrapper has a call waiting, or the gather time is over. */
 static bool ready(const group *g, uint64_t now) {
-    return g->head && (g->busy_waiting >= g->busy || now - g->head->since_us >= g->o.gather_us);
+    return g->head && (g->busy_waiting >= g->busy || now >= gather_due(g));
 }
 
 /* The histogram bucket of v: the first b with v <= unit * 2^b, the last past them all. */
@@ -169,6 +180,7 @@ static void lead(group *g) {
                 (unsigned long long)waited, (unsigned long long)(t1 - t0), (unsigned long long)(t0 + us - t1));
     pthread_mutex_lock(&g->mu);
     g->running = false;
+    g->idle_since_us = now_us();
     for (uint32_t i = 0; i < taken; i++) {
         call *c = g->step[i];
         c->take = 0;
@@ -223,7 +235,7 @@ static int run_call(engine *e, call *c, kiln_err *err) {
             continue;
         }
         /* not ready: wake when this, the oldest call, has waited the gather time */
-        uint64_t due = g->head->since_us + g->o.gather_us;
+        uint64_t due = gather_due(g);
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         uint64_t wait = due > now ? due - now : 0, ns = (uint64_t)ts.tv_nsec + (wait % 1000000u) * 1000u;

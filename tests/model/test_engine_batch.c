@@ -120,6 +120,7 @@ typedef struct worker {
     bool mark;               /* mark busy around the work */
     int rc;
     uint64_t done_at;
+    uint32_t think_us; /* between calls (a server's slot emits its token) */
 } worker;
 
 static uint64_t now_ns(void) {
@@ -136,7 +137,10 @@ static void *work(void *arg) {
     if (w->mark) engine_batch_busy(w->e, true);
     uint32_t pos = 0;
     if (w->prompt) w->rc = engine_eval(w->e, tok, w->prompt, 0, logits, false, &err), pos = w->prompt;
-    for (uint32_t i = 0; i < w->tokens && !w->rc; i++) w->rc = engine_eval(w->e, tok, 1, pos + i, logits, false, &err);
+    for (uint32_t i = 0; i < w->tokens && !w->rc; i++) {
+        if (w->think_us) nanosleep(&(struct timespec){.tv_nsec = (long)w->think_us * 1000}, NULL);
+        w->rc = engine_eval(w->e, tok, 1, pos + i, logits, false, &err);
+    }
     w->done_at = now_ns();
     if (w->mark) engine_batch_busy(w->e, false);
     free(tok);
@@ -170,6 +174,32 @@ Test(engine_batch, busy_sequences_step_together) {
               (unsigned long long)st.steps);
     cr_assert(st.by_calls[2] >= 36, "%llu steps of 3-4 calls", (unsigned long long)st.by_calls[2]);
     for (int i = 0; i < 4; i++) cr_assert_eq(e[i]->n_past, 40);
+    for (int i = 0; i < 4; i++) engine_destroy(e[i]);
+}
+
+/* A call that comes while a step runs waits for the step's own callers to come back (the
+ * gather time counts from the step's end): a sequence that started late joins the others'
+ * steps instead of taking steps of its own between them for good. */
+Test(engine_batch, a_late_sequence_joins_the_others) {
+    fake f[4];
+    engine *e[4];
+    fakes(f, e, 4, 2000); /* a step of four calls: 8 ms, past the gather time */
+    kiln_err err = {0};
+    engine_batch_opts o = {.gather_us = 500};
+    cr_assert_eq(engine_batch_group(e, 4, &o, &err), 0);
+    for (int i = 0; i < 4; i++) engine_batch_busy(e[i], true);
+    worker w[4];
+    for (int i = 0; i < 4; i++) w[i] = (worker){e[i], 30, 0, false, 0, 0, 200}; /* back within the gather */
+    pthread_t th[4];
+    for (int i = 0; i < 3; i++) cr_assert_eq(pthread_create(&th[i], NULL, work, &w[i]), 0);
+    while (__atomic_load_n(&running, __ATOMIC_SEQ_CST) == 0) nanosleep(&(struct timespec){.tv_nsec = 100000}, NULL);
+    cr_assert_eq(pthread_create(&th[3], NULL, work, &w[3]), 0); /* during the first step */
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) cr_assert_eq(w[i].rc, 0);
+    engine_batch_stats st;
+    cr_assert(engine_batch_stats_of(e[0], &st));
+    cr_assert_eq(st.calls, 120);
+    cr_assert(st.steps <= 36, "120 calls in %llu steps: the late sequence stepped apart", (unsigned long long)st.steps);
     for (int i = 0; i < 4; i++) engine_destroy(e[i]);
 }
 
