@@ -21,7 +21,8 @@ static const char usage[] =
     "  --no-echo                do not print the prompt before the generated text\n"
     "  --profile                after the run, time each kernel of a decode step and of a prefill\n"
     "                           block (GPU devices)\n"
-    "  --profile-tokens N       the profiled prefill block's tokens (default: a full block)\n" MODEL_OPTS_USAGE;
+    "  --profile-tokens N       the profiled prefill block's tokens (default: a full block)\n"
+    CLI_CONSTRAINT_USAGE MODEL_OPTS_USAGE;
 
 #define MAX_STOPS 16
 
@@ -69,7 +70,7 @@ int cli_tokenize_prompt(const tokenizer *t, const char *text, size_t len, bool a
 int cmd_run(int argc, char **argv) {
     model_opts mo;
     model_opts_init(&mo);
-    const char *path = NULL, *prompt = NULL, *stops[MAX_STOPS];
+    const char *path = NULL, *prompt = NULL, *stops[MAX_STOPS], *schema_path = NULL, *grammar_path = NULL;
     size_t n_stop = 0;
     uint64_t n_gen = 128;
     bool ids_out = false, truncate = false, echo = true, profile = false;
@@ -87,6 +88,11 @@ int cmd_run(int argc, char **argv) {
             if (!v || !cli_parse_u64(v, 1, 1u << 20, &profile_tokens))
                 return cli_usage_error(usage, "--profile-tokens needs a token count of at least 1");
             profile = true;
+        } else if (!strcmp(a, "--json-schema") || !strcmp(a, "--grammar")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            if (!v) return cli_usage_error(usage, "%s needs a file", a);
+            if (schema_path || grammar_path) return cli_usage_error(usage, "give one of --json-schema and --grammar");
+            *(!strcmp(a, "--grammar") ? &grammar_path : &schema_path) = v;
         } else if (!strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "--stop")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v) return cli_usage_error(usage, "%s needs a value", a);
@@ -126,6 +132,7 @@ int cmd_run(int argc, char **argv) {
     sampler *smp = NULL;
     int32_t *ids = NULL;
     gen_result res = {0};
+    cli_constraint con = {0};
     int rc = model_opts_open(&mo, path, &m, &t, &e);
     if (rc) goto out;
     uint32_t n = 0;
@@ -156,7 +163,9 @@ int cmd_run(int argc, char **argv) {
         fwrite(prompt, 1, plen, stdout);
         fflush(stdout);
     }
-    gen_params gp = {.max_tokens = (uint32_t)n_gen, .stop = stops, .n_stop = n_stop, .extra_eog = -1};
+    if ((rc = cli_constraint_open(schema_path, grammar_path, t, &con))) goto out;
+    gen_params gp = {.max_tokens = (uint32_t)n_gen, .stop = stops, .n_stop = n_stop, .extra_eog = -1,
+                     .grammar = con.m};
     kiln_err err = {0};
     double t_ready = clock_now_s();
     if (gen_run(s, smp, ids, n, &gp, emit_stdout, NULL, &res, &err)) {
@@ -179,6 +188,7 @@ int cmd_run(int argc, char **argv) {
             e->name, t_ready - t_start + res.t_prompt, t_ready - t_start, res.t_prompt);
     if (profile && plan_profile(e, 100, (uint32_t)profile_tokens, stderr, &err)) rc = cli_fail("--profile: %s", err.msg);
 out:
+    cli_constraint_close(&con);
     free(res.ids);
     free(ids);
     free(owned);

@@ -62,6 +62,7 @@ typedef struct srv_request {
     uint32_t top_logprobs;    /* alternatives per token (0 with logprobs: the chosen one only) */
     /* constrained decoding: GBNF text (response_format, or tool_choice required/named) */
     char *grammar;
+    bool grammar_given;       /* grammar is the request's own "grammar" field */
     /* tools: each tool's JSON ({"type":"function","function":{...}}) as the templates write
      * it, and its function's name and parameters schema (NULL: none given) */
     char **tools;

@@ -288,7 +288,13 @@ static int sampling(srv_request *r, json_t *root, const srv_limits *lim, srv_err
 /* response_format: text, json_object, or json_schema {name, schema, strict} compiled to a
  * grammar; a schema kiln cannot enforce is refused. */
 static int response_format(srv_request *r, json_t *root, srv_error *e) {
-    json_t *rf = field(root, "response_format");
+    json_t *rf = field(root, "response_format"), *g = field(root, "grammar");
+    if (g) { /* kiln's (and llama.cpp's) extension: GBNF text */
+        if (!json_is_string(g) || !json_string_length(g)) return BAD(e, "grammar", "'grammar' must be GBNF text");
+        if (rf) return BAD(e, "grammar", "'grammar' and 'response_format' cannot both be given");
+        r->grammar_given = true;
+        return (r->grammar = dup_string(g)) ? 0 : OOM(e);
+    }
     if (!rf) return 0;
     json_t *type = json_object_get(rf, "type");
     if (!json_is_object(rf) || !json_is_string(type))

@@ -16,8 +16,9 @@ static int job_grammar(server *s, job *j, srv_error *e) {
     kiln_err err = {0};
     if (!(j->gram = gram_parse(j->req.grammar, &err)) || !(j->match = gram_match_create(j->gram, s->gvocab, &err))) {
         bool tools = j->req.tool_choice >= SRV_TOOLS_REQUIRED;
-        srv_error_set(e, err.code == KILN_ERR_NOMEM ? 500 : 400, tools ? "tools" : "response_format", NULL,
-                      "%s cannot be enforced: %s", tools ? "the tool call" : "response_format", err.msg);
+        const char *what = tools ? "tools" : j->req.grammar_given ? "grammar" : "response_format";
+        srv_error_set(e, err.code == KILN_ERR_NOMEM ? 500 : 400, what, NULL, "'%s' cannot be enforced: %s", what,
+                      err.msg);
         return -1;
     }
     return 0;
