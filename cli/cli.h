@@ -6,6 +6,7 @@
 #include "text/tok.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,6 +43,8 @@ int cmd_bench(int argc, char **argv);
 int cmd_diverge(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 
+/* All of f's bytes, NUL-terminated (*len without the NUL); NULL when out of memory. */
+char *cli_read_all(FILE *f, size_t *len);
 /* A --json-schema or --grammar file's matcher (constrain.c); all NULL without one. */
 typedef struct cli_constraint {
     gram *g;

@@ -11,18 +11,9 @@
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
-    size_t cap = 4096, n = 0, k;
-    char *b = malloc(cap);
-    while (b && (k = fread(b + n, 1, cap - n - 1, f)) > 0) {
-        n += k;
-        if (n + 1 == cap) {
-            char *nb = realloc(b, cap *= 2);
-            if (!nb) free(b);
-            b = nb;
-        }
-    }
+    size_t n;
+    char *b = cli_read_all(f, &n);
     fclose(f);
-    if (b) b[n] = 0;
     return b;
 }
 

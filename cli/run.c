@@ -33,12 +33,11 @@ static int emit_stdout(void *ctx, const char *text, size_t len) {
     return 0;
 }
 
-/* Reads all of stdin (for -p -). */
-static char *read_stdin(size_t *len) {
+char *cli_read_all(FILE *f, size_t *len) {
     size_t cap = 4096, n = 0;
     char *b = malloc(cap);
     size_t k;
-    while (b && (k = fread(b + n, 1, cap - n - 1, stdin)) > 0) {
+    while (b && (k = fread(b + n, 1, cap - n - 1, f)) > 0) {
         n += k;
         if (n + 1 == cap) {
             char *nb = realloc(b, cap *= 2);
@@ -121,7 +120,7 @@ int cmd_run(int argc, char **argv) {
     size_t plen = strlen(prompt);
     char *owned = NULL;
     if (!strcmp(prompt, "-")) {
-        owned = read_stdin(&plen);
+        owned = cli_read_all(stdin, &plen);
         if (!owned) return cli_fail("cannot read the prompt from stdin");
         prompt = owned;
     }

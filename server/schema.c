@@ -404,6 +404,14 @@ static int ref_rule(cc *c, const char *ref, int depth, char name[32]) {
     return 0;
 }
 
+/* name ::= names[0] | names[1] | ... */
+static void alt_rule(cc *c, char name[32], char (*names)[32], size_t n) {
+    new_name(c, name);
+    addf(c->b, "%s ::= ", name);
+    for (size_t i = 0; i < n; i++) addf(c->b, "%s%s", i ? " | " : "", names[i]);
+    add(c->b, "\n", 1);
+}
+
 static int alternatives(cc *c, json_t *list, const char *key, int depth, char name[32]) {
     if (!json_is_array(list) || !json_array_size(list)) return bad(c, "'%s' must be a non-empty array", key);
     size_t n = json_array_size(list), i;
@@ -421,10 +429,7 @@ static int alternatives(cc *c, json_t *list, const char *key, int depth, char na
         snprintf(sub, sizeof sub, "%s[%zu]", key, i);
         if (child(c, v, depth, sub, names[i])) return free(names), -1;
     }
-    new_name(c, name);
-    addf(c->b, "%s ::= ", name);
-    for (i = 0; i < n; i++) addf(c->b, "%s%s", i ? " | " : "", names[i]);
-    add(c->b, "\n", 1);
+    alt_rule(c, name, names, n);
     free(names);
     return 0;
 }
@@ -497,10 +502,7 @@ static int compile(cc *c, json_t *s, int depth, char name[32]) {
             return -1;
         }
     }
-    new_name(c, name);
-    addf(c->b, "%s ::= ", name);
-    for (i = 0; i < n; i++) addf(c->b, "%s%s", i ? " | " : "", names[i]);
-    add(c->b, "\n", 1);
+    alt_rule(c, name, names, n);
     free(names);
     return 0;
 }

@@ -355,6 +355,22 @@ static void mistral_tools(const conv *c, bool tekken, cbuf *b) {
     puts_(b, "][/AVAILABLE_TOOLS]");
 }
 
+/* A tool result or an assistant's calls (true: written), or the tools before the turn at
+ * tools_at. */
+static bool mistral_tool_turn(const conv *c, size_t i, bool tekken, size_t tools_at, cbuf *b) {
+    if (c->r[i] == R_TOOL) {
+        mistral_result(&c->m[i], tekken, b);
+        return true;
+    }
+    if (c->m[i].n_tool_calls) {
+        mistral_calls(&c->m[i], tekken, b);
+        puts_(b, "</s>");
+        return true;
+    }
+    if (i == tools_at) mistral_tools(c, tekken, b);
+    return false;
+}
+
 /* Mistral writes the tools before the last user message. */
 static size_t last_user(const conv *c) {
     for (size_t i = c->n; i-- > 0;)
@@ -587,16 +603,7 @@ static int render_mistral_v1_v3(const conv *c, chat_family f, const char *bos, c
     puts_(b, bos);
     size_t tools_at = c->o->n_tools ? last_user(c) : c->n;
     for (size_t i = from; i < c->n; i++) {
-        if (c->r[i] == R_TOOL) {
-            mistral_result(&c->m[i], tekken, b);
-            continue;
-        }
-        if (c->m[i].n_tool_calls) {
-            mistral_calls(&c->m[i], tekken, b);
-            puts_(b, "</s>");
-            continue;
-        }
-        if (i == tools_at) mistral_tools(c, tekken, b);
+        if (mistral_tool_turn(c, i, tekken, tools_at, b)) continue;
         if (c->r[i] == R_USER) {
             puts_(b, inst);
             if (from && (v1 ? i == from : i == c->n - 1)) {
@@ -620,16 +627,7 @@ static int render_mistral_v7(const conv *c, bool tekken, const char *bos, cbuf *
     puts_(b, bos);
     size_t tools_at = c->o->n_tools ? last_user(c) : c->n;
     for (size_t i = 0; i < c->n; i++) {
-        if (c->r[i] == R_TOOL) {
-            mistral_result(&c->m[i], tekken, b);
-            continue;
-        }
-        if (c->m[i].n_tool_calls) {
-            mistral_calls(&c->m[i], tekken, b);
-            puts_(b, "</s>");
-            continue;
-        }
-        if (i == tools_at) mistral_tools(c, tekken, b);
+        if (mistral_tool_turn(c, i, tekken, tools_at, b)) continue;
         switch (c->r[i]) {
         case R_TOOL: break;
         case R_SYSTEM: puts_(b, tekken ? "[SYSTEM_PROMPT]" : "[SYSTEM_PROMPT] "); break;
@@ -725,7 +723,7 @@ char *chat_render_opts(chat_family f, const chat_msg *msgs, size_t n, bool add_g
             return NULL;
         } else {
             kiln_fail(err, KILN_ERR_INVALID,
-                      "%s: message %zu has unknown role '%s' (expected system, user or assistant)", fam, i, r);
+                      "%s: message %zu has unknown role '%s' (expected system, user, assistant or tool)", fam, i, r);
             free(roles);
             return NULL;
         }
