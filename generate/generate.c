@@ -107,7 +107,9 @@ static int constrained_pick(gen_session *s, sampler *smp, gram_match *g, float *
                             int32_t *id, kiln_err *err) {
     uint32_t n = s->e->n_vocab;
     const uint64_t *mask = gram_match_mask(g);
-    if (!mask) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory (grammar mask)");
+    if (!mask)
+        return gram_match_too_complex(g) ? kiln_fail(err, KILN_ERR_INVALID, "the grammar is too complex to follow")
+                                         : kiln_fail(err, KILN_ERR_NOMEM, "out of memory (grammar mask)");
     float *lg = s->logits;
     if (masked) lg = memcpy(masked, s->logits, (size_t)n * sizeof *masked);
     gram_apply_mask(mask, lg, n, eog, 3, gram_match_accepting(g));

@@ -16,6 +16,10 @@
 #define UNKNOWN (-2) /* a transition not computed yet */
 #define DEAD (-1)
 #define MAX_MASKS 512 /* cached masks kept before the cache is emptied */
+/* Stacks one step may visit, and stacks a matcher may hold: a grammar that needs more
+ * (nested optional repetitions, deep ambiguity) is refused rather than followed slowly. */
+#define MAX_CLOSURE 100000
+#define MAX_NODES (1u << 23)
 
 /* ---- the vocabulary's prefix tree ------------------------------------------------------- */
 
@@ -216,6 +220,7 @@ struct gram_match {
     uint32_t *work, cap_work, *out, n_out, cap_out, *seen, epoch;
     int32_t *walk;       /* [max_depth + 1] states along the prefix tree walk */
     bool oom;
+    bool too_complex;    /* a limit above was passed (oom is set too) */
 };
 
 static bool grow32(uint32_t **p, uint32_t *cap, uint32_t need) {
@@ -249,7 +254,7 @@ static uint32_t node(gram_match *m, uint32_t pos, uint32_t parent) {
  * expanded, finished alternatives returned from. */
 static void closure(gram_match *m, uint32_t pos, uint32_t parent) {
     const gram *g = m->g;
-    uint32_t nw = 0;
+    uint32_t nw = 0, visited = 0;
     if (!grow32(&m->work, &m->cap_work, 2)) return (void)(m->oom = true);
     m->work[nw++] = pos, m->work[nw++] = parent;
     while (nw && !m->oom) {
@@ -257,6 +262,10 @@ static void closure(gram_match *m, uint32_t pos, uint32_t parent) {
         uint32_t id = node(m, pos, parent);
         if (m->oom || m->seen[id] == m->epoch) continue;
         m->seen[id] = m->epoch;
+        if (++visited > MAX_CLOSURE || m->n_nodes > MAX_NODES) {
+            m->oom = m->too_complex = true;
+            return;
+        }
         int32_t s = g->sym[pos];
         if (s == GRAM_END) {
             if (parent == 0) {
@@ -367,10 +376,11 @@ gram_match *gram_match_create(const gram *g, const gram_vocab *v, kiln_err *err)
     for (uint32_t a = a0; a < a1; a++) closure(m, g->alt[a], 0);
     int32_t s = intern_out(m);
     if (m->oom || !m->walk || s < 0) {
+        if (m->too_complex) kiln_fail(err, KILN_ERR_INVALID, "grammar: too complex to follow (over %d stacks a step)", MAX_CLOSURE);
+        else if (m->oom || !m->walk) kiln_fail(err, KILN_ERR_NOMEM, "grammar: out of memory");
+        else kiln_fail(err, KILN_ERR_INVALID, "grammar: it matches nothing");
         gram_match_free(m);
-        return kiln_fail(err, m && s < 0 ? KILN_ERR_INVALID : KILN_ERR_NOMEM,
-                         "grammar: out of memory or a grammar that matches nothing"),
-               NULL;
+        return NULL;
     }
     m->cur = m->start = (uint32_t)s;
     return m;
@@ -404,6 +414,8 @@ int gram_match_token(gram_match *m, int32_t id) {
     if (id < 0 || (uint32_t)id >= v->n_vocab || v->off[id + 1] == v->off[id]) return -1;
     return gram_match_bytes(m, v->bytes + v->off[id], v->off[id + 1] - v->off[id]);
 }
+
+bool gram_match_too_complex(const gram_match *m) { return m->too_complex; }
 
 bool gram_match_accepting(const gram_match *m) { return m->pool[m->soff[m->cur]] == 0; }
 

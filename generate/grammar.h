@@ -59,6 +59,10 @@ bool gram_match_done(const gram_match *m);
  * the next call on m. NULL when out of memory. */
 const uint64_t *gram_match_mask(gram_match *m);
 
+/* Whether a NULL mask or a refused step was the grammar's fault: following it needed more
+ * work per step than a matcher allows (otherwise: out of memory). */
+bool gram_match_too_complex(const gram_match *m);
+
 /* Masks logits[n_vocab] in place: -inf for every token the mask forbids, except eog[i]
  * (n_eog of them, -1 entries skipped) when allow_eog. */
 void gram_apply_mask(const uint64_t *mask, float *logits, uint32_t n_vocab, const int32_t *eog, size_t n_eog,

@@ -102,6 +102,15 @@ Test(grammar, refusals) {
     char deep[400] = "root ::= ";
     for (int i = 0; i < 100; i++) strcat(deep, "(");
     refused(deep, "nested deeper");
+
+    /* parses, but following it would take a million stacks a step: refused, not crawled */
+    gram *g = parse_ok("root ::= ( ( \"a\"? ){1000} ){1000}");
+    gram_vocab *v = bytes_vocab();
+    kiln_err e = {0};
+    cr_assert_null(gram_match_create(g, v, &e));
+    cr_assert(strstr(e.msg, "too complex"), "%s", e.msg);
+    gram_vocab_free(v);
+    gram_free(g);
 }
 
 /* The mask against brute force: random grammars' states after random prefixes, on
