@@ -120,7 +120,7 @@ gram_vocab *gram_vocab_from_pieces(const char *const *pieces, const size_t *lens
     uint32_t o = 0;
     for (uint32_t i = 0; i < n; i++) {
         v->off[i] = o;
-        if (lens[i] <= 65535) memcpy(v->bytes + o, pieces[i], lens[i]), o += (uint32_t)lens[i];
+        if (lens[i] && lens[i] <= 65535) memcpy(v->bytes + o, pieces[i], lens[i]), o += (uint32_t)lens[i];
     }
     v->off[n] = o;
     if (build_trie(v)) {
