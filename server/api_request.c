@@ -406,6 +406,11 @@ static int fields(srv_request *r, json_t *root, const srv_limits *lim, srv_error
         response_format(r, root, e))
         return -1;
     if (r->endpoint == SRV_CHAT && (tools(r, root, e) || template_kwargs(r, root, e))) return -1;
+    static const char *const legacy[] = {"functions", "function_call"}; /* answering without them would mislead */
+    for (int k = 0; k < 2; k++)
+        if (field(root, legacy[k]))
+            return BAD(e, legacy[k], "'%s' is not supported (OpenAI's deprecated form): use 'tools' and 'tool_choice'",
+                       legacy[k]);
     return sampling(r, root, lim, e);
 }
 

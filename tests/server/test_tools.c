@@ -221,4 +221,6 @@ Test(tools, request_refusals) {
     refused("{" MSG ",\"grammar\":\"root ::= x\",\"response_format\":{\"type\":\"json_object\"}}", "grammar", "both");
     refused("{" MSG ",\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}}", "chat_template_kwargs.enable_thinking",
             "boolean");
+    refused("{" MSG ",\"functions\":[{\"name\":\"f\"}]}", "functions", "use 'tools'");
+    refused("{" MSG ",\"function_call\":\"auto\"}", "function_call", "use 'tools'");
 }
