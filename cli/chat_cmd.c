@@ -20,7 +20,7 @@ static const char usage[] =
     "                           names: chatml qwen3 llama3 llama3-always-gen llama3.1 llama2 mistral\n"
     "                           mistral-v1 mistral-v3 mistral-v3-tekken mistral-v7 mistral-v7-tekken\n"
     "                           gemma gemma3 phi3\n"
-    "  -n N                     at most N tokens per reply (default 1024)\n" MODEL_OPTS_USAGE;
+    "  -n N                     at most N tokens per reply (default 1024)\n" CLI_CONSTRAINT_USAGE MODEL_OPTS_USAGE;
 
 typedef struct reply { char *buf; size_t n, cap; } reply;
 
@@ -61,7 +61,8 @@ static int pick_family(const char *src, const char *name, chat_family *f) {
 int cmd_chat(int argc, char **argv) {
     model_opts mo;
     model_opts_init(&mo);
-    const char *path = NULL, *system = NULL, *tmpl = NULL;
+    const char *path = NULL, *system = NULL, *tmpl = NULL, *schema_path = NULL, *grammar_path = NULL;
+    cli_constraint con = {0};
     uint64_t n_gen = 1024;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -71,6 +72,11 @@ int cmd_chat(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(usage, stdout);
             return 0;
+        } else if (!strcmp(a, "--json-schema") || !strcmp(a, "--grammar")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            if (!v) return cli_usage_error(usage, "%s needs a file", a);
+            if (schema_path || grammar_path) return cli_usage_error(usage, "give one of --json-schema and --grammar");
+            *(!strcmp(a, "--grammar") ? &grammar_path : &schema_path) = v;
         } else if (!strcmp(a, "--system") || !strcmp(a, "--chat-template") || !strcmp(a, "-n")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v) return cli_usage_error(usage, "%s needs a value", a);
@@ -103,6 +109,7 @@ int cmd_chat(int argc, char **argv) {
     kiln_err msg = {0};
     if (!system && src && chat_default_system(src, &default_system, &msg) == 0 && default_system)
         system = default_system; /* what the template writes when a conversation has no system turn */
+    if ((rc = cli_constraint_open(schema_path, grammar_path, t, &con))) goto out;
     s = gen_session_create(e, t);
     smp = samp_create(&mo.samp, e->n_vocab);
     char bos[128] = "";
@@ -151,7 +158,8 @@ int cmd_chat(int argc, char **argv) {
         free(prompt);
         reply rep = {0};
         gen_result res;
-        gen_params gp = {.max_tokens = (uint32_t)n_gen, .extra_eog = end_turn};
+        gen_params gp = {.max_tokens = (uint32_t)n_gen, .extra_eog = end_turn, .grammar = con.m};
+        if (con.m) gram_match_reset(con.m); /* each reply is one sentence of the grammar */
         int g = gen_run(s, smp, ids, n, &gp, collect, &rep, &res, &err);
         free(ids);
         free(res.ids);
@@ -168,6 +176,7 @@ int cmd_chat(int argc, char **argv) {
         msgs[n_msgs++] = (chat_msg){"assistant", rep.buf ? rep.buf : strdup("")};
     }
 out:
+    cli_constraint_close(&con);
     free(src);
     free(default_system);
     for (size_t i = 0; i < n_msgs; i++) free((char *)msgs[i].content);

@@ -2,7 +2,11 @@
 #ifndef KILN_CLI_CLI_H
 #define KILN_CLI_CLI_H
 
+#include "generate/grammar.h"
+#include "text/tok.h"
+
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,5 +42,21 @@ int cmd_dump(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_diverge(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+
+/* All of f's bytes, NUL-terminated (*len without the NUL); NULL when out of memory. */
+char *cli_read_all(FILE *f, size_t *len);
+/* A --json-schema or --grammar file's matcher (constrain.c); all NULL without one. */
+typedef struct cli_constraint {
+    gram *g;
+    gram_vocab *v;
+    gram_match *m;
+} cli_constraint;
+/* Opens the one given (at most one of the paths is not NULL). 0, or EXIT_BADFILE after
+ * printing why (an unreadable file, bad JSON, a schema or grammar kiln refuses). */
+int cli_constraint_open(const char *schema_path, const char *grammar_path, const tokenizer *t, cli_constraint *c);
+void cli_constraint_close(cli_constraint *c);
+#define CLI_CONSTRAINT_USAGE \
+    "  --json-schema FILE       constrain the output to JSON that validates against the schema in FILE\n" \
+    "  --grammar FILE           constrain the output to a GBNF grammar (docs/grammar.md)\n"
 
 #endif

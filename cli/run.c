@@ -23,7 +23,7 @@ static const char usage[] =
     "                           block (GPU devices)\n"
     "  --profile-tokens N       the profiled prefill block's tokens (default: a full block)\n"
     "  --profile-step N         also a step of N slots' tokens decoding together (kiln serve\n"
-    "                           --parallel; the plan is made for N slots)\n" MODEL_OPTS_USAGE;
+    "                           --parallel; the plan is made for N slots)\n" CLI_CONSTRAINT_USAGE MODEL_OPTS_USAGE;
 
 #define MAX_STOPS 16
 
@@ -34,12 +34,11 @@ static int emit_stdout(void *ctx, const char *text, size_t len) {
     return 0;
 }
 
-/* Reads all of stdin (for -p -). */
-static char *read_stdin(size_t *len) {
+char *cli_read_all(FILE *f, size_t *len) {
     size_t cap = 4096, n = 0;
     char *b = malloc(cap);
     size_t k;
-    while (b && (k = fread(b + n, 1, cap - n - 1, stdin)) > 0) {
+    while (b && (k = fread(b + n, 1, cap - n - 1, f)) > 0) {
         n += k;
         if (n + 1 == cap) {
             char *nb = realloc(b, cap *= 2);
@@ -71,7 +70,7 @@ int cli_tokenize_prompt(const tokenizer *t, const char *text, size_t len, bool a
 int cmd_run(int argc, char **argv) {
     model_opts mo;
     model_opts_init(&mo);
-    const char *path = NULL, *prompt = NULL, *stops[MAX_STOPS];
+    const char *path = NULL, *prompt = NULL, *stops[MAX_STOPS], *schema_path = NULL, *grammar_path = NULL;
     size_t n_stop = 0;
     uint64_t n_gen = 128;
     bool ids_out = false, truncate = false, echo = true, profile = false;
@@ -95,6 +94,11 @@ int cmd_run(int argc, char **argv) {
                 return cli_usage_error(usage, "--profile-step needs a count of slots from 2 to 64");
             profile = true;
             mo.slots = (uint32_t)profile_step;
+        } else if (!strcmp(a, "--json-schema") || !strcmp(a, "--grammar")) {
+            const char *v = cli_flag_value(argc, argv, &i);
+            if (!v) return cli_usage_error(usage, "%s needs a file", a);
+            if (schema_path || grammar_path) return cli_usage_error(usage, "give one of --json-schema and --grammar");
+            *(!strcmp(a, "--grammar") ? &grammar_path : &schema_path) = v;
         } else if (!strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "--stop")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v) return cli_usage_error(usage, "%s needs a value", a);
@@ -123,7 +127,7 @@ int cmd_run(int argc, char **argv) {
     size_t plen = strlen(prompt);
     char *owned = NULL;
     if (!strcmp(prompt, "-")) {
-        owned = read_stdin(&plen);
+        owned = cli_read_all(stdin, &plen);
         if (!owned) return cli_fail("cannot read the prompt from stdin");
         prompt = owned;
     }
@@ -134,6 +138,7 @@ int cmd_run(int argc, char **argv) {
     sampler *smp = NULL;
     int32_t *ids = NULL;
     gen_result res = {0};
+    cli_constraint con = {0};
     int rc = model_opts_open(&mo, path, &m, &t, &e);
     if (rc) goto out;
     uint32_t n = 0;
@@ -164,7 +169,9 @@ int cmd_run(int argc, char **argv) {
         fwrite(prompt, 1, plen, stdout);
         fflush(stdout);
     }
-    gen_params gp = {.max_tokens = (uint32_t)n_gen, .stop = stops, .n_stop = n_stop, .extra_eog = -1};
+    if ((rc = cli_constraint_open(schema_path, grammar_path, t, &con))) goto out;
+    gen_params gp = {.max_tokens = (uint32_t)n_gen, .stop = stops, .n_stop = n_stop, .extra_eog = -1,
+                     .grammar = con.m};
     kiln_err err = {0};
     double t_ready = clock_now_s();
     if (gen_run(s, smp, ids, n, &gp, emit_stdout, NULL, &res, &err)) {
@@ -188,6 +195,7 @@ int cmd_run(int argc, char **argv) {
     if (profile && plan_profile(e, 100, (uint32_t)profile_tokens, (uint32_t)profile_step, stderr, &err))
         rc = cli_fail("--profile: %s", err.msg);
 out:
+    cli_constraint_close(&con);
     free(res.ids);
     free(ids);
     free(owned);

@@ -27,6 +27,8 @@ static const char usage[] =
     "  --step-log FILE          a line per step (--parallel > 1): its calls and tokens, how long the\n"
     "                           oldest waited, how long it ran (for measuring)\n"
     "  --chat-template NAME     default: detected from the model's tokenizer.chat_template, else chatml\n"
+    "  --reasoning-format F     auto (default): a reply's <think> block is returned as reasoning_content;\n"
+    "                           none: it stays in content\n"
     "  endpoints: POST /v1/chat/completions, POST /v1/completions (logprobs supported), GET /v1/models,\n"
     "  GET /health, GET /metrics\n"
     "  the sampling flags set the defaults a request's fields override\n" MODEL_OPTS_USAGE;
@@ -50,6 +52,7 @@ int cmd_serve(int argc, char **argv) {
     model_opts_init(&mo);
     const char *path = NULL, *listen = "127.0.0.1:8080", *api_key = NULL, *tmpl = NULL, *step_log = NULL;
     uint64_t parallel = 1, queue = 16;
+    bool reasoning_none = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = model_opts_parse(&mo, argc, argv, &i, usage);
@@ -60,10 +63,15 @@ int cmd_serve(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--listen") || !strcmp(a, "--api-key") || !strcmp(a, "--parallel") ||
                    !strcmp(a, "--queue") || !strcmp(a, "--chat-template") || !strcmp(a, "--batch-tokens") ||
-                   !strcmp(a, "--step-log")) {
+                   !strcmp(a, "--step-log") || !strcmp(a, "--reasoning-format")) {
             const char *v = cli_flag_value(argc, argv, &i);
             if (!v) return cli_usage_error(usage, "%s needs a value", a);
             if (!strcmp(a, "--listen")) listen = v;
+            else if (!strcmp(a, "--reasoning-format")) {
+                if (strcmp(v, "auto") && strcmp(v, "none"))
+                    return cli_usage_error(usage, "--reasoning-format: '%s': expected auto or none", v);
+                reasoning_none = !strcmp(v, "none");
+            }
             else if (!strcmp(a, "--api-key")) {
                 if (!*v) return cli_usage_error(usage, "--api-key needs a non-empty key");
                 api_key = v;
@@ -125,6 +133,7 @@ int cmd_serve(int argc, char **argv) {
     }
     srv_config cfg = {.host = host, .port = (uint16_t)port, .api_key = api_key, .model_id = id, .engines = e,
                       .tok = t, .family = (chat_family)fam, .default_system = default_system, .samp = &mo.samp,
+                      .reasoning_none = reasoning_none,
                       .parallel = (uint32_t)parallel, .queue = (uint32_t)queue};
     rc = srv_serve(&cfg);
 out:

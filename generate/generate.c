@@ -101,6 +101,25 @@ static int flush_safe(pending *p, const gen_params *gp, gen_emit emit, void *ctx
     return rc;
 }
 
+/* The next token under a grammar: the logits masked to what it allows (in place, or in
+ * masked when the raw logits must stay for the token callback), then sampled. */
+static int constrained_pick(gen_session *s, sampler *smp, gram_match *g, float *masked, const int32_t eog[3],
+                            int32_t *id, kiln_err *err) {
+    uint32_t n = s->e->n_vocab;
+    const uint64_t *mask = gram_match_mask(g);
+    if (!mask)
+        return gram_match_too_complex(g) ? kiln_fail(err, KILN_ERR_INVALID, "the grammar is too complex to follow")
+                                         : kiln_fail(err, KILN_ERR_NOMEM, "out of memory (grammar mask)");
+    float *lg = s->logits;
+    if (masked) lg = memcpy(masked, s->logits, (size_t)n * sizeof *masked);
+    gram_apply_mask(mask, lg, n, eog, 3, gram_match_accepting(g));
+    *id = samp_sample(smp, lg);
+    if (*id < 0)
+        return kiln_fail(err, KILN_ERR_INVALID,
+                         "no token can continue the grammar here (the vocabulary cannot spell what it requires)");
+    return 0;
+}
+
 int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prompt, const gen_params *p, gen_emit emit,
             void *ctx, gen_result *r, kiln_err *err) {
     engine *e = s->e;
@@ -120,13 +139,18 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
     /* greedy decoding without penalties needs only the argmax: where the engine offers it,
      * 4 bytes per token come back instead of the vocabulary's logits (not when a caller
      * wants every token's logits) */
-    bool fast = e->ops->eval_argmax && samp_is_greedy(smp) && !p->on_token;
+    bool fast = e->ops->eval_argmax && samp_is_greedy(smp) && !p->on_token && !p->grammar;
     int32_t next = -1, last = prompt[n_prompt - 1];
     if (fast ? e->ops->eval_argmax(e, prompt + same, n_prompt - same, same, &next, err)
              : engine_eval(e, prompt + same, n_prompt - same, same, s->logits, false, err))
         return -1;
     memcpy(s->cached + same, prompt + same, (n_prompt - same) * sizeof *prompt);
     r->t_prompt = clock_now_s() - t0;
+    /* with a grammar and a token callback the callback sees the raw logits, the sampler a
+     * masked copy */
+    float *masked = p->grammar && p->on_token ? malloc((size_t)e->n_vocab * sizeof *masked) : NULL;
+    if (p->grammar && p->on_token && !masked) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), -1;
+    const int32_t eog[3] = {tok_eos(s->t), tok_eot(s->t), p->extra_eog};
     samp_reset(smp);
     for (uint32_t i = 0; i < n_prompt; i++) samp_accept(smp, prompt[i]);
 
@@ -139,7 +163,15 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
     r->finish = GEN_LENGTH;
     t0 = clock_now_s();
     for (uint32_t i = 0; i < p->max_tokens; i++) {
-        int32_t id = fast ? next : samp_sample(smp, s->logits);
+        int32_t id;
+        if (p->grammar) {
+            if (constrained_pick(s, smp, p->grammar, masked, eog, &id, err)) {
+                rc = -1;
+                break;
+            }
+        } else {
+            id = fast ? next : samp_sample(smp, s->logits);
+        }
         if (fast && id < 0) { /* nothing beat -inf: the logits, and the sampler's verdict on them */
             if (engine_eval(e, &last, 1, e->n_past - 1, s->logits, false, err)) {
                 rc = -1;
@@ -154,6 +186,11 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
         }
         if (tok_is_eog(s->t, id) || id == p->extra_eog) {
             r->finish = GEN_EOG;
+            break;
+        }
+        if (p->grammar && gram_match_token(p->grammar, id)) {
+            rc = -1;
+            kiln_fail(err, KILN_ERR_INTERNAL, "the grammar refused token %d after its mask allowed it", id);
             break;
         }
         r->ids[r->n_generated++] = id;
@@ -174,6 +211,10 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
         }
         if (stopped) {
             r->finish = GEN_STOP_STRING;
+            break;
+        }
+        if (p->grammar && gram_match_done(p->grammar)) { /* nothing may follow: as if the model ended */
+            r->finish = GEN_EOG;
             break;
         }
         if (i + 1 == p->max_tokens) break;
@@ -197,5 +238,6 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
     }
     r->t_generate = clock_now_s() - t0;
     free(pend.buf);
+    free(masked);
     return rc;
 }

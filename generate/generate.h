@@ -6,6 +6,7 @@
 #define KILN_GENERATE_GENERATE_H
 
 #include "base/error.h"
+#include "generate/grammar.h"
 #include "generate/sampler.h"
 #include "model/engine.h"
 #include "text/tok.h"
@@ -39,6 +40,10 @@ typedef struct gen_params {
     int32_t extra_eog;          /* another token that ends generation (a chat end-of-turn), or -1 */
     gen_on_token on_token;      /* NULL: none (and greedy decoding may skip the logits) */
     void *token_ctx;            /* on_token's ctx */
+    gram_match *grammar;        /* NULL, or constrained decoding: each token is sampled from the
+                                   tokens the matcher allows (end of generation only where its
+                                   text is complete), and generation ends when nothing may
+                                   follow; the caller creates and resets it */
 } gen_params;
 
 /* Called with each piece of text as it becomes final; a nonzero return stops. */
@@ -58,7 +63,8 @@ typedef struct gen_result {
 const char *gen_finish_name(gen_finish f); /* "eog", "stop", "length", "cancelled", "context" */
 
 /* Evaluates prompt (reusing the cached prefix), then samples until an end-of-generation
- * token, a stop string, max_tokens or the end of the context. 0, or -1 with err. */
+ * token, a stop string, max_tokens, the end of the context or (with a grammar) a complete
+ * text nothing may extend, which finishes as GEN_EOG. 0, or -1 with err. */
 int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prompt, const gen_params *p, gen_emit emit,
             void *ctx, gen_result *r, kiln_err *err);
 

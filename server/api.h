@@ -45,6 +45,8 @@ typedef struct srv_limits {
     const samp_params *defaults; /* the server's sampling defaults; NULL: samp_params_default */
 } srv_limits;
 
+typedef enum srv_tool_choice { SRV_TOOLS_AUTO, SRV_TOOLS_NONE, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED } srv_tool_choice;
+
 typedef struct srv_request {
     srv_endpoint endpoint;
     char *model;              /* NULL when not given */
@@ -58,6 +60,18 @@ typedef struct srv_request {
     bool stream, include_usage;
     bool logprobs;
     uint32_t top_logprobs;    /* alternatives per token (0 with logprobs: the chosen one only) */
+    /* constrained decoding: GBNF text (response_format, or tool_choice required/named) */
+    char *grammar;
+    bool grammar_given;       /* grammar is the request's own "grammar" field */
+    /* tools: each tool's JSON ({"type":"function","function":{...}}) as the templates write
+     * it, and its function's name and parameters schema (NULL: none given) */
+    char **tools;
+    char **tool_names;
+    size_t n_tools;
+    srv_tool_choice tool_choice;
+    char *tool_named;         /* SRV_TOOLS_NAMED: the function */
+    bool parallel_tool_calls; /* default true */
+    bool no_thinking;         /* chat_template_kwargs.enable_thinking: false */
 } srv_request;
 
 /* Parses body[len] (any bytes) for the endpoint into r. 0, or -1 with e filled (a 4xx,
@@ -67,6 +81,10 @@ typedef struct srv_request {
  * temperature samples at 0.8 when the defaults are greedy. */
 int srv_request_parse(srv_request *r, srv_endpoint endpoint, const char *body, size_t len, const srv_limits *lim,
                       srv_error *e);
+/* The tool-call grammar of a request whose tool_choice is required or named, for the
+ * template family (the call syntax each family's models were trained on); kept in
+ * r->grammar. 0, or -1 with e (a 400 naming an unsupported schema keyword). */
+int srv_tools_grammar(srv_request *r, chat_family f, srv_error *e);
 void srv_request_free(srv_request *r);
 
 #endif

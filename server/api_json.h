@@ -14,6 +14,8 @@ json_t *srv_json_text(const char *s, size_t n);
 /* Compact text of j (NULL-safe), then j's reference dropped. */
 char *srv_json_dump(json_t *j);
 
+/* A tool call {id, type, function {name, arguments}} (with "index" for stream deltas). */
+json_t *srv_json_call(const srv_call *call, uint32_t index, bool with_index, const char *args, size_t args_len);
 /* OpenAI's error object, {"error":{"message","type","param","code"}}. */
 json_t *srv_json_error(const srv_error *e);
 /* {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details {cached_tokens}} */

@@ -3,6 +3,7 @@
  * this file the fields' types and ranges. */
 #include "base/error.h"
 #include "server/api.h"
+#include "server/schema.h"
 
 #include <float.h>
 #include <jansson.h>
@@ -62,6 +63,7 @@ static const char *role_of(const char *s) {
     if (!strcmp(s, "system") || !strcmp(s, "developer")) return "system";
     if (!strcmp(s, "user")) return "user";
     if (!strcmp(s, "assistant")) return "assistant";
+    if (!strcmp(s, "tool")) return "tool";
     return NULL;
 }
 
@@ -91,6 +93,43 @@ static int content_parts(json_t *parts, size_t i, char **out, srv_error *e) {
     return 0;
 }
 
+/* An assistant's tool_calls ([{id, type: "function", function: {name, arguments}}]) and a
+ * tool result's tool_call_id. */
+static int tool_fields(json_t *m, size_t i, chat_msg *out, srv_error *e) {
+    char param[80];
+    json_t *calls = field(m, "tool_calls"), *id = field(m, "tool_call_id");
+    if (!strcmp(out->role, "tool")) {
+        snprintf(param, sizeof param, "messages[%zu].tool_call_id", i);
+        if (id && !json_is_string(id)) return BAD(e, param, "'%s' must be a string", param);
+        if (id && !(out->tool_call_id = dup_string(id))) return OOM(e);
+    }
+    if (!calls) return 0;
+    snprintf(param, sizeof param, "messages[%zu].tool_calls", i);
+    if (strcmp(out->role, "assistant") || !json_is_array(calls))
+        return BAD(e, param, "'%s' must be an array, in an assistant message", param);
+    size_t n = json_array_size(calls), k;
+    chat_tool_call *tc = calloc(n ? n : 1, sizeof *tc);
+    if (!tc) return OOM(e);
+    out->tool_calls = tc;
+    json_t *c;
+    json_array_foreach(calls, k, c) {
+        snprintf(param, sizeof param, "messages[%zu].tool_calls[%zu]", i, k);
+        json_t *fn = json_object_get(c, "function"), *cid = json_object_get(c, "id");
+        json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+        if (!json_is_string(name) || !json_is_string(args) || (cid && !json_is_string(cid)))
+            return BAD(e, param, "'%s' must have function.name and function.arguments as strings", param);
+        json_t *parsed = json_loads(json_string_value(args), 0, NULL);
+        bool object = json_is_object(parsed);
+        json_decref(parsed);
+        if (!object) return BAD(e, param, "'%s.function.arguments' must be a JSON object's text", param);
+        out->n_tool_calls = k + 1;
+        if (!(tc[k].name = dup_string(name)) || !(tc[k].arguments = dup_string(args)) ||
+            (cid && !(tc[k].id = dup_string(cid))))
+            return OOM(e);
+    }
+    return 0;
+}
+
 static int message(json_t *m, size_t i, chat_msg *out, srv_error *e) {
     char param[64];
     snprintf(param, sizeof param, "messages[%zu]", i);
@@ -100,10 +139,13 @@ static int message(json_t *m, size_t i, chat_msg *out, srv_error *e) {
     if (!json_is_string(role)) return BAD(e, param, "'%s' must be a string", param);
     out->role = role_of(json_string_value(role));
     if (!out->role)
-        return BAD(e, param, "'%s': unknown role (expected system, developer, user or assistant)", param);
+        return BAD(e, param, "'%s': unknown role (expected system, developer, user, assistant or tool)", param);
+    if (tool_fields(m, i, out, e)) return -1;
     snprintf(param, sizeof param, "messages[%zu].content", i);
     char *text;
-    if (json_is_string(content)) {
+    if (!content && out->n_tool_calls) { /* an assistant's calls without text */
+        if (!(text = calloc(1, 1))) return OOM(e);
+    } else if (json_is_string(content)) {
         if (!(text = dup_string(content))) return OOM(e);
     } else if (json_is_array(content)) {
         if (content_parts(content, i, &text, e)) return -1;
@@ -125,8 +167,8 @@ static int messages(srv_request *r, json_t *root, srv_error *e) {
     size_t i;
     json_t *m;
     json_array_foreach(ms, i, m) {
+        r->n_messages = i + 1; /* freed by srv_request_free even when half parsed */
         if (message(m, i, &r->messages[i], e)) return -1;
-        r->n_messages = i + 1;
     }
     return 0;
 }
@@ -243,6 +285,115 @@ static int sampling(srv_request *r, json_t *root, const srv_limits *lim, srv_err
     return 0;
 }
 
+/* response_format: text, json_object, or json_schema {name, schema, strict} compiled to a
+ * grammar; a schema kiln cannot enforce is refused. */
+static int response_format(srv_request *r, json_t *root, srv_error *e) {
+    json_t *rf = field(root, "response_format"), *g = field(root, "grammar");
+    if (g) { /* kiln's (and llama.cpp's) extension: GBNF text */
+        if (!json_is_string(g) || !json_string_length(g)) return BAD(e, "grammar", "'grammar' must be GBNF text");
+        if (rf) return BAD(e, "grammar", "'grammar' and 'response_format' cannot both be given");
+        r->grammar_given = true;
+        return (r->grammar = dup_string(g)) ? 0 : OOM(e);
+    }
+    if (!rf) return 0;
+    json_t *type = json_object_get(rf, "type");
+    if (!json_is_object(rf) || !json_is_string(type))
+        return BAD(e, "response_format", "'response_format' must be an object with a 'type'");
+    const char *t = json_string_value(type);
+    if (!strcmp(t, "text")) return 0;
+    json_t *schema;
+    char why[256];
+    if (!strcmp(t, "json_object")) {
+        schema = json_pack("{s:s}", "type", "object");
+        if (!schema) return OOM(e);
+        r->grammar = srv_schema_gbnf(schema, why);
+        json_decref(schema);
+        return r->grammar ? 0 : OOM(e);
+    }
+    if (strcmp(t, "json_schema"))
+        return BAD(e, "response_format.type",
+                   "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+    json_t *js = json_object_get(rf, "json_schema");
+    if (!json_is_object(js)) return BAD(e, "response_format.json_schema", "'response_format.json_schema' must be an object");
+    json_t *name = json_object_get(js, "name");
+    if (name && !json_is_string(name))
+        return BAD(e, "response_format.json_schema.name", "'response_format.json_schema.name' must be a string");
+    schema = json_object_get(js, "schema");
+    if (!schema) return BAD(e, "response_format.json_schema.schema", "'response_format.json_schema.schema' is missing");
+    r->grammar = srv_schema_gbnf(schema, why);
+    if (!r->grammar)
+        return BAD(e, "response_format.json_schema.schema", "'response_format.json_schema.schema': %s", why);
+    return 0;
+}
+
+/* tools, tool_choice, parallel_tool_calls; the tools' JSON kept as the templates write it. */
+static int tools(srv_request *r, json_t *root, srv_error *e) {
+    json_t *ts = field(root, "tools"), *choice = field(root, "tool_choice");
+    r->parallel_tool_calls = true;
+    if (boolean(root, "parallel_tool_calls", &r->parallel_tool_calls, e) < 0) return -1;
+    if (ts && !json_is_array(ts)) return BAD(e, "tools", "'tools' must be an array");
+    size_t n = ts ? json_array_size(ts) : 0, i;
+    if (n) {
+        r->tools = calloc(n, sizeof *r->tools);
+        r->tool_names = calloc(n, sizeof *r->tool_names);
+        if (!r->tools || !r->tool_names) return OOM(e);
+    }
+    json_t *t;
+    json_array_foreach(ts, i, t) {
+        char param[48];
+        snprintf(param, sizeof param, "tools[%zu]", i);
+        json_t *type = json_object_get(t, "type"), *fn = json_object_get(t, "function");
+        json_t *name = json_object_get(fn, "name"), *params = json_object_get(fn, "parameters");
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function") || !json_is_object(fn))
+            return BAD(e, param, "'%s' must be {\"type\": \"function\", \"function\": {...}}", param);
+        if (!json_is_string(name) || !json_string_length(name))
+            return BAD(e, param, "'%s.function.name' must be a non-empty string", param);
+        if (params && !json_is_object(params))
+            return BAD(e, param, "'%s.function.parameters' must be an object", param);
+        for (const char *c = json_string_value(name); *c; c++)
+            if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
+                  *c == '-' || *c == '.'))
+                return BAD(e, param, "'%s.function.name' may hold only letters, digits, '_', '-' and '.'", param);
+        if (!(r->tools[i] = json_dumps(t, JSON_ENCODE_ANY)) || !(r->tool_names[i] = dup_string(name))) return OOM(e);
+        r->n_tools = i + 1;
+    }
+    r->tool_choice = SRV_TOOLS_AUTO;
+    if (!choice) return 0;
+    if (json_is_string(choice)) {
+        const char *c = json_string_value(choice);
+        if (!strcmp(c, "none")) r->tool_choice = SRV_TOOLS_NONE;
+        else if (!strcmp(c, "required")) r->tool_choice = SRV_TOOLS_REQUIRED;
+        else if (strcmp(c, "auto"))
+            return BAD(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or a function");
+    } else {
+        json_t *name = json_object_get(json_object_get(choice, "function"), "name");
+        if (!json_is_string(name))
+            return BAD(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                         "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        r->tool_choice = SRV_TOOLS_NAMED;
+        if (!(r->tool_named = dup_string(name))) return OOM(e);
+        for (i = 0; i < r->n_tools && strcmp(r->tool_names[i], r->tool_named); i++) {}
+        if (i == r->n_tools) return BAD(e, "tool_choice", "'tool_choice' names '%.60s', which is not in 'tools'", r->tool_named);
+    }
+    if (r->tool_choice >= SRV_TOOLS_REQUIRED && !r->n_tools)
+        return BAD(e, "tool_choice", "'tool_choice' requires a tool call but 'tools' is empty");
+    if (r->tool_choice >= SRV_TOOLS_REQUIRED && r->grammar)
+        return BAD(e, "tool_choice", "'tool_choice' %s cannot be combined with 'response_format'",
+                   r->tool_choice == SRV_TOOLS_NAMED ? "naming a function" : "\"required\"");
+    return 0;
+}
+
+static int template_kwargs(srv_request *r, json_t *root, srv_error *e) {
+    json_t *k = field(root, "chat_template_kwargs");
+    if (!k) return 0;
+    if (!json_is_object(k)) return BAD(e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    json_t *think = json_object_get(k, "enable_thinking");
+    if (think && !json_is_boolean(think))
+        return BAD(e, "chat_template_kwargs.enable_thinking", "'chat_template_kwargs.enable_thinking' must be a boolean");
+    r->no_thinking = think && json_is_false(think);
+    return 0;
+}
+
 static int fields(srv_request *r, json_t *root, const srv_limits *lim, srv_error *e) {
     json_t *model = field(root, "model");
     if (model && !json_is_string(model)) return BAD(e, "model", "'model' must be a string");
@@ -251,7 +402,15 @@ static int fields(srv_request *r, json_t *root, const srv_limits *lim, srv_error
     json_int_t n = 1;
     if (integer(root, "n", INT64_MIN, INT64_MAX, &n, e) < 0) return -1;
     if (field(root, "n") && n != 1) return BAD(e, "n", "'n' must be 1 (got %lld): one choice per request", n);
-    if (max_tokens(r, root, lim, e) || stop(r, root, e) || streaming(r, root, e) || logprobs(r, root, e)) return -1;
+    if (max_tokens(r, root, lim, e) || stop(r, root, e) || streaming(r, root, e) || logprobs(r, root, e) ||
+        response_format(r, root, e))
+        return -1;
+    if (r->endpoint == SRV_CHAT && (tools(r, root, e) || template_kwargs(r, root, e))) return -1;
+    static const char *const legacy[] = {"functions", "function_call"}; /* answering without them would mislead */
+    for (int k = 0; k < 2; k++)
+        if (field(root, legacy[k]))
+            return BAD(e, legacy[k], "'%s' is not supported (OpenAI's deprecated form): use 'tools' and 'tool_choice'",
+                       legacy[k]);
     return sampling(r, root, lim, e);
 }
 
@@ -271,7 +430,20 @@ int srv_request_parse(srv_request *r, srv_endpoint endpoint, const char *body, s
 void srv_request_free(srv_request *r) {
     if (!r) return;
     free(r->model);
-    for (size_t i = 0; i < r->n_messages; i++) free((char *)r->messages[i].content);
+    for (size_t i = 0; i < r->n_messages; i++) {
+        chat_msg *m = &r->messages[i];
+        free((char *)m->content);
+        free((char *)m->tool_call_id);
+        for (size_t k = 0; k < m->n_tool_calls; k++)
+            free((char *)m->tool_calls[k].id), free((char *)m->tool_calls[k].name),
+                free((char *)m->tool_calls[k].arguments);
+        free((chat_tool_call *)m->tool_calls);
+    }
+    for (size_t i = 0; i < r->n_tools; i++) free(r->tools[i]), free(r->tool_names[i]);
+    free(r->tools);
+    free(r->tool_names);
+    free(r->tool_named);
+    free(r->grammar);
     free(r->messages);
     free(r->prompt);
     for (size_t i = 0; i < r->n_stop; i++) free(r->stop[i]);

@@ -1,6 +1,8 @@
 /* Whole (non-streaming) responses and the models list. */
 #include "server/api_json.h"
 
+#include <string.h>
+
 const char *srv_finish_reason(gen_finish f) {
     return f == GEN_LENGTH || f == GEN_CONTEXT ? "length" : "stop";
 }
@@ -29,9 +31,25 @@ static char *finish(json_t *root, json_t *choice, const srv_usage *u) {
     return NULL;
 }
 
+json_t *srv_json_call(const srv_call *call, uint32_t index, bool with_index, const char *args, size_t args_len) {
+    json_t *o = json_pack("{s:s,s:s,s:{s:s,s:o}}", "id", call->id, "type", "function", "function", "name", call->name,
+                          "arguments", srv_json_text(args, args_len));
+    if (o && with_index) json_object_set_new(o, "index", json_integer(index));
+    return o;
+}
+
 char *srv_chat_response(const srv_completion *c) {
-    json_t *choice = json_pack("{s:i,s:{s:s,s:o},s:o,s:s}", "index", 0, "message", "role", "assistant", "content",
-                               srv_json_text(c->text, c->text_len), "logprobs",
+    json_t *msg = json_pack("{s:s,s:o}", "role", "assistant", "content",
+                            c->n_calls && !c->text_len ? json_null() : srv_json_text(c->text, c->text_len));
+    if (msg && c->reasoning) json_object_set_new(msg, "reasoning_content", srv_json_text(c->reasoning, c->reasoning_len));
+    if (msg && c->n_calls) {
+        json_t *calls = json_array();
+        for (size_t i = 0; calls && i < c->n_calls; i++)
+            json_array_append_new(calls, srv_json_call(&c->calls[i], 0, false, c->calls[i].arguments,
+                                                       strlen(c->calls[i].arguments)));
+        json_object_set_new(msg, "tool_calls", calls);
+    }
+    json_t *choice = json_pack("{s:i,s:o,s:o,s:s}", "index", 0, "message", msg, "logprobs",
                                srv_json_logprobs_chat(c->logprobs, c->n_logprobs), "finish_reason", c->finish_reason);
     return finish(head(c->id, "chat.completion", c->created, c->model), choice, &c->usage);
 }

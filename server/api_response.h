@@ -6,6 +6,7 @@
 
 #include "generate/generate.h"
 #include "server/api.h"
+#include "server/tools.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -71,6 +72,10 @@ typedef struct srv_completion {
     size_t n_logprobs;
     size_t text_offset;        /* completions' legacy text_offset of the first token */
     srv_usage usage;
+    const char *reasoning;     /* chat: the think block's text (NULL: no reasoning_content) */
+    size_t reasoning_len;
+    const srv_call *calls;     /* chat: the tool calls (content is null when text_len is 0) */
+    size_t n_calls;
 } srv_completion;
 
 /* "stop" (end of generation, a stop string, a cancelled request) or "length" (max_tokens,
@@ -98,6 +103,13 @@ typedef struct srv_chunk {
     size_t n_logprobs;
     size_t text_offset;
     bool include_usage;        /* the request asked for a usage chunk: "usage": null here */
+    const char *reasoning;     /* chat: a reasoning_content delta (NULL: none) */
+    size_t reasoning_len;
+    const srv_call *call;      /* chat: a tool_calls delta for call number call_index: */
+    uint32_t call_index;
+    bool call_head;            /* its id, type and name (arguments ""), else */
+    const char *call_args;     /* a fragment of its arguments */
+    size_t call_args_len;
 } srv_chunk;
 
 char *srv_chat_chunk(const srv_chunk *c); /* object "chat.completion.chunk" */

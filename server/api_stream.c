@@ -31,6 +31,13 @@ char *srv_chat_chunk(const srv_chunk *c) {
         json_object_set_new(delta, "content", json_string(""));
     } else if (delta && c->text) {
         json_object_set_new(delta, "content", srv_json_text(c->text, c->text_len));
+    } else if (delta && c->reasoning) {
+        json_object_set_new(delta, "reasoning_content", srv_json_text(c->reasoning, c->reasoning_len));
+    } else if (delta && c->call) { /* as OpenAI streams a call: id, type and name first, then the arguments */
+        json_t *tc = c->call_head ? srv_json_call(c->call, c->call_index, true, "", 0)
+                                  : json_pack("{s:I,s:{s:o}}", "index", (json_int_t)c->call_index, "function",
+                                              "arguments", srv_json_text(c->call_args, c->call_args_len));
+        json_object_set_new(delta, "tool_calls", json_pack("[o]", tc));
     }
     json_t *choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", delta, "logprobs",
                                srv_json_logprobs_chat(c->logprobs, c->n_logprobs), "finish_reason",

@@ -33,6 +33,11 @@ int srv_serve(const srv_config *cfg) {
         s.bos[k > 0 && k < (int64_t)sizeof s.bos ? k : 0] = 0;
     }
     s.end_turn = tok_find(cfg->tok, chat_end_of_turn(cfg->family));
+    kiln_err gerr = {0};
+    if (!(s.gvocab = gram_vocab_create(cfg->tok, &gerr))) {
+        fprintf(stderr, "kiln: %s\n", gerr.msg);
+        goto out;
+    }
 
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(cfg->port)};
     if (inet_pton(AF_INET, cfg->host, &sa.sin_addr) != 1) {
@@ -77,6 +82,7 @@ int srv_serve(const srv_config *cfg) {
     rc = 0;
 out:
     srv_slots_free(&s);
+    gram_vocab_free(s.gvocab);
     pthread_mutex_destroy(&s.mu);
     pthread_cond_destroy(&s.cv);
     return rc;

@@ -31,6 +31,7 @@ typedef struct srv_config {
     const samp_params *samp;    /* the server's sampling defaults */
     uint32_t parallel;          /* slots, 1..SRV_MAX_PARALLEL */
     uint32_t queue;             /* requests that may wait when every slot is busy; more: 503 */
+    bool reasoning_none;        /* --reasoning-format none: think blocks stay in content */
 } srv_config;
 
 /* Serves until SIGINT or SIGTERM (blocked in the calling thread and the ones it starts),

@@ -10,6 +10,7 @@
 #include "server/api.h"
 #include "server/api_response.h"
 #include "server/http.h"
+#include "server/tools.h"
 
 #include <microhttpd.h>
 #include <pthread.h>
@@ -49,6 +50,7 @@ struct server {
     uint32_t n_slots;
     char bos[128];
     int32_t end_turn;
+    gram_vocab *gvocab;   /* the vocabulary's prefix tree for constrained decoding */
     pthread_mutex_t mu;
     pthread_cond_t cv;    /* a slot freed, a job handed to a worker, stopping */
     uint32_t busy, waiting;
@@ -115,6 +117,17 @@ struct job {
     size_t q_off;
     bool failed;
     atomic_bool cancel;
+    /* constrained decoding (req.grammar) */
+    gram *gram;
+    gram_match *match;
+    /* chat output split into reasoning, content and tool calls */
+    bool think_opened;   /* the prompt ends inside a think block */
+    bool split_think;    /* reasoning_content is separated */
+    bool tools_on;       /* tool calls are parsed */
+    srv_think think;
+    buf calls;           /* streaming: text held as a possible tool call */
+    bool in_call;        /* streaming: a call's tag was seen */
+    size_t lp_ready;     /* streaming: log-probability entries ready to go with the next chunk */
     /* plain: the whole answer and how it went */
     buf text;
     gen_result res;
@@ -137,7 +150,16 @@ char *srv_job_answer(const job *j);
 
 /* The prompt's ids: chat messages through the template (the template writes BOS), a
  * completion's text with the model's BOS. 0, or -1 with e filled. */
-int srv_prompt_ids(server *s, const srv_request *r, int32_t **ids, uint32_t *n, srv_error *e);
+int srv_prompt_ids(server *s, const srv_request *r, int32_t **ids, uint32_t *n, bool *think_opened, srv_error *e);
+/* Chat output after generation: reasoning and content split, tool calls parsed. */
+typedef struct srv_split {
+    buf reasoning, content;
+    bool has_reasoning;
+    srv_calls calls;
+} srv_split;
+/* Splits text[n] for job j; 0, or -1 when out of memory. */
+int srv_split_output(const job *j, const char *text, size_t n, srv_split *out);
+void srv_split_free(srv_split *s);
 
 /* gen_on_token for a job (ctx): records the token's log-probabilities. */
 int srv_lp_on_token(void *ctx, int32_t id, const float *logits, uint32_t n_vocab);

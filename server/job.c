@@ -9,6 +9,21 @@
 #include <string.h>
 #include <time.h>
 
+/* The request's grammar compiled and a matcher over the server's vocabulary; a grammar
+ * the parser refuses (a recursive schema that recurses on the left) is the request's fault. */
+static int job_grammar(server *s, job *j, srv_error *e) {
+    if (!j->req.grammar) return 0;
+    kiln_err err = {0};
+    if (!(j->gram = gram_parse(j->req.grammar, &err)) || !(j->match = gram_match_create(j->gram, s->gvocab, &err))) {
+        bool tools = j->req.tool_choice >= SRV_TOOLS_REQUIRED;
+        const char *what = tools ? "tools" : j->req.grammar_given ? "grammar" : "response_format";
+        srv_error_set(e, err.code == KILN_ERR_NOMEM ? 500 : 400, what, NULL, "'%s' cannot be enforced: %s", what,
+                      err.msg);
+        return -1;
+    }
+    return 0;
+}
+
 job *srv_job_create(server *s, srv_endpoint ep, const char *body, size_t len, srv_error *e) {
     const srv_config *cfg = s->cfg;
     srv_limits lim = {.max_tokens = cfg->engines[0]->n_ctx, .default_max_tokens = cfg->engines[0]->n_ctx,
@@ -18,10 +33,15 @@ job *srv_job_create(server *s, srv_endpoint ep, const char *body, size_t len, sr
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->srv = s;
-    if (srv_request_parse(&j->req, ep, body, len, &lim, e) || srv_prompt_ids(s, &j->req, &j->ids, &j->n_ids, e)) {
+    if (srv_request_parse(&j->req, ep, body, len, &lim, e) ||
+        srv_prompt_ids(s, &j->req, &j->ids, &j->n_ids, &j->think_opened, e) ||
+        srv_tools_grammar(&j->req, cfg->family, e) || job_grammar(s, j, e)) {
         srv_job_free(j);
         return NULL;
     }
+    j->split_think = ep == SRV_CHAT && !cfg->reasoning_none;
+    j->tools_on = ep == SRV_CHAT && j->req.n_tools && j->req.tool_choice != SRV_TOOLS_NONE;
+    srv_think_init(&j->think, j->think_opened);
     j->lps.on = j->req.logprobs;
     j->lps.k = j->req.top_logprobs;
     j->lps.base = ep == SRV_COMPLETION ? strlen(j->req.prompt) : 0;
@@ -41,6 +61,9 @@ void srv_job_wait(job *j) {
 void srv_job_free(job *j) {
     if (!j) return;
     srv_request_free(&j->req);
+    gram_match_free(j->match);
+    gram_free(j->gram);
+    free(j->calls.p);
     free(j->ids);
     free(j->q.p);
     free(j->text.p);
@@ -60,7 +83,9 @@ int srv_job_generate(slot *sl, job *j, gen_emit emit, gen_result *res, kiln_err 
                      .n_stop = j->req.n_stop,
                      .extra_eog = j->req.endpoint == SRV_CHAT ? s->end_turn : -1,
                      .on_token = j->lps.on ? srv_lp_on_token : NULL,
-                     .token_ctx = j};
+                     .token_ctx = j,
+                     .grammar = j->match};
+    if (j->match) gram_match_reset(j->match);
     memset(res, 0, sizeof *res);
     int rc = gen_run(sl->session, smp, j->ids, j->n_ids, &gp, emit, j, res, err);
     samp_free(smp);
@@ -92,16 +117,61 @@ void srv_job_run_plain(slot *sl, job *j) {
     pthread_mutex_unlock(&j->mu);
 }
 
+static int split_part(void *ctx, srv_part part, const char *s, size_t n) {
+    srv_split *o = ctx;
+    if (part == SRV_REASONING) o->has_reasoning = true;
+    return srv_buf_add(part == SRV_REASONING ? &o->reasoning : &o->content, s, n) ? 0 : -1;
+}
+
+int srv_split_output(const job *j, const char *text, size_t n, srv_split *o) {
+    memset(o, 0, sizeof *o);
+    if (!j->split_think) {
+        if (!srv_buf_add(&o->content, text, n)) return -1;
+    } else {
+        srv_think t;
+        srv_think_init(&t, j->think_opened);
+        if (srv_think_feed(&t, text, n, true, split_part, o)) return -1;
+    }
+    if (j->tools_on && o->content.n &&
+        srv_calls_parse(j->srv->cfg->family, o->content.p, o->content.n, (uint64_t)j->created ^ atomic_load(&j->srv->next_id),
+                        &o->calls) < 0)
+        return -1;
+    return 0;
+}
+
+void srv_split_free(srv_split *s) {
+    free(s->reasoning.p);
+    free(s->content.p);
+    srv_calls_free(&s->calls);
+}
+
 char *srv_job_answer(const job *j) {
     const lp_state *L = &j->lps;
+    srv_split sp;
+    if (j->req.endpoint == SRV_CHAT && srv_split_output(j, j->text.p ? j->text.p : "", j->text.n, &sp)) {
+        srv_split_free(&sp);
+        return NULL;
+    }
+    bool chat = j->req.endpoint == SRV_CHAT;
     srv_completion sc = {.id = j->id, .created = j->created, .model = j->srv->cfg->model_id,
                          .text = j->text.p ? j->text.p : "", .text_len = j->text.n,
                          .finish_reason = srv_finish_reason(j->res.finish), .usage = srv_job_usage(&j->res)};
+    if (chat) {
+        sc.text = sp.content.p ? sp.content.p : "";
+        sc.text_len = sp.calls.n ? sp.calls.content_len : sp.content.n;
+        sc.reasoning = sp.has_reasoning ? sp.reasoning.p ? sp.reasoning.p : "" : NULL;
+        sc.reasoning_len = sp.reasoning.n;
+        sc.calls = sp.calls.call;
+        sc.n_calls = sp.calls.n;
+        if (sp.calls.n) sc.finish_reason = "tool_calls";
+    }
     if (L->on) {
         static const srv_token_logprob none;
         sc.logprobs = L->n ? L->lp : &none;
         sc.n_logprobs = srv_spans_rest(L->span, L->n, j->res.finish == GEN_STOP_STRING, j->text.n);
         sc.text_offset = L->base;
     }
-    return j->req.endpoint == SRV_CHAT ? srv_chat_response(&sc) : srv_text_response(&sc);
+    char *out = chat ? srv_chat_response(&sc) : srv_text_response(&sc);
+    if (chat) srv_split_free(&sp);
+    return out;
 }

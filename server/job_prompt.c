@@ -2,10 +2,27 @@
 #include "base/error.h"
 #include "server/http_internal.h"
 
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
-int srv_prompt_ids(server *s, const srv_request *r, int32_t **ids, uint32_t *n, srv_error *e) {
+/* The tools as Llama 3.1 writes them (tojson(indent=4)); NULL entries when out of memory. */
+static char **indented(const srv_request *r) {
+    char **out = calloc(r->n_tools ? r->n_tools : 1, sizeof *out);
+    for (size_t i = 0; out && i < r->n_tools; i++) {
+        json_t *t = json_loads(r->tools[i], 0, NULL);
+        out[i] = t ? json_dumps(t, JSON_INDENT(4)) : NULL;
+        json_decref(t);
+        if (!out[i]) {
+            for (size_t k = 0; k < i; k++) free(out[k]);
+            free(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+int srv_prompt_ids(server *s, const srv_request *r, int32_t **ids, uint32_t *n, bool *think_opened, srv_error *e) {
     const srv_config *cfg = s->cfg;
     const char *field = r->endpoint == SRV_CHAT ? "messages" : "prompt"; /* what an error names */
     kiln_err err = {0};
@@ -26,9 +43,18 @@ int srv_prompt_ids(server *s, const srv_request *r, int32_t **ids, uint32_t *n, 
             msgs = owned;
             nm++;
         }
-        text = chat_render(cfg->family, msgs, nm, true, s->bos, &err);
+        char **ind = cfg->family == CHAT_LLAMA31 && r->n_tools ? indented(r) : NULL;
+        chat_opts o = {.tools = (const char *const *)r->tools, .tools_indented = (const char *const *)ind,
+                       .n_tools = r->n_tools, .no_thinking = r->no_thinking};
+        text = cfg->family == CHAT_LLAMA31 && r->n_tools && !ind ? NULL
+                                                                 : chat_render_opts(cfg->family, msgs, nm, true, s->bos, &o, &err);
+        if (!text && !err.msg[0]) kiln_fail(&err, KILN_ERR_NOMEM, "out of memory");
+        for (size_t i = 0; ind && i < r->n_tools; i++) free(ind[i]);
+        free(ind);
         free(owned);
-        if (!text) return srv_error_set(e, 400, "messages", NULL, "%s", err.msg), -1;
+        if (text) *think_opened = srv_think_opened(text);
+        if (!text)
+            return srv_error_set(e, err.code == KILN_ERR_NOMEM ? 500 : 400, "messages", NULL, "%s", err.msg), -1;
         p = text;
         len = strlen(text);
         add_special = false;

@@ -26,21 +26,56 @@ static char *make_chunk(const job *j, const srv_chunk *c) {
     return j->req.endpoint == SRV_CHAT ? srv_chat_chunk(c) : srv_text_chunk(c);
 }
 
-/* A content chunk with the log-probabilities of the next n entries (when asked for). */
-static void push_text(job *j, const char *text, size_t len, size_t n) {
+/* A chunk (its text, reasoning or call fields set by the caller) with the
+ * log-probabilities of the next n entries (when asked for). */
+static void push_chunk(job *j, srv_chunk *c, size_t n) {
     lp_state *L = &j->lps;
-    srv_chunk c = chunk_base(j);
-    c.text = text;
-    c.text_len = len;
     if (L->on) {
         static const srv_token_logprob none;
-        c.logprobs = n ? L->lp + L->head : &none; /* none yet: an empty list, not null */
-        c.n_logprobs = n;
-        c.text_offset = L->base + L->raw;
+        c->logprobs = n ? L->lp + L->head : &none; /* none yet: an empty list, not null */
+        c->n_logprobs = n;
+        c->text_offset = L->base + L->raw;
         for (size_t i = 0; i < n; i++) L->raw += L->lp[L->head + i].tok.len;
         L->head += n;
     }
-    push(j, make_chunk(j, &c));
+    push(j, make_chunk(j, c));
+}
+
+/* A content or reasoning chunk; the log-probabilities ready so far go with it. */
+static int push_part(void *ctx, srv_part part, const char *s, size_t n) {
+    job *j = ctx;
+    srv_chunk c = chunk_base(j);
+    if (part == SRV_REASONING) c.reasoning = s, c.reasoning_len = n;
+    else c.text = s, c.text_len = n;
+    push_chunk(j, &c, j->lp_ready);
+    j->lp_ready = 0;
+    return j->failed;
+}
+
+/* Content, unless it may be a tool call: then it is held (from the family's tag on, or
+ * all of it where a call is the whole reply) until the end decides. */
+static int route_content(void *ctx, srv_part part, const char *s, size_t n) {
+    job *j = ctx;
+    if (part == SRV_REASONING || !j->tools_on) return push_part(j, part, s, n);
+    const char *tag = srv_calls_tag(j->srv->cfg->family);
+    if (!srv_buf_add(&j->calls, s, n)) return j->failed = true, 1;
+    if (j->in_call || !tag) return 0;
+    size_t k = strlen(tag), cut = j->calls.n, keep = 0;
+    for (size_t i = 0; i + k <= j->calls.n; i++)
+        if (!memcmp(j->calls.p + i, tag, k)) {
+            cut = i;
+            j->in_call = true;
+            break;
+        }
+    if (!j->in_call) /* the longest end that may start the tag */
+        for (keep = k - 1 < j->calls.n ? k - 1 : j->calls.n; keep > 0; keep--)
+            if (!memcmp(j->calls.p + j->calls.n - keep, tag, keep)) break;
+    if (!j->in_call) cut = j->calls.n - keep;
+    int rc = cut ? push_part(j, SRV_CONTENT, j->calls.p, cut) : 0;
+    memmove(j->calls.p, j->calls.p + cut, j->calls.n - cut);
+    j->calls.n -= cut;
+    j->calls.p[j->calls.n] = 0;
+    return rc;
 }
 
 static int emit_stream(void *ctx, const char *text, size_t len) {
@@ -48,8 +83,43 @@ static int emit_stream(void *ctx, const char *text, size_t len) {
     if (atomic_load(&j->cancel) || atomic_load(&j->srv->stopping)) return 1;
     j->lps.emitted += len;
     lp_state *L = &j->lps;
-    push_text(j, text, len, L->n > L->head ? srv_spans_ready(L->span + L->head, L->n - L->head, L->emitted) : 0);
-    return j->failed;
+    j->lp_ready = L->n > L->head ? srv_spans_ready(L->span + L->head, L->n - L->head, L->emitted) : 0;
+    if (j->req.endpoint != SRV_CHAT) return push_part(j, SRV_CONTENT, text, len);
+    if (j->split_think) return srv_think_feed(&j->think, text, len, false, route_content, j) ? 1 : 0;
+    return route_content(j, SRV_CONTENT, text, len);
+}
+
+/* The end of a chat's text: what the splitter held, then the held text as tool calls
+ * (each its head, then its arguments) or, when it is none, as content. Whether calls
+ * went out. */
+static bool flush_chat(job *j) {
+    if (j->split_think) srv_think_feed(&j->think, "", 0, true, route_content, j);
+    if (!j->calls.n) return false;
+    srv_calls calls;
+    int got = srv_calls_parse(j->srv->cfg->family, j->calls.p, j->calls.n,
+                              (uint64_t)j->created ^ atomic_load(&j->srv->next_id), &calls);
+    if (got <= 0) {
+        push_part(j, SRV_CONTENT, j->calls.p, j->calls.n);
+        return false;
+    }
+    if (calls.content_len) push_part(j, SRV_CONTENT, j->calls.p, calls.content_len);
+    for (size_t i = 0; i < calls.n; i++) {
+        srv_chunk c = chunk_base(j);
+        c.call = &calls.call[i];
+        c.call_index = (uint32_t)i;
+        c.call_head = true;
+        push_chunk(j, &c, 0);
+        const char *a = calls.call[i].arguments;
+        size_t n = strlen(a), half = n / 2; /* the arguments in two fragments, as a client must join them */
+        for (int k = 0; k < 2; k++) {
+            c.call_head = false;
+            c.call_args = a + (k ? half : 0);
+            c.call_args_len = k ? n - half : half;
+            if (c.call_args_len) push_chunk(j, &c, 0);
+        }
+    }
+    srv_calls_free(&calls);
+    return true;
 }
 
 /* A streamed request on the slot: SSE events into the job's queue, [DONE] last. */
@@ -70,12 +140,17 @@ void srv_stream_run(slot *sl, job *j) {
         push(j, srv_error_chunk(&e));
     } else {
         lp_state *L = &j->lps;
-        size_t rest = L->n > L->head ? srv_spans_rest(L->span + L->head, L->n - L->head,
-                                                      res.finish == GEN_STOP_STRING, L->emitted)
-                                     : 0;
-        if (rest) push_text(j, "", 0, rest); /* tokens whose text was held to the end */
+        bool called = chat && flush_chat(j);
+        size_t rest = L->n > L->head ? srv_spans_rest(L->span + L->head, L->n - L->head, res.finish == GEN_STOP_STRING,
+                                               L->emitted)
+                              : 0;
+        if (rest) { /* tokens whose text was held to the end */
+            srv_chunk c = chunk_base(j);
+            c.text = "";
+            push_chunk(j, &c, rest);
+        }
         srv_chunk c = chunk_base(j);
-        c.finish_reason = srv_finish_reason(res.finish);
+        c.finish_reason = called ? "tool_calls" : srv_finish_reason(res.finish);
         push(j, make_chunk(j, &c));
         if (j->req.include_usage) {
             srv_usage u = srv_job_usage(&res);

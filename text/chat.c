@@ -5,7 +5,8 @@
  * remove Unicode whitespace, not just ASCII).
  *
  * Known differences from real templates:
- *  - Only the roles system, user and assistant; no tools.
+ *  - Tools only for the families that were trained with them (chat_has_tools); Mistral
+ *    v7's spacing around its tool tokens follows v3's (tekken: none).
  *  - Where a template silently drops or renders a system message after the first
  *    (Llama 2 drops it, Gemma writes a "system" turn), this refuses it.
  *  - Llama 3.2 writes today's date where 3.1 and 3.3 write "26 Jul 2024"; this writes the
@@ -224,7 +225,7 @@ static const char *find_last(span s, const char *needle) {
 
 /* ---- messages -------------------------------------------------------------------------- */
 
-typedef enum role { R_SYSTEM, R_USER, R_ASSISTANT } role;
+typedef enum role { R_SYSTEM, R_USER, R_ASSISTANT, R_TOOL } role;
 
 typedef struct conv {
     const chat_msg *m;
@@ -232,13 +233,19 @@ typedef struct conv {
     size_t n;
     const char *fam; /* for messages */
     kiln_err *err;
+    const chat_opts *o; /* never NULL */
 } conv;
+
+/* Tool results and the assistant turns that made calls: outside the user/assistant
+ * alternation (as Mistral's templates filter them out before checking it). */
+static bool tool_turn(const conv *c, size_t i) { return c->r[i] == R_TOOL || c->m[i].n_tool_calls; }
 
 /* Llama 2, Mistral (but v7) and Gemma take user, assistant, user, ... from index `from`,
  * after an optional system message where the template has a system role. */
 static int check_alternating(const conv *c, size_t from, bool system_role) {
-    for (size_t i = from; i < c->n; i++) {
-        role want = (i - from) % 2 == 0 ? R_USER : R_ASSISTANT;
+    for (size_t i = from, k = 0; i < c->n; i++) {
+        if (tool_turn(c, i)) continue;
+        role want = k++ % 2 == 0 ? R_USER : R_ASSISTANT;
         if (c->r[i] == R_SYSTEM) {
             if (system_role)
                 kiln_fail(c->err, KILN_ERR_INVALID,
@@ -257,11 +264,138 @@ static int check_alternating(const conv *c, size_t from, bool system_role) {
     return 0;
 }
 
+
+/* ---- tools ----------------------------------------------------------------------------- */
+
+/* Qwen2.5's and Qwen3's (Hermes-style) tool block, closing the system turn. */
+static void hermes_system(const conv *c, cbuf *b) {
+    puts_(b, "<|im_start|>system\n");
+    if (c->r[0] == R_SYSTEM) {
+        puts_(b, c->m[0].content);
+        puts_(b, "\n\n");
+    }
+    puts_(b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+             "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+    for (size_t t = 0; t < c->o->n_tools; t++) {
+        puts_(b, "\n");
+        puts_(b, c->o->tools[t]);
+    }
+    puts_(b, "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+             "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+             "<args-json-object>}\n</tool_call><|im_end|>\n");
+}
+
+/* An assistant turn's calls; a newline before each but a first one that opens the turn. */
+static void hermes_calls(const chat_msg *m, bool after_text, cbuf *b) {
+    for (size_t k = 0; k < m->n_tool_calls; k++) {
+        if (k || after_text) puts_(b, "\n");
+        puts_(b, "<tool_call>\n{\"name\": \"");
+        puts_(b, m->tool_calls[k].name);
+        puts_(b, "\", \"arguments\": ");
+        puts_(b, m->tool_calls[k].arguments);
+        puts_(b, "}\n</tool_call>");
+    }
+}
+
+/* Consecutive tool results share one user turn. */
+static void hermes_result(const conv *c, size_t i, cbuf *b) {
+    if (i == 0 || c->r[i - 1] != R_TOOL) puts_(b, "<|im_start|>user");
+    puts_(b, "\n<tool_response>\n");
+    puts_(b, c->m[i].content);
+    puts_(b, "\n</tool_response>");
+    if (i + 1 == c->n || c->r[i + 1] != R_TOOL) puts_(b, "<|im_end|>\n");
+}
+
+/* A JSON string of s, as Python's json.dumps(ensure_ascii=False) writes it. */
+static void put_json_string(cbuf *b, const char *s) {
+    puts_(b, "\"");
+    for (const unsigned char *u = (const unsigned char *)s; *u; u++) {
+        char esc[8];
+        if (*u == '"' || *u == '\\') esc[0] = '\\', esc[1] = (char)*u, esc[2] = 0;
+        else if (*u == '\n') strcpy(esc, "\\n");
+        else if (*u == '\t') strcpy(esc, "\\t");
+        else if (*u == '\r') strcpy(esc, "\\r");
+        else if (*u == '\b') strcpy(esc, "\\b");
+        else if (*u == '\f') strcpy(esc, "\\f");
+        else if (*u < 0x20) snprintf(esc, sizeof esc, "\\u%04x", *u);
+        else esc[0] = (char)*u, esc[1] = 0;
+        puts_(b, esc);
+    }
+    puts_(b, "\"");
+}
+
+static void mistral_calls(const chat_msg *m, bool tekken, cbuf *b) {
+    puts_(b, tekken ? "[TOOL_CALLS][" : "[TOOL_CALLS] [");
+    for (size_t k = 0; k < m->n_tool_calls; k++) {
+        puts_(b, k ? ", {\"name\": \"" : "{\"name\": \"");
+        puts_(b, m->tool_calls[k].name);
+        puts_(b, "\", \"arguments\": ");
+        puts_(b, m->tool_calls[k].arguments);
+        puts_(b, ", \"id\": \"");
+        puts_(b, m->tool_calls[k].id ? m->tool_calls[k].id : "");
+        puts_(b, "\"}");
+    }
+    puts_(b, "]");
+}
+
+static void mistral_result(const chat_msg *m, bool tekken, cbuf *b) {
+    puts_(b, tekken ? "[TOOL_RESULTS]{\"content\": " : "[TOOL_RESULTS] {\"content\": ");
+    puts_(b, m->content);
+    puts_(b, ", \"call_id\": \"");
+    puts_(b, m->tool_call_id ? m->tool_call_id : "");
+    puts_(b, "\"}[/TOOL_RESULTS]");
+}
+
+static void mistral_tools(const conv *c, bool tekken, cbuf *b) {
+    puts_(b, tekken ? "[AVAILABLE_TOOLS][" : "[AVAILABLE_TOOLS] [");
+    for (size_t t = 0; t < c->o->n_tools; t++) {
+        if (t) puts_(b, ", ");
+        puts_(b, c->o->tools[t]);
+    }
+    puts_(b, "][/AVAILABLE_TOOLS]");
+}
+
+/* A tool result or an assistant's calls (true: written), or the tools before the turn at
+ * tools_at. */
+static bool mistral_tool_turn(const conv *c, size_t i, bool tekken, size_t tools_at, cbuf *b) {
+    if (c->r[i] == R_TOOL) {
+        mistral_result(&c->m[i], tekken, b);
+        return true;
+    }
+    if (c->m[i].n_tool_calls) {
+        mistral_calls(&c->m[i], tekken, b);
+        puts_(b, "</s>");
+        return true;
+    }
+    if (i == tools_at) mistral_tools(c, tekken, b);
+    return false;
+}
+
+/* Mistral writes the tools before the last user message. */
+static size_t last_user(const conv *c) {
+    for (size_t i = c->n; i-- > 0;)
+        if (c->r[i] == R_USER) return i;
+    return c->n;
+}
+
 /* ---- the families ---------------------------------------------------------------------- */
 
 /* OpenHermes-2.5's (and Qwen2's, SmolLM2's once their default system message is added). */
 static int render_chatml(const conv *c, bool gen, cbuf *b) {
-    for (size_t i = 0; i < c->n; i++) {
+    bool tools = c->o->n_tools > 0;
+    if (tools) hermes_system(c, b);
+    for (size_t i = tools && c->r[0] == R_SYSTEM ? 1 : 0; i < c->n; i++) {
+        if (c->r[i] == R_TOOL) {
+            hermes_result(c, i, b);
+            continue;
+        }
+        if (c->m[i].n_tool_calls) { /* Qwen2.5's: the text, then each call after a newline */
+            puts_(b, "<|im_start|>assistant");
+            if (c->m[i].content[0]) puts_(b, "\n"), puts_(b, c->m[i].content);
+            hermes_calls(&c->m[i], true, b);
+            puts_(b, "<|im_end|>\n");
+            continue;
+        }
         puts_(b, "<|im_start|>");
         puts_(b, c->m[i].role);
         puts_(b, "\n");
@@ -282,7 +416,8 @@ static bool is_tool_response(const char *s) {
  * <think> block (always for the final message, which gets an empty one if it had none);
  * earlier assistant turns keep only the text after their last </think>. */
 static int render_qwen3(const conv *c, bool gen, cbuf *b) {
-    if (c->r[0] == R_SYSTEM) {
+    if (c->o->n_tools) hermes_system(c, b);
+    else if (c->r[0] == R_SYSTEM) {
         puts_(b, "<|im_start|>system\n");
         puts_(b, c->m[0].content);
         puts_(b, "<|im_end|>\n");
@@ -300,6 +435,10 @@ static int render_qwen3(const conv *c, bool gen, cbuf *b) {
             puts_(b, "\n");
             puts_(b, c->m[i].content);
             puts_(b, "<|im_end|>\n");
+            continue;
+        }
+        if (c->r[i] == R_TOOL) {
+            hermes_result(c, i, b);
             continue;
         }
         if (c->r[i] != R_ASSISTANT) continue;
@@ -327,9 +466,10 @@ static int render_qwen3(const conv *c, bool gen, cbuf *b) {
         } else {
             put_span(b, content);
         }
+        hermes_calls(&c->m[i], content.n > 0, b);
         puts_(b, "<|im_end|>\n");
     }
-    if (gen) puts_(b, "<|im_start|>assistant\n");
+    if (gen) puts_(b, c->o->no_thinking ? "<|im_start|>assistant\n<think>\n\n</think>\n\n" : "<|im_start|>assistant\n");
     return 0;
 }
 
@@ -352,12 +492,47 @@ static int render_llama3(const conv *c, bool gen, bool always_gen, const char *b
 /* Llama-3.1-8B-Instruct's and Llama-3.3-70B-Instruct's. */
 static int render_llama31(const conv *c, bool gen, const char *bos, cbuf *b) {
     size_t from = c->r[0] == R_SYSTEM ? 1 : 0;
+    bool tools = c->o->n_tools > 0;
     puts_(b, bos);
-    puts_(b, "<|start_header_id|>system<|end_header_id|>\n\n"
-             "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
+    puts_(b, "<|start_header_id|>system<|end_header_id|>\n\n");
+    if (tools) puts_(b, "Environment: ipython\n");
+    puts_(b, "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n");
     if (from) put_span(b, py_strip(whole(c->m[0].content)));
     puts_(b, "<|eot_id|>");
-    for (size_t i = from; i < c->n; i++) llama3_turn(b, c->m[i].role, whole(c->m[i].content));
+    if (tools) { /* the tools open the first user message */
+        if (from == c->n || c->r[from] != R_USER)
+            return kiln_fail(c->err, KILN_ERR_INVALID, "%s: with tools, the first message after the system "
+                                                       "message must be the user's", c->fam);
+        puts_(b, "<|start_header_id|>user<|end_header_id|>\n\n"
+                 "Given the following functions, please respond with a JSON for a function call with its proper "
+                 "arguments that best answers the given prompt.\n\nRespond in the format {\"name\": function name, "
+                 "\"parameters\": dictionary of argument name and its value}.Do not use variables.\n\n");
+        for (size_t t = 0; t < c->o->n_tools; t++) {
+            puts_(b, c->o->tools_indented ? c->o->tools_indented[t] : c->o->tools[t]);
+            puts_(b, "\n\n");
+        }
+        put_span(b, py_strip(whole(c->m[from].content)));
+        puts_(b, "<|eot_id|>");
+        from++;
+    }
+    for (size_t i = from; i < c->n; i++) {
+        if (c->r[i] == R_TOOL) {
+            puts_(b, "<|start_header_id|>ipython<|end_header_id|>\n\n");
+            put_json_string(b, c->m[i].content); /* a string is "iterable" to the template: tojson */
+            puts_(b, "<|eot_id|>");
+        } else if (c->m[i].n_tool_calls) {
+            if (c->m[i].n_tool_calls > 1)
+                return kiln_fail(c->err, KILN_ERR_INVALID, "%s: message %zu: this template takes one tool call per "
+                                                           "message", c->fam, i);
+            puts_(b, "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"");
+            puts_(b, c->m[i].tool_calls[0].name);
+            puts_(b, "\", \"parameters\": ");
+            puts_(b, c->m[i].tool_calls[0].arguments);
+            puts_(b, "}<|eot_id|>");
+        } else {
+            llama3_turn(b, c->m[i].role, whole(c->m[i].content));
+        }
+    }
     if (gen) puts_(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
     return 0;
 }
@@ -426,7 +601,9 @@ static int render_mistral_v1_v3(const conv *c, chat_family f, const char *bos, c
     const char *inst = v1 ? " [INST] " : tekken ? "[INST]" : "[INST] ";
     const char *end_inst = v1 ? " [/INST]" : "[/INST]";
     puts_(b, bos);
+    size_t tools_at = c->o->n_tools ? last_user(c) : c->n;
     for (size_t i = from; i < c->n; i++) {
+        if (mistral_tool_turn(c, i, tekken, tools_at, b)) continue;
         if (c->r[i] == R_USER) {
             puts_(b, inst);
             if (from && (v1 ? i == from : i == c->n - 1)) {
@@ -448,8 +625,11 @@ static int render_mistral_v1_v3(const conv *c, chat_family f, const char *bos, c
  * (Mistral-Small-24B-Instruct-2501): any order, a system message anywhere. */
 static int render_mistral_v7(const conv *c, bool tekken, const char *bos, cbuf *b) {
     puts_(b, bos);
+    size_t tools_at = c->o->n_tools ? last_user(c) : c->n;
     for (size_t i = 0; i < c->n; i++) {
+        if (mistral_tool_turn(c, i, tekken, tools_at, b)) continue;
         switch (c->r[i]) {
+        case R_TOOL: break;
         case R_SYSTEM: puts_(b, tekken ? "[SYSTEM_PROMPT]" : "[SYSTEM_PROMPT] "); break;
         case R_USER: puts_(b, tekken ? "[INST]" : "[INST] "); break;
         case R_ASSISTANT: puts_(b, tekken ? "" : " "); break;
@@ -494,8 +674,20 @@ static int render_phi3(const conv *c, bool gen, cbuf *b) {
     return 0;
 }
 
+bool chat_has_tools(chat_family f) {
+    return f == CHAT_CHATML || f == CHAT_QWEN3 || f == CHAT_LLAMA31 || f == CHAT_MISTRAL_V3 ||
+           f == CHAT_MISTRAL_V3_TEKKEN || f == CHAT_MISTRAL_V7 || f == CHAT_MISTRAL_V7_TEKKEN;
+}
+
 char *chat_render(chat_family f, const chat_msg *msgs, size_t n, bool add_generation_prompt, const char *bos,
                   kiln_err *err) {
+    return chat_render_opts(f, msgs, n, add_generation_prompt, bos, NULL, err);
+}
+
+char *chat_render_opts(chat_family f, const chat_msg *msgs, size_t n, bool add_generation_prompt, const char *bos,
+                       const chat_opts *o, kiln_err *err) {
+    static const chat_opts none;
+    if (!o) o = &none;
     if (!valid_family(f)) {
         kiln_fail(err, KILN_ERR_INVALID, "unknown chat template family %d", (int)f);
         return NULL;
@@ -524,9 +716,14 @@ char *chat_render(chat_family f, const chat_msg *msgs, size_t n, bool add_genera
         if (!strcmp(r, "system")) roles[i] = R_SYSTEM;
         else if (!strcmp(r, "user")) roles[i] = R_USER;
         else if (!strcmp(r, "assistant")) roles[i] = R_ASSISTANT;
-        else {
+        else if (!strcmp(r, "tool") && chat_has_tools(f)) roles[i] = R_TOOL;
+        else if (!strcmp(r, "tool")) {
+            kiln_fail(err, KILN_ERR_INVALID, "%s: message %zu: this template has no tool role", fam, i);
+            free(roles);
+            return NULL;
+        } else {
             kiln_fail(err, KILN_ERR_INVALID,
-                      "%s: message %zu has unknown role '%s' (expected system, user or assistant)", fam, i, r);
+                      "%s: message %zu has unknown role '%s' (expected system, user, assistant or tool)", fam, i, r);
             free(roles);
             return NULL;
         }
@@ -536,8 +733,16 @@ char *chat_render(chat_family f, const chat_msg *msgs, size_t n, bool add_genera
             return NULL;
         }
     }
+    bool calls = false;
+    for (size_t i = 0; i < n; i++) calls |= msgs[i].n_tool_calls > 0 && roles[i] == R_ASSISTANT;
+    if ((o->n_tools || calls) && !chat_has_tools(f)) {
+        kiln_fail(err, KILN_ERR_INVALID, "%s: this template has no tools (families with tools: chatml, qwen3, "
+                                         "llama3.1, mistral-v3, mistral-v7 and their tekken forms)", fam);
+        free(roles);
+        return NULL;
+    }
     if (!bos) bos = "";
-    conv c = {msgs, roles, n, fam, err};
+    conv c = {msgs, roles, n, fam, err, o};
     cbuf b = {0};
     bool gen = add_generation_prompt;
     int rc = 0;

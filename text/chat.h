@@ -33,10 +33,27 @@ typedef enum chat_family {
     CHAT_COUNT
 } chat_family;
 
+/* A call the assistant made: arguments is its JSON object's text. */
+typedef struct chat_tool_call {
+    const char *id, *name, *arguments;
+} chat_tool_call;
+
 typedef struct chat_msg {
-    const char *role;    /* "system", "user", "assistant" */
+    const char *role;    /* "system", "user", "assistant", "tool" */
     const char *content;
+    const chat_tool_call *tool_calls; /* an assistant's calls */
+    size_t n_tool_calls;
+    const char *tool_call_id;         /* a tool result's call */
 } chat_msg;
+
+/* What a request adds to the conversation. */
+typedef struct chat_opts {
+    const char *const *tools; /* each tool's JSON text ({"type": "function", "function": {...}}, Python's
+                                 json.dumps spacing, as templates' tojson writes it) */
+    const char *const *tools_indented; /* the same indented by 4 (Llama 3.1's tojson(indent=4)) */
+    size_t n_tools;
+    bool no_thinking;         /* Qwen3's enable_thinking=false: an empty think block opens the reply */
+} chat_opts;
 
 const char *chat_family_name(chat_family f); /* "chatml", "qwen3", "llama3", ... */
 int chat_family_from_name(const char *name); /* -1 if unknown */
@@ -51,6 +68,15 @@ int chat_detect(const char *template_src);
  * order the template refuses, out of memory). */
 char *chat_render(chat_family f, const chat_msg *msgs, size_t n, bool add_generation_prompt, const char *bos,
                   kiln_err *err);
+/* chat_render with tools, tool calls and tool results, and template options (o may be
+ * NULL). Tools render as the families were trained: Qwen/ChatML (Hermes) in the system
+ * turn with <tool_call> replies and <tool_response> turns; Llama 3.1 in the first user
+ * turn with JSON replies and ipython turns; Mistral v3/v7 as [AVAILABLE_TOOLS],
+ * [TOOL_CALLS] and [TOOL_RESULTS]. Other families refuse tools. */
+char *chat_render_opts(chat_family f, const chat_msg *msgs, size_t n, bool add_generation_prompt, const char *bos,
+                       const chat_opts *o, kiln_err *err);
+/* Whether the family renders tools. */
+bool chat_has_tools(chat_family f);
 
 /* The system message a ChatML template writes when the conversation starts without one
  * (Qwen2's "You are a helpful assistant.", Qwen2.5's, SmolLM2's), read from the template.

@@ -202,7 +202,7 @@ Test(api, messages_rejected) {
     bad_body(SRV_CHAT, "{\"messages\":{}}", "messages");
     bad_body(SRV_CHAT, "{\"messages\":\"hi\"}", "messages");
     bad_body(SRV_CHAT, "{\"messages\":[1]}", "messages[0]");
-    bad_body(SRV_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages[0].role");
+    bad_body(SRV_CHAT, "{\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}", "messages[0].role");
     bad_body(SRV_CHAT, "{\"messages\":[{\"role\":\"User\",\"content\":\"x\"}]}", "messages[0].role");
     bad_body(SRV_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", "messages[0].role");
     bad_body(SRV_CHAT, "{\"messages\":[{\"role\":5,\"content\":\"x\"}]}", "messages[0].role");

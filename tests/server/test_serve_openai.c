@@ -196,20 +196,44 @@ static const char *venv_python(void) {
     return python;
 }
 
-static void client_against(const char *model, const char *id) {
+static void script_against(const char *name, const char *model, const char *id, const char *extra) {
     const char *python = venv_python();
     ts_start(&srv, model, NULL, NULL);
     char url[64], script[1200];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", srv.port);
-    snprintf(script, sizeof script, "%s/tests/server/openai/openai_client.py", source_dir());
+    snprintf(script, sizeof script, "%s/tests/server/openai/%s", source_dir(), name);
     static char out[1 << 16];
     int rc = run_cmd((const char *const[]){"timeout", SCRIPT_TIMEOUT, python, script, "--base-url", url, "--api-key",
-                                           TS_KEY, "--model", id, NULL},
+                                           TS_KEY, "--model", id, extra, NULL},
                      out, sizeof out);
-    cr_assert_eq(rc, 0, "openai_client.py against %s exited %d:\n%s", id, rc, out);
+    cr_assert_eq(rc, 0, "%s against %s exited %d:\n%s", name, id, rc, out);
     cr_assert(ts_alive(&srv), "the server died");
+}
+
+static void client_against(const char *model, const char *id) {
+    script_against("openai_client.py", model, id, NULL);
 }
 
 Test(serve_openai, stories260K) { client_against(tu_data_file("models/stories260K.gguf"), "stories260K"); }
 
 Test(serve_openai, tiny) { client_against(tu_synth_tiny("tiny.gguf", "llama", "f16"), "tiny"); }
+
+/* Structured output, tool calls (a two-turn loop, streamed), reasoning content and a fuzz
+ * of schemas and tool definitions (tests/server/openai/openai_agent.py), on a random
+ * model with Qwen3's tokenizer and chat template: only what the server enforces can make
+ * its output valid. */
+Test(serve_openai, agent_api_qwen3) {
+    static char out[1 << 14], err[1 << 14];
+    const char *path = tu_tmp("agent_qwen3.gguf");
+    int rc = tu_run_kiln((const char *const[]){"synth", "--preset", "tiny", "--layers", "1", "--hidden", "64", "--heads",
+                                               "2", "--kv-heads", "1", "--ffn", "96", "--tokenizer",
+                                               tu_data_file("tokenizers/qwen3/tokenizer.json"), "--tokenizer-config",
+                                               tu_data_file("tokenizers/qwen3/tokenizer_config.json"), "-o", path, NULL},
+                         out, sizeof out, err, sizeof err);
+    cr_assert_eq(rc, 0, "%s", err);
+#ifdef KILN_SANITIZED
+    script_against("openai_agent.py", path, "agent_qwen3", "--quick"); /* a sanitized server is several times slower */
+#else
+    script_against("openai_agent.py", path, "agent_qwen3", NULL);
+#endif
+}

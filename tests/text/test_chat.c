@@ -143,8 +143,11 @@ Test(chat, refuses_empty_and_malformed_conversations) {
         cr_expect_null(chat_render((chat_family)f, NULL, 3, true, "", &err));
         cr_expect(strstr(err.msg, "no messages") != NULL, "[%s]", err.msg);
 
+        /* tool results: only in the families trained with tools (tests/server/test_tools.c renders them) */
         const chat_msg tool[] = {{"user", "hi"}, {"tool", "42"}};
-        expect_refused((chat_family)f, tool, N(tool), "unknown role 'tool'");
+        if (!chat_has_tools((chat_family)f)) expect_refused((chat_family)f, tool, N(tool), "no tool role");
+        const chat_msg function[] = {{"user", "hi"}, {"function", "42"}};
+        expect_refused((chat_family)f, function, N(function), "unknown role 'function'");
         const chat_msg upper[] = {{"User", "hi"}};
         expect_refused((chat_family)f, upper, N(upper), "unknown role 'User'");
         const chat_msg no_role[] = {{NULL, "hi"}};
