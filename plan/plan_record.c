@@ -181,6 +181,24 @@ int plan_record_decode(plan_engine *p, kiln_err *err) {
 }
 
 
+/* A block's feed-forward, xb to xa: the norm, the gate and up products with SwiGLU (one
+ * launch where ff_swiglu), the down product with the residual. */
+static void add_block_ffn(recorder *R, const plan_layer *L, uint32_t nb, bool ff_swiglu) {
+    plan_engine *p = R->p;
+    const uint32_t (*g)[2] = R->grid;
+    ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
+    if (ff_swiglu) {
+        ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_gate}, {"Wu", L->w_up}, {"X", p->h}, {"Y", p->act},
+            {"info", p->info});
+    } else {
+        ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_gate}, {"X", p->h}, {"Y", p->g}, {"info", p->info});
+        ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_up}, {"X", p->h}, {"Y", p->u}, {"info", p->info});
+        ADD(K_SWIGLU, g[K_SWIGLU][0], 1, {"g", p->g}, {"u", p->u}, {"out", p->act});
+    }
+    ADD(K_MM_DOWN, g[K_MM_DOWN][0], g[K_MM_DOWN][1], {"W", L->w_down}, {"X", p->act}, {"Y", p->xa},
+        {"info", p->info}, {"res", p->xb});
+}
+
 int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
     recorder rec = {p, b ? b->kern : p->kern, b ? b->sig : p->sig, (const uint32_t(*)[2])(b ? b->grid : p->grid), err,
                     0},
@@ -210,17 +228,7 @@ int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
             ADD(K_MM_O, g[K_MM_O][0], g[K_MM_O][1], {"W", L->wo}, {"X", gated ? p->gated : p->att}, {"Y", p->xb},
                 {"info", p->info}, {"res", p->xa});
         }
-        ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
-        if (ff_swiglu) {
-            ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_gate}, {"Wu", L->w_up}, {"X", p->h}, {"Y", p->act},
-                {"info", p->info});
-        } else {
-            ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_gate}, {"X", p->h}, {"Y", p->g}, {"info", p->info});
-            ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_up}, {"X", p->h}, {"Y", p->u}, {"info", p->info});
-            ADD(K_SWIGLU, g[K_SWIGLU][0], 1, {"g", p->g}, {"u", p->u}, {"out", p->act});
-        }
-        ADD(K_MM_DOWN, g[K_MM_DOWN][0], g[K_MM_DOWN][1], {"W", L->w_down}, {"X", p->act}, {"Y", p->xa},
-            {"info", p->info}, {"res", p->xb});
+        add_block_ffn(R, L, nb, ff_swiglu);
     }
     ADD(K_TAKE_LAST, g[K_TAKE_LAST][0], 1, {"x", p->xa}, {"info", p->info}, {"out", p->last});
     add_logits(R, p->last);
@@ -258,17 +266,7 @@ int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err) {
             {"out", p->att}, {"tokpos", p->btok_pos});
         ADD(K_MM_O, g[K_MM_O][0], g[K_MM_O][1], {"W", L->wo}, {"X", p->att}, {"Y", p->xb}, {"info", p->info},
             {"res", p->xa});
-        ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
-        if (ff_swiglu) {
-            ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_gate}, {"Wu", L->w_up}, {"X", p->h}, {"Y", p->act},
-                {"info", p->info});
-        } else {
-            ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_gate}, {"X", p->h}, {"Y", p->g}, {"info", p->info});
-            ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_up}, {"X", p->h}, {"Y", p->u}, {"info", p->info});
-            ADD(K_SWIGLU, g[K_SWIGLU][0], 1, {"g", p->g}, {"u", p->u}, {"out", p->act});
-        }
-        ADD(K_MM_DOWN, g[K_MM_DOWN][0], g[K_MM_DOWN][1], {"W", L->w_down}, {"X", p->act}, {"Y", p->xa},
-            {"info", p->info}, {"res", p->xb});
+        add_block_ffn(R, L, nb, ff_swiglu);
     }
     ADD(K_NORM, nb, 1, {"x", p->xa}, {"w", p->output_norm}, {"y", p->h});
     ADD(K_MM_OUT, g[K_MM_OUT][0], g[K_MM_OUT][1], {"W", p->output}, {"X", p->h}, {"Y", p->blogits},
