@@ -101,15 +101,38 @@ static int flush_safe(pending *p, const gen_params *gp, gen_emit emit, void *ctx
     return rc;
 }
 
+/* The grammar's mask for the next token, or NULL with err. */
+static const uint64_t *grammar_mask(gram_match *g, kiln_err *err) {
+    const uint64_t *mask = gram_match_mask(g);
+    if (!mask) {
+        if (gram_match_too_complex(g)) kiln_fail(err, KILN_ERR_INVALID, "the grammar is too complex to follow");
+        else kiln_fail(err, KILN_ERR_NOMEM, "out of memory (grammar mask)");
+    }
+    return mask;
+}
+
+/* The grammar's mask as an engine's argmax mask (n bits in u32 words; the end-of-generation
+ * tokens allowed only where the grammar accepts, as gram_apply_mask). 0, or -1 with err. */
+static int grammar_allow(gram_match *g, const int32_t eog[3], uint32_t n, uint32_t *allow, kiln_err *err) {
+    const uint64_t *mask = grammar_mask(g, err);
+    if (!mask) return -1;
+    for (uint32_t w = 0; w < (n + 31) / 32; w++) allow[w] = (uint32_t)(mask[w / 2] >> (w % 2 * 32));
+    bool ok = gram_match_accepting(g);
+    for (int i = 0; i < 3; i++) {
+        if (eog[i] < 0 || (uint32_t)eog[i] >= n) continue;
+        uint32_t bit = 1u << (eog[i] % 32);
+        allow[eog[i] / 32] = ok ? allow[eog[i] / 32] | bit : allow[eog[i] / 32] & ~bit;
+    }
+    return 0;
+}
+
 /* The next token under a grammar: the logits masked to what it allows (in place, or in
  * masked when the raw logits must stay for the token callback), then sampled. */
 static int constrained_pick(gen_session *s, sampler *smp, gram_match *g, float *masked, const int32_t eog[3],
                             int32_t *id, kiln_err *err) {
     uint32_t n = s->e->n_vocab;
-    const uint64_t *mask = gram_match_mask(g);
-    if (!mask)
-        return gram_match_too_complex(g) ? kiln_fail(err, KILN_ERR_INVALID, "the grammar is too complex to follow")
-                                         : kiln_fail(err, KILN_ERR_NOMEM, "out of memory (grammar mask)");
+    const uint64_t *mask = grammar_mask(g, err);
+    if (!mask) return -1;
     float *lg = s->logits;
     if (masked) lg = memcpy(masked, s->logits, (size_t)n * sizeof *masked);
     gram_apply_mask(mask, lg, n, eog, 3, gram_match_accepting(g));
@@ -140,17 +163,25 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
      * 4 bytes per token come back instead of the vocabulary's logits (not when a caller
      * wants every token's logits) */
     bool fast = e->ops->eval_argmax && samp_is_greedy(smp) && !p->on_token && !p->grammar;
+    /* the same under a grammar where the engine takes its mask: the pick stays on the device */
+    bool gfast = e->ops->eval_argmax_masked && samp_is_greedy(smp) && !p->on_token && p->grammar;
+    const int32_t eog[3] = {tok_eos(s->t), tok_eot(s->t), p->extra_eog};
+    uint32_t *allow = gfast ? malloc(((size_t)e->n_vocab + 31) / 32 * 4) : NULL;
+    if (gfast && !allow) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), -1;
     int32_t next = -1, last = prompt[n_prompt - 1];
-    if (fast ? e->ops->eval_argmax(e, prompt + same, n_prompt - same, same, &next, err)
-             : engine_eval(e, prompt + same, n_prompt - same, same, s->logits, false, err))
+    if (gfast ? grammar_allow(p->grammar, eog, e->n_vocab, allow, err) ||
+                    e->ops->eval_argmax_masked(e, prompt + same, n_prompt - same, same, allow, &next, err)
+        : fast ? e->ops->eval_argmax(e, prompt + same, n_prompt - same, same, &next, err)
+               : engine_eval(e, prompt + same, n_prompt - same, same, s->logits, false, err)) {
+        free(allow);
         return -1;
+    }
     memcpy(s->cached + same, prompt + same, (n_prompt - same) * sizeof *prompt);
     r->t_prompt = clock_now_s() - t0;
     /* with a grammar and a token callback the callback sees the raw logits, the sampler a
      * masked copy */
     float *masked = p->grammar && p->on_token ? malloc((size_t)e->n_vocab * sizeof *masked) : NULL;
-    if (p->grammar && p->on_token && !masked) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), -1;
-    const int32_t eog[3] = {tok_eos(s->t), tok_eot(s->t), p->extra_eog};
+    if (p->grammar && p->on_token && !masked) return free(allow), kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), -1;
     samp_reset(smp);
     for (uint32_t i = 0; i < n_prompt; i++) samp_accept(smp, prompt[i]);
 
@@ -163,20 +194,19 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
     r->finish = GEN_LENGTH;
     t0 = clock_now_s();
     for (uint32_t i = 0; i < p->max_tokens; i++) {
-        int32_t id;
-        if (p->grammar) {
-            if (constrained_pick(s, smp, p->grammar, masked, eog, &id, err)) {
-                rc = -1;
-                break;
-            }
-        } else {
-            id = fast ? next : samp_sample(smp, s->logits);
-        }
-        if (fast && id < 0) { /* nothing beat -inf: the logits, and the sampler's verdict on them */
+        int32_t id = fast || gfast ? next : -1;
+        if ((fast || gfast) && id < 0) { /* nothing beat -inf: the logits, and the sampler's verdict on them */
             if (engine_eval(e, &last, 1, e->n_past - 1, s->logits, false, err)) {
                 rc = -1;
                 break;
             }
+        }
+        if (p->grammar && id < 0) {
+            if (constrained_pick(s, smp, p->grammar, masked, eog, &id, err)) {
+                rc = -1;
+                break;
+            }
+        } else if (id < 0) {
             id = samp_sample(smp, s->logits);
         }
         if (id < 0) {
@@ -223,8 +253,10 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
             r->finish = GEN_CONTEXT;
             break;
         }
-        if (fast ? e->ops->eval_argmax(e, &id, 1, pos, &next, err)
-                 : engine_eval(e, &id, 1, pos, s->logits, false, err)) {
+        if (gfast ? grammar_allow(p->grammar, eog, e->n_vocab, allow, err) ||
+                        e->ops->eval_argmax_masked(e, &id, 1, pos, allow, &next, err)
+            : fast ? e->ops->eval_argmax(e, &id, 1, pos, &next, err)
+                   : engine_eval(e, &id, 1, pos, s->logits, false, err)) {
             rc = -1;
             break;
         }
@@ -239,5 +271,6 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
     r->t_generate = clock_now_s() - t0;
     free(pend.buf);
     free(masked);
+    free(allow);
     return rc;
 }

@@ -2,7 +2,9 @@
  * strided slice keeping the first largest value (strict >), then the workgroup keeps the
  * largest value and, among equals, the lowest index. A NaN counts as -inf (as the host's
  * samp_argmax skips it); the maximum is written beside the index, so a caller sees when
- * there was nothing but -inf and NaN. */
+ * there was nothing but -inf and NaN. The masked variant skips the entries whose bit in
+ * `allow` is clear (a grammar's mask, so constrained greedy decoding keeps its logits on
+ * the device); with none allowed the index is UINT32_MAX. */
 #include "base/error.h"
 #include "kernels/kn_common.h"
 
@@ -18,31 +20,62 @@ static ir_val better(kx k, ir_val v2, ir_val i2, ir_val v1, ir_val i1) {
 
 #define UNROLL 4
 
-/* b = (best value, its index) after element i of value raw: a NaN counts as -inf; the
- * first of equal values stays (strict >), and any element beats the empty (-inf, none) */
-static void scan1(kx k, ir_val raw, ir_val i, ir_val *b) {
+/* A scan's state: the kernel, and where masked the row's first word of allow. */
+typedef struct scan {
+    kx k;
+    bool masked;
+    ir_buf allow;
+    ir_val mbase;
+} scan;
+
+/* allow's word holding element i's bit */
+static ir_val mask_word(const scan *s, ir_val i) {
+    return kx_load(s->k, s->allow, kx_add(s->k, s->mbase, kx_shr_c(s->k, i, 5)), 1);
+}
+
+/* whether element i's bit is set in its word w */
+static ir_val mask_bit(const scan *s, ir_val w, ir_val i) {
+    kx k = s->k;
+    ir_val sh = kx_shr(k, w, kx_and_c(k, i, 31));
+    return kx_ne(k, kx_and_c(k, sh, 1), kx_u32(k, 0));
+}
+
+/* b = (best value, its index) after element i of value raw (w: its mask word where
+ * masked): a NaN counts as -inf; the first of equal values stays (strict >), and any
+ * element beats the empty (-inf, none); a masked-out element changes nothing */
+static void scan1(const scan *s, ir_val raw, ir_val i, ir_val w, ir_val *b) {
+    kx k = s->k;
     ir_val none = kx_u32(k, UINT32_MAX);
     ir_val v = kx_select(k, kx_eq(k, raw, raw), raw, kx_f32(k, -INFINITY));
     ir_val take = kx_or(k, kx_gt(k, v, b[0]), kx_eq(k, b[1], none));
+    if (s->masked) take = kx_and(k, take, mask_bit(s, w, i));
     b[0] = kx_select(k, take, v, b[0]);
     b[1] = kx_select(k, take, i, b[1]);
 }
 
-/* the same for the 4 elements of v at i .. i + 3, in order */
-static void scan4(kx k, ir_val v, ir_val i, ir_val *b) {
-    for (uint32_t e = 0; e < 4; e++) scan1(k, kx_lane(k, v, e), kx_add_c(k, i, e), b);
+/* the same for the 4 elements of v at i .. i + 3 (one mask word: i is a multiple of 4), in order */
+static void scan4(const scan *s, ir_val v, ir_val i, ir_val *b) {
+    ir_val w = s->masked ? mask_word(s, i) : IR_NONE;
+    for (uint32_t e = 0; e < 4; e++) scan1(s, kx_lane(s->k, v, e), kx_add_c(s->k, i, e), w, b);
 }
 
-/* rows > 1: workgroup y takes row y (logits from y * n, out from 2y) */
-static ir_kernel *build(const rt_caps *c, uint32_t n, uint32_t rows, kiln_err *err) {
+/* rows > 1: workgroup y takes row y (logits from y * n, out from 2y); masked: allow's row
+ * y from y * ceil(n / 32) */
+static ir_kernel *build(const rt_caps *c, uint32_t n, uint32_t rows, bool masked, kiln_err *err) {
     if (!c || n == 0 || n == UINT32_MAX || rows == 0 || (uint64_t)n * rows > UINT32_MAX) {
         kiln_fail(err, KILN_ERR_INVALID, c ? "kn_argmax: bad shape (n %u, %u rows)" : "no caps", n, rows);
         return NULL;
     }
-    kx k = {kn_create(rows > 1 ? "kn_argmax_rows" : "kn_argmax", err), c};
+    kx k = {kn_create(masked ? "kn_argmax_masked" : rows > 1 ? "kn_argmax_rows" : "kn_argmax", err), c};
     if (!k.ir) return NULL;
     ir_buf lg = kx_buffer(k, "logits", IR_F32, IR_READ, (uint64_t)n * rows);
     ir_buf out = kx_buffer(k, "out", IR_U32, IR_WRITE, 2ull * rows);
+    uint32_t words = (n + 31) / 32;
+    scan sc = {k, masked, 0, IR_NONE};
+    if (masked) {
+        sc.allow = kx_buffer(k, "allow", IR_U32, IR_READ, (uint64_t)words * rows);
+        sc.mbase = rows > 1 ? kx_group_times(k, 1, words) : kx_u32(k, 0);
+    }
     uint32_t wg = kn_workgroup(c, 1024);
     kx_workgroup(k, wg);
     ir_val lid = kx_local(k), none = kx_u32(k, UINT32_MAX);
@@ -65,21 +98,22 @@ static ir_kernel *build(const rt_caps *c, uint32_t n, uint32_t rows, kiln_err *e
         ir_val b[2] = {ir_for_arg(l, 0), ir_for_arg(l, 1)}, v[UNROLL];
         for (uint32_t u = 0; u < UNROLL; u++)
             v[u] = kx_load(k, lg, kx_add(k, base, kx_shl_c(k, kx_add_c(k, ir_for_iv(l), u * wg), 2)), 4);
-        for (uint32_t u = 0; u < UNROLL; u++) scan4(k, v[u], kx_shl_c(k, kx_add_c(k, ir_for_iv(l), u * wg), 2), b);
+        for (uint32_t u = 0; u < UNROLL; u++) scan4(&sc, v[u], kx_shl_c(k, kx_add_c(k, ir_for_iv(l), u * wg), 2), b);
         ir_for_end(k.ir, l, b);
         best[0] = ir_for_result(l, 0), best[1] = ir_for_result(l, 1);
     }
     if (main4 < n4) {
         ir_for *l = ir_for_begin(k.ir, kx_add_c(k, lid, main4), kx_u32(k, n4), kx_u32(k, wg), 2, best);
         ir_val b[2] = {ir_for_arg(l, 0), ir_for_arg(l, 1)}, at = kx_shl_c(k, ir_for_iv(l), 2);
-        scan4(k, kx_load(k, lg, kx_add(k, base, at), 4), at, b);
+        scan4(&sc, kx_load(k, lg, kx_add(k, base, at), 4), at, b);
         ir_for_end(k.ir, l, b);
         best[0] = ir_for_result(l, 0), best[1] = ir_for_result(l, 1);
     }
     if (n4 * 4 < n) {
         ir_for *l = ir_for_begin(k.ir, kx_add_c(k, lid, n4 * 4), kx_u32(k, n), kx_u32(k, wg), 2, best);
         ir_val b[2] = {ir_for_arg(l, 0), ir_for_arg(l, 1)};
-        scan1(k, kx_load(k, lg, kx_add(k, base, ir_for_iv(l)), 1), ir_for_iv(l), b);
+        ir_val w = masked ? mask_word(&sc, ir_for_iv(l)) : IR_NONE;
+        scan1(&sc, kx_load(k, lg, kx_add(k, base, ir_for_iv(l)), 1), ir_for_iv(l), w, b);
         ir_for_end(k.ir, l, b);
         best[0] = ir_for_result(l, 0), best[1] = ir_for_result(l, 1);
     }
@@ -141,8 +175,12 @@ static ir_kernel *build(const rt_caps *c, uint32_t n, uint32_t rows, kiln_err *e
     return kn_finish(k.ir, err);
 }
 
-ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, kiln_err *err) { return build(c, n, 1, err); }
+ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, kiln_err *err) { return build(c, n, 1, false, err); }
 
 ir_kernel *kn_argmax_rows(const rt_caps *c, uint32_t n, uint32_t rows, kiln_err *err) {
-    return build(c, n, rows, err);
+    return build(c, n, rows, false, err);
+}
+
+ir_kernel *kn_argmax_masked(const rt_caps *c, uint32_t n, uint32_t rows, kiln_err *err) {
+    return build(c, n, rows, true, err);
 }

@@ -164,6 +164,10 @@ ir_kernel *kn_argmax(const rt_caps *c, uint32_t n, kiln_err *err);
 /* The same for each of rows rows: row y of logits (f32, read, rows * n) into out[2y],
  * out[2y + 1] (u32, write, 2 * rows). Grid: groups = {1, rows, 1}. */
 ir_kernel *kn_argmax_rows(const rt_caps *c, uint32_t n, uint32_t rows, kiln_err *err);
+/* kn_argmax_rows over the entries whose bit is set in allow (u32, read, rows * ceil(n / 32):
+ * row y's entry v at word y * ceil(n / 32) + v / 32, bit v % 32), the others skipped; a row
+ * with none allowed gets index UINT32_MAX and -inf. */
+ir_kernel *kn_argmax_masked(const rt_caps *c, uint32_t n, uint32_t rows, kiln_err *err);
 
 /* out[t][c] = table[tok[t] * n_embd + c] for the launch's tokens t (grid y); a token >=
  * n_vocab gives a row of zeros instead of a read past the table.

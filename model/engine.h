@@ -21,6 +21,7 @@ typedef struct engine_step {
     uint32_t pos;
     float *logits; /* its n_vocab logits, or NULL */
     int32_t *best; /* or the index of its largest logit, as eval_argmax gives it (-1 included) */
+    const uint32_t *allow; /* with best: among the tokens whose bit is set (eval_argmax_masked); NULL: all */
     int rc;        /* set by eval_step: 0, or -1 with err */
     kiln_err err;
 } engine_step;
@@ -43,6 +44,11 @@ typedef struct engine_ops {
      * would) and returns 0; or returns -1, having evaluated nothing, where these engines
      * cannot step together (they are then evaluated one by one). */
     int (*eval_step)(engine_step *items, uint32_t n);
+    /* Optional: eval_argmax over the tokens whose bit is set in allow (n_vocab bits, token v
+     * at bit v % 32 of word v / 32; a grammar's mask, so constrained greedy decoding keeps
+     * the logits on the device); -1 in *best when none of them beats -inf. */
+    int (*eval_argmax_masked)(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, const uint32_t *allow,
+                              int32_t *best, kiln_err *err);
 } engine_ops;
 
 struct engine {

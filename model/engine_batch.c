@@ -28,6 +28,7 @@ typedef struct call {
     float *logits;
     bool all;
     int32_t *best; /* eval_argmax's call */
+    const uint32_t *allow; /* eval_argmax_masked's mask */
     uint64_t since_us;
     uint32_t take; /* tokens this step evaluates (the leader's, while a step runs) */
     bool finished;
@@ -117,7 +118,9 @@ static void run_share(group *g, call *c) {
     if (c->done == 0) in->n_past = c->w->base.n_past; /* the caller may have truncated */
     const int32_t *tok = c->tokens + c->done;
     uint32_t pos = c->pos + c->done;
-    if (last && c->best) {
+    if (last && c->best && c->allow) {
+        c->rc = in->ops->eval_argmax_masked(in, tok, k, pos, c->allow, c->best, &c->err);
+    } else if (last && c->best) {
         c->rc = in->ops->eval_argmax(in, tok, k, pos, c->best, &c->err);
     } else if (c->all) {
         c->rc = engine_eval(in, tok, k, pos, c->logits + (size_t)c->done * in->n_vocab, true, &c->err);
@@ -146,7 +149,7 @@ static uint32_t run_together(group *g, uint32_t taken) {
         if (c->done == 0) in->n_past = c->w->base.n_past; /* the caller may have truncated */
         g->items[n] = (engine_step){.e = in, .token = c->tokens[c->done], .pos = c->pos + c->done,
                                     .logits = c->best ? NULL : c->logits + (c->all ? (size_t)c->done * in->n_vocab : 0),
-                                    .best = c->best};
+                                    .best = c->best, .allow = c->allow};
     }
     if (n < 2 || op(g->items, n)) return 0;
     for (uint32_t i = 0; i < n; i++) {
@@ -209,8 +212,10 @@ static int run_call(engine *e, call *c, kiln_err *err) {
     group *g = w->g;
     if (c->n == 0) { /* nothing to evaluate: the inner engine's answer, as an unwrapped call */
         w->inner->n_past = e->n_past;
-        int rc = c->best ? w->inner->ops->eval_argmax(w->inner, c->tokens, 0, c->pos, c->best, err)
-                         : engine_eval(w->inner, c->tokens, 0, c->pos, c->logits, c->all, err);
+        engine *in = w->inner;
+        int rc = c->allow  ? in->ops->eval_argmax_masked(in, c->tokens, 0, c->pos, c->allow, c->best, err)
+                 : c->best ? in->ops->eval_argmax(in, c->tokens, 0, c->pos, c->best, err)
+                           : engine_eval(in, c->tokens, 0, c->pos, c->logits, c->all, err);
         e->n_past = w->inner->n_past;
         return rc;
     }
@@ -258,6 +263,12 @@ static int batch_eval(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos
 static int batch_eval_argmax(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best,
                              kiln_err *err) {
     call c = {.tokens = tokens, .n = n, .pos = pos, .best = best};
+    return run_call(e, &c, err);
+}
+
+static int batch_eval_argmax_masked(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, const uint32_t *allow,
+                                    int32_t *best, kiln_err *err) {
+    call c = {.tokens = tokens, .n = n, .pos = pos, .best = best, .allow = allow};
     return run_call(e, &c, err);
 }
 
@@ -333,7 +344,8 @@ int engine_batch_group(engine **e, uint32_t n, const engine_batch_opts *opts, ki
         pthread_cond_init(&x->cv, &ca);
         x->inner = e[i];
         x->g = g;
-        x->ops = (engine_ops){batch_eval, batch_destroy, e[i]->ops->eval_argmax ? batch_eval_argmax : NULL, NULL};
+        x->ops = (engine_ops){batch_eval, batch_destroy, e[i]->ops->eval_argmax ? batch_eval_argmax : NULL, NULL,
+                              e[i]->ops->eval_argmax_masked ? batch_eval_argmax_masked : NULL};
         x->base = *e[i];
         x->base.ops = &x->ops;
         e[i] = &x->base;

@@ -144,17 +144,42 @@ static int plan_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t p
     return all ? 0 : p->d->ops->download(p->d, p->logits, 0, logits, (size_t)p->s.hp.n_vocab * 4, err);
 }
 
-static int plan_eval_argmax(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best,
-                            kiln_err *err) {
+/* The argmax mask for the replays that follow: allow's n_vocab bits, or (NULL) all set,
+ * uploaded only where it changes. 0, or -1 with err. */
+int plan_set_allow(plan_engine *p, const uint32_t *allow, kiln_err *err) {
+    if (!allow && !p->allow_custom) return 0;
+    size_t bytes = (size_t)plan_allow_words(&p->s) * 4;
+    uint32_t *ones = allow ? NULL : malloc(bytes);
+    if (!allow && !ones) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    if (ones) memset(ones, 0xff, bytes);
+    int rc = p->d->ops->upload(p->d, p->allow, 0, allow ? allow : ones, bytes, err);
+    free(ones);
+    if (!rc) p->allow_custom = allow != NULL;
+    return rc;
+}
+
+static int argmax_of(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, const uint32_t *allow,
+                     int32_t *best, kiln_err *err) {
     plan_engine *p = (plan_engine *)base;
     uint32_t out[2];
-    if (run_tokens(p, tokens, n, pos, NULL, false, err) ||
+    if (plan_set_allow(p, allow, err) || run_tokens(p, tokens, n, pos, NULL, false, err) ||
         p->d->ops->download(p->d, p->best, 0, out, sizeof out, err))
         return -1;
     float mx;
     memcpy(&mx, &out[1], 4);
     *best = mx == -INFINITY || out[0] >= p->s.hp.n_vocab ? -1 : (int32_t)out[0];
     return 0;
+}
+
+static int plan_eval_argmax(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best,
+                            kiln_err *err) {
+    return argmax_of(base, tokens, n, pos, NULL, best, err);
+}
+
+static int plan_eval_argmax_masked(engine *base, const int32_t *tokens, uint32_t n, uint32_t pos,
+                                   const uint32_t *allow, int32_t *best, kiln_err *err) {
+    if (!allow) return kiln_fail(err, KILN_ERR_INVALID, "no mask"), -1;
+    return argmax_of(base, tokens, n, pos, allow, best, err);
 }
 
 
@@ -183,7 +208,7 @@ static void plan_destroy(engine *base) {
     rt_buffer *bufs[] = {own ? p->tok_embd : NULL, own && p->output != p->tok_embd ? p->output : NULL,
                          own ? p->output_norm : NULL, own ? p->freqs : NULL, p->xa,
                          p->xb, p->h, p->qkv, p->att, p->g, p->u, p->act, p->last, p->hl, p->logits, p->tok, p->info,
-                         p->part, p->tok_h, p->info_h, p->best, p->agate, p->gated, p->dn_qkv, p->dn_z, p->dn_ba,
+                         p->part, p->tok_h, p->info_h, p->best, p->allow, p->agate, p->gated, p->dn_qkv, p->dn_z, p->dn_ba,
                          p->dn_x, p->dn_y, p->dn_qk, p->dn_uw, p->dn_p, p->dn_gl, p->dn_o,
                          p->dn_in1_qkv, p->dn_in1_z, p->dn_in1_ba, p->dn_in1}; /* views before their buffer */
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -215,7 +240,7 @@ static void plan_destroy(engine *base) {
     free(p);
 }
 
-const engine_ops plan_ops = {plan_eval, plan_destroy, plan_eval_argmax, plan_eval_step};
+const engine_ops plan_ops = {plan_eval, plan_destroy, plan_eval_argmax, plan_eval_step, plan_eval_argmax_masked};
 
 
 void plan_counts(const engine *e, uint32_t *n_kernels, uint32_t *n_launches) {
@@ -329,7 +354,7 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
         {&p->qkv, nb * s.qkv_dim * 2}, {&p->att, nb * s.q_dim * 2}, {&p->g, nb * hp->n_ff * 2},
         {&p->u, nb * hp->n_ff * 2}, {&p->act, nb * hp->n_ff * 2}, {&p->last, hp->n_embd * 2},
         {&p->hl, hp->n_embd * 2}, {&p->logits, (size_t)hp->n_vocab * 4}, {&p->tok, nb * 4}, {&p->info, 8},
-        {&p->tok_h, nb * 4}, {&p->info_h, 8}, {&p->best, 8},
+        {&p->tok_h, nb * 4}, {&p->info_h, 8}, {&p->best, 8}, {&p->allow, (size_t)plan_allow_words(&s) * 4},
         {&p->part, (size_t)hp->n_head * kn_attn_splits(&d->caps, hp->n_head, s.n_ctx) * (hp->head_dim_k + 2) * 4},
         /* qwen35 only (0 bytes: no buffer) */
         {&p->agate, q35 ? nb * s.q_dim * 2 : 0}, {&p->gated, q35 ? nb * s.q_dim * 2 : 0},
@@ -349,6 +374,10 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
         bad = !(p->dn_in1_qkv = d->ops->view(d, p->dn_in1, 0, (size_t)s.conv_dim * 2, err)) ||
               !(p->dn_in1_z = d->ops->view(d, p->dn_in1, (size_t)s.dn_z_row * 2, (size_t)s.dn_v_dim * 2, err)) ||
               !(p->dn_in1_ba = d->ops->view(d, p->dn_in1, (size_t)s.dn_ba_row * 2, (size_t)hp->ssm_v_heads * 4, err));
+    if (!bad) { /* every token allowed until a masked argmax */
+        p->allow_custom = true;
+        bad = plan_set_allow(p, NULL, err) != 0;
+    }
     /* One replay of each recording now, so the driver's first-use work (final pipeline
      * compiles, page mappings) lands in load time, not in the first prompt: the prefill
      * for no tokens (every product and attention tile returns at once), a decode step at

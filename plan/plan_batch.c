@@ -17,6 +17,7 @@
 #include "plan/plan_internal.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const uint32_t bucket_tokens[PLAN_BUCKETS] = {8, 16, 32, PLAN_BATCH_MAX};
@@ -116,6 +117,11 @@ int plan_batch_build(plan_engine *p, kiln_err *err) {
         !(p->bpart = d->ops->alloc(d, part, err)) || !(p->blogits = d->ops->alloc(d, logits, err)) ||
         !(p->bbest = d->ops->alloc_host(d, 8ull * max_nb, err)) || stage(p, NULL, 0, err))
         return -1;
+    size_t words = plan_allow_words(&p->s);
+    if (!(p->ballow = d->ops->alloc(d, words * 4 * max_nb, err))) return -1;
+    if (!(p->allow_rows = malloc(words * 4 * max_nb))) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    memset(p->allow_rows, 0xff, words * 4 * max_nb);
+    if (d->ops->upload(d, p->ballow, 0, p->allow_rows, words * 4 * max_nb, err)) return -1;
     for (int bi = 0; bi < PLAN_BUCKETS; bi++) {
         uint32_t nb = plan_batch_size(&p->s, &d->caps, bi);
         if (nb && build_bucket(p, bi, nb, err)) return -1;
@@ -134,9 +140,10 @@ void plan_batch_release(plan_engine *p) {
                 plan_sig_free(&b->sig[i]);
             }
     }
-    rt_buffer *bufs[] = {p->btok_tok, p->btok_pos, p->btok, p->btok_h, p->bpart, p->blogits, p->bbest};
+    rt_buffer *bufs[] = {p->btok_tok, p->btok_pos, p->btok, p->btok_h, p->bpart, p->blogits, p->bbest, p->ballow};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
+    free(p->allow_rows);
 }
 
 /* ---- a step -------------------------------------------------------------------------- */
@@ -179,6 +186,25 @@ static int stage(plan_engine *o, engine_step *const *it, uint32_t n, kiln_err *e
     return o->d->ops->upload(o->d, o->btok_h, 0, in, sizeof in, err);
 }
 
+/* The argmax masks of rows [0, n): each item's, or all set; uploaded in one copy where any
+ * row's changes (ballow_custom: the rows left not all set). */
+static int stage_allow(plan_engine *o, engine_step *const *it, uint32_t n, kiln_err *err) {
+    uint64_t want = 0, rows = n >= 64 ? ~0ull : (1ull << n) - 1;
+    for (uint32_t t = 0; t < n; t++)
+        if (it[t]->best && it[t]->allow) want |= 1ull << t;
+    if (!want && !(o->ballow_custom & rows)) return 0;
+    size_t words = plan_allow_words(&o->s);
+    for (uint32_t t = 0; t < n; t++) {
+        const uint32_t *src = want >> t & 1 ? it[t]->allow : NULL;
+        uint32_t *row = o->allow_rows + (size_t)t * words;
+        if (src) memcpy(row, src, words * 4);
+        else if (o->ballow_custom >> t & 1) memset(row, 0xff, words * 4);
+    }
+    if (o->d->ops->upload(o->d, o->ballow, 0, o->allow_rows, (size_t)n * words * 4, err)) return -1;
+    o->ballow_custom = (o->ballow_custom & ~rows) | want;
+    return 0;
+}
+
 /* Items it[0..n) (checked, n within the largest bucket) in one replay; each item's
  * result read back. 0, or -1 with err (the device failed: every item fails with it). */
 static int run_bucket(plan_engine *o, engine_step **it, uint32_t n, kiln_err *err) {
@@ -186,7 +212,7 @@ static int run_bucket(plan_engine *o, engine_step **it, uint32_t n, kiln_err *er
     const plan_prefill *b = bucket_for(o, n);
     uint32_t info[2] = {0, n}, best[2 * PLAN_BATCH_MAX];
     size_t row = (size_t)o->s.hp.n_vocab * 4;
-    if (stage(o, it, n, err) || d->ops->upload(d, o->info_h, 0, info, sizeof info, err) ||
+    if (stage(o, it, n, err) || stage_allow(o, it, n, err) || d->ops->upload(d, o->info_h, 0, info, sizeof info, err) ||
         d->ops->replay(d, b->rec, err) || d->ops->download(d, o->bbest, 0, best, (size_t)n * 8, err))
         return -1;
     for (uint32_t t = 0; t < n; t++) {

@@ -122,6 +122,10 @@ typedef struct plan_engine {
     rt_buffer *xa, *xb, *h, *qkv, *att, *g, *u, *act, *last, *hl, *logits, *tok, *info;
     rt_buffer *tok_h, *info_h; /* what the host writes (host-mapped); tok and info are their device copies */
     rt_buffer *best;           /* the logits' argmax and max (host-mapped), for greedy decoding */
+    /* the argmax's mask (device memory, n_vocab bits): all set, or a grammar's for one
+     * eval_argmax_masked (allow_custom: written since, to be set back before an unmasked one) */
+    rt_buffer *allow;
+    bool allow_custom;
     rt_buffer *part; /* the decode attention's per-run softmax partials (f32) */
     /* qwen35: the attention gate's product and the gated output; the DeltaNet layers'
      * projections, convolution output and gated-norm output */
@@ -152,6 +156,9 @@ typedef struct plan_engine {
      * partials, every row's logits and argmax (the other activations are the owner's) */
     plan_prefill batch[PLAN_BUCKETS];
     rt_buffer *btok_h, *btok, *btok_tok, *btok_pos, *bpart, *blogits, *bbest;
+    rt_buffer *ballow;          /* every row's argmax mask, as allow */
+    uint64_t ballow_custom;     /* rows of ballow not all set (bit t: row t) */
+    uint32_t *allow_rows;       /* the host's copy of ballow's rows (the largest bucket's) */
     progress prog; /* while the plan is made: layers uploaded, then kernels compiled */
 } plan_engine;
 
@@ -254,6 +261,10 @@ int plan_batch_build(plan_engine *p, kiln_err *err);
 void plan_batch_release(plan_engine *p);
 /* The step of items (engine_ops.eval_step). */
 int plan_eval_step(engine_step *items, uint32_t n);
+/* The argmax mask of the plan's own recordings (plan.c): allow's bits, or all (NULL). */
+int plan_set_allow(plan_engine *p, const uint32_t *allow, kiln_err *err);
+/* The words of an argmax mask (n_vocab bits). */
+static inline uint32_t plan_allow_words(const plan_shape *s) { return (s->hp.n_vocab + 31) / 32; }
 /* Stages a step of n tokens (token 0 at positions 0..n-1 of the plan's slot) for a profile. */
 int plan_batch_stage_profile(plan_engine *p, uint32_t n, kiln_err *err);
 /* Whether kernel k is role i's in the plan, one of its smaller blocks or its buckets. */

@@ -192,7 +192,7 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_SWIGLU: return kn_swiglu(c, nb * hp->n_ff, dt, &g[0], err);
     case K_TAKE_LAST: return kn_take_last(c, d, nb, dt, &g[0], err);
     case K_STAGE: return kn_stage_inputs(c, nb, &g[0], err);
-    case K_ARGMAX: return kn_argmax(c, hp->n_vocab, err);
+    case K_ARGMAX: return kn_argmax_masked(c, hp->n_vocab, 1, err);
     /* a step of nb slots' tokens over the pool of n_slots caches */
     case K_STAGE_BATCH: return kn_stage_inputs(c, PLAN_BATCH_WORDS, &g[0], err);
     case K_QK_PREP_BATCH:
@@ -207,7 +207,7 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
         return kn_attn_merge_batch(c, hp->n_head, hp->head_dim_k, s->n_ctx, plan_batch_splits(s, c, nb), s->n_slots,
                                    nb, dt, &g[0], err);
     case K_MM_OUT: return product(c, hp->n_vocab, d, nb, dt, KN_EPI_F32, g, err);
-    case K_ARGMAX_BATCH: g[0] = 1, g[1] = nb; return kn_argmax_rows(c, hp->n_vocab, nb, err);
+    case K_ARGMAX_BATCH: g[0] = 1, g[1] = nb; return kn_argmax_masked(c, hp->n_vocab, nb, err);
     }
     /* qwen35 */
     kn_deltanet_shape dn = {hp->ssm_k_heads, hp->ssm_v_heads, hp->ssm_state, 1};

@@ -139,7 +139,7 @@ static void add_logits(recorder *R, rt_buffer *x) {
         ADD(K_NORM, 1, 1, {"x", x}, {"w", p->output_norm}, {"y", p->hl});
         ADD(K_MV_OUT, gx, 1, {"W", p->output}, {"x", p->hl}, {"y", p->logits});
     }
-    ADD(K_ARGMAX, 1, 1, {"logits", p->logits}, {"out", p->best});
+    ADD(K_ARGMAX, 1, 1, {"logits", p->logits}, {"out", p->best}, {"allow", p->allow});
 }
 
 
@@ -271,6 +271,7 @@ int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err) {
     ADD(K_NORM, nb, 1, {"x", p->xa}, {"w", p->output_norm}, {"y", p->h});
     ADD(K_MM_OUT, g[K_MM_OUT][0], g[K_MM_OUT][1], {"W", p->output}, {"X", p->h}, {"Y", p->blogits},
         {"info", p->info});
-    ADD(K_ARGMAX_BATCH, g[K_ARGMAX_BATCH][0], g[K_ARGMAX_BATCH][1], {"logits", p->blogits}, {"out", p->bbest});
+    ADD(K_ARGMAX_BATCH, g[K_ARGMAX_BATCH][0], g[K_ARGMAX_BATCH][1], {"logits", p->blogits}, {"out", p->bbest},
+        {"allow", p->ballow});
     return R->rc;
 }

@@ -751,6 +751,8 @@ static void all_builders(unsigned cc, ir_scalar t) {
     builder(kn_argmax(&c, 1001, &err), &c, err.msg, "argmax odd");
     builder(kn_argmax_rows(&c, 151936, 64, &err), &c, err.msg, "argmax rows");
     builder(kn_argmax_rows(&c, 1001, 3, &err), &c, err.msg, "argmax rows odd");
+    builder(kn_argmax_masked(&c, 151936, 1, &err), &c, err.msg, "argmax masked");
+    builder(kn_argmax_masked(&c, 1001, 5, &err), &c, err.msg, "argmax masked odd");
     builder(kn_embed(&c, 151936, 1024, t, &gx, &err), &c, err.msg, "embed");
     builder(kn_embed(&c, 1001, 999, t, &gx, &err), &c, err.msg, "embed odd");
     builder(kn_take_last(&c, 1024, 512, t, &gx, &err), &c, err.msg, "take_last");

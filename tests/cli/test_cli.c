@@ -5,6 +5,7 @@
 #include "gguf/half.h"
 #include "model/arch.h"
 #include "tests/util/testutil.h"
+#include "tests/util/testutil_vk.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -412,4 +413,26 @@ Test(inspect, every_testdata_gguf) {
     cr_assert_eq(RUN("inspect", tu_data_file("tokenizer/ggml-vocab-bert-bge.gguf")), 0);
     cr_assert(strstr(out, "tensors (0)"), "%s", out);
     cr_assert(strstr(out, "hyperparameters: not available: architecture 'bert' is not supported"), "%s", out);
+}
+
+/* Greedy decoding under a grammar on a GPU plan (the mask goes to the device's argmax:
+ * eval_argmax_masked) writes what the oracle writes (its host mask over the logits). */
+Test(cli, grammar_on_the_gpu_as_on_the_oracle, .timeout = 240) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    d->ops->destroy(d);
+    const char *g = tu_tmp("story.gbnf");
+    FILE *f = fopen(g, "w");
+    cr_assert(f);
+    fputs("root ::= \"Once\" [a-z ,]+ \".\"\n", f);
+    fclose(f);
+    static char out[2][4096], err[2][4096];
+    const char *dev[2] = {"cpu", "vulkan:0"};
+    for (int i = 0; i < 2; i++) {
+        int rc = tu_run_kiln((const char *const[]){"run", tu_data_file("models/stories260K.gguf"), "-p", "Once upon",
+                                                   "-n", "40", "--grammar", g, "--device", dev[i], NULL},
+                             out[i], sizeof out[i], err[i], sizeof err[i]);
+        cr_assert_eq(rc, 0, "%s: %s", dev[i], err[i]);
+    }
+    cr_assert(strstr(out[1], "Once uponOnce "), "%s", out[1]);
+    cr_assert_str_eq(out[1], out[0]);
 }

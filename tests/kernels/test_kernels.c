@@ -596,14 +596,18 @@ Test(kernels, argmax_ties_to_lowest_index) {
     }
 }
 
-/* kn_argmax_rows: each row its own pattern (row r: pattern r % 6), the host's pick per row,
- * outputs past the rows poisoned. n % 4 != 0 takes the scalar walk (rows start unaligned). */
-static void argmax_rows_case(rt_device *d, uint32_t n, uint32_t rows) {
+/* kn_argmax_rows (masked: kn_argmax_masked): each row its own pattern (row r: pattern r %
+ * 6) and, masked, its own mask (none, all, or a random half, in turn); the host's pick per
+ * row over the allowed entries, outputs past the rows poisoned. n % 4 != 0 takes the
+ * scalar walk (rows start unaligned). */
+static void argmax_rows_case(rt_device *d, uint32_t n, uint32_t rows, bool masked) {
     kiln_err err = {0};
-    ir_kernel *k = kn_argmax_rows(&d->caps, n, rows, &err);
+    ir_kernel *k = (masked ? kn_argmax_masked : kn_argmax_rows)(&d->caps, n, rows, &err);
     cr_assert_not_null(k, "%s", err.msg);
-    float *lg = malloc((size_t)n * rows * 4);
-    for (uint32_t r = 0; r < rows; r++)
+    uint32_t words = (n + 31) / 32;
+    float *lg = malloc((size_t)n * rows * 4), *row_m = malloc((size_t)n * 4);
+    uint32_t *allow = malloc((size_t)words * rows * 4);
+    for (uint32_t r = 0; r < rows; r++) {
         for (uint32_t i = 0; i < n; i++) {
             float *v = &lg[(size_t)r * n + i];
             switch (r % 6) {
@@ -615,25 +619,39 @@ static void argmax_rows_case(rt_device *d, uint32_t n, uint32_t rows) {
             default: *v = i % 2 ? -INFINITY : NAN; break;
             }
         }
-    size_t words = 2 * (size_t)rows + GUARD;
-    uint32_t *poison = malloc(words * 4), *got = malloc(words * 4);
-    for (size_t i = 0; i < words; i++) poison[i] = 0xdeadbeef;
-    rt_buffer *bl = tu_vk_upload(d, lg, (size_t)n * rows * 4), *bo = tu_vk_upload(d, poison, words * 4);
-    rt_arg args[2] = {{bl, 0}, {bo, 0}};
-    launch(d, k, 1, rows, args, 2);
-    tu_vk_download(d, bo, got, words * 4);
-    for (uint32_t r = 0; r < rows; r++) {
-        const float *row = lg + (size_t)r * n;
-        int32_t want = samp_argmax(row, n);
-        float wmax = want >= 0 ? row[want] : -INFINITY, gmax;
-        memcpy(&gmax, &got[2 * r + 1], 4);
-        cr_assert_eq(got[2 * r], (uint32_t)(want < 0 ? 0 : want), "argmax_rows n=%u row %u/%u: %u != %d", n, r, rows,
-                     got[2 * r], want);
-        cr_assert(gmax == wmax, "argmax_rows n=%u row %u: max %g != %g", n, r, gmax, wmax);
+        for (uint32_t w = 0; w < words; w++) {
+            uint32_t kind = (r / 2) % 3; /* rows in pairs: all, a random half, none */
+            allow[(size_t)r * words + w] = kind == 0 ? ~0u : kind == 2 ? 0u : (uint32_t)(tu_urand(0, 1) * 4294967295.0);
+        }
     }
-    for (size_t i = 2 * (size_t)rows; i < words; i++) cr_assert_eq(got[i], 0xdeadbeef, "argmax_rows wrote past the end");
-    d->ops->release(d, bl), d->ops->release(d, bo);
-    free(lg), free(poison), free(got);
+    size_t out_words = 2 * (size_t)rows + GUARD;
+    uint32_t *poison = malloc(out_words * 4), *got = malloc(out_words * 4);
+    for (size_t i = 0; i < out_words; i++) poison[i] = 0xdeadbeef;
+    rt_buffer *bl = tu_vk_upload(d, lg, (size_t)n * rows * 4), *bo = tu_vk_upload(d, poison, out_words * 4);
+    rt_buffer *ba = tu_vk_upload(d, allow, (size_t)words * rows * 4);
+    rt_arg args[3] = {{bl, 0}, {bo, 0}, {ba, 0}};
+    launch(d, k, 1, rows, args, masked ? 3 : 2);
+    tu_vk_download(d, bo, got, out_words * 4);
+    for (uint32_t r = 0; r < rows; r++) {
+        /* the host's pick over the allowed entries: the others as if absent */
+        const float *row = lg + (size_t)r * n;
+        int32_t want = -1, first_allowed = -1;
+        for (uint32_t i = 0; i < n; i++) {
+            bool ok = !masked || (allow[(size_t)r * words + i / 32] >> (i % 32) & 1);
+            row_m[i] = ok ? row[i] : NAN;
+            if (ok && first_allowed < 0) first_allowed = (int32_t)i;
+        }
+        want = samp_argmax(row_m, n);
+        float wmax = want >= 0 ? row_m[want] : -INFINITY, gmax;
+        uint32_t want_i = want >= 0 ? (uint32_t)want : first_allowed >= 0 ? (uint32_t)first_allowed : UINT32_MAX;
+        memcpy(&gmax, &got[2 * r + 1], 4);
+        cr_assert_eq(got[2 * r], want_i, "argmax n=%u row %u/%u%s: %u != %u", n, r, rows, masked ? " masked" : "",
+                     got[2 * r], want_i);
+        cr_assert(gmax == wmax, "argmax n=%u row %u: max %g != %g", n, r, gmax, wmax);
+    }
+    for (size_t i = 2 * (size_t)rows; i < out_words; i++) cr_assert_eq(got[i], 0xdeadbeef, "argmax wrote past the end");
+    d->ops->release(d, bl), d->ops->release(d, bo), d->ops->release(d, ba);
+    free(lg), free(row_m), free(allow), free(poison), free(got);
     ir_kernel_destroy(k);
 }
 
@@ -641,10 +659,12 @@ Test(kernels, argmax_rows_each_its_own) {
     rt_device *d = tu_vk_open_or_skip(NULL);
     tu_seed(61);
     const uint32_t shapes[][2] = {{1, 1}, {7, 6}, {1000, 7}, {4097, 3}, {512, 64}, {32770, 2}};
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) argmax_rows_case(d, shapes[i][0], shapes[i][1]);
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int m = 0; m < 2; m++) argmax_rows_case(d, shapes[i][0], shapes[i][1], m);
     kiln_err err = {0};
     cr_assert_null(kn_argmax_rows(&d->caps, 16, 0, &err));
     cr_assert_null(kn_argmax_rows(&d->caps, 1u << 20, 1u << 13, &err), "u32 indices");
+    cr_assert_null(kn_argmax_masked(&d->caps, 0, 2, &err));
     d->ops->destroy(d);
 }
 

@@ -156,3 +156,59 @@ Test(plan_batch, slots_step_together_as_each_alone, .timeout = 600) {
     model_free(m);
     d->ops->destroy(d);
 }
+
+/* The argmax under a grammar's mask stays on the device (eval_argmax_masked, and a step's
+ * items with allow): each pick is the host's argmax over the allowed logits; an unmasked
+ * call after a masked one sees every token again; nothing allowed gives -1. */
+static int32_t host_pick(const float *l, const uint32_t *allow, uint32_t n) {
+    int32_t b = -1;
+    for (uint32_t i = 0; i < n; i++)
+        if ((!allow || (allow[i / 32] >> (i % 32) & 1)) && l[i] == l[i] && l[i] > -INFINITY && (b < 0 || l[i] > l[b]))
+            b = (int32_t)i;
+    return b;
+}
+
+Test(plan_batch, masked_argmax_on_the_device, .timeout = 300) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    kiln_err err = {0};
+    model *m = model_load(tu_data_file("models/stories260K.gguf"), &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    uint32_t nv = m->hp.n_vocab, words = (nv + 31) / 32;
+    engine *a = plan_create_slots(m, d, GGUF_T_BF16, 256, 0, 2, &err), *b = NULL;
+    cr_assert_not_null(a, "%s", err.msg);
+    cr_assert_not_null(b = plan_create_sibling(a, &err), "%s", err.msg);
+    cr_assert_not_null(a->ops->eval_argmax_masked);
+    static const int32_t pa[] = {1, 400, 300, 20}, pb[] = {1, 50, 60};
+    float *la = malloc(nv * 4), *lb = malloc(nv * 4);
+    uint32_t *allow = malloc(words * 4), *allow2 = malloc(words * 4);
+    cr_assert_eq(engine_eval(a, pa, 4, 0, la, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(engine_eval(b, pb, 3, 0, lb, false, &err), 0, "%s", err.msg);
+    tu_seed(71);
+    for (int round = 0; round < 6; round++) {
+        for (uint32_t w = 0; w < words; w++) { /* a random half; a single token; nothing */
+            allow[w] = round % 3 == 0 ? (uint32_t)(tu_urand(0, 1) * 4294967295.0) : 0u;
+            allow2[w] = (uint32_t)(tu_urand(0, 1) * 4294967295.0);
+        }
+        if (round % 3 == 1) allow[(round * 37 % nv) / 32] |= 1u << ((round * 37 % nv) % 32);
+        int32_t got = -2;
+        cr_assert_eq(a->ops->eval_argmax_masked(a, &pa[3], 1, 3, allow, &got, &err), 0, "%s", err.msg);
+        cr_assert_eq(got, host_pick(la, allow, nv), "round %d: masked pick %d", round, got);
+        cr_assert_eq(a->ops->eval_argmax(a, &pa[3], 1, 3, &got, &err), 0, "%s", err.msg);
+        cr_assert_eq(got, host_pick(la, NULL, nv), "round %d: the mask outlived its call", round);
+        /* a step: slot a masked, slot b not, then both masked, then neither */
+        int32_t ga = -2, gb = -2;
+        for (int k = 0; k < 3; k++) {
+            engine_step it[2] = {{.e = a, .token = pa[3], .pos = 3, .best = &ga, .allow = k < 2 ? allow : NULL},
+                                 {.e = b, .token = pb[2], .pos = 2, .best = &gb, .allow = k == 1 ? allow2 : NULL}};
+            cr_assert_eq(a->ops->eval_step(it, 2), 0);
+            cr_assert(it[0].rc == 0 && it[1].rc == 0, "%s %s", it[0].err.msg, it[1].err.msg);
+            cr_assert_eq(ga, host_pick(la, k < 2 ? allow : NULL, nv), "round %d step %d: slot a", round, k);
+            cr_assert_eq(gb, host_pick(lb, k == 1 ? allow2 : NULL, nv), "round %d step %d: slot b", round, k);
+        }
+    }
+    free(la), free(lb), free(allow), free(allow2);
+    engine_destroy(b);
+    engine_destroy(a);
+    model_free(m);
+    d->ops->destroy(d);
+}
