@@ -5,8 +5,10 @@
  * remove Unicode whitespace, not just ASCII).
  *
  * Known differences from real templates:
- *  - Tools only for the families that were trained with them (chat_has_tools); Mistral
- *    v7's spacing around its tool tokens follows v3's (tekken: none).
+ *  - Tools only for the families that were trained with them (chat_has_tools). Mistral
+ *    v7's tool tokens are written as v7-tekken's reference for tools (Mistral-Small-3.1-
+ *    24B-Instruct-2503: a space after [AVAILABLE_TOOLS], [TOOL_CALLS] and [TOOL_RESULTS],
+ *    its parallel-call prompt before the system message), v3-tekken's without spaces.
  *  - Where a template silently drops or renders a system message after the first
  *    (Llama 2 drops it, Gemma writes a "system" turn), this refuses it.
  *  - Llama 3.2 writes today's date where 3.1 and 3.3 write "26 Jul 2024"; this writes the
@@ -324,8 +326,9 @@ static void put_json_string(cbuf *b, const char *s) {
     puts_(b, "\"");
 }
 
-static void mistral_calls(const chat_msg *m, bool tekken, cbuf *b) {
-    puts_(b, tekken ? "[TOOL_CALLS][" : "[TOOL_CALLS] [");
+/* tight: no space after the tool tokens (v3-tekken, Mistral-Nemo-Instruct-2407) */
+static void mistral_calls(const chat_msg *m, bool tight, cbuf *b) {
+    puts_(b, tight ? "[TOOL_CALLS][" : "[TOOL_CALLS] [");
     for (size_t k = 0; k < m->n_tool_calls; k++) {
         puts_(b, k ? ", {\"name\": \"" : "{\"name\": \"");
         puts_(b, m->tool_calls[k].name);
@@ -338,16 +341,16 @@ static void mistral_calls(const chat_msg *m, bool tekken, cbuf *b) {
     puts_(b, "]");
 }
 
-static void mistral_result(const chat_msg *m, bool tekken, cbuf *b) {
-    puts_(b, tekken ? "[TOOL_RESULTS]{\"content\": " : "[TOOL_RESULTS] {\"content\": ");
+static void mistral_result(const chat_msg *m, bool tight, cbuf *b) {
+    puts_(b, tight ? "[TOOL_RESULTS]{\"content\": " : "[TOOL_RESULTS] {\"content\": ");
     puts_(b, m->content);
     puts_(b, ", \"call_id\": \"");
     puts_(b, m->tool_call_id ? m->tool_call_id : "");
     puts_(b, "\"}[/TOOL_RESULTS]");
 }
 
-static void mistral_tools(const conv *c, bool tekken, cbuf *b) {
-    puts_(b, tekken ? "[AVAILABLE_TOOLS][" : "[AVAILABLE_TOOLS] [");
+static void mistral_tools(const conv *c, bool tight, cbuf *b) {
+    puts_(b, tight ? "[AVAILABLE_TOOLS][" : "[AVAILABLE_TOOLS] [");
     for (size_t t = 0; t < c->o->n_tools; t++) {
         if (t) puts_(b, ", ");
         puts_(b, c->o->tools[t]);
@@ -357,17 +360,17 @@ static void mistral_tools(const conv *c, bool tekken, cbuf *b) {
 
 /* A tool result or an assistant's calls (true: written), or the tools before the turn at
  * tools_at. */
-static bool mistral_tool_turn(const conv *c, size_t i, bool tekken, size_t tools_at, cbuf *b) {
+static bool mistral_tool_turn(const conv *c, size_t i, bool tight, size_t tools_at, cbuf *b) {
     if (c->r[i] == R_TOOL) {
-        mistral_result(&c->m[i], tekken, b);
+        mistral_result(&c->m[i], tight, b);
         return true;
     }
     if (c->m[i].n_tool_calls) {
-        mistral_calls(&c->m[i], tekken, b);
+        mistral_calls(&c->m[i], tight, b);
         puts_(b, "</s>");
         return true;
     }
-    if (i == tools_at) mistral_tools(c, tekken, b);
+    if (i == tools_at) mistral_tools(c, tight, b);
     return false;
 }
 
@@ -621,16 +624,29 @@ static int render_mistral_v1_v3(const conv *c, chat_family f, const char *bos, c
     return 0;
 }
 
+/* What Mistral-Small-3.1's template writes before the system message when there are tools
+ * (its "\n\n" after it is a line continuation inside a Jinja string: nothing). */
+#define MISTRAL_PARALLEL_TOOLS                                                                                      \
+    "You are a helpful assistant that can call tools. If you call one or more tools, format them in a single "     \
+    "JSON array or objects, where each object is a tool call, not as separate objects outside of an array or "     \
+    "multiple arrays. Use the format [{\"name\": tool call name, \"arguments\": tool call arguments}, additional " \
+    "tool calls] if you call more than one tool. If you call tools, do not attempt to interpret them or otherwise " \
+    "provide a response until you receive a tool call result that you can interpret for the user."
+
 /* Mistral's v7 (Mistral-Large-Instruct-2411, as Mistral documents it) and v7-tekken
- * (Mistral-Small-24B-Instruct-2501): any order, a system message anywhere. */
+ * (Mistral-Small-24B-Instruct-2501; with tools, Mistral-Small-3.1-24B-Instruct-2503): any
+ * order, a system message anywhere. */
 static int render_mistral_v7(const conv *c, bool tekken, const char *bos, cbuf *b) {
     puts_(b, bos);
     size_t tools_at = c->o->n_tools ? last_user(c) : c->n;
     for (size_t i = 0; i < c->n; i++) {
-        if (mistral_tool_turn(c, i, tekken, tools_at, b)) continue;
+        if (mistral_tool_turn(c, i, false, tools_at, b)) continue;
         switch (c->r[i]) {
         case R_TOOL: break;
-        case R_SYSTEM: puts_(b, tekken ? "[SYSTEM_PROMPT]" : "[SYSTEM_PROMPT] "); break;
+        case R_SYSTEM:
+            puts_(b, tekken ? "[SYSTEM_PROMPT]" : "[SYSTEM_PROMPT] ");
+            if (tekken && c->o->n_tools && i == 0) puts_(b, MISTRAL_PARALLEL_TOOLS);
+            break;
         case R_USER: puts_(b, tekken ? "[INST]" : "[INST] "); break;
         case R_ASSISTANT: puts_(b, tekken ? "" : " "); break;
         }

@@ -193,6 +193,38 @@ Test(tools, qwen3_renders_tools) {
     cr_assert(strstr(err.msg, "no tool"), "%s", err.msg);
 }
 
+/* Mistral v7-tekken with tools as Mistral-Small-3.1-24B-Instruct-2503's template renders
+ * them (transformers' Jinja; the expected text from a render of that template): spaced
+ * tool tokens, the parallel-call prompt before the system message, the tools before the
+ * last user message. */
+Test(tools, mistral_v7_tekken_renders_tools_as_mistral_small_3_1) {
+    const char *tools[] = {"{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"Do f.\", "
+                           "\"parameters\": {\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"integer\"}}}}}"};
+    chat_tool_call call = {"abc123def", "f", "{\"x\": 1}"};
+    chat_msg m[] = {{.role = "system", .content = "Be useful."},
+                    {.role = "user", .content = "Do it."},
+                    {.role = "assistant", .content = "", .tool_calls = &call, .n_tool_calls = 1},
+                    {.role = "tool", .content = "42", .tool_call_id = "abc123def"},
+                    {.role = "user", .content = "Thanks."}};
+    chat_opts o = {.tools = tools, .n_tools = 1};
+    kiln_err err = {0};
+    char *text = chat_render_opts(CHAT_MISTRAL_V7_TEKKEN, m, 5, true, "<s>", &o, &err);
+    cr_assert_not_null(text, "%s", err.msg);
+    cr_assert_str_eq(
+        text,
+        "<s>[SYSTEM_PROMPT]You are a helpful assistant that can call tools. If you call one or more tools, format "
+        "them in a single JSON array or objects, where each object is a tool call, not as separate objects outside "
+        "of an array or multiple arrays. Use the format [{\"name\": tool call name, \"arguments\": tool call "
+        "arguments}, additional tool calls] if you call more than one tool. If you call tools, do not attempt to "
+        "interpret them or otherwise provide a response until you receive a tool call result that you can interpret "
+        "for the user.Be useful.[/SYSTEM_PROMPT][INST]Do it.[/INST][TOOL_CALLS] [{\"name\": \"f\", \"arguments\": "
+        "{\"x\": 1}, \"id\": \"abc123def\"}]</s>[TOOL_RESULTS] {\"content\": 42, \"call_id\": \"abc123def\"}"
+        "[/TOOL_RESULTS][AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": "
+        "\"Do f.\", \"parameters\": {\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"integer\"}}}}}]"
+        "[/AVAILABLE_TOOLS][INST]Thanks.[/INST]");
+    free(text);
+}
+
 static void refused(const char *body, const char *param, const char *what) {
     srv_request r;
     srv_error e;
