@@ -225,6 +225,79 @@ Test(tools, mistral_v7_tekken_renders_tools_as_mistral_small_3_1) {
     free(text);
 }
 
+/* Llama 3.1 with tools as Meta-Llama-3.1-8B-Instruct's template renders them (transformers'
+ * Jinja; the expected text from a render of that template): tools indented in the first
+ * user turn, the call as JSON with "parameters", results in ipython turns. */
+Test(tools, llama31_renders_tools_as_its_template) {
+    const char *tools[] = {"{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"Do f.\", \"parameters\": "
+        "{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"integer\"}}}}}"};
+    const char *indented[] = {"{\n"
+        "    \"type\": \"function\",\n"
+        "    \"function\": {\n"
+        "        \"name\": \"f\",\n"
+        "        \"description\": \"Do f.\",\n"
+        "        \"parameters\": {\n"
+        "            \"type\": \"object\",\n"
+        "            \"properties\": {\n"
+        "                \"x\": {\n"
+        "                    \"type\": \"integer\"\n"
+        "                }\n"
+        "            }\n"
+        "        }\n"
+        "    }\n"
+        "}"};
+    chat_tool_call call = {"abc123def", "f", "{\"x\": 1}"};
+    chat_msg m[] = {{.role = "system", .content = "Be useful."},
+                    {.role = "user", .content = "Do it."},
+                    {.role = "assistant", .content = "", .tool_calls = &call, .n_tool_calls = 1},
+                    {.role = "tool", .content = "42", .tool_call_id = "abc123def"},
+                    {.role = "user", .content = "Thanks."}};
+    chat_opts o = {.tools = tools, .tools_indented = indented, .n_tools = 1};
+    kiln_err err = {0};
+    char *text = chat_render_opts(CHAT_LLAMA31, m, 5, true, "<s>", &o, &err);
+    cr_assert_not_null(text, "%s", err.msg);
+    cr_assert_str_eq(text,
+        "<s><|start_header_id|>system<|end_header_id|>\n"
+        "\n"
+        "Environment: ipython\n"
+        "Cutting Knowledge Date: December 2023\n"
+        "Today Date: 26 Jul 2024\n"
+        "\n"
+        "Be useful.<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
+        "\n"
+        "Given the following functions, please respond with a JSON for a function call with its proper argumen"
+        "ts that best answers the given prompt.\n"
+        "\n"
+        "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its v"
+        "alue}.Do not use variables.\n"
+        "\n"
+        "{\n"
+        "    \"type\": \"function\",\n"
+        "    \"function\": {\n"
+        "        \"name\": \"f\",\n"
+        "        \"description\": \"Do f.\",\n"
+        "        \"parameters\": {\n"
+        "            \"type\": \"object\",\n"
+        "            \"properties\": {\n"
+        "                \"x\": {\n"
+        "                    \"type\": \"integer\"\n"
+        "                }\n"
+        "            }\n"
+        "        }\n"
+        "    }\n"
+        "}\n"
+        "\n"
+        "Do it.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+        "\n"
+        "{\"name\": \"f\", \"parameters\": {\"x\": 1}}<|eot_id|><|start_header_id|>ipython<|end_header_id|>\n"
+        "\n"
+        "\"42\"<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
+        "\n"
+        "Thanks.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
+        "\n");
+    free(text);
+}
+
 static void refused(const char *body, const char *param, const char *what) {
     srv_request r;
     srv_error e;
