@@ -6,6 +6,7 @@
  * KILN_REQUIRE_TESTDATA=1). */
 #include "tests/util/testutil.h"
 #include "tests/util/testutil_serve.h"
+#include "tests/util/testutil_vk.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -196,9 +197,11 @@ static const char *venv_python(void) {
     return python;
 }
 
-static void script_against(const char *name, const char *model, const char *id, const char *extra) {
+/* The script name against a server of model started with server_args (NULL-terminated, or NULL). */
+static void script_against_server(const char *name, const char *model, const char *id, const char *extra,
+                                  const char *const *server_args) {
     const char *python = venv_python();
-    ts_start(&srv, model, NULL, NULL);
+    ts_start(&srv, model, server_args, NULL);
     char url[64], script[1200];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/v1", srv.port);
     snprintf(script, sizeof script, "%s/tests/server/openai/%s", source_dir(), name);
@@ -208,6 +211,10 @@ static void script_against(const char *name, const char *model, const char *id, 
                      out, sizeof out);
     cr_assert_eq(rc, 0, "%s against %s exited %d:\n%s", name, id, rc, out);
     cr_assert(ts_alive(&srv), "the server died");
+}
+
+static void script_against(const char *name, const char *model, const char *id, const char *extra) {
+    script_against_server(name, model, id, extra, NULL);
 }
 
 static void client_against(const char *model, const char *id) {
@@ -236,4 +243,13 @@ Test(serve_openai, agent_api_qwen3) {
 #else
     script_against("openai_agent.py", path, "agent_qwen3", NULL);
 #endif
+}
+
+/* Eight threads streaming at once through the client against four slots on a GPU plan
+ * (lavapipe in CI: the slots' tokens in one step), each as the request alone. */
+Test(serve_openai, parallel_streams_on_the_gpu) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    d->ops->destroy(d);
+    script_against_server("openai_parallel.py", tu_data_file("models/stories260K.gguf"), "stories260K", NULL,
+                          (const char *const[]){"--parallel", "4", "--queue", "8", "--device", "vulkan:0", NULL});
 }
