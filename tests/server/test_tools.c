@@ -193,22 +193,26 @@ Test(tools, qwen3_renders_tools) {
     cr_assert(strstr(err.msg, "no tool"), "%s", err.msg);
 }
 
+/* The conversation the template checks below render: a system message, a request, a
+ * call of f, its result, a thanks; f's definition as the server writes it. */
+static const char *const tool_f[] = {
+    "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"Do f.\", \"parameters\": "
+    "{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"integer\"}}}}}"};
+static chat_tool_call call_f = {"abc123def", "f", "{\"x\": 1}"};
+static const chat_msg turns_f[] = {{.role = "system", .content = "Be useful."},
+                                   {.role = "user", .content = "Do it."},
+                                   {.role = "assistant", .content = "", .tool_calls = &call_f, .n_tool_calls = 1},
+                                   {.role = "tool", .content = "42", .tool_call_id = "abc123def"},
+                                   {.role = "user", .content = "Thanks."}};
+
 /* Mistral v7-tekken with tools as Mistral-Small-3.1-24B-Instruct-2503's template renders
  * them (transformers' Jinja; the expected text from a render of that template): spaced
  * tool tokens, the parallel-call prompt before the system message, the tools before the
  * last user message. */
 Test(tools, mistral_v7_tekken_renders_tools_as_mistral_small_3_1) {
-    const char *tools[] = {"{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"Do f.\", "
-                           "\"parameters\": {\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"integer\"}}}}}"};
-    chat_tool_call call = {"abc123def", "f", "{\"x\": 1}"};
-    chat_msg m[] = {{.role = "system", .content = "Be useful."},
-                    {.role = "user", .content = "Do it."},
-                    {.role = "assistant", .content = "", .tool_calls = &call, .n_tool_calls = 1},
-                    {.role = "tool", .content = "42", .tool_call_id = "abc123def"},
-                    {.role = "user", .content = "Thanks."}};
-    chat_opts o = {.tools = tools, .n_tools = 1};
+    chat_opts o = {.tools = tool_f, .n_tools = 1};
     kiln_err err = {0};
-    char *text = chat_render_opts(CHAT_MISTRAL_V7_TEKKEN, m, 5, true, "<s>", &o, &err);
+    char *text = chat_render_opts(CHAT_MISTRAL_V7_TEKKEN, turns_f, 5, true, "<s>", &o, &err);
     cr_assert_not_null(text, "%s", err.msg);
     cr_assert_str_eq(
         text,
@@ -229,8 +233,6 @@ Test(tools, mistral_v7_tekken_renders_tools_as_mistral_small_3_1) {
  * Jinja; the expected text from a render of that template): tools indented in the first
  * user turn, the call as JSON with "parameters", results in ipython turns. */
 Test(tools, llama31_renders_tools_as_its_template) {
-    const char *tools[] = {"{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"Do f.\", \"parameters\": "
-        "{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"integer\"}}}}}"};
     const char *indented[] = {"{\n"
         "    \"type\": \"function\",\n"
         "    \"function\": {\n"
@@ -246,15 +248,9 @@ Test(tools, llama31_renders_tools_as_its_template) {
         "        }\n"
         "    }\n"
         "}"};
-    chat_tool_call call = {"abc123def", "f", "{\"x\": 1}"};
-    chat_msg m[] = {{.role = "system", .content = "Be useful."},
-                    {.role = "user", .content = "Do it."},
-                    {.role = "assistant", .content = "", .tool_calls = &call, .n_tool_calls = 1},
-                    {.role = "tool", .content = "42", .tool_call_id = "abc123def"},
-                    {.role = "user", .content = "Thanks."}};
-    chat_opts o = {.tools = tools, .tools_indented = indented, .n_tools = 1};
+    chat_opts o = {.tools = tool_f, .tools_indented = indented, .n_tools = 1};
     kiln_err err = {0};
-    char *text = chat_render_opts(CHAT_LLAMA31, m, 5, true, "<s>", &o, &err);
+    char *text = chat_render_opts(CHAT_LLAMA31, turns_f, 5, true, "<s>", &o, &err);
     cr_assert_not_null(text, "%s", err.msg);
     cr_assert_str_eq(text,
         "<s><|start_header_id|>system<|end_header_id|>\n"
