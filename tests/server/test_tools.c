@@ -229,25 +229,17 @@ Test(tools, mistral_v7_tekken_renders_tools_as_mistral_small_3_1) {
     free(text);
 }
 
+/* f's definition indented by 4 (Llama 3.1's tojson(indent=4)) */
+#define F_INDENTED                                                                                                     \
+    "{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"f\",\n        \"description\": \"Do "    \
+    "f.\",\n        \"parameters\": {\n            \"type\": \"object\",\n            \"properties\": {\n                "  \
+    "\"x\": {\n                    \"type\": \"integer\"\n                }\n            }\n        }\n    }\n}"
+
 /* Llama 3.1 with tools as Meta-Llama-3.1-8B-Instruct's template renders them (transformers'
  * Jinja; the expected text from a render of that template): tools indented in the first
  * user turn, the call as JSON with "parameters", results in ipython turns. */
 Test(tools, llama31_renders_tools_as_its_template) {
-    const char *indented[] = {"{\n"
-        "    \"type\": \"function\",\n"
-        "    \"function\": {\n"
-        "        \"name\": \"f\",\n"
-        "        \"description\": \"Do f.\",\n"
-        "        \"parameters\": {\n"
-        "            \"type\": \"object\",\n"
-        "            \"properties\": {\n"
-        "                \"x\": {\n"
-        "                    \"type\": \"integer\"\n"
-        "                }\n"
-        "            }\n"
-        "        }\n"
-        "    }\n"
-        "}"};
+    const char *indented[] = {F_INDENTED};
     chat_opts o = {.tools = tool_f, .tools_indented = indented, .n_tools = 1};
     kiln_err err = {0};
     char *text = chat_render_opts(CHAT_LLAMA31, turns_f, 5, true, "<s>", &o, &err);
@@ -267,21 +259,7 @@ Test(tools, llama31_renders_tools_as_its_template) {
         "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its v"
         "alue}.Do not use variables.\n"
         "\n"
-        "{\n"
-        "    \"type\": \"function\",\n"
-        "    \"function\": {\n"
-        "        \"name\": \"f\",\n"
-        "        \"description\": \"Do f.\",\n"
-        "        \"parameters\": {\n"
-        "            \"type\": \"object\",\n"
-        "            \"properties\": {\n"
-        "                \"x\": {\n"
-        "                    \"type\": \"integer\"\n"
-        "                }\n"
-        "            }\n"
-        "        }\n"
-        "    }\n"
-        "}\n"
+        F_INDENTED "\n"
         "\n"
         "Do it.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n"
         "\n"
