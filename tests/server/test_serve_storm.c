@@ -146,7 +146,9 @@ static void storm_on(const char *device) {
     cr_assert_gt(storm(3), 0);
     long after = ts_rss_kib(&srv);
     cr_log_info("%s: RSS %ld KiB after the first storm, %ld after two more", device, before, after);
+#ifndef KILN_SANITIZED /* ASan's quarantine keeps freed memory resident; LeakSanitizer checks leaks there */
     cr_assert(after - before < 8 * 1024, "memory grew %ld KiB over two storms", after - before);
+#endif
     /* afterwards: two requests at once give what each gives alone */
     const char *prompts[2] = {"once upon a time there was", "lily liked to play in the park"};
     char *want[2] = {alone(prompts[0], 40), alone(prompts[1], 40)};
