@@ -86,6 +86,10 @@ typedef struct gguf_type_info {
 
 /* NULL for a type number ggml does not define (or has removed). */
 const gguf_type_info *gguf_type_info_of(uint32_t type);
+/* Whether kiln computes on the type in its blocks (Q4_0..Q8_0 and Q2_K..Q6_K): a weight of
+ * such a type enters every product at its exact dequantized value (the oracle's contract
+ * mode and the device plans alike), where other types are converted to 16 bits at load. */
+bool gguf_type_is_block_quant(uint32_t type);
 /* Parse a type name ("bf16", "Q4_K"; case-insensitive); -1 if unknown. */
 int gguf_type_from_name(const char *name);
 

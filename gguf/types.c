@@ -53,6 +53,11 @@ const gguf_type_info *gguf_type_info_of(uint32_t type) {
     return &gguf_types[type];
 }
 
+bool gguf_type_is_block_quant(uint32_t type) {
+    const gguf_type_info *ti = gguf_type_info_of(type);
+    return ti && ti->convertible && ti->block > 1;
+}
+
 static bool gguf_name_eq_nocase(const char *a, const char *b) {
     for (; *a && *b; a++, b++)
         if (tolower((unsigned char)*a) != tolower((unsigned char)*b))

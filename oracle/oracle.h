@@ -2,7 +2,9 @@
  * that every GPU result is measured against. It implements the engine interface.
  *
  * Modes (docs/ARCHITECTURE.md, "The numerical contract"):
- *   contract: weights in the 16-bit type (bf16 or f16), and every activation a GPU plan
+ *   contract: weights in the 16-bit type (bf16 or f16), block-quantized ones (Q4_0..Q8_0,
+ *             Q2_K..Q6_K: gguf_type_is_block_quant) at their exact dequantized values as
+ *             the device plans keep them, and every activation a GPU plan
  *             stores between kernels rounded to that type at the same points (listed in
  *             forward.c); the KV cache holds 16-bit values. Contract oracle vs a GPU
  *             backend then differs by summation order only.

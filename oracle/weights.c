@@ -20,6 +20,16 @@ int orc_weight_load(orc_weight *w, const gguf_tensor *t, uint32_t want, kiln_err
     memset(w, 0, sizeof *w);
     w->cols = t->ne[0];
     w->rows = t->ne[1] * t->ne[2] * t->ne[3];
+    if (gguf_type_is_block_quant(t->type)) {
+        const gguf_type_info *ti = gguf_type_info_of(t->type);
+        if (w->cols % ti->block)
+            return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': rows of %llu are not whole %s blocks of %u", t->name,
+                             (unsigned long long)w->cols, ti->name, ti->block);
+        w->type = t->type;
+        w->row_bytes = w->cols / ti->block * ti->block_bytes;
+        w->data = t->data;
+        return 0;
+    }
     if (t->type == want || (want == GGUF_T_F32 && (t->type == GGUF_T_BF16 || t->type == GGUF_T_F16))) {
         w->type = t->type;
         w->data = t->data;
@@ -53,7 +63,9 @@ void orc_weight_free(orc_weight *w) {
 
 void orc_weight_row(const orc_weight *w, uint64_t r, float *out) {
     uint64_t n = w->cols;
-    if (w->type == GGUF_T_F32) {
+    if (w->row_bytes) {
+        gguf_decode_f32(w->type, (const uint8_t *)w->data + r * w->row_bytes, out, n);
+    } else if (w->type == GGUF_T_F32) {
         memcpy(out, (const float *)w->data + r * n, n * sizeof *out);
     } else if (w->type == GGUF_T_BF16) {
         const uint16_t *p = (const uint16_t *)w->data + r * n;
@@ -75,9 +87,27 @@ void orc_weight_row(const orc_weight *w, uint64_t r, float *out) {
     for (; i < n; i++) s += LOAD(i) * x[i];                                         \
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + s;
 
+/* A quantized row: decoded a piece at a time (its exact f32 values), the same eight sums
+ * running over the whole row as in DOT. */
+#define PIECE 256
+static float quant_dot(const orc_weight *w, uint64_t r, const float *x) {
+    const gguf_type_info *ti = gguf_type_info_of(w->type);
+    const uint8_t *row = (const uint8_t *)w->data + r * w->row_bytes;
+    float acc[8] = {0}, v[PIECE];
+    for (uint64_t c = 0; c < w->cols; c += PIECE) { /* cols is whole blocks; a block divides PIECE */
+        uint64_t n = w->cols - c < PIECE ? w->cols - c : PIECE;
+        gguf_decode_f32(w->type, row + c / ti->block * ti->block_bytes, v, n);
+        for (uint64_t i = 0; i < n; i += 8)
+            for (int k = 0; k < 8; k++) acc[k] += v[i + k] * x[c + i + k];
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
 float orc_weight_dot(const orc_weight *w, uint64_t r, const float *x) {
     uint64_t n = w->cols;
-    if (w->type == GGUF_T_F32) {
+    if (w->row_bytes) {
+        return quant_dot(w, r, x);
+    } else if (w->type == GGUF_T_F32) {
         const float *p = (const float *)w->data + r * n;
 #define LF32(j) p[j]
         DOT(LF32)

@@ -8,6 +8,7 @@
 #include "model/model.h"
 #include "oracle/oracle.h"
 #include "tests/util/testutil.h"
+#include "tests/util/testutil_golden.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>
@@ -27,13 +28,6 @@
 #define NEAR_TIE_F32 0.05
 #define NEAR_TIE_CONTRACT 0.1
 
-static int32_t argmax(const float *x, uint32_t n) {
-    int32_t best = 0;
-    for (uint32_t i = 1; i < n; i++)
-        if (x[i] > x[best]) best = (int32_t)i;
-    return best;
-}
-
 static engine *open_engine(orc_mode mode, uint32_t n_ctx, model **m) {
     kiln_err err = {0};
     *m = model_load(tu_data_file(TINY), &err);
@@ -44,74 +38,19 @@ static engine *open_engine(orc_mode mode, uint32_t n_ctx, model **m) {
     return e;
 }
 
-typedef struct golden_result {
-    int cases, identical, near_tie_diffs;
-    double worst_dlogprob;  /* over the shared top-5 entries, up to and including the first difference */
-    double worst_tie_gap;   /* llama.cpp's top-1 minus top-2 at a first difference */
-} golden_result;
-
-/* Greedy decoding of every case of a golden, one engine for all (each case evaluates at
- * position 0, rewinding the state of the one before). */
-static golden_result run_golden(const char *golden, orc_mode mode) {
-    json_error_t je;
-    json_t *g = json_load_file(tu_data_file(golden), 0, &je);
-    cr_assert_not_null(g, "%s", je.text);
+/* Greedy decoding of every case of a golden, one engine for all. */
+static tu_golden_result run_golden(const char *golden, orc_mode mode) {
     model *m;
     engine *e = open_engine(mode, 256, &m);
-    uint32_t nv = e->n_vocab;
-    float *logits = malloc(nv * sizeof *logits);
-    kiln_err err = {0};
-    golden_result r = {0};
-    json_t *cases = json_object_get(g, "cases");
-    for (size_t c = 0; c < json_array_size(cases); c++) {
-        json_t *cs = json_array_get(cases, c), *pids = json_object_get(cs, "prompt_ids"),
-               *ids = json_object_get(cs, "ids"), *top5 = json_object_get(cs, "top5");
-        uint32_t np = (uint32_t)json_array_size(pids), steps = (uint32_t)json_array_size(ids);
-        int32_t prompt[64];
-        cr_assert_leq(np, 64);
-        for (uint32_t i = 0; i < np; i++) prompt[i] = (int32_t)json_integer_value(json_array_get(pids, i));
-        cr_assert_eq(engine_eval(e, prompt, np, 0, logits, false, &err), 0, "%s", err.msg);
-        bool same = true;
-        for (uint32_t s = 0; s < steps; s++) {
-            double mx = -INFINITY, sum = 0;
-            for (uint32_t v = 0; v < nv; v++) mx = fmax(mx, logits[v]);
-            for (uint32_t v = 0; v < nv; v++) sum += exp((double)logits[v] - mx);
-            double lse = mx + log(sum);
-            json_t *t5 = json_array_get(top5, s);
-            for (size_t k = 0; k < json_array_size(t5); k++) {
-                json_t *pair = json_array_get(t5, k);
-                int32_t id = (int32_t)json_integer_value(json_array_get(pair, 0));
-                double d = fabs((double)logits[id] - lse - json_real_value(json_array_get(pair, 1)));
-                if (d > r.worst_dlogprob) r.worst_dlogprob = d;
-            }
-            int32_t want = (int32_t)json_integer_value(json_array_get(ids, s)), got = argmax(logits, nv);
-            if (got != want) {
-                double gap = json_real_value(json_array_get(json_array_get(t5, 0), 1)) -
-                             json_real_value(json_array_get(json_array_get(t5, 1), 1));
-                cr_log_info("%s (%s) case %zu: first difference at step %u (got %d, llama.cpp %d), llama.cpp gap %.4f",
-                            golden, orc_mode_name(mode), c, s, got, want, gap);
-                double tie = mode == ORC_F32 ? NEAR_TIE_F32 : NEAR_TIE_CONTRACT;
-                cr_expect_leq(gap, tie, "%s case %zu step %u: a difference at gap %.4f is no near-tie", golden,
-                              c, s, gap);
-                if (gap > r.worst_tie_gap) r.worst_tie_gap = gap;
-                r.near_tie_diffs++;
-                same = false;
-                break;
-            }
-            cr_assert_eq(engine_eval(e, &want, 1, np + s, logits, false, &err), 0, "%s", err.msg);
-        }
-        r.cases++;
-        r.identical += same;
-    }
-    free(logits);
+    tu_golden_result r = tu_golden_run(e, golden, mode == ORC_F32 ? NEAR_TIE_F32 : NEAR_TIE_CONTRACT,
+                                       orc_mode_name(mode));
     engine_destroy(e);
     model_free(m);
-    json_decref(g);
     return r;
 }
 
 Test(oracle, qwen35_f32_matches_llamacpp_exact_math, .timeout = 120) {
-    golden_result r = run_golden("models/qwen35-tiny.f32dequant-kvf32-nofa.llamacpp.json", ORC_F32);
+    tu_golden_result r = run_golden("models/qwen35-tiny.f32dequant-kvf32-nofa.llamacpp.json", ORC_F32);
     cr_log_info("qwen35-tiny f32 vs llama.cpp f32dequant: %d/%d cases identical, max |dlogprob| %.2e, "
                 "%d near-tie differences (worst gap %.4f)",
                 r.identical, r.cases, r.worst_dlogprob, r.near_tie_diffs, r.worst_tie_gap);
@@ -121,8 +60,8 @@ Test(oracle, qwen35_f32_matches_llamacpp_exact_math, .timeout = 120) {
 }
 
 Test(oracle, qwen35_contract_f16_against_llamacpp, .timeout = 120) {
-    golden_result p = run_golden("models/qwen35-tiny.llamacpp.json", ORC_CONTRACT);
-    golden_result x = run_golden("models/qwen35-tiny.f32dequant-kvf32-nofa.llamacpp.json", ORC_CONTRACT);
+    tu_golden_result p = run_golden("models/qwen35-tiny.llamacpp.json", ORC_CONTRACT);
+    tu_golden_result x = run_golden("models/qwen35-tiny.f32dequant-kvf32-nofa.llamacpp.json", ORC_CONTRACT);
     cr_log_info("qwen35-tiny contract f16 vs llama.cpp as run: %d/%d identical, max |dlogprob| %.4f, %d near-tie "
                 "differences (worst gap %.4f)",
                 p.identical, p.cases, p.worst_dlogprob, p.near_tie_diffs, p.worst_tie_gap);
