@@ -154,6 +154,22 @@ uint64_t gguf_tensor_nrows(const gguf_tensor *t); /* product of ne[1..] */
  * 0 on success, -1 if the type is not convertible or n is not a whole number of blocks. */
 int gguf_decode_f32(uint32_t type, const void *src, float *dst, uint64_t n);
 
+/* A block of a block-quantized type (gguf_type_is_block_quant) taken apart: element j's
+ * value as ggml decodes it is s * (code[j] - offset) + m in f32, where
+ *   Q4_0, Q5_0, Q8_0:  s = d; offset 8, 16, 128 (Q8_0's code is its signed byte + 128)
+ *   Q4_1, Q5_1:        s = d, m = dm
+ *   Q3_K, Q6_K:        s = d * sc[sub] (sub-blocks of 16), offset 4, 32
+ *   Q2_K:              s = d * sc[sub], m = -(dm * mn[sub]) (sub-blocks of 16)
+ *   Q4_K, Q5_K:        s = d * sc[sub], m = -(dm * mn[sub]) (sub-blocks of 32)
+ * with d and dm f16 bits (d * sc one f32 product, as ggml rounds it). -1 for another type. */
+typedef struct gguf_qblock {
+    uint8_t code[256];
+    uint16_t d, dm;
+    int8_t sc[16];
+    uint8_t mn[16];
+} gguf_qblock;
+int gguf_block_unpack(uint32_t type, const uint8_t *block, gguf_qblock *out);
+
 /* Rows [row0, row0+nrows) of a tensor as f32 / bf16 / f16 (round to nearest even). */
 int gguf_tensor_rows_f32(const gguf_tensor *t, uint64_t row0, uint64_t nrows, float *dst,
                          kiln_err *err);

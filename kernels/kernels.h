@@ -16,6 +16,7 @@
 
 #include "base/error.h"
 #include "ir/ir.h"
+#include "kernels/kn_quant.h"
 #include "runtime/caps.h"
 
 #include <stdbool.h>
@@ -73,6 +74,20 @@ ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar d
  * NULL when a row of f32 does not fit the caps' workgroup memory. */
 ir_kernel *kn_matvec_norm(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out, unsigned epi,
                           float eps, uint32_t *groups_x, kiln_err *err);
+
+/* kn_matvec and kn_matvec_norm on a block-quantized weight (kn_quant.h): W (and Wu with
+ * SWIGLU, of the same type) as u32 words of the planes of a rows x cols matrix of type q
+ * (kn_qlayout_of's words), the other parameters, epilogues and grid as kn_matvec (norm:
+ * kn_matvec_norm's, eps). Each sub-block sums as s * sum(q x) + m * sum(x). */
+ir_kernel *kn_matvec_q(const rt_caps *c, kn_qtype q, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out,
+                       unsigned epi, uint32_t *groups_x, kiln_err *err);
+ir_kernel *kn_matvec_q_norm(const rt_caps *c, kn_qtype q, uint32_t rows, uint32_t cols, ir_scalar dtype,
+                            ir_scalar out, unsigned epi, float eps, uint32_t *groups_x, kiln_err *err);
+/* kn_matmul on a block-quantized W (kn_quant.h, as kn_matvec_q): the same X, Y, info, b,
+ * res, epilogues BIAS and RESIDUAL, n_max a multiple of 8; general-purpose lanes (every
+ * device). Grid: groups = {groups[0], groups[1], 1}. */
+ir_kernel *kn_matmul_q(const rt_caps *c, kn_qtype q, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
+                       unsigned epi, uint32_t groups[2], kiln_err *err);
 
 /* The prefill projections: Y[t][r] = sum_c W[r * cols + c] * X[t * cols + c] for r < rows
  * and t < n = info[1], then the epilogue (KN_EPI_BIAS and/or KN_EPI_RESIDUAL, res being
@@ -176,6 +191,11 @@ ir_kernel *kn_argmax_masked(const rt_caps *c, uint32_t n, uint32_t rows, kiln_er
  * Grid: groups = {*groups_x, n_tokens, 1}. */
 ir_kernel *kn_embed(const rt_caps *c, uint32_t n_vocab, uint32_t n_embd, ir_scalar dtype, uint32_t *groups_x,
                     kiln_err *err);
+/* kn_embed from a block-quantized table (kn_quant.h's words of n_vocab x n_embd of type q):
+ * out[t][c] = the value ggml's dequantization gives, rounded to dtype. Same parameters
+ * and grid. */
+ir_kernel *kn_embed_q(const rt_caps *c, kn_qtype q, uint32_t n_vocab, uint32_t n_embd, ir_scalar dtype,
+                      uint32_t *groups_x, kiln_err *err);
 
 /* A step's inputs from the host-mapped buffers the host writes into device memory, once
  * per replay, so the kernels after it read them there: a read of host memory crosses the

@@ -5,6 +5,7 @@
  * values are exact in f32, so only the summation order differs from a loop. */
 #include "base/error.h"
 #include "kernels/kn_common.h"
+#include "kernels/matvec_internal.h"
 
 #include <math.h>
 
@@ -172,7 +173,7 @@ static ir_val fault(kx k, ir_val row, ir_val sum) {
 }
 
 /* The row's result, stored by one invocation: the epilogue applied to the dot product(s). */
-static void store_row(kx k, unsigned epi, ir_buf y, ir_buf b, ir_buf res, ir_val row, ir_val sum, ir_val up,
+void kn_mv_store_row(kx k, unsigned epi, ir_buf y, ir_buf b, ir_buf res, ir_val row, ir_val sum, ir_val up,
                       ir_scalar dtype, ir_scalar out) {
     if (epi & KN_EPI_SWIGLU) {
         /* silu(round(g)) * round(u) */
@@ -188,7 +189,7 @@ static void store_row(kx k, unsigned epi, ir_buf y, ir_buf b, ir_buf res, ir_val
 /* The RMSNorm of x into workgroup memory, every workgroup its own copy: hx[c] = round((x[c]
  * * scale) * wn[c]) with the scale of kn_rmsnorm (same sums for the same workgroup size),
  * as f32 values. Barriers: called in uniform control flow. */
-static uint32_t norm_prologue(kx k, uint32_t wg, ir_buf x, ir_buf wn, uint32_t cols, ir_scalar dtype, float eps) {
+uint32_t kn_mv_norm_prologue(kx k, uint32_t wg, ir_buf x, ir_buf wn, uint32_t cols, ir_scalar dtype, float eps) {
     uint32_t v = kn_vec_width(cols), hx = kx_shared(k, "hx", IR_F32, cols);
     ir_type fv = kx_t(k, IR_F32, v), dv = kx_t(k, dtype, v);
     ir_val scale = kn_rms_scale(k, wg, x, kx_u32(k, 0), cols, eps, "ss_part");
@@ -263,7 +264,7 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
         if (swi) kn_prefetch_rows(k, wu, r0, rpw * nr, rows, cols, w_per, 2);
     }
     ir_grid_wait(k.ir);
-    uint32_t hx = norm ? norm_prologue(k, wg, x, wn, cols, dtype, eps) : UINT32_MAX;
+    uint32_t hx = norm ? kn_mv_norm_prologue(k, wg, x, wn, cols, dtype, eps) : UINT32_MAX;
     if (per_subgroup) {
         /* one subgroup per row, wg / sg rows per workgroup, rows strided over the grid
          * where kn_matvec_strided (a grid smaller than *groups_x amortizes the prologue
@@ -290,7 +291,7 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
         }
         ir_if *l0 = kx_if(k, kx_eq_c(k, lane, 0));
         for (uint32_t r = 0; r < nr; r++)
-            store_row(k, epi, y, b, res, r ? kx_add_c(k, row, r) : row, sums[r], up, dtype, out);
+            kn_mv_store_row(k, epi, y, b, res, r ? kx_add_c(k, row, r) : row, sums[r], up, dtype, out);
         kx_end_if(k, l0);
         if (strided) kx_end_for(k, each);
         else kx_end_if(k, in);
@@ -317,7 +318,7 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scala
         ir_val sum = kn_wg_sum(k, wg, d0, "dot_part");
         if (swi) up = kn_wg_sum(k, wg, up, "up_part");
         ir_if *l0 = kx_if(k, kx_eq_c(k, lid, 0));
-        store_row(k, epi, y, b, res, row, sum, up, dtype, out);
+        kn_mv_store_row(k, epi, y, b, res, row, sum, up, dtype, out);
         kx_end_if(k, l0);
         if (strided) kx_end_for(k, each);
         gx = rows;

@@ -780,6 +780,27 @@ static void all_builders(unsigned cc, ir_scalar t) {
                      n_emitted, cc);
 }
 
+/* The block-quantized kernels of every type (qwen3-0.6b's shapes: gate/up with SwiGLU
+ * and the norm, the down product, the logits head, a block's product, the embedding). */
+static void quant_builders(unsigned cc, ir_scalar t) {
+    rt_caps c = tu_cuda_caps(cc);
+    kiln_err err = {0};
+    uint32_t gx, g[2];
+    for (int q = 0; q < KN_Q_COUNT; q++) {
+        const char *name = kn_qformat_of((kn_qtype)q)->name;
+        builder(kn_matvec_q_norm(&c, (kn_qtype)q, 3072, 1024, t, t, KN_EPI_SWIGLU, 1e-6f, &gx, &err), &c, err.msg,
+                name);
+        builder(kn_matvec_q(&c, (kn_qtype)q, 1024, 3072, t, t, KN_EPI_RESIDUAL, &gx, &err), &c, err.msg, name);
+        builder(kn_matvec_q(&c, (kn_qtype)q, 151936, 1024, t, IR_F32, KN_EPI_NONE, &gx, &err), &c, err.msg, name);
+        builder(kn_matmul_q(&c, (kn_qtype)q, 2048, 1024, 512, t, KN_EPI_BIAS | KN_EPI_RESIDUAL, g, &err), &c, err.msg,
+                name);
+        builder(kn_embed_q(&c, (kn_qtype)q, 151936, 1024, t, &gx, &err), &c, err.msg, name);
+    }
+}
+
+Test(ptx, quant_builders_sm80_bf16, .timeout = 120) { quant_builders(80, IR_BF16); }
+Test(ptx, quant_builders_sm90_f16, .timeout = 120) { quant_builders(90, IR_F16); }
+
 Test(ptx, builders_sm80_bf16, .timeout = 120) { all_builders(80, IR_BF16); }
 Test(ptx, builders_sm80_f16, .timeout = 120) { all_builders(80, IR_F16); }
 Test(ptx, builders_sm90_bf16, .timeout = 120) { all_builders(90, IR_BF16); }

@@ -1,0 +1,99 @@
+/* The prefill projections on block-quantized weights (kn_quant.h): kn_matmul's
+ * parameters, epilogues (BIAS, RESIDUAL) and results up to summation order, on the
+ * general-purpose lanes. A subgroup (or, without subgroup sums, a workgroup) owns a row
+ * and a tile of KN_MMQ_TOKENS tokens; each lane decodes a chunk of KN_Q_CHUNK codes and
+ * its sub-blocks' scales once and applies them to every token of the tile, each sub-block
+ * summed as s * sum(q x) + m * sum(x) in f32. The matrix units take over where a later
+ * kernel feeds them dequantized tiles; this one is the exact path every device has. */
+#include "base/error.h"
+#include "kernels/kn_common.h"
+#include "kernels/quant_ir.h"
+
+#include <stdio.h>
+
+#define KN_MMQ_TOKENS 8
+
+static void token_dots(kx k, const kn_qformat *f, const ir_val *q, const ir_val *s, const ir_val *m, const ir_val *xv,
+                       ir_val *acc) {
+    for (uint32_t b = 0; b < KN_Q_CHUNK / f->sub; b++) {
+        const ir_val *qb = q + b * f->sub, *xb = xv + b * f->sub;
+        ir_val dot = kx_mul(k, qb[0], xb[0]);
+        for (uint32_t j = 1; j < f->sub; j++) dot = kx_fma(k, qb[j], xb[j], dot);
+        *acc = kx_fma(k, s[b], dot, *acc);
+        if (m[b] != IR_NONE) {
+            ir_val xs = xb[0];
+            for (uint32_t j = 1; j < f->sub; j++) xs = kx_add(k, xs, xb[j]);
+            *acc = kx_fma(k, m[b], xs, *acc);
+        }
+    }
+}
+
+ir_kernel *kn_matmul_q(const rt_caps *c, kn_qtype qt, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
+                       unsigned epi, uint32_t groups[2], kiln_err *err) {
+    kn_qlayout L;
+    if (kn_check_dtype(c, dtype, err) || kn_qlayout_of(qt, rows, cols, &L, err) ||
+        kn_check_epi("kn_matmul_q", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL, err))
+        return NULL;
+    if (!n_max || n_max % KN_MMQ_TOKENS || (uint64_t)n_max * (rows > cols ? rows : cols) > UINT32_MAX) {
+        kiln_fail(err, KILN_ERR_INVALID, "kn_matmul_q: %u tokens (a multiple of %u) of %u x %u", n_max,
+                  KN_MMQ_TOKENS, rows, cols);
+        return NULL;
+    }
+    const kn_qformat *f = kn_qformat_of(qt);
+    kx k = {kn_create("kn_matmul_q", err), c};
+    if (!k.ir) return NULL;
+    ir_buf w = kx_buffer(k, "W", IR_U32, IR_READ, L.words);
+    ir_buf x = kx_buffer(k, "X", dtype, IR_READ, (uint64_t)n_max * cols);
+    ir_buf y = kx_buffer(k, "Y", dtype, IR_WRITE, (uint64_t)n_max * rows);
+    ir_buf info = kx_buffer(k, "info", IR_U32, IR_READ, 2), b = 0, res = 0;
+    if (epi & KN_EPI_BIAS) b = kx_buffer(k, "b", dtype, IR_READ, rows);
+    if (epi & KN_EPI_RESIDUAL) res = kx_buffer(k, "res", dtype, IR_READ, (uint64_t)n_max * rows);
+    uint32_t sg = c->subgroup_size, wg = kn_workgroup(c, 128);
+    bool per_subgroup = c->subgroup_arith && sg >= 8 && sg <= wg;
+    kx_workgroup(k, wg);
+    uint32_t rpw = per_subgroup ? wg / sg : 1, lanes = per_subgroup ? sg : wg;
+    ir_grid_wait(k.ir);
+    /* the tile's tokens t0 .. t0 + KN_MMQ_TOKENS; a workgroup past the block's n returns */
+    ir_val n = kx_min(k, kx_load_c(k, info, 1), kx_u32(k, n_max));
+    ir_val t0 = kx_group_times(k, 1, KN_MMQ_TOKENS);
+    ir_if *live = kx_if(k, kx_lt(k, t0, n));
+    ir_val row = per_subgroup ? kx_add(k, kx_group_times(k, 0, rpw), kx_sg_id(k)) : kx_group(k, 0);
+    ir_val lane = per_subgroup ? kx_sg_lane(k) : kx_local(k);
+    /* rows past the end (the last workgroup's spare subgroups) read row 0 and store nothing */
+    ir_val in_rows = kx_lt_c(k, row, rows);
+    ir_val wrow = kx_select(k, in_rows, row, kx_u32(k, 0));
+    ir_val zero = kx_f32(k, 0.0f), init[KN_MMQ_TOKENS];
+    for (uint32_t t = 0; t < KN_MMQ_TOKENS; t++) init[t] = zero;
+    ir_for *l = ir_for_begin(k.ir, lane, kx_u32(k, cols / KN_Q_CHUNK), kx_u32(k, lanes), KN_MMQ_TOKENS, init);
+    ir_val c0 = kx_mul_c(k, ir_for_iv(l), KN_Q_CHUNK);
+    ir_val e0 = kx_add(k, kx_mul_c(k, wrow, cols), c0);
+    ir_val q[KN_Q_CHUNK], s[2], m[2], acc[KN_MMQ_TOKENS];
+    kn_q_chunk(k, &L, w, e0, q);
+    ir_val sub0 = kx_shr_c(k, e0, f->sub == 16 ? 4 : 5);
+    for (uint32_t sb = 0; sb < KN_Q_CHUNK / f->sub; sb++)
+        kn_q_sub_scale(k, &L, w, sb ? kx_add_c(k, sub0, sb) : sub0, &s[sb], &m[sb]);
+    for (uint32_t t = 0; t < KN_MMQ_TOKENS; t++) {
+        ir_val xv[KN_Q_CHUNK];
+        ir_val xrow = kx_add_c(k, t0, t); /* rows of X past n hold anything: their sums are not stored */
+        kn_q_x_chunk(k, x, UINT32_MAX, kx_add(k, kx_mul_c(k, xrow, cols), c0), xv);
+        acc[t] = ir_for_arg(l, t);
+        token_dots(k, f, q, s, m, xv, &acc[t]);
+    }
+    ir_for_end(k.ir, l, acc);
+    for (uint32_t t = 0; t < KN_MMQ_TOKENS; t++) {
+        ir_val sum = ir_for_result(l, t);
+        char part[16];
+        snprintf(part, sizeof part, "dot_part%u", t); /* one workgroup array a sum */
+        sum = per_subgroup ? kx_sg_sum(k, sum) : kn_wg_sum(k, wg, sum, part);
+        ir_val tok = kx_add_c(k, t0, t);
+        ir_val ok = kx_and(k, kx_lt(k, tok, n), in_rows);
+        ir_if *st = kx_if(k, kx_and(k, ok, kx_eq_c(k, lane, 0)));
+        ir_val at = kx_idx(k, tok, rows, row);
+        kx_store(k, y, at, kn_epilogue(k, epi, sum, b, row, res, at, dtype));
+        kx_end_if(k, st);
+    }
+    kx_end_if(k, live);
+    groups[0] = (rows + rpw - 1) / rpw;
+    groups[1] = n_max / KN_MMQ_TOKENS;
+    return kn_finish(k.ir, err);
+}

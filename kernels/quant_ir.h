@@ -1,0 +1,28 @@
+/* Decoding block-quantized weights (kn_quant.h's planes) inside a kernel: what the
+ * quantized products and the embedding share (quant.c). */
+#ifndef KILN_KERNELS_QUANT_IR_H
+#define KILN_KERNELS_QUANT_IR_H
+
+#include "kernels/kn_expr.h"
+#include "kernels/kn_quant.h"
+
+#define KN_Q_CHUNK 32 /* elements a lane decodes at once: whole sub-blocks */
+
+/* The f32 value of the f16 bits in the low half of a u32 (exact: subnormals by integer
+ * arithmetic, infinities and NaNs kept). */
+ir_val kn_q_f16_bits(kx k, ir_val bits);
+/* The codes of the chunk of KN_Q_CHUNK elements from element e0 (a multiple of
+ * KN_Q_CHUNK) of W, each as the f32 (code - offset): q[0 .. KN_Q_CHUNK). */
+void kn_q_chunk(kx k, const kn_qlayout *L, ir_buf w, ir_val e0, ir_val *q);
+/* The scale s and min m (IR_NONE where the type has none) of sub-block si (element e0 / sub). */
+void kn_q_sub_scale(kx k, const kn_qlayout *L, ir_buf w, ir_val si, ir_val *s, ir_val *m);
+
+/* x[c0 .. c0 + KN_Q_CHUNK) as f32 (matvec_q.c): from workgroup array hx where it is not
+ * UINT32_MAX (a normalized row's f32 values), else from x in 4-element loads. */
+void kn_q_x_chunk(kx k, ir_buf x, uint32_t hx, ir_val c0, ir_val *xv);
+/* acc + the dot product of the chunk from element e0 of w with xv, a sub-block at a time:
+ * s * sum(q x) + m * sum(x). xs[sub-block] holds each sub-block's sum of x once built
+ * (IR_NONE before), so the weights that share an x build it once. */
+ir_val kn_q_chunk_dot(kx k, const kn_qlayout *L, ir_buf w, ir_val e0, const ir_val *xv, ir_val *xs, ir_val acc);
+
+#endif

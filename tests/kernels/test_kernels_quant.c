@@ -1,0 +1,328 @@
+/* Block-quantized weights on the device (kernels/kn_quant.h): gguf_block_unpack's codes
+ * and scales give ggml's values bit for bit; plan_quant_pack's planes read back through
+ * the kernels on the Vulkan device (lavapipe in CI): the embedding bit for bit, the
+ * products against the exact dequantized values with f32 sums, at odd row counts, every
+ * type, outputs poisoned with guards after them. Random blocks carry random codes and
+ * scales, f16 fields included subnormal ones.
+ *
+ * Tolerance of a product: the kernel sums a sub-block as s * sum(q x) + m * sum(x), the
+ * reference sum((s q + m) x); each of the 2n + few products and sums rounds once in f32,
+ * so the two are within (3n + 8) * 2^-24 * sum|w x| (plus |m| sum|x| terms, bounded the
+ * same way by the reference's own magnitudes), then the 16-bit rounding as for kn_matvec. */
+#include "backend-spirv/vk_device.h"
+#include "base/error.h"
+#include "gguf/gguf.h"
+#include "gguf/half.h"
+#include "kernels/kernels.h"
+#include "plan/plan_quant.h"
+#include "tests/util/testutil_vk.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 64
+
+static const uint32_t gtypes[KN_Q_COUNT] = {
+    [KN_Q4_0] = GGUF_T_Q4_0, [KN_Q4_1] = GGUF_T_Q4_1, [KN_Q5_0] = GGUF_T_Q5_0, [KN_Q5_1] = GGUF_T_Q5_1,
+    [KN_Q8_0] = GGUF_T_Q8_0, [KN_Q2_K] = GGUF_T_Q2_K, [KN_Q3_K] = GGUF_T_Q3_K, [KN_Q4_K] = GGUF_T_Q4_K,
+    [KN_Q5_K] = GGUF_T_Q5_K, [KN_Q6_K] = GGUF_T_Q6_K};
+
+/* Where each type keeps its f16 fields (d, and dm/dmin where it has one). */
+static void f16_fields(uint32_t gt, int *at, int *n) {
+    switch (gt) {
+    case GGUF_T_Q4_1: case GGUF_T_Q5_1: case GGUF_T_Q4_K: case GGUF_T_Q5_K: at[0] = 0, at[1] = 2, *n = 2; return;
+    case GGUF_T_Q2_K: at[0] = 80, at[1] = 82, *n = 2; return;
+    case GGUF_T_Q3_K: at[0] = 108, *n = 1; return;
+    case GGUF_T_Q6_K: at[0] = 208, *n = 1; return;
+    default: at[0] = 0, *n = 1; return;
+    }
+}
+
+/* Random blocks whose f16 fields are finite and small (exponents 0, subnormal, to 6: a
+ * K-quant's d * sc * code stays near 1, so f16 sums do not overflow), either sign. */
+static uint8_t *rand_blocks(uint32_t gt, uint64_t n_blocks) {
+    const gguf_type_info *ti = gguf_type_info_of(gt);
+    uint8_t *b = malloc(n_blocks * ti->block_bytes);
+    for (uint64_t i = 0; i < n_blocks * ti->block_bytes; i++) b[i] = (uint8_t)tu_rnd32();
+    int at[2], nf;
+    f16_fields(gt, at, &nf);
+    for (uint64_t i = 0; i < n_blocks; i++)
+        for (int f = 0; f < nf; f++) {
+            uint32_t r = tu_rnd32(), ex = r % 7, bits = (r >> 4 & 0x8000) | ex << 10 | (r >> 8 & 0x3ff);
+            uint8_t *p = b + i * ti->block_bytes + at[f];
+            p[0] = (uint8_t)bits, p[1] = (uint8_t)(bits >> 8);
+        }
+    return b;
+}
+
+/* ---- the codes and scales are ggml's values ---- */
+
+Test(kernels_quant, unpacked_blocks_are_ggml_values) {
+    tu_seed(31);
+    for (int q = 0; q < KN_Q_COUNT; q++) {
+        const kn_qformat *f = kn_qformat_of((kn_qtype)q);
+        uint32_t gt = gtypes[q], blk = gguf_type_info_of(gt)->block;
+        cr_assert_eq(plan_qtype(gt), q);
+        uint8_t *b = rand_blocks(gt, 64);
+        float want[256];
+        for (int i = 0; i < 64; i++) {
+            const uint8_t *bb = b + (size_t)i * gguf_type_info_of(gt)->block_bytes;
+            gguf_qblock qb;
+            cr_assert_eq(gguf_block_unpack(gt, bb, &qb), 0);
+            cr_assert_eq(gguf_decode_f32(gt, bb, want, blk), 0);
+            for (uint32_t j = 0; j < blk; j++) {
+                uint32_t sub = j / f->sub;
+                float d = gguf_f16_to_f32(qb.d), s = f->k_quant ? d * (float)qb.sc[sub] : d, m = 0;
+                if (f->has_min) m = f->k_quant ? -(gguf_f16_to_f32(qb.dm) * (float)qb.mn[sub]) : gguf_f16_to_f32(qb.dm);
+                volatile float p = s * (float)((int)qb.code[j] - (int)f->offset); /* no fused multiply-add */
+                float v = f->has_min ? p + m : p;
+                cr_assert(memcmp(&v, &want[j], 4) == 0, "%s block %d element %u: %.9g != ggml's %.9g", f->name, i, j,
+                          v, want[j]);
+            }
+        }
+        free(b);
+    }
+    gguf_qblock qb;
+    cr_assert_eq(gguf_block_unpack(GGUF_T_F16, (const uint8_t *)"\0\0", &qb), -1);
+}
+
+/* ---- a quantized matrix for the device ---- */
+
+typedef struct qmat {
+    kn_qlayout L;
+    uint8_t *blocks;
+    float *w;        /* the exact values, rows x cols */
+    uint32_t *words; /* the planes */
+} qmat;
+
+static qmat qmat_make(kn_qtype q, uint32_t rows, uint32_t cols) {
+    qmat m;
+    kiln_err err = {0};
+    uint32_t gt = gtypes[q];
+    const gguf_type_info *ti = gguf_type_info_of(gt);
+    cr_assert_eq(kn_qlayout_of(q, rows, cols, &m.L, &err), 0, "%s", err.msg);
+    uint64_t n = (uint64_t)rows * cols;
+    m.blocks = rand_blocks(gt, n / ti->block);
+    m.w = malloc(n * 4);
+    cr_assert_eq(gguf_decode_f32(gt, m.blocks, m.w, n), 0);
+    m.words = calloc(m.L.words, 4);
+    gguf_tensor t = {.name = "w", .n_dims = 2, .ne = {cols, rows, 1, 1}, .type = gt, .data = m.blocks};
+    cr_assert_eq(plan_quant_pack(&t, 0, rows, &m.L, 0, m.words, &err), 0, "%s", err.msg);
+    return m;
+}
+
+static void qmat_free(qmat *m) { free(m->blocks), free(m->w), free(m->words); }
+
+static rt_buffer *upload_words(rt_device *d, const qmat *m) { return tu_vk_upload(d, m->words, m->L.words * 4); }
+
+static void run(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
+    rt_kernel *ck = tu_vk_compile(d, k);
+    tu_vk_run(d, ck, gx, gy, args, n);
+    d->ops->release_kernel(d, ck);
+}
+
+static uint16_t *fetch16(rt_device *d, rt_buffer *b, ir_scalar t, size_t n, const char *what) {
+    uint16_t *p = malloc((n + GUARD) * 2);
+    tu_vk_download(d, b, p, (n + GUARD) * 2);
+    for (size_t i = n; i < n + GUARD; i++)
+        cr_assert_eq(p[i], tu_nan16(t), "%s: wrote past the end at %zu", what, i);
+    return p;
+}
+
+/* The exact dot product of w's row r with x (f32 values), and its tolerance. */
+static double ref_dot(const qmat *m, uint32_t r, const float *x, double *tol) {
+    double s = 0, mag = 0;
+    for (uint32_t c = 0; c < m->L.cols; c++) {
+        double p = (double)m->w[(size_t)r * m->L.cols + c] * x[c];
+        s += p, mag += fabs(p);
+    }
+    *tol = (3.0 * m->L.cols + 8) * ldexp(1.0, -24) * mag;
+    return s;
+}
+
+static const uint32_t rows_cases[] = {1, 7, 33, 129};
+
+static uint32_t cols_for(kn_qtype q, int i) {
+    static const uint32_t small[] = {32, 96, 1056}, kq[] = {256, 768, 2816};
+    return kn_qformat_of(q)->unit == 256 ? kq[i] : small[i];
+}
+
+/* ---- the decode step's product ---- */
+
+static void matvec_q_case(rt_device *d, kn_qtype q, uint32_t rows, uint32_t cols, ir_scalar t, unsigned epi,
+                          bool norm, const char *var) {
+    kiln_err err = {0};
+    char what[160];
+    snprintf(what, sizeof what, "matvec_q%s %s %ux%u %s epi %u caps=%s", norm ? "_norm" : "", kn_qformat_of(q)->name,
+             rows, cols, tu_dname(t), epi, var ? var : "device");
+    uint32_t gx = 0;
+    const float eps = 1e-6f;
+    ir_kernel *k = norm ? kn_matvec_q_norm(&d->caps, q, rows, cols, t, t, epi, eps, &gx, &err)
+                        : kn_matvec_q(&d->caps, q, rows, cols, t, t, epi, &gx, &err);
+    cr_assert_not_null(k, "%s: %s", what, err.msg);
+    qmat w = qmat_make(q, rows, cols), u = {0};
+    bool swi = epi & KN_EPI_SWIGLU;
+    if (swi) u = qmat_make(q, rows, cols);
+    float *xf, *rf, *nf;
+    uint16_t *x = tu_rand16(t, cols, -2, 2, &xf), *res = tu_rand16(t, rows, -8, 8, &rf);
+    uint16_t *wn = tu_rand16(t, cols, 0.5f, 1.5f, &nf);
+    float *xin = xf; /* the product's input: x, or its norm as kn_rmsnorm rounds it */
+    float *hx = malloc(cols * 4);
+    if (norm) {
+        float ss = 0;
+        for (uint32_t c = 0; c < cols; c++) ss += xf[c] * xf[c];
+        float scale = 1.0f / sqrtf(ss / (float)cols + eps);
+        for (uint32_t c = 0; c < cols; c++) hx[c] = tu_from16(t, tu_to16(t, (xf[c] * scale) * nf[c]));
+        xin = hx;
+    }
+    rt_buffer *bw = upload_words(d, &w), *bu = swi ? upload_words(d, &u) : NULL;
+    rt_buffer *bx = tu_vk_upload(d, x, cols * 2), *br = tu_vk_upload(d, res, rows * 2);
+    rt_buffer *bn = tu_vk_upload(d, wn, cols * 2), *by = tu_vk_poisoned16(d, t, rows, GUARD);
+    rt_arg args[6] = {{bw, 0}, {bx, 0}, {by, 0}};
+    uint32_t na = 3;
+    if (epi & KN_EPI_RESIDUAL) args[na++] = (rt_arg){br, 0};
+    if (swi) args[na++] = (rt_arg){bu, 0};
+    if (norm) args[na++] = (rt_arg){bn, 0};
+    run(d, k, gx, 1, args, na);
+    uint16_t *y = fetch16(d, by, t, rows, what);
+    for (uint32_t r = 0; r < rows; r++) {
+        double tol, s = ref_dot(&w, r, xin, &tol), want, tl;
+        if (norm) tol += (cols + 8) * ldexp(1.0, -24) * fabs(s) + tol; /* the norm's scale, one 16-bit ulp of x */
+        if (swi) {
+            double tu_, su = ref_dot(&u, r, xin, &tu_);
+            float g = tu_from16(t, tu_to16(t, (float)s)), up = tu_from16(t, tu_to16(t, (float)su));
+            want = g / (1.0f + expf(-g)) * up;
+            double dg = tol + tu_ulp16(t, fabs(g) + tol), du = tu_ + tu_ulp16(t, fabs(up) + tu_);
+            tl = 1.1 * dg * (fabs(up) + du) + (fabs(g) + dg) * du + (7 + 2 * fabs(g)) * ldexp(1.0, -23) * fabs(want);
+        } else {
+            want = s, tl = tol;
+            if (epi & KN_EPI_RESIDUAL) {
+                tl += tu_ulp16(t, fabs(s) + tl);
+                want = tu_from16(t, tu_to16(t, (float)s)) + rf[r];
+            }
+        }
+        double got = tu_from16(t, y[r]);
+        tl += tu_ulp16(t, fmax(fabs(want), fabs(got)));
+        cr_assert(fabs(got - want) <= tl, "%s: [%u] %.9g != %.9g (tol %.3g)", what, r, got, want, tl);
+    }
+    rt_buffer *bufs[] = {bw, bu, bx, br, bn, by};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) d->ops->release(d, bufs[i]);
+    qmat_free(&w);
+    if (swi) qmat_free(&u);
+    free(x), free(res), free(wn), free(xf), free(rf), free(nf), free(hx), free(y);
+    ir_kernel_destroy(k);
+}
+
+static const char *const variants[] = {NULL, "no-subgroup-arith"};
+
+Test(kernels_quant, matvec_q_every_type_odd_rows_with_guards, .timeout = 600) {
+    for (size_t v = 0; v < 2; v++) {
+        rt_device *d = tu_vk_open_or_skip(variants[v]);
+        tu_seed(32);
+        for (int q = 0; q < KN_Q_COUNT; q++)
+            for (int ci = 0; ci < 3; ci++) {
+                uint32_t rows = rows_cases[(q + ci) % 4], cols = cols_for((kn_qtype)q, ci);
+                ir_scalar t = (q + ci) % 2 ? IR_F16 : IR_BF16;
+                matvec_q_case(d, (kn_qtype)q, rows, cols, t, KN_EPI_NONE, false, variants[v]);
+                matvec_q_case(d, (kn_qtype)q, rows, cols, t, ci == 1 ? KN_EPI_SWIGLU : KN_EPI_RESIDUAL, ci != 0,
+                              variants[v]);
+            }
+        d->ops->destroy(d);
+    }
+}
+
+/* ---- a block's product ---- */
+
+static void matmul_q_case(rt_device *d, kn_qtype q, uint32_t rows, uint32_t cols, uint32_t n_max, uint32_t n,
+                          ir_scalar t, unsigned epi, const char *var) {
+    kiln_err err = {0};
+    char what[160];
+    snprintf(what, sizeof what, "matmul_q %s %ux%u %u of %u tokens %s epi %u caps=%s", kn_qformat_of(q)->name, rows,
+             cols, n, n_max, tu_dname(t), epi, var ? var : "device");
+    uint32_t g[2];
+    ir_kernel *k = kn_matmul_q(&d->caps, q, rows, cols, n_max, t, epi, g, &err);
+    cr_assert_not_null(k, "%s: %s", what, err.msg);
+    qmat w = qmat_make(q, rows, cols);
+    float *xf, *rf, *bf;
+    uint16_t *x = tu_rand16(t, (size_t)n_max * cols, -2, 2, &xf), *res = tu_rand16(t, (size_t)n_max * rows, -8, 8, &rf);
+    uint16_t *b = tu_rand16(t, rows, -3, 3, &bf);
+    uint32_t info[2] = {0, n};
+    rt_buffer *bw = upload_words(d, &w), *bx = tu_vk_upload(d, x, (size_t)n_max * cols * 2);
+    rt_buffer *bi = tu_vk_upload(d, info, 8), *bb = tu_vk_upload(d, b, rows * 2);
+    rt_buffer *br = tu_vk_upload(d, res, (size_t)n_max * rows * 2), *by = tu_vk_poisoned16(d, t, (size_t)n * rows, GUARD);
+    rt_arg args[6] = {{bw, 0}, {bx, 0}, {by, 0}, {bi, 0}};
+    uint32_t na = 4;
+    if (epi & KN_EPI_BIAS) args[na++] = (rt_arg){bb, 0};
+    if (epi & KN_EPI_RESIDUAL) args[na++] = (rt_arg){br, 0};
+    run(d, k, g[0], g[1], args, na);
+    uint16_t *y = fetch16(d, by, t, (size_t)n * rows, what);
+    for (uint32_t tok = 0; tok < n; tok++)
+        for (uint32_t r = 0; r < rows; r++) {
+            double tol, s = ref_dot(&w, r, xf + (size_t)tok * cols, &tol);
+            if (epi & KN_EPI_BIAS) s += bf[r], tol += ldexp(1.0, -23) * fabs(s);
+            double want = s, tl = tol;
+            if (epi & KN_EPI_RESIDUAL) {
+                tl += tu_ulp16(t, fabs(s) + tl);
+                want = tu_from16(t, tu_to16(t, (float)s)) + rf[(size_t)tok * rows + r];
+            }
+            double got = tu_from16(t, y[(size_t)tok * rows + r]);
+            tl += tu_ulp16(t, fmax(fabs(want), fabs(got)));
+            cr_assert(fabs(got - want) <= tl, "%s: token %u row %u: %.9g != %.9g (tol %.3g)", what, tok, r, got, want,
+                      tl);
+        }
+    rt_buffer *bufs[] = {bw, bx, bi, bb, br, by};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) d->ops->release(d, bufs[i]);
+    qmat_free(&w);
+    free(x), free(res), free(b), free(xf), free(rf), free(bf), free(y);
+    ir_kernel_destroy(k);
+}
+
+Test(kernels_quant, matmul_q_every_type_odd_rows_with_guards, .timeout = 600) {
+    for (size_t v = 0; v < 2; v++) {
+        rt_device *d = tu_vk_open_or_skip(variants[v]);
+        tu_seed(33);
+        for (int q = 0; q < KN_Q_COUNT; q++) {
+            uint32_t rows = rows_cases[q % 4], cols = cols_for((kn_qtype)q, q % 2);
+            ir_scalar t = q % 2 ? IR_F16 : IR_BF16;
+            matmul_q_case(d, (kn_qtype)q, rows, cols, 24, 13, t, q % 3 == 0 ? KN_EPI_BIAS : KN_EPI_RESIDUAL,
+                          variants[v]);
+        }
+        d->ops->destroy(d);
+    }
+}
+
+/* ---- the embedding: bit for bit ---- */
+
+Test(kernels_quant, embed_q_every_type_bit_for_bit) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    tu_seed(34);
+    for (int q = 0; q < KN_Q_COUNT; q++) {
+        kiln_err err = {0};
+        uint32_t vocab = 37, embd = cols_for((kn_qtype)q, 1), gx;
+        ir_scalar t = q % 2 ? IR_F16 : IR_BF16;
+        ir_kernel *k = kn_embed_q(&d->caps, (kn_qtype)q, vocab, embd, t, &gx, &err);
+        cr_assert_not_null(k, "%s", err.msg);
+        qmat w = qmat_make((kn_qtype)q, vocab, embd);
+        uint32_t tok[4] = {0, 36, 17, 37}; /* the last past the vocabulary: zeros */
+        rt_buffer *bw = upload_words(d, &w), *bt = tu_vk_upload(d, tok, sizeof tok);
+        rt_buffer *bo = tu_vk_poisoned16(d, t, 4 * embd, GUARD);
+        rt_arg args[3] = {{bw, 0}, {bt, 0}, {bo, 0}};
+        run(d, k, gx, 4, args, 3);
+        uint16_t *o = fetch16(d, bo, t, 4 * embd, "embed_q");
+        for (uint32_t i = 0; i < 4; i++)
+            for (uint32_t c = 0; c < embd; c++) {
+                uint16_t want = i == 3 ? tu_to16(t, 0.0f) : tu_to16(t, w.w[(size_t)tok[i] * embd + c]);
+                cr_assert_eq(o[i * embd + c], want, "embed_q %s %s token %u [%u]: %#x != %#x", kn_qformat_of(q)->name,
+                             tu_dname(t), tok[i], c, o[i * embd + c], want);
+            }
+        d->ops->release(d, bw), d->ops->release(d, bt), d->ops->release(d, bo);
+        qmat_free(&w);
+        free(o);
+        ir_kernel_destroy(k);
+    }
+    d->ops->destroy(d);
+}
