@@ -75,19 +75,22 @@ ir_kernel *kn_matvec(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar d
 ir_kernel *kn_matvec_norm(const rt_caps *c, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out, unsigned epi,
                           float eps, uint32_t *groups_x, kiln_err *err);
 
-/* kn_matvec and kn_matvec_norm on a block-quantized weight (kn_quant.h): W (and Wu with
- * SWIGLU, of the same type) as u32 words of the planes of a rows x cols matrix of type q
- * (kn_qlayout_of's words), the other parameters, epilogues and grid as kn_matvec (norm:
- * kn_matvec_norm's, eps). Each sub-block sums as s * sum(q x) + m * sum(x). */
-ir_kernel *kn_matvec_q(const rt_caps *c, kn_qtype q, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out,
-                       unsigned epi, uint32_t *groups_x, kiln_err *err);
-ir_kernel *kn_matvec_q_norm(const rt_caps *c, kn_qtype q, uint32_t rows, uint32_t cols, ir_scalar dtype,
-                            ir_scalar out, unsigned epi, float eps, uint32_t *groups_x, kiln_err *err);
-/* kn_matmul on a block-quantized W (kn_quant.h, as kn_matvec_q): the same X, Y, info, b,
- * res, epilogues BIAS and RESIDUAL, n_max a multiple of 8; general-purpose lanes (every
- * device). Grid: groups = {groups[0], groups[1], 1}. */
-ir_kernel *kn_matmul_q(const rt_caps *c, kn_qtype q, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
-                       unsigned epi, uint32_t groups[2], kiln_err *err);
+/* kn_matvec and kn_matvec_norm on block-quantized weights (kn_quant.h): the parts'
+ * matrices stacked (W, then W1, W2: each part's rows x cols, u32 words of its layout),
+ * or with SWIGLU two parts of equal rows, the gate (W) and the up (Wu), each of its own
+ * type. The other parameters, epilogues and grid as kn_matvec (norm: kn_matvec_norm's,
+ * eps). Each sub-block sums as s * sum(q x) + m * sum(x). */
+ir_kernel *kn_matvec_q(const rt_caps *c, const kn_qpart *parts, uint32_t n_parts, uint32_t cols, ir_scalar dtype,
+                       ir_scalar out, unsigned epi, uint32_t *groups_x, kiln_err *err);
+ir_kernel *kn_matvec_q_norm(const rt_caps *c, const kn_qpart *parts, uint32_t n_parts, uint32_t cols,
+                            ir_scalar dtype, ir_scalar out, unsigned epi, float eps, uint32_t *groups_x,
+                            kiln_err *err);
+/* kn_matmul on block-quantized weights (parts as kn_matvec_q: W, W1, W2 stacked), the same
+ * X, Y, info, b, res, epilogues BIAS, RESIDUAL or F32 (Y in f32, the sums as they are),
+ * n_max a multiple of 8; general-purpose lanes (every device).
+ * Grid: groups = {groups[0], groups[1], 1}. */
+ir_kernel *kn_matmul_q(const rt_caps *c, const kn_qpart *parts, uint32_t n_parts, uint32_t cols, uint32_t n_max,
+                       ir_scalar dtype, unsigned epi, uint32_t groups[2], kiln_err *err);
 
 /* The prefill projections: Y[t][r] = sum_c W[r * cols + c] * X[t * cols + c] for r < rows
  * and t < n = info[1], then the epilogue (KN_EPI_BIAS and/or KN_EPI_RESIDUAL, res being

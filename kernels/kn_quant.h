@@ -52,6 +52,14 @@ typedef struct kn_qlayout {
     uint64_t lo, hi, d, dm, sc, mn, words;
 } kn_qlayout;
 
+/* A product's weight as parts of rows stacked (q, k and v in one product, each of its own
+ * type), at most KN_Q_PARTS. */
+#define KN_Q_PARTS 3
+typedef struct kn_qpart {
+    kn_qtype type;
+    uint32_t rows;
+} kn_qpart;
+
 /* The layout, or -1 with err where cols is not whole units or the words pass u32 indices. */
 int kn_qlayout_of(kn_qtype q, uint32_t rows, uint32_t cols, kn_qlayout *out, kiln_err *err);
 

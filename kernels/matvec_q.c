@@ -44,9 +44,9 @@ ir_val kn_q_chunk_dot(kx k, const kn_qlayout *L, ir_buf w, ir_val e0, const ir_v
 }
 
 /* This lane's part of row's dot product with x (chunks lane, lane + lanes, ...), and of
- * wu's where two (SwiGLU's up into *up). */
-static ir_val row_dot_q(kx k, const kn_qlayout *L, ir_buf w, ir_buf wu, ir_val *up, ir_buf x, uint32_t hx,
-                        ir_val row, ir_val lane, uint32_t lanes) {
+ * wu's where two (SwiGLU's up into *up; Lu its layout). */
+static ir_val row_dot_q(kx k, const kn_qlayout *L, ir_buf w, const kn_qlayout *Lu, ir_buf wu, ir_val *up, ir_buf x,
+                        uint32_t hx, ir_val row, ir_val lane, uint32_t lanes) {
     bool two = up != NULL;
     ir_val zero = kx_f32(k, 0.0f), init[2] = {zero, zero};
     ir_for *l = ir_for_begin(k.ir, lane, kx_u32(k, L->cols / KN_Q_CHUNK), kx_u32(k, lanes), two ? 2 : 1, init);
@@ -55,17 +55,34 @@ static ir_val row_dot_q(kx k, const kn_qlayout *L, ir_buf w, ir_buf wu, ir_val *
     ir_val xv[KN_Q_CHUNK], xs[KN_Q_CHUNK / 16] = {IR_NONE, IR_NONE};
     kn_q_x_chunk(k, x, hx, c0, xv);
     ir_val a[2] = {kn_q_chunk_dot(k, L, w, e0, xv, xs, ir_for_arg(l, 0)), IR_NONE};
-    if (two) a[1] = kn_q_chunk_dot(k, L, wu, e0, xv, xs, ir_for_arg(l, 1));
+    if (two) a[1] = kn_q_chunk_dot(k, Lu, wu, e0, xv, xs, ir_for_arg(l, 1));
     ir_for_end(k.ir, l, a);
     if (two) *up = ir_for_result(l, 1);
     return ir_for_result(l, 0);
 }
 
-static ir_kernel *build(const rt_caps *c, kn_qtype q, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out,
-                        unsigned epi, bool norm, float eps, uint32_t *groups_x, kiln_err *err) {
+ir_val kn_q_parts_dot(kx k, const kn_qlayout *L, const ir_buf *w, uint32_t n_parts, ir_val row, ir_val lane,
+                      uint32_t lanes, ir_buf x, uint32_t hx) {
+    if (n_parts == 1) return row_dot_q(k, &L[0], w[0], NULL, 0, NULL, x, hx, row, lane, lanes);
+    /* rows of part 0, else of the parts after it: a branch uniform within the row's lanes */
+    ir_val in0 = kx_lt_c(k, row, L[0].rows);
+    ir_if *f = ir_if_begin(k.ir, in0, 1);
+    ir_val d0 = row_dot_q(k, &L[0], w[0], NULL, 0, NULL, x, hx, row, lane, lanes);
+    ir_if_else(k.ir, f, &d0);
+    ir_val d1 = kn_q_parts_dot(k, L + 1, w + 1, n_parts - 1, kx_sub_c(k, row, L[0].rows), lane, lanes, x, hx);
+    ir_if_end(k.ir, f, &d1);
+    return ir_if_result(f, 0);
+}
+
+static const char *const part_names[KN_Q_PARTS] = {"W", "W1", "W2"};
+
+static ir_kernel *build(const rt_caps *c, const kn_qpart *parts, uint32_t n_parts, uint32_t cols, ir_scalar dtype,
+                        ir_scalar out, unsigned epi, bool norm, float eps, uint32_t *groups_x, kiln_err *err) {
     const char *name = norm ? "kn_matvec_q_norm" : "kn_matvec_q";
-    kn_qlayout L;
-    if (kn_check_dtype(c, dtype, err) || kn_qlayout_of(q, rows, cols, &L, err)) return NULL;
+    kn_qlayout L[KN_Q_PARTS];
+    uint32_t rows;
+    bool swi = epi & KN_EPI_SWIGLU;
+    if (kn_check_dtype(c, dtype, err) || kn_q_part_layouts(name, parts, n_parts, cols, swi, L, &rows, err)) return NULL;
     if (out != dtype && out != IR_F32) {
         kiln_fail(err, KILN_ERR_INVALID, "%s: output must be %s or f32", name, ir_scalar_name(dtype));
         return NULL;
@@ -83,13 +100,13 @@ static ir_kernel *build(const rt_caps *c, kn_qtype q, uint32_t rows, uint32_t co
     }
     kx k = {kn_create(name, err), c};
     if (!k.ir) return NULL;
-    bool swi = epi & KN_EPI_SWIGLU;
-    ir_buf w = kx_buffer(k, "W", IR_U32, IR_READ, L.words);
+    ir_buf w[KN_Q_PARTS];
+    for (uint32_t i = 0; i < (swi ? 1 : n_parts); i++) w[i] = kx_buffer(k, part_names[i], IR_U32, IR_READ, L[i].words);
     ir_buf x = kx_buffer(k, "x", dtype, IR_READ, cols);
     ir_buf y = kx_buffer(k, "y", out, IR_WRITE, rows), b = 0, res = 0, wu = 0, wn = 0;
     if (epi & KN_EPI_BIAS) b = kx_buffer(k, "b", dtype, IR_READ, rows);
     if (epi & KN_EPI_RESIDUAL) res = kx_buffer(k, "res", dtype, IR_READ, rows);
-    if (swi) wu = kx_buffer(k, "Wu", IR_U32, IR_READ, L.words);
+    if (swi) wu = kx_buffer(k, "Wu", IR_U32, IR_READ, L[1].words);
     if (norm) wn = kx_buffer(k, "wn", dtype, IR_READ, cols);
     uint32_t sg = c->subgroup_size, wg = kn_workgroup(c, 256);
     bool per_subgroup = c->subgroup_arith && sg >= 8 && sg <= wg, strided = kn_matvec_strided(c);
@@ -106,7 +123,8 @@ static ir_kernel *build(const rt_caps *c, kn_qtype q, uint32_t rows, uint32_t co
      * always in range (one workgroup a row) */
     ir_if *in = !strided && per_subgroup ? kx_if(k, kx_lt_c(k, row0, rows)) : NULL;
     ir_val lane = per_subgroup ? kx_sg_lane(k) : kx_local(k), up = IR_NONE;
-    ir_val sum = row_dot_q(k, &L, w, wu, swi ? &up : NULL, x, hx, row, lane, lanes);
+    ir_val sum = swi ? row_dot_q(k, &L[0], w[0], &L[1], wu, &up, x, hx, row, lane, lanes)
+                     : kn_q_parts_dot(k, L, w, n_parts, row, lane, lanes, x, hx);
     if (per_subgroup) {
         sum = kx_sg_sum(k, sum);
         if (swi) up = kx_sg_sum(k, up);
@@ -123,12 +141,13 @@ static ir_kernel *build(const rt_caps *c, kn_qtype q, uint32_t rows, uint32_t co
     return kn_finish(k.ir, err);
 }
 
-ir_kernel *kn_matvec_q(const rt_caps *c, kn_qtype q, uint32_t rows, uint32_t cols, ir_scalar dtype, ir_scalar out,
-                       unsigned epi, uint32_t *groups_x, kiln_err *err) {
-    return build(c, q, rows, cols, dtype, out, epi, false, 0.0f, groups_x, err);
+ir_kernel *kn_matvec_q(const rt_caps *c, const kn_qpart *parts, uint32_t n_parts, uint32_t cols, ir_scalar dtype,
+                       ir_scalar out, unsigned epi, uint32_t *groups_x, kiln_err *err) {
+    return build(c, parts, n_parts, cols, dtype, out, epi, false, 0.0f, groups_x, err);
 }
 
-ir_kernel *kn_matvec_q_norm(const rt_caps *c, kn_qtype q, uint32_t rows, uint32_t cols, ir_scalar dtype,
-                            ir_scalar out, unsigned epi, float eps, uint32_t *groups_x, kiln_err *err) {
-    return build(c, q, rows, cols, dtype, out, epi, true, eps, groups_x, err);
+ir_kernel *kn_matvec_q_norm(const rt_caps *c, const kn_qpart *parts, uint32_t n_parts, uint32_t cols,
+                            ir_scalar dtype, ir_scalar out, unsigned epi, float eps, uint32_t *groups_x,
+                            kiln_err *err) {
+    return build(c, parts, n_parts, cols, dtype, out, epi, true, eps, groups_x, err);
 }

@@ -127,3 +127,18 @@ void kn_q_sub_scale(kx k, const kn_qlayout *L, ir_buf w, ir_val si, ir_val *s, i
         *m = kx_neg(k, kx_mul(k, dmin, kx_as(k, byte_entry(k, w, L->mn, si), IR_F32)));
     }
 }
+
+int kn_q_part_layouts(const char *name, const kn_qpart *parts, uint32_t n_parts, uint32_t cols, bool swi,
+                        kn_qlayout *L, uint32_t *rows, kiln_err *err) {
+    if (!parts || !n_parts || n_parts > KN_Q_PARTS || (swi && (n_parts != 2 || parts[0].rows != parts[1].rows)))
+        return kiln_fail(err, KILN_ERR_INVALID, "%s: %u parts%s", name, n_parts, swi ? " (SwiGLU takes two equal ones)" : "");
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < n_parts; i++) {
+        if (kn_qlayout_of(parts[i].type, parts[i].rows, cols, &L[i], err)) return -1;
+        total += parts[i].rows;
+    }
+    *rows = swi ? parts[0].rows : (uint32_t)total;
+    if (total > UINT32_MAX / 2) return kiln_fail(err, KILN_ERR_INVALID, "%s: %llu rows", name, (unsigned long long)total);
+    return 0;
+}
+

@@ -25,4 +25,15 @@ void kn_q_x_chunk(kx k, ir_buf x, uint32_t hx, ir_val c0, ir_val *xv);
  * (IR_NONE before), so the weights that share an x build it once. */
 ir_val kn_q_chunk_dot(kx k, const kn_qlayout *L, ir_buf w, ir_val e0, const ir_val *xv, ir_val *xs, ir_val acc);
 
+/* This lane's part of the dot product of row (of the parts stacked: L[0].rows rows of w[0],
+ * then of w[1], ...) with x (workgroup array hx where not UINT32_MAX), chunks lane, lane +
+ * lanes, ... (matvec_q.c). */
+ir_val kn_q_parts_dot(kx k, const kn_qlayout *L, const ir_buf *w, uint32_t n_parts, ir_val row, ir_val lane,
+                      uint32_t lanes, ir_buf x, uint32_t hx);
+
+/* The layouts of a product's parts (checked: 1 to KN_Q_PARTS, or with swi the two of
+ * SwiGLU, of equal rows) and the rows it produces. 0, or -1 with err naming who. */
+int kn_q_part_layouts(const char *who, const kn_qpart *parts, uint32_t n_parts, uint32_t cols, bool swi,
+                      kn_qlayout *L, uint32_t *rows, kiln_err *err);
+
 #endif

@@ -107,6 +107,33 @@ static int find_tensors(model *m, kiln_err *err) {
     return 0;
 }
 
+static bool all_quant(const gguf_tensor *a, const gguf_tensor *b, const gguf_tensor *c) {
+    const gguf_tensor *t[3] = {a, b, c};
+    for (int i = 0; i < 3; i++)
+        if (t[i] && !gguf_type_is_block_quant(t[i]->type)) return false;
+    return true;
+}
+
+/* Which products keep their quantized blocks on the device (model.h), and how many
+ * block-quantized matrices are converted instead. */
+static void quant_groups(model *m) {
+    bool arch_ok = m->hp.arch != ARCH_QWEN35;
+    m->q_embd = arch_ok && all_quant(m->tok_embd, NULL, NULL);
+    m->q_output = arch_ok && all_quant(m->output, NULL, NULL);
+    uint32_t quant = 0, kept = m->q_embd + (m->output != m->tok_embd && m->q_output);
+    for (uint64_t i = 0; i < gguf_n_tensors(m->file); i++) quant += gguf_type_is_block_quant(gguf_tensor_at(m->file, i)->type);
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        model_layer *L = &m->layers[l];
+        if (!arch_ok) continue;
+        L->q_qkv = all_quant(L->wq, L->wk, L->wv);
+        L->q_o = all_quant(L->wo, NULL, NULL);
+        L->q_ffn = all_quant(L->w_gate, L->w_up, NULL);
+        L->q_down = all_quant(L->w_down, NULL, NULL);
+        kept += 3 * L->q_qkv + L->q_o + 2 * L->q_ffn + L->q_down;
+    }
+    m->n_converted = quant - kept;
+}
+
 model *model_load(const char *path, kiln_err *err) {
     model *m = calloc(1, sizeof *m);
     if (!m) {
@@ -136,6 +163,7 @@ model *model_load(const char *path, kiln_err *err) {
     const model_layer *L0 = &m->layers[0];
     uint32_t t = (L0->wq ? L0->wq : L0->w_gate)->type; /* a qwen35 layer 0 is a DeltaNet layer */
     m->file_dtype = t == GGUF_T_BF16 || t == GGUF_T_F16 ? t : GGUF_T_F32;
+    quant_groups(m);
     return m;
 }
 

@@ -16,6 +16,9 @@ typedef struct model_layer {
     /* a qwen35 Gated DeltaNet layer (NULL elsewhere): attn_qkv, attn_gate (z), ssm_conv1d,
      * ssm_dt.bias, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out */
     const gguf_tensor *ssm_qkv, *ssm_z, *ssm_conv, *ssm_dt_bias, *ssm_a, *ssm_beta, *ssm_alpha, *ssm_norm, *ssm_out;
+    /* which products take their weights in their quantized blocks (model_quant_groups):
+     * q/k/v, the output, gate and up, down */
+    bool q_qkv, q_o, q_ffn, q_down;
 } model_layer;
 
 typedef struct model {
@@ -24,6 +27,14 @@ typedef struct model {
     const gguf_tensor *tok_embd, *output_norm, *output, *rope_freqs; /* output == tok_embd when tied */
     model_layer *layers;  /* hp.n_layer */
     uint32_t file_dtype;  /* GGUF_T_BF16 or GGUF_T_F16 when the matrices are stored so, else GGUF_T_F32 */
+    /* The embedding table and the logits head in their quantized blocks (as q_* above).
+     * A product's weights stay in their blocks (gguf_type_is_block_quant) where all of them
+     * are so and the architecture's kernels take them (llama, qwen2, qwen3: not yet
+     * qwen35's); elsewhere they are converted to the plan's 16-bit type at load, and the
+     * oracle's contract mode rounds them the same way. n_converted counts the matrices of
+     * block-quantized types converted so. */
+    bool q_embd, q_output;
+    uint32_t n_converted;
 } model;
 
 /* Opens and validates the file; NULL with err naming the file's problem, the missing

@@ -29,10 +29,10 @@ int orc_deltanet_load(orc_engine *e, uint32_t l, kiln_err *err) {
     const model_layer *ml = &e->m->layers[l];
     orc_layer *L = &e->layers[l];
     uint32_t want = e->mode == ORC_F32 ? GGUF_T_F32 : e->dtype;
-    if (orc_weight_load(&L->ssm_qkv, ml->ssm_qkv, want, err) || orc_weight_load(&L->ssm_z, ml->ssm_z, want, err) ||
-        orc_weight_load(&L->ssm_beta, ml->ssm_beta, want, err) ||
-        orc_weight_load(&L->ssm_alpha, ml->ssm_alpha, want, err) ||
-        orc_weight_load(&L->ssm_out, ml->ssm_out, want, err))
+    if (orc_weight_load(&L->ssm_qkv, ml->ssm_qkv, want, false, err) || orc_weight_load(&L->ssm_z, ml->ssm_z, want, false, err) ||
+        orc_weight_load(&L->ssm_beta, ml->ssm_beta, want, false, err) ||
+        orc_weight_load(&L->ssm_alpha, ml->ssm_alpha, want, false, err) ||
+        orc_weight_load(&L->ssm_out, ml->ssm_out, want, false, err))
         return -1;
     /* the depthwise filter, dt bias and decay rates are kept f32 like rope factors: the
      * file stores them so and the decay compounds over the whole sequence */

@@ -73,8 +73,8 @@ static float *load_vector(const orc_engine *e, const gguf_tensor *t, kiln_err *e
 static int load_weights(orc_engine *e, kiln_err *err) {
     const model *m = e->m;
     uint32_t want = e->mode == ORC_F32 ? GGUF_T_F32 : e->dtype;
-    if (orc_weight_load(&e->tok_embd, m->tok_embd, want, err) ||
-        orc_weight_load(&e->output, m->output, want, err))
+    if (orc_weight_load(&e->tok_embd, m->tok_embd, want, m->q_embd, err) ||
+        orc_weight_load(&e->output, m->output, want, m->q_output, err))
         return -1;
     if (!(e->output_norm = load_vector(e, m->output_norm, err))) return -1;
     /* rope factors divide angles; they are not activations or matrix weights */
@@ -83,14 +83,14 @@ static int load_weights(orc_engine *e, kiln_err *err) {
         const model_layer *ml = &m->layers[l];
         orc_layer *L = &e->layers[l];
         if (e->hp.recurrent[l] ? orc_deltanet_load(e, l, err)
-                               : orc_weight_load(&L->wq, ml->wq, want, err) ||
-                                     orc_weight_load(&L->wk, ml->wk, want, err) ||
-                                     orc_weight_load(&L->wv, ml->wv, want, err) ||
-                                     orc_weight_load(&L->wo, ml->wo, want, err))
+                               : orc_weight_load(&L->wq, ml->wq, want, ml->q_qkv, err) ||
+                                     orc_weight_load(&L->wk, ml->wk, want, ml->q_qkv, err) ||
+                                     orc_weight_load(&L->wv, ml->wv, want, ml->q_qkv, err) ||
+                                     orc_weight_load(&L->wo, ml->wo, want, ml->q_o, err))
             return -1;
-        if (orc_weight_load(&L->w_gate, ml->w_gate, want, err) ||
-            orc_weight_load(&L->w_up, ml->w_up, want, err) ||
-            orc_weight_load(&L->w_down, ml->w_down, want, err))
+        if (orc_weight_load(&L->w_gate, ml->w_gate, want, ml->q_ffn, err) ||
+            orc_weight_load(&L->w_up, ml->w_up, want, ml->q_ffn, err) ||
+            orc_weight_load(&L->w_down, ml->w_down, want, ml->q_down, err))
             return -1;
         if (!(L->attn_norm = load_vector(e, ml->attn_norm, err)) ||
             !(L->ffn_norm = load_vector(e, ml->ffn_norm, err)))

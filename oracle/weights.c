@@ -15,12 +15,12 @@ static void f16_init(void) {
     for (uint32_t i = 0; i < 65536; i++) f16_table[i] = gguf_f16_to_f32((uint16_t)i);
 }
 
-int orc_weight_load(orc_weight *w, const gguf_tensor *t, uint32_t want, kiln_err *err) {
+int orc_weight_load(orc_weight *w, const gguf_tensor *t, uint32_t want, bool keep, kiln_err *err) {
     pthread_once(&f16_once, f16_init);
     memset(w, 0, sizeof *w);
     w->cols = t->ne[0];
     w->rows = t->ne[1] * t->ne[2] * t->ne[3];
-    if (gguf_type_is_block_quant(t->type)) {
+    if (keep && gguf_type_is_block_quant(t->type)) {
         const gguf_type_info *ti = gguf_type_info_of(t->type);
         if (w->cols % ti->block)
             return kiln_fail(err, KILN_ERR_INVALID, "tensor '%s': rows of %llu are not whole %s blocks of %u", t->name,

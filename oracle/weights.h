@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "gguf/gguf.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct orc_weight {
@@ -20,9 +21,9 @@ typedef struct orc_weight {
 
 /* Makes w hold t in type want (F32, BF16 or F16). Borrows when t already has that type
  * or, for want == F32, when t is BF16/F16 (widening is exact: dots widen as they go).
- * A block-quantized t is borrowed as it is whatever want is (its exact values are the
- * contract's: f32 mode widens them anyway). */
-int orc_weight_load(orc_weight *w, const gguf_tensor *t, uint32_t want, kiln_err *err);
+ * With keep (a block-quantized t the device plans keep in its blocks: model.h's q_*
+ * flags) t is borrowed as it is whatever want is: its exact values are the contract's. */
+int orc_weight_load(orc_weight *w, const gguf_tensor *t, uint32_t want, bool keep, kiln_err *err);
 void orc_weight_free(orc_weight *w);
 
 /* Row r as f32. */

@@ -788,12 +788,16 @@ static void quant_builders(unsigned cc, ir_scalar t) {
     uint32_t gx, g[2];
     for (int q = 0; q < KN_Q_COUNT; q++) {
         const char *name = kn_qformat_of((kn_qtype)q)->name;
-        builder(kn_matvec_q_norm(&c, (kn_qtype)q, 3072, 1024, t, t, KN_EPI_SWIGLU, 1e-6f, &gx, &err), &c, err.msg,
-                name);
-        builder(kn_matvec_q(&c, (kn_qtype)q, 1024, 3072, t, t, KN_EPI_RESIDUAL, &gx, &err), &c, err.msg, name);
-        builder(kn_matvec_q(&c, (kn_qtype)q, 151936, 1024, t, IR_F32, KN_EPI_NONE, &gx, &err), &c, err.msg, name);
-        builder(kn_matmul_q(&c, (kn_qtype)q, 2048, 1024, 512, t, KN_EPI_BIAS | KN_EPI_RESIDUAL, g, &err), &c, err.msg,
-                name);
+        kn_qtype other = (kn_qtype)((q + 3) % KN_Q_COUNT);
+        kn_qpart ff[2] = {{(kn_qtype)q, 3072}, {other, 3072}}, down = {(kn_qtype)q, 1024}, head = {(kn_qtype)q, 151936};
+        kn_qpart qkv[3] = {{(kn_qtype)q, 2048}, {(kn_qtype)q, 1024}, {other, 1024}};
+        builder(kn_matvec_q_norm(&c, ff, 2, 1024, t, t, KN_EPI_SWIGLU, 1e-6f, &gx, &err), &c, err.msg, name);
+        builder(kn_matvec_q_norm(&c, qkv, 3, 1024, t, t, KN_EPI_BIAS, 1e-6f, &gx, &err), &c, err.msg, name);
+        builder(kn_matvec_q(&c, &down, 1, 3072, t, t, KN_EPI_RESIDUAL, &gx, &err), &c, err.msg, name);
+        builder(kn_matvec_q(&c, &head, 1, 1024, t, IR_F32, KN_EPI_NONE, &gx, &err), &c, err.msg, name);
+        builder(kn_matmul_q(&c, qkv, 3, 1024, 512, t, KN_EPI_BIAS, g, &err), &c, err.msg, name);
+        builder(kn_matmul_q(&c, &down, 1, 3072, 512, t, KN_EPI_RESIDUAL, g, &err), &c, err.msg, name);
+        builder(kn_matmul_q(&c, &head, 1, 1024, 64, t, KN_EPI_F32, g, &err), &c, err.msg, name);
         builder(kn_embed_q(&c, (kn_qtype)q, 151936, 1024, t, &gx, &err), &c, err.msg, name);
     }
 }

@@ -150,22 +150,39 @@ static uint32_t cols_for(kn_qtype q, int i) {
     return kn_qformat_of(q)->unit == 256 ? kq[i] : small[i];
 }
 
+/* The row of the parts stacked: which part and its row there. */
+static const qmat *part_row(const qmat *w, uint32_t n_parts, uint32_t r, uint32_t *local) {
+    uint32_t i = 0;
+    while (i + 1 < n_parts && r >= w[i].L.rows) r -= w[i++].L.rows;
+    *local = r;
+    return &w[i];
+}
+
+static const char *parts_name(const kn_qpart *parts, uint32_t n, char *buf, size_t cap) {
+    size_t at = 0;
+    for (uint32_t i = 0; i < n && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%s:%u", i ? "+" : "", kn_qformat_of(parts[i].type)->name,
+                               parts[i].rows);
+    return buf;
+}
+
 /* ---- the decode step's product ---- */
 
-static void matvec_q_case(rt_device *d, kn_qtype q, uint32_t rows, uint32_t cols, ir_scalar t, unsigned epi,
-                          bool norm, const char *var) {
+static void matvec_q_case(rt_device *d, const kn_qpart *parts, uint32_t n_parts, uint32_t cols, ir_scalar t,
+                          unsigned epi, bool norm, const char *var) {
     kiln_err err = {0};
-    char what[160];
-    snprintf(what, sizeof what, "matvec_q%s %s %ux%u %s epi %u caps=%s", norm ? "_norm" : "", kn_qformat_of(q)->name,
-             rows, cols, tu_dname(t), epi, var ? var : "device");
-    uint32_t gx = 0;
+    char what[200], pn[96];
+    snprintf(what, sizeof what, "matvec_q%s %s x %u %s epi %u caps=%s", norm ? "_norm" : "",
+             parts_name(parts, n_parts, pn, sizeof pn), cols, tu_dname(t), epi, var ? var : "device");
+    uint32_t gx = 0, rows = 0;
     const float eps = 1e-6f;
-    ir_kernel *k = norm ? kn_matvec_q_norm(&d->caps, q, rows, cols, t, t, epi, eps, &gx, &err)
-                        : kn_matvec_q(&d->caps, q, rows, cols, t, t, epi, &gx, &err);
-    cr_assert_not_null(k, "%s: %s", what, err.msg);
-    qmat w = qmat_make(q, rows, cols), u = {0};
     bool swi = epi & KN_EPI_SWIGLU;
-    if (swi) u = qmat_make(q, rows, cols);
+    for (uint32_t i = 0; i < n_parts; i++) rows += swi && i ? 0 : parts[i].rows;
+    ir_kernel *k = norm ? kn_matvec_q_norm(&d->caps, parts, n_parts, cols, t, t, epi, eps, &gx, &err)
+                        : kn_matvec_q(&d->caps, parts, n_parts, cols, t, t, epi, &gx, &err);
+    cr_assert_not_null(k, "%s: %s", what, err.msg);
+    qmat w[KN_Q_PARTS];
+    for (uint32_t i = 0; i < n_parts; i++) w[i] = qmat_make(parts[i].type, parts[i].rows, cols);
     float *xf, *rf, *nf;
     uint16_t *x = tu_rand16(t, cols, -2, 2, &xf), *res = tu_rand16(t, rows, -8, 8, &rf);
     uint16_t *wn = tu_rand16(t, cols, 0.5f, 1.5f, &nf);
@@ -178,21 +195,27 @@ static void matvec_q_case(rt_device *d, kn_qtype q, uint32_t rows, uint32_t cols
         for (uint32_t c = 0; c < cols; c++) hx[c] = tu_from16(t, tu_to16(t, (xf[c] * scale) * nf[c]));
         xin = hx;
     }
-    rt_buffer *bw = upload_words(d, &w), *bu = swi ? upload_words(d, &u) : NULL;
+    rt_buffer *bw[KN_Q_PARTS] = {0};
+    for (uint32_t i = 0; i < n_parts; i++) bw[i] = upload_words(d, &w[i]);
     rt_buffer *bx = tu_vk_upload(d, x, cols * 2), *br = tu_vk_upload(d, res, rows * 2);
     rt_buffer *bn = tu_vk_upload(d, wn, cols * 2), *by = tu_vk_poisoned16(d, t, rows, GUARD);
-    rt_arg args[6] = {{bw, 0}, {bx, 0}, {by, 0}};
-    uint32_t na = 3;
+    rt_arg args[8] = {{bw[0], 0}};
+    uint32_t na = 1;
+    for (uint32_t i = 1; i < n_parts && !swi; i++) args[na++] = (rt_arg){bw[i], 0};
+    args[na++] = (rt_arg){bx, 0}, args[na++] = (rt_arg){by, 0};
     if (epi & KN_EPI_RESIDUAL) args[na++] = (rt_arg){br, 0};
-    if (swi) args[na++] = (rt_arg){bu, 0};
+    if (swi) args[na++] = (rt_arg){bw[1], 0};
     if (norm) args[na++] = (rt_arg){bn, 0};
     run(d, k, gx, 1, args, na);
     uint16_t *y = fetch16(d, by, t, rows, what);
     for (uint32_t r = 0; r < rows; r++) {
-        double tol, s = ref_dot(&w, r, xin, &tol), want, tl;
+        uint32_t lr;
+        const qmat *pm = swi ? &w[0] : part_row(w, n_parts, r, &lr);
+        if (swi) lr = r;
+        double tol, s = ref_dot(pm, lr, xin, &tol), want, tl;
         if (norm) tol += (cols + 8) * ldexp(1.0, -24) * fabs(s) + tol; /* the norm's scale, one 16-bit ulp of x */
         if (swi) {
-            double tu_, su = ref_dot(&u, r, xin, &tu_);
+            double tu_, su = ref_dot(&w[1], r, xin, &tu_);
             float g = tu_from16(t, tu_to16(t, (float)s)), up = tu_from16(t, tu_to16(t, (float)su));
             want = g / (1.0f + expf(-g)) * up;
             double dg = tol + tu_ulp16(t, fabs(g) + tol), du = tu_ + tu_ulp16(t, fabs(up) + tu_);
@@ -208,11 +231,10 @@ static void matvec_q_case(rt_device *d, kn_qtype q, uint32_t rows, uint32_t cols
         tl += tu_ulp16(t, fmax(fabs(want), fabs(got)));
         cr_assert(fabs(got - want) <= tl, "%s: [%u] %.9g != %.9g (tol %.3g)", what, r, got, want, tl);
     }
-    rt_buffer *bufs[] = {bw, bu, bx, br, bn, by};
+    rt_buffer *bufs[] = {bw[0], bw[1], bw[2], bx, br, bn, by};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
-    qmat_free(&w);
-    if (swi) qmat_free(&u);
+    for (uint32_t i = 0; i < n_parts; i++) qmat_free(&w[i]);
     free(x), free(res), free(wn), free(xf), free(rf), free(nf), free(hx), free(y);
     ir_kernel_destroy(k);
 }
@@ -227,57 +249,103 @@ Test(kernels_quant, matvec_q_every_type_odd_rows_with_guards, .timeout = 600) {
             for (int ci = 0; ci < 3; ci++) {
                 uint32_t rows = rows_cases[(q + ci) % 4], cols = cols_for((kn_qtype)q, ci);
                 ir_scalar t = (q + ci) % 2 ? IR_F16 : IR_BF16;
-                matvec_q_case(d, (kn_qtype)q, rows, cols, t, KN_EPI_NONE, false, variants[v]);
-                matvec_q_case(d, (kn_qtype)q, rows, cols, t, ci == 1 ? KN_EPI_SWIGLU : KN_EPI_RESIDUAL, ci != 0,
-                              variants[v]);
+                kn_qpart one = {(kn_qtype)q, rows};
+                matvec_q_case(d, &one, 1, cols, t, KN_EPI_NONE, false, variants[v]);
+                matvec_q_case(d, &one, 1, cols, t, KN_EPI_RESIDUAL, ci == 2, variants[v]);
             }
+        d->ops->destroy(d);
+    }
+}
+
+/* q, k and v of different types in one product; SwiGLU's gate and up of different types. */
+Test(kernels_quant, matvec_q_parts_and_swiglu_mixed_types, .timeout = 600) {
+    for (size_t v = 0; v < 2; v++) {
+        rt_device *d = tu_vk_open_or_skip(variants[v]);
+        tu_seed(35);
+        kn_qpart qkv[3] = {{KN_Q4_K, 33}, {KN_Q4_K, 7}, {KN_Q6_K, 7}}, ff[2] = {{KN_Q4_K, 29}, {KN_Q5_K, 29}};
+        kn_qpart mixed[3] = {{KN_Q8_0, 5}, {KN_Q4_0, 16}, {KN_Q5_1, 3}};
+        matvec_q_case(d, qkv, 3, 512, IR_BF16, KN_EPI_NONE, true, variants[v]);
+        matvec_q_case(d, ff, 2, 768, IR_BF16, KN_EPI_SWIGLU, true, variants[v]);
+        matvec_q_case(d, ff, 2, 256, IR_F16, KN_EPI_SWIGLU, false, variants[v]);
+        matvec_q_case(d, mixed, 3, 96, IR_F16, KN_EPI_NONE, false, variants[v]);
         d->ops->destroy(d);
     }
 }
 
 /* ---- a block's product ---- */
 
-static void matmul_q_case(rt_device *d, kn_qtype q, uint32_t rows, uint32_t cols, uint32_t n_max, uint32_t n,
-                          ir_scalar t, unsigned epi, const char *var) {
+static void matmul_q_case(rt_device *d, const kn_qpart *parts, uint32_t n_parts, uint32_t cols, uint32_t n_max,
+                          uint32_t n, ir_scalar t, unsigned epi, const char *var) {
     kiln_err err = {0};
-    char what[160];
-    snprintf(what, sizeof what, "matmul_q %s %ux%u %u of %u tokens %s epi %u caps=%s", kn_qformat_of(q)->name, rows,
-             cols, n, n_max, tu_dname(t), epi, var ? var : "device");
-    uint32_t g[2];
-    ir_kernel *k = kn_matmul_q(&d->caps, q, rows, cols, n_max, t, epi, g, &err);
+    char what[200], pn[96];
+    snprintf(what, sizeof what, "matmul_q %s x %u, %u of %u tokens %s epi %u caps=%s",
+             parts_name(parts, n_parts, pn, sizeof pn), cols, n, n_max, tu_dname(t), epi, var ? var : "device");
+    uint32_t g[2], rows = 0;
+    for (uint32_t i = 0; i < n_parts; i++) rows += parts[i].rows;
+    ir_kernel *k = kn_matmul_q(&d->caps, parts, n_parts, cols, n_max, t, epi, g, &err);
     cr_assert_not_null(k, "%s: %s", what, err.msg);
-    qmat w = qmat_make(q, rows, cols);
+    qmat w[KN_Q_PARTS];
+    for (uint32_t i = 0; i < n_parts; i++) w[i] = qmat_make(parts[i].type, parts[i].rows, cols);
+    bool f32 = epi & KN_EPI_F32;
     float *xf, *rf, *bf;
     uint16_t *x = tu_rand16(t, (size_t)n_max * cols, -2, 2, &xf), *res = tu_rand16(t, (size_t)n_max * rows, -8, 8, &rf);
     uint16_t *b = tu_rand16(t, rows, -3, 3, &bf);
     uint32_t info[2] = {0, n};
-    rt_buffer *bw = upload_words(d, &w), *bx = tu_vk_upload(d, x, (size_t)n_max * cols * 2);
+    rt_buffer *bw[KN_Q_PARTS] = {0};
+    for (uint32_t i = 0; i < n_parts; i++) bw[i] = upload_words(d, &w[i]);
+    rt_buffer *bx = tu_vk_upload(d, x, (size_t)n_max * cols * 2);
     rt_buffer *bi = tu_vk_upload(d, info, 8), *bb = tu_vk_upload(d, b, rows * 2);
-    rt_buffer *br = tu_vk_upload(d, res, (size_t)n_max * rows * 2), *by = tu_vk_poisoned16(d, t, (size_t)n * rows, GUARD);
-    rt_arg args[6] = {{bw, 0}, {bx, 0}, {by, 0}, {bi, 0}};
-    uint32_t na = 4;
+    rt_buffer *br = tu_vk_upload(d, res, (size_t)n_max * rows * 2), *by;
+    if (f32) {
+        float *p = malloc(((size_t)n * rows + GUARD) * 4);
+        for (size_t i = 0; i < (size_t)n * rows + GUARD; i++) p[i] = NAN;
+        by = tu_vk_upload(d, p, ((size_t)n * rows + GUARD) * 4);
+        free(p);
+    } else {
+        by = tu_vk_poisoned16(d, t, (size_t)n * rows, GUARD);
+    }
+    rt_arg args[9];
+    uint32_t na = 0;
+    for (uint32_t i = 0; i < n_parts; i++) args[na++] = (rt_arg){bw[i], 0};
+    args[na++] = (rt_arg){bx, 0}, args[na++] = (rt_arg){by, 0}, args[na++] = (rt_arg){bi, 0};
     if (epi & KN_EPI_BIAS) args[na++] = (rt_arg){bb, 0};
     if (epi & KN_EPI_RESIDUAL) args[na++] = (rt_arg){br, 0};
     run(d, k, g[0], g[1], args, na);
-    uint16_t *y = fetch16(d, by, t, (size_t)n * rows, what);
+    float *yf = NULL;
+    uint16_t *y = NULL;
+    if (f32) {
+        yf = malloc(((size_t)n * rows + GUARD) * 4);
+        tu_vk_download(d, by, yf, ((size_t)n * rows + GUARD) * 4);
+        for (size_t i = (size_t)n * rows; i < (size_t)n * rows + GUARD; i++)
+            cr_assert(isnan(yf[i]), "%s: wrote past the end at %zu", what, i);
+    } else {
+        y = fetch16(d, by, t, (size_t)n * rows, what);
+    }
     for (uint32_t tok = 0; tok < n; tok++)
         for (uint32_t r = 0; r < rows; r++) {
-            double tol, s = ref_dot(&w, r, xf + (size_t)tok * cols, &tol);
+            uint32_t lr;
+            const qmat *pm = part_row(w, n_parts, r, &lr);
+            double tol, s = ref_dot(pm, lr, xf + (size_t)tok * cols, &tol);
             if (epi & KN_EPI_BIAS) s += bf[r], tol += ldexp(1.0, -23) * fabs(s);
-            double want = s, tl = tol;
-            if (epi & KN_EPI_RESIDUAL) {
-                tl += tu_ulp16(t, fabs(s) + tl);
-                want = tu_from16(t, tu_to16(t, (float)s)) + rf[(size_t)tok * rows + r];
+            double want = s, tl = tol, got;
+            if (f32) {
+                got = yf[(size_t)tok * rows + r];
+            } else {
+                if (epi & KN_EPI_RESIDUAL) {
+                    tl += tu_ulp16(t, fabs(s) + tl);
+                    want = tu_from16(t, tu_to16(t, (float)s)) + rf[(size_t)tok * rows + r];
+                }
+                got = tu_from16(t, y[(size_t)tok * rows + r]);
+                tl += tu_ulp16(t, fmax(fabs(want), fabs(got)));
             }
-            double got = tu_from16(t, y[(size_t)tok * rows + r]);
-            tl += tu_ulp16(t, fmax(fabs(want), fabs(got)));
             cr_assert(fabs(got - want) <= tl, "%s: token %u row %u: %.9g != %.9g (tol %.3g)", what, tok, r, got, want,
                       tl);
         }
-    rt_buffer *bufs[] = {bw, bx, bi, bb, br, by};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) d->ops->release(d, bufs[i]);
-    qmat_free(&w);
-    free(x), free(res), free(b), free(xf), free(rf), free(bf), free(y);
+    rt_buffer *bufs[] = {bw[0], bw[1], bw[2], bx, bi, bb, br, by};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) d->ops->release(d, bufs[i]);
+    for (uint32_t i = 0; i < n_parts; i++) qmat_free(&w[i]);
+    free(x), free(res), free(b), free(xf), free(rf), free(bf), free(y), free(yf);
     ir_kernel_destroy(k);
 }
 
@@ -286,11 +354,13 @@ Test(kernels_quant, matmul_q_every_type_odd_rows_with_guards, .timeout = 600) {
         rt_device *d = tu_vk_open_or_skip(variants[v]);
         tu_seed(33);
         for (int q = 0; q < KN_Q_COUNT; q++) {
-            uint32_t rows = rows_cases[q % 4], cols = cols_for((kn_qtype)q, q % 2);
+            kn_qpart one = {(kn_qtype)q, rows_cases[q % 4]};
             ir_scalar t = q % 2 ? IR_F16 : IR_BF16;
-            matmul_q_case(d, (kn_qtype)q, rows, cols, 24, 13, t, q % 3 == 0 ? KN_EPI_BIAS : KN_EPI_RESIDUAL,
-                          variants[v]);
+            unsigned epi = q % 3 == 0 ? KN_EPI_BIAS : q % 3 == 1 ? KN_EPI_RESIDUAL : KN_EPI_F32;
+            matmul_q_case(d, &one, 1, cols_for((kn_qtype)q, q % 2), 24, 13, t, epi, variants[v]);
         }
+        kn_qpart qkv[3] = {{KN_Q4_K, 33}, {KN_Q4_K, 7}, {KN_Q6_K, 7}};
+        matmul_q_case(d, qkv, 3, 512, 16, 16, IR_BF16, KN_EPI_BIAS, variants[v]);
         d->ops->destroy(d);
     }
 }
