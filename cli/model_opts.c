@@ -113,6 +113,10 @@ int model_opts_open_n(model_opts *o, const char *path, uint32_t n, model **m, to
     for (uint32_t i = 0; i < n; i++) e[i] = NULL;
     *m = model_load(path, &err);
     if (!*m) return cli_fail("%s", err.msg);
+    if ((*m)->n_converted) /* once, where the model is opened */
+        fprintf(stderr, "kiln: %u matrices of block-quantized types converted to 16 bits at load (no quantized kernel "
+                        "for their products: another type in the same product, or the architecture's)\n",
+                (*m)->n_converted);
     *t = tok_load((*m)->file, &err);
     if (!*t) return cli_fail("%s: %s", path, err.msg);
     if (tok_n_vocab(*t) != (*m)->hp.n_vocab)

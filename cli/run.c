@@ -192,6 +192,8 @@ int cmd_run(int argc, char **argv) {
             gen_finish_name(res.finish));
     fprintf(stderr, "%s: first token %.3f s after start (model load and kernel compile %.3f s, prompt %.3f s)\n",
             e->name, t_ready - t_start + res.t_prompt, t_ready - t_start, res.t_prompt);
+    if (mo.dev)
+        fprintf(stderr, "%s: weights on the device: %.1f MiB\n", e->name, plan_weight_bytes(e) / 1048576.0);
     if (profile && plan_profile(e, 100, (uint32_t)profile_tokens, (uint32_t)profile_step, stderr, &err))
         rc = cli_fail("--profile: %s", err.msg);
 out:

@@ -134,6 +134,20 @@ static void quant_groups(model *m) {
     m->n_converted = quant - kept;
 }
 
+bool model_keeps_blocks(const model *m, const gguf_tensor *t) {
+    if (!t || !gguf_type_is_block_quant(t->type)) return false;
+    if (t == m->tok_embd && m->q_embd) return true;
+    if (t == m->output) return m->q_output;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        if (t == L->wq || t == L->wk || t == L->wv) return L->q_qkv;
+        if (t == L->wo) return L->q_o;
+        if (t == L->w_gate || t == L->w_up) return L->q_ffn;
+        if (t == L->w_down) return L->q_down;
+    }
+    return false;
+}
+
 model *model_load(const char *path, kiln_err *err) {
     model *m = calloc(1, sizeof *m);
     if (!m) {

@@ -42,6 +42,9 @@ typedef struct model {
 model *model_load(const char *path, kiln_err *err);
 void model_free(model *m);
 
+/* Whether t is one of the model's weights kept in its quantized blocks (the q_* flags). */
+bool model_keeps_blocks(const model *m, const gguf_tensor *t);
+
 /* The model's Jinja chat template (tokenizer.chat_template) as a malloc'ed C string, or
  * NULL when it has none (or out of memory). */
 char *model_chat_template(const model *m);

@@ -198,6 +198,7 @@ static void plan_destroy(engine *base) {
             }
     }
     plan_batch_release(p);
+    plan_qvar_release(p);
     for (uint32_t i = 0; i < p->n_launch; i++) free((void *)p->launch[i].args);
     free(p->launch);
     for (int i = 0; i < K_COUNT; i++) {
@@ -218,7 +219,8 @@ static void plan_destroy(engine *base) {
         rt_buffer *weights[] = {L->attn_norm, L->wqkv,   L->bqkv,   L->q_norm, L->k_norm,  L->wo,
                                 L->ffn_norm,  L->w_gate, L->w_up,   L->w_down, L->w_agate, L->dn_qkv,
                                 L->dn_z,      L->dn_ba,  L->dn_in,  L->dn_out, L->dn_conv, L->dn_dt_bias,
-                                L->dn_a,      L->dn_norm}; /* views before their buffer */
+                                L->dn_a,      L->dn_norm,  L->qkv_part[0], L->qkv_part[1],
+                                L->qkv_part[2]}; /* views before their buffer */
         rt_buffer *own_bufs[] = {L->kc, L->vc, L->conv_state, L->S}; /* the states: views, before their buffer */
         for (size_t i = 0; own && i < sizeof weights / sizeof weights[0]; i++)
             if (weights[i]) d->ops->release(d, weights[i]);

@@ -47,6 +47,9 @@ void plan_counts(const engine *e, uint32_t *n_kernels, uint32_t *n_launches);
  * The launches rewrite the activations and the cache (the engine's cache is empty
  * afterwards): for the end of a run. 0, or -1 with err. */
 int plan_profile(engine *e, uint32_t reps, uint32_t n_prefill, uint32_t n_step, FILE *out, kiln_err *err);
+/* Bytes the model's weights take on the plan's device (shared by its sibling plans):
+ * block-quantized ones in their blocks where kept so, the others in 16 bits. */
+uint64_t plan_weight_bytes(const engine *e);
 /* Tokens per prefill block (a prompt runs in blocks of this many). */
 uint32_t plan_block(const engine *e);
 

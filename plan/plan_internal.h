@@ -63,6 +63,11 @@ typedef struct plan_layer {
     /* the buffers above are shared by sibling plans; those below are each plan's */
     rt_buffer *kc, *vc;        /* a full-attention layer's KV cache */
     rt_buffer *conv_state, *S; /* a DeltaNet layer's recurrent state (f32): views of plan_engine.state */
+    /* block-quantized products (model_layer's q_* groups): the kernels' type of each part
+     * (kn_qtype; -1: the 16-bit weight above), q, k and v each in a buffer of its own
+     * (qkv_part; wqkv NULL), the others in wo, w_gate, w_up and w_down as kn_quant.h's words */
+    rt_buffer *qkv_part[3];
+    int8_t qt_qkv[3], qt_o, qt_gate, qt_up, qt_down;
 } plan_layer;
 #define PLAN_SNAPSHOTS 2
 /* A decode step takes a snapshot where the latest is this many positions back (or there is
@@ -87,6 +92,18 @@ typedef struct plan_layer {
 /* A step's staged inputs: PLAN_BATCH_MAX token ids, then (position, slot) for each
  * (the tokens' view ends on RT_VIEW_ALIGN, where the pairs' begins) */
 #define PLAN_BATCH_WORDS (3 * PLAN_BATCH_MAX)
+
+/* A kernel for block-quantized weights (plan_qkernels.c): role's at a block of nb tokens
+ * (0: decode and the embedding) for the parts' types qt (-1 past the last part), compiled
+ * where a launch first asks for it. */
+typedef struct plan_qvar {
+    int role;
+    uint32_t nb;
+    int8_t qt[KN_Q_PARTS];
+    rt_kernel *k;
+    plan_sig sig;
+    uint32_t grid[2];
+} plan_qvar;
 
 /* The kernels one prefill block's size calls for: the full block's are the plan's own; a
  * smaller block rebuilds those whose shape depends on the block (plan_block_role), the
@@ -114,6 +131,7 @@ typedef struct plan_engine {
     rt_buffer **kpool, **vpool;
     uint32_t slot, slots_taken;
     rt_buffer *tok_embd, *output, *output_norm, *freqs;
+    int8_t qt_embd, qt_out; /* tok_embd's and output's kn_qtype where kept in blocks, else -1 */
     plan_layer *L;
     uint16_t *scratch; /* host copy of a converted tensor while the weights load */
     uint64_t scratch_n;
@@ -159,6 +177,8 @@ typedef struct plan_engine {
     rt_buffer *ballow;          /* every row's argmax mask, as allow */
     uint64_t ballow_custom;     /* rows of ballow not all set (bit t: row t) */
     uint32_t *allow_rows;       /* the host's copy of ballow's rows (the largest bucket's) */
+    plan_qvar *qvar; /* the quantized products' kernels, one per role, block and types */
+    uint32_t n_qvar, cap_qvar;
     progress prog; /* while the plan is made: layers uploaded, then kernels compiled */
 } plan_engine;
 
@@ -183,6 +203,21 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
  * the device refuses it as unsupported and takes a capability out of its caps meanwhile
  * (rt_device's fallback), built and compiled once more from the caps as they are now. */
 rt_kernel *plan_compile_kernel(rt_device *d, const plan_shape *s, int i, uint32_t g[2], plan_sig *sig, kiln_err *err);
+/* The same for block-quantized weights whose parts have types qt (plan_build_qkernel). */
+rt_kernel *plan_compile_qkernel(rt_device *d, const plan_shape *s, int i, const int8_t qt[KN_Q_PARTS], uint32_t g[2],
+                                plan_sig *sig, kiln_err *err);
+
+/* ---- block-quantized products (plan_qkernels.c) ---- */
+/* Role i's kernel on block-quantized weights of types qt (q, k, v for the qkv products;
+ * gate, up for decode's SwiGLU product; one part elsewhere) at s->n_block tokens, its grid
+ * in g. The roles: K_EMBED, K_MV_QKV, K_MV_O, K_MV_FFN, K_MV_DOWN, K_MV_OUT, K_MM_QKV,
+ * K_MM_O, K_MM_FF (one of gate or up: no SwiGLU epilogue), K_MM_DOWN, K_MM_OUT. */
+ir_kernel *plan_build_qkernel(const plan_shape *s, const rt_caps *c, int i, const int8_t qt[KN_Q_PARTS], uint32_t g[2],
+                              kiln_err *err);
+/* p's variant for role i at a block of nb tokens and types qt, compiled on first use;
+ * NULL with err. */
+const plan_qvar *plan_qvariant(plan_engine *p, int i, uint32_t nb, const int8_t qt[KN_Q_PARTS], kiln_err *err);
+void plan_qvar_release(plan_engine *p);
 /* Whether role i's kernel depends on the prefill block's size. */
 bool plan_block_role(int i);
 /* Whether a plan of shape s has role i at all (the qwen35 roles only for qwen35). */

@@ -329,11 +329,14 @@ int plan_each_kernel(const model *m, const rt_caps *c, const rt_debug *dbg, uint
     return 0;
 }
 
-rt_kernel *plan_compile_kernel(rt_device *d, const plan_shape *s, int i, uint32_t g[2], plan_sig *sig, kiln_err *err) {
+/* Kernel i built (qt NULL: 16-bit weights) and compiled on d; once more where the device
+ * refused it as unsupported and gave up a capability meanwhile (its fallback changed). */
+static rt_kernel *compile_role(rt_device *d, const plan_shape *s, int i, const int8_t *qt, uint32_t g[2],
+                               plan_sig *sig, kiln_err *err) {
     for (int attempt = 0; attempt < 2; attempt++) {
         char before[sizeof d->fallback];
         memcpy(before, d->fallback, sizeof before);
-        ir_kernel *k = plan_build_kernel(s, &d->caps, i, g, err);
+        ir_kernel *k = qt ? plan_build_qkernel(s, &d->caps, i, qt, g, err) : plan_build_kernel(s, &d->caps, i, g, err);
         if (!k) return NULL;
         rt_kernel *ck = d->ops->compile(d, k, NULL, err);
         /* the IR goes; its parameters stay, to bind the launches by name */
@@ -343,10 +346,18 @@ rt_kernel *plan_compile_kernel(rt_device *d, const plan_shape *s, int i, uint32_
         }
         ir_kernel_destroy(k);
         if (ck) return ck;
-        /* once more only where the device gave up a capability for this refusal (its fallback changed) */
         if (attempt || !err || err->code != KILN_ERR_UNSUPPORTED || !strcmp(before, d->fallback))
             return NULL;
         kiln_err_clear(err);
     }
     return NULL;
+}
+
+rt_kernel *plan_compile_kernel(rt_device *d, const plan_shape *s, int i, uint32_t g[2], plan_sig *sig, kiln_err *err) {
+    return compile_role(d, s, i, NULL, g, sig, err);
+}
+
+rt_kernel *plan_compile_qkernel(rt_device *d, const plan_shape *s, int i, const int8_t qt[KN_Q_PARTS], uint32_t g[2],
+                                plan_sig *sig, kiln_err *err) {
+    return compile_role(d, s, i, qt, g, sig, err);
 }

@@ -13,12 +13,14 @@ typedef struct recorder {
     rt_kernel *const *kern; /* the block's kernels, parameters and grids (decode: the plan's) */
     const plan_sig *sig;
     const uint32_t (*grid)[2];
+    uint32_t nb; /* the block's tokens (0: a decode step) */
     kiln_err *err;
     int rc;
 } recorder;
 
-/* Appends a launch of kernel i on {gx, gy, 1}, its n buffers bound by name. */
-static void add(recorder *R, int i, uint32_t gx, uint32_t gy, const plan_arg *args, uint32_t n) {
+/* Appends a launch of kernel k (parameters sig) on {gx, gy, 1}, its n buffers bound by name. */
+static void add_k(recorder *R, rt_kernel *k, const plan_sig *sig, uint32_t gx, uint32_t gy, const plan_arg *args,
+                  uint32_t n) {
     plan_engine *p = R->p;
     if (R->rc) return;
     if (p->n_launch == p->cap_launch) {
@@ -31,12 +33,40 @@ static void add(recorder *R, int i, uint32_t gx, uint32_t gy, const plan_arg *ar
         p->launch = l;
         p->cap_launch = cap;
     }
-    rt_launch l = {R->kern[i], {gx, gy, 1}, NULL, R->sig[i].n_params};
+    rt_launch l = {k, {gx, gy, 1}, NULL, sig->n_params};
     rt_arg *a;
-    if ((R->rc = plan_bind(p->d, &R->sig[i], l.groups, args, n, &a, R->err))) return;
+    if ((R->rc = plan_bind(p->d, sig, l.groups, args, n, &a, R->err))) return;
     l.args = a;
     p->launch[p->n_launch++] = l;
 }
+
+/* Appends a launch of the block's kernel i on {gx, gy, 1}. */
+static void add(recorder *R, int i, uint32_t gx, uint32_t gy, const plan_arg *args, uint32_t n) {
+    add_k(R, R->kern[i], &R->sig[i], gx, gy, args, n);
+}
+
+/* A product (or the embedding) of role i on a weight of the parts' types qt: 16-bit where
+ * qt[0] < 0 (add's launch), else the plan's quantized variant on its own grid (the
+ * embedding's rows, gy, the caller's). */
+static void add_w(recorder *R, int i, const int8_t qt[KN_Q_PARTS], uint32_t gx, uint32_t gy, const plan_arg *args,
+                  uint32_t n) {
+    if (R->rc) return;
+    if (qt[0] < 0) return add(R, i, gx, gy, args, n);
+    bool block = i == K_MM_QKV || i == K_MM_O || i == K_MM_FF || i == K_MM_DOWN || i == K_MM_OUT;
+    const plan_qvar *v = plan_qvariant(R->p, i, block ? R->nb : 0, qt, R->err);
+    if (!v) {
+        R->rc = -1;
+        return;
+    }
+    add_k(R, v->k, &v->sig, v->grid[0], i == K_EMBED ? gy : v->grid[1], args, n);
+}
+
+/* The types of a weight of one part. */
+#define QT1(t) ((const int8_t[KN_Q_PARTS]){(t), -1, -1})
+/* ADD_W(kernel, types, gx, gy, {"name", buffer}, ...) as ADD, through add_w. */
+#define ADD_W(i, qt, gx, gy, ...)                                                                                    \
+    add_w(R, (i), (qt), (gx), (gy), (const plan_arg[]){__VA_ARGS__},                                                   \
+          sizeof((const plan_arg[]){__VA_ARGS__}) / sizeof(plan_arg))
 
 /* ADD(kernel, gx, gy, {"name", buffer}, ...) in a function with a recorder R. */
 #define ADD(i, gx, gy, ...)                                                                                          \
@@ -47,13 +77,17 @@ static void add_qkv(recorder *R, int kern, const plan_layer *L, bool prefill) {
     plan_engine *p = R->p;
     const uint32_t *g = R->grid[kern];
     bool fused = !prefill && p->s.fuse_norm; /* the norm of xa inside the product */
-    /* the matmul names its activations X, Y; the matvec x, y */
-    plan_arg a[5] = {{"W", L->wqkv}, {prefill ? "X" : "x", fused ? p->xa : p->h}, {prefill ? "Y" : "y", p->qkv}};
+    /* the matmul names its activations X, Y; the matvec x, y; q, k and v in their blocks
+     * are three weights (W, W1, W2) */
+    bool quant = L->qt_qkv[0] >= 0;
+    plan_arg a[7] = {{"W", quant ? L->qkv_part[0] : L->wqkv}, {prefill ? "X" : "x", fused ? p->xa : p->h},
+                     {prefill ? "Y" : "y", p->qkv}};
     uint32_t n = 3;
+    if (quant) a[n++] = (plan_arg){"W1", L->qkv_part[1]}, a[n++] = (plan_arg){"W2", L->qkv_part[2]};
     if (prefill) a[n++] = (plan_arg){"info", p->info};
     if (p->s.bias) a[n++] = (plan_arg){"b", L->bqkv};
     if (fused) a[n++] = (plan_arg){"wn", L->attn_norm};
-    add(R, kern, g[0], g[1], a, n);
+    add_w(R, kern, L->qt_qkv, g[0], g[1], a, n);
 }
 
 
@@ -134,22 +168,22 @@ static void add_logits(recorder *R, rt_buffer *x) {
     plan_engine *p = R->p;
     uint32_t gx = R->grid[K_MV_OUT][0];
     if (p->s.fuse_norm) {
-        ADD(K_MV_OUT, gx, 1, {"W", p->output}, {"x", x}, {"y", p->logits}, {"wn", p->output_norm});
+        ADD_W(K_MV_OUT, QT1(p->qt_out), gx, 1, {"W", p->output}, {"x", x}, {"y", p->logits}, {"wn", p->output_norm});
     } else {
         ADD(K_NORM, 1, 1, {"x", x}, {"w", p->output_norm}, {"y", p->hl});
-        ADD(K_MV_OUT, gx, 1, {"W", p->output}, {"x", p->hl}, {"y", p->logits});
+        ADD_W(K_MV_OUT, QT1(p->qt_out), gx, 1, {"W", p->output}, {"x", p->hl}, {"y", p->logits});
     }
     ADD(K_ARGMAX, 1, 1, {"logits", p->logits}, {"out", p->best}, {"allow", p->allow});
 }
 
 
 int plan_record_decode(plan_engine *p, kiln_err *err) {
-    recorder rec = {p, p->kern, p->sig, (const uint32_t(*)[2])p->grid, err, 0}, *R = &rec;
+    recorder rec = {p, p->kern, p->sig, (const uint32_t(*)[2])p->grid, 0, err, 0}, *R = &rec;
     const arch_hparams *hp = &p->s.hp;
     const uint32_t (*g)[2] = R->grid;
     bool fused = p->s.fuse_norm;
     ADD(K_STAGE, 1, 1, {"tok_host", p->tok_h}, {"tok", p->tok}, {"info_host", p->info_h}, {"info", p->info});
-    ADD(K_EMBED, g[K_EMBED][0], 1, {"table", p->tok_embd}, {"tok", p->tok}, {"out", p->xa});
+    ADD_W(K_EMBED, QT1(p->qt_embd), g[K_EMBED][0], 1, {"table", p->tok_embd}, {"tok", p->tok}, {"out", p->xa});
     bool gated = hp->arch == ARCH_QWEN35;
     for (uint32_t l = 0; l < hp->n_layer && !R->rc; l++) {
         const plan_layer *L = &p->L[l];
@@ -164,17 +198,20 @@ int plan_record_decode(plan_engine *p, kiln_err *err) {
                 {"part", p->part}, {"pos", p->info});
             ADD(K_ATTN_MERGE, g[K_ATTN_MERGE][0], 1, {"part", p->part}, {"out", p->att}, {"pos", p->info});
             if (gated) add_gate(R, false);
-            ADD(K_MV_O, g[K_MV_O][0], 1, {"W", L->wo}, {"x", gated ? p->gated : p->att}, {"y", p->xb},
-                {"res", p->xa});
+            ADD_W(K_MV_O, QT1(L->qt_o), g[K_MV_O][0], 1, {"W", L->wo}, {"x", gated ? p->gated : p->att},
+                  {"y", p->xb}, {"res", p->xa});
         }
+        const int8_t ffn_qt[KN_Q_PARTS] = {L->qt_gate, L->qt_up, -1};
         if (fused) {
-            ADD(K_MV_FFN, g[K_MV_FFN][0], 1, {"W", L->w_gate}, {"x", p->xb}, {"y", p->act}, {"Wu", L->w_up},
-                {"wn", L->ffn_norm});
+            ADD_W(K_MV_FFN, ffn_qt, g[K_MV_FFN][0], 1, {"W", L->w_gate}, {"x", p->xb}, {"y", p->act}, {"Wu", L->w_up},
+                  {"wn", L->ffn_norm});
         } else {
             ADD(K_NORM, 1, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
-            ADD(K_MV_FFN, g[K_MV_FFN][0], 1, {"W", L->w_gate}, {"x", p->h}, {"y", p->act}, {"Wu", L->w_up});
+            ADD_W(K_MV_FFN, ffn_qt, g[K_MV_FFN][0], 1, {"W", L->w_gate}, {"x", p->h}, {"y", p->act},
+                  {"Wu", L->w_up});
         }
-        ADD(K_MV_DOWN, g[K_MV_DOWN][0], 1, {"W", L->w_down}, {"x", p->act}, {"y", p->xa}, {"res", p->xb});
+        ADD_W(K_MV_DOWN, QT1(L->qt_down), g[K_MV_DOWN][0], 1, {"W", L->w_down}, {"x", p->act}, {"y", p->xa},
+              {"res", p->xb});
     }
     add_logits(R, p->xa);
     return R->rc;
@@ -182,12 +219,16 @@ int plan_record_decode(plan_engine *p, kiln_err *err) {
 
 
 /* A block's feed-forward, xb to xa: the norm, the gate and up products with SwiGLU (one
- * launch where ff_swiglu), the down product with the residual. */
+ * launch where ff_swiglu and the weights are 16-bit), the down product with the residual. */
 static void add_block_ffn(recorder *R, const plan_layer *L, uint32_t nb, bool ff_swiglu) {
     plan_engine *p = R->p;
     const uint32_t (*g)[2] = R->grid;
     ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
-    if (ff_swiglu) {
+    if (L->qt_gate >= 0) {
+        ADD_W(K_MM_FF, QT1(L->qt_gate), 0, 0, {"W", L->w_gate}, {"X", p->h}, {"Y", p->g}, {"info", p->info});
+        ADD_W(K_MM_FF, QT1(L->qt_up), 0, 0, {"W", L->w_up}, {"X", p->h}, {"Y", p->u}, {"info", p->info});
+        ADD(K_SWIGLU, g[K_SWIGLU][0], 1, {"g", p->g}, {"u", p->u}, {"out", p->act});
+    } else if (ff_swiglu) {
         ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_gate}, {"Wu", L->w_up}, {"X", p->h}, {"Y", p->act},
             {"info", p->info});
     } else {
@@ -195,23 +236,23 @@ static void add_block_ffn(recorder *R, const plan_layer *L, uint32_t nb, bool ff
         ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_up}, {"X", p->h}, {"Y", p->u}, {"info", p->info});
         ADD(K_SWIGLU, g[K_SWIGLU][0], 1, {"g", p->g}, {"u", p->u}, {"out", p->act});
     }
-    ADD(K_MM_DOWN, g[K_MM_DOWN][0], g[K_MM_DOWN][1], {"W", L->w_down}, {"X", p->act}, {"Y", p->xa},
-        {"info", p->info}, {"res", p->xb});
+    ADD_W(K_MM_DOWN, QT1(L->qt_down), g[K_MM_DOWN][0], g[K_MM_DOWN][1], {"W", L->w_down}, {"X", p->act},
+          {"Y", p->xa}, {"info", p->info}, {"res", p->xb});
 }
 
 int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
-    recorder rec = {p, b ? b->kern : p->kern, b ? b->sig : p->sig, (const uint32_t(*)[2])(b ? b->grid : p->grid), err,
-                    0},
+    uint32_t nb = b ? b->n : p->s.n_block;
+    recorder rec = {p, b ? b->kern : p->kern, b ? b->sig : p->sig, (const uint32_t(*)[2])(b ? b->grid : p->grid), nb,
+                    err, 0},
              *R = &rec;
     const arch_hparams *hp = &p->s.hp;
     const uint32_t (*g)[2] = R->grid;
-    uint32_t nb = b ? b->n : p->s.n_block;
     plan_shape sb = p->s;
     sb.n_block = nb;
     bool ff_swiglu = plan_ff_swiglu(&sb, &p->d->caps); /* as plan_build_kernel built K_MM_FF */
     ADD(K_STAGE, g[K_STAGE][0], 1, {"tok_host", p->tok_h}, {"tok", p->tok}, {"info_host", p->info_h},
         {"info", p->info});
-    ADD(K_EMBED, g[K_EMBED][0], nb, {"table", p->tok_embd}, {"tok", p->tok}, {"out", p->xa});
+    ADD_W(K_EMBED, QT1(p->qt_embd), g[K_EMBED][0], nb, {"table", p->tok_embd}, {"tok", p->tok}, {"out", p->xa});
     bool gated = hp->arch == ARCH_QWEN35;
     for (uint32_t l = 0; l < hp->n_layer && !R->rc; l++) {
         const plan_layer *L = &p->L[l];
@@ -225,8 +266,8 @@ int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
             ADD(K_ATTN_PREFILL, g[K_ATTN_PREFILL][0], g[K_ATTN_PREFILL][1], {"q", p->qkv}, {"kcache", L->kc},
                 {"vcache", L->vc}, {"out", p->att}, {"info", p->info});
             if (gated) add_gate(R, true);
-            ADD(K_MM_O, g[K_MM_O][0], g[K_MM_O][1], {"W", L->wo}, {"X", gated ? p->gated : p->att}, {"Y", p->xb},
-                {"info", p->info}, {"res", p->xa});
+            ADD_W(K_MM_O, QT1(L->qt_o), g[K_MM_O][0], g[K_MM_O][1], {"W", L->wo}, {"X", gated ? p->gated : p->att},
+                  {"Y", p->xb}, {"info", p->info}, {"res", p->xa});
         }
         add_block_ffn(R, L, nb, ff_swiglu);
     }
@@ -241,7 +282,7 @@ int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
  * writes nothing): the short block's products over the step's rows, the cache stores and
  * attention over the pool, then every row's logits and argmax. */
 int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err) {
-    recorder rec = {p, b->kern, b->sig, (const uint32_t(*)[2])b->grid, err, 0}, *R = &rec;
+    recorder rec = {p, b->kern, b->sig, (const uint32_t(*)[2])b->grid, b->n, err, 0}, *R = &rec;
     const arch_hparams *hp = &p->s.hp;
     const uint32_t (*g)[2] = R->grid;
     uint32_t nb = b->n;
@@ -250,7 +291,7 @@ int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err) {
     bool ff_swiglu = plan_ff_swiglu(&sb, &p->d->caps); /* as plan_build_kernel built K_MM_FF */
     ADD(K_STAGE_BATCH, g[K_STAGE_BATCH][0], 1, {"tok_host", p->btok_h}, {"tok", p->btok}, {"info_host", p->info_h},
         {"info", p->info});
-    ADD(K_EMBED, g[K_EMBED][0], nb, {"table", p->tok_embd}, {"tok", p->btok_tok}, {"out", p->xa});
+    ADD_W(K_EMBED, QT1(p->qt_embd), g[K_EMBED][0], nb, {"table", p->tok_embd}, {"tok", p->btok_tok}, {"out", p->xa});
     for (uint32_t l = 0; l < hp->n_layer && !R->rc; l++) {
         const plan_layer *L = &p->L[l];
         ADD(K_NORM, nb, 1, {"x", p->xa}, {"w", L->attn_norm}, {"y", p->h});
@@ -264,13 +305,13 @@ int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err) {
             {"vcache", p->vpool[l]}, {"part", p->bpart}, {"tokpos", p->btok_pos});
         ADD(K_ATTN_MERGE_BATCH, g[K_ATTN_MERGE_BATCH][0], g[K_ATTN_MERGE_BATCH][1], {"part", p->bpart},
             {"out", p->att}, {"tokpos", p->btok_pos});
-        ADD(K_MM_O, g[K_MM_O][0], g[K_MM_O][1], {"W", L->wo}, {"X", p->att}, {"Y", p->xb}, {"info", p->info},
-            {"res", p->xa});
+        ADD_W(K_MM_O, QT1(L->qt_o), g[K_MM_O][0], g[K_MM_O][1], {"W", L->wo}, {"X", p->att}, {"Y", p->xb},
+              {"info", p->info}, {"res", p->xa});
         add_block_ffn(R, L, nb, ff_swiglu);
     }
     ADD(K_NORM, nb, 1, {"x", p->xa}, {"w", p->output_norm}, {"y", p->h});
-    ADD(K_MM_OUT, g[K_MM_OUT][0], g[K_MM_OUT][1], {"W", p->output}, {"X", p->h}, {"Y", p->blogits},
-        {"info", p->info});
+    ADD_W(K_MM_OUT, QT1(p->qt_out), g[K_MM_OUT][0], g[K_MM_OUT][1], {"W", p->output}, {"X", p->h},
+          {"Y", p->blogits}, {"info", p->info});
     ADD(K_ARGMAX_BATCH, g[K_ARGMAX_BATCH][0], g[K_ARGMAX_BATCH][1], {"logits", p->blogits}, {"out", p->bbest},
         {"allow", p->ballow});
     return R->rc;

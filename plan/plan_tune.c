@@ -15,6 +15,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* The launches of one kernel, each with gx workgroups: its launches in the step (each
@@ -112,34 +113,57 @@ int plan_tune_grids(rt_device *d, rt_launch *l, uint32_t n, rt_kernel *const *ke
     return rc;
 }
 
+/* Whether qvar v is a decode product (the embedding takes no tuning). */
+static bool decode_qvar(const plan_qvar *v) { return v->nb == 0 && v->role != K_EMBED; }
+
 /* The decode step's products on the grids measured fastest on the device (plan_tune.c
  * says why), before anything is recorded; the prefill block's logits head takes the
  * decode step's. Only where the products accept any grid (kn_matvec_strided: not on
  * CUDA); a plan that borrows another's weights takes that plan's grids, not measuring
  * again. The launches were bound before (plan_bind checked their buffers at the full
- * grid); a matvec's extents do not follow its grid, so a smaller one needs no new check. */
+ * grid); a matvec's extents do not follow its grid, so a smaller one needs no new check.
+ * The quantized products' variants (plan_qkernels.c) are tuned beside the 16-bit ones. */
 int plan_tune_products(plan_engine *p, kiln_err *err) {
     static const int mv[] = {K_MV_QKV, K_MV_O, K_MV_FFN, K_MV_DOWN, K_MV_OUT};
     enum { N_MV = sizeof mv / sizeof mv[0] };
     rt_device *d = p->d;
     if (!kn_matvec_strided(&d->caps)) return 0;
-    rt_kernel *mk[N_MV];
-    uint32_t chosen[N_MV] = {0};
-    for (int i = 0; i < N_MV; i++) mk[i] = p->kern[mv[i]];
-    if (p->owner) {
-        for (int i = 0; i < N_MV; i++) chosen[i] = p->owner->grid[mv[i]][0];
+    uint32_t n = N_MV + p->n_qvar, m = 0;
+    rt_kernel **mk = malloc(n * sizeof *mk);
+    uint32_t *chosen = calloc(n, sizeof *chosen), **slot = malloc(n * sizeof *slot);
+    const uint32_t **from = calloc(n, sizeof *from); /* the owner's grid where it borrows */
+    int rc = 0;
+    if (!mk || !chosen || !slot || !from) rc = kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < N_MV && !rc; i++, m++) {
+        mk[m] = p->kern[mv[i]], slot[m] = &p->grid[mv[i]][0];
+        if (p->owner) from[m] = &p->owner->grid[mv[i]][0];
+    }
+    for (uint32_t j = 0; j < p->n_qvar && !rc; j++) {
+        plan_qvar *v = &p->qvar[j];
+        if (!decode_qvar(v)) continue;
+        mk[m] = v->k, slot[m] = &v->grid[0];
+        for (uint32_t k = 0; p->owner && k < p->owner->n_qvar; k++) {
+            const plan_qvar *o = &p->owner->qvar[k];
+            if (o->role == v->role && o->nb == 0 && !memcmp(o->qt, v->qt, KN_Q_PARTS)) from[m] = &o->grid[0];
+        }
+        m++;
+    }
+    if (!rc && p->owner) {
+        for (uint32_t i = 0; i < m; i++) chosen[i] = from[i] ? *from[i] : 0;
         for (uint32_t j = 0; j < p->n_launch; j++)
-            for (int i = 0; i < N_MV; i++)
-                if (p->launch[j].kernel == mk[i]) p->launch[j].groups[0] = chosen[i];
-    } else {
+            for (uint32_t i = 0; i < m; i++)
+                if (p->launch[j].kernel == mk[i] && chosen[i]) p->launch[j].groups[0] = chosen[i];
+    } else if (!rc) {
         int32_t tok0 = 0;
         uint32_t info0[2] = {0, 1}; /* token 0 at position 0: the step's replays need valid inputs */
-        if (d->ops->upload(d, p->tok_h, 0, &tok0, sizeof tok0, err) ||
-            d->ops->upload(d, p->info_h, 0, info0, sizeof info0, err) ||
-            plan_tune_grids(d, p->launch, p->n_launch, mk, N_MV, chosen, err))
-            return -1;
+        rc = d->ops->upload(d, p->tok_h, 0, &tok0, sizeof tok0, err) ||
+                     d->ops->upload(d, p->info_h, 0, info0, sizeof info0, err) ||
+                     plan_tune_grids(d, p->launch, p->n_launch, mk, m, chosen, err)
+                 ? -1
+                 : 0;
     }
-    for (int i = 0; i < N_MV; i++)
-        if (chosen[i]) p->grid[mv[i]][0] = chosen[i];
-    return 0;
+    for (uint32_t i = 0; i < m && !rc; i++)
+        if (chosen[i]) *slot[i] = chosen[i];
+    free(mk), free(chosen), free(slot), free(from);
+    return rc;
 }

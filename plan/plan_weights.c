@@ -3,6 +3,7 @@
  * and the whole plan's bytes checked against the device before anything is allocated. */
 #include "base/error.h"
 #include "plan/plan_internal.h"
+#include "plan/plan_quant.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,16 +13,21 @@ rt_buffer *plan_alloc(plan_engine *p, size_t bytes, kiln_err *err) {
     return p->d->ops->alloc(p->d, bytes, err);
 }
 
-/* Rows [r0, r0 + n) of t, converted to the plan's 16-bit type, into b at element at. */
-static int upload_rows(plan_engine *p, rt_buffer *b, uint64_t at, const gguf_tensor *t, uint64_t r0, uint64_t n,
-                       kiln_err *err) {
-    uint64_t ne = n * t->ne[0];
-    if (ne > p->scratch_n) { /* one host buffer for every tensor: fresh pages fault */
+/* The host scratch for ne 16-bit values: one buffer for every tensor (fresh pages fault). */
+static int scratch_for(plan_engine *p, uint64_t ne, const gguf_tensor *t, kiln_err *err) {
+    if (ne > p->scratch_n) {
         free(p->scratch);
         p->scratch = malloc(ne * 2);
         p->scratch_n = p->scratch ? ne : 0;
     }
-    if (!p->scratch) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory converting '%s'", t->name);
+    return p->scratch ? 0 : kiln_fail(err, KILN_ERR_NOMEM, "out of memory converting '%s'", t->name);
+}
+
+/* Rows [r0, r0 + n) of t, converted to the plan's 16-bit type, into b at element at. */
+static int upload_rows(plan_engine *p, rt_buffer *b, uint64_t at, const gguf_tensor *t, uint64_t r0, uint64_t n,
+                       kiln_err *err) {
+    uint64_t ne = n * t->ne[0];
+    if (scratch_for(p, ne, t, err)) return -1;
     kiln_err ge;
     if (p->s.dt == IR_BF16 ? gguf_tensor_rows_bf16(t, r0, n, p->scratch, &ge)
                            : gguf_tensor_rows_f16(t, r0, n, p->scratch, &ge))
@@ -50,6 +56,37 @@ static rt_buffer *upload_concat(plan_engine *p, const gguf_tensor *const *t, int
 
 static rt_buffer *upload_weight(plan_engine *p, const gguf_tensor *t, kiln_err *err) {
     return upload_concat(p, &t, 1, err);
+}
+
+/* The layout a block-quantized tensor takes on the device (kernels/kn_quant.h). */
+static int quant_layout(const gguf_tensor *t, kn_qlayout *L, kiln_err *err) {
+    uint64_t rows = gguf_tensor_nrows(t);
+    int q = plan_qtype(t->type);
+    if (q < 0 || rows > UINT32_MAX || t->ne[0] > UINT32_MAX)
+        return kiln_fail(err, KILN_ERR_UNSUPPORTED, "'%s': no device layout for its type or its %llu rows", t->name,
+                         (unsigned long long)rows);
+    return kn_qlayout_of((kn_qtype)q, (uint32_t)rows, (uint32_t)t->ne[0], L, err);
+}
+
+/* A block-quantized tensor kept in its blocks: repacked into the kernels' planes (its
+ * kn_qtype in *qt). */
+static rt_buffer *upload_quant(plan_engine *p, const gguf_tensor *t, int8_t *qt, kiln_err *err) {
+    kn_qlayout L;
+    if (quant_layout(t, &L, err) || scratch_for(p, 2 * L.words, t, err)) return NULL;
+    uint32_t *words = (uint32_t *)p->scratch;
+    memset(words, 0, L.words * 4);
+    rt_buffer *b = NULL;
+    if (!plan_quant_pack(t, 0, L.rows, &L, 0, words, err) && (b = plan_alloc(p, L.words * 4, err)) &&
+        p->d->ops->upload(p->d, b, 0, words, L.words * 4, err))
+        p->d->ops->release(p->d, b), b = NULL;
+    *qt = (int8_t)L.type;
+    return b;
+}
+
+/* A weight in its blocks where the model keeps them (qt its type), else in 16 bits (qt -1). */
+static rt_buffer *upload_matrix(plan_engine *p, const gguf_tensor *t, bool keep, int8_t *qt, kiln_err *err) {
+    *qt = -1;
+    return keep ? upload_quant(p, t, qt, err) : upload_weight(p, t, err);
 }
 
 /* A small tensor (a filter, a bias, decay rates) as f32, as the file holds it. */
@@ -123,28 +160,49 @@ static int upload_deltanet(plan_engine *p, const model_layer *ml, plan_layer *L,
                : 0;
 }
 
+/* A layer's attention and FFN weights of a dense architecture: q, k and v fused (16-bit)
+ * or each in its blocks, the rest each in its own buffer. */
+static int upload_dense_layer(plan_engine *p, const model_layer *ml, plan_layer *L, kiln_err *err) {
+    const gguf_tensor *qkv[3] = {ml->wq, ml->wk, ml->wv}, *b[3] = {ml->bq, ml->bk, ml->bv};
+    if (ml->q_qkv) {
+        for (int i = 0; i < 3; i++)
+            if (!(L->qkv_part[i] = upload_quant(p, qkv[i], &L->qt_qkv[i], err))) return -1;
+    } else if (!(L->wqkv = upload_concat(p, qkv, 3, err))) {
+        return -1;
+    }
+    return (p->s.bias && !(L->bqkv = upload_concat(p, b, 3, err))) ||
+                   !(L->wo = upload_matrix(p, ml->wo, ml->q_o, &L->qt_o, err)) ? -1 : 0;
+}
+
 /* Every weight converted and uploaded (q, k, v fused), progress per layer. 0 or -1. */
 int plan_upload_weights(plan_engine *p, kiln_err *err) {
     const model *m = p->m;
-    int bad = !(p->tok_embd = upload_weight(p, m->tok_embd, err)) ||
+    for (uint32_t l = 0; l < p->s.hp.n_layer; l++) {
+        plan_layer *L = &p->L[l];
+        L->qt_qkv[0] = L->qt_qkv[1] = L->qt_qkv[2] = L->qt_o = L->qt_gate = L->qt_up = L->qt_down = -1;
+    }
+    p->qt_out = -1;
+    int bad = !(p->tok_embd = upload_matrix(p, m->tok_embd, m->q_embd, &p->qt_embd, err)) ||
               !(p->output_norm = upload_weight(p, m->output_norm, err)) ||
               (m->rope_freqs && !(p->freqs = upload_weight(p, m->rope_freqs, err)));
-    if (!bad) p->output = m->output == m->tok_embd ? p->tok_embd : upload_weight(p, m->output, err);
+    if (!bad && m->output == m->tok_embd) p->output = p->tok_embd, p->qt_out = p->qt_embd;
+    else if (!bad) p->output = upload_matrix(p, m->output, m->q_output, &p->qt_out, err);
     bad |= !p->output;
     for (uint32_t l = 0; l < p->s.hp.n_layer && !bad; l++) {
         const model_layer *ml = &m->layers[l];
         plan_layer *L = &p->L[l];
-        const gguf_tensor *qkv[3] = {ml->wq, ml->wk, ml->wv}, *b[3] = {ml->bq, ml->bk, ml->bv};
         if (p->s.hp.arch == ARCH_QWEN35)
             bad = p->s.hp.recurrent[l] ? upload_deltanet(p, ml, L, err) : upload_gated_qkv(p, ml, L, err);
         else
-            bad = !(L->wqkv = upload_concat(p, qkv, 3, err)) ||
-                  (p->s.bias && !(L->bqkv = upload_concat(p, b, 3, err)));
-        const gguf_tensor *t[7] = {ml->attn_norm, ml->q_norm, ml->k_norm, ml->wo, ml->ffn_norm, ml->w_gate, ml->w_up};
-        rt_buffer **dst[7] = {&L->attn_norm, &L->q_norm, &L->k_norm, &L->wo, &L->ffn_norm, &L->w_gate, &L->w_up};
-        for (int i = 0; i < 7 && !bad; i++)
+            bad = upload_dense_layer(p, ml, L, err);
+        if (p->s.hp.arch == ARCH_QWEN35 && !bad && ml->wo && !(L->wo = upload_weight(p, ml->wo, err))) bad = 1;
+        const gguf_tensor *t[4] = {ml->attn_norm, ml->q_norm, ml->k_norm, ml->ffn_norm};
+        rt_buffer **dst[4] = {&L->attn_norm, &L->q_norm, &L->k_norm, &L->ffn_norm};
+        for (int i = 0; i < 4 && !bad; i++)
             if (t[i] && !(*dst[i] = upload_weight(p, t[i], err))) bad = 1;
-        if (!bad && !(L->w_down = upload_weight(p, ml->w_down, err))) bad = 1;
+        bad = bad || !(L->w_gate = upload_matrix(p, ml->w_gate, ml->q_ffn, &L->qt_gate, err)) ||
+              !(L->w_up = upload_matrix(p, ml->w_up, ml->q_ffn, &L->qt_up, err)) ||
+              !(L->w_down = upload_matrix(p, ml->w_down, ml->q_down, &L->qt_down, err));
         progress_update(&p->prog, l + 1);
     }
     return bad ? -1 : 0;
@@ -153,6 +211,7 @@ int plan_upload_weights(plan_engine *p, kiln_err *err) {
 /* The owner's weight buffers, read-only in every kernel, so plans can share them. */
 int plan_borrow_weights(plan_engine *p, const plan_engine *o) {
     p->tok_embd = o->tok_embd, p->output = o->output, p->output_norm = o->output_norm, p->freqs = o->freqs;
+    p->qt_embd = o->qt_embd, p->qt_out = o->qt_out;
     for (uint32_t l = 0; l < p->s.hp.n_layer; l++) {
         plan_layer *L = &p->L[l];
         *L = o->L[l]; /* the weights; the caches and states are each plan's */
@@ -178,22 +237,39 @@ static uint64_t act_bytes(const plan_shape *s, const rt_caps *c, uint32_t nb) {
            4ull * hp->n_head * kn_attn_splits(c, hp->n_head, s->n_ctx) * (hp->head_dim_k + 2);
 }
 
+/* Bytes of the model's weights on the device: each in its blocks where the model keeps
+ * them (kn_quant.h's planes), else in 16 bits; the largest named in what. */
+static uint64_t weight_bytes(const model *m, uint64_t *largest, char *what, size_t what_len) {
+    uint64_t w = 0, big = 0;
+    const gguf_file *g = m->file;
+    for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const gguf_tensor *t = gguf_tensor_at(g, i);
+        kn_qlayout L;
+        kiln_err ignored = {0}; /* a tensor without a layout fails by name where it is uploaded */
+        uint64_t b = model_keeps_blocks(m, t) && !quant_layout(t, &L, &ignored) ? L.words * 4
+                                                                                  : gguf_tensor_nelements(t) * 2;
+        w += b;
+        if (b > big) big = b, snprintf(what, what_len, "the weight '%s'", t->name);
+    }
+    *largest = big;
+    return w;
+}
+
+uint64_t plan_weight_bytes(const engine *e) {
+    uint64_t big;
+    char what[8];
+    return weight_bytes(((const plan_engine *)e)->m, &big, what, sizeof what);
+}
+
 /* Bytes the plan will hold on the device, and its largest single buffer (named in what),
  * to refuse up front what cannot fit. */
 static uint64_t plan_bytes(const model *m, const plan_shape *s, const rt_caps *c, uint64_t *largest, char *what,
                            size_t what_len) {
     const arch_hparams *hp = &s->hp;
-    uint64_t w = 0, big = 0;
-    const gguf_file *g = m->file;
-    for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
-        const gguf_tensor *t = gguf_tensor_at(g, i);
-        uint64_t b = gguf_tensor_nelements(t) * 2;
-        w += b;
-        if (b > big) big = b, snprintf(what, what_len, "the weight '%s'", t->name);
-    }
+    uint64_t big, w = weight_bytes(m, &big, what, what_len);
     uint64_t cache = (uint64_t)s->n_ctx * s->kv_dim * 2, widest = s->qkv_dim > hp->n_ff ? s->qkv_dim : hp->n_ff;
     struct { uint64_t bytes; const char *name; } other[] = {
-        {(uint64_t)s->qkv_dim * hp->n_embd * 2, "the fused q/k/v weight of a layer"},
+        {m->layers[0].q_qkv ? 0 : (uint64_t)s->qkv_dim * hp->n_embd * 2, "the fused q/k/v weight of a layer"},
         {cache, "the KV cache of a layer (try --ctx)"},
         {(uint64_t)s->n_block * widest * 2, "an activation of a prefill block"},
         {4ull * hp->n_vocab, "the logits"}};

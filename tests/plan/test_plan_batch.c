@@ -46,13 +46,16 @@ static double check_row(const float *lo, const float *lg, int32_t g_pick, uint32
     return e / (maxabs > 0 ? maxabs : 1);
 }
 
-Test(plan_batch, slots_step_together_as_each_alone, .timeout = 600) {
-    rt_device *d = tu_vk_open_or_skip(NULL);
+/* SLOTS slots of m on d, each with its own prompt through the prefill blocks, decode 12
+ * steps together (every slot, or on odd steps the last two; logits for slots 0 and 2, the
+ * argmax for 1), each row checked against its own contract oracle (check_row); returns the
+ * worst relative error. The engines stay open for the caller; pos and next say where each
+ * slot stands. */
+static const int32_t p0[] = {1, 400, 300, 20, 77}, p1[] = {1, 50, 60, 70, 80, 90, 100, 110, 120}, p2[] = {1, 9};
+static double step_together(model *m, rt_device *d, engine **slot, engine **orc, float **lo, float **lg, int32_t *next,
+                            uint32_t *pos) {
     kiln_err err = {0};
-    model *m = model_load(tu_data_file("models/stories260K.gguf"), &err);
-    cr_assert_not_null(m, "%s", err.msg);
     uint32_t nv = m->hp.n_vocab;
-    engine *slot[SLOTS], *orc[SLOTS];
     slot[0] = plan_create_slots(m, d, GGUF_T_BF16, 256, 0, SLOTS, &err);
     cr_assert_not_null(slot[0], "%s", err.msg);
     cr_assert_not_null(slot[0]->ops->eval_step);
@@ -61,22 +64,18 @@ Test(plan_batch, slots_step_together_as_each_alone, .timeout = 600) {
         if (i) cr_assert_not_null(slot[i] = plan_create_sibling(slot[0], &err), "%s", err.msg);
         cr_assert_not_null(orc[i] = orc_create(m, &oo, &err), "%s", err.msg);
     }
-    /* each slot its own prompt, through the prefill blocks */
-    static const int32_t p0[] = {1, 400, 300, 20, 77}, p1[] = {1, 50, 60, 70, 80, 90, 100, 110, 120}, p2[] = {1, 9};
     const int32_t *prompt[SLOTS] = {p0, p1, p2};
     uint32_t len[SLOTS] = {5, 9, 2};
-    float *lo[SLOTS], *lg[SLOTS];
-    int32_t next[SLOTS], best[SLOTS];
+    int32_t best[SLOTS];
     for (int i = 0; i < SLOTS; i++) {
         lo[i] = malloc(nv * 4), lg[i] = malloc(nv * 4);
         cr_assert_eq(engine_eval(orc[i], prompt[i], len[i], 0, lo[i], false, &err), 0, "%s", err.msg);
         cr_assert_eq(engine_eval(slot[i], prompt[i], len[i], 0, lg[i], false, &err), 0, "%s", err.msg);
         next[i] = argmax_of(lo[i], nv);
+        pos[i] = len[i];
     }
     double worst = 0;
-    uint32_t pos[SLOTS] = {5, 9, 2};
     for (uint32_t s = 0; s < 12; s++) {
-        /* every slot, or (odd steps) the last two: logits for slot 0 and 2, the argmax for 1 */
         engine_step it[SLOTS];
         uint32_t n = 0, first = s % 2 ? 1 : 0;
         for (int i = (int)first; i < SLOTS; i++)
@@ -96,6 +95,48 @@ Test(plan_batch, slots_step_together_as_each_alone, .timeout = 600) {
             next[i] = argmax_of(lo[i], nv);
         }
     }
+    return worst;
+}
+
+static void close_slots(model *m, engine **slot, engine **orc, float **lo, float **lg) {
+    for (int i = SLOTS - 1; i >= 0; i--) { /* the siblings first: the weights are slot 0's */
+        engine_destroy(slot[i]);
+        engine_destroy(orc[i]);
+        free(lo[i]), free(lg[i]);
+    }
+    model_free(m);
+}
+
+/* The same with every product's weights in their quantized blocks (llama.cpp's Q4_K_M mix:
+ * the step's products are the quantized block products at the bucket's size). */
+Test(plan_batch, quantized_slots_step_together, .timeout = 600) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    kiln_err err = {0};
+    model *m = model_load(tu_data_file("models/dense-Q4_K_M.gguf"), &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    engine *slot[SLOTS], *orc[SLOTS];
+    float *lo[SLOTS], *lg[SLOTS];
+    int32_t next[SLOTS];
+    uint32_t pos[SLOTS];
+    double worst = step_together(m, d, slot, orc, lo, lg, next, pos);
+    cr_log_info("dense-Q4_K_M, %d slots stepping together on %s: worst logits relative error %.2e", SLOTS, d->label,
+                worst);
+    cr_assert_lt(worst, 1e-2);
+    close_slots(m, slot, orc, lo, lg);
+    d->ops->destroy(d);
+}
+
+Test(plan_batch, slots_step_together_as_each_alone, .timeout = 600) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    kiln_err err = {0};
+    model *m = model_load(tu_data_file("models/stories260K.gguf"), &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    uint32_t nv = m->hp.n_vocab;
+    engine *slot[SLOTS], *orc[SLOTS];
+    float *lo[SLOTS], *lg[SLOTS];
+    int32_t next[SLOTS], best[SLOTS];
+    uint32_t pos[SLOTS];
+    double worst = step_together(m, d, slot, orc, lo, lg, next, pos);
     cr_log_info("stories260K, %d slots stepping together on %s: worst logits relative error %.2e", SLOTS, d->label,
                 worst);
     cr_assert_lt(worst, 1e-2);
@@ -148,12 +189,7 @@ Test(plan_batch, slots_step_together_as_each_alone, .timeout = 600) {
               "%s", text);
     free(text);
 
-    for (int i = SLOTS - 1; i >= 0; i--) { /* the siblings first: the weights are slot 0's */
-        engine_destroy(slot[i]);
-        engine_destroy(orc[i]);
-        free(lo[i]), free(lg[i]);
-    }
-    model_free(m);
+    close_slots(m, slot, orc, lo, lg);
     d->ops->destroy(d);
 }
 

@@ -1,0 +1,126 @@
+/* Block-quantized weights kept in their blocks on the Vulkan device (lavapipe in CI), on
+ * llama.cpp's own quantized files (testdata's dense-TYPE.gguf, written by llama-quantize
+ * with its per-tensor mixes): every type against the contract oracle (which computes the
+ * same exact dequantized values: greedy tokens equal or a near-tie, logits within the
+ * contract's own noise), through the prefill blocks and the decode step, under the caps
+ * variants that change the kernels; against llama.cpp's exact-math goldens in f16; the
+ * weights take their quantized size on the device. Skipped by name without Vulkan. */
+#include "base/error.h"
+#include "model/engine.h"
+#include "model/model.h"
+#include "plan/plan.h"
+#include "tests/util/testutil.h"
+#include "tests/util/testutil_golden.h"
+#include "tests/util/testutil_plan.h"
+#include "tests/util/testutil_vk.h"
+
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <math.h>
+#include <stdio.h>
+
+static const char *const types[] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K"};
+#define N_TYPES (sizeof types / sizeof types[0])
+
+static const char *model_path(const char *type) {
+    static char rel[64];
+    snprintf(rel, sizeof rel, "models/dense-%s.gguf", type);
+    return tu_data_file(rel);
+}
+
+/* A prompt of 70 tokens through a block of 64 and a partial one, then decode steps; the
+ * bound is the contract's own noise where that is larger (bf16: the f32 oracle's distance
+ * from the contract oracle; it measures 0.8-1.4e-2 on these models). */
+static double compare(const char *type, const char *caps, uint32_t dtype, uint32_t steps) {
+    const char *path = model_path(type);
+    int32_t ids[256];
+    uint32_t n = tu_story_ids(path, ids, 256);
+    cr_assert_geq(n, 70, "%s: a story of %u tokens", type, n);
+    rt_device *d = tu_vk_open_or_skip(caps);
+    double f32 = 0, worst = tu_plan_compare(d, caps, path, dtype, steps, ids, 70, 64, &f32);
+    d->ops->destroy(d);
+    cr_log_info("%s caps=%s %s: logits relative error %.3e (the f32 oracle's distance from the contract: %.3e)", type,
+                caps ? caps : "device", dtype == GGUF_T_F16 ? "f16" : "bf16", worst, f32);
+    cr_assert_lt(worst, fmax(1e-2, 0.75 * f32), "%s caps=%s: logits relative error %.3e (f32 oracle's %.3e)", type,
+                 caps ? caps : "device", worst, f32);
+    return worst;
+}
+
+Test(plan_quant, every_type_against_the_oracle, .timeout = 900) {
+    for (size_t i = 0; i < N_TYPES; i++) compare(types[i], NULL, GGUF_T_BF16, 8);
+}
+
+/* f16 keeps three more bits of every activation: the plan follows the oracle closer (the
+ * 16-bit files measure 1e-3 here). */
+Test(plan_quant, f16_activations_closer, .timeout = 600) {
+    const char *some[] = {"Q4_K_M", "Q8_0", "Q5_1"};
+    for (int i = 0; i < 3; i++) cr_assert_lt(compare(some[i], NULL, GGUF_T_F16, 8), 3e-3, "%s", some[i]);
+}
+
+/* The kernels' other paths: sums through workgroup memory, small workgroups. */
+Test(plan_quant, caps_variants, .timeout = 900) {
+    const char *some[] = {"Q4_K_M", "Q3_K_M", "Q4_1"};
+    for (int i = 0; i < 3; i++) {
+        compare(some[i], "no-subgroup-arith", GGUF_T_BF16, 6);
+        compare(some[i], "workgroup=64", GGUF_T_BF16, 6);
+    }
+}
+
+/* llama.cpp's greedy goldens with its exact dequantized math (f32 activations and cache):
+ * the plan in f16 differs from them only at near-ties of 0.05 nats (the oracle's contract
+ * f16 measures at most 0.019 nats). */
+Test(plan_quant, llamacpp_goldens_in_f16, .timeout = 900) {
+    for (size_t i = 0; i < N_TYPES; i++) {
+        kiln_err err = {0};
+        model *m = model_load(model_path(types[i]), &err);
+        cr_assert_not_null(m, "%s", err.msg);
+        rt_device *d = tu_vk_open_or_skip(NULL);
+        engine *e = plan_create(m, d, GGUF_T_F16, 256, 64, &err);
+        cr_assert_not_null(e, "%s: %s", types[i], err.msg);
+        char golden[96], what[64];
+        snprintf(golden, sizeof golden, "models/dense-%s.f32dequant-kvf32-nofa.llamacpp.json", types[i]);
+        snprintf(what, sizeof what, "%s f16 on %s", d->label, types[i]);
+        tu_golden_result r = tu_golden_run(e, golden, 0.05, what);
+        cr_log_info("%s: %d/%d cases identical, max |dlogprob| %.2e, %d near-tie differences", what, r.identical,
+                    r.cases, r.worst_dlogprob, r.near_tie_diffs);
+        cr_assert_eq(r.cases, 6, "%s", types[i]);
+        cr_expect_lt(r.worst_dlogprob, 0.1, "%s: off by %.3f nats", what, r.worst_dlogprob);
+        engine_destroy(e);
+        d->ops->destroy(d);
+        model_free(m);
+    }
+}
+
+/* Every matrix of these files stays in its blocks: nothing converted, and the weights on
+ * the device take about the file's bytes, well under the F16 file's. The planes keep a
+ * K-quant's sub-block scales and mins a byte each where ggml packs them in 4 or 6 bits
+ * (Q2_K's 84-byte block takes 100, Q4_K's 144 takes 148); the 1-D norms go from f32 to
+ * 16 bits. */
+Test(plan_quant, weights_stay_in_their_blocks, .timeout = 300) {
+    kiln_err err = {0};
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    model *f16 = model_load(model_path("F16"), &err);
+    cr_assert_not_null(f16, "%s", err.msg);
+    engine *e16 = plan_create(f16, d, GGUF_T_F16, 256, 64, &err);
+    cr_assert_not_null(e16, "%s", err.msg);
+    uint64_t full = plan_weight_bytes(e16);
+    const char *some[] = {"Q4_K_M", "Q8_0", "Q2_K"};
+    for (int i = 0; i < 3; i++) {
+        model *m = model_load(model_path(some[i]), &err);
+        cr_assert_not_null(m, "%s", err.msg);
+        cr_assert_eq(m->n_converted, 0, "%s: %u matrices converted", some[i], m->n_converted);
+        engine *e = plan_create(m, d, GGUF_T_BF16, 256, 64, &err);
+        cr_assert_not_null(e, "%s", err.msg);
+        uint64_t w = plan_weight_bytes(e), file = gguf_file_size(m->file);
+        cr_log_info("%s: %llu bytes of weights on the device (the file %llu, F16's %llu)", some[i],
+                    (unsigned long long)w, (unsigned long long)file, (unsigned long long)full);
+        cr_assert(w < file + file / 4 && w > file - file / 20, "%s: %llu bytes on the device for a file of %llu",
+                  some[i], (unsigned long long)w, (unsigned long long)file);
+        cr_assert_lt(w, full * 0.6, "%s", some[i]);
+        engine_destroy(e);
+        model_free(m);
+    }
+    engine_destroy(e16);
+    model_free(f16);
+    d->ops->destroy(d);
+}
