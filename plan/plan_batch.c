@@ -242,7 +242,8 @@ bool plan_owns_kernel(const plan_engine *p, int i, const rt_kernel *k) {
         if (p->sub[bi].kern[i] == k) return true;
     for (int bi = 0; bi < PLAN_BUCKETS; bi++)
         if (p->batch[bi].kern[i] == k) return true;
-    return false;
+    const plan_qvar *v = plan_qvar_of(p, k);
+    return v && v->role == i;
 }
 
 int plan_eval_step(engine_step *items, uint32_t n) {

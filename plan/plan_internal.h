@@ -103,6 +103,7 @@ typedef struct plan_qvar {
     rt_kernel *k;
     plan_sig sig;
     uint32_t grid[2];
+    uint64_t wbytes; /* the weight bytes a launch reads (the products; 0 for the embedding) */
 } plan_qvar;
 
 /* The kernels one prefill block's size calls for: the full block's are the plan's own; a
@@ -218,6 +219,8 @@ ir_kernel *plan_build_qkernel(const plan_shape *s, const rt_caps *c, int i, cons
  * NULL with err. */
 const plan_qvar *plan_qvariant(plan_engine *p, int i, uint32_t nb, const int8_t qt[KN_Q_PARTS], kiln_err *err);
 void plan_qvar_release(plan_engine *p);
+/* The variant whose kernel is k, or NULL. */
+const plan_qvar *plan_qvar_of(const plan_engine *p, const rt_kernel *k);
 /* Whether role i's kernel depends on the prefill block's size. */
 bool plan_block_role(int i);
 /* Whether a plan of shape s has role i at all (the qwen35 roles only for qwen35). */

@@ -62,6 +62,8 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
     if (!l) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     double t_role[K_COUNT] = {0};
     uint32_t n_role[K_COUNT] = {0}, grid_role[K_COUNT] = {0};
+    uint64_t qbytes_role[K_COUNT] = {0}; /* the weight bytes of the role's quantized launches */
+    uint32_t nq_role[K_COUNT] = {0};
     double t0 = clock_now_s();
     for (uint32_t r = 0; r < reps; r++)
         if (d->ops->replay(d, rec, err)) return free(l), -1;
@@ -69,6 +71,9 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
     for (uint32_t i = first; i < first + count; i++) {
         int k = 0;
         while (k < K_COUNT && !plan_owns_kernel(p, k, p->launch[i].kernel)) k++;
+        if (k == K_COUNT) return free(l), kiln_fail(err, KILN_ERR_INTERNAL, "a launch of no role's kernel");
+        const plan_qvar *qv = plan_qvar_of(p, p->launch[i].kernel);
+        if (qv) qbytes_role[k] += qv->wbytes, nq_role[k]++;
         for (uint32_t r = 0; r < reps; r++) l[r] = p->launch[i];
         if (d->ops->run(d, l, 1, err)) return free(l), -1; /* warm */
         t0 = clock_now_s();
@@ -104,6 +109,9 @@ static int profile_span(plan_engine *p, rt_recording *rec, uint32_t first, uint3
         uint64_t b = step      ? step_bytes(&p->s, k, ff_swiglu)
                      : prefill ? prefill_flops(&p->s, k, pos, ff_swiglu)
                                : decode_bytes(&p->s, k, pos);
+        /* quantized products read their blocks (a launch's own bytes; a role's layers may
+         * differ in type): the mean over the role's launches */
+        if (nq_role[k] && !flops) b = (qbytes_role[k] + (uint64_t)(n_role[k] - nq_role[k]) * b) / n_role[k];
         fprintf(out, "  %-24s %8u %8u %10.2f %10.1f", plan_role[k], n_role[k], grid_role[k], each * 1e6,
                 t_role[k] * 1e6);
         if (b) fprintf(out, flops ? " %9.2f" : " %9.1f", b / each * (flops ? 1e-12 : 1e-9));

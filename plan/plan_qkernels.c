@@ -78,8 +78,21 @@ const plan_qvar *plan_qvariant(plan_engine *p, int i, uint32_t nb, const int8_t 
     plan_shape s = p->s;
     if (nb) s.n_block = nb;
     if (!(v->k = plan_compile_qkernel(p->d, &s, i, qt, v->grid, &v->sig, err))) return NULL;
+    kn_qpart parts[KN_Q_PARTS];
+    uint32_t np = i == K_EMBED ? 0 : parts_of(&s, i, qt, parts);
+    uint32_t cols = i == K_MV_O || i == K_MM_O ? s.q_dim : i == K_MV_DOWN || i == K_MM_DOWN ? s.hp.n_ff : s.hp.n_embd;
+    for (uint32_t j = 0; j < np; j++) {
+        kn_qlayout L;
+        if (!kn_qlayout_of(parts[j].type, parts[j].rows, cols, &L, NULL)) v->wbytes += L.words * 4;
+    }
     p->n_qvar++;
     return v;
+}
+
+const plan_qvar *plan_qvar_of(const plan_engine *p, const rt_kernel *k) {
+    for (uint32_t j = 0; j < p->n_qvar; j++)
+        if (p->qvar[j].k == k) return &p->qvar[j];
+    return NULL;
 }
 
 void plan_qvar_release(plan_engine *p) {
