@@ -71,6 +71,7 @@ typedef struct device_result {
     bool gpu;
     uint32_t n_ctx;
     uint32_t n_block; /* a GPU plan's prompt tokens per prefill block (0: the oracle) */
+    uint64_t weight_bytes; /* what the weights take on a GPU (plan_weight_bytes; 0: the oracle) */
     double load_s, ttft_s;
     bool measured;
     measure_result meas;
@@ -254,26 +255,28 @@ static double prefill_flops(const model_facts *f, uint32_t n) {
     return body + logits + 2.0 * f->n_layer * f->n_head * (double)(f->head_dim_k + f->head_dim_v) * attended;
 }
 
-/* Bytes a prefill of n tokens must move at least: every weight read once in 16 bits, and
- * the n tokens' K and V written to the cache. */
-static double prefill_bytes(const model_facts *f, uint32_t n) {
-    return 2.0 * (double)f->params + 2.0 * 2.0 * f->n_layer * (double)f->kv_dim * n;
+/* Bytes a prefill of n tokens must move at least: every weight read once as the device
+ * holds them (w: 16 bits, or a quantized weight's blocks), and the n tokens' K and V
+ * written to the cache. */
+static double prefill_bytes(const model_facts *f, double w, uint32_t n) {
+    return w + 2.0 * 2.0 * f->n_layer * (double)f->kv_dim * n;
 }
 
 /* Bytes one decode step reads at the mean position of tg<n> (steps at positions 1..n,
- * step p reading p + 1 cache positions): every weight once in 16 bits, and K and V. */
-static double decode_bytes(const model_facts *f, uint32_t n) {
+ * step p reading p + 1 cache positions): every weight once (w), and K and V. */
+static double decode_bytes(const model_facts *f, double w, uint32_t n) {
     double mean_positions = (n + 3) / 2.0;
-    return 2.0 * (double)f->params + 2.0 * 2.0 * f->n_layer * (double)f->kv_dim * mean_positions;
+    return w + 2.0 * 2.0 * f->n_layer * (double)f->kv_dim * mean_positions;
 }
 
 static void set_floors(device_result *d, const model_facts *f) {
+    double w = d->weight_bytes ? (double)d->weight_bytes : 2.0 * (double)f->params;
     for (uint32_t i = 0; i < d->n_tests && d->measured; i++) {
         test_result *t = &d->tests[i];
         t->floor_bound = "memory";
-        t->floor_tps = t->prefill ? measure_prefill_floor(&d->meas, t->n, prefill_bytes(f, t->n),
+        t->floor_tps = t->prefill ? measure_prefill_floor(&d->meas, t->n, prefill_bytes(f, w, t->n),
                                                           prefill_flops(f, t->n), &t->floor_bound)
-                                  : measure_decode_floor(&d->meas, decode_bytes(f, t->n));
+                                  : measure_decode_floor(&d->meas, decode_bytes(f, w, t->n));
     }
 }
 
@@ -416,6 +419,7 @@ static int bench_device(const bench_opts *o, const char *label, device_result *d
     snprintf(d->driver, sizeof d->driver, "%s", mo.dev ? mo.dev->caps.driver : "");
     d->n_ctx = r.e->n_ctx;
     d->n_block = d->gpu ? plan_block(r.e) : 0;
+    d->weight_bytes = d->gpu ? plan_weight_bytes(r.e) : 0;
     if (!r.e->ops->eval_argmax && !(r.logits = malloc(r.e->n_vocab * sizeof *r.logits))) {
         rc = cli_fail("out of memory");
         goto out;
@@ -470,15 +474,17 @@ static void print_md(const bench_opts *o, const model_facts *f, const device_res
     printf("%u repetitions after 1 warm-up", o->reps);
     if (o->warm_s > 0) printf(" (GPUs: every test run untimed for %.1f s first)", o->warm_s);
     printf("\n\n");
-    printf("| device | name | driver | load s | first token s | bandwidth GB/s | matrix peak GFLOP/s | "
+    printf("| device | name | driver | load s | first token s | weights MiB | bandwidth GB/s | matrix peak GFLOP/s | "
            "kiln's matmul GFLOP/s |\n");
-    printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+    printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (uint32_t i = 0; i < nd; i++) {
         md_rate(d[i].measured ? d[i].meas.bandwidth_gbps : 0, bw, sizeof bw);
         md_rate(d[i].measured ? d[i].meas.peak_gflops : 0, pk, sizeof pk);
         md_rate(d[i].measured ? d[i].meas.matmul_gflops : 0, mx, sizeof mx);
-        printf("| %s | %s | %s | %.3f | %.3f | %s | %s | %s |\n", d[i].label, md_cell(d[i].name, a, sizeof a),
-               md_cell(d[i].driver, b, sizeof b), d[i].load_s, d[i].ttft_s, bw, pk, mx);
+        char wb[32];
+        md_rate(d[i].weight_bytes / 1048576.0, wb, sizeof wb);
+        printf("| %s | %s | %s | %.3f | %.3f | %s | %s | %s | %s |\n", d[i].label, md_cell(d[i].name, a, sizeof a),
+               md_cell(d[i].driver, b, sizeof b), d[i].load_s, d[i].ttft_s, wb, bw, pk, mx);
     }
     printf("\n| model | device | test | t/s | warm-up t/s | fraction of floor |\n");
     printf("| --- | --- | --- | ---: | ---: | ---: |\n");
@@ -530,10 +536,11 @@ static json_t *json_measure(const device_result *d) {
 static json_t *json_device(const bench_opts *o, const device_result *d) {
     json_t *tests = json_array();
     for (uint32_t i = 0; i < d->n_tests; i++) json_array_append_new(tests, json_test(&d->tests[i], o->reps));
-    return json_pack("{s:s,s:o,s:o,s:o,s:o,s:I,s:o,s:f,s:f,s:o,s:o}", "device", d->label, "name", json_text(d->name),
-                     "driver", d->gpu ? json_text(d->driver) : json_null(), "engine", json_text(d->engine), "caps",
-                     d->gpu && o->mo.caps ? json_text(o->mo.caps) : json_null(), "n_ctx", (json_int_t)d->n_ctx,
-                     "n_block", d->gpu ? json_integer(d->n_block) : json_null(), "load_s", d->load_s, "ttft_s",
+    return json_pack("{s:s,s:o,s:o,s:o,s:o,s:I,s:o,s:o,s:f,s:f,s:o,s:o}", "device", d->label, "name",
+                     json_text(d->name), "driver", d->gpu ? json_text(d->driver) : json_null(), "engine",
+                     json_text(d->engine), "caps", d->gpu && o->mo.caps ? json_text(o->mo.caps) : json_null(), "n_ctx",
+                     (json_int_t)d->n_ctx, "n_block", d->gpu ? json_integer(d->n_block) : json_null(), "weight_bytes",
+                     d->gpu ? json_integer((json_int_t)d->weight_bytes) : json_null(), "load_s", d->load_s, "ttft_s",
                      d->ttft_s, "measured", json_measure(d), "tests", tests);
 }
 
@@ -577,7 +584,7 @@ static void csv_number(double v, bool known, bool last) {
 
 static void print_csv(const bench_opts *o, const model_facts *f, const device_result *d, uint32_t nd) {
     puts("model,dtype,device,name,driver,kiln_commit,caps,test,n_tokens,repetitions,tps_mean,tps_stddev,warmup_tps,"
-         "floor_tps,fraction_of_floor,load_s,ttft_s,bandwidth_gbps,matmul_gflops");
+         "floor_tps,fraction_of_floor,load_s,ttft_s,weight_bytes,bandwidth_gbps,matmul_gflops");
     for (uint32_t i = 0; i < nd; i++)
         for (uint32_t j = 0; j < d[i].n_tests; j++) {
             const test_result *t = &d[i].tests[j];
@@ -591,6 +598,9 @@ static void print_csv(const bench_opts *o, const model_facts *f, const device_re
             csv_number(t->warmup_tps, true, false), csv_number(t->floor_tps, floor, false);
             csv_number(floor ? t->mean / t->floor_tps : 0, floor, false);
             csv_number(d[i].load_s, true, false), csv_number(d[i].ttft_s, true, false);
+            char wb[24] = "";
+            if (d[i].gpu) snprintf(wb, sizeof wb, "%llu", (unsigned long long)d[i].weight_bytes);
+            csv_field(wb, false);
             csv_number(m->bandwidth_gbps, d[i].measured, false), csv_number(m->matmul_gflops, d[i].measured, true);
         }
 }

@@ -86,7 +86,7 @@ static bool peak_known_in_md(const char *dev) {
     const char *row = strstr(out, want);
     cr_assert_not_null(row, "no device row for %s in:\n%s", dev, out);
     const char *cell = row + 1;
-    for (int bar = 1; bar < 7 && cell; bar++) cell = strchr(cell + 1, '|'); /* to the 7th bar */
+    for (int bar = 1; bar < 8 && cell; bar++) cell = strchr(cell + 1, '|'); /* to the 8th bar: the peak's cell */
     cr_assert_not_null(cell);
     return cell[2] != '-';
 }
@@ -182,6 +182,11 @@ Test(bench, stories260k_json, .timeout = 120) {
         /* --block 40: blocks of 64 on the GPU (pp64 in one), none on the oracle */
         json_t *nb = json_object_get(d, "n_block");
         cr_assert(on_gpu ? json_integer_value(nb) == 64 : json_is_null(nb), "n_block");
+        /* a 16-bit model's weights take 2 bytes a parameter on the device (its f32 norms too) */
+        json_t *wb = json_object_get(d, "weight_bytes");
+        cr_assert(on_gpu ? json_integer_value(wb) == 2 * json_integer_value(json_object_get(doc, "params"))
+                         : json_is_null(wb),
+                  "weight_bytes %lld", (long long)json_integer_value(wb));
         cr_assert(json_real_value(json_object_get(d, "load_s")) > 0);
         cr_assert(json_real_value(json_object_get(d, "ttft_s")) >= json_real_value(json_object_get(d, "load_s")));
         json_t *m = json_object_get(d, "measured");
