@@ -24,11 +24,16 @@
 #define TINY 1e-15f /* a (sub-)block whose largest magnitude is below this is all zeros */
 
 /* Nearest integer, ties to even (as ggml's nearest_int); clamped first so that a NaN or an
- * overflowed product from a degenerate block never reaches an int conversion. */
+ * overflowed product from a degenerate block never reaches an int conversion. Adding
+ * 1.5 * 2^23 leaves the rounded integer in the low mantissa bits (|v| < 2^22): rintf's
+ * result in the default rounding mode without a libm call, in the inner loops. */
 static int nearest(float v) {
     if (!(v > -4194303.0f)) return -4194303;
     if (v > 4194303.0f) return 4194303;
-    return (int)rintf(v);
+    float big = v + 12582912.0f;
+    uint32_t u;
+    memcpy(&u, &big, 4);
+    return (int)(u & 0x007fffffu) - 0x00400000;
 }
 
 static int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
