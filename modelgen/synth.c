@@ -158,7 +158,8 @@ int synth_check(const synth_config *c, kiln_err *err) {
         return -1;
     }
     if (c->quant.ftype && (!c->quant.name || !gguf_type_quantizable(c->quant.base))) {
-        kiln_fail(err, KILN_ERR_INVALID, "the quantization is not one of quant_mix_parse's");
+        kiln_fail(err, KILN_ERR_INVALID, "quant: file type %u over %s is not a mix kiln writes (quant_mix_parse)",
+                  c->quant.ftype, gguf_type_info_of(c->quant.base) ? gguf_type_info_of(c->quant.base)->name : "?");
         return -1;
     }
     uint64_t big = (uint64_t)c->n_head * c->head_dim;

@@ -332,3 +332,16 @@ Test(synth_quant, loads_and_runs_on_the_oracle, .timeout = 120) {
         free(plain), free(q);
     }
 }
+
+/* A hand-made mix that names no block type is refused by synth_check. */
+Test(synth_quant, bad_mix_refused) {
+    synth_config c = dense();
+    kiln_err e = {0};
+    c.quant = (quant_mix){"F16?", 15, GGUF_T_F16};
+    cr_assert_eq(synth_check(&c, &e), -1);
+    cr_assert(strstr(e.msg, "not a mix kiln writes"), "%s", e.msg);
+    c.quant = (quant_mix){NULL, 15, GGUF_T_Q4_K};
+    cr_assert_eq(synth_check(&c, &e), -1);
+    c.quant = (quant_mix){"Q4_K_M", 15, GGUF_T_Q4_K};
+    cr_assert_eq(synth_check(&c, &e), 0, "%s", e.msg);
+}
