@@ -2,6 +2,7 @@
 #include "base/error.h"
 #include "cli/cli.h"
 #include "model/arch.h"
+#include "modelgen/quant_mix.h"
 #include "modelgen/synth.h"
 #include "modelgen/tok_import.h"
 
@@ -19,6 +20,10 @@ static const char usage[] =
     "  --hidden N --layers N --heads N --kv-heads N --head-dim N --ffn N --vocab N --ctx N\n"
     "  --tied | --untied        output shares token_embd (no output.weight) or not\n"
     "  --dtype bf16|f16         type of the matrices (1-D tensors stay F32), default bf16\n"
+    "  --quant MIX              quantize the matrices as llama-quantize MIX does the --dtype model (same\n"
+    "                           per-tensor types, bytes and general.file_type): Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0\n"
+    "                           | Q2_K | Q3_K_M | Q4_K_M | Q5_K_M | Q6_K (Q3_K, Q4_K, Q5_K: the _M mixes;\n"
+    "                           any case); Q4_0..Q8_0 need rows of 32s, the K mixes fall back per tensor\n"
     "  --seed N                 default 42; the same seed gives the same file\n"
     "  --rope-base F --rms-eps F --name S --threads N\n"
     "  --tokenizer tokenizer.json [--tokenizer-config tokenizer_config.json] [--pre NAME]\n"
@@ -30,7 +35,7 @@ typedef struct u32_flag { const char *flag; uint32_t *dst; uint64_t max; bool se
 
 int cmd_synth(int argc, char **argv) {
     const char *preset = NULL, *out = NULL, *tok_json = NULL, *tok_cfg = NULL, *pre = NULL, *vocab_from = NULL;
-    const char *arch = NULL, *dtype = NULL, *name = NULL;
+    const char *arch = NULL, *dtype = NULL, *name = NULL, *quant = NULL;
     int tied = -1;
     uint64_t seed = 42, threads = 0;
     bool seed_set = false;
@@ -61,6 +66,7 @@ int cmd_synth(int argc, char **argv) {
                                : strcmp(a, "--vocab-from") == 0       ? &vocab_from
                                : strcmp(a, "--arch") == 0             ? &arch
                                : strcmp(a, "--dtype") == 0            ? &dtype
+                               : strcmp(a, "--quant") == 0            ? &quant
                                : strcmp(a, "--name") == 0             ? &name
                                                                       : NULL;
         u32_flag *num = NULL;
@@ -118,6 +124,8 @@ int cmd_synth(int argc, char **argv) {
         else if (!strcmp(dtype, "f16")) c.dtype = GGUF_T_F16;
         else return cli_usage_error(usage, "--dtype: '%s' is not bf16 or f16", dtype);
     }
+    kiln_err qerr = {0};
+    if (quant && quant_mix_parse(quant, &c.quant, &qerr)) return cli_usage_error(usage, "--quant: %s", qerr.msg);
     uint32_t *fields[] = {&c.n_embd, &c.n_layer, &c.n_head, &c.n_head_kv, &c.head_dim, &c.n_ff, &c.n_vocab, &c.n_ctx};
     for (size_t k = 0; k < n_nums; k++)
         if (nums[k].set) *fields[k] = *nums[k].dst;
@@ -179,8 +187,9 @@ int cmd_synth(int argc, char **argv) {
         rc = cli_fail("%s: %s", out, err.msg);
         goto done;
     }
-    printf("wrote %s: %s, %u layers, %llu params, %.3f GB of weights in %.2f s (%.0f MB/s)\n", out, arch_name(c.arch),
-           c.n_layer, (unsigned long long)st.params, st.bytes / 1e9, st.seconds,
+    printf("wrote %s: %s%s%s, %u layers, %llu params, %.3f GB of weights in %.2f s (%.0f MB/s)\n", out,
+           arch_name(c.arch), c.quant.ftype ? " " : "", c.quant.ftype ? c.quant.name : "", c.n_layer,
+           (unsigned long long)st.params, st.bytes / 1e9, st.seconds,
            st.seconds > 0 ? st.bytes / 1e6 / st.seconds : 0.0);
     rc = 0;
 done:

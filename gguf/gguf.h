@@ -170,6 +170,15 @@ typedef struct gguf_qblock {
 } gguf_qblock;
 int gguf_block_unpack(uint32_t type, const uint8_t *block, gguf_qblock *out);
 
+/* Whether kiln can write the type from f32 (gguf_quantize_rows): the block-quantized
+ * types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K. */
+bool gguf_type_quantizable(uint32_t type);
+/* Quantize n f32 values (a whole number of the type's blocks) into dst, ggml's blocks
+ * (the type's block_bytes per block), choosing codes and scales by the method of ggml's
+ * reference quantizers (quantize.c); deterministic. -1 with err for a type it does not
+ * write, a partial block, or a value that is not finite or beyond f16's +-65504. */
+int gguf_quantize_rows(uint32_t type, const float *src, void *dst, uint64_t n, kiln_err *err);
+
 /* Rows [row0, row0+nrows) of a tensor as f32 / bf16 / f16 (round to nearest even). */
 int gguf_tensor_rows_f32(const gguf_tensor *t, uint64_t row0, uint64_t nrows, float *dst,
                          kiln_err *err);

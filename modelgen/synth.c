@@ -157,6 +157,11 @@ int synth_check(const synth_config *c, kiln_err *err) {
         kiln_fail(err, KILN_ERR_INVALID, "dtype must be bf16 or f16");
         return -1;
     }
+    if (c->quant.ftype && (!c->quant.name || !gguf_type_quantizable(c->quant.base))) {
+        kiln_fail(err, KILN_ERR_INVALID, "quant: file type %u over %s is not a mix kiln writes (quant_mix_parse)",
+                  c->quant.ftype, gguf_type_info_of(c->quant.base) ? gguf_type_info_of(c->quant.base)->name : "?");
+        return -1;
+    }
     uint64_t big = (uint64_t)c->n_head * c->head_dim;
     if (big > (1u << 20) || c->n_embd > (1u << 20) || c->n_ff > (1u << 22) || c->n_vocab > (1u << 24) ||
         c->n_layer > 4096) {
@@ -177,6 +182,7 @@ typedef enum fill_kind { FILL_WEIGHT, FILL_NORM, FILL_ROPE_FREQS, FILL_CONV, FIL
 typedef struct plan_tensor {
     char name[GGUF_MAX_TENSOR_NAME + 1];
     uint32_t type, n_dims;
+    uint32_t src_type; /* the type without quantization: values are rounded to it first */
     uint64_t ne[2];
     fill_kind kind;
 } plan_tensor;
@@ -196,7 +202,7 @@ static int plan_add(plan *p, fill_kind kind, uint32_t type, uint64_t ne0, uint64
     }
     plan_tensor *t = &p->t[p->n++];
     snprintf(t->name, sizeof t->name, fmt, layer);
-    t->type = type;
+    t->type = t->src_type = type;
     t->n_dims = ne1 ? 2 : 1;
     t->ne[0] = ne0;
     t->ne[1] = ne1 ? ne1 : 1;
@@ -284,6 +290,18 @@ static int make_plan(const synth_config *c, plan *p) {
     return r ? -1 : 0;
 }
 
+/* The mix's type for every tensor, llama-quantize's for this model. */
+static int plan_quantize(const synth_config *c, plan *p, kiln_err *err) {
+    if (!c->quant.ftype) return 0;
+    const quant_model m = {c->arch, c->n_layer, c->n_head, c->n_head_kv, c->tied};
+    for (size_t i = 0; i < p->n; i++) {
+        plan_tensor *t = &p->t[i];
+        if (quant_mix_type(&c->quant, &m, t->name, t->ne[0], t->ne[1], t->src_type, &t->type, err))
+            return kiln_err_prefix(err, "--quant %s", c->quant.name);
+    }
+    return 0;
+}
+
 /* ---- metadata ------------------------------------------------------------------------- */
 
 static int add_arch_u32(gguf_writer *w, const synth_config *c, const char *suffix, uint32_t v, kiln_err *err) {
@@ -302,7 +320,10 @@ static int write_metadata(gguf_writer *w, const synth_config *c, kiln_err *err) 
     if (gguf_writer_add_str(w, "general.architecture", arch_name(c->arch), err) ||
         gguf_writer_add_str(w, "general.type", "model", err) ||
         gguf_writer_add_str(w, "general.name", c->name ? c->name : "kiln-synth", err) ||
-        gguf_writer_add_u32(w, "general.file_type", c->dtype == GGUF_T_BF16 ? 32 : 1, err) ||
+        gguf_writer_add_u32(w, "general.file_type", c->quant.ftype ? c->quant.ftype : c->dtype == GGUF_T_BF16 ? 32 : 1,
+                            err) ||
+        /* ggml's block layouts' version, which llama-quantize writes (GGML_QNT_VERSION) */
+        (c->quant.ftype && gguf_writer_add_u32(w, "general.quantization_version", 2, err)) ||
         add_arch_u32(w, c, "block_count", c->n_layer, err) || add_arch_u32(w, c, "context_length", c->n_ctx, err) ||
         add_arch_u32(w, c, "embedding_length", c->n_embd, err) ||
         add_arch_u32(w, c, "feed_forward_length", c->n_ff, err) ||
@@ -383,6 +404,7 @@ typedef struct pipeline {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stop;
+    kiln_err fail; /* why a worker stopped (empty: out of memory) */
 } pipeline;
 
 typedef struct worker { pipeline *pl; int tid; } worker;
@@ -401,7 +423,27 @@ static void rope_factors(const synth_config *c, float *out, uint64_t n) {
     }
 }
 
-static void fill_chunk(const pipeline *pl, const chunk *ck, slot *s, float *tmp) {
+/* The chunk's values as the tensor's type: through its unquantized 16-bit type first
+ * when it has one, so a quantized tensor holds what llama-quantize makes of that file. */
+static int store_chunk(const plan_tensor *t, uint64_t count, float *tmp, slot *s, kiln_err *err) {
+    uint16_t *h = (uint16_t *)s->buf;
+    if (t->type != t->src_type && t->src_type == GGUF_T_BF16)
+        for (uint64_t i = 0; i < count; i++) tmp[i] = gguf_bf16_to_f32(gguf_f32_to_bf16(tmp[i]));
+    else if (t->type != t->src_type && t->src_type == GGUF_T_F16)
+        for (uint64_t i = 0; i < count; i++) tmp[i] = gguf_f16_to_f32(gguf_f32_to_f16(tmp[i]));
+    const gguf_type_info *ti = gguf_type_info_of(t->type);
+    if (t->type == GGUF_T_F32) memcpy(s->buf, tmp, count * 4);
+    else if (t->type == GGUF_T_BF16)
+        for (uint64_t i = 0; i < count; i++) h[i] = gguf_f32_to_bf16(tmp[i]);
+    else if (t->type == GGUF_T_F16)
+        for (uint64_t i = 0; i < count; i++) h[i] = gguf_f32_to_f16(tmp[i]);
+    else if (gguf_quantize_rows(t->type, tmp, s->buf, count, err)) /* a chunk holds whole rows' blocks */
+        return kiln_err_prefix(err, "%s", t->name);
+    s->bytes = count / ti->block * ti->block_bytes;
+    return 0;
+}
+
+static int fill_chunk(const pipeline *pl, const chunk *ck, slot *s, float *tmp, kiln_err *err) {
     const plan_tensor *t = &pl->p->t[ck->tensor];
     const synth_config *c = pl->c;
     rng r;
@@ -423,34 +465,34 @@ static void fill_chunk(const pipeline *pl, const chunk *ck, slot *s, float *tmp)
             }
         }
     } else rng_normal_fill(&r, tmp, ck->count, t->kind == FILL_NORM ? 1.0f : 0.0f, 0.02f);
-    uint16_t *h = (uint16_t *)s->buf;
-    if (t->type == GGUF_T_F32) memcpy(s->buf, tmp, ck->count * 4);
-    else if (t->type == GGUF_T_BF16)
-        for (uint64_t i = 0; i < ck->count; i++) h[i] = gguf_f32_to_bf16(tmp[i]);
-    else
-        for (uint64_t i = 0; i < ck->count; i++) h[i] = gguf_f32_to_f16(tmp[i]);
-    s->bytes = ck->count * (t->type == GGUF_T_F32 ? 4 : 2);
+    return store_chunk(t, ck->count, tmp, s, err);
 }
 
 static void *generate(void *arg) {
     worker *wk = arg;
     pipeline *pl = wk->pl;
     float *tmp = malloc(CHUNK * sizeof *tmp);
-    for (uint64_t g = (uint64_t)wk->tid; tmp && g < pl->n_chunks; g += (uint64_t)pl->n_threads) {
+    kiln_err err = {0};
+    bool failed = !tmp;
+    for (uint64_t g = (uint64_t)wk->tid; !failed && g < pl->n_chunks; g += (uint64_t)pl->n_threads) {
         slot *s = &pl->slots[g % pl->n_slots];
         pthread_mutex_lock(&pl->mu);
         while (!pl->stop && (s->full || s->id != g)) pthread_cond_wait(&pl->cv, &pl->mu);
         bool stop = pl->stop;
         pthread_mutex_unlock(&pl->mu);
         if (stop) break;
-        fill_chunk(pl, &pl->chunks[g], s, tmp);
+        if (fill_chunk(pl, &pl->chunks[g], s, tmp, &err)) {
+            failed = true;
+            break;
+        }
         pthread_mutex_lock(&pl->mu);
         s->full = true;
         pthread_cond_broadcast(&pl->cv);
         pthread_mutex_unlock(&pl->mu);
     }
-    if (!tmp) {
+    if (failed) {
         pthread_mutex_lock(&pl->mu);
+        if (!pl->stop && err.msg[0]) pl->fail = err; /* the first failure's reason */
         pl->stop = true;
         pthread_cond_broadcast(&pl->cv);
         pthread_mutex_unlock(&pl->mu);
@@ -500,7 +542,8 @@ static int stream_tensors(gguf_writer *w, const synth_config *c, const plan *p, 
         bool stop = pl.stop;
         pthread_mutex_unlock(&pl.mu);
         if (stop) {
-            kiln_fail(err, KILN_ERR_NOMEM, "out of memory while drawing weights");
+            if (pl.fail.msg[0]) *err = pl.fail;
+            else kiln_fail(err, KILN_ERR_NOMEM, "out of memory while drawing weights");
             rc = -1;
             break;
         }
@@ -539,6 +582,10 @@ int synth_write(const synth_config *c, const tok_vocab *vocab, const gguf_file *
     if (make_plan(c, &p)) {
         free(p.t);
         kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+        return -1;
+    }
+    if (plan_quantize(c, &p, err)) {
+        free(p.t);
         return -1;
     }
     gguf_writer *w = gguf_writer_create(path, err);

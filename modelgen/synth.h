@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "gguf/gguf.h"
 #include "model/arch.h"
+#include "modelgen/quant_mix.h"
 #include "modelgen/vocab.h"
 
 #include <stdbool.h>
@@ -30,6 +31,10 @@ typedef struct synth_config {
     uint32_t n_rot;            /* rope.dimension_count (partial rotary); 0 for the other archs */
     uint32_t rope_sections[4]; /* rope.dimension_sections (IMROPE t, h, w, e), summing to n_rot / 2 */
     uint32_t dtype;         /* GGUF_T_BF16 or GGUF_T_F16 for matrices; 1-D tensors stay F32 */
+    /* A mix (quant_mix.h; ftype 0 = none): the matrices take the types llama-quantize gives
+     * this model, quantized from the values the dtype file holds (each drawn in f32, rounded
+     * to dtype), so the file is what llama-quantize writes from the dtype one. */
+    quant_mix quant;
     uint64_t seed;
     int threads;            /* 0 = one per core */
 } synth_config;
@@ -45,7 +50,9 @@ int synth_preset(const char *name, synth_config *c);
 void synth_qwen35_rope(synth_config *c);
 /* qwen35: layer l is a Gated DeltaNet layer (else full attention); false for other archs. */
 bool synth_layer_recurrent(const synth_config *c, uint32_t l);
-/* Checks the sizes are consistent (e.g. heads divisible by kv heads); message in err. */
+/* Checks the sizes are consistent (e.g. heads divisible by kv heads); message in err.
+ * A quantization that leaves some tensor no type (rows llama-quantize refuses) is
+ * found by synth_write, before it creates the file. */
 int synth_check(const synth_config *c, kiln_err *err);
 /* Writes the model. The tokenizer is vocab (n_tokens must equal c->n_vocab) or, when
  * vocab_from is given, the tokenizer.* keys of that file. */
