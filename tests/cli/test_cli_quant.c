@@ -43,7 +43,7 @@ Test(cli, quantized_matrices_converted_are_said_once, .timeout = 120) {
         cr_assert_eq(rc, 0, "%s: exit %d: %s", devs[i], rc, err);
         const char *said = strstr(err, "matrices of block-quantized types converted to 16 bits at load");
         cr_assert(said, "%s: stderr: %s", devs[i], err);
-        cr_assert_null(strstr(said + 20, "converted to 16 bits"), "said twice: %s", err);
+        cr_assert_null(strstr(said + 1, "matrices of block-quantized"), "said twice: %s", err);
         cr_assert(strstr(out, "ids: "), "%s", out);
         snprintf(ids[i], sizeof ids[i], "%.*s", (int)strcspn(strstr(out, "ids: "), "\n"), strstr(out, "ids: "));
     }
