@@ -181,7 +181,7 @@ static void matvec_q_case(rt_device *d, const kn_qpart *parts, uint32_t n_parts,
     ir_kernel *k = norm ? kn_matvec_q_norm(&d->caps, parts, n_parts, cols, t, t, epi, eps, &gx, &err)
                         : kn_matvec_q(&d->caps, parts, n_parts, cols, t, t, epi, &gx, &err);
     cr_assert_not_null(k, "%s: %s", what, err.msg);
-    qmat w[KN_Q_PARTS];
+    qmat w[KN_Q_PARTS] = {0};
     for (uint32_t i = 0; i < n_parts; i++) w[i] = qmat_make(parts[i].type, parts[i].rows, cols);
     float *xf, *rf, *nf;
     uint16_t *x = tu_rand16(t, cols, -2, 2, &xf), *res = tu_rand16(t, rows, -8, 8, &rf);
@@ -284,7 +284,7 @@ static void matmul_q_case(rt_device *d, const kn_qpart *parts, uint32_t n_parts,
     for (uint32_t i = 0; i < n_parts; i++) rows += parts[i].rows;
     ir_kernel *k = kn_matmul_q(&d->caps, parts, n_parts, cols, n_max, t, epi, g, &err);
     cr_assert_not_null(k, "%s: %s", what, err.msg);
-    qmat w[KN_Q_PARTS];
+    qmat w[KN_Q_PARTS] = {0};
     for (uint32_t i = 0; i < n_parts; i++) w[i] = qmat_make(parts[i].type, parts[i].rows, cols);
     bool f32 = epi & KN_EPI_F32;
     float *xf, *rf, *bf;
