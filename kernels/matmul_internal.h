@@ -4,6 +4,7 @@
 #define KILN_KERNELS_MATMUL_INTERNAL_H
 
 #include "kernels/kn_common.h"
+#include "kernels/kn_quant.h"
 
 typedef struct mm {
     kx k;
@@ -118,5 +119,20 @@ typedef struct mm_pipe_cfg {
  * 8 (16-byte copies) and the stages within caps.shared_bytes. */
 bool mm_pipe_pick(const rt_caps *c, ir_scalar dtype, uint32_t rows, uint32_t cols, uint32_t n_max, mm_pipe_cfg *cfg);
 void mm_build_pipe(mm *m, const mm_pipe_cfg *cfg, uint32_t groups[2]);
+
+/* ---- matmul_q_mma.c: block-quantized weights on the matrix units (kn_matmul_q's variant) ---- */
+typedef struct qm_cfg {
+    uint32_t warps_t, warps_r; /* subgroups along tokens and rows */
+    uint32_t frags_t, frags_r; /* 16-token and 8-row fragments per subgroup */
+    uint32_t stages;           /* chunks in flight (2..6) */
+} qm_cfg;
+/* The variant's shape, or false: CUDA's 16x8x16 fragments of dt with their elements exposed,
+ * asynchronous copies, cols a multiple of 64, every part but the last whole tiles of rows,
+ * the ring within caps.shared_bytes; KILN_MATMUL_Q_MMA=0 refuses it. */
+bool kn_matmul_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t cols, ir_scalar dt,
+                          qm_cfg *cfg);
+ir_kernel *kn_matmul_q_mma(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t rows, uint32_t cols,
+                           uint32_t n_max, ir_scalar dtype, unsigned epi, const qm_cfg *cfg, uint32_t groups[2],
+                           kiln_err *err);
 
 #endif

@@ -6,7 +6,7 @@
  * summed as s * sum(q x) + m * sum(x) in f32. The matrix units take over where a later
  * kernel feeds them dequantized tiles; this one is the exact path every device has. */
 #include "base/error.h"
-#include "kernels/kn_common.h"
+#include "kernels/matmul_internal.h"
 #include "kernels/quant_ir.h"
 
 #include <stdio.h>
@@ -84,6 +84,9 @@ ir_kernel *kn_matmul_q(const rt_caps *c, const kn_qpart *parts, uint32_t n_parts
                   KN_MMQ_TOKENS, rows, cols);
         return NULL;
     }
+    qm_cfg mma;
+    if (kn_matmul_q_mma_pick(c, L, n_parts, cols, dtype, &mma))
+        return kn_matmul_q_mma(c, L, n_parts, rows, cols, n_max, dtype, epi, &mma, groups, err);
     kx k = {kn_create("kn_matmul_q", err), c};
     if (!k.ir) return NULL;
     ir_buf w[KN_Q_PARTS];

@@ -3,7 +3,10 @@
 #include "base/error.h"
 #include "plan/plan_quant.h"
 
+#include <pthread.h>
+#include <stdbool.h>
 #include <string.h>
+#include <unistd.h>
 
 int plan_qtype(uint32_t gguf_type) {
     switch (gguf_type) {
@@ -57,4 +60,47 @@ int plan_quant_pack(const gguf_tensor *t, uint64_t t_row0, uint32_t n_rows, cons
         }
     }
     return 0;
+}
+
+typedef struct pack_piece {
+    const gguf_tensor *t;
+    const kn_qlayout *L;
+    uint32_t *words;
+    uint32_t row0, rows;
+    kiln_err err;
+    int rc;
+} pack_piece;
+
+static void *pack_piece_run(void *arg) {
+    pack_piece *p = arg;
+    p->rc = plan_quant_pack(p->t, p->row0, p->rows, p->L, p->row0, p->words, &p->err);
+    return NULL;
+}
+
+int plan_quant_pack_all(const gguf_tensor *t, const kn_qlayout *L, uint32_t *words, int threads, kiln_err *err) {
+    enum { MAX_THREADS = 16 };
+    if (threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    uint32_t pairs = (L->rows + 1) / 2, per = (pairs + (uint32_t)threads - 1) / (uint32_t)threads;
+    if ((uint64_t)L->rows * L->cols < (1u << 20) || per == 0) /* small: not worth the threads */
+        return plan_quant_pack(t, 0, L->rows, L, 0, words, err);
+    pack_piece piece[MAX_THREADS];
+    pthread_t th[MAX_THREADS];
+    bool started[MAX_THREADS] = {false};
+    int n = 0;
+    for (uint32_t r = 0; r < L->rows && n < threads; r += 2 * per, n++) {
+        uint32_t rows = L->rows - r < 2 * per ? L->rows - r : 2 * per;
+        piece[n] = (pack_piece){t, L, words, r, rows, {0}, 0};
+        started[n] = pthread_create(&th[n], NULL, pack_piece_run, &piece[n]) == 0;
+        if (!started[n]) pack_piece_run(&piece[n]); /* no thread: this one does it */
+    }
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        if (started[i]) pthread_join(th[i], NULL);
+        if (piece[i].rc && !rc) rc = -1, *err = piece[i].err;
+    }
+    return rc;
 }

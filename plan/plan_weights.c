@@ -76,7 +76,7 @@ static rt_buffer *upload_quant(plan_engine *p, const gguf_tensor *t, int8_t *qt,
     uint32_t *words = (uint32_t *)p->scratch;
     memset(words, 0, L.words * 4);
     rt_buffer *b = NULL;
-    if (!plan_quant_pack(t, 0, L.rows, &L, 0, words, err) && (b = plan_alloc(p, L.words * 4, err)) &&
+    if (!plan_quant_pack_all(t, &L, words, 0, err) && (b = plan_alloc(p, L.words * 4, err)) &&
         p->d->ops->upload(p->d, b, 0, words, L.words * 4, err))
         p->d->ops->release(p->d, b), b = NULL;
     *qt = (int8_t)L.type;

@@ -15,6 +15,7 @@
 #include "gguf/half.h"
 #include "kernels/kernels.h"
 #include "plan/plan_quant.h"
+#include "tests/util/testutil_ptx.h"
 #include "tests/util/testutil_vk.h"
 
 #include <criterion/criterion.h>
@@ -275,7 +276,7 @@ Test(kernels_quant, matvec_q_parts_and_swiglu_mixed_types, .timeout = 600) {
 /* ---- a block's product ---- */
 
 static void matmul_q_case(rt_device *d, const kn_qpart *parts, uint32_t n_parts, uint32_t cols, uint32_t n_max,
-                          uint32_t n, ir_scalar t, unsigned epi, const char *var) {
+                          uint32_t n, ir_scalar t, unsigned epi, const char *var, bool want_mma) {
     kiln_err err = {0};
     char what[200], pn[96];
     snprintf(what, sizeof what, "matmul_q %s x %u, %u of %u tokens %s epi %u caps=%s",
@@ -284,6 +285,8 @@ static void matmul_q_case(rt_device *d, const kn_qpart *parts, uint32_t n_parts,
     for (uint32_t i = 0; i < n_parts; i++) rows += parts[i].rows;
     ir_kernel *k = kn_matmul_q(&d->caps, parts, n_parts, cols, n_max, t, epi, g, &err);
     cr_assert_not_null(k, "%s: %s", what, err.msg);
+    if (want_mma && d->caps.backend == RT_CUDA)
+        cr_assert_str_eq(ir_kernel_name(k), "kn_matmul_q_mma", "%s: not on the matrix units", what);
     qmat w[KN_Q_PARTS] = {0};
     for (uint32_t i = 0; i < n_parts; i++) w[i] = qmat_make(parts[i].type, parts[i].rows, cols);
     bool f32 = epi & KN_EPI_F32;
@@ -357,11 +360,90 @@ Test(kernels_quant, matmul_q_every_type_odd_rows_with_guards, .timeout = 600) {
             kn_qpart one = {(kn_qtype)q, rows_cases[q % 4]};
             ir_scalar t = q % 2 ? IR_F16 : IR_BF16;
             unsigned epi = q % 3 == 0 ? KN_EPI_BIAS : q % 3 == 1 ? KN_EPI_RESIDUAL : KN_EPI_F32;
-            matmul_q_case(d, &one, 1, cols_for((kn_qtype)q, q % 2), 24, 13, t, epi, variants[v]);
+            matmul_q_case(d, &one, 1, cols_for((kn_qtype)q, q % 2), 24, 13, t, epi, variants[v], false);
         }
         kn_qpart qkv[3] = {{KN_Q4_K, 33}, {KN_Q4_K, 7}, {KN_Q6_K, 7}};
-        matmul_q_case(d, qkv, 3, 512, 16, 16, IR_BF16, KN_EPI_BIAS, variants[v]);
+        matmul_q_case(d, qkv, 3, 512, 16, 16, IR_BF16, KN_EPI_BIAS, variants[v], false);
         d->ops->destroy(d);
+    }
+}
+
+/* Shapes the matrix-unit variant takes (cols of 64, parts on whole 64-row tiles, the last
+ * part odd; tokens over two tiles, n odd): on CUDA it must be the one that runs. */
+Test(kernels_quant, matmul_q_fragments_every_type_odd_tokens, .timeout = 600) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    tu_seed(35);
+    for (int q = 0; q < KN_Q_COUNT; q++) {
+        kn_qpart one = {(kn_qtype)q, q % 2 ? 69 : 128};
+        ir_scalar t = q % 2 ? IR_F16 : IR_BF16;
+        unsigned epi = q % 3 == 0 ? KN_EPI_BIAS : q % 3 == 1 ? KN_EPI_RESIDUAL : KN_EPI_F32;
+        uint32_t cols = kn_qformat_of((kn_qtype)q)->unit == 256 ? 768 : 320;
+        matmul_q_case(d, &one, 1, cols, 136, q % 2 ? 131 : 136, t, epi, "fragments", true);
+    }
+    kn_qpart qkv[3] = {{KN_Q4_K, 128}, {KN_Q5_K, 64}, {KN_Q6_K, 37}};
+    matmul_q_case(d, qkv, 3, 512, 64, 40, IR_BF16, KN_EPI_BIAS, "fragments", true);
+    kn_qpart mixed[2] = {{KN_Q8_0, 64}, {KN_Q2_K, 66}};
+    matmul_q_case(d, mixed, 2, 256, 16, 9, IR_F16, KN_EPI_RESIDUAL, "fragments", true);
+    d->ops->destroy(d);
+}
+
+/* Built for CUDA's caps at sm_80 and sm_90 and assembled by ptxas on any machine; refused
+ * (the general-purpose kernel instead) where cols or the parts do not tile, or by switch. */
+Test(kernels_quant, matmul_q_fragments_build_and_refuse, .timeout = 300) {
+    kiln_err err = {0};
+    uint32_t g[2];
+    for (uint32_t cc = 80; cc <= 90; cc += 10) {
+        rt_caps c = tu_cuda_caps(cc);
+        for (int q = 0; q < KN_Q_COUNT; q++) {
+            kn_qpart one = {(kn_qtype)q, 4096};
+            ir_scalar t = q % 2 ? IR_F16 : IR_BF16;
+            unsigned epi = q % 3 == 0 ? KN_EPI_BIAS : q % 3 == 1 ? KN_EPI_RESIDUAL : KN_EPI_F32;
+            ir_kernel *k = kn_matmul_q(&c, &one, 1, 4096, 512, t, epi, g, &err);
+            cr_assert_not_null(k, "%s", err.msg);
+            cr_assert_str_eq(ir_kernel_name(k), "kn_matmul_q_mma", "%s", kn_qformat_of((kn_qtype)q)->name);
+            cr_assert(g[0] == 4096 / 64 && g[1] == 512 / 128, "grid %u x %u", g[0], g[1]);
+            if (cc == 90 || q == KN_Q4_K) tu_ptx_assembles(k, &c, kn_qformat_of((kn_qtype)q)->name);
+            ir_kernel_destroy(k);
+        }
+        kn_qpart qkv[3] = {{KN_Q4_K, 4096}, {KN_Q4_K, 1024}, {KN_Q6_K, 1024}};
+        ir_kernel *k = kn_matmul_q(&c, qkv, 3, 4096, 512, IR_BF16, KN_EPI_NONE, g, &err);
+        cr_assert_not_null(k, "%s", err.msg);
+        cr_assert_str_eq(ir_kernel_name(k), "kn_matmul_q_mma");
+        tu_ptx_assembles(k, &c, "q4_k_m qkv");
+        ir_kernel_destroy(k);
+        kn_qpart ragged[2] = {{KN_Q4_K, 1000}, {KN_Q6_K, 64}};
+        kn_qpart odd_cols = {KN_Q8_0, 64};
+        k = kn_matmul_q(&c, ragged, 2, 256, 64, IR_BF16, KN_EPI_NONE, g, &err);
+        cr_assert_str_eq(ir_kernel_name(k), "kn_matmul_q", "a part off the tiles");
+        ir_kernel_destroy(k);
+        k = kn_matmul_q(&c, &odd_cols, 1, 96, 64, IR_BF16, KN_EPI_NONE, g, &err);
+        cr_assert_str_eq(ir_kernel_name(k), "kn_matmul_q", "cols off the chunks");
+        ir_kernel_destroy(k);
+        setenv("KILN_MATMUL_Q_MMA", "0", 1);
+        k = kn_matmul_q(&c, &odd_cols, 1, 256, 64, IR_BF16, KN_EPI_NONE, g, &err);
+        unsetenv("KILN_MATMUL_Q_MMA");
+        cr_assert_str_eq(ir_kernel_name(k), "kn_matmul_q", "switched off");
+        ir_kernel_destroy(k);
+    }
+}
+
+/* The load's threaded repack writes the words the serial one does, where a row's units are
+ * odd (rows sharing a word of the d plane) and the rows too. */
+Test(kernels_quant, threaded_pack_equals_serial) {
+    tu_seed(37);
+    static const kn_qtype types[] = {KN_Q4_K, KN_Q6_K, KN_Q5_0, KN_Q2_K};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        uint32_t cols = kn_qformat_of(types[i])->unit == 256 ? 2816 : 1056;
+        qmat m = qmat_make(types[i], 1031, cols);
+        gguf_tensor t = {.name = "w", .n_dims = 2, .ne = {cols, 1031, 1, 1}, .type = gtypes[types[i]], .data = m.blocks};
+        for (int th = 1; th <= 7; th += 3) {
+            uint32_t *w = calloc(m.L.words, 4);
+            kiln_err err = {0};
+            cr_assert_eq(plan_quant_pack_all(&t, &m.L, w, th, &err), 0, "%s", err.msg);
+            cr_assert(!memcmp(w, m.words, m.L.words * 4), "%s with %d threads", kn_qformat_of(types[i])->name, th);
+            free(w);
+        }
+        qmat_free(&m);
     }
 }
 
