@@ -126,11 +126,11 @@ typedef struct qm_cfg {
     uint32_t frags_t, frags_r; /* 16-token and 8-row fragments per subgroup */
     uint32_t stages;           /* chunks in flight (2..6) */
 } qm_cfg;
-/* The variant's shape, or false: CUDA's 16x8x16 fragments of dt with their elements exposed,
+/* The variant's shape (the largest tile whose grid fills the device), or false: CUDA's 16x8x16 fragments of dt with their elements exposed,
  * asynchronous copies, cols a multiple of 64, every part but the last whole tiles of rows,
  * the ring within caps.shared_bytes; KILN_MATMUL_Q_MMA=0 refuses it. */
-bool kn_matmul_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t cols, ir_scalar dt,
-                          qm_cfg *cfg);
+bool kn_matmul_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t rows, uint32_t cols,
+                          uint32_t n_max, ir_scalar dt, qm_cfg *cfg);
 ir_kernel *kn_matmul_q_mma(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t rows, uint32_t cols,
                            uint32_t n_max, ir_scalar dtype, unsigned epi, const qm_cfg *cfg, uint32_t groups[2],
                            kiln_err *err);

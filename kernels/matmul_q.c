@@ -85,7 +85,7 @@ ir_kernel *kn_matmul_q(const rt_caps *c, const kn_qpart *parts, uint32_t n_parts
         return NULL;
     }
     qm_cfg mma;
-    if (kn_matmul_q_mma_pick(c, L, n_parts, cols, dtype, &mma))
+    if (kn_matmul_q_mma_pick(c, L, n_parts, rows, cols, n_max, dtype, &mma))
         return kn_matmul_q_mma(c, L, n_parts, rows, cols, n_max, dtype, epi, &mma, groups, err);
     kx k = {kn_create("kn_matmul_q", err), c};
     if (!k.ir) return NULL;

@@ -36,6 +36,7 @@
 #define QM_PAD 8       /* dtype elements after each staged row of X */
 #define QM_MAX_SPC 4   /* sub-blocks per chunk at most (sub 16) */
 #define QM_MAX_ACC 64  /* accumulators per subgroup at most */
+#define QM_MAX_ITEMS 4 /* scales an invocation decodes a chunk at most */
 
 
 /* One W plane staged: bits per code, words per row of a chunk, the padded pitch. */
@@ -76,7 +77,21 @@ static uint32_t shared_bytes(const qm_cfg *g, uint32_t lo_pitch, uint32_t hi_pit
 
 /* ---- the shape ----------------------------------------------------------------------------- */
 
-static const qm_cfg default_cfg = {2, 2, 4, 4, 4}; /* 128 tokens x 64 rows */
+/* The tiles tried, largest first: the largest whose grid still covers nine tenths of the
+ * compute units (qwen3-0.6b's 1024-row products at 512 tokens take the second). */
+static const qm_cfg tiles[] = {
+    {2, 2, 4, 4, 4}, /* 128 tokens x 64 rows */
+    {2, 2, 2, 4, 4}, /* 64 x 64 */
+};
+
+/* A shape the kernel takes: tile_r * (sub-blocks a chunk: 2 or 4) a multiple of the
+ * invocations and at most 4 of them each (the scales' items). */
+static bool cfg_ok(const qm_cfg *g) {
+    uint32_t warps = g->warps_t * g->warps_r, inv = warps * 32, tile_r = g->warps_r * g->frags_r * 8;
+    return warps >= 1 && warps <= 8 && g->frags_t >= 1 && g->frags_t <= 8 && g->frags_r >= 1 && g->frags_r <= 8 &&
+           g->frags_t * g->frags_r <= QM_MAX_ACC && g->stages >= 2 && g->stages <= 6 && (tile_r * 2) % inv == 0 &&
+           tile_r <= inv;
+}
 
 /* KILN_MATMUL_Q_MMA=warps_t,warps_r,frags_t,frags_r,stages overrides the shape (measuring);
  * KILN_MATMUL_Q_MMA=0 turns the variant off. A malformed value is ignored. */
@@ -85,23 +100,26 @@ static bool env_cfg(qm_cfg *g) {
     if (e && strcmp(e, "0") == 0) return false;
     unsigned v[5];
     if (!e || sscanf(e, "%u,%u,%u,%u,%u", &v[0], &v[1], &v[2], &v[3], &v[4]) != 5) return true;
-    uint32_t warps = v[0] * v[1];
-    if (warps < 1 || warps > 8 || v[2] < 1 || v[2] > 8 || v[3] < 1 || v[3] > 8 || v[2] * v[3] > QM_MAX_ACC ||
-        v[4] < 2 || v[4] > 6 || (v[1] * v[3] * 8 * 2) % (warps * 32))
-        return true;
-    *g = (qm_cfg){v[0], v[1], v[2], v[3], v[4]};
+    qm_cfg want = {v[0], v[1], v[2], v[3], v[4]};
+    if (cfg_ok(&want)) *g = want;
     return true;
 }
 
-bool kn_matmul_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t cols, ir_scalar dt,
-                          qm_cfg *out) {
+bool kn_matmul_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t rows, uint32_t cols,
+                          uint32_t n_max, ir_scalar dt, qm_cfg *out) {
     if (c->backend != RT_CUDA || !c->async_copy || c->subgroup_size != 32 || cols % QM_KC) return false;
     bool shape = false;
     for (uint32_t i = 0; i < c->n_mma && i < RT_MAX_MMA_SHAPES; i++) {
         const rt_mma_shape *s = &c->mma[i];
         shape |= s->m == 16 && s->n == 8 && s->k == 16 && s->ab_type == (uint32_t)dt && s->acc_type == IR_F32;
     }
-    qm_cfg g = default_cfg;
+    size_t n_tiles = sizeof tiles / sizeof tiles[0], t = 0;
+    uint64_t cu = c->compute_units ? c->compute_units : 1;
+    for (; t + 1 < n_tiles; t++) {
+        uint64_t tt = tiles[t].warps_t * tiles[t].frags_t * 16, tr = tiles[t].warps_r * tiles[t].frags_r * 8;
+        if ((rows + tr - 1) / tr * ((n_max + tt - 1) / tt) * 10 >= cu * 9) break;
+    }
+    qm_cfg g = tiles[t];
     if (!shape || !env_cfg(&g)) return false;
     uint32_t tile_r = g.warps_r * g.frags_r * 8, lo = 0, hi = 0;
     for (uint32_t p = 0; p < n_parts; p++) {
@@ -151,35 +169,58 @@ static void issue_chunk(const qm *q, const qm_part *p, ir_val chunk) {
 
 /* ---- the scales, one chunk ahead ------------------------------------------------------------ */
 
+/* Item j of this invocation's share of a chunk's scales: sub-block i / tile_r of row
+ * i % tile_r, i = lid + j * invocations (tile_r * spc is a multiple of the invocations). */
 typedef struct qm_scales {
     uint32_t n;
-    ir_val at[QM_MAX_SPC * 2], s[QM_MAX_SPC * 2], m[QM_MAX_SPC * 2];
+    ir_val si[QM_MAX_ITEMS], raw[QM_MAX_ITEMS][KN_Q_SCALE_WORDS];
 } qm_scales;
 
-/* s and m of chunk `chunk`'s sub-blocks of the tile's rows, this invocation's share (item
- * i: sub-block i / tile_r of row i % tile_r), bound for slot `slot`: loaded now, stored by
- * store_scales. */
-static qm_scales load_scales(const qm *q, const qm_part *p, ir_val chunk, ir_val slot) {
+static uint32_t scale_items(const qm *q, const qm_part *p) { return q->tile_r * p->spc / q->m.invocations; }
+
+/* The words holding chunk `chunk`'s scales (their loads in flight until decode_scales). */
+static qm_scales load_scales(const qm *q, const qm_part *p, ir_val chunk) {
     kx k = q->m.k;
-    qm_scales sc = {0};
-    uint32_t items = q->tile_r * p->spc, wg = q->m.invocations, per_row = q->m.cols / p->f->sub;
-    ir_val first = kx_sub_c(k, q->r0, p->first), slot0 = kx_mul_c(k, slot, QM_MAX_SPC * q->tile_r);
-    ir_val chunk_sub = kx_mul_c(k, chunk, p->spc);
-    for (uint32_t j = 0; j * wg < items; j++) { /* items is a multiple of wg (qm_build checks) */
-        ir_val i = kx_add_c(k, q->m.lid, j * wg);
+    qm_scales sc = {scale_items(q, p)};
+    uint32_t per_row = q->m.cols / p->f->sub;
+    ir_val first = kx_sub_c(k, q->r0, p->first), chunk_sub = kx_mul_c(k, chunk, p->spc);
+    for (uint32_t j = 0; j < sc.n; j++) {
+        ir_val i = kx_add_c(k, q->m.lid, j * q->m.invocations);
         ir_val b = kx_div_c(k, i, q->tile_r), row = kx_rem_c(k, i, q->tile_r);
         ir_val src_row = kx_min_c(k, kx_add(k, first, row), p->L->rows - 1);
-        ir_val si = kx_add(k, kx_mul_c(k, src_row, per_row), kx_add(k, chunk_sub, b));
-        kn_q_sub_scale(k, p->L, p->w, si, &sc.s[sc.n], &sc.m[sc.n]);
-        sc.at[sc.n++] = kx_add(k, slot0, i); /* [slot][b][row] */
+        ir_val sub = kx_add(k, chunk_sub, b);
+        sc.si[j] = kx_add(k, kx_mul_c(k, src_row, per_row), sub);
+        kn_q_scale_load(k, p->L, p->w, sc.si[j], sc.raw[j]);
     }
     return sc;
 }
 
-static void store_scales(const qm *q, const qm_scales *sc) {
+/* s and m from the words, into scale slot `slot` ([slot][sub-block][row]). */
+static void store_scales(const qm *q, const qm_part *p, const qm_scales *sc, ir_val slot) {
+    kx k = q->m.k;
+    ir_val slot0 = kx_mul_c(k, slot, QM_MAX_SPC * q->tile_r);
     for (uint32_t j = 0; j < sc->n; j++) {
-        kx_shm_store(q->m.k, q->ss, sc->at[j], sc->s[j]);
-        if (sc->m[j] != IR_NONE) kx_shm_store(q->m.k, q->ms, sc->at[j], sc->m[j]);
+        ir_val s, m, at = kx_add(k, slot0, kx_add_c(k, q->m.lid, j * q->m.invocations));
+        kn_q_scale_decode(k, p->L, sc->si[j], sc->raw[j], &s, &m);
+        kx_shm_store(k, q->ss, at, s);
+        if (m != IR_NONE) kx_shm_store(k, q->ms, at, m);
+    }
+}
+
+/* The scales' values as loop-carried values (pack: into v from *n on; unpack: back). */
+static void scales_pack(const qm_scales *sc, ir_val *v, uint32_t *n) {
+    for (uint32_t j = 0; j < sc->n; j++) {
+        v[(*n)++] = sc->si[j];
+        for (uint32_t w = 0; w < KN_Q_SCALE_WORDS; w++)
+            if (sc->raw[j][w] != IR_NONE) v[(*n)++] = sc->raw[j][w];
+    }
+}
+
+static void scales_unpack(qm_scales *sc, const ir_val *v, uint32_t *n) {
+    for (uint32_t j = 0; j < sc->n; j++) {
+        sc->si[j] = v[(*n)++];
+        for (uint32_t w = 0; w < KN_Q_SCALE_WORDS; w++)
+            if (sc->raw[j][w] != IR_NONE) sc->raw[j][w] = v[(*n)++];
     }
 }
 
@@ -264,19 +305,28 @@ static void chunk_math(const qm *q, const qm_part *p, ir_val slot, ir_val sslot,
     }
 }
 
-/* The ring (prologue, then one loop over the chunks), for one part. */
+/* The ring (prologue, then one loop over the chunks), for one part. The scales run ahead
+ * of the math: chunk c + 2's words are loaded during chunk c's iteration and carried into
+ * the next, where chunk c + 1's (loaded an iteration before) are decoded into their slot
+ * after the products (past the last chunk, the last chunk's again: a slot no one reads). */
 static void run_part(const qm *q, const qm_part *p, ir_val *acc, uint32_t n_acc) {
     kx k = q->m.k;
-    uint32_t s = q->g.stages;
+    uint32_t s = q->g.stages, last = q->chunks - 1;
     for (uint32_t c = 0; c + 1 < s; c++) {
         if (c < q->chunks) issue_chunk(q, p, kx_u32(k, c));
         ir_async_commit(k.ir); /* empty groups keep the count uniform */
     }
-    qm_scales first = load_scales(q, p, kx_u32(k, 0), kx_u32(k, 0));
-    store_scales(q, &first);
-    ir_for *l = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, q->chunks), kx_u32(k, 1), n_acc, acc);
-    ir_val cur[QM_MAX_ACC];
-    for (uint32_t i = 0; i < n_acc; i++) cur[i] = ir_for_arg(l, i);
+    qm_scales first = load_scales(q, p, kx_u32(k, 0));
+    store_scales(q, p, &first, kx_u32(k, 0));
+    qm_scales ahead = load_scales(q, p, kx_u32(k, q->chunks > 1 ? 1 : 0));
+    ir_val init[QM_MAX_ACC + QM_MAX_ITEMS * (KN_Q_SCALE_WORDS + 1)], cur[QM_MAX_ACC + QM_MAX_ITEMS * (KN_Q_SCALE_WORDS + 1)];
+    uint32_t n_init = n_acc;
+    memcpy(init, acc, n_acc * sizeof *acc);
+    scales_pack(&ahead, init, &n_init);
+    ir_for *l = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, q->chunks), kx_u32(k, 1), n_init, init);
+    for (uint32_t i = 0; i < n_init; i++) cur[i] = ir_for_arg(l, i);
+    uint32_t at = n_acc;
+    scales_unpack(&ahead, cur, &at); /* chunk c + 1's words */
     ir_val c = ir_for_iv(l);
     ir_async_wait(k.ir, s - 2);
     kx_barrier(k); /* chunk c and its scales are everyone's; chunk c - 1's slots are free */
@@ -285,11 +335,12 @@ static void run_part(const qm *q, const qm_part *p, ir_val *acc, uint32_t n_acc)
     issue_chunk(q, p, next);
     kx_end_if(k, f);
     ir_async_commit(k.ir);
-    /* the next chunk's scales (the last chunk's own again past the end: a slot no one reads) */
-    ir_val sslot = kx_and_c(k, c, 1), c1 = kx_min_c(k, kx_add_c(k, c, 1), q->chunks - 1);
-    qm_scales ahead = load_scales(q, p, c1, kx_xor(k, sslot, kx_u32(k, 1)));
+    qm_scales after = load_scales(q, p, kx_min_c(k, kx_add_c(k, c, 2), last));
+    ir_val sslot = kx_and_c(k, c, 1);
     chunk_math(q, p, kx_rem_c(k, c, s), sslot, cur);
-    store_scales(q, &ahead);
+    store_scales(q, p, &ahead, kx_xor(k, sslot, kx_u32(k, 1)));
+    uint32_t n_next = n_acc;
+    scales_pack(&after, cur, &n_next);
     ir_for_end(k.ir, l, cur);
     for (uint32_t i = 0; i < n_acc; i++) acc[i] = ir_for_result(l, i);
 }
@@ -376,6 +427,8 @@ ir_kernel *kn_matmul_q_mma(const rt_caps *c, const kn_qlayout *L, uint32_t n_par
     q.stage_lo = q.tile_r * lo_pitch, q.stage_hi = q.tile_r * hi_pitch;
     m->invocations = g->warps_t * g->warps_r * 32;
     kx_workgroup(k, m->invocations);
+    const char *occ = getenv("KILN_MATMUL_Q_OCC");
+    if (occ) ir_set_occupancy(k.ir, (uint32_t)atoi(occ));
     m->lid = kx_local(k);
     ir_grid_wait(k.ir);
     m->n = kx_min(k, kx_load_c(k, m->info, 1), kx_u32(k, n_max));

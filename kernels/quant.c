@@ -96,36 +96,51 @@ void kn_q_chunk(kx k, const kn_qlayout *L, ir_buf w, ir_val e0, ir_val *q) {
     }
 }
 
-/* The 16-bit entry u of a plane of f16 bits, as f32. */
-static ir_val f16_entry(kx k, ir_buf w, uint64_t at, ir_val u) {
-    ir_val word = kx_load(k, w, kx_add_c(k, kx_shr_c(k, u, 1), (uint32_t)at), 1);
-    return kn_q_f16_bits(k, kx_shr(k, word, kx_shl_c(k, kx_and_c(k, u, 1), 4)));
-}
+/* The f16 in half (u & 1) of word, as f32. */
+static ir_val f16_half(kx k, ir_val word, ir_val u) { return kn_q_f16_bits(k, kx_shr(k, word, kx_shl_c(k, kx_and_c(k, u, 1), 4))); }
 
-/* Byte entry i of a plane of bytes: 0..255 as u32. */
-static ir_val byte_entry(kx k, ir_buf w, uint64_t at, ir_val i) {
-    ir_val word = kx_load(k, w, kx_add_c(k, kx_shr_c(k, i, 2), (uint32_t)at), 1);
+/* Byte (i & 3) of word: 0..255 as u32. */
+static ir_val byte_of(kx k, ir_val word, ir_val i) {
     return kx_and_c(k, kx_shr(k, word, kx_shl_c(k, kx_and_c(k, i, 3), 3)), 0xffu);
 }
 
-void kn_q_sub_scale(kx k, const kn_qlayout *L, ir_buf w, ir_val si, ir_val *s, ir_val *m) {
+static ir_val unit_of(kx k, const kn_qformat *f, ir_val si) {
+    return f->unit == f->sub ? si : kx_div_c(k, si, f->unit / f->sub);
+}
+
+void kn_q_scale_load(kx k, const kn_qlayout *L, ir_buf w, ir_val si, ir_val raw[KN_Q_SCALE_WORDS]) {
     const kn_qformat *f = kn_qformat_of(L->type);
-    ir_val u = f->unit == f->sub ? si : kx_div_c(k, si, f->unit / f->sub);
-    ir_val d = f16_entry(k, w, L->d, u);
+    ir_val u = unit_of(k, f, si), du = kx_shr_c(k, u, 1), bi = kx_shr_c(k, si, 2);
+    raw[0] = kx_load(k, w, kx_add_c(k, du, (uint32_t)L->d), 1);
+    raw[1] = f->has_min ? kx_load(k, w, kx_add_c(k, du, (uint32_t)L->dm), 1) : IR_NONE;
+    raw[2] = f->k_quant ? kx_load(k, w, kx_add_c(k, bi, (uint32_t)L->sc), 1) : IR_NONE;
+    raw[3] = f->k_quant && f->has_min ? kx_load(k, w, kx_add_c(k, bi, (uint32_t)L->mn), 1) : IR_NONE;
+}
+
+void kn_q_scale_decode(kx k, const kn_qlayout *L, ir_val si, const ir_val raw[KN_Q_SCALE_WORDS], ir_val *s, ir_val *m) {
+    const kn_qformat *f = kn_qformat_of(L->type);
+    ir_val u = unit_of(k, f, si);
+    ir_val d = f16_half(k, raw[0], u);
     *m = IR_NONE;
     if (!f->k_quant) {
         *s = d;
-        if (f->has_min) *m = f16_entry(k, w, L->dm, u);
+        if (f->has_min) *m = f16_half(k, raw[1], u);
         return;
     }
     /* the signed byte: (b ^ 0x80) - 0x80 in i32 */
-    ir_val byte = byte_entry(k, w, L->sc, si);
+    ir_val byte = byte_of(k, raw[2], si);
     ir_val b = kx_bitcast(k, kx_xor(k, byte, kx_u32(k, 0x80u)), kx_t(k, IR_I32, 1));
     *s = kx_mul(k, d, kx_as(k, kx_add_i(k, b, -128), IR_F32));
     if (f->has_min) {
-        ir_val dmin = f16_entry(k, w, L->dm, u);
-        *m = kx_neg(k, kx_mul(k, dmin, kx_as(k, byte_entry(k, w, L->mn, si), IR_F32)));
+        ir_val dmin = f16_half(k, raw[1], u);
+        *m = kx_neg(k, kx_mul(k, dmin, kx_as(k, byte_of(k, raw[3], si), IR_F32)));
     }
+}
+
+void kn_q_sub_scale(kx k, const kn_qlayout *L, ir_buf w, ir_val si, ir_val *s, ir_val *m) {
+    ir_val raw[KN_Q_SCALE_WORDS];
+    kn_q_scale_load(k, L, w, si, raw);
+    kn_q_scale_decode(k, L, si, raw, s, m);
 }
 
 int kn_q_part_layouts(const char *name, const kn_qpart *parts, uint32_t n_parts, uint32_t cols, bool swi,

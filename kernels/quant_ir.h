@@ -16,6 +16,12 @@ ir_val kn_q_f16_bits(kx k, ir_val bits);
 void kn_q_chunk(kx k, const kn_qlayout *L, ir_buf w, ir_val e0, ir_val *q);
 /* The scale s and min m (IR_NONE where the type has none) of sub-block si (element e0 / sub). */
 void kn_q_sub_scale(kx k, const kn_qlayout *L, ir_buf w, ir_val si, ir_val *s, ir_val *m);
+/* kn_q_sub_scale in two steps, so the loads can be issued well before their values are
+ * used: the words holding sub-block si's d, dm, sc and mn (IR_NONE where the type has no
+ * such plane), then s and m from them. */
+#define KN_Q_SCALE_WORDS 4
+void kn_q_scale_load(kx k, const kn_qlayout *L, ir_buf w, ir_val si, ir_val raw[KN_Q_SCALE_WORDS]);
+void kn_q_scale_decode(kx k, const kn_qlayout *L, ir_val si, const ir_val raw[KN_Q_SCALE_WORDS], ir_val *s, ir_val *m);
 
 /* x[c0 .. c0 + KN_Q_CHUNK) as f32 (matvec_q.c): from workgroup array hx where it is not
  * UINT32_MAX (a normalized row's f32 values), else from x in 4-element loads. */
