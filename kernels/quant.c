@@ -81,19 +81,28 @@ static ir_val code_bits(kx k, const ir_val *words, uint32_t bits, uint32_t j) {
     return bits == 32 - sh ? v : kx_and_c(k, v, (1u << bits) - 1);
 }
 
-void kn_q_chunk(kx k, const kn_qlayout *L, ir_buf w, ir_val e0, ir_val *q) {
+void kn_q_codes_load(kx k, const kn_qlayout *L, ir_buf w, ir_val e0, kn_q_words *c) {
     const kn_qformat *f = kn_qformat_of(L->type);
-    ir_val lo[8], hi[2];
-    plane_words(k, w, L->lo, f->lo_bits, e0, lo);
-    if (f->hi_bits) plane_words(k, w, L->hi, f->hi_bits, e0, hi);
+    plane_words(k, w, L->lo, f->lo_bits, e0, c->lo);
+    if (f->hi_bits) plane_words(k, w, L->hi, f->hi_bits, e0, c->hi);
+}
+
+void kn_q_codes_decode(kx k, const kn_qlayout *L, const kn_q_words *c, ir_val *q) {
+    const kn_qformat *f = kn_qformat_of(L->type);
     ir_type ft = kx_t(k, IR_F32, 1);
     ir_val zero = kx_f32(k, 8388608.0f + (float)f->offset); /* 2^23 + offset: exact */
     for (uint32_t j = 0; j < KN_Q_CHUNK; j++) {
-        ir_val code = code_bits(k, lo, f->lo_bits, j);
-        if (f->hi_bits) code = kx_or(k, code, kx_shl_c(k, code_bits(k, hi, f->hi_bits, j), f->lo_bits));
+        ir_val code = code_bits(k, c->lo, f->lo_bits, j);
+        if (f->hi_bits) code = kx_or(k, code, kx_shl_c(k, code_bits(k, c->hi, f->hi_bits, j), f->lo_bits));
         /* 2^23 + code as an f32's bits, less 2^23 + offset: code - offset exactly */
         q[j] = kx_sub(k, kx_bitcast(k, kx_or(k, code, kx_u32(k, 0x4b000000u)), ft), zero);
     }
+}
+
+void kn_q_chunk(kx k, const kn_qlayout *L, ir_buf w, ir_val e0, ir_val *q) {
+    kn_q_words c;
+    kn_q_codes_load(k, L, w, e0, &c);
+    kn_q_codes_decode(k, L, &c, q);
 }
 
 /* The f16 in half (u & 1) of word, as f32. */

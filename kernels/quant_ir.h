@@ -14,6 +14,13 @@ ir_val kn_q_f16_bits(kx k, ir_val bits);
 /* The codes of the chunk of KN_Q_CHUNK elements from element e0 (a multiple of
  * KN_Q_CHUNK) of W, each as the f32 (code - offset): q[0 .. KN_Q_CHUNK). */
 void kn_q_chunk(kx k, const kn_qlayout *L, ir_buf w, ir_val e0, ir_val *q);
+/* kn_q_chunk in two steps (the loads first, so many are in flight): the planes' words of
+ * the chunk, then the codes from them. */
+typedef struct kn_q_words {
+    ir_val lo[8], hi[2];
+} kn_q_words;
+void kn_q_codes_load(kx k, const kn_qlayout *L, ir_buf w, ir_val e0, kn_q_words *c);
+void kn_q_codes_decode(kx k, const kn_qlayout *L, const kn_q_words *c, ir_val *q);
 /* The scale s and min m (IR_NONE where the type has none) of sub-block si (element e0 / sub). */
 void kn_q_sub_scale(kx k, const kn_qlayout *L, ir_buf w, ir_val si, ir_val *s, ir_val *m);
 /* kn_q_sub_scale in two steps, so the loads can be issued well before their values are
@@ -26,17 +33,6 @@ void kn_q_scale_decode(kx k, const kn_qlayout *L, ir_val si, const ir_val raw[KN
 /* x[c0 .. c0 + KN_Q_CHUNK) as f32 (matvec_q.c): from workgroup array hx where it is not
  * UINT32_MAX (a normalized row's f32 values), else from x in 4-element loads. */
 void kn_q_x_chunk(kx k, ir_buf x, uint32_t hx, ir_val c0, ir_val *xv);
-/* acc + the dot product of the chunk from element e0 of w with xv, a sub-block at a time:
- * s * sum(q x) + m * sum(x). xs[sub-block] holds each sub-block's sum of x once built
- * (IR_NONE before), so the weights that share an x build it once. */
-ir_val kn_q_chunk_dot(kx k, const kn_qlayout *L, ir_buf w, ir_val e0, const ir_val *xv, ir_val *xs, ir_val acc);
-
-/* This lane's part of the dot product of row (of the parts stacked: L[0].rows rows of w[0],
- * then of w[1], ...) with x (workgroup array hx where not UINT32_MAX), chunks lane, lane +
- * lanes, ... (matvec_q.c). */
-ir_val kn_q_parts_dot(kx k, const kn_qlayout *L, const ir_buf *w, uint32_t n_parts, ir_val row, ir_val lane,
-                      uint32_t lanes, ir_buf x, uint32_t hx);
-
 /* The layouts of a product's parts (checked: 1 to KN_Q_PARTS, or with swi the two of
  * SwiGLU, of equal rows) and the rows it produces. 0, or -1 with err naming who. */
 int kn_q_part_layouts(const char *who, const kn_qpart *parts, uint32_t n_parts, uint32_t cols, bool swi,

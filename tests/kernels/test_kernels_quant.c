@@ -269,6 +269,9 @@ Test(kernels_quant, matvec_q_parts_and_swiglu_mixed_types, .timeout = 600) {
         matvec_q_case(d, ff, 2, 768, IR_BF16, KN_EPI_SWIGLU, true, variants[v]);
         matvec_q_case(d, ff, 2, 256, IR_F16, KN_EPI_SWIGLU, false, variants[v]);
         matvec_q_case(d, mixed, 3, 96, IR_F16, KN_EPI_NONE, false, variants[v]);
+        /* parts of whole row groups: a subgroup's rows in one part, the last part odd */
+        kn_qpart grouped[3] = {{KN_Q4_K, 64}, {KN_Q5_K, 16}, {KN_Q6_K, 21}};
+        matvec_q_case(d, grouped, 3, 4096, IR_BF16, KN_EPI_RESIDUAL, true, variants[v]);
         d->ops->destroy(d);
     }
 }
