@@ -117,19 +117,19 @@ static bool all_quant(const gguf_tensor *a, const gguf_tensor *b, const gguf_ten
 /* Which products keep their quantized blocks on the device (model.h), and how many
  * block-quantized matrices are converted instead. */
 static void quant_groups(model *m) {
-    bool arch_ok = m->hp.arch != ARCH_QWEN35;
-    m->q_embd = arch_ok && all_quant(m->tok_embd, NULL, NULL);
-    m->q_output = arch_ok && all_quant(m->output, NULL, NULL);
+    bool qwen35 = m->hp.arch == ARCH_QWEN35; /* its q/k/v and DeltaNet inputs are stacked in 16 bits */
+    m->q_embd = all_quant(m->tok_embd, NULL, NULL);
+    m->q_output = all_quant(m->output, NULL, NULL);
     uint32_t quant = 0, kept = m->q_embd + (m->output != m->tok_embd && m->q_output);
     for (uint64_t i = 0; i < gguf_n_tensors(m->file); i++) quant += gguf_type_is_block_quant(gguf_tensor_at(m->file, i)->type);
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
         model_layer *L = &m->layers[l];
-        if (!arch_ok) continue;
-        L->q_qkv = all_quant(L->wq, L->wk, L->wv);
-        L->q_o = all_quant(L->wo, NULL, NULL);
+        L->q_qkv = !qwen35 && all_quant(L->wq, L->wk, L->wv);
+        L->q_o = L->wo && all_quant(L->wo, NULL, NULL);
         L->q_ffn = all_quant(L->w_gate, L->w_up, NULL);
         L->q_down = all_quant(L->w_down, NULL, NULL);
-        kept += 3 * L->q_qkv + L->q_o + 2 * L->q_ffn + L->q_down;
+        L->q_dn_out = L->ssm_out && all_quant(L->ssm_out, NULL, NULL);
+        kept += 3 * L->q_qkv + L->q_o + 2 * L->q_ffn + L->q_down + L->q_dn_out;
     }
     m->n_converted = quant - kept;
 }
@@ -144,6 +144,7 @@ bool model_keeps_blocks(const model *m, const gguf_tensor *t) {
         if (t == L->wo) return L->q_o;
         if (t == L->w_gate || t == L->w_up) return L->q_ffn;
         if (t == L->w_down) return L->q_down;
+        if (t == L->ssm_out) return L->q_dn_out;
     }
     return false;
 }

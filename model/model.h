@@ -17,8 +17,8 @@ typedef struct model_layer {
      * ssm_dt.bias, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out */
     const gguf_tensor *ssm_qkv, *ssm_z, *ssm_conv, *ssm_dt_bias, *ssm_a, *ssm_beta, *ssm_alpha, *ssm_norm, *ssm_out;
     /* which products take their weights in their quantized blocks (model_quant_groups):
-     * q/k/v, the output, gate and up, down */
-    bool q_qkv, q_o, q_ffn, q_down;
+     * q/k/v, the output, gate and up, down, a DeltaNet layer's output (ssm_out) */
+    bool q_qkv, q_o, q_ffn, q_down, q_dn_out;
 } model_layer;
 
 typedef struct model {
@@ -29,8 +29,9 @@ typedef struct model {
     uint32_t file_dtype;  /* GGUF_T_BF16 or GGUF_T_F16 when the matrices are stored so, else GGUF_T_F32 */
     /* The embedding table and the logits head in their quantized blocks (as q_* above).
      * A product's weights stay in their blocks (gguf_type_is_block_quant) where all of them
-     * are so and the architecture's kernels take them (llama, qwen2, qwen3: not yet
-     * qwen35's); elsewhere they are converted to the plan's 16-bit type at load, and the
+     * are so and the architecture's kernels take them (llama, qwen2, qwen3; qwen35's all but
+     * the gated q/k/v and the DeltaNet input products, whose weights the plan stacks in 16
+     * bits); elsewhere they are converted to the plan's 16-bit type at load, and the
      * oracle's contract mode rounds them the same way. n_converted counts the matrices of
      * block-quantized types converted so. */
     bool q_embd, q_output;

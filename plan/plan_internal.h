@@ -67,7 +67,7 @@ typedef struct plan_layer {
      * (kn_qtype; -1: the 16-bit weight above), q, k and v each in a buffer of its own
      * (qkv_part; wqkv NULL), the others in wo, w_gate, w_up and w_down as kn_quant.h's words */
     rt_buffer *qkv_part[3];
-    int8_t qt_qkv[3], qt_o, qt_gate, qt_up, qt_down;
+    int8_t qt_qkv[3], qt_o, qt_gate, qt_up, qt_down, qt_dn_out;
 } plan_layer;
 #define PLAN_SNAPSHOTS 2
 /* A decode step takes a snapshot where the latest is this many positions back (or there is

@@ -22,7 +22,9 @@ static uint32_t parts_of(const plan_shape *s, int i, const int8_t *qt, kn_qpart 
         parts[0] = (kn_qpart){(kn_qtype)qt[0], ff};
         parts[1] = (kn_qpart){(kn_qtype)qt[1], ff};
         return 2;
-    case K_MV_O: case K_MM_O: case K_MV_DOWN: case K_MM_DOWN: parts[0] = (kn_qpart){(kn_qtype)qt[0], d}; return 1;
+    case K_MV_O: case K_MM_O: case K_MV_DOWN: case K_MM_DOWN: case K_MV_DN_OUT: case K_MM_DN_OUT:
+        parts[0] = (kn_qpart){(kn_qtype)qt[0], d};
+        return 1;
     case K_MM_FF: parts[0] = (kn_qpart){(kn_qtype)qt[0], ff}; return 1;
     default: parts[0] = (kn_qpart){(kn_qtype)qt[0], s->hp.n_vocab}; return 1; /* the logits heads */
     }
@@ -39,7 +41,7 @@ ir_kernel *plan_build_qkernel(const plan_shape *s, const rt_caps *c, int i, cons
     g[0] = g[1] = 1;
     /* the decode products fuse the norm before them where the plan does (plan_can_fuse_norm) */
 #define MV(cols, out, epi)                                                                                            \
-    (s->fuse_norm && i != K_MV_O && i != K_MV_DOWN                                                                     \
+    (s->fuse_norm && i != K_MV_O && i != K_MV_DOWN && i != K_MV_DN_OUT                                                 \
          ? kn_matvec_q_norm(c, parts, np, cols, dt, out, epi, hp->rms_eps, &g[0], err)                                 \
          : kn_matvec_q(c, parts, np, cols, dt, out, epi, &g[0], err))
     switch (i) {
@@ -54,6 +56,8 @@ ir_kernel *plan_build_qkernel(const plan_shape *s, const rt_caps *c, int i, cons
     case K_MM_FF: return kn_matmul_q(c, parts, np, d, nb, dt, KN_EPI_NONE, g, err);
     case K_MM_DOWN: return kn_matmul_q(c, parts, np, ff, nb, dt, KN_EPI_RESIDUAL, g, err);
     case K_MM_OUT: return kn_matmul_q(c, parts, np, d, nb, dt, KN_EPI_F32, g, err);
+    case K_MV_DN_OUT: return MV(s->dn_v_dim, dt, KN_EPI_RESIDUAL);
+    case K_MM_DN_OUT: return kn_matmul_q(c, parts, np, s->dn_v_dim, nb, dt, KN_EPI_RESIDUAL, g, err);
     }
 #undef MV
     kiln_fail(err, KILN_ERR_INTERNAL, "no quantized kernel for the role %s", plan_role[i]);

@@ -157,10 +157,11 @@ static void add_deltanet(recorder *R, const plan_layer *L, bool prefill) {
             {"y", p->dn_y}, {"info", p->info});
     }
     if (prefill)
-        ADD(K_MM_DN_OUT, g[K_MM_DN_OUT][0], g[K_MM_DN_OUT][1], {"W", L->dn_out}, {"X", p->dn_y}, {"Y", p->xb},
-            {"info", p->info}, {"res", p->xa});
+        ADD_W(K_MM_DN_OUT, QT1(L->qt_dn_out), g[K_MM_DN_OUT][0], g[K_MM_DN_OUT][1], {"W", L->dn_out}, {"X", p->dn_y},
+              {"Y", p->xb}, {"info", p->info}, {"res", p->xa});
     else
-        ADD(K_MV_DN_OUT, g[K_MV_DN_OUT][0], 1, {"W", L->dn_out}, {"x", p->dn_y}, {"y", p->xb}, {"res", p->xa});
+        ADD_W(K_MV_DN_OUT, QT1(L->qt_dn_out), g[K_MV_DN_OUT][0], 1, {"W", L->dn_out}, {"x", p->dn_y}, {"y", p->xb},
+              {"res", p->xa});
 }
 
 /* The logits of the row x: the output norm fused into the head where it can be. */

@@ -150,10 +150,9 @@ static int upload_deltanet(plan_engine *p, const model_layer *ml, plan_layer *L,
         !(L->dn_z = d->ops->view(d, L->dn_in, s->dn_z_row * row_bytes, s->dn_v_dim * row_bytes, err)) ||
         !(L->dn_ba = d->ops->view(d, L->dn_in, s->dn_ba_row * row_bytes, 2 * nv * row_bytes, err)))
         return -1;
-    const gguf_tensor *w[2] = {ml->ssm_out, ml->ssm_norm};
-    rt_buffer **dst[2] = {&L->dn_out, &L->dn_norm};
-    for (int i = 0; i < 2; i++)
-        if (!(*dst[i] = upload_weight(p, w[i], err))) return -1;
+    if (!(L->dn_out = upload_matrix(p, ml->ssm_out, ml->q_dn_out, &L->qt_dn_out, err)) ||
+        !(L->dn_norm = upload_weight(p, ml->ssm_norm, err)))
+        return -1;
     return !(L->dn_conv = upload_f32(p, ml->ssm_conv, err)) || !(L->dn_dt_bias = upload_f32(p, ml->ssm_dt_bias, err)) ||
                    !(L->dn_a = upload_f32(p, ml->ssm_a, err))
                ? -1
@@ -179,7 +178,7 @@ int plan_upload_weights(plan_engine *p, kiln_err *err) {
     const model *m = p->m;
     for (uint32_t l = 0; l < p->s.hp.n_layer; l++) {
         plan_layer *L = &p->L[l];
-        L->qt_qkv[0] = L->qt_qkv[1] = L->qt_qkv[2] = L->qt_o = L->qt_gate = L->qt_up = L->qt_down = -1;
+        L->qt_qkv[0] = L->qt_qkv[1] = L->qt_qkv[2] = L->qt_o = L->qt_gate = L->qt_up = L->qt_down = L->qt_dn_out = -1;
     }
     p->qt_out = -1;
     int bad = !(p->tok_embd = upload_matrix(p, m->tok_embd, m->q_embd, &p->qt_embd, err)) ||
@@ -195,7 +194,8 @@ int plan_upload_weights(plan_engine *p, kiln_err *err) {
             bad = p->s.hp.recurrent[l] ? upload_deltanet(p, ml, L, err) : upload_gated_qkv(p, ml, L, err);
         else
             bad = upload_dense_layer(p, ml, L, err);
-        if (p->s.hp.arch == ARCH_QWEN35 && !bad && ml->wo && !(L->wo = upload_weight(p, ml->wo, err))) bad = 1;
+        if (p->s.hp.arch == ARCH_QWEN35 && !bad && ml->wo && !(L->wo = upload_matrix(p, ml->wo, ml->q_o, &L->qt_o, err)))
+            bad = 1;
         const gguf_tensor *t[4] = {ml->attn_norm, ml->q_norm, ml->k_norm, ml->ffn_norm};
         rt_buffer **dst[4] = {&L->attn_norm, &L->q_norm, &L->k_norm, &L->ffn_norm};
         for (int i = 0; i < 4 && !bad; i++)

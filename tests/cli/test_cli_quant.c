@@ -2,8 +2,8 @@
  * CI) keeps llama.cpp's Q4_K_M file in its blocks and gives llama.cpp's greedy ids (its
  * exact-math golden's first case; the gaps of its top two there are 0.1 nats or more), and
  * its summary gives the bytes the weights take on the device. Matrices of quantized types
- * with no quantized kernel for their product (Qwen3.5's, for now) are converted at load,
- * said once. */
+ * with no quantized kernel for their product (Qwen3.5's q/k/v and DeltaNet inputs, which
+ * the plan stacks in 16 bits) are converted at load, said once. */
 #include "tests/util/testutil.h"
 #include "tests/util/testutil_vk.h"
 

@@ -4,10 +4,14 @@
  * same exact dequantized values: greedy tokens equal or a near-tie, logits within the
  * contract's own noise), through the prefill blocks and the decode step, under the caps
  * variants that change the kernels; against llama.cpp's exact-math goldens in f16; the
- * weights take their quantized size on the device. Skipped by name without Vulkan. */
+ * weights take their quantized size on the device; a Qwen3.5 synth's products in their
+ * blocks. Skipped by name without Vulkan. */
 #include "base/error.h"
 #include "model/engine.h"
 #include "model/model.h"
+#include "modelgen/quant_mix.h"
+#include "modelgen/synth.h"
+#include "modelgen/vocab.h"
 #include "plan/plan.h"
 #include "tests/util/testutil.h"
 #include "tests/util/testutil_golden.h"
@@ -124,4 +128,40 @@ Test(plan_quant, weights_stay_in_their_blocks, .timeout = 300) {
     engine_destroy(e16);
     model_free(f16);
     d->ops->destroy(d);
+}
+
+/* Qwen3.5 keeps in their blocks every product but the ones the plan stacks in 16 bits (the
+ * gated attention's q/k/v and the DeltaNet inputs): the FFN, the attention and DeltaNet
+ * outputs, the embedding and the head, against the contract oracle through blocks and
+ * decode steps (layers 0 and 2 DeltaNet, 1 and 3 attention; ssm_out's 128 columns take a
+ * 32-element type of the mix's fallback). */
+Test(plan_quant, qwen35_products_in_blocks_against_the_oracle, .timeout = 600) {
+    synth_config c;
+    kiln_err err = {0};
+    cr_assert_eq(synth_preset("qwen3.5-tiny-odd", &c), 0);
+    c.n_layer = 4, c.full_attn_interval = 2, c.n_embd = 256, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 64;
+    c.ssm_state = 32, c.ssm_k_heads = 2, c.ssm_v_heads = 4, c.n_ff = 512, c.n_vocab = 512;
+    synth_qwen35_rope(&c);
+    cr_assert_eq(quant_mix_parse("Q4_K_M", &c.quant, &err), 0, "%s", err.msg);
+    tok_vocab v;
+    tok_vocab_init(&v);
+    cr_assert_eq(tok_vocab_bytelevel(c.n_vocab, &v, &err), 0, "%s", err.msg);
+    const char *path = tu_tmp("plan-q35-q4km.gguf");
+    cr_assert_eq(synth_write(&c, &v, NULL, path, NULL, &err), 0, "%s", err.msg);
+    tok_vocab_free(&v);
+    model *m = model_load(path, &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    /* converted: q, k, v of the 2 attention layers; qkv, z, beta, alpha of the 2 DeltaNet ones */
+    cr_assert_eq(m->n_converted, 14, "%u matrices converted", m->n_converted);
+    cr_assert(m->q_embd && m->layers[0].q_dn_out && m->layers[0].q_ffn && m->layers[1].q_o && m->layers[3].q_down);
+    model_free(m);
+    int32_t ids[512]; /* byte-level tokens: the story takes 345 */
+    uint32_t n = tu_story_ids(path, ids, 512);
+    cr_assert_geq(n, 70, "a story of %u tokens", n);
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    double f32 = 0, worst = tu_plan_compare(d, NULL, path, GGUF_T_BF16, 8, ids, 70, 64, &f32);
+    d->ops->destroy(d);
+    cr_log_info("qwen35 Q4_K_M: logits relative error %.3e (the f32 oracle's distance from the contract: %.3e)", worst,
+                f32);
+    cr_assert_lt(worst, fmax(1e-2, 1.25 * f32), "logits relative error %.3e (f32 oracle's %.3e)", worst, f32);
 }

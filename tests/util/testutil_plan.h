@@ -19,7 +19,8 @@
 double tu_plan_compare(rt_device *d, const char *caps, const char *path, uint32_t dtype, uint32_t steps,
                        const int32_t *prompt, uint32_t n_prompt, uint32_t n_block, double *f32_worst);
 
-/* The ids of a short story of about 200 tokens in the model's tokenizer (with BOS). */
+/* The ids of a short story in the model's tokenizer (with BOS): about 200 tokens in a BPE
+ * vocabulary, more in a byte-level one (at most cap). */
 uint32_t tu_story_ids(const char *path, int32_t *ids, uint32_t cap);
 
 #endif
