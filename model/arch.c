@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const names[ARCH_COUNT] = {"llama", "qwen2", "qwen3", "qwen35"};
+static const char *const names[ARCH_COUNT] = {"llama", "qwen2", "qwen3", "qwen35", "qwen3moe"};
 
 const char *arch_name(arch_id a) { return a < ARCH_COUNT ? names[a] : "?"; }
 
@@ -47,6 +47,22 @@ static int positive(const char *what, uint32_t v, kiln_err *err) {
     return -1;
 }
 
+/* expert_count, expert_used_count, expert_feed_forward_length: all required, 1 <= used <=
+ * count <= ARCH_MAX_EXPERTS. */
+static int read_experts(const gguf_file *g, const char *arch, arch_hparams *hp, kiln_err *err) {
+    if (arch_get_u32(g, arch, "expert_count", &hp->n_expert, true, err) ||
+        arch_get_u32(g, arch, "expert_used_count", &hp->n_expert_used, true, err) ||
+        arch_get_u32(g, arch, "expert_feed_forward_length", &hp->n_ff_exp, true, err))
+        return -1;
+    if (positive("expert_count", hp->n_expert, err) || positive("expert_used_count", hp->n_expert_used, err) ||
+        positive("expert_feed_forward_length", hp->n_ff_exp, err))
+        return -1;
+    if (hp->n_expert > ARCH_MAX_EXPERTS || hp->n_expert_used > hp->n_expert)
+        return kiln_fail(err, KILN_ERR_INVALID, "%s: %u experts with %u used a token (at most %u experts, used <= count)",
+                         arch, hp->n_expert, hp->n_expert_used, ARCH_MAX_EXPERTS);
+    return 0;
+}
+
 int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
     memset(hp, 0, sizeof *hp);
     gguf_str s;
@@ -55,7 +71,7 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
     snprintf(arch, sizeof arch, "%.*s", (int)(s.len < 63 ? s.len : 63), s.ptr);
     int a = arch_from_name(arch);
     if (a < 0) {
-        kiln_fail(err, KILN_ERR_INVALID, "architecture '%s' is not supported (kiln runs llama, qwen2, qwen3, qwen35)", arch);
+        kiln_fail(err, KILN_ERR_INVALID, "architecture '%s' is not supported (kiln runs llama, qwen2, qwen3, qwen35, qwen3moe)", arch);
         return -1;
     }
     hp->arch = (arch_id)a;
@@ -133,7 +149,8 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
     if (positive("vocab size", hp->n_vocab, err)) return -1;
     hp->tied_output = gguf_find_tensor(g, "output.weight") == NULL;
     hp->qkv_bias = hp->arch == ARCH_QWEN2;
-    hp->qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN35;
+    hp->qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN35 || hp->arch == ARCH_QWEN3MOE;
     if (hp->arch == ARCH_QWEN35) return arch_read_qwen35(g, hp, err);
+    if (hp->arch == ARCH_QWEN3MOE) return read_experts(g, arch, hp, err);
     return 0;
 }

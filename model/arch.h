@@ -9,9 +9,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef enum arch_id { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN35, ARCH_COUNT } arch_id;
+typedef enum arch_id { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN35, ARCH_QWEN3MOE, ARCH_COUNT } arch_id;
 
-#define ARCH_MAX_LAYERS 512 /* llama.cpp's LLAMA_MAX_LAYERS */
+#define ARCH_MAX_LAYERS 512  /* llama.cpp's LLAMA_MAX_LAYERS */
+#define ARCH_MAX_EXPERTS 512 /* llama.cpp's LLAMA_MAX_EXPERTS */
 
 typedef enum arch_rope_scaling { ROPE_SCALING_NONE, ROPE_SCALING_LINEAR, ROPE_SCALING_YARN,
                                  ROPE_SCALING_LLAMA3 } arch_rope_scaling;
@@ -29,7 +30,12 @@ typedef struct arch_hparams {
     float rms_eps;
     bool tied_output;        /* no output.weight: logits use token_embd */
     bool qkv_bias;           /* qwen2 */
-    bool qk_norm;            /* qwen3, qwen35 */
+    bool qk_norm;            /* qwen3, qwen35, qwen3moe */
+
+    /* a mixture of experts (qwen3moe; 0 experts elsewhere): every layer's feed-forward is
+     * n_expert SwiGLU experts of n_ff_exp, of which a router picks n_expert_used a token
+     * (softmax over all, the top ones, their weights renormalised to sum to 1) */
+    uint32_t n_expert, n_expert_used, n_ff_exp;
 
     /* qwen35 (Qwen3.5: Gated DeltaNet layers mixed with gated full-attention layers; see
      * model/arch_qwen35.c). n_layer counts the trunk only: block_count minus n_nextn. */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct want { const gguf_tensor **dst; char name[64]; uint64_t ne0, ne1; bool optional; } want;
+typedef struct want { const gguf_tensor **dst; char name[64]; uint64_t ne0, ne1, ne2; bool optional; } want;
 
 static int check(const gguf_file *g, const want *w, kiln_err *err) {
     const gguf_tensor *t = gguf_find_tensor(g, w->name);
@@ -16,10 +16,13 @@ static int check(const gguf_file *g, const want *w, kiln_err *err) {
         kiln_fail(err, KILN_ERR_INVALID, "tensor '%s' is missing", w->name);
         return -1;
     }
-    if (t->ne[0] != w->ne0 || t->ne[1] != w->ne1 || t->ne[2] != 1 || t->ne[3] != 1) {
-        kiln_fail(err, KILN_ERR_INVALID, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu]",
+    uint64_t ne2 = w->ne2 ? w->ne2 : 1;
+    if (t->ne[0] != w->ne0 || t->ne[1] != w->ne1 || t->ne[2] != ne2 || t->ne[3] != 1) {
+        char want3[32] = "";
+        if (ne2 > 1) snprintf(want3, sizeof want3, ", %llu", (unsigned long long)ne2);
+        kiln_fail(err, KILN_ERR_INVALID, "tensor '%s' has shape [%llu, %llu, %llu, %llu], expected [%llu, %llu%s]",
                   w->name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
-                  (unsigned long long)t->ne[3], (unsigned long long)w->ne0, (unsigned long long)w->ne1);
+                  (unsigned long long)t->ne[3], (unsigned long long)w->ne0, (unsigned long long)w->ne1, want3);
         return -1;
     }
     if (!gguf_type_info_of(t->type)->convertible) {
@@ -31,12 +34,13 @@ static int check(const gguf_file *g, const want *w, kiln_err *err) {
     return 0;
 }
 
-#define WANT(dst_, ne0_, ne1_, opt_, ...)                                                                     \
+#define WANT3(dst_, ne0_, ne1_, ne2_, opt_, ...)                                                              \
     do {                                                                                                     \
-        want w_ = {.dst = &(dst_), .ne0 = (ne0_), .ne1 = (ne1_), .optional = (opt_)};                        \
+        want w_ = {.dst = &(dst_), .ne0 = (ne0_), .ne1 = (ne1_), .ne2 = (ne2_), .optional = (opt_)};         \
         snprintf(w_.name, sizeof w_.name, __VA_ARGS__);                                                       \
-        if (check(g, &w_, err)) return -1;                                                           \
+        if (check(g, &w_, err)) return -1;                                                                   \
     } while (0)
+#define WANT(dst_, ne0_, ne1_, opt_, ...) WANT3(dst_, ne0_, ne1_, 1, opt_, __VA_ARGS__)
 
 /* Qwen3.5's trunk, by layer kind, with llama.cpp's names and shapes (its
  * load_arch_tensors); blocks past the trunk (nextn_predict_layers) are not read. */
@@ -100,6 +104,14 @@ static int find_tensors(model *m, kiln_err *err) {
         WANT(L->q_norm, hp->head_dim_k, 1, !hp->qk_norm, "blk.%u.attn_q_norm.weight", l);
         WANT(L->k_norm, hp->head_dim_k, 1, !hp->qk_norm, "blk.%u.attn_k_norm.weight", l);
         WANT(L->ffn_norm, d, 1, false, "blk.%u.ffn_norm.weight", l);
+        if (hp->n_expert) { /* the router and the experts' matrices, one 3-D tensor a kind */
+            uint64_t ne = hp->n_expert, fe = hp->n_ff_exp;
+            WANT(L->ffn_gate_inp, d, ne, false, "blk.%u.ffn_gate_inp.weight", l);
+            WANT3(L->ffn_gate_exps, d, fe, ne, false, "blk.%u.ffn_gate_exps.weight", l);
+            WANT3(L->ffn_up_exps, d, fe, ne, false, "blk.%u.ffn_up_exps.weight", l);
+            WANT3(L->ffn_down_exps, fe, d, ne, false, "blk.%u.ffn_down_exps.weight", l);
+            continue;
+        }
         WANT(L->w_gate, d, f, false, "blk.%u.ffn_gate.weight", l);
         WANT(L->w_up, d, f, false, "blk.%u.ffn_up.weight", l);
         WANT(L->w_down, f, d, false, "blk.%u.ffn_down.weight", l);
@@ -126,8 +138,8 @@ static void quant_groups(model *m) {
         model_layer *L = &m->layers[l];
         L->q_qkv = !qwen35 && all_quant(L->wq, L->wk, L->wv);
         L->q_o = L->wo && all_quant(L->wo, NULL, NULL);
-        L->q_ffn = all_quant(L->w_gate, L->w_up, NULL);
-        L->q_down = all_quant(L->w_down, NULL, NULL);
+        L->q_ffn = L->w_gate && all_quant(L->w_gate, L->w_up, NULL);
+        L->q_down = L->w_down && all_quant(L->w_down, NULL, NULL);
         L->q_dn_out = L->ssm_out && all_quant(L->ssm_out, NULL, NULL);
         kept += 3 * L->q_qkv + L->q_o + 2 * L->q_ffn + L->q_down + L->q_dn_out;
     }

@@ -13,6 +13,10 @@ typedef struct model_layer {
     const gguf_tensor *attn_norm, *wq, *wk, *wv, *wo, *bq, *bk, *bv, *q_norm, *k_norm;
     /* the FFN; qwen35 names its norm post_attention_norm */
     const gguf_tensor *ffn_norm, *w_gate, *w_up, *w_down;
+    /* a mixture of experts' feed-forward (qwen3moe; NULL elsewhere): the router
+     * (ffn_gate_inp, [n_embd, n_expert]) and the experts' gate, up ([n_embd, n_ff_exp,
+     * n_expert]) and down ([n_ff_exp, n_embd, n_expert]) */
+    const gguf_tensor *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
     /* a qwen35 Gated DeltaNet layer (NULL elsewhere): attn_qkv, attn_gate (z), ssm_conv1d,
      * ssm_dt.bias, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out */
     const gguf_tensor *ssm_qkv, *ssm_z, *ssm_conv, *ssm_dt_bias, *ssm_a, *ssm_beta, *ssm_alpha, *ssm_norm, *ssm_out;

@@ -88,9 +88,10 @@ static int load_weights(orc_engine *e, kiln_err *err) {
                                      orc_weight_load(&L->wv, ml->wv, want, ml->q_qkv, err) ||
                                      orc_weight_load(&L->wo, ml->wo, want, ml->q_o, err))
             return -1;
-        if (orc_weight_load(&L->w_gate, ml->w_gate, want, ml->q_ffn, err) ||
-            orc_weight_load(&L->w_up, ml->w_up, want, ml->q_ffn, err) ||
-            orc_weight_load(&L->w_down, ml->w_down, want, ml->q_down, err))
+        if (e->hp.n_expert ? orc_moe_load(e, l, err)
+                           : orc_weight_load(&L->w_gate, ml->w_gate, want, ml->q_ffn, err) ||
+                                 orc_weight_load(&L->w_up, ml->w_up, want, ml->q_ffn, err) ||
+                                 orc_weight_load(&L->w_down, ml->w_down, want, ml->q_down, err))
             return -1;
         if (!(L->attn_norm = load_vector(e, ml->attn_norm, err)) ||
             !(L->ffn_norm = load_vector(e, ml->ffn_norm, err)))
@@ -269,6 +270,12 @@ static void layer_forward(orc_engine *e, uint32_t l, uint32_t pos, uint32_t n) {
 
     for (uint32_t t = 0; t < n; t++) orc_rmsnorm(e->h + (size_t)t * d, e->x + (size_t)t * d, L->ffn_norm, d, hp->rms_eps);
     orc_round16(e, e->h, (uint64_t)n * d);
+    if (hp->n_expert) {
+        orc_moe(e, l, n);
+        for (uint64_t i = 0; i < (uint64_t)n * d; i++) e->x[i] += e->o[i];
+        orc_round16(e, e->x, (uint64_t)n * d);
+        return;
+    }
     orc_matmul(e, &L->w_gate, NULL, e->h, e->g, n);
     orc_matmul(e, &L->w_up, NULL, e->h, e->u, n);
     for (uint64_t i = 0; i < (uint64_t)n * hp->n_ff; i++) {
@@ -292,12 +299,20 @@ static int grow(orc_engine *e, uint32_t n) {
         {&e->att, e->o_dim}, {&e->o, hp->n_embd}, {&e->g, hp->n_ff}, {&e->u, hp->n_ff},
         {&e->qg, gated ? 2 * e->q_dim : 0}, {&e->gate, gated ? e->o_dim : 0},
         {&e->dn_qkv, dn ? e->conv_dim : 0}, {&e->dn_x, dn ? e->conv_dim : 0}, {&e->dn_z, dn ? e->ssm_vdim : 0},
-        {&e->dn_b, dn ? hp->ssm_v_heads : 0}, {&e->dn_a, dn ? hp->ssm_v_heads : 0}, {&e->dn_o, dn ? e->ssm_vdim : 0}};
+        {&e->dn_b, dn ? hp->ssm_v_heads : 0}, {&e->dn_a, dn ? hp->ssm_v_heads : 0}, {&e->dn_o, dn ? e->ssm_vdim : 0},
+        {&e->moe_p, hp->n_expert}, {&e->moe_w, hp->n_expert_used}, {&e->moe_y, (size_t)hp->n_expert_used * hp->n_embd},
+        {&e->moe_in, hp->n_expert ? hp->n_embd : 0}, {&e->moe_g, hp->n_ff_exp}, {&e->moe_u, hp->n_ff_exp}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (!bufs[i].per) continue;
         float *p = realloc(*bufs[i].p, (size_t)n * bufs[i].per * sizeof(float));
         if (!p) return -1;
         *bufs[i].p = p;
+    }
+    uint32_t **ids[2] = {&e->moe_sel, &e->moe_at};
+    for (int i = 0; i < 2 && hp->n_expert; i++) {
+        uint32_t *p = realloc(*ids[i], (size_t)n * hp->n_expert_used * sizeof **ids[i]);
+        if (!p) return -1;
+        *ids[i] = p;
     }
     e->cap = n;
     return 0;
@@ -398,6 +413,7 @@ static void orc_destroy(engine *base) {
         float *vs[] = {L->attn_norm, L->ffn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm};
         for (size_t i = 0; i < sizeof vs / sizeof vs[0]; i++) free(vs[i]);
         orc_deltanet_free(L);
+        orc_moe_free(L);
     }
     free(e->layers);
     free(e->k_cache);
@@ -410,8 +426,11 @@ static void orc_destroy(engine *base) {
     free(e->hist);
     orc_snapshot_free(e);
     float *bufs[] = {e->x,  e->h,    e->q,      e->k,    e->v,    e->att,  e->o,  e->g, e->u,
-                     e->qg, e->gate, e->dn_qkv, e->dn_x, e->dn_z, e->dn_b, e->dn_a, e->dn_o};
+                     e->qg, e->gate, e->dn_qkv, e->dn_x, e->dn_z, e->dn_b, e->dn_a, e->dn_o,
+                     e->moe_p, e->moe_w, e->moe_y, e->moe_in, e->moe_g, e->moe_u};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(e->moe_sel);
+    free(e->moe_at);
     orc_pool_destroy(e->pool);
     free(e);
 }

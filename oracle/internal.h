@@ -13,6 +13,9 @@ typedef struct orc_layer {
     /* a Gated DeltaNet layer (qwen35) */
     orc_weight ssm_qkv, ssm_z, ssm_beta, ssm_alpha, ssm_out;
     float *ssm_conv, *ssm_dt_bias, *ssm_a, *ssm_norm; /* conv, dt_bias and a stay f32 in both modes */
+    /* a mixture of experts (qwen3moe): the router (f32 in both modes) and every expert's
+     * matrices, expert x's rows at x * (its rows) of each */
+    orc_weight router, gate_exps, up_exps, down_exps;
 } orc_layer;
 
 /* A copy of every DeltaNet state at a position (see orc_snapshot_take). */
@@ -58,6 +61,13 @@ typedef struct orc_engine {
     orc_snapshot snap[ORC_SNAPSHOTS]; /* a ring: the state at the start of recent evals, before their last tokens */
     uint32_t snap_next;
     float *dn_qkv, *dn_x, *dn_z, *dn_b, *dn_a, *dn_o; /* per token: conv_dim, conv_dim, ssm_vdim, v heads x2, ssm_vdim */
+
+    /* a mixture of experts (moe.c), per token: the router's probabilities (n_expert), the
+     * chosen experts and their weights (n_expert_used), their outputs (n_expert_used x
+     * n_embd); per expert's tokens: the gathered rows (n_embd), gate and up (n_ff_exp),
+     * and each row's choice (token * n_expert_used + j) */
+    float *moe_p, *moe_w, *moe_y, *moe_in, *moe_g, *moe_u;
+    uint32_t *moe_sel, *moe_at;
 } orc_engine;
 
 /* Rounds x[0, n) to the contract's 16-bit type (nothing in f32 mode). */
@@ -84,6 +94,10 @@ void orc_snapshot_take(orc_engine *e);
 void orc_snapshot_drop_after(orc_engine *e, uint32_t pos);
 uint32_t orc_snapshot_restore(orc_engine *e, uint32_t pos);
 void orc_snapshot_free(orc_engine *e);
+/* moe.c: layer l's mixture of experts for n tokens, e->h to e->o; its weights loaded and freed. */
+void orc_moe(orc_engine *e, uint32_t l, uint32_t n);
+int orc_moe_load(orc_engine *e, uint32_t l, kiln_err *err);
+void orc_moe_free(orc_layer *L);
 /* Loads / frees layer l's DeltaNet weights. */
 int orc_deltanet_load(orc_engine *e, uint32_t l, kiln_err *err);
 void orc_deltanet_free(orc_layer *L);

@@ -272,6 +272,10 @@ int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_blo
                                  hp->rope_sections[3], i);
     if (hp->rope_scaling == ROPE_SCALING_YARN)
         return kiln_fail(err, KILN_ERR_UNSUPPORTED, "YaRN rope scaling is not supported (the oracle lacks it too)");
+    if (hp->n_expert)
+        return kiln_fail(err, KILN_ERR_UNSUPPORTED,
+                         "%s: the GPU kernels have no mixture-of-experts layers yet (run it on --device cpu)",
+                         arch_name(hp->arch));
     if (hp->head_dim_k != hp->head_dim_v)
         return kiln_fail(err, KILN_ERR_UNSUPPORTED, "key and value head sizes differ (%u, %u): not on the GPU path yet",
                          hp->head_dim_k, hp->head_dim_v);
