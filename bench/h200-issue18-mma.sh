@@ -22,7 +22,6 @@ prof() { # name env...: a 512-token profile of the 8b
   tarball
 }
 prof default X=1
-prof occ3 KILN_MATMUL_Q_OCC=3
 prof 2228 KILN_MATMUL_Q_MMA=2,2,2,8,4
 llama_wait
 for m in qwen3-8b-Q4_K_M qwen3-0.6b-Q4_K_M; do

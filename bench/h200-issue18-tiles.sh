@@ -13,7 +13,7 @@ for cfg in default a b c; do
     default) e="X=1" ;;
     a) e="KILN_MATMUL_Q_MMA=2,4,4,4,4 KILN_MATVEC_Q=4,2" ;;
     b) e="KILN_MATMUL_Q_MMA=1,4,8,2,4 KILN_MATVEC_Q=1,4" ;;
-    c) e="KILN_MATMUL_Q_OCC=3 KILN_MATVEC_Q=2,4" ;;
+    c) e="KILN_MATVEC_Q=2,4" ;;
   esac
   echo "$cfg: $e" >> $out/settings.txt
   env $e KILN_TEST_DEVICE=cuda:0 timeout 60 $T -j8 --filter 'kernels_quant/mat*' > $out/kern-$cfg.txt 2>&1; echo "rc=$?" >> $out/kern-$cfg.txt

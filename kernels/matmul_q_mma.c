@@ -427,8 +427,6 @@ ir_kernel *kn_matmul_q_mma(const rt_caps *c, const kn_qlayout *L, uint32_t n_par
     q.stage_lo = q.tile_r * lo_pitch, q.stage_hi = q.tile_r * hi_pitch;
     m->invocations = g->warps_t * g->warps_r * 32;
     kx_workgroup(k, m->invocations);
-    const char *occ = getenv("KILN_MATMUL_Q_OCC");
-    if (occ) ir_set_occupancy(k.ir, (uint32_t)atoi(occ));
     m->lid = kx_local(k);
     ir_grid_wait(k.ir);
     m->n = kx_min(k, kx_load_c(k, m->info, 1), kx_u32(k, n_max));
