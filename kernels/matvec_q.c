@@ -201,7 +201,7 @@ static ir_kernel *build(const rt_caps *c, const kn_qpart *parts, uint32_t n_part
         parts_dot_q(k, L, w, n_parts, row0, nr, x, hx, lane, lanes, unroll, sum);
     }
     for (uint32_t i = 0; i < (swi ? 2 * nr : nr); i++) {
-        char part[16];
+        char part[24];
         snprintf(part, sizeof part, "dot_part%u", i); /* one workgroup array a sum */
         sum[i] = per_subgroup ? kx_sg_sum(k, sum[i]) : kn_wg_sum(k, wg, sum[i], part);
     }
