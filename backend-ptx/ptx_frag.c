@@ -321,6 +321,12 @@ static void emit_elems(ptx_ctx *x, const ir_inst *in) {
         ptx_def(x, in->result, ptx_V(x, in->operand[0]));
         return;
     }
+    const ir_type_desc *w = in->n_operand == 1 ? ir_type_get(x->k, ir_type_of(x->k, in->operand[0])) : NULL;
+    if (w && w->kind == IR_T_VECTOR && w->elem == IR_U32) {
+        /* the registers' words: two 16-bit elements each, the lower in the low half */
+        ptx_def(x, in->result, LLVMBuildBitCast(x->b, ptx_V(x, in->operand[0]), ptx_frag_type(x, in->type), ""));
+        return;
+    }
     if (d->use == IR_FRAG_B) {
         ptx_def(x, in->result, ptx_to_storage(x, d->elem, 4, ptx_V(x, in->operand[0])));
         return;
@@ -333,6 +339,19 @@ static void emit_elems(ptx_ctx *x, const ir_inst *in) {
     ptx_def(x, in->result, LLVMBuildShuffleVector(x->b, lo, hi, LLVMConstVector(idx, 8), ""));
 }
 
+/* frag.pair_sub: the words as pairs of 16-bit floats, subtracted (sub.bf16x2 / sub.f16x2) */
+static void emit_pair_sub(ptx_ctx *x, const ir_inst *in) {
+    if (!ir_emit_need(&x->e, in, 2)) return;
+    ir_scalar s;
+    uint32_t n;
+    if (!ir_emit_tinfo(&x->e, in->type, &s, &n)) return;
+    LLVMTypeRef h = in->imm[0] == IR_BF16 ? LLVMBFloatTypeInContext(x->lc) : LLVMHalfTypeInContext(x->lc);
+    LLVMTypeRef pairs = LLVMVectorType(h, 2 * n), words = LLVMTypeOf(ptx_V(x, in->operand[0]));
+    LLVMValueRef a = LLVMBuildBitCast(x->b, ptx_V(x, in->operand[0]), pairs, "");
+    LLVMValueRef b = LLVMBuildBitCast(x->b, ptx_V(x, in->operand[1]), pairs, "");
+    ptx_def(x, in->result, LLVMBuildBitCast(x->b, LLVMBuildFSub(x->b, a, b, ""), words, ""));
+}
+
 void ptx_emit_frag(ptx_ctx *x, const ir_inst *in) {
     switch (in->op) {
     case IR_OP_FRAG_FILL: emit_fill(x, in); break;
@@ -340,6 +359,7 @@ void ptx_emit_frag(ptx_ctx *x, const ir_inst *in) {
     case IR_OP_FRAG_STORE: emit_store(x, in); break;
     case IR_OP_FRAG_MMA: emit_mma(x, in); break;
     case IR_OP_FRAG_ELEMS: case IR_OP_FRAG_FROM_ELEMS: emit_elems(x, in); break;
+    case IR_OP_FRAG_PAIR_SUB: emit_pair_sub(x, in); break;
     case IR_OP_WG_MMA: ptx_emit_wgmma(x, in); break;
     case IR_OP_WG_WAIT: ptx_emit_wg_wait(x, in); break;
     default: ptx_fail(x, "not a fragment instruction"); break;

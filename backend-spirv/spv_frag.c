@@ -55,7 +55,7 @@ void spv_emit_frag(spv_ctx *x, const ir_inst *in) {
         }
         return;
     }
-    case IR_OP_FRAG_ELEMS: case IR_OP_FRAG_FROM_ELEMS:
+    case IR_OP_FRAG_ELEMS: case IR_OP_FRAG_FROM_ELEMS: case IR_OP_FRAG_PAIR_SUB:
         spv_fail(x, "a fragment's elements per invocation (frag.elems) have no defined layout in SPIR-V's "
                     "cooperative matrices");
         return;

@@ -140,7 +140,7 @@ typedef enum ir_op {
     IR_OP_SG_REDUCE, IR_OP_SG_SHUFFLE, IR_OP_SG_SHUFFLE_XOR, IR_OP_SG_BROADCAST,
     /* matrix fragments */
     IR_OP_FRAG_FILL, IR_OP_FRAG_LOAD, IR_OP_FRAG_STORE, IR_OP_FRAG_MMA,
-    IR_OP_FRAG_ELEMS, IR_OP_FRAG_FROM_ELEMS,
+    IR_OP_FRAG_ELEMS, IR_OP_FRAG_FROM_ELEMS, IR_OP_FRAG_PAIR_SUB,
     IR_OP_WG_MMA, IR_OP_WG_WAIT,
     /* ordering with other kernels and workgroups, and the tensor copy engine (ir.h's last
      * section: grid.wait and prefetch are hints a target may drop; the rest is sm_90's) */
@@ -267,9 +267,16 @@ ir_val ir_frag_mma(ir_kernel *k, ir_val a, ir_val b, ir_val acc); /* acc + a * b
  * IR_NONE), an A from two vectors of 4 of its 16-bit type (elements 0..3, then 4..7), a B
  * from one vector of 4 (hi IR_NONE). Since a product sums over k, A and B built with
  * the same permutation of k give the same sums in another order (kn_matmul_skinny: a
- * lane's 8 consecutive columns in one 16-byte load). */
+ * lane's 8 consecutive columns in one 16-byte load). An A or B may also come from the
+ * registers' words: an A from one vector of 4 u32, a B from one vector of 2 u32, each word
+ * two elements' 16-bit patterns, the lower-numbered element in the low half (hi IR_NONE). */
 ir_val ir_frag_elems(ir_kernel *k, ir_val acc);
 ir_val ir_frag_from_elems(ir_kernel *k, ir_type frag, ir_val lo, ir_val hi);
+/* a - b on words as frag.from_elems takes them (u32 scalars or vectors of one type): each
+ * word's two 16-bit halves as values of elem (f16 or bf16) subtracted pairwise, each
+ * difference rounded to elem (exact where elem holds it: a code decoded by OR-ing it
+ * into a float's mantissa, less that float). PTX only, as frag.elems. */
+ir_val ir_frag_pair_sub(ir_kernel *k, ir_scalar elem, ir_val a, ir_val b);
 
 /* Warpgroup matrix products (wgmma, sm_90a): acc + A * B, where acc is an f32 accumulator
  * fragment of m64 x n x k16 (n a multiple of 8, 8..256) held by a warpgroup: 4 consecutive
@@ -435,7 +442,7 @@ struct ir_inst {
      *   LOAD/SHM_LOAD [index]; STORE/SHM_STORE [index, value]; LOAD_MASKED [index, limit,
      *   fallback]; STORE_MASKED [index, value, limit]; ATOMIC [index, value]; SELECT [cond,
      *   a, b]; SG_SHUFFLE* / SG_BROADCAST [value, lane]; FRAG_FILL [scalar]; FRAG_LOAD
-     *   [base, stride]; FRAG_STORE [frag, base, stride]; FRAG_MMA [a, b, acc]; FRAG_ELEMS [acc]; FRAG_FROM_ELEMS [lo(, hi)]; ASYNC_COPY
+     *   [base, stride]; FRAG_STORE [frag, base, stride]; FRAG_MMA [a, b, acc]; FRAG_ELEMS [acc]; FRAG_FROM_ELEMS [lo(, hi)]; FRAG_PAIR_SUB [a, b] imm[0] = elem; ASYNC_COPY
      *   [dst_index, src_index, limit]; WG_MMA [acc, a_base, a_sbo, a_lbo, b_base, b_sbo,
      *   b_lbo]; WG_WAIT [acc]; PREFETCH [index]; MBAR_INIT [index, count];
      *   MBAR_ARRIVE [index(, cta)]; MBAR_EXPECT [index, bytes]; MBAR_WAIT [index, parity];

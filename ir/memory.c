@@ -201,6 +201,13 @@ ir_val ir_frag_from_elems(ir_kernel *k, ir_type frag, ir_val lo, ir_val hi) {
     return ir_result_of(ir_build(k, "ir_frag_from_elems", IR_OP_FRAG_FROM_ELEMS, frag, ops, n, 0, 0, 0));
 }
 
+ir_val ir_frag_pair_sub(ir_kernel *k, ir_scalar elem, ir_val a, ir_val b) {
+    ir_val ops[2] = { a, b };
+    if (!k || !ir_uses_ok(k, "ir_frag_pair_sub", ops, 2))
+        return IR_NONE;
+    return ir_result_of(ir_build(k, "ir_frag_pair_sub", IR_OP_FRAG_PAIR_SUB, ir_type_of(k, a), ops, 2, elem, 0, 0));
+}
+
 static ir_val wg_mma(ir_kernel *k, const char *fn, ir_val acc, ir_shm a, ir_val a_base, ir_val a_sbo, ir_val a_lbo,
                      ir_shm b, ir_val b_base, ir_val b_sbo, ir_val b_lbo, uint32_t k_steps) {
     ir_scalar ea, eb;

@@ -204,6 +204,10 @@ void ir_sb_inst(ir_sb *b, const ir_kernel *k, const ir_inst *in) {
     case IR_OP_SG_REDUCE:
         ir_sb_printf(b, "sg.reduce.%s %%%u", NAME_AT(red_names, in->imm[0]), opnd(in, 0));
         break;
+    case IR_OP_FRAG_PAIR_SUB:
+        ir_sb_printf(b, "%s.%s %%%u, %%%u", op, in->imm[0] == IR_BF16 ? "bf16" : in->imm[0] == IR_F16 ? "f16" : "?",
+                     opnd(in, 0), opnd(in, 1));
+        break;
     case IR_OP_FRAG_LOAD:
         ir_sb_printf(b, "%s ", op);
         put_target(b, k, in->imm[2] != 0, in->imm[0]);

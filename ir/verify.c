@@ -464,6 +464,11 @@ static bool check(ck *c) {
         bool acc = d->use == IR_FRAG_ACC;
         if (acc ? d->elem != IR_F32 : d->elem != IR_F16 && d->elem != IR_BF16)
             return bad(c, "frag.from_elems: an f32 ACC or an f16/bf16 A or B");
+        const ir_type_desc *w = in->n_operand == 1 ? ir_type_get(k, ty(c, 0)) : NULL;
+        if (!acc && w && w->kind == IR_T_VECTOR && w->elem == IR_U32) /* the registers' words */
+            return w->lanes == (d->use == IR_FRAG_A ? 4u : 2u)
+                       ? true
+                       : bad(c, "frag.from_elems: an A takes 4 words, a B 2, not %u", w->lanes);
         if (!nops(c, d->use == IR_FRAG_A ? 2 : 1))
             return false;
         for (uint32_t i = 0; i < in->n_operand; i++) {
@@ -474,6 +479,12 @@ static bool check(ck *c) {
         }
         return true;
     }
+    case IR_OP_FRAG_PAIR_SUB:
+        if (!nops(c, 2) || !same_types(c, 0, 2) || !sv(c, ty(c, 0), &e, &l) || e != IR_U32)
+            return bad(c, "frag.pair_sub takes u32 words of one type");
+        if (in->imm[0] != IR_F16 && in->imm[0] != IR_BF16)
+            return bad(c, "frag.pair_sub subtracts f16 or bf16 pairs, not %lld", (long long)in->imm[0]);
+        return result_is(c, ty(c, 0));
     case IR_OP_WG_WAIT: {
         const ir_type_desc *fc = NULL;
         if (!nops(c, 1) || !frag_of(c, ty(c, 0), IR_FRAG_ACC, &fc))

@@ -235,33 +235,52 @@ static ir_val code_pair(const qm *q, const qm_plane *pl, ir_shm s, ir_val row_at
     return 2 * pl->bits == 32 ? v : kx_and_c(k, v, (1u << (2 * pl->bits)) - 1);
 }
 
-/* code - offset, exact, in dtype */
-static ir_val code_value(const qm *q, const qm_part *p, ir_val code) {
+/* w_frag for codes wider than the magic float's mantissa (Q8_0 in bf16, no high bits):
+ * each code - offset made an f32 (exact), then dtype (exact: at most 8 bits). */
+static ir_val w_frag_wide(const qm *q, const qm_part *p, ir_val lo_at, uint32_t kc) {
     kx k = q->m.k;
-    ir_val f = kx_bitcast(k, kx_or(k, code, kx_u32(k, 0x4b000000u)), kx_t(k, IR_F32, 1));
-    ir_val v = kx_sub(k, f, kx_f32(k, 8388608.0f + (float)p->f->offset));
-    return ir_convert_exact(k.ir, v, kx_t(k, q->m.dtype, 1));
+    uint32_t bl = p->lo.bits;
+    ir_val e[4];
+    for (uint32_t h = 0; h < 2; h++) {
+        ir_val lo = code_pair(q, &p->lo, q->wlo, lo_at, kc + 8 * h), c[2];
+        c[0] = kx_and_c(k, lo, (1u << bl) - 1), c[1] = kx_shr_c(k, lo, bl);
+        for (uint32_t i = 0; i < 2; i++) {
+            ir_val f = kx_bitcast(k, kx_or(k, c[i], kx_u32(k, 0x4b000000u)), kx_t(k, IR_F32, 1));
+            ir_val v = kx_sub(k, f, kx_f32(k, 8388608.0f + (float)p->f->offset));
+            e[2 * h + i] = ir_convert_exact(k.ir, v, kx_t(k, q->m.dtype, 1));
+        }
+    }
+    return ir_frag_from_elems(k.ir, q->tb, kx_vec(k, e, 4), IR_NONE);
 }
 
-/* The B fragment of 8 rows (row 8j + g of the subgroup's) at the chunk's 16 columns from kc. */
+/* The B fragment of 8 rows (row 8j + g of the subgroup's) at the chunk's 16 columns from
+ * kc: each register two adjacent codes (k = 2t, 2t + 1; then 2t + 8, 2t + 9) OR-ed into
+ * the halves of a magic pair (2^7 + code in bf16, 2^10 + code in f16, exact), less the
+ * magic plus the offset (frag.pair_sub: exact small integers). */
 static ir_val w_frag(const qm *q, const qm_part *p, ir_val slot, uint32_t j, uint32_t kc) {
     kx k = q->m.k;
     ir_val row = kx_add(k, q->sub_r, kx_add_c(k, q->lane_g, 8 * j));
     ir_val lo_at = kx_add(k, kx_mul_c(k, slot, q->stage_lo), kx_mul_c(k, row, p->lo.pitch)), hi_at = IR_NONE;
     if (p->f->hi_bits) hi_at = kx_add(k, kx_mul_c(k, slot, q->stage_hi), kx_mul_c(k, row, p->hi.pitch));
-    uint32_t bl = p->lo.bits, bh = p->hi.bits;
-    ir_val e[4];
+    uint32_t bl = p->lo.bits, bh = p->hi.bits, magic = q->m.dtype == IR_BF16 ? 0x4300u : 0x6400u;
+    uint32_t z = magic + p->f->offset;
+    if (bl + bh > (q->m.dtype == IR_BF16 ? 7u : 10u)) return w_frag_wide(q, p, lo_at, kc);
+    ir_val e[2];
     for (uint32_t h = 0; h < 2; h++) { /* k = 2t, 2t + 1, then 2t + 8, 2t + 9 */
-        ir_val lo = code_pair(q, &p->lo, q->wlo, lo_at, kc + 8 * h), c[2];
-        c[0] = kx_and_c(k, lo, (1u << bl) - 1), c[1] = kx_shr_c(k, lo, bl);
+        ir_val lo = code_pair(q, &p->lo, q->wlo, lo_at, kc + 8 * h);
+        /* code 0 at bit 0, code 1 at bit 16 */
+        ir_val c0 = kx_and_c(k, lo, (1u << bl) - 1);
+        ir_val v = kx_or(k, c0, kx_and_c(k, kx_shl_c(k, lo, 16 - bl), ((1u << bl) - 1) << 16));
         if (bh) {
             ir_val hi = code_pair(q, &p->hi, q->whi, hi_at, kc + 8 * h);
-            ir_val h0 = kx_shl_c(k, kx_and_c(k, hi, (1u << bh) - 1), bl), h1 = kx_shl_c(k, kx_shr_c(k, hi, bh), bl);
-            c[0] = kx_or(k, c[0], h0), c[1] = kx_or(k, c[1], h1);
+            ir_val h0 = kx_and_c(k, kx_shl_c(k, hi, bl), ((1u << bh) - 1) << bl);
+            ir_val h1 = kx_and_c(k, kx_shl_c(k, hi, 16 + bl - bh), ((1u << bh) - 1) << (16 + bl));
+            v = kx_or(k, v, kx_or(k, h0, h1));
         }
-        e[2 * h] = code_value(q, p, c[0]), e[2 * h + 1] = code_value(q, p, c[1]);
+        v = kx_or(k, v, kx_u32(k, magic | magic << 16));
+        e[h] = ir_frag_pair_sub(k.ir, q->m.dtype, v, kx_u32(k, z | z << 16));
     }
-    return ir_frag_from_elems(k.ir, q->tb, kx_vec(k, e, 4), IR_NONE);
+    return ir_frag_from_elems(k.ir, q->tb, kx_vec(k, e, 2), IR_NONE);
 }
 
 /* (v[0], v[1], v[0], v[1]): a pair of rows' values over an accumulator's elements */

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "kernels/kn_common.h"
 #include "kernels/matvec_internal.h"
+#include "kernels/matvec_q_mma.h"
 #include "kernels/quant_ir.h"
 
 #include <math.h>
@@ -146,6 +147,8 @@ static ir_kernel *build(const rt_caps *c, const kn_qpart *parts, uint32_t n_part
     uint32_t rows;
     bool swi = epi & KN_EPI_SWIGLU;
     if (kn_check_dtype(c, dtype, err) || kn_q_part_layouts(name, parts, n_parts, cols, swi, L, &rows, err)) return NULL;
+    mvq_mma_cfg mc;
+    bool mma = kn_matvec_q_mma_pick(c, L, swi ? 2 : n_parts, swi, norm, dtype, cols, &mc);
     if (out != dtype && out != IR_F32) {
         kiln_fail(err, KILN_ERR_INVALID, "%s: output must be %s or f32", name, ir_scalar_name(dtype));
         return NULL;
@@ -161,7 +164,7 @@ static ir_kernel *build(const rt_caps *c, const kn_qpart *parts, uint32_t n_part
                   name, cols, cols * 4 + 512, c->shared_bytes);
         return NULL;
     }
-    kx k = {kn_create(name, err), c};
+    kx k = {kn_create(mma ? (norm ? "kn_matvec_q_mma_norm" : "kn_matvec_q_mma") : name, err), c};
     if (!k.ir) return NULL;
     ir_buf w[KN_Q_PARTS];
     for (uint32_t i = 0; i < (swi ? 1 : n_parts); i++) w[i] = kx_buffer(k, part_names[i], IR_U32, IR_READ, L[i].words);
@@ -171,6 +174,12 @@ static ir_kernel *build(const rt_caps *c, const kn_qpart *parts, uint32_t n_part
     if (epi & KN_EPI_RESIDUAL) res = kx_buffer(k, "res", dtype, IR_READ, rows);
     if (swi) wu = kx_buffer(k, "Wu", IR_U32, IR_READ, L[1].words);
     if (norm) wn = kx_buffer(k, "wn", dtype, IR_READ, cols);
+    if (mma) {
+        mvq_mma_args a = {L, w, n_parts, cols, x, y, b, res, wu, wn, dtype, out, epi, swi, norm, eps};
+        kn_matvec_q_mma_body(k, &mc, &a);
+        if (groups_x) *groups_x = rows / 16;
+        return kn_finish(k.ir, err);
+    }
     uint32_t sg = c->subgroup_size, wg = kn_workgroup(c, 256);
     bool per_subgroup = c->subgroup_arith && sg >= 8 && sg <= wg, strided = kn_matvec_strided(c);
     if (!per_subgroup) wg = kn_workgroup(c, 128);

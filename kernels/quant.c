@@ -105,8 +105,13 @@ void kn_q_chunk(kx k, const kn_qlayout *L, ir_buf w, ir_val e0, ir_val *q) {
     kn_q_codes_decode(k, L, &c, q);
 }
 
-/* The f16 in half (u & 1) of word, as f32. */
-static ir_val f16_half(kx k, ir_val word, ir_val u) { return kn_q_f16_bits(k, kx_shr(k, word, kx_shl_c(k, kx_and_c(k, u, 1), 4))); }
+/* The f16 in half (u & 1) of word, as f32: CUDA's conversion instruction (exact), else
+ * kn_q_f16_bits (a Vulkan device need not offer f16 values). */
+static ir_val f16_half(kx k, ir_val word, ir_val u) {
+    ir_val w = kx_shr(k, word, kx_shl_c(k, kx_and_c(k, u, 1), 4));
+    if (k.caps && k.caps->backend == RT_CUDA) return kx_as(k, kx_lane(k, kx_bitcast(k, w, kx_t(k, IR_F16, 2)), 0), IR_F32);
+    return kn_q_f16_bits(k, w);
+}
 
 /* Byte (i & 3) of word: 0..255 as u32. */
 static ir_val byte_of(kx k, ir_val word, ir_val i) {

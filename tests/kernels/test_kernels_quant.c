@@ -170,7 +170,7 @@ static const char *parts_name(const kn_qpart *parts, uint32_t n, char *buf, size
 /* ---- the decode step's product ---- */
 
 static void matvec_q_case(rt_device *d, const kn_qpart *parts, uint32_t n_parts, uint32_t cols, ir_scalar t,
-                          unsigned epi, bool norm, const char *var) {
+                          unsigned epi, bool norm, const char *var, bool want_mma) {
     kiln_err err = {0};
     char what[200], pn[96];
     snprintf(what, sizeof what, "matvec_q%s %s x %u %s epi %u caps=%s", norm ? "_norm" : "",
@@ -182,6 +182,8 @@ static void matvec_q_case(rt_device *d, const kn_qpart *parts, uint32_t n_parts,
     ir_kernel *k = norm ? kn_matvec_q_norm(&d->caps, parts, n_parts, cols, t, t, epi, eps, &gx, &err)
                         : kn_matvec_q(&d->caps, parts, n_parts, cols, t, t, epi, &gx, &err);
     cr_assert_not_null(k, "%s: %s", what, err.msg);
+    if (want_mma && d->caps.backend == RT_CUDA)
+        cr_assert(!strncmp(ir_kernel_name(k), "kn_matvec_q_mma", 15), "%s: not on the matrix units", what);
     qmat w[KN_Q_PARTS] = {0};
     for (uint32_t i = 0; i < n_parts; i++) w[i] = qmat_make(parts[i].type, parts[i].rows, cols);
     float *xf, *rf, *nf;
@@ -251,8 +253,8 @@ Test(kernels_quant, matvec_q_every_type_odd_rows_with_guards, .timeout = 600) {
                 uint32_t rows = rows_cases[(q + ci) % 4], cols = cols_for((kn_qtype)q, ci);
                 ir_scalar t = (q + ci) % 2 ? IR_F16 : IR_BF16;
                 kn_qpart one = {(kn_qtype)q, rows};
-                matvec_q_case(d, &one, 1, cols, t, KN_EPI_NONE, false, variants[v]);
-                matvec_q_case(d, &one, 1, cols, t, KN_EPI_RESIDUAL, ci == 2, variants[v]);
+                matvec_q_case(d, &one, 1, cols, t, KN_EPI_NONE, false, variants[v], false);
+                matvec_q_case(d, &one, 1, cols, t, KN_EPI_RESIDUAL, ci == 2, variants[v], false);
             }
         d->ops->destroy(d);
     }
@@ -265,14 +267,84 @@ Test(kernels_quant, matvec_q_parts_and_swiglu_mixed_types, .timeout = 600) {
         tu_seed(35);
         kn_qpart qkv[3] = {{KN_Q4_K, 33}, {KN_Q4_K, 7}, {KN_Q6_K, 7}}, ff[2] = {{KN_Q4_K, 29}, {KN_Q5_K, 29}};
         kn_qpart mixed[3] = {{KN_Q8_0, 5}, {KN_Q4_0, 16}, {KN_Q5_1, 3}};
-        matvec_q_case(d, qkv, 3, 512, IR_BF16, KN_EPI_NONE, true, variants[v]);
-        matvec_q_case(d, ff, 2, 768, IR_BF16, KN_EPI_SWIGLU, true, variants[v]);
-        matvec_q_case(d, ff, 2, 256, IR_F16, KN_EPI_SWIGLU, false, variants[v]);
-        matvec_q_case(d, mixed, 3, 96, IR_F16, KN_EPI_NONE, false, variants[v]);
+        matvec_q_case(d, qkv, 3, 512, IR_BF16, KN_EPI_NONE, true, variants[v], false);
+        matvec_q_case(d, ff, 2, 768, IR_BF16, KN_EPI_SWIGLU, true, variants[v], false);
+        matvec_q_case(d, ff, 2, 256, IR_F16, KN_EPI_SWIGLU, false, variants[v], false);
+        matvec_q_case(d, mixed, 3, 96, IR_F16, KN_EPI_NONE, false, variants[v], false);
         /* parts of whole row groups: a subgroup's rows in one part, the last part odd */
         kn_qpart grouped[3] = {{KN_Q4_K, 64}, {KN_Q5_K, 16}, {KN_Q6_K, 21}};
-        matvec_q_case(d, grouped, 3, 4096, IR_BF16, KN_EPI_RESIDUAL, true, variants[v]);
+        matvec_q_case(d, grouped, 3, 4096, IR_BF16, KN_EPI_RESIDUAL, true, variants[v], false);
         d->ops->destroy(d);
+    }
+}
+
+/* Shapes the matrix-unit form takes (rows whole groups of 16, cols whole passes: one
+ * subgroup's passes unrolled and the rest one by one), every type whose codes the 16-bit
+ * type holds, fused norm, residual and SwiGLU: on CUDA it must be the one that runs. */
+Test(kernels_quant, matvec_q_fragments_every_type, .timeout = 600) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    tu_seed(39);
+    for (int q = 0; q < KN_Q_COUNT; q++) {
+        if (q == KN_Q3_K) continue; /* a sub-block's high bits in half a word: the general kernel */
+        ir_scalar t = q == KN_Q8_0 || q % 2 ? IR_F16 : IR_BF16; /* Q8_0's codes pass bf16's 7 bits */
+        kn_qpart one = {(kn_qtype)q, q % 2 ? 48 : 32}; /* 17 or 34 passes, and 5 or 10 */
+        matvec_q_case(d, &one, 1, 17 * 256, t, KN_EPI_NONE, false, "fragments", true);
+        matvec_q_case(d, &one, 1, 5 * 256, t, KN_EPI_RESIDUAL, true, "fragments", true);
+    }
+    kn_qpart qkv[3] = {{KN_Q4_K, 64}, {KN_Q4_K, 16}, {KN_Q6_K, 32}}, ff[2] = {{KN_Q4_K, 48}, {KN_Q4_K, 48}};
+    matvec_q_case(d, qkv, 3, 4096, IR_BF16, KN_EPI_NONE, true, "fragments", true);
+    matvec_q_case(d, ff, 2, 3072, IR_BF16, KN_EPI_SWIGLU, true, "fragments", true);
+    kn_qpart q5[2] = {{KN_Q5_0, 16}, {KN_Q4_1, 32}}; /* a min in one part only */
+    matvec_q_case(d, q5, 2, 512, IR_F16, KN_EPI_RESIDUAL, false, "fragments", true);
+    d->ops->destroy(d);
+}
+
+/* Built for CUDA's caps at sm_80 and sm_90 and assembled by ptxas on any machine; refused
+ * where a part is off the row groups, a type's codes pass the 16-bit type, or by switch. */
+Test(kernels_quant, matvec_q_fragments_build_and_refuse, .timeout = 300) {
+    kiln_err err = {0};
+    uint32_t gx;
+    for (uint32_t cc = 80; cc <= 90; cc += 10) {
+        rt_caps c = tu_cuda_caps(cc);
+        for (int q = 0; q < KN_Q_COUNT; q++) {
+            if (q == KN_Q3_K) continue;
+            kn_qpart one = {(kn_qtype)q, 4096};
+            ir_scalar t = q == KN_Q8_0 || q % 2 ? IR_F16 : IR_BF16;
+            ir_kernel *k = q % 2 ? kn_matvec_q(&c, &one, 1, 4096, t, t, KN_EPI_RESIDUAL, &gx, &err)
+                                 : kn_matvec_q_norm(&c, &one, 1, 4096, t, t, KN_EPI_NONE, 1e-6f, &gx, &err);
+            cr_assert_not_null(k, "%s", err.msg);
+            cr_assert(!strncmp(ir_kernel_name(k), "kn_matvec_q_mma", 15), "%s: %s", kn_qformat_of((kn_qtype)q)->name,
+                      ir_kernel_name(k));
+            cr_assert_eq(gx, 4096 / 16);
+            if (cc == 90 || q == KN_Q4_K) tu_ptx_assembles(k, &c, kn_qformat_of((kn_qtype)q)->name);
+            ir_kernel_destroy(k);
+        }
+        kn_qpart ff[2] = {{KN_Q4_K, 12288}, {KN_Q4_K, 12288}}, qkv[3] = {{KN_Q4_K, 4096}, {KN_Q4_K, 1024}, {KN_Q6_K, 1024}};
+        ir_kernel *k = kn_matvec_q_norm(&c, ff, 2, 4096, IR_BF16, IR_BF16, KN_EPI_SWIGLU, 1e-6f, &gx, &err);
+        cr_assert_not_null(k, "%s", err.msg);
+        cr_assert_str_eq(ir_kernel_name(k), "kn_matvec_q_mma_norm");
+        tu_ptx_assembles(k, &c, "swiglu");
+        ir_kernel_destroy(k);
+        k = kn_matvec_q_norm(&c, qkv, 3, 4096, IR_BF16, IR_BF16, KN_EPI_NONE, 1e-6f, &gx, &err);
+        cr_assert_str_eq(ir_kernel_name(k), "kn_matvec_q_mma_norm");
+        tu_ptx_assembles(k, &c, "q4_k_m qkv");
+        ir_kernel_destroy(k);
+        kn_qpart ragged[2] = {{KN_Q4_K, 1000}, {KN_Q6_K, 64}}, q8 = {KN_Q8_0, 64}, q3 = {KN_Q3_K, 64};
+        k = kn_matvec_q(&c, ragged, 2, 256, IR_BF16, IR_BF16, KN_EPI_NONE, &gx, &err);
+        cr_assert_str_eq(ir_kernel_name(k), "kn_matvec_q", "a part off the row groups");
+        ir_kernel_destroy(k);
+        k = kn_matvec_q(&c, &q8, 1, 256, IR_BF16, IR_BF16, KN_EPI_NONE, &gx, &err);
+        cr_assert_str_eq(ir_kernel_name(k), "kn_matvec_q", "Q8_0's codes in bf16");
+        ir_kernel_destroy(k);
+        k = kn_matvec_q(&c, &q3, 1, 256, IR_F16, IR_F16, KN_EPI_NONE, &gx, &err);
+        cr_assert_str_eq(ir_kernel_name(k), "kn_matvec_q", "Q3_K");
+        ir_kernel_destroy(k);
+        kn_qpart one_q4k = {KN_Q4_K, 64};
+        setenv("KILN_MATVEC_Q_MMA", "0", 1);
+        k = kn_matvec_q(&c, &one_q4k, 1, 256, IR_BF16, IR_BF16, KN_EPI_NONE, &gx, &err);
+        unsetenv("KILN_MATVEC_Q_MMA");
+        cr_assert_str_eq(ir_kernel_name(k), "kn_matvec_q", "switched off");
+        ir_kernel_destroy(k);
     }
 }
 

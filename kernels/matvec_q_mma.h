@@ -1,0 +1,39 @@
+/* kn_matvec_q on the matrix units (matvec_q_mma.c): chosen by kn_matvec_q (matvec_q.c)
+ * where the device and every part fit. */
+#ifndef KILN_KERNELS_MATVEC_Q_MMA_H
+#define KILN_KERNELS_MATVEC_Q_MMA_H
+
+#include "kernels/kn_expr.h"
+#include "kernels/kn_quant.h"
+
+#include <stdbool.h>
+
+typedef struct mvq_mma_cfg {
+    uint32_t warps;  /* subgroups a workgroup (they split each row's passes) */
+    uint32_t unroll; /* passes a subgroup loads at once */
+    uint32_t xs_sub; /* the sub-block of the sums of x (the parts with a min), 0 for none */
+} mvq_mma_cfg;
+
+/* The product's parameters, declared by kn_matvec_q: the parts' layouts and buffers (or
+ * SwiGLU's gate L[0] / w[0] and up L[1] / wu), x, y and the epilogue's. */
+typedef struct mvq_mma_args {
+    const kn_qlayout *L;
+    const ir_buf *w;
+    uint32_t n_parts, cols;
+    ir_buf x, y, b, res, wu, wn;
+    ir_scalar dtype, out;
+    unsigned epi;
+    bool swi, norm;
+    float eps;
+} mvq_mma_args;
+
+/* Whether the mma form takes this product (CUDA, 16x8x16 fragments of dt; every part's
+ * codes held exactly by dt's magic float, one code width, rows whole groups of 16, cols
+ * whole passes; workgroup memory enough), and its shape (KILN_MATVEC_Q_MMA=0 turns it
+ * off, =warps,unroll sets the shape for measuring). */
+bool kn_matvec_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, bool swi, bool norm,
+                          ir_scalar dt, uint32_t cols, mvq_mma_cfg *out);
+/* The kernel's body after its parameters: rows / 16 workgroups. */
+void kn_matvec_q_mma_body(kx k, const mvq_mma_cfg *g, const mvq_mma_args *a);
+
+#endif
