@@ -40,6 +40,7 @@
 #define MQ_MAX_TILES 2  /* SwiGLU's gate and up */
 #define MQ_MAX_UNROLL 4 /* passes a subgroup loads at once */
 #define MQ_MAX_WARPS 16
+#define MQ_MAX_CHAINS 4 /* accumulators a tile's pass deals its products round */
 #define MQ_MAX_LO 8     /* lo words of a sub-block (Q8_0: 32 bytes) */
 #define MQ_ZERO_WORDS 16
 
@@ -52,12 +53,13 @@ bool kn_matvec_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_part
         shape |= s->m == 16 && s->n == 8 && s->k == 16 && s->ab_type == (uint32_t)dt && s->acc_type == IR_F32;
     }
     if (!shape) return false;
-    mvq_mma_cfg g = {8, 2, 0};
+    mvq_mma_cfg g = {.warps = 8, .unroll = 1, .occupancy = 0, .chains = 2, .row_tiles = 1};
     const char *e = getenv("KILN_MATVEC_Q_MMA");
-    unsigned a, b;
+    unsigned a, b, o = g.occupancy, ch = g.chains, rt = g.row_tiles;
     if (e && e[0] == '0' && !e[1]) return false;
-    if (e && sscanf(e, "%u,%u", &a, &b) == 2 && a >= 1 && a <= MQ_MAX_WARPS && b >= 1 && b <= MQ_MAX_UNROLL)
-        g.warps = a, g.unroll = b;
+    if (e && sscanf(e, "%u,%u,%u,%u,%u", &a, &b, &o, &ch, &rt) >= 2 && a >= 1 && a <= MQ_MAX_WARPS && b >= 1 &&
+        b <= MQ_MAX_UNROLL && o <= 16 && ch >= 1 && ch <= MQ_MAX_CHAINS && rt >= 1 && rt <= 64)
+        g.warps = a, g.unroll = b, g.occupancy = o, g.chains = ch, g.row_tiles = rt;
     uint32_t code_bits = dt == IR_BF16 ? 7 : 10; /* codes the magic float's mantissa holds exactly */
     const kn_qformat *f0 = kn_qformat_of(L[0].type);
     for (uint32_t p = 0; p < n_parts; p++) {
@@ -68,6 +70,11 @@ bool kn_matvec_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_part
         if (f->has_min && g.xs_sub && g.xs_sub != f->sub) return false; /* one sum of x a sub-block */
         if (f->has_min) g.xs_sub = f->sub;
         if (swi && L[p].type != L[0].type) return false;
+    }
+    for (bool fits = false; !fits; ) { /* a workgroup's rows in one part */
+        fits = true;
+        for (uint32_t p = 0; p < n_parts; p++) fits &= L[p].rows % (MQ_ROWS * g.row_tiles) == 0;
+        if (!fits) g.row_tiles--;
     }
     uint64_t bytes = (uint64_t)(cols / 2 + MQ_ZERO_WORDS) * 4 + (g.xs_sub ? cols / g.xs_sub * 4 : 0) +
                      (uint64_t)g.warps * MQ_ROWS * MQ_MAX_TILES * 4 + (norm ? (uint64_t)cols * 4 + 512 : 0);
@@ -98,7 +105,7 @@ static ir_val x_at(kx k, ir_buf x, uint32_t hx, ir_val col, uint32_t lanes) {
 /* xw[q * per_word / 2 + i] = (x[per_word q + i], x[per_word q + i + per_word / 2]) as dt's
  * bits, the pairs in the order the codes' pairs are decoded (pair_word); xs[b] = the sum of
  * sub-block b's x in f32, in column order. Ends with a barrier. */
-static void stage_x(mq *q, uint32_t wg, ir_buf x, uint32_t hx) {
+static void stage_x(const mq *q, uint32_t wg, ir_buf x, uint32_t hx) {
     kx k = q->k;
     uint32_t n = q->per_word, half = n / 2;
     ir_type u32 = kx_t(k, IR_U32, 1);
@@ -233,16 +240,21 @@ static void pass_math(const mq *q, const mq_tile *tl, uint32_t n_tiles, ir_val p
     }
     for (uint32_t t = 0; t < n_tiles; t++) {
         const mq_loads *l = &ld[t];
-        ir_val c = ir_frag_fill(k.ir, q->tc, kx_f32(k, 0.0f));
+        /* the steps dealt round q->g.chains accumulators: products in independent chains,
+         * which the matrix units overlap, where one chain waits out each product's latency */
+        ir_val c[MQ_MAX_CHAINS] = {0};
+        uint32_t nc = q->g.chains < steps ? q->g.chains : steps;
+        for (uint32_t i = 0; i < nc; i++) c[i] = ir_frag_fill(k.ir, q->tc, kx_f32(k, 0.0f));
         for (uint32_t p = 0; p < steps; p++) {
             ir_val aw[4], bw[2] = {xb[0][p], xb[1][p]};
             for (uint32_t e = 0; e < 4; e++) /* rows g, g + 8 of sub-block t; then of t + 4 */
                 aw[e] = pair_word(q, f, l->lo[e & 1][e >> 1], l->hi[e & 1][e >> 1], p, zero2);
             ir_val a = ir_frag_from_elems(k.ir, q->ta, kx_vec(k, aw, 4), IR_NONE);
             ir_val b = ir_frag_from_elems(k.ir, q->tb, kx_vec(k, bw, 2), IR_NONE);
-            c = ir_frag_mma(k.ir, a, b, c);
+            c[p % nc] = ir_frag_mma(k.ir, a, b, c[p % nc]);
         }
-        ir_val e = ir_frag_elems(k.ir, c);
+        ir_val e = ir_frag_elems(k.ir, c[0]);
+        for (uint32_t i = 1; i < nc; i++) e = kx_add(k, e, ir_frag_elems(k.ir, c[i]));
         for (uint32_t r = 0; r < 2; r++) {
             ir_val *a = &acc[2 * t + r];
             for (uint32_t j = 0; j < 2; j++) {
@@ -275,12 +287,43 @@ static void walk(const mq *q, const mq_tile *tl, uint32_t n_tiles, ir_val from, 
     for (uint32_t i = 0; i < n; i++) acc[i] = ir_for_result(l, i);
 }
 
-static void tiles_dot(const mq *q, const mq_tile *tl, uint32_t n_tiles, ir_val *acc) {
+/* The prologue: x normalised (the fused norm) and staged as pair words (stage_x). */
+typedef struct mq_pro {
+    uint32_t wg;
+    ir_buf x, wn;
+    bool norm;
+    float eps;
+} mq_pro;
+
+static void prologue(const mq *q, const mq_pro *pro) {
+    kx k = q->k;
+    uint32_t hx = pro->norm ? kn_mv_norm_prologue(k, pro->wg, pro->x, pro->wn, q->cols, q->dt, pro->eps) : UINT32_MAX;
+    stage_x(q, pro->wg, pro->x, hx);
+}
+
+/* The tiles' products. With a prologue (pro), its subgroup's first step of passes is
+ * loaded before it: the weights' latency then runs under the staging of x (and its norm),
+ * which a workgroup otherwise spends with no weight bytes in flight. */
+static void tiles_dot(const mq *q, const mq_tile *tl, uint32_t n_tiles, ir_val *acc, const mq_pro *pro) {
     kx k = q->k;
     const kn_qformat *f = kn_qformat_of(tl[0].L->type);
     uint32_t passes = q->cols / (8 * f->sub), step = q->g.warps * q->g.unroll, main_end = passes - passes % step;
     for (uint32_t i = 0; i < 2 * n_tiles; i++) acc[i] = kx_f32(k, 0.0f);
-    if (main_end) walk(q, tl, n_tiles, q->warp, main_end, q->g.unroll, acc);
+    uint32_t from = 0;
+    if (pro && main_end) {
+        mq_loads ld[MQ_MAX_UNROLL][MQ_MAX_TILES];
+        ir_val pass[MQ_MAX_UNROLL];
+        for (uint32_t u = 0; u < q->g.unroll; u++) {
+            pass[u] = u ? kx_add_c(k, q->warp, u * q->g.warps) : q->warp;
+            for (uint32_t t = 0; t < n_tiles; t++) pass_loads(q, &tl[t], pass[u], &ld[u][t]);
+        }
+        prologue(q, pro);
+        for (uint32_t u = 0; u < q->g.unroll; u++) pass_math(q, tl, n_tiles, pass[u], ld[u], acc);
+        from = step;
+    } else if (pro) {
+        prologue(q, pro);
+    }
+    if (from < main_end) walk(q, tl, n_tiles, from ? kx_add_c(k, q->warp, from) : q->warp, main_end, q->g.unroll, acc);
     if (main_end < passes) walk(q, tl, n_tiles, kx_add_c(k, q->warp, main_end), passes, 1, acc);
 }
 
@@ -289,7 +332,7 @@ static void parts_dot(const mq *q, const kn_qlayout *L, const ir_buf *w, uint32_
     kx k = q->k;
     if (n_parts == 1) {
         mq_tile t = {L, w[0], row0};
-        tiles_dot(q, &t, 1, acc);
+        tiles_dot(q, &t, 1, acc, NULL);
         return;
     }
     ir_if *f = ir_if_begin(k.ir, kx_lt_c(k, row0, L[0].rows), 2);
@@ -301,17 +344,58 @@ static void parts_dot(const mq *q, const kn_qlayout *L, const ir_buf *w, uint32_
     for (uint32_t i = 0; i < 2; i++) acc[i] = ir_if_result(f, i);
 }
 
+/* 16 rows from row0: the products (with the prologue where pro is given: after the first
+ * step's loads where there is one), the reduction over subgroups, the stores. */
+static void row_tile(const mq *q, const mvq_mma_args *a, ir_val row0, const mq_pro *pro) {
+    kx k = q->k;
+    ir_val acc[2 * MQ_MAX_TILES];
+    uint32_t n_tiles = a->swi ? 2 : 1;
+    if (a->swi) {
+        mq_tile t[2] = {{&a->L[0], a->w[0], row0}, {&a->L[1], a->wu, row0}};
+        tiles_dot(q, t, 2, acc, pro);
+    } else if (a->n_parts == 1) {
+        mq_tile t = {a->L, a->w[0], row0};
+        tiles_dot(q, &t, 1, acc, pro);
+    } else { /* the parts' branch comes after the prologue, which has one place */
+        if (pro) prologue(q, pro);
+        parts_dot(q, a->L, a->w, a->n_parts, row0, acc);
+    }
+    /* the four lanes of a row (t = 0..3), then the subgroups through workgroup memory */
+    ir_val first = kx_eq_c(k, q->lane_t, 0);
+    ir_val slot0 = kx_add(k, kx_mul_c(k, q->warp, MQ_ROWS * MQ_MAX_TILES), q->lane_g);
+    for (uint32_t i = 0; i < 2 * n_tiles; i++) {
+        ir_val v = acc[i];
+        v = kx_add(k, v, kx_sg_xor(k, v, 1));
+        v = kx_add(k, v, kx_sg_xor(k, v, 2));
+        ir_if *st = kx_if(k, first);
+        kx_shm_store(k, q->red, kx_add_c(k, slot0, (i >> 1) * MQ_ROWS + (i & 1) * 8), v);
+        kx_end_if(k, st);
+    }
+    kx_barrier(k);
+    ir_val lid = kx_local(k);
+    ir_if *out = kx_if(k, kx_lt_c(k, lid, MQ_ROWS));
+    ir_val sum[MQ_MAX_TILES];
+    for (uint32_t t = 0; t < n_tiles; t++) {
+        sum[t] = kx_shm_load(k, q->red, t ? kx_add_c(k, lid, t * MQ_ROWS) : lid, 1);
+        for (uint32_t w = 1; w < q->g.warps; w++)
+            sum[t] = kx_add(k, sum[t], kx_shm_load(k, q->red, kx_add_c(k, lid, w * MQ_ROWS * MQ_MAX_TILES + t * MQ_ROWS), 1));
+    }
+    kn_mv_store_row(k, a->epi, a->y, a->b, a->res, kx_add(k, row0, lid), sum[0], a->swi ? sum[1] : IR_NONE, a->dtype,
+                    a->out);
+    kx_end_if(k, out);
+}
+
 void kn_matvec_q_mma_body(kx k, const mvq_mma_cfg *g, const mvq_mma_args *a) {
     const kn_qformat *f0 = kn_qformat_of(a->L[0].type);
     uint32_t wg = g->warps * 32;
     mq q = {.k = k, .g = *g, .cols = a->cols, .lo_bits = f0->lo_bits, .per_word = 32 / f0->lo_bits, .dt = a->dtype};
     kx_workgroup(k, wg);
+    if (g->occupancy) ir_set_occupancy(k.ir, g->occupancy);
     ir_grid_wait(k.ir);
     q.xw = kx_shared(k, "xw", IR_U32, a->cols / 2 + MQ_ZERO_WORDS);
     q.xs = g->xs_sub ? kx_shared(k, "xsum", IR_F32, a->cols / g->xs_sub) : 0;
     q.red = kx_shared(k, "red", IR_F32, g->warps * MQ_ROWS * MQ_MAX_TILES);
-    uint32_t hx = a->norm ? kn_mv_norm_prologue(k, wg, a->x, a->wn, a->cols, a->dtype, a->eps) : UINT32_MAX;
-    stage_x(&q, wg, a->x, hx);
+    mq_pro pro = {wg, a->x, a->wn, a->norm, a->eps};
     q.ta = ir_t_frag(k.ir, IR_FRAG_A, a->dtype, 16, 8, 16);
     q.tb = ir_t_frag(k.ir, IR_FRAG_B, a->dtype, 16, 8, 16);
     q.tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, 16, 8, 16);
@@ -320,35 +404,17 @@ void kn_matvec_q_mma_body(kx k, const mvq_mma_cfg *g, const mvq_mma_args *a) {
     q.warp = kx_sg_id(k);
     ir_val lane = kx_sg_lane(k);
     q.lane_g = kx_shr_c(k, lane, 2), q.lane_t = kx_and_c(k, lane, 3);
-    ir_val row0 = kx_group_times(k, 0, MQ_ROWS), acc[2 * MQ_MAX_TILES];
-    uint32_t n_tiles = a->swi ? 2 : 1;
-    if (a->swi) {
-        mq_tile t[2] = {{&a->L[0], a->w[0], row0}, {&a->L[1], a->wu, row0}};
-        tiles_dot(&q, t, 2, acc);
-    } else {
-        parts_dot(&q, a->L, a->w, a->n_parts, row0, acc);
+    uint32_t tiles = g->row_tiles ? g->row_tiles : 1;
+    ir_val base = kx_group_times(k, 0, MQ_ROWS * tiles);
+    if (tiles == 1) {
+        row_tile(&q, a, base, &pro);
+        return;
     }
-    /* the four lanes of a row (t = 0..3), then the subgroups through workgroup memory */
-    ir_val first = kx_eq_c(k, q.lane_t, 0);
-    ir_val slot0 = kx_add(k, kx_mul_c(k, q.warp, MQ_ROWS * MQ_MAX_TILES), q.lane_g);
-    for (uint32_t i = 0; i < 2 * n_tiles; i++) {
-        ir_val v = acc[i];
-        v = kx_add(k, v, kx_sg_xor(k, v, 1));
-        v = kx_add(k, v, kx_sg_xor(k, v, 2));
-        ir_if *st = kx_if(k, first);
-        kx_shm_store(k, q.red, kx_add_c(k, slot0, (i >> 1) * MQ_ROWS + (i & 1) * 8), v);
-        kx_end_if(k, st);
-    }
-    kx_barrier(k);
-    ir_val lid = kx_local(k);
-    ir_if *out = kx_if(k, kx_lt_c(k, lid, MQ_ROWS));
-    ir_val sum[MQ_MAX_TILES];
-    for (uint32_t t = 0; t < n_tiles; t++) {
-        sum[t] = kx_shm_load(k, q.red, t ? kx_add_c(k, lid, t * MQ_ROWS) : lid, 1);
-        for (uint32_t w = 1; w < g->warps; w++)
-            sum[t] = kx_add(k, sum[t], kx_shm_load(k, q.red, kx_add_c(k, lid, w * MQ_ROWS * MQ_MAX_TILES + t * MQ_ROWS), 1));
-    }
-    kn_mv_store_row(k, a->epi, a->y, a->b, a->res, kx_add(k, row0, lid), sum[0], a->swi ? sum[1] : IR_NONE, a->dtype,
-                    a->out);
-    kx_end_if(k, out);
+    /* several row tiles a workgroup: x staged once for all of them */
+    prologue(&q, &pro);
+    ir_val r;
+    ir_for *l = kx_for(k, kx_u32(k, 0), kx_u32(k, tiles), kx_u32(k, 1), &r);
+    row_tile(&q, a, kx_add(k, base, kx_mul_c(k, r, MQ_ROWS)), NULL);
+    kx_barrier(k); /* red is reused by the next tile */
+    kx_end_for(k, l);
 }
