@@ -60,8 +60,6 @@ bool kn_matvec_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_part
     if (e && sscanf(e, "%u,%u,%u,%u,%u", &a, &b, &o, &ch, &rt) >= 2 && a >= 1 && a <= MQ_MAX_WARPS && b >= 1 &&
         b <= MQ_MAX_UNROLL && o <= 16 && ch >= 1 && ch <= MQ_MAX_CHAINS && rt >= 1 && rt <= 64)
         g.warps = a, g.unroll = b, g.occupancy = o, g.chains = ch, g.row_tiles = rt;
-    const char *pf = getenv("KILN_MATVEC_Q_PREFETCH");
-    g.prefetch = c->compute_capability >= 90 && !(pf && pf[0] == '0' && !pf[1]);
     uint32_t code_bits = dt == IR_BF16 ? 7 : 10; /* codes the magic float's mantissa holds exactly */
     const kn_qformat *f0 = kn_qformat_of(L[0].type);
     for (uint32_t p = 0; p < n_parts; p++) {
@@ -303,33 +301,6 @@ static void prologue(const mq *q, const mq_pro *pro) {
     stage_x(q, pro->wg, pro->x, hx);
 }
 
-/* The tiles' rows into the L2 cache, every plane of them a bulk prefetch from one lane: all
- * of the workgroup's weight bytes are requested at its start, where the loads into
- * registers (bounded by the registers) keep only a pass of them in flight a subgroup.
- * Planes whose 16 rows are not whole 16-byte pieces are left to the loads. */
-static void tiles_prefetch(const mq *q, const mq_tile *tl, uint32_t n_tiles) {
-    kx k = q->k;
-    ir_if *one = kx_if(k, kx_eq_c(k, kx_local(k), 0));
-    for (uint32_t t = 0; t < n_tiles; t++) {
-        const kn_qlayout *L = tl[t].L;
-        const kn_qformat *f = kn_qformat_of(L->type);
-        uint64_t cols = q->cols, at[6] = {L->lo, L->hi, L->d, L->dm, L->sc, L->mn};
-        /* bits a plane holds per element, times the unit: lo, hi, d and dm (f16 a unit), sc and mn (a byte a sub-block) */
-        uint64_t bits[6] = {f->lo_bits * 256ull, f->hi_bits * 256ull, 16 * 256ull / f->unit,
-                            f->has_min ? 16 * 256ull / f->unit : 0, f->k_quant ? 8 * 256ull / f->sub : 0,
-                            f->k_quant && f->has_min ? 8 * 256ull / f->sub : 0};
-        for (uint32_t i = 0; i < 6; i++) {
-            uint64_t row_bits = cols * bits[i]; /* times 256 */
-            if (!bits[i] || row_bits % (256 * 32) || (MQ_ROWS * row_bits) % (256 * 128) || at[i] % 4) continue;
-            uint64_t row_words = row_bits / (256 * 32), bytes = MQ_ROWS * row_bits / (256 * 8);
-            if (bytes > (1u << 24)) continue;
-            ir_val start = kx_add_c(k, kx_mul_c(k, tl[t].row, (uint32_t)row_words), (uint32_t)at[i]);
-            ir_prefetch(k.ir, tl[t].w, start, (uint32_t)bytes);
-        }
-    }
-    kx_end_if(k, one);
-}
-
 /* The tiles' products. With a prologue (pro), its subgroup's first step of passes is
  * loaded before it: the weights' latency then runs under the staging of x (and its norm),
  * which a workgroup otherwise spends with no weight bytes in flight. */
@@ -338,7 +309,6 @@ static void tiles_dot(const mq *q, const mq_tile *tl, uint32_t n_tiles, ir_val *
     const kn_qformat *f = kn_qformat_of(tl[0].L->type);
     uint32_t passes = q->cols / (8 * f->sub), step = q->g.warps * q->g.unroll, main_end = passes - passes % step;
     for (uint32_t i = 0; i < 2 * n_tiles; i++) acc[i] = kx_f32(k, 0.0f);
-    if (q->g.prefetch) tiles_prefetch(q, tl, n_tiles);
     uint32_t from = 0;
     if (pro && main_end) {
         mq_loads ld[MQ_MAX_UNROLL][MQ_MAX_TILES];

@@ -14,7 +14,6 @@ typedef struct mvq_mma_cfg {
     uint32_t xs_sub; /* the sub-block of the sums of x (the parts with a min), 0 for none */
     uint32_t occupancy; /* workgroups a compute unit should hold (the registers' bound), 0: any */
     uint32_t chains;    /* independent accumulators a tile's pass deals its products round */
-    bool prefetch;      /* the workgroup's weight planes into L2 at its start (sm_90; KILN_MATVEC_Q_PREFETCH=0: no) */
     uint32_t row_tiles; /* 16-row tiles a workgroup takes in turn (rows / (16 row_tiles) workgroups) */
 } mvq_mma_cfg;
 
