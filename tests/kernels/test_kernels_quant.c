@@ -459,6 +459,8 @@ Test(kernels_quant, matmul_q_fragments_every_type_odd_tokens, .timeout = 600) {
     matmul_q_case(d, qkv, 3, 512, 64, 40, IR_BF16, KN_EPI_BIAS, "fragments", true);
     kn_qpart mixed[2] = {{KN_Q8_0, 64}, {KN_Q2_K, 66}};
     matmul_q_case(d, mixed, 2, 256, 16, 9, IR_F16, KN_EPI_RESIDUAL, "fragments", true);
+    kn_qpart long_row = {KN_Q6_K, 96}; /* a short block's tile for long rows (64 tokens x 32 rows) */
+    matmul_q_case(d, &long_row, 1, 8192, 64, 37, IR_BF16, KN_EPI_RESIDUAL, "fragments", true);
     d->ops->destroy(d);
 }
 
