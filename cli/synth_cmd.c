@@ -16,8 +16,11 @@ static const char usage[] =
     "                           | qwen3.5-0.8b | qwen3.5-4b | qwen3.5-tiny-odd  (Qwen3.5: arch qwen35,\n"
     "                           Gated DeltaNet layers with a gated full-attention layer every 4th, 3rd for\n"
     "                           tiny-odd; --heads/--kv-heads/--head-dim size the attention layers)\n"
+    "                           | qwen3-30b-a3b | qwen3moe-tiny-odd  (arch qwen3moe: every layer's\n"
+    "                           feed-forward a mixture of experts)\n"
     "  --arch A                 llama | qwen2 | qwen3 (dense presets); qwen35 (qwen3.5 presets)\n"
     "  --hidden N --layers N --heads N --kv-heads N --head-dim N --ffn N --vocab N --ctx N\n"
+    "  --experts N --experts-used N --expert-ffn N   (qwen3moe presets)\n"
     "  --tied | --untied        output shares token_embd (no output.weight) or not\n"
     "  --dtype bf16|f16         type of the matrices (1-D tensors stay F32), default bf16\n"
     "  --quant MIX              quantize the matrices as llama-quantize MIX does the --dtype model (same\n"
@@ -41,11 +44,13 @@ int cmd_synth(int argc, char **argv) {
     bool seed_set = false;
     float rope_base = 0, rms_eps = 0;
     synth_config c;
-    uint32_t v[8] = {0};
+    uint32_t v[11] = {0};
     u32_flag nums[] = {{"--hidden", &v[0], 1u << 20, 0}, {"--layers", &v[1], 4096, 0},
                        {"--heads", &v[2], 4096, 0},      {"--kv-heads", &v[3], 4096, 0},
                        {"--head-dim", &v[4], 4096, 0},   {"--ffn", &v[5], 1u << 22, 0},
-                       {"--vocab", &v[6], 1u << 24, 0},  {"--ctx", &v[7], 1u << 24, 0}};
+                       {"--vocab", &v[6], 1u << 24, 0},  {"--ctx", &v[7], 1u << 24, 0},
+                       {"--experts", &v[8], ARCH_MAX_EXPERTS, 0}, {"--experts-used", &v[9], ARCH_MAX_EXPERTS, 0},
+                       {"--expert-ffn", &v[10], 1u << 22, 0}};
     const size_t n_nums = sizeof nums / sizeof nums[0];
 
     for (int i = 1; i < argc; i++) {
@@ -114,6 +119,9 @@ int cmd_synth(int argc, char **argv) {
         if (id == ARCH_QWEN35 && c.arch != ARCH_QWEN35)
             return cli_usage_error(usage,
                                    "--arch qwen35 needs a qwen3.5 preset (qwen3.5-0.8b, qwen3.5-4b, qwen3.5-tiny-odd)");
+        if ((id == ARCH_QWEN3MOE) != (c.arch == ARCH_QWEN3MOE))
+            return cli_usage_error(usage, "--arch %s: the experts come with a qwen3moe preset, and only with one",
+                                   arch);
         if (id != ARCH_QWEN35 && c.arch == ARCH_QWEN35)
             return cli_usage_error(usage, "--arch %s: preset '%s' is a qwen35 model (use a dense preset)", arch,
                                    preset);
@@ -126,7 +134,12 @@ int cmd_synth(int argc, char **argv) {
     }
     kiln_err qerr = {0};
     if (quant && quant_mix_parse(quant, &c.quant, &qerr)) return cli_usage_error(usage, "--quant: %s", qerr.msg);
-    uint32_t *fields[] = {&c.n_embd, &c.n_layer, &c.n_head, &c.n_head_kv, &c.head_dim, &c.n_ff, &c.n_vocab, &c.n_ctx};
+    uint32_t *fields[] = {&c.n_embd,  &c.n_layer, &c.n_head,   &c.n_head_kv,     &c.head_dim, &c.n_ff,
+                          &c.n_vocab, &c.n_ctx,   &c.n_expert, &c.n_expert_used, &c.n_ff_exp};
+    for (size_t k = 8; k < n_nums; k++)
+        if (nums[k].set && c.arch != ARCH_QWEN3MOE)
+            return cli_usage_error(usage, "%s: preset '%s' has no experts (a qwen3moe preset has)", nums[k].flag,
+                                   preset);
     for (size_t k = 0; k < n_nums; k++)
         if (nums[k].set) *fields[k] = *nums[k].dst;
     /* A new width or head count without --head-dim means head_dim = hidden / heads

@@ -14,7 +14,7 @@
 
 const char *const synth_preset_names[] = {"tiny",         "qwen3-0.6b",   "qwen3-4b",         "qwen3-8b",
                                           "llama-3.2-1b", "qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-tiny-odd",
-                                          NULL};
+                                          "qwen3-30b-a3b", "qwen3moe-tiny-odd", NULL};
 
 void synth_qwen35_rope(synth_config *c) {
     c->n_rot = c->head_dim / 4 / 2 * 2;
@@ -97,6 +97,21 @@ int synth_preset(const char *name, synth_config *c) {
         c->n_vocab = 641, c->n_ctx = 512, c->tied = true;
         c->rope_base = 10000000.0f, c->rms_eps = 1e-6f;
         synth_qwen35_rope(c);
+    } else if (strcmp(name, "qwen3-30b-a3b") == 0) {
+        /* Qwen/Qwen3-30B-A3B config.json: hidden_size 2048, num_hidden_layers 48, 32 heads
+         * over 4 KV heads of 128, intermediate_size 6144, 128 experts of
+         * moe_intermediate_size 768, 8 a token, untied */
+        c->arch = ARCH_QWEN3MOE;
+        c->n_layer = 48, c->n_embd = 2048, c->n_head = 32, c->n_head_kv = 4, c->head_dim = 128;
+        c->n_ff = 6144, c->n_vocab = 151936, c->n_ctx = 40960, c->tied = false;
+        c->n_expert = 128, c->n_expert_used = 8, c->n_ff_exp = 768;
+    } else if (strcmp(name, "qwen3moe-tiny-odd") == 0) {
+        /* for CI: nothing a multiple of 32 (width 200, 5 heads of 40 over 1, experts of 72),
+         * 6 experts of which 2 a token */
+        c->arch = ARCH_QWEN3MOE;
+        c->n_layer = 3, c->n_embd = 200, c->n_head = 5, c->n_head_kv = 1, c->head_dim = 40;
+        c->n_ff = 520, c->n_vocab = 1000, c->n_ctx = 512, c->tied = false, c->rope_base = 10000.0f;
+        c->n_expert = 6, c->n_expert_used = 2, c->n_ff_exp = 72;
     } else {
         return -1;
     }
@@ -153,6 +168,19 @@ int synth_check(const synth_config *c, kiln_err *err) {
             return -1;
         }
     }
+    if (c->arch == ARCH_QWEN3MOE) {
+        if (!c->n_expert || !c->n_expert_used || !c->n_ff_exp || c->n_expert_used > c->n_expert ||
+            c->n_expert > ARCH_MAX_EXPERTS || c->n_ff_exp > (1u << 22)) {
+            kiln_fail(err, KILN_ERR_INVALID, "qwen3moe: %u experts of %u, %u a token (1 <= used <= experts <= %u)",
+                      c->n_expert, c->n_ff_exp, c->n_expert_used, ARCH_MAX_EXPERTS);
+            return -1;
+        }
+        /* llama-quantize has rules of its own for 8 experts (Mixtral's) that quant_mix leaves out */
+        if (c->quant.ftype && c->n_expert == 8) {
+            kiln_fail(err, KILN_ERR_UNSUPPORTED, "quant: llama-quantize's mixes for 8 experts are not written here");
+            return -1;
+        }
+    }
     if (c->dtype != GGUF_T_BF16 && c->dtype != GGUF_T_F16) {
         kiln_fail(err, KILN_ERR_INVALID, "dtype must be bf16 or f16");
         return -1;
@@ -183,9 +211,11 @@ typedef struct plan_tensor {
     char name[GGUF_MAX_TENSOR_NAME + 1];
     uint32_t type, n_dims;
     uint32_t src_type; /* the type without quantization: values are rounded to it first */
-    uint64_t ne[2];
+    uint64_t ne[3]; /* ne[2]: the experts of a 3-D tensor, else 1 */
     fill_kind kind;
 } plan_tensor;
+
+static uint64_t plan_nel(const plan_tensor *t) { return t->ne[0] * t->ne[1] * t->ne[2]; }
 
 typedef struct plan {
     plan_tensor *t;
@@ -206,7 +236,16 @@ static int plan_add(plan *p, fill_kind kind, uint32_t type, uint64_t ne0, uint64
     t->n_dims = ne1 ? 2 : 1;
     t->ne[0] = ne0;
     t->ne[1] = ne1 ? ne1 : 1;
+    t->ne[2] = 1;
     t->kind = kind;
+    return 0;
+}
+
+/* A 3-D tensor: n experts' ne0 x ne1 matrices (ffn_*_exps). */
+static int plan_add_experts(plan *p, uint32_t type, uint64_t ne0, uint64_t ne1, uint64_t n, const char *fmt, int layer) {
+    if (plan_add(p, FILL_WEIGHT, type, ne0, ne1, fmt, layer)) return -1;
+    p->t[p->n - 1].ne[2] = n;
+    p->t[p->n - 1].n_dims = 3;
     return 0;
 }
 
@@ -275,12 +314,20 @@ static int make_plan(const synth_config *c, plan *p) {
             r |= plan_add(p, FILL_WEIGHT, f, kv, 0, "blk.%d.attn_k.bias", L);
             r |= plan_add(p, FILL_WEIGHT, f, kv, 0, "blk.%d.attn_v.bias", L);
         }
-        if (c->arch == ARCH_QWEN3) {
+        if (c->arch == ARCH_QWEN3 || c->arch == ARCH_QWEN3MOE) {
             r |= plan_add(p, FILL_NORM, f, c->head_dim, 0, "blk.%d.attn_q_norm.weight", L);
             r |= plan_add(p, FILL_NORM, f, c->head_dim, 0, "blk.%d.attn_k_norm.weight", L);
         }
         r |= plan_add(p, FILL_WEIGHT, w, q, c->n_embd, "blk.%d.attn_output.weight", L);
         r |= plan_add(p, FILL_NORM, f, c->n_embd, 0, "blk.%d.ffn_norm.weight", L);
+        if (c->arch == ARCH_QWEN3MOE) { /* the router stays f32, as llama.cpp's converter keeps it */
+            uint32_t e = c->n_expert, x = c->n_ff_exp;
+            r |= plan_add(p, FILL_WEIGHT, f, c->n_embd, e, "blk.%d.ffn_gate_inp.weight", L);
+            r |= plan_add_experts(p, w, c->n_embd, x, e, "blk.%d.ffn_gate_exps.weight", L);
+            r |= plan_add_experts(p, w, c->n_embd, x, e, "blk.%d.ffn_up_exps.weight", L);
+            r |= plan_add_experts(p, w, x, c->n_embd, e, "blk.%d.ffn_down_exps.weight", L);
+            continue;
+        }
         r |= plan_add(p, FILL_WEIGHT, w, c->n_embd, c->n_ff, "blk.%d.ffn_gate.weight", L);
         r |= plan_add(p, FILL_WEIGHT, w, c->n_embd, c->n_ff, "blk.%d.ffn_up.weight", L);
         r |= plan_add(p, FILL_WEIGHT, w, c->n_ff, c->n_embd, "blk.%d.ffn_down.weight", L);
@@ -296,7 +343,7 @@ static int plan_quantize(const synth_config *c, plan *p, kiln_err *err) {
     const quant_model m = {c->arch, c->n_layer, c->n_head, c->n_head_kv, c->tied};
     for (size_t i = 0; i < p->n; i++) {
         plan_tensor *t = &p->t[i];
-        if (quant_mix_type(&c->quant, &m, t->name, t->ne[0], t->ne[1], t->src_type, &t->type, err))
+        if (quant_mix_type(&c->quant, &m, t->name, t->ne[0], t->ne[1] * t->ne[2], t->src_type, &t->type, err))
             return kiln_err_prefix(err, "--quant %s", c->quant.name);
     }
     return 0;
@@ -336,6 +383,10 @@ static int write_metadata(gguf_writer *w, const synth_config *c, kiln_err *err) 
         return -1;
     if (c->arch == ARCH_LLAMA && (add_arch_u32(w, c, "vocab_size", c->n_vocab, err) ||
                                   add_arch_u32(w, c, "rope.dimension_count", c->head_dim, err)))
+        return -1;
+    if (c->arch == ARCH_QWEN3MOE && (add_arch_u32(w, c, "expert_count", c->n_expert, err) ||
+                                     add_arch_u32(w, c, "expert_used_count", c->n_expert_used, err) ||
+                                     add_arch_u32(w, c, "expert_feed_forward_length", c->n_ff_exp, err)))
         return -1;
     if (c->arch == ARCH_QWEN35) {
         /* the keys (and value types: u32, and an i32 array for the sections) of
@@ -505,7 +556,7 @@ static int stream_tensors(gguf_writer *w, const synth_config *c, const plan *p, 
     pipeline pl = {.c = c, .p = p};
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     pl.n_threads = c->threads > 0 ? c->threads : (cores > 0 ? (int)(cores < 64 ? cores : 64) : 1);
-    for (size_t i = 0; i < p->n; i++) pl.n_chunks += (p->t[i].ne[0] * p->t[i].ne[1] + CHUNK - 1) / CHUNK;
+    for (size_t i = 0; i < p->n; i++) pl.n_chunks += (plan_nel(&p->t[i]) + CHUNK - 1) / CHUNK;
     pl.chunks = calloc(pl.n_chunks, sizeof *pl.chunks);
     pl.n_slots = 2 * (size_t)pl.n_threads + 2;
     pl.slots = calloc(pl.n_slots, sizeof *pl.slots);
@@ -515,7 +566,7 @@ static int stream_tensors(gguf_writer *w, const synth_config *c, const plan *p, 
     if (!pl.chunks || !pl.slots || !wk || !th) goto out;
     uint64_t g = 0;
     for (size_t i = 0; i < p->n; i++) {
-        uint64_t nel = p->t[i].ne[0] * p->t[i].ne[1];
+        uint64_t nel = plan_nel(&p->t[i]);
         for (uint64_t s = 0, k = 0; s < nel; s += CHUNK, k++)
             pl.chunks[g++] = (chunk){(uint32_t)i, k, s, nel - s < CHUNK ? nel - s : CHUNK};
     }
@@ -599,7 +650,7 @@ int synth_write(const synth_config *c, const tok_vocab *vocab, const gguf_file *
     if (stats) {
         memset(stats, 0, sizeof *stats);
         for (size_t i = 0; i < p.n; i++) {
-            stats->params += p.t[i].ne[0] * p.t[i].ne[1];
+            stats->params += plan_nel(&p.t[i]);
             stats->bytes += gguf_writer_tensor_nbytes(w, i);
         }
         clock_gettime(CLOCK_MONOTONIC, &t1);
