@@ -187,6 +187,19 @@ ir_kernel *kn_argmax_rows(const rt_caps *c, uint32_t n, uint32_t rows, kiln_err 
  * with none allowed gets index UINT32_MAX and -inf. */
 ir_kernel *kn_argmax_masked(const rt_caps *c, uint32_t n, uint32_t rows, kiln_err *err);
 
+/* A mixture of experts' feed-forward (moe.c), n tokens as grid y = n, the choice on the
+ * device: kn_moe_route (h [n x n_embd] dtype, router [n_expert x n_embd] f32 -> sel [n x
+ * k] u32, wt [n x k] f32; grid {1, n}); kn_moe_gate_up (h, gate and up [n_expert x n_ff x
+ * n_embd], sel -> act [n x k x n_ff]; grid {*groups_x, n}); kn_moe_down (act, down
+ * [n_expert x n_embd x n_ff], sel, wt, res [n x n_embd] -> y [n x n_embd] = res + the
+ * experts' weighted sum; grid {*groups_x, n}). Buffers in that order. */
+ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_embd, uint32_t n_expert, uint32_t k_used, ir_scalar dtype,
+                        kiln_err *err);
+ir_kernel *kn_moe_gate_up(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
+                          ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
+ir_kernel *kn_moe_down(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
+                       ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
+
 /* out[t][c] = table[tok[t] * n_embd + c] for the launch's tokens t (grid y); a token >=
  * n_vocab gives a row of zeros instead of a read past the table.
  * Params: table (dtype, read, n_vocab * n_embd), tok (u32, read, n_tokens), out (dtype,

@@ -1,0 +1,261 @@
+/* A mixture of experts' feed-forward on the device (qwen3moe), as the oracle computes it
+ * (oracle/moe.c), in three launches for n tokens, the router's choice never leaving the
+ * device:
+ *
+ *   kn_moe_route     workgroup t: scores s_x = router_x . h_t in f32 (the router stays f32),
+ *                    e_x = exp(s_x - max), the k largest e_x (largest first, a tie to the
+ *                    lower expert) into sel[t][0..k), and their weights e_j / sum of the
+ *                    chosen e into wt[t][..]. The oracle chooses on p = e / sum(e) and
+ *                    divides by the sum of the chosen p: the same order, and weights equal
+ *                    up to a few f32 roundings;
+ *   kn_moe_gate_up   grid y = t, for each choice j: act[t k + j][r] = round(silu(round(gate_e[r] . h_t))
+ *                    * round(up_e[r] . h_t)) for expert e = sel[t][j] (the dense SwiGLU's
+ *                    rounding points);
+ *   kn_moe_down      grid y = t: y[t][r] = round(res[t][r] + round(sum_j wt[t][j] *
+ *                    round(down_e[r] . act[t k + j]))), the weighted sum in f32 in the
+ *                    order of the choice, a multiply then an add (the oracle's), the
+ *                    residual as every FFN's.
+ *
+ * Rows are one subgroup's each where the device has subgroup arithmetic (the lanes split
+ * the columns and reduce), else one invocation's. The experts' matrices are the file's 3-D
+ * tensors, expert e's rows from e * rows; an expert index past the last (never written by
+ * the router) is clamped so that no read leaves the tensor. */
+#include "base/error.h"
+#include "kernels/kn_common.h"
+#include "kernels/matvec_internal.h"
+
+#include <math.h>
+
+#define MOE_MAX_EXPERTS 1024
+#define MOE_MAX_USED 64
+
+/* x's element type as f32 (no conversion for an f32 buffer) */
+static ir_val as_f32(kx k, ir_val v, ir_scalar t) { return t == IR_F32 ? v : kx_as(k, v, IR_F32); }
+
+/* sum over c < cols of w[w0 + c] * x[x0 + c] in f32 (w of type wt, x of type xt): the
+ * subgroup's lanes split the columns and reduce (per_sg; every lane gets the sum), or the
+ * invocation walks them alone. */
+static ir_val row_dot(kx k, bool per_sg, ir_buf w, ir_scalar wt, ir_val w0, ir_buf x, ir_scalar xt, ir_val x0,
+                      uint32_t cols) {
+    ir_val start = per_sg ? kx_sg_lane(k) : kx_u32(k, 0), step = per_sg ? kx_sg_size(k) : kx_u32(k, 1);
+    ir_val zero = kx_f32(k, 0.0f);
+    ir_for *l = ir_for_begin(k.ir, start, kx_u32(k, cols), step, 1, &zero);
+    ir_val c = ir_for_iv(l), acc = ir_for_arg(l, 0);
+    ir_val wv = as_f32(k, kx_load(k, w, kx_add(k, w0, c), 1), wt), xv = as_f32(k, kx_load(k, x, kx_add(k, x0, c), 1), xt);
+    acc = kx_add(k, acc, kx_mul(k, wv, xv));
+    ir_for_end(k.ir, l, &acc);
+    ir_val s = ir_for_result(l, 0);
+    return per_sg ? kx_sg_sum(k, s) : s;
+}
+
+/* Whether rows go one a subgroup, and the rows a workgroup of wg takes. */
+static bool per_subgroup(const rt_caps *c, uint32_t wg, uint32_t *rows) {
+    uint32_t sg = c->subgroup_size;
+    bool on = c->subgroup_arith && sg >= 4 && sg <= wg && wg % sg == 0 && (!c->subgroup_min || c->subgroup_min == sg) &&
+              (!c->subgroup_max || c->subgroup_max == sg);
+    *rows = on ? wg / sg : wg;
+    return on;
+}
+
+/* The row this invocation (or its subgroup) takes in a grid of `rows` rows a workgroup. */
+static ir_val my_row(kx k, bool per_sg, uint32_t rows) {
+    return kx_add(k, kx_group_times(k, 0, rows), per_sg ? kx_sg_id(k) : kx_local(k));
+}
+
+static int check(const char *who, const rt_caps *c, ir_scalar dtype, uint32_t n_in, uint32_t n_out, uint32_t n_expert,
+                 uint32_t k_used, kiln_err *err) {
+    if (kn_check_dtype(c, dtype, err)) return -1;
+    if (!n_in || !n_out || !n_expert || n_expert > MOE_MAX_EXPERTS || !k_used || k_used > n_expert ||
+        k_used > MOE_MAX_USED || (uint64_t)n_expert * n_in * n_out > UINT32_MAX)
+        return kiln_fail(err, KILN_ERR_INVALID,
+                         "%s: %u experts of %u x %u, %u a token (1 <= used <= %u, experts <= %u, u32 indices)", who,
+                         n_expert, n_out, n_in, k_used, MOE_MAX_USED, MOE_MAX_EXPERTS);
+    return 0;
+}
+
+/* ---- the router ---------------------------------------------------------------------------- */
+
+/* The workgroup's best (v, i) of every invocation's (larger v, or as large and a lower i)
+ * into bv[0], bi[0]; barriers in uniform control flow. */
+static void wg_best(kx k, uint32_t wg, ir_shm bv, ir_shm bi, ir_val v, ir_val i) {
+    ir_val lid = kx_local(k);
+    kx_shm_store(k, bv, lid, v);
+    kx_shm_store(k, bi, lid, i);
+    kx_barrier(k);
+    uint32_t h = 1;
+    while (h * 2 <= wg) h *= 2;
+    if (h < wg) { /* fold the invocations past the largest power of two in first */
+        ir_if *f = kx_if(k, kx_lt_c(k, lid, wg - h));
+        ir_val o = kx_add_c(k, lid, h);
+        ir_val v1 = kx_shm_load(k, bv, lid, 1), i1 = kx_shm_load(k, bi, lid, 1);
+        ir_val v2 = kx_shm_load(k, bv, o, 1), i2 = kx_shm_load(k, bi, o, 1);
+        ir_val take = kx_or(k, kx_gt(k, v2, v1), kx_and(k, kx_eq(k, v2, v1), kx_lt(k, i2, i1)));
+        kx_shm_store(k, bv, lid, kx_select(k, take, v2, v1));
+        kx_shm_store(k, bi, lid, kx_select(k, take, i2, i1));
+        kx_end_if(k, f);
+        kx_barrier(k);
+    }
+    for (h /= 2; h >= 1; h /= 2) {
+        ir_if *f = kx_if(k, kx_lt_c(k, lid, h));
+        ir_val o = kx_add_c(k, lid, h);
+        ir_val v1 = kx_shm_load(k, bv, lid, 1), i1 = kx_shm_load(k, bi, lid, 1);
+        ir_val v2 = kx_shm_load(k, bv, o, 1), i2 = kx_shm_load(k, bi, o, 1);
+        ir_val take = kx_or(k, kx_gt(k, v2, v1), kx_and(k, kx_eq(k, v2, v1), kx_lt(k, i2, i1)));
+        kx_shm_store(k, bv, lid, kx_select(k, take, v2, v1));
+        kx_shm_store(k, bi, lid, kx_select(k, take, i2, i1));
+        kx_end_if(k, f);
+        kx_barrier(k);
+    }
+}
+
+/* The invocation's best (v, i) over experts x = lid, lid + wg, .. < n with ok(x): e[x] from
+ * workgroup memory, a strict > in increasing x (the first of equals stays); (-inf, none)
+ * where it has none. */
+static void my_best(kx k, uint32_t wg, uint32_t n, ir_shm e, ir_shm taken, ir_val *v, ir_val *i) {
+    ir_val init[2] = {kx_f32(k, -INFINITY), kx_u32(k, UINT32_MAX)};
+    ir_for *l = ir_for_begin(k.ir, kx_local(k), kx_u32(k, n), kx_u32(k, wg), 2, init);
+    ir_val x = ir_for_iv(l), bv = ir_for_arg(l, 0), bi = ir_for_arg(l, 1);
+    ir_val ex = kx_shm_load(k, e, x, 1);
+    ir_val free_ = taken ? kx_eq_c(k, kx_shm_load(k, taken, x, 1), 0) : IR_NONE;
+    ir_val take = kx_or(k, kx_gt(k, ex, bv), kx_eq_c(k, bi, UINT32_MAX));
+    if (taken) take = kx_and(k, take, free_);
+    ir_val nx[2] = {kx_select(k, take, ex, bv), kx_select(k, take, x, bi)};
+    ir_for_end(k.ir, l, nx);
+    *v = ir_for_result(l, 0), *i = ir_for_result(l, 1);
+}
+
+ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_embd, uint32_t n_expert, uint32_t k_used, ir_scalar dtype,
+                        kiln_err *err) {
+    if (check("kn_moe_route", c, dtype, n_embd, 1, n_expert, k_used, err)) return NULL;
+    kx k = {kn_create("kn_moe_route", err), c};
+    if (!k.ir) return NULL;
+    ir_buf h = kx_buffer_per_group(k, "h", dtype, IR_READ, 1, n_embd);
+    ir_buf router = kx_buffer(k, "router", IR_F32, IR_READ, (uint64_t)n_expert * n_embd);
+    ir_buf sel = kx_buffer_per_group(k, "sel", IR_U32, IR_WRITE, 1, k_used);
+    ir_buf wt = kx_buffer_per_group(k, "wt", IR_F32, IR_WRITE, 1, k_used);
+    uint32_t wg = kn_workgroup(c, 256), rows;
+    kx_workgroup(k, wg);
+    bool per_sg = per_subgroup(c, wg, &rows);
+    ir_shm e = kx_shared(k, "e", IR_F32, n_expert), taken = kx_shared(k, "taken", IR_U32, n_expert);
+    ir_shm chosen = kx_shared(k, "chosen", IR_U32, k_used);
+    ir_shm bv = kx_shared(k, "best_v", IR_F32, wg), bi = kx_shared(k, "best_i", IR_U32, wg);
+    ir_val t = kx_group(k, 1), lid = kx_local(k), x;
+    ir_val h0 = kx_mul_c(k, t, n_embd), out0 = kx_mul_c(k, t, k_used);
+    /* the scores, a subgroup (or an invocation) an expert */
+    ir_for *l = kx_for(k, per_sg ? kx_sg_id(k) : lid, kx_u32(k, n_expert), kx_u32(k, rows), &x);
+    ir_val s = row_dot(k, per_sg, router, IR_F32, kx_mul_c(k, x, n_embd), h, dtype, h0, n_embd);
+    ir_if *one = per_sg ? kx_if(k, kx_eq_c(k, kx_sg_lane(k), 0)) : NULL;
+    kx_shm_store(k, e, x, s);
+    if (one) kx_end_if(k, one);
+    kx_end_for(k, l);
+    l = kx_for(k, lid, kx_u32(k, n_expert), kx_u32(k, wg), &x);
+    kx_shm_store(k, taken, x, kx_u32(k, 0));
+    kx_end_for(k, l);
+    kx_barrier(k);
+    /* e_x = exp(s_x - max) */
+    ir_val v, i;
+    my_best(k, wg, n_expert, e, 0, &v, &i);
+    wg_best(k, wg, bv, bi, v, i);
+    ir_val max = kx_shm_load(k, bv, kx_u32(k, 0), 1);
+    kx_barrier(k); /* everyone has read the max before best_v is reused */
+    l = kx_for(k, lid, kx_u32(k, n_expert), kx_u32(k, wg), &x);
+    kx_shm_store(k, e, x, kn_exp(k, kx_sub(k, kx_shm_load(k, e, x, 1), max)));
+    kx_end_for(k, l);
+    kx_barrier(k);
+    /* the k largest in turn */
+    ir_val j;
+    ir_for *round = kx_for(k, kx_u32(k, 0), kx_u32(k, k_used), kx_u32(k, 1), &j);
+    my_best(k, wg, n_expert, e, taken, &v, &i);
+    wg_best(k, wg, bv, bi, v, i);
+    ir_if *first = kx_if(k, kx_eq_c(k, lid, 0));
+    ir_val won = kx_min_c(k, kx_shm_load(k, bi, kx_u32(k, 0), 1), n_expert - 1);
+    kx_store(k, sel, kx_add(k, out0, j), won);
+    kx_shm_store(k, chosen, j, won);
+    kx_shm_store(k, taken, won, kx_u32(k, 1));
+    kx_end_if(k, first);
+    kx_barrier(k);
+    kx_end_for(k, round);
+    /* their weights: e_j over the chosen e's sum (in the order chosen) */
+    ir_if *w = kx_if(k, kx_lt_c(k, lid, k_used));
+    ir_val zero = kx_f32(k, 0.0f);
+    ir_for *sum = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, k_used), kx_u32(k, 1), 1, &zero);
+    ir_val acc = ir_for_arg(sum, 0);
+    ir_val ej = kx_shm_load(k, e, kx_shm_load(k, chosen, ir_for_iv(sum), 1), 1);
+    acc = kx_add(k, acc, ej);
+    ir_for_end(k.ir, sum, &acc);
+    ir_val total = ir_for_result(sum, 0);
+    ir_val mine = kx_shm_load(k, e, kx_shm_load(k, chosen, lid, 1), 1);
+    kx_store(k, wt, kx_add(k, out0, lid), kn_fdiv(k, mine, total));
+    kx_end_if(k, w);
+    return kn_finish(k.ir, err);
+}
+
+/* ---- the experts' products ------------------------------------------------------------------ */
+
+ir_kernel *kn_moe_gate_up(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
+                          ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+    if (check("kn_moe_gate_up", c, dtype, n_embd, n_ff, n_expert, k_used, err)) return NULL;
+    kx k = {kn_create("kn_moe_gate_up", err), c};
+    if (!k.ir) return NULL;
+    uint64_t w_elems = (uint64_t)n_expert * n_ff * n_embd;
+    /* grid y = t; each workgroup's rows for every choice j of its token */
+    ir_buf h = kx_buffer_per_group(k, "h", dtype, IR_READ, 1, n_embd);
+    ir_buf wg_ = kx_buffer(k, "gate", dtype, IR_READ, w_elems), wu = kx_buffer(k, "up", dtype, IR_READ, w_elems);
+    ir_buf sel = kx_buffer_per_group(k, "sel", IR_U32, IR_READ, 1, k_used);
+    ir_buf act = kx_buffer_per_group(k, "act", dtype, IR_WRITE, 1, (uint64_t)k_used * n_ff);
+    uint32_t wg = kn_workgroup(c, 256), rows;
+    kx_workgroup(k, wg);
+    bool per_sg = per_subgroup(c, wg, &rows);
+    ir_val t = kx_group(k, 1), r = my_row(k, per_sg, rows), j;
+    ir_val h0 = kx_mul_c(k, t, n_embd);
+    ir_if *in = kx_if(k, kx_lt_c(k, r, n_ff));
+    ir_for *each = kx_for(k, kx_u32(k, 0), kx_u32(k, k_used), kx_u32(k, 1), &j);
+    ir_val cj = kx_add(k, kx_mul_c(k, t, k_used), j);
+    ir_val ex = kx_min_c(k, kx_load(k, sel, cj, 1), n_expert - 1);
+    ir_val w0 = kx_mul_c(k, kx_add(k, kx_mul_c(k, ex, n_ff), r), n_embd);
+    ir_val g = row_dot(k, per_sg, wg_, dtype, w0, h, dtype, h0, n_embd);
+    ir_val u = row_dot(k, per_sg, wu, dtype, w0, h, dtype, h0, n_embd);
+    ir_if *one = per_sg ? kx_if(k, kx_eq_c(k, kx_sg_lane(k), 0)) : NULL;
+    kn_mv_store_row(k, KN_EPI_SWIGLU, act, 0, 0, kx_add(k, kx_mul_c(k, cj, n_ff), r), g, u, dtype, dtype);
+    if (one) kx_end_if(k, one);
+    kx_end_for(k, each);
+    kx_end_if(k, in);
+    if (groups_x) *groups_x = (n_ff + rows - 1) / rows;
+    return kn_finish(k.ir, err);
+}
+
+ir_kernel *kn_moe_down(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
+                       ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+    if (check("kn_moe_down", c, dtype, n_ff, n_embd, n_expert, k_used, err)) return NULL;
+    kx k = {kn_create("kn_moe_down", err), c};
+    if (!k.ir) return NULL;
+    /* grid y = t */
+    ir_buf act = kx_buffer_per_group(k, "act", dtype, IR_READ, 1, k_used * n_ff);
+    ir_buf wd = kx_buffer(k, "down", dtype, IR_READ, (uint64_t)n_expert * n_embd * n_ff);
+    ir_buf sel = kx_buffer_per_group(k, "sel", IR_U32, IR_READ, 1, k_used);
+    ir_buf wt = kx_buffer_per_group(k, "wt", IR_F32, IR_READ, 1, k_used);
+    ir_buf res = kx_buffer_per_group(k, "res", dtype, IR_READ, 1, n_embd);
+    ir_buf y = kx_buffer_per_group(k, "y", dtype, IR_WRITE, 1, n_embd);
+    uint32_t wg = kn_workgroup(c, 256), rows;
+    kx_workgroup(k, wg);
+    bool per_sg = per_subgroup(c, wg, &rows);
+    ir_val t = kx_group(k, 1), r = my_row(k, per_sg, rows);
+    ir_val c0 = kx_mul_c(k, t, k_used);
+    ir_if *in = kx_if(k, kx_lt_c(k, r, n_embd));
+    ir_val o = IR_NONE;
+    for (uint32_t j = 0; j < k_used; j++) {
+        ir_val cj = kx_add_c(k, c0, j);
+        ir_val ex = kx_min_c(k, kx_load(k, sel, cj, 1), n_expert - 1);
+        ir_val w0 = kx_mul_c(k, kx_add(k, kx_mul_c(k, ex, n_embd), r), n_ff);
+        ir_val s = row_dot(k, per_sg, wd, dtype, w0, act, dtype, kx_mul_c(k, cj, n_ff), n_ff);
+        ir_val p = kx_mul(k, kx_load(k, wt, cj, 1), kx_as(k, kx_as(k, s, dtype), IR_F32));
+        o = j ? kx_add(k, o, p) : p;
+    }
+    ir_if *one = per_sg ? kx_if(k, kx_eq_c(k, kx_sg_lane(k), 0)) : NULL;
+    ir_val at = kx_add(k, kx_mul_c(k, t, n_embd), r);
+    kx_store(k, y, at, kn_epilogue(k, KN_EPI_RESIDUAL, o, 0, IR_NONE, res, at, dtype));
+    if (one) kx_end_if(k, one);
+    kx_end_if(k, in);
+    if (groups_x) *groups_x = (n_embd + rows - 1) / rows;
+    return kn_finish(k.ir, err);
+}

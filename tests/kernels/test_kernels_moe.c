@@ -1,0 +1,263 @@
+/* kernels/moe.c on the Vulkan device (lavapipe in CI; KILN_TEST_DEVICE picks another): the
+ * router's choice and weights, and the experts' products, at odd sizes against plain C
+ * references of the oracle's math (oracle/moe.c), outputs poisoned with guard regions that
+ * must stay so, with and without subgroup arithmetic. Tolerances as test_kernels.c derives
+ * them: two summation orders of n products are within 2n 2^-24 sum|terms|; each rounding
+ * to the 16-bit type adds an ulp. */
+#include "base/error.h"
+#include "gguf/half.h"
+#include "ir/ir.h"
+#include "kernels/kernels.h"
+#include "tests/util/testutil_ptx.h"
+#include "tests/util/testutil_vk.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 64
+#define POISON_U32 0xdeadbeefu
+
+static const char *const variants[] = {NULL, "no-subgroup-arith"};
+
+static void launch(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
+    rt_kernel *ck = tu_vk_compile(d, k);
+    tu_vk_run(d, ck, gx, gy, args, n);
+    d->ops->release_kernel(d, ck);
+}
+
+/* n u32 words plus the guard, all POISON_U32 */
+static rt_buffer *poisoned32(rt_device *d, size_t n) {
+    uint32_t *p = malloc((n + GUARD) * 4);
+    for (size_t i = 0; i < n + GUARD; i++) p[i] = POISON_U32;
+    rt_buffer *b = tu_vk_upload(d, p, (n + GUARD) * 4);
+    free(p);
+    return b;
+}
+
+static uint32_t *fetch32(rt_device *d, rt_buffer *b, size_t n, const char *what) {
+    uint32_t *p = malloc((n + GUARD) * 4);
+    tu_vk_download(d, b, p, (n + GUARD) * 4);
+    for (size_t i = n; i < n + GUARD; i++) cr_assert_eq(p[i], POISON_U32, "%s: wrote past the end at %zu", what, i);
+    return p;
+}
+
+static uint16_t *fetch16(rt_device *d, rt_buffer *b, ir_scalar t, size_t n, const char *what) {
+    uint16_t *p = malloc((n + GUARD) * 2);
+    tu_vk_download(d, b, p, (n + GUARD) * 2);
+    for (size_t i = n; i < n + GUARD; i++) cr_assert_eq(p[i], tu_nan16(t), "%s: wrote past the end at %zu", what, i);
+    return p;
+}
+
+/* ---- the router ---------------------------------------------------------------------------- */
+
+static void route_case(rt_device *d, uint32_t n, uint32_t d_in, uint32_t ne, uint32_t k_used, ir_scalar t,
+                       const char *var) {
+    char what[160];
+    snprintf(what, sizeof what, "moe_route n=%u d=%u experts=%u k=%u %s caps=%s", n, d_in, ne, k_used, tu_dname(t),
+             var ? var : "device");
+    kiln_err err = {0};
+    ir_kernel *k = kn_moe_route(&d->caps, d_in, ne, k_used, t, &err);
+    cr_assert_not_null(k, "%s: %s", what, err.msg);
+    float *hf, *rw = malloc((size_t)ne * d_in * 4);
+    uint16_t *h = tu_rand16(t, (size_t)n * d_in, -2, 2, &hf);
+    for (size_t i = 0; i < (size_t)ne * d_in; i++) rw[i] = tu_urand(-1, 1);
+    rt_buffer *bh = tu_vk_upload(d, h, (size_t)n * d_in * 2), *br = tu_vk_upload(d, rw, (size_t)ne * d_in * 4);
+    rt_buffer *bs = poisoned32(d, (size_t)n * k_used), *bw = poisoned32(d, (size_t)n * k_used);
+    rt_arg args[4] = {{bh, 0}, {br, 0}, {bs, 0}, {bw, 0}};
+    launch(d, k, 1, n, args, 4);
+    uint32_t *sel = fetch32(d, bs, (size_t)n * k_used, what), *wbits = fetch32(d, bw, (size_t)n * k_used, what);
+    double *s = malloc(ne * sizeof *s), *tol = malloc(ne * sizeof *tol);
+    for (uint32_t tok = 0; tok < n; tok++) {
+        double max = -INFINITY;
+        for (uint32_t x = 0; x < ne; x++) {
+            double acc = 0, mag = 0;
+            for (uint32_t c = 0; c < d_in; c++) {
+                double p = (double)rw[(size_t)x * d_in + c] * hf[(size_t)tok * d_in + c];
+                acc += p, mag += fabs(p);
+            }
+            s[x] = acc, tol[x] = 2.0 * d_in * ldexp(1.0, -24) * mag + 1e-6;
+            max = fmax(max, acc);
+        }
+        bool used[1024] = {0};
+        double chosen = 0;
+        for (uint32_t j = 0; j < k_used; j++) {
+            uint32_t got = sel[tok * k_used + j];
+            cr_assert_lt(got, ne, "%s: token %u choice %u is %u", what, tok, j, got);
+            cr_assert(!used[got], "%s: token %u chose expert %u twice", what, tok, got);
+            used[got] = true;
+            /* the largest score among those not chosen before, up to the sums' orders */
+            double best = -INFINITY, best_tol = 0;
+            for (uint32_t x = 0; x < ne; x++)
+                if (!used[x] || x == got)
+                    if (s[x] > best) best = s[x], best_tol = tol[x];
+            cr_assert(s[got] >= best - best_tol - tol[got], "%s: token %u choice %u: expert %u scores %.9g, %.9g is larger",
+                      what, tok, j, got, s[got], best);
+            chosen += exp(s[got] - max);
+        }
+        for (uint32_t j = 0; j < k_used; j++) {
+            float w;
+            memcpy(&w, &wbits[tok * k_used + j], 4);
+            double want = exp(s[sel[tok * k_used + j]] - max) / chosen;
+            cr_assert(fabs(w - want) <= 1e-5 * want + 1e-6, "%s: token %u weight %u: %.9g, want %.9g", what, tok, j, w,
+                      want);
+        }
+    }
+    d->ops->release(d, bh), d->ops->release(d, br), d->ops->release(d, bs), d->ops->release(d, bw);
+    free(h), free(hf), free(rw), free(sel), free(wbits), free(s), free(tol);
+    ir_kernel_destroy(k);
+}
+
+Test(kernels_moe, route_odd_sizes_with_guards) {
+    const uint32_t shapes[][4] = {{1, 200, 6, 2}, {3, 97, 37, 5}, {2, 64, 128, 8}, {1, 33, 3, 3}};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        rt_device *d = tu_vk_open_or_skip(variants[v]);
+        tu_seed(61);
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            route_case(d, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], i % 2 ? IR_F16 : IR_BF16,
+                       variants[v]);
+        d->ops->destroy(d);
+    }
+}
+
+/* ---- the experts' products ------------------------------------------------------------------ */
+
+/* dot of w row (16-bit, as f32) with x; *tol the two-orders bound */
+static float dot(const float *w, const float *x, uint32_t n, double *tol) {
+    float s = 0;
+    double mag = 0;
+    for (uint32_t c = 0; c < n; c++) {
+        float p = w[c] * x[c];
+        s += p, mag += fabs(p);
+    }
+    *tol = 2.0 * n * ldexp(1.0, -24) * mag;
+    return s;
+}
+
+static void experts_case(rt_device *d, uint32_t n, uint32_t d_in, uint32_t ff, uint32_t ne, uint32_t k_used,
+                         ir_scalar t, const char *var) {
+    char what[160];
+    snprintf(what, sizeof what, "moe experts n=%u d=%u ff=%u experts=%u k=%u %s caps=%s", n, d_in, ff, ne, k_used,
+             tu_dname(t), var ? var : "device");
+    kiln_err err = {0};
+    uint32_t gx_up = 0, gx_down = 0;
+    ir_kernel *ku = kn_moe_gate_up(&d->caps, d_in, ff, ne, k_used, t, &gx_up, &err);
+    cr_assert_not_null(ku, "%s: %s", what, err.msg);
+    ir_kernel *kd = kn_moe_down(&d->caps, ff, d_in, ne, k_used, t, &gx_down, &err);
+    cr_assert_not_null(kd, "%s: %s", what, err.msg);
+    size_t wn = (size_t)ne * ff * d_in, nk = (size_t)n * k_used;
+    float *hf, *gf, *uf, *df, *rf;
+    uint16_t *h = tu_rand16(t, (size_t)n * d_in, -2, 2, &hf), *g = tu_rand16(t, wn, -0.5f, 0.5f, &gf);
+    uint16_t *u = tu_rand16(t, wn, -0.5f, 0.5f, &uf), *dw = tu_rand16(t, wn, -0.5f, 0.5f, &df);
+    uint16_t *res = tu_rand16(t, (size_t)n * d_in, -4, 4, &rf);
+    uint32_t *sel = malloc(nk * 4);
+    float *wt = malloc(nk * 4);
+    for (uint32_t tok = 0; tok < n; tok++) { /* distinct experts, weights summing to 1 */
+        float sum = 0;
+        for (uint32_t j = 0; j < k_used; j++) {
+            uint32_t x;
+            bool again;
+            do {
+                x = tu_rnd32() % ne, again = false;
+                for (uint32_t i = 0; i < j; i++) again |= sel[tok * k_used + i] == x;
+            } while (again);
+            sel[tok * k_used + j] = x;
+            sum += wt[tok * k_used + j] = tu_urand(0.05f, 1);
+        }
+        for (uint32_t j = 0; j < k_used; j++) wt[tok * k_used + j] /= sum;
+    }
+    rt_buffer *bh = tu_vk_upload(d, h, (size_t)n * d_in * 2), *bg = tu_vk_upload(d, g, wn * 2);
+    rt_buffer *bu = tu_vk_upload(d, u, wn * 2), *bd = tu_vk_upload(d, dw, wn * 2);
+    rt_buffer *bs = tu_vk_upload(d, sel, nk * 4), *bw = tu_vk_upload(d, wt, nk * 4);
+    rt_buffer *br = tu_vk_upload(d, res, (size_t)n * d_in * 2);
+    rt_buffer *ba = tu_vk_poisoned16(d, t, nk * ff, GUARD), *by = tu_vk_poisoned16(d, t, (size_t)n * d_in, GUARD);
+    rt_arg up_args[5] = {{bh, 0}, {bg, 0}, {bu, 0}, {bs, 0}, {ba, 0}};
+    launch(d, ku, gx_up, n, up_args, 5);
+    uint16_t *act = fetch16(d, ba, t, nk * ff, what);
+    /* act against the reference, as the dense SwiGLU's (test_kernels.c) */
+    for (size_t cj = 0; cj < nk; cj++) {
+        uint32_t tok = (uint32_t)(cj / k_used), x = sel[cj];
+        for (uint32_t r = 0; r < ff; r++) {
+            double tg, tu;
+            size_t w0 = ((size_t)x * ff + r) * d_in;
+            float gs = tu_from16(t, tu_to16(t, dot(gf + w0, hf + (size_t)tok * d_in, d_in, &tg)));
+            float us = tu_from16(t, tu_to16(t, dot(uf + w0, hf + (size_t)tok * d_in, d_in, &tu)));
+            double want = gs / (1.0f + expf(-gs)) * us, got = tu_from16(t, act[cj * ff + r]);
+            double dg = tg + tu_ulp16(t, fabs(gs) + tg), du = tu + tu_ulp16(t, fabs(us) + tu);
+            double tl = 1.1 * dg * (fabs(us) + du) + (fabs(gs) + dg) * du + (7 + 2 * fabs(gs)) * ldexp(1.0, -23) * fabs(want);
+            tl += tu_ulp16(t, fmax(fabs(want), fabs(got)));
+            cr_assert(fabs(got - want) <= tl, "%s: act[%zu][%u] %.9g != %.9g (tol %.3g)", what, cj, r, got, want, tl);
+        }
+    }
+    /* down from the device's act, so that its check is the down's alone */
+    rt_arg down_args[6] = {{ba, 0}, {bd, 0}, {bs, 0}, {bw, 0}, {br, 0}, {by, 0}};
+    launch(d, kd, gx_down, n, down_args, 6);
+    uint16_t *y = fetch16(d, by, t, (size_t)n * d_in, what);
+    float *af = malloc(ff * 4);
+    for (uint32_t tok = 0; tok < n; tok++)
+        for (uint32_t r = 0; r < d_in; r++) {
+            float o = 0;
+            double tl = 0;
+            for (uint32_t j = 0; j < k_used; j++) {
+                size_t cj = (size_t)tok * k_used + j;
+                for (uint32_t c = 0; c < ff; c++) af[c] = tu_from16(t, act[cj * ff + c]);
+                double td;
+                float yj = dot(df + ((size_t)sel[cj] * d_in + r) * ff, af, ff, &td), y16 = tu_from16(t, tu_to16(t, yj));
+                float p = wt[cj] * y16;
+                o = j ? o + p : p;
+                tl += wt[cj] * (td + tu_ulp16(t, fabs(yj) + td)) + ldexp(1.0, -23) * fabs(o);
+            }
+            double want = tu_from16(t, tu_to16(t, o)) + rf[(size_t)tok * d_in + r], got = tu_from16(t, y[(size_t)tok * d_in + r]);
+            tl += tu_ulp16(t, fabs(o) + tl) + tu_ulp16(t, fmax(fabs(want), fabs(got)));
+            cr_assert(fabs(got - want) <= tl, "%s: y[%u][%u] %.9g != %.9g (tol %.3g)", what, tok, r, got, want, tl);
+        }
+    rt_buffer *bufs[] = {bh, bg, bu, bd, bs, bw, br, ba, by};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) d->ops->release(d, bufs[i]);
+    free(h), free(g), free(u), free(dw), free(res), free(hf), free(gf), free(uf), free(df), free(rf);
+    free(sel), free(wt), free(act), free(y), free(af);
+    ir_kernel_destroy(ku);
+    ir_kernel_destroy(kd);
+}
+
+Test(kernels_moe, experts_odd_sizes_with_guards, .timeout = 300) {
+    const uint32_t shapes[][5] = {{1, 200, 72, 6, 2}, {3, 97, 45, 5, 3}, {2, 64, 33, 9, 1}};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        rt_device *d = tu_vk_open_or_skip(variants[v]);
+        tu_seed(62);
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            experts_case(d, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4],
+                         i % 2 ? IR_F16 : IR_BF16, variants[v]);
+        d->ops->destroy(d);
+    }
+}
+
+Test(kernels_moe, bad_shapes_refused) {
+    rt_caps c;
+    rt_caps_default(&c, RT_VULKAN);
+    c.storage16 = true;
+    kiln_err err = {0};
+    uint32_t g;
+    cr_assert_null(kn_moe_route(&c, 64, 4, 5, IR_BF16, &err));
+    cr_assert(strstr(err.msg, "kn_moe_route"), "%s", err.msg);
+    cr_assert_null(kn_moe_route(&c, 64, 0, 0, IR_BF16, &err));
+    cr_assert_null(kn_moe_gate_up(&c, 64, 64, 8, 0, IR_BF16, &g, &err));
+    cr_assert_null(kn_moe_down(&c, 65536, 65536, 8, 2, IR_BF16, &g, &err)); /* past u32 indices */
+    cr_assert(strstr(err.msg, "u32"), "%s", err.msg);
+    cr_assert_null(kn_moe_down(&c, 64, 64, 8, 2, IR_F32, &g, &err));
+}
+
+/* Built for CUDA's caps (qwen3-30b-a3b's shapes) and assembled by ptxas where installed. */
+Test(kernels_moe, build_for_cuda_and_assemble, .timeout = 120) {
+    rt_caps c = tu_cuda_caps(90);
+    kiln_err err = {0};
+    uint32_t g;
+    ir_kernel *k[3] = {kn_moe_route(&c, 2048, 128, 8, IR_BF16, &err), kn_moe_gate_up(&c, 2048, 768, 128, 8, IR_BF16, &g, &err),
+                       kn_moe_down(&c, 768, 2048, 128, 8, IR_BF16, &g, &err)};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_not_null(k[i], "%s", err.msg);
+        tu_ptx_assembles(k[i], &c, ir_kernel_name(k[i]));
+        ir_kernel_destroy(k[i]);
+    }
+}
