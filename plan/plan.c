@@ -211,7 +211,8 @@ static void plan_destroy(engine *base) {
                          p->xb, p->h, p->qkv, p->att, p->g, p->u, p->act, p->last, p->hl, p->logits, p->tok, p->info,
                          p->part, p->tok_h, p->info_h, p->best, p->allow, p->agate, p->gated, p->dn_qkv, p->dn_z, p->dn_ba,
                          p->dn_x, p->dn_y, p->dn_qk, p->dn_uw, p->dn_p, p->dn_gl, p->dn_o,
-                         p->dn_in1_qkv, p->dn_in1_z, p->dn_in1_ba, p->dn_in1}; /* views before their buffer */
+                         p->dn_in1_qkv, p->dn_in1_z, p->dn_in1_ba, p->dn_in1, p->moe_sel, p->moe_wt,
+                         p->moe_act}; /* views before their buffer */
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
     for (uint32_t l = 0; p->L && l < p->s.hp.n_layer; l++) {
@@ -220,7 +221,8 @@ static void plan_destroy(engine *base) {
                                 L->ffn_norm,  L->w_gate, L->w_up,   L->w_down, L->w_agate, L->dn_qkv,
                                 L->dn_z,      L->dn_ba,  L->dn_in,  L->dn_out, L->dn_conv, L->dn_dt_bias,
                                 L->dn_a,      L->dn_norm,  L->qkv_part[0], L->qkv_part[1],
-                                L->qkv_part[2]}; /* views before their buffer */
+                                L->qkv_part[2], L->router, L->gate_exps, L->up_exps,
+                                L->down_exps}; /* views before their buffer */
         rt_buffer *own_bufs[] = {L->kc, L->vc, L->conv_state, L->S}; /* the states: views, before their buffer */
         for (size_t i = 0; own && i < sizeof weights / sizeof weights[0]; i++)
             if (weights[i]) d->ops->release(d, weights[i]);
@@ -364,7 +366,10 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
         {&p->dn_z, hp->n_recurrent ? nb * s.dn_v_dim * 2 : 0}, {&p->dn_y, hp->n_recurrent ? nb * s.dn_v_dim * 2 : 0},
         {&p->dn_ba, hp->n_recurrent ? nb * hp->ssm_v_heads * 4 : 0},
         {&p->dn_in1, hp->n_recurrent ? (size_t)s.dn_in_rows * 2 : 0}, {&p->dn_qk, dns.qk * 4},
-        {&p->dn_uw, dns.uw * 4}, {&p->dn_p, dns.p * 4}, {&p->dn_gl, dns.gl * 4}, {&p->dn_o, dns.o * 4}};
+        {&p->dn_uw, dns.uw * 4}, {&p->dn_p, dns.p * 4}, {&p->dn_gl, dns.gl * 4}, {&p->dn_o, dns.o * 4},
+        /* qwen3moe only */
+        {&p->moe_sel, nb * hp->n_expert_used * 4}, {&p->moe_wt, nb * hp->n_expert_used * 4},
+        {&p->moe_act, nb * hp->n_expert_used * hp->n_ff_exp * 2}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0] && !bad; i++) {
         if (!acts[i].bytes) continue;
         /* what the host writes or reads each step lives in host memory */

@@ -31,6 +31,10 @@ enum {
      * position and slot), the cache stores and attention over the pool, the logits head of
      * every row (f32) and each row's argmax */
     K_STAGE_BATCH, K_QK_PREP_BATCH, K_ATTN_BATCH, K_ATTN_MERGE_BATCH, K_MM_OUT, K_ARGMAX_BATCH,
+    /* qwen3moe only: the feed-forward's router, its chosen experts' gate and up products,
+     * and their down products' weighted sum (kernels/moe.c), for decode and blocks alike
+     * (grid y: the tokens) */
+    K_MOE_ROUTE, K_MOE_GATE_UP, K_MOE_DOWN,
     K_COUNT
 };
 /* Each role's name ("embed", "decode_qkv", ...), for dumps and profiles. */
@@ -67,6 +71,9 @@ typedef struct plan_layer {
      * (kn_qtype; -1: the 16-bit weight above), q, k and v each in a buffer of its own
      * (qkv_part; wqkv NULL), the others in wo, w_gate, w_up and w_down as kn_quant.h's words */
     rt_buffer *qkv_part[3];
+    /* qwen3moe: the router (f32) and the experts' 3-D weights (16-bit; w_gate, w_up and
+     * w_down NULL) */
+    rt_buffer *router, *gate_exps, *up_exps, *down_exps;
     int8_t qt_qkv[3], qt_o, qt_gate, qt_up, qt_down, qt_dn_out;
 } plan_layer;
 #define PLAN_SNAPSHOTS 2
@@ -151,6 +158,7 @@ typedef struct plan_engine {
     rt_buffer *agate, *gated, *dn_qkv, *dn_z, *dn_ba, *dn_x, *dn_y;
     rt_buffer *dn_in1, *dn_in1_qkv, *dn_in1_z, *dn_in1_ba; /* a decode step's stacked product, and its views */
     rt_buffer *dn_qk, *dn_uw, *dn_p, *dn_gl, *dn_o; /* the chunked delta rule's f32 scratch (plan_dn_scratch) */
+    rt_buffer *moe_sel, *moe_wt, *moe_act; /* qwen3moe: each token's chosen experts, weights, SwiGLU rows */
     /* qwen35's recurrent state covers positions [0, rs_pos) of the tokens in hist (the
      * state cannot step back: an eval before rs_pos zeroes it and replays hist) */
     int32_t *hist;

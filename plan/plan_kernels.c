@@ -17,7 +17,7 @@ const char *const plan_role[K_COUNT] = {
     "prefill_dn_beta_alpha", "prefill_dn_out", "prefill_ssm_conv", "prefill_deltanet", "state_copy",
     "state_zero", "prefill_ssm_conv_state", "prefill_deltanet_prep", "prefill_deltanet_norm",
     "deltanet_norm", "batch_stage_inputs", "batch_qk_prep", "batch_attn", "batch_attn_merge", "batch_logits",
-    "batch_argmax"};
+    "batch_argmax", "moe_route", "moe_gate_up", "moe_down"};
 
 
 
@@ -52,8 +52,10 @@ bool plan_block_role(int i) {
 
 bool plan_role_used(const plan_shape *s, int i) {
     bool q35 = s->hp.arch == ARCH_QWEN35, dn = q35 && s->hp.n_recurrent > 0;
-    bool attn = !q35 || s->hp.n_recurrent < s->hp.n_layer;
+    bool attn = !q35 || s->hp.n_recurrent < s->hp.n_layer, moe = s->hp.n_expert > 0;
     switch (i) {
+    case K_MOE_ROUTE: case K_MOE_GATE_UP: case K_MOE_DOWN: return moe;
+    case K_MV_FFN: case K_MV_DOWN: case K_MM_FF: case K_MM_DOWN: case K_SWIGLU: return !moe;
     case K_MV_AGATE: case K_GATE: case K_MM_AGATE: case K_GATE_BLOCK: return q35 && attn;
     case K_MV_DN_IN: case K_MV_DN_OUT: case K_CONV: case K_DELTANET:
     case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_BA: case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK:
@@ -208,6 +210,10 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
                                    nb, dt, &g[0], err);
     case K_MM_OUT: return product(c, hp->n_vocab, d, nb, dt, KN_EPI_F32, g, err);
     case K_ARGMAX_BATCH: g[0] = 1, g[1] = nb; return kn_argmax_masked(c, hp->n_vocab, nb, err);
+    case K_MOE_ROUTE: return kn_moe_route(c, d, hp->n_expert, hp->n_expert_used, dt, err);
+    case K_MOE_GATE_UP:
+        return kn_moe_gate_up(c, d, hp->n_ff_exp, hp->n_expert, hp->n_expert_used, dt, &g[0], err);
+    case K_MOE_DOWN: return kn_moe_down(c, hp->n_ff_exp, d, hp->n_expert, hp->n_expert_used, dt, &g[0], err);
     }
     /* qwen35 */
     kn_deltanet_shape dn = {hp->ssm_k_heads, hp->ssm_v_heads, hp->ssm_state, 1};
@@ -272,10 +278,6 @@ int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_blo
                                  hp->rope_sections[3], i);
     if (hp->rope_scaling == ROPE_SCALING_YARN)
         return kiln_fail(err, KILN_ERR_UNSUPPORTED, "YaRN rope scaling is not supported (the oracle lacks it too)");
-    if (hp->n_expert)
-        return kiln_fail(err, KILN_ERR_UNSUPPORTED,
-                         "%s: the GPU kernels have no mixture-of-experts layers yet (run it on --device cpu)",
-                         arch_name(hp->arch));
     if (hp->head_dim_k != hp->head_dim_v)
         return kiln_fail(err, KILN_ERR_UNSUPPORTED, "key and value head sizes differ (%u, %u): not on the GPU path yet",
                          hp->head_dim_k, hp->head_dim_v);

@@ -178,6 +178,20 @@ static void add_logits(recorder *R, rt_buffer *x) {
 }
 
 
+/* A mixture of experts' feed-forward for nb tokens (1: a decode step), xb to xa: the norm,
+ * the router's choice, the chosen experts' SwiGLU rows, their down products' weighted sum
+ * with the residual (kernels/moe.c; the choice stays on the device). */
+static void add_moe(recorder *R, const plan_layer *L, uint32_t nb) {
+    plan_engine *p = R->p;
+    const uint32_t (*g)[2] = R->grid;
+    ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
+    ADD(K_MOE_ROUTE, 1, nb, {"h", p->h}, {"router", L->router}, {"sel", p->moe_sel}, {"wt", p->moe_wt});
+    ADD(K_MOE_GATE_UP, g[K_MOE_GATE_UP][0], nb, {"h", p->h}, {"gate", L->gate_exps}, {"up", L->up_exps},
+        {"sel", p->moe_sel}, {"act", p->moe_act});
+    ADD(K_MOE_DOWN, g[K_MOE_DOWN][0], nb, {"act", p->moe_act}, {"down", L->down_exps}, {"sel", p->moe_sel},
+        {"wt", p->moe_wt}, {"res", p->xb}, {"y", p->xa});
+}
+
 int plan_record_decode(plan_engine *p, kiln_err *err) {
     recorder rec = {p, p->kern, p->sig, (const uint32_t(*)[2])p->grid, 0, err, 0}, *R = &rec;
     const arch_hparams *hp = &p->s.hp;
@@ -203,6 +217,10 @@ int plan_record_decode(plan_engine *p, kiln_err *err) {
                   {"y", p->xb}, {"res", p->xa});
         }
         const int8_t ffn_qt[KN_Q_PARTS] = {L->qt_gate, L->qt_up, -1};
+        if (hp->n_expert) {
+            add_moe(R, L, 1);
+            continue;
+        }
         if (fused) {
             ADD_W(K_MV_FFN, ffn_qt, g[K_MV_FFN][0], 1, {"W", L->w_gate}, {"x", p->xb}, {"y", p->act}, {"Wu", L->w_up},
                   {"wn", L->ffn_norm});
@@ -224,6 +242,7 @@ int plan_record_decode(plan_engine *p, kiln_err *err) {
 static void add_block_ffn(recorder *R, const plan_layer *L, uint32_t nb, bool ff_swiglu) {
     plan_engine *p = R->p;
     const uint32_t (*g)[2] = R->grid;
+    if (p->s.hp.n_expert) return add_moe(R, L, nb);
     ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
     if (L->qt_gate >= 0) {
         ADD_W(K_MM_FF, QT1(L->qt_gate), 0, 0, {"W", L->w_gate}, {"X", p->h}, {"Y", p->g}, {"info", p->info});

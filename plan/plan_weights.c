@@ -200,9 +200,15 @@ int plan_upload_weights(plan_engine *p, kiln_err *err) {
         rt_buffer **dst[4] = {&L->attn_norm, &L->q_norm, &L->k_norm, &L->ffn_norm};
         for (int i = 0; i < 4 && !bad; i++)
             if (t[i] && !(*dst[i] = upload_weight(p, t[i], err))) bad = 1;
-        bad = bad || !(L->w_gate = upload_matrix(p, ml->w_gate, ml->q_ffn, &L->qt_gate, err)) ||
-              !(L->w_up = upload_matrix(p, ml->w_up, ml->q_ffn, &L->qt_up, err)) ||
-              !(L->w_down = upload_matrix(p, ml->w_down, ml->q_down, &L->qt_down, err));
+        if (p->s.hp.n_expert) /* the experts in 16 bits (quantized ones converted), the router f32 */
+            bad = bad || !(L->router = upload_f32(p, ml->ffn_gate_inp, err)) ||
+                  !(L->gate_exps = upload_weight(p, ml->ffn_gate_exps, err)) ||
+                  !(L->up_exps = upload_weight(p, ml->ffn_up_exps, err)) ||
+                  !(L->down_exps = upload_weight(p, ml->ffn_down_exps, err));
+        else
+            bad = bad || !(L->w_gate = upload_matrix(p, ml->w_gate, ml->q_ffn, &L->qt_gate, err)) ||
+                  !(L->w_up = upload_matrix(p, ml->w_up, ml->q_ffn, &L->qt_up, err)) ||
+                  !(L->w_down = upload_matrix(p, ml->w_down, ml->q_down, &L->qt_down, err));
         progress_update(&p->prog, l + 1);
     }
     return bad ? -1 : 0;

@@ -1,0 +1,82 @@
+/* A mixture of experts on the Vulkan device (lavapipe in CI): testdata's qwen3moe-tiny (4
+ * layers of 8 experts, 2 a token; llama.cpp's file) and kiln synth's qwen3moe-tiny-odd
+ * (nothing a multiple of 32) against the contract-mode oracle through the prefill blocks
+ * and the decode step, under the caps variants that change the kernels; and qwen3moe-tiny
+ * against llama.cpp's own greedy goldens. Skipped by name without Vulkan. */
+#include "base/error.h"
+#include "model/engine.h"
+#include "model/model.h"
+#include "modelgen/synth.h"
+#include "modelgen/vocab.h"
+#include "plan/plan.h"
+#include "tests/util/testutil.h"
+#include "tests/util/testutil_golden.h"
+#include "tests/util/testutil_plan.h"
+#include "tests/util/testutil_vk.h"
+
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <math.h>
+#include <stdio.h>
+
+#define TINY "models/qwen3moe-tiny.gguf"
+
+static double compare(const char *path, const char *caps, uint32_t dtype, const int32_t *ids, uint32_t n) {
+    rt_device *d = tu_vk_open_or_skip(caps);
+    double worst = tu_plan_compare(d, caps, path, dtype, 8, ids, n, 64, NULL);
+    d->ops->destroy(d);
+    cr_log_info("%s caps=%s: logits relative error %.3e", path, caps ? caps : "device", worst);
+    cr_assert_lt(worst, 1e-2, "%s caps=%s: logits relative error %.3e", path, caps ? caps : "device", worst);
+    return worst;
+}
+
+/* a prompt of 70 tokens: a block of 64 and a partial one, then decode steps */
+Test(plan_moe, tiny_against_the_oracle, .timeout = 600) {
+    const char *path = tu_data_file(TINY);
+    int32_t ids[256];
+    uint32_t n = tu_story_ids(path, ids, 256);
+    cr_assert_geq(n, 70, "a story of %u tokens", n);
+    const char *variants[] = {NULL, "no-subgroup-arith", "workgroup=64"};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) compare(path, variants[v], 0, ids, 70);
+    compare(path, NULL, GGUF_T_BF16, ids, 70);
+}
+
+Test(plan_moe, synth_odd_sizes_against_the_oracle, .timeout = 600) {
+    synth_config c;
+    cr_assert_eq(synth_preset("qwen3moe-tiny-odd", &c), 0);
+    c.threads = 2;
+    tok_vocab v;
+    tok_vocab_init(&v);
+    kiln_err e = {0};
+    cr_assert_eq(tok_vocab_bytelevel(c.n_vocab, &v, &e), 0, "%s", e.msg);
+    const char *path = tu_tmp("plan-moe-odd.gguf");
+    synth_stats st;
+    cr_assert_eq(synth_write(&c, &v, NULL, path, &st, &e), 0, "%s", e.msg);
+    tok_vocab_free(&v);
+    int32_t ids[70];
+    for (uint32_t i = 0; i < 70; i++) ids[i] = (int32_t)((i * 7919u + 13u) % c.n_vocab);
+    compare(path, NULL, GGUF_T_BF16, ids, 70);
+    compare(path, "no-subgroup-arith", GGUF_T_F16, ids, 70);
+}
+
+/* llama.cpp's greedy goldens: the plan in f16 (the file's type) differs from them only at
+ * near-ties, as the oracle's contract mode (0.016-0.019 nats, tests/oracle/test_qwen3moe.c) */
+Test(plan_moe, tiny_against_llamacpp_goldens, .timeout = 600) {
+    kiln_err err = {0};
+    model *m = model_load(tu_data_file(TINY), &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    engine *e = plan_create(m, d, GGUF_T_F16, 256, 64, &err);
+    cr_assert_not_null(e, "%s", err.msg);
+    const char *goldens[] = {"models/qwen3moe-tiny.llamacpp.json", "models/qwen3moe-tiny.f32dequant-kvf32-nofa.llamacpp.json"};
+    for (int i = 0; i < 2; i++) {
+        tu_golden_result r = tu_golden_run(e, goldens[i], 0.1, d->label);
+        cr_log_info("%s on %s: %d/%d cases identical, max |dlogprob| %.4f", goldens[i], d->label, r.identical, r.cases,
+                    r.worst_dlogprob);
+        cr_assert_eq(r.cases, 6);
+        cr_assert_lt(r.worst_dlogprob, 0.05, "%s: off by %.3f nats", goldens[i], r.worst_dlogprob);
+    }
+    engine_destroy(e);
+    d->ops->destroy(d);
+    model_free(m);
+}
