@@ -90,7 +90,8 @@ static int build_bucket(plan_engine *p, int bi, uint32_t nb, kiln_err *err) {
             b->grid[i][0] = p->grid[i][0], b->grid[i][1] = p->grid[i][1];
             continue;
         }
-        if ((i == K_SWIGLU && ff_swiglu) || !plan_role_used(&s, i)) continue; /* the gate and up product applies it */
+        if (i == K_SWIGLU && ff_swiglu) continue; /* the gate and up product applies it */
+        if (s.hp.n_expert && (i == K_MM_FF || i == K_MM_DOWN || i == K_SWIGLU)) continue; /* the experts' instead */
         if (!(b->kern[i] = plan_compile_kernel(p->d, &s, i, b->grid[i], &b->sig[i], err))) return -1;
         p->n_kern++;
     }
