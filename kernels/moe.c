@@ -8,7 +8,7 @@
  *                    chosen e into wt[t][..]. The oracle chooses on p = e / sum(e) and
  *                    divides by the sum of the chosen p: the same order, and weights equal
  *                    up to a few f32 roundings;
- *   kn_moe_gate_up   grid y = t, for each choice j: act[t k + j][r] = round(silu(round(gate_e[r] . h_t))
+ *   kn_moe_gate_up   grid y = t, x = (choice j, rows): act[t k + j][r] = round(silu(round(gate_e[r] . h_t))
  *                    * round(up_e[r] . h_t)) for expert e = sel[t][j] (the dense SwiGLU's
  *                    rounding points);
  *   kn_moe_down      grid y = t: y[t][r] = round(res[t][r] + round(sum_j wt[t][j] *
@@ -29,22 +29,24 @@
 #define MOE_MAX_EXPERTS 1024
 #define MOE_MAX_USED 64
 
-/* x's element type as f32 (no conversion for an f32 buffer) */
-static ir_val as_f32(kx k, ir_val v, ir_scalar t) { return t == IR_F32 ? v : kx_as(k, v, IR_F32); }
-
-/* sum over c < cols of w[w0 + c] * x[x0 + c] in f32 (w of type wt, x of type xt): the
- * subgroup's lanes split the columns and reduce (per_sg; every lane gets the sum), or the
- * invocation walks them alone. */
+/* sum over c < cols of w[w0 + c] * x[x0 + c] in f32 (w of type wt, x of type xt), in
+ * vectors of kn_vec_width(cols) (w0 and x0 multiples of it): the subgroup's lanes split the
+ * columns and reduce (per_sg; every lane gets the sum), or the invocation walks them alone. */
 static ir_val row_dot(kx k, bool per_sg, ir_buf w, ir_scalar wt, ir_val w0, ir_buf x, ir_scalar xt, ir_val x0,
                       uint32_t cols) {
-    ir_val start = per_sg ? kx_sg_lane(k) : kx_u32(k, 0), step = per_sg ? kx_sg_size(k) : kx_u32(k, 1);
-    ir_val zero = kx_f32(k, 0.0f);
+    uint32_t v = kn_vec_width(cols);
+    ir_type fv = kx_t(k, IR_F32, v);
+    ir_val start = per_sg ? kx_mul_c(k, kx_sg_lane(k), v) : kx_u32(k, 0);
+    ir_val step = per_sg ? kx_mul_c(k, kx_sg_size(k), v) : kx_u32(k, v);
+    ir_val zero = kx_splat(k, kx_f32(k, 0.0f), v);
     ir_for *l = ir_for_begin(k.ir, start, kx_u32(k, cols), step, 1, &zero);
     ir_val c = ir_for_iv(l), acc = ir_for_arg(l, 0);
-    ir_val wv = as_f32(k, kx_load(k, w, kx_add(k, w0, c), 1), wt), xv = as_f32(k, kx_load(k, x, kx_add(k, x0, c), 1), xt);
+    ir_val wv = kx_load(k, w, kx_add(k, w0, c), v), xv = kx_load(k, x, kx_add(k, x0, c), v);
+    if (wt != IR_F32) wv = kx_convert(k, wv, fv);
+    if (xt != IR_F32) xv = kx_convert(k, xv, fv);
     acc = kx_add(k, acc, kx_mul(k, wv, xv));
     ir_for_end(k.ir, l, &acc);
-    ir_val s = ir_for_result(l, 0);
+    ir_val s = kn_lane_sum(k, ir_for_result(l, 0), v);
     return per_sg ? kx_sg_sum(k, s) : s;
 }
 
@@ -198,7 +200,7 @@ ir_kernel *kn_moe_gate_up(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint
     kx k = {kn_create("kn_moe_gate_up", err), c};
     if (!k.ir) return NULL;
     uint64_t w_elems = (uint64_t)n_expert * n_ff * n_embd;
-    /* grid y = t; each workgroup's rows for every choice j of its token */
+    /* grid y = t, grid x = (choice j, row group): each workgroup's rows of one expert */
     ir_buf h = kx_buffer_per_group(k, "h", dtype, IR_READ, 1, n_embd);
     ir_buf wg_ = kx_buffer(k, "gate", dtype, IR_READ, w_elems), wu = kx_buffer(k, "up", dtype, IR_READ, w_elems);
     ir_buf sel = kx_buffer_per_group(k, "sel", IR_U32, IR_READ, 1, k_used);
@@ -206,10 +208,11 @@ ir_kernel *kn_moe_gate_up(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint
     uint32_t wg = kn_workgroup(c, 256), rows;
     kx_workgroup(k, wg);
     bool per_sg = per_subgroup(c, wg, &rows);
-    ir_val t = kx_group(k, 1), r = my_row(k, per_sg, rows), j;
+    uint32_t groups_r = (n_ff + rows - 1) / rows;
+    ir_val t = kx_group(k, 1), gx = kx_group(k, 0), j = kx_div_c(k, gx, groups_r);
+    ir_val r = kx_add(k, kx_mul_c(k, kx_rem_c(k, gx, groups_r), rows), per_sg ? kx_sg_id(k) : kx_local(k));
     ir_val h0 = kx_mul_c(k, t, n_embd);
     ir_if *in = kx_if(k, kx_lt_c(k, r, n_ff));
-    ir_for *each = kx_for(k, kx_u32(k, 0), kx_u32(k, k_used), kx_u32(k, 1), &j);
     ir_val cj = kx_add(k, kx_mul_c(k, t, k_used), j);
     ir_val ex = kx_min_c(k, kx_load(k, sel, cj, 1), n_expert - 1);
     ir_val w0 = kx_mul_c(k, kx_add(k, kx_mul_c(k, ex, n_ff), r), n_embd);
@@ -218,9 +221,8 @@ ir_kernel *kn_moe_gate_up(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint
     ir_if *one = per_sg ? kx_if(k, kx_eq_c(k, kx_sg_lane(k), 0)) : NULL;
     kn_mv_store_row(k, KN_EPI_SWIGLU, act, 0, 0, kx_add(k, kx_mul_c(k, cj, n_ff), r), g, u, dtype, dtype);
     if (one) kx_end_if(k, one);
-    kx_end_for(k, each);
     kx_end_if(k, in);
-    if (groups_x) *groups_x = (n_ff + rows - 1) / rows;
+    if (groups_x) *groups_x = groups_r * k_used;
     return kn_finish(k.ir, err);
 }
 
