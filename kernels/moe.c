@@ -261,3 +261,163 @@ ir_kernel *kn_moe_down(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_
     if (groups_x) *groups_x = (n_embd + rows - 1) / rows;
     return kn_finish(k.ir, err);
 }
+
+/* ---- a block's tokens grouped by expert ------------------------------------------------------ *
+ *
+ * A block of nb tokens reads each expert once for all the tokens that chose it, where the
+ * per-token kernels above would read it once a token:
+ *   kn_moe_group      one workgroup: the choices c = t k + j of the block's first n = info[1]
+ *                     tokens listed by expert (list[off[e] .. off[e + 1]), a counting sort;
+ *                     rank is its scratch);
+ *   kn_moe_gate_up_g  workgroup (e, row group): act[c][r] for every c on e's list;
+ *   kn_moe_down_g     workgroup (e, row group): yc[c][r] = round(down_e[r] . act[c]);
+ *   kn_moe_combine    y[t][r] = round(res[t][r] + round(sum_j wt[t k + j] * yc[t k + j][r]))
+ *                     for t < n, the decode step's sum in the same order. */
+
+ir_kernel *kn_moe_group(const rt_caps *c, uint32_t n_expert, uint32_t k_used, uint32_t nb, kiln_err *err) {
+    if (!nb || !n_expert || n_expert > MOE_MAX_EXPERTS || !k_used || k_used > n_expert || k_used > MOE_MAX_USED ||
+        (uint64_t)nb * k_used > (1u << 24))
+        return kiln_fail(err, KILN_ERR_INVALID, "kn_moe_group: %u tokens of %u of %u experts", nb, k_used, n_expert),
+               NULL;
+    kx k = {kn_create("kn_moe_group", err), c};
+    if (!k.ir) return NULL;
+    uint32_t n_c = nb * k_used;
+    ir_buf sel = kx_buffer(k, "sel", IR_U32, IR_READ, n_c), info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    ir_buf rank = kx_buffer(k, "rank", IR_U32, IR_READ | IR_WRITE, n_c);
+    ir_buf off = kx_buffer(k, "off", IR_U32, IR_WRITE, n_expert + 1), list = kx_buffer(k, "list", IR_U32, IR_WRITE, n_c);
+    uint32_t wg = kn_workgroup(c, 256);
+    kx_workgroup(k, wg);
+    ir_shm cnt = kx_shared(k, "cnt", IR_U32, n_expert + 1);
+    ir_val lid = kx_local(k), x, i;
+    ir_val n = kx_mul_c(k, kx_min_c(k, kx_load_c(k, info, 1), nb), k_used); /* the live tokens' choices */
+    ir_for *l = kx_for(k, lid, kx_u32(k, n_expert + 1), kx_u32(k, wg), &x);
+    kx_shm_store(k, cnt, x, kx_u32(k, 0));
+    kx_end_for(k, l);
+    kx_barrier(k);
+    l = kx_for(k, lid, n, kx_u32(k, wg), &i);
+    ir_val e = kx_min_c(k, kx_load(k, sel, i, 1), n_expert - 1);
+    kx_store(k, rank, i, ir_atomic(k.ir, IR_ATOMIC_ADD, true, cnt, e, kx_u32(k, 1)));
+    kx_end_for(k, l);
+    kx_barrier(k);
+    /* the exclusive prefix sums, in order, by one invocation */
+    ir_if *one = kx_if(k, kx_eq_c(k, lid, 0));
+    ir_val zero = kx_u32(k, 0);
+    ir_for *scan = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, n_expert + 1), kx_u32(k, 1), 1, &zero);
+    ir_val at = ir_for_arg(scan, 0), ex = ir_for_iv(scan);
+    ir_val here = kx_shm_load(k, cnt, ex, 1);
+    kx_shm_store(k, cnt, ex, at);
+    kx_store(k, off, ex, at);
+    ir_val next = kx_add(k, at, here);
+    ir_for_end(k.ir, scan, &next);
+    kx_end_if(k, one);
+    kx_barrier(k);
+    l = kx_for(k, lid, n, kx_u32(k, wg), &i);
+    e = kx_min_c(k, kx_load(k, sel, i, 1), n_expert - 1);
+    kx_store(k, list, kx_add(k, kx_shm_load(k, cnt, e, 1), kx_load(k, rank, i, 1)), i);
+    kx_end_for(k, l);
+    return kn_finish(k.ir, err);
+}
+
+/* The grouped products' shared part: workgroup (e, row group) of grid x = n_expert x
+ * groups_r; *e, *r and e's list's [first, end). */
+static void grouped_ids(kx k, ir_buf off, uint32_t groups_r, uint32_t rows, bool per_sg, ir_val *e, ir_val *r,
+                        ir_val *first, ir_val *end) {
+    ir_val gx = kx_group(k, 0);
+    *e = kx_div_c(k, gx, groups_r);
+    *r = kx_add(k, kx_mul_c(k, kx_rem_c(k, gx, groups_r), rows), per_sg ? kx_sg_id(k) : kx_local(k));
+    *first = kx_load(k, off, *e, 1);
+    *end = kx_load(k, off, kx_add_c(k, *e, 1), 1);
+}
+
+ir_kernel *kn_moe_gate_up_g(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
+                            uint32_t nb, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+    if (check("kn_moe_gate_up_g", c, dtype, n_embd, n_ff, n_expert, k_used, err)) return NULL;
+    kx k = {kn_create("kn_moe_gate_up_g", err), c};
+    if (!k.ir) return NULL;
+    uint64_t w_elems = (uint64_t)n_expert * n_ff * n_embd, n_c = (uint64_t)nb * k_used;
+    ir_buf h = kx_buffer(k, "h", dtype, IR_READ, (uint64_t)nb * n_embd);
+    ir_buf wg_ = kx_buffer(k, "gate", dtype, IR_READ, w_elems), wu = kx_buffer(k, "up", dtype, IR_READ, w_elems);
+    ir_buf off = kx_buffer(k, "off", IR_U32, IR_READ, n_expert + 1), list = kx_buffer(k, "list", IR_U32, IR_READ, n_c);
+    ir_buf act = kx_buffer(k, "act", dtype, IR_WRITE, n_c * n_ff);
+    uint32_t wg = kn_workgroup(c, 256), rows;
+    kx_workgroup(k, wg);
+    bool per_sg = per_subgroup(c, wg, &rows);
+    uint32_t groups_r = (n_ff + rows - 1) / rows;
+    ir_val e, r, first, end, i;
+    grouped_ids(k, off, groups_r, rows, per_sg, &e, &r, &first, &end);
+    ir_if *in = kx_if(k, kx_lt_c(k, r, n_ff));
+    ir_val w0 = kx_mul_c(k, kx_add(k, kx_mul_c(k, e, n_ff), r), n_embd);
+    ir_for *l = kx_for(k, first, kx_min_c(k, end, (uint32_t)n_c), kx_u32(k, 1), &i);
+    ir_val cj = kx_min_c(k, kx_load(k, list, i, 1), (uint32_t)n_c - 1);
+    ir_val h0 = kx_mul_c(k, kx_div_c(k, cj, k_used), n_embd);
+    ir_val g = row_dot(k, per_sg, wg_, dtype, w0, h, dtype, h0, n_embd);
+    ir_val u = row_dot(k, per_sg, wu, dtype, w0, h, dtype, h0, n_embd);
+    ir_if *one = per_sg ? kx_if(k, kx_eq_c(k, kx_sg_lane(k), 0)) : NULL;
+    kn_mv_store_row(k, KN_EPI_SWIGLU, act, 0, 0, kx_add(k, kx_mul_c(k, cj, n_ff), r), g, u, dtype, dtype);
+    if (one) kx_end_if(k, one);
+    kx_end_for(k, l);
+    kx_end_if(k, in);
+    if (groups_x) *groups_x = n_expert * groups_r;
+    return kn_finish(k.ir, err);
+}
+
+ir_kernel *kn_moe_down_g(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
+                         uint32_t nb, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+    if (check("kn_moe_down_g", c, dtype, n_ff, n_embd, n_expert, k_used, err)) return NULL;
+    kx k = {kn_create("kn_moe_down_g", err), c};
+    if (!k.ir) return NULL;
+    uint64_t n_c = (uint64_t)nb * k_used;
+    ir_buf act = kx_buffer(k, "act", dtype, IR_READ, n_c * n_ff);
+    ir_buf wd = kx_buffer(k, "down", dtype, IR_READ, (uint64_t)n_expert * n_embd * n_ff);
+    ir_buf off = kx_buffer(k, "off", IR_U32, IR_READ, n_expert + 1), list = kx_buffer(k, "list", IR_U32, IR_READ, n_c);
+    ir_buf yc = kx_buffer(k, "yc", dtype, IR_WRITE, n_c * n_embd);
+    uint32_t wg = kn_workgroup(c, 256), rows;
+    kx_workgroup(k, wg);
+    bool per_sg = per_subgroup(c, wg, &rows);
+    uint32_t groups_r = (n_embd + rows - 1) / rows;
+    ir_val e, r, first, end, i;
+    grouped_ids(k, off, groups_r, rows, per_sg, &e, &r, &first, &end);
+    ir_if *in = kx_if(k, kx_lt_c(k, r, n_embd));
+    ir_val w0 = kx_mul_c(k, kx_add(k, kx_mul_c(k, e, n_embd), r), n_ff);
+    ir_for *l = kx_for(k, first, kx_min_c(k, end, (uint32_t)n_c), kx_u32(k, 1), &i);
+    ir_val cj = kx_min_c(k, kx_load(k, list, i, 1), (uint32_t)n_c - 1);
+    ir_val s = row_dot(k, per_sg, wd, dtype, w0, act, dtype, kx_mul_c(k, cj, n_ff), n_ff);
+    ir_if *one = per_sg ? kx_if(k, kx_eq_c(k, kx_sg_lane(k), 0)) : NULL;
+    kx_store(k, yc, kx_add(k, kx_mul_c(k, cj, n_embd), r), kx_as(k, s, dtype));
+    if (one) kx_end_if(k, one);
+    kx_end_for(k, l);
+    kx_end_if(k, in);
+    if (groups_x) *groups_x = n_expert * groups_r;
+    return kn_finish(k.ir, err);
+}
+
+ir_kernel *kn_moe_combine(const rt_caps *c, uint32_t n_embd, uint32_t k_used, uint32_t nb, ir_scalar dtype,
+                          uint32_t *groups_x, kiln_err *err) {
+    if (kn_check_dtype(c, dtype, err)) return NULL;
+    if (!n_embd || !nb || !k_used || k_used > MOE_MAX_USED || (uint64_t)nb * k_used * n_embd > UINT32_MAX)
+        return kiln_fail(err, KILN_ERR_INVALID, "kn_moe_combine: %u tokens of %u x %u", nb, k_used, n_embd), NULL;
+    kx k = {kn_create("kn_moe_combine", err), c};
+    if (!k.ir) return NULL;
+    uint64_t n_c = (uint64_t)nb * k_used;
+    ir_buf yc = kx_buffer(k, "yc", dtype, IR_READ, n_c * n_embd), wt = kx_buffer(k, "wt", IR_F32, IR_READ, n_c);
+    ir_buf res = kx_buffer(k, "res", dtype, IR_READ, (uint64_t)nb * n_embd);
+    ir_buf y = kx_buffer(k, "y", dtype, IR_WRITE, (uint64_t)nb * n_embd);
+    ir_buf info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    uint32_t wg = kn_workgroup(c, 256);
+    kx_workgroup(k, wg);
+    /* grid x: n_embd's groups, y: the token */
+    ir_val t = kx_group(k, 1), r = kx_add(k, kx_group_times(k, 0, wg), kx_local(k));
+    ir_val live = kx_and(k, kx_lt_c(k, r, n_embd), kx_lt(k, t, kx_load_c(k, info, 1)));
+    ir_if *in = kx_if(k, live);
+    ir_val o = IR_NONE;
+    for (uint32_t j = 0; j < k_used; j++) {
+        ir_val cj = kx_add_c(k, kx_mul_c(k, t, k_used), j);
+        ir_val p = kx_mul(k, kx_load(k, wt, cj, 1), kx_as(k, kx_load(k, yc, kx_add(k, kx_mul_c(k, cj, n_embd), r), 1), IR_F32));
+        o = j ? kx_add(k, o, p) : p;
+    }
+    ir_val at = kx_add(k, kx_mul_c(k, t, n_embd), r);
+    kx_store(k, y, at, kn_epilogue(k, KN_EPI_RESIDUAL, o, 0, IR_NONE, res, at, dtype));
+    kx_end_if(k, in);
+    if (groups_x) *groups_x = (n_embd + wg - 1) / wg;
+    return kn_finish(k.ir, err);
+}

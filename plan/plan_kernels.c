@@ -17,7 +17,8 @@ const char *const plan_role[K_COUNT] = {
     "prefill_dn_beta_alpha", "prefill_dn_out", "prefill_ssm_conv", "prefill_deltanet", "state_copy",
     "state_zero", "prefill_ssm_conv_state", "prefill_deltanet_prep", "prefill_deltanet_norm",
     "deltanet_norm", "batch_stage_inputs", "batch_qk_prep", "batch_attn", "batch_attn_merge", "batch_logits",
-    "batch_argmax", "moe_route", "moe_gate_up", "moe_down"};
+    "batch_argmax", "moe_route", "moe_gate_up", "moe_down", "prefill_moe_group", "prefill_moe_gate_up",
+    "prefill_moe_down", "prefill_moe_combine"};
 
 
 
@@ -45,6 +46,7 @@ bool plan_block_role(int i) {
     case K_MM_QKV: case K_ATTN_PREFILL: case K_MM_O: case K_MM_FF: case K_MM_DOWN: case K_SWIGLU: case K_TAKE_LAST:
     case K_STAGE: case K_MM_AGATE: case K_GATE_BLOCK: case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_BA:
     case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK: case K_CONV_STATE: case K_DN_PREP: case K_DN_NORM:
+    case K_MOE_GROUP: case K_MOE_GATE_UP_G: case K_MOE_DOWN_G: case K_MOE_COMBINE:
         return true;
     default: return false;
     }
@@ -54,7 +56,9 @@ bool plan_role_used(const plan_shape *s, int i) {
     bool q35 = s->hp.arch == ARCH_QWEN35, dn = q35 && s->hp.n_recurrent > 0;
     bool attn = !q35 || s->hp.n_recurrent < s->hp.n_layer, moe = s->hp.n_expert > 0;
     switch (i) {
-    case K_MOE_ROUTE: case K_MOE_GATE_UP: case K_MOE_DOWN: return moe;
+    case K_MOE_ROUTE: case K_MOE_GATE_UP: case K_MOE_DOWN: case K_MOE_GROUP: case K_MOE_GATE_UP_G: case K_MOE_DOWN_G:
+    case K_MOE_COMBINE:
+        return moe;
     case K_MV_FFN: case K_MV_DOWN: case K_MM_FF: case K_MM_DOWN: case K_SWIGLU: return !moe;
     case K_MV_AGATE: case K_GATE: case K_MM_AGATE: case K_GATE_BLOCK: return q35 && attn;
     case K_MV_DN_IN: case K_MV_DN_OUT: case K_CONV: case K_DELTANET:
@@ -214,6 +218,12 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_MOE_GATE_UP:
         return kn_moe_gate_up(c, d, hp->n_ff_exp, hp->n_expert, hp->n_expert_used, dt, &g[0], err);
     case K_MOE_DOWN: return kn_moe_down(c, hp->n_ff_exp, d, hp->n_expert, hp->n_expert_used, dt, &g[0], err);
+    case K_MOE_GROUP: return kn_moe_group(c, hp->n_expert, hp->n_expert_used, nb, err);
+    case K_MOE_GATE_UP_G:
+        return kn_moe_gate_up_g(c, d, hp->n_ff_exp, hp->n_expert, hp->n_expert_used, nb, dt, &g[0], err);
+    case K_MOE_DOWN_G:
+        return kn_moe_down_g(c, hp->n_ff_exp, d, hp->n_expert, hp->n_expert_used, nb, dt, &g[0], err);
+    case K_MOE_COMBINE: g[1] = nb; return kn_moe_combine(c, d, hp->n_expert_used, nb, dt, &g[0], err);
     }
     /* qwen35 */
     kn_deltanet_shape dn = {hp->ssm_k_heads, hp->ssm_v_heads, hp->ssm_state, 1};

@@ -14,6 +14,7 @@ typedef struct recorder {
     const plan_sig *sig;
     const uint32_t (*grid)[2];
     uint32_t nb; /* the block's tokens (0: a decode step) */
+    bool step;   /* a step of several slots' tokens (plan_record_batch), not a prompt's block */
     kiln_err *err;
     int rc;
 } recorder;
@@ -180,12 +181,25 @@ static void add_logits(recorder *R, rt_buffer *x) {
 
 /* A mixture of experts' feed-forward for nb tokens (1: a decode step), xb to xa: the norm,
  * the router's choice, the chosen experts' SwiGLU rows, their down products' weighted sum
- * with the residual (kernels/moe.c; the choice stays on the device). */
-static void add_moe(recorder *R, const plan_layer *L, uint32_t nb) {
+ * with the residual (kernels/moe.c; the choice stays on the device). A prompt's block
+ * (grouped) reads each expert once for the tokens that chose it; a decode step and a step
+ * of slots' tokens read each token's experts. */
+static void add_moe(recorder *R, const plan_layer *L, uint32_t nb, bool grouped) {
     plan_engine *p = R->p;
     const uint32_t (*g)[2] = R->grid;
     ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
     ADD(K_MOE_ROUTE, 1, nb, {"h", p->h}, {"router", L->router}, {"sel", p->moe_sel}, {"wt", p->moe_wt});
+    if (grouped) {
+        ADD(K_MOE_GROUP, 1, 1, {"sel", p->moe_sel}, {"info", p->info}, {"rank", p->moe_rank}, {"off", p->moe_off},
+            {"list", p->moe_list});
+        ADD(K_MOE_GATE_UP_G, g[K_MOE_GATE_UP_G][0], 1, {"h", p->h}, {"gate", L->gate_exps}, {"up", L->up_exps},
+            {"off", p->moe_off}, {"list", p->moe_list}, {"act", p->moe_act});
+        ADD(K_MOE_DOWN_G, g[K_MOE_DOWN_G][0], 1, {"act", p->moe_act}, {"down", L->down_exps}, {"off", p->moe_off},
+            {"list", p->moe_list}, {"yc", p->moe_yc});
+        ADD(K_MOE_COMBINE, g[K_MOE_COMBINE][0], g[K_MOE_COMBINE][1], {"yc", p->moe_yc}, {"wt", p->moe_wt},
+            {"res", p->xb}, {"y", p->xa}, {"info", p->info});
+        return;
+    }
     ADD(K_MOE_GATE_UP, g[K_MOE_GATE_UP][0], nb, {"h", p->h}, {"gate", L->gate_exps}, {"up", L->up_exps},
         {"sel", p->moe_sel}, {"act", p->moe_act});
     ADD(K_MOE_DOWN, g[K_MOE_DOWN][0], nb, {"act", p->moe_act}, {"down", L->down_exps}, {"sel", p->moe_sel},
@@ -193,7 +207,7 @@ static void add_moe(recorder *R, const plan_layer *L, uint32_t nb) {
 }
 
 int plan_record_decode(plan_engine *p, kiln_err *err) {
-    recorder rec = {p, p->kern, p->sig, (const uint32_t(*)[2])p->grid, 0, err, 0}, *R = &rec;
+    recorder rec = {p, p->kern, p->sig, (const uint32_t(*)[2])p->grid, 0, false, err, 0}, *R = &rec;
     const arch_hparams *hp = &p->s.hp;
     const uint32_t (*g)[2] = R->grid;
     bool fused = p->s.fuse_norm;
@@ -218,7 +232,7 @@ int plan_record_decode(plan_engine *p, kiln_err *err) {
         }
         const int8_t ffn_qt[KN_Q_PARTS] = {L->qt_gate, L->qt_up, -1};
         if (hp->n_expert) {
-            add_moe(R, L, 1);
+            add_moe(R, L, 1, false);
             continue;
         }
         if (fused) {
@@ -242,7 +256,7 @@ int plan_record_decode(plan_engine *p, kiln_err *err) {
 static void add_block_ffn(recorder *R, const plan_layer *L, uint32_t nb, bool ff_swiglu) {
     plan_engine *p = R->p;
     const uint32_t (*g)[2] = R->grid;
-    if (p->s.hp.n_expert) return add_moe(R, L, nb);
+    if (p->s.hp.n_expert) return add_moe(R, L, nb, !R->step);
     ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
     if (L->qt_gate >= 0) {
         ADD_W(K_MM_FF, QT1(L->qt_gate), 0, 0, {"W", L->w_gate}, {"X", p->h}, {"Y", p->g}, {"info", p->info});
@@ -263,7 +277,7 @@ static void add_block_ffn(recorder *R, const plan_layer *L, uint32_t nb, bool ff
 int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
     uint32_t nb = b ? b->n : p->s.n_block;
     recorder rec = {p, b ? b->kern : p->kern, b ? b->sig : p->sig, (const uint32_t(*)[2])(b ? b->grid : p->grid), nb,
-                    err, 0},
+                    false, err, 0},
              *R = &rec;
     const arch_hparams *hp = &p->s.hp;
     const uint32_t (*g)[2] = R->grid;
@@ -302,7 +316,7 @@ int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
  * writes nothing): the short block's products over the step's rows, the cache stores and
  * attention over the pool, then every row's logits and argmax. */
 int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err) {
-    recorder rec = {p, b->kern, b->sig, (const uint32_t(*)[2])b->grid, b->n, err, 0}, *R = &rec;
+    recorder rec = {p, b->kern, b->sig, (const uint32_t(*)[2])b->grid, b->n, true, err, 0}, *R = &rec;
     const arch_hparams *hp = &p->s.hp;
     const uint32_t (*g)[2] = R->grid;
     uint32_t nb = b->n;

@@ -233,6 +233,101 @@ Test(kernels_moe, experts_odd_sizes_with_guards, .timeout = 300) {
     }
 }
 
+/* A block of nb tokens (live < nb of them, info[1]) grouped by expert: the list holds every
+ * live choice once, in its expert's run; act and y equal the per-token kernels' bit for
+ * bit (the same sums in the same order), and the rows past the live tokens stay poisoned. */
+static void grouped_case(rt_device *d, uint32_t nb, uint32_t live, uint32_t d_in, uint32_t ff, uint32_t ne,
+                         uint32_t k_used, ir_scalar t, const char *var) {
+    char what[160];
+    snprintf(what, sizeof what, "moe grouped nb=%u live=%u d=%u ff=%u experts=%u k=%u %s caps=%s", nb, live, d_in, ff,
+             ne, k_used, tu_dname(t), var ? var : "device");
+    kiln_err err = {0};
+    uint32_t g_up, g_down, g_comb, g_up1, g_down1;
+    ir_kernel *kg = kn_moe_group(&d->caps, ne, k_used, nb, &err);
+    cr_assert_not_null(kg, "%s: %s", what, err.msg);
+    ir_kernel *ku = kn_moe_gate_up_g(&d->caps, d_in, ff, ne, k_used, nb, t, &g_up, &err);
+    cr_assert_not_null(ku, "%s: %s", what, err.msg);
+    ir_kernel *kd = kn_moe_down_g(&d->caps, ff, d_in, ne, k_used, nb, t, &g_down, &err);
+    cr_assert_not_null(kd, "%s: %s", what, err.msg);
+    ir_kernel *kc = kn_moe_combine(&d->caps, d_in, k_used, nb, t, &g_comb, &err);
+    cr_assert_not_null(kc, "%s: %s", what, err.msg);
+    ir_kernel *ku1 = kn_moe_gate_up(&d->caps, d_in, ff, ne, k_used, t, &g_up1, &err);
+    ir_kernel *kd1 = kn_moe_down(&d->caps, ff, d_in, ne, k_used, t, &g_down1, &err);
+    cr_assert(ku1 && kd1, "%s: %s", what, err.msg);
+    size_t wn = (size_t)ne * ff * d_in, nk = (size_t)nb * k_used;
+    float *hf, *gf, *uf, *df, *rf;
+    uint16_t *h = tu_rand16(t, (size_t)nb * d_in, -2, 2, &hf), *g = tu_rand16(t, wn, -0.5f, 0.5f, &gf);
+    uint16_t *u = tu_rand16(t, wn, -0.5f, 0.5f, &uf), *dw = tu_rand16(t, wn, -0.5f, 0.5f, &df);
+    uint16_t *res = tu_rand16(t, (size_t)nb * d_in, -4, 4, &rf);
+    uint32_t *sel = malloc(nk * 4), info[2] = {0, live};
+    float *wt = malloc(nk * 4);
+    for (uint32_t tok = 0; tok < nb; tok++) /* distinct experts; the first expert unchosen, so a run is empty */
+        for (uint32_t j = 0; j < k_used; j++) {
+            sel[tok * k_used + j] = 1 + (tok * 5 + j * 3) % (ne - 1);
+            for (uint32_t i = 0; i < j; i++)
+                if (sel[tok * k_used + i] == sel[tok * k_used + j]) sel[tok * k_used + j] = 1 + (sel[tok * k_used + j] % (ne - 1));
+            wt[tok * k_used + j] = tu_urand(0.05f, 1);
+        }
+    rt_buffer *bh = tu_vk_upload(d, h, (size_t)nb * d_in * 2), *bg = tu_vk_upload(d, g, wn * 2);
+    rt_buffer *bu = tu_vk_upload(d, u, wn * 2), *bd = tu_vk_upload(d, dw, wn * 2);
+    rt_buffer *bs = tu_vk_upload(d, sel, nk * 4), *bw = tu_vk_upload(d, wt, nk * 4), *bi = tu_vk_upload(d, info, 8);
+    rt_buffer *br = tu_vk_upload(d, res, (size_t)nb * d_in * 2);
+    rt_buffer *brank = poisoned32(d, nk), *boff = poisoned32(d, ne + 1), *blist = poisoned32(d, nk);
+    rt_buffer *ba = tu_vk_poisoned16(d, t, nk * ff, GUARD), *byc = tu_vk_poisoned16(d, t, nk * d_in, GUARD);
+    rt_buffer *by = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
+    rt_arg ga[5] = {{bs, 0}, {bi, 0}, {brank, 0}, {boff, 0}, {blist, 0}};
+    launch(d, kg, 1, 1, ga, 5);
+    rt_arg ua[6] = {{bh, 0}, {bg, 0}, {bu, 0}, {boff, 0}, {blist, 0}, {ba, 0}};
+    launch(d, ku, g_up, 1, ua, 6);
+    rt_arg da[5] = {{ba, 0}, {bd, 0}, {boff, 0}, {blist, 0}, {byc, 0}};
+    launch(d, kd, g_down, 1, da, 5);
+    rt_arg ca[5] = {{byc, 0}, {bw, 0}, {br, 0}, {by, 0}, {bi, 0}};
+    launch(d, kc, g_comb, nb, ca, 5);
+    uint32_t *off = fetch32(d, boff, ne + 1, what), *list = fetch32(d, blist, nk, what);
+    size_t n_live = (size_t)live * k_used;
+    cr_assert_eq(off[0], 0, "%s", what);
+    cr_assert_eq(off[ne], n_live, "%s: %u listed", what, off[ne]);
+    cr_assert_eq(off[1], 0, "%s: expert 0 was chosen by nobody", what);
+    bool *seen = calloc(nk, 1);
+    for (uint32_t e = 0; e < ne; e++)
+        for (uint32_t i = off[e]; i < off[e + 1]; i++) {
+            cr_assert_lt(list[i], n_live, "%s: list[%u] = %u", what, i, list[i]);
+            cr_assert(!seen[list[i]], "%s: choice %u listed twice", what, list[i]);
+            seen[list[i]] = true;
+            cr_assert_eq(sel[list[i]], e, "%s: choice %u in expert %u's run", what, list[i], e);
+        }
+    uint16_t *act = fetch16(d, ba, t, nk * ff, what), *y = fetch16(d, by, t, (size_t)nb * d_in, what);
+    /* the per-token kernels on the same inputs */
+    rt_buffer *ba1 = tu_vk_poisoned16(d, t, nk * ff, GUARD), *by1 = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
+    rt_arg ua1[5] = {{bh, 0}, {bg, 0}, {bu, 0}, {bs, 0}, {ba1, 0}};
+    launch(d, ku1, g_up1, nb, ua1, 5);
+    rt_arg da1[6] = {{ba1, 0}, {bd, 0}, {bs, 0}, {bw, 0}, {br, 0}, {by1, 0}};
+    launch(d, kd1, g_down1, nb, da1, 6);
+    uint16_t *act1 = fetch16(d, ba1, t, nk * ff, what), *y1 = fetch16(d, by1, t, (size_t)nb * d_in, what);
+    for (size_t i = 0; i < n_live * ff; i++) cr_assert_eq(act[i], act1[i], "%s: act[%zu] %04x, per token %04x", what, i, act[i], act1[i]);
+    for (size_t i = n_live * ff; i < nk * ff; i++) cr_assert_eq(act[i], tu_nan16(t), "%s: act[%zu] of a dead token written", what, i);
+    for (size_t i = 0; i < (size_t)live * d_in; i++) cr_assert_eq(y[i], y1[i], "%s: y[%zu] %04x, per token %04x", what, i, y[i], y1[i]);
+    for (size_t i = (size_t)live * d_in; i < (size_t)nb * d_in; i++) cr_assert_eq(y[i], tu_nan16(t), "%s: y[%zu] of a dead token written", what, i);
+    rt_buffer *bufs[] = {bh, bg, bu, bd, bs, bw, bi, br, brank, boff, blist, ba, byc, by, ba1, by1};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) d->ops->release(d, bufs[i]);
+    free(h), free(g), free(u), free(dw), free(res), free(hf), free(gf), free(uf), free(df), free(rf);
+    free(sel), free(wt), free(off), free(list), free(seen), free(act), free(y), free(act1), free(y1);
+    ir_kernel *ks[] = {kg, ku, kd, kc, ku1, kd1};
+    for (size_t i = 0; i < 6; i++) ir_kernel_destroy(ks[i]);
+}
+
+Test(kernels_moe, grouped_block_equals_per_token, .timeout = 300) {
+    const uint32_t shapes[][6] = {{64, 37, 200, 72, 6, 2}, {16, 16, 97, 45, 9, 3}, {8, 1, 64, 33, 5, 4}};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        rt_device *d = tu_vk_open_or_skip(variants[v]);
+        tu_seed(63);
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            grouped_case(d, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], shapes[i][5],
+                         i % 2 ? IR_F16 : IR_BF16, variants[v]);
+        d->ops->destroy(d);
+    }
+}
+
 Test(kernels_moe, bad_shapes_refused) {
     rt_caps c;
     rt_caps_default(&c, RT_VULKAN);
@@ -255,9 +350,13 @@ Test(kernels_moe, build_for_cuda_and_assemble, .timeout = 120) {
     uint32_t g;
     ir_kernel *k[3] = {kn_moe_route(&c, 2048, 128, 8, IR_BF16, &err), kn_moe_gate_up(&c, 2048, 768, 128, 8, IR_BF16, &g, &err),
                        kn_moe_down(&c, 768, 2048, 128, 8, IR_BF16, &g, &err)};
-    for (int i = 0; i < 3; i++) {
-        cr_assert_not_null(k[i], "%s", err.msg);
-        tu_ptx_assembles(k[i], &c, ir_kernel_name(k[i]));
-        ir_kernel_destroy(k[i]);
+    ir_kernel *kg[4] = {kn_moe_group(&c, 128, 8, 512, &err), kn_moe_gate_up_g(&c, 2048, 768, 128, 8, 512, IR_BF16, &g, &err),
+                        kn_moe_down_g(&c, 768, 2048, 128, 8, 512, IR_BF16, &g, &err),
+                        kn_moe_combine(&c, 2048, 8, 512, IR_BF16, &g, &err)};
+    for (int i = 0; i < 7; i++) {
+        ir_kernel *x = i < 3 ? k[i] : kg[i - 3];
+        cr_assert_not_null(x, "%s", err.msg);
+        tu_ptx_assembles(x, &c, ir_kernel_name(x));
+        ir_kernel_destroy(x);
     }
 }
