@@ -107,42 +107,29 @@ static void close_slots(model *m, engine **slot, engine **orc, float **lo, float
     model_free(m);
 }
 
-/* The same with every product's weights in their quantized blocks (llama.cpp's Q4_K_M mix:
- * the step's products are the quantized block products at the bucket's size). */
-Test(plan_batch, quantized_slots_step_together, .timeout = 600) {
+/* SLOTS slots of the testdata model rel stepping together on the device (step_together). */
+static void slots_of(const char *rel) {
     rt_device *d = tu_vk_open_or_skip(NULL);
     kiln_err err = {0};
-    model *m = model_load(tu_data_file("models/dense-Q4_K_M.gguf"), &err);
+    model *m = model_load(tu_data_file(rel), &err);
     cr_assert_not_null(m, "%s", err.msg);
     engine *slot[SLOTS], *orc[SLOTS];
     float *lo[SLOTS], *lg[SLOTS];
     int32_t next[SLOTS];
     uint32_t pos[SLOTS];
     double worst = step_together(m, d, slot, orc, lo, lg, next, pos);
-    cr_log_info("dense-Q4_K_M, %d slots stepping together on %s: worst logits relative error %.2e", SLOTS, d->label,
-                worst);
-    cr_assert_lt(worst, 1e-2);
+    cr_log_info("%s, %d slots stepping together on %s: worst logits relative error %.2e", rel, SLOTS, d->label, worst);
+    cr_assert_lt(worst, 1e-2, "%s", rel);
     close_slots(m, slot, orc, lo, lg);
     d->ops->destroy(d);
 }
 
+/* The same with every product's weights in their quantized blocks (llama.cpp's Q4_K_M mix:
+ * the step's products are the quantized block products at the bucket's size). */
+Test(plan_batch, quantized_slots_step_together, .timeout = 600) { slots_of("models/dense-Q4_K_M.gguf"); }
+
 /* The same on a mixture of experts (testdata's qwen3moe-tiny): each row routes its own token. */
-Test(plan_batch, moe_slots_step_together, .timeout = 600) {
-    rt_device *d = tu_vk_open_or_skip(NULL);
-    kiln_err err = {0};
-    model *m = model_load(tu_data_file("models/qwen3moe-tiny.gguf"), &err);
-    cr_assert_not_null(m, "%s", err.msg);
-    engine *slot[SLOTS], *orc[SLOTS];
-    float *lo[SLOTS], *lg[SLOTS];
-    int32_t next[SLOTS];
-    uint32_t pos[SLOTS];
-    double worst = step_together(m, d, slot, orc, lo, lg, next, pos);
-    cr_log_info("qwen3moe-tiny, %d slots stepping together on %s: worst logits relative error %.2e", SLOTS, d->label,
-                worst);
-    cr_assert_lt(worst, 1e-2);
-    close_slots(m, slot, orc, lo, lg);
-    d->ops->destroy(d);
-}
+Test(plan_batch, moe_slots_step_together, .timeout = 600) { slots_of("models/qwen3moe-tiny.gguf"); }
 
 Test(plan_batch, slots_step_together_as_each_alone, .timeout = 600) {
     rt_device *d = tu_vk_open_or_skip(NULL);
