@@ -23,6 +23,9 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Whole-string decimal parses with range checks: false on any junk. */
 bool cli_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 bool cli_parse_f32(const char *s, float min, float max, float *out);
+/* A byte count: a whole number with an optional unit, K M G T (powers of 1000) or KiB MiB
+ * GiB TiB (powers of 1024), B for bytes; at least 1 and below 2^63. */
+bool cli_parse_bytes(const char *s, uint64_t *out);
 
 /* Tokenizes a prompt as llama.cpp's tools do (special tokens matched; BOS when
  * add_special and the model adds one), after checking it is UTF-8. 0, or 1 (printed). */

@@ -34,7 +34,8 @@ int model_opts_parse(model_opts *o, int argc, char **argv, int *i, const char *u
                                         "--repeat-last-n",
                                         "--frequency-penalty",
                                         "--presence-penalty",
-                                        "--block"};
+                                        "--block",
+                                        "--mem-limit"};
     size_t k = 0;
     while (k < sizeof flags / sizeof flags[0] && strcmp(a, flags[k])) k++;
     if (k == sizeof flags / sizeof flags[0]) return 0;
@@ -79,6 +80,7 @@ int model_opts_parse(model_opts *o, int argc, char **argv, int *i, const char *u
     case 13: ok = cli_parse_f32(v, -1e9f, 1e9f, &f), o->samp.frequency_penalty = f; break;
     case 14: ok = cli_parse_f32(v, -1e9f, 1e9f, &f), o->samp.presence_penalty = f; break;
     case 15: ok = cli_parse_u64(v, 1, 1u << 16, &u), o->n_block = (uint32_t)u; break;
+    case 16: ok = cli_parse_bytes(v, &o->mem_limit); break;
     }
     if (!ok) return cli_usage_error(usage, "%s: bad value '%s'", a, v), -1;
     if (k >= 6 && k <= 14) o->sampling_set = true;
@@ -127,6 +129,7 @@ int model_opts_open_n(model_opts *o, const char *path, uint32_t n, model **m, to
     l = dev_resolve(l);
     if (l.kind != DEV_CPU) {
         if (!(o->dev = dev_open(l, o->caps, &err))) return cli_fail("%s", err.msg);
+        rt_caps_limit_memory(&o->dev->caps, o->mem_limit);
         e[0] = plan_create_slots(*m, o->dev, o->orc.dtype, o->orc.n_ctx, o->n_block, o->slots > n ? o->slots : n, &err);
     } else {
         e[0] = orc_create(*m, &o->orc, &err);

@@ -19,6 +19,7 @@ typedef struct model_opts {
     bool sampling_set; /* any sampling flag given: otherwise greedy */
     bool temp_set;     /* sampling flags without --temp sample at 0.8, as llama.cpp */
     uint32_t n_block;  /* --block: prompt tokens per prefill block on a GPU (0: the plan's 512) */
+    uint64_t mem_limit; /* --mem-limit: the device memory kiln may use (0: the device's) */
     uint32_t slots;    /* a GPU plan made for this many slots even where fewer engines are opened
                         * (kiln run --profile-step: the steps of several slots' tokens); 0: the engines' */
     engine_batch_opts batch; /* several engines' steps (kiln serve --parallel: --batch-tokens) */
@@ -34,6 +35,7 @@ typedef struct model_opts {
     "                           until it fits)  --threads N\n"                                                         \
     "  --block N                prompt tokens per prefill block on a GPU (rounded up to a multiple\n"                  \
     "                           of 64, at most the context; default 512)\n"                                            \
+    "  --mem-limit BYTES        device memory kiln may use (e.g. 24GiB, 500M; default: the device's)\n"             \
     "  --temp F --top-k N --top-p F --min-p F --seed N\n"                                                              \
     "  --repeat-penalty F --repeat-last-n N --frequency-penalty F --presence-penalty F\n"
 

@@ -304,9 +304,9 @@ int plan_check_fit(const model *m, const plan_shape *s, const rt_device *d, kiln
                          "a KV cache per slot); the device has %.2f GiB (try --ctx or fewer slots)",
                          d->label, need / 1073741824.0, s->n_slots, s->n_ctx, have / 1073741824.0);
     if (have && need > have)
-        return kiln_fail(err, KILN_ERR_NOMEM,
-                         "%s: the model needs %.2f GiB with a %u-token context; the device has %.2f GiB (try --ctx)",
-                         d->label, need / 1073741824.0, s->n_ctx, have / 1073741824.0);
+        return kiln_fail(err, KILN_ERR_NOMEM, "%s: the model needs %.2f MiB with a %u-token context; %s %.2f MiB (try --ctx)",
+                         d->label, need / 1048576.0, s->n_ctx,
+                         d->caps.memory_limited ? "--mem-limit allows" : "the device has", have / 1048576.0);
     if (lim && largest > lim)
         return kiln_fail(err, KILN_ERR_UNSUPPORTED,
                          "%s: %s takes %.1f MiB at a %u-token context; the device binds at most %.1f MiB per buffer "

@@ -49,6 +49,12 @@ static void cpu_oracle(rt_caps *c) {
     if (c->free_bytes > c->memory_bytes) c->free_bytes = c->memory_bytes;
 }
 
+void rt_caps_limit_memory(rt_caps *c, uint64_t limit) {
+    if (!limit) return;
+    if (!c->memory_bytes || c->memory_bytes > limit) c->memory_bytes = limit, c->memory_limited = true;
+    if (!c->free_bytes || c->free_bytes > limit) c->free_bytes = limit, c->memory_limited = true;
+}
+
 void rt_caps_default(rt_caps *c, rt_backend b) {
     if (!c) return;
     memset(c, 0, sizeof *c);

@@ -62,7 +62,12 @@ typedef struct rt_caps {
     uint64_t l2_bytes;        /* last-level GPU cache (0: unknown; Vulkan has no core query) */
     uint32_t compute_units;   /* SMs / CUs / cores */
     uint64_t memory_bytes, free_bytes;
+    bool memory_limited; /* memory_bytes is a limit the user set (--mem-limit), not the device's */
 } rt_caps;
+
+/* The memory a plan may take, capped at limit bytes (0: no cap): memory_bytes and
+ * free_bytes lowered to it, memory_limited set where it lowered either. */
+void rt_caps_limit_memory(rt_caps *c, uint64_t limit);
 
 /* Test switches, not capabilities, kept out of rt_caps so that no kernel builder reads
  * one as a property of the device: `--caps` items that make a plan wrong on purpose, so

@@ -436,3 +436,20 @@ Test(cli, grammar_on_the_gpu_as_on_the_oracle, .timeout = 240) {
     cr_assert(strstr(out[1], "Once uponOnce "), "%s", out[1]);
     cr_assert_str_eq(out[1], out[0]);
 }
+
+/* --mem-limit: byte counts with units, bad ones refused as usage errors; a model past the
+ * limit refused by name on a GPU device (the context halved first, as for the device's
+ * own memory), one within it running. */
+Test(cli, mem_limit) {
+    const char *path = tu_data_file("models/qwen3moe-tiny.gguf");
+    const char *bad[] = {"0", "x", "2x", "-1", "1.5GiB", "99999999999T", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_usage(RUN("run", path, "-p", "hi", "--mem-limit", bad[i]), "--mem-limit");
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    d->ops->destroy(d);
+    int rc = RUN("run", path, "-p", "hi", "-n", "2", "--device", "vulkan:0", "--mem-limit", "1MiB");
+    cr_assert_eq(rc, 1, "exit %d, stderr: %s", rc, err);
+    cr_assert(strstr(err, "--mem-limit allows"), "stderr: %s", err);
+    rc = RUN("run", path, "-p", "hi", "-n", "2", "--device", "vulkan:0", "--mem-limit", "1GiB");
+    cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+}
