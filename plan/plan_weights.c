@@ -298,15 +298,18 @@ int plan_check_fit(const model *m, const plan_shape *s, const rt_device *d, kiln
     char what[160];
     uint64_t largest, need = plan_bytes(m, s, &d->caps, &largest, what, sizeof what);
     uint64_t have = d->caps.memory_bytes, lim = d->caps.max_buffer_bytes;
+    bool small = need < (1ull << 30) && have < (1ull << 30); /* a test's model and limit, in MiB */
+    double unit = small ? 1048576.0 : 1073741824.0;
+    const char *u = small ? "MiB" : "GiB";
     if (have && need > have && s->n_slots > 1)
         return kiln_fail(err, KILN_ERR_NOMEM,
                          "%s: the model needs %.2f GiB with %u slots of a %u-token context (one copy of the weights, "
                          "a KV cache per slot); the device has %.2f GiB (try --ctx or fewer slots)",
                          d->label, need / 1073741824.0, s->n_slots, s->n_ctx, have / 1073741824.0);
     if (have && need > have)
-        return kiln_fail(err, KILN_ERR_NOMEM, "%s: the model needs %.2f MiB with a %u-token context; %s %.2f MiB (try --ctx)",
-                         d->label, need / 1048576.0, s->n_ctx,
-                         d->caps.memory_limited ? "--mem-limit allows" : "the device has", have / 1048576.0);
+        return kiln_fail(err, KILN_ERR_NOMEM, "%s: the model needs %.2f %s with a %u-token context; %s %.2f %s (try --ctx)",
+                         d->label, need / unit, u, s->n_ctx,
+                         d->caps.memory_limited ? "--mem-limit allows" : "the device has", have / unit, u);
     if (lim && largest > lim)
         return kiln_fail(err, KILN_ERR_UNSUPPORTED,
                          "%s: %s takes %.1f MiB at a %u-token context; the device binds at most %.1f MiB per buffer "
