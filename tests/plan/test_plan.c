@@ -149,7 +149,7 @@ Test(plan, refuses_what_does_not_fit) {
     uint64_t saved = d->caps.memory_bytes;
     d->caps.memory_bytes = 1 << 18; /* pretend a 256 KiB device */
     cr_assert_null(plan_create(m, d, GGUF_T_BF16, 256, 0, &err));
-    cr_assert(strstr(err.msg, "GiB") && strstr(err.msg, "--ctx"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "1.16 MiB") && strstr(err.msg, "--ctx"), "%s", err.msg);
     d->caps.memory_bytes = saved;
     /* one buffer past what a kernel may bind: refused before any upload, with the limit */
     uint64_t saved_lim = d->caps.max_buffer_bytes;
