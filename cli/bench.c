@@ -84,6 +84,8 @@ typedef struct model_facts {
     const char *file;             /* the path's last component */
     const char *dtype;            /* the 16-bit type the engines use */
     uint64_t params, head_params; /* every tensor's; token_embd's and an untied output's */
+    uint64_t expert_params;       /* a mixture of experts' ffn_*_exps (0 elsewhere) */
+    double expert_share;          /* the experts a token uses, over all (n_expert_used / n_expert) */
     uint32_t n_layer, n_head, head_dim_k, head_dim_v, kv_dim, n_vocab, n_embd;
 } model_facts;
 
@@ -232,24 +234,28 @@ static void model_facts_of(const model *m, const bench_opts *o, model_facts *f) 
     /* the engines' default: the file's 16-bit type, bf16 for F32 and quantized files */
     uint32_t dt = o->mo.orc.dtype ? o->mo.orc.dtype : m->file_dtype;
     f->dtype = dt == GGUF_T_F16 ? "f16" : "bf16";
-    f->params = f->head_params = 0;
+    f->params = f->head_params = f->expert_params = 0;
     for (uint64_t i = 0; i < gguf_n_tensors(m->file); i++) {
         const gguf_tensor *t = gguf_tensor_at(m->file, i);
         uint64_t n = 1;
         for (uint32_t d = 0; d < GGUF_MAX_DIMS; d++) n *= t->ne[d];
         f->params += n;
         if (t == m->tok_embd || t == m->output) f->head_params += n; /* counted once when tied */
+        if (strstr(t->name, "_exps.")) f->expert_params += n;
     }
     const arch_hparams *hp = &m->hp;
+    f->expert_share = hp->n_expert ? (double)hp->n_expert_used / hp->n_expert : 1.0;
     f->n_layer = hp->n_layer, f->n_head = hp->n_head, f->n_vocab = hp->n_vocab, f->n_embd = hp->n_embd;
     f->head_dim_k = hp->head_dim_k, f->head_dim_v = hp->head_dim_v;
     f->kv_dim = hp->n_head_kv * (hp->head_dim_k + hp->head_dim_v) / 2;
 }
 
-/* A prefill of n tokens: 2 FLOPs per non-embedding parameter per token, the logits of the
- * last token, and causal attention (token t attends t + 1 positions: q.k and p.v). */
+/* A prefill of n tokens: 2 FLOPs per non-embedding parameter a token uses per token (of a
+ * mixture of experts, its chosen experts' share), the logits of the last token, and causal
+ * attention (token t attends t + 1 positions: q.k and p.v). */
 static double prefill_flops(const model_facts *f, uint32_t n) {
-    double body = 2.0 * (double)(f->params - f->head_params) * n;
+    double used = (double)(f->params - f->head_params) - (1.0 - f->expert_share) * (double)f->expert_params;
+    double body = 2.0 * used * n;
     double logits = 2.0 * f->n_vocab * (double)f->n_embd;
     double attended = (double)n * (n + 1) / 2;
     return body + logits + 2.0 * f->n_layer * f->n_head * (double)(f->head_dim_k + f->head_dim_v) * attended;
@@ -263,9 +269,11 @@ static double prefill_bytes(const model_facts *f, double w, uint32_t n) {
 }
 
 /* Bytes one decode step reads at the mean position of tg<n> (steps at positions 1..n,
- * step p reading p + 1 cache positions): every weight once (w), and K and V. */
+ * step p reading p + 1 cache positions): every weight once (w; of a mixture of experts only
+ * the chosen experts', which the device holds in 16 bits), and K and V. */
 static double decode_bytes(const model_facts *f, double w, uint32_t n) {
     double mean_positions = (n + 3) / 2.0;
+    w -= (1.0 - f->expert_share) * 2.0 * (double)f->expert_params;
     return w + 2.0 * 2.0 * f->n_layer * (double)f->kv_dim * mean_positions;
 }
 
