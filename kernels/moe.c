@@ -1,9 +1,10 @@
 /* A mixture of experts' feed-forward on the device (qwen3moe), as the oracle computes it
- * (oracle/moe.c), in three launches for n tokens, the router's choice never leaving the
+ * (oracle/moe.c), in four launches for n tokens, the router's choice never leaving the
  * device:
  *
- *   kn_moe_route     workgroup t: scores s_x = router_x . h_t in f32 (the router stays f32),
- *                    e_x = exp(s_x - max), the k largest e_x (largest first, a tie to the
+ *   kn_moe_scores    scores s_x = router_x . h_t in f32 (the router stays f32), a subgroup
+ *                    an expert (every expert's row once, spread over the device);
+ *   kn_moe_route     workgroup t: e_x = exp(s_x - max), the k largest e_x (largest first, a tie to the
  *                    lower expert) into sel[t][0..k), and their weights e_j / sum of the
  *                    chosen e into wt[t][..]. The oracle chooses on p = e / sum(e) and
  *                    divides by the sum of the chosen p: the same order, and weights equal
@@ -126,31 +127,47 @@ static void my_best(kx k, uint32_t wg, uint32_t n, ir_shm e, ir_shm taken, ir_va
     *v = ir_for_result(l, 0), *i = ir_for_result(l, 1);
 }
 
-ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_embd, uint32_t n_expert, uint32_t k_used, ir_scalar dtype,
-                        kiln_err *err) {
-    if (check("kn_moe_route", c, dtype, n_embd, 1, n_expert, k_used, err)) return NULL;
-    kx k = {kn_create("kn_moe_route", err), c};
+ir_kernel *kn_moe_scores(const rt_caps *c, uint32_t n_embd, uint32_t n_expert, ir_scalar dtype, uint32_t *groups_x,
+                         kiln_err *err) {
+    if (check("kn_moe_scores", c, dtype, n_embd, 1, n_expert, 1, err)) return NULL;
+    kx k = {kn_create("kn_moe_scores", err), c};
     if (!k.ir) return NULL;
     ir_buf h = kx_buffer_per_group(k, "h", dtype, IR_READ, 1, n_embd);
     ir_buf router = kx_buffer(k, "router", IR_F32, IR_READ, (uint64_t)n_expert * n_embd);
-    ir_buf sel = kx_buffer_per_group(k, "sel", IR_U32, IR_WRITE, 1, k_used);
-    ir_buf wt = kx_buffer_per_group(k, "wt", IR_F32, IR_WRITE, 1, k_used);
+    ir_buf scores = kx_buffer_per_group(k, "scores", IR_F32, IR_WRITE, 1, n_expert);
     uint32_t wg = kn_workgroup(c, 256), rows;
     kx_workgroup(k, wg);
     bool per_sg = per_subgroup(c, wg, &rows);
+    ir_val t = kx_group(k, 1), x = my_row(k, per_sg, rows);
+    ir_if *in = kx_if(k, kx_lt_c(k, x, n_expert));
+    ir_val s = row_dot(k, per_sg, router, IR_F32, kx_mul_c(k, x, n_embd), h, dtype, kx_mul_c(k, t, n_embd), n_embd);
+    ir_if *one = per_sg ? kx_if(k, kx_eq_c(k, kx_sg_lane(k), 0)) : NULL;
+    kx_store(k, scores, kx_add(k, kx_mul_c(k, t, n_expert), x), s);
+    if (one) kx_end_if(k, one);
+    kx_end_if(k, in);
+    if (groups_x) *groups_x = (n_expert + rows - 1) / rows;
+    return kn_finish(k.ir, err);
+}
+
+ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_expert, uint32_t k_used, kiln_err *err) {
+    if (!c || !n_expert || n_expert > MOE_MAX_EXPERTS || !k_used || k_used > n_expert || k_used > MOE_MAX_USED)
+        return kiln_fail(err, KILN_ERR_INVALID, "kn_moe_route: %u of %u experts a token (1 <= used <= %u, experts <= %u)",
+                         k_used, n_expert, MOE_MAX_USED, MOE_MAX_EXPERTS),
+               NULL;
+    kx k = {kn_create("kn_moe_route", err), c};
+    if (!k.ir) return NULL;
+    ir_buf scores = kx_buffer_per_group(k, "scores", IR_F32, IR_READ, 1, n_expert);
+    ir_buf sel = kx_buffer_per_group(k, "sel", IR_U32, IR_WRITE, 1, k_used);
+    ir_buf wt = kx_buffer_per_group(k, "wt", IR_F32, IR_WRITE, 1, k_used);
+    uint32_t wg = kn_workgroup(c, 256);
+    kx_workgroup(k, wg);
     ir_shm e = kx_shared(k, "e", IR_F32, n_expert), taken = kx_shared(k, "taken", IR_U32, n_expert);
     ir_shm chosen = kx_shared(k, "chosen", IR_U32, k_used);
     ir_shm bv = kx_shared(k, "best_v", IR_F32, wg), bi = kx_shared(k, "best_i", IR_U32, wg);
     ir_val t = kx_group(k, 1), lid = kx_local(k), x;
-    ir_val h0 = kx_mul_c(k, t, n_embd), out0 = kx_mul_c(k, t, k_used);
-    /* the scores, a subgroup (or an invocation) an expert */
-    ir_for *l = kx_for(k, per_sg ? kx_sg_id(k) : lid, kx_u32(k, n_expert), kx_u32(k, rows), &x);
-    ir_val s = row_dot(k, per_sg, router, IR_F32, kx_mul_c(k, x, n_embd), h, dtype, h0, n_embd);
-    ir_if *one = per_sg ? kx_if(k, kx_eq_c(k, kx_sg_lane(k), 0)) : NULL;
-    kx_shm_store(k, e, x, s);
-    if (one) kx_end_if(k, one);
-    kx_end_for(k, l);
-    l = kx_for(k, lid, kx_u32(k, n_expert), kx_u32(k, wg), &x);
+    ir_val s0 = kx_mul_c(k, t, n_expert), out0 = kx_mul_c(k, t, k_used);
+    ir_for *l = kx_for(k, lid, kx_u32(k, n_expert), kx_u32(k, wg), &x);
+    kx_shm_store(k, e, x, kx_load(k, scores, kx_add(k, s0, x), 1));
     kx_shm_store(k, taken, x, kx_u32(k, 0));
     kx_end_for(k, l);
     kx_barrier(k);

@@ -212,7 +212,8 @@ static void plan_destroy(engine *base) {
                          p->part, p->tok_h, p->info_h, p->best, p->allow, p->agate, p->gated, p->dn_qkv, p->dn_z, p->dn_ba,
                          p->dn_x, p->dn_y, p->dn_qk, p->dn_uw, p->dn_p, p->dn_gl, p->dn_o,
                          p->dn_in1_qkv, p->dn_in1_z, p->dn_in1_ba, p->dn_in1, p->moe_sel, p->moe_wt,
-                         p->moe_act, p->moe_rank, p->moe_off, p->moe_list, p->moe_yc}; /* views before their buffer */
+                         p->moe_act, p->moe_rank, p->moe_off, p->moe_list, p->moe_yc,
+                         p->moe_scores}; /* views before their buffer */
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
     for (uint32_t l = 0; p->L && l < p->s.hp.n_layer; l++) {
@@ -371,7 +372,7 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
         {&p->moe_sel, nb * hp->n_expert_used * 4}, {&p->moe_wt, nb * hp->n_expert_used * 4},
         {&p->moe_act, nb * hp->n_expert_used * hp->n_ff_exp * 2}, {&p->moe_rank, nb * hp->n_expert_used * 4},
         {&p->moe_off, hp->n_expert ? (hp->n_expert + 1) * 4 : 0}, {&p->moe_list, nb * hp->n_expert_used * 4},
-        {&p->moe_yc, nb * hp->n_expert_used * hp->n_embd * 2}};
+        {&p->moe_yc, nb * hp->n_expert_used * hp->n_embd * 2}, {&p->moe_scores, nb * hp->n_expert * 4}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0] && !bad; i++) {
         if (!acts[i].bytes) continue;
         /* what the host writes or reads each step lives in host memory */

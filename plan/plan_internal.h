@@ -38,6 +38,7 @@ enum {
     /* a prefill block's experts: its choices grouped by expert, each expert's products over
      * its tokens, the weighted sums (kernels/moe.c) */
     K_MOE_GROUP, K_MOE_GATE_UP_G, K_MOE_DOWN_G, K_MOE_COMBINE,
+    K_MOE_SCORES, /* the router's scores, before K_MOE_ROUTE's choice */
     K_COUNT
 };
 /* Each role's name ("embed", "decode_qkv", ...), for dumps and profiles. */
@@ -163,6 +164,7 @@ typedef struct plan_engine {
     rt_buffer *dn_qk, *dn_uw, *dn_p, *dn_gl, *dn_o; /* the chunked delta rule's f32 scratch (plan_dn_scratch) */
     rt_buffer *moe_sel, *moe_wt, *moe_act; /* qwen3moe: each token's chosen experts, weights, SwiGLU rows */
     rt_buffer *moe_rank, *moe_off, *moe_list, *moe_yc; /* a block's choices grouped by expert, their down rows */
+    rt_buffer *moe_scores; /* every token's router scores (f32) */
     /* qwen35's recurrent state covers positions [0, rs_pos) of the tokens in hist (the
      * state cannot step back: an eval before rs_pos zeroes it and replays hist) */
     int32_t *hist;

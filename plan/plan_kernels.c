@@ -18,7 +18,7 @@ const char *const plan_role[K_COUNT] = {
     "state_zero", "prefill_ssm_conv_state", "prefill_deltanet_prep", "prefill_deltanet_norm",
     "deltanet_norm", "batch_stage_inputs", "batch_qk_prep", "batch_attn", "batch_attn_merge", "batch_logits",
     "batch_argmax", "moe_route", "moe_gate_up", "moe_down", "prefill_moe_group", "prefill_moe_gate_up",
-    "prefill_moe_down", "prefill_moe_combine"};
+    "prefill_moe_down", "prefill_moe_combine", "moe_scores"};
 
 
 
@@ -57,7 +57,7 @@ bool plan_role_used(const plan_shape *s, int i) {
     bool attn = !q35 || s->hp.n_recurrent < s->hp.n_layer, moe = s->hp.n_expert > 0;
     switch (i) {
     case K_MOE_ROUTE: case K_MOE_GATE_UP: case K_MOE_DOWN: case K_MOE_GROUP: case K_MOE_GATE_UP_G: case K_MOE_DOWN_G:
-    case K_MOE_COMBINE:
+    case K_MOE_COMBINE: case K_MOE_SCORES:
         return moe;
     case K_MV_FFN: case K_MV_DOWN: case K_MM_FF: case K_MM_DOWN: case K_SWIGLU: return !moe;
     case K_MV_AGATE: case K_GATE: case K_MM_AGATE: case K_GATE_BLOCK: return q35 && attn;
@@ -214,7 +214,8 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
                                    nb, dt, &g[0], err);
     case K_MM_OUT: return product(c, hp->n_vocab, d, nb, dt, KN_EPI_F32, g, err);
     case K_ARGMAX_BATCH: g[0] = 1, g[1] = nb; return kn_argmax_masked(c, hp->n_vocab, nb, err);
-    case K_MOE_ROUTE: return kn_moe_route(c, d, hp->n_expert, hp->n_expert_used, dt, err);
+    case K_MOE_SCORES: return kn_moe_scores(c, d, hp->n_expert, dt, &g[0], err);
+    case K_MOE_ROUTE: return kn_moe_route(c, hp->n_expert, hp->n_expert_used, err);
     case K_MOE_GATE_UP:
         return kn_moe_gate_up(c, d, hp->n_ff_exp, hp->n_expert, hp->n_expert_used, dt, &g[0], err);
     case K_MOE_DOWN: return kn_moe_down(c, hp->n_ff_exp, d, hp->n_expert, hp->n_expert_used, dt, &g[0], err);

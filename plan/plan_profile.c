@@ -19,7 +19,7 @@ static uint64_t decode_bytes(const plan_shape *s, int i, uint32_t pos) {
     case K_MV_DOWN: return e * d * hp->n_ff;
     case K_MV_OUT: return e * hp->n_vocab * d;
     case K_ATTN: return 2 * e * (uint64_t)(pos + 1) * s->kv_dim;
-    case K_MOE_ROUTE: return 4ull * hp->n_expert * d; /* the f32 router */
+    case K_MOE_SCORES: return 4ull * hp->n_expert * d; /* the f32 router */
     case K_MOE_GATE_UP: return 2 * e * hp->n_expert_used * (uint64_t)hp->n_ff_exp * d;
     case K_MOE_DOWN: return e * hp->n_expert_used * (uint64_t)hp->n_ff_exp * d;
     default: return 0;

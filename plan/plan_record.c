@@ -188,7 +188,8 @@ static void add_moe(recorder *R, const plan_layer *L, uint32_t nb, bool grouped)
     plan_engine *p = R->p;
     const uint32_t (*g)[2] = R->grid;
     ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
-    ADD(K_MOE_ROUTE, 1, nb, {"h", p->h}, {"router", L->router}, {"sel", p->moe_sel}, {"wt", p->moe_wt});
+    ADD(K_MOE_SCORES, g[K_MOE_SCORES][0], nb, {"h", p->h}, {"router", L->router}, {"scores", p->moe_scores});
+    ADD(K_MOE_ROUTE, 1, nb, {"scores", p->moe_scores}, {"sel", p->moe_sel}, {"wt", p->moe_wt});
     if (grouped) {
         ADD(K_MOE_GROUP, 1, 1, {"sel", p->moe_sel}, {"info", p->info}, {"rank", p->moe_rank}, {"off", p->moe_off},
             {"list", p->moe_list});

@@ -59,15 +59,22 @@ static void route_case(rt_device *d, uint32_t n, uint32_t d_in, uint32_t ne, uin
     snprintf(what, sizeof what, "moe_route n=%u d=%u experts=%u k=%u %s caps=%s", n, d_in, ne, k_used, tu_dname(t),
              var ? var : "device");
     kiln_err err = {0};
-    ir_kernel *k = kn_moe_route(&d->caps, d_in, ne, k_used, t, &err);
+    uint32_t gs = 0;
+    ir_kernel *ks = kn_moe_scores(&d->caps, d_in, ne, t, &gs, &err);
+    cr_assert_not_null(ks, "%s: %s", what, err.msg);
+    ir_kernel *k = kn_moe_route(&d->caps, ne, k_used, &err);
     cr_assert_not_null(k, "%s: %s", what, err.msg);
     float *hf, *rw = malloc((size_t)ne * d_in * 4);
     uint16_t *h = tu_rand16(t, (size_t)n * d_in, -2, 2, &hf);
     for (size_t i = 0; i < (size_t)ne * d_in; i++) rw[i] = tu_urand(-1, 1);
     rt_buffer *bh = tu_vk_upload(d, h, (size_t)n * d_in * 2), *br = tu_vk_upload(d, rw, (size_t)ne * d_in * 4);
     rt_buffer *bs = poisoned32(d, (size_t)n * k_used), *bw = poisoned32(d, (size_t)n * k_used);
-    rt_arg args[4] = {{bh, 0}, {br, 0}, {bs, 0}, {bw, 0}};
-    launch(d, k, 1, n, args, 4);
+    rt_buffer *bsc = poisoned32(d, (size_t)n * ne);
+    rt_arg sargs[3] = {{bh, 0}, {br, 0}, {bsc, 0}};
+    launch(d, ks, gs, n, sargs, 3);
+    free(fetch32(d, bsc, (size_t)n * ne, what)); /* only the guard checked: the scores show in the choice */
+    rt_arg args[3] = {{bsc, 0}, {bs, 0}, {bw, 0}};
+    launch(d, k, 1, n, args, 3);
     uint32_t *sel = fetch32(d, bs, (size_t)n * k_used, what), *wbits = fetch32(d, bw, (size_t)n * k_used, what);
     double *s = malloc(ne * sizeof *s), *tol = malloc(ne * sizeof *tol);
     for (uint32_t tok = 0; tok < n; tok++) {
@@ -106,8 +113,10 @@ static void route_case(rt_device *d, uint32_t n, uint32_t d_in, uint32_t ne, uin
         }
     }
     d->ops->release(d, bh), d->ops->release(d, br), d->ops->release(d, bs), d->ops->release(d, bw);
+    d->ops->release(d, bsc);
     free(h), free(hf), free(rw), free(sel), free(wbits), free(s), free(tol);
     ir_kernel_destroy(k);
+    ir_kernel_destroy(ks);
 }
 
 Test(kernels_moe, route_odd_sizes_with_guards) {
@@ -334,9 +343,10 @@ Test(kernels_moe, bad_shapes_refused) {
     c.storage16 = true;
     kiln_err err = {0};
     uint32_t g;
-    cr_assert_null(kn_moe_route(&c, 64, 4, 5, IR_BF16, &err));
+    cr_assert_null(kn_moe_route(&c, 4, 5, &err));
     cr_assert(strstr(err.msg, "kn_moe_route"), "%s", err.msg);
-    cr_assert_null(kn_moe_route(&c, 64, 0, 0, IR_BF16, &err));
+    cr_assert_null(kn_moe_route(&c, 0, 0, &err));
+    cr_assert_null(kn_moe_scores(&c, 64, 0, IR_BF16, &g, &err));
     cr_assert_null(kn_moe_gate_up(&c, 64, 64, 8, 0, IR_BF16, &g, &err));
     cr_assert_null(kn_moe_down(&c, 65536, 65536, 8, 2, IR_BF16, &g, &err)); /* past u32 indices */
     cr_assert(strstr(err.msg, "u32"), "%s", err.msg);
@@ -348,13 +358,14 @@ Test(kernels_moe, build_for_cuda_and_assemble, .timeout = 120) {
     rt_caps c = tu_cuda_caps(90);
     kiln_err err = {0};
     uint32_t g;
-    ir_kernel *k[3] = {kn_moe_route(&c, 2048, 128, 8, IR_BF16, &err), kn_moe_gate_up(&c, 2048, 768, 128, 8, IR_BF16, &g, &err),
+    ir_kernel *k[3] = {kn_moe_route(&c, 128, 8, &err), kn_moe_gate_up(&c, 2048, 768, 128, 8, IR_BF16, &g, &err),
                        kn_moe_down(&c, 768, 2048, 128, 8, IR_BF16, &g, &err)};
     ir_kernel *kg[4] = {kn_moe_group(&c, 128, 8, 512, &err), kn_moe_gate_up_g(&c, 2048, 768, 128, 8, 512, IR_BF16, &g, &err),
                         kn_moe_down_g(&c, 768, 2048, 128, 8, 512, IR_BF16, &g, &err),
                         kn_moe_combine(&c, 2048, 8, 512, IR_BF16, &g, &err)};
-    for (int i = 0; i < 7; i++) {
-        ir_kernel *x = i < 3 ? k[i] : kg[i - 3];
+    ir_kernel *ks = kn_moe_scores(&c, 2048, 128, IR_BF16, &g, &err);
+    for (int i = 0; i < 8; i++) {
+        ir_kernel *x = i < 3 ? k[i] : i < 7 ? kg[i - 3] : ks;
         cr_assert_not_null(x, "%s", err.msg);
         tu_ptx_assembles(x, &c, ir_kernel_name(x));
         ir_kernel_destroy(x);
