@@ -1,16 +1,14 @@
 /* The oracle on a mixture of experts (qwen3moe-tiny: 4 layers of 8 SwiGLU experts of 64,
  * top-2 of a softmax router, renormalised) against llama.cpp's goldens: f32 mode against
  * the exact-math golden, contract mode (f16) against both; a prompt evaluated at once
- * equals token by token (the experts' tokens gathered per call); the GPU plans refuse it
- * by name. */
+ * equals token by token (the experts' tokens gathered per call). The GPU plans' run of it:
+ * tests/plan/test_plan_moe.c. */
 #include "base/error.h"
 #include "model/engine.h"
 #include "model/model.h"
 #include "oracle/oracle.h"
-#include "plan/plan.h"
 #include "tests/util/testutil.h"
 #include "tests/util/testutil_golden.h"
-#include "tests/util/testutil_vk.h"
 
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -103,15 +101,4 @@ Test(oracle, qwen3moe_prompt_at_once_equals_steps) {
         engine_destroy(a), engine_destroy(b);
         model_free(m);
     }
-}
-
-Test(oracle, qwen3moe_gpu_plans_refuse_by_name) {
-    rt_device *d = tu_vk_open_or_skip(NULL);
-    kiln_err err = {0};
-    model *m = model_load(tu_data_file(TINY), &err);
-    cr_assert_not_null(m, "%s", err.msg);
-    cr_assert_null(plan_create(m, d, 0, 256, 64, &err));
-    cr_assert(strstr(err.msg, "mixture-of-experts") && strstr(err.msg, "--device cpu"), "%s", err.msg);
-    model_free(m);
-    d->ops->destroy(d);
 }
