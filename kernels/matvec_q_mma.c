@@ -53,13 +53,13 @@ bool kn_matvec_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_part
         shape |= s->m == 16 && s->n == 8 && s->k == 16 && s->ab_type == (uint32_t)dt && s->acc_type == IR_F32;
     }
     if (!shape) return false;
-    mvq_mma_cfg g = {.warps = 8, .unroll = 1, .occupancy = 0, .chains = 2, .row_tiles = 1};
+    mvq_mma_cfg g = {.warps = 8, .unroll = 1, .occupancy = 0, .chains = 2};
     const char *e = getenv("KILN_MATVEC_Q_MMA");
-    unsigned a, b, o = g.occupancy, ch = g.chains, rt = g.row_tiles;
+    unsigned a, b, o = g.occupancy, ch = g.chains;
     if (e && e[0] == '0' && !e[1]) return false;
-    if (e && sscanf(e, "%u,%u,%u,%u,%u", &a, &b, &o, &ch, &rt) >= 2 && a >= 1 && a <= MQ_MAX_WARPS && b >= 1 &&
-        b <= MQ_MAX_UNROLL && o <= 16 && ch >= 1 && ch <= MQ_MAX_CHAINS && rt >= 1 && rt <= 64)
-        g.warps = a, g.unroll = b, g.occupancy = o, g.chains = ch, g.row_tiles = rt;
+    if (e && sscanf(e, "%u,%u,%u,%u", &a, &b, &o, &ch) >= 2 && a >= 1 && a <= MQ_MAX_WARPS && b >= 1 &&
+        b <= MQ_MAX_UNROLL && o <= 16 && ch >= 1 && ch <= MQ_MAX_CHAINS)
+        g.warps = a, g.unroll = b, g.occupancy = o, g.chains = ch;
     uint32_t code_bits = dt == IR_BF16 ? 7 : 10; /* codes the magic float's mantissa holds exactly */
     const kn_qformat *f0 = kn_qformat_of(L[0].type);
     for (uint32_t p = 0; p < n_parts; p++) {
@@ -70,11 +70,6 @@ bool kn_matvec_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_part
         if (f->has_min && g.xs_sub && g.xs_sub != f->sub) return false; /* one sum of x a sub-block */
         if (f->has_min) g.xs_sub = f->sub;
         if (swi && L[p].type != L[0].type) return false;
-    }
-    for (bool fits = false; !fits; ) { /* a workgroup's rows in one part */
-        fits = true;
-        for (uint32_t p = 0; p < n_parts; p++) fits &= L[p].rows % (MQ_ROWS * g.row_tiles) == 0;
-        if (!fits) g.row_tiles--;
     }
     uint64_t bytes = (uint64_t)(cols / 2 + MQ_ZERO_WORDS) * 4 + (g.xs_sub ? cols / g.xs_sub * 4 : 0) +
                      (uint64_t)g.warps * MQ_ROWS * MQ_MAX_TILES * 4 + (norm ? (uint64_t)cols * 4 + 512 : 0);
@@ -344,8 +339,9 @@ static void parts_dot(const mq *q, const kn_qlayout *L, const ir_buf *w, uint32_
     for (uint32_t i = 0; i < 2; i++) acc[i] = ir_if_result(f, i);
 }
 
-/* 16 rows from row0: the products (with the prologue where pro is given: after the first
- * step's loads where there is one), the reduction over subgroups, the stores. */
+/* 16 rows from row0: the products (the prologue after the first step's loads where there
+ * is one), the reduction over subgroups, the stores. (Several such tiles a workgroup, x
+ * staged once for them, measured slower: fewer workgroups; bench/results 2026-12-05.) */
 static void row_tile(const mq *q, const mvq_mma_args *a, ir_val row0, const mq_pro *pro) {
     kx k = q->k;
     ir_val acc[2 * MQ_MAX_TILES];
@@ -357,7 +353,7 @@ static void row_tile(const mq *q, const mvq_mma_args *a, ir_val row0, const mq_p
         mq_tile t = {a->L, a->w[0], row0};
         tiles_dot(q, &t, 1, acc, pro);
     } else { /* the parts' branch comes after the prologue, which has one place */
-        if (pro) prologue(q, pro);
+        prologue(q, pro);
         parts_dot(q, a->L, a->w, a->n_parts, row0, acc);
     }
     /* the four lanes of a row (t = 0..3), then the subgroups through workgroup memory */
@@ -404,17 +400,5 @@ void kn_matvec_q_mma_body(kx k, const mvq_mma_cfg *g, const mvq_mma_args *a) {
     q.warp = kx_sg_id(k);
     ir_val lane = kx_sg_lane(k);
     q.lane_g = kx_shr_c(k, lane, 2), q.lane_t = kx_and_c(k, lane, 3);
-    uint32_t tiles = g->row_tiles ? g->row_tiles : 1;
-    ir_val base = kx_group_times(k, 0, MQ_ROWS * tiles);
-    if (tiles == 1) {
-        row_tile(&q, a, base, &pro);
-        return;
-    }
-    /* several row tiles a workgroup: x staged once for all of them */
-    prologue(&q, &pro);
-    ir_val r;
-    ir_for *l = kx_for(k, kx_u32(k, 0), kx_u32(k, tiles), kx_u32(k, 1), &r);
-    row_tile(&q, a, kx_add(k, base, kx_mul_c(k, r, MQ_ROWS)), NULL);
-    kx_barrier(k); /* red is reused by the next tile */
-    kx_end_for(k, l);
+    row_tile(&q, a, kx_group_times(k, 0, MQ_ROWS), &pro);
 }
