@@ -198,21 +198,28 @@ ir_kernel *kn_moe_scores(const rt_caps *c, uint32_t n_embd, uint32_t n_expert, i
                          kiln_err *err);
 ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_expert, uint32_t k_used, kiln_err *err);
 ir_kernel *kn_moe_gate_up(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
-                          ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
+                          ir_scalar dtype, bool cached, uint32_t *groups_x, kiln_err *err);
 ir_kernel *kn_moe_down(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
-                       ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
+                       ir_scalar dtype, bool cached, uint32_t *groups_x, kiln_err *err);
 /* A block of nb tokens grouped by expert (moe.c), after kn_moe_route: kn_moe_group (sel
  * [nb x k], info (n = info[1] live tokens), rank (scratch, nb x k), off [n_expert + 1],
  * list [nb x k]; grid {1, 1}); kn_moe_gate_up_g (h, gate, up, off, list, act; grid
  * {*groups_x, 1}); kn_moe_down_g (act, down, off, list, yc [nb x k x n_embd]; grid
  * {*groups_x, 1}); kn_moe_combine (yc, wt, res, y, info; grid {*groups_x, nb}). */
-ir_kernel *kn_moe_group(const rt_caps *c, uint32_t n_expert, uint32_t k_used, uint32_t nb, kiln_err *err);
+ir_kernel *kn_moe_group(const rt_caps *c, uint32_t n_expert, uint32_t k_used, uint32_t nb, bool cached, kiln_err *err);
 ir_kernel *kn_moe_gate_up_g(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
                             uint32_t nb, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
 ir_kernel *kn_moe_down_g(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
                          uint32_t nb, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
 ir_kernel *kn_moe_combine(const rt_caps *c, uint32_t n_embd, uint32_t k_used, uint32_t nb, ir_scalar dtype,
-                          uint32_t *groups_x, kiln_err *err);
+                          bool cached, uint32_t *groups_x, kiln_err *err);
+/* Where experts are cached (the plan's expert cache: plan/plan_moe_cache.c), n_expert
+ * counts the cache's slots and sel holds each choice's slot, or KN_MOE_MISS for a choice
+ * the host computes: kn_moe_gate_up skips it, kn_moe_down (buffer "miss" after y, [n x k
+ * x n_embd]) and kn_moe_combine ("sel", then "miss", after info) take its rounded
+ * product from miss, kn_moe_group lists it in a bin past the last slot (off then has
+ * n_expert + 2 entries). */
+#define KN_MOE_MISS 0xffffffffu
 
 /* out[t][c] = table[tok[t] * n_embd + c] for the launch's tokens t (grid y); a token >=
  * n_vocab gives a row of zeros instead of a read past the table.

@@ -28,6 +28,7 @@
 #include <math.h>
 
 #define MOE_MAX_EXPERTS 1024
+#define MOE_MISS KN_MOE_MISS
 #define MOE_MAX_USED 64
 
 /* sum over c < cols of w[w0 + c] * x[x0 + c] in f32 (w of type wt, x of type xt), in
@@ -65,10 +66,11 @@ static ir_val my_row(kx k, bool per_sg, uint32_t rows) {
     return kx_add(k, kx_group_times(k, 0, rows), per_sg ? kx_sg_id(k) : kx_local(k));
 }
 
+/* n_expert: the cache's slots where cached (fewer than a token's choices is fine then) */
 static int check(const char *who, const rt_caps *c, ir_scalar dtype, uint32_t n_in, uint32_t n_out, uint32_t n_expert,
-                 uint32_t k_used, kiln_err *err) {
+                 uint32_t k_used, bool cached, kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return -1;
-    if (!n_in || !n_out || !n_expert || n_expert > MOE_MAX_EXPERTS || !k_used || k_used > n_expert ||
+    if (!n_in || !n_out || !n_expert || n_expert > MOE_MAX_EXPERTS || !k_used || (k_used > n_expert && !cached) ||
         k_used > MOE_MAX_USED || (uint64_t)n_expert * n_in * n_out > UINT32_MAX)
         return kiln_fail(err, KILN_ERR_INVALID,
                          "%s: %u experts of %u x %u, %u a token (1 <= used <= %u, experts <= %u, u32 indices)", who,
@@ -129,7 +131,7 @@ static void my_best(kx k, uint32_t wg, uint32_t n, ir_shm e, ir_shm taken, ir_va
 
 ir_kernel *kn_moe_scores(const rt_caps *c, uint32_t n_embd, uint32_t n_expert, ir_scalar dtype, uint32_t *groups_x,
                          kiln_err *err) {
-    if (check("kn_moe_scores", c, dtype, n_embd, 1, n_expert, 1, err)) return NULL;
+    if (check("kn_moe_scores", c, dtype, n_embd, 1, n_expert, 1, false, err)) return NULL;
     kx k = {kn_create("kn_moe_scores", err), c};
     if (!k.ir) return NULL;
     ir_buf h = kx_buffer_per_group(k, "h", dtype, IR_READ, 1, n_embd);
@@ -212,8 +214,8 @@ ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_expert, uint32_t k_used, ki
 /* ---- the experts' products ------------------------------------------------------------------ */
 
 ir_kernel *kn_moe_gate_up(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
-                          ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
-    if (check("kn_moe_gate_up", c, dtype, n_embd, n_ff, n_expert, k_used, err)) return NULL;
+                          ir_scalar dtype, bool cached, uint32_t *groups_x, kiln_err *err) {
+    if (check("kn_moe_gate_up", c, dtype, n_embd, n_ff, n_expert, k_used, cached, err)) return NULL;
     kx k = {kn_create("kn_moe_gate_up", err), c};
     if (!k.ir) return NULL;
     uint64_t w_elems = (uint64_t)n_expert * n_ff * n_embd;
@@ -231,21 +233,24 @@ ir_kernel *kn_moe_gate_up(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint
     ir_val h0 = kx_mul_c(k, t, n_embd);
     ir_if *in = kx_if(k, kx_lt_c(k, r, n_ff));
     ir_val cj = kx_add(k, kx_mul_c(k, t, k_used), j);
-    ir_val ex = kx_min_c(k, kx_load(k, sel, cj, 1), n_expert - 1);
+    ir_val s = kx_load(k, sel, cj, 1);
+    ir_if *hit = cached ? kx_if(k, kx_ne(k, s, kx_u32(k, MOE_MISS))) : NULL; /* a miss: the host's */
+    ir_val ex = kx_min_c(k, s, n_expert - 1);
     ir_val w0 = kx_mul_c(k, kx_add(k, kx_mul_c(k, ex, n_ff), r), n_embd);
     ir_val g = row_dot(k, per_sg, wg_, dtype, w0, h, dtype, h0, n_embd);
     ir_val u = row_dot(k, per_sg, wu, dtype, w0, h, dtype, h0, n_embd);
     ir_if *one = per_sg ? kx_if(k, kx_eq_c(k, kx_sg_lane(k), 0)) : NULL;
     kn_mv_store_row(k, KN_EPI_SWIGLU, act, 0, 0, kx_add(k, kx_mul_c(k, cj, n_ff), r), g, u, dtype, dtype);
     if (one) kx_end_if(k, one);
+    if (hit) kx_end_if(k, hit);
     kx_end_if(k, in);
     if (groups_x) *groups_x = groups_r * k_used;
     return kn_finish(k.ir, err);
 }
 
 ir_kernel *kn_moe_down(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
-                       ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
-    if (check("kn_moe_down", c, dtype, n_ff, n_embd, n_expert, k_used, err)) return NULL;
+                       ir_scalar dtype, bool cached, uint32_t *groups_x, kiln_err *err) {
+    if (check("kn_moe_down", c, dtype, n_ff, n_embd, n_expert, k_used, cached, err)) return NULL;
     kx k = {kn_create("kn_moe_down", err), c};
     if (!k.ir) return NULL;
     /* grid y = t */
@@ -255,6 +260,7 @@ ir_kernel *kn_moe_down(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_
     ir_buf wt = kx_buffer_per_group(k, "wt", IR_F32, IR_READ, 1, k_used);
     ir_buf res = kx_buffer_per_group(k, "res", dtype, IR_READ, 1, n_embd);
     ir_buf y = kx_buffer_per_group(k, "y", dtype, IR_WRITE, 1, n_embd);
+    ir_buf miss = cached ? kx_buffer_per_group(k, "miss", dtype, IR_READ, 1, (uint64_t)k_used * n_embd) : (ir_buf){0};
     uint32_t wg = kn_workgroup(c, 256), rows;
     kx_workgroup(k, wg);
     bool per_sg = per_subgroup(c, wg, &rows);
@@ -263,11 +269,20 @@ ir_kernel *kn_moe_down(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_
     ir_if *in = kx_if(k, kx_lt_c(k, r, n_embd));
     ir_val o = IR_NONE;
     for (uint32_t j = 0; j < k_used; j++) {
-        ir_val cj = kx_add_c(k, c0, j);
-        ir_val ex = kx_min_c(k, kx_load(k, sel, cj, 1), n_expert - 1);
+        ir_val cj = kx_add_c(k, c0, j), s = kx_load(k, sel, cj, 1);
+        /* a miss: the host's rounded product (uniform over the workgroup: one token's choice) */
+        ir_if *hit = cached ? ir_if_begin(k.ir, kx_ne(k, s, kx_u32(k, MOE_MISS)), 1) : NULL;
+        ir_val ex = kx_min_c(k, s, n_expert - 1);
         ir_val w0 = kx_mul_c(k, kx_add(k, kx_mul_c(k, ex, n_embd), r), n_ff);
-        ir_val s = row_dot(k, per_sg, wd, dtype, w0, act, dtype, kx_mul_c(k, cj, n_ff), n_ff);
-        ir_val p = kx_mul(k, kx_load(k, wt, cj, 1), kx_as(k, kx_as(k, s, dtype), IR_F32));
+        ir_val yj = kx_as(k, kx_as(k, row_dot(k, per_sg, wd, dtype, w0, act, dtype, kx_mul_c(k, cj, n_ff), n_ff), dtype),
+                          IR_F32);
+        if (hit) {
+            ir_if_else(k.ir, hit, &yj);
+            ir_val m = kx_as(k, kx_load(k, miss, kx_add(k, kx_mul_c(k, cj, n_embd), r), 1), IR_F32);
+            ir_if_end(k.ir, hit, &m);
+            yj = ir_if_result(hit, 0);
+        }
+        ir_val p = kx_mul(k, kx_load(k, wt, cj, 1), yj);
         o = j ? kx_add(k, o, p) : p;
     }
     ir_if *one = per_sg ? kx_if(k, kx_eq_c(k, kx_sg_lane(k), 0)) : NULL;
@@ -291,35 +306,38 @@ ir_kernel *kn_moe_down(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_
  *   kn_moe_combine    y[t][r] = round(res[t][r] + round(sum_j wt[t k + j] * yc[t k + j][r]))
  *                     for t < n, the decode step's sum in the same order. */
 
-ir_kernel *kn_moe_group(const rt_caps *c, uint32_t n_expert, uint32_t k_used, uint32_t nb, kiln_err *err) {
-    if (!nb || !n_expert || n_expert > MOE_MAX_EXPERTS || !k_used || k_used > n_expert || k_used > MOE_MAX_USED ||
+ir_kernel *kn_moe_group(const rt_caps *c, uint32_t n_expert, uint32_t k_used, uint32_t nb, bool cached, kiln_err *err) {
+    if (!nb || !n_expert || n_expert > MOE_MAX_EXPERTS || !k_used || (k_used > n_expert && !cached) || k_used > MOE_MAX_USED ||
         (uint64_t)nb * k_used > (1u << 24))
         return kiln_fail(err, KILN_ERR_INVALID, "kn_moe_group: %u tokens of %u of %u experts", nb, k_used, n_expert),
                NULL;
     kx k = {kn_create("kn_moe_group", err), c};
     if (!k.ir) return NULL;
     uint32_t n_c = nb * k_used;
+    /* cached: the host's misses (MOE_MISS) in a bin past the last expert, which no
+     * product reads */
+    uint32_t bins = n_expert + cached;
     ir_buf sel = kx_buffer(k, "sel", IR_U32, IR_READ, n_c), info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
     ir_buf rank = kx_buffer(k, "rank", IR_U32, IR_READ | IR_WRITE, n_c);
-    ir_buf off = kx_buffer(k, "off", IR_U32, IR_WRITE, n_expert + 1), list = kx_buffer(k, "list", IR_U32, IR_WRITE, n_c);
+    ir_buf off = kx_buffer(k, "off", IR_U32, IR_WRITE, bins + 1), list = kx_buffer(k, "list", IR_U32, IR_WRITE, n_c);
     uint32_t wg = kn_workgroup(c, 256);
     kx_workgroup(k, wg);
-    ir_shm cnt = kx_shared(k, "cnt", IR_U32, n_expert + 1);
+    ir_shm cnt = kx_shared(k, "cnt", IR_U32, bins + 1);
     ir_val lid = kx_local(k), x, i;
     ir_val n = kx_mul_c(k, kx_min_c(k, kx_load_c(k, info, 1), nb), k_used); /* the live tokens' choices */
-    ir_for *l = kx_for(k, lid, kx_u32(k, n_expert + 1), kx_u32(k, wg), &x);
+    ir_for *l = kx_for(k, lid, kx_u32(k, bins + 1), kx_u32(k, wg), &x);
     kx_shm_store(k, cnt, x, kx_u32(k, 0));
     kx_end_for(k, l);
     kx_barrier(k);
     l = kx_for(k, lid, n, kx_u32(k, wg), &i);
-    ir_val e = kx_min_c(k, kx_load(k, sel, i, 1), n_expert - 1);
+    ir_val e = kx_min_c(k, kx_load(k, sel, i, 1), bins - 1);
     kx_store(k, rank, i, ir_atomic(k.ir, IR_ATOMIC_ADD, true, cnt, e, kx_u32(k, 1)));
     kx_end_for(k, l);
     kx_barrier(k);
     /* the exclusive prefix sums, in order, by one invocation */
     ir_if *one = kx_if(k, kx_eq_c(k, lid, 0));
     ir_val zero = kx_u32(k, 0);
-    ir_for *scan = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, n_expert + 1), kx_u32(k, 1), 1, &zero);
+    ir_for *scan = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, bins + 1), kx_u32(k, 1), 1, &zero);
     ir_val at = ir_for_arg(scan, 0), ex = ir_for_iv(scan);
     ir_val here = kx_shm_load(k, cnt, ex, 1);
     kx_shm_store(k, cnt, ex, at);
@@ -329,7 +347,7 @@ ir_kernel *kn_moe_group(const rt_caps *c, uint32_t n_expert, uint32_t k_used, ui
     kx_end_if(k, one);
     kx_barrier(k);
     l = kx_for(k, lid, n, kx_u32(k, wg), &i);
-    e = kx_min_c(k, kx_load(k, sel, i, 1), n_expert - 1);
+    e = kx_min_c(k, kx_load(k, sel, i, 1), bins - 1);
     kx_store(k, list, kx_add(k, kx_shm_load(k, cnt, e, 1), kx_load(k, rank, i, 1)), i);
     kx_end_for(k, l);
     return kn_finish(k.ir, err);
@@ -348,7 +366,7 @@ static void grouped_ids(kx k, ir_buf off, uint32_t groups_r, uint32_t rows, bool
 
 ir_kernel *kn_moe_gate_up_g(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
                             uint32_t nb, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
-    if (check("kn_moe_gate_up_g", c, dtype, n_embd, n_ff, n_expert, k_used, err)) return NULL;
+    if (check("kn_moe_gate_up_g", c, dtype, n_embd, n_ff, n_expert, k_used, true, err)) return NULL;
     kx k = {kn_create("kn_moe_gate_up_g", err), c};
     if (!k.ir) return NULL;
     uint64_t w_elems = (uint64_t)n_expert * n_ff * n_embd, n_c = (uint64_t)nb * k_used;
@@ -380,7 +398,7 @@ ir_kernel *kn_moe_gate_up_g(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, ui
 
 ir_kernel *kn_moe_down_g(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
                          uint32_t nb, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
-    if (check("kn_moe_down_g", c, dtype, n_ff, n_embd, n_expert, k_used, err)) return NULL;
+    if (check("kn_moe_down_g", c, dtype, n_ff, n_embd, n_expert, k_used, true, err)) return NULL;
     kx k = {kn_create("kn_moe_down_g", err), c};
     if (!k.ir) return NULL;
     uint64_t n_c = (uint64_t)nb * k_used;
@@ -409,7 +427,7 @@ ir_kernel *kn_moe_down_g(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint3
 }
 
 ir_kernel *kn_moe_combine(const rt_caps *c, uint32_t n_embd, uint32_t k_used, uint32_t nb, ir_scalar dtype,
-                          uint32_t *groups_x, kiln_err *err) {
+                          bool cached, uint32_t *groups_x, kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return NULL;
     if (!n_embd || !nb || !k_used || k_used > MOE_MAX_USED || (uint64_t)nb * k_used * n_embd > UINT32_MAX)
         return kiln_fail(err, KILN_ERR_INVALID, "kn_moe_combine: %u tokens of %u x %u", nb, k_used, n_embd), NULL;
@@ -420,6 +438,8 @@ ir_kernel *kn_moe_combine(const rt_caps *c, uint32_t n_embd, uint32_t k_used, ui
     ir_buf res = kx_buffer(k, "res", dtype, IR_READ, (uint64_t)nb * n_embd);
     ir_buf y = kx_buffer(k, "y", dtype, IR_WRITE, (uint64_t)nb * n_embd);
     ir_buf info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    ir_buf sel = cached ? kx_buffer(k, "sel", IR_U32, IR_READ, n_c) : (ir_buf){0};
+    ir_buf miss = cached ? kx_buffer(k, "miss", dtype, IR_READ, n_c * n_embd) : (ir_buf){0};
     uint32_t wg = kn_workgroup(c, 256);
     kx_workgroup(k, wg);
     /* grid x: n_embd's groups, y: the token */
@@ -428,8 +448,17 @@ ir_kernel *kn_moe_combine(const rt_caps *c, uint32_t n_embd, uint32_t k_used, ui
     ir_if *in = kx_if(k, live);
     ir_val o = IR_NONE;
     for (uint32_t j = 0; j < k_used; j++) {
-        ir_val cj = kx_add_c(k, kx_mul_c(k, t, k_used), j);
-        ir_val p = kx_mul(k, kx_load(k, wt, cj, 1), kx_as(k, kx_load(k, yc, kx_add(k, kx_mul_c(k, cj, n_embd), r), 1), IR_F32));
+        ir_val cj = kx_add_c(k, kx_mul_c(k, t, k_used), j), at = kx_add(k, kx_mul_c(k, cj, n_embd), r);
+        /* cached: a miss's product is the host's */
+        ir_if *hit = cached ? ir_if_begin(k.ir, kx_ne(k, kx_load(k, sel, cj, 1), kx_u32(k, MOE_MISS)), 1) : NULL;
+        ir_val yj = kx_as(k, kx_load(k, yc, at, 1), IR_F32);
+        if (hit) {
+            ir_if_else(k.ir, hit, &yj);
+            ir_val m = kx_as(k, kx_load(k, miss, at, 1), IR_F32);
+            ir_if_end(k.ir, hit, &m);
+            yj = ir_if_result(hit, 0);
+        }
+        ir_val p = kx_mul(k, kx_load(k, wt, cj, 1), yj);
         o = j ? kx_add(k, o, p) : p;
     }
     ir_val at = kx_add(k, kx_mul_c(k, t, n_embd), r);

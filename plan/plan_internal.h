@@ -57,6 +57,9 @@ typedef struct plan_shape {
      * the rows of their stacked input weight where z and beta begin, and in all
      * (plan_dn_rows: each part starting on a view's alignment) */
     uint32_t conv_dim, dn_v_dim, dn_z_row, dn_ba_row, dn_in_rows;
+    /* qwen3moe where not every expert fits: the device cache's experts a layer (slots;
+     * plan_moe_cache.c), the others computed by the host. 0: every expert on the device */
+    uint32_t moe_slots;
 } plan_shape;
 
 typedef struct plan_layer {

@@ -163,6 +163,9 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
         hp->rope_scaling == ROPE_SCALING_LINEAR && hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor : 1.0f,
         s->freqs};
     unsigned bias = s->bias ? KN_EPI_BIAS : 0;
+    /* the experts' products over the cache's slots where experts are cached */
+    bool cached = s->moe_slots > 0;
+    uint32_t n_exp = cached ? s->moe_slots : hp->n_expert;
     switch (i) {
     case K_EMBED: return kn_embed(c, hp->n_vocab, d, dt, &g[0], err);
     case K_NORM: return kn_rmsnorm(c, d, dt, hp->rms_eps, err);
@@ -217,14 +220,14 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_MOE_SCORES: return kn_moe_scores(c, d, hp->n_expert, dt, &g[0], err);
     case K_MOE_ROUTE: return kn_moe_route(c, hp->n_expert, hp->n_expert_used, err);
     case K_MOE_GATE_UP:
-        return kn_moe_gate_up(c, d, hp->n_ff_exp, hp->n_expert, hp->n_expert_used, dt, &g[0], err);
-    case K_MOE_DOWN: return kn_moe_down(c, hp->n_ff_exp, d, hp->n_expert, hp->n_expert_used, dt, &g[0], err);
-    case K_MOE_GROUP: return kn_moe_group(c, hp->n_expert, hp->n_expert_used, nb, err);
+        return kn_moe_gate_up(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, dt, cached, &g[0], err);
+    case K_MOE_DOWN: return kn_moe_down(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, dt, cached, &g[0], err);
+    case K_MOE_GROUP: return kn_moe_group(c, n_exp, hp->n_expert_used, nb, cached, err);
     case K_MOE_GATE_UP_G:
-        return kn_moe_gate_up_g(c, d, hp->n_ff_exp, hp->n_expert, hp->n_expert_used, nb, dt, &g[0], err);
+        return kn_moe_gate_up_g(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, nb, dt, &g[0], err);
     case K_MOE_DOWN_G:
-        return kn_moe_down_g(c, hp->n_ff_exp, d, hp->n_expert, hp->n_expert_used, nb, dt, &g[0], err);
-    case K_MOE_COMBINE: g[1] = nb; return kn_moe_combine(c, d, hp->n_expert_used, nb, dt, &g[0], err);
+        return kn_moe_down_g(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, nb, dt, &g[0], err);
+    case K_MOE_COMBINE: g[1] = nb; return kn_moe_combine(c, d, hp->n_expert_used, nb, dt, cached, &g[0], err);
     }
     /* qwen35 */
     kn_deltanet_shape dn = {hp->ssm_k_heads, hp->ssm_v_heads, hp->ssm_state, 1};

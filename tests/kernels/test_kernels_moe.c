@@ -152,9 +152,9 @@ static void experts_case(rt_device *d, uint32_t n, uint32_t d_in, uint32_t ff, u
              tu_dname(t), var ? var : "device");
     kiln_err err = {0};
     uint32_t gx_up = 0, gx_down = 0;
-    ir_kernel *ku = kn_moe_gate_up(&d->caps, d_in, ff, ne, k_used, t, &gx_up, &err);
+    ir_kernel *ku = kn_moe_gate_up(&d->caps, d_in, ff, ne, k_used, t, false, &gx_up, &err);
     cr_assert_not_null(ku, "%s: %s", what, err.msg);
-    ir_kernel *kd = kn_moe_down(&d->caps, ff, d_in, ne, k_used, t, &gx_down, &err);
+    ir_kernel *kd = kn_moe_down(&d->caps, ff, d_in, ne, k_used, t, false, &gx_down, &err);
     cr_assert_not_null(kd, "%s: %s", what, err.msg);
     size_t wn = (size_t)ne * ff * d_in, nk = (size_t)n * k_used;
     float *hf, *gf, *uf, *df, *rf;
@@ -252,16 +252,16 @@ static void grouped_case(rt_device *d, uint32_t nb, uint32_t live, uint32_t d_in
              ne, k_used, tu_dname(t), var ? var : "device");
     kiln_err err = {0};
     uint32_t g_up, g_down, g_comb, g_up1, g_down1;
-    ir_kernel *kg = kn_moe_group(&d->caps, ne, k_used, nb, &err);
+    ir_kernel *kg = kn_moe_group(&d->caps, ne, k_used, nb, false, &err);
     cr_assert_not_null(kg, "%s: %s", what, err.msg);
     ir_kernel *ku = kn_moe_gate_up_g(&d->caps, d_in, ff, ne, k_used, nb, t, &g_up, &err);
     cr_assert_not_null(ku, "%s: %s", what, err.msg);
     ir_kernel *kd = kn_moe_down_g(&d->caps, ff, d_in, ne, k_used, nb, t, &g_down, &err);
     cr_assert_not_null(kd, "%s: %s", what, err.msg);
-    ir_kernel *kc = kn_moe_combine(&d->caps, d_in, k_used, nb, t, &g_comb, &err);
+    ir_kernel *kc = kn_moe_combine(&d->caps, d_in, k_used, nb, t, false, &g_comb, &err);
     cr_assert_not_null(kc, "%s: %s", what, err.msg);
-    ir_kernel *ku1 = kn_moe_gate_up(&d->caps, d_in, ff, ne, k_used, t, &g_up1, &err);
-    ir_kernel *kd1 = kn_moe_down(&d->caps, ff, d_in, ne, k_used, t, &g_down1, &err);
+    ir_kernel *ku1 = kn_moe_gate_up(&d->caps, d_in, ff, ne, k_used, t, false, &g_up1, &err);
+    ir_kernel *kd1 = kn_moe_down(&d->caps, ff, d_in, ne, k_used, t, false, &g_down1, &err);
     cr_assert(ku1 && kd1, "%s: %s", what, err.msg);
     size_t wn = (size_t)ne * ff * d_in, nk = (size_t)nb * k_used;
     float *hf, *gf, *uf, *df, *rf;
@@ -347,10 +347,10 @@ Test(kernels_moe, bad_shapes_refused) {
     cr_assert(strstr(err.msg, "kn_moe_route"), "%s", err.msg);
     cr_assert_null(kn_moe_route(&c, 0, 0, &err));
     cr_assert_null(kn_moe_scores(&c, 64, 0, IR_BF16, &g, &err));
-    cr_assert_null(kn_moe_gate_up(&c, 64, 64, 8, 0, IR_BF16, &g, &err));
-    cr_assert_null(kn_moe_down(&c, 65536, 65536, 8, 2, IR_BF16, &g, &err)); /* past u32 indices */
+    cr_assert_null(kn_moe_gate_up(&c, 64, 64, 8, 0, IR_BF16, false, &g, &err));
+    cr_assert_null(kn_moe_down(&c, 65536, 65536, 8, 2, IR_BF16, false, &g, &err)); /* past u32 indices */
     cr_assert(strstr(err.msg, "u32"), "%s", err.msg);
-    cr_assert_null(kn_moe_down(&c, 64, 64, 8, 2, IR_F32, &g, &err));
+    cr_assert_null(kn_moe_down(&c, 64, 64, 8, 2, IR_F32, false, &g, &err));
 }
 
 /* Built for CUDA's caps (qwen3-30b-a3b's shapes) and assembled by ptxas where installed. */
@@ -358,11 +358,11 @@ Test(kernels_moe, build_for_cuda_and_assemble, .timeout = 120) {
     rt_caps c = tu_cuda_caps(90);
     kiln_err err = {0};
     uint32_t g;
-    ir_kernel *k[3] = {kn_moe_route(&c, 128, 8, &err), kn_moe_gate_up(&c, 2048, 768, 128, 8, IR_BF16, &g, &err),
-                       kn_moe_down(&c, 768, 2048, 128, 8, IR_BF16, &g, &err)};
-    ir_kernel *kg[4] = {kn_moe_group(&c, 128, 8, 512, &err), kn_moe_gate_up_g(&c, 2048, 768, 128, 8, 512, IR_BF16, &g, &err),
+    ir_kernel *k[3] = {kn_moe_route(&c, 128, 8, &err), kn_moe_gate_up(&c, 2048, 768, 128, 8, IR_BF16, true, &g, &err),
+                       kn_moe_down(&c, 768, 2048, 128, 8, IR_BF16, true, &g, &err)};
+    ir_kernel *kg[4] = {kn_moe_group(&c, 128, 8, 512, true, &err), kn_moe_gate_up_g(&c, 2048, 768, 128, 8, 512, IR_BF16, &g, &err),
                         kn_moe_down_g(&c, 768, 2048, 128, 8, 512, IR_BF16, &g, &err),
-                        kn_moe_combine(&c, 2048, 8, 512, IR_BF16, &g, &err)};
+                        kn_moe_combine(&c, 2048, 8, 512, IR_BF16, true, &g, &err)};
     ir_kernel *ks = kn_moe_scores(&c, 2048, 128, IR_BF16, &g, &err);
     for (int i = 0; i < 8; i++) {
         ir_kernel *x = i < 3 ? k[i] : i < 7 ? kg[i - 3] : ks;

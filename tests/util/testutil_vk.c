@@ -218,6 +218,7 @@ uint16_t *tu_rand16(ir_scalar t, size_t n, float lo, float hi, float **as_f32) {
     float *f = malloc(n * 4);
     cr_assert(h && f);
     for (size_t i = 0; i < n; i++) h[i] = tu_to16(t, tu_urand(lo, hi)), f[i] = tu_from16(t, h[i]);
-    *as_f32 = f;
+    if (as_f32) *as_f32 = f;
+    else free(f);
     return h;
 }

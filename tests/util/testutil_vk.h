@@ -48,7 +48,7 @@ void tu_attend_ref(const float *q, const float *kc, const float *vc, uint32_t n_
 
 /* A deterministic generator for test data (one stream per process): tu_seed, then
  * uniform u32s or floats in [lo, hi); tu_rand16 gives n random 16-bit values in [lo, hi)
- * and (malloc'ed) their exact f32 values. */
+ * and (malloc'ed, where as_f32 is not NULL) their exact f32 values. */
 void tu_seed(uint64_t s);
 uint32_t tu_rnd32(void);
 float tu_urand(float lo, float hi);

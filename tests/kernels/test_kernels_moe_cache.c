@@ -1,0 +1,192 @@
+/* kernels/moe.c's cached variants (the plan's expert cache) on the Vulkan device (lavapipe
+ * in CI): the experts' products over a cache of C slots holding some of the experts, each
+ * choice's sel its slot or KN_MOE_MISS, a miss's rounded product given in "miss". With
+ * the misses' products taken from the all-resident grouped kernels' yc, the cached
+ * kernels' outputs equal the all-resident ones bit for bit (the same sums in the same
+ * order), per token and grouped; a miss's activation row is never written, and the rows
+ * past the live tokens stay poisoned. */
+#include "base/error.h"
+#include "gguf/half.h"
+#include "ir/ir.h"
+#include "kernels/kernels.h"
+#include "tests/util/testutil_vk.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 64
+
+static const char *const variants[] = {NULL, "no-subgroup-arith"};
+
+static void launch(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
+    rt_kernel *ck = tu_vk_compile(d, k);
+    tu_vk_run(d, ck, gx, gy, args, n);
+    d->ops->release_kernel(d, ck);
+}
+
+static uint16_t *fetch16(rt_device *d, rt_buffer *b, ir_scalar t, size_t n, const char *what) {
+    uint16_t *p = malloc((n + GUARD) * 2);
+    tu_vk_download(d, b, p, (n + GUARD) * 2);
+    for (size_t i = n; i < n + GUARD; i++) cr_assert_eq(p[i], tu_nan16(t), "%s: wrote past the end at %zu", what, i);
+    return p;
+}
+
+static rt_buffer *poisoned32(rt_device *d, size_t n) {
+    uint32_t *p = malloc((n + GUARD) * 4);
+    memset(p, 0xef, (n + GUARD) * 4);
+    rt_buffer *b = tu_vk_upload(d, p, (n + GUARD) * 4);
+    free(p);
+    return b;
+}
+
+/* Expert e's rows of a [ne x rows x cols] tensor into slot s of a [slots x rows x cols] one. */
+static void put_slot(uint16_t *cache, const uint16_t *all, uint32_t s, uint32_t e, size_t rows_cols) {
+    memcpy(cache + (size_t)s * rows_cols, all + (size_t)e * rows_cols, rows_cols * 2);
+}
+
+static void cache_case(rt_device *d, uint32_t nb, uint32_t live, uint32_t d_in, uint32_t ff, uint32_t ne,
+                       uint32_t slots, uint32_t k_used, ir_scalar t, const char *var) {
+    char what[200];
+    snprintf(what, sizeof what, "moe cache nb=%u live=%u d=%u ff=%u experts=%u slots=%u k=%u %s caps=%s", nb, live,
+             d_in, ff, ne, slots, k_used, tu_dname(t), var ? var : "device");
+    kiln_err err = {0};
+    uint32_t gg, gd, gc, g1, g2, cg, cd, cc, c1, c2;
+    /* all resident: grouped (yc, the misses' products) and per token */
+    ir_kernel *kg = kn_moe_group(&d->caps, ne, k_used, nb, false, &err);
+    ir_kernel *ku = kn_moe_gate_up_g(&d->caps, d_in, ff, ne, k_used, nb, t, &gg, &err);
+    ir_kernel *kd = kn_moe_down_g(&d->caps, ff, d_in, ne, k_used, nb, t, &gd, &err);
+    ir_kernel *kc = kn_moe_combine(&d->caps, d_in, k_used, nb, t, false, &gc, &err);
+    ir_kernel *ku1 = kn_moe_gate_up(&d->caps, d_in, ff, ne, k_used, t, false, &g1, &err);
+    ir_kernel *kd1 = kn_moe_down(&d->caps, ff, d_in, ne, k_used, t, false, &g2, &err);
+    /* cached, over the slots */
+    ir_kernel *xg = kn_moe_group(&d->caps, slots, k_used, nb, true, &err);
+    ir_kernel *xu = kn_moe_gate_up_g(&d->caps, d_in, ff, slots, k_used, nb, t, &cg, &err);
+    ir_kernel *xd = kn_moe_down_g(&d->caps, ff, d_in, slots, k_used, nb, t, &cd, &err);
+    ir_kernel *xc = kn_moe_combine(&d->caps, d_in, k_used, nb, t, true, &cc, &err);
+    ir_kernel *xu1 = kn_moe_gate_up(&d->caps, d_in, ff, slots, k_used, t, true, &c1, &err);
+    ir_kernel *xd1 = kn_moe_down(&d->caps, ff, d_in, slots, k_used, t, true, &c2, &err);
+    cr_assert(kg && ku && kd && kc && ku1 && kd1 && xg && xu && xd && xc && xu1 && xd1, "%s: %s", what, err.msg);
+    size_t wn = (size_t)ne * ff * d_in, cn = (size_t)slots * ff * d_in, nk = (size_t)nb * k_used;
+    size_t n_live = (size_t)live * k_used;
+    uint16_t *h = tu_rand16(t, (size_t)nb * d_in, -2, 2, NULL), *g = tu_rand16(t, wn, -0.5f, 0.5f, NULL);
+    uint16_t *u = tu_rand16(t, wn, -0.5f, 0.5f, NULL), *dw = tu_rand16(t, wn, -0.5f, 0.5f, NULL);
+    uint16_t *res = tu_rand16(t, (size_t)nb * d_in, -4, 4, NULL);
+    uint32_t *sel = malloc(nk * 4), *csel = malloc(nk * 4), info[2] = {0, live};
+    float *wt = malloc(nk * 4);
+    for (uint32_t tok = 0; tok < nb; tok++) /* distinct experts a token */
+        for (uint32_t j = 0; j < k_used; j++) {
+            uint32_t x;
+            bool again;
+            do {
+                x = tu_rnd32() % ne, again = false;
+                for (uint32_t i = 0; i < j; i++) again |= sel[tok * k_used + i] == x;
+            } while (again);
+            sel[tok * k_used + j] = x;
+            wt[tok * k_used + j] = tu_urand(0.05f, 1);
+        }
+    /* the cache: slot s holds expert (3 s + 1) % ne (slots < ne: some experts miss) */
+    uint16_t *cgate = malloc(cn * 2), *cup = malloc(cn * 2), *cdown = malloc(cn * 2);
+    int32_t *slot_of = malloc(ne * 4);
+    for (uint32_t e = 0; e < ne; e++) slot_of[e] = -1;
+    for (uint32_t s = 0; s < slots; s++) {
+        uint32_t e = (3 * s + 1) % ne;
+        slot_of[e] = (int32_t)s;
+        put_slot(cgate, g, s, e, (size_t)ff * d_in), put_slot(cup, u, s, e, (size_t)ff * d_in);
+        put_slot(cdown, dw, s, e, (size_t)ff * d_in);
+    }
+    size_t misses = 0;
+    for (size_t c = 0; c < nk; c++) {
+        csel[c] = slot_of[sel[c]] < 0 ? KN_MOE_MISS : (uint32_t)slot_of[sel[c]];
+        misses += c < n_live && csel[c] == KN_MOE_MISS;
+    }
+    cr_assert(misses > 0 && misses < n_live, "%s: the case has hits and misses (%zu of %zu miss)", what, misses, n_live);
+    rt_buffer *bh = tu_vk_upload(d, h, (size_t)nb * d_in * 2), *bg = tu_vk_upload(d, g, wn * 2);
+    rt_buffer *bu = tu_vk_upload(d, u, wn * 2), *bd = tu_vk_upload(d, dw, wn * 2);
+    rt_buffer *xbg = tu_vk_upload(d, cgate, cn * 2), *xbu = tu_vk_upload(d, cup, cn * 2);
+    rt_buffer *xbd = tu_vk_upload(d, cdown, cn * 2);
+    rt_buffer *bs = tu_vk_upload(d, sel, nk * 4), *bcs = tu_vk_upload(d, csel, nk * 4);
+    rt_buffer *bw = tu_vk_upload(d, wt, nk * 4), *bi = tu_vk_upload(d, info, 8);
+    rt_buffer *br = tu_vk_upload(d, res, (size_t)nb * d_in * 2);
+    rt_buffer *brank = poisoned32(d, nk), *boff = poisoned32(d, ne + 2), *blist = poisoned32(d, nk);
+    rt_buffer *ba = tu_vk_poisoned16(d, t, nk * ff, GUARD), *byc = tu_vk_poisoned16(d, t, nk * d_in, GUARD);
+    rt_buffer *by = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
+    /* the reference: all resident, grouped */
+    launch(d, kg, 1, 1, (rt_arg[]){{bs, 0}, {bi, 0}, {brank, 0}, {boff, 0}, {blist, 0}}, 5);
+    launch(d, ku, gg, 1, (rt_arg[]){{bh, 0}, {bg, 0}, {bu, 0}, {boff, 0}, {blist, 0}, {ba, 0}}, 6);
+    launch(d, kd, gd, 1, (rt_arg[]){{ba, 0}, {bd, 0}, {boff, 0}, {blist, 0}, {byc, 0}}, 5);
+    launch(d, kc, gc, nb, (rt_arg[]){{byc, 0}, {bw, 0}, {br, 0}, {by, 0}, {bi, 0}}, 5);
+    uint16_t *yc = fetch16(d, byc, t, nk * d_in, what), *y = fetch16(d, by, t, (size_t)nb * d_in, what);
+    uint16_t *act = fetch16(d, ba, t, nk * ff, what);
+    /* the misses' products, as the host gives them; a hit's row poisoned (never read) */
+    uint16_t *miss = malloc(nk * d_in * 2);
+    for (size_t c = 0; c < nk; c++)
+        for (uint32_t r = 0; r < d_in; r++) miss[c * d_in + r] = csel[c] == KN_MOE_MISS ? yc[c * d_in + r] : tu_nan16(t);
+    rt_buffer *bm = tu_vk_upload(d, miss, nk * d_in * 2);
+    /* cached, grouped */
+    rt_buffer *xa = tu_vk_poisoned16(d, t, nk * ff, GUARD), *xyc = tu_vk_poisoned16(d, t, nk * d_in, GUARD);
+    rt_buffer *xy = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
+    rt_buffer *xoff = poisoned32(d, slots + 2);
+    launch(d, xg, 1, 1, (rt_arg[]){{bcs, 0}, {bi, 0}, {brank, 0}, {xoff, 0}, {blist, 0}}, 5);
+    launch(d, xu, cg, 1, (rt_arg[]){{bh, 0}, {xbg, 0}, {xbu, 0}, {xoff, 0}, {blist, 0}, {xa, 0}}, 6);
+    launch(d, xd, cd, 1, (rt_arg[]){{xa, 0}, {xbd, 0}, {xoff, 0}, {blist, 0}, {xyc, 0}}, 5);
+    launch(d, xc, cc, nb, (rt_arg[]){{xyc, 0}, {bw, 0}, {br, 0}, {xy, 0}, {bi, 0}, {bcs, 0}, {bm, 0}}, 7);
+    uint32_t off[1026];
+    tu_vk_download(d, xoff, off, (slots + 2) * 4);
+    cr_assert_eq(off[slots + 1], n_live, "%s: %u choices listed", what, off[slots + 1]);
+    cr_assert_eq(off[slots + 1] - off[slots], misses, "%s: %u in the misses' bin, %zu misses", what,
+                 off[slots + 1] - off[slots], misses);
+    uint16_t *xact = fetch16(d, xa, t, nk * ff, what), *gy = fetch16(d, xy, t, (size_t)nb * d_in, what);
+    for (size_t c = 0; c < nk; c++)
+        for (uint32_t r = 0; r < ff; r++) {
+            uint16_t want = c < n_live && csel[c] != KN_MOE_MISS ? act[c * ff + r] : tu_nan16(t);
+            cr_assert_eq(xact[c * ff + r], want, "%s: grouped act[%zu][%u] %04x, want %04x", what, c, r,
+                         xact[c * ff + r], want);
+        }
+    for (size_t i = 0; i < (size_t)nb * d_in; i++)
+        cr_assert_eq(gy[i], y[i], "%s: grouped y[%zu] %04x, all resident %04x", what, i, gy[i], y[i]);
+    /* cached, per token (every row live: the per-token kernels have no info) */
+    rt_buffer *pa = tu_vk_poisoned16(d, t, nk * ff, GUARD), *py = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
+    rt_buffer *ra = tu_vk_poisoned16(d, t, nk * ff, GUARD), *ry = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
+    launch(d, ku1, g1, nb, (rt_arg[]){{bh, 0}, {bg, 0}, {bu, 0}, {bs, 0}, {ra, 0}}, 5);
+    launch(d, kd1, g2, nb, (rt_arg[]){{ra, 0}, {bd, 0}, {bs, 0}, {bw, 0}, {br, 0}, {ry, 0}}, 6);
+    /* every row's misses need products now: the grouped reference covered the live rows only */
+    uint16_t *act_all = fetch16(d, ra, t, nk * ff, what), *y_all = fetch16(d, ry, t, (size_t)nb * d_in, what);
+    launch(d, xu1, c1, nb, (rt_arg[]){{bh, 0}, {xbg, 0}, {xbu, 0}, {bcs, 0}, {pa, 0}}, 5);
+    uint16_t *pact = fetch16(d, pa, t, nk * ff, what);
+    for (size_t c = 0; c < nk; c++)
+        for (uint32_t r = 0; r < ff; r++) {
+            uint16_t want = csel[c] != KN_MOE_MISS ? act_all[c * ff + r] : tu_nan16(t);
+            cr_assert_eq(pact[c * ff + r], want, "%s: act[%zu][%u] %04x, want %04x", what, c, r, pact[c * ff + r], want);
+        }
+    if (live == nb) {
+        launch(d, xd1, c2, nb, (rt_arg[]){{pa, 0}, {xbd, 0}, {bcs, 0}, {bw, 0}, {br, 0}, {py, 0}, {bm, 0}}, 7);
+        uint16_t *pyv = fetch16(d, py, t, (size_t)nb * d_in, what);
+        for (size_t i = 0; i < (size_t)nb * d_in; i++)
+            cr_assert_eq(pyv[i], y_all[i], "%s: y[%zu] %04x, all resident %04x", what, i, pyv[i], y_all[i]);
+        free(pyv);
+    }
+    rt_buffer *bufs[] = {bh, bg, bu, bd, xbg, xbu, xbd, bs, bcs, bw, bi, br, brank, boff, blist, ba, byc, by, bm,
+                         xa, xyc, xy, xoff, pa, py, ra, ry};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) d->ops->release(d, bufs[i]);
+    free(h), free(g), free(u), free(dw), free(res), free(sel), free(csel), free(wt), free(cgate), free(cup);
+    free(cdown), free(slot_of), free(yc), free(y), free(act), free(miss), free(xact), free(gy), free(pact);
+    free(act_all), free(y_all);
+    ir_kernel *ks[] = {kg, ku, kd, kc, ku1, kd1, xg, xu, xd, xc, xu1, xd1};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) ir_kernel_destroy(ks[i]);
+}
+
+Test(kernels_moe_cache, cached_equals_resident, .timeout = 300) {
+    /* nb, live, d, ff, experts, slots, k */
+    const uint32_t shapes[][7] = {{5, 5, 200, 72, 9, 4, 3}, {16, 11, 97, 45, 6, 2, 2}, {1, 1, 64, 33, 8, 5, 4},
+                                  {8, 8, 64, 40, 7, 1, 3}};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        rt_device *d = tu_vk_open_or_skip(variants[v]);
+        tu_seed(64);
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            cache_case(d, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], shapes[i][5],
+                       shapes[i][6], i % 2 ? IR_F16 : IR_BF16, variants[v]);
+        d->ops->destroy(d);
+    }
+}
