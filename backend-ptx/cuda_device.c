@@ -163,6 +163,15 @@ static size_t cu_size(rt_device *base, const rt_buffer *b) {
     return b->size;
 }
 
+/* The device's free bytes now, as the driver counts them (every process's allocations). */
+static int cu_free_memory(rt_device *base, uint64_t *free_bytes) {
+    cu_dev *d = (cu_dev *)base;
+    size_t fr = 0, total = 0;
+    if (d->cu->CtxSetCurrent(d->ctx) != CUDA_SUCCESS || d->cu->MemGetInfo(&fr, &total) != CUDA_SUCCESS) return -1;
+    *free_bytes = fr;
+    return 0;
+}
+
 static void cu_release(rt_device *base, rt_buffer *b) {
     cu_dev *d = (cu_dev *)base;
     kiln_err err = {0};
@@ -515,7 +524,7 @@ static const rt_device_ops cu_ops = {
     .alloc = cu_alloc, .alloc_host = cu_alloc_host, .view = cu_view, .release = cu_release, .size = cu_size,
     .upload = cu_upload, .download = cu_download, .compile = cu_compile, .release_kernel = cu_release_kernel,
     .run = cu_run, .record = cu_record, .replay = cu_replay, .release_recording = cu_release_recording,
-    .destroy = cu_destroy};
+    .free_memory = cu_free_memory, .destroy = cu_destroy};
 
 rt_device *cuda_device_open(uint32_t index, const char *caps_override, kiln_err *err) {
     cu_dev *d = calloc(1, sizeof *d);

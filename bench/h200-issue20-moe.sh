@@ -9,6 +9,7 @@ out=$1
 [ -x devrun/kiln ] || tar -xJf devrun/pack.tar.xz -C devrun
 source bench/h200-common.sh
 m=$dir/qwen3-30b-a3b.gguf
+rm -f $dir/qwen3-8b*.gguf  # /dev/shm holds half the host memory: the 57 GiB model alone
 ( timeout 400 $K synth --preset qwen3-30b-a3b -o $m > $out/synth.txt 2>&1; stamp synth ) &
 sp=$!
 KILN_TEST_DEVICE=cuda:0 timeout 120 $T -j8 --filter 'kernels_moe/*' > $out/kern.txt 2>&1; echo "rc=$?" >> $out/kern.txt

@@ -208,7 +208,7 @@ void orc_deltanet(orc_engine *e, uint32_t l, uint32_t n) {
         }
     }
     recur_job jb = {e, S, n};
-    orc_pool_run(e->pool, recur, &jb, nv);
+    pool_run(e->pool, recur, &jb, nv);
 
     for (uint32_t t = 0; t < n; t++)
         for (uint32_t j = 0; j < nv; j++) {

@@ -28,7 +28,7 @@
 #include "gguf/half.h"
 #include "oracle/internal.h"
 #include "oracle/oracle.h"
-#include "oracle/pool.h"
+#include "base/pool.h"
 #include "oracle/weights.h"
 
 #include <math.h>
@@ -131,7 +131,7 @@ static void matmul_rows(void *ctx, uint64_t r0, uint64_t r1, int worker) {
 /* out[t] = W in[t] (+ bias), rounded: threads split W's rows, each read once for all tokens. */
 void orc_matmul(orc_engine *e, const orc_weight *w, const float *bias, const float *in, float *out, uint32_t n) {
     matmul_job j = {w, in, out, n};
-    orc_pool_run(e->pool, matmul_rows, &j, w->rows);
+    pool_run(e->pool, matmul_rows, &j, w->rows);
     if (bias)
         for (uint32_t t = 0; t < n; t++)
             for (uint64_t r = 0; r < w->rows; r++) out[t * w->rows + r] += bias[r];
@@ -247,7 +247,7 @@ static void attention(orc_engine *e, uint32_t l, uint32_t pos, uint32_t n) {
         memcpy(e->v_cache + slot * e->v_dim, e->v + (size_t)t * e->v_dim, e->v_dim * sizeof(float));
     }
     attn_job aj = {e, l, pos, n};
-    orc_pool_run(e->pool, attend, &aj, (uint64_t)n * hp->n_head);
+    pool_run(e->pool, attend, &aj, (uint64_t)n * hp->n_head);
     orc_round16(e, e->att, (uint64_t)n * e->o_dim);
     if (hp->arch == ARCH_QWEN35) { /* the output gate: its own rounding point (4) */
         for (uint64_t i = 0; i < (uint64_t)n * e->o_dim; i++) e->att[i] *= 1.0f / (1.0f + expf(-e->gate[i]));
@@ -396,7 +396,7 @@ static int orc_eval(engine *base, const int32_t *tokens, uint32_t n, uint32_t po
                     hp->rms_eps);
     orc_round16(e, e->h, (uint64_t)m * hp->n_embd);
     matmul_job j = {&e->output, e->h, logits, m};
-    orc_pool_run(e->pool, matmul_rows, &j, e->output.rows); /* logits stay f32 */
+    pool_run(e->pool, matmul_rows, &j, e->output.rows); /* logits stay f32 */
     return 0;
 }
 
@@ -431,7 +431,7 @@ static void orc_destroy(engine *base) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(e->moe_sel);
     free(e->moe_at);
-    orc_pool_destroy(e->pool);
+    pool_destroy(e->pool);
     free(e);
 }
 
@@ -499,8 +499,8 @@ engine *orc_create(const model *m, const orc_options *o, kiln_err *err) {
     else snprintf(e->name, sizeof e->name, "cpu (oracle, contract %s)", e->dtype == GGUF_T_BF16 ? "bf16" : "f16");
     e->base.name = e->name;
     e->layers = calloc(hp->n_layer, sizeof *e->layers);
-    e->pool = orc_pool_create(o->threads);
-    if (e->pool) e->scores = malloc((size_t)orc_pool_threads(e->pool) * e->base.n_ctx * sizeof *e->scores);
+    e->pool = pool_create(o->threads);
+    if (e->pool) e->scores = malloc((size_t)pool_threads(e->pool) * e->base.n_ctx * sizeof *e->scores);
     if (!e->layers || !e->pool || !e->scores || alloc_state(e)) {
         kiln_fail(err, KILN_ERR_NOMEM, "out of memory for a KV cache of %u positions", e->base.n_ctx);
         orc_destroy(&e->base);

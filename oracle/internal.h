@@ -4,7 +4,7 @@
 #define KILN_ORACLE_INTERNAL_H
 
 #include "oracle/oracle.h"
-#include "oracle/pool.h"
+#include "base/pool.h"
 #include "oracle/weights.h"
 
 typedef struct orc_layer {
@@ -40,7 +40,7 @@ typedef struct orc_engine {
     uint32_t *kv_slot;        /* per layer: its index in the KV cache (attention layers only) */
     uint32_t n_attn;          /* attention layers (all layers but DeltaNet ones) */
     float *k_cache, *v_cache; /* [attention layer][position][kv_dim or v_dim] */
-    orc_pool *pool;
+    pool *pool;
     float *scores; /* attention scores: n_ctx per pool worker */
     /* activations for up to cap tokens */
     uint32_t cap;

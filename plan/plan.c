@@ -30,28 +30,76 @@
 
 
 /* Smaller block i (plan_sub_block): its own kernels for the roles whose shape follows the
- * block, the full block's for the others (with their tuned grids), and its recording. */
-static int build_sub(plan_engine *p, int bi, kiln_err *err) {
+ * block, the full block's for the others (with their tuned grids); kinds: which roles
+ * (all, or the experts' only: plan_recompile_moe). */
+static int build_sub(plan_engine *p, int bi, bool moe_only, kiln_err *err) {
     plan_prefill *b = &p->sub[bi];
     plan_shape s = p->s;
     if (!(s.n_block = plan_sub_block(&p->s, &p->d->caps, bi))) return 0;
     for (int i = 0; i < K_COUNT; i++) {
-        if (!plan_role_used(&p->s, i)) continue;
+        if (!plan_role_used(&p->s, i) || (moe_only && !plan_moe_role(i))) continue;
         if (!plan_block_role(i)) {
             b->kern[i] = p->kern[i], b->sig[i] = p->sig[i];
             b->grid[i][0] = p->grid[i][0], b->grid[i][1] = p->grid[i][1];
             continue;
         }
+        if (b->kern[i]) p->d->ops->release_kernel(p->d, b->kern[i]), plan_sig_free(&b->sig[i]), p->n_kern--;
         if (!(b->kern[i] = plan_compile_kernel(p->d, &s, i, b->grid[i], &b->sig[i], err))) return -1;
         p->n_kern++;
         progress_update(&p->prog, p->s.hp.n_layer + p->n_kern);
     }
     b->n = s.n_block;
-    b->first_launch = p->n_launch;
-    if (plan_record_prefill(p, b, err)) return -1;
-    b->n_launch = p->n_launch - b->first_launch;
-    b->rec = p->d->ops->record(p->d, p->launch + b->first_launch, b->n_launch, err);
-    return b->rec ? 0 : -1;
+    return 0;
+}
+
+/* Launches [first, first + n) recorded (cut into segments where experts are cached). */
+static rt_recording *record_range(plan_engine *p, uint32_t first, uint32_t n, kiln_err *err) {
+    return p->mc ? plan_moe_record(p, first, n, err) : p->d->ops->record(p->d, p->launch + first, n, err);
+}
+
+/* The recordings of the decode step, the full block and the smaller blocks; tune: the
+ * decode step's products on their fastest grids first. */
+static int record_all(plan_engine *p, bool tune, kiln_err *err) {
+    if (plan_record_decode(p, err)) return -1;
+    p->n_decode_launch = p->n_launch;
+    if (tune && plan_tune_products(p, err)) return -1;
+    if (!(p->decode = record_range(p, 0, p->n_launch, err))) return -1;
+    if (plan_record_prefill(p, NULL, err)) return -1;
+    p->n_prefill_launch = p->n_launch - p->n_decode_launch;
+    if (!(p->prefill = record_range(p, p->n_decode_launch, p->n_prefill_launch, err))) return -1;
+    for (int bi = 0; bi < PLAN_SUBS; bi++) {
+        plan_prefill *b = &p->sub[bi];
+        if (!b->n) continue;
+        b->first_launch = p->n_launch;
+        if (plan_record_prefill(p, b, err)) return -1;
+        b->n_launch = p->n_launch - b->first_launch;
+        if (!(b->rec = record_range(p, b->first_launch, b->n_launch, err))) return -1;
+    }
+    return 0;
+}
+
+int plan_record_all(plan_engine *p, kiln_err *err) { return record_all(p, false, err); }
+
+void plan_release_recordings(plan_engine *p) {
+    rt_device *d = p->d;
+    rt_recording **r[2 + PLAN_SUBS] = {&p->decode, &p->prefill};
+    for (int bi = 0; bi < PLAN_SUBS; bi++) r[2 + bi] = &p->sub[bi].rec;
+    for (int i = 0; i < 2 + PLAN_SUBS; i++)
+        if (*r[i]) d->ops->release_recording(d, *r[i]), *r[i] = NULL;
+    for (uint32_t i = 0; i < p->n_launch; i++) free((void *)p->launch[i].args);
+    p->n_launch = p->n_decode_launch = p->n_prefill_launch = 0;
+}
+
+int plan_recompile_moe(plan_engine *p, kiln_err *err) {
+    for (int i = 0; i < K_COUNT; i++) {
+        if (!plan_role_used(&p->s, i) || !plan_moe_role(i)) continue;
+        if (p->kern[i]) p->d->ops->release_kernel(p->d, p->kern[i]), plan_sig_free(&p->sig[i]), p->n_kern--;
+        if (!(p->kern[i] = plan_compile_kernel(p->d, &p->s, i, p->grid[i], &p->sig[i], err))) return -1;
+        p->n_kern++;
+    }
+    for (int bi = 0; bi < PLAN_SUBS; bi++)
+        if (build_sub(p, bi, true, err)) return -1;
+    return 0;
 }
 
 static int build(plan_engine *p, kiln_err *err) {
@@ -61,16 +109,9 @@ static int build(plan_engine *p, kiln_err *err) {
         p->n_kern++;
         progress_update(&p->prog, p->s.hp.n_layer + p->n_kern);
     }
-    if (plan_record_decode(p, err)) return -1;
-    p->n_decode_launch = p->n_launch;
-    if (plan_tune_products(p, err)) return -1;
-    if (!(p->decode = p->d->ops->record(p->d, p->launch, p->n_launch, err))) return -1;
-    if (plan_record_prefill(p, NULL, err)) return -1;
-    p->n_prefill_launch = p->n_launch - p->n_decode_launch;
-    p->prefill = p->d->ops->record(p->d, p->launch + p->n_decode_launch, p->n_prefill_launch, err);
     for (int bi = 0; bi < PLAN_SUBS; bi++)
-        if (!p->prefill || build_sub(p, bi, err)) return -1;
-    return plan_batch_build(p, err);
+        if (build_sub(p, bi, false, err)) return -1;
+    return record_all(p, true, err) || plan_batch_build(p, err) ? -1 : 0;
 }
 
 /* ---- the engine ------------------------------------------------------------------------- */
@@ -86,10 +127,10 @@ const plan_prefill *plan_sub_for(const plan_engine *p, uint32_t n) {
 static int step(plan_engine *p, rt_recording *rec, const int32_t *tokens, uint32_t n, uint32_t pos, kiln_err *err) {
     rt_device *d = p->d;
     uint32_t info[2] = {pos, n};
-    return d->ops->upload(d, p->tok_h, 0, tokens, (size_t)n * 4, err) ||
-                   d->ops->upload(d, p->info_h, 0, info, sizeof info, err) || d->ops->replay(d, rec, err)
-               ? -1
-               : 0;
+    if (d->ops->upload(d, p->tok_h, 0, tokens, (size_t)n * 4, err) ||
+        d->ops->upload(d, p->info_h, 0, info, sizeof info, err))
+        return -1;
+    return p->mc ? plan_moe_replay(p, rec, n, err) : d->ops->replay(d, rec, err);
 }
 
 /* Evaluates tokens through the recordings; the last step's logits (and their argmax)
@@ -186,6 +227,7 @@ static int plan_eval_argmax_masked(engine *base, const int32_t *tokens, uint32_t
 static void plan_destroy(engine *base) {
     plan_engine *p = (plan_engine *)base;
     rt_device *d = p->d;
+    if (p->mc) plan_moe_cache_free(p); /* its segments' recordings but the first of each */
     if (p->decode) d->ops->release_recording(d, p->decode);
     if (p->prefill) d->ops->release_recording(d, p->prefill);
     for (int bi = 0; bi < PLAN_SUBS; bi++) {
@@ -213,7 +255,7 @@ static void plan_destroy(engine *base) {
                          p->dn_x, p->dn_y, p->dn_qk, p->dn_uw, p->dn_p, p->dn_gl, p->dn_o,
                          p->dn_in1_qkv, p->dn_in1_z, p->dn_in1_ba, p->dn_in1, p->moe_sel, p->moe_wt,
                          p->moe_act, p->moe_rank, p->moe_off, p->moe_list, p->moe_yc,
-                         p->moe_scores}; /* views before their buffer */
+                         p->moe_scores, p->moe_csel, p->moe_miss}; /* views before their buffer */
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
     for (uint32_t l = 0; p->L && l < p->s.hp.n_layer; l++) {
@@ -311,7 +353,8 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
     for (int bi = 0; bi < PLAN_BUCKETS && !owner && pooled(&s, &d->caps); bi++)
         for (int i = 0; i < K_COUNT && plan_batch_size(&s, &d->caps, bi); i++) n_kernels += plan_batch_role(i);
     progress_begin(&p->prog, what, (uint64_t)hp->n_layer + n_kernels);
-    int bad = owner ? plan_borrow_weights(p, owner) : plan_upload_weights(p, err);
+    int bad = s.moe_slots && plan_moe_cache_init(p, err);
+    bad = bad || (owner ? plan_borrow_weights(p, owner) : plan_upload_weights(p, err));
     if (!owner && pooled(&s, &d->caps) && (!(p->kpool = calloc(hp->n_layer, sizeof *p->kpool)) ||
                                            !(p->vpool = calloc(hp->n_layer, sizeof *p->vpool)))) {
         kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
@@ -351,6 +394,7 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
     }
     free(p->scratch);
     p->scratch = NULL;
+    p->scratch_n = 0; /* the expert cache converts again later */
     size_t nb = s.n_block;
     kn_deltanet_scratch dns = {0};
     if (!bad && hp->n_recurrent && plan_dn_scratch(&s, &d->caps, &dns, err)) bad = 1;
@@ -371,19 +415,29 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
         /* qwen3moe only */
         {&p->moe_sel, nb * hp->n_expert_used * 4}, {&p->moe_wt, nb * hp->n_expert_used * 4},
         {&p->moe_act, nb * hp->n_expert_used * hp->n_ff_exp * 2}, {&p->moe_rank, nb * hp->n_expert_used * 4},
-        {&p->moe_off, hp->n_expert ? (hp->n_expert + 1) * 4 : 0}, {&p->moe_list, nb * hp->n_expert_used * 4},
-        {&p->moe_yc, nb * hp->n_expert_used * hp->n_embd * 2}, {&p->moe_scores, nb * hp->n_expert * 4}};
+        {&p->moe_off, hp->n_expert ? (hp->n_expert + 2) * 4 : 0}, {&p->moe_list, nb * hp->n_expert_used * 4},
+        {&p->moe_yc, nb * hp->n_expert_used * hp->n_embd * 2}, {&p->moe_scores, nb * hp->n_expert * 4},
+        /* an expert cache's (host-mapped: the host writes them between segments) */
+        {&p->moe_csel, s.moe_slots ? nb * hp->n_expert_used * 4 : 0},
+        {&p->moe_miss, s.moe_slots ? nb * hp->n_expert_used * hp->n_embd * 2 : 0}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0] && !bad; i++) {
         if (!acts[i].bytes) continue;
         /* what the host writes or reads each step lives in host memory */
         bool host = acts[i].b == &p->logits || acts[i].b == &p->tok_h || acts[i].b == &p->info_h ||
-                    acts[i].b == &p->best;
+                    acts[i].b == &p->best || acts[i].b == &p->moe_csel || acts[i].b == &p->moe_miss;
         if (!(*acts[i].b = (host ? d->ops->alloc_host : d->ops->alloc)(d, acts[i].bytes, err))) bad = 1;
     }
     if (!bad && hp->n_recurrent) /* a decode step's stacked input product, read through views */
         bad = !(p->dn_in1_qkv = d->ops->view(d, p->dn_in1, 0, (size_t)s.conv_dim * 2, err)) ||
               !(p->dn_in1_z = d->ops->view(d, p->dn_in1, (size_t)s.dn_z_row * 2, (size_t)s.dn_v_dim * 2, err)) ||
               !(p->dn_in1_ba = d->ops->view(d, p->dn_in1, (size_t)s.dn_ba_row * 2, (size_t)hp->ssm_v_heads * 4, err));
+    for (int i = 0; i < 2 && !bad && s.moe_slots; i++) { /* the cache's inputs zeroed: slot 0, no misses */
+        rt_buffer *b = i ? p->moe_miss : p->moe_csel;
+        size_t bytes = d->ops->size(d, b);
+        void *zero = calloc(1, bytes);
+        bad = !zero ? kiln_fail(err, KILN_ERR_NOMEM, "out of memory") : d->ops->upload(d, b, 0, zero, bytes, err);
+        free(zero);
+    }
     if (!bad) { /* every token allowed until a masked argmax */
         p->allow_custom = true;
         bad = plan_set_allow(p, NULL, err) != 0;
@@ -408,6 +462,8 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
 }
 
 
+static bool hp_experts(const plan_shape *s) { return s->hp.n_expert > 0; }
+
 engine *plan_create_slots(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block,
                           uint32_t n_slots, kiln_err *err) {
     plan_shape s;
@@ -416,6 +472,15 @@ engine *plan_create_slots(const model *m, rt_device *d, uint32_t dtype, uint32_t
         return kiln_err_wrap(err, &why, "%s", d->label), NULL;
     s.n_slots = n_slots ? n_slots : 1;
     s.fault_logits = d->debug.fault_logits;
+    /* a mixture of experts that does not fit whole: an expert cache (at least a slot a
+     * layer while the context and block are chosen, then as many as fit) */
+    bool cache = hp_experts(&s) && plan_moe_slots_fit(m, &s, d, 0) > 0;
+    if (cache && s.n_slots > 1)
+        return kiln_fail(err, KILN_ERR_UNSUPPORTED,
+                         "%s: the model's experts do not all fit, and an expert cache serves one slot (try --parallel 1)",
+                         d->label),
+               NULL;
+    if (cache) s.moe_slots = 1;
     plan_shape first = s;
     for (;;) {
         /* no --ctx: the model's context, halved until it fits (down to 256 positions) */
@@ -429,6 +494,7 @@ engine *plan_create_slots(const model *m, rt_device *d, uint32_t dtype, uint32_t
         s.n_block = PLAN_MID_BLOCK;
     }
     if (plan_check_fit(m, &s, d, err)) return NULL;
+    if (cache) s.moe_slots = plan_moe_slots_fit(m, &s, d, 0);
     return make(m, d, &s, NULL, err);
 }
 

@@ -4,6 +4,7 @@
 #define KILN_PLAN_PLAN_INTERNAL_H
 
 #include "base/error.h"
+#include "base/pool.h"
 #include "base/progress.h"
 #include "kernels/kernels.h"
 #include "plan/plan.h"
@@ -132,6 +133,16 @@ typedef struct plan_prefill {
     uint32_t first_launch, n_launch; /* its launches in plan_engine.launch */
 } plan_prefill;
 
+/* The host's part of an expert cache (plan_moe_host.c): its threads and scratch. */
+typedef struct plan_moe_host {
+    pool *pool;
+    float *scratch; /* a worker's rows, scratch_per_worker floats each */
+    size_t scratch_per_worker;
+    float *h, *act;          /* the block's inputs in f32; the misses' SwiGLU rows */
+    uint32_t *order, *group; /* the misses grouped by expert */
+} plan_moe_host;
+typedef struct plan_moe_cache plan_moe_cache; /* plan_moe_cache.c */
+
 typedef struct plan_engine {
     engine base;
     const model *m;
@@ -168,6 +179,10 @@ typedef struct plan_engine {
     rt_buffer *moe_sel, *moe_wt, *moe_act; /* qwen3moe: each token's chosen experts, weights, SwiGLU rows */
     rt_buffer *moe_rank, *moe_off, *moe_list, *moe_yc; /* a block's choices grouped by expert, their down rows */
     rt_buffer *moe_scores; /* every token's router scores (f32) */
+    /* an expert cache (s.moe_slots): each choice's slot or KN_MOE_MISS (host-mapped, the
+     * host's translation of moe_sel), the misses' products (host-mapped), its state */
+    rt_buffer *moe_csel, *moe_miss;
+    plan_moe_cache *mc;
     /* qwen35's recurrent state covers positions [0, rs_pos) of the tokens in hist (the
      * state cannot step back: an eval before rs_pos zeroes it and replays hist) */
     int32_t *hist;
@@ -240,6 +255,8 @@ void plan_qvar_release(plan_engine *p);
 const plan_qvar *plan_qvar_of(const plan_engine *p, const rt_kernel *k);
 /* Whether role i's kernel depends on the prefill block's size. */
 bool plan_block_role(int i);
+/* Whether role i's kernel depends on the expert cache's slots (the experts' products). */
+bool plan_moe_role(int i);
 /* Whether a plan of shape s has role i at all (the qwen35 roles only for qwen35). */
 bool plan_role_used(const plan_shape *s, int i);
 /* Whether qwen35's IMROPE leaves rotary pair i unturned for text (the GPU refuses such sections). */
@@ -263,6 +280,11 @@ int plan_dn_scratch(const plan_shape *s, const rt_caps *c, kn_deltanet_scratch *
 
 /* ---- weights and memory (plan_weights.c) ---- */
 rt_buffer *plan_alloc(plan_engine *p, size_t bytes, kiln_err *err);
+/* Rows [r0, r0 + n) of t, converted to the plan's 16-bit type, into b at element at. */
+int plan_upload_rows(plan_engine *p, rt_buffer *b, uint64_t at, const gguf_tensor *t, uint64_t r0, uint64_t n,
+                     kiln_err *err);
+/* The device bytes a plan of shape s takes (the expert cache's slots where s has them). */
+uint64_t plan_bytes_of(const model *m, const plan_shape *s, const rt_device *d);
 /* Every weight converted and uploaded (q, k, v fused), progress per layer. 0 or -1. */
 int plan_upload_weights(plan_engine *p, kiln_err *err);
 /* The owner's weight buffers, read-only in every kernel, so plans can share them. */
@@ -326,6 +348,49 @@ int plan_batch_stage_profile(plan_engine *p, uint32_t n, kiln_err *err);
 bool plan_owns_kernel(const plan_engine *p, int i, const rt_kernel *k);
 /* A bucket's launches (plan_record.c). */
 int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err);
+
+/* ---- the expert cache (plan_moe_cache.c) and the host's experts (plan_moe_host.c) ---- */
+/* Where not every expert fits the device: each layer's experts in s.moe_slots slots of
+ * its gate_exps, up_exps and down_exps (the cache), a slot map on the host. A recording
+ * is cut after each layer's router: between the segments the host reads the choice,
+ * translates it into slots (moe_csel), computes the misses (plan_moe_host_run) into
+ * moe_miss; after an eval the most used missing experts take the least used slots, and
+ * every PLAN_MOE_RECHECK evals the cache follows the device's free memory (or
+ * --mem-limit), shrinking or growing. */
+#define PLAN_MOE_RECHECK 16
+/* The slots a plan of shape s (moe_slots set to anything) may give its cache on d: the
+ * most that fit what the device has free (or --mem-limit) less a margin, at least 1, at
+ * most n_expert - 1; 0 where every expert fits. held: the bytes the plan holds on the
+ * device now (0 before it allocates). */
+uint32_t plan_moe_slots_fit(const model *m, const plan_shape *s, const rt_device *d, uint64_t held);
+/* The cache's state for the plan (its weight buffers are uploaded by plan_moe_upload). */
+int plan_moe_cache_init(plan_engine *p, kiln_err *err);
+void plan_moe_cache_free(plan_engine *p);
+/* Layer l's cache buffers allocated and filled (experts by score, else 0, 1, ...). */
+int plan_moe_upload(plan_engine *p, uint32_t l, kiln_err *err);
+/* A cut after the launch just added, ending layer l's first segment (the recorder's). */
+void plan_moe_cut(plan_engine *p, uint32_t l);
+/* Launches [first, first + n) recorded as segments at the cuts among them; the first
+ * segment's recording returned (the plan keeps it where it keeps any recording). */
+rt_recording *plan_moe_record(plan_engine *p, uint32_t first, uint32_t n, kiln_err *err);
+/* Replays rec's segments for n tokens, the host's part between them, then the cache's
+ * upkeep. */
+int plan_moe_replay(plan_engine *p, rt_recording *rec, uint32_t n, kiln_err *err);
+int plan_moe_host_init(plan_moe_host *mh, const arch_hparams *hp, uint32_t n_block, kiln_err *err);
+void plan_moe_host_free(plan_moe_host *mh);
+/* The n_miss misses (choice c = t k + j of expert e: choice[i], expert[i]) of layer ml for
+ * the block's n normed inputs h (the plan's 16-bit type): each one's rounded product into
+ * out[c][0..n_embd). 0, or -1 with err. */
+int plan_moe_host_run(plan_moe_host *mh, const model_layer *ml, const arch_hparams *hp, bool bf16, const uint16_t *h,
+                      uint32_t n, const uint32_t *choice, const uint32_t *expert, uint32_t n_miss, uint16_t *out,
+                      kiln_err *err);
+/* Every recording released and the launches dropped (plan.c). */
+void plan_release_recordings(plan_engine *p);
+/* The launches and recordings of the decode step, the full block and the smaller blocks
+ * from the kernels as they are (plan.c; the expert cache's recordings cut). 0 or -1. */
+int plan_record_all(plan_engine *p, kiln_err *err);
+/* The experts' kernels built again for the cache's slots (plan.c). 0 or -1. */
+int plan_recompile_moe(plan_engine *p, kiln_err *err);
 
 /* ---- grid tuning (plan_tune.c) ---- */
 /* The decode step's products on the grids measured fastest on the device. 0 or -1. */

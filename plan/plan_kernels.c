@@ -41,6 +41,11 @@ static ir_kernel *product(const rt_caps *c, uint32_t rows, uint32_t cols, uint32
     return kn_matmul(c, rows, cols, nb, dt, epi, g, err);
 }
 
+bool plan_moe_role(int i) {
+    return i == K_MOE_GATE_UP || i == K_MOE_DOWN || i == K_MOE_GROUP || i == K_MOE_GATE_UP_G || i == K_MOE_DOWN_G ||
+           i == K_MOE_COMBINE;
+}
+
 bool plan_block_role(int i) {
     switch (i) {
     case K_MM_QKV: case K_ATTN_PREFILL: case K_MM_O: case K_MM_FF: case K_MM_DOWN: case K_SWIGLU: case K_TAKE_LAST:

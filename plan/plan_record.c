@@ -190,21 +190,34 @@ static void add_moe(recorder *R, const plan_layer *L, uint32_t nb, bool grouped)
     ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
     ADD(K_MOE_SCORES, g[K_MOE_SCORES][0], nb, {"h", p->h}, {"router", L->router}, {"scores", p->moe_scores});
     ADD(K_MOE_ROUTE, 1, nb, {"scores", p->moe_scores}, {"sel", p->moe_sel}, {"wt", p->moe_wt});
+    /* an expert cache: the recording ends here for the host's part (plan_moe_cache.c), and
+     * the experts' kernels read its slots (moe_csel) and the misses' products */
+    bool cached = p->s.moe_slots > 0;
+    rt_buffer *sel = cached ? p->moe_csel : p->moe_sel;
+    if (cached && !R->rc) plan_moe_cut(p, (uint32_t)(L - p->L));
     if (grouped) {
-        ADD(K_MOE_GROUP, 1, 1, {"sel", p->moe_sel}, {"info", p->info}, {"rank", p->moe_rank}, {"off", p->moe_off},
+        ADD(K_MOE_GROUP, 1, 1, {"sel", sel}, {"info", p->info}, {"rank", p->moe_rank}, {"off", p->moe_off},
             {"list", p->moe_list});
         ADD(K_MOE_GATE_UP_G, g[K_MOE_GATE_UP_G][0], 1, {"h", p->h}, {"gate", L->gate_exps}, {"up", L->up_exps},
             {"off", p->moe_off}, {"list", p->moe_list}, {"act", p->moe_act});
         ADD(K_MOE_DOWN_G, g[K_MOE_DOWN_G][0], 1, {"act", p->moe_act}, {"down", L->down_exps}, {"off", p->moe_off},
             {"list", p->moe_list}, {"yc", p->moe_yc});
-        ADD(K_MOE_COMBINE, g[K_MOE_COMBINE][0], g[K_MOE_COMBINE][1], {"yc", p->moe_yc}, {"wt", p->moe_wt},
-            {"res", p->xb}, {"y", p->xa}, {"info", p->info});
+        if (cached)
+            ADD(K_MOE_COMBINE, g[K_MOE_COMBINE][0], g[K_MOE_COMBINE][1], {"yc", p->moe_yc}, {"wt", p->moe_wt},
+                {"res", p->xb}, {"y", p->xa}, {"info", p->info}, {"sel", sel}, {"miss", p->moe_miss});
+        else
+            ADD(K_MOE_COMBINE, g[K_MOE_COMBINE][0], g[K_MOE_COMBINE][1], {"yc", p->moe_yc}, {"wt", p->moe_wt},
+                {"res", p->xb}, {"y", p->xa}, {"info", p->info});
         return;
     }
     ADD(K_MOE_GATE_UP, g[K_MOE_GATE_UP][0], nb, {"h", p->h}, {"gate", L->gate_exps}, {"up", L->up_exps},
-        {"sel", p->moe_sel}, {"act", p->moe_act});
-    ADD(K_MOE_DOWN, g[K_MOE_DOWN][0], nb, {"act", p->moe_act}, {"down", L->down_exps}, {"sel", p->moe_sel},
-        {"wt", p->moe_wt}, {"res", p->xb}, {"y", p->xa});
+        {"sel", sel}, {"act", p->moe_act});
+    if (cached)
+        ADD(K_MOE_DOWN, g[K_MOE_DOWN][0], nb, {"act", p->moe_act}, {"down", L->down_exps}, {"sel", sel},
+            {"wt", p->moe_wt}, {"res", p->xb}, {"y", p->xa}, {"miss", p->moe_miss});
+    else
+        ADD(K_MOE_DOWN, g[K_MOE_DOWN][0], nb, {"act", p->moe_act}, {"down", L->down_exps}, {"sel", sel},
+            {"wt", p->moe_wt}, {"res", p->xb}, {"y", p->xa});
 }
 
 int plan_record_decode(plan_engine *p, kiln_err *err) {

@@ -23,8 +23,7 @@ static int scratch_for(plan_engine *p, uint64_t ne, const gguf_tensor *t, kiln_e
     return p->scratch ? 0 : kiln_fail(err, KILN_ERR_NOMEM, "out of memory converting '%s'", t->name);
 }
 
-/* Rows [r0, r0 + n) of t, converted to the plan's 16-bit type, into b at element at. */
-static int upload_rows(plan_engine *p, rt_buffer *b, uint64_t at, const gguf_tensor *t, uint64_t r0, uint64_t n,
+int plan_upload_rows(plan_engine *p, rt_buffer *b, uint64_t at, const gguf_tensor *t, uint64_t r0, uint64_t n,
                        kiln_err *err) {
     uint64_t ne = n * t->ne[0];
     if (scratch_for(p, ne, t, err)) return -1;
@@ -45,7 +44,7 @@ static rt_buffer *upload_concat(plan_engine *p, const gguf_tensor *const *t, int
     uint64_t at = 0;
     for (int i = 0; i < n && b; i++) {
         if (!t[i]) continue;
-        if (upload_rows(p, b, at, t[i], 0, gguf_tensor_nrows(t[i]), err)) {
+        if (plan_upload_rows(p, b, at, t[i], 0, gguf_tensor_nrows(t[i]), err)) {
             p->d->ops->release(p->d, b);
             b = NULL;
         }
@@ -113,12 +112,12 @@ static int upload_gated_qkv(plan_engine *p, const model_layer *ml, plan_layer *L
         !(L->w_agate = plan_alloc(p, (uint64_t)p->s.q_dim * d * 2, err)))
         return -1;
     for (uint32_t h = 0; h < hp->n_head; h++)
-        if (upload_rows(p, L->wqkv, h * dk * d, ml->wq, 2 * h * dk, dk, err) ||
-            upload_rows(p, L->w_agate, h * dk * d, ml->wq, 2 * h * dk + dk, dk, err))
+        if (plan_upload_rows(p, L->wqkv, h * dk * d, ml->wq, 2 * h * dk, dk, err) ||
+            plan_upload_rows(p, L->w_agate, h * dk * d, ml->wq, 2 * h * dk + dk, dk, err))
             return -1;
     uint64_t kv = p->s.kv_dim;
-    return upload_rows(p, L->wqkv, p->s.q_dim * d, ml->wk, 0, kv, err) ||
-                   upload_rows(p, L->wqkv, (p->s.q_dim + kv) * d, ml->wv, 0, kv, err)
+    return plan_upload_rows(p, L->wqkv, p->s.q_dim * d, ml->wk, 0, kv, err) ||
+                   plan_upload_rows(p, L->wqkv, (p->s.q_dim + kv) * d, ml->wv, 0, kv, err)
                ? -1
                : 0;
 }
@@ -136,7 +135,7 @@ static int upload_deltanet(plan_engine *p, const model_layer *ml, plan_layer *L,
                                                                                   s->dn_ba_row + nv, s->dn_in_rows};
     for (int i = 0; i < 4; i++) {
         uint64_t rows = gguf_tensor_nrows(part[i]);
-        if (upload_rows(p, L->dn_in, at[i] * cols, part[i], 0, rows, err)) return -1;
+        if (plan_upload_rows(p, L->dn_in, at[i] * cols, part[i], 0, rows, err)) return -1;
         if (at[i] + rows < end[i]) { /* the zero rows up to the next part */
             uint64_t n = (end[i] - at[i] - rows) * row_bytes;
             void *zero = calloc(1, n);
@@ -200,7 +199,9 @@ int plan_upload_weights(plan_engine *p, kiln_err *err) {
         rt_buffer **dst[4] = {&L->attn_norm, &L->q_norm, &L->k_norm, &L->ffn_norm};
         for (int i = 0; i < 4 && !bad; i++)
             if (t[i] && !(*dst[i] = upload_weight(p, t[i], err))) bad = 1;
-        if (p->s.hp.n_expert) /* the experts in 16 bits (quantized ones converted), the router f32 */
+        if (p->s.hp.n_expert && p->s.moe_slots) /* the router f32, the cache's slots (plan_moe_cache.c) */
+            bad = bad || !(L->router = upload_f32(p, ml->ffn_gate_inp, err)) || plan_moe_upload(p, l, err);
+        else if (p->s.hp.n_expert) /* the experts in 16 bits (quantized ones converted), the router f32 */
             bad = bad || !(L->router = upload_f32(p, ml->ffn_gate_inp, err)) ||
                   !(L->gate_exps = upload_weight(p, ml->ffn_gate_exps, err)) ||
                   !(L->up_exps = upload_weight(p, ml->ffn_up_exps, err)) ||
@@ -237,15 +238,21 @@ static uint64_t act_bytes(const plan_shape *s, const rt_caps *c, uint32_t nb) {
     kiln_err ignored = {0}; /* a shape without chunks fails later, by name, where the plan allocates them */
     if (hp->arch == ARCH_QWEN35 && hp->n_recurrent && plan_dn_scratch(s, c, &dn, &ignored))
         dn = (kn_deltanet_scratch){0};
-    return 4ull * (dn.qk + dn.uw + dn.p + dn.gl + dn.o) +
+    /* qwen3moe: the choices, their weights, SwiGLU rows and products, the grouping, scores */
+    uint64_t nk = (uint64_t)nb * hp->n_expert_used;
+    uint64_t moe = hp->n_expert ? nk * (16 + 2ull * hp->n_ff_exp + 2ull * hp->n_embd) + 4ull * (hp->n_expert + 2) +
+                                      4ull * nb * hp->n_expert
+                                : 0;
+    return moe + 4ull * (dn.qk + dn.uw + dn.p + dn.gl + dn.o) +
            2ull * nb * (3ull * hp->n_embd + s->qkv_dim + s->q_dim + 3ull * hp->n_ff + q35) + 4ull * hp->n_embd +
            4ull * hp->n_vocab + 8ull * nb + 24 +
            4ull * hp->n_head * kn_attn_splits(c, hp->n_head, s->n_ctx) * (hp->head_dim_k + 2);
 }
 
 /* Bytes of the model's weights on the device: each in its blocks where the model keeps
- * them (kn_quant.h's planes), else in 16 bits; the largest named in what. */
-static uint64_t weight_bytes(const model *m, uint64_t *largest, char *what, size_t what_len) {
+ * them (kn_quant.h's planes), else in 16 bits; the experts' 3-D tensors only their cache's
+ * share where slots > 0 (of n_expert); the largest named in what. */
+static uint64_t weight_bytes(const model *m, uint32_t slots, uint64_t *largest, char *what, size_t what_len) {
     uint64_t w = 0, big = 0;
     const gguf_file *g = m->file;
     for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
@@ -254,6 +261,7 @@ static uint64_t weight_bytes(const model *m, uint64_t *largest, char *what, size
         kiln_err ignored = {0}; /* a tensor without a layout fails by name where it is uploaded */
         uint64_t b = model_keeps_blocks(m, t) && !quant_layout(t, &L, &ignored) ? L.words * 4
                                                                                   : gguf_tensor_nelements(t) * 2;
+        if (slots && m->hp.n_expert && strstr(t->name, "_exps.")) b = b / m->hp.n_expert * slots;
         w += b;
         if (b > big) big = b, snprintf(what, what_len, "the weight '%s'", t->name);
     }
@@ -264,7 +272,8 @@ static uint64_t weight_bytes(const model *m, uint64_t *largest, char *what, size
 uint64_t plan_weight_bytes(const engine *e) {
     uint64_t big;
     char what[8];
-    return weight_bytes(((const plan_engine *)e)->m, &big, what, sizeof what);
+    const plan_engine *p = (const plan_engine *)e;
+    return weight_bytes(p->m, p->s.moe_slots, &big, what, sizeof what);
 }
 
 /* Bytes the plan will hold on the device, and its largest single buffer (named in what),
@@ -272,7 +281,7 @@ uint64_t plan_weight_bytes(const engine *e) {
 static uint64_t plan_bytes(const model *m, const plan_shape *s, const rt_caps *c, uint64_t *largest, char *what,
                            size_t what_len) {
     const arch_hparams *hp = &s->hp;
-    uint64_t big, w = weight_bytes(m, &big, what, what_len);
+    uint64_t big, w = weight_bytes(m, s->moe_slots, &big, what, what_len);
     uint64_t cache = (uint64_t)s->n_ctx * s->kv_dim * 2, widest = s->qkv_dim > hp->n_ff ? s->qkv_dim : hp->n_ff;
     struct { uint64_t bytes; const char *name; } other[] = {
         {m->layers[0].q_qkv ? 0 : (uint64_t)s->qkv_dim * hp->n_embd * 2, "the fused q/k/v weight of a layer"},
@@ -290,6 +299,12 @@ static uint64_t plan_bytes(const model *m, const plan_shape *s, const rt_caps *c
     /* the state and its PLAN_SNAPSHOTS copies */
     return w + (uint64_t)s->n_slots * (2 * n_attn * cache + (1 + PLAN_SNAPSHOTS) * state + act_bytes(s, c, s->n_block)) +
            plan_batch_bytes(s, c);
+}
+
+uint64_t plan_bytes_of(const model *m, const plan_shape *s, const rt_device *d) {
+    uint64_t largest;
+    char what[160];
+    return plan_bytes(m, s, &d->caps, &largest, what, sizeof what);
 }
 
 /* What the device refuses, or 0: the whole plan past its memory, or one buffer past what

@@ -63,6 +63,9 @@ typedef struct rt_device_ops {
     rt_recording *(*record)(rt_device *d, const rt_launch *l, uint32_t n, kiln_err *err);
     int (*replay)(rt_device *d, rt_recording *r, kiln_err *err);
     void (*release_recording)(rt_device *d, rt_recording *r);
+    /* The bytes the device has free now, every process's allocations counted (NULL where
+     * the backend cannot tell: the probe's caps.free_bytes is all there is). 0, or -1. */
+    int (*free_memory)(rt_device *d, uint64_t *free_bytes);
     void (*destroy)(rt_device *d);
 } rt_device_ops;
 

@@ -1,11 +1,11 @@
-#include "oracle/pool.h"
+#include "base/pool.h"
 
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-struct orc_pool {
+struct pool {
     int n;                 /* threads including the caller */
     pthread_t *th;
     pthread_mutex_t mu;
@@ -13,21 +13,21 @@ struct orc_pool {
     uint64_t generation;   /* bumped per job */
     int pending;           /* workers still busy with this generation */
     bool quit;
-    orc_range_fn fn;
+    pool_range_fn fn;
     void *ctx;
     uint64_t total;
 };
 
-typedef struct worker_arg { orc_pool *p; int index; } worker_arg;
+typedef struct worker_arg { pool *p; int index; } worker_arg;
 
-static void piece(orc_pool *p, int index) {
+static void piece(pool *p, int index) {
     uint64_t b = p->total * (uint64_t)index / (uint64_t)p->n, e = p->total * (uint64_t)(index + 1) / (uint64_t)p->n;
     if (b < e) p->fn(p->ctx, b, e, index);
 }
 
 static void *worker(void *arg) {
     worker_arg *wa = arg;
-    orc_pool *p = wa->p;
+    pool *p = wa->p;
     int index = wa->index;
     free(wa);
     uint64_t seen = 0;
@@ -47,12 +47,12 @@ static void *worker(void *arg) {
     }
 }
 
-orc_pool *orc_pool_create(int threads) {
+pool *pool_create(int threads) {
     if (threads <= 0) {
         long c = sysconf(_SC_NPROCESSORS_ONLN);
         threads = c > 0 ? (int)(c < 64 ? c : 64) : 1;
     }
-    orc_pool *p = calloc(1, sizeof *p);
+    pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n = threads;
     p->th = calloc((size_t)threads, sizeof *p->th);
@@ -60,7 +60,7 @@ orc_pool *orc_pool_create(int threads) {
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
     if (!p->th) {
-        orc_pool_destroy(p);
+        pool_destroy(p);
         return NULL;
     }
     for (int i = 1; i < threads; i++) {
@@ -74,7 +74,7 @@ orc_pool *orc_pool_create(int threads) {
     return p;
 }
 
-void orc_pool_destroy(orc_pool *p) {
+void pool_destroy(pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     p->quit = true;
@@ -88,9 +88,9 @@ void orc_pool_destroy(orc_pool *p) {
     free(p);
 }
 
-int orc_pool_threads(const orc_pool *p) { return p->n; }
+int pool_threads(const pool *p) { return p->n; }
 
-void orc_pool_run(orc_pool *p, orc_range_fn fn, void *ctx, uint64_t n) {
+void pool_run(pool *p, pool_range_fn fn, void *ctx, uint64_t n) {
     if (p->n == 1 || n < 2) {
         if (n) fn(ctx, 0, n, 0);
         return;

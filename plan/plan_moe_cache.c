@@ -1,0 +1,304 @@
+/* The expert cache: a mixture of experts whose experts do not all fit the device keeps
+ * every other weight resident and, per layer, s.moe_slots experts in the slots of its
+ * gate_exps, up_exps and down_exps buffers; the host's map says which expert each slot
+ * holds. Every recording is cut after each layer's router (plan_moe_cut); between the
+ * segments the host reads the layer's choice, translates it into slots (moe_csel, a miss
+ * KN_MOE_MISS), computes the misses from the mapped file (plan_moe_host.c) into moe_miss,
+ * and the next segment's experts' kernels take the slots' products and the host's alike
+ * (kernels/moe.c's cached variants: the same weighted sum in the same order).
+ *
+ * Upkeep after each eval: every expert's use decays and counts its choices; the most used
+ * missing expert takes the least used slot where it is clearly more used (one a layer after
+ * a decode step, as many as qualify after a block). Every PLAN_MOE_RECHECK evals the slots
+ * follow the memory: the device's free bytes (or --mem-limit less what the plan holds)
+ * less a margin; fewer slots at once where that falls short, more where it allows at least
+ * an eighth more (the kernels, buffers and recordings made again for the new count). */
+#include "base/error.h"
+#include "gguf/half.h"
+#include "plan/plan_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define DECAY 0.95f /* each eval's weight on the uses before it */
+
+typedef struct segs {
+    rt_recording **rec; /* rec[0] is the plan's (decode, prefill, a smaller block's) */
+    uint32_t *layer;    /* the layer whose router ends segment i (i < n - 1) */
+    uint32_t n;
+} segs;
+
+struct plan_moe_cache {
+    uint32_t ne, k;
+    int32_t *slot_of; /* [layer][expert]: its slot, or -1 */
+    int32_t *held;    /* [layer][slot]: its expert, or -1 */
+    float *score;     /* [layer][expert]: decayed uses */
+    uint32_t *sel, *csel, *choice, *expert; /* a block's choices, their slots, its misses */
+    uint16_t *h, *out;                      /* the block's inputs, the misses' products */
+    segs seg[2 + PLAN_SUBS];
+    uint32_t n_seg;
+    uint32_t *cut, *cut_layer, n_cut, cap_cut; /* launches after which a segment ends */
+    plan_moe_stats st;
+    plan_moe_host host;
+};
+
+static uint64_t expert_bytes(const plan_shape *s) { return 3ull * s->hp.n_ff_exp * s->hp.n_embd * 2; }
+
+/* What the plan may use now: --mem-limit's bytes, else what the device has free plus what
+ * the plan holds (held bytes). */
+static uint64_t room(const rt_device *d, uint64_t held, uint64_t *margin) {
+    uint64_t have = d->caps.memory_bytes, free_now = 0;
+    if (!d->caps.memory_limited) {
+        have = d->caps.free_bytes ? d->caps.free_bytes : d->caps.memory_bytes;
+        if (d->ops->free_memory && !d->ops->free_memory((rt_device *)d, &free_now)) have = free_now + held;
+    }
+    *margin = have / 32;
+    return have;
+}
+
+uint32_t plan_moe_slots_fit(const model *m, const plan_shape *s0, const rt_device *d, uint64_t held) {
+    plan_shape s = *s0;
+    uint32_t ne = s.hp.n_expert;
+    if (!ne) return 0;
+    s.moe_slots = 0;
+    uint64_t margin, have = room(d, held, &margin), all = plan_bytes_of(m, &s, d);
+    if (d->caps.memory_limited ? all <= have : all + margin <= have) return 0;
+    s.moe_slots = 1;
+    uint64_t one = plan_bytes_of(m, &s, d), per = (uint64_t)s.hp.n_layer * expert_bytes(&s);
+    if (one + margin > have) return 1; /* plan_check_fit says what does not fit */
+    uint64_t n = 1 + (have - margin - one) / per;
+    if (d->caps.max_buffer_bytes) { /* a layer's slots in one buffer a matrix */
+        uint64_t most = d->caps.max_buffer_bytes / (expert_bytes(&s) / 3);
+        if (n > most) n = most;
+    }
+    return n >= ne ? ne - 1 : (uint32_t)n;
+}
+
+int plan_moe_cache_init(plan_engine *p, kiln_err *err) {
+    const arch_hparams *hp = &p->s.hp;
+    plan_moe_cache *mc = calloc(1, sizeof *mc);
+    if (!(p->mc = mc)) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    size_t nl = hp->n_layer, ne = hp->n_expert, nk = (size_t)p->s.n_block * hp->n_expert_used;
+    mc->ne = hp->n_expert, mc->k = hp->n_expert_used;
+    mc->slot_of = malloc(nl * ne * 4), mc->held = malloc(nl * ne * 4), mc->score = calloc(nl * ne, 4);
+    mc->sel = malloc(nk * 4), mc->csel = malloc(nk * 4), mc->choice = malloc(nk * 4), mc->expert = malloc(nk * 4);
+    mc->h = malloc((size_t)p->s.n_block * hp->n_embd * 2), mc->out = malloc(nk * hp->n_embd * 2);
+    if (!mc->slot_of || !mc->held || !mc->score || !mc->sel || !mc->csel || !mc->choice || !mc->expert || !mc->h ||
+        !mc->out)
+        return kiln_fail(err, KILN_ERR_NOMEM, "out of memory (the expert cache)");
+    memset(mc->slot_of, 0xff, nl * ne * 4), memset(mc->held, 0xff, nl * ne * 4);
+    mc->st.slots = p->s.moe_slots, mc->st.experts = hp->n_expert;
+    return plan_moe_host_init(&mc->host, hp, p->s.n_block, err);
+}
+
+static void release_segs(plan_engine *p) {
+    plan_moe_cache *mc = p->mc;
+    for (uint32_t i = 0; i < mc->n_seg; i++) {
+        for (uint32_t j = 1; j < mc->seg[i].n; j++) p->d->ops->release_recording(p->d, mc->seg[i].rec[j]);
+        free(mc->seg[i].rec), free(mc->seg[i].layer);
+        mc->seg[i] = (segs){0};
+    }
+    mc->n_seg = 0;
+    mc->n_cut = 0;
+}
+
+void plan_moe_cache_free(plan_engine *p) {
+    plan_moe_cache *mc = p->mc;
+    if (!mc) return;
+    release_segs(p);
+    plan_moe_host_free(&mc->host);
+    free(mc->slot_of), free(mc->held), free(mc->score), free(mc->sel), free(mc->csel), free(mc->choice);
+    free(mc->expert), free(mc->h), free(mc->out), free(mc->cut), free(mc->cut_layer);
+    free(mc);
+    p->mc = NULL;
+}
+
+/* Expert e of layer l into slot s (the map follows). */
+static int fill(plan_engine *p, uint32_t l, uint32_t s, uint32_t e, kiln_err *err) {
+    plan_moe_cache *mc = p->mc;
+    const model_layer *ml = &p->m->layers[l];
+    plan_layer *L = &p->L[l];
+    uint64_t f = p->s.hp.n_ff_exp, d = p->s.hp.n_embd, at = (uint64_t)s * f * d;
+    if (plan_upload_rows(p, L->gate_exps, at, ml->ffn_gate_exps, (uint64_t)e * f, f, err) ||
+        plan_upload_rows(p, L->up_exps, at, ml->ffn_up_exps, (uint64_t)e * f, f, err) ||
+        plan_upload_rows(p, L->down_exps, at, ml->ffn_down_exps, (uint64_t)e * d, d, err))
+        return -1;
+    int32_t old = mc->held[(size_t)l * mc->ne + s];
+    if (old >= 0) mc->slot_of[(size_t)l * mc->ne + old] = -1;
+    mc->held[(size_t)l * mc->ne + s] = (int32_t)e;
+    mc->slot_of[(size_t)l * mc->ne + e] = (int32_t)s;
+    return 0;
+}
+
+int plan_moe_upload(plan_engine *p, uint32_t l, kiln_err *err) {
+    plan_moe_cache *mc = p->mc;
+    uint32_t slots = p->s.moe_slots, ne = mc->ne;
+    plan_layer *L = &p->L[l];
+    size_t matrix = (size_t)slots * p->s.hp.n_ff_exp * p->s.hp.n_embd * 2;
+    if (!(L->gate_exps = plan_alloc(p, matrix, err)) || !(L->up_exps = plan_alloc(p, matrix, err)) ||
+        !(L->down_exps = plan_alloc(p, matrix, err)))
+        return -1;
+    float *sc = mc->score + (size_t)l * ne;
+    for (uint32_t e = 0; e < ne; e++) mc->slot_of[(size_t)l * ne + e] = -1;
+    for (uint32_t s = 0; s < ne; s++) mc->held[(size_t)l * ne + s] = -1;
+    for (uint32_t s = 0; s < slots; s++) { /* the most used experts not placed yet (ties: the lower) */
+        uint32_t best = UINT32_MAX;
+        for (uint32_t e = 0; e < ne; e++)
+            if (mc->slot_of[(size_t)l * ne + e] < 0 && (best == UINT32_MAX || sc[e] > sc[best])) best = e;
+        if (fill(p, l, s, best, err)) return -1;
+    }
+    return 0;
+}
+
+void plan_moe_cut(plan_engine *p, uint32_t l) {
+    plan_moe_cache *mc = p->mc;
+    if (mc->n_cut == mc->cap_cut) {
+        uint32_t cap = mc->cap_cut ? 2 * mc->cap_cut : 64;
+        uint32_t *c = realloc(mc->cut, cap * 4), *cl = c ? realloc(mc->cut_layer, cap * 4) : NULL;
+        if (c) mc->cut = c;
+        if (cl) mc->cut_layer = cl;
+        if (!c || !cl) return; /* plan_moe_record finds the cut missing and fails */
+        mc->cap_cut = cap;
+    }
+    mc->cut[mc->n_cut] = p->n_launch, mc->cut_layer[mc->n_cut++] = l;
+}
+
+rt_recording *plan_moe_record(plan_engine *p, uint32_t first, uint32_t n, kiln_err *err) {
+    plan_moe_cache *mc = p->mc;
+    rt_device *d = p->d;
+    uint32_t cuts = 0, end = first + n;
+    for (uint32_t i = 0; i < mc->n_cut; i++) cuts += mc->cut[i] > first && mc->cut[i] < end;
+    if (mc->n_seg == sizeof mc->seg / sizeof mc->seg[0])
+        return kiln_fail(err, KILN_ERR_INTERNAL, "more segmented recordings than the plan has"), NULL;
+    segs *S = &mc->seg[mc->n_seg];
+    S->rec = calloc(cuts + 1, sizeof *S->rec), S->layer = calloc(cuts + 1, 4);
+    if (!S->rec || !S->layer) {
+        free(S->rec), free(S->layer);
+        return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
+    }
+    mc->n_seg++;
+    uint32_t at = first;
+    for (uint32_t i = 0; i < mc->n_cut; i++) {
+        if (mc->cut[i] <= first || mc->cut[i] >= end) continue;
+        if (!(S->rec[S->n] = d->ops->record(d, p->launch + at, mc->cut[i] - at, err))) return NULL;
+        S->layer[S->n++] = mc->cut_layer[i];
+        at = mc->cut[i];
+    }
+    if (!(S->rec[S->n] = d->ops->record(d, p->launch + at, end - at, err))) return NULL;
+    S->n++;
+    return S->rec[0];
+}
+
+/* Layer l's choices for the block's n tokens: slots into moe_csel, the misses computed. */
+static int host_layer(plan_engine *p, uint32_t l, uint32_t n, kiln_err *err) {
+    plan_moe_cache *mc = p->mc;
+    rt_device *d = p->d;
+    const arch_hparams *hp = &p->s.hp;
+    uint32_t nk = n * mc->k, n_miss = 0;
+    if (!n) return 0;
+    if (d->ops->download(d, p->moe_sel, 0, mc->sel, (size_t)nk * 4, err)) return -1;
+    float *sc = mc->score + (size_t)l * mc->ne;
+    for (uint32_t c = 0; c < nk; c++) {
+        uint32_t e = mc->sel[c] < mc->ne ? mc->sel[c] : mc->ne - 1; /* the router writes none past the last */
+        int32_t s = mc->slot_of[(size_t)l * mc->ne + e];
+        sc[e] += 1;
+        mc->csel[c] = s >= 0 ? (uint32_t)s : KN_MOE_MISS;
+        if (s < 0) mc->choice[n_miss] = c, mc->expert[n_miss++] = e;
+    }
+    mc->st.hits += nk - n_miss, mc->st.misses += n_miss;
+    if (d->ops->upload(d, p->moe_csel, 0, mc->csel, (size_t)nk * 4, err)) return -1;
+    if (!n_miss) return 0;
+    size_t row = (size_t)hp->n_embd * 2;
+    if (d->ops->download(d, p->h, 0, mc->h, n * row, err) ||
+        plan_moe_host_run(&mc->host, &p->m->layers[l], hp, p->s.dt == IR_BF16, mc->h, n, mc->choice, mc->expert,
+                          n_miss, mc->out, err))
+        return -1;
+    for (uint32_t i = 0; i < n_miss; i++) {
+        size_t c = mc->choice[i];
+        if (d->ops->upload(d, p->moe_miss, c * row, mc->out + c * hp->n_embd, row, err)) return -1;
+    }
+    return 0;
+}
+
+/* The most used missing experts into the least used slots: at most `most` a layer. */
+static int swap_in(plan_engine *p, uint32_t most, kiln_err *err) {
+    plan_moe_cache *mc = p->mc;
+    uint32_t ne = mc->ne, slots = p->s.moe_slots;
+    for (uint32_t l = 0; l < p->s.hp.n_layer; l++) {
+        float *sc = mc->score + (size_t)l * ne;
+        for (uint32_t i = 0; i < most; i++) {
+            uint32_t in = UINT32_MAX, out = UINT32_MAX;
+            for (uint32_t e = 0; e < ne; e++)
+                if (mc->slot_of[(size_t)l * ne + e] < 0 && (in == UINT32_MAX || sc[e] > sc[in])) in = e;
+            for (uint32_t s = 0; s < slots; s++) {
+                int32_t e = mc->held[(size_t)l * ne + s];
+                if (out == UINT32_MAX || sc[e] < sc[mc->held[(size_t)l * ne + out]]) out = s;
+            }
+            if (in == UINT32_MAX || out == UINT32_MAX || !(sc[in] > sc[mc->held[(size_t)l * ne + out]] + 1.0f)) break;
+            if (fill(p, l, out, in, err)) return -1;
+            mc->st.swaps++;
+        }
+        for (uint32_t e = 0; e < ne; e++) sc[e] *= DECAY;
+    }
+    return 0;
+}
+
+/* The slots the memory allows now, against the cache's present count: fewer at once, more
+ * only by an eighth or more. */
+static uint32_t slots_now(const plan_engine *p) {
+    plan_shape s = p->s;
+    uint32_t cur = s.moe_slots, want = plan_moe_slots_fit(p->m, &s, p->d, plan_bytes_of(p->m, &s, p->d));
+    if (!want) want = s.hp.n_expert - 1 > cur ? s.hp.n_expert - 1 : cur; /* all would fit: the most a cache holds */
+    if (want < cur) return want;
+    uint32_t step = cur / 8 ? cur / 8 : 1;
+    return want >= cur + step ? want : cur;
+}
+
+static int resize(plan_engine *p, uint32_t slots, kiln_err *err) {
+    rt_device *d = p->d;
+    plan_release_recordings(p);
+    release_segs(p);
+    for (uint32_t l = 0; l < p->s.hp.n_layer; l++) {
+        plan_layer *L = &p->L[l];
+        rt_buffer **b[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+        for (int i = 0; i < 3; i++)
+            if (*b[i]) d->ops->release(d, *b[i]), *b[i] = NULL;
+    }
+    p->s.moe_slots = slots;
+    p->mc->st.slots = slots;
+    p->mc->st.resizes++;
+    for (uint32_t l = 0; l < p->s.hp.n_layer; l++)
+        if (plan_moe_upload(p, l, err)) return -1;
+    return plan_recompile_moe(p, err) || plan_record_all(p, err) ? -1 : 0;
+}
+
+int plan_moe_replay(plan_engine *p, rt_recording *rec, uint32_t n, kiln_err *err) {
+    plan_moe_cache *mc = p->mc;
+    rt_device *d = p->d;
+    const segs *S = NULL;
+    for (uint32_t i = 0; i < mc->n_seg && !S; i++)
+        if (mc->seg[i].rec[0] == rec) S = &mc->seg[i];
+    if (!S) return kiln_fail(err, KILN_ERR_INTERNAL, "a recording the expert cache did not cut");
+    for (uint32_t i = 0; i < S->n; i++)
+        if (d->ops->replay(d, S->rec[i], err) || (i + 1 < S->n && host_layer(p, S->layer[i], n, err))) return -1;
+    if (!n) return 0;
+    mc->st.evals++;
+    if (swap_in(p, n > 1 ? p->s.moe_slots : 1, err)) return -1;
+    if (mc->st.evals % PLAN_MOE_RECHECK) return 0;
+    uint32_t slots = slots_now(p);
+    return slots == p->s.moe_slots ? 0 : resize(p, slots, err);
+}
+
+void plan_limit_memory(engine *e, uint64_t bytes) {
+    if (!e || e->ops != &plan_ops || !bytes) return;
+    rt_caps *c = &((plan_engine *)e)->d->caps;
+    c->memory_bytes = c->free_bytes = bytes;
+    c->memory_limited = true;
+}
+
+bool plan_moe_stats_of(const engine *e, plan_moe_stats *st) {
+    const plan_engine *p = (const plan_engine *)e;
+    if (!e || e->ops != &plan_ops || !p->mc) return false;
+    *st = p->mc->st;
+    return true;
+}

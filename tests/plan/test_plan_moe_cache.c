@@ -1,0 +1,139 @@
+/* The expert cache (plan/plan_moe_cache.c) on the Vulkan device (lavapipe in CI): testdata's
+ * qwen3moe-tiny (4 layers of 8 experts, 2 a token) under a memory limit that leaves a few
+ * slots a layer, against the contract-mode oracle and the plan with every expert resident
+ * through a prompt's blocks and decode steps, while the limit falls (the cache shrinks to one slot) and rises again (it grows
+ * back), the misses computed by the host; and llama.cpp's greedy goldens through the
+ * cache. Skipped by name without Vulkan. */
+#include "base/error.h"
+#include "model/engine.h"
+#include "model/model.h"
+#include "oracle/oracle.h"
+#include "plan/plan.h"
+#include "plan/plan_internal.h"
+#include "tests/util/testutil.h"
+#include "tests/util/testutil_golden.h"
+#include "tests/util/testutil_plan.h"
+#include "tests/util/testutil_vk.h"
+
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <math.h>
+#include <stdlib.h>
+
+#define TINY "models/qwen3moe-tiny.gguf"
+#define CTX 256
+#define BLOCK 64
+
+/* The memory limit at which a plan of the model (f16, CTX, BLOCK) takes `slots` slots a
+ * layer (plan_moe_slots_fit: what the limit allows less a 32nd, half a slot to spare). */
+static uint64_t limit_for(const model *m, const rt_device *d, uint32_t slots) {
+    plan_shape s;
+    kiln_err err = {0};
+    cr_assert_eq(plan_shape_of(m, GGUF_T_F16, CTX, BLOCK, &s, &err), 0, "%s", err.msg);
+    s.n_slots = 1;
+    s.moe_slots = slots;
+    uint64_t at = plan_bytes_of(m, &s, d);
+    s.moe_slots = slots + 1;
+    uint64_t per = plan_bytes_of(m, &s, d) - at;
+    return (at + per / 2) * 32 / 31 + 1;
+}
+
+static double rel_error(const float *a, const float *b, uint32_t n) {
+    double maxabs = 0, err = 0;
+    for (uint32_t v = 0; v < n; v++) {
+        cr_assert(isfinite(b[v]), "logit %u is %g", v, b[v]);
+        maxabs = fmax(maxabs, fabs(a[v])), err = fmax(err, fabs(a[v] - b[v]));
+    }
+    return err / (maxabs > 0 ? maxabs : 1);
+}
+
+Test(plan_moe_cache, follows_the_memory_against_the_oracle, .timeout = 600) {
+    kiln_err err = {0};
+    const char *path = tu_data_file(TINY);
+    model *m = model_load(path, &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    uint64_t three = limit_for(m, d, 3), one = limit_for(m, d, 1), six = limit_for(m, d, 6);
+    rt_caps_limit_memory(&d->caps, three);
+    orc_options oo = {.mode = ORC_CONTRACT, .dtype = GGUF_T_F16, .n_ctx = CTX, .threads = 2};
+    engine *orc = orc_create(m, &oo, &err);
+    cr_assert_not_null(orc, "%s", err.msg);
+    engine *gpu = plan_create(m, d, GGUF_T_F16, CTX, BLOCK, &err);
+    cr_assert_not_null(gpu, "%s", err.msg);
+    rt_device *d2 = tu_vk_open_or_skip(NULL);
+    engine *full = plan_create(m, d2, GGUF_T_F16, CTX, BLOCK, &err);
+    cr_assert_not_null(full, "%s", err.msg);
+    float *lf = malloc((size_t)m->hp.n_vocab * 4);
+    plan_moe_stats st;
+    cr_assert(plan_moe_stats_of(gpu, &st), "no expert cache under a limit of %llu bytes", (unsigned long long)three);
+    cr_assert_eq(st.slots, 3, "%u slots", st.slots);
+    cr_assert_eq(st.experts, 8);
+    int32_t ids[256];
+    uint32_t n = tu_story_ids(path, ids, 256);
+    cr_assert_geq(n, 70, "a story of %u tokens", n);
+    uint32_t nv = m->hp.n_vocab, pos = 70;
+    float *lo = malloc((size_t)nv * 4), *lg = malloc((size_t)nv * 4);
+    cr_assert_eq(engine_eval(orc, ids, 70, 0, lo, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(engine_eval(gpu, ids, 70, 0, lg, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(engine_eval(full, ids, 70, 0, lf, false, &err), 0, "%s", err.msg);
+    double worst = rel_error(lo, lg, nv), apart = rel_error(lf, lg, nv);
+    uint32_t seen_small = 0, seen_large = 0;
+    for (uint32_t step = 0; step < 60; step++, pos++) {
+        if (step == 4) plan_limit_memory(gpu, one); /* another program takes memory */
+        if (step == 24) plan_limit_memory(gpu, six); /* and gives it back */
+        int32_t next = 0;
+        for (uint32_t v = 1; v < nv; v++)
+            if (lo[v] > lo[next]) next = (int32_t)v;
+        cr_assert_eq(engine_eval(orc, &next, 1, pos, lo, false, &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_eval(gpu, &next, 1, pos, lg, false, &err), 0, "step %u: %s", step, err.msg);
+        worst = fmax(worst, rel_error(lo, lg, nv));
+        cr_assert_eq(engine_eval(full, &next, 1, pos, lf, false, &err), 0, "step %u: %s", step, err.msg);
+        apart = fmax(apart, rel_error(lf, lg, nv));
+        cr_assert(plan_moe_stats_of(gpu, &st));
+        if (st.slots == 1) seen_small++;
+        if (st.slots == 6) seen_large++;
+    }
+    cr_log_info("qwen3moe-tiny through the cache: logits relative error %.3e (%.3e from all resident); %llu hits, %llu misses, %llu swaps, "
+                "%llu resizes", worst, apart, (unsigned long long)st.hits, (unsigned long long)st.misses,
+                (unsigned long long)st.swaps, (unsigned long long)st.resizes);
+    cr_assert_lt(worst, 1e-2, "logits relative error %.3e", worst);
+    cr_assert_lt(apart, 1e-2, "logits relative error %.3e from the plan with every expert resident", apart);
+    cr_assert(seen_small > 0, "the cache never shrank to one slot");
+    cr_assert(seen_large > 0 && st.slots == 6, "the cache did not grow back (%u slots)", st.slots);
+    cr_assert_geq(st.resizes, 2);
+    cr_assert(st.hits > 0 && st.misses > 0 && st.swaps > 0, "hits %llu, misses %llu, swaps %llu",
+              (unsigned long long)st.hits, (unsigned long long)st.misses, (unsigned long long)st.swaps);
+    cr_assert_eq(st.hits + st.misses, (uint64_t)(70 + 60 + 1) * 2 * m->hp.n_layer,
+                 "every token's choices counted once (the warm-up step's too)");
+    free(lo), free(lg), free(lf);
+    engine_destroy(full);
+    d2->ops->destroy(d2);
+    engine_destroy(gpu);
+    engine_destroy(orc);
+    d->ops->destroy(d);
+    model_free(m);
+}
+
+/* llama.cpp's greedy goldens through a cache of two slots: as close as all resident */
+Test(plan_moe_cache, tiny_against_llamacpp_goldens, .timeout = 600) {
+    kiln_err err = {0};
+    model *m = model_load(tu_data_file(TINY), &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    plan_shape s;
+    cr_assert_eq(plan_shape_of(m, GGUF_T_F16, CTX, BLOCK, &s, &err), 0, "%s", err.msg);
+    s.n_slots = 1, s.moe_slots = 2;
+    uint64_t at = plan_bytes_of(m, &s, d);
+    rt_caps_limit_memory(&d->caps, at * 32 / 31 + 1);
+    engine *e = plan_create(m, d, GGUF_T_F16, CTX, BLOCK, &err);
+    cr_assert_not_null(e, "%s", err.msg);
+    plan_moe_stats st;
+    cr_assert(plan_moe_stats_of(e, &st) && st.slots == 2, "the cache's slots");
+    tu_golden_result r = tu_golden_run(e, "models/qwen3moe-tiny.llamacpp.json", 0.1, d->label);
+    cr_log_info("through the cache: %d/%d cases identical, max |dlogprob| %.4f", r.identical, r.cases, r.worst_dlogprob);
+    cr_assert_eq(r.cases, 6);
+    cr_assert_lt(r.worst_dlogprob, 0.05, "off by %.3f nats", r.worst_dlogprob);
+    engine_destroy(e);
+    d->ops->destroy(d);
+    model_free(m);
+}
