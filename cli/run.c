@@ -194,6 +194,14 @@ int cmd_run(int argc, char **argv) {
             e->name, t_ready - t_start + res.t_prompt, t_ready - t_start, res.t_prompt);
     if (mo.dev)
         fprintf(stderr, "%s: weights on the device: %.1f MiB\n", e->name, plan_weight_bytes(e) / 1048576.0);
+    engine_expert_stats xs;
+    if (engine_expert_stats_of(e, &xs))
+        fprintf(stderr,
+                "%s: expert cache: %u of %u experts a layer on the device; %.1f%% of %llu choices hit it (the rest on "
+                "the host); %llu experts swapped in, %llu resizes\n",
+                e->name, xs.slots, xs.experts, xs.hits + xs.misses ? 100.0 * xs.hits / (xs.hits + xs.misses) : 0.0,
+                (unsigned long long)(xs.hits + xs.misses), (unsigned long long)xs.swaps,
+                (unsigned long long)xs.resizes);
     if (profile && plan_profile(e, 100, (uint32_t)profile_tokens, (uint32_t)profile_step, stderr, &err))
         rc = cli_fail("--profile: %s", err.msg);
 out:

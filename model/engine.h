@@ -26,6 +26,14 @@ typedef struct engine_step {
     kiln_err err;
 } engine_step;
 
+/* A mixture of experts' cache of experts on the device, where not every expert fits it:
+ * slots a layer, experts a layer, the evals and choices it served (hits on the device,
+ * misses on the host), experts swapped in, times it changed its slots to follow memory. */
+typedef struct engine_expert_stats {
+    uint32_t slots, experts;
+    uint64_t evals, hits, misses, swaps, resizes;
+} engine_expert_stats;
+
 typedef struct engine_ops {
     /* Evaluates tokens[0..n) at positions pos..pos+n-1 (pos <= n_past). logits gets
      * n_vocab floats for the last token, or n * n_vocab (row t for token t) when all is
@@ -49,6 +57,8 @@ typedef struct engine_ops {
      * the logits on the device); -1 in *best when none of them beats -inf. */
     int (*eval_argmax_masked)(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, const uint32_t *allow,
                               int32_t *best, kiln_err *err);
+    /* Optional: the expert cache's counters; false where the engine has none. */
+    bool (*expert_stats)(const engine *e, engine_expert_stats *st);
 } engine_ops;
 
 struct engine {
@@ -62,6 +72,10 @@ struct engine {
 static inline int engine_eval(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
                               kiln_err *err) {
     return e->ops->eval(e, tokens, n, pos, logits, all, err);
+}
+
+static inline bool engine_expert_stats_of(const engine *e, engine_expert_stats *st) {
+    return e && e->ops->expert_stats && e->ops->expert_stats(e, st);
 }
 
 /* Forget cache entries at positions >= pos. */

@@ -289,6 +289,11 @@ static void batch_destroy(engine *e) {
     free(w);
 }
 
+static bool batch_expert_stats(const engine *e, engine_expert_stats *st) {
+    const engine *in = ((const wrap *)e)->inner;
+    return engine_expert_stats_of(in, st);
+}
+
 static wrap *as_wrap(engine *e) { return e && e->ops && e->ops->eval == batch_eval ? (wrap *)e : NULL; }
 
 void engine_batch_busy(engine *e, bool busy) {
@@ -345,7 +350,8 @@ int engine_batch_group(engine **e, uint32_t n, const engine_batch_opts *opts, ki
         x->inner = e[i];
         x->g = g;
         x->ops = (engine_ops){batch_eval, batch_destroy, e[i]->ops->eval_argmax ? batch_eval_argmax : NULL, NULL,
-                              e[i]->ops->eval_argmax_masked ? batch_eval_argmax_masked : NULL};
+                              e[i]->ops->eval_argmax_masked ? batch_eval_argmax_masked : NULL,
+                              e[i]->ops->expert_stats ? batch_expert_stats : NULL};
         x->base = *e[i];
         x->base.ops = &x->ops;
         e[i] = &x->base;

@@ -287,7 +287,8 @@ static void plan_destroy(engine *base) {
     free(p);
 }
 
-const engine_ops plan_ops = {plan_eval, plan_destroy, plan_eval_argmax, plan_eval_step, plan_eval_argmax_masked};
+const engine_ops plan_ops = {plan_eval, plan_destroy, plan_eval_argmax, plan_eval_step, plan_eval_argmax_masked,
+                             plan_moe_stats};
 
 
 void plan_counts(const engine *e, uint32_t *n_kernels, uint32_t *n_launches) {

@@ -51,15 +51,6 @@ int plan_profile(engine *e, uint32_t reps, uint32_t n_prefill, uint32_t n_step, 
 /* Bytes the model's weights take on the plan's device (shared by its sibling plans):
  * block-quantized ones in their blocks where kept so, the others in 16 bits. */
 uint64_t plan_weight_bytes(const engine *e);
-/* A plan's expert cache (a mixture of experts where not every expert fits the device):
- * slots a layer, experts a layer, the evals and choices it served (hits on the device,
- * misses on the host), experts swapped in, times it changed its slots. */
-typedef struct plan_moe_stats {
-    uint32_t slots, experts;
-    uint64_t evals, hits, misses, swaps, resizes;
-} plan_moe_stats;
-/* false where the plan has no expert cache. */
-bool plan_moe_stats_of(const engine *e, plan_moe_stats *st);
 /* The memory the plan's device may give kiln from now on, as --mem-limit would have set
  * it (an expert cache follows it at its next recheck): for tests of a shrinking card. */
 void plan_limit_memory(engine *e, uint64_t bytes);

@@ -368,14 +368,19 @@ int plan_moe_cache_init(plan_engine *p, kiln_err *err);
 void plan_moe_cache_free(plan_engine *p);
 /* Layer l's cache buffers allocated and filled (experts by score, else 0, 1, ...). */
 int plan_moe_upload(plan_engine *p, uint32_t l, kiln_err *err);
-/* A cut after the launch just added, ending layer l's first segment (the recorder's). */
-void plan_moe_cut(plan_engine *p, uint32_t l);
+/* A cut after the launch just added (the recorder's): after layer l's router
+ * (PLAN_CUT_ROUTE), or after a block's pass of its experts' kernels (PLAN_CUT_PASS, which
+ * the host may replay with other experts in the slots). 0, or -1 with err. */
+enum { PLAN_CUT_ROUTE, PLAN_CUT_PASS };
+int plan_moe_cut(plan_engine *p, uint32_t l, int kind, kiln_err *err);
 /* Launches [first, first + n) recorded as segments at the cuts among them; the first
  * segment's recording returned (the plan keeps it where it keeps any recording). */
 rt_recording *plan_moe_record(plan_engine *p, uint32_t first, uint32_t n, kiln_err *err);
 /* Replays rec's segments for n tokens, the host's part between them, then the cache's
  * upkeep. */
 int plan_moe_replay(plan_engine *p, rt_recording *rec, uint32_t n, kiln_err *err);
+/* engine_ops.expert_stats: false where the plan keeps every expert on the device. */
+bool plan_moe_stats(const engine *e, engine_expert_stats *st);
 int plan_moe_host_init(plan_moe_host *mh, const arch_hparams *hp, uint32_t n_block, kiln_err *err);
 void plan_moe_host_free(plan_moe_host *mh);
 /* The n_miss misses (choice c = t k + j of expert e: choice[i], expert[i]) of layer ml for

@@ -7,12 +7,17 @@
  * and the next segment's experts' kernels take the slots' products and the host's alike
  * (kernels/moe.c's cached variants: the same weighted sum in the same order).
  *
+ * A block's missing experts chosen often enough that an upload costs less than the host's
+ * threads (both costs measured as they run) are uploaded into the slots after the block's
+ * first pass over its resident experts, a group of slots' worth at a time, each group's
+ * choices run through the pass's recording again; the host computes the rest.
+ *
  * Upkeep after each eval: every expert's use decays and counts its choices; the most used
- * missing expert takes the least used slot where it is clearly more used (one a layer after
- * a decode step, as many as qualify after a block). Every PLAN_MOE_RECHECK evals the slots
+ * missing expert takes the least used slot where it is clearly more used (one a layer). Every PLAN_MOE_RECHECK evals the slots
  * follow the memory: the device's free bytes (or --mem-limit less what the plan holds)
  * less a margin; fewer slots at once where that falls short, more where it allows at least
  * an eighth more (the kernels, buffers and recordings made again for the new count). */
+#include "base/clock.h"
 #include "base/error.h"
 #include "gguf/half.h"
 #include "plan/plan_internal.h"
@@ -24,7 +29,8 @@
 
 typedef struct segs {
     rt_recording **rec; /* rec[0] is the plan's (decode, prefill, a smaller block's) */
-    uint32_t *layer;    /* the layer whose router ends segment i (i < n - 1) */
+    uint32_t *layer;    /* the layer whose router (or a block's experts' pass) ends segment i (i < n - 1) */
+    uint8_t *kind;      /* PLAN_CUT_ROUTE or PLAN_CUT_PASS */
     uint32_t n;
 } segs;
 
@@ -38,7 +44,15 @@ struct plan_moe_cache {
     segs seg[2 + PLAN_SUBS];
     uint32_t n_seg;
     uint32_t *cut, *cut_layer, n_cut, cap_cut; /* launches after which a segment ends */
-    plan_moe_stats st;
+    uint8_t *cut_kind;
+    /* a block's layer: the experts it uploads for passes on the device (up[0..n_up)), each
+     * expert's choices, and which choices the device computed */
+    uint32_t *up, n_up, *count;
+    uint8_t *on_device;
+    /* the two ways a missing expert can go, as measured: seconds to upload one, seconds of
+     * the host's a choice (both 0 until measured) */
+    double upload_s, host_s;
+    engine_expert_stats st;
     plan_moe_host host;
 };
 
@@ -52,7 +66,9 @@ static uint64_t room(const rt_device *d, uint64_t held, uint64_t *margin) {
         have = d->caps.free_bytes ? d->caps.free_bytes : d->caps.memory_bytes;
         if (d->ops->free_memory && !d->ops->free_memory((rt_device *)d, &free_now)) have = free_now + held;
     }
-    *margin = have / 32;
+    /* a 32nd under a limit; a 16th of a device's free memory, for other programs' next
+     * allocations (their failure would be theirs, not kiln's) */
+    *margin = d->caps.memory_limited ? have / 32 : have / 16;
     return have;
 }
 
@@ -83,8 +99,9 @@ int plan_moe_cache_init(plan_engine *p, kiln_err *err) {
     mc->slot_of = malloc(nl * ne * 4), mc->held = malloc(nl * ne * 4), mc->score = calloc(nl * ne, 4);
     mc->sel = malloc(nk * 4), mc->csel = malloc(nk * 4), mc->choice = malloc(nk * 4), mc->expert = malloc(nk * 4);
     mc->h = malloc((size_t)p->s.n_block * hp->n_embd * 2), mc->out = malloc(nk * hp->n_embd * 2);
+    mc->up = malloc(ne * 4), mc->count = malloc(ne * 4), mc->on_device = malloc(nk);
     if (!mc->slot_of || !mc->held || !mc->score || !mc->sel || !mc->csel || !mc->choice || !mc->expert || !mc->h ||
-        !mc->out)
+        !mc->out || !mc->up || !mc->count || !mc->on_device)
         return kiln_fail(err, KILN_ERR_NOMEM, "out of memory (the expert cache)");
     memset(mc->slot_of, 0xff, nl * ne * 4), memset(mc->held, 0xff, nl * ne * 4);
     mc->st.slots = p->s.moe_slots, mc->st.experts = hp->n_expert;
@@ -95,7 +112,7 @@ static void release_segs(plan_engine *p) {
     plan_moe_cache *mc = p->mc;
     for (uint32_t i = 0; i < mc->n_seg; i++) {
         for (uint32_t j = 1; j < mc->seg[i].n; j++) p->d->ops->release_recording(p->d, mc->seg[i].rec[j]);
-        free(mc->seg[i].rec), free(mc->seg[i].layer);
+        free(mc->seg[i].rec), free(mc->seg[i].layer), free(mc->seg[i].kind);
         mc->seg[i] = (segs){0};
     }
     mc->n_seg = 0;
@@ -108,7 +125,8 @@ void plan_moe_cache_free(plan_engine *p) {
     release_segs(p);
     plan_moe_host_free(&mc->host);
     free(mc->slot_of), free(mc->held), free(mc->score), free(mc->sel), free(mc->csel), free(mc->choice);
-    free(mc->expert), free(mc->h), free(mc->out), free(mc->cut), free(mc->cut_layer);
+    free(mc->expert), free(mc->h), free(mc->out), free(mc->cut), free(mc->cut_layer), free(mc->cut_kind);
+    free(mc->up), free(mc->count), free(mc->on_device);
     free(mc);
     p->mc = NULL;
 }
@@ -119,10 +137,13 @@ static int fill(plan_engine *p, uint32_t l, uint32_t s, uint32_t e, kiln_err *er
     const model_layer *ml = &p->m->layers[l];
     plan_layer *L = &p->L[l];
     uint64_t f = p->s.hp.n_ff_exp, d = p->s.hp.n_embd, at = (uint64_t)s * f * d;
+    double t0 = clock_now_s();
     if (plan_upload_rows(p, L->gate_exps, at, ml->ffn_gate_exps, (uint64_t)e * f, f, err) ||
         plan_upload_rows(p, L->up_exps, at, ml->ffn_up_exps, (uint64_t)e * f, f, err) ||
         plan_upload_rows(p, L->down_exps, at, ml->ffn_down_exps, (uint64_t)e * d, d, err))
         return -1;
+    double t = clock_now_s() - t0; /* the upload's cost, a running mean */
+    mc->upload_s = mc->upload_s > 0 ? 0.8 * mc->upload_s + 0.2 * t : t;
     int32_t old = mc->held[(size_t)l * mc->ne + s];
     if (old >= 0) mc->slot_of[(size_t)l * mc->ne + old] = -1;
     mc->held[(size_t)l * mc->ne + s] = (int32_t)e;
@@ -150,17 +171,20 @@ int plan_moe_upload(plan_engine *p, uint32_t l, kiln_err *err) {
     return 0;
 }
 
-void plan_moe_cut(plan_engine *p, uint32_t l) {
+int plan_moe_cut(plan_engine *p, uint32_t l, int kind, kiln_err *err) {
     plan_moe_cache *mc = p->mc;
     if (mc->n_cut == mc->cap_cut) {
         uint32_t cap = mc->cap_cut ? 2 * mc->cap_cut : 64;
         uint32_t *c = realloc(mc->cut, cap * 4), *cl = c ? realloc(mc->cut_layer, cap * 4) : NULL;
+        uint8_t *ck = cl ? realloc(mc->cut_kind, cap) : NULL;
         if (c) mc->cut = c;
         if (cl) mc->cut_layer = cl;
-        if (!c || !cl) return; /* plan_moe_record finds the cut missing and fails */
+        if (ck) mc->cut_kind = ck;
+        if (!c || !cl || !ck) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
         mc->cap_cut = cap;
     }
-    mc->cut[mc->n_cut] = p->n_launch, mc->cut_layer[mc->n_cut++] = l;
+    mc->cut[mc->n_cut] = p->n_launch, mc->cut_layer[mc->n_cut] = l, mc->cut_kind[mc->n_cut++] = (uint8_t)kind;
+    return 0;
 }
 
 rt_recording *plan_moe_record(plan_engine *p, uint32_t first, uint32_t n, kiln_err *err) {
@@ -171,9 +195,10 @@ rt_recording *plan_moe_record(plan_engine *p, uint32_t first, uint32_t n, kiln_e
     if (mc->n_seg == sizeof mc->seg / sizeof mc->seg[0])
         return kiln_fail(err, KILN_ERR_INTERNAL, "more segmented recordings than the plan has"), NULL;
     segs *S = &mc->seg[mc->n_seg];
-    S->rec = calloc(cuts + 1, sizeof *S->rec), S->layer = calloc(cuts + 1, 4);
-    if (!S->rec || !S->layer) {
-        free(S->rec), free(S->layer);
+    S->rec = calloc(cuts + 1, sizeof *S->rec), S->layer = calloc(cuts + 1, 4), S->kind = calloc(cuts + 1, 1);
+    if (!S->rec || !S->layer || !S->kind) {
+        free(S->rec), free(S->layer), free(S->kind);
+        *S = (segs){0};
         return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
     }
     mc->n_seg++;
@@ -181,7 +206,7 @@ rt_recording *plan_moe_record(plan_engine *p, uint32_t first, uint32_t n, kiln_e
     for (uint32_t i = 0; i < mc->n_cut; i++) {
         if (mc->cut[i] <= first || mc->cut[i] >= end) continue;
         if (!(S->rec[S->n] = d->ops->record(d, p->launch + at, mc->cut[i] - at, err))) return NULL;
-        S->layer[S->n++] = mc->cut_layer[i];
+        S->layer[S->n] = mc->cut_layer[i], S->kind[S->n++] = mc->cut_kind[i];
         at = mc->cut[i];
     }
     if (!(S->rec[S->n] = d->ops->record(d, p->launch + at, end - at, err))) return NULL;
@@ -189,26 +214,21 @@ rt_recording *plan_moe_record(plan_engine *p, uint32_t first, uint32_t n, kiln_e
     return S->rec[0];
 }
 
-/* Layer l's choices for the block's n tokens: slots into moe_csel, the misses computed. */
-static int host_layer(plan_engine *p, uint32_t l, uint32_t n, kiln_err *err) {
+/* Whether a missing expert chosen `count` times in a block goes to the device (an upload,
+ * then a pass of the block's experts' kernels) rather than to the host's threads: what the
+ * two cost as measured so far (before either is measured: four choices or more). */
+static bool worth_upload(const plan_moe_cache *mc, uint32_t count) {
+    return mc->upload_s > 0 && mc->host_s > 0 ? count * mc->host_s > mc->upload_s : count >= 4;
+}
+
+/* The host's choices: their products into moe_miss (the running cost of one measured). */
+static int host_misses(plan_engine *p, uint32_t l, uint32_t n, uint32_t n_miss, kiln_err *err) {
     plan_moe_cache *mc = p->mc;
     rt_device *d = p->d;
     const arch_hparams *hp = &p->s.hp;
-    uint32_t nk = n * mc->k, n_miss = 0;
-    if (!n) return 0;
-    if (d->ops->download(d, p->moe_sel, 0, mc->sel, (size_t)nk * 4, err)) return -1;
-    float *sc = mc->score + (size_t)l * mc->ne;
-    for (uint32_t c = 0; c < nk; c++) {
-        uint32_t e = mc->sel[c] < mc->ne ? mc->sel[c] : mc->ne - 1; /* the router writes none past the last */
-        int32_t s = mc->slot_of[(size_t)l * mc->ne + e];
-        sc[e] += 1;
-        mc->csel[c] = s >= 0 ? (uint32_t)s : KN_MOE_MISS;
-        if (s < 0) mc->choice[n_miss] = c, mc->expert[n_miss++] = e;
-    }
-    mc->st.hits += nk - n_miss, mc->st.misses += n_miss;
-    if (d->ops->upload(d, p->moe_csel, 0, mc->csel, (size_t)nk * 4, err)) return -1;
     if (!n_miss) return 0;
     size_t row = (size_t)hp->n_embd * 2;
+    double t0 = clock_now_s();
     if (d->ops->download(d, p->h, 0, mc->h, n * row, err) ||
         plan_moe_host_run(&mc->host, &p->m->layers[l], hp, p->s.dt == IR_BF16, mc->h, n, mc->choice, mc->expert,
                           n_miss, mc->out, err))
@@ -217,7 +237,71 @@ static int host_layer(plan_engine *p, uint32_t l, uint32_t n, kiln_err *err) {
         size_t c = mc->choice[i];
         if (d->ops->upload(d, p->moe_miss, c * row, mc->out + c * hp->n_embd, row, err)) return -1;
     }
+    double t = (clock_now_s() - t0) / n_miss;
+    mc->host_s = mc->host_s > 0 ? 0.8 * mc->host_s + 0.2 * t : t;
     return 0;
+}
+
+/* After layer l's router, for the block's n tokens: the choice read, each choice's slot (or
+ * KN_MOE_MISS) into moe_csel. A decode step's misses go to the host at once; a block's
+ * (block: a pass of its experts' kernels follows) are sorted first: the experts worth an
+ * upload wait for passes_layer, the others for the host. */
+static int route_layer(plan_engine *p, uint32_t l, uint32_t n, bool block, kiln_err *err) {
+    plan_moe_cache *mc = p->mc;
+    rt_device *d = p->d;
+    uint32_t nk = n * mc->k, n_miss = 0, ne = mc->ne;
+    mc->n_up = 0;
+    if (!n) return 0;
+    if (d->ops->download(d, p->moe_sel, 0, mc->sel, (size_t)nk * 4, err)) return -1;
+    float *sc = mc->score + (size_t)l * ne;
+    const int32_t *slot_of = mc->slot_of + (size_t)l * ne;
+    memset(mc->count, 0, ne * 4);
+    for (uint32_t c = 0; c < nk; c++) {
+        if (mc->sel[c] >= ne) mc->sel[c] = ne - 1; /* the router writes none past the last */
+        sc[mc->sel[c]] += 1, mc->count[mc->sel[c]]++;
+    }
+    for (uint32_t e = 0; block && e < ne; e++)
+        if (mc->count[e] && slot_of[e] < 0 && worth_upload(mc, mc->count[e])) mc->up[mc->n_up++] = e, mc->count[e] = 0;
+    for (uint32_t c = 0; c < nk; c++) {
+        uint32_t e = mc->sel[c];
+        int32_t s = slot_of[e];
+        bool later = s < 0 && block && !mc->count[e]; /* an upload's pass computes it */
+        mc->csel[c] = s >= 0 ? (uint32_t)s : KN_MOE_MISS;
+        mc->on_device[c] = s >= 0 || later;
+        if (!mc->on_device[c]) mc->choice[n_miss] = c, mc->expert[n_miss++] = e;
+    }
+    mc->st.hits += nk - n_miss, mc->st.misses += n_miss;
+    if (d->ops->upload(d, p->moe_csel, 0, mc->csel, (size_t)nk * 4, err)) return -1;
+    return block ? 0 : host_misses(p, l, n, n_miss, err);
+}
+
+/* After a block's first pass of layer l's experts (the slots' choices): the experts worth
+ * an upload, as many at a time as there are slots, each group uploaded and its choices run
+ * through the pass again (rec: the pass's recording; yc keeps earlier passes' rows); then
+ * every choice the device computed marked so for the weighted sum, the rest the host's. */
+static int passes_layer(plan_engine *p, uint32_t l, uint32_t n, rt_recording *rec, kiln_err *err) {
+    plan_moe_cache *mc = p->mc;
+    rt_device *d = p->d;
+    uint32_t nk = n * mc->k, slots = p->s.moe_slots, ne = mc->ne, n_miss = 0;
+    if (!n) return 0;
+    for (uint32_t i = 0; i < mc->n_up; i += slots) {
+        uint32_t m = mc->n_up - i < slots ? mc->n_up - i : slots;
+        for (uint32_t j = 0; j < m; j++)
+            if (fill(p, l, j, mc->up[i + j], err)) return -1;
+        mc->st.swaps += m;
+        for (uint32_t c = 0; c < nk; c++) {
+            int32_t s = mc->slot_of[(size_t)l * ne + mc->sel[c]];
+            bool now = s >= 0 && (uint32_t)s < m && mc->held[(size_t)l * ne + s] == (int32_t)mc->up[i + s];
+            mc->csel[c] = now ? (uint32_t)s : KN_MOE_MISS;
+        }
+        if (d->ops->upload(d, p->moe_csel, 0, mc->csel, (size_t)nk * 4, err) || d->ops->replay(d, rec, err)) return -1;
+    }
+    for (uint32_t c = 0; c < nk; c++) {
+        mc->csel[c] = mc->on_device[c] ? 0 : KN_MOE_MISS;
+        if (!mc->on_device[c]) mc->choice[n_miss] = c, mc->expert[n_miss++] = mc->sel[c];
+    }
+    if (d->ops->upload(d, p->moe_csel, 0, mc->csel, (size_t)nk * 4, err)) return -1;
+    return host_misses(p, l, n, n_miss, err);
 }
 
 /* The most used missing experts into the least used slots: at most `most` a layer. */
@@ -279,11 +363,17 @@ int plan_moe_replay(plan_engine *p, rt_recording *rec, uint32_t n, kiln_err *err
     for (uint32_t i = 0; i < mc->n_seg && !S; i++)
         if (mc->seg[i].rec[0] == rec) S = &mc->seg[i];
     if (!S) return kiln_fail(err, KILN_ERR_INTERNAL, "a recording the expert cache did not cut");
-    for (uint32_t i = 0; i < S->n; i++)
-        if (d->ops->replay(d, S->rec[i], err) || (i + 1 < S->n && host_layer(p, S->layer[i], n, err))) return -1;
+    for (uint32_t i = 0; i < S->n; i++) {
+        if (d->ops->replay(d, S->rec[i], err)) return -1;
+        if (i + 1 == S->n) break;
+        bool block = i + 2 < S->n && S->kind[i + 1] == PLAN_CUT_PASS && S->layer[i + 1] == S->layer[i];
+        if (S->kind[i] == PLAN_CUT_ROUTE ? route_layer(p, S->layer[i], n, block, err)
+                                         : passes_layer(p, S->layer[i], n, S->rec[i], err))
+            return -1;
+    }
     if (!n) return 0;
     mc->st.evals++;
-    if (swap_in(p, n > 1 ? p->s.moe_slots : 1, err)) return -1;
+    if (swap_in(p, 1, err)) return -1;
     if (mc->st.evals % PLAN_MOE_RECHECK) return 0;
     uint32_t slots = slots_now(p);
     return slots == p->s.moe_slots ? 0 : resize(p, slots, err);
@@ -296,9 +386,9 @@ void plan_limit_memory(engine *e, uint64_t bytes) {
     c->memory_limited = true;
 }
 
-bool plan_moe_stats_of(const engine *e, plan_moe_stats *st) {
+bool plan_moe_stats(const engine *e, engine_expert_stats *st) {
     const plan_engine *p = (const plan_engine *)e;
-    if (!e || e->ops != &plan_ops || !p->mc) return false;
+    if (!p->mc) return false;
     *st = p->mc->st;
     return true;
 }

@@ -194,7 +194,7 @@ static void add_moe(recorder *R, const plan_layer *L, uint32_t nb, bool grouped)
      * the experts' kernels read its slots (moe_csel) and the misses' products */
     bool cached = p->s.moe_slots > 0;
     rt_buffer *sel = cached ? p->moe_csel : p->moe_sel;
-    if (cached && !R->rc) plan_moe_cut(p, (uint32_t)(L - p->L));
+    if (cached && !R->rc) R->rc = plan_moe_cut(p, (uint32_t)(L - p->L), PLAN_CUT_ROUTE, R->err);
     if (grouped) {
         ADD(K_MOE_GROUP, 1, 1, {"sel", sel}, {"info", p->info}, {"rank", p->moe_rank}, {"off", p->moe_off},
             {"list", p->moe_list});
@@ -202,6 +202,8 @@ static void add_moe(recorder *R, const plan_layer *L, uint32_t nb, bool grouped)
             {"off", p->moe_off}, {"list", p->moe_list}, {"act", p->moe_act});
         ADD(K_MOE_DOWN_G, g[K_MOE_DOWN_G][0], 1, {"act", p->moe_act}, {"down", L->down_exps}, {"off", p->moe_off},
             {"list", p->moe_list}, {"yc", p->moe_yc});
+        /* the host may run these three again with other experts in the slots */
+        if (cached && !R->rc) R->rc = plan_moe_cut(p, (uint32_t)(L - p->L), PLAN_CUT_PASS, R->err);
         if (cached)
             ADD(K_MOE_COMBINE, g[K_MOE_COMBINE][0], g[K_MOE_COMBINE][1], {"yc", p->moe_yc}, {"wt", p->moe_wt},
                 {"res", p->xb}, {"y", p->xa}, {"info", p->info}, {"sel", sel}, {"miss", p->moe_miss});

@@ -322,8 +322,9 @@ int plan_check_fit(const model *m, const plan_shape *s, const rt_device *d, kiln
                          "a KV cache per slot); the device has %.2f GiB (try --ctx or fewer slots)",
                          d->label, need / 1073741824.0, s->n_slots, s->n_ctx, have / 1073741824.0);
     if (have && need > have)
-        return kiln_fail(err, KILN_ERR_NOMEM, "%s: the model needs %.2f %s with a %u-token context; %s %.2f %s (try --ctx)",
+        return kiln_fail(err, KILN_ERR_NOMEM, "%s: the model needs %.2f %s with a %u-token context%s; %s %.2f %s (try --ctx)",
                          d->label, need / unit, u, s->n_ctx,
+                         s->moe_slots ? " and one expert a layer on the device (the others on the host)" : "",
                          d->caps.memory_limited ? "--mem-limit allows" : "the device has", have / unit, u);
     if (lim && largest > lim)
         return kiln_fail(err, KILN_ERR_UNSUPPORTED,

@@ -68,6 +68,23 @@ char *srv_metrics_text(server *s) {
             n += snprintf(out + n, cap - (size_t)n, "kiln_step_seconds_sum %.6f\nkiln_step_seconds_count %llu\n",
                           st.busy_s, (unsigned long long)st.steps);
     }
+    engine_expert_stats xs;
+    if (n >= 0 && (size_t)n < cap && s->n_slots && engine_expert_stats_of(s->slots[0].engine, &xs))
+        n += snprintf(out + n, cap - (size_t)n,
+                      "# HELP kiln_expert_cache_slots Experts a layer the device's expert cache holds.\n"
+                      "# TYPE kiln_expert_cache_slots gauge\nkiln_expert_cache_slots %u\n"
+                      "# HELP kiln_expert_cache_experts Experts a layer of the model.\n"
+                      "# TYPE kiln_expert_cache_experts gauge\nkiln_expert_cache_experts %u\n"
+                      "# HELP kiln_expert_cache_hits_total Expert choices computed on the device.\n"
+                      "# TYPE kiln_expert_cache_hits_total counter\nkiln_expert_cache_hits_total %llu\n"
+                      "# HELP kiln_expert_cache_misses_total Expert choices computed on the host.\n"
+                      "# TYPE kiln_expert_cache_misses_total counter\nkiln_expert_cache_misses_total %llu\n"
+                      "# HELP kiln_expert_cache_swaps_total Experts copied into the cache.\n"
+                      "# TYPE kiln_expert_cache_swaps_total counter\nkiln_expert_cache_swaps_total %llu\n"
+                      "# HELP kiln_expert_cache_resizes_total Times the cache followed the device's memory.\n"
+                      "# TYPE kiln_expert_cache_resizes_total counter\nkiln_expert_cache_resizes_total %llu\n",
+                      xs.slots, xs.experts, (unsigned long long)xs.hits, (unsigned long long)xs.misses,
+                      (unsigned long long)xs.swaps, (unsigned long long)xs.resizes);
     if (n < 0 || (size_t)n >= cap) {
         free(out);
         return NULL;
