@@ -8,7 +8,8 @@
 #              takes 1 GiB more, 80 s in it gives it back (the run's resizes printed);
 #   llama      SBS=1: llama.cpp's llama-bench tg64 with the experts of 28 layers on the CPU
 #              (-ncmoe 28: about the same device memory), after .peers' build.
-# Binaries in devrun/. Writes OUTDIR.tar.
+# The MoE suites on cuda:0 while the model is written. STAGE=resident|limit|free runs one
+# stage. Binaries in devrun/. Writes OUTDIR.tar.
 set -u
 out=$1
 [ -x devrun/kiln ] || tar -xJf devrun/pack.tar.xz -C devrun
@@ -17,8 +18,13 @@ nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv > $out/gpu.txt
 m=$dir/qwen3-30b-a3b.gguf
 rm -f $dir/qwen3-8b*.gguf
 [ "${SBS:-0}" = 1 ] && llama_build
-[ -f $m ] || timeout 420 $K synth --preset qwen3-30b-a3b -o $m > $out/synth.txt 2>&1
-stamp synth; tarball
+( [ -f $m ] || timeout 420 $K synth --preset qwen3-30b-a3b -o $m > $out/synth.txt 2>&1; stamp synth ) &
+sp=$!
+# the MoE suites on cuda:0 meanwhile (kernels with the cache's variants, plans with the cache)
+KILN_TEST_DEVICE=cuda:0 timeout 120 $T -j8 --filter 'kernels_moe*/*' > $out/kern.txt 2>&1; echo "rc=$?" >> $out/kern.txt
+KILN_TEST_DEVICE=cuda:0 timeout 150 $T -j4 --filter 'plan_moe*/*' > $out/plan.txt 2>&1; echo "rc=$?" >> $out/plan.txt
+stamp tests; tarball
+wait $sp
 [ "${STAGE:-all}" = all ] || [ "${STAGE:-all}" = resident ] && {
   timeout 150 $K bench $m -p 0 -n 64 -r 2 --device cuda:0 > $out/resident.md 2>&1; stamp resident; tarball; }
 [ "${STAGE:-all}" = all ] || [ "${STAGE:-all}" = limit ] && {
