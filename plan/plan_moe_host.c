@@ -5,8 +5,9 @@
  *   out[c][r] = round(down_e[r] . act)
  * with the device's rounding points (kn_moe_gate_up, kn_moe_down_g), so the device's
  * weighted sum (kn_moe_down, kn_moe_combine) takes the host's product where it would take
- * its own. Products in f32; the weights are read in their file type (16-bit directly, any
- * other type dequantized a few rows at a time into the worker's scratch). The misses come
+ * its own. Products in f32 of the weights as the device holds them (the plan's 16-bit
+ * type: read in the file where it has that type, else converted a row at a time into the
+ * worker's scratch). The misses come
  * grouped by expert, so each expert's rows are read once for all the tokens that chose it;
  * the threads split (expert, row chunk) items, several experts at once. */
 #include "base/error.h"
@@ -17,6 +18,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 #define CHUNK 16 /* rows an item; also the rows a worker dequantizes at once */
 
@@ -41,42 +45,101 @@ static float round16(bool bf16, float x) {
     return bf16 ? gguf_bf16_to_f32(gguf_f32_to_bf16(x)) : gguf_f16_to_f32(gguf_f32_to_f16(x));
 }
 
-/* Row `row` of t as the device holds it (the plan's 16-bit type: bf16 or not), as f32 in
- * dst[cols]: a file in that type read directly, any other converted (rounded to it). 0, or -1. */
-static int row_f32(const gguf_tensor *t, uint64_t row, bool bf16, float *dst) {
+/* Row `row` of t as the device holds it (the plan's 16-bit type): in the file where the
+ * file has that type, else converted into tmp (cols values). NULL where t cannot be read. */
+static const uint16_t *row16(const gguf_tensor *t, uint64_t row, bool bf16, uint16_t *tmp) {
     uint64_t cols = t->ne[0];
-    if (t->type == (bf16 ? GGUF_T_BF16 : GGUF_T_F16)) {
-        const uint16_t *w = (const uint16_t *)t->data + row * cols;
-        if (bf16)
-            for (uint64_t c = 0; c < cols; c++) dst[c] = gguf_bf16_to_f32(w[c]);
-        else
-            for (uint64_t c = 0; c < cols; c++) dst[c] = gguf_f16_to_f32(w[c]);
-        return 0;
-    }
+    if (t->type == (bf16 ? GGUF_T_BF16 : GGUF_T_F16)) return (const uint16_t *)t->data + row * cols;
     kiln_err ignored;
-    uint16_t *w = (uint16_t *)dst + cols; /* the upper half of dst, read before it is written */
-    if (bf16 ? gguf_tensor_rows_bf16(t, row, 1, w, &ignored) : gguf_tensor_rows_f16(t, row, 1, w, &ignored)) return -1;
-    if (bf16)
-        for (uint64_t c = 0; c < cols; c++) dst[c] = gguf_bf16_to_f32(w[c]);
-    else
-        for (uint64_t c = 0; c < cols; c++) dst[c] = gguf_f16_to_f32(w[c]);
-    return 0;
+    return (bf16 ? gguf_tensor_rows_bf16(t, row, 1, tmp, &ignored) : gguf_tensor_rows_f16(t, row, 1, tmp, &ignored))
+               ? NULL
+               : tmp;
 }
 
-static float dot(const float *a, const float *b, uint32_t n) {
-    float s[8] = {0};
+/* The dot products in f32 of a 16-bit row with f32 values, in vectors of running sums:
+ * bf16's built for each x86-64 level (AVX-512, AVX2 with FMA, the baseline) and chosen
+ * where the program loads (GCC's function clones), f16's on F16C where the CPU has it;
+ * other machines take plain loops. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define HOST_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define HOST_CLONES
+#endif
+#define SUMS 16
+typedef float vf __attribute__((vector_size(SUMS * 4)));
+typedef uint32_t vu __attribute__((vector_size(SUMS * 4)));
+typedef uint16_t vh __attribute__((vector_size(SUMS * 2)));
+
+static float fold(vf s) {
+    float t = 0;
+    for (int i = 0; i < SUMS; i++) t += s[i];
+    return t;
+}
+
+HOST_CLONES static float dot_bf16(const uint16_t *w, const float *x, uint32_t n) {
+    vf s = {0};
     uint32_t c = 0;
-    for (; c + 8 <= n; c += 8)
-        for (int i = 0; i < 8; i++) s[i] += a[c + i] * b[c + i];
-    for (; c < n; c++) s[0] += a[c] * b[c];
-    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    for (; c + SUMS <= n; c += SUMS) {
+        vh hw;
+        vf f, xv;
+        memcpy(&hw, w + c, sizeof hw);
+        vu bits = __builtin_convertvector(hw, vu) << 16; /* bf16 is f32's upper half */
+        memcpy(&f, &bits, sizeof f);
+        memcpy(&xv, x + c, sizeof xv);
+        s += f * xv;
+    }
+    float t = fold(s);
+    for (; c < n; c++) t += gguf_bf16_to_f32(w[c]) * x[c];
+    return t;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+/* f16 to f32 by the F16C instructions (the clones above do not reach them from C) */
+__attribute__((target("avx2,fma,f16c"))) static float dot_f16_f16c(const uint16_t *w, const float *x, uint32_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    uint32_t c = 0;
+    for (; c + 16 <= n; c += 16) {
+        __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + c)));
+        __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + c + 8)));
+        s0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + c), s0);
+        s1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + c + 8), s1);
+    }
+    float lanes[8], t = 0;
+    _mm256_storeu_ps(lanes, _mm256_add_ps(s0, s1));
+    for (int i = 0; i < 8; i++) t += lanes[i];
+    for (; c < n; c++) t += gguf_f16_to_f32(w[c]) * x[c];
+    return t;
+}
+
+static bool have_f16c(void) {
+    static int known = -1; /* the same answer in every thread: a race writes it twice */
+    if (known < 0)
+        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return known;
+}
+#endif
+
+static float dot_f16(const uint16_t *w, const float *x, uint32_t n) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (have_f16c()) return dot_f16_f16c(w, x, n);
+#endif
+    float s[4] = {0};
+    uint32_t c = 0;
+    for (; c + 4 <= n; c += 4)
+        for (int i = 0; i < 4; i++) s[i] += gguf_f16_to_f32(w[c + i]) * x[c + i];
+    for (; c < n; c++) s[0] += gguf_f16_to_f32(w[c]) * x[c];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+static float dot16(bool bf16, const uint16_t *w, const float *x, uint32_t n) {
+    return bf16 ? dot_bf16(w, x, n) : dot_f16(w, x, n);
 }
 
 static void run_items(void *ctx, uint64_t begin, uint64_t end, int worker) {
     host_job *J = ctx;
     const plan_moe_host *mh = J->mh;
     uint32_t cols = J->phase ? J->n_ff : J->n_embd, rows = J->phase ? J->n_embd : J->n_ff;
-    float *wrow = mh->scratch + (size_t)worker * mh->scratch_per_worker, *urow = wrow + cols;
+    uint16_t *wtmp = (uint16_t *)(mh->scratch + (size_t)worker * mh->scratch_per_worker), *utmp = wtmp + cols;
     for (uint64_t it = begin; it < end; it++) {
         uint32_t gi = (uint32_t)(it / J->chunks), r0 = (uint32_t)(it % J->chunks) * CHUNK;
         uint32_t r1 = r0 + CHUNK < rows ? r0 + CHUNK : rows, first = J->group[gi], last = J->group[gi + 1];
@@ -84,22 +147,25 @@ static void run_items(void *ctx, uint64_t begin, uint64_t end, int worker) {
         for (uint32_t r = r0; r < r1; r++) {
             uint64_t row = (uint64_t)e * rows + r;
             if (J->phase == 0) {
-                if (row_f32(J->w[0], row, J->bf16, wrow) || row_f32(J->w[1], row, J->bf16, urow)) {
+                const uint16_t *wg = row16(J->w[0], row, J->bf16, wtmp), *wu = row16(J->w[1], row, J->bf16, utmp);
+                if (!wg || !wu) {
                     J->rc = -1;
                     return;
                 }
                 for (uint32_t i = first; i < last; i++) {
                     const float *x = J->h + (size_t)(J->choice[J->order[i]] / J->k_used) * J->n_embd;
-                    float g = round16(J->bf16, dot(wrow, x, cols)), u = round16(J->bf16, dot(urow, x, cols));
+                    float g = round16(J->bf16, dot16(J->bf16, wg, x, cols));
+                    float u = round16(J->bf16, dot16(J->bf16, wu, x, cols));
                     J->act[(size_t)i * J->n_ff + r] = round16(J->bf16, g / (1.0f + expf(-g)) * u);
                 }
             } else {
-                if (row_f32(J->w[2], row, J->bf16, wrow)) {
+                const uint16_t *wd = row16(J->w[2], row, J->bf16, wtmp);
+                if (!wd) {
                     J->rc = -1;
                     return;
                 }
                 for (uint32_t i = first; i < last; i++) {
-                    float y = dot(wrow, J->act + (size_t)i * J->n_ff, cols);
+                    float y = dot16(J->bf16, wd, J->act + (size_t)i * J->n_ff, cols);
                     uint16_t v = J->bf16 ? gguf_f32_to_bf16(y) : gguf_f32_to_f16(y);
                     J->out[(size_t)J->choice[J->order[i]] * J->n_embd + r] = v;
                 }
