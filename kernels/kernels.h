@@ -220,6 +220,19 @@ ir_kernel *kn_moe_combine(const rt_caps *c, uint32_t n_embd, uint32_t k_used, ui
  * product from miss, kn_moe_group lists it in a bin past the last slot (off then has
  * n_expert + 2 entries). */
 #define KN_MOE_MISS 0xffffffffu
+/* The experts' products on block-quantized experts (moe_q.c; kn_quant.h's planes of the
+ * [n_expert x rows x cols] tensors, u32 words): kn_moe_gate_up_q (gate of type qg, up of
+ * qu), kn_moe_down_q (down of qd), kn_moe_gate_up_g_q and kn_moe_down_g_q take the same
+ * buffers, grids and rounding as their 16-bit kernels (not the cache's variants). */
+ir_kernel *kn_moe_gate_up_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
+                            kn_qtype qg, kn_qtype qu, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
+ir_kernel *kn_moe_down_q(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
+                         kn_qtype qd, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
+ir_kernel *kn_moe_gate_up_g_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
+                              uint32_t nb, kn_qtype qg, kn_qtype qu, ir_scalar dtype, uint32_t *groups_x,
+                              kiln_err *err);
+ir_kernel *kn_moe_down_g_q(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
+                           uint32_t nb, kn_qtype qd, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
 
 /* out[t][c] = table[tok[t] * n_embd + c] for the launch's tokens t (grid y); a token >=
  * n_vocab gives a row of zeros instead of a read past the table.

@@ -26,13 +26,7 @@ void kn_q_x_chunk(kx k, ir_buf x, uint32_t hx, ir_val c0, ir_val *xv) {
     }
 }
 
-/* A row the lanes walk together with the others of their subgroup: its weight's layout
- * and buffer and its index there. */
-typedef struct mvq_row {
-    const kn_qlayout *L;
-    ir_buf w;
-    ir_val row;
-} mvq_row;
+typedef kn_q_row mvq_row;
 
 /* One chunk's loads for every row (codes' and scales' words) and x's values. */
 typedef struct mvq_loads {
@@ -95,9 +89,7 @@ static void walk(kx k, const mvq_row *r, uint32_t n, ir_buf x, uint32_t hx, ir_v
     for (uint32_t i = 0; i < n; i++) acc[i] = ir_for_result(l, i);
 }
 
-/* This lane's parts of the rows' dot products with x: chunks lane, lane + lanes, ..., the
- * whole steps of lanes * unroll chunks unrolled, the rest one at a time. */
-static void rows_dot_q(kx k, const mvq_row *r, uint32_t n, ir_buf x, uint32_t hx, ir_val lane, uint32_t lanes,
+void kn_q_rows_dot(kx k, const mvq_row *r, uint32_t n, ir_buf x, uint32_t hx, ir_val lane, uint32_t lanes,
                        uint32_t unroll, ir_val *acc) {
     uint32_t chunks = r[0].L->cols / KN_Q_CHUNK, main_end = chunks - chunks % (lanes * unroll);
     ir_val zero = kx_f32(k, 0.0f);
@@ -114,7 +106,7 @@ static void parts_dot_q(kx k, const kn_qlayout *L, const ir_buf *w, uint32_t n_p
     if (n_parts == 1) {
         mvq_row r[MVQ_MAX_SLOTS] = {{0}};
         for (uint32_t i = 0; i < nr; i++) r[i] = (mvq_row){L, w[0], kx_min_c(k, kx_add_c(k, row0, i), L->rows - 1)};
-        rows_dot_q(k, r, nr, x, hx, lane, lanes, unroll, acc);
+        kn_q_rows_dot(k, r, nr, x, hx, lane, lanes, unroll, acc);
         return;
     }
     ir_if *f = ir_if_begin(k.ir, kx_lt_c(k, row0, L[0].rows), nr);
@@ -205,7 +197,7 @@ static ir_kernel *build(const rt_caps *c, const kn_qpart *parts, uint32_t n_part
             ir_val row = kx_min_c(k, kx_add_c(k, row0, i), rows - 1);
             r[i] = (mvq_row){&L[0], w[0], row}, r[nr + i] = (mvq_row){&L[1], wu, row};
         }
-        rows_dot_q(k, r, 2 * nr, x, hx, lane, lanes, unroll, sum);
+        kn_q_rows_dot(k, r, 2 * nr, x, hx, lane, lanes, unroll, sum);
     } else {
         parts_dot_q(k, L, w, n_parts, row0, nr, x, hx, lane, lanes, unroll, sum);
     }

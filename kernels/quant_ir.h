@@ -33,6 +33,19 @@ void kn_q_scale_decode(kx k, const kn_qlayout *L, ir_val si, const ir_val raw[KN
 /* x[c0 .. c0 + KN_Q_CHUNK) as f32 (matvec_q.c): from workgroup array hx where it is not
  * UINT32_MAX (a normalized row's f32 values), else from x in 4-element loads. */
 void kn_q_x_chunk(kx k, ir_buf x, uint32_t hx, ir_val c0, ir_val *xv);
+/* A row the lanes walk together with the others of their subgroup: its weight's layout
+ * and buffer and its index there. */
+typedef struct kn_q_row {
+    const kn_qlayout *L;
+    ir_buf w;
+    ir_val row;
+} kn_q_row;
+#define KN_Q_MAX_ROWS 8 /* rows one walk takes at most */
+/* This lane's parts of the n rows' dot products with x (as kn_q_x_chunk reads it): chunks
+ * lane, lane + lanes, ..., the whole steps of lanes * unroll chunks unrolled, the rest one
+ * at a time (matvec_q.c; the lanes' parts still to be summed). */
+void kn_q_rows_dot(kx k, const kn_q_row *r, uint32_t n, ir_buf x, uint32_t hx, ir_val lane, uint32_t lanes,
+                   uint32_t unroll, ir_val *acc);
 /* The layouts of a product's parts (checked: 1 to KN_Q_PARTS, or with swi the two of
  * SwiGLU, of equal rows) and the rows it produces. 0, or -1 with err naming who. */
 int kn_q_part_layouts(const char *who, const kn_qpart *parts, uint32_t n_parts, uint32_t cols, bool swi,

@@ -16,6 +16,7 @@
 #include "kernels/kernels.h"
 #include "plan/plan_quant.h"
 #include "tests/util/testutil_ptx.h"
+#include "tests/util/testutil_quant.h"
 #include "tests/util/testutil_vk.h"
 
 #include <criterion/criterion.h>
@@ -26,48 +27,15 @@
 
 #define GUARD 64
 
-static const uint32_t gtypes[KN_Q_COUNT] = {
-    [KN_Q4_0] = GGUF_T_Q4_0, [KN_Q4_1] = GGUF_T_Q4_1, [KN_Q5_0] = GGUF_T_Q5_0, [KN_Q5_1] = GGUF_T_Q5_1,
-    [KN_Q8_0] = GGUF_T_Q8_0, [KN_Q2_K] = GGUF_T_Q2_K, [KN_Q3_K] = GGUF_T_Q3_K, [KN_Q4_K] = GGUF_T_Q4_K,
-    [KN_Q5_K] = GGUF_T_Q5_K, [KN_Q6_K] = GGUF_T_Q6_K};
-
-/* Where each type keeps its f16 fields (d, and dm/dmin where it has one). */
-static void f16_fields(uint32_t gt, int *at, int *n) {
-    switch (gt) {
-    case GGUF_T_Q4_1: case GGUF_T_Q5_1: case GGUF_T_Q4_K: case GGUF_T_Q5_K: at[0] = 0, at[1] = 2, *n = 2; return;
-    case GGUF_T_Q2_K: at[0] = 80, at[1] = 82, *n = 2; return;
-    case GGUF_T_Q3_K: at[0] = 108, *n = 1; return;
-    case GGUF_T_Q6_K: at[0] = 208, *n = 1; return;
-    default: at[0] = 0, *n = 1; return;
-    }
-}
-
-/* Random blocks whose f16 fields are finite and small (exponents 0, subnormal, to 6: a
- * K-quant's d * sc * code stays near 1, so f16 sums do not overflow), either sign. */
-static uint8_t *rand_blocks(uint32_t gt, uint64_t n_blocks) {
-    const gguf_type_info *ti = gguf_type_info_of(gt);
-    uint8_t *b = malloc(n_blocks * ti->block_bytes);
-    for (uint64_t i = 0; i < n_blocks * ti->block_bytes; i++) b[i] = (uint8_t)tu_rnd32();
-    int at[2], nf;
-    f16_fields(gt, at, &nf);
-    for (uint64_t i = 0; i < n_blocks; i++)
-        for (int f = 0; f < nf; f++) {
-            uint32_t r = tu_rnd32(), ex = r % 7, bits = (r >> 4 & 0x8000) | ex << 10 | (r >> 8 & 0x3ff);
-            uint8_t *p = b + i * ti->block_bytes + at[f];
-            p[0] = (uint8_t)bits, p[1] = (uint8_t)(bits >> 8);
-        }
-    return b;
-}
-
 /* ---- the codes and scales are ggml's values ---- */
 
 Test(kernels_quant, unpacked_blocks_are_ggml_values) {
     tu_seed(31);
     for (int q = 0; q < KN_Q_COUNT; q++) {
         const kn_qformat *f = kn_qformat_of((kn_qtype)q);
-        uint32_t gt = gtypes[q], blk = gguf_type_info_of(gt)->block;
+        uint32_t gt = tu_qtypes[q], blk = gguf_type_info_of(gt)->block;
         cr_assert_eq(plan_qtype(gt), q);
-        uint8_t *b = rand_blocks(gt, 64);
+        uint8_t *b = tu_rand_blocks(gt, 64);
         float want[256];
         for (int i = 0; i < 64; i++) {
             const uint8_t *bb = b + (size_t)i * gguf_type_info_of(gt)->block_bytes;
@@ -90,34 +58,7 @@ Test(kernels_quant, unpacked_blocks_are_ggml_values) {
     cr_assert_eq(gguf_block_unpack(GGUF_T_F16, (const uint8_t *)"\0\0", &qb), -1);
 }
 
-/* ---- a quantized matrix for the device ---- */
-
-typedef struct qmat {
-    kn_qlayout L;
-    uint8_t *blocks;
-    float *w;        /* the exact values, rows x cols */
-    uint32_t *words; /* the planes */
-} qmat;
-
-static qmat qmat_make(kn_qtype q, uint32_t rows, uint32_t cols) {
-    qmat m;
-    kiln_err err = {0};
-    uint32_t gt = gtypes[q];
-    const gguf_type_info *ti = gguf_type_info_of(gt);
-    cr_assert_eq(kn_qlayout_of(q, rows, cols, &m.L, &err), 0, "%s", err.msg);
-    uint64_t n = (uint64_t)rows * cols;
-    m.blocks = rand_blocks(gt, n / ti->block);
-    m.w = malloc(n * 4);
-    cr_assert_eq(gguf_decode_f32(gt, m.blocks, m.w, n), 0);
-    m.words = calloc(m.L.words, 4);
-    gguf_tensor t = {.name = "w", .n_dims = 2, .ne = {cols, rows, 1, 1}, .type = gt, .data = m.blocks};
-    cr_assert_eq(plan_quant_pack(&t, 0, rows, &m.L, 0, m.words, &err), 0, "%s", err.msg);
-    return m;
-}
-
-static void qmat_free(qmat *m) { free(m->blocks), free(m->w), free(m->words); }
-
-static rt_buffer *upload_words(rt_device *d, const qmat *m) { return tu_vk_upload(d, m->words, m->L.words * 4); }
+static rt_buffer *upload_words(rt_device *d, const tu_qmat *m) { return tu_vk_upload(d, m->words, m->L.words * 4); }
 
 static void run(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
     rt_kernel *ck = tu_vk_compile(d, k);
@@ -133,17 +74,6 @@ static uint16_t *fetch16(rt_device *d, rt_buffer *b, ir_scalar t, size_t n, cons
     return p;
 }
 
-/* The exact dot product of w's row r with x (f32 values), and its tolerance. */
-static double ref_dot(const qmat *m, uint32_t r, const float *x, double *tol) {
-    double s = 0, mag = 0;
-    for (uint32_t c = 0; c < m->L.cols; c++) {
-        double p = (double)m->w[(size_t)r * m->L.cols + c] * x[c];
-        s += p, mag += fabs(p);
-    }
-    *tol = (3.0 * m->L.cols + 8) * ldexp(1.0, -24) * mag;
-    return s;
-}
-
 static const uint32_t rows_cases[] = {1, 7, 33, 129};
 
 static uint32_t cols_for(kn_qtype q, int i) {
@@ -152,7 +82,7 @@ static uint32_t cols_for(kn_qtype q, int i) {
 }
 
 /* The row of the parts stacked: which part and its row there. */
-static const qmat *part_row(const qmat *w, uint32_t n_parts, uint32_t r, uint32_t *local) {
+static const tu_qmat *part_row(const tu_qmat *w, uint32_t n_parts, uint32_t r, uint32_t *local) {
     uint32_t i = 0;
     while (i + 1 < n_parts && r >= w[i].L.rows) r -= w[i++].L.rows;
     *local = r;
@@ -184,8 +114,8 @@ static void matvec_q_case(rt_device *d, const kn_qpart *parts, uint32_t n_parts,
     cr_assert_not_null(k, "%s: %s", what, err.msg);
     if (want_mma && d->caps.backend == RT_CUDA)
         cr_assert(!strncmp(ir_kernel_name(k), "kn_matvec_q_mma", 15), "%s: not on the matrix units", what);
-    qmat w[KN_Q_PARTS] = {0};
-    for (uint32_t i = 0; i < n_parts; i++) w[i] = qmat_make(parts[i].type, parts[i].rows, cols);
+    tu_qmat w[KN_Q_PARTS] = {0};
+    for (uint32_t i = 0; i < n_parts; i++) w[i] = tu_qmat_make(parts[i].type, parts[i].rows, cols);
     float *xf, *rf, *nf;
     uint16_t *x = tu_rand16(t, cols, -2, 2, &xf), *res = tu_rand16(t, rows, -8, 8, &rf);
     uint16_t *wn = tu_rand16(t, cols, 0.5f, 1.5f, &nf);
@@ -213,12 +143,12 @@ static void matvec_q_case(rt_device *d, const kn_qpart *parts, uint32_t n_parts,
     uint16_t *y = fetch16(d, by, t, rows, what);
     for (uint32_t r = 0; r < rows; r++) {
         uint32_t lr;
-        const qmat *pm = swi ? &w[0] : part_row(w, n_parts, r, &lr);
+        const tu_qmat *pm = swi ? &w[0] : part_row(w, n_parts, r, &lr);
         if (swi) lr = r;
-        double tol, s = ref_dot(pm, lr, xin, &tol), want, tl;
+        double tol, s = tu_qref_dot(pm, lr, xin, &tol), want, tl;
         if (norm) tol += (cols + 8) * ldexp(1.0, -24) * fabs(s) + tol; /* the norm's scale, one 16-bit ulp of x */
         if (swi) {
-            double tu_, su = ref_dot(&w[1], r, xin, &tu_);
+            double tu_, su = tu_qref_dot(&w[1], r, xin, &tu_);
             float g = tu_from16(t, tu_to16(t, (float)s)), up = tu_from16(t, tu_to16(t, (float)su));
             want = g / (1.0f + expf(-g)) * up;
             double dg = tol + tu_ulp16(t, fabs(g) + tol), du = tu_ + tu_ulp16(t, fabs(up) + tu_);
@@ -237,7 +167,7 @@ static void matvec_q_case(rt_device *d, const kn_qpart *parts, uint32_t n_parts,
     rt_buffer *bufs[] = {bw[0], bw[1], bw[2], bx, br, bn, by};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
-    for (uint32_t i = 0; i < n_parts; i++) qmat_free(&w[i]);
+    for (uint32_t i = 0; i < n_parts; i++) tu_qmat_free(&w[i]);
     free(x), free(res), free(wn), free(xf), free(rf), free(nf), free(hx), free(y);
     ir_kernel_destroy(k);
 }
@@ -362,8 +292,8 @@ static void matmul_q_case(rt_device *d, const kn_qpart *parts, uint32_t n_parts,
     cr_assert_not_null(k, "%s: %s", what, err.msg);
     if (want_mma && d->caps.backend == RT_CUDA)
         cr_assert_str_eq(ir_kernel_name(k), "kn_matmul_q_mma", "%s: not on the matrix units", what);
-    qmat w[KN_Q_PARTS] = {0};
-    for (uint32_t i = 0; i < n_parts; i++) w[i] = qmat_make(parts[i].type, parts[i].rows, cols);
+    tu_qmat w[KN_Q_PARTS] = {0};
+    for (uint32_t i = 0; i < n_parts; i++) w[i] = tu_qmat_make(parts[i].type, parts[i].rows, cols);
     bool f32 = epi & KN_EPI_F32;
     float *xf, *rf, *bf;
     uint16_t *x = tu_rand16(t, (size_t)n_max * cols, -2, 2, &xf), *res = tu_rand16(t, (size_t)n_max * rows, -8, 8, &rf);
@@ -402,8 +332,8 @@ static void matmul_q_case(rt_device *d, const kn_qpart *parts, uint32_t n_parts,
     for (uint32_t tok = 0; tok < n; tok++)
         for (uint32_t r = 0; r < rows; r++) {
             uint32_t lr;
-            const qmat *pm = part_row(w, n_parts, r, &lr);
-            double tol, s = ref_dot(pm, lr, xf + (size_t)tok * cols, &tol);
+            const tu_qmat *pm = part_row(w, n_parts, r, &lr);
+            double tol, s = tu_qref_dot(pm, lr, xf + (size_t)tok * cols, &tol);
             if (epi & KN_EPI_BIAS) s += bf[r], tol += ldexp(1.0, -23) * fabs(s);
             double want = s, tl = tol, got;
             if (f32) {
@@ -422,7 +352,7 @@ static void matmul_q_case(rt_device *d, const kn_qpart *parts, uint32_t n_parts,
     rt_buffer *bufs[] = {bw[0], bw[1], bw[2], bx, bi, bb, br, by};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
-    for (uint32_t i = 0; i < n_parts; i++) qmat_free(&w[i]);
+    for (uint32_t i = 0; i < n_parts; i++) tu_qmat_free(&w[i]);
     free(x), free(res), free(b), free(xf), free(rf), free(bf), free(y), free(yf);
     ir_kernel_destroy(k);
 }
@@ -511,8 +441,8 @@ Test(kernels_quant, threaded_pack_equals_serial) {
     static const kn_qtype types[] = {KN_Q4_K, KN_Q6_K, KN_Q5_0, KN_Q2_K};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         uint32_t cols = kn_qformat_of(types[i])->unit == 256 ? 2816 : 1056;
-        qmat m = qmat_make(types[i], 1031, cols);
-        gguf_tensor t = {.name = "w", .n_dims = 2, .ne = {cols, 1031, 1, 1}, .type = gtypes[types[i]], .data = m.blocks};
+        tu_qmat m = tu_qmat_make(types[i], 1031, cols);
+        gguf_tensor t = {.name = "w", .n_dims = 2, .ne = {cols, 1031, 1, 1}, .type = tu_qtypes[types[i]], .data = m.blocks};
         for (int th = 1; th <= 7; th += 3) {
             uint32_t *w = calloc(m.L.words, 4);
             kiln_err err = {0};
@@ -520,7 +450,7 @@ Test(kernels_quant, threaded_pack_equals_serial) {
             cr_assert(!memcmp(w, m.words, m.L.words * 4), "%s with %d threads", kn_qformat_of(types[i])->name, th);
             free(w);
         }
-        qmat_free(&m);
+        tu_qmat_free(&m);
     }
 }
 
@@ -535,7 +465,7 @@ Test(kernels_quant, embed_q_every_type_bit_for_bit) {
         ir_scalar t = q % 2 ? IR_F16 : IR_BF16;
         ir_kernel *k = kn_embed_q(&d->caps, (kn_qtype)q, vocab, embd, t, &gx, &err);
         cr_assert_not_null(k, "%s", err.msg);
-        qmat w = qmat_make((kn_qtype)q, vocab, embd);
+        tu_qmat w = tu_qmat_make((kn_qtype)q, vocab, embd);
         uint32_t tok[4] = {0, 36, 17, 37}; /* the last past the vocabulary: zeros */
         rt_buffer *bw = upload_words(d, &w), *bt = tu_vk_upload(d, tok, sizeof tok);
         rt_buffer *bo = tu_vk_poisoned16(d, t, 4 * embd, GUARD);
@@ -549,7 +479,7 @@ Test(kernels_quant, embed_q_every_type_bit_for_bit) {
                              tu_dname(t), tok[i], c, o[i * embd + c], want);
             }
         d->ops->release(d, bw), d->ops->release(d, bt), d->ops->release(d, bo);
-        qmat_free(&w);
+        tu_qmat_free(&w);
         free(o);
         ir_kernel_destroy(k);
     }

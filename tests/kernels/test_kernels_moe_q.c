@@ -1,0 +1,166 @@
+/* kernels/moe_q.c on the Vulkan device (lavapipe in CI; KILN_TEST_DEVICE picks another):
+ * the experts' products on block-quantized experts against the exact dequantized values
+ * (test_kernels_quant.c's tolerances), per token, and the grouped block kernels equal to
+ * the per-token ones bit for bit (the same sums in the same order); outputs poisoned with
+ * guards, mixed types as Q4_K_M mixes them, with and without subgroup arithmetic. */
+#include "base/error.h"
+#include "ir/ir.h"
+#include "kernels/kernels.h"
+#include "tests/util/testutil_ptx.h"
+#include "tests/util/testutil_quant.h"
+#include "tests/util/testutil_vk.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GUARD 64
+
+static const char *const variants[] = {NULL, "no-subgroup-arith"};
+
+static void launch(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
+    rt_kernel *ck = tu_vk_compile(d, k);
+    tu_vk_run(d, ck, gx, gy, args, n);
+    d->ops->release_kernel(d, ck);
+}
+
+static uint16_t *fetch16(rt_device *d, rt_buffer *b, ir_scalar t, size_t n, const char *what) {
+    uint16_t *p = malloc((n + GUARD) * 2);
+    tu_vk_download(d, b, p, (n + GUARD) * 2);
+    for (size_t i = n; i < n + GUARD; i++) cr_assert_eq(p[i], tu_nan16(t), "%s: wrote past the end at %zu", what, i);
+    return p;
+}
+
+static rt_buffer *poisoned32(rt_device *d, size_t n) {
+    uint32_t *p = malloc((n + GUARD) * 4);
+    memset(p, 0xef, (n + GUARD) * 4);
+    rt_buffer *b = tu_vk_upload(d, p, (n + GUARD) * 4);
+    free(p);
+    return b;
+}
+
+static void q_case(rt_device *d, uint32_t nb, uint32_t d_in, uint32_t ff, uint32_t ne, uint32_t k_used,
+                   const kn_qtype qt[3], ir_scalar t, const char *var) {
+    char what[200];
+    snprintf(what, sizeof what, "moe_q nb=%u d=%u ff=%u experts=%u k=%u %s/%s/%s %s caps=%s", nb, d_in, ff, ne, k_used,
+             kn_qformat_of(qt[0])->name, kn_qformat_of(qt[1])->name, kn_qformat_of(qt[2])->name, tu_dname(t),
+             var ? var : "device");
+    kiln_err err = {0};
+    uint32_t gu, gd, ggu, ggd, gc;
+    ir_kernel *ku = kn_moe_gate_up_q(&d->caps, d_in, ff, ne, k_used, qt[0], qt[1], t, &gu, &err);
+    ir_kernel *kd = kn_moe_down_q(&d->caps, ff, d_in, ne, k_used, qt[2], t, &gd, &err);
+    ir_kernel *kg = kn_moe_group(&d->caps, ne, k_used, nb, false, &err);
+    ir_kernel *kgu = kn_moe_gate_up_g_q(&d->caps, d_in, ff, ne, k_used, nb, qt[0], qt[1], t, &ggu, &err);
+    ir_kernel *kgd = kn_moe_down_g_q(&d->caps, ff, d_in, ne, k_used, nb, qt[2], t, &ggd, &err);
+    ir_kernel *kc = kn_moe_combine(&d->caps, d_in, k_used, nb, t, false, &gc, &err);
+    cr_assert(ku && kd && kg && kgu && kgd && kc, "%s: %s", what, err.msg);
+    tu_qmat g = tu_qmat_make(qt[0], ne * ff, d_in), u = tu_qmat_make(qt[1], ne * ff, d_in);
+    tu_qmat dw = tu_qmat_make(qt[2], ne * d_in, ff);
+    size_t nk = (size_t)nb * k_used;
+    float *hf, *rf;
+    uint16_t *h = tu_rand16(t, (size_t)nb * d_in, -2, 2, &hf), *res = tu_rand16(t, (size_t)nb * d_in, -4, 4, &rf);
+    uint32_t *sel = malloc(nk * 4), info[2] = {0, nb};
+    float *wt = malloc(nk * 4);
+    for (uint32_t tok = 0; tok < nb; tok++)
+        for (uint32_t j = 0; j < k_used; j++) {
+            uint32_t x;
+            bool again;
+            do {
+                x = tu_rnd32() % ne, again = false;
+                for (uint32_t i = 0; i < j; i++) again |= sel[tok * k_used + i] == x;
+            } while (again);
+            sel[tok * k_used + j] = x, wt[tok * k_used + j] = tu_urand(0.05f, 1);
+        }
+    rt_buffer *bh = tu_vk_upload(d, h, (size_t)nb * d_in * 2), *br = tu_vk_upload(d, res, (size_t)nb * d_in * 2);
+    rt_buffer *bg = tu_vk_upload(d, g.words, g.L.words * 4), *bu = tu_vk_upload(d, u.words, u.L.words * 4);
+    rt_buffer *bd = tu_vk_upload(d, dw.words, dw.L.words * 4);
+    rt_buffer *bs = tu_vk_upload(d, sel, nk * 4), *bw = tu_vk_upload(d, wt, nk * 4), *bi = tu_vk_upload(d, info, 8);
+    rt_buffer *ba = tu_vk_poisoned16(d, t, nk * ff, GUARD), *by = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
+    launch(d, ku, gu, nb, (rt_arg[]){{bh, 0}, {bg, 0}, {bu, 0}, {bs, 0}, {ba, 0}}, 5);
+    uint16_t *act = fetch16(d, ba, t, nk * ff, what);
+    for (size_t cj = 0; cj < nk; cj++) { /* the SwiGLU rows against the exact products */
+        const float *x = hf + (cj / k_used) * d_in;
+        for (uint32_t r = 0; r < ff; r++) {
+            double tg, tu, row = (double)sel[cj] * ff + r;
+            double gs = tu_from16(t, tu_to16(t, (float)tu_qref_dot(&g, (uint32_t)row, x, &tg)));
+            double us = tu_from16(t, tu_to16(t, (float)tu_qref_dot(&u, (uint32_t)row, x, &tu)));
+            double want = gs / (1.0 + exp(-gs)) * us, got = tu_from16(t, act[cj * ff + r]);
+            double dg = tg + tu_ulp16(t, fabs(gs) + tg), du = tu + tu_ulp16(t, fabs(us) + tu);
+            double tl = 1.1 * dg * (fabs(us) + du) + (fabs(gs) + dg) * du + (7 + 2 * fabs(gs)) * ldexp(1.0, -23) * fabs(want);
+            tl += tu_ulp16(t, fmax(fabs(want), fabs(got)));
+            cr_assert(fabs(got - want) <= tl, "%s: act[%zu][%u] %.9g != %.9g (tol %.3g)", what, cj, r, got, want, tl);
+        }
+    }
+    launch(d, kd, gd, nb, (rt_arg[]){{ba, 0}, {bd, 0}, {bs, 0}, {bw, 0}, {br, 0}, {by, 0}}, 6);
+    uint16_t *y = fetch16(d, by, t, (size_t)nb * d_in, what);
+    float *af = malloc(ff * 4);
+    for (uint32_t tok = 0; tok < nb; tok++)
+        for (uint32_t r = 0; r < d_in; r++) {
+            double o = 0, tl = 0;
+            for (uint32_t j = 0; j < k_used; j++) {
+                size_t cj = (size_t)tok * k_used + j;
+                for (uint32_t c = 0; c < ff; c++) af[c] = tu_from16(t, act[cj * ff + c]);
+                double td, yj = tu_qref_dot(&dw, sel[cj] * d_in + r, af, &td);
+                o += wt[cj] * tu_from16(t, tu_to16(t, (float)yj));
+                tl += wt[cj] * (td + tu_ulp16(t, fabs(yj) + td)) + ldexp(1.0, -23) * fabs(o);
+            }
+            double want = tu_from16(t, tu_to16(t, (float)o)) + rf[(size_t)tok * d_in + r];
+            double got = tu_from16(t, y[(size_t)tok * d_in + r]);
+            tl += tu_ulp16(t, fabs(o) + tl) + tu_ulp16(t, fmax(fabs(want), fabs(got)));
+            cr_assert(fabs(got - want) <= tl, "%s: y[%u][%u] %.9g != %.9g (tol %.3g)", what, tok, r, got, want, tl);
+        }
+    /* grouped: the same sums as per token */
+    rt_buffer *brank = poisoned32(d, nk), *boff = poisoned32(d, ne + 1), *blist = poisoned32(d, nk);
+    rt_buffer *ga = tu_vk_poisoned16(d, t, nk * ff, GUARD), *gyc = tu_vk_poisoned16(d, t, nk * d_in, GUARD);
+    rt_buffer *gy = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
+    launch(d, kg, 1, 1, (rt_arg[]){{bs, 0}, {bi, 0}, {brank, 0}, {boff, 0}, {blist, 0}}, 5);
+    launch(d, kgu, ggu, 1, (rt_arg[]){{bh, 0}, {bg, 0}, {bu, 0}, {boff, 0}, {blist, 0}, {ga, 0}}, 6);
+    launch(d, kgd, ggd, 1, (rt_arg[]){{ga, 0}, {bd, 0}, {boff, 0}, {blist, 0}, {gyc, 0}}, 5);
+    launch(d, kc, gc, nb, (rt_arg[]){{gyc, 0}, {bw, 0}, {br, 0}, {gy, 0}, {bi, 0}}, 5);
+    uint16_t *gact = fetch16(d, ga, t, nk * ff, what), *gyv = fetch16(d, gy, t, (size_t)nb * d_in, what);
+    for (size_t i = 0; i < nk * ff; i++)
+        cr_assert_eq(gact[i], act[i], "%s: grouped act[%zu] %04x, per token %04x", what, i, gact[i], act[i]);
+    for (size_t i = 0; i < (size_t)nb * d_in; i++)
+        cr_assert_eq(gyv[i], y[i], "%s: grouped y[%zu] %04x, per token %04x", what, i, gyv[i], y[i]);
+    rt_buffer *bufs[] = {bh, br, bg, bu, bd, bs, bw, bi, ba, by, brank, boff, blist, ga, gyc, gy};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) d->ops->release(d, bufs[i]);
+    tu_qmat_free(&g), tu_qmat_free(&u), tu_qmat_free(&dw);
+    free(h), free(hf), free(res), free(rf), free(sel), free(wt), free(act), free(y), free(af), free(gact), free(gyv);
+    ir_kernel *ks[] = {ku, kd, kg, kgu, kgd, kc};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++) ir_kernel_destroy(ks[i]);
+}
+
+Test(kernels_moe_q, quantized_experts_mixed_types, .timeout = 600) {
+    static const kn_qtype types[][3] = {{KN_Q4_K, KN_Q4_K, KN_Q6_K}, {KN_Q8_0, KN_Q8_0, KN_Q8_0},
+                                        {KN_Q4_0, KN_Q5_1, KN_Q4_1}, {KN_Q2_K, KN_Q3_K, KN_Q5_K}};
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        rt_device *d = tu_vk_open_or_skip(variants[v]);
+        tu_seed(65);
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+            bool kq = kn_qformat_of(types[i][0])->unit == 256 || kn_qformat_of(types[i][2])->unit == 256;
+            uint32_t d_in = kq ? 256 : 96, ff = kq ? 512 : 160; /* rows not whole workgroups */
+            q_case(d, i % 2 ? 3 : 5, d_in, ff, 5 + (uint32_t)i, 2 + (uint32_t)(i % 2), types[i],
+                   i % 2 ? IR_F16 : IR_BF16, variants[v]);
+        }
+        d->ops->destroy(d);
+    }
+}
+
+Test(kernels_moe_q, build_for_cuda_and_assemble, .timeout = 120) {
+    rt_caps c = tu_cuda_caps(90);
+    kiln_err err = {0};
+    uint32_t g;
+    ir_kernel *k[4] = {kn_moe_gate_up_q(&c, 2048, 768, 128, 8, KN_Q4_K, KN_Q4_K, IR_BF16, &g, &err),
+                       kn_moe_down_q(&c, 768, 2048, 128, 8, KN_Q6_K, IR_BF16, &g, &err),
+                       kn_moe_gate_up_g_q(&c, 2048, 768, 128, 8, 512, KN_Q4_K, KN_Q4_K, IR_BF16, &g, &err),
+                       kn_moe_down_g_q(&c, 768, 2048, 128, 8, 512, KN_Q6_K, IR_BF16, &g, &err)};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_not_null(k[i], "%s", err.msg);
+        tu_ptx_assembles(k[i], &c, ir_kernel_name(k[i]));
+        ir_kernel_destroy(k[i]);
+    }
+    /* a type whose units do not divide the columns is refused by name */
+    cr_assert_null(kn_moe_down_q(&c, 100, 256, 8, 2, KN_Q4_K, IR_BF16, &g, &err));
+}
