@@ -141,7 +141,8 @@ static void quant_groups(model *m) {
         L->q_ffn = L->w_gate && all_quant(L->w_gate, L->w_up, NULL);
         L->q_down = L->w_down && all_quant(L->w_down, NULL, NULL);
         L->q_dn_out = L->ssm_out && all_quant(L->ssm_out, NULL, NULL);
-        kept += 3 * L->q_qkv + L->q_o + 2 * L->q_ffn + L->q_down + L->q_dn_out;
+        L->q_exps = L->ffn_gate_exps && all_quant(L->ffn_gate_exps, L->ffn_up_exps, L->ffn_down_exps);
+        kept += 3 * L->q_qkv + L->q_o + 2 * L->q_ffn + L->q_down + L->q_dn_out + 3 * L->q_exps;
     }
     m->n_converted = quant - kept;
 }
@@ -157,6 +158,7 @@ bool model_keeps_blocks(const model *m, const gguf_tensor *t) {
         if (t == L->w_gate || t == L->w_up) return L->q_ffn;
         if (t == L->w_down) return L->q_down;
         if (t == L->ssm_out) return L->q_dn_out;
+        if (t == L->ffn_gate_exps || t == L->ffn_up_exps || t == L->ffn_down_exps) return L->q_exps;
     }
     return false;
 }

@@ -21,8 +21,9 @@ typedef struct model_layer {
      * ssm_dt.bias, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out */
     const gguf_tensor *ssm_qkv, *ssm_z, *ssm_conv, *ssm_dt_bias, *ssm_a, *ssm_beta, *ssm_alpha, *ssm_norm, *ssm_out;
     /* which products take their weights in their quantized blocks (model_quant_groups):
-     * q/k/v, the output, gate and up, down, a DeltaNet layer's output (ssm_out) */
-    bool q_qkv, q_o, q_ffn, q_down, q_dn_out;
+     * q/k/v, the output, gate and up, down, a DeltaNet layer's output (ssm_out), the
+     * experts' gate, up and down (all three, or none) */
+    bool q_qkv, q_o, q_ffn, q_down, q_dn_out, q_exps;
 } model_layer;
 
 typedef struct model {

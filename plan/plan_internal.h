@@ -79,10 +79,11 @@ typedef struct plan_layer {
      * (kn_qtype; -1: the 16-bit weight above), q, k and v each in a buffer of its own
      * (qkv_part; wqkv NULL), the others in wo, w_gate, w_up and w_down as kn_quant.h's words */
     rt_buffer *qkv_part[3];
-    /* qwen3moe: the router (f32) and the experts' 3-D weights (16-bit; w_gate, w_up and
-     * w_down NULL) */
+    /* qwen3moe: the router (f32) and the experts' 3-D weights (16-bit, or in their blocks
+     * as kn_quant.h's words where qt_exps says so; w_gate, w_up and w_down NULL) */
     rt_buffer *router, *gate_exps, *up_exps, *down_exps;
     int8_t qt_qkv[3], qt_o, qt_gate, qt_up, qt_down, qt_dn_out;
+    int8_t qt_exps[3]; /* the experts' gate, up and down where kept in their blocks (every expert resident) */
 } plan_layer;
 #define PLAN_SNAPSHOTS 2
 /* A decode step takes a snapshot where the latest is this many positions back (or there is

@@ -26,6 +26,12 @@ static uint32_t parts_of(const plan_shape *s, int i, const int8_t *qt, kn_qpart 
         parts[0] = (kn_qpart){(kn_qtype)qt[0], d};
         return 1;
     case K_MM_FF: parts[0] = (kn_qpart){(kn_qtype)qt[0], ff}; return 1;
+    /* the experts' 3-D tensors, every expert's rows */
+    case K_MOE_GATE_UP: case K_MOE_GATE_UP_G:
+        parts[0] = (kn_qpart){(kn_qtype)qt[0], s->hp.n_expert * s->hp.n_ff_exp};
+        parts[1] = (kn_qpart){(kn_qtype)qt[1], s->hp.n_expert * s->hp.n_ff_exp};
+        return 2;
+    case K_MOE_DOWN: case K_MOE_DOWN_G: parts[0] = (kn_qpart){(kn_qtype)qt[0], s->hp.n_expert * d}; return 1;
     default: parts[0] = (kn_qpart){(kn_qtype)qt[0], s->hp.n_vocab}; return 1; /* the logits heads */
     }
 }
@@ -58,6 +64,17 @@ ir_kernel *plan_build_qkernel(const plan_shape *s, const rt_caps *c, int i, cons
     case K_MM_OUT: return kn_matmul_q(c, parts, np, d, nb, dt, KN_EPI_F32, g, err);
     case K_MV_DN_OUT: return MV(s->dn_v_dim, dt, KN_EPI_RESIDUAL);
     case K_MM_DN_OUT: return kn_matmul_q(c, parts, np, s->dn_v_dim, nb, dt, KN_EPI_RESIDUAL, g, err);
+    case K_MOE_GATE_UP:
+        return kn_moe_gate_up_q(c, d, hp->n_ff_exp, hp->n_expert, hp->n_expert_used, (kn_qtype)qt[0], (kn_qtype)qt[1],
+                                dt, &g[0], err);
+    case K_MOE_DOWN:
+        return kn_moe_down_q(c, hp->n_ff_exp, d, hp->n_expert, hp->n_expert_used, (kn_qtype)qt[0], dt, &g[0], err);
+    case K_MOE_GATE_UP_G:
+        return kn_moe_gate_up_g_q(c, d, hp->n_ff_exp, hp->n_expert, hp->n_expert_used, nb, (kn_qtype)qt[0],
+                                  (kn_qtype)qt[1], dt, &g[0], err);
+    case K_MOE_DOWN_G:
+        return kn_moe_down_g_q(c, hp->n_ff_exp, d, hp->n_expert, hp->n_expert_used, nb, (kn_qtype)qt[0], dt, &g[0],
+                               err);
     }
 #undef MV
     kiln_fail(err, KILN_ERR_INTERNAL, "no quantized kernel for the role %s", plan_role[i]);
@@ -84,11 +101,17 @@ const plan_qvar *plan_qvariant(plan_engine *p, int i, uint32_t nb, const int8_t 
     if (!(v->k = plan_compile_qkernel(p->d, &s, i, qt, v->grid, &v->sig, err))) return NULL;
     kn_qpart parts[KN_Q_PARTS];
     uint32_t np = i == K_EMBED ? 0 : parts_of(&s, i, qt, parts);
-    uint32_t cols = i == K_MV_O || i == K_MM_O ? s.q_dim : i == K_MV_DOWN || i == K_MM_DOWN ? s.hp.n_ff : s.hp.n_embd;
+    bool moe = i == K_MOE_GATE_UP || i == K_MOE_DOWN || i == K_MOE_GATE_UP_G || i == K_MOE_DOWN_G;
+    uint32_t cols = i == K_MV_O || i == K_MM_O                                 ? s.q_dim
+                    : i == K_MV_DOWN || i == K_MM_DOWN                         ? s.hp.n_ff
+                    : i == K_MOE_DOWN || i == K_MOE_DOWN_G                     ? s.hp.n_ff_exp
+                                                                               : s.hp.n_embd;
     for (uint32_t j = 0; j < np; j++) {
         kn_qlayout L;
         if (!kn_qlayout_of(parts[j].type, parts[j].rows, cols, &L, NULL)) v->wbytes += L.words * 4;
     }
+    if (moe && i != K_MOE_GATE_UP_G && i != K_MOE_DOWN_G) /* a token's experts only */
+        v->wbytes = v->wbytes / s.hp.n_expert * s.hp.n_expert_used;
     p->n_qvar++;
     return v;
 }

@@ -53,13 +53,16 @@ static void add_w(recorder *R, int i, const int8_t qt[KN_Q_PARTS], uint32_t gx, 
                   uint32_t n) {
     if (R->rc) return;
     if (qt[0] < 0) return add(R, i, gx, gy, args, n);
-    bool block = i == K_MM_QKV || i == K_MM_O || i == K_MM_FF || i == K_MM_DOWN || i == K_MM_OUT;
+    bool block = i == K_MM_QKV || i == K_MM_O || i == K_MM_FF || i == K_MM_DOWN || i == K_MM_OUT ||
+                 i == K_MOE_GATE_UP_G || i == K_MOE_DOWN_G;
     const plan_qvar *v = plan_qvariant(R->p, i, block ? R->nb : 0, qt, R->err);
     if (!v) {
         R->rc = -1;
         return;
     }
-    add_k(R, v->k, &v->sig, v->grid[0], i == K_EMBED ? gy : v->grid[1], args, n);
+    /* the embedding's rows and a token's experts' grid y: the caller's (the tokens) */
+    bool caller_gy = i == K_EMBED || i == K_MOE_GATE_UP || i == K_MOE_DOWN;
+    add_k(R, v->k, &v->sig, v->grid[0], caller_gy ? gy : v->grid[1], args, n);
 }
 
 /* The types of a weight of one part. */
@@ -194,14 +197,15 @@ static void add_moe(recorder *R, const plan_layer *L, uint32_t nb, bool grouped)
      * the experts' kernels read its slots (moe_csel) and the misses' products */
     bool cached = p->s.moe_slots > 0;
     rt_buffer *sel = cached ? p->moe_csel : p->moe_sel;
+    const int8_t qt_gu[KN_Q_PARTS] = {L->qt_exps[0], L->qt_exps[1], -1}; /* -1: 16-bit experts */
     if (cached && !R->rc) R->rc = plan_moe_cut(p, (uint32_t)(L - p->L), PLAN_CUT_ROUTE, R->err);
     if (grouped) {
         ADD(K_MOE_GROUP, 1, 1, {"sel", sel}, {"info", p->info}, {"rank", p->moe_rank}, {"off", p->moe_off},
             {"list", p->moe_list});
-        ADD(K_MOE_GATE_UP_G, g[K_MOE_GATE_UP_G][0], 1, {"h", p->h}, {"gate", L->gate_exps}, {"up", L->up_exps},
-            {"off", p->moe_off}, {"list", p->moe_list}, {"act", p->moe_act});
-        ADD(K_MOE_DOWN_G, g[K_MOE_DOWN_G][0], 1, {"act", p->moe_act}, {"down", L->down_exps}, {"off", p->moe_off},
-            {"list", p->moe_list}, {"yc", p->moe_yc});
+        ADD_W(K_MOE_GATE_UP_G, qt_gu, g[K_MOE_GATE_UP_G][0], 1, {"h", p->h}, {"gate", L->gate_exps},
+              {"up", L->up_exps}, {"off", p->moe_off}, {"list", p->moe_list}, {"act", p->moe_act});
+        ADD_W(K_MOE_DOWN_G, QT1(L->qt_exps[2]), g[K_MOE_DOWN_G][0], 1, {"act", p->moe_act}, {"down", L->down_exps},
+              {"off", p->moe_off}, {"list", p->moe_list}, {"yc", p->moe_yc});
         /* the host may run these three again with other experts in the slots */
         if (cached && !R->rc) R->rc = plan_moe_cut(p, (uint32_t)(L - p->L), PLAN_CUT_PASS, R->err);
         if (cached)
@@ -212,14 +216,14 @@ static void add_moe(recorder *R, const plan_layer *L, uint32_t nb, bool grouped)
                 {"res", p->xb}, {"y", p->xa}, {"info", p->info});
         return;
     }
-    ADD(K_MOE_GATE_UP, g[K_MOE_GATE_UP][0], nb, {"h", p->h}, {"gate", L->gate_exps}, {"up", L->up_exps},
-        {"sel", sel}, {"act", p->moe_act});
+    ADD_W(K_MOE_GATE_UP, qt_gu, g[K_MOE_GATE_UP][0], nb, {"h", p->h}, {"gate", L->gate_exps}, {"up", L->up_exps},
+          {"sel", sel}, {"act", p->moe_act});
     if (cached)
         ADD(K_MOE_DOWN, g[K_MOE_DOWN][0], nb, {"act", p->moe_act}, {"down", L->down_exps}, {"sel", sel},
             {"wt", p->moe_wt}, {"res", p->xb}, {"y", p->xa}, {"miss", p->moe_miss});
     else
-        ADD(K_MOE_DOWN, g[K_MOE_DOWN][0], nb, {"act", p->moe_act}, {"down", L->down_exps}, {"sel", sel},
-            {"wt", p->moe_wt}, {"res", p->xb}, {"y", p->xa});
+        ADD_W(K_MOE_DOWN, QT1(L->qt_exps[2]), g[K_MOE_DOWN][0], nb, {"act", p->moe_act}, {"down", L->down_exps},
+              {"sel", sel}, {"wt", p->moe_wt}, {"res", p->xb}, {"y", p->xa});
 }
 
 int plan_record_decode(plan_engine *p, kiln_err *err) {

@@ -178,6 +178,7 @@ int plan_upload_weights(plan_engine *p, kiln_err *err) {
     for (uint32_t l = 0; l < p->s.hp.n_layer; l++) {
         plan_layer *L = &p->L[l];
         L->qt_qkv[0] = L->qt_qkv[1] = L->qt_qkv[2] = L->qt_o = L->qt_gate = L->qt_up = L->qt_down = L->qt_dn_out = -1;
+        L->qt_exps[0] = L->qt_exps[1] = L->qt_exps[2] = -1;
     }
     p->qt_out = -1;
     int bad = !(p->tok_embd = upload_matrix(p, m->tok_embd, m->q_embd, &p->qt_embd, err)) ||
@@ -201,11 +202,11 @@ int plan_upload_weights(plan_engine *p, kiln_err *err) {
             if (t[i] && !(*dst[i] = upload_weight(p, t[i], err))) bad = 1;
         if (p->s.hp.n_expert && p->s.moe_slots) /* the router f32, the cache's slots (plan_moe_cache.c) */
             bad = bad || !(L->router = upload_f32(p, ml->ffn_gate_inp, err)) || plan_moe_upload(p, l, err);
-        else if (p->s.hp.n_expert) /* the experts in 16 bits (quantized ones converted), the router f32 */
+        else if (p->s.hp.n_expert) /* the experts in their blocks where the model keeps them, the router f32 */
             bad = bad || !(L->router = upload_f32(p, ml->ffn_gate_inp, err)) ||
-                  !(L->gate_exps = upload_weight(p, ml->ffn_gate_exps, err)) ||
-                  !(L->up_exps = upload_weight(p, ml->ffn_up_exps, err)) ||
-                  !(L->down_exps = upload_weight(p, ml->ffn_down_exps, err));
+                  !(L->gate_exps = upload_matrix(p, ml->ffn_gate_exps, ml->q_exps, &L->qt_exps[0], err)) ||
+                  !(L->up_exps = upload_matrix(p, ml->ffn_up_exps, ml->q_exps, &L->qt_exps[1], err)) ||
+                  !(L->down_exps = upload_matrix(p, ml->ffn_down_exps, ml->q_exps, &L->qt_exps[2], err));
         else
             bad = bad || !(L->w_gate = upload_matrix(p, ml->w_gate, ml->q_ffn, &L->qt_gate, err)) ||
                   !(L->w_up = upload_matrix(p, ml->w_up, ml->q_ffn, &L->qt_up, err)) ||
@@ -261,7 +262,8 @@ static uint64_t weight_bytes(const model *m, uint32_t slots, uint64_t *largest, 
         kiln_err ignored = {0}; /* a tensor without a layout fails by name where it is uploaded */
         uint64_t b = model_keeps_blocks(m, t) && !quant_layout(t, &L, &ignored) ? L.words * 4
                                                                                   : gguf_tensor_nelements(t) * 2;
-        if (slots && m->hp.n_expert && strstr(t->name, "_exps.")) b = b / m->hp.n_expert * slots;
+        if (slots && m->hp.n_expert && strstr(t->name, "_exps.")) /* the cache's slots hold 16 bits */
+            b = gguf_tensor_nelements(t) * 2 / m->hp.n_expert * slots;
         w += b;
         if (b > big) big = b, snprintf(what, what_len, "the weight '%s'", t->name);
     }
