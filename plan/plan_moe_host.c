@@ -70,9 +70,9 @@ typedef float vf __attribute__((vector_size(SUMS * 4)));
 typedef uint32_t vu __attribute__((vector_size(SUMS * 4)));
 typedef uint16_t vh __attribute__((vector_size(SUMS * 2)));
 
-static float fold(vf s) {
+static float fold(const vf *s) {
     float t = 0;
-    for (int i = 0; i < SUMS; i++) t += s[i];
+    for (int i = 0; i < SUMS; i++) t += (*s)[i];
     return t;
 }
 
@@ -88,7 +88,7 @@ HOST_CLONES static float dot_bf16(const uint16_t *w, const float *x, uint32_t n)
         memcpy(&xv, x + c, sizeof xv);
         s += f * xv;
     }
-    float t = fold(s);
+    float t = fold(&s);
     for (; c < n; c++) t += gguf_bf16_to_f32(w[c]) * x[c];
     return t;
 }
