@@ -35,6 +35,7 @@ typedef struct vk_dev {
     void *staging_map;
     size_t staging_size;
     bool subgroup_control; /* the pipeline can ask for caps.subgroup_size */
+    bool budget;           /* VK_EXT_memory_budget: the heaps' free bytes can be asked again */
     VkPipelineCache cache;
     char cache_path[512];  /* "" when there is nowhere to keep it */
 } vk_dev;
@@ -546,11 +547,43 @@ static void vk_destroy(rt_device *base) {
     free(d);
 }
 
+/* Whether the physical device offers extension name. */
+static bool has_device_ext(VkPhysicalDevice pd, const char *name) {
+    uint32_t n = 0;
+    if (vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) || !n) return false;
+    VkExtensionProperties *e = malloc(n * sizeof *e);
+    bool found = false;
+    if (e && !vkEnumerateDeviceExtensionProperties(pd, NULL, &n, e))
+        for (uint32_t i = 0; i < n && !found; i++) found = !strncmp(e[i].extensionName, name, VK_MAX_EXTENSION_NAME_SIZE);
+    free(e);
+    return found;
+}
+
+/* The largest device-local heap's budget less its usage (every process's, as the driver
+ * counts them; the probe's rule for the heap): where VK_EXT_memory_budget is offered. */
+static int vk_free_memory(rt_device *base, uint64_t *free_bytes) {
+    vk_dev *d = (vk_dev *)base;
+    if (!d->budget) return -1;
+    VkPhysicalDeviceMemoryBudgetPropertiesEXT b = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+    VkPhysicalDeviceMemoryProperties2 m2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2, .pNext = &b};
+    vkGetPhysicalDeviceMemoryProperties2(d->phys, &m2);
+    const VkPhysicalDeviceMemoryProperties *mp = &m2.memoryProperties;
+    uint32_t best = UINT32_MAX;
+    for (int want_local = 1; want_local >= 0 && best == UINT32_MAX; want_local--)
+        for (uint32_t h = 0; h < mp->memoryHeapCount && h < VK_MAX_MEMORY_HEAPS; h++) {
+            if (want_local && !(mp->memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT)) continue;
+            if (best == UINT32_MAX || mp->memoryHeaps[h].size > mp->memoryHeaps[best].size) best = h;
+        }
+    if (best == UINT32_MAX) return -1;
+    *free_bytes = b.heapBudget[best] > b.heapUsage[best] ? b.heapBudget[best] - b.heapUsage[best] : 0;
+    return 0;
+}
+
 static const rt_device_ops vk_ops = {
     .alloc = vk_alloc, .alloc_host = vk_alloc_host, .view = vk_view, .release = vk_release, .size = vk_size,
     .upload = vk_upload, .download = vk_download, .compile = vk_compile, .release_kernel = vk_release_kernel,
     .run = vk_run, .record = vk_record, .replay = vk_replay, .release_recording = vk_release_recording,
-    .destroy = vk_destroy};
+    .free_memory = vk_free_memory, .destroy = vk_destroy};
 
 rt_device *vk_device_open(uint32_t index, const char *caps_override, kiln_err *err) {
     rt_caps all[16];
@@ -587,6 +620,7 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, kiln_err *e
     vkGetPhysicalDeviceProperties(d->phys, &dp);
     d->spin = dp.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
     vkGetPhysicalDeviceMemoryProperties(d->phys, &d->mem);
+    d->budget = VK_API_VERSION_MINOR(dp.apiVersion) >= 1 && has_device_ext(d->phys, "VK_EXT_memory_budget");
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &nq, NULL);
     VkQueueFamilyProperties qf[32];

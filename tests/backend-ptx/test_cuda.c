@@ -157,6 +157,14 @@ Test(cuda, views_of_a_buffer) {
     d->ops->destroy(d);
 }
 
+/* the driver's count of the card's free memory follows an allocation (the expert cache's
+ * recheck reads it) */
+Test(cuda, free_memory_follows_allocations) {
+    rt_device *d = open_or_skip(NULL);
+    tu_dev_free_memory(d, true);
+    d->ops->destroy(d);
+}
+
 /* A recording is a CUDA graph. */
 Test(cuda, record_once_replay_many) {
     rt_device *d = open_or_skip(NULL);

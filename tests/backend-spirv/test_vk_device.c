@@ -41,6 +41,12 @@ Test(vk_device, views_of_a_buffer) {
     d->ops->destroy(d);
 }
 
+Test(vk_device, free_memory_where_told) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    tu_dev_free_memory(d, false);
+    d->ops->destroy(d);
+}
+
 /* Pipelines go to a cache file per driver build that the next start reads; a damaged
  * file is ignored, not trusted. */
 Test(vk_device, pipeline_cache_on_disk) {

@@ -243,3 +243,22 @@ void tu_dev_views(rt_device *d) {
     ir_kernel_destroy(k);
     free(host), free(got);
 }
+
+void tu_dev_free_memory(rt_device *d, bool strict) {
+    uint64_t before = 0, during = 0;
+    if (!d->ops->free_memory || d->ops->free_memory(d, &before)) {
+        cr_assert(!strict, "%s: no free memory to read", d->label);
+        return;
+    }
+    cr_assert_gt(before, 0, "%s: nothing free", d->label);
+    cr_assert(!d->caps.memory_bytes || before <= d->caps.memory_bytes, "%s: %llu free of %llu", d->label,
+              (unsigned long long)before, (unsigned long long)d->caps.memory_bytes);
+    if (!strict) return;
+    kiln_err err = {0};
+    rt_buffer *b = d->ops->alloc(d, 256u << 20, &err);
+    cr_assert_not_null(b, "%s", err.msg);
+    cr_assert_eq(d->ops->free_memory(d, &during), 0);
+    d->ops->release(d, b);
+    cr_assert_geq(before - during, 128u << 20, "%s: %llu free before a 256 MiB buffer, %llu with it", d->label,
+                  (unsigned long long)before, (unsigned long long)during);
+}

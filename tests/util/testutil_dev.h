@@ -16,5 +16,9 @@ void tu_dev_record_replay(rt_device *d);
 void tu_dev_host_buffers(rt_device *d);
 /* views of a buffer: kernels, uploads and downloads through them, bad views refused. */
 void tu_dev_views(rt_device *d);
+/* The device's free memory, where its backend can tell: within the memory the probe saw,
+ * and (strict: a driver that counts allocations exactly, CUDA's) down by most of a 256 MiB
+ * buffer while it is held. */
+void tu_dev_free_memory(rt_device *d, bool strict);
 
 #endif
