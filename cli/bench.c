@@ -72,6 +72,8 @@ typedef struct device_result {
     uint32_t n_ctx;
     uint32_t n_block; /* a GPU plan's prompt tokens per prefill block (0: the oracle) */
     uint64_t weight_bytes; /* what the weights take on a GPU (plan_weight_bytes; 0: the oracle) */
+    bool cache;              /* an expert cache: only part of the experts on the device */
+    engine_expert_stats xs;  /* its counters after the tests */
     double load_s, ttft_s;
     bool measured;
     measure_result meas;
@@ -279,7 +281,8 @@ static double decode_bytes(const model_facts *f, double w, uint32_t n) {
 
 static void set_floors(device_result *d, const model_facts *f) {
     double w = d->weight_bytes ? (double)d->weight_bytes : 2.0 * (double)f->params;
-    for (uint32_t i = 0; i < d->n_tests && d->measured; i++) {
+    /* an expert cache: part of the weights on the device, the rest on the host; no floor */
+    for (uint32_t i = 0; i < d->n_tests && d->measured && !d->cache; i++) {
         test_result *t = &d->tests[i];
         t->floor_bound = "memory";
         t->floor_tps = t->prefill ? measure_prefill_floor(&d->meas, t->n, prefill_bytes(f, w, t->n),
@@ -439,6 +442,7 @@ static int bench_device(const bench_opts *o, const char *label, device_result *d
     }
     d->ttft_s = clock_now_s() - t0;
     if ((rc = run_tests(&r, o, d))) goto out;
+    d->cache = engine_expert_stats_of(r.e, &d->xs);
     engine_destroy(r.e);
     r.e = NULL;
     if (mo.dev) {
@@ -494,6 +498,14 @@ static void print_md(const bench_opts *o, const model_facts *f, const device_res
         printf("| %s | %s | %s | %.3f | %.3f | %s | %s | %s | %s |\n", d[i].label, md_cell(d[i].name, a, sizeof a),
                md_cell(d[i].driver, b, sizeof b), d[i].load_s, d[i].ttft_s, wb, bw, pk, mx);
     }
+    for (uint32_t i = 0; i < nd; i++)
+        if (d[i].cache)
+            printf("\n%s: expert cache of %u of %u experts a layer on the device; %.1f%% of %llu choices on it, the "
+                   "rest on the host; %llu experts swapped in, %llu resizes (no floor: the host's part has none)\n",
+                   d[i].label, d[i].xs.slots, d[i].xs.experts,
+                   d[i].xs.hits + d[i].xs.misses ? 100.0 * d[i].xs.hits / (d[i].xs.hits + d[i].xs.misses) : 0.0,
+                   (unsigned long long)(d[i].xs.hits + d[i].xs.misses), (unsigned long long)d[i].xs.swaps,
+                   (unsigned long long)d[i].xs.resizes);
     printf("\n| model | device | test | t/s | warm-up t/s | fraction of floor |\n");
     printf("| --- | --- | --- | ---: | ---: | ---: |\n");
     for (uint32_t i = 0; i < nd; i++)
@@ -544,11 +556,17 @@ static json_t *json_measure(const device_result *d) {
 static json_t *json_device(const bench_opts *o, const device_result *d) {
     json_t *tests = json_array();
     for (uint32_t i = 0; i < d->n_tests; i++) json_array_append_new(tests, json_test(&d->tests[i], o->reps));
-    return json_pack("{s:s,s:o,s:o,s:o,s:o,s:I,s:o,s:o,s:f,s:f,s:o,s:o}", "device", d->label, "name",
+    json_t *xs = d->cache ? json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "slots", (json_int_t)d->xs.slots, "experts",
+                                      (json_int_t)d->xs.experts, "hits", (json_int_t)d->xs.hits, "misses",
+                                      (json_int_t)d->xs.misses, "swaps", (json_int_t)d->xs.swaps, "resizes",
+                                      (json_int_t)d->xs.resizes)
+                          : json_null();
+    return json_pack("{s:s,s:o,s:o,s:o,s:o,s:I,s:o,s:o,s:o,s:f,s:f,s:o,s:o}", "device", d->label, "name",
                      json_text(d->name), "driver", d->gpu ? json_text(d->driver) : json_null(), "engine",
                      json_text(d->engine), "caps", d->gpu && o->mo.caps ? json_text(o->mo.caps) : json_null(), "n_ctx",
                      (json_int_t)d->n_ctx, "n_block", d->gpu ? json_integer(d->n_block) : json_null(), "weight_bytes",
-                     d->gpu ? json_integer((json_int_t)d->weight_bytes) : json_null(), "load_s", d->load_s, "ttft_s",
+                     d->gpu ? json_integer((json_int_t)d->weight_bytes) : json_null(), "expert_cache", xs, "load_s",
+                     d->load_s, "ttft_s",
                      d->ttft_s, "measured", json_measure(d), "tests", tests);
 }
 
