@@ -439,7 +439,8 @@ Test(cli, grammar_on_the_gpu_as_on_the_oracle, .timeout = 240) {
 
 /* --mem-limit: byte counts with units, bad ones refused as usage errors; a model past the
  * limit refused by name on a GPU device (the context halved first, as for the device's
- * own memory), one within it running. */
+ * own memory), one within it running, one whose experts do not all fit running with an
+ * expert cache (its slots and hit rate printed). */
 Test(cli, mem_limit) {
     const char *path = tu_data_file("models/qwen3moe-tiny.gguf");
     const char *bad[] = {"0", "x", "2x", "-1", "1.5GiB", "99999999999T", ""};
@@ -452,4 +453,8 @@ Test(cli, mem_limit) {
     cr_assert(strstr(err, "--mem-limit allows"), "stderr: %s", err);
     rc = RUN("run", path, "-p", "hi", "-n", "2", "--device", "vulkan:0", "--mem-limit", "1GiB");
     cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+    cr_assert_null(strstr(err, "expert cache"), "stderr: %s", err);
+    rc = RUN("run", path, "-p", "hi", "-n", "8", "--device", "vulkan:0", "--ctx", "256", "--mem-limit", "2600000");
+    cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+    cr_assert(strstr(err, "expert cache: 1 of 8 experts a layer on the device"), "stderr: %s", err);
 }
