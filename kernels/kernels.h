@@ -223,11 +223,11 @@ ir_kernel *kn_moe_combine(const rt_caps *c, uint32_t n_embd, uint32_t k_used, ui
 /* The experts' products on block-quantized experts (moe_q.c; kn_quant.h's planes of the
  * [n_expert x rows x cols] tensors, u32 words): kn_moe_gate_up_q (gate of type qg, up of
  * qu), kn_moe_down_q (down of qd), kn_moe_gate_up_g_q and kn_moe_down_g_q take the same
- * buffers, grids and rounding as their 16-bit kernels (not the cache's variants). */
+ * buffers, grids, rounding and cached variants as their 16-bit kernels. */
 ir_kernel *kn_moe_gate_up_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
-                            kn_qtype qg, kn_qtype qu, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
+                            kn_qtype qg, kn_qtype qu, ir_scalar dtype, bool cached, uint32_t *groups_x, kiln_err *err);
 ir_kernel *kn_moe_down_q(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
-                         kn_qtype qd, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
+                         kn_qtype qd, ir_scalar dtype, bool cached, uint32_t *groups_x, kiln_err *err);
 ir_kernel *kn_moe_gate_up_g_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
                               uint32_t nb, kn_qtype qg, kn_qtype qu, ir_scalar dtype, uint32_t *groups_x,
                               kiln_err *err);

@@ -47,10 +47,12 @@ static void stage(kx k, const qshape *q, ir_shm hx, ir_buf x, ir_val x0, uint32_
     kx_barrier(k);
 }
 
+/* n_expert: the cache's slots where cached (fewer than a token's choices is fine then) */
 static int layouts(const char *who, const rt_caps *c, ir_scalar dtype, const kn_qtype *qt, uint32_t n_qt,
-                   uint32_t rows, uint32_t cols, uint32_t n_expert, uint32_t k_used, kn_qlayout *L, kiln_err *err) {
+                   uint32_t rows, uint32_t cols, uint32_t n_expert, uint32_t k_used, bool cached, kn_qlayout *L,
+                   kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return -1;
-    if (!n_expert || !k_used || k_used > n_expert || k_used > 64 || (uint64_t)n_expert * rows > UINT32_MAX ||
+    if (!n_expert || !k_used || (k_used > n_expert && !cached) || k_used > 64 || (uint64_t)n_expert * rows > UINT32_MAX ||
         (uint64_t)n_expert * rows * cols > UINT32_MAX || cols * 4ull + 1024 > c->shared_bytes)
         return kiln_fail(err, KILN_ERR_INVALID, "%s: %u experts of %u x %u, %u a token (u32 indices, a row in %u bytes)",
                          who, n_expert, rows, cols, k_used, c->shared_bytes),
@@ -61,9 +63,9 @@ static int layouts(const char *who, const rt_caps *c, ir_scalar dtype, const kn_
 }
 
 ir_kernel *kn_moe_gate_up_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
-                            kn_qtype qg, kn_qtype qu, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+                            kn_qtype qg, kn_qtype qu, ir_scalar dtype, bool cached, uint32_t *groups_x, kiln_err *err) {
     kn_qlayout L[2];
-    if (layouts("kn_moe_gate_up_q", c, dtype, (kn_qtype[]){qg, qu}, 2, n_ff, n_embd, n_expert, k_used, L, err))
+    if (layouts("kn_moe_gate_up_q", c, dtype, (kn_qtype[]){qg, qu}, 2, n_ff, n_embd, n_expert, k_used, cached, L, err))
         return NULL;
     kx k = {kn_create("kn_moe_gate_up_q", err), c};
     if (!k.ir) return NULL;
@@ -78,8 +80,10 @@ ir_kernel *kn_moe_gate_up_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, ui
     ir_val r = kx_add(k, kx_mul_c(k, kx_rem_c(k, gx, groups_r), q.rows), row_in_group(k, &q));
     ir_shm hx = kx_shared(k, "hx", IR_F32, n_embd);
     stage(k, &q, hx, h, kx_mul_c(k, t, n_embd), n_embd);
-    ir_val cj = kx_add(k, kx_mul_c(k, t, k_used), j);
-    ir_val ex = kx_min_c(k, kx_load(k, sel, cj, 1), n_expert - 1);
+    ir_val cj = kx_add(k, kx_mul_c(k, t, k_used), j), sl = kx_load(k, sel, cj, 1);
+    /* cached: a miss is the host's (uniform over the workgroup: one choice) */
+    ir_if *hit = cached ? kx_if(k, kx_ne(k, sl, kx_u32(k, KN_MOE_MISS))) : NULL;
+    ir_val ex = kx_min_c(k, sl, n_expert - 1);
     ir_val row = kx_add(k, kx_mul_c(k, ex, n_ff), kx_min_c(k, r, n_ff - 1)), acc[2], lane = lane_of(k, &q);
     kn_q_row rr[2] = {{&L[0], wg_, row}, {&L[1], wu, row}};
     kn_q_rows_dot(k, rr, 2, h, hx, lane, q.lanes, UNROLL, acc);
@@ -87,14 +91,15 @@ ir_kernel *kn_moe_gate_up_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, ui
     ir_if *st = kx_if(k, kx_and(k, kx_eq_c(k, lane, 0), kx_lt_c(k, r, n_ff)));
     kn_mv_store_row(k, KN_EPI_SWIGLU, act, 0, 0, kx_add(k, kx_mul_c(k, cj, n_ff), r), g, u, dtype, dtype);
     kx_end_if(k, st);
+    if (hit) kx_end_if(k, hit);
     if (groups_x) *groups_x = groups_r * k_used;
     return kn_finish(k.ir, err);
 }
 
 ir_kernel *kn_moe_down_q(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
-                         kn_qtype qd, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+                         kn_qtype qd, ir_scalar dtype, bool cached, uint32_t *groups_x, kiln_err *err) {
     kn_qlayout L;
-    if (layouts("kn_moe_down_q", c, dtype, &qd, 1, n_embd, n_ff, n_expert, k_used, &L, err)) return NULL;
+    if (layouts("kn_moe_down_q", c, dtype, &qd, 1, n_embd, n_ff, n_expert, k_used, cached, &L, err)) return NULL;
     kx k = {kn_create("kn_moe_down_q", err), c};
     if (!k.ir) return NULL;
     ir_buf act = kx_buffer_per_group(k, "act", dtype, IR_READ, 1, (uint64_t)k_used * n_ff);
@@ -103,6 +108,7 @@ ir_kernel *kn_moe_down_q(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint3
     ir_buf wt = kx_buffer_per_group(k, "wt", IR_F32, IR_READ, 1, k_used);
     ir_buf res = kx_buffer_per_group(k, "res", dtype, IR_READ, 1, n_embd);
     ir_buf y = kx_buffer_per_group(k, "y", dtype, IR_WRITE, 1, n_embd);
+    ir_buf miss = cached ? kx_buffer_per_group(k, "miss", dtype, IR_READ, 1, (uint64_t)k_used * n_embd) : (ir_buf){0};
     qshape q = shape_of(k);
     ir_val t = kx_group(k, 1), r = kx_add(k, kx_group_times(k, 0, q.rows), row_in_group(k, &q)), lane = lane_of(k, &q);
     ir_shm ax = kx_shared(k, "ax", IR_F32, n_ff);
@@ -111,12 +117,22 @@ ir_kernel *kn_moe_down_q(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint3
         ir_val cj = kx_add_c(k, kx_mul_c(k, t, k_used), j), acc;
         if (j) kx_barrier(k); /* every row done with the last choice's staged row */
         stage(k, &q, ax, act, kx_mul_c(k, cj, n_ff), n_ff);
-        ir_val ex = kx_min_c(k, kx_load(k, sel, cj, 1), n_expert - 1);
+        ir_val sl = kx_load(k, sel, cj, 1);
+        /* cached: a miss's product is the host's (uniform over the workgroup: one choice) */
+        ir_if *hit = cached ? ir_if_begin(k.ir, kx_ne(k, sl, kx_u32(k, KN_MOE_MISS)), 1) : NULL;
+        ir_val ex = kx_min_c(k, sl, n_expert - 1);
         kn_q_row rr = {&L, wd, kx_add(k, kx_mul_c(k, ex, n_embd), kx_min_c(k, r, n_embd - 1))};
         kn_q_rows_dot(k, &rr, 1, act, ax, lane, q.lanes, UNROLL, &acc);
         char name[24];
         snprintf(name, sizeof name, "sum_down%u", j);
         ir_val s = kx_as(k, kx_as(k, reduce(k, &q, acc, name), dtype), IR_F32);
+        if (hit) {
+            ir_if_else(k.ir, hit, &s);
+            ir_val m = kx_as(k, kx_load(k, miss, kx_add(k, kx_mul_c(k, cj, n_embd), kx_min_c(k, r, n_embd - 1)), 1),
+                             IR_F32);
+            ir_if_end(k.ir, hit, &m);
+            s = ir_if_result(hit, 0);
+        }
         ir_val p = kx_mul(k, kx_load(k, wt, cj, 1), s);
         o = j ? kx_add(k, o, p) : p;
     }
@@ -146,7 +162,7 @@ ir_kernel *kn_moe_gate_up_g_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, 
                               uint32_t nb, kn_qtype qg, kn_qtype qu, ir_scalar dtype, uint32_t *groups_x,
                               kiln_err *err) {
     kn_qlayout L[2];
-    if (layouts("kn_moe_gate_up_g_q", c, dtype, (kn_qtype[]){qg, qu}, 2, n_ff, n_embd, n_expert, k_used, L, err))
+    if (layouts("kn_moe_gate_up_g_q", c, dtype, (kn_qtype[]){qg, qu}, 2, n_ff, n_embd, n_expert, k_used, true, L, err))
         return NULL;
     if (!nb || (uint64_t)nb * k_used * (n_ff > n_embd ? n_ff : n_embd) > UINT32_MAX)
         return kiln_fail(err, KILN_ERR_INVALID, "kn_moe_gate_up_g_q: a block of %u tokens", nb), NULL;
@@ -179,7 +195,7 @@ ir_kernel *kn_moe_gate_up_g_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, 
 ir_kernel *kn_moe_down_g_q(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
                            uint32_t nb, kn_qtype qd, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
     kn_qlayout L;
-    if (layouts("kn_moe_down_g_q", c, dtype, &qd, 1, n_embd, n_ff, n_expert, k_used, &L, err)) return NULL;
+    if (layouts("kn_moe_down_g_q", c, dtype, &qd, 1, n_embd, n_ff, n_expert, k_used, true, &L, err)) return NULL;
     if (!nb || (uint64_t)nb * k_used * (n_ff > n_embd ? n_ff : n_embd) > UINT32_MAX)
         return kiln_fail(err, KILN_ERR_INVALID, "kn_moe_down_g_q: a block of %u tokens", nb), NULL;
     kx k = {kn_create("kn_moe_down_g_q", err), c};

@@ -115,6 +115,7 @@ typedef struct plan_layer {
 typedef struct plan_qvar {
     int role;
     uint32_t nb;
+    uint32_t slots; /* the expert cache's slots it was built for (plan_shape.moe_slots) */
     int8_t qt[KN_Q_PARTS];
     rt_kernel *k;
     plan_sig sig;

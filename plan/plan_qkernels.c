@@ -8,6 +8,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The rows of an experts' tensor on the device: every expert's, or the cache's slots'. */
+static uint32_t moe_rows(const plan_shape *s, uint32_t rows) {
+    return (s->moe_slots ? s->moe_slots : s->hp.n_expert) * rows;
+}
+
 /* The parts of role i's weight for types qt: q, k and v for the qkv products; gate and
  * up for decode's SwiGLU product; one part elsewhere. */
 static uint32_t parts_of(const plan_shape *s, int i, const int8_t *qt, kn_qpart *parts) {
@@ -28,10 +33,10 @@ static uint32_t parts_of(const plan_shape *s, int i, const int8_t *qt, kn_qpart 
     case K_MM_FF: parts[0] = (kn_qpart){(kn_qtype)qt[0], ff}; return 1;
     /* the experts' 3-D tensors, every expert's rows */
     case K_MOE_GATE_UP: case K_MOE_GATE_UP_G:
-        parts[0] = (kn_qpart){(kn_qtype)qt[0], s->hp.n_expert * s->hp.n_ff_exp};
-        parts[1] = (kn_qpart){(kn_qtype)qt[1], s->hp.n_expert * s->hp.n_ff_exp};
+        parts[0] = (kn_qpart){(kn_qtype)qt[0], moe_rows(s, s->hp.n_ff_exp)};
+        parts[1] = (kn_qpart){(kn_qtype)qt[1], moe_rows(s, s->hp.n_ff_exp)};
         return 2;
-    case K_MOE_DOWN: case K_MOE_DOWN_G: parts[0] = (kn_qpart){(kn_qtype)qt[0], s->hp.n_expert * d}; return 1;
+    case K_MOE_DOWN: case K_MOE_DOWN_G: parts[0] = (kn_qpart){(kn_qtype)qt[0], moe_rows(s, d)}; return 1;
     default: parts[0] = (kn_qpart){(kn_qtype)qt[0], s->hp.n_vocab}; return 1; /* the logits heads */
     }
 }
@@ -44,6 +49,9 @@ ir_kernel *plan_build_qkernel(const plan_shape *s, const rt_caps *c, int i, cons
     kn_qpart parts[KN_Q_PARTS];
     uint32_t np = parts_of(s, i, qt, parts);
     unsigned bias = s->bias ? KN_EPI_BIAS : 0, fault = s->fault_logits ? KN_EPI_FAULT : KN_EPI_NONE;
+    /* the experts' products over the cache's slots where experts are cached */
+    bool cached = s->moe_slots > 0;
+    uint32_t n_exp = cached ? s->moe_slots : hp->n_expert;
     g[0] = g[1] = 1;
     /* the decode products fuse the norm before them where the plan does (plan_can_fuse_norm) */
 #define MV(cols, out, epi)                                                                                            \
@@ -65,16 +73,15 @@ ir_kernel *plan_build_qkernel(const plan_shape *s, const rt_caps *c, int i, cons
     case K_MV_DN_OUT: return MV(s->dn_v_dim, dt, KN_EPI_RESIDUAL);
     case K_MM_DN_OUT: return kn_matmul_q(c, parts, np, s->dn_v_dim, nb, dt, KN_EPI_RESIDUAL, g, err);
     case K_MOE_GATE_UP:
-        return kn_moe_gate_up_q(c, d, hp->n_ff_exp, hp->n_expert, hp->n_expert_used, (kn_qtype)qt[0], (kn_qtype)qt[1],
-                                dt, &g[0], err);
+        return kn_moe_gate_up_q(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, (kn_qtype)qt[0], (kn_qtype)qt[1], dt,
+                                cached, &g[0], err);
     case K_MOE_DOWN:
-        return kn_moe_down_q(c, hp->n_ff_exp, d, hp->n_expert, hp->n_expert_used, (kn_qtype)qt[0], dt, &g[0], err);
+        return kn_moe_down_q(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, (kn_qtype)qt[0], dt, cached, &g[0], err);
     case K_MOE_GATE_UP_G:
-        return kn_moe_gate_up_g_q(c, d, hp->n_ff_exp, hp->n_expert, hp->n_expert_used, nb, (kn_qtype)qt[0],
-                                  (kn_qtype)qt[1], dt, &g[0], err);
+        return kn_moe_gate_up_g_q(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, nb, (kn_qtype)qt[0], (kn_qtype)qt[1],
+                                  dt, &g[0], err);
     case K_MOE_DOWN_G:
-        return kn_moe_down_g_q(c, hp->n_ff_exp, d, hp->n_expert, hp->n_expert_used, nb, (kn_qtype)qt[0], dt, &g[0],
-                               err);
+        return kn_moe_down_g_q(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, nb, (kn_qtype)qt[0], dt, &g[0], err);
     }
 #undef MV
     kiln_fail(err, KILN_ERR_INTERNAL, "no quantized kernel for the role %s", plan_role[i]);
@@ -84,7 +91,7 @@ ir_kernel *plan_build_qkernel(const plan_shape *s, const rt_caps *c, int i, cons
 const plan_qvar *plan_qvariant(plan_engine *p, int i, uint32_t nb, const int8_t qt[KN_Q_PARTS], kiln_err *err) {
     for (uint32_t j = 0; j < p->n_qvar; j++) {
         const plan_qvar *v = &p->qvar[j];
-        if (v->role == i && v->nb == nb && !memcmp(v->qt, qt, KN_Q_PARTS)) return v;
+        if (v->role == i && v->nb == nb && v->slots == p->s.moe_slots && !memcmp(v->qt, qt, KN_Q_PARTS)) return v;
     }
     if (p->n_qvar == p->cap_qvar) {
         uint32_t cap = p->cap_qvar ? 2 * p->cap_qvar : 16;
@@ -94,7 +101,7 @@ const plan_qvar *plan_qvariant(plan_engine *p, int i, uint32_t nb, const int8_t 
     }
     plan_qvar *v = &p->qvar[p->n_qvar];
     memset(v, 0, sizeof *v);
-    v->role = i, v->nb = nb;
+    v->role = i, v->nb = nb, v->slots = p->s.moe_slots;
     memcpy(v->qt, qt, KN_Q_PARTS);
     plan_shape s = p->s;
     if (nb) s.n_block = nb;
@@ -111,7 +118,7 @@ const plan_qvar *plan_qvariant(plan_engine *p, int i, uint32_t nb, const int8_t 
         if (!kn_qlayout_of(parts[j].type, parts[j].rows, cols, &L, NULL)) v->wbytes += L.words * 4;
     }
     if (moe && i != K_MOE_GATE_UP_G && i != K_MOE_DOWN_G) /* a token's experts only */
-        v->wbytes = v->wbytes / s.hp.n_expert * s.hp.n_expert_used;
+        v->wbytes = v->wbytes / (s.moe_slots ? s.moe_slots : s.hp.n_expert) * s.hp.n_expert_used;
     p->n_qvar++;
     return v;
 }

@@ -45,13 +45,17 @@ uint8_t *tu_rand_blocks(uint32_t gt, uint64_t n_blocks) {
 }
 
 tu_qmat tu_qmat_make(kn_qtype q, uint32_t rows, uint32_t cols) {
+    const gguf_type_info *ti = gguf_type_info_of(tu_qtypes[q]);
+    return tu_qmat_from_blocks(q, rows, cols, tu_rand_blocks(tu_qtypes[q], (uint64_t)rows * cols / ti->block));
+}
+
+tu_qmat tu_qmat_from_blocks(kn_qtype q, uint32_t rows, uint32_t cols, uint8_t *blocks) {
     tu_qmat m;
     kiln_err err = {0};
     uint32_t gt = tu_qtypes[q];
-    const gguf_type_info *ti = gguf_type_info_of(gt);
     cr_assert_eq(kn_qlayout_of(q, rows, cols, &m.L, &err), 0, "%s", err.msg);
     uint64_t n = (uint64_t)rows * cols;
-    m.blocks = tu_rand_blocks(gt, n / ti->block);
+    m.blocks = blocks;
     m.w = malloc(n * 4);
     cr_assert_eq(gguf_decode_f32(gt, m.blocks, m.w, n), 0);
     m.words = calloc(m.L.words, 4);

@@ -23,6 +23,8 @@ typedef struct tu_qmat {
 } tu_qmat;
 
 tu_qmat tu_qmat_make(kn_qtype q, uint32_t rows, uint32_t cols);
+/* The same of the given blocks (malloc'ed, rows x cols of q's ggml type; the matrix owns them). */
+tu_qmat tu_qmat_from_blocks(kn_qtype q, uint32_t rows, uint32_t cols, uint8_t *blocks);
 void tu_qmat_free(tu_qmat *m);
 /* The exact dot product of m's row r with x (f32 values), and its tolerance against a
  * kernel's: sub-blocks summed as s * sum(q x) + m * sum(x), each of the 2n + few terms
