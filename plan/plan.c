@@ -481,7 +481,7 @@ engine *plan_create_slots(const model *m, rt_device *d, uint32_t dtype, uint32_t
                          "%s: the model's experts do not all fit, and an expert cache serves one slot (try --parallel 1)",
                          d->label),
                NULL;
-    if (cache) s.moe_slots = 1;
+    if (cache) s.moe_slots = 1, s.moe_blocks = plan_moe_blocks_ok(m);
     plan_shape first = s;
     for (;;) {
         /* no --ctx: the model's context, halved until it fits (down to 256 positions) */

@@ -61,6 +61,7 @@ typedef struct plan_shape {
     /* qwen3moe where not every expert fits: the device cache's experts a layer (slots;
      * plan_moe_cache.c), the others computed by the host. 0: every expert on the device */
     uint32_t moe_slots;
+    bool moe_blocks; /* the cache's slots hold the experts in their quantized blocks (else 16 bits) */
 } plan_shape;
 
 typedef struct plan_layer {
@@ -365,6 +366,9 @@ int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err);
  * most n_expert - 1; 0 where every expert fits. held: the bytes the plan holds on the
  * device now (0 before it allocates). */
 uint32_t plan_moe_slots_fit(const model *m, const plan_shape *s, const rt_device *d, uint64_t held);
+/* Whether a cache of m's experts can hold them in their blocks: every layer's kept so
+ * (model_layer.q_exps) and one expert's rows whole words of every plane. */
+bool plan_moe_blocks_ok(const model *m);
 /* The cache's state for the plan (its weight buffers are uploaded by plan_moe_upload). */
 int plan_moe_cache_init(plan_engine *p, kiln_err *err);
 void plan_moe_cache_free(plan_engine *p);
@@ -387,10 +391,11 @@ int plan_moe_host_init(plan_moe_host *mh, const arch_hparams *hp, uint32_t n_blo
 void plan_moe_host_free(plan_moe_host *mh);
 /* The n_miss misses (choice c = t k + j of expert e: choice[i], expert[i]) of layer ml for
  * the block's n normed inputs h (the plan's 16-bit type): each one's rounded product into
- * out[c][0..n_embd). 0, or -1 with err. */
-int plan_moe_host_run(plan_moe_host *mh, const model_layer *ml, const arch_hparams *hp, bool bf16, const uint16_t *h,
-                      uint32_t n, const uint32_t *choice, const uint32_t *expert, uint32_t n_miss, uint16_t *out,
-                      kiln_err *err);
+ * out[c][0..n_embd), the weights as the device holds them (exact: a quantized file's
+ * dequantized f32 values, else rounded to the plan's 16-bit type). 0, or -1 with err. */
+int plan_moe_host_run(plan_moe_host *mh, const model_layer *ml, const arch_hparams *hp, bool bf16, bool exact,
+                      const uint16_t *h, uint32_t n, const uint32_t *choice, const uint32_t *expert, uint32_t n_miss,
+                      uint16_t *out, kiln_err *err);
 /* Every recording released and the launches dropped (plan.c). */
 void plan_release_recordings(plan_engine *p);
 /* The launches and recordings of the decode step, the full block and the smaller blocks

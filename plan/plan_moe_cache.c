@@ -21,6 +21,7 @@
 #include "base/error.h"
 #include "gguf/half.h"
 #include "plan/plan_internal.h"
+#include "plan/plan_quant.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,8 @@ struct plan_moe_cache {
     /* the two ways a missing expert can go, as measured: seconds to upload one, seconds of
      * the host's a choice (both 0 until measured) */
     double upload_s, host_s;
+    uint32_t *pack; /* blocks: one expert's planes (the largest matrix's words) */
+    uint64_t pack_words;
     engine_expert_stats st;
     plan_moe_host host;
 };
@@ -80,8 +83,10 @@ uint32_t plan_moe_slots_fit(const model *m, const plan_shape *s0, const rt_devic
     uint64_t margin, have = room(d, held, &margin), all = plan_bytes_of(m, &s, d);
     if (d->caps.memory_limited ? all <= have : all + margin <= have) return 0;
     s.moe_slots = 1;
-    uint64_t one = plan_bytes_of(m, &s, d), per = (uint64_t)s.hp.n_layer * expert_bytes(&s);
-    if (one + margin > have) return 1; /* plan_check_fit says what does not fit */
+    uint64_t one = plan_bytes_of(m, &s, d);
+    s.moe_slots = 2;
+    uint64_t per = plan_bytes_of(m, &s, d) - one; /* a slot in every layer: 16 bits or blocks */
+    if (one + margin > have || !per) return 1; /* plan_check_fit says what does not fit */
     uint64_t n = 1 + (have - margin - one) / per;
     if (d->caps.max_buffer_bytes) { /* a layer's slots in one buffer a matrix */
         uint64_t most = d->caps.max_buffer_bytes / (expert_bytes(&s) / 3);
@@ -126,9 +131,73 @@ void plan_moe_cache_free(plan_engine *p) {
     plan_moe_host_free(&mc->host);
     free(mc->slot_of), free(mc->held), free(mc->score), free(mc->sel), free(mc->csel), free(mc->choice);
     free(mc->expert), free(mc->h), free(mc->out), free(mc->cut), free(mc->cut_layer), free(mc->cut_kind);
-    free(mc->up), free(mc->count), free(mc->on_device);
+    free(mc->up), free(mc->count), free(mc->on_device), free(mc->pack);
     free(mc);
     p->mc = NULL;
+}
+
+/* The words each plane (lo, hi, d, dm, sc, mn: kn_quant.h) of rows x cols elements of
+ * type q takes, or false where one is not whole words (two experts would share a word). */
+static bool plane_words(kn_qtype q, uint64_t rows, uint64_t cols, uint64_t w[6]) {
+    const kn_qformat *f = kn_qformat_of(q);
+    uint64_t e = rows * cols, units = e / f->unit, subs = e / f->sub;
+    uint64_t bits[6] = {e * f->lo_bits,        e * f->hi_bits, units * 16, f->has_min ? units * 16 : 0,
+                        f->k_quant ? subs * 8 : 0, f->k_quant && f->has_min ? subs * 8 : 0};
+    for (int i = 0; i < 6; i++) {
+        if (bits[i] % 32) return false;
+        w[i] = bits[i] / 32;
+    }
+    return true;
+}
+
+static const uint64_t *plane_at(const kn_qlayout *L, int i) {
+    const uint64_t *at[6] = {&L->lo, &L->hi, &L->d, &L->dm, &L->sc, &L->mn};
+    return at[i];
+}
+
+/* An expert's matrix of t (rows x cols each) as the cache's slots hold it. */
+static bool matrix_blocks_ok(const gguf_tensor *t, uint64_t rows) {
+    uint64_t w[6];
+    int q = plan_qtype(t->type);
+    return q >= 0 && plane_words((kn_qtype)q, rows, t->ne[0], w);
+}
+
+bool plan_moe_blocks_ok(const model *m) {
+    const arch_hparams *hp = &m->hp;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const model_layer *ml = &m->layers[l];
+        if (!ml->q_exps || !matrix_blocks_ok(ml->ffn_gate_exps, hp->n_ff_exp) ||
+            !matrix_blocks_ok(ml->ffn_up_exps, hp->n_ff_exp) || !matrix_blocks_ok(ml->ffn_down_exps, hp->n_embd))
+            return false;
+    }
+    return hp->n_layer > 0;
+}
+
+/* Rows [r0, r0 + rows) of t (one expert's matrix) into slot s of b (the cache's planes of
+ * `slots` experts), in blocks: packed into one expert's planes, each plane's words then
+ * uploaded to its place in b's. */
+static int fill_blocks(plan_engine *p, rt_buffer *b, uint32_t slots, uint32_t s, const gguf_tensor *t, uint64_t r0,
+                       uint32_t rows, kiln_err *err) {
+    plan_moe_cache *mc = p->mc;
+    kn_qtype q = (kn_qtype)plan_qtype(t->type);
+    kn_qlayout Le, Lc;
+    uint64_t w[6];
+    if (kn_qlayout_of(q, rows, (uint32_t)t->ne[0], &Le, err) ||
+        kn_qlayout_of(q, slots * rows, (uint32_t)t->ne[0], &Lc, err))
+        return -1;
+    if (!plane_words(q, rows, t->ne[0], w)) return kiln_fail(err, KILN_ERR_INTERNAL, "'%s': an expert's planes", t->name);
+    if (Le.words > mc->pack_words) {
+        free(mc->pack);
+        mc->pack_words = (mc->pack = malloc(Le.words * 4)) ? Le.words : 0;
+        if (!mc->pack) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+    }
+    memset(mc->pack, 0, Le.words * 4);
+    if (plan_quant_pack(t, r0, rows, &Le, 0, mc->pack, err)) return -1;
+    for (int i = 0; i < 6; i++)
+        if (w[i] && p->d->ops->upload(p->d, b, (*plane_at(&Lc, i) + s * w[i]) * 4, mc->pack + *plane_at(&Le, i),
+                                      w[i] * 4, err))
+            return -1;
+    return 0;
 }
 
 /* Expert e of layer l into slot s (the map follows). */
@@ -137,10 +206,15 @@ static int fill(plan_engine *p, uint32_t l, uint32_t s, uint32_t e, kiln_err *er
     const model_layer *ml = &p->m->layers[l];
     plan_layer *L = &p->L[l];
     uint64_t f = p->s.hp.n_ff_exp, d = p->s.hp.n_embd, at = (uint64_t)s * f * d;
+    uint32_t slots = p->s.moe_slots;
     double t0 = clock_now_s();
-    if (plan_upload_rows(p, L->gate_exps, at, ml->ffn_gate_exps, (uint64_t)e * f, f, err) ||
-        plan_upload_rows(p, L->up_exps, at, ml->ffn_up_exps, (uint64_t)e * f, f, err) ||
-        plan_upload_rows(p, L->down_exps, at, ml->ffn_down_exps, (uint64_t)e * d, d, err))
+    if (p->s.moe_blocks
+            ? fill_blocks(p, L->gate_exps, slots, s, ml->ffn_gate_exps, (uint64_t)e * f, (uint32_t)f, err) ||
+                  fill_blocks(p, L->up_exps, slots, s, ml->ffn_up_exps, (uint64_t)e * f, (uint32_t)f, err) ||
+                  fill_blocks(p, L->down_exps, slots, s, ml->ffn_down_exps, (uint64_t)e * d, (uint32_t)d, err)
+            : plan_upload_rows(p, L->gate_exps, at, ml->ffn_gate_exps, (uint64_t)e * f, f, err) ||
+                  plan_upload_rows(p, L->up_exps, at, ml->ffn_up_exps, (uint64_t)e * f, f, err) ||
+                  plan_upload_rows(p, L->down_exps, at, ml->ffn_down_exps, (uint64_t)e * d, d, err))
         return -1;
     double t = clock_now_s() - t0; /* the upload's cost, a running mean */
     mc->upload_s = mc->upload_s > 0 ? 0.8 * mc->upload_s + 0.2 * t : t;
@@ -155,10 +229,21 @@ int plan_moe_upload(plan_engine *p, uint32_t l, kiln_err *err) {
     plan_moe_cache *mc = p->mc;
     uint32_t slots = p->s.moe_slots, ne = mc->ne;
     plan_layer *L = &p->L[l];
-    size_t matrix = (size_t)slots * p->s.hp.n_ff_exp * p->s.hp.n_embd * 2;
-    if (!(L->gate_exps = plan_alloc(p, matrix, err)) || !(L->up_exps = plan_alloc(p, matrix, err)) ||
-        !(L->down_exps = plan_alloc(p, matrix, err)))
-        return -1;
+    const model_layer *ml = &p->m->layers[l];
+    const gguf_tensor *t[3] = {ml->ffn_gate_exps, ml->ffn_up_exps, ml->ffn_down_exps};
+    rt_buffer **b[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    for (int i = 0; i < 3; i++) { /* 16 bits, or the slots' planes in the file's types */
+        size_t bytes = (size_t)slots * p->s.hp.n_ff_exp * p->s.hp.n_embd * 2;
+        L->qt_exps[i] = -1;
+        if (p->s.moe_blocks) {
+            kn_qlayout Lc;
+            L->qt_exps[i] = (int8_t)plan_qtype(t[i]->type);
+            if (kn_qlayout_of((kn_qtype)L->qt_exps[i], slots * (uint32_t)(t[i]->ne[1]), (uint32_t)t[i]->ne[0], &Lc, err))
+                return -1;
+            bytes = Lc.words * 4;
+        }
+        if (!(*b[i] = plan_alloc(p, bytes, err))) return -1;
+    }
     float *sc = mc->score + (size_t)l * ne;
     for (uint32_t e = 0; e < ne; e++) mc->slot_of[(size_t)l * ne + e] = -1;
     for (uint32_t s = 0; s < ne; s++) mc->held[(size_t)l * ne + s] = -1;
@@ -230,8 +315,8 @@ static int host_misses(plan_engine *p, uint32_t l, uint32_t n, uint32_t n_miss, 
     size_t row = (size_t)hp->n_embd * 2;
     double t0 = clock_now_s();
     if (d->ops->download(d, p->h, 0, mc->h, n * row, err) ||
-        plan_moe_host_run(&mc->host, &p->m->layers[l], hp, p->s.dt == IR_BF16, mc->h, n, mc->choice, mc->expert,
-                          n_miss, mc->out, err))
+        plan_moe_host_run(&mc->host, &p->m->layers[l], hp, p->s.dt == IR_BF16, p->s.moe_blocks, mc->h, n, mc->choice,
+                          mc->expert, n_miss, mc->out, err))
         return -1;
     for (uint32_t i = 0; i < n_miss; i++) {
         size_t c = mc->choice[i];

@@ -29,6 +29,7 @@ typedef struct host_job {
     const gguf_tensor *w[3];  /* gate, up, down (the layer's 3-D tensors) */
     uint32_t n_embd, n_ff;
     bool bf16;                /* the plan's 16-bit type */
+    bool exact;               /* the weights' exact f32 values (the device holds the file's blocks) */
     const float *h;           /* the block's normed inputs, f32 [n x n_embd] */
     const uint32_t *group;    /* [n_groups + 1]: each expert's misses in order[group[i] .. group[i + 1]) */
     const uint32_t *order;    /* the misses (indices into choice/expert) grouped by expert */
@@ -135,11 +136,43 @@ static float dot16(bool bf16, const uint16_t *w, const float *x, uint32_t n) {
     return bf16 ? dot_bf16(w, x, n) : dot_f16(w, x, n);
 }
 
+HOST_CLONES static float dot_f32(const float *w, const float *x, uint32_t n) {
+    vf s = {0};
+    uint32_t c = 0;
+    for (; c + SUMS <= n; c += SUMS) {
+        vf wv, xv;
+        memcpy(&wv, w + c, sizeof wv);
+        memcpy(&xv, x + c, sizeof xv);
+        s += wv * xv;
+    }
+    float t = fold(&s);
+    for (; c < n; c++) t += w[c] * x[c];
+    return t;
+}
+
+/* A row of weights for the dot products: 16-bit (row16) or exact f32 (a quantized file's
+ * dequantized values, into tmp's cols floats); NULL where t cannot be read. */
+typedef struct wrow {
+    const uint16_t *h;
+    const float *f;
+} wrow;
+
+static bool row_of(const host_job *J, const gguf_tensor *t, uint64_t row, void *tmp, wrow *w) {
+    kiln_err ignored;
+    if (!J->exact) return (w->h = row16(t, row, J->bf16, tmp)) != NULL;
+    w->f = tmp;
+    return !gguf_tensor_rows_f32(t, row, 1, tmp, &ignored);
+}
+
+static float dot_row(const host_job *J, const wrow *w, const float *x, uint32_t n) {
+    return J->exact ? dot_f32(w->f, x, n) : dot16(J->bf16, w->h, x, n);
+}
+
 static void run_items(void *ctx, uint64_t begin, uint64_t end, int worker) {
     host_job *J = ctx;
     const plan_moe_host *mh = J->mh;
     uint32_t cols = J->phase ? J->n_ff : J->n_embd, rows = J->phase ? J->n_embd : J->n_ff;
-    uint16_t *wtmp = (uint16_t *)(mh->scratch + (size_t)worker * mh->scratch_per_worker), *utmp = wtmp + cols;
+    float *wtmp = mh->scratch + (size_t)worker * mh->scratch_per_worker, *utmp = wtmp + cols;
     for (uint64_t it = begin; it < end; it++) {
         uint32_t gi = (uint32_t)(it / J->chunks), r0 = (uint32_t)(it % J->chunks) * CHUNK;
         uint32_t r1 = r0 + CHUNK < rows ? r0 + CHUNK : rows, first = J->group[gi], last = J->group[gi + 1];
@@ -147,25 +180,25 @@ static void run_items(void *ctx, uint64_t begin, uint64_t end, int worker) {
         for (uint32_t r = r0; r < r1; r++) {
             uint64_t row = (uint64_t)e * rows + r;
             if (J->phase == 0) {
-                const uint16_t *wg = row16(J->w[0], row, J->bf16, wtmp), *wu = row16(J->w[1], row, J->bf16, utmp);
-                if (!wg || !wu) {
+                wrow wg, wu;
+                if (!row_of(J, J->w[0], row, wtmp, &wg) || !row_of(J, J->w[1], row, utmp, &wu)) {
                     J->rc = -1;
                     return;
                 }
                 for (uint32_t i = first; i < last; i++) {
                     const float *x = J->h + (size_t)(J->choice[J->order[i]] / J->k_used) * J->n_embd;
-                    float g = round16(J->bf16, dot16(J->bf16, wg, x, cols));
-                    float u = round16(J->bf16, dot16(J->bf16, wu, x, cols));
+                    float g = round16(J->bf16, dot_row(J, &wg, x, cols));
+                    float u = round16(J->bf16, dot_row(J, &wu, x, cols));
                     J->act[(size_t)i * J->n_ff + r] = round16(J->bf16, g / (1.0f + expf(-g)) * u);
                 }
             } else {
-                const uint16_t *wd = row16(J->w[2], row, J->bf16, wtmp);
-                if (!wd) {
+                wrow wd;
+                if (!row_of(J, J->w[2], row, wtmp, &wd)) {
                     J->rc = -1;
                     return;
                 }
                 for (uint32_t i = first; i < last; i++) {
-                    float y = dot16(J->bf16, wd, J->act + (size_t)i * J->n_ff, cols);
+                    float y = dot_row(J, &wd, J->act + (size_t)i * J->n_ff, cols);
                     uint16_t v = J->bf16 ? gguf_f32_to_bf16(y) : gguf_f32_to_f16(y);
                     J->out[(size_t)J->choice[J->order[i]] * J->n_embd + r] = v;
                 }
@@ -196,9 +229,9 @@ void plan_moe_host_free(plan_moe_host *mh) {
     memset(mh, 0, sizeof *mh);
 }
 
-int plan_moe_host_run(plan_moe_host *mh, const model_layer *ml, const arch_hparams *hp, bool bf16, const uint16_t *h,
-                      uint32_t n, const uint32_t *choice, const uint32_t *expert, uint32_t n_miss, uint16_t *out,
-                      kiln_err *err) {
+int plan_moe_host_run(plan_moe_host *mh, const model_layer *ml, const arch_hparams *hp, bool bf16, bool exact,
+                      const uint16_t *h, uint32_t n, const uint32_t *choice, const uint32_t *expert, uint32_t n_miss,
+                      uint16_t *out, kiln_err *err) {
     if (!n_miss) return 0;
     for (size_t i = 0; i < (size_t)n * hp->n_embd; i++)
         mh->h[i] = bf16 ? gguf_bf16_to_f32(h[i]) : gguf_f16_to_f32(h[i]);
@@ -213,7 +246,7 @@ int plan_moe_host_run(plan_moe_host *mh, const model_layer *ml, const arch_hpara
     for (uint32_t i = 0; i < n_miss; i++)
         if (!i || expert[mh->order[i]] != expert[mh->order[i - 1]]) mh->group[n_groups++] = i;
     mh->group[n_groups] = n_miss;
-    host_job J = {mh, {ml->ffn_gate_exps, ml->ffn_up_exps, ml->ffn_down_exps}, hp->n_embd, hp->n_ff_exp, bf16,
+    host_job J = {mh, {ml->ffn_gate_exps, ml->ffn_up_exps, ml->ffn_down_exps}, hp->n_embd, hp->n_ff_exp, bf16, exact,
                   mh->h, mh->group, mh->order, choice, expert, n_groups, hp->n_expert_used, 0, mh->act, out, 0, 0};
     J.chunks = (hp->n_ff_exp + CHUNK - 1) / CHUNK;
     pool_run(mh->pool, run_items, &J, (uint64_t)n_groups * J.chunks);

@@ -219,8 +219,8 @@ static void add_moe(recorder *R, const plan_layer *L, uint32_t nb, bool grouped)
     ADD_W(K_MOE_GATE_UP, qt_gu, g[K_MOE_GATE_UP][0], nb, {"h", p->h}, {"gate", L->gate_exps}, {"up", L->up_exps},
           {"sel", sel}, {"act", p->moe_act});
     if (cached)
-        ADD(K_MOE_DOWN, g[K_MOE_DOWN][0], nb, {"act", p->moe_act}, {"down", L->down_exps}, {"sel", sel},
-            {"wt", p->moe_wt}, {"res", p->xb}, {"y", p->xa}, {"miss", p->moe_miss});
+        ADD_W(K_MOE_DOWN, QT1(L->qt_exps[2]), g[K_MOE_DOWN][0], nb, {"act", p->moe_act}, {"down", L->down_exps},
+              {"sel", sel}, {"wt", p->moe_wt}, {"res", p->xb}, {"y", p->xa}, {"miss", p->moe_miss});
     else
         ADD_W(K_MOE_DOWN, QT1(L->qt_exps[2]), g[K_MOE_DOWN][0], nb, {"act", p->moe_act}, {"down", L->down_exps},
               {"sel", sel}, {"wt", p->moe_wt}, {"res", p->xb}, {"y", p->xa});

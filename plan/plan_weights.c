@@ -253,7 +253,8 @@ static uint64_t act_bytes(const plan_shape *s, const rt_caps *c, uint32_t nb) {
 /* Bytes of the model's weights on the device: each in its blocks where the model keeps
  * them (kn_quant.h's planes), else in 16 bits; the experts' 3-D tensors only their cache's
  * share where slots > 0 (of n_expert); the largest named in what. */
-static uint64_t weight_bytes(const model *m, uint32_t slots, uint64_t *largest, char *what, size_t what_len) {
+static uint64_t weight_bytes(const model *m, uint32_t slots, bool blocks, uint64_t *largest, char *what,
+                             size_t what_len) {
     uint64_t w = 0, big = 0;
     const gguf_file *g = m->file;
     for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
@@ -262,8 +263,8 @@ static uint64_t weight_bytes(const model *m, uint32_t slots, uint64_t *largest, 
         kiln_err ignored = {0}; /* a tensor without a layout fails by name where it is uploaded */
         uint64_t b = model_keeps_blocks(m, t) && !quant_layout(t, &L, &ignored) ? L.words * 4
                                                                                   : gguf_tensor_nelements(t) * 2;
-        if (slots && m->hp.n_expert && strstr(t->name, "_exps.")) /* the cache's slots hold 16 bits */
-            b = gguf_tensor_nelements(t) * 2 / m->hp.n_expert * slots;
+        if (slots && m->hp.n_expert && strstr(t->name, "_exps.")) /* only the cache's slots */
+            b = blocks ? b / m->hp.n_expert * slots : gguf_tensor_nelements(t) * 2 / m->hp.n_expert * slots;
         w += b;
         if (b > big) big = b, snprintf(what, what_len, "the weight '%s'", t->name);
     }
@@ -275,7 +276,7 @@ uint64_t plan_weight_bytes(const engine *e) {
     uint64_t big;
     char what[8];
     const plan_engine *p = (const plan_engine *)e;
-    return weight_bytes(p->m, p->s.moe_slots, &big, what, sizeof what);
+    return weight_bytes(p->m, p->s.moe_slots, p->s.moe_blocks, &big, what, sizeof what);
 }
 
 /* Bytes the plan will hold on the device, and its largest single buffer (named in what),
@@ -283,7 +284,7 @@ uint64_t plan_weight_bytes(const engine *e) {
 static uint64_t plan_bytes(const model *m, const plan_shape *s, const rt_caps *c, uint64_t *largest, char *what,
                            size_t what_len) {
     const arch_hparams *hp = &s->hp;
-    uint64_t big, w = weight_bytes(m, s->moe_slots, &big, what, what_len);
+    uint64_t big, w = weight_bytes(m, s->moe_slots, s->moe_blocks, &big, what, what_len);
     uint64_t cache = (uint64_t)s->n_ctx * s->kv_dim * 2, widest = s->qkv_dim > hp->n_ff ? s->qkv_dim : hp->n_ff;
     struct { uint64_t bytes; const char *name; } other[] = {
         {m->layers[0].q_qkv ? 0 : (uint64_t)s->qkv_dim * hp->n_embd * 2, "the fused q/k/v weight of a layer"},

@@ -8,6 +8,9 @@
 #include "model/engine.h"
 #include "model/model.h"
 #include "oracle/oracle.h"
+#include "modelgen/quant_mix.h"
+#include "modelgen/synth.h"
+#include "modelgen/vocab.h"
 #include "plan/plan.h"
 #include "plan/plan_internal.h"
 #include "tests/util/testutil.h"
@@ -24,14 +27,15 @@
 #define CTX 256
 #define BLOCK 64
 
-/* The memory limit at which a plan of the model (f16, CTX, BLOCK) takes `slots` slots a
+/* The memory limit at which a plan of the model (dtype, CTX, BLOCK) takes `slots` slots a
  * layer (plan_moe_slots_fit: what the limit allows less a 32nd, half a slot to spare). */
-static uint64_t limit_for(const model *m, const rt_device *d, uint32_t slots) {
+static uint64_t limit_for(const model *m, const rt_device *d, uint32_t dtype, uint32_t slots) {
     plan_shape s;
     kiln_err err = {0};
-    cr_assert_eq(plan_shape_of(m, GGUF_T_F16, CTX, BLOCK, &s, &err), 0, "%s", err.msg);
+    cr_assert_eq(plan_shape_of(m, dtype, CTX, BLOCK, &s, &err), 0, "%s", err.msg);
     s.n_slots = 1;
     s.moe_slots = slots;
+    s.moe_blocks = plan_moe_blocks_ok(m);
     uint64_t at = plan_bytes_of(m, &s, d);
     s.moe_slots = slots + 1;
     uint64_t per = plan_bytes_of(m, &s, d) - at;
@@ -47,30 +51,32 @@ static double rel_error(const float *a, const float *b, uint32_t n) {
     return err / (maxabs > 0 ? maxabs : 1);
 }
 
-Test(plan_moe_cache, follows_the_memory_against_the_oracle, .timeout = 600) {
+/* The model at path (dtype) through a cache of three slots a layer, against the oracle and
+ * the plan with every expert resident: a 70-token prompt, then 60 decode steps with the
+ * limit lowered to one slot's at step 4 and raised to six's (or all but one expert's) at
+ * step 24. */
+static void follow_memory(const char *path, uint32_t dtype, const int32_t *ids, bool blocks) {
     kiln_err err = {0};
-    const char *path = tu_data_file(TINY);
     model *m = model_load(path, &err);
     cr_assert_not_null(m, "%s", err.msg);
+    cr_assert_eq(plan_moe_blocks_ok(m), blocks, "%s: the cache's slots %s", path, blocks ? "in 16 bits" : "in blocks");
     rt_device *d = tu_vk_open_or_skip(NULL);
-    uint64_t three = limit_for(m, d, 3), one = limit_for(m, d, 1), six = limit_for(m, d, 6);
+    uint32_t big = m->hp.n_expert - 1 < 6 ? m->hp.n_expert - 1 : 6; /* a cache holds at most all but one */
+    uint64_t three = limit_for(m, d, dtype, 3), one = limit_for(m, d, dtype, 1), six = limit_for(m, d, dtype, big);
     rt_caps_limit_memory(&d->caps, three);
-    orc_options oo = {.mode = ORC_CONTRACT, .dtype = GGUF_T_F16, .n_ctx = CTX, .threads = 2};
+    orc_options oo = {.mode = ORC_CONTRACT, .dtype = dtype, .n_ctx = CTX, .threads = 2};
     engine *orc = orc_create(m, &oo, &err);
     cr_assert_not_null(orc, "%s", err.msg);
-    engine *gpu = plan_create(m, d, GGUF_T_F16, CTX, BLOCK, &err);
+    engine *gpu = plan_create(m, d, dtype, CTX, BLOCK, &err);
     cr_assert_not_null(gpu, "%s", err.msg);
     rt_device *d2 = tu_vk_open_or_skip(NULL);
-    engine *full = plan_create(m, d2, GGUF_T_F16, CTX, BLOCK, &err);
+    engine *full = plan_create(m, d2, dtype, CTX, BLOCK, &err);
     cr_assert_not_null(full, "%s", err.msg);
     float *lf = malloc((size_t)m->hp.n_vocab * 4);
     engine_expert_stats st;
     cr_assert(engine_expert_stats_of(gpu, &st), "no expert cache under a limit of %llu bytes", (unsigned long long)three);
     cr_assert_eq(st.slots, 3, "%u slots", st.slots);
-    cr_assert_eq(st.experts, 8);
-    int32_t ids[256];
-    uint32_t n = tu_story_ids(path, ids, 256);
-    cr_assert_geq(n, 70, "a story of %u tokens", n);
+    cr_assert_eq(st.experts, m->hp.n_expert);
     uint32_t nv = m->hp.n_vocab, pos = 70;
     float *lo = malloc((size_t)nv * 4), *lg = malloc((size_t)nv * 4);
     cr_assert_eq(engine_eval(orc, ids, 70, 0, lo, false, &err), 0, "%s", err.msg);
@@ -94,15 +100,15 @@ Test(plan_moe_cache, follows_the_memory_against_the_oracle, .timeout = 600) {
         apart = fmax(apart, rel_error(lf, lg, nv));
         cr_assert(engine_expert_stats_of(gpu, &st));
         if (st.slots == 1) seen_small++;
-        if (st.slots == 6) seen_large++;
+        if (st.slots == big) seen_large++;
     }
-    cr_log_info("qwen3moe-tiny through the cache: logits relative error %.3e (%.3e from all resident); %llu hits, %llu misses, %llu swaps, "
-                "%llu resizes", worst, apart, (unsigned long long)st.hits, (unsigned long long)st.misses,
+    cr_log_info("%s through the cache: logits relative error %.3e (%.3e from all resident); %llu hits, %llu misses, %llu swaps, "
+                "%llu resizes", path, worst, apart, (unsigned long long)st.hits, (unsigned long long)st.misses,
                 (unsigned long long)st.swaps, (unsigned long long)st.resizes);
     cr_assert_lt(worst, 1e-2, "logits relative error %.3e", worst);
     cr_assert_lt(apart, 1e-2, "logits relative error %.3e from the plan with every expert resident", apart);
     cr_assert(seen_small > 0, "the cache never shrank to one slot");
-    cr_assert(seen_large > 0 && st.slots == 6, "the cache did not grow back (%u slots)", st.slots);
+    cr_assert(seen_large > 0 && st.slots == big, "the cache did not grow back (%u slots)", st.slots);
     cr_assert_geq(st.resizes, 2);
     cr_assert(st.hits > 0 && st.misses > 0 && st.swaps > 0, "hits %llu, misses %llu, swaps %llu",
               (unsigned long long)st.hits, (unsigned long long)st.misses, (unsigned long long)st.swaps);
@@ -117,6 +123,35 @@ Test(plan_moe_cache, follows_the_memory_against_the_oracle, .timeout = 600) {
     model_free(m);
 }
 
+Test(plan_moe_cache, follows_the_memory_against_the_oracle, .timeout = 600) {
+    const char *path = tu_data_file(TINY);
+    int32_t ids[256];
+    uint32_t n = tu_story_ids(path, ids, 256);
+    cr_assert_geq(n, 70, "a story of %u tokens", n);
+    follow_memory(path, GGUF_T_F16, ids, false);
+}
+
+/* A Q4_K_M mix (K-quant widths of 256): the cache's slots hold the experts in their blocks,
+ * the host computes misses from their exact values */
+Test(plan_moe_cache, quantized_slots_follow_the_memory, .timeout = 600) {
+    synth_config c;
+    cr_assert_eq(synth_preset("qwen3moe-tiny-odd", &c), 0);
+    c.threads = 2;
+    c.n_embd = 256, c.n_head = 4, c.head_dim = 64, c.n_ff_exp = 256;
+    kiln_err e = {0};
+    cr_assert_eq(quant_mix_parse("Q4_K_M", &c.quant, &e), 0, "%s", e.msg);
+    tok_vocab v;
+    tok_vocab_init(&v);
+    cr_assert_eq(tok_vocab_bytelevel(c.n_vocab, &v, &e), 0, "%s", e.msg);
+    const char *path = tu_tmp("plan-moe-cache-q4km.gguf");
+    synth_stats st;
+    cr_assert_eq(synth_write(&c, &v, NULL, path, &st, &e), 0, "%s", e.msg);
+    tok_vocab_free(&v);
+    int32_t ids[70];
+    for (uint32_t i = 0; i < 70; i++) ids[i] = (int32_t)((i * 7919u + 13u) % c.n_vocab);
+    follow_memory(path, GGUF_T_BF16, ids, true);
+}
+
 /* llama.cpp's greedy goldens through a cache of two slots: as close as all resident */
 Test(plan_moe_cache, tiny_against_llamacpp_goldens, .timeout = 600) {
     kiln_err err = {0};
@@ -126,6 +161,7 @@ Test(plan_moe_cache, tiny_against_llamacpp_goldens, .timeout = 600) {
     plan_shape s;
     cr_assert_eq(plan_shape_of(m, GGUF_T_F16, CTX, BLOCK, &s, &err), 0, "%s", err.msg);
     s.n_slots = 1, s.moe_slots = 2;
+    s.moe_blocks = plan_moe_blocks_ok(m);
     uint64_t at = plan_bytes_of(m, &s, d);
     rt_caps_limit_memory(&d->caps, at * 32 / 31 + 1);
     engine *e = plan_create(m, d, GGUF_T_F16, CTX, BLOCK, &err);
