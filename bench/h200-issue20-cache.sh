@@ -1,48 +1,62 @@
 #!/usr/bin/env bash
-# Issue 20's expert cache on the GPU (one call, under 10 minutes; the model stays in /dev/shm
-# while the machine is warm): qwen3-30b-a3b synthesized in bf16 (57 GiB); then
-#   resident   kiln bench tg64, every expert on the device (the reference);
-#   limit      --mem-limit 24 GiB: kiln bench tg64 and kiln run -n 128 (slots, hit rate);
-#   free       another program (bench/hold_memory.py) holds all but ~26 GiB of the card:
-#              kiln run -n 256 sizes its cache from the free memory; 40 s in, the holder
-#              takes 1 GiB more, 80 s in it gives it back (the run's resizes printed);
-#   llama      SBS=1: llama.cpp's llama-bench tg64 with the experts of 28 layers on the CPU
-#              (-ncmoe 28: about the same device memory), after .peers' build.
-# The MoE suites on cuda:0 while the model is written. STAGE=resident|limit|free runs one
-# stage. Binaries in devrun/. Writes OUTDIR.tar.
+# Issue 20's measures on the GPU: qwen3-30b-a3b synthesized in bf16 (57 GiB; kept in /dev/shm
+# while the machine stays warm), each stage under 10 minutes; STAGES picks them, in order:
+#   prep      the model written while the MoE suites run on cuda:0 (and llama.cpp builds);
+#   resident  kiln bench pp512/tg64, every expert on the device, beside llama-bench -ngl 99;
+#   limit     --mem-limit 24GiB: kiln bench pp512/tg64 and kiln run -n 128 (slots, hit rate),
+#             beside llama-bench with the experts of 28, 30 or 32 layers on the CPU (-ncmoe);
+#   squeeze   another program (bench/hold_memory.py) holds all but 24 GiB of the card; kiln
+#             run -n 400 (no limit: its cache sized from the free memory) logs each token's
+#             time; at token 100 the holder takes 2 GiB more (as kiln gives them back), at
+#             token 250 it returns them; the speed per 25 tokens in squeeze-speed.md.
+# Binaries in devrun/, llama.cpp from .peers. Writes OUTDIR.tar.
 set -u
 out=$1
 [ -x devrun/kiln ] || tar -xJf devrun/pack.tar.xz -C devrun
 source bench/h200-common.sh
-nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv > $out/gpu.txt 2>&1
+L=/opt/peer/llama.cpp/build/bin/llama-bench
 m=$dir/qwen3-30b-a3b.gguf
-rm -f $dir/qwen3-8b*.gguf
-[ "${SBS:-0}" = 1 ] && llama_build
-( [ -f $m ] || timeout 420 $K synth --preset qwen3-30b-a3b -o $m > $out/synth.txt 2>&1; stamp synth ) &
-sp=$!
-# the MoE suites on cuda:0 meanwhile (kernels with the cache's variants, plans with the cache)
-KILN_TEST_DEVICE=cuda:0 timeout 120 $T -j8 --filter 'kernels_moe*/*' > $out/kern.txt 2>&1; echo "rc=$?" >> $out/kern.txt
-KILN_TEST_DEVICE=cuda:0 timeout 150 $T -j4 --filter 'plan_moe*/*' > $out/plan.txt 2>&1; echo "rc=$?" >> $out/plan.txt
-stamp tests; tarball
-wait $sp
-[ "${STAGE:-all}" = all ] || [ "${STAGE:-all}" = resident ] && {
-  timeout 150 $K bench $m -p 0 -n 64 -r 2 --device cuda:0 > $out/resident.md 2>&1; stamp resident; tarball; }
-[ "${STAGE:-all}" = all ] || [ "${STAGE:-all}" = limit ] && {
-  timeout 150 $K bench $m -p 0 -n 64 -r 2 --device cuda:0 --mem-limit 24GiB > $out/limit.md 2>&1
-  timeout 150 $K run $m -p "$prompt" -n 128 --device cuda:0 --no-echo --mem-limit 24GiB > $out/limit-run.txt 2>&1
-  stamp limit; tarball; }
-[ "${STAGE:-all}" = all ] || [ "${STAGE:-all}" = free ] && {
-  total=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)  # MiB
-  hold=$(( total / 1024 - 26 ))
-  python3 bench/hold_memory.py 0:$hold 40:$((hold + 1)) 80:$hold 200:0 > $out/holder.txt 2>&1 &
-  hp=$!
-  sleep 8
-  timeout 180 $K run $m -p "$prompt" -n 256 --device cuda:0 --no-echo > $out/free-run.txt 2>&1
-  kill $hp 2>/dev/null; wait $hp 2>/dev/null
-  stamp free; tarball; }
-if [ "${SBS:-0}" = 1 ]; then
-  llama_wait
-  timeout 200 /opt/peer/llama.cpp/build/bin/llama-bench -m $m -ngl 99 -fa 1 -ncmoe 28 -p 0 -n 64 -r 2 \
-    > $out/llama-ncmoe.md 2>&1
-  stamp llama; tarball
-fi
+for stage in ${STAGES:-prep resident}; do
+  case $stage in
+  prep)
+    nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv > $out/gpu.txt 2>&1
+    rm -f $dir/qwen3-8b*.gguf $dir/qwen3-30b-a3b-Q4_K_M.gguf
+    llama_build
+    ( [ -f $m ] || timeout 420 $K synth --preset qwen3-30b-a3b -o $m > $out/synth.txt 2>&1; stamp synth ) &
+    sp=$!
+    KILN_TEST_DEVICE=cuda:0 timeout 150 $T -j8 --filter '*moe*/*' > $out/moe-tests.txt 2>&1
+    echo "rc=$?" >> $out/moe-tests.txt
+    timeout 60 $T --filter 'cuda/*' > $out/cuda-tests.txt 2>&1; echo "rc=$?" >> $out/cuda-tests.txt
+    stamp tests; tarball
+    wait $sp; llama_wait; tarball ;;
+  resident)
+    timeout 200 $K bench $m -p 512 -n 64 -r 2 --device cuda:0 > $out/resident-kiln.md 2>&1
+    timeout 200 $L -m $m -ngl 99 -fa 1 -p 512 -n 64 -r 2 > $out/resident-llama.md 2>&1
+    stamp resident; tarball ;;
+  limit)
+    timeout 200 $K bench $m -p 512 -n 64 -r 2 --device cuda:0 --mem-limit 24GiB > $out/limit-kiln.md 2>&1
+    timeout 150 $K run $m -p "$prompt" -n 128 --device cuda:0 --no-echo --mem-limit 24GiB > $out/limit-run.txt 2>&1
+    stamp limit-kiln; tarball
+    timeout 300 $L -m $m -ngl 99 -fa 1 -ncmoe 28,30,32 -p 512 -n 64 -r 2 > $out/limit-llama.md 2>&1
+    stamp limit-llama; tarball ;;
+  squeeze)
+    free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1)  # MiB
+    hold=$(python3 -c "print(round($free / 1024 - 24, 2))")
+    log=$out/squeeze-tokens.log; : > $log
+    python3 bench/hold_memory.py --log $log 0:$hold 100:$(python3 -c "print($hold + 2)") 250:$hold --until 400 \
+      > $out/squeeze-holder.txt 2>&1 &
+    hp=$!
+    sleep 10
+    timeout 300 $K run $m -p "$prompt" -n 400 --device cuda:0 --no-echo --token-log $log > $out/squeeze-run.txt 2>&1
+    kill $hp 2>/dev/null; wait $hp 2>/dev/null
+    python3 - $log > $out/squeeze-speed.md <<'PY'
+import sys
+rows = [tuple(map(float, l.split())) for l in open(sys.argv[1]) if l.strip()]
+print('| tokens | seconds | tok/s |\n|---|---:|---:|')
+for i in range(25, len(rows), 25):
+    (t0, _), (t1, k) = rows[i - 25], rows[i]
+    print(f'| {int(rows[i - 25][1])}-{int(k)} | {t1:.2f} | {25 / (t1 - t0):.1f} |')
+PY
+    stamp squeeze; tarball ;;
+  esac
+done

@@ -23,14 +23,27 @@ static const char usage[] =
     "                           block (GPU devices)\n"
     "  --profile-tokens N       the profiled prefill block's tokens (default: a full block)\n"
     "  --profile-step N         also a step of N slots' tokens decoding together (kiln serve\n"
-    "                           --parallel; the plan is made for N slots)\n" CLI_CONSTRAINT_USAGE MODEL_OPTS_USAGE;
+    "                           --parallel; the plan is made for N slots)\n"
+    "  --token-log FILE         a line per piece of text generated: seconds since generation began\n"
+    "                           and pieces so far (decode speed over time)\n" CLI_CONSTRAINT_USAGE MODEL_OPTS_USAGE;
 
 #define MAX_STOPS 16
 
+/* Where generated text goes: stdout, and a line per piece to the token log (if any). */
+typedef struct emitter {
+    FILE *log;
+    double t0;
+    uint64_t pieces;
+} emitter;
+
 static int emit_stdout(void *ctx, const char *text, size_t len) {
-    (void)ctx;
+    emitter *em = ctx;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
+    if (em && em->log) {
+        fprintf(em->log, "%.4f %llu\n", clock_now_s() - em->t0, (unsigned long long)++em->pieces);
+        fflush(em->log);
+    }
     return 0;
 }
 
@@ -70,7 +83,7 @@ int cli_tokenize_prompt(const tokenizer *t, const char *text, size_t len, bool a
 int cmd_run(int argc, char **argv) {
     model_opts mo;
     model_opts_init(&mo);
-    const char *path = NULL, *prompt = NULL, *stops[MAX_STOPS], *schema_path = NULL, *grammar_path = NULL;
+    const char *path = NULL, *prompt = NULL, *stops[MAX_STOPS], *schema_path = NULL, *grammar_path = NULL, *token_log = NULL;
     size_t n_stop = 0;
     uint64_t n_gen = 128;
     bool ids_out = false, truncate = false, echo = true, profile = false;
@@ -115,7 +128,10 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--truncate")) truncate = true;
         else if (!strcmp(a, "--no-echo")) echo = false;
         else if (!strcmp(a, "--profile")) profile = true;
-        else if (a[0] == '-' && a[1]) return cli_usage_error(usage, "unknown flag '%s'", a);
+        else if (!strcmp(a, "--token-log")) {
+            if (!(token_log = cli_flag_value(argc, argv, &i)) || !*token_log)
+                return cli_usage_error(usage, "--token-log needs a file");
+        } else if (a[0] == '-' && a[1]) return cli_usage_error(usage, "unknown flag '%s'", a);
         else if (path) return cli_usage_error(usage, "more than one model given");
         else path = a;
     }
@@ -174,7 +190,14 @@ int cmd_run(int argc, char **argv) {
                      .grammar = con.m};
     kiln_err err = {0};
     double t_ready = clock_now_s();
-    if (gen_run(s, smp, ids, n, &gp, emit_stdout, NULL, &res, &err)) {
+    emitter em = {NULL, t_ready, 0};
+    if (token_log && !(em.log = fopen(token_log, "w"))) {
+        rc = cli_fail("--token-log: cannot write '%s'", token_log);
+        goto out;
+    }
+    int gr = gen_run(s, smp, ids, n, &gp, emit_stdout, &em, &res, &err);
+    if (em.log) fclose(em.log);
+    if (gr) {
         rc = cli_fail("%s", err.msg);
         goto out;
     }

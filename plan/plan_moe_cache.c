@@ -61,18 +61,21 @@ struct plan_moe_cache {
 
 static uint64_t expert_bytes(const plan_shape *s) { return 3ull * s->hp.n_ff_exp * s->hp.n_embd * 2; }
 
-/* What the plan may use now: --mem-limit's bytes, else what the device has free plus what
- * the plan holds (held bytes). */
+/* What the plan may use now: what the device has free (the driver's count now, every
+ * process's allocations; else the probe's) plus what the plan holds (held bytes), or
+ * --mem-limit's bytes where those are fewer. The margin left: a 16th of the device's room
+ * (for other programs' next allocations; their failure would be theirs, not kiln's), a
+ * 32nd of a limit. */
 static uint64_t room(const rt_device *d, uint64_t held, uint64_t *margin) {
-    uint64_t have = d->caps.memory_bytes, free_now = 0;
-    if (!d->caps.memory_limited) {
-        have = d->caps.free_bytes ? d->caps.free_bytes : d->caps.memory_bytes;
-        if (d->ops->free_memory && !d->ops->free_memory((rt_device *)d, &free_now)) have = free_now + held;
+    uint64_t free_now = 0, dev;
+    if (d->ops->free_memory && !d->ops->free_memory((rt_device *)d, &free_now)) dev = free_now + held;
+    else dev = d->caps.free_bytes ? d->caps.free_bytes : d->caps.memory_bytes;
+    if (d->caps.memory_limited && d->caps.memory_bytes <= dev) {
+        *margin = d->caps.memory_bytes / 32;
+        return d->caps.memory_bytes;
     }
-    /* a 32nd under a limit; a 16th of a device's free memory, for other programs' next
-     * allocations (their failure would be theirs, not kiln's) */
-    *margin = d->caps.memory_limited ? have / 32 : have / 16;
-    return have;
+    *margin = dev / 16;
+    return dev;
 }
 
 uint32_t plan_moe_slots_fit(const model *m, const plan_shape *s0, const rt_device *d, uint64_t held) {
@@ -81,7 +84,7 @@ uint32_t plan_moe_slots_fit(const model *m, const plan_shape *s0, const rt_devic
     if (!ne) return 0;
     s.moe_slots = 0;
     uint64_t margin, have = room(d, held, &margin), all = plan_bytes_of(m, &s, d);
-    if (d->caps.memory_limited ? all <= have : all + margin <= have) return 0;
+    if (all + margin <= have || (d->caps.memory_limited && all <= have && have == d->caps.memory_bytes)) return 0;
     s.moe_slots = 1;
     uint64_t one = plan_bytes_of(m, &s, d);
     s.moe_slots = 2;

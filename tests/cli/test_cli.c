@@ -458,3 +458,25 @@ Test(cli, mem_limit) {
     cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
     cr_assert(strstr(err, "expert cache: 1 of 8 experts a layer on the device"), "stderr: %s", err);
 }
+
+/* --token-log: a line per piece of generated text, times ascending, counts 1, 2, ...; a
+ * file that cannot be written refused by name. */
+Test(cli, token_log) {
+    const char *path = tu_data_file("models/stories260K.gguf"), *log = tu_tmp("tokens.log");
+    int rc = RUN("run", path, "-p", "Once upon", "-n", "12", "--token-log", log);
+    cr_assert_eq(rc, 0, "exit %d, stderr: %s", rc, err);
+    FILE *f = fopen(log, "r");
+    cr_assert_not_null(f);
+    double t, last = -1;
+    unsigned long long k, lines = 0;
+    while (fscanf(f, "%lf %llu", &t, &k) == 2) {
+        cr_assert_eq(k, ++lines, "line %llu counts %llu", lines, k);
+        cr_assert(t >= last && t < 600, "line %llu at %g s after %g", lines, t, last);
+        last = t;
+    }
+    fclose(f);
+    cr_assert(lines >= 1 && lines <= 12, "%llu lines", lines);
+    rc = RUN("run", path, "-p", "Once", "-n", "2", "--token-log", "/nonexistent-dir/x.log");
+    cr_assert_eq(rc, 1, "exit %d", rc);
+    cr_assert(strstr(err, "--token-log"), "stderr: %s", err);
+}
