@@ -48,6 +48,29 @@ static void stage(kx k, const qshape *q, ir_shm hx, ir_buf x, ir_val x0, uint32_
 }
 
 /* n_expert: the cache's slots where cached (fewer than a token's choices is fine then) */
+/* The SwiGLU value of this subgroup's row r of expert e (gate and up, rows e * n_ff + r of
+ * L[0], L[1]) on the staged input hx, stored at act[cj][r] by one lane (r < n_ff). */
+static void gate_up_row(kx k, const qshape *q, const kn_qlayout *L, ir_buf wg_, ir_buf wu, ir_buf x, ir_shm hx,
+                        ir_val e, ir_val r, ir_val cj, uint32_t n_ff, ir_buf act, ir_scalar dtype) {
+    ir_val row = kx_add(k, kx_mul_c(k, e, n_ff), kx_min_c(k, r, n_ff - 1)), acc[2], lane = lane_of(k, q);
+    kn_q_row rr[2] = {{&L[0], wg_, row}, {&L[1], wu, row}};
+    kn_q_rows_dot(k, rr, 2, x, hx, lane, q->lanes, UNROLL, acc);
+    ir_val g = reduce(k, q, acc[0], "sum_gate"), u = reduce(k, q, acc[1], "sum_up");
+    ir_if *st = kx_if(k, kx_and(k, kx_eq_c(k, lane, 0), kx_lt_c(k, r, n_ff)));
+    kn_mv_store_row(k, KN_EPI_SWIGLU, act, 0, 0, kx_add(k, kx_mul_c(k, cj, n_ff), r), g, u, dtype, dtype);
+    kx_end_if(k, st);
+}
+
+/* The down product of this subgroup's row r of expert e (row e * n_embd + r of L) with the
+ * staged SwiGLU row ax, summed over the lanes (shm_name: the workgroup sum's array). */
+static ir_val down_row(kx k, const qshape *q, const kn_qlayout *L, ir_buf wd, ir_buf x, ir_shm ax, ir_val e, ir_val r,
+                       uint32_t n_embd, const char *shm_name) {
+    ir_val acc;
+    kn_q_row rr = {L, wd, kx_add(k, kx_mul_c(k, e, n_embd), kx_min_c(k, r, n_embd - 1))};
+    kn_q_rows_dot(k, &rr, 1, x, ax, lane_of(k, q), q->lanes, UNROLL, &acc);
+    return reduce(k, q, acc, shm_name);
+}
+
 static int layouts(const char *who, const rt_caps *c, ir_scalar dtype, const kn_qtype *qt, uint32_t n_qt,
                    uint32_t rows, uint32_t cols, uint32_t n_expert, uint32_t k_used, bool cached, kn_qlayout *L,
                    kiln_err *err) {
@@ -83,14 +106,7 @@ ir_kernel *kn_moe_gate_up_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, ui
     ir_val cj = kx_add(k, kx_mul_c(k, t, k_used), j), sl = kx_load(k, sel, cj, 1);
     /* cached: a miss is the host's (uniform over the workgroup: one choice) */
     ir_if *hit = cached ? kx_if(k, kx_ne(k, sl, kx_u32(k, KN_MOE_MISS))) : NULL;
-    ir_val ex = kx_min_c(k, sl, n_expert - 1);
-    ir_val row = kx_add(k, kx_mul_c(k, ex, n_ff), kx_min_c(k, r, n_ff - 1)), acc[2], lane = lane_of(k, &q);
-    kn_q_row rr[2] = {{&L[0], wg_, row}, {&L[1], wu, row}};
-    kn_q_rows_dot(k, rr, 2, h, hx, lane, q.lanes, UNROLL, acc);
-    ir_val g = reduce(k, &q, acc[0], "sum_gate"), u = reduce(k, &q, acc[1], "sum_up");
-    ir_if *st = kx_if(k, kx_and(k, kx_eq_c(k, lane, 0), kx_lt_c(k, r, n_ff)));
-    kn_mv_store_row(k, KN_EPI_SWIGLU, act, 0, 0, kx_add(k, kx_mul_c(k, cj, n_ff), r), g, u, dtype, dtype);
-    kx_end_if(k, st);
+    gate_up_row(k, &q, L, wg_, wu, h, hx, kx_min_c(k, sl, n_expert - 1), r, cj, n_ff, act, dtype);
     if (hit) kx_end_if(k, hit);
     if (groups_x) *groups_x = groups_r * k_used;
     return kn_finish(k.ir, err);
@@ -114,18 +130,16 @@ ir_kernel *kn_moe_down_q(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint3
     ir_shm ax = kx_shared(k, "ax", IR_F32, n_ff);
     ir_val o = IR_NONE;
     for (uint32_t j = 0; j < k_used; j++) {
-        ir_val cj = kx_add_c(k, kx_mul_c(k, t, k_used), j), acc;
+        ir_val cj = kx_add_c(k, kx_mul_c(k, t, k_used), j);
         if (j) kx_barrier(k); /* every row done with the last choice's staged row */
         stage(k, &q, ax, act, kx_mul_c(k, cj, n_ff), n_ff);
         ir_val sl = kx_load(k, sel, cj, 1);
         /* cached: a miss's product is the host's (uniform over the workgroup: one choice) */
         ir_if *hit = cached ? ir_if_begin(k.ir, kx_ne(k, sl, kx_u32(k, KN_MOE_MISS)), 1) : NULL;
-        ir_val ex = kx_min_c(k, sl, n_expert - 1);
-        kn_q_row rr = {&L, wd, kx_add(k, kx_mul_c(k, ex, n_embd), kx_min_c(k, r, n_embd - 1))};
-        kn_q_rows_dot(k, &rr, 1, act, ax, lane, q.lanes, UNROLL, &acc);
         char name[24];
         snprintf(name, sizeof name, "sum_down%u", j);
-        ir_val s = kx_as(k, kx_as(k, reduce(k, &q, acc, name), dtype), IR_F32);
+        ir_val s = down_row(k, &q, &L, wd, act, ax, kx_min_c(k, sl, n_expert - 1), r, n_embd, name);
+        s = kx_as(k, kx_as(k, s, dtype), IR_F32);
         if (hit) {
             ir_if_else(k.ir, hit, &s);
             ir_val m = kx_as(k, kx_load(k, miss, kx_add(k, kx_mul_c(k, cj, n_embd), kx_min_c(k, r, n_embd - 1)), 1),
@@ -176,17 +190,11 @@ ir_kernel *kn_moe_gate_up_g_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, 
     qshape q = shape_of(k);
     uint32_t groups_r = (n_ff + q.rows - 1) / q.rows;
     ir_shm hx = kx_shared(k, "hx", IR_F32, n_embd);
-    ir_val e, r, cj, acc[2], lane = lane_of(k, &q);
+    ir_val e, r, cj;
     ir_for *l;
     walk_list(k, off, list, n_c, groups_r, &q, &e, &r, &cj, &l);
     stage(k, &q, hx, h, kx_mul_c(k, kx_div_c(k, cj, k_used), n_embd), n_embd);
-    ir_val row = kx_add(k, kx_mul_c(k, e, n_ff), kx_min_c(k, r, n_ff - 1));
-    kn_q_row rr[2] = {{&L[0], wg_, row}, {&L[1], wu, row}};
-    kn_q_rows_dot(k, rr, 2, h, hx, lane, q.lanes, UNROLL, acc);
-    ir_val g = reduce(k, &q, acc[0], "sum_gate"), u = reduce(k, &q, acc[1], "sum_up");
-    ir_if *st = kx_if(k, kx_and(k, kx_eq_c(k, lane, 0), kx_lt_c(k, r, n_ff)));
-    kn_mv_store_row(k, KN_EPI_SWIGLU, act, 0, 0, kx_add(k, kx_mul_c(k, cj, n_ff), r), g, u, dtype, dtype);
-    kx_end_if(k, st);
+    gate_up_row(k, &q, L, wg_, wu, h, hx, e, r, cj, n_ff, act, dtype);
     kx_end_for(k, l);
     if (groups_x) *groups_x = n_expert * groups_r;
     return kn_finish(k.ir, err);
@@ -208,13 +216,11 @@ ir_kernel *kn_moe_down_g_q(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uin
     qshape q = shape_of(k);
     uint32_t groups_r = (n_embd + q.rows - 1) / q.rows;
     ir_shm ax = kx_shared(k, "ax", IR_F32, n_ff);
-    ir_val e, r, cj, acc, lane = lane_of(k, &q);
+    ir_val e, r, cj, lane = lane_of(k, &q);
     ir_for *l;
     walk_list(k, off, list, n_c, groups_r, &q, &e, &r, &cj, &l);
     stage(k, &q, ax, act, kx_mul_c(k, cj, n_ff), n_ff);
-    kn_q_row rr = {&L, wd, kx_add(k, kx_mul_c(k, e, n_embd), kx_min_c(k, r, n_embd - 1))};
-    kn_q_rows_dot(k, &rr, 1, act, ax, lane, q.lanes, UNROLL, &acc);
-    ir_val s = reduce(k, &q, acc, "sum_down");
+    ir_val s = down_row(k, &q, &L, wd, act, ax, e, r, n_embd, "sum_down");
     ir_if *st = kx_if(k, kx_and(k, kx_eq_c(k, lane, 0), kx_lt_c(k, r, n_embd)));
     kx_store(k, yc, kx_add(k, kx_mul_c(k, cj, n_embd), r), kx_as(k, s, dtype));
     kx_end_if(k, st);

@@ -18,38 +18,8 @@
 #include <string.h>
 
 #define GUARD 64
-#define POISON_U32 0xdeadbeefu
 
 static const char *const variants[] = {NULL, "no-subgroup-arith"};
-
-static void launch(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
-    rt_kernel *ck = tu_vk_compile(d, k);
-    tu_vk_run(d, ck, gx, gy, args, n);
-    d->ops->release_kernel(d, ck);
-}
-
-/* n u32 words plus the guard, all POISON_U32 */
-static rt_buffer *poisoned32(rt_device *d, size_t n) {
-    uint32_t *p = malloc((n + GUARD) * 4);
-    for (size_t i = 0; i < n + GUARD; i++) p[i] = POISON_U32;
-    rt_buffer *b = tu_vk_upload(d, p, (n + GUARD) * 4);
-    free(p);
-    return b;
-}
-
-static uint32_t *fetch32(rt_device *d, rt_buffer *b, size_t n, const char *what) {
-    uint32_t *p = malloc((n + GUARD) * 4);
-    tu_vk_download(d, b, p, (n + GUARD) * 4);
-    for (size_t i = n; i < n + GUARD; i++) cr_assert_eq(p[i], POISON_U32, "%s: wrote past the end at %zu", what, i);
-    return p;
-}
-
-static uint16_t *fetch16(rt_device *d, rt_buffer *b, ir_scalar t, size_t n, const char *what) {
-    uint16_t *p = malloc((n + GUARD) * 2);
-    tu_vk_download(d, b, p, (n + GUARD) * 2);
-    for (size_t i = n; i < n + GUARD; i++) cr_assert_eq(p[i], tu_nan16(t), "%s: wrote past the end at %zu", what, i);
-    return p;
-}
 
 /* ---- the router ---------------------------------------------------------------------------- */
 
@@ -68,14 +38,14 @@ static void route_case(rt_device *d, uint32_t n, uint32_t d_in, uint32_t ne, uin
     uint16_t *h = tu_rand16(t, (size_t)n * d_in, -2, 2, &hf);
     for (size_t i = 0; i < (size_t)ne * d_in; i++) rw[i] = tu_urand(-1, 1);
     rt_buffer *bh = tu_vk_upload(d, h, (size_t)n * d_in * 2), *br = tu_vk_upload(d, rw, (size_t)ne * d_in * 4);
-    rt_buffer *bs = poisoned32(d, (size_t)n * k_used), *bw = poisoned32(d, (size_t)n * k_used);
-    rt_buffer *bsc = poisoned32(d, (size_t)n * ne);
+    rt_buffer *bs = tu_vk_poisoned32(d, (size_t)n * k_used, GUARD), *bw = tu_vk_poisoned32(d, (size_t)n * k_used, GUARD);
+    rt_buffer *bsc = tu_vk_poisoned32(d, (size_t)n * ne, GUARD);
     rt_arg sargs[3] = {{bh, 0}, {br, 0}, {bsc, 0}};
-    launch(d, ks, gs, n, sargs, 3);
-    free(fetch32(d, bsc, (size_t)n * ne, what)); /* only the guard checked: the scores show in the choice */
+    tu_vk_launch(d, ks, gs, n, sargs, 3);
+    free(tu_vk_fetch32(d, bsc, (size_t)n * ne, GUARD, what)); /* only the guard checked: the scores show in the choice */
     rt_arg args[3] = {{bsc, 0}, {bs, 0}, {bw, 0}};
-    launch(d, k, 1, n, args, 3);
-    uint32_t *sel = fetch32(d, bs, (size_t)n * k_used, what), *wbits = fetch32(d, bw, (size_t)n * k_used, what);
+    tu_vk_launch(d, k, 1, n, args, 3);
+    uint32_t *sel = tu_vk_fetch32(d, bs, (size_t)n * k_used, GUARD, what), *wbits = tu_vk_fetch32(d, bw, (size_t)n * k_used, GUARD, what);
     double *s = malloc(ne * sizeof *s), *tol = malloc(ne * sizeof *tol);
     for (uint32_t tok = 0; tok < n; tok++) {
         double max = -INFINITY;
@@ -165,16 +135,8 @@ static void experts_case(rt_device *d, uint32_t n, uint32_t d_in, uint32_t ff, u
     float *wt = malloc(nk * 4);
     for (uint32_t tok = 0; tok < n; tok++) { /* distinct experts, weights summing to 1 */
         float sum = 0;
-        for (uint32_t j = 0; j < k_used; j++) {
-            uint32_t x;
-            bool again;
-            do {
-                x = tu_rnd32() % ne, again = false;
-                for (uint32_t i = 0; i < j; i++) again |= sel[tok * k_used + i] == x;
-            } while (again);
-            sel[tok * k_used + j] = x;
-            sum += wt[tok * k_used + j] = tu_urand(0.05f, 1);
-        }
+        tu_rand_distinct(sel + (size_t)tok * k_used, k_used, ne);
+        for (uint32_t j = 0; j < k_used; j++) sum += wt[tok * k_used + j] = tu_urand(0.05f, 1);
         for (uint32_t j = 0; j < k_used; j++) wt[tok * k_used + j] /= sum;
     }
     rt_buffer *bh = tu_vk_upload(d, h, (size_t)n * d_in * 2), *bg = tu_vk_upload(d, g, wn * 2);
@@ -183,8 +145,8 @@ static void experts_case(rt_device *d, uint32_t n, uint32_t d_in, uint32_t ff, u
     rt_buffer *br = tu_vk_upload(d, res, (size_t)n * d_in * 2);
     rt_buffer *ba = tu_vk_poisoned16(d, t, nk * ff, GUARD), *by = tu_vk_poisoned16(d, t, (size_t)n * d_in, GUARD);
     rt_arg up_args[5] = {{bh, 0}, {bg, 0}, {bu, 0}, {bs, 0}, {ba, 0}};
-    launch(d, ku, gx_up, n, up_args, 5);
-    uint16_t *act = fetch16(d, ba, t, nk * ff, what);
+    tu_vk_launch(d, ku, gx_up, n, up_args, 5);
+    uint16_t *act = tu_vk_fetch16(d, ba, t, nk * ff, GUARD, what);
     /* act against the reference, as the dense SwiGLU's (test_kernels.c) */
     for (size_t cj = 0; cj < nk; cj++) {
         uint32_t tok = (uint32_t)(cj / k_used), x = sel[cj];
@@ -202,8 +164,8 @@ static void experts_case(rt_device *d, uint32_t n, uint32_t d_in, uint32_t ff, u
     }
     /* down from the device's act, so that its check is the down's alone */
     rt_arg down_args[6] = {{ba, 0}, {bd, 0}, {bs, 0}, {bw, 0}, {br, 0}, {by, 0}};
-    launch(d, kd, gx_down, n, down_args, 6);
-    uint16_t *y = fetch16(d, by, t, (size_t)n * d_in, what);
+    tu_vk_launch(d, kd, gx_down, n, down_args, 6);
+    uint16_t *y = tu_vk_fetch16(d, by, t, (size_t)n * d_in, GUARD, what);
     float *af = malloc(ff * 4);
     for (uint32_t tok = 0; tok < n; tok++)
         for (uint32_t r = 0; r < d_in; r++) {
@@ -281,18 +243,18 @@ static void grouped_case(rt_device *d, uint32_t nb, uint32_t live, uint32_t d_in
     rt_buffer *bu = tu_vk_upload(d, u, wn * 2), *bd = tu_vk_upload(d, dw, wn * 2);
     rt_buffer *bs = tu_vk_upload(d, sel, nk * 4), *bw = tu_vk_upload(d, wt, nk * 4), *bi = tu_vk_upload(d, info, 8);
     rt_buffer *br = tu_vk_upload(d, res, (size_t)nb * d_in * 2);
-    rt_buffer *brank = poisoned32(d, nk), *boff = poisoned32(d, ne + 1), *blist = poisoned32(d, nk);
+    rt_buffer *brank = tu_vk_poisoned32(d, nk, GUARD), *boff = tu_vk_poisoned32(d, ne + 1, GUARD), *blist = tu_vk_poisoned32(d, nk, GUARD);
     rt_buffer *ba = tu_vk_poisoned16(d, t, nk * ff, GUARD), *byc = tu_vk_poisoned16(d, t, nk * d_in, GUARD);
     rt_buffer *by = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
     rt_arg ga[5] = {{bs, 0}, {bi, 0}, {brank, 0}, {boff, 0}, {blist, 0}};
-    launch(d, kg, 1, 1, ga, 5);
+    tu_vk_launch(d, kg, 1, 1, ga, 5);
     rt_arg ua[6] = {{bh, 0}, {bg, 0}, {bu, 0}, {boff, 0}, {blist, 0}, {ba, 0}};
-    launch(d, ku, g_up, 1, ua, 6);
+    tu_vk_launch(d, ku, g_up, 1, ua, 6);
     rt_arg da[5] = {{ba, 0}, {bd, 0}, {boff, 0}, {blist, 0}, {byc, 0}};
-    launch(d, kd, g_down, 1, da, 5);
+    tu_vk_launch(d, kd, g_down, 1, da, 5);
     rt_arg ca[5] = {{byc, 0}, {bw, 0}, {br, 0}, {by, 0}, {bi, 0}};
-    launch(d, kc, g_comb, nb, ca, 5);
-    uint32_t *off = fetch32(d, boff, ne + 1, what), *list = fetch32(d, blist, nk, what);
+    tu_vk_launch(d, kc, g_comb, nb, ca, 5);
+    uint32_t *off = tu_vk_fetch32(d, boff, ne + 1, GUARD, what), *list = tu_vk_fetch32(d, blist, nk, GUARD, what);
     size_t n_live = (size_t)live * k_used;
     cr_assert_eq(off[0], 0, "%s", what);
     cr_assert_eq(off[ne], n_live, "%s: %u listed", what, off[ne]);
@@ -305,14 +267,14 @@ static void grouped_case(rt_device *d, uint32_t nb, uint32_t live, uint32_t d_in
             seen[list[i]] = true;
             cr_assert_eq(sel[list[i]], e, "%s: choice %u in expert %u's run", what, list[i], e);
         }
-    uint16_t *act = fetch16(d, ba, t, nk * ff, what), *y = fetch16(d, by, t, (size_t)nb * d_in, what);
+    uint16_t *act = tu_vk_fetch16(d, ba, t, nk * ff, GUARD, what), *y = tu_vk_fetch16(d, by, t, (size_t)nb * d_in, GUARD, what);
     /* the per-token kernels on the same inputs */
     rt_buffer *ba1 = tu_vk_poisoned16(d, t, nk * ff, GUARD), *by1 = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
     rt_arg ua1[5] = {{bh, 0}, {bg, 0}, {bu, 0}, {bs, 0}, {ba1, 0}};
-    launch(d, ku1, g_up1, nb, ua1, 5);
+    tu_vk_launch(d, ku1, g_up1, nb, ua1, 5);
     rt_arg da1[6] = {{ba1, 0}, {bd, 0}, {bs, 0}, {bw, 0}, {br, 0}, {by1, 0}};
-    launch(d, kd1, g_down1, nb, da1, 6);
-    uint16_t *act1 = fetch16(d, ba1, t, nk * ff, what), *y1 = fetch16(d, by1, t, (size_t)nb * d_in, what);
+    tu_vk_launch(d, kd1, g_down1, nb, da1, 6);
+    uint16_t *act1 = tu_vk_fetch16(d, ba1, t, nk * ff, GUARD, what), *y1 = tu_vk_fetch16(d, by1, t, (size_t)nb * d_in, GUARD, what);
     for (size_t i = 0; i < n_live * ff; i++) cr_assert_eq(act[i], act1[i], "%s: act[%zu] %04x, per token %04x", what, i, act[i], act1[i]);
     for (size_t i = n_live * ff; i < nk * ff; i++) cr_assert_eq(act[i], tu_nan16(t), "%s: act[%zu] of a dead token written", what, i);
     for (size_t i = 0; i < (size_t)live * d_in; i++) cr_assert_eq(y[i], y1[i], "%s: y[%zu] %04x, per token %04x", what, i, y[i], y1[i]);

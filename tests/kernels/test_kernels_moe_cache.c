@@ -20,27 +20,6 @@
 
 static const char *const variants[] = {NULL, "no-subgroup-arith"};
 
-static void launch(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
-    rt_kernel *ck = tu_vk_compile(d, k);
-    tu_vk_run(d, ck, gx, gy, args, n);
-    d->ops->release_kernel(d, ck);
-}
-
-static uint16_t *fetch16(rt_device *d, rt_buffer *b, ir_scalar t, size_t n, const char *what) {
-    uint16_t *p = malloc((n + GUARD) * 2);
-    tu_vk_download(d, b, p, (n + GUARD) * 2);
-    for (size_t i = n; i < n + GUARD; i++) cr_assert_eq(p[i], tu_nan16(t), "%s: wrote past the end at %zu", what, i);
-    return p;
-}
-
-static rt_buffer *poisoned32(rt_device *d, size_t n) {
-    uint32_t *p = malloc((n + GUARD) * 4);
-    memset(p, 0xef, (n + GUARD) * 4);
-    rt_buffer *b = tu_vk_upload(d, p, (n + GUARD) * 4);
-    free(p);
-    return b;
-}
-
 /* Expert e's rows of a [ne x rows x cols] tensor into slot s of a [slots x rows x cols] one. */
 static void put_slot(uint16_t *cache, const uint16_t *all, uint32_t s, uint32_t e, size_t rows_cols) {
     memcpy(cache + (size_t)s * rows_cols, all + (size_t)e * rows_cols, rows_cols * 2);
@@ -75,17 +54,10 @@ static void cache_case(rt_device *d, uint32_t nb, uint32_t live, uint32_t d_in, 
     uint16_t *res = tu_rand16(t, (size_t)nb * d_in, -4, 4, NULL);
     uint32_t *sel = malloc(nk * 4), *csel = malloc(nk * 4), info[2] = {0, live};
     float *wt = malloc(nk * 4);
-    for (uint32_t tok = 0; tok < nb; tok++) /* distinct experts a token */
-        for (uint32_t j = 0; j < k_used; j++) {
-            uint32_t x;
-            bool again;
-            do {
-                x = tu_rnd32() % ne, again = false;
-                for (uint32_t i = 0; i < j; i++) again |= sel[tok * k_used + i] == x;
-            } while (again);
-            sel[tok * k_used + j] = x;
-            wt[tok * k_used + j] = tu_urand(0.05f, 1);
-        }
+    for (uint32_t tok = 0; tok < nb; tok++) { /* distinct experts a token */
+        tu_rand_distinct(sel + (size_t)tok * k_used, k_used, ne);
+        for (uint32_t j = 0; j < k_used; j++) wt[tok * k_used + j] = tu_urand(0.05f, 1);
+    }
     /* the cache: slot s holds expert (3 s + 1) % ne (slots < ne: some experts miss) */
     uint16_t *cgate = malloc(cn * 2), *cup = malloc(cn * 2), *cdown = malloc(cn * 2);
     int32_t *slot_of = malloc(ne * 4);
@@ -109,16 +81,16 @@ static void cache_case(rt_device *d, uint32_t nb, uint32_t live, uint32_t d_in, 
     rt_buffer *bs = tu_vk_upload(d, sel, nk * 4), *bcs = tu_vk_upload(d, csel, nk * 4);
     rt_buffer *bw = tu_vk_upload(d, wt, nk * 4), *bi = tu_vk_upload(d, info, 8);
     rt_buffer *br = tu_vk_upload(d, res, (size_t)nb * d_in * 2);
-    rt_buffer *brank = poisoned32(d, nk), *boff = poisoned32(d, ne + 2), *blist = poisoned32(d, nk);
+    rt_buffer *brank = tu_vk_poisoned32(d, nk, GUARD), *boff = tu_vk_poisoned32(d, ne + 2, GUARD), *blist = tu_vk_poisoned32(d, nk, GUARD);
     rt_buffer *ba = tu_vk_poisoned16(d, t, nk * ff, GUARD), *byc = tu_vk_poisoned16(d, t, nk * d_in, GUARD);
     rt_buffer *by = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
     /* the reference: all resident, grouped */
-    launch(d, kg, 1, 1, (rt_arg[]){{bs, 0}, {bi, 0}, {brank, 0}, {boff, 0}, {blist, 0}}, 5);
-    launch(d, ku, gg, 1, (rt_arg[]){{bh, 0}, {bg, 0}, {bu, 0}, {boff, 0}, {blist, 0}, {ba, 0}}, 6);
-    launch(d, kd, gd, 1, (rt_arg[]){{ba, 0}, {bd, 0}, {boff, 0}, {blist, 0}, {byc, 0}}, 5);
-    launch(d, kc, gc, nb, (rt_arg[]){{byc, 0}, {bw, 0}, {br, 0}, {by, 0}, {bi, 0}}, 5);
-    uint16_t *yc = fetch16(d, byc, t, nk * d_in, what), *y = fetch16(d, by, t, (size_t)nb * d_in, what);
-    uint16_t *act = fetch16(d, ba, t, nk * ff, what);
+    tu_vk_launch(d, kg, 1, 1, (rt_arg[]){{bs, 0}, {bi, 0}, {brank, 0}, {boff, 0}, {blist, 0}}, 5);
+    tu_vk_launch(d, ku, gg, 1, (rt_arg[]){{bh, 0}, {bg, 0}, {bu, 0}, {boff, 0}, {blist, 0}, {ba, 0}}, 6);
+    tu_vk_launch(d, kd, gd, 1, (rt_arg[]){{ba, 0}, {bd, 0}, {boff, 0}, {blist, 0}, {byc, 0}}, 5);
+    tu_vk_launch(d, kc, gc, nb, (rt_arg[]){{byc, 0}, {bw, 0}, {br, 0}, {by, 0}, {bi, 0}}, 5);
+    uint16_t *yc = tu_vk_fetch16(d, byc, t, nk * d_in, GUARD, what), *y = tu_vk_fetch16(d, by, t, (size_t)nb * d_in, GUARD, what);
+    uint16_t *act = tu_vk_fetch16(d, ba, t, nk * ff, GUARD, what);
     /* the misses' products, as the host gives them; a hit's row poisoned (never read) */
     uint16_t *miss = malloc(nk * d_in * 2);
     for (size_t c = 0; c < nk; c++)
@@ -127,17 +99,17 @@ static void cache_case(rt_device *d, uint32_t nb, uint32_t live, uint32_t d_in, 
     /* cached, grouped */
     rt_buffer *xa = tu_vk_poisoned16(d, t, nk * ff, GUARD), *xyc = tu_vk_poisoned16(d, t, nk * d_in, GUARD);
     rt_buffer *xy = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
-    rt_buffer *xoff = poisoned32(d, slots + 2);
-    launch(d, xg, 1, 1, (rt_arg[]){{bcs, 0}, {bi, 0}, {brank, 0}, {xoff, 0}, {blist, 0}}, 5);
-    launch(d, xu, cg, 1, (rt_arg[]){{bh, 0}, {xbg, 0}, {xbu, 0}, {xoff, 0}, {blist, 0}, {xa, 0}}, 6);
-    launch(d, xd, cd, 1, (rt_arg[]){{xa, 0}, {xbd, 0}, {xoff, 0}, {blist, 0}, {xyc, 0}}, 5);
-    launch(d, xc, cc, nb, (rt_arg[]){{xyc, 0}, {bw, 0}, {br, 0}, {xy, 0}, {bi, 0}, {bcs, 0}, {bm, 0}}, 7);
+    rt_buffer *xoff = tu_vk_poisoned32(d, slots + 2, GUARD);
+    tu_vk_launch(d, xg, 1, 1, (rt_arg[]){{bcs, 0}, {bi, 0}, {brank, 0}, {xoff, 0}, {blist, 0}}, 5);
+    tu_vk_launch(d, xu, cg, 1, (rt_arg[]){{bh, 0}, {xbg, 0}, {xbu, 0}, {xoff, 0}, {blist, 0}, {xa, 0}}, 6);
+    tu_vk_launch(d, xd, cd, 1, (rt_arg[]){{xa, 0}, {xbd, 0}, {xoff, 0}, {blist, 0}, {xyc, 0}}, 5);
+    tu_vk_launch(d, xc, cc, nb, (rt_arg[]){{xyc, 0}, {bw, 0}, {br, 0}, {xy, 0}, {bi, 0}, {bcs, 0}, {bm, 0}}, 7);
     uint32_t off[1026];
     tu_vk_download(d, xoff, off, (slots + 2) * 4);
     cr_assert_eq(off[slots + 1], n_live, "%s: %u choices listed", what, off[slots + 1]);
     cr_assert_eq(off[slots + 1] - off[slots], misses, "%s: %u in the misses' bin, %zu misses", what,
                  off[slots + 1] - off[slots], misses);
-    uint16_t *xact = fetch16(d, xa, t, nk * ff, what), *gy = fetch16(d, xy, t, (size_t)nb * d_in, what);
+    uint16_t *xact = tu_vk_fetch16(d, xa, t, nk * ff, GUARD, what), *gy = tu_vk_fetch16(d, xy, t, (size_t)nb * d_in, GUARD, what);
     for (size_t c = 0; c < nk; c++)
         for (uint32_t r = 0; r < ff; r++) {
             uint16_t want = c < n_live && csel[c] != KN_MOE_MISS ? act[c * ff + r] : tu_nan16(t);
@@ -149,20 +121,20 @@ static void cache_case(rt_device *d, uint32_t nb, uint32_t live, uint32_t d_in, 
     /* cached, per token (every row live: the per-token kernels have no info) */
     rt_buffer *pa = tu_vk_poisoned16(d, t, nk * ff, GUARD), *py = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
     rt_buffer *ra = tu_vk_poisoned16(d, t, nk * ff, GUARD), *ry = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
-    launch(d, ku1, g1, nb, (rt_arg[]){{bh, 0}, {bg, 0}, {bu, 0}, {bs, 0}, {ra, 0}}, 5);
-    launch(d, kd1, g2, nb, (rt_arg[]){{ra, 0}, {bd, 0}, {bs, 0}, {bw, 0}, {br, 0}, {ry, 0}}, 6);
+    tu_vk_launch(d, ku1, g1, nb, (rt_arg[]){{bh, 0}, {bg, 0}, {bu, 0}, {bs, 0}, {ra, 0}}, 5);
+    tu_vk_launch(d, kd1, g2, nb, (rt_arg[]){{ra, 0}, {bd, 0}, {bs, 0}, {bw, 0}, {br, 0}, {ry, 0}}, 6);
     /* every row's misses need products now: the grouped reference covered the live rows only */
-    uint16_t *act_all = fetch16(d, ra, t, nk * ff, what), *y_all = fetch16(d, ry, t, (size_t)nb * d_in, what);
-    launch(d, xu1, c1, nb, (rt_arg[]){{bh, 0}, {xbg, 0}, {xbu, 0}, {bcs, 0}, {pa, 0}}, 5);
-    uint16_t *pact = fetch16(d, pa, t, nk * ff, what);
+    uint16_t *act_all = tu_vk_fetch16(d, ra, t, nk * ff, GUARD, what), *y_all = tu_vk_fetch16(d, ry, t, (size_t)nb * d_in, GUARD, what);
+    tu_vk_launch(d, xu1, c1, nb, (rt_arg[]){{bh, 0}, {xbg, 0}, {xbu, 0}, {bcs, 0}, {pa, 0}}, 5);
+    uint16_t *pact = tu_vk_fetch16(d, pa, t, nk * ff, GUARD, what);
     for (size_t c = 0; c < nk; c++)
         for (uint32_t r = 0; r < ff; r++) {
             uint16_t want = csel[c] != KN_MOE_MISS ? act_all[c * ff + r] : tu_nan16(t);
             cr_assert_eq(pact[c * ff + r], want, "%s: act[%zu][%u] %04x, want %04x", what, c, r, pact[c * ff + r], want);
         }
     if (live == nb) {
-        launch(d, xd1, c2, nb, (rt_arg[]){{pa, 0}, {xbd, 0}, {bcs, 0}, {bw, 0}, {br, 0}, {py, 0}, {bm, 0}}, 7);
-        uint16_t *pyv = fetch16(d, py, t, (size_t)nb * d_in, what);
+        tu_vk_launch(d, xd1, c2, nb, (rt_arg[]){{pa, 0}, {xbd, 0}, {bcs, 0}, {bw, 0}, {br, 0}, {py, 0}, {bm, 0}}, 7);
+        uint16_t *pyv = tu_vk_fetch16(d, py, t, (size_t)nb * d_in, GUARD, what);
         for (size_t i = 0; i < (size_t)nb * d_in; i++)
             cr_assert_eq(pyv[i], y_all[i], "%s: y[%zu] %04x, all resident %04x", what, i, pyv[i], y_all[i]);
         free(pyv);

@@ -21,27 +21,6 @@
 
 static const char *const variants[] = {NULL, "no-subgroup-arith"};
 
-static void launch(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
-    rt_kernel *ck = tu_vk_compile(d, k);
-    tu_vk_run(d, ck, gx, gy, args, n);
-    d->ops->release_kernel(d, ck);
-}
-
-static uint16_t *fetch16(rt_device *d, rt_buffer *b, ir_scalar t, size_t n, const char *what) {
-    uint16_t *p = malloc((n + GUARD) * 2);
-    tu_vk_download(d, b, p, (n + GUARD) * 2);
-    for (size_t i = n; i < n + GUARD; i++) cr_assert_eq(p[i], tu_nan16(t), "%s: wrote past the end at %zu", what, i);
-    return p;
-}
-
-static rt_buffer *poisoned32(rt_device *d, size_t n) {
-    uint32_t *p = malloc((n + GUARD) * 4);
-    memset(p, 0xef, (n + GUARD) * 4);
-    rt_buffer *b = tu_vk_upload(d, p, (n + GUARD) * 4);
-    free(p);
-    return b;
-}
-
 static void q_case(rt_device *d, uint32_t nb, uint32_t d_in, uint32_t ff, uint32_t ne, uint32_t k_used,
                    const kn_qtype qt[3], ir_scalar t, const char *var) {
     char what[200];
@@ -64,23 +43,17 @@ static void q_case(rt_device *d, uint32_t nb, uint32_t d_in, uint32_t ff, uint32
     uint16_t *h = tu_rand16(t, (size_t)nb * d_in, -2, 2, &hf), *res = tu_rand16(t, (size_t)nb * d_in, -4, 4, &rf);
     uint32_t *sel = malloc(nk * 4), info[2] = {0, nb};
     float *wt = malloc(nk * 4);
-    for (uint32_t tok = 0; tok < nb; tok++)
-        for (uint32_t j = 0; j < k_used; j++) {
-            uint32_t x;
-            bool again;
-            do {
-                x = tu_rnd32() % ne, again = false;
-                for (uint32_t i = 0; i < j; i++) again |= sel[tok * k_used + i] == x;
-            } while (again);
-            sel[tok * k_used + j] = x, wt[tok * k_used + j] = tu_urand(0.05f, 1);
-        }
+    for (uint32_t tok = 0; tok < nb; tok++) {
+        tu_rand_distinct(sel + (size_t)tok * k_used, k_used, ne);
+        for (uint32_t j = 0; j < k_used; j++) wt[tok * k_used + j] = tu_urand(0.05f, 1);
+    }
     rt_buffer *bh = tu_vk_upload(d, h, (size_t)nb * d_in * 2), *br = tu_vk_upload(d, res, (size_t)nb * d_in * 2);
     rt_buffer *bg = tu_vk_upload(d, g.words, g.L.words * 4), *bu = tu_vk_upload(d, u.words, u.L.words * 4);
     rt_buffer *bd = tu_vk_upload(d, dw.words, dw.L.words * 4);
     rt_buffer *bs = tu_vk_upload(d, sel, nk * 4), *bw = tu_vk_upload(d, wt, nk * 4), *bi = tu_vk_upload(d, info, 8);
     rt_buffer *ba = tu_vk_poisoned16(d, t, nk * ff, GUARD), *by = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
-    launch(d, ku, gu, nb, (rt_arg[]){{bh, 0}, {bg, 0}, {bu, 0}, {bs, 0}, {ba, 0}}, 5);
-    uint16_t *act = fetch16(d, ba, t, nk * ff, what);
+    tu_vk_launch(d, ku, gu, nb, (rt_arg[]){{bh, 0}, {bg, 0}, {bu, 0}, {bs, 0}, {ba, 0}}, 5);
+    uint16_t *act = tu_vk_fetch16(d, ba, t, nk * ff, GUARD, what);
     for (size_t cj = 0; cj < nk; cj++) { /* the SwiGLU rows against the exact products */
         const float *x = hf + (cj / k_used) * d_in;
         for (uint32_t r = 0; r < ff; r++) {
@@ -94,8 +67,8 @@ static void q_case(rt_device *d, uint32_t nb, uint32_t d_in, uint32_t ff, uint32
             cr_assert(fabs(got - want) <= tl, "%s: act[%zu][%u] %.9g != %.9g (tol %.3g)", what, cj, r, got, want, tl);
         }
     }
-    launch(d, kd, gd, nb, (rt_arg[]){{ba, 0}, {bd, 0}, {bs, 0}, {bw, 0}, {br, 0}, {by, 0}}, 6);
-    uint16_t *y = fetch16(d, by, t, (size_t)nb * d_in, what);
+    tu_vk_launch(d, kd, gd, nb, (rt_arg[]){{ba, 0}, {bd, 0}, {bs, 0}, {bw, 0}, {br, 0}, {by, 0}}, 6);
+    uint16_t *y = tu_vk_fetch16(d, by, t, (size_t)nb * d_in, GUARD, what);
     float *af = malloc(ff * 4);
     for (uint32_t tok = 0; tok < nb; tok++)
         for (uint32_t r = 0; r < d_in; r++) {
@@ -113,14 +86,14 @@ static void q_case(rt_device *d, uint32_t nb, uint32_t d_in, uint32_t ff, uint32
             cr_assert(fabs(got - want) <= tl, "%s: y[%u][%u] %.9g != %.9g (tol %.3g)", what, tok, r, got, want, tl);
         }
     /* grouped: the same sums as per token */
-    rt_buffer *brank = poisoned32(d, nk), *boff = poisoned32(d, ne + 1), *blist = poisoned32(d, nk);
+    rt_buffer *brank = tu_vk_poisoned32(d, nk, GUARD), *boff = tu_vk_poisoned32(d, ne + 1, GUARD), *blist = tu_vk_poisoned32(d, nk, GUARD);
     rt_buffer *ga = tu_vk_poisoned16(d, t, nk * ff, GUARD), *gyc = tu_vk_poisoned16(d, t, nk * d_in, GUARD);
     rt_buffer *gy = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
-    launch(d, kg, 1, 1, (rt_arg[]){{bs, 0}, {bi, 0}, {brank, 0}, {boff, 0}, {blist, 0}}, 5);
-    launch(d, kgu, ggu, 1, (rt_arg[]){{bh, 0}, {bg, 0}, {bu, 0}, {boff, 0}, {blist, 0}, {ga, 0}}, 6);
-    launch(d, kgd, ggd, 1, (rt_arg[]){{ga, 0}, {bd, 0}, {boff, 0}, {blist, 0}, {gyc, 0}}, 5);
-    launch(d, kc, gc, nb, (rt_arg[]){{gyc, 0}, {bw, 0}, {br, 0}, {gy, 0}, {bi, 0}}, 5);
-    uint16_t *gact = fetch16(d, ga, t, nk * ff, what), *gyv = fetch16(d, gy, t, (size_t)nb * d_in, what);
+    tu_vk_launch(d, kg, 1, 1, (rt_arg[]){{bs, 0}, {bi, 0}, {brank, 0}, {boff, 0}, {blist, 0}}, 5);
+    tu_vk_launch(d, kgu, ggu, 1, (rt_arg[]){{bh, 0}, {bg, 0}, {bu, 0}, {boff, 0}, {blist, 0}, {ga, 0}}, 6);
+    tu_vk_launch(d, kgd, ggd, 1, (rt_arg[]){{ga, 0}, {bd, 0}, {boff, 0}, {blist, 0}, {gyc, 0}}, 5);
+    tu_vk_launch(d, kc, gc, nb, (rt_arg[]){{gyc, 0}, {bw, 0}, {br, 0}, {gy, 0}, {bi, 0}}, 5);
+    uint16_t *gact = tu_vk_fetch16(d, ga, t, nk * ff, GUARD, what), *gyv = tu_vk_fetch16(d, gy, t, (size_t)nb * d_in, GUARD, what);
     for (size_t i = 0; i < nk * ff; i++)
         cr_assert_eq(gact[i], act[i], "%s: grouped act[%zu] %04x, per token %04x", what, i, gact[i], act[i]);
     for (size_t i = 0; i < (size_t)nb * d_in; i++)
@@ -207,20 +180,17 @@ static void cached_q_case(rt_device *d, uint32_t nb, uint32_t d_in, uint32_t ff,
     uint32_t *sel = malloc(nk * 4), *csel = malloc(nk * 4), info[2] = {0, nb};
     float *wt = malloc(nk * 4);
     size_t misses = 0;
-    for (uint32_t tok = 0; tok < nb; tok++)
+    for (uint32_t tok = 0; tok < nb; tok++) {
+        tu_rand_distinct(sel + (size_t)tok * k_used, k_used, ne);
         for (uint32_t j = 0; j < k_used; j++) {
-            uint32_t x;
-            bool again;
-            do {
-                x = tu_rnd32() % ne, again = false;
-                for (uint32_t i = 0; i < j; i++) again |= sel[tok * k_used + i] == x;
-            } while (again);
             size_t c = (size_t)tok * k_used + j;
-            sel[c] = x, wt[c] = tu_urand(0.05f, 1), csel[c] = KN_MOE_MISS;
+            uint32_t x = sel[c];
+            wt[c] = tu_urand(0.05f, 1), csel[c] = KN_MOE_MISS;
             for (uint32_t s = 0; s < slots; s++)
                 if ((2 * s + 1) % ne == x) csel[c] = s;
             misses += csel[c] == KN_MOE_MISS;
         }
+    }
     cr_assert(misses > 0 && misses < nk, "%s: %zu of %zu choices miss", what, misses, nk);
     rt_buffer *bh = tu_vk_upload(d, h, (size_t)nb * d_in * 2), *br = tu_vk_upload(d, res, (size_t)nb * d_in * 2);
     rt_buffer *bg = tu_vk_upload(d, g.words, g.L.words * 4), *bu = tu_vk_upload(d, u.words, u.L.words * 4);
@@ -229,28 +199,28 @@ static void cached_q_case(rt_device *d, uint32_t nb, uint32_t d_in, uint32_t ff,
     rt_buffer *xbd = tu_vk_upload(d, cd.words, cd.L.words * 4);
     rt_buffer *bs = tu_vk_upload(d, sel, nk * 4), *bcs = tu_vk_upload(d, csel, nk * 4);
     rt_buffer *bw = tu_vk_upload(d, wt, nk * 4), *bi = tu_vk_upload(d, info, 8);
-    rt_buffer *brank = poisoned32(d, nk), *boff = poisoned32(d, ne + 2), *blist = poisoned32(d, nk);
+    rt_buffer *brank = tu_vk_poisoned32(d, nk, GUARD), *boff = tu_vk_poisoned32(d, ne + 2, GUARD), *blist = tu_vk_poisoned32(d, nk, GUARD);
     rt_buffer *ba = tu_vk_poisoned16(d, t, nk * ff, GUARD), *byc = tu_vk_poisoned16(d, t, nk * d_in, GUARD);
     rt_buffer *by = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD), *by1 = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
     rt_buffer *ba1 = tu_vk_poisoned16(d, t, nk * ff, GUARD);
     /* all resident: grouped (yc, y) and per token (act, y1) */
-    launch(d, kg, 1, 1, (rt_arg[]){{bs, 0}, {bi, 0}, {brank, 0}, {boff, 0}, {blist, 0}}, 5);
-    launch(d, kgu, ggu, 1, (rt_arg[]){{bh, 0}, {bg, 0}, {bu, 0}, {boff, 0}, {blist, 0}, {ba, 0}}, 6);
-    launch(d, kgd, ggd, 1, (rt_arg[]){{ba, 0}, {bd, 0}, {boff, 0}, {blist, 0}, {byc, 0}}, 5);
-    launch(d, kc, gc, nb, (rt_arg[]){{byc, 0}, {bw, 0}, {br, 0}, {by, 0}, {bi, 0}}, 5);
-    launch(d, ku, gu, nb, (rt_arg[]){{bh, 0}, {bg, 0}, {bu, 0}, {bs, 0}, {ba1, 0}}, 5);
-    launch(d, kd, gd, nb, (rt_arg[]){{ba1, 0}, {bd, 0}, {bs, 0}, {bw, 0}, {br, 0}, {by1, 0}}, 6);
-    uint16_t *yc = fetch16(d, byc, t, nk * d_in, what), *y = fetch16(d, by, t, (size_t)nb * d_in, what);
-    uint16_t *act1 = fetch16(d, ba1, t, nk * ff, what), *y1 = fetch16(d, by1, t, (size_t)nb * d_in, what);
+    tu_vk_launch(d, kg, 1, 1, (rt_arg[]){{bs, 0}, {bi, 0}, {brank, 0}, {boff, 0}, {blist, 0}}, 5);
+    tu_vk_launch(d, kgu, ggu, 1, (rt_arg[]){{bh, 0}, {bg, 0}, {bu, 0}, {boff, 0}, {blist, 0}, {ba, 0}}, 6);
+    tu_vk_launch(d, kgd, ggd, 1, (rt_arg[]){{ba, 0}, {bd, 0}, {boff, 0}, {blist, 0}, {byc, 0}}, 5);
+    tu_vk_launch(d, kc, gc, nb, (rt_arg[]){{byc, 0}, {bw, 0}, {br, 0}, {by, 0}, {bi, 0}}, 5);
+    tu_vk_launch(d, ku, gu, nb, (rt_arg[]){{bh, 0}, {bg, 0}, {bu, 0}, {bs, 0}, {ba1, 0}}, 5);
+    tu_vk_launch(d, kd, gd, nb, (rt_arg[]){{ba1, 0}, {bd, 0}, {bs, 0}, {bw, 0}, {br, 0}, {by1, 0}}, 6);
+    uint16_t *yc = tu_vk_fetch16(d, byc, t, nk * d_in, GUARD, what), *y = tu_vk_fetch16(d, by, t, (size_t)nb * d_in, GUARD, what);
+    uint16_t *act1 = tu_vk_fetch16(d, ba1, t, nk * ff, GUARD, what), *y1 = tu_vk_fetch16(d, by1, t, (size_t)nb * d_in, GUARD, what);
     uint16_t *miss = malloc(nk * d_in * 2);
     for (size_t c = 0; c < nk; c++)
         for (uint32_t r = 0; r < d_in; r++) miss[c * d_in + r] = csel[c] == KN_MOE_MISS ? yc[c * d_in + r] : tu_nan16(t);
     rt_buffer *bm = tu_vk_upload(d, miss, nk * d_in * 2);
     /* cached, per token */
     rt_buffer *pa = tu_vk_poisoned16(d, t, nk * ff, GUARD), *py = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
-    launch(d, xu, xgu, nb, (rt_arg[]){{bh, 0}, {xbg, 0}, {xbu, 0}, {bcs, 0}, {pa, 0}}, 5);
-    launch(d, xd, xgd, nb, (rt_arg[]){{pa, 0}, {xbd, 0}, {bcs, 0}, {bw, 0}, {br, 0}, {py, 0}, {bm, 0}}, 7);
-    uint16_t *pact = fetch16(d, pa, t, nk * ff, what), *pyv = fetch16(d, py, t, (size_t)nb * d_in, what);
+    tu_vk_launch(d, xu, xgu, nb, (rt_arg[]){{bh, 0}, {xbg, 0}, {xbu, 0}, {bcs, 0}, {pa, 0}}, 5);
+    tu_vk_launch(d, xd, xgd, nb, (rt_arg[]){{pa, 0}, {xbd, 0}, {bcs, 0}, {bw, 0}, {br, 0}, {py, 0}, {bm, 0}}, 7);
+    uint16_t *pact = tu_vk_fetch16(d, pa, t, nk * ff, GUARD, what), *pyv = tu_vk_fetch16(d, py, t, (size_t)nb * d_in, GUARD, what);
     for (size_t c = 0; c < nk; c++)
         for (uint32_t r = 0; r < ff; r++) {
             uint16_t want = csel[c] != KN_MOE_MISS ? act1[c * ff + r] : tu_nan16(t);
@@ -259,13 +229,13 @@ static void cached_q_case(rt_device *d, uint32_t nb, uint32_t d_in, uint32_t ff,
     for (size_t i = 0; i < (size_t)nb * d_in; i++)
         cr_assert_eq(pyv[i], y1[i], "%s: y[%zu] %04x, all resident %04x", what, i, pyv[i], y1[i]);
     /* cached, grouped */
-    rt_buffer *xoff = poisoned32(d, slots + 2), *xa = tu_vk_poisoned16(d, t, nk * ff, GUARD);
+    rt_buffer *xoff = tu_vk_poisoned32(d, slots + 2, GUARD), *xa = tu_vk_poisoned16(d, t, nk * ff, GUARD);
     rt_buffer *xyc = tu_vk_poisoned16(d, t, nk * d_in, GUARD), *xy = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
-    launch(d, xg, 1, 1, (rt_arg[]){{bcs, 0}, {bi, 0}, {brank, 0}, {xoff, 0}, {blist, 0}}, 5);
-    launch(d, xgu_, xggu, 1, (rt_arg[]){{bh, 0}, {xbg, 0}, {xbu, 0}, {xoff, 0}, {blist, 0}, {xa, 0}}, 6);
-    launch(d, xgd_, xggd, 1, (rt_arg[]){{xa, 0}, {xbd, 0}, {xoff, 0}, {blist, 0}, {xyc, 0}}, 5);
-    launch(d, xc, xgc, nb, (rt_arg[]){{xyc, 0}, {bw, 0}, {br, 0}, {xy, 0}, {bi, 0}, {bcs, 0}, {bm, 0}}, 7);
-    uint16_t *gy = fetch16(d, xy, t, (size_t)nb * d_in, what);
+    tu_vk_launch(d, xg, 1, 1, (rt_arg[]){{bcs, 0}, {bi, 0}, {brank, 0}, {xoff, 0}, {blist, 0}}, 5);
+    tu_vk_launch(d, xgu_, xggu, 1, (rt_arg[]){{bh, 0}, {xbg, 0}, {xbu, 0}, {xoff, 0}, {blist, 0}, {xa, 0}}, 6);
+    tu_vk_launch(d, xgd_, xggd, 1, (rt_arg[]){{xa, 0}, {xbd, 0}, {xoff, 0}, {blist, 0}, {xyc, 0}}, 5);
+    tu_vk_launch(d, xc, xgc, nb, (rt_arg[]){{xyc, 0}, {bw, 0}, {br, 0}, {xy, 0}, {bi, 0}, {bcs, 0}, {bm, 0}}, 7);
+    uint16_t *gy = tu_vk_fetch16(d, xy, t, (size_t)nb * d_in, GUARD, what);
     for (size_t i = 0; i < (size_t)nb * d_in; i++)
         cr_assert_eq(gy[i], y[i], "%s: grouped y[%zu] %04x, all resident %04x", what, i, gy[i], y[i]);
     rt_buffer *bufs[] = {bh, br, bg, bu, bd, xbg, xbu, xbd, bs, bcs, bw, bi, brank, boff, blist, ba, byc, by, by1, ba1,

@@ -6,9 +6,6 @@
 #include "base/error.h"
 #include "model/engine.h"
 #include "model/model.h"
-#include "modelgen/quant_mix.h"
-#include "modelgen/synth.h"
-#include "modelgen/vocab.h"
 #include "plan/plan.h"
 #include "tests/util/testutil.h"
 #include "tests/util/testutil_golden.h"
@@ -43,19 +40,10 @@ Test(plan_moe, tiny_against_the_oracle, .timeout = 600) {
 }
 
 Test(plan_moe, synth_odd_sizes_against_the_oracle, .timeout = 600) {
-    synth_config c;
-    cr_assert_eq(synth_preset("qwen3moe-tiny-odd", &c), 0);
-    c.threads = 2;
-    tok_vocab v;
-    tok_vocab_init(&v);
-    kiln_err e = {0};
-    cr_assert_eq(tok_vocab_bytelevel(c.n_vocab, &v, &e), 0, "%s", e.msg);
-    const char *path = tu_tmp("plan-moe-odd.gguf");
-    synth_stats st;
-    cr_assert_eq(synth_write(&c, &v, NULL, path, &st, &e), 0, "%s", e.msg);
-    tok_vocab_free(&v);
+    uint32_t nv;
+    const char *path = tu_synth_moe("plan-moe-odd.gguf", NULL, false, &nv);
     int32_t ids[70];
-    for (uint32_t i = 0; i < 70; i++) ids[i] = (int32_t)((i * 7919u + 13u) % c.n_vocab);
+    for (uint32_t i = 0; i < 70; i++) ids[i] = (int32_t)((i * 7919u + 13u) % nv);
     compare(path, NULL, GGUF_T_BF16, ids, 70);
     compare(path, "no-subgroup-arith", GGUF_T_F16, ids, 70);
 }
@@ -64,25 +52,15 @@ Test(plan_moe, synth_odd_sizes_against_the_oracle, .timeout = 600) {
  * a small qwen3moe (K-quant rows: widths of 256) against the oracle, every expert resident,
  * through blocks and decode steps */
 Test(plan_moe, quantized_experts_against_the_oracle, .timeout = 600) {
-    synth_config c;
-    cr_assert_eq(synth_preset("qwen3moe-tiny-odd", &c), 0);
-    c.threads = 2;
-    c.n_embd = 256, c.n_head = 4, c.head_dim = 64, c.n_ff_exp = 256;
+    uint32_t nv;
+    const char *path = tu_synth_moe("plan-moe-q4km.gguf", "Q4_K_M", true, &nv);
     kiln_err e = {0};
-    cr_assert_eq(quant_mix_parse("Q4_K_M", &c.quant, &e), 0, "%s", e.msg);
-    tok_vocab v;
-    tok_vocab_init(&v);
-    cr_assert_eq(tok_vocab_bytelevel(c.n_vocab, &v, &e), 0, "%s", e.msg);
-    const char *path = tu_tmp("plan-moe-q4km.gguf");
-    synth_stats st;
-    cr_assert_eq(synth_write(&c, &v, NULL, path, &st, &e), 0, "%s", e.msg);
-    tok_vocab_free(&v);
     model *m = model_load(path, &e);
     cr_assert_not_null(m, "%s", e.msg);
     for (uint32_t l = 0; l < m->hp.n_layer; l++) cr_assert(m->layers[l].q_exps, "layer %u's experts not kept", l);
     model_free(m);
     int32_t ids[70];
-    for (uint32_t i = 0; i < 70; i++) ids[i] = (int32_t)((i * 7919u + 13u) % c.n_vocab);
+    for (uint32_t i = 0; i < 70; i++) ids[i] = (int32_t)((i * 7919u + 13u) % nv);
     compare(path, NULL, 0, ids, 70);
     compare(path, "no-subgroup-arith", 0, ids, 70);
 }

@@ -8,9 +8,6 @@
 #include "model/engine.h"
 #include "model/model.h"
 #include "oracle/oracle.h"
-#include "modelgen/quant_mix.h"
-#include "modelgen/synth.h"
-#include "modelgen/vocab.h"
 #include "plan/plan.h"
 #include "plan/plan_internal.h"
 #include "tests/util/testutil.h"
@@ -134,21 +131,10 @@ Test(plan_moe_cache, follows_the_memory_against_the_oracle, .timeout = 600) {
 /* A Q4_K_M mix (K-quant widths of 256): the cache's slots hold the experts in their blocks,
  * the host computes misses from their exact values */
 Test(plan_moe_cache, quantized_slots_follow_the_memory, .timeout = 600) {
-    synth_config c;
-    cr_assert_eq(synth_preset("qwen3moe-tiny-odd", &c), 0);
-    c.threads = 2;
-    c.n_embd = 256, c.n_head = 4, c.head_dim = 64, c.n_ff_exp = 256;
-    kiln_err e = {0};
-    cr_assert_eq(quant_mix_parse("Q4_K_M", &c.quant, &e), 0, "%s", e.msg);
-    tok_vocab v;
-    tok_vocab_init(&v);
-    cr_assert_eq(tok_vocab_bytelevel(c.n_vocab, &v, &e), 0, "%s", e.msg);
-    const char *path = tu_tmp("plan-moe-cache-q4km.gguf");
-    synth_stats st;
-    cr_assert_eq(synth_write(&c, &v, NULL, path, &st, &e), 0, "%s", e.msg);
-    tok_vocab_free(&v);
+    uint32_t nv;
+    const char *path = tu_synth_moe("plan-moe-cache-q4km.gguf", "Q4_K_M", true, &nv);
     int32_t ids[70];
-    for (uint32_t i = 0; i < 70; i++) ids[i] = (int32_t)((i * 7919u + 13u) % c.n_vocab);
+    for (uint32_t i = 0; i < 70; i++) ids[i] = (int32_t)((i * 7919u + 13u) % nv);
     follow_memory(path, GGUF_T_BF16, ids, true);
 }
 

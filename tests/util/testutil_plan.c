@@ -6,7 +6,11 @@
 #include "model/engine.h"
 #include "model/model.h"
 #include "oracle/oracle.h"
+#include "modelgen/quant_mix.h"
+#include "modelgen/synth.h"
+#include "modelgen/vocab.h"
 #include "plan/plan.h"
+#include "tests/util/testutil.h"
 #include "text/tok.h"
 
 #include <criterion/criterion.h>
@@ -141,4 +145,22 @@ uint32_t tu_story_ids(const char *path, int32_t *ids, uint32_t cap) {
     tok_free(t);
     model_free(m);
     return (uint32_t)n;
+}
+
+const char *tu_synth_moe(const char *file, const char *mix, bool wide, uint32_t *n_vocab) {
+    synth_config c;
+    cr_assert_eq(synth_preset("qwen3moe-tiny-odd", &c), 0);
+    c.threads = 2;
+    if (wide) c.n_embd = 256, c.n_head = 4, c.head_dim = 64, c.n_ff_exp = 256;
+    kiln_err e = {0};
+    if (mix) cr_assert_eq(quant_mix_parse(mix, &c.quant, &e), 0, "%s", e.msg);
+    tok_vocab v;
+    tok_vocab_init(&v);
+    cr_assert_eq(tok_vocab_bytelevel(c.n_vocab, &v, &e), 0, "%s", e.msg);
+    const char *path = tu_tmp(file);
+    synth_stats st;
+    cr_assert_eq(synth_write(&c, &v, NULL, path, &st, &e), 0, "%s", e.msg);
+    tok_vocab_free(&v);
+    *n_vocab = c.n_vocab;
+    return path;
 }

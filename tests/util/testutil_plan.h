@@ -4,6 +4,7 @@
 
 #include "runtime/device.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Greedy decoding on the contract oracle and a plan on device d (opened by the caller,
@@ -22,5 +23,10 @@ double tu_plan_compare(rt_device *d, const char *caps, const char *path, uint32_
 /* The ids of a short story in the model's tokenizer (with BOS): about 200 tokens in a BPE
  * vocabulary, more in a byte-level one (at most cap). */
 uint32_t tu_story_ids(const char *path, int32_t *ids, uint32_t cap);
+
+/* kiln synth's qwen3moe-tiny-odd written to a temporary file named file (returned), in
+ * bf16 or, with mix, quantized by that llama-quantize mix; wide: K-quant widths (hidden,
+ * heads of 64 and experts of 256 where the preset's are odd). *n_vocab gets its vocabulary. */
+const char *tu_synth_moe(const char *file, const char *mix, bool wide, uint32_t *n_vocab);
 
 #endif

@@ -222,3 +222,45 @@ uint16_t *tu_rand16(ir_scalar t, size_t n, float lo, float hi, float **as_f32) {
     else free(f);
     return h;
 }
+
+rt_buffer *tu_vk_poisoned32(rt_device *d, size_t n, size_t guard) {
+    uint32_t *p = malloc((n + guard) * 4);
+    cr_assert(p);
+    for (size_t i = 0; i < n + guard; i++) p[i] = TU_POISON32;
+    rt_buffer *b = tu_vk_upload(d, p, (n + guard) * 4);
+    free(p);
+    return b;
+}
+
+uint32_t *tu_vk_fetch32(rt_device *d, rt_buffer *b, size_t n, size_t guard, const char *what) {
+    uint32_t *p = malloc((n + guard) * 4);
+    cr_assert(p);
+    tu_vk_download(d, b, p, (n + guard) * 4);
+    for (size_t i = n; i < n + guard; i++) cr_assert_eq(p[i], TU_POISON32, "%s: wrote past the end at %zu", what, i);
+    return p;
+}
+
+uint16_t *tu_vk_fetch16(rt_device *d, rt_buffer *b, ir_scalar t, size_t n, size_t guard, const char *what) {
+    uint16_t *p = malloc((n + guard) * 2);
+    cr_assert(p);
+    tu_vk_download(d, b, p, (n + guard) * 2);
+    for (size_t i = n; i < n + guard; i++) cr_assert_eq(p[i], tu_nan16(t), "%s: wrote past the end at %zu", what, i);
+    return p;
+}
+
+void tu_vk_launch(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n) {
+    rt_kernel *ck = tu_vk_compile(d, k);
+    tu_vk_run(d, ck, gx, gy, args, n);
+    d->ops->release_kernel(d, ck);
+}
+
+void tu_rand_distinct(uint32_t *out, uint32_t k, uint32_t range) {
+    cr_assert(k <= range);
+    for (uint32_t j = 0; j < k; j++) {
+        bool again;
+        do {
+            out[j] = tu_rnd32() % range, again = false;
+            for (uint32_t i = 0; i < j; i++) again |= out[i] == out[j];
+        } while (again);
+    }
+}

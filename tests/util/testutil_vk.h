@@ -22,6 +22,17 @@ uint16_t tu_nan16(ir_scalar t);
 /* A device buffer of n 16-bit values plus guard more, all tu_nan16: outputs poisoned, a
  * guard region past them. */
 rt_buffer *tu_vk_poisoned16(rt_device *d, ir_scalar t, size_t n, size_t guard);
+/* A device buffer of n u32 words plus guard more, all TU_POISON32; the n words read back
+ * (malloc'ed) with the guard checked untouched (what: the test's name for the buffer). */
+#define TU_POISON32 0xdeadbeefu
+rt_buffer *tu_vk_poisoned32(rt_device *d, size_t n, size_t guard);
+uint32_t *tu_vk_fetch32(rt_device *d, rt_buffer *b, size_t n, size_t guard, const char *what);
+/* The same for n 16-bit values of a tu_vk_poisoned16 buffer (the guard still tu_nan16). */
+uint16_t *tu_vk_fetch16(rt_device *d, rt_buffer *b, ir_scalar t, size_t n, size_t guard, const char *what);
+/* Compiles k, runs it once on {gx, gy, 1} with args, releases it. */
+void tu_vk_launch(rt_device *d, const ir_kernel *k, uint32_t gx, uint32_t gy, const rt_arg *args, uint32_t n);
+/* k distinct values below range into out (k <= range), from the test data generator. */
+void tu_rand_distinct(uint32_t *out, uint32_t k, uint32_t range);
 /* One unit in the last place of the 16-bit type at |v|'s magnitude (subnormal floor). */
 double tu_ulp16(ir_scalar t, double v);
 
