@@ -57,6 +57,7 @@ struct plan_moe_cache {
     uint64_t pack_words;
     engine_expert_stats st;
     plan_moe_host host;
+    kiln_err broken; /* a resize that failed: every later eval fails with it */
 };
 
 static uint64_t expert_bytes(const plan_shape *s) { return 3ull * s->hp.n_ff_exp * s->hp.n_embd * 2; }
@@ -426,21 +427,37 @@ static uint32_t slots_now(const plan_engine *p) {
     return want >= cur + step ? want : cur;
 }
 
-static int resize(plan_engine *p, uint32_t slots, kiln_err *err) {
+static void release_slots(plan_engine *p) {
     rt_device *d = p->d;
-    plan_release_recordings(p);
-    release_segs(p);
     for (uint32_t l = 0; l < p->s.hp.n_layer; l++) {
         plan_layer *L = &p->L[l];
         rt_buffer **b[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
         for (int i = 0; i < 3; i++)
             if (*b[i]) d->ops->release(d, *b[i]), *b[i] = NULL;
     }
-    p->s.moe_slots = slots;
+}
+
+/* The cache made again with `slots` slots a layer: where the device refuses that much
+ * (another program took the memory meanwhile), half as many, down to one. */
+static int resize(plan_engine *p, uint32_t slots, kiln_err *err) {
+    plan_release_recordings(p);
+    release_segs(p);
+    for (;;) {
+        release_slots(p);
+        p->s.moe_slots = slots;
+        kiln_err why = {0};
+        uint32_t l = 0;
+        while (l < p->s.hp.n_layer && !plan_moe_upload(p, l, &why)) l++;
+        if (l == p->s.hp.n_layer) break;
+        if (slots == 1 || why.code != KILN_ERR_NOMEM) {
+            release_slots(p);
+            *err = why;
+            return -1;
+        }
+        slots /= 2;
+    }
     p->mc->st.slots = slots;
     p->mc->st.resizes++;
-    for (uint32_t l = 0; l < p->s.hp.n_layer; l++)
-        if (plan_moe_upload(p, l, err)) return -1;
     return plan_recompile_moe(p, err) || plan_record_all(p, err) ? -1 : 0;
 }
 
@@ -450,6 +467,7 @@ int plan_moe_replay(plan_engine *p, rt_recording *rec, uint32_t n, kiln_err *err
     const segs *S = NULL;
     for (uint32_t i = 0; i < mc->n_seg && !S; i++)
         if (mc->seg[i].rec[0] == rec) S = &mc->seg[i];
+    if (mc->broken.code) return *err = mc->broken, -1;
     if (!S) return kiln_fail(err, KILN_ERR_INTERNAL, "a recording the expert cache did not cut");
     for (uint32_t i = 0; i < S->n; i++) {
         if (d->ops->replay(d, S->rec[i], err)) return -1;
@@ -464,7 +482,10 @@ int plan_moe_replay(plan_engine *p, rt_recording *rec, uint32_t n, kiln_err *err
     if (swap_in(p, 1, err)) return -1;
     if (mc->st.evals % PLAN_MOE_RECHECK) return 0;
     uint32_t slots = slots_now(p);
-    return slots == p->s.moe_slots ? 0 : resize(p, slots, err);
+    if (slots == p->s.moe_slots || !resize(p, slots, err)) return 0;
+    kiln_fail(&mc->broken, err->code, "the expert cache could not follow the device's memory: %s", err->msg);
+    *err = mc->broken;
+    return -1;
 }
 
 void plan_limit_memory(engine *e, uint64_t bytes) {
