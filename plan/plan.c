@@ -255,7 +255,8 @@ static void plan_destroy(engine *base) {
                          p->dn_x, p->dn_y, p->dn_qk, p->dn_uw, p->dn_p, p->dn_gl, p->dn_o,
                          p->dn_in1_qkv, p->dn_in1_z, p->dn_in1_ba, p->dn_in1, p->moe_sel, p->moe_wt,
                          p->moe_act, p->moe_rank, p->moe_off, p->moe_list, p->moe_yc,
-                         p->moe_scores, p->moe_csel, p->moe_miss}; /* views before their buffer */
+                         p->moe_scores, p->moe_csel, p->moe_miss, p->moe_sel_host,
+                         p->moe_h_host}; /* views before their buffer */
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
     for (uint32_t l = 0; p->L && l < p->s.hp.n_layer; l++) {
@@ -420,12 +421,15 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
         {&p->moe_yc, nb * hp->n_expert_used * hp->n_embd * 2}, {&p->moe_scores, nb * hp->n_expert * 4},
         /* an expert cache's (host-mapped: the host writes them between segments) */
         {&p->moe_csel, s.moe_slots ? nb * hp->n_expert_used * 4 : 0},
-        {&p->moe_miss, s.moe_slots ? nb * hp->n_expert_used * hp->n_embd * 2 : 0}};
+        {&p->moe_miss, s.moe_slots ? nb * hp->n_expert_used * hp->n_embd * 2 : 0},
+        {&p->moe_sel_host, s.moe_slots ? hp->n_expert_used * 4 : 0},
+        {&p->moe_h_host, s.moe_slots ? plan_moe_h_words(&s) * 4 : 0}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0] && !bad; i++) {
         if (!acts[i].bytes) continue;
         /* what the host writes or reads each step lives in host memory */
         bool host = acts[i].b == &p->logits || acts[i].b == &p->tok_h || acts[i].b == &p->info_h ||
-                    acts[i].b == &p->best || acts[i].b == &p->moe_csel || acts[i].b == &p->moe_miss;
+                    acts[i].b == &p->best || acts[i].b == &p->moe_csel || acts[i].b == &p->moe_miss ||
+                    acts[i].b == &p->moe_sel_host || acts[i].b == &p->moe_h_host;
         if (!(*acts[i].b = (host ? d->ops->alloc_host : d->ops->alloc)(d, acts[i].bytes, err))) bad = 1;
     }
     if (!bad && hp->n_recurrent) /* a decode step's stacked input product, read through views */

@@ -40,6 +40,7 @@ enum {
      * its tokens, the weighted sums (kernels/moe.c) */
     K_MOE_GROUP, K_MOE_GATE_UP_G, K_MOE_DOWN_G, K_MOE_COMBINE,
     K_MOE_SCORES, /* the router's scores, before K_MOE_ROUTE's choice */
+    K_MOE_H_COPY, /* an expert cache's decode step: the layer's normed input to host-mapped memory */
     K_COUNT
 };
 /* Each role's name ("embed", "decode_qkv", ...), for dumps and profiles. */
@@ -185,6 +186,9 @@ typedef struct plan_engine {
     /* an expert cache (s.moe_slots): each choice's slot or KN_MOE_MISS (host-mapped, the
      * host's translation of moe_sel), the misses' products (host-mapped), its state */
     rt_buffer *moe_csel, *moe_miss;
+    /* and a decode step's choice and normed input, written by the device straight into
+     * host-mapped memory for the host to read without a copy */
+    rt_buffer *moe_sel_host, *moe_h_host;
     plan_moe_cache *mc;
     /* qwen35's recurrent state covers positions [0, rs_pos) of the tokens in hist (the
      * state cannot step back: an eval before rs_pos zeroes it and replays hist) */
@@ -369,6 +373,8 @@ uint32_t plan_moe_slots_fit(const model *m, const plan_shape *s, const rt_device
 /* Whether a cache of m's experts can hold them in their blocks: every layer's kept so
  * (model_layer.q_exps) and one expert's rows whole words of every plane. */
 bool plan_moe_blocks_ok(const model *m);
+/* The u32 words of a decode step's normed input row (K_MOE_H_COPY's copy, moe_h_host). */
+static inline uint32_t plan_moe_h_words(const plan_shape *s) { return (s->hp.n_embd * 2 + 3) / 4; }
 /* The cache's state for the plan (its weight buffers are uploaded by plan_moe_upload). */
 int plan_moe_cache_init(plan_engine *p, kiln_err *err);
 void plan_moe_cache_free(plan_engine *p);

@@ -18,7 +18,7 @@ const char *const plan_role[K_COUNT] = {
     "state_zero", "prefill_ssm_conv_state", "prefill_deltanet_prep", "prefill_deltanet_norm",
     "deltanet_norm", "batch_stage_inputs", "batch_qk_prep", "batch_attn", "batch_attn_merge", "batch_logits",
     "batch_argmax", "moe_route", "moe_gate_up", "moe_down", "prefill_moe_group", "prefill_moe_gate_up",
-    "prefill_moe_down", "prefill_moe_combine", "moe_scores"};
+    "prefill_moe_down", "prefill_moe_combine", "moe_scores", "moe_input_to_host"};
 
 
 
@@ -64,6 +64,7 @@ bool plan_role_used(const plan_shape *s, int i) {
     case K_MOE_ROUTE: case K_MOE_GATE_UP: case K_MOE_DOWN: case K_MOE_GROUP: case K_MOE_GATE_UP_G: case K_MOE_DOWN_G:
     case K_MOE_COMBINE: case K_MOE_SCORES:
         return moe;
+    case K_MOE_H_COPY: return s->moe_slots > 0;
     case K_MV_FFN: case K_MV_DOWN: case K_MM_FF: case K_MM_DOWN: case K_SWIGLU: return !moe;
     case K_MV_AGATE: case K_GATE: case K_MM_AGATE: case K_GATE_BLOCK: return q35 && attn;
     case K_MV_DN_IN: case K_MV_DN_OUT: case K_CONV: case K_DELTANET:
@@ -260,6 +261,7 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_DN_PREP: dn = plan_dn_shape(s, c, nb); return kn_deltanet_prep(c, &dn, dt, hp->rms_eps, g, err);
     case K_DELTANET_BLOCK: dn = plan_dn_shape(s, c, nb); return kn_deltanet_scan(c, &dn, g, err);
     case K_DN_NORM: dn = plan_dn_shape(s, c, nb); return kn_deltanet_norm(c, &dn, dt, hp->rms_eps, g, err);
+    case K_MOE_H_COPY: return kn_copy(c, plan_moe_h_words(s), &g[0], err);
     case K_COPY_STATE: case K_ZERO_STATE:
     {
         size_t s_at, stride, words = plan_state_layout(s, &s_at, &stride) / 4;

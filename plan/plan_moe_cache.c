@@ -310,15 +310,16 @@ static bool worth_upload(const plan_moe_cache *mc, uint32_t count) {
     return mc->upload_s > 0 && mc->host_s > 0 ? count * mc->host_s > mc->upload_s : count >= 4;
 }
 
-/* The host's choices: their products into moe_miss (the running cost of one measured). */
-static int host_misses(plan_engine *p, uint32_t l, uint32_t n, uint32_t n_miss, kiln_err *err) {
+/* The host's choices: their products into moe_miss (the running cost of one measured);
+ * the input rows from moe_h_host (a decode step: host memory, no copy) or h (a block). */
+static int host_misses(plan_engine *p, uint32_t l, uint32_t n, uint32_t n_miss, bool block, kiln_err *err) {
     plan_moe_cache *mc = p->mc;
     rt_device *d = p->d;
     const arch_hparams *hp = &p->s.hp;
     if (!n_miss) return 0;
     size_t row = (size_t)hp->n_embd * 2;
     double t0 = clock_now_s();
-    if (d->ops->download(d, p->h, 0, mc->h, n * row, err) ||
+    if (d->ops->download(d, block ? p->h : p->moe_h_host, 0, mc->h, n * row, err) ||
         plan_moe_host_run(&mc->host, &p->m->layers[l], hp, p->s.dt == IR_BF16, p->s.moe_blocks, mc->h, n, mc->choice,
                           mc->expert, n_miss, mc->out, err))
         return -1;
@@ -341,7 +342,7 @@ static int route_layer(plan_engine *p, uint32_t l, uint32_t n, bool block, kiln_
     uint32_t nk = n * mc->k, n_miss = 0, ne = mc->ne;
     mc->n_up = 0;
     if (!n) return 0;
-    if (d->ops->download(d, p->moe_sel, 0, mc->sel, (size_t)nk * 4, err)) return -1;
+    if (d->ops->download(d, block ? p->moe_sel : p->moe_sel_host, 0, mc->sel, (size_t)nk * 4, err)) return -1;
     float *sc = mc->score + (size_t)l * ne;
     const int32_t *slot_of = mc->slot_of + (size_t)l * ne;
     memset(mc->count, 0, ne * 4);
@@ -361,7 +362,7 @@ static int route_layer(plan_engine *p, uint32_t l, uint32_t n, bool block, kiln_
     }
     mc->st.hits += nk - n_miss, mc->st.misses += n_miss;
     if (d->ops->upload(d, p->moe_csel, 0, mc->csel, (size_t)nk * 4, err)) return -1;
-    return block ? 0 : host_misses(p, l, n, n_miss, err);
+    return block ? 0 : host_misses(p, l, n, n_miss, false, err);
 }
 
 /* After a block's first pass of layer l's experts (the slots' choices): the experts worth
@@ -390,7 +391,7 @@ static int passes_layer(plan_engine *p, uint32_t l, uint32_t n, rt_recording *re
         if (!mc->on_device[c]) mc->choice[n_miss] = c, mc->expert[n_miss++] = mc->sel[c];
     }
     if (d->ops->upload(d, p->moe_csel, 0, mc->csel, (size_t)nk * 4, err)) return -1;
-    return host_misses(p, l, n, n_miss, err);
+    return host_misses(p, l, n, n_miss, true, err);
 }
 
 /* The most used missing experts into the least used slots: at most `most` a layer. */

@@ -190,12 +190,15 @@ static void add_logits(recorder *R, rt_buffer *x) {
 static void add_moe(recorder *R, const plan_layer *L, uint32_t nb, bool grouped) {
     plan_engine *p = R->p;
     const uint32_t (*g)[2] = R->grid;
+    /* an expert cache: the recording ends after the router for the host's part
+     * (plan_moe_cache.c), and the experts' kernels read its slots (moe_csel) and the
+     * misses' products; a decode step hands the host its choice and input in host memory */
+    bool cached = p->s.moe_slots > 0, to_host = cached && !grouped && nb == 1;
     ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
+    if (to_host) ADD(K_MOE_H_COPY, g[K_MOE_H_COPY][0], 1, {"src", p->h}, {"dst", p->moe_h_host});
     ADD(K_MOE_SCORES, g[K_MOE_SCORES][0], nb, {"h", p->h}, {"router", L->router}, {"scores", p->moe_scores});
-    ADD(K_MOE_ROUTE, 1, nb, {"scores", p->moe_scores}, {"sel", p->moe_sel}, {"wt", p->moe_wt});
-    /* an expert cache: the recording ends here for the host's part (plan_moe_cache.c), and
-     * the experts' kernels read its slots (moe_csel) and the misses' products */
-    bool cached = p->s.moe_slots > 0;
+    ADD(K_MOE_ROUTE, 1, nb, {"scores", p->moe_scores}, {"sel", to_host ? p->moe_sel_host : p->moe_sel},
+        {"wt", p->moe_wt});
     rt_buffer *sel = cached ? p->moe_csel : p->moe_sel;
     const int8_t qt_gu[KN_Q_PARTS] = {L->qt_exps[0], L->qt_exps[1], -1}; /* -1: 16-bit experts */
     if (cached && !R->rc) R->rc = plan_moe_cut(p, (uint32_t)(L - p->L), PLAN_CUT_ROUTE, R->err);
