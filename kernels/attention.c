@@ -85,11 +85,13 @@ static ir_val run_chunk(kx k, ir_val n_keys, uint32_t n_split) {
  * (batch 0: pos[0], one cache) or the batched ones' (tokpos, a pool of n_seq caches). */
 typedef struct attn_rows {
     uint32_t batch, n_seq, q_stride; /* batch 0: one token */
+    const kn_pages *pg;              /* or NULL: unpaged */
 } attn_rows;
 
 typedef struct token_at {
     ir_val b;        /* the token (0 for one token) */
-    ir_val row0;     /* its sequence's first cache row (seq * n_ctx) */
+    ir_val row0;     /* its sequence's first cache row (seq * n_ctx; unpaged) */
+    ir_val tab0;     /* its sequence's first page table entry (seq * stride; paged) */
     ir_val pos_ok;   /* it has keys: its position (and sequence) inside the cache */
     ir_val n_keys;   /* keys 0..pos, 0 without */
 } token_at;
@@ -101,6 +103,7 @@ static token_at token_of(kx k, ir_buf pb, const attn_rows *r, uint32_t n_ctx, ir
     ir_val none = kx_u32(k, 0);
     if (!r->batch) {
         ir_val pos = kx_load_c(k, pb, 0);
+        t.tab0 = none;
         t.pos_ok = kx_lt_c(k, pos, n_ctx);
         t.row0 = none;
         t.n_keys = kx_select(k, t.pos_ok, kx_add_c(k, pos, 1), none);
@@ -112,6 +115,7 @@ static token_at token_of(kx k, ir_buf pb, const attn_rows *r, uint32_t n_ctx, ir
     ir_val seq_ok = kx_lt_c(k, seq, r->n_seq);
     t.pos_ok = kx_and(k, kx_lt_c(k, pos, n_ctx), seq_ok);
     t.row0 = kx_select(k, seq_ok, kx_mul_c(k, seq, n_ctx), none);
+    if (r->pg) t.tab0 = kx_select(k, seq_ok, kx_mul_c(k, seq, r->pg->stride), none);
     t.n_keys = kx_select(k, t.pos_ok, kx_add_c(k, pos, 1), none);
     return t;
 }
@@ -131,14 +135,19 @@ static int attn_shape_ok(const char *who, uint32_t n_head, uint32_t n_head_kv, u
 }
 
 /* Rows of the caches a kernel reaches: one cache, or the pool. */
-static uint64_t cache_rows(const attn_rows *r, uint32_t n_ctx) { return (uint64_t)n_ctx * (r->batch ? r->n_seq : 1); }
+static uint64_t cache_rows(const attn_rows *r, uint32_t n_ctx) {
+    if (r->pg) return (uint64_t)r->pg->rows * r->pg->n_pages;
+    return (uint64_t)n_ctx * (r->batch ? r->n_seq : 1);
+}
 
 static int rows_ok(const char *who, const attn_rows *r, uint32_t n_head, uint32_t head_dim, uint32_t n_ctx,
                    uint32_t n_split, kiln_err *err) {
     if (!r->batch) return 0;
     uint64_t q_dim = (uint64_t)n_head * head_dim;
     if (r->n_seq == 0 || r->q_stride < q_dim || r->batch > 65535 ||
-        (uint64_t)r->batch * r->q_stride > UINT32_MAX || (uint64_t)r->n_seq * n_ctx * head_dim * n_head > UINT32_MAX ||
+        (uint64_t)r->batch * r->q_stride > UINT32_MAX ||
+        (!r->pg && (uint64_t)r->n_seq * n_ctx * head_dim * n_head > UINT32_MAX) ||
+        (r->pg && (uint64_t)r->n_seq * r->pg->stride > UINT32_MAX) ||
         (uint64_t)r->batch * n_head * n_split * (head_dim + 2) > UINT32_MAX)
         return kiln_fail(err, KILN_ERR_INVALID,
                          "%s: bad batch (%u tokens of %u sequences, q_stride %u; q_stride >= n_head * head_dim, u32 "
@@ -152,11 +161,13 @@ static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, 
     const char *name = rows->batch ? "kn_attn_decode_batch" : "kn_attn_decode";
     if (kn_check_dtype(c, dtype, err)) return NULL;
     if (attn_shape_ok(name, n_head, n_head_kv, head_dim, n_ctx, n_split, err) ||
-        rows_ok(name, rows, n_head, head_dim, n_ctx, n_split, err))
+        rows_ok(name, rows, n_head, head_dim, n_ctx, n_split, err) ||
+        kn_pages_check(rows->pg, (uint64_t)n_head_kv * head_dim, name, err))
         return NULL;
     kx k = {kn_create(name, err), c};
     if (!k.ir) return NULL;
     kn_launch_early(k); /* a short kernel: the next may start (kn_early.c) */
+    const kn_pages *pg = rows->pg;
     uint32_t nb = rows->batch ? rows->batch : 1;
     uint64_t cache_len = cache_rows(rows, n_ctx) * n_head_kv * head_dim;
     uint64_t q_len = rows->batch ? (uint64_t)rows->batch * rows->q_stride : (uint64_t)n_head * head_dim;
@@ -165,6 +176,7 @@ static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, 
     ir_buf vc = kx_buffer(k, "vcache", dtype, IR_READ, cache_len);
     ir_buf ob = kx_buffer(k, "part", IR_F32, IR_WRITE, (uint64_t)nb * n_head * n_split * (head_dim + 2));
     ir_buf pb = rows->batch ? kx_buffer(k, "tokpos", IR_U32, IR_READ, 2ull * nb) : kx_buffer(k, "pos", IR_U32, IR_READ, 1);
+    ir_buf tab = pg ? kx_buffer(k, "pages", IR_U32, IR_READ, (uint64_t)pg->stride * (rows->batch ? rows->n_seq : 1)) : 0;
     /* about one invocation per dim of the head (so phase 2 keeps them busy), at least 64
      * positions per block of keys_per_block = wg */
     uint32_t wg = kn_workgroup(c, head_dim > 64 ? head_dim : 64), keys_per_block = wg;
@@ -178,6 +190,7 @@ static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, 
     }
     ir_shm sh_s = kx_shared(k, "scores", IR_F32, keys_per_block);
     ir_shm sh_e = kx_shared(k, "weights", IR_F32, keys_per_block);
+    ir_shm sh_r = pg ? kx_shared(k, "rows", IR_U32, keys_per_block) : 0; /* the block's cache rows (paged) */
     uint32_t v = kn_vec_width(head_dim), kv_dim = n_head_kv * head_dim;
     ir_type fv = kx_t(k, IR_F32, v);
     float scale = 1.0f / sqrtf((float)head_dim); /* the oracle's, computed the same way */
@@ -193,7 +206,7 @@ static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, 
     ir_val qbase = kx_mul_c(k, h, head_dim), kvd = kx_u32(k, kv_dim), kvbase = kx_mul_c(k, kvh, head_dim);
     if (rows->batch) { /* token b's row of q; its sequence's rows of the pool */
         qbase = kx_add(k, kx_mul_c(k, b, rows->q_stride), qbase);
-        kvbase = kx_add(k, kx_mul(k, tk.row0, kvd), kvbase);
+        if (!pg) kvbase = kx_add(k, kx_mul(k, tk.row0, kvd), kvbase);
     }
     ir_val n_keys = tk.n_keys;
     ir_val chunk = run_chunk(k, n_keys, n_split);
@@ -218,12 +231,16 @@ static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, 
     /* phase 1: this invocation's score s = (q . k_p) * scale, -inf past the run */
     ir_val p = kx_add(k, b0, lid);
     ir_val valid = kx_lt(k, p, end);
+    /* its cache row (paged: of the run's last position past the run, so the table is read
+     * inside the context; stored with the weights for phase 2, after the barrier that ends
+     * the previous block's reads) */
+    ir_val prow = pg ? kn_cache_row(k, pg, tab, tk.tab0, IR_NONE, kx_min(k, p, kx_sub(k, end, u1))) : p;
     ir_if *sc = ir_if_begin(k.ir, valid, 1);
     {
         ir_val z[4];
         for (uint32_t i = 0; i < v; i++) z[i] = f0;
         ir_val zero = v == 1 ? f0 : kx_vec(k, z, v);
-        ir_val krow = kx_add(k, kx_mul(k, p, kvd), kvbase);
+        ir_val krow = kx_add(k, kx_mul(k, prow, kvd), kvbase);
         ir_val step = kx_u32(k, v);
         ir_for *dl = ir_for_begin(k.ir, u0, kx_u32(k, head_dim), step, 1, &zero);
         ir_val d = ir_for_iv(dl);
@@ -254,6 +271,7 @@ static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, 
     ir_if_else(k.ir, ev, &e);
     ir_if_end(k.ir, ev, &f0);
     kx_shm_store(k, sh_e, lid, ir_if_result(ev, 0));
+    if (pg) kx_shm_store(k, sh_r, lid, prow);
     kx_barrier(k);
 
     /* phase 2: the block's sum l += e_j and the weighted v rows acc_d += e_j v_j[d],
@@ -264,7 +282,7 @@ static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, 
     for (uint32_t r = 0; r < per; r++) init2[1 + r] = f0;
     ir_for *pl = ir_for_begin(k.ir, u0, cnt, u1, 1 + per, init2);
     ir_val j = ir_for_iv(pl), w = kx_shm_load(k, sh_e, j, 1);
-    ir_val vrow = kx_mul(k, kx_add(k, b0, j), kvd);
+    ir_val vrow = kx_mul(k, pg ? kx_shm_load(k, sh_r, j, 1) : kx_add(k, b0, j), kvd);
     ir_val nx2[1 + 64];
     nx2[0] = kx_add(k, ir_for_arg(pl, 0), w);
     for (uint32_t r = 0; r < per; r++) {
@@ -297,6 +315,24 @@ static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, 
     }
     groups[0] = n_head, groups[1] = n_split * nb;
     return kn_finish(k.ir, err);
+}
+
+ir_kernel *kn_attn_decode_paged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                                const kn_pages *pg, uint32_t n_split, ir_scalar dtype, uint32_t groups[2],
+                                kiln_err *err) {
+    if (!pg) return kiln_fail(err, KILN_ERR_INVALID, "kn_attn_decode_paged: no paging"), NULL;
+    if (kn_pages_check(pg, (uint64_t)n_head_kv * head_dim, "kn_attn_decode_paged", err)) return NULL;
+    attn_rows one = {.pg = pg};
+    return decode(c, n_head, n_head_kv, head_dim, pg->rows * pg->stride, n_split, &one, dtype, groups, err);
+}
+
+ir_kernel *kn_attn_decode_batch_paged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                                      const kn_pages *pg, uint32_t n_split, uint32_t n_seq, uint32_t batch,
+                                      uint32_t q_stride, ir_scalar dtype, uint32_t groups[2], kiln_err *err) {
+    if (!pg || !batch) return kiln_fail(err, KILN_ERR_INVALID, "kn_attn_decode_batch_paged: no paging or tokens"), NULL;
+    if (kn_pages_check(pg, (uint64_t)n_head_kv * head_dim, "kn_attn_decode_batch_paged", err)) return NULL;
+    attn_rows r = {batch, n_seq, q_stride, pg};
+    return decode(c, n_head, n_head_kv, head_dim, pg->rows * pg->stride, n_split, &r, dtype, groups, err);
 }
 
 ir_kernel *kn_attn_decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_ctx,

@@ -147,6 +147,8 @@ typedef struct kb {
     ir_val lid, u0, f0, ninf;
     ir_val pos0, n_valid; /* the block's first position; tokens t < n_valid are stored */
     ir_val head0, kv_off; /* the workgroup's first query head; its kv head's offset in a cache row */
+    const kn_pages *pg;   /* or NULL: unpaged */
+    ir_buf tab;           /* paged: the sequence's page table */
 } kb;
 
 /* The per_word f32 values of a tile word. */
@@ -237,7 +239,8 @@ static ir_val q_ok(const kb *b, const rows *w, ir_val r) { return kx_lt(b->k, ro
 static ir_val kv_base(const kb *b, const rows *w, ir_val j) {
     kx k = b->k;
     ir_val kvd = kx_u32(k, b->kv_dim);
-    return kx_add(k, kx_mul(k, kx_add(k, w->b0, j), kvd), b->kv_off);
+    ir_val row = kn_cache_row(k, b->pg, b->tab, b->u0, IR_NONE, kx_add(k, w->b0, j));
+    return kx_add(k, kx_mul(k, row, kvd), b->kv_off);
 }
 static ir_val kv_ok(const kb *b, const rows *w, ir_val j) { return kx_lt(b->k, kx_add(b->k, w->b0, j), w->n_keys); }
 
@@ -464,8 +467,9 @@ static void block(const kb *b, ir_val t0) {
     store_out(b, &p, t0, tl);
 }
 
-ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t q_stride,
-                           uint32_t n_ctx, uint32_t n_max, ir_scalar dtype, uint32_t groups[2], kiln_err *err) {
+static ir_kernel *prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t q_stride,
+                          uint32_t n_ctx, const kn_pages *pg, uint32_t n_max, ir_scalar dtype, uint32_t groups[2],
+                          kiln_err *err) {
     if (kn_check_dtype(c, dtype, err)) return NULL;
     uint32_t hd = head_dim;
     uint64_t q_dim = (uint64_t)n_head * hd, kv_dim64 = (uint64_t)n_head_kv * hd;
@@ -483,7 +487,8 @@ ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv
     uint32_t group_size = n_head / n_head_kv;
     /* matrix fragments where the caps have them (q rows and heads at 16-byte copies) */
     if (q_stride % 8 == 0 && kn_attn_prefill_mma_ok(c, dtype, n_head, n_head_kv, hd, n_max))
-        return kn_attn_prefill_mma(c, n_head, n_head_kv, hd, q_stride, n_ctx, n_max, dtype, groups, err);
+        return pg ? kn_attn_prefill_mma_paged(c, n_head, n_head_kv, hd, q_stride, pg, n_max, dtype, groups, err)
+                  : kn_attn_prefill_mma(c, n_head, n_head_kv, hd, q_stride, n_ctx, n_max, dtype, groups, err);
     /* vector loads start at multiples of their width: head starts and q rows */
     uint32_t lanes = kn_vec_width(hd);
     while (q_stride % lanes) lanes /= 2;
@@ -510,13 +515,16 @@ ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv
             .hd = hd,
             .q_stride = q_stride,
             .kv_dim = (uint32_t)kv_dim64,
-            .n_head = n_head};
+            .n_head = n_head,
+            .pg = pg};
     b.scale = 1.0f / sqrtf((float)hd); /* the oracle's, computed the same way */
     b.qb = kx_buffer(k, "q", dtype, IR_READ, (uint64_t)n_max * q_stride);
-    b.kc = kx_buffer(k, "kcache", dtype, IR_READ, (uint64_t)n_ctx * kv_dim64);
-    b.vc = kx_buffer(k, "vcache", dtype, IR_READ, (uint64_t)n_ctx * kv_dim64);
+    uint64_t cache = pg ? (uint64_t)pg->rows * pg->n_pages : n_ctx;
+    b.kc = kx_buffer(k, "kcache", dtype, IR_READ, cache * kv_dim64);
+    b.vc = kx_buffer(k, "vcache", dtype, IR_READ, cache * kv_dim64);
     b.ob = kx_buffer(k, "out", dtype, IR_WRITE, (uint64_t)n_max * n_head * hd);
     ir_buf ib = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    if (pg) b.tab = kx_buffer(k, "pages", IR_U32, IR_READ, pg->stride);
     kx_workgroup(k, g.invocations);
     ir_scalar tile = per_word == 2 ? IR_U32 : IR_F32;
     b.q_tile = kx_shared(k, "q_tile", tile, g.rows * g.q_pitch);
@@ -553,4 +561,17 @@ ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv
     kx_end_for(k, two);
     if (groups) groups[0] = n_head / g.heads_per_tile, groups[1] = gy_n;
     return kn_finish(k.ir, err);
+}
+
+ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t q_stride,
+                           uint32_t n_ctx, uint32_t n_max, ir_scalar dtype, uint32_t groups[2], kiln_err *err) {
+    return prefill(c, n_head, n_head_kv, head_dim, q_stride, n_ctx, NULL, n_max, dtype, groups, err);
+}
+
+ir_kernel *kn_attn_prefill_paged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                                 uint32_t q_stride, const kn_pages *pg, uint32_t n_max, ir_scalar dtype,
+                                 uint32_t groups[2], kiln_err *err) {
+    if (!pg) return kiln_fail(err, KILN_ERR_INVALID, "kn_attn_prefill_paged: no paging"), NULL;
+    if (kn_pages_check(pg, (uint64_t)n_head_kv * head_dim, "kn_attn_prefill", err)) return NULL;
+    return prefill(c, n_head, n_head_kv, head_dim, q_stride, pg->rows * pg->stride, pg, n_max, dtype, groups, err);
 }

@@ -62,6 +62,8 @@ typedef struct at {
     ir_type ta, tb, tc;
     ir_val lid, sid, lane, u0, f0, ninf;
     ir_val pos0, n_valid, t0, head0, kv_off, n_keys, n_tiles;
+    const kn_pages *pg; /* or NULL: unpaged */
+    ir_buf tab;         /* paged: the sequence's page table */
 } at;
 
 static uint32_t parts_of(ir_scalar dt) {
@@ -123,7 +125,8 @@ static void stage_kv(const at *a, ir_buf src_buf, ir_shm dst, ir_val slot, ir_va
         ir_val i = kx_add_c(k, a->lid, j * 128);
         ir_val key = kx_div_c(k, i, per_row), c8 = kx_mul_c(k, kx_rem_c(k, i, per_row), COPY);
         ir_val p = kx_add(k, kb0, key);
-        ir_val src = kx_add(k, kx_add(k, kx_mul_c(k, kx_min_c(k, p, a->n_ctx - 1), a->kv_dim), a->kv_off), c8);
+        ir_val row = kn_cache_row(k, a->pg, a->tab, a->u0, IR_NONE, kx_min_c(k, p, a->n_ctx - 1));
+        ir_val src = kx_add(k, kx_add(k, kx_mul_c(k, row, a->kv_dim), a->kv_off), c8);
         ir_val limit = kx_select(k, kx_lt(k, p, a->n_keys), kx_add_c(k, src, COPY), a->u0);
         ir_async_copy(k.ir, dst, kx_add(k, dst0, kx_idx(k, key, a->pitch, c8)), src_buf, src, COPY, limit);
     }
@@ -302,8 +305,9 @@ static void block(at *a) {
     out_rows(a, &ln, o, l);
 }
 
-ir_kernel *kn_attn_prefill_mma(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t q_stride,
-                               uint32_t n_ctx, uint32_t n_max, ir_scalar dt, uint32_t groups[2], kiln_err *err) {
+static ir_kernel *build(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t q_stride,
+                        uint32_t n_ctx, const kn_pages *pg, uint32_t n_max, ir_scalar dt, uint32_t groups[2],
+                        kiln_err *err) {
     uint32_t group = n_head / n_head_kv, hpt = heads_per_tile(n_head, n_head_kv);
     at a = {.dt = dt,
             .hd = hd,
@@ -313,7 +317,8 @@ ir_kernel *kn_attn_prefill_mma(const rt_caps *c, uint32_t n_head, uint32_t n_hea
             .n_ctx = n_ctx,
             .n_max = n_max,
             .hpt = hpt,
-            .tpt = AT_ROWS / hpt};
+            .tpt = AT_ROWS / hpt,
+            .pg = pg};
     a.pitch = hd + AT_PAD;
     a.scale = 1.0f / sqrtf((float)hd); /* the oracle's, computed the same way */
     kx k = {kn_create("kn_attn_prefill", err), c};
@@ -321,10 +326,12 @@ ir_kernel *kn_attn_prefill_mma(const rt_caps *c, uint32_t n_head, uint32_t n_hea
     if (n_max <= 64) kn_launch_early(k); /* a short block's: the output product may start */
     a.k = k;
     a.qb = kx_buffer(k, "q", dt, IR_READ, (uint64_t)n_max * q_stride);
-    a.kc = kx_buffer(k, "kcache", dt, IR_READ, (uint64_t)n_ctx * a.kv_dim);
-    a.vc = kx_buffer(k, "vcache", dt, IR_READ, (uint64_t)n_ctx * a.kv_dim);
+    uint64_t cache = pg ? (uint64_t)pg->rows * pg->n_pages : n_ctx;
+    a.kc = kx_buffer(k, "kcache", dt, IR_READ, cache * a.kv_dim);
+    a.vc = kx_buffer(k, "vcache", dt, IR_READ, cache * a.kv_dim);
     a.ob = kx_buffer(k, "out", dt, IR_WRITE, (uint64_t)n_max * n_head * hd);
     ir_buf ib = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    if (pg) a.tab = kx_buffer(k, "pages", IR_U32, IR_READ, pg->stride);
     kx_workgroup(k, 128);
     a.ks = kx_shared(k, "ks", dt, 2 * AT_KEYS * a.pitch);
     a.vs = kx_shared(k, "vs", dt, 2 * AT_KEYS * a.pitch);
@@ -353,4 +360,17 @@ ir_kernel *kn_attn_prefill_mma(const rt_caps *c, uint32_t n_head, uint32_t n_hea
     kx_end_if(k, live);
     if (groups) groups[0] = n_head / hpt, groups[1] = nb;
     return kn_finish(k.ir, err);
+}
+
+ir_kernel *kn_attn_prefill_mma(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t q_stride,
+                               uint32_t n_ctx, uint32_t n_max, ir_scalar dt, uint32_t groups[2], kiln_err *err) {
+    return build(c, n_head, n_head_kv, hd, q_stride, n_ctx, NULL, n_max, dt, groups, err);
+}
+
+ir_kernel *kn_attn_prefill_mma_paged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t hd,
+                                     uint32_t q_stride, const kn_pages *pg, uint32_t n_max, ir_scalar dt,
+                                     uint32_t groups[2], kiln_err *err) {
+    if (!pg) return kiln_fail(err, KILN_ERR_INVALID, "kn_attn_prefill_mma_paged: no paging"), NULL;
+    if (kn_pages_check(pg, (uint64_t)n_head_kv * hd, "kn_attn_prefill_mma", err)) return NULL;
+    return build(c, n_head, n_head_kv, hd, q_stride, pg->rows * pg->stride, pg, n_max, dt, groups, err);
 }

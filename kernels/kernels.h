@@ -262,6 +262,20 @@ ir_kernel *kn_stage_inputs(const rt_caps *c, uint32_t n_tok, uint32_t *groups_x,
 ir_kernel *kn_take_last(const rt_caps *c, uint32_t n, uint32_t n_max, ir_scalar dtype, uint32_t *groups_x,
                         kiln_err *err);
 
+/* A paged KV cache (kiln serve's slots sharing one pool): each layer's K and V caches are a
+ * pool of n_pages pages of `rows` rows (a power of two) of kv_dim values; position p of
+ * sequence s lives at row pages[s * stride + p / rows] * rows + p % rows, where pages (u32,
+ * read, a "pages" parameter) is the sequences' page tables, stride entries each (a
+ * single-sequence kernel gets its sequence's stride entries). A sequence holds at most
+ * stride * rows positions (the kernels' n_ctx). A page past the pool is none: a store to
+ * it writes nothing, a read of it reads the pool's last page (the host never asks). */
+typedef struct kn_pages {
+    uint32_t rows, n_pages, stride;
+} kn_pages;
+/* NULL, or err: the paging's shape (rows a power of two of 1..4096, n_pages and stride at
+ * least 1, the pool's rows and n_ctx * kv_dim u32 indices). */
+int kn_pages_check(const kn_pages *pg, uint64_t kv_dim, const char *who, kiln_err *err);
+
 /* The KV-cache store: kcache[p * kv_dim + i] = k[t * kv_dim + i] and the same for v, bit for
  * bit, for token t of the launch at p = pos[0] + t; caches are [n_ctx][kv_dim] row-major,
  * one buffer per layer for K and one for V. A p >= n_ctx (or one that wrapped past 2^32)
@@ -303,6 +317,15 @@ ir_kernel *kn_attn_decode_batch(const rt_caps *c, uint32_t n_head, uint32_t n_he
 ir_kernel *kn_attn_merge_batch(const rt_caps *c, uint32_t n_head, uint32_t head_dim, uint32_t n_ctx, uint32_t n_split,
                                uint32_t n_seq, uint32_t batch, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
 uint32_t kn_attn_splits(const rt_caps *c, uint32_t n_head, uint32_t n_ctx);
+/* The decode pair's first launch over a paged cache (kn_pages): the same results, the keys
+ * of position p at its page's row; n_ctx = stride * rows for the merge. One sequence
+ * (pages: its stride entries) or a step's tokens of n_seq (pages: n_seq * stride). */
+ir_kernel *kn_attn_decode_paged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                                const kn_pages *pg, uint32_t n_split, ir_scalar dtype, uint32_t groups[2],
+                                kiln_err *err);
+ir_kernel *kn_attn_decode_batch_paged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                                      const kn_pages *pg, uint32_t n_split, uint32_t n_seq, uint32_t batch,
+                                      uint32_t q_stride, ir_scalar dtype, uint32_t groups[2], kiln_err *err);
 
 /* Causal attention of a prefill block: query token t < n = info[1] sits at position
  * p_t = info[0] + t and attends cache positions 0..p_t (its own included: kn_qk_prep has
@@ -324,6 +347,14 @@ bool kn_attn_prefill_mma_ok(const rt_caps *c, ir_scalar dtype, uint32_t n_head, 
 ir_kernel *kn_attn_prefill_mma(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                                uint32_t q_stride, uint32_t n_ctx, uint32_t n_max, ir_scalar dtype, uint32_t groups[2],
                                kiln_err *err);
+/* Both over a paged cache (kn_pages; pages: the sequence's stride entries), n_ctx = stride *
+ * rows; kn_attn_prefill_paged picks the fragments where kn_attn_prefill_mma_ok. */
+ir_kernel *kn_attn_prefill_paged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                                 uint32_t q_stride, const kn_pages *pg, uint32_t n_max, ir_scalar dtype,
+                                 uint32_t groups[2], kiln_err *err);
+ir_kernel *kn_attn_prefill_mma_paged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                                     uint32_t q_stride, const kn_pages *pg, uint32_t n_max, ir_scalar dtype,
+                                     uint32_t groups[2], kiln_err *err);
 
 /* Rope options shared by the kernels that rotate: the pairing, the base, a linear
  * frequency scale (1 / factor; 1 when unscaled) and whether per-pair frequency factors
@@ -367,6 +398,14 @@ ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uin
 ir_kernel *kn_qk_prep_batch(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                             const kn_rope_opts *rope, bool qk_norm, float eps, uint32_t n_ctx, uint32_t n_seq,
                             ir_scalar dtype, kiln_err *err);
+/* Both over a paged cache (kn_pages): k and v of position p to its page's row, nothing where
+ * the page is none; n_ctx = stride * rows. */
+ir_kernel *kn_qk_prep_paged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                            const kn_rope_opts *rope, bool qk_norm, float eps, const kn_pages *pg, ir_scalar dtype,
+                            kiln_err *err);
+ir_kernel *kn_qk_prep_batch_paged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                                  const kn_rope_opts *rope, bool qk_norm, float eps, const kn_pages *pg,
+                                  uint32_t n_seq, ir_scalar dtype, kiln_err *err);
 
 /* One line per kernel family ("matmul (prefill): workgroup 128, cooperative matrices
  * 16x16x16 bf16\n", ...): the variants the builders choose for caps c, read off kernels

@@ -148,6 +148,38 @@ ir_val kn_in_cache(kx k, ir_val p, ir_val p0, uint32_t n_ctx) {
     return kx_and(k, kx_ge(k, p, p0), below_end);
 }
 
+int kn_pages_check(const kn_pages *pg, uint64_t kv_dim, const char *who, kiln_err *err) {
+    if (!pg) return 0;
+    uint64_t pool = (uint64_t)pg->rows * pg->n_pages, ctx = (uint64_t)pg->rows * pg->stride;
+    if (!pg->rows || pg->rows > 4096 || (pg->rows & (pg->rows - 1)) || !pg->n_pages || !pg->stride ||
+        pool * kv_dim > UINT32_MAX || ctx * kv_dim > UINT32_MAX)
+        return kiln_fail(err, KILN_ERR_INVALID,
+                         "%s: bad paging (pages of %u rows, %u pages, %u a sequence; rows a power of two <= 4096, "
+                         "u32 indices)",
+                         who, pg->rows, pg->n_pages, pg->stride);
+    return 0;
+}
+
+static uint32_t log2u(uint32_t v) {
+    uint32_t l = 0;
+    while ((1u << l) < v) l++;
+    return l;
+}
+
+ir_val kn_page_of(kx k, const kn_pages *pg, ir_buf tab, ir_val tab0, ir_val p) {
+    return kx_load(k, tab, kx_add(k, tab0, kx_shr_c(k, p, log2u(pg->rows))), 1);
+}
+
+ir_val kn_page_row(kx k, const kn_pages *pg, ir_val page, ir_val p) {
+    return kx_add(k, kx_shl_c(k, page, log2u(pg->rows)), kx_and_c(k, p, pg->rows - 1));
+}
+
+ir_val kn_cache_row(kx k, const kn_pages *pg, ir_buf tab, ir_val tab0, ir_val row0, ir_val p) {
+    if (!pg) return row0 == IR_NONE ? p : kx_add(k, row0, p);
+    ir_val page = kx_min_c(k, kn_page_of(k, pg, tab, tab0, p), pg->n_pages - 1);
+    return kn_page_row(k, pg, page, p);
+}
+
 void kn_rotate(kx k, ir_val x0, ir_val x1, ir_val cs, ir_val sn, ir_val *o0, ir_val *o1) {
     ir_val x1_sn = kx_mul(k, x1, sn);
     *o0 = kx_sub(k, kx_mul(k, x0, cs), x1_sn);

@@ -67,6 +67,14 @@ ir_kernel *kn_create(const char *name, kiln_err *err);
  * wrapped past 2^32. */
 ir_val kn_in_cache(kx k, ir_val p, ir_val p0, uint32_t n_ctx);
 
+/* A paged cache (kn_pages; NULL: none): the page of position p in the table tab from entry
+ * tab0 (an entry past the pool stays as it is: the caller decides), and the row of a page. */
+ir_val kn_page_of(kx k, const kn_pages *pg, ir_buf tab, ir_val tab0, ir_val p);
+ir_val kn_page_row(kx k, const kn_pages *pg, ir_val page, ir_val p);
+/* The cache row of position p: row0 + p unpaged, else its page's row with a page past the
+ * pool read as the last (reads never leave the pool). */
+ir_val kn_cache_row(kx k, const kn_pages *pg, ir_buf tab, ir_val tab0, ir_val row0, ir_val p);
+
 /* Rope's angle chain (kn_rope, kn_qk_prep): theta_to = th * theta_scale^(to - from) for
  * th = theta_from, by to - from f32 multiplications, one rounding each, as the oracle
  * and llama.cpp build it (theta_scale = powf(base, -2 / n_rot) on the host). */

@@ -186,7 +186,7 @@ static void head_sg(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, 
  * position tokpos[2t] of sequence tokpos[2t + 1]'s cache in a pool of n_seq. */
 static ir_kernel *build(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                         const kn_rope_opts *rope, bool qk_norm, float eps, uint32_t n_ctx, uint32_t n_seq,
-                        ir_scalar dtype, kiln_err *err) {
+                        const kn_pages *pg, ir_scalar dtype, kiln_err *err) {
     kiln_err why = {0};
     if (kn_check_dtype(c, dtype, &why)) {
         kiln_err_wrap(err, &why, "kn_qk_prep");
@@ -201,7 +201,8 @@ static ir_kernel *build(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, u
     if (n_head == 0 || n_head_kv == 0 || head_dim == 0 || n_ctx == 0 || n_head % n_head_kv || n_rot == 0 ||
         n_rot % 2 || n_rot > head_dim || !(rope->base > 0.0f) || !isfinite(rope->base) ||
         !(rope->freq_scale > 0.0f) || !isfinite(rope->freq_scale) || (qk_norm && (!(eps >= 0.0f) || !isfinite(eps))) ||
-        row > UINT32_MAX || (uint64_t)n_ctx * kv_dim * (n_seq ? n_seq : 1) > UINT32_MAX) {
+        row > UINT32_MAX || (!pg && (uint64_t)n_ctx * kv_dim * (n_seq ? n_seq : 1) > UINT32_MAX) ||
+        (pg && (uint64_t)pg->stride * (n_seq ? n_seq : 1) > UINT32_MAX)) {
         kiln_fail(err, KILN_ERR_INVALID,
                   "kn_qk_prep: bad shape (heads %u / %u kv, head_dim %u, n_rot %u, base %g, freq_scale %g, eps %g, "
                   "n_ctx %u, %u sequences; n_head a multiple of n_head_kv, n_rot even and <= head_dim, u32 indices: "
@@ -217,7 +218,11 @@ static ir_kernel *build(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, u
                   .factors = rope->freq_factors, .eps = eps, .freq_scale = rope->freq_scale,
                   .theta_scale = powf(rope->base, -2.0f / (float)n_rot), .dtype = dtype};
     b.qkv = kx_buffer_per_group(k, "qkv", dtype, IR_READ | IR_WRITE, 1, row); /* token t is grid row y */
-    uint64_t cache = (uint64_t)n_ctx * kv_dim * (n_seq ? n_seq : 1);
+    if (kn_pages_check(pg, kv_dim, "kn_qk_prep", err)) {
+        ir_kernel_destroy(k.ir);
+        return NULL;
+    }
+    uint64_t cache = pg ? (uint64_t)pg->rows * pg->n_pages * kv_dim : (uint64_t)n_ctx * kv_dim * (n_seq ? n_seq : 1);
     ir_buf kc = kx_buffer(k, "kcache", dtype, IR_WRITE, cache);
     ir_buf vc = kx_buffer(k, "vcache", dtype, IR_WRITE, cache);
     ir_buf info = n_seq ? kx_buffer_per_group(k, "tokpos", IR_U32, IR_READ, 1, 2) : kx_buffer(k, "info", IR_U32, IR_READ, 2);
@@ -227,6 +232,7 @@ static ir_kernel *build(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, u
         kn = kx_buffer(k, "k_norm", dtype, IR_READ, head_dim);
     }
     if (b.factors) b.freqs = kx_buffer(k, "freqs", dtype, IR_READ, n_rot / 2);
+    ir_buf tab = pg ? kx_buffer(k, "pages", IR_U32, IR_READ, (uint64_t)pg->stride * (n_seq ? n_seq : 1)) : 0;
 
     /* a subgroup a head (sg_slots); or one head a workgroup at a time: about one pair
      * (plus the dims past n_rot, or one vector of a v head) per invocation, at least a
@@ -242,7 +248,7 @@ static ir_kernel *build(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, u
 
     /* workgroup (x, token t) at position p = info[0] + t (batched: tokpos[2t], its
      * sequence's rows of the pool from seq * n_ctx) */
-    ir_val t = kx_group(k, 1), live_c, row0 = IR_NONE;
+    ir_val t = kx_group(k, 1), live_c, row0 = IR_NONE, tab0 = kx_u32(k, 0);
     if (n_seq) {
         ir_val at = kx_mul_c(k, t, 2);
         b.p = kx_load(k, info, at, 1);
@@ -250,6 +256,7 @@ static ir_kernel *build(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, u
         ir_val seq_ok = kx_lt_c(k, seq, n_seq);
         live_c = kx_and(k, kx_lt_c(k, b.p, n_ctx), seq_ok);
         row0 = kx_mul_c(k, kx_select(k, seq_ok, seq, kx_u32(k, 0)), n_ctx);
+        if (pg) tab0 = kx_mul_c(k, kx_select(k, seq_ok, seq, kx_u32(k, 0)), pg->stride);
     } else {
         ir_val p0 = kx_load_c(k, info, 0), n = kx_load_c(k, info, 1);
         b.p = kx_add(k, p0, t);
@@ -258,12 +265,20 @@ static ir_kernel *build(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, u
         ir_val in_cache = kx_and(k, kx_ge(k, b.p, p0), below_end);
         live_c = kx_and(k, kx_lt(k, t, n), in_cache);
     }
-    ir_if *live = kx_if(k, live_c);
+    /* paged: the position's page (read only for a live token: the table ends at the
+     * context), a page past the pool a dead token */
+    ir_if *live = kx_if(k, live_c), *paged = NULL;
+    ir_val page = IR_NONE;
+    if (pg) {
+        page = kn_page_of(k, pg, tab, tab0, b.p);
+        paged = kx_if(k, kx_lt_c(k, page, pg->n_pages));
+    }
     b.cos_t = kx_shared(k, "rope_cos", IR_F32, n_rot / 2);
     b.sin_t = kx_shared(k, "rope_sin", IR_F32, n_rot / 2);
     rope_table(&b);
     ir_val hd = kx_u32(k, head_dim);
-    ir_val cache_row = kx_mul_c(k, n_seq ? kx_add(k, row0, b.p) : b.p, (uint32_t)kv_dim);
+    ir_val prow = pg ? kn_page_row(k, pg, page, b.p) : n_seq ? kx_add(k, row0, b.p) : b.p;
+    ir_val cache_row = kx_mul_c(k, prow, (uint32_t)kv_dim);
     /* heads j = x slots + s, stepping by the grid's slots: s the subgroup (a head each), or
      * 0 with one slot (the whole workgroup's head; uniform) */
     ir_val j, s0 = slots ? kx_add(k, kx_mul_c(k, kx_group(k, 0), slots), kx_sg_id(k)) : kx_group(k, 0);
@@ -293,6 +308,7 @@ static ir_kernel *build(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, u
     kx_end_if(k, is_q);
     if (!slots) kx_barrier(k); /* the next head's sum reuses the workgroup arrays */
     kx_end_for(k, heads);
+    if (paged) kx_end_if(k, paged);
     kx_end_if(k, live);
     return kn_finish(k.ir, err);
 }
@@ -300,14 +316,35 @@ static ir_kernel *build(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, u
 ir_kernel *kn_qk_prep(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                       const kn_rope_opts *rope, bool qk_norm, float eps, uint32_t n_ctx, ir_scalar dtype,
                       kiln_err *err) {
-    return build(c, n_head, n_head_kv, head_dim, rope, qk_norm, eps, n_ctx, 0, dtype, err);
+    return build(c, n_head, n_head_kv, head_dim, rope, qk_norm, eps, n_ctx, 0, NULL, dtype, err);
 }
 
 ir_kernel *kn_qk_prep_batch(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                             const kn_rope_opts *rope, bool qk_norm, float eps, uint32_t n_ctx, uint32_t n_seq,
                             ir_scalar dtype, kiln_err *err) {
     if (!n_seq) return kiln_fail(err, KILN_ERR_INVALID, "kn_qk_prep_batch: no sequences"), NULL;
-    return build(c, n_head, n_head_kv, head_dim, rope, qk_norm, eps, n_ctx, n_seq, dtype, err);
+    return build(c, n_head, n_head_kv, head_dim, rope, qk_norm, eps, n_ctx, n_seq, NULL, dtype, err);
+}
+
+/* n_ctx = stride * rows, from the paging once it is checked */
+static uint32_t paged_ctx(const kn_pages *pg, uint32_t n_head_kv, uint32_t head_dim, kiln_err *err) {
+    if (!pg) return kiln_fail(err, KILN_ERR_INVALID, "kn_qk_prep: no paging"), 0;
+    return kn_pages_check(pg, (uint64_t)n_head_kv * head_dim, "kn_qk_prep", err) ? 0 : pg->rows * pg->stride;
+}
+
+ir_kernel *kn_qk_prep_paged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                            const kn_rope_opts *rope, bool qk_norm, float eps, const kn_pages *pg, ir_scalar dtype,
+                            kiln_err *err) {
+    uint32_t n_ctx = paged_ctx(pg, n_head_kv, head_dim, err);
+    return n_ctx ? build(c, n_head, n_head_kv, head_dim, rope, qk_norm, eps, n_ctx, 0, pg, dtype, err) : NULL;
+}
+
+ir_kernel *kn_qk_prep_batch_paged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                                  const kn_rope_opts *rope, bool qk_norm, float eps, const kn_pages *pg,
+                                  uint32_t n_seq, ir_scalar dtype, kiln_err *err) {
+    if (!n_seq) return kiln_fail(err, KILN_ERR_INVALID, "kn_qk_prep_batch: no sequences"), NULL;
+    uint32_t n_ctx = paged_ctx(pg, n_head_kv, head_dim, err);
+    return n_ctx ? build(c, n_head, n_head_kv, head_dim, rope, qk_norm, eps, n_ctx, n_seq, pg, dtype, err) : NULL;
 }
 
 uint32_t kn_qk_prep_groups(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_rot,
