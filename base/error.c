@@ -58,6 +58,7 @@ void kiln_err_clear(kiln_err *e) {
 
 const char *kiln_code_name(kiln_code c) {
     static const char *const names[KILN_CODE_COUNT] = {"ok", "invalid input", "unsupported", "unavailable",
-                                                       "out of memory", "device failure", "internal error"};
+                                                       "out of memory", "device failure", "internal error",
+                                                       "full for now"};
     return (unsigned)c < KILN_CODE_COUNT ? names[c] : "unknown error";
 }

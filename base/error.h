@@ -19,6 +19,7 @@ typedef enum kiln_code {
     KILN_ERR_NOMEM,       /* out of host or device memory */
     KILN_ERR_DEVICE,      /* the device or its driver failed */
     KILN_ERR_INTERNAL,    /* kiln broke one of its own rules: a bug */
+    KILN_ERR_FULL,        /* a shared resource is taken for now (the KV cache's pages): try again later */
     KILN_CODE_COUNT
 } kiln_code;
 

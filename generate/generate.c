@@ -257,6 +257,11 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
                         e->ops->eval_argmax_masked(e, &id, 1, pos, allow, &next, err)
             : fast ? e->ops->eval_argmax(e, &id, 1, pos, &next, err)
                    : engine_eval(e, &id, 1, pos, s->logits, false, err)) {
+            if (err && err->code == KILN_ERR_FULL) { /* a shared cache with no room left: as the context's end */
+                kiln_err_clear(err);
+                r->finish = GEN_CONTEXT;
+                break;
+            }
             rc = -1;
             break;
         }

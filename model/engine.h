@@ -59,6 +59,13 @@ typedef struct engine_ops {
                               int32_t *best, kiln_err *err);
     /* Optional: the expert cache's counters; false where the engine has none. */
     bool (*expert_stats)(const engine *e, engine_expert_stats *st);
+    /* Optional, for engines whose caches share one pool (a GPU plan's slots): marks the
+     * engine's sequence busy (a request is being served: its cache is not taken for
+     * another's) or idle (its cache's tail may be taken, n_past then falling to what is
+     * left); room: the positions it could hold now. Without them an engine's cache is its
+     * own, n_ctx positions. */
+    void (*set_busy)(engine *e, bool busy);
+    uint32_t (*room)(engine *e);
 } engine_ops;
 
 struct engine {
@@ -78,6 +85,7 @@ static inline bool engine_expert_stats_of(const engine *e, engine_expert_stats *
     return e && e->ops->expert_stats && e->ops->expert_stats(e, st);
 }
 
+static inline uint32_t engine_room(engine *e) { return e->ops->room ? e->ops->room(e) : e->n_ctx; }
 /* Forget cache entries at positions >= pos. */
 static inline void engine_truncate(engine *e, uint32_t pos) {
     if (pos < e->n_past) e->n_past = pos;

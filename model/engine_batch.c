@@ -115,7 +115,8 @@ static void run_share(group *g, call *c) {
     engine *in = c->w->inner;
     uint32_t k = c->take;
     bool last = c->done + k == c->n;
-    if (c->done == 0) in->n_past = c->w->base.n_past; /* the caller may have truncated */
+    /* the caller may have truncated; the engine's cache, where pooled, may have lost its tail */
+    if (c->done == 0 && c->w->base.n_past < in->n_past) in->n_past = c->w->base.n_past;
     const int32_t *tok = c->tokens + c->done;
     uint32_t pos = c->pos + c->done;
     if (last && c->best && c->allow) {
@@ -294,12 +295,19 @@ static bool batch_expert_stats(const engine *e, engine_expert_stats *st) {
     return engine_expert_stats_of(in, st);
 }
 
+static uint32_t batch_room(engine *e) { return engine_room(((wrap *)e)->inner); }
+
 static wrap *as_wrap(engine *e) { return e && e->ops && e->ops->eval == batch_eval ? (wrap *)e : NULL; }
 
 void engine_batch_busy(engine *e, bool busy) {
     wrap *w = as_wrap(e);
     if (!w) return;
     group *g = w->g;
+    engine *in = w->inner;
+    if (in->ops->set_busy) { /* a pooled cache: kept from now on; what an idle spell left of it */
+        in->ops->set_busy(in, busy);
+        if (busy && in->n_past < e->n_past) e->n_past = in->n_past;
+    }
     pthread_mutex_lock(&g->mu);
     if (w->busy != busy) {
         w->busy = busy;
@@ -351,7 +359,8 @@ int engine_batch_group(engine **e, uint32_t n, const engine_batch_opts *opts, ki
         x->g = g;
         x->ops = (engine_ops){batch_eval, batch_destroy, e[i]->ops->eval_argmax ? batch_eval_argmax : NULL, NULL,
                               e[i]->ops->eval_argmax_masked ? batch_eval_argmax_masked : NULL,
-                              e[i]->ops->expert_stats ? batch_expert_stats : NULL};
+                              e[i]->ops->expert_stats ? batch_expert_stats : NULL, NULL,
+                              e[i]->ops->room ? batch_room : NULL};
         x->base = *e[i];
         x->base.ops = &x->ops;
         e[i] = &x->base;

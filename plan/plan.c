@@ -149,6 +149,8 @@ static int run_tokens(plan_engine *p, const int32_t *tokens, uint32_t n, uint32_
         if (tokens[t] < 0 || (uint32_t)tokens[t] >= p->s.hp.n_vocab)
             return kiln_fail(err, KILN_ERR_INVALID, "token id %d is outside the vocabulary of %u", tokens[t],
                              p->s.hp.n_vocab);
+    /* a paged cache: pages up to pos + n (taken from idle slots' tails where none is free) */
+    if (plan_pages_ready(p, pos + n, err)) return -1;
     base->n_past = pos;
     /* a recurrent state: back to pos, a snapshot where plan_state.c takes one */
     if (p->s.hp.n_recurrent && plan_state_before_eval(p, pos, n, err)) return -1;
@@ -273,6 +275,10 @@ static void plan_destroy(engine *base) {
         for (size_t i = 0; i < sizeof own_bufs / sizeof own_bufs[0]; i++)
             if (own_bufs[i]) d->ops->release(d, own_bufs[i]);
     }
+    if (p->pp || (p->owner && p->owner->pp)) plan_pages_detach(p->owner ? p->owner->pp : p->pp, p->slot);
+    if (p->pages) d->ops->release(d, p->pages);
+    if (p->pages_dev) d->ops->release(d, p->pages_dev); /* after its view */
+    plan_pages_destroy(p->pp);
     for (uint32_t l = 0; p->kpool && l < p->s.hp.n_layer; l++) { /* after every layer's views */
         if (p->kpool[l]) d->ops->release(d, p->kpool[l]);
         if (p->vpool[l]) d->ops->release(d, p->vpool[l]);
@@ -288,8 +294,23 @@ static void plan_destroy(engine *base) {
     free(p);
 }
 
-const engine_ops plan_ops = {plan_eval, plan_destroy, plan_eval_argmax, plan_eval_step, plan_eval_argmax_masked,
-                             plan_moe_stats};
+/* A paged plan's slot: busy while a request is served (its pages are not taken), and the
+ * positions it could hold now. */
+static void plan_set_busy(engine *base, bool busy) {
+    plan_engine *p = (plan_engine *)base;
+    plan_engine *o = p->owner ? (plan_engine *)p->owner : p;
+    if (o->pp) plan_pages_busy(o->pp, p->slot, busy);
+}
+
+static uint32_t plan_room(engine *base) {
+    plan_engine *p = (plan_engine *)base;
+    plan_engine *o = p->owner ? (plan_engine *)p->owner : p;
+    uint32_t room = o->pp ? plan_pages_room(o->pp, p->slot) : base->n_ctx;
+    return room < base->n_ctx ? room : base->n_ctx;
+}
+
+const engine_ops plan_ops = {plan_eval,      plan_destroy, plan_eval_argmax, plan_eval_step, plan_eval_argmax_masked,
+                             plan_moe_stats, plan_set_busy, plan_room};
 
 
 void plan_counts(const engine *e, uint32_t *n_kernels, uint32_t *n_launches) {
@@ -302,29 +323,39 @@ uint32_t plan_block(const engine *e) { return ((const plan_engine *)e)->s.n_bloc
 
 /* A plan of shape s0 (checked to fit); owner: the plan whose weight buffers it borrows,
  * or NULL to upload its own. */
-/* Whether a plan of shape s on caps c keeps its slots' KV caches in one pool a layer: more
- * than one slot, a cache that a view can start at (RT_VIEW_ALIGN), the pool within the
- * largest buffer a kernel may bind. */
-static bool pooled(const plan_shape *s, const rt_caps *c) {
-    uint64_t cache = (uint64_t)s->n_ctx * s->kv_dim * 2;
-    return s->n_slots > 1 && cache % RT_VIEW_ALIGN == 0 &&
-           (!c->max_buffer_bytes || cache * s->n_slots <= c->max_buffer_bytes);
-}
-
-/* Layer l's caches: views of the owner's pools at this plan's slot, or (the owner) the
- * pools allocated and slot 0's views, or buffers of its own. 0, or -1 with err. */
-static int layer_caches(plan_engine *p, plan_engine *owner, uint32_t l, size_t cache, kiln_err *err) {
+/* Layer l's caches: a cache of its own (one slot), or views of the whole of the owner's
+ * pools of pages (the owner allocates them). 0, or -1 with err. */
+static int layer_caches(plan_engine *p, plan_engine *owner, uint32_t l, kiln_err *err) {
     rt_device *d = p->d;
     plan_layer *L = &p->L[l];
-    rt_buffer *kp = owner ? owner->kpool ? owner->kpool[l] : NULL : p->kpool ? p->kpool[l] : NULL;
-    rt_buffer *vp = owner ? owner->vpool ? owner->vpool[l] : NULL : p->vpool ? p->vpool[l] : NULL;
-    if (!owner && p->kpool) {
-        size_t all = cache * p->s.n_slots;
-        if (!(p->kpool[l] = kp = plan_alloc(p, all, err)) || !(p->vpool[l] = vp = plan_alloc(p, all, err))) return -1;
+    const plan_shape *s = &p->s;
+    if (!s->pages.rows) {
+        size_t cache = (size_t)s->n_ctx * s->kv_dim * 2;
+        return !(L->kc = plan_alloc(p, cache, err)) || !(L->vc = plan_alloc(p, cache, err)) ? -1 : 0;
     }
-    if (!kp) return !(L->kc = plan_alloc(p, cache, err)) || !(L->vc = plan_alloc(p, cache, err)) ? -1 : 0;
-    size_t at = (size_t)p->slot * cache;
-    return !(L->kc = d->ops->view(d, kp, at, cache, err)) || !(L->vc = d->ops->view(d, vp, at, cache, err)) ? -1 : 0;
+    size_t pool = (size_t)s->pages.n_pages * s->pages.rows * s->kv_dim * 2;
+    plan_engine *o = owner ? owner : p;
+    if (!owner && (!(p->kpool[l] = plan_alloc(p, pool, err)) || !(p->vpool[l] = plan_alloc(p, pool, err)))) return -1;
+    return !(L->kc = d->ops->view(d, o->kpool[l], 0, pool, err)) || !(L->vc = d->ops->view(d, o->vpool[l], 0, pool, err))
+               ? -1
+               : 0;
+}
+
+/* A paged plan's tables: the owner's books and device tables (every entry none), and each
+ * plan's row of them. 0, or -1 with err. */
+static int page_tables(plan_engine *p, plan_engine *owner, kiln_err *err) {
+    const kn_pages *pg = &p->s.pages;
+    size_t row = (size_t)pg->stride * 4;
+    plan_engine *o = owner ? owner : p;
+    if (!owner) {
+        if (!(p->pp = plan_pages_create(pg->n_pages, pg->stride, p->s.n_slots)))
+            return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
+        if (!(p->pages_dev = plan_alloc(p, row * p->s.n_slots, err)) || plan_pages_sync(p->pp, p->d, p->pages_dev, err))
+            return -1;
+    }
+    if (!(p->pages = p->d->ops->view(p->d, o->pages_dev, p->slot * row, row, err))) return -1;
+    plan_pages_attach(o->pp, p->slot, p);
+    return 0;
 }
 
 static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_engine *owner, kiln_err *err) {
@@ -352,17 +383,17 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
     for (int bi = 0; bi < PLAN_SUBS; bi++)
         for (int i = 0; i < K_COUNT && plan_sub_block(&s, &d->caps, bi); i++)
             n_kernels += plan_block_role(i) && plan_role_used(&s, i);
-    for (int bi = 0; bi < PLAN_BUCKETS && !owner && pooled(&s, &d->caps); bi++)
+    for (int bi = 0; bi < PLAN_BUCKETS && !owner && s.pages.rows; bi++)
         for (int i = 0; i < K_COUNT && plan_batch_size(&s, &d->caps, bi); i++) n_kernels += plan_batch_role(i);
     progress_begin(&p->prog, what, (uint64_t)hp->n_layer + n_kernels);
     int bad = s.moe_slots && plan_moe_cache_init(p, err);
     bad = bad || (owner ? plan_borrow_weights(p, owner) : plan_upload_weights(p, err));
-    if (!owner && pooled(&s, &d->caps) && (!(p->kpool = calloc(hp->n_layer, sizeof *p->kpool)) ||
+    if (!owner && s.pages.rows && (!(p->kpool = calloc(hp->n_layer, sizeof *p->kpool)) ||
                                            !(p->vpool = calloc(hp->n_layer, sizeof *p->vpool)))) {
         kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
         bad = 1;
     }
-    if (!bad && owner && owner->kpool) { /* the next slot of the owner's pools */
+    if (!bad && owner && owner->kpool) { /* the next slot of the owner's pool */
         if (owner->slots_taken + 1 >= s.n_slots) {
             kiln_fail(err, KILN_ERR_INVALID, "%s: more plans than the %u slots the first was made for", d->label,
                       s.n_slots);
@@ -371,6 +402,7 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
             p->slot = ++owner->slots_taken;
         }
     }
+    if (!bad && s.pages.rows) bad = page_tables(p, owner, err) != 0;
     bool q35 = hp->arch == ARCH_QWEN35;
     /* the DeltaNet layers' states in one buffer (zeroed before the first eval), its snapshots */
     size_t conv, S, s_at, stride, state = q35 ? plan_state_layout(&s, &s_at, &stride) : 0;
@@ -380,14 +412,13 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
         for (int i = 0; i < PLAN_SNAPSHOTS && !bad; i++) bad = !(p->snap[i] = plan_alloc(p, state, err));
     }
     for (uint32_t l = 0, j = 0; l < hp->n_layer && !bad; l++) {
-        size_t cache = (size_t)s.n_ctx * s.kv_dim * 2;
         if (q35 && hp->recurrent[l]) {
             plan_layer *L = &p->L[l];
             bad = !(L->conv_state = d->ops->view(d, p->state, j * stride, conv, err)) ||
                   !(L->S = d->ops->view(d, p->state, j * stride + s_at, S, err));
             j++;
         } else {
-            bad = layer_caches(p, owner, l, cache, err) != 0;
+            bad = layer_caches(p, owner, l, err) != 0;
         }
     }
     if (!bad && hp->n_recurrent && !(p->hist = malloc((size_t)s.n_ctx * sizeof *p->hist))) {
@@ -500,6 +531,12 @@ engine *plan_create_slots(const model *m, rt_device *d, uint32_t dtype, uint32_t
     }
     if (plan_check_fit(m, &s, d, err)) return NULL;
     if (cache) s.moe_slots = plan_moe_slots_fit(m, &s, d, 0);
+    if (s.n_slots > 1) { /* the slots' caches: one pool of pages, a table of them a slot */
+        s.pages.rows = PLAN_PAGE_ROWS;
+        s.pages.n_pages = (s.n_ctx + PLAN_PAGE_ROWS - 1) / PLAN_PAGE_ROWS;
+        uint32_t per_view = RT_VIEW_ALIGN / 4; /* each slot's row of the tables starts on a view's alignment */
+        s.pages.stride = (s.pages.n_pages + per_view - 1) / per_view * per_view;
+    }
     return make(m, d, &s, NULL, err);
 }
 

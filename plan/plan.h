@@ -24,14 +24,17 @@
 engine *plan_create(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, kiln_err *err);
 
 /* Plans for n_slots requests at once on one device (kiln serve --parallel): this makes
- * the first, exactly as plan_create, except that the memory check (and the context chosen
- * without n_ctx) counts the weights once and a KV cache and activations n_slots times;
- * plan_create_sibling makes the others. */
+ * the first, exactly as plan_create, except that with more than one slot n_ctx positions
+ * are a pool of pages the slots share (each slot's sequence may grow to all of them: pages
+ * are handed out as it grows, and taken back from the tails of idle slots' caches when
+ * none is free), and the memory check (and the context chosen without n_ctx) counts the
+ * weights and the pool once and the activations n_slots times; plan_create_sibling makes
+ * the others. */
 engine *plan_create_slots(const model *m, rt_device *d, uint32_t dtype, uint32_t n_ctx, uint32_t n_block,
                           uint32_t n_slots, kiln_err *err);
 /* Another plan of first's shape on its device that borrows its weight buffers (only
- * read by every kernel): its own KV cache (the next slot's rows of first's pool where first
- * keeps one), activations, kernels and recordings. first must outlive it; the two must not
+ * read by every kernel): the next slot of first's pool of pages, its own activations,
+ * kernels and recordings. first must outlive it; the two must not
  * evaluate at the same time (model/engine_batch.h). NULL with err (the device's allocation
  * fails, more plans than first's slots, not a plan). */
 engine *plan_create_sibling(engine *first, kiln_err *err);

@@ -1,7 +1,7 @@
 /* Steps of several slots' tokens (kiln serve --parallel): the plans of one
- * plan_create_slots keep their KV caches in one pool a layer, so one recording can
- * evaluate every decoding slot's next token at once, each at its own position of its own
- * slot's cache: the products read every weight once for the whole step (the short
+ * plan_create_slots keep their KV caches in one pool of pages a layer, so one recording
+ * can evaluate every decoding slot's next token at once, each at its own position of its
+ * own slot's pages (the tables of every slot, plan_pages.c): the products read every weight once for the whole step (the short
  * block's skinny products, or the tiled products over a block of 64 where the device has
  * no skinny ones), kn_qk_prep_batch and the batched attention reach each token's rows of
  * the pool, and the logits head and argmax run over every row.
@@ -257,6 +257,19 @@ int plan_eval_step(engine_step *items, uint32_t n) {
         for (uint32_t j = 0; j < i; j++)
             if (items[j].e == items[i].e) return -1;
     }
+    /* each item's page for its position, none taken from another item of the step */
+    for (uint32_t i = 0; i < n && o->pp; i++) plan_pages_pin(o->pp, ((plan_engine *)items[i].e)->slot, true);
+    for (uint32_t i = 0; i < n; i++) {
+        engine_step *it = &items[i];
+        kiln_err_clear(&it->err);
+        if ((it->rc = check_item(it)) == 0 && o->pp)
+            it->rc = plan_pages_reserve(o->pp, ((plan_engine *)it->e)->slot, it->pos + 1, &it->err);
+    }
+    for (uint32_t i = 0; i < n && o->pp; i++) plan_pages_pin(o->pp, ((plan_engine *)items[i].e)->slot, false);
+    kiln_err sync = {0};
+    if (o->pp && plan_pages_sync(o->pp, o->d, o->pages_dev, &sync))
+        for (uint32_t i = 0; i < n; i++)
+            if (items[i].rc == 0) items[i].rc = -1, items[i].err = sync;
     engine_step *go[PLAN_BATCH_MAX];
     uint32_t max_nb = 0, taken = 0;
     for (int bi = 0; bi < PLAN_BUCKETS; bi++)
@@ -264,8 +277,7 @@ int plan_eval_step(engine_step *items, uint32_t n) {
     for (uint32_t i = 0; i <= n; i++) {
         if (i < n) {
             engine_step *it = &items[i];
-            kiln_err_clear(&it->err);
-            if ((it->rc = check_item(it))) continue;
+            if (it->rc) continue;
             go[taken++] = it;
         }
         if (taken && (taken == max_nb || i == n)) {

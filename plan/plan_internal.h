@@ -54,6 +54,10 @@ typedef struct plan_shape {
     bool bias, freqs;
     bool fuse_norm; /* the decode step's norms inside the products after them (kn_matvec_norm) */
     uint32_t n_slots; /* plans that will share one upload of the weights (for the memory check) */
+    /* more than one slot: the slots' KV caches in one pool of pages (kn_pages: PLAN_PAGE_ROWS
+     * rows a page, enough pages for n_ctx positions, each slot's table stride entries, a
+     * multiple of RT_VIEW_ALIGN bytes); rows 0: each plan's own cache of n_ctx rows */
+    kn_pages pages;
     bool fault_logits; /* rt_debug's planted error in the logits head (KN_EPI_FAULT) */
     /* qwen35: the DeltaNet layers' convolution channels (q, k and v heads) and value width;
      * the rows of their stacked input weight where z and beta begin, and in all
@@ -147,6 +151,12 @@ typedef struct plan_moe_host {
 } plan_moe_host;
 typedef struct plan_moe_cache plan_moe_cache; /* plan_moe_cache.c */
 
+/* A paged KV pool's books (plan_pages.c): the owner's, shared by its slots' plans. Pages
+ * of PLAN_PAGE_ROWS positions; a table entry PLAN_PAGE_NONE holds none. */
+#define PLAN_PAGE_ROWS 64
+#define PLAN_PAGE_NONE 0xffffffffu
+typedef struct plan_pages plan_pages;
+
 typedef struct plan_engine {
     engine base;
     const model *m;
@@ -160,6 +170,10 @@ typedef struct plan_engine {
      * are views of slot `slot`'s rows; slots_taken: the owner's count of slots given out */
     rt_buffer **kpool, **vpool;
     uint32_t slot, slots_taken;
+    /* paged (s.pages.rows): the books of the pool's pages (the owner's), the device's tables
+     * (the owner's, n_slots rows of s.pages.stride entries) and this slot's row of them */
+    plan_pages *pp;
+    rt_buffer *pages_dev, *pages;
     rt_buffer *tok_embd, *output, *output_norm, *freqs;
     int8_t qt_embd, qt_out; /* tok_embd's and output's kn_qtype where kept in blocks, else -1 */
     plan_layer *L;
@@ -413,5 +427,26 @@ int plan_recompile_moe(plan_engine *p, kiln_err *err);
 /* ---- grid tuning (plan_tune.c) ---- */
 /* The decode step's products on the grids measured fastest on the device. 0 or -1. */
 int plan_tune_products(plan_engine *p, kiln_err *err);
+
+/* ---- the paged KV pool (plan_pages.c) ---- */
+plan_pages *plan_pages_create(uint32_t n_pages, uint32_t stride, uint32_t n_slots);
+void plan_pages_destroy(plan_pages *pp);
+/* slot s's plan (for truncating its cache when its pages are taken), or gone: its pages freed */
+void plan_pages_attach(plan_pages *pp, uint32_t s, plan_engine *p);
+void plan_pages_detach(plan_pages *pp, uint32_t s);
+/* a busy slot (a request served) or a pinned one (in the step being staged) gives no pages */
+void plan_pages_busy(plan_pages *pp, uint32_t s, bool busy);
+void plan_pages_pin(plan_pages *pp, uint32_t s, bool pinned);
+/* Pages for slot s's positions [0, positions): 0, or -1 with err (KILN_ERR_FULL: every other
+ * page held by busy or pinned slots). */
+int plan_pages_reserve(plan_pages *pp, uint32_t s, uint32_t positions, kiln_err *err);
+/* Positions slot s could hold now (its pages, the free ones and what idle slots hold). */
+uint32_t plan_pages_room(plan_pages *pp, uint32_t s);
+uint32_t plan_pages_held(plan_pages *pp, uint32_t s);
+/* The tables uploaded to dev where they changed. */
+int plan_pages_sync(plan_pages *pp, rt_device *d, rt_buffer *dev, kiln_err *err);
+/* p's pages for positions [0, positions), the device's tables brought up to date (nothing
+ * for an unpaged plan). 0, or -1 with err. */
+int plan_pages_ready(plan_engine *p, uint32_t positions, kiln_err *err);
 
 #endif

@@ -171,6 +171,7 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     unsigned bias = s->bias ? KN_EPI_BIAS : 0;
     /* the experts' products over the cache's slots where experts are cached */
     bool cached = s->moe_slots > 0;
+    const kn_pages *pg = s->pages.rows ? &s->pages : NULL;
     uint32_t n_exp = cached ? s->moe_slots : hp->n_expert;
     switch (i) {
     case K_EMBED: return kn_embed(c, hp->n_vocab, d, dt, &g[0], err);
@@ -179,9 +180,13 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
         return s->fuse_norm ? kn_matvec_norm(c, s->qkv_dim, d, dt, dt, bias, hp->rms_eps, &g[0], err)
                             : kn_matvec(c, s->qkv_dim, d, dt, dt, bias, &g[0], err);
     case K_QK_PREP:
+        if (pg) return kn_qk_prep_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps, pg,
+                                        dt, err);
         return kn_qk_prep(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps, s->n_ctx, dt,
                           err);
     case K_ATTN:
+        if (pg) return kn_attn_decode_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, pg,
+                                            kn_attn_splits(c, hp->n_head, s->n_ctx), dt, g, err);
         return kn_attn_decode(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
                               kn_attn_splits(c, hp->n_head, s->n_ctx), dt, g, err);
     case K_ATTN_MERGE:
@@ -200,6 +205,7 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     }
     case K_MM_QKV: return product(c, s->qkv_dim, d, nb, dt, bias, g, err);
     case K_ATTN_PREFILL:
+        if (pg) return kn_attn_prefill_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->qkv_dim, pg, nb, dt, g, err);
         return kn_attn_prefill(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->qkv_dim, s->n_ctx, nb, dt, g, err);
     case K_MM_O: return product(c, d, s->q_dim, nb, dt, KN_EPI_RESIDUAL, g, err);
     case K_MM_FF: return product(c, hp->n_ff, d, nb, dt, plan_ff_swiglu(s, c) ? KN_EPI_SWIGLU : KN_EPI_NONE, g, err);
@@ -208,13 +214,17 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_TAKE_LAST: return kn_take_last(c, d, nb, dt, &g[0], err);
     case K_STAGE: return kn_stage_inputs(c, nb, &g[0], err);
     case K_ARGMAX: return kn_argmax_masked(c, hp->n_vocab, 1, err);
-    /* a step of nb slots' tokens over the pool of n_slots caches */
+    /* a step of nb slots' tokens over the pool of n_slots caches (paged where the plan has slots) */
     case K_STAGE_BATCH: return kn_stage_inputs(c, PLAN_BATCH_WORDS, &g[0], err);
     case K_QK_PREP_BATCH:
         g[0] = kn_qk_prep_groups(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, hp->n_rot, nb), g[1] = nb;
+        if (pg) return kn_qk_prep_batch_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm,
+                                              hp->rms_eps, pg, s->n_slots, dt, err);
         return kn_qk_prep_batch(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps,
                                 s->n_ctx, s->n_slots, dt, err);
     case K_ATTN_BATCH:
+        if (pg) return kn_attn_decode_batch_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, pg,
+                                                  plan_batch_splits(s, c, nb), s->n_slots, nb, s->qkv_dim, dt, g, err);
         return kn_attn_decode_batch(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
                                     plan_batch_splits(s, c, nb), s->n_slots, nb, s->qkv_dim, dt, g, err);
     case K_ATTN_MERGE_BATCH:

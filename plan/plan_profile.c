@@ -145,7 +145,7 @@ int plan_profile(engine *e, uint32_t reps, uint32_t n_prefill, uint32_t n_step, 
     int32_t *zeros = calloc(nb, sizeof *zeros);
     if (!zeros) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     rt_device *d = p->d;
-    int rc = d->ops->upload(d, p->tok_h, 0, zeros, (size_t)nb * 4, err) ||
+    int rc = plan_pages_ready(p, n > n_step ? n : n_step, err) || d->ops->upload(d, p->tok_h, 0, zeros, (size_t)nb * 4, err) ||
                      d->ops->upload(d, p->info_h, 0, info, sizeof info, err) ||
                      (b ? profile_span(p, b->rec, b->first_launch, b->n_launch, reps < 10 ? reps : 10, true, n, out,
                                        err)

@@ -97,10 +97,11 @@ static void add_qkv(recorder *R, int kern, const plan_layer *L, bool prefill) {
 
 static void add_qk_prep(recorder *R, const plan_layer *L, uint32_t gy) {
     plan_engine *p = R->p;
-    plan_arg a[7] = {{"qkv", p->qkv}, {"kcache", L->kc}, {"vcache", L->vc}, {"info", p->info}};
+    plan_arg a[8] = {{"qkv", p->qkv}, {"kcache", L->kc}, {"vcache", L->vc}, {"info", p->info}};
     uint32_t n = 4;
     if (p->s.hp.qk_norm) a[n++] = (plan_arg){"q_norm", L->q_norm}, a[n++] = (plan_arg){"k_norm", L->k_norm};
     if (p->s.freqs) a[n++] = (plan_arg){"freqs", p->freqs};
+    if (p->pages) a[n++] = (plan_arg){"pages", p->pages};
     add(R, K_QK_PREP, kn_qk_prep_groups(&p->d->caps, p->s.hp.n_head, p->s.hp.n_head_kv, p->s.hp.head_dim_k,
                                           p->s.hp.n_rot, gy), gy, a, n);
 }
@@ -246,8 +247,9 @@ int plan_record_decode(plan_engine *p, kiln_err *err) {
             add_qkv(R, K_MV_QKV, L, false);
             if (gated) add_gate_product(R, L, false);
             add_qk_prep(R, L, 1);
-            ADD(K_ATTN, g[K_ATTN][0], g[K_ATTN][1], {"q", p->qkv}, {"kcache", L->kc}, {"vcache", L->vc},
-                {"part", p->part}, {"pos", p->info});
+            plan_arg a[6] = {{"q", p->qkv}, {"kcache", L->kc}, {"vcache", L->vc}, {"part", p->part}, {"pos", p->info},
+                             {"pages", p->pages}};
+            add(R, K_ATTN, g[K_ATTN][0], g[K_ATTN][1], a, p->pages ? 6 : 5);
             ADD(K_ATTN_MERGE, g[K_ATTN_MERGE][0], 1, {"part", p->part}, {"out", p->att}, {"pos", p->info});
             if (gated) add_gate(R, false);
             ADD_W(K_MV_O, QT1(L->qt_o), g[K_MV_O][0], 1, {"W", L->wo}, {"x", gated ? p->gated : p->att},
@@ -320,8 +322,9 @@ int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
             add_qkv(R, K_MM_QKV, L, true);
             if (gated) add_gate_product(R, L, true);
             add_qk_prep(R, L, nb);
-            ADD(K_ATTN_PREFILL, g[K_ATTN_PREFILL][0], g[K_ATTN_PREFILL][1], {"q", p->qkv}, {"kcache", L->kc},
-                {"vcache", L->vc}, {"out", p->att}, {"info", p->info});
+            plan_arg a[6] = {{"q", p->qkv}, {"kcache", L->kc}, {"vcache", L->vc}, {"out", p->att}, {"info", p->info},
+                             {"pages", p->pages}};
+            add(R, K_ATTN_PREFILL, g[K_ATTN_PREFILL][0], g[K_ATTN_PREFILL][1], a, p->pages ? 6 : 5);
             if (gated) add_gate(R, true);
             ADD_W(K_MM_O, QT1(L->qt_o), g[K_MM_O][0], g[K_MM_O][1], {"W", L->wo}, {"X", gated ? p->gated : p->att},
                   {"Y", p->xb}, {"info", p->info}, {"res", p->xa});
@@ -353,13 +356,15 @@ int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err) {
         const plan_layer *L = &p->L[l];
         ADD(K_NORM, nb, 1, {"x", p->xa}, {"w", L->attn_norm}, {"y", p->h});
         add_qkv(R, K_MM_QKV, L, true);
-        plan_arg a[7] = {{"qkv", p->qkv}, {"kcache", p->kpool[l]}, {"vcache", p->vpool[l]}, {"tokpos", p->btok_pos}};
+        plan_arg a[8] = {{"qkv", p->qkv}, {"kcache", p->kpool[l]}, {"vcache", p->vpool[l]}, {"tokpos", p->btok_pos}};
         uint32_t na = 4;
         if (hp->qk_norm) a[na++] = (plan_arg){"q_norm", L->q_norm}, a[na++] = (plan_arg){"k_norm", L->k_norm};
         if (p->s.freqs) a[na++] = (plan_arg){"freqs", p->freqs};
+        if (p->pages_dev) a[na++] = (plan_arg){"pages", p->pages_dev};
         add(R, K_QK_PREP_BATCH, g[K_QK_PREP_BATCH][0], g[K_QK_PREP_BATCH][1], a, na);
-        ADD(K_ATTN_BATCH, g[K_ATTN_BATCH][0], g[K_ATTN_BATCH][1], {"q", p->qkv}, {"kcache", p->kpool[l]},
-            {"vcache", p->vpool[l]}, {"part", p->bpart}, {"tokpos", p->btok_pos});
+        plan_arg at[6] = {{"q", p->qkv},      {"kcache", p->kpool[l]}, {"vcache", p->vpool[l]},
+                          {"part", p->bpart}, {"tokpos", p->btok_pos}, {"pages", p->pages_dev}};
+        add(R, K_ATTN_BATCH, g[K_ATTN_BATCH][0], g[K_ATTN_BATCH][1], at, p->pages_dev ? 6 : 5);
         ADD(K_ATTN_MERGE_BATCH, g[K_ATTN_MERGE_BATCH][0], g[K_ATTN_MERGE_BATCH][1], {"part", p->bpart},
             {"out", p->att}, {"tokpos", p->btok_pos});
         ADD_W(K_MM_O, QT1(L->qt_o), g[K_MM_O][0], g[K_MM_O][1], {"W", L->wo}, {"X", p->att}, {"Y", p->xb},

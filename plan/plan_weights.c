@@ -285,7 +285,9 @@ static uint64_t plan_bytes(const model *m, const plan_shape *s, const rt_caps *c
                            size_t what_len) {
     const arch_hparams *hp = &s->hp;
     uint64_t big, w = weight_bytes(m, s->moe_slots, s->moe_blocks, &big, what, what_len);
-    uint64_t cache = (uint64_t)s->n_ctx * s->kv_dim * 2, widest = s->qkv_dim > hp->n_ff ? s->qkv_dim : hp->n_ff;
+    /* one layer's cache: n_ctx rows, or with slots a pool of whole pages they share */
+    uint64_t rows = s->n_slots > 1 ? (s->n_ctx + PLAN_PAGE_ROWS - 1) / PLAN_PAGE_ROWS * PLAN_PAGE_ROWS : s->n_ctx;
+    uint64_t cache = rows * s->kv_dim * 2, widest = s->qkv_dim > hp->n_ff ? s->qkv_dim : hp->n_ff;
     struct { uint64_t bytes; const char *name; } other[] = {
         {m->layers[0].q_qkv ? 0 : (uint64_t)s->qkv_dim * hp->n_embd * 2, "the fused q/k/v weight of a layer"},
         {cache, "the KV cache of a layer (try --ctx)"},
@@ -300,7 +302,7 @@ static uint64_t plan_bytes(const model *m, const plan_shape *s, const rt_caps *c
     uint64_t state = hp->arch == ARCH_QWEN35 ? plan_state_layout(s, &s_at, &stride) : 0;
     uint32_t n_attn = hp->arch == ARCH_QWEN35 ? hp->n_layer - hp->n_recurrent : hp->n_layer;
     /* the state and its PLAN_SNAPSHOTS copies */
-    return w + (uint64_t)s->n_slots * (2 * n_attn * cache + (1 + PLAN_SNAPSHOTS) * state + act_bytes(s, c, s->n_block)) +
+    return w + 2 * n_attn * cache + (uint64_t)s->n_slots * ((1 + PLAN_SNAPSHOTS) * state + act_bytes(s, c, s->n_block)) +
            plan_batch_bytes(s, c);
 }
 
@@ -321,8 +323,8 @@ int plan_check_fit(const model *m, const plan_shape *s, const rt_device *d, kiln
     const char *u = small ? "MiB" : "GiB";
     if (have && need > have && s->n_slots > 1)
         return kiln_fail(err, KILN_ERR_NOMEM,
-                         "%s: the model needs %.2f GiB with %u slots of a %u-token context (one copy of the weights, "
-                         "a KV cache per slot); the device has %.2f GiB (try --ctx or fewer slots)",
+                         "%s: the model needs %.2f GiB with %u slots sharing a %u-token KV cache (one copy of the "
+                         "weights, activations per slot); the device has %.2f GiB (try --ctx or fewer slots)",
                          d->label, need / 1073741824.0, s->n_slots, s->n_ctx, have / 1073741824.0);
     if (have && need > have)
         return kiln_fail(err, KILN_ERR_NOMEM, "%s: the model needs %.2f %s with a %u-token context%s; %s %.2f %s (try --ctx)",

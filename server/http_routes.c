@@ -37,7 +37,9 @@ static enum MHD_Result completion(server *s, struct MHD_Connection *c, srv_endpo
     if (j->req.stream) return srv_stream_start(c, sl, j);
     srv_slot_dispatch(sl, j);
     srv_job_wait(j);
-    enum MHD_Result ok = j->rc ? srv_fail(c, 500, NULL, NULL, "%s", j->err.msg)
+    /* a KV pool taken by the other requests: 503 with Retry-After, as a full queue */
+    int status = j->err.code == KILN_ERR_FULL ? 503 : 500;
+    enum MHD_Result ok = j->rc ? srv_fail(c, status, NULL, NULL, "%s", j->err.msg)
                                : srv_send_text(c, 200, srv_job_answer(j), "application/json");
     srv_job_free(j);
     return ok;

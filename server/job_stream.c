@@ -136,7 +136,7 @@ void srv_stream_run(slot *sl, job *j) {
     srv_slot_release(sl);
     if (rc) {
         srv_error e;
-        srv_error_set(&e, 500, NULL, NULL, "%s", err.msg);
+        srv_error_set(&e, err.code == KILN_ERR_FULL ? 503 : 500, NULL, NULL, "%s", err.msg);
         push(j, srv_error_chunk(&e));
     } else {
         lp_state *L = &j->lps;

@@ -1,6 +1,8 @@
 /* The slots: one engine, generation session and worker thread each. A request waits in a
  * bounded FIFO queue (tickets) for a free slot, takes the one whose cache holds the
- * longest part of its prompt and hands its job to that slot's worker. Several slots'
+ * longest part of its prompt and hands its job to that slot's worker. Where the slots'
+ * caches are one pool of pages (a GPU's slots), a request also waits while the slot it
+ * would take has no room for its prompt (the pages held by the requests being served). Several slots'
  * engines step together (model/engine_batch.h): a slot is marked busy while it serves a
  * request, so each step waits for its next token. */
 #include "server/http_internal.h"
@@ -31,6 +33,14 @@ static slot *slot_pick(server *s, const int32_t *ids, uint32_t n) {
     return best;
 }
 
+/* The slot the request would take now, or NULL while it must wait: none free, or (the
+ * caches pooled) no room for the prompt and a token while other requests are served. */
+static slot *slot_ready(server *s, const int32_t *ids, uint32_t n) {
+    if (s->busy == s->n_slots) return NULL;
+    slot *sl = slot_pick(s, ids, n);
+    return s->busy && engine_room(sl->engine) < (uint64_t)n + 1 ? NULL : sl;
+}
+
 slot_status srv_slot_acquire(server *s, const int32_t *ids, uint32_t n, slot **out) {
     slot_status st = SLOT_OK;
     pthread_mutex_lock(&s->mu);
@@ -38,12 +48,12 @@ slot_status srv_slot_acquire(server *s, const int32_t *ids, uint32_t n, slot **o
     else {
         uint64_t mine = s->ticket_next++;
         s->waiting++;
-        while ((s->busy == s->n_slots || s->ticket_serving != mine) && !atomic_load(&s->stopping))
+        slot *sl = NULL;
+        while ((s->ticket_serving != mine || !(sl = slot_ready(s, ids, n))) && !atomic_load(&s->stopping))
             pthread_cond_wait(&s->cv, &s->mu);
         s->waiting--;
         if (atomic_load(&s->stopping)) st = SLOT_STOPPING;
         else {
-            slot *sl = slot_pick(s, ids, n);
             sl->busy = true;
             engine_batch_busy(sl->engine, true); /* its steps wait for this slot's tokens */
             sl->last_used = ++s->uses;
