@@ -29,6 +29,9 @@ a)
   KILN_TEST_DEVICE=cuda:0 timeout 100 $T -j8 --filter 'kernels_quant/*' > $out/kern-q.txt 2>&1; echo "rc=$?" >> $out/kern-q.txt
   KILN_TEST_DEVICE=cuda:0 timeout 100 $T -j8 --filter 'plan_quant*/*' > $out/plan-q.txt 2>&1; echo "rc=$?" >> $out/plan-q.txt
   timeout 40 $T --filter 'cuda/*' > $out/cuda-tests.txt 2>&1; echo "rc=$?" >> $out/cuda-tests.txt
+  for f in 'plan_pages/*' 'kernels_paged/*'; do
+    KILN_TEST_DEVICE=cuda:0 timeout 60 $T -j4 --filter "$f" >> $out/paged-tests.txt 2>&1; echo "rc=$?" >> $out/paged-tests.txt
+  done
   stamp tests; tarball
   for dev in cuda:0 vulkan:0; do
     timeout 40 $K diverge $KILN_TESTDATA/models/dense-Q4_K_M.gguf --device $dev -n 16 > $out/diverge-${dev%:0}.md 2>&1
