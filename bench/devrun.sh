@@ -19,7 +19,7 @@ ldd build-rel/kiln-tests build-rel/kiln | awk '/=>/ {print $3}' | sort -u | whil
 done
 grep -q '^/devrun/$' .git/info/exclude 2>/dev/null || echo /devrun/ >> .git/info/exclude
 for f in stories260K.gguf stories260K.greedy.json qwen35-tiny.gguf qwen35-tiny.llamacpp.json dense-F16.gguf \
-    dense-Q*.gguf dense-Q*.f32dequant-kvf32-nofa.llamacpp.json; do
+    dense-Q*.gguf dense-Q*.f32dequant-kvf32-nofa.llamacpp.json qwen3moe-tiny*; do
   for g in ../shared/testdata/models/$f; do [ -f "$g" ] && cp "$g" devrun/data/models/; done
 done
 du -sh devrun

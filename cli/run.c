@@ -24,27 +24,29 @@ static const char usage[] =
     "  --profile-tokens N       the profiled prefill block's tokens (default: a full block)\n"
     "  --profile-step N         also a step of N slots' tokens decoding together (kiln serve\n"
     "                           --parallel; the plan is made for N slots)\n"
-    "  --token-log FILE         a line per piece of text generated: seconds since generation began\n"
-    "                           and pieces so far (decode speed over time)\n" CLI_CONSTRAINT_USAGE MODEL_OPTS_USAGE;
+    "  --token-log FILE         a line per token generated: seconds since generation began and\n"
+    "                           tokens so far (decode speed over time)\n" CLI_CONSTRAINT_USAGE MODEL_OPTS_USAGE;
 
 #define MAX_STOPS 16
 
-/* Where generated text goes: stdout, and a line per piece to the token log (if any). */
-typedef struct emitter {
-    FILE *log;
+/* Generated text goes to stdout; with --token-log a line per token to the log (a token
+ * whose text is empty or held back still counts). */
+typedef struct tok_log {
+    FILE *f;
     double t0;
-    uint64_t pieces;
-} emitter;
+} tok_log;
 
 static int emit_stdout(void *ctx, const char *text, size_t len) {
-    emitter *em = ctx;
+    (void)ctx;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
-    if (em && em->log) {
-        fprintf(em->log, "%.4f %llu\n", clock_now_s() - em->t0, (unsigned long long)++em->pieces);
-        fflush(em->log);
-    }
     return 0;
+}
+
+static void log_token(void *ctx, uint32_t n_generated) {
+    tok_log *tl = ctx;
+    fprintf(tl->f, "%.4f %u\n", clock_now_s() - tl->t0, n_generated);
+    fflush(tl->f);
 }
 
 char *cli_read_all(FILE *f, size_t *len) {
@@ -186,17 +188,17 @@ int cmd_run(int argc, char **argv) {
         fflush(stdout);
     }
     if ((rc = cli_constraint_open(schema_path, grammar_path, t, &con))) goto out;
-    gen_params gp = {.max_tokens = (uint32_t)n_gen, .stop = stops, .n_stop = n_stop, .extra_eog = -1,
-                     .grammar = con.m};
     kiln_err err = {0};
     double t_ready = clock_now_s();
-    emitter em = {NULL, t_ready, 0};
-    if (token_log && !(em.log = fopen(token_log, "w"))) {
+    tok_log tl = {NULL, t_ready};
+    if (token_log && !(tl.f = fopen(token_log, "w"))) {
         rc = cli_fail("--token-log: cannot write '%s'", token_log);
         goto out;
     }
-    int gr = gen_run(s, smp, ids, n, &gp, emit_stdout, &em, &res, &err);
-    if (em.log) fclose(em.log);
+    gen_params gp = {.max_tokens = (uint32_t)n_gen, .stop = stops, .n_stop = n_stop, .extra_eog = -1,
+                     .grammar = con.m, .token_ctx = &tl, .on_step = tl.f ? log_token : NULL};
+    int gr = gen_run(s, smp, ids, n, &gp, emit_stdout, NULL, &res, &err);
+    if (tl.f) fclose(tl.f);
     if (gr) {
         rc = cli_fail("%s", err.msg);
         goto out;

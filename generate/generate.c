@@ -225,6 +225,7 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
         }
         r->ids[r->n_generated++] = id;
         samp_accept(smp, id);
+        if (p->on_step) p->on_step(p->token_ctx, r->n_generated);
         if (p->on_token && p->on_token(p->token_ctx, id, s->logits, e->n_vocab)) {
             r->finish = GEN_CALLER;
             break;

@@ -40,6 +40,10 @@ typedef struct gen_params {
     int32_t extra_eog;          /* another token that ends generation (a chat end-of-turn), or -1 */
     gen_on_token on_token;      /* NULL: none (and greedy decoding may skip the logits) */
     void *token_ctx;            /* on_token's ctx */
+    /* NULL, or called with ctx = token_ctx after each generated token is accepted, with the
+     * count so far: a clock for speed over time that, unlike on_token, keeps greedy
+     * decoding on the device (no logits) */
+    void (*on_step)(void *ctx, uint32_t n_generated);
     gram_match *grammar;        /* NULL, or constrained decoding: each token is sampled from the
                                    tokens the matcher allows (end of generation only where its
                                    text is complete), and generation ends when nothing may
