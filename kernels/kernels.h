@@ -211,6 +211,15 @@ ir_kernel *kn_moe_gate_up_g(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, ui
                             uint32_t nb, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
 ir_kernel *kn_moe_down_g(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
                          uint32_t nb, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
+/* kn_moe_gate_up_g and kn_moe_down_g on matrix fragments (moe_mma.c): the same parameters
+ * and results up to the order of f32 sums, grid {groups[0], groups[1]} (experts x row
+ * tiles, runs of 64 of an expert's choices); where kn_moe_g_mma_ok (a 16-bit fragment
+ * shape, n_in a multiple of 4, the workgroup memory of gate/up's SwiGLU or of down). */
+bool kn_moe_g_mma_ok(const rt_caps *c, ir_scalar dtype, uint32_t n_in, bool swiglu);
+ir_kernel *kn_moe_gate_up_g_mma(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
+                                uint32_t nb, ir_scalar dtype, uint32_t groups[2], kiln_err *err);
+ir_kernel *kn_moe_down_g_mma(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
+                             uint32_t nb, ir_scalar dtype, uint32_t groups[2], kiln_err *err);
 ir_kernel *kn_moe_combine(const rt_caps *c, uint32_t n_embd, uint32_t k_used, uint32_t nb, ir_scalar dtype,
                           bool cached, uint32_t *groups_x, kiln_err *err);
 /* Where experts are cached (the plan's expert cache: plan/plan_moe_cache.c), n_expert

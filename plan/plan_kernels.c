@@ -239,9 +239,14 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
         return kn_moe_gate_up(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, dt, cached, &g[0], err);
     case K_MOE_DOWN: return kn_moe_down(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, dt, cached, &g[0], err);
     case K_MOE_GROUP: return kn_moe_group(c, n_exp, hp->n_expert_used, nb, cached, err);
+    /* a block's grouped products: on matrix fragments where the device has them */
     case K_MOE_GATE_UP_G:
+        if (kn_moe_g_mma_ok(c, dt, d, true))
+            return kn_moe_gate_up_g_mma(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, nb, dt, g, err);
         return kn_moe_gate_up_g(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, nb, dt, &g[0], err);
     case K_MOE_DOWN_G:
+        if (kn_moe_g_mma_ok(c, dt, hp->n_ff_exp, false))
+            return kn_moe_down_g_mma(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, nb, dt, g, err);
         return kn_moe_down_g(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, nb, dt, &g[0], err);
     case K_MOE_COMBINE: g[1] = nb; return kn_moe_combine(c, d, hp->n_expert_used, nb, dt, cached, &g[0], err);
     }

@@ -206,9 +206,9 @@ static void add_moe(recorder *R, const plan_layer *L, uint32_t nb, bool grouped)
     if (grouped) {
         ADD(K_MOE_GROUP, 1, 1, {"sel", sel}, {"info", p->info}, {"rank", p->moe_rank}, {"off", p->moe_off},
             {"list", p->moe_list});
-        ADD_W(K_MOE_GATE_UP_G, qt_gu, g[K_MOE_GATE_UP_G][0], 1, {"h", p->h}, {"gate", L->gate_exps},
+        ADD_W(K_MOE_GATE_UP_G, qt_gu, g[K_MOE_GATE_UP_G][0], g[K_MOE_GATE_UP_G][1], {"h", p->h}, {"gate", L->gate_exps},
               {"up", L->up_exps}, {"off", p->moe_off}, {"list", p->moe_list}, {"act", p->moe_act});
-        ADD_W(K_MOE_DOWN_G, QT1(L->qt_exps[2]), g[K_MOE_DOWN_G][0], 1, {"act", p->moe_act}, {"down", L->down_exps},
+        ADD_W(K_MOE_DOWN_G, QT1(L->qt_exps[2]), g[K_MOE_DOWN_G][0], g[K_MOE_DOWN_G][1], {"act", p->moe_act}, {"down", L->down_exps},
               {"off", p->moe_off}, {"list", p->moe_list}, {"yc", p->moe_yc});
         /* the host may run these three again with other experts in the slots */
         if (cached && !R->rc) R->rc = plan_moe_cut(p, (uint32_t)(L - p->L), PLAN_CUT_PASS, R->err);
