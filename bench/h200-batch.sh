@@ -5,7 +5,8 @@
 # N = STREAMS, the mixed 24/2000-token prompts at 8 streams, and one stream against a
 # --parallel 1 server (today's path) for the single-stream comparison.
 # Run: source .device-runtime/env.sh && bash bench/h200-batch.sh OUT
-# (MODELS, DEVICES, STREAMS, SLOTS override the defaults; SUITES=0 skips the suites)
+# (MODELS, DEVICES, STREAMS, SLOTS override the defaults; SUITES=0 skips the suites; CTX: the
+# positions of the KV pool the slots share, 131072 by default: as 32 slots of 4096 before)
 set -u
 out=${1:-h200-out}
 source bench/h200-common.sh
@@ -31,7 +32,8 @@ done
 stamp profiles
 # serve MODEL DEVICE SLOTS: starts a server, sets pid and port
 serve() {
-  $K serve $dir/$1.gguf --device $2 --parallel $3 --listen 127.0.0.1:0 --ctx 4096 --step-log $out/steps-$1-$2-$3.log \
+  local ctx=${CTX:-131072}; [ $3 = 1 ] && ctx=4096
+  $K serve $dir/$1.gguf --device $2 --parallel $3 --listen 127.0.0.1:0 --ctx $ctx --step-log $out/steps-$1-$2-$3.log \
     > $out/serve.out 2> $out/serve-$1-$2-$3.err &
   pid=$!
   for i in $(seq 1 900); do grep -q listening $out/serve.out 2>/dev/null && break; sleep 0.1; done
