@@ -29,6 +29,9 @@ case $1 in
   timeout 80 $K run $m -p "$prompt" -n 16 --device cuda:0 --no-echo --profile > $out/resident-prof.txt 2>&1
   stamp resident-prof; tarball
   STAGES=squeeze timeout 150 bash bench/h200-issue20-cache.sh $out/squeeze; stamp squeeze; tarball
+  # issue 17 in brief while llama.cpp builds: qwen3-0.6b through the paged pool, 1/8/32 streams
+  MODELS=qwen3-0.6b DEVICES=cuda:0 STREAMS="1 8 32" SUITES=0 timeout 150 bash bench/h200-batch.sh $out/batch
+  stamp batch; tarball
   llama_wait
   timeout 90 $L -m $m -ngl 99 -fa 1 -p 512 -n 64 -r 2 > $out/resident-llama.md 2>&1; stamp resident-llama; tarball ;;
 *)
