@@ -487,8 +487,7 @@ static ir_kernel *prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv,
     uint32_t group_size = n_head / n_head_kv;
     /* matrix fragments where the caps have them (q rows and heads at 16-byte copies) */
     if (q_stride % 8 == 0 && kn_attn_prefill_mma_ok(c, dtype, n_head, n_head_kv, hd, n_max))
-        return pg ? kn_attn_prefill_mma_paged(c, n_head, n_head_kv, hd, q_stride, pg, n_max, dtype, groups, err)
-                  : kn_attn_prefill_mma(c, n_head, n_head_kv, hd, q_stride, n_ctx, n_max, dtype, groups, err);
+        return kn_attn_prefill_mma(c, n_head, n_head_kv, hd, q_stride, n_ctx, pg, n_max, dtype, groups, err);
     /* vector loads start at multiples of their width: head starts and q rows */
     uint32_t lanes = kn_vec_width(hd);
     while (q_stride % lanes) lanes /= 2;

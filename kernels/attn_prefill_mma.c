@@ -363,14 +363,7 @@ static ir_kernel *build(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, u
 }
 
 ir_kernel *kn_attn_prefill_mma(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t hd, uint32_t q_stride,
-                               uint32_t n_ctx, uint32_t n_max, ir_scalar dt, uint32_t groups[2], kiln_err *err) {
-    return build(c, n_head, n_head_kv, hd, q_stride, n_ctx, NULL, n_max, dt, groups, err);
-}
-
-ir_kernel *kn_attn_prefill_mma_paged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t hd,
-                                     uint32_t q_stride, const kn_pages *pg, uint32_t n_max, ir_scalar dt,
-                                     uint32_t groups[2], kiln_err *err) {
-    if (!pg) return kiln_fail(err, KILN_ERR_INVALID, "kn_attn_prefill_mma_paged: no paging"), NULL;
-    if (kn_pages_check(pg, (uint64_t)n_head_kv * hd, "kn_attn_prefill_mma", err)) return NULL;
-    return build(c, n_head, n_head_kv, hd, q_stride, pg->rows * pg->stride, pg, n_max, dt, groups, err);
+                               uint32_t n_ctx, const kn_pages *pg, uint32_t n_max, ir_scalar dt, uint32_t groups[2],
+                               kiln_err *err) {
+    return build(c, n_head, n_head_kv, hd, q_stride, n_ctx, pg, n_max, dt, groups, err);
 }

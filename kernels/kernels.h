@@ -353,17 +353,15 @@ ir_kernel *kn_attn_prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv
  * compute units): the same parameters and results (up to summation order). */
 bool kn_attn_prefill_mma_ok(const rt_caps *c, ir_scalar dtype, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                             uint32_t n_max);
+/* (pg: NULL, or a paged cache already checked, n_ctx = stride * rows) */
 ir_kernel *kn_attn_prefill_mma(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
-                               uint32_t q_stride, uint32_t n_ctx, uint32_t n_max, ir_scalar dtype, uint32_t groups[2],
-                               kiln_err *err);
-/* Both over a paged cache (kn_pages; pages: the sequence's stride entries), n_ctx = stride *
- * rows; kn_attn_prefill_paged picks the fragments where kn_attn_prefill_mma_ok. */
+                               uint32_t q_stride, uint32_t n_ctx, const kn_pages *pg, uint32_t n_max, ir_scalar dtype,
+                               uint32_t groups[2], kiln_err *err);
+/* kn_attn_prefill over a paged cache (kn_pages; pages: the sequence's stride entries), n_ctx
+ * = stride * rows, on the fragments where kn_attn_prefill_mma_ok. */
 ir_kernel *kn_attn_prefill_paged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                                  uint32_t q_stride, const kn_pages *pg, uint32_t n_max, ir_scalar dtype,
                                  uint32_t groups[2], kiln_err *err);
-ir_kernel *kn_attn_prefill_mma_paged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
-                                     uint32_t q_stride, const kn_pages *pg, uint32_t n_max, ir_scalar dtype,
-                                     uint32_t groups[2], kiln_err *err);
 
 /* Rope options shared by the kernels that rotate: the pairing, the base, a linear
  * frequency scale (1 / factor; 1 when unscaled) and whether per-pair frequency factors
