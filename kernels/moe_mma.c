@@ -18,6 +18,9 @@
 #include "kernels/kn_common.h"
 #include "kernels/matvec_internal.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #define T 64       /* choices and rows per workgroup */
 #define SUB 32     /* per subgroup */
 #define KC 32      /* columns per staged chunk */
@@ -48,6 +51,8 @@ static const rt_mma_shape *pick(const rt_caps *c, ir_scalar dt) {
 static uint32_t shared_bytes(bool swiglu) { return (swiglu ? 2u : 1u) * T * CS * 4u + (swiglu ? 3u : 2u) * T * PITCH * 2u; }
 
 bool kn_moe_g_mma_ok(const rt_caps *c, ir_scalar dtype, uint32_t n_in, bool swiglu) {
+    const char *off = getenv("KILN_MOE_MMA"); /* "0": the SIMT grouped kernels (for comparing on a device) */
+    if (off && strcmp(off, "0") == 0) return false;
     return pick(c, dtype) && n_in % 4 == 0 && (!c->shared_bytes || shared_bytes(swiglu) <= c->shared_bytes);
 }
 
