@@ -172,6 +172,7 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     /* the experts' products over the cache's slots where experts are cached */
     bool cached = s->moe_slots > 0;
     const kn_pages *pg = s->pages.rows ? &s->pages : NULL;
+    bool moe_whole = d % 64 == 0 && hp->n_ff_exp % 64 == 0;
     uint32_t n_exp = cached ? s->moe_slots : hp->n_expert;
     switch (i) {
     case K_EMBED: return kn_embed(c, hp->n_vocab, d, dt, &g[0], err);
@@ -239,13 +240,17 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
         return kn_moe_gate_up(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, dt, cached, &g[0], err);
     case K_MOE_DOWN: return kn_moe_down(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, dt, cached, &g[0], err);
     case K_MOE_GROUP: return kn_moe_group(c, n_exp, hp->n_expert_used, nb, cached, err);
-    /* a block's grouped products: on matrix fragments where the device has them */
+    /* a block's grouped products: on matrix fragments where the device has them and the
+     * experts' shapes are whole tiles (every qwen3moe release); odd shapes keep the SIMT
+     * kernels: on the H100 the odd-size whole-model test (200 x 72) failed on fragments
+     * (logits 7e-2 from the oracle) while the kernel test at odd sizes passed, not yet
+     * explained */
     case K_MOE_GATE_UP_G:
-        if (kn_moe_g_mma_ok(c, dt, d, true))
+        if (moe_whole && kn_moe_g_mma_ok(c, dt, d, true))
             return kn_moe_gate_up_g_mma(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, nb, dt, g, err);
         return kn_moe_gate_up_g(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, nb, dt, &g[0], err);
     case K_MOE_DOWN_G:
-        if (kn_moe_g_mma_ok(c, dt, hp->n_ff_exp, false))
+        if (moe_whole && kn_moe_g_mma_ok(c, dt, hp->n_ff_exp, false))
             return kn_moe_down_g_mma(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, nb, dt, g, err);
         return kn_moe_down_g(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, nb, dt, &g[0], err);
     case K_MOE_COMBINE: g[1] = nb; return kn_moe_combine(c, d, hp->n_expert_used, nb, dt, cached, &g[0], err);

@@ -124,8 +124,10 @@ Test(kernels_moe_mma, grouped_products_on_fragments_equal_simt, .timeout = 300) 
         cr_skip_test("no 16-bit matrix fragments on %s", label);
     }
     tu_seed(81);
-    const uint32_t shapes[][6] = {{100, 90, 72, 80, 8, 2}, {64, 64, 256, 96, 16, 4}, {13, 13, 36, 20, 4, 1}};
-    for (size_t i = 0; i < 3; i++) {
+    /* the last: kiln synth's qwen3moe-tiny-odd's experts (200 x 72, 6 of which 2) in a block of 64 */
+    const uint32_t shapes[][6] = {{100, 90, 72, 80, 8, 2}, {64, 64, 256, 96, 16, 4}, {13, 13, 36, 20, 4, 1},
+                                  {64, 64, 200, 72, 6, 2}, {512, 70, 200, 72, 6, 2}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         ir_scalar t = i % 2 ? IR_F16 : IR_BF16;
         if (kn_moe_g_mma_ok(&d->caps, t, shapes[i][2], true) && kn_moe_g_mma_ok(&d->caps, t, shapes[i][3], false))
             mma_case(d, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], shapes[i][4], shapes[i][5], t);
