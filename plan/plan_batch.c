@@ -83,14 +83,17 @@ static int build_bucket(plan_engine *p, int bi, uint32_t nb, kiln_err *err) {
     plan_prefill *b = &p->batch[bi];
     plan_shape s = p->s;
     s.n_block = nb;
-    bool ff_swiglu = plan_ff_swiglu(&s, &p->d->caps);
+    bool ff_swiglu = plan_ff_swiglu(&s, &p->d->caps), q_ffn = false;
+    for (uint32_t l = 0; l < s.hp.n_layer; l++) q_ffn |= p->L[l].qt_gate >= 0;
     for (int i = 0; i < K_COUNT; i++) {
         if (!plan_batch_role(i)) {
             b->kern[i] = p->kern[i], b->sig[i] = p->sig[i];
             b->grid[i][0] = p->grid[i][0], b->grid[i][1] = p->grid[i][1];
             continue;
         }
-        if (i == K_SWIGLU && ff_swiglu) continue; /* the gate and up product applies it */
+        /* the gate and up product applies it, unless they are kept in blocks (two products
+         * and kn_swiglu, plan_record.c's add_block_ffn) */
+        if (i == K_SWIGLU && ff_swiglu && !q_ffn) continue;
         if (s.hp.n_expert && (i == K_MM_FF || i == K_MM_DOWN || i == K_SWIGLU)) continue; /* the experts' instead */
         if (!(b->kern[i] = plan_compile_kernel(p->d, &s, i, b->grid[i], &b->sig[i], err))) return -1;
         p->n_kern++;
