@@ -82,7 +82,9 @@ static void list_del(cu_node *n) {
 /* "cuda:N: <call>: <error name>" into err; -1. */
 static int cu_fail(const cu_dev *d, kiln_err *err, const char *call, CUresult r) {
     char buf[32];
-    kiln_fail(err, KILN_ERR_DEVICE, "%s: %s: %s", d->base.label, call, cu_error_name(d->cu, r, buf));
+    /* out of memory is the caller's to handle (an expert cache takes fewer slots), not a broken device */
+    kiln_fail(err, r == CUDA_ERROR_OUT_OF_MEMORY ? KILN_ERR_NOMEM : KILN_ERR_DEVICE, "%s: %s: %s", d->base.label, call,
+              cu_error_name(d->cu, r, buf));
     return -1;
 }
 

@@ -19,7 +19,8 @@ static const char usage[] =
     "usage: kiln probe [--caps LIST] [--json] [--measure]\n"
     "  --caps LIST  take capabilities away, comma-separated: no-coopmat no-f16 no-bf16 no-storage16\n"
     "               no-subgroup-arith no-subgroup-shuffle no-atomic-f32 no-async-copy no-wgmma no-grid-dep no-tma subgroup=N shared=BYTES workgroup=N;\n"
-    "               and debug-fault, a test switch that makes the logits head wrong on purpose\n"
+    "               and test switches: debug-fault makes the logits head wrong on purpose,\n"
+    "               debug-alloc-kib=N makes a plan's device buffers fail past N KiB in all\n"
     "  --json       one JSON array, one object per device\n"
     "  --measure    time each GPU's memory bandwidth (a copy kernel) and matrix rate (the prefill\n"
     "               matrix product): the floors `kiln bench` divides by\n";

@@ -537,7 +537,18 @@ engine *plan_create_slots(const model *m, rt_device *d, uint32_t dtype, uint32_t
         uint32_t per_view = RT_VIEW_ALIGN / 4; /* each slot's row of the tables starts on a view's alignment */
         s.pages.stride = (s.pages.n_pages + per_view - 1) / per_view * per_view;
     }
-    return make(m, d, &s, NULL, err);
+    /* an expert cache sized from the driver's free memory: where the device then refuses an
+     * allocation (kiln's buffers take more than their bytes, another program took memory
+     * meanwhile), half the slots, down to one */
+    kiln_err last = {0};
+    engine *e = make(m, d, &s, NULL, &last);
+    while (!e && s.moe_slots > 1 && last.code == KILN_ERR_NOMEM) {
+        s.moe_slots /= 2;
+        kiln_err_clear(&last);
+        e = make(m, d, &s, NULL, &last);
+    }
+    if (!e && err) *err = last;
+    return e;
 }
 
 

@@ -174,6 +174,7 @@ typedef struct plan_engine {
      * (the owner's, n_slots rows of s.pages.stride entries) and this slot's row of them */
     plan_pages *pp;
     rt_buffer *pages_dev, *pages;
+    uint64_t dev_bytes; /* device buffers this plan allocated (plan_alloc) */
     rt_buffer *tok_embd, *output, *output_norm, *freqs;
     int8_t qt_embd, qt_out; /* tok_embd's and output's kn_qtype where kept in blocks, else -1 */
     plan_layer *L;

@@ -10,7 +10,14 @@
 #include <string.h>
 
 rt_buffer *plan_alloc(plan_engine *p, size_t bytes, kiln_err *err) {
-    return p->d->ops->alloc(p->d, bytes, err);
+    uint64_t cap = (uint64_t)p->d->debug.alloc_kib << 10;
+    if (cap && p->dev_bytes + bytes > cap)
+        return kiln_fail(err, KILN_ERR_NOMEM, "%s: out of device memory (debug-alloc-kib: %llu bytes past %u KiB)",
+                         p->d->label, (unsigned long long)(p->dev_bytes + bytes), p->d->debug.alloc_kib),
+               NULL;
+    rt_buffer *b = p->d->ops->alloc(p->d, bytes, err);
+    if (b) p->dev_bytes += bytes;
+    return b;
 }
 
 /* The host scratch for ne 16-bit values: one buffer for every tensor (fresh pages fault). */

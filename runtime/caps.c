@@ -128,7 +128,7 @@ static const struct {
 };
 
 /* Items of rt_debug, not of the caps: accepted, applied by rt_debug_from_list. */
-static const char *const debug_items[] = {"debug-fault"};
+static const char *const debug_items[] = {"debug-fault", "debug-alloc-kib"};
 
 static bool key_is(const char *key, size_t n, const char *name) { return strlen(name) == n && !memcmp(key, name, n); }
 
@@ -149,13 +149,17 @@ static int apply_item(rt_caps *c, const char *it, size_t n, kiln_err *err) {
         }
         return 0;
     }
-    for (size_t i = 0; i < sizeof debug_items / sizeof debug_items[0]; i++)
-        if (key_is(it, kn, debug_items[i]))
-            return eq ? kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': takes no value", (int)n, it), -1 : 0;
+    uint32_t v;
+    for (size_t i = 0; i < sizeof debug_items / sizeof debug_items[0]; i++) {
+        if (!key_is(it, kn, debug_items[i])) continue;
+        if (i == 0) return eq ? kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': takes no value", (int)n, it), -1 : 0;
+        if (!eq || !parse_u32(eq + 1, n - kn - 1, &v) || !v)
+            return kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': needs =N, a number of KiB", (int)n, it), -1;
+        return 0;
+    }
     bool sg = key_is(it, kn, "subgroup"), sh = key_is(it, kn, "shared"), wg = key_is(it, kn, "workgroup");
     if (!sg && !sh && !wg) return kiln_fail(err, KILN_ERR_INVALID, "unknown caps item '%.*s'", (int)n, it), -1;
     if (!eq) return kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': needs =N", (int)n, it), -1;
-    uint32_t v;
     if (!parse_u32(eq + 1, n - kn - 1, &v))
         return kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': '%.*s' is not a decimal number", (int)n, it,
                          (int)(n - kn - 1), eq + 1),
@@ -232,6 +236,10 @@ void rt_debug_from_list(rt_debug *d, const char *list) {
         while (a < b && is_space(*a)) a++;
         while (b > a && is_space(b[-1])) b--;
         if (key_is(a, (size_t)(b - a), "debug-fault")) d->fault_logits = true;
+        const char *eq = memchr(a, '=', (size_t)(b - a));
+        uint32_t v;
+        if (eq && key_is(a, (size_t)(eq - a), "debug-alloc-kib") && parse_u32(eq + 1, (size_t)(b - eq - 1), &v))
+            d->alloc_kib = v;
         p += n + (p[n] == ',');
     }
 }

@@ -74,6 +74,8 @@ void rt_caps_limit_memory(rt_caps *c, uint64_t limit);
  * the tools that must catch a wrong kernel can be shown to. All false by default. */
 typedef struct rt_debug {
     bool fault_logits; /* debug-fault: the logits head adds 0.5 * (row % 7) (kiln diverge's planted fault) */
+    uint32_t alloc_kib; /* debug-alloc-kib=N: a plan's device buffers fail past N KiB in all (a device
+                         * with less room than its driver reports), 0: no such cap */
 } rt_debug;
 
 /* The minimums the Vulkan 1.3 spec (and kiln) guarantee: subgroup 4..4, no 16-bit

@@ -162,3 +162,42 @@ Test(plan_moe_cache, tiny_against_llamacpp_goldens, .timeout = 600) {
     d->ops->destroy(d);
     model_free(m);
 }
+
+/* Where the device refuses an allocation that the free memory seemed to allow (a cache
+ * sized from the driver's count, kiln's buffers taking more than their bytes), the plan is
+ * made with half the slots, down to one, not refused: a limit that allows six slots a
+ * layer, a device whose allocations stop where three slots' plan ends (debug-alloc-kib). */
+Test(plan_moe_cache, a_refused_allocation_halves_the_slots, .timeout = 300) {
+    kiln_err err = {0};
+    model *m = model_load(tu_data_file(TINY), &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    rt_caps_limit_memory(&d->caps, limit_for(m, d, GGUF_T_BF16, 3));
+    engine *three = plan_create(m, d, GGUF_T_BF16, CTX, BLOCK, &err);
+    cr_assert_not_null(three, "%s", err.msg);
+    engine_expert_stats st;
+    cr_assert(engine_expert_stats_of(three, &st) && st.slots == 3, "%u slots", st.slots);
+    uint64_t kib = (((plan_engine *)three)->dev_bytes + 1023) / 1024;
+    engine_destroy(three);
+    d->ops->destroy(d);
+    char caps[64];
+    snprintf(caps, sizeof caps, "debug-alloc-kib=%llu", (unsigned long long)kib);
+    d = tu_vk_open_or_skip(caps);
+    cr_assert_eq(d->debug.alloc_kib, kib);
+    rt_caps_limit_memory(&d->caps, limit_for(m, d, GGUF_T_BF16, 6));
+    engine *e = plan_create(m, d, GGUF_T_BF16, CTX, BLOCK, &err);
+    cr_assert_not_null(e, "%s", err.msg);
+    cr_assert(engine_expert_stats_of(e, &st) && st.slots == 3, "%u slots (6 refused, then half)", st.slots);
+    int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    float *l = malloc((size_t)m->hp.n_vocab * 4);
+    cr_assert_eq(engine_eval(e, ids, 8, 0, l, false, &err), 0, "%s", err.msg);
+    free(l);
+    engine_destroy(e);
+    /* one slot's plan past the cap: refused, out of memory */
+    d->debug.alloc_kib = 1;
+    cr_assert_null(plan_create(m, d, GGUF_T_BF16, CTX, BLOCK, &err));
+    cr_assert_eq(err.code, KILN_ERR_NOMEM, "%s", err.msg);
+    d->ops->destroy(d);
+    model_free(m);
+}
+
