@@ -140,13 +140,14 @@ static uint64_t cache_rows(const attn_rows *r, uint32_t n_ctx) {
     return (uint64_t)n_ctx * (r->batch ? r->n_seq : 1);
 }
 
+/* cache: the kernel reads the caches (the decode launch; the merge reads only partials) */
 static int rows_ok(const char *who, const attn_rows *r, uint32_t n_head, uint32_t head_dim, uint32_t n_ctx,
-                   uint32_t n_split, kiln_err *err) {
+                   uint32_t n_split, bool cache, kiln_err *err) {
     if (!r->batch) return 0;
     uint64_t q_dim = (uint64_t)n_head * head_dim;
     if (r->n_seq == 0 || r->q_stride < q_dim || r->batch > 65535 ||
         (uint64_t)r->batch * r->q_stride > UINT32_MAX ||
-        (!r->pg && (uint64_t)r->n_seq * n_ctx * head_dim * n_head > UINT32_MAX) ||
+        (cache && !r->pg && (uint64_t)r->n_seq * n_ctx * head_dim * n_head > UINT32_MAX) ||
         (r->pg && (uint64_t)r->n_seq * r->pg->stride > UINT32_MAX) ||
         (uint64_t)r->batch * n_head * n_split * (head_dim + 2) > UINT32_MAX)
         return kiln_fail(err, KILN_ERR_INVALID,
@@ -161,7 +162,7 @@ static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, 
     const char *name = rows->batch ? "kn_attn_decode_batch" : "kn_attn_decode";
     if (kn_check_dtype(c, dtype, err)) return NULL;
     if (attn_shape_ok(name, n_head, n_head_kv, head_dim, n_ctx, n_split, err) ||
-        rows_ok(name, rows, n_head, head_dim, n_ctx, n_split, err) ||
+        rows_ok(name, rows, n_head, head_dim, n_ctx, n_split, true, err) ||
         kn_pages_check(rows->pg, (uint64_t)n_head_kv * head_dim, name, err))
         return NULL;
     kx k = {kn_create(name, err), c};
@@ -354,7 +355,7 @@ static ir_kernel *merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, ui
     const char *name = rows->batch ? "kn_attn_merge_batch" : "kn_attn_merge";
     if (kn_check_dtype(c, dtype, err)) return NULL;
     if (attn_shape_ok(name, n_head, 1, head_dim, n_ctx, n_split, err) ||
-        rows_ok(name, rows, n_head, head_dim, n_ctx, n_split, err))
+        rows_ok(name, rows, n_head, head_dim, n_ctx, n_split, false, err))
         return NULL;
     kx k = {kn_create(name, err), c};
     if (!k.ir) return NULL;

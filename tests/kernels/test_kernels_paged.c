@@ -338,6 +338,18 @@ Test(kernels_paged, variants_build_assemble_and_validate) {
                 }
             }
         }
+    /* a server's step: 32 slots sharing 131072 positions of qwen3-0.6b (16 heads of 128): the
+     * merge reads only the partials, so the pool's size does not limit it */
+    pg = (kn_pages){64, 2048, 2048};
+    uint32_t gm;
+    for (int ci = 0; ci < 2; ci++) {
+        ir_kernel *km = kn_attn_merge_batch(&caps[ci], 16, 128, 131072, 4, 32, 8, IR_BF16, &gm, &err);
+        cr_assert_not_null(km, "the step's merge over 32 x 131072 positions: %s", err.msg);
+        ir_kernel_destroy(km);
+        ir_kernel *kd = kn_attn_decode_batch_paged(&caps[ci], 16, 8, 128, &pg, 4, 32, 8, 4096, IR_BF16, g, &err);
+        cr_assert_not_null(kd, "the step's paged decode: %s", err.msg);
+        ir_kernel_destroy(kd);
+    }
     /* refused: rows not a power of two, no pages, no table, the pool past u32 indices */
     const kn_pages bad[] = {{24, 10, 10}, {16, 0, 10}, {16, 10, 0}, {4096, 1u << 20, 4}};
     for (size_t i = 0; i < 4; i++) {
