@@ -3,8 +3,9 @@
  * one; where none is free it takes the last page of the idle slot used longest ago (its
  * cache then ends where that page began: the prefix it keeps can still be reused), never
  * one of a busy slot's (engine_ops.set_busy: a request is being served) or of a slot in
- * the step being staged. A slot keeps its pages when it rewinds, so a conversation's next
- * turn finds them; pages go back to the free list only when its plan is destroyed. The
+ * the step being staged. An eval at pos of n tokens keeps the pages of [0, pos + n) and
+ * frees the rest (the engine drops what follows them); an idle slot keeps its pages, so a
+ * conversation's next turn finds its prefix, until another slot takes them. The
  * device's copy of the tables (the owner's pages buffer, a view of its rows per plan) is
  * uploaded where they changed, before the launches that read them. A mutex guards the
  * books: a server marks slots busy from its request threads while a step reserves pages. */
@@ -127,6 +128,13 @@ static int reserve(plan_pages *pp, uint32_t s, uint32_t positions, kiln_err *err
             if (vp) engine_truncate(&vp->base, pp->held[v] * PLAN_PAGE_ROWS);
         }
         pp->tab[(size_t)s * pp->stride + pp->held[s]++] = page;
+        pp->dirty = true;
+    }
+    /* pages past the positions hold nothing an eval keeps (it drops what follows it): free */
+    while (pp->held[s] > need) {
+        uint32_t *last = &pp->tab[(size_t)s * pp->stride + --pp->held[s]];
+        pp->free_list[pp->n_free++] = *last;
+        *last = PLAN_PAGE_NONE;
         pp->dirty = true;
     }
     return 0;

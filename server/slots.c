@@ -10,6 +10,7 @@
 #include "model/engine_batch.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 /* The free slot for prompt ids[n]: the longest cached prefix, where it covers at least
  * half of the prompt (a shared BOS alone should not make a request evict another
@@ -49,8 +50,20 @@ slot_status srv_slot_acquire(server *s, const int32_t *ids, uint32_t n, slot **o
         uint64_t mine = s->ticket_next++;
         s->waiting++;
         slot *sl = NULL;
-        while ((s->ticket_serving != mine || !(sl = slot_ready(s, ids, n))) && !atomic_load(&s->stopping))
-            pthread_cond_wait(&s->cv, &s->mu);
+        while ((s->ticket_serving != mine || !(sl = slot_ready(s, ids, n))) && !atomic_load(&s->stopping)) {
+            if (s->ticket_serving != mine || s->busy == s->n_slots) {
+                pthread_cond_wait(&s->cv, &s->mu);
+                continue;
+            }
+            /* first in line with a slot free but no room: the room grows as the busy
+             * sequences' evals free pages they no longer need, which signals nothing, so
+             * look again every 20 ms (and at once when a slot is released) */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 20000000;
+            if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        }
         s->waiting--;
         if (atomic_load(&s->stopping)) st = SLOT_STOPPING;
         else {
