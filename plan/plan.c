@@ -296,18 +296,9 @@ static void plan_destroy(engine *base) {
 
 /* A paged plan's slot: busy while a request is served (its pages are not taken), and the
  * positions it could hold now. */
-static void plan_set_busy(engine *base, bool busy) {
-    plan_engine *p = (plan_engine *)base;
-    plan_engine *o = p->owner ? (plan_engine *)p->owner : p;
-    if (o->pp) plan_pages_busy(o->pp, p->slot, busy);
-}
+static void plan_set_busy(engine *base, bool busy) { plan_pages_set_busy((plan_engine *)base, busy); }
 
-static uint32_t plan_room(engine *base) {
-    plan_engine *p = (plan_engine *)base;
-    plan_engine *o = p->owner ? (plan_engine *)p->owner : p;
-    uint32_t room = o->pp ? plan_pages_room(o->pp, p->slot) : base->n_ctx;
-    return room < base->n_ctx ? room : base->n_ctx;
-}
+static uint32_t plan_room(engine *base) { return plan_pages_room_of((plan_engine *)base); }
 
 const engine_ops plan_ops = {plan_eval,      plan_destroy, plan_eval_argmax, plan_eval_step, plan_eval_argmax_masked,
                              plan_moe_stats, plan_set_busy, plan_room};

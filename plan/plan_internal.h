@@ -443,11 +443,14 @@ void plan_pages_pin(plan_pages *pp, uint32_t s, bool pinned);
 int plan_pages_reserve(plan_pages *pp, uint32_t s, uint32_t positions, kiln_err *err);
 /* Positions slot s could hold now (its pages, the free ones and what idle slots hold). */
 uint32_t plan_pages_room(plan_pages *pp, uint32_t s);
-uint32_t plan_pages_held(plan_pages *pp, uint32_t s);
 /* The tables uploaded to dev where they changed. */
 int plan_pages_sync(plan_pages *pp, rt_device *d, rt_buffer *dev, kiln_err *err);
 /* p's pages for positions [0, positions), the device's tables brought up to date (nothing
  * for an unpaged plan). 0, or -1 with err. */
 int plan_pages_ready(plan_engine *p, uint32_t positions, kiln_err *err);
+/* engine_ops.set_busy and room of a plan: its slot in the owner's books (no-ops, and n_ctx,
+ * for an unpaged plan) */
+void plan_pages_set_busy(plan_engine *p, bool busy);
+uint32_t plan_pages_room_of(plan_engine *p);
 
 #endif

@@ -157,13 +157,6 @@ uint32_t plan_pages_room(plan_pages *pp, uint32_t s) {
     return rows > UINT32_MAX ? UINT32_MAX : (uint32_t)rows;
 }
 
-uint32_t plan_pages_held(plan_pages *pp, uint32_t s) {
-    pthread_mutex_lock(&pp->mu);
-    uint32_t n = pp->held[s];
-    pthread_mutex_unlock(&pp->mu);
-    return n;
-}
-
 int plan_pages_sync(plan_pages *pp, rt_device *d, rt_buffer *dev, kiln_err *err) {
     pthread_mutex_lock(&pp->mu);
     int rc = pp->dirty ? d->ops->upload(d, dev, 0, pp->tab, (size_t)pp->n_slots * pp->stride * 4, err) : 0;
@@ -181,4 +174,15 @@ int plan_pages_ready(plan_engine *p, uint32_t positions, kiln_err *err) {
     if (!o->pp) return 0;
     return plan_pages_reserve(o->pp, p->slot, positions, err) || plan_pages_sync(o->pp, p->d, o->pages_dev, err) ? -1
                                                                                                                    : 0;
+}
+
+void plan_pages_set_busy(plan_engine *p, bool busy) {
+    plan_engine *o = owner_of(p);
+    if (o->pp) plan_pages_busy(o->pp, p->slot, busy);
+}
+
+uint32_t plan_pages_room_of(plan_engine *p) {
+    plan_engine *o = owner_of(p);
+    uint32_t room = o->pp ? plan_pages_room(o->pp, p->slot) : p->base.n_ctx;
+    return room < p->base.n_ctx ? room : p->base.n_ctx;
 }
