@@ -33,22 +33,44 @@
 
 /* sum over c < cols of w[w0 + c] * x[x0 + c] in f32 (w of type wt, x of type xt), in
  * vectors of kn_vec_width(cols) (w0 and x0 multiples of it): the subgroup's lanes split the
- * columns and reduce (per_sg; every lane gets the sum), or the invocation walks them alone. */
+ * columns and reduce (per_sg; every lane gets the sum), or the invocation walks them alone.
+ * The walk is unrolled by ROW_UNROLL, every load of a step issued before its sums (one
+ * load in flight a lane left a decode step's expert products at half the bandwidth); the
+ * sums stay one chain in column order, so the result is the plain loop's. */
+#define ROW_UNROLL 4
 static ir_val row_dot(kx k, bool per_sg, ir_buf w, ir_scalar wt, ir_val w0, ir_buf x, ir_scalar xt, ir_val x0,
                       uint32_t cols) {
-    uint32_t v = kn_vec_width(cols);
+    uint32_t v = kn_vec_width(cols), lanes = per_sg ? k.caps->subgroup_size : 1;
     ir_type fv = kx_t(k, IR_F32, v);
     ir_val start = per_sg ? kx_mul_c(k, kx_sg_lane(k), v) : kx_u32(k, 0);
-    ir_val step = per_sg ? kx_mul_c(k, kx_sg_size(k), v) : kx_u32(k, v);
-    ir_val zero = kx_splat(k, kx_f32(k, 0.0f), v);
-    ir_for *l = ir_for_begin(k.ir, start, kx_u32(k, cols), step, 1, &zero);
-    ir_val c = ir_for_iv(l), acc = ir_for_arg(l, 0);
-    ir_val wv = kx_load(k, w, kx_add(k, w0, c), v), xv = kx_load(k, x, kx_add(k, x0, c), v);
-    if (wt != IR_F32) wv = kx_convert(k, wv, fv);
-    if (xt != IR_F32) xv = kx_convert(k, xv, fv);
-    acc = kx_add(k, acc, kx_mul(k, wv, xv));
-    ir_for_end(k.ir, l, &acc);
-    ir_val s = kn_lane_sum(k, ir_for_result(l, 0), v);
+    uint32_t stride = lanes * v, main_end = cols - cols % (stride * ROW_UNROLL);
+    ir_val acc = kx_splat(k, kx_f32(k, 0.0f), v);
+    if (main_end) {
+        ir_for *l = ir_for_begin(k.ir, start, kx_u32(k, main_end), kx_u32(k, stride * ROW_UNROLL), 1, &acc);
+        ir_val a = ir_for_arg(l, 0), wv[ROW_UNROLL], xv[ROW_UNROLL];
+        for (uint32_t u = 0; u < ROW_UNROLL; u++) {
+            ir_val c = kx_add_c(k, ir_for_iv(l), u * stride);
+            wv[u] = kx_load(k, w, kx_add(k, w0, c), v), xv[u] = kx_load(k, x, kx_add(k, x0, c), v);
+        }
+        for (uint32_t u = 0; u < ROW_UNROLL; u++) {
+            ir_val a_w = wt != IR_F32 ? kx_convert(k, wv[u], fv) : wv[u];
+            ir_val a_x = xt != IR_F32 ? kx_convert(k, xv[u], fv) : xv[u];
+            a = kx_add(k, a, kx_mul(k, a_w, a_x));
+        }
+        ir_for_end(k.ir, l, &a);
+        acc = ir_for_result(l, 0);
+    }
+    if (main_end < cols) {
+        ir_for *l = ir_for_begin(k.ir, kx_add_c(k, start, main_end), kx_u32(k, cols), kx_u32(k, stride), 1, &acc);
+        ir_val c = ir_for_iv(l), a = ir_for_arg(l, 0);
+        ir_val wv = kx_load(k, w, kx_add(k, w0, c), v), xv = kx_load(k, x, kx_add(k, x0, c), v);
+        if (wt != IR_F32) wv = kx_convert(k, wv, fv);
+        if (xt != IR_F32) xv = kx_convert(k, xv, fv);
+        a = kx_add(k, a, kx_mul(k, wv, xv));
+        ir_for_end(k.ir, l, &a);
+        acc = ir_for_result(l, 0);
+    }
+    ir_val s = kn_lane_sum(k, acc, v);
     return per_sg ? kx_sg_sum(k, s) : s;
 }
 
@@ -129,6 +151,18 @@ static void my_best(kx k, uint32_t wg, uint32_t n, ir_shm e, ir_shm taken, ir_va
     *v = ir_for_result(l, 0), *i = ir_for_result(l, 1);
 }
 
+/* The subgroup's best (v, i) of its lanes' (larger v, or as large and a lower i), in every
+ * lane: a butterfly of shuffles, then lane 0's pair broadcast (so that the lanes agree even
+ * where a NaN leaves the order partial). No barrier: the workgroup is this one subgroup. */
+static void sg_best(kx k, uint32_t lanes, ir_val *v, ir_val *i) {
+    for (uint32_t m = lanes / 2; m >= 1; m /= 2) {
+        ir_val v2 = kx_sg_xor(k, *v, m), i2 = kx_sg_xor(k, *i, m);
+        ir_val take = kx_or(k, kx_gt(k, v2, *v), kx_and(k, kx_eq(k, v2, *v), kx_lt(k, i2, *i)));
+        *v = kx_select(k, take, v2, *v), *i = kx_select(k, take, i2, *i);
+    }
+    *v = ir_sg_broadcast(k.ir, *v, kx_u32(k, 0)), *i = ir_sg_broadcast(k.ir, *i, kx_u32(k, 0));
+}
+
 ir_kernel *kn_moe_scores(const rt_caps *c, uint32_t n_embd, uint32_t n_expert, ir_scalar dtype, uint32_t *groups_x,
                          kiln_err *err) {
     if (check("kn_moe_scores", c, dtype, n_embd, 1, n_expert, 1, false, err)) return NULL;
@@ -163,44 +197,68 @@ ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_expert, uint32_t k_used, ki
     ir_buf wt = kx_buffer_per_group(k, "wt", IR_F32, IR_WRITE, 1, k_used);
     /* 32 invocations: k + 1 reductions of a few experts each, whose barriers cost more the
      * wider the workgroup (256 took 9.5 us a token on the H100, a decode step's 8%); the
-     * choice is the same whatever the width (the lowest index among equals) */
-    uint32_t wg = kn_workgroup(c, 32);
+     * choice is the same whatever the width (the lowest index among equals). Where the
+     * device has shuffles, the workgroup is one subgroup, the reductions butterflies and expert x
+     * stays lane x % wg's (its e and taken entries never cross lanes): no barrier but the
+     * last (14.4 us a token with the barriers' tree on the H100, 48 layers a step). */
+    uint32_t sg = c->subgroup_size, wg = kn_workgroup(c, 32);
+    bool one_sg = c->subgroup_shuffle && sg >= 4 && sg <= 128 && kn_workgroup(c, sg) == sg &&
+                  (!c->subgroup_min || c->subgroup_min == sg) && (!c->subgroup_max || c->subgroup_max == sg);
+    if (one_sg) wg = sg;
     kx_workgroup(k, wg);
     ir_shm e = kx_shared(k, "e", IR_F32, n_expert), taken = kx_shared(k, "taken", IR_U32, n_expert);
     ir_shm chosen = kx_shared(k, "chosen", IR_U32, k_used);
-    ir_shm bv = kx_shared(k, "best_v", IR_F32, wg), bi = kx_shared(k, "best_i", IR_U32, wg);
+    ir_shm bv = one_sg ? 0 : kx_shared(k, "best_v", IR_F32, wg), bi = one_sg ? 0 : kx_shared(k, "best_i", IR_U32, wg);
     ir_val t = kx_group(k, 1), lid = kx_local(k), x;
     ir_val s0 = kx_mul_c(k, t, n_expert), out0 = kx_mul_c(k, t, k_used);
     ir_for *l = kx_for(k, lid, kx_u32(k, n_expert), kx_u32(k, wg), &x);
     kx_shm_store(k, e, x, kx_load(k, scores, kx_add(k, s0, x), 1));
     kx_shm_store(k, taken, x, kx_u32(k, 0));
     kx_end_for(k, l);
-    kx_barrier(k);
+    if (!one_sg) kx_barrier(k);
     /* e_x = exp(s_x - max) */
-    ir_val v, i;
+    ir_val v, i, max;
     my_best(k, wg, n_expert, e, 0, &v, &i);
-    wg_best(k, wg, bv, bi, v, i);
-    ir_val max = kx_shm_load(k, bv, kx_u32(k, 0), 1);
-    kx_barrier(k); /* everyone has read the max before best_v is reused */
+    if (one_sg) {
+        sg_best(k, wg, &v, &i);
+        max = v;
+    } else {
+        wg_best(k, wg, bv, bi, v, i);
+        max = kx_shm_load(k, bv, kx_u32(k, 0), 1);
+        kx_barrier(k); /* everyone has read the max before best_v is reused */
+    }
     l = kx_for(k, lid, kx_u32(k, n_expert), kx_u32(k, wg), &x);
     kx_shm_store(k, e, x, kn_exp(k, kx_sub(k, kx_shm_load(k, e, x, 1), max)));
     kx_end_for(k, l);
-    kx_barrier(k);
+    if (!one_sg) kx_barrier(k);
     /* the k largest in turn */
     ir_val j;
     ir_for *round = kx_for(k, kx_u32(k, 0), kx_u32(k, k_used), kx_u32(k, 1), &j);
     my_best(k, wg, n_expert, e, taken, &v, &i);
-    wg_best(k, wg, bv, bi, v, i);
-    ir_if *first = kx_if(k, kx_eq_c(k, lid, 0));
-    ir_val won = kx_min_c(k, kx_shm_load(k, bi, kx_u32(k, 0), 1), n_expert - 1);
-    kx_store(k, sel, kx_add(k, out0, j), won);
-    kx_shm_store(k, chosen, j, won);
-    kx_shm_store(k, taken, won, kx_u32(k, 1));
-    kx_end_if(k, first);
-    kx_barrier(k);
+    if (one_sg) {
+        sg_best(k, wg, &v, &i);
+        ir_val won = kx_min_c(k, i, n_expert - 1);
+        ir_if *first = kx_if(k, kx_eq_c(k, lid, 0));
+        kx_store(k, sel, kx_add(k, out0, j), won);
+        kx_shm_store(k, chosen, j, won);
+        kx_end_if(k, first);
+        ir_if *owner = kx_if(k, kx_eq(k, kx_rem_c(k, won, wg), lid)); /* the lane that reads taken[won] */
+        kx_shm_store(k, taken, won, kx_u32(k, 1));
+        kx_end_if(k, owner);
+    } else {
+        wg_best(k, wg, bv, bi, v, i);
+        ir_if *first = kx_if(k, kx_eq_c(k, lid, 0));
+        ir_val won = kx_min_c(k, kx_shm_load(k, bi, kx_u32(k, 0), 1), n_expert - 1);
+        kx_store(k, sel, kx_add(k, out0, j), won);
+        kx_shm_store(k, chosen, j, won);
+        kx_shm_store(k, taken, won, kx_u32(k, 1));
+        kx_end_if(k, first);
+        kx_barrier(k);
+    }
     kx_end_for(k, round);
-    /* their weights: e_j over the chosen e's sum (in the order chosen) */
-    ir_if *w = kx_if(k, kx_lt_c(k, lid, k_used));
+    if (one_sg) kx_barrier(k); /* chosen (lane 0's) and every lane's e, read across lanes below */
+    /* their weights: e_j over the chosen e's sum (in the order chosen); choice j is lane
+     * j % wg's (k may exceed the workgroup) */
     ir_val zero = kx_f32(k, 0.0f);
     ir_for *sum = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, k_used), kx_u32(k, 1), 1, &zero);
     ir_val acc = ir_for_arg(sum, 0);
@@ -208,9 +266,10 @@ ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_expert, uint32_t k_used, ki
     acc = kx_add(k, acc, ej);
     ir_for_end(k.ir, sum, &acc);
     ir_val total = ir_for_result(sum, 0);
-    ir_val mine = kx_shm_load(k, e, kx_shm_load(k, chosen, lid, 1), 1);
-    kx_store(k, wt, kx_add(k, out0, lid), kn_fdiv(k, mine, total));
-    kx_end_if(k, w);
+    ir_for *mine = kx_for(k, lid, kx_u32(k, k_used), kx_u32(k, wg), &j);
+    ir_val ej_mine = kx_shm_load(k, e, kx_shm_load(k, chosen, j, 1), 1);
+    kx_store(k, wt, kx_add(k, out0, j), kn_fdiv(k, ej_mine, total));
+    kx_end_for(k, mine);
     return kn_finish(k.ir, err);
 }
 

@@ -89,9 +89,13 @@ static void route_case(rt_device *d, uint32_t n, uint32_t d_in, uint32_t ne, uin
     ir_kernel_destroy(ks);
 }
 
+/* The router in one subgroup (butterflies, where the device has shuffles) and over a
+ * workgroup's barriers (without). */
 Test(kernels_moe, route_odd_sizes_with_guards) {
-    const uint32_t shapes[][4] = {{1, 200, 6, 2}, {3, 97, 37, 5}, {2, 64, 128, 8}, {1, 33, 3, 3}};
-    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+    const uint32_t shapes[][4] = {{1, 200, 6, 2}, {3, 97, 37, 5}, {2, 64, 128, 8}, {1, 33, 3, 3}, {2, 40, 300, 9}};
+    const char *const route_variants[] = {NULL, "no-subgroup-arith", "no-subgroup-shuffle"};
+    for (size_t v = 0; v < sizeof route_variants / sizeof route_variants[0]; v++) {
+        const char *const *variants = route_variants;
         rt_device *d = tu_vk_open_or_skip(variants[v]);
         tu_seed(61);
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
