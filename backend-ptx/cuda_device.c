@@ -33,6 +33,7 @@ typedef struct cu_dev {
     CUcontext ctx; /* the retained primary context; NULL until retained */
     CUstream stream;
     cu_node buffers, kernels, recordings;
+    uint64_t held; /* bytes of device memory kiln's buffers hold (views and host memory not counted) */
 } cu_dev;
 
 struct rt_buffer {
@@ -109,7 +110,7 @@ static rt_buffer *alloc_buffer(cu_dev *d, size_t bytes, bool host, kiln_err *err
     rt_buffer *b = calloc(1, sizeof *b);
     if (!b) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
     size_t n = bytes ? bytes : 4; /* the driver refuses empty allocations */
-    char size[48];
+    char size[96];
     snprintf(size, sizeof size, "%zu bytes", bytes);
     CUresult r;
     if (host) {
@@ -124,8 +125,15 @@ static rt_buffer *alloc_buffer(cu_dev *d, size_t bytes, bool host, kiln_err *err
             return NULL;
         }
     } else if ((r = d->cu->MemAlloc(&b->ptr, n))) {
+        /* what a refusal needs to be understood: kiln's own share and the driver's count */
+        size_t fr = 0, total = 0;
+        if (r == CUDA_ERROR_OUT_OF_MEMORY && d->cu->MemGetInfo(&fr, &total) == CUDA_SUCCESS)
+            snprintf(size, sizeof size, "%zu bytes; kiln holds %llu MiB, %zu MiB free", bytes,
+                     (unsigned long long)(d->held >> 20), fr >> 20);
         cu_fail(d, err, "cuMemAlloc", r), append(err, size), free(b);
         return NULL;
+    } else {
+        d->held += n;
     }
     b->size = bytes;
     list_add(&d->buffers, &b->node);
@@ -154,7 +162,7 @@ static rt_buffer *cu_view(rt_device *base, rt_buffer *parent, size_t off, size_t
 static void free_buffer(cu_dev *d, rt_buffer *b) {
     if (!b->view) {
         if (b->host) d->cu->MemFreeHost(b->host);
-        else d->cu->MemFree(b->ptr);
+        else d->cu->MemFree(b->ptr), d->held -= b->size ? b->size : 4;
     }
     list_del(&b->node);
     free(b);

@@ -5,7 +5,7 @@
 #   resident  kiln bench pp512/tg64, every expert on the device, beside llama-bench -ngl 99;
 #   limit     --mem-limit 24GiB: kiln bench pp512/tg64 and kiln run -n 128 (slots, hit rate),
 #             beside llama-bench with the experts of 28, 30 or 32 layers on the CPU (-ncmoe);
-#   squeeze   another program (bench/hold_memory.py) holds all but 24 GiB of the card; kiln
+#   squeeze   another program (bench/hold_memory.py) leaves the card 24 GiB free; kiln
 #             run -n 400 (no limit: its cache sized from the free memory) logs each token's
 #             time; at token 100 the holder takes 2 GiB more (as kiln gives them back), at
 #             token 250 it returns them; the speed per 25 tokens in squeeze-speed.md.
@@ -40,13 +40,12 @@ for stage in ${STAGES:-prep resident}; do
     timeout 300 $L -m $m -ngl 99 -fa 1 -ncmoe 28,30,32 -p 512 -n 64 -r 2 > $out/limit-llama.md 2>&1
     stamp limit-llama; tarball ;;
   squeeze)
-    free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1)  # MiB
-    hold=$(python3 -c "print(round($free / 1024 - 24, 2))")
     log=$out/squeeze-tokens.log; : > $log
-    python3 bench/hold_memory.py --log $log 0:$hold 100:$(python3 -c "print($hold + 2)") 250:$hold --until 400 \
-      > $out/squeeze-holder.txt 2>&1 &
+    nvidia-smi --query-gpu=memory.used,memory.free --format=csv > $out/squeeze-smi.txt 2>&1
+    python3 bench/hold_memory.py --log $log --leave 24 0:0 100:2 250:0 --until 400 > $out/squeeze-holder.txt 2>&1 &
     hp=$!
-    sleep 10
+    while ! grep -q 'base hold' $out/squeeze-holder.txt 2>/dev/null && kill -0 $hp 2>/dev/null; do sleep 0.5; done
+    nvidia-smi --query-gpu=memory.used,memory.free --format=csv >> $out/squeeze-smi.txt 2>&1
     timeout 300 $K run $m -p "$prompt" -n 400 --device cuda:0 --no-echo --token-log $log > $out/squeeze-run.txt 2>&1
     kill $hp 2>/dev/null; wait $hp 2>/dev/null
     python3 - $log > $out/squeeze-speed.md <<'PY'
