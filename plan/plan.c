@@ -533,6 +533,14 @@ engine *plan_create_slots(const model *m, rt_device *d, uint32_t dtype, uint32_t
      * meanwhile), half the slots, down to one */
     kiln_err last = {0};
     engine *e = make(m, d, &s, NULL, &last);
+    /* every expert resident, refused: the driver's free count promised more than the
+     * device gives (another program's allocations since, memory the count does not show):
+     * a cache of all but one expert a layer, halved from there */
+    if (!e && hp_experts(&s) && !s.moe_slots && s.n_slots == 1 && last.code == KILN_ERR_NOMEM) {
+        s.moe_slots = s.hp.n_expert - 1, s.moe_blocks = plan_moe_blocks_ok(m);
+        kiln_err_clear(&last);
+        e = make(m, d, &s, NULL, &last);
+    }
     while (!e && s.moe_slots > 1 && last.code == KILN_ERR_NOMEM) {
         s.moe_slots /= 2;
         kiln_err_clear(&last);

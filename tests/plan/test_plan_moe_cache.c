@@ -193,6 +193,18 @@ Test(plan_moe_cache, a_refused_allocation_halves_the_slots, .timeout = 300) {
     cr_assert_eq(engine_eval(e, ids, 8, 0, l, false, &err), 0, "%s", err.msg);
     free(l);
     engine_destroy(e);
+    /* no limit, so every expert seems to fit: the resident plan refused, a cache of all
+     * but one expert a layer, then halves until the device gives it */
+    d->ops->destroy(d);
+    d = tu_vk_open_or_skip(caps);
+    e = plan_create(m, d, GGUF_T_BF16, CTX, BLOCK, &err);
+    cr_assert_not_null(e, "%s", err.msg);
+    cr_assert(engine_expert_stats_of(e, &st) && st.slots >= 1 && st.slots <= 3, "%u slots (resident refused)",
+              st.slots);
+    l = malloc((size_t)m->hp.n_vocab * 4);
+    cr_assert_eq(engine_eval(e, ids, 8, 0, l, false, &err), 0, "%s", err.msg);
+    free(l);
+    engine_destroy(e);
     /* one slot's plan past the cap: refused, out of memory */
     d->debug.alloc_kib = 1;
     cr_assert_null(plan_create(m, d, GGUF_T_BF16, CTX, BLOCK, &err));
