@@ -6,9 +6,9 @@
 #   limit     --mem-limit 24GiB: kiln bench pp512/tg64 and kiln run -n 128 (slots, hit rate),
 #             beside llama-bench with the experts of 28, 30 or 32 layers on the CPU (-ncmoe);
 #   squeeze   another program (bench/hold_memory.py) leaves the card 24 GiB free; kiln
-#             run -n 400 (no limit: its cache sized from the free memory) logs each token's
-#             time; at token 100 the holder takes 2 GiB more (as kiln gives them back), at
-#             token 250 it returns them; the speed per 25 tokens in squeeze-speed.md.
+#             run -n 450 (no limit: its cache sized from the free memory) logs each token's
+#             time; at token 150 (the cache warm) the holder takes 2 GiB more (as kiln gives
+#             them back), at token 300 it returns them; the speed per 25 tokens in squeeze-speed.md.
 # Binaries in devrun/, llama.cpp from .peers. Writes OUTDIR.tar.
 set -u
 out=$1
@@ -42,11 +42,11 @@ for stage in ${STAGES:-prep resident}; do
   squeeze)
     log=$out/squeeze-tokens.log; : > $log
     nvidia-smi --query-gpu=memory.used,memory.free --format=csv > $out/squeeze-smi.txt 2>&1
-    python3 bench/hold_memory.py --log $log --leave 24 0:0 100:2 250:0 --until 400 > $out/squeeze-holder.txt 2>&1 &
+    python3 bench/hold_memory.py --log $log --leave 24 0:0 150:2 300:0 --until 450 > $out/squeeze-holder.txt 2>&1 &
     hp=$!
     while ! grep -q 'base hold' $out/squeeze-holder.txt 2>/dev/null && kill -0 $hp 2>/dev/null; do sleep 0.5; done
     nvidia-smi --query-gpu=memory.used,memory.free --format=csv >> $out/squeeze-smi.txt 2>&1
-    timeout 300 $K run $m -p "$prompt" -n 400 --device cuda:0 --no-echo --token-log $log > $out/squeeze-run.txt 2>&1
+    timeout 300 $K run $m -p "$prompt" -n 450 --device cuda:0 --no-echo --token-log $log > $out/squeeze-run.txt 2>&1
     kill $hp 2>/dev/null; wait $hp 2>/dev/null
     python3 - $log > $out/squeeze-speed.md <<'PY'
 import sys

@@ -44,7 +44,7 @@ def take(pieces, want_mib, give_up):
     while mib(pieces) < want_mib:
         step = BIG if want_mib - mib(pieces) >= BIG else 2
         try: pieces.append((torch.empty(step * MiB, dtype=torch.uint8, device='cuda'), step))
-        except torch.cuda.OutOfMemoryError:
+        except Exception:  # out of memory (without the cache torch raises AcceleratorError)
             if not short: report(f'short of {want_mib / 1024:.2f} GiB'); short = True
             time.sleep(0.05)
             if give_up(): return False

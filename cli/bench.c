@@ -556,10 +556,10 @@ static json_t *json_measure(const device_result *d) {
 static json_t *json_device(const bench_opts *o, const device_result *d) {
     json_t *tests = json_array();
     for (uint32_t i = 0; i < d->n_tests; i++) json_array_append_new(tests, json_test(&d->tests[i], o->reps));
-    json_t *xs = d->cache ? json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "slots", (json_int_t)d->xs.slots, "experts",
+    json_t *xs = d->cache ? json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "slots", (json_int_t)d->xs.slots, "experts",
                                       (json_int_t)d->xs.experts, "hits", (json_int_t)d->xs.hits, "misses",
                                       (json_int_t)d->xs.misses, "swaps", (json_int_t)d->xs.swaps, "resizes",
-                                      (json_int_t)d->xs.resizes)
+                                      (json_int_t)d->xs.resizes, "kept", (json_int_t)d->xs.kept)
                           : json_null();
     return json_pack("{s:s,s:o,s:o,s:o,s:o,s:I,s:o,s:o,s:o,s:f,s:f,s:o,s:o}", "device", d->label, "name",
                      json_text(d->name), "driver", d->gpu ? json_text(d->driver) : json_null(), "engine",

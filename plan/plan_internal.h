@@ -302,6 +302,8 @@ int plan_dn_scratch(const plan_shape *s, const rt_caps *c, kn_deltanet_scratch *
 
 /* ---- weights and memory (plan_weights.c) ---- */
 rt_buffer *plan_alloc(plan_engine *p, size_t bytes, kiln_err *err);
+/* A buffer of plan_alloc's released, its bytes no longer counted. */
+void plan_release(plan_engine *p, rt_buffer *b);
 /* Rows [r0, r0 + n) of t, converted to the plan's 16-bit type, into b at element at. */
 int plan_upload_rows(plan_engine *p, rt_buffer *b, uint64_t at, const gguf_tensor *t, uint64_t r0, uint64_t n,
                      kiln_err *err);

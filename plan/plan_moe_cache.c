@@ -23,6 +23,7 @@
 #include "plan/plan_internal.h"
 #include "plan/plan_quant.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -229,6 +230,20 @@ static int fill(plan_engine *p, uint32_t l, uint32_t s, uint32_t e, kiln_err *er
     return 0;
 }
 
+/* The bytes of a matrix's buffer of `slots` experts of t: 16 bits, or the slots' planes in
+ * the file's types (*qt that type, else -1). */
+static int slot_buffer_bytes(const plan_engine *p, const gguf_tensor *t, uint32_t slots, size_t *bytes, int8_t *qt,
+                             kiln_err *err) {
+    *bytes = (size_t)slots * p->s.hp.n_ff_exp * p->s.hp.n_embd * 2;
+    *qt = -1;
+    if (!p->s.moe_blocks) return 0;
+    kn_qlayout Lc;
+    *qt = (int8_t)plan_qtype(t->type);
+    if (kn_qlayout_of((kn_qtype)*qt, slots * (uint32_t)(t->ne[1]), (uint32_t)t->ne[0], &Lc, err)) return -1;
+    *bytes = Lc.words * 4;
+    return 0;
+}
+
 int plan_moe_upload(plan_engine *p, uint32_t l, kiln_err *err) {
     plan_moe_cache *mc = p->mc;
     uint32_t slots = p->s.moe_slots, ne = mc->ne;
@@ -236,17 +251,10 @@ int plan_moe_upload(plan_engine *p, uint32_t l, kiln_err *err) {
     const model_layer *ml = &p->m->layers[l];
     const gguf_tensor *t[3] = {ml->ffn_gate_exps, ml->ffn_up_exps, ml->ffn_down_exps};
     rt_buffer **b[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
-    for (int i = 0; i < 3; i++) { /* 16 bits, or the slots' planes in the file's types */
-        size_t bytes = (size_t)slots * p->s.hp.n_ff_exp * p->s.hp.n_embd * 2;
-        L->qt_exps[i] = -1;
-        if (p->s.moe_blocks) {
-            kn_qlayout Lc;
-            L->qt_exps[i] = (int8_t)plan_qtype(t[i]->type);
-            if (kn_qlayout_of((kn_qtype)L->qt_exps[i], slots * (uint32_t)(t[i]->ne[1]), (uint32_t)t[i]->ne[0], &Lc, err))
-                return -1;
-            bytes = Lc.words * 4;
-        }
-        if (!(*b[i] = plan_alloc(p, bytes, err))) return -1;
+    for (int i = 0; i < 3; i++) {
+        size_t bytes;
+        if (slot_buffer_bytes(p, t[i], slots, &bytes, &L->qt_exps[i], err) || !(*b[i] = plan_alloc(p, bytes, err)))
+            return -1;
     }
     float *sc = mc->score + (size_t)l * ne;
     for (uint32_t e = 0; e < ne; e++) mc->slot_of[(size_t)l * ne + e] = -1;
@@ -404,11 +412,13 @@ static int swap_in(plan_engine *p, uint32_t most, kiln_err *err) {
             uint32_t in = UINT32_MAX, out = UINT32_MAX;
             for (uint32_t e = 0; e < ne; e++)
                 if (mc->slot_of[(size_t)l * ne + e] < 0 && (in == UINT32_MAX || sc[e] > sc[in])) in = e;
+            float out_sc = INFINITY; /* an empty slot's: -inf (a grown cache's, filled as experts are chosen) */
             for (uint32_t s = 0; s < slots; s++) {
                 int32_t e = mc->held[(size_t)l * ne + s];
-                if (out == UINT32_MAX || sc[e] < sc[mc->held[(size_t)l * ne + out]]) out = s;
+                float v = e < 0 ? -INFINITY : sc[e];
+                if (out == UINT32_MAX || v < out_sc) out = s, out_sc = v;
             }
-            if (in == UINT32_MAX || out == UINT32_MAX || !(sc[in] > sc[mc->held[(size_t)l * ne + out]] + 1.0f)) break;
+            if (in == UINT32_MAX || out == UINT32_MAX || !(sc[in] > out_sc + 1.0f)) break;
             if (fill(p, l, out, in, err)) return -1;
             mc->st.swaps++;
         }
@@ -428,35 +438,170 @@ static uint32_t slots_now(const plan_engine *p) {
     return want >= cur + step ? want : cur;
 }
 
-static void release_slots(plan_engine *p) {
+/* ---- resizing: the kept slots copied on the device -------------------------------------- */
+
+#define COPY_SIZES 8
+#define MOE_CACHE_MAX 1024 /* slots a layer at most (kernels/moe.c: experts <= 1024) */
+
+/* kn_copy kernels by word count, made as a resize needs them. */
+typedef struct copier {
+    uint32_t used, n[COPY_SIZES], gx[COPY_SIZES];
+    rt_kernel *k[COPY_SIZES];
+} copier;
+
+/* Words [src_w, src_w + n) of src into [dst_w, ..) of dst, one kn_copy launch on views: 0,
+ * 1 where that cannot be (offsets that are not a view's, too many sizes; the caller fills
+ * from the host instead), -1 with err. */
+static int copy_words(plan_engine *p, copier *c, rt_buffer *src, uint64_t src_w, rt_buffer *dst, uint64_t dst_w,
+                      uint64_t n, kiln_err *err) {
     rt_device *d = p->d;
-    for (uint32_t l = 0; l < p->s.hp.n_layer; l++) {
-        plan_layer *L = &p->L[l];
-        rt_buffer **b[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
-        for (int i = 0; i < 3; i++)
-            if (*b[i]) d->ops->release(d, *b[i]), *b[i] = NULL;
+    if ((src_w * 4) % RT_VIEW_ALIGN || (dst_w * 4) % RT_VIEW_ALIGN || !n || n > UINT32_MAX) return 1;
+    uint32_t i = 0;
+    while (i < c->used && c->n[i] != n) i++;
+    if (i == c->used) {
+        if (c->used == COPY_SIZES) return 1;
+        ir_kernel *ik = kn_copy(&d->caps, (uint32_t)n, &c->gx[i], err);
+        rt_kernel *k = ik ? d->ops->compile(d, ik, NULL, err) : NULL;
+        if (ik) ir_kernel_destroy(ik);
+        if (!k) return -1;
+        c->n[i] = (uint32_t)n, c->k[i] = k, c->used++;
     }
+    rt_buffer *vs = d->ops->view(d, src, src_w * 4, n * 4, err);
+    rt_buffer *vd = vs ? d->ops->view(d, dst, dst_w * 4, n * 4, err) : NULL;
+    int rc = -1;
+    if (vd) {
+        rt_arg args[2] = {{vs, 0}, {vd, 0}};
+        rt_launch l = {c->k[i], {c->gx[i], 1, 1}, args, 2};
+        rc = d->ops->run(d, &l, 1, err) ? -1 : 0;
+    }
+    if (vd) d->ops->release(d, vd);
+    if (vs) d->ops->release(d, vs);
+    return rc;
 }
 
-/* The cache made again with `slots` slots a layer: where the device refuses that much
- * (another program took the memory meanwhile), half as many, down to one. */
+/* Slot s of a buffer of `slots` experts of t (rows each) as regions of words: off[i], n[i]
+ * for i < the count returned (one for 16 bits, a plane's each for blocks); 0 where they
+ * cannot be named. */
+static int slot_regions(const plan_engine *p, const gguf_tensor *t, uint32_t rows, uint32_t slots, uint32_t s,
+                        uint64_t off[6], uint64_t n[6]) {
+    uint64_t cols = t->ne[0], e = rows * cols;
+    if (!p->s.moe_blocks) {
+        if (e % 2) return 0;
+        off[0] = s * e / 2, n[0] = e / 2;
+        return 1;
+    }
+    kn_qtype q = (kn_qtype)plan_qtype(t->type);
+    kn_qlayout Lc;
+    uint64_t w[6];
+    kiln_err ignored = {0};
+    if (!plane_words(q, rows, cols, w) || kn_qlayout_of(q, slots * rows, (uint32_t)cols, &Lc, &ignored)) return 0;
+    int m = 0;
+    for (int i = 0; i < 6; i++)
+        if (w[i]) off[m] = *plane_at(&Lc, i) + s * w[i], n[m++] = w[i];
+    return m;
+}
+
+static void free_slots(plan_engine *p, rt_buffer **b) {
+    for (int i = 0; i < 3; i++)
+        if (b[i]) plan_release(p, b[i]), b[i] = NULL;
+}
+
+/* Layer l from `from` slots to `to`: the min(from, to) slots whose experts were used most
+ * kept, copied on the device into slots 0.., most used first (a slot the copy cannot
+ * reach filled from the host); a grown layer's new slots left empty for swap_in. Where
+ * the new buffers cannot be had while the old are held (a shrink under pressure), the old
+ * go first and the kept experts come from the host. p->s.moe_slots must be `to`. */
+static int reslot_layer(plan_engine *p, copier *cp, uint32_t l, uint32_t from, uint32_t to, kiln_err *err) {
+    plan_moe_cache *mc = p->mc;
+    plan_layer *L = &p->L[l];
+    const model_layer *ml = &p->m->layers[l];
+    uint32_t ne = mc->ne, keep = from < to ? from : to;
+    const gguf_tensor *t[3] = {ml->ffn_gate_exps, ml->ffn_up_exps, ml->ffn_down_exps};
+    uint32_t rows[3] = {p->s.hp.n_ff_exp, p->s.hp.n_ff_exp, p->s.hp.n_embd};
+    rt_buffer **cur[3] = {&L->gate_exps, &L->up_exps, &L->down_exps}, *nb[3] = {0}, *old[3] = {0};
+    int32_t *held = mc->held + (size_t)l * ne, *slot_of = mc->slot_of + (size_t)l * ne;
+    const float *sc = mc->score + (size_t)l * ne;
+    int32_t src[MOE_CACHE_MAX], expert[MOE_CACHE_MAX]; /* new slot j: old slot src[j], its expert */
+    bool taken[MOE_CACHE_MAX] = {0};
+    for (uint32_t j = 0; j < keep; j++) {
+        int32_t best = -1;
+        for (uint32_t s = 0; s < from; s++) {
+            if (taken[s] || held[s] < 0) continue;
+            if (best < 0 || sc[held[s]] > sc[held[best]]) best = (int32_t)s;
+        }
+        src[j] = best, expert[j] = best >= 0 ? held[best] : -1;
+        if (best >= 0) taken[best] = true;
+    }
+    bool from_host = false;
+    for (int i = 0; i < 3; i++) {
+        size_t bytes;
+        if (slot_buffer_bytes(p, t[i], to, &bytes, &L->qt_exps[i], err)) return free_slots(p, nb), -1;
+        kiln_err why = {0};
+        if ((nb[i] = plan_alloc(p, bytes, &why))) continue;
+        if (why.code != KILN_ERR_NOMEM || from_host || to >= from) return free_slots(p, nb), *err = why, -1;
+        from_host = true; /* the old buffers go first; the experts kept come from the host */
+        for (int j = 0; j < 3; j++) plan_release(p, *cur[j]), *cur[j] = NULL;
+        i--;
+    }
+    bool fill_j[MOE_CACHE_MAX] = {0};
+    for (uint32_t j = 0; j < keep; j++) {
+        if (src[j] < 0) continue;
+        fill_j[j] = from_host;
+        for (int i = 0; i < 3 && !fill_j[j]; i++) {
+            uint64_t so[6], sn[6], dof[6], dn[6];
+            int m = slot_regions(p, t[i], rows[i], from, (uint32_t)src[j], so, sn);
+            if (!m || slot_regions(p, t[i], rows[i], to, j, dof, dn) != m) {
+                fill_j[j] = true;
+                break;
+            }
+            for (int r = 0; r < m && !fill_j[j]; r++) {
+                int rc = copy_words(p, cp, *cur[i], so[r], nb[i], dof[r], sn[r], err);
+                if (rc < 0) return free_slots(p, nb), -1;
+                fill_j[j] = rc > 0;
+            }
+        }
+    }
+    for (int i = 0; i < 3; i++) old[i] = *cur[i], *cur[i] = nb[i];
+    free_slots(p, old);
+    for (uint32_t e = 0; e < ne; e++) slot_of[e] = -1;
+    for (uint32_t s = 0; s < ne; s++) held[s] = -1;
+    for (uint32_t j = 0; j < keep; j++)
+        if (expert[j] >= 0) held[j] = expert[j], slot_of[expert[j]] = (int32_t)j;
+    for (uint32_t j = 0; j < keep; j++) {
+        if (expert[j] >= 0 && !fill_j[j]) mc->st.kept++;
+        if (fill_j[j] && fill(p, l, j, (uint32_t)expert[j], err)) return -1;
+    }
+    return 0;
+}
+
+/* The cache made again with `slots` slots a layer, each layer's kept experts copied on the
+ * device (resizing by uploads stalled a decode 21 s on the H100 when 89 slots a layer came
+ * back): where the device refuses that much (another program took the memory meanwhile),
+ * half as many, down to one, the layers already done made again at the smaller count. */
 static int resize(plan_engine *p, uint32_t slots, kiln_err *err) {
+    uint32_t nl = p->s.hp.n_layer, *at = malloc(nl * sizeof *at);
+    if (!at) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     plan_release_recordings(p);
     release_segs(p);
-    for (;;) {
-        release_slots(p);
+    for (uint32_t l = 0; l < nl; l++) at[l] = p->s.moe_slots;
+    copier cp = {0};
+    int rc = 0;
+    for (uint32_t l = 0; l < nl && !rc;) {
         p->s.moe_slots = slots;
         kiln_err why = {0};
-        uint32_t l = 0;
-        while (l < p->s.hp.n_layer && !plan_moe_upload(p, l, &why)) l++;
-        if (l == p->s.hp.n_layer) break;
-        if (slots == 1 || why.code != KILN_ERR_NOMEM) {
-            release_slots(p);
-            *err = why;
-            return -1;
+        if (at[l] == slots || !reslot_layer(p, &cp, l, at[l], slots, &why)) {
+            at[l++] = slots;
+            continue;
         }
-        slots /= 2;
+        if (slots == 1 || why.code != KILN_ERR_NOMEM) {
+            *err = why, rc = -1;
+            break;
+        }
+        slots /= 2, l = 0;
     }
+    for (uint32_t i = 0; i < cp.used; i++) p->d->ops->release_kernel(p->d, cp.k[i]);
+    free(at);
+    if (rc) return -1;
     p->mc->st.slots = slots;
     p->mc->st.resizes++;
     return plan_recompile_moe(p, err) || plan_record_all(p, err) ? -1 : 0;

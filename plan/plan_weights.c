@@ -20,6 +20,13 @@ rt_buffer *plan_alloc(plan_engine *p, size_t bytes, kiln_err *err) {
     return b;
 }
 
+void plan_release(plan_engine *p, rt_buffer *b) {
+    if (!b) return;
+    size_t n = p->d->ops->size(p->d, b);
+    p->dev_bytes = p->dev_bytes > n ? p->dev_bytes - n : 0;
+    p->d->ops->release(p->d, b);
+}
+
 /* The host scratch for ne 16-bit values: one buffer for every tensor (fresh pages fault). */
 static int scratch_for(plan_engine *p, uint64_t ne, const gguf_tensor *t, kiln_err *err) {
     if (ne > p->scratch_n) {

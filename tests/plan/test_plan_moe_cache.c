@@ -107,6 +107,7 @@ static void follow_memory(const char *path, uint32_t dtype, const int32_t *ids, 
     cr_assert(seen_small > 0, "the cache never shrank to one slot");
     cr_assert(seen_large > 0 && st.slots == big, "the cache did not grow back (%u slots)", st.slots);
     cr_assert_geq(st.resizes, 2);
+    cr_assert_gt(st.kept, 0, "no expert kept on the device through the resizes");
     cr_assert(st.hits > 0 && st.misses > 0 && st.swaps > 0, "hits %llu, misses %llu, swaps %llu",
               (unsigned long long)st.hits, (unsigned long long)st.misses, (unsigned long long)st.swaps);
     cr_assert_eq(st.hits + st.misses, (uint64_t)(70 + 60 + 1) * 2 * m->hp.n_layer,
