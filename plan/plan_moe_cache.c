@@ -579,6 +579,7 @@ static int reslot_layer(plan_engine *p, copier *cp, uint32_t l, uint32_t from, u
  * back): where the device refuses that much (another program took the memory meanwhile),
  * half as many, down to one, the layers already done made again at the smaller count. */
 static int resize(plan_engine *p, uint32_t slots, kiln_err *err) {
+    double t0 = clock_now_s();
     uint32_t nl = p->s.hp.n_layer, *at = malloc(nl * sizeof *at);
     if (!at) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory");
     plan_release_recordings(p);
@@ -604,7 +605,9 @@ static int resize(plan_engine *p, uint32_t slots, kiln_err *err) {
     if (rc) return -1;
     p->mc->st.slots = slots;
     p->mc->st.resizes++;
-    return plan_recompile_moe(p, err) || plan_record_all(p, err) ? -1 : 0;
+    rc = plan_recompile_moe(p, err) || plan_record_all(p, err) ? -1 : 0;
+    p->mc->st.resize_s += clock_now_s() - t0;
+    return rc;
 }
 
 int plan_moe_replay(plan_engine *p, rt_recording *rec, uint32_t n, kiln_err *err) {
