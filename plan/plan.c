@@ -128,9 +128,15 @@ static int compile_all(rt_device *d, compile_job *job, uint32_t n, kiln_err *err
     uint32_t nt = 0;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     uint32_t want = d->compile_threads && n > 1 ? (uint32_t)(cpus > 1 ? cpus : 1) : 1;
+    const char *env = getenv("KILN_COMPILE_THREADS"); /* at most this many (1: on the caller's thread) */
+    if (env && atoi(env) >= 1 && (uint32_t)atoi(env) < want) want = (uint32_t)atoi(env);
     if (want > n) want = n;
     if (want > 8) want = 8;
-    while (nt + 1 < want && pthread_create(&th[nt], NULL, compile_worker, &J) == 0) nt++;
+    /* LLVM's code generation recurses deeply: the main thread's stack, not a thread's default */
+    pthread_attr_t attr;
+    bool attr_ok = pthread_attr_init(&attr) == 0 && pthread_attr_setstacksize(&attr, 64u << 20) == 0;
+    while (nt + 1 < want && pthread_create(&th[nt], attr_ok ? &attr : NULL, compile_worker, &J) == 0) nt++;
+    if (attr_ok) pthread_attr_destroy(&attr);
     compile_worker(&J);
     for (uint32_t t = 0; t < nt; t++) pthread_join(th[t], NULL);
     for (uint32_t i = 0; i < n; i++)
