@@ -14,7 +14,6 @@
 #include "backend-ptx/ptx_emit.h"
 #include "base/error.h"
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +34,6 @@ typedef struct cu_dev {
     CUstream stream;
     cu_node buffers, kernels, recordings;
     uint64_t held; /* bytes of device memory kiln's buffers hold (views and host memory not counted) */
-    pthread_mutex_t kernels_mu; /* the kernels' list: compiles may run on several threads */
 } cu_dev;
 
 struct rt_buffer {
@@ -234,9 +232,7 @@ static int cu_download(rt_device *base, rt_buffer *b, size_t off, void *dst, siz
 
 static void free_kernel(cu_dev *d, rt_kernel *k) {
     if (k->module) d->cu->ModuleUnload(k->module);
-    pthread_mutex_lock(&d->kernels_mu);
     list_del(&k->node);
-    pthread_mutex_unlock(&d->kernels_mu);
     free(k);
 }
 
@@ -295,9 +291,7 @@ static rt_kernel *cu_compile(rt_device *base, const ir_kernel *ir, const double 
     if (bind(d, err)) return free(ptx), NULL;
     rt_kernel *k = calloc(1, sizeof *k);
     if (!k) return free(ptx), kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
-    pthread_mutex_lock(&d->kernels_mu);
     list_add(&d->kernels, &k->node);
-    pthread_mutex_unlock(&d->kernels_mu);
     char log[2048] = "", info[2048] = "", name[256];
     int opts[4] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
                    CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
@@ -533,7 +527,6 @@ static void cu_destroy(rt_device *base) {
         d->cu->CtxSetCurrent(NULL);
         d->cu->DevicePrimaryCtxRelease(d->dev);
     }
-    pthread_mutex_destroy(&d->kernels_mu);
     free(d);
 }
 
@@ -548,8 +541,6 @@ rt_device *cuda_device_open(uint32_t index, const char *caps_override, kiln_err 
     rt_caps *all = calloc((size_t)index + 1, sizeof *all);
     if (!d || !all) return free(d), free(all), kiln_fail(err, KILN_ERR_NOMEM, "out of memory"), NULL;
     d->base.ops = &cu_ops;
-    d->base.compile_threads = true;
-    pthread_mutex_init(&d->kernels_mu, NULL);
     list_init(&d->buffers), list_init(&d->kernels), list_init(&d->recordings);
     snprintf(d->base.label, sizeof d->base.label, "cuda:%u", index);
     /* The primary context (not cuCtxCreate, which CUDA 13 remaps to _v4's signature) is

@@ -24,12 +24,9 @@
 #include "plan/plan_internal.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 
 /* Smaller block i (plan_sub_block): its own kernels for the roles whose shape follows the
@@ -93,84 +90,15 @@ void plan_release_recordings(plan_engine *p) {
     p->n_launch = p->n_decode_launch = p->n_prefill_launch = 0;
 }
 
-/* One kernel of a recompile: role i of shape s into kern, grid and sig. */
-typedef struct compile_job {
-    rt_device *d;
-    plan_shape s;
-    int role;
-    rt_kernel **kern;
-    uint32_t *grid;
-    plan_sig *sig;
-    kiln_err err;
-} compile_job;
-
-typedef struct compile_jobs {
-    compile_job *job;
-    uint32_t n;
-    atomic_uint next;
-} compile_jobs;
-
-static void *compile_worker(void *arg) {
-    compile_jobs *J = arg;
-    for (uint32_t i; (i = atomic_fetch_add(&J->next, 1)) < J->n;) {
-        compile_job *j = &J->job[i];
-        *j->kern = plan_compile_kernel(j->d, &j->s, j->role, j->grid, j->sig, &j->err);
-    }
-    return NULL;
-}
-
-/* The jobs compiled, on several threads where the device allows (an expert cache's resize
- * recompiles about 14 kernels, ~4 s on one thread of the H100's host: a decode stalled
- * that long); 0, or -1 with the first job's error. */
-static int compile_all(rt_device *d, compile_job *job, uint32_t n, kiln_err *err) {
-    compile_jobs J = {job, n, 0};
-    pthread_t th[8];
-    uint32_t nt = 0;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    uint32_t want = d->compile_threads && n > 1 ? (uint32_t)(cpus > 1 ? cpus : 1) : 1;
-    const char *env = getenv("KILN_COMPILE_THREADS"); /* at most this many (1: on the caller's thread) */
-    if (env && atoi(env) >= 1 && (uint32_t)atoi(env) < want) want = (uint32_t)atoi(env);
-    if (want > n) want = n;
-    if (want > 8) want = 8;
-    /* LLVM's code generation recurses deeply: the main thread's stack, not a thread's default */
-    pthread_attr_t attr;
-    bool attr_ok = pthread_attr_init(&attr) == 0 && pthread_attr_setstacksize(&attr, 64u << 20) == 0;
-    while (nt + 1 < want && pthread_create(&th[nt], attr_ok ? &attr : NULL, compile_worker, &J) == 0) nt++;
-    if (attr_ok) pthread_attr_destroy(&attr);
-    compile_worker(&J);
-    for (uint32_t t = 0; t < nt; t++) pthread_join(th[t], NULL);
-    for (uint32_t i = 0; i < n; i++)
-        if (!*job[i].kern) return *err = job[i].err, -1;
-    return 0;
-}
-
 int plan_recompile_moe(plan_engine *p, kiln_err *err) {
-    compile_job job[K_COUNT * (1 + PLAN_SUBS)];
-    uint32_t n = 0;
-    for (int bi = -1; bi < PLAN_SUBS; bi++) {
-        plan_prefill *b = bi < 0 ? NULL : &p->sub[bi];
-        plan_shape s = p->s;
-        if (b && !(s.n_block = plan_sub_block(&p->s, &p->d->caps, bi))) continue;
-        for (int i = 0; i < K_COUNT; i++) {
-            if (!plan_role_used(&p->s, i) || !plan_moe_role(i) || (b && !plan_block_role(i))) continue;
-            rt_kernel **k = b ? &b->kern[i] : &p->kern[i];
-            plan_sig *sig = b ? &b->sig[i] : &p->sig[i];
-            if (*k) p->d->ops->release_kernel(p->d, *k), *k = NULL, plan_sig_free(sig), p->n_kern--;
-            job[n++] = (compile_job){p->d, s, i, k, b ? b->grid[i] : p->grid[i], sig, {0}};
-        }
+    for (int i = 0; i < K_COUNT; i++) {
+        if (!plan_role_used(&p->s, i) || !plan_moe_role(i)) continue;
+        if (p->kern[i]) p->d->ops->release_kernel(p->d, p->kern[i]), plan_sig_free(&p->sig[i]), p->n_kern--;
+        if (!(p->kern[i] = plan_compile_kernel(p->d, &p->s, i, p->grid[i], &p->sig[i], err))) return -1;
+        p->n_kern++;
     }
-    if (compile_all(p->d, job, n, err)) return -1;
-    p->n_kern += n;
-    /* a smaller block's other roles are the full block's (build_sub) */
-    for (int bi = 0; bi < PLAN_SUBS; bi++) {
-        plan_prefill *b = &p->sub[bi];
-        if (!plan_sub_block(&p->s, &p->d->caps, bi)) continue;
-        for (int i = 0; i < K_COUNT; i++)
-            if (plan_role_used(&p->s, i) && plan_moe_role(i) && !plan_block_role(i)) {
-                b->kern[i] = p->kern[i], b->sig[i] = p->sig[i];
-                b->grid[i][0] = p->grid[i][0], b->grid[i][1] = p->grid[i][1];
-            }
-    }
+    for (int bi = 0; bi < PLAN_SUBS; bi++)
+        if (build_sub(p, bi, true, err)) return -1;
     return 0;
 }
 

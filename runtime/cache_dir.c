@@ -1,7 +1,6 @@
 #include "runtime/cache_dir.h"
 
 #include <stdbool.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,10 +26,7 @@ int rt_cache_dir(char *buf, size_t cap) {
 
 int rt_cache_write(const char *path, const void *data, size_t n) {
     char tmp[1200];
-    /* per process and thread: two threads may write one key (the rename keeps either whole) */
-    if (snprintf(tmp, sizeof tmp, "%s.%ld.%lx.tmp", path, (long)getpid(), (unsigned long)pthread_self()) >=
-        (int)sizeof tmp)
-        return -1;
+    if (snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid()) >= (int)sizeof tmp) return -1;
     FILE *f = fopen(tmp, "wb");
     if (!f) return -1;
     bool ok = fwrite(data, 1, n, f) == n;

@@ -86,9 +86,6 @@ struct rt_device {
      * its driver refused at load (the CUDA JIT serializing wgmma clears caps.wgmma); the
      * caller builds that kernel again from the caps as they now are. */
     char fallback[256];
-    /* ops->compile may run on several threads at once (the CUDA backend: emission and the
-     * driver's JIT run in the caller's thread); where false, one at a time */
-    bool compile_threads;
 };
 
 #endif
