@@ -532,13 +532,21 @@ static int reslot_layer(plan_engine *p, copier *cp, uint32_t l, uint32_t from, u
         src[j] = best, expert[j] = best >= 0 ? held[best] : -1;
         if (best >= 0) taken[best] = true;
     }
-    bool from_host = false;
+    /* a layer whose old buffers went in an attempt that failed after (the resize then tries
+     * fewer slots) has its kept experts only on the host */
+    bool from_host = !*cur[0] || !*cur[1] || !*cur[2];
+    if (from_host)
+        for (int j = 0; j < 3; j++) plan_release(p, *cur[j]), *cur[j] = NULL;
     for (int i = 0; i < 3; i++) {
         size_t bytes;
         if (slot_buffer_bytes(p, t[i], to, &bytes, &L->qt_exps[i], err)) return free_slots(p, nb), -1;
         kiln_err why = {0};
         if ((nb[i] = plan_alloc(p, bytes, &why))) continue;
-        if (why.code != KILN_ERR_NOMEM || from_host || to >= from) return free_slots(p, nb), *err = why, -1;
+        if (why.code != KILN_ERR_NOMEM || from_host || to >= from) {
+            free_slots(p, nb);
+            *err = why;
+            return -1;
+        }
         from_host = true; /* the old buffers go first; the experts kept come from the host */
         for (int j = 0; j < 3; j++) plan_release(p, *cur[j]), *cur[j] = NULL;
         i--;

@@ -214,3 +214,55 @@ Test(plan_moe_cache, a_refused_allocation_halves_the_slots, .timeout = 300) {
     model_free(m);
 }
 
+
+/* A shrink under pressure: the device refuses the smaller buffers while the old are held,
+ * and again once they are gone (debug-alloc-kib: five slots of one layer below what the
+ * plan holds), so the resize falls to one slot a layer, the first layer's kept experts from
+ * the host; every step still evaluates, against the oracle. */
+Test(plan_moe_cache, a_shrink_refused_twice_falls_to_one_slot, .timeout = 300) {
+    kiln_err err = {0};
+    model *m = model_load(tu_data_file(TINY), &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    uint32_t dt = GGUF_T_F16, big = m->hp.n_expert - 1 < 6 ? m->hp.n_expert - 1 : 6;
+    rt_caps_limit_memory(&d->caps, limit_for(m, d, dt, big));
+    engine *e = plan_create(m, d, dt, CTX, BLOCK, &err);
+    cr_assert_not_null(e, "%s", err.msg);
+    orc_options oo = {.mode = ORC_CONTRACT, .dtype = dt, .n_ctx = CTX, .threads = 2};
+    engine *orc = orc_create(m, &oo, &err);
+    cr_assert_not_null(orc, "%s", err.msg);
+    engine_expert_stats st;
+    cr_assert(engine_expert_stats_of(e, &st) && st.slots == big, "%u slots", st.slots);
+    plan_shape s = ((plan_engine *)e)->s;
+    uint64_t at = plan_bytes_of(m, &s, d);
+    s.moe_slots++;
+    uint64_t per_layer = (plan_bytes_of(m, &s, d) - at) / m->hp.n_layer;
+    uint32_t nv = m->hp.n_vocab;
+    float *lo = malloc((size_t)nv * 4), *lg = malloc((size_t)nv * 4);
+    int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    cr_assert_eq(engine_eval(orc, ids, 8, 0, lo, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(engine_eval(e, ids, 8, 0, lg, false, &err), 0, "%s", err.msg);
+    d->debug.alloc_kib = (uint32_t)((((plan_engine *)e)->dev_bytes - 5 * per_layer + 1023) / 1024);
+    plan_limit_memory(e, limit_for(m, d, dt, 3)); /* another program takes memory */
+    double worst = rel_error(lo, lg, nv);
+    uint32_t fewest = big;
+    for (uint32_t pos = 8; pos < 8 + 2 * PLAN_MOE_RECHECK + 2; pos++) {
+        int32_t next = 0;
+        for (uint32_t v = 1; v < nv; v++)
+            if (lo[v] > lo[next]) next = (int32_t)v;
+        cr_assert_eq(engine_eval(orc, &next, 1, pos, lo, false, &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_eval(e, &next, 1, pos, lg, false, &err), 0, "position %u: %s", pos, err.msg);
+        worst = fmax(worst, rel_error(lo, lg, nv));
+        cr_assert(engine_expert_stats_of(e, &st));
+        if (st.slots < fewest) fewest = st.slots;
+    }
+    /* one slot after the refusals (then three again: one slot's layers leave room for them) */
+    cr_assert_eq(fewest, 1, "%u slots at the fewest", fewest);
+    cr_assert_geq(st.resizes, 1);
+    cr_assert_lt(worst, 1e-2, "logits relative error %.3e", worst);
+    free(lo), free(lg);
+    engine_destroy(orc);
+    engine_destroy(e);
+    d->ops->destroy(d);
+    model_free(m);
+}
