@@ -223,10 +223,11 @@ int cmd_run(int argc, char **argv) {
     if (engine_expert_stats_of(e, &xs))
         fprintf(stderr,
                 "%s: expert cache: %u of %u experts a layer on the device; %.1f%% of %llu choices hit it (the rest on "
-                "the host); %llu experts swapped in, %llu resizes (%.2f s; %llu experts kept on the device through them)\n",
+                "the host); %llu experts swapped in, %llu resizes (%.2f s, %.2f s of it recording; %llu experts kept on the "
+                "device through them)\n",
                 e->name, xs.slots, xs.experts, xs.hits + xs.misses ? 100.0 * xs.hits / (xs.hits + xs.misses) : 0.0,
                 (unsigned long long)(xs.hits + xs.misses), (unsigned long long)xs.swaps,
-                (unsigned long long)xs.resizes, xs.resize_s, (unsigned long long)xs.kept);
+                (unsigned long long)xs.resizes, xs.resize_s, xs.resize_record_s, (unsigned long long)xs.kept);
     if (profile && plan_profile(e, 100, (uint32_t)profile_tokens, (uint32_t)profile_step, stderr, &err))
         rc = cli_fail("--profile: %s", err.msg);
 out:

@@ -208,26 +208,30 @@ ir_kernel *kn_moe_down(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_
  * {*groups_x, 1}); kn_moe_combine (yc, wt, res, y, info; grid {*groups_x, nb}). */
 ir_kernel *kn_moe_group(const rt_caps *c, uint32_t n_expert, uint32_t k_used, uint32_t nb, bool cached, kiln_err *err);
 ir_kernel *kn_moe_gate_up_g(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
-                            uint32_t nb, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
+                            uint32_t nb, ir_scalar dtype, bool cached, uint32_t *groups_x, kiln_err *err);
 ir_kernel *kn_moe_down_g(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
-                         uint32_t nb, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
+                         uint32_t nb, ir_scalar dtype, bool cached, uint32_t *groups_x, kiln_err *err);
 /* kn_moe_gate_up_g and kn_moe_down_g on matrix fragments (moe_mma.c): the same parameters
  * and results up to the order of f32 sums, grid {groups[0], groups[1]} (experts x row
  * tiles, runs of 64 of an expert's choices); where kn_moe_g_mma_ok (a 16-bit fragment
  * shape, n_in a multiple of 4, the workgroup memory of gate/up's SwiGLU or of down). */
 bool kn_moe_g_mma_ok(const rt_caps *c, ir_scalar dtype, uint32_t n_in, bool swiglu);
 ir_kernel *kn_moe_gate_up_g_mma(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
-                                uint32_t nb, ir_scalar dtype, uint32_t groups[2], kiln_err *err);
+                                uint32_t nb, ir_scalar dtype, bool cached, uint32_t groups[2], kiln_err *err);
 ir_kernel *kn_moe_down_g_mma(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
-                             uint32_t nb, ir_scalar dtype, uint32_t groups[2], kiln_err *err);
+                             uint32_t nb, ir_scalar dtype, bool cached, uint32_t groups[2], kiln_err *err);
 ir_kernel *kn_moe_combine(const rt_caps *c, uint32_t n_embd, uint32_t k_used, uint32_t nb, ir_scalar dtype,
                           bool cached, uint32_t *groups_x, kiln_err *err);
-/* Where experts are cached (the plan's expert cache: plan/plan_moe_cache.c), n_expert
- * counts the cache's slots and sel holds each choice's slot, or KN_MOE_MISS for a choice
- * the host computes: kn_moe_gate_up skips it, kn_moe_down (buffer "miss" after y, [n x k
- * x n_embd]) and kn_moe_combine ("sel", then "miss", after info) take its rounded
- * product from miss, kn_moe_group lists it in a bin past the last slot (off then has
- * n_expert + 2 entries). */
+/* Where experts are cached (the plan's expert cache: plan/plan_moe_cache.c), sel holds
+ * each choice's slot, or KN_MOE_MISS for a choice the host computes: kn_moe_gate_up skips
+ * it, kn_moe_down (buffer "miss" after y, [n x k x n_embd]) and kn_moe_combine ("sel",
+ * then "miss", after info) take its rounded product from miss, kn_moe_group lists it in
+ * a bin past the last (off then has n_expert + 2 entries). The cached products take a
+ * last buffer "slots" (u32, one word): the slots the weights' buffers hold now, read at
+ * run time, so one kernel serves every slot count (n_expert is then only a bound: the
+ * model's experts; a slot at or past "slots" is clamped in, or its list left empty); the
+ * 16-bit weights declare one expert's extent. The quantized kernels' planes are laid out
+ * for n_expert experts, so those are built for the slots held (n_expert = slots). */
 #define KN_MOE_MISS 0xffffffffu
 /* The experts' products on block-quantized experts (moe_q.c; kn_quant.h's planes of the
  * [n_expert x rows x cols] tensors, u32 words): kn_moe_gate_up_q (gate of type qg, up of
@@ -238,10 +242,11 @@ ir_kernel *kn_moe_gate_up_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, ui
 ir_kernel *kn_moe_down_q(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
                          kn_qtype qd, ir_scalar dtype, bool cached, uint32_t *groups_x, kiln_err *err);
 ir_kernel *kn_moe_gate_up_g_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
-                              uint32_t nb, kn_qtype qg, kn_qtype qu, ir_scalar dtype, uint32_t *groups_x,
-                              kiln_err *err);
+                              uint32_t nb, kn_qtype qg, kn_qtype qu, ir_scalar dtype, bool cached,
+                              uint32_t *groups_x, kiln_err *err);
 ir_kernel *kn_moe_down_g_q(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
-                           uint32_t nb, kn_qtype qd, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
+                           uint32_t nb, kn_qtype qd, ir_scalar dtype, bool cached, uint32_t *groups_x,
+                           kiln_err *err);
 
 /* out[t][c] = table[tok[t] * n_embd + c] for the launch's tokens t (grid y); a token >=
  * n_vocab gives a row of zeros instead of a read past the table.

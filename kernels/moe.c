@@ -24,6 +24,7 @@
 #include "base/error.h"
 #include "kernels/kn_common.h"
 #include "kernels/matvec_internal.h"
+#include "kernels/moe_internal.h"
 
 #include <math.h>
 
@@ -280,12 +281,13 @@ ir_kernel *kn_moe_gate_up(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint
     if (check("kn_moe_gate_up", c, dtype, n_embd, n_ff, n_expert, k_used, cached, err)) return NULL;
     kx k = {kn_create("kn_moe_gate_up", err), c};
     if (!k.ir) return NULL;
-    uint64_t w_elems = (uint64_t)n_expert * n_ff * n_embd;
+    uint64_t w_elems = (uint64_t)(cached ? 1 : n_expert) * n_ff * n_embd;
     /* grid y = t, grid x = (choice j, row group): each workgroup's rows of one expert */
     ir_buf h = kx_buffer_per_group(k, "h", dtype, IR_READ, 1, n_embd);
     ir_buf wg_ = kx_buffer(k, "gate", dtype, IR_READ, w_elems), wu = kx_buffer(k, "up", dtype, IR_READ, w_elems);
     ir_buf sel = kx_buffer_per_group(k, "sel", IR_U32, IR_READ, 1, k_used);
     ir_buf act = kx_buffer_per_group(k, "act", dtype, IR_WRITE, 1, (uint64_t)k_used * n_ff);
+    ir_buf slots = cached ? moe_slots_param(k) : (ir_buf){0};
     uint32_t wg = kn_workgroup(c, 256), rows;
     kx_workgroup(k, wg);
     bool per_sg = per_subgroup(c, wg, &rows);
@@ -297,7 +299,7 @@ ir_kernel *kn_moe_gate_up(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint
     ir_val cj = kx_add(k, kx_mul_c(k, t, k_used), j);
     ir_val s = kx_load(k, sel, cj, 1);
     ir_if *hit = cached ? kx_if(k, kx_ne(k, s, kx_u32(k, MOE_MISS))) : NULL; /* a miss: the host's */
-    ir_val ex = kx_min_c(k, s, n_expert - 1);
+    ir_val ex = cached ? moe_clamp_slot(k, slots, s, n_expert) : kx_min_c(k, s, n_expert - 1);
     ir_val w0 = kx_mul_c(k, kx_add(k, kx_mul_c(k, ex, n_ff), r), n_embd);
     ir_val g = row_dot(k, per_sg, wg_, dtype, w0, h, dtype, h0, n_embd);
     ir_val u = row_dot(k, per_sg, wu, dtype, w0, h, dtype, h0, n_embd);
@@ -317,12 +319,13 @@ ir_kernel *kn_moe_down(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_
     if (!k.ir) return NULL;
     /* grid y = t */
     ir_buf act = kx_buffer_per_group(k, "act", dtype, IR_READ, 1, k_used * n_ff);
-    ir_buf wd = kx_buffer(k, "down", dtype, IR_READ, (uint64_t)n_expert * n_embd * n_ff);
+    ir_buf wd = kx_buffer(k, "down", dtype, IR_READ, (uint64_t)(cached ? 1 : n_expert) * n_embd * n_ff);
     ir_buf sel = kx_buffer_per_group(k, "sel", IR_U32, IR_READ, 1, k_used);
     ir_buf wt = kx_buffer_per_group(k, "wt", IR_F32, IR_READ, 1, k_used);
     ir_buf res = kx_buffer_per_group(k, "res", dtype, IR_READ, 1, n_embd);
     ir_buf y = kx_buffer_per_group(k, "y", dtype, IR_WRITE, 1, n_embd);
     ir_buf miss = cached ? kx_buffer_per_group(k, "miss", dtype, IR_READ, 1, (uint64_t)k_used * n_embd) : (ir_buf){0};
+    ir_buf slots = cached ? moe_slots_param(k) : (ir_buf){0};
     uint32_t wg = kn_workgroup(c, 256), rows;
     kx_workgroup(k, wg);
     bool per_sg = per_subgroup(c, wg, &rows);
@@ -334,7 +337,7 @@ ir_kernel *kn_moe_down(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_
         ir_val cj = kx_add_c(k, c0, j), s = kx_load(k, sel, cj, 1);
         /* a miss: the host's rounded product (uniform over the workgroup: one token's choice) */
         ir_if *hit = cached ? ir_if_begin(k.ir, kx_ne(k, s, kx_u32(k, MOE_MISS)), 1) : NULL;
-        ir_val ex = kx_min_c(k, s, n_expert - 1);
+        ir_val ex = cached ? moe_clamp_slot(k, slots, s, n_expert) : kx_min_c(k, s, n_expert - 1);
         ir_val w0 = kx_mul_c(k, kx_add(k, kx_mul_c(k, ex, n_embd), r), n_ff);
         ir_val yj = kx_as(k, kx_as(k, row_dot(k, per_sg, wd, dtype, w0, act, dtype, kx_mul_c(k, cj, n_ff), n_ff), dtype),
                           IR_F32);
@@ -416,32 +419,35 @@ ir_kernel *kn_moe_group(const rt_caps *c, uint32_t n_expert, uint32_t k_used, ui
 }
 
 /* The grouped products' shared part: workgroup (e, row group) of grid x = n_expert x
- * groups_r; *e, *r and e's list's [first, end). */
-static void grouped_ids(kx k, ir_buf off, uint32_t groups_r, uint32_t rows, bool per_sg, ir_val *e, ir_val *r,
-                        ir_val *first, ir_val *end) {
+ * groups_r; *e, *r and e's list's [first, end), empty for a slot past those held now
+ * where cached (slots: the buffer, NULL where not cached). */
+static void grouped_ids(kx k, ir_buf off, const ir_buf *slots, uint32_t groups_r, uint32_t rows, bool per_sg, ir_val *e,
+                        ir_val *r, ir_val *first, ir_val *end) {
     ir_val gx = kx_group(k, 0);
     *e = kx_div_c(k, gx, groups_r);
     *r = kx_add(k, kx_mul_c(k, kx_rem_c(k, gx, groups_r), rows), per_sg ? kx_sg_id(k) : kx_local(k));
     *first = kx_load(k, off, *e, 1);
     *end = kx_load(k, off, kx_add_c(k, *e, 1), 1);
+    if (slots) *end = kx_select(k, kx_lt(k, *e, moe_slots_now(k, *slots)), *end, *first);
 }
 
 ir_kernel *kn_moe_gate_up_g(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
-                            uint32_t nb, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+                            uint32_t nb, ir_scalar dtype, bool cached, uint32_t *groups_x, kiln_err *err) {
     if (check("kn_moe_gate_up_g", c, dtype, n_embd, n_ff, n_expert, k_used, true, err)) return NULL;
     kx k = {kn_create("kn_moe_gate_up_g", err), c};
     if (!k.ir) return NULL;
-    uint64_t w_elems = (uint64_t)n_expert * n_ff * n_embd, n_c = (uint64_t)nb * k_used;
+    uint64_t w_elems = (uint64_t)(cached ? 1 : n_expert) * n_ff * n_embd, n_c = (uint64_t)nb * k_used;
     ir_buf h = kx_buffer(k, "h", dtype, IR_READ, (uint64_t)nb * n_embd);
     ir_buf wg_ = kx_buffer(k, "gate", dtype, IR_READ, w_elems), wu = kx_buffer(k, "up", dtype, IR_READ, w_elems);
     ir_buf off = kx_buffer(k, "off", IR_U32, IR_READ, n_expert + 1), list = kx_buffer(k, "list", IR_U32, IR_READ, n_c);
     ir_buf act = kx_buffer(k, "act", dtype, IR_WRITE, n_c * n_ff);
+    ir_buf slots = cached ? moe_slots_param(k) : (ir_buf){0};
     uint32_t wg = kn_workgroup(c, 256), rows;
     kx_workgroup(k, wg);
     bool per_sg = per_subgroup(c, wg, &rows);
     uint32_t groups_r = (n_ff + rows - 1) / rows;
     ir_val e, r, first, end, i;
-    grouped_ids(k, off, groups_r, rows, per_sg, &e, &r, &first, &end);
+    grouped_ids(k, off, cached ? &slots : NULL, groups_r, rows, per_sg, &e, &r, &first, &end);
     ir_if *in = kx_if(k, kx_lt_c(k, r, n_ff));
     ir_val w0 = kx_mul_c(k, kx_add(k, kx_mul_c(k, e, n_ff), r), n_embd);
     ir_for *l = kx_for(k, first, kx_min_c(k, end, (uint32_t)n_c), kx_u32(k, 1), &i);
@@ -459,21 +465,22 @@ ir_kernel *kn_moe_gate_up_g(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, ui
 }
 
 ir_kernel *kn_moe_down_g(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
-                         uint32_t nb, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+                         uint32_t nb, ir_scalar dtype, bool cached, uint32_t *groups_x, kiln_err *err) {
     if (check("kn_moe_down_g", c, dtype, n_ff, n_embd, n_expert, k_used, true, err)) return NULL;
     kx k = {kn_create("kn_moe_down_g", err), c};
     if (!k.ir) return NULL;
     uint64_t n_c = (uint64_t)nb * k_used;
     ir_buf act = kx_buffer(k, "act", dtype, IR_READ, n_c * n_ff);
-    ir_buf wd = kx_buffer(k, "down", dtype, IR_READ, (uint64_t)n_expert * n_embd * n_ff);
+    ir_buf wd = kx_buffer(k, "down", dtype, IR_READ, (uint64_t)(cached ? 1 : n_expert) * n_embd * n_ff);
     ir_buf off = kx_buffer(k, "off", IR_U32, IR_READ, n_expert + 1), list = kx_buffer(k, "list", IR_U32, IR_READ, n_c);
     ir_buf yc = kx_buffer(k, "yc", dtype, IR_WRITE, n_c * n_embd);
+    ir_buf slots = cached ? moe_slots_param(k) : (ir_buf){0};
     uint32_t wg = kn_workgroup(c, 256), rows;
     kx_workgroup(k, wg);
     bool per_sg = per_subgroup(c, wg, &rows);
     uint32_t groups_r = (n_embd + rows - 1) / rows;
     ir_val e, r, first, end, i;
-    grouped_ids(k, off, groups_r, rows, per_sg, &e, &r, &first, &end);
+    grouped_ids(k, off, cached ? &slots : NULL, groups_r, rows, per_sg, &e, &r, &first, &end);
     ir_if *in = kx_if(k, kx_lt_c(k, r, n_embd));
     ir_val w0 = kx_mul_c(k, kx_add(k, kx_mul_c(k, e, n_embd), r), n_ff);
     ir_for *l = kx_for(k, first, kx_min_c(k, end, (uint32_t)n_c), kx_u32(k, 1), &i);

@@ -17,6 +17,7 @@
 #include "base/error.h"
 #include "kernels/kn_common.h"
 #include "kernels/matvec_internal.h"
+#include "kernels/moe_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -131,7 +132,7 @@ static void math(const gm *g, ir_val *acc, uint32_t fm, uint32_t fn) {
 }
 
 static ir_kernel *build(const rt_caps *c, const char *name, bool swiglu, uint32_t n_in, uint32_t n_out,
-                        uint32_t n_expert, uint32_t k_used, uint32_t nb, ir_scalar dt, uint32_t groups[2],
+                        uint32_t n_expert, uint32_t k_used, uint32_t nb, ir_scalar dt, bool cached, uint32_t groups[2],
                         kiln_err *err) {
     if (kn_check_dtype(c, dt, err)) return NULL;
     uint64_t n_c = (uint64_t)nb * k_used;
@@ -150,7 +151,7 @@ static ir_kernel *build(const rt_caps *c, const char *name, bool swiglu, uint32_
             .n_c = (uint32_t)n_c, .swiglu = swiglu};
     kx k = g.k;
     if (!k.ir) return NULL;
-    uint64_t w_elems = (uint64_t)n_expert * n_out * n_in;
+    uint64_t w_elems = (uint64_t)(cached ? 1 : n_expert) * n_out * n_in;
     /* the SIMT kernels' parameters, in their order */
     if (swiglu) {
         g.x = kx_buffer(k, "h", dt, IR_READ, (uint64_t)nb * n_in);
@@ -162,6 +163,7 @@ static ir_kernel *build(const rt_caps *c, const char *name, bool swiglu, uint32_
     g.off = kx_buffer(k, "off", IR_U32, IR_READ, n_expert + 1);
     g.list = kx_buffer(k, "list", IR_U32, IR_READ, n_c);
     g.y = kx_buffer(k, swiglu ? "act" : "yc", dt, IR_WRITE, n_c * n_out);
+    ir_buf slots = cached ? moe_slots_param(k) : (ir_buf){0};
     g.inv = 4 * c->subgroup_size;
     kx_workgroup(k, g.inv);
     uint32_t ops = swiglu ? 3 : 2;
@@ -177,6 +179,7 @@ static ir_kernel *build(const rt_caps *c, const char *name, bool swiglu, uint32_
     g.r0 = kx_mul_c(k, kx_rem_c(k, gx, row_tiles), T);
     g.first = kx_load(k, g.off, g.e, 1);
     ir_val end = kx_min_c(k, kx_load(k, g.off, kx_add_c(k, g.e, 1), 1), g.n_c);
+    if (cached) end = kx_select(k, kx_lt(k, g.e, moe_slots_now(k, slots)), end, g.first); /* a slot not held */
     g.run0 = kx_group_times(k, 1, T);
     ir_val len = kx_select(k, kx_lt(k, g.first, end), kx_sub(k, end, g.first), kx_u32(k, 0));
     ir_val sid = kx_sg_id(k);
@@ -235,11 +238,11 @@ static ir_kernel *build(const rt_caps *c, const char *name, bool swiglu, uint32_
 }
 
 ir_kernel *kn_moe_gate_up_g_mma(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
-                                uint32_t nb, ir_scalar dtype, uint32_t groups[2], kiln_err *err) {
-    return build(c, "kn_moe_gate_up_g_mma", true, n_embd, n_ff, n_expert, k_used, nb, dtype, groups, err);
+                                uint32_t nb, ir_scalar dtype, bool cached, uint32_t groups[2], kiln_err *err) {
+    return build(c, "kn_moe_gate_up_g_mma", true, n_embd, n_ff, n_expert, k_used, nb, dtype, cached, groups, err);
 }
 
 ir_kernel *kn_moe_down_g_mma(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
-                             uint32_t nb, ir_scalar dtype, uint32_t groups[2], kiln_err *err) {
-    return build(c, "kn_moe_down_g_mma", false, n_ff, n_embd, n_expert, k_used, nb, dtype, groups, err);
+                             uint32_t nb, ir_scalar dtype, bool cached, uint32_t groups[2], kiln_err *err) {
+    return build(c, "kn_moe_down_g_mma", false, n_ff, n_embd, n_expert, k_used, nb, dtype, cached, groups, err);
 }

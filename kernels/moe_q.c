@@ -8,6 +8,7 @@
 #include "base/error.h"
 #include "kernels/kn_common.h"
 #include "kernels/matvec_internal.h"
+#include "kernels/moe_internal.h"
 #include "kernels/quant_ir.h"
 
 #include <stdio.h>
@@ -96,6 +97,7 @@ ir_kernel *kn_moe_gate_up_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, ui
     ir_buf wg_ = kx_buffer(k, "gate", IR_U32, IR_READ, L[0].words), wu = kx_buffer(k, "up", IR_U32, IR_READ, L[1].words);
     ir_buf sel = kx_buffer_per_group(k, "sel", IR_U32, IR_READ, 1, k_used);
     ir_buf act = kx_buffer_per_group(k, "act", dtype, IR_WRITE, 1, (uint64_t)k_used * n_ff);
+    ir_buf slots = cached ? moe_slots_param(k) : (ir_buf){0};
     qshape q = shape_of(k);
     uint32_t groups_r = (n_ff + q.rows - 1) / q.rows;
     /* grid y = t, x = (choice j, row group) */
@@ -106,7 +108,8 @@ ir_kernel *kn_moe_gate_up_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, ui
     ir_val cj = kx_add(k, kx_mul_c(k, t, k_used), j), sl = kx_load(k, sel, cj, 1);
     /* cached: a miss is the host's (uniform over the workgroup: one choice) */
     ir_if *hit = cached ? kx_if(k, kx_ne(k, sl, kx_u32(k, KN_MOE_MISS))) : NULL;
-    gate_up_row(k, &q, L, wg_, wu, h, hx, kx_min_c(k, sl, n_expert - 1), r, cj, n_ff, act, dtype);
+    ir_val ex = cached ? moe_clamp_slot(k, slots, sl, n_expert) : kx_min_c(k, sl, n_expert - 1);
+    gate_up_row(k, &q, L, wg_, wu, h, hx, ex, r, cj, n_ff, act, dtype);
     if (hit) kx_end_if(k, hit);
     if (groups_x) *groups_x = groups_r * k_used;
     return kn_finish(k.ir, err);
@@ -125,6 +128,7 @@ ir_kernel *kn_moe_down_q(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint3
     ir_buf res = kx_buffer_per_group(k, "res", dtype, IR_READ, 1, n_embd);
     ir_buf y = kx_buffer_per_group(k, "y", dtype, IR_WRITE, 1, n_embd);
     ir_buf miss = cached ? kx_buffer_per_group(k, "miss", dtype, IR_READ, 1, (uint64_t)k_used * n_embd) : (ir_buf){0};
+    ir_buf slots = cached ? moe_slots_param(k) : (ir_buf){0};
     qshape q = shape_of(k);
     ir_val t = kx_group(k, 1), r = kx_add(k, kx_group_times(k, 0, q.rows), row_in_group(k, &q)), lane = lane_of(k, &q);
     ir_shm ax = kx_shared(k, "ax", IR_F32, n_ff);
@@ -138,7 +142,8 @@ ir_kernel *kn_moe_down_q(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint3
         ir_if *hit = cached ? ir_if_begin(k.ir, kx_ne(k, sl, kx_u32(k, KN_MOE_MISS)), 1) : NULL;
         char name[24];
         snprintf(name, sizeof name, "sum_down%u", j);
-        ir_val s = down_row(k, &q, &L, wd, act, ax, kx_min_c(k, sl, n_expert - 1), r, n_embd, name);
+        ir_val ex = cached ? moe_clamp_slot(k, slots, sl, n_expert) : kx_min_c(k, sl, n_expert - 1);
+        ir_val s = down_row(k, &q, &L, wd, act, ax, ex, r, n_embd, name);
         s = kx_as(k, kx_as(k, s, dtype), IR_F32);
         if (hit) {
             ir_if_else(k.ir, hit, &s);
@@ -160,21 +165,23 @@ ir_kernel *kn_moe_down_q(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint3
 
 /* A block's grouped products: workgroup (e, row group) of grid x = n_expert x groups_r
  * walks e's list (uniform bounds: the barriers of each entry's staging are the whole
- * workgroup's), each entry's input row staged, then this subgroup's row of e. */
-static void walk_list(kx k, ir_buf off, ir_buf list, uint32_t n_c, uint32_t groups_r, const qshape *q, ir_val *e,
-                      ir_val *r, ir_val *cj, ir_for **loop) {
+ * workgroup's), each entry's input row staged, then this subgroup's row of e; slots (the
+ * cache's buffer, or NULL) leaves a slot past those held now with an empty list. */
+static void walk_list(kx k, ir_buf off, ir_buf list, const ir_buf *slots, uint32_t n_c, uint32_t groups_r,
+                      const qshape *q, ir_val *e, ir_val *r, ir_val *cj, ir_for **loop) {
     ir_val gx = kx_group(k, 0), i;
     *e = kx_div_c(k, gx, groups_r);
     *r = kx_add(k, kx_mul_c(k, kx_rem_c(k, gx, groups_r), q->rows), row_in_group(k, q));
     ir_val first = kx_load(k, off, *e, 1), end = kx_min_c(k, kx_load(k, off, kx_add_c(k, *e, 1), 1), n_c);
+    if (slots) end = kx_select(k, kx_lt(k, *e, moe_slots_now(k, *slots)), end, first); /* a slot not held */
     *loop = kx_for(k, first, end, kx_u32(k, 1), &i);
     kx_barrier(k); /* every row done with the last entry's staged row */
     *cj = kx_min_c(k, kx_load(k, list, i, 1), n_c - 1);
 }
 
 ir_kernel *kn_moe_gate_up_g_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
-                              uint32_t nb, kn_qtype qg, kn_qtype qu, ir_scalar dtype, uint32_t *groups_x,
-                              kiln_err *err) {
+                              uint32_t nb, kn_qtype qg, kn_qtype qu, ir_scalar dtype, bool cached,
+                              uint32_t *groups_x, kiln_err *err) {
     kn_qlayout L[2];
     if (layouts("kn_moe_gate_up_g_q", c, dtype, (kn_qtype[]){qg, qu}, 2, n_ff, n_embd, n_expert, k_used, true, L, err))
         return NULL;
@@ -187,12 +194,13 @@ ir_kernel *kn_moe_gate_up_g_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, 
     ir_buf wg_ = kx_buffer(k, "gate", IR_U32, IR_READ, L[0].words), wu = kx_buffer(k, "up", IR_U32, IR_READ, L[1].words);
     ir_buf off = kx_buffer(k, "off", IR_U32, IR_READ, n_expert + 1), list = kx_buffer(k, "list", IR_U32, IR_READ, n_c);
     ir_buf act = kx_buffer(k, "act", dtype, IR_WRITE, (uint64_t)n_c * n_ff);
+    ir_buf slots = cached ? moe_slots_param(k) : (ir_buf){0};
     qshape q = shape_of(k);
     uint32_t groups_r = (n_ff + q.rows - 1) / q.rows;
     ir_shm hx = kx_shared(k, "hx", IR_F32, n_embd);
     ir_val e, r, cj;
     ir_for *l;
-    walk_list(k, off, list, n_c, groups_r, &q, &e, &r, &cj, &l);
+    walk_list(k, off, list, cached ? &slots : NULL, n_c, groups_r, &q, &e, &r, &cj, &l);
     stage(k, &q, hx, h, kx_mul_c(k, kx_div_c(k, cj, k_used), n_embd), n_embd);
     gate_up_row(k, &q, L, wg_, wu, h, hx, e, r, cj, n_ff, act, dtype);
     kx_end_for(k, l);
@@ -201,7 +209,8 @@ ir_kernel *kn_moe_gate_up_g_q(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, 
 }
 
 ir_kernel *kn_moe_down_g_q(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,
-                           uint32_t nb, kn_qtype qd, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
+                           uint32_t nb, kn_qtype qd, ir_scalar dtype, bool cached, uint32_t *groups_x,
+                           kiln_err *err) {
     kn_qlayout L;
     if (layouts("kn_moe_down_g_q", c, dtype, &qd, 1, n_embd, n_ff, n_expert, k_used, true, &L, err)) return NULL;
     if (!nb || (uint64_t)nb * k_used * (n_ff > n_embd ? n_ff : n_embd) > UINT32_MAX)
@@ -213,12 +222,13 @@ ir_kernel *kn_moe_down_g_q(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uin
     ir_buf wd = kx_buffer(k, "down", IR_U32, IR_READ, L.words);
     ir_buf off = kx_buffer(k, "off", IR_U32, IR_READ, n_expert + 1), list = kx_buffer(k, "list", IR_U32, IR_READ, n_c);
     ir_buf yc = kx_buffer(k, "yc", dtype, IR_WRITE, (uint64_t)n_c * n_embd);
+    ir_buf slots = cached ? moe_slots_param(k) : (ir_buf){0};
     qshape q = shape_of(k);
     uint32_t groups_r = (n_embd + q.rows - 1) / q.rows;
     ir_shm ax = kx_shared(k, "ax", IR_F32, n_ff);
     ir_val e, r, cj, lane = lane_of(k, &q);
     ir_for *l;
-    walk_list(k, off, list, n_c, groups_r, &q, &e, &r, &cj, &l);
+    walk_list(k, off, list, cached ? &slots : NULL, n_c, groups_r, &q, &e, &r, &cj, &l);
     stage(k, &q, ax, act, kx_mul_c(k, cj, n_ff), n_ff);
     ir_val s = down_row(k, &q, &L, wd, act, ax, e, r, n_embd, "sum_down");
     ir_if *st = kx_if(k, kx_and(k, kx_eq_c(k, lane, 0), kx_lt_c(k, r, n_embd)));

@@ -33,7 +33,8 @@ typedef struct engine_expert_stats {
     uint32_t slots, experts;
     uint64_t evals, hits, misses, swaps, resizes;
     uint64_t kept; /* experts that stayed on the device through the resizes (copied, not uploaded) */
-    double resize_s; /* seconds the resizes took (the evals that made them waited so long) */
+    double resize_s;        /* seconds the resizes took (the evals that made them waited so long) */
+    double resize_record_s; /* of which the steps' recordings made again */
 } engine_expert_stats;
 
 typedef struct engine_ops {

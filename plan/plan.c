@@ -28,22 +28,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* Smaller block i (plan_sub_block): its own kernels for the roles whose shape follows the
- * block, the full block's for the others (with their tuned grids); kinds: which roles
- * (all, or the experts' only: plan_recompile_moe). */
-static int build_sub(plan_engine *p, int bi, bool moe_only, kiln_err *err) {
+ * block, the full block's for the others (with their tuned grids). */
+static int build_sub(plan_engine *p, int bi, kiln_err *err) {
     plan_prefill *b = &p->sub[bi];
     plan_shape s = p->s;
     if (!(s.n_block = plan_sub_block(&p->s, &p->d->caps, bi))) return 0;
     for (int i = 0; i < K_COUNT; i++) {
-        if (!plan_role_used(&p->s, i) || (moe_only && !plan_moe_role(i))) continue;
+        if (!plan_role_used(&p->s, i)) continue;
         if (!plan_block_role(i)) {
             b->kern[i] = p->kern[i], b->sig[i] = p->sig[i];
             b->grid[i][0] = p->grid[i][0], b->grid[i][1] = p->grid[i][1];
             continue;
         }
-        if (b->kern[i]) p->d->ops->release_kernel(p->d, b->kern[i]), plan_sig_free(&b->sig[i]), p->n_kern--;
         if (!(b->kern[i] = plan_compile_kernel(p->d, &s, i, b->grid[i], &b->sig[i], err))) return -1;
         p->n_kern++;
         progress_update(&p->prog, p->s.hp.n_layer + p->n_kern);
@@ -90,18 +87,6 @@ void plan_release_recordings(plan_engine *p) {
     p->n_launch = p->n_decode_launch = p->n_prefill_launch = 0;
 }
 
-int plan_recompile_moe(plan_engine *p, kiln_err *err) {
-    for (int i = 0; i < K_COUNT; i++) {
-        if (!plan_role_used(&p->s, i) || !plan_moe_role(i)) continue;
-        if (p->kern[i]) p->d->ops->release_kernel(p->d, p->kern[i]), plan_sig_free(&p->sig[i]), p->n_kern--;
-        if (!(p->kern[i] = plan_compile_kernel(p->d, &p->s, i, p->grid[i], &p->sig[i], err))) return -1;
-        p->n_kern++;
-    }
-    for (int bi = 0; bi < PLAN_SUBS; bi++)
-        if (build_sub(p, bi, true, err)) return -1;
-    return 0;
-}
-
 static int build(plan_engine *p, kiln_err *err) {
     for (int i = 0; i < K_COUNT; i++) {
         if (!plan_role_used(&p->s, i)) continue;
@@ -110,7 +95,7 @@ static int build(plan_engine *p, kiln_err *err) {
         progress_update(&p->prog, p->s.hp.n_layer + p->n_kern);
     }
     for (int bi = 0; bi < PLAN_SUBS; bi++)
-        if (build_sub(p, bi, false, err)) return -1;
+        if (build_sub(p, bi, err)) return -1;
     return record_all(p, true, err) || plan_batch_build(p, err) ? -1 : 0;
 }
 
@@ -258,7 +243,7 @@ static void plan_destroy(engine *base) {
                          p->dn_in1_qkv, p->dn_in1_z, p->dn_in1_ba, p->dn_in1, p->moe_sel, p->moe_wt,
                          p->moe_act, p->moe_rank, p->moe_off, p->moe_list, p->moe_yc,
                          p->moe_scores, p->moe_csel, p->moe_miss, p->moe_sel_host,
-                         p->moe_h_host}; /* views before their buffer */
+                         p->moe_h_host, p->moe_nslots}; /* views before their buffer */
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
     for (uint32_t l = 0; p->L && l < p->s.hp.n_layer; l++) {
@@ -445,7 +430,7 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
         {&p->moe_csel, s.moe_slots ? nb * hp->n_expert_used * 4 : 0},
         {&p->moe_miss, s.moe_slots ? nb * hp->n_expert_used * hp->n_embd * 2 : 0},
         {&p->moe_sel_host, s.moe_slots ? hp->n_expert_used * 4 : 0},
-        {&p->moe_h_host, s.moe_slots ? plan_moe_h_words(&s) * 4 : 0}};
+        {&p->moe_h_host, s.moe_slots ? plan_moe_h_words(&s) * 4 : 0}, {&p->moe_nslots, s.moe_slots ? 4 : 0}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0] && !bad; i++) {
         if (!acts[i].bytes) continue;
         /* what the host writes or reads each step lives in host memory */
@@ -465,6 +450,7 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
         bad = !zero ? kiln_fail(err, KILN_ERR_NOMEM, "out of memory") : d->ops->upload(d, b, 0, zero, bytes, err);
         free(zero);
     }
+    if (!bad && s.moe_slots) bad = plan_moe_set_slots(p, s.moe_slots, err);
     if (!bad) { /* every token allowed until a masked argmax */
         p->allow_custom = true;
         bad = plan_set_allow(p, NULL, err) != 0;

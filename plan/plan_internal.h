@@ -201,6 +201,9 @@ typedef struct plan_engine {
     /* an expert cache (s.moe_slots): each choice's slot or KN_MOE_MISS (host-mapped, the
      * host's translation of moe_sel), the misses' products (host-mapped), its state */
     rt_buffer *moe_csel, *moe_miss;
+    /* the slots each layer's experts' buffers hold now (u32, on the device: the cached
+     * kernels read it, so a resize compiles nothing; plan_moe_set_slots writes it) */
+    rt_buffer *moe_nslots;
     /* and a decode step's choice and normed input, written by the device straight into
      * host-mapped memory for the host to read without a copy */
     rt_buffer *moe_sel_host, *moe_h_host;
@@ -277,8 +280,6 @@ void plan_qvar_release(plan_engine *p);
 const plan_qvar *plan_qvar_of(const plan_engine *p, const rt_kernel *k);
 /* Whether role i's kernel depends on the prefill block's size. */
 bool plan_block_role(int i);
-/* Whether role i's kernel depends on the expert cache's slots (the experts' products). */
-bool plan_moe_role(int i);
 /* Whether a plan of shape s has role i at all (the qwen35 roles only for qwen35). */
 bool plan_role_used(const plan_shape *s, int i);
 /* Whether qwen35's IMROPE leaves rotary pair i unturned for text (the GPU refuses such sections). */
@@ -392,6 +393,8 @@ uint32_t plan_moe_slots_fit(const model *m, const plan_shape *s, const rt_device
 bool plan_moe_blocks_ok(const model *m);
 /* The u32 words of a decode step's normed input row (K_MOE_H_COPY's copy, moe_h_host). */
 static inline uint32_t plan_moe_h_words(const plan_shape *s) { return (s->hp.n_embd * 2 + 3) / 4; }
+/* moe_nslots := slots (the cached kernels' bound on the slots they read). */
+int plan_moe_set_slots(plan_engine *p, uint32_t slots, kiln_err *err);
 /* The cache's state for the plan (its weight buffers are uploaded by plan_moe_upload). */
 int plan_moe_cache_init(plan_engine *p, kiln_err *err);
 void plan_moe_cache_free(plan_engine *p);
@@ -424,8 +427,6 @@ void plan_release_recordings(plan_engine *p);
 /* The launches and recordings of the decode step, the full block and the smaller blocks
  * from the kernels as they are (plan.c; the expert cache's recordings cut). 0 or -1. */
 int plan_record_all(plan_engine *p, kiln_err *err);
-/* The experts' kernels built again for the cache's slots (plan.c). 0 or -1. */
-int plan_recompile_moe(plan_engine *p, kiln_err *err);
 
 /* ---- grid tuning (plan_tune.c) ---- */
 /* The decode step's products on the grids measured fastest on the device. 0 or -1. */

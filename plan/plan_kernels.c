@@ -41,11 +41,6 @@ static ir_kernel *product(const rt_caps *c, uint32_t rows, uint32_t cols, uint32
     return kn_matmul(c, rows, cols, nb, dt, epi, g, err);
 }
 
-bool plan_moe_role(int i) {
-    return i == K_MOE_GATE_UP || i == K_MOE_DOWN || i == K_MOE_GROUP || i == K_MOE_GATE_UP_G || i == K_MOE_DOWN_G ||
-           i == K_MOE_COMBINE;
-}
-
 bool plan_block_role(int i) {
     switch (i) {
     case K_MM_QKV: case K_ATTN_PREFILL: case K_MM_O: case K_MM_FF: case K_MM_DOWN: case K_SWIGLU: case K_TAKE_LAST:
@@ -173,7 +168,9 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     bool cached = s->moe_slots > 0;
     const kn_pages *pg = s->pages.rows ? &s->pages : NULL;
     bool moe_whole = d % 64 == 0 && hp->n_ff_exp % 64 == 0;
-    uint32_t n_exp = cached ? s->moe_slots : hp->n_expert;
+    /* the cache's 16-bit kernels read the slots held from a buffer: one build for every
+     * slot count (kernels.h), so a resize compiles nothing */
+    uint32_t n_exp = hp->n_expert;
     switch (i) {
     case K_EMBED: return kn_embed(c, hp->n_vocab, d, dt, &g[0], err);
     case K_NORM: return kn_rmsnorm(c, d, dt, hp->rms_eps, err);
@@ -247,12 +244,12 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
      * explained */
     case K_MOE_GATE_UP_G:
         if (moe_whole && kn_moe_g_mma_ok(c, dt, d, true))
-            return kn_moe_gate_up_g_mma(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, nb, dt, g, err);
-        return kn_moe_gate_up_g(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, nb, dt, &g[0], err);
+            return kn_moe_gate_up_g_mma(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, nb, dt, cached, g, err);
+        return kn_moe_gate_up_g(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, nb, dt, cached, &g[0], err);
     case K_MOE_DOWN_G:
         if (moe_whole && kn_moe_g_mma_ok(c, dt, hp->n_ff_exp, false))
-            return kn_moe_down_g_mma(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, nb, dt, g, err);
-        return kn_moe_down_g(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, nb, dt, &g[0], err);
+            return kn_moe_down_g_mma(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, nb, dt, cached, g, err);
+        return kn_moe_down_g(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, nb, dt, cached, &g[0], err);
     case K_MOE_COMBINE: g[1] = nb; return kn_moe_combine(c, d, hp->n_expert_used, nb, dt, cached, &g[0], err);
     }
     /* qwen35 */

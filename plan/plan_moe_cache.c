@@ -16,7 +16,8 @@
  * missing expert takes the least used slot where it is clearly more used (one a layer). Every PLAN_MOE_RECHECK evals the slots
  * follow the memory: the device's free bytes (or --mem-limit less what the plan holds)
  * less a margin; fewer slots at once where that falls short, more where it allows at least
- * an eighth more (the kernels, buffers and recordings made again for the new count). */
+ * an eighth more (the buffers and recordings made again for the new count; the kernels
+ * read it from moe_nslots). */
 #include "base/clock.h"
 #include "base/error.h"
 #include "gguf/half.h"
@@ -613,9 +614,17 @@ static int resize(plan_engine *p, uint32_t slots, kiln_err *err) {
     if (rc) return -1;
     p->mc->st.slots = slots;
     p->mc->st.resizes++;
-    rc = plan_recompile_moe(p, err) || plan_record_all(p, err) ? -1 : 0;
-    p->mc->st.resize_s += clock_now_s() - t0;
+    /* the kernels read the count (a quantized cache's, laid out by it, are built again
+     * as the recording asks for them: plan_qvariant) */
+    double t1 = clock_now_s();
+    rc = plan_moe_set_slots(p, slots, err) || plan_record_all(p, err) ? -1 : 0;
+    double t2 = clock_now_s();
+    p->mc->st.resize_s += t2 - t0, p->mc->st.resize_record_s += t2 - t1;
     return rc;
+}
+
+int plan_moe_set_slots(plan_engine *p, uint32_t slots, kiln_err *err) {
+    return p->d->ops->upload(p->d, p->moe_nslots, 0, &slots, sizeof slots, err);
 }
 
 int plan_moe_replay(plan_engine *p, rt_recording *rec, uint32_t n, kiln_err *err) {

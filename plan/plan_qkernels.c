@@ -79,9 +79,10 @@ ir_kernel *plan_build_qkernel(const plan_shape *s, const rt_caps *c, int i, cons
         return kn_moe_down_q(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, (kn_qtype)qt[0], dt, cached, &g[0], err);
     case K_MOE_GATE_UP_G:
         return kn_moe_gate_up_g_q(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, nb, (kn_qtype)qt[0], (kn_qtype)qt[1],
-                                  dt, &g[0], err);
+                                  dt, cached, &g[0], err);
     case K_MOE_DOWN_G:
-        return kn_moe_down_g_q(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, nb, (kn_qtype)qt[0], dt, &g[0], err);
+        return kn_moe_down_g_q(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, nb, (kn_qtype)qt[0], dt, cached, &g[0],
+                               err);
     }
 #undef MV
     kiln_fail(err, KILN_ERR_INTERNAL, "no quantized kernel for the role %s", plan_role[i]);

@@ -203,31 +203,33 @@ static void add_moe(recorder *R, const plan_layer *L, uint32_t nb, bool grouped)
     rt_buffer *sel = cached ? p->moe_csel : p->moe_sel;
     const int8_t qt_gu[KN_Q_PARTS] = {L->qt_exps[0], L->qt_exps[1], -1}; /* -1: 16-bit experts */
     if (cached && !R->rc) R->rc = plan_moe_cut(p, (uint32_t)(L - p->L), PLAN_CUT_ROUTE, R->err);
+    /* the cache's products take the slots held now, last (kernels.h): one argument fewer
+     * where nothing is cached */
+    rt_buffer *ns = p->moe_nslots;
+#define CACHED_N(a) (sizeof(a) / sizeof(a)[0] - !cached)
     if (grouped) {
         ADD(K_MOE_GROUP, 1, 1, {"sel", sel}, {"info", p->info}, {"rank", p->moe_rank}, {"off", p->moe_off},
             {"list", p->moe_list});
-        ADD_W(K_MOE_GATE_UP_G, qt_gu, g[K_MOE_GATE_UP_G][0], g[K_MOE_GATE_UP_G][1], {"h", p->h}, {"gate", L->gate_exps},
-              {"up", L->up_exps}, {"off", p->moe_off}, {"list", p->moe_list}, {"act", p->moe_act});
-        ADD_W(K_MOE_DOWN_G, QT1(L->qt_exps[2]), g[K_MOE_DOWN_G][0], g[K_MOE_DOWN_G][1], {"act", p->moe_act}, {"down", L->down_exps},
-              {"off", p->moe_off}, {"list", p->moe_list}, {"yc", p->moe_yc});
+        const plan_arg gu[] = {{"h", p->h},         {"gate", L->gate_exps},  {"up", L->up_exps}, {"off", p->moe_off},
+                               {"list", p->moe_list}, {"act", p->moe_act}, {"slots", ns}};
+        const plan_arg dn[] = {{"act", p->moe_act}, {"down", L->down_exps}, {"off", p->moe_off},
+                               {"list", p->moe_list}, {"yc", p->moe_yc},     {"slots", ns}};
+        add_w(R, K_MOE_GATE_UP_G, qt_gu, g[K_MOE_GATE_UP_G][0], g[K_MOE_GATE_UP_G][1], gu, CACHED_N(gu));
+        add_w(R, K_MOE_DOWN_G, QT1(L->qt_exps[2]), g[K_MOE_DOWN_G][0], g[K_MOE_DOWN_G][1], dn, CACHED_N(dn));
         /* the host may run these three again with other experts in the slots */
         if (cached && !R->rc) R->rc = plan_moe_cut(p, (uint32_t)(L - p->L), PLAN_CUT_PASS, R->err);
-        if (cached)
-            ADD(K_MOE_COMBINE, g[K_MOE_COMBINE][0], g[K_MOE_COMBINE][1], {"yc", p->moe_yc}, {"wt", p->moe_wt},
-                {"res", p->xb}, {"y", p->xa}, {"info", p->info}, {"sel", sel}, {"miss", p->moe_miss});
-        else
-            ADD(K_MOE_COMBINE, g[K_MOE_COMBINE][0], g[K_MOE_COMBINE][1], {"yc", p->moe_yc}, {"wt", p->moe_wt},
-                {"res", p->xb}, {"y", p->xa}, {"info", p->info});
+        const plan_arg cb[] = {{"yc", p->moe_yc}, {"wt", p->moe_wt}, {"res", p->xb},       {"y", p->xa},
+                               {"info", p->info}, {"sel", sel},      {"miss", p->moe_miss}};
+        add(R, K_MOE_COMBINE, g[K_MOE_COMBINE][0], g[K_MOE_COMBINE][1], cb, cached ? 7 : 5);
         return;
     }
-    ADD_W(K_MOE_GATE_UP, qt_gu, g[K_MOE_GATE_UP][0], nb, {"h", p->h}, {"gate", L->gate_exps}, {"up", L->up_exps},
-          {"sel", sel}, {"act", p->moe_act});
-    if (cached)
-        ADD_W(K_MOE_DOWN, QT1(L->qt_exps[2]), g[K_MOE_DOWN][0], nb, {"act", p->moe_act}, {"down", L->down_exps},
-              {"sel", sel}, {"wt", p->moe_wt}, {"res", p->xb}, {"y", p->xa}, {"miss", p->moe_miss});
-    else
-        ADD_W(K_MOE_DOWN, QT1(L->qt_exps[2]), g[K_MOE_DOWN][0], nb, {"act", p->moe_act}, {"down", L->down_exps},
-              {"sel", sel}, {"wt", p->moe_wt}, {"res", p->xb}, {"y", p->xa});
+    const plan_arg gu[] = {{"h", p->h}, {"gate", L->gate_exps}, {"up", L->up_exps}, {"sel", sel}, {"act", p->moe_act},
+                           {"slots", ns}};
+    add_w(R, K_MOE_GATE_UP, qt_gu, g[K_MOE_GATE_UP][0], nb, gu, CACHED_N(gu));
+    const plan_arg dn[] = {{"act", p->moe_act}, {"down", L->down_exps}, {"sel", sel},         {"wt", p->moe_wt},
+                           {"res", p->xb},      {"y", p->xa},           {"miss", p->moe_miss}, {"slots", ns}};
+    add_w(R, K_MOE_DOWN, QT1(L->qt_exps[2]), g[K_MOE_DOWN][0], nb, dn, cached ? 8 : 6);
+#undef CACHED_N
 }
 
 int plan_record_decode(plan_engine *p, kiln_err *err) {

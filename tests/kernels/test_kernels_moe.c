@@ -220,9 +220,9 @@ static void grouped_case(rt_device *d, uint32_t nb, uint32_t live, uint32_t d_in
     uint32_t g_up, g_down, g_comb, g_up1, g_down1;
     ir_kernel *kg = kn_moe_group(&d->caps, ne, k_used, nb, false, &err);
     cr_assert_not_null(kg, "%s: %s", what, err.msg);
-    ir_kernel *ku = kn_moe_gate_up_g(&d->caps, d_in, ff, ne, k_used, nb, t, &g_up, &err);
+    ir_kernel *ku = kn_moe_gate_up_g(&d->caps, d_in, ff, ne, k_used, nb, t, false, &g_up, &err);
     cr_assert_not_null(ku, "%s: %s", what, err.msg);
-    ir_kernel *kd = kn_moe_down_g(&d->caps, ff, d_in, ne, k_used, nb, t, &g_down, &err);
+    ir_kernel *kd = kn_moe_down_g(&d->caps, ff, d_in, ne, k_used, nb, t, false, &g_down, &err);
     cr_assert_not_null(kd, "%s: %s", what, err.msg);
     ir_kernel *kc = kn_moe_combine(&d->caps, d_in, k_used, nb, t, false, &g_comb, &err);
     cr_assert_not_null(kc, "%s: %s", what, err.msg);
@@ -326,8 +326,8 @@ Test(kernels_moe, build_for_cuda_and_assemble, .timeout = 120) {
     uint32_t g;
     ir_kernel *k[3] = {kn_moe_route(&c, 128, 8, &err), kn_moe_gate_up(&c, 2048, 768, 128, 8, IR_BF16, true, &g, &err),
                        kn_moe_down(&c, 768, 2048, 128, 8, IR_BF16, true, &g, &err)};
-    ir_kernel *kg[4] = {kn_moe_group(&c, 128, 8, 512, true, &err), kn_moe_gate_up_g(&c, 2048, 768, 128, 8, 512, IR_BF16, &g, &err),
-                        kn_moe_down_g(&c, 768, 2048, 128, 8, 512, IR_BF16, &g, &err),
+    ir_kernel *kg[4] = {kn_moe_group(&c, 128, 8, 512, true, &err), kn_moe_gate_up_g(&c, 2048, 768, 128, 8, 512, IR_BF16, true, &g, &err),
+                        kn_moe_down_g(&c, 768, 2048, 128, 8, 512, IR_BF16, true, &g, &err),
                         kn_moe_combine(&c, 2048, 8, 512, IR_BF16, true, &g, &err)};
     ir_kernel *ks = kn_moe_scores(&c, 2048, 128, IR_BF16, &g, &err);
     for (int i = 0; i < 8; i++) {

@@ -32,8 +32,8 @@ static void q_case(rt_device *d, uint32_t nb, uint32_t d_in, uint32_t ff, uint32
     ir_kernel *ku = kn_moe_gate_up_q(&d->caps, d_in, ff, ne, k_used, qt[0], qt[1], t, false, &gu, &err);
     ir_kernel *kd = kn_moe_down_q(&d->caps, ff, d_in, ne, k_used, qt[2], t, false, &gd, &err);
     ir_kernel *kg = kn_moe_group(&d->caps, ne, k_used, nb, false, &err);
-    ir_kernel *kgu = kn_moe_gate_up_g_q(&d->caps, d_in, ff, ne, k_used, nb, qt[0], qt[1], t, &ggu, &err);
-    ir_kernel *kgd = kn_moe_down_g_q(&d->caps, ff, d_in, ne, k_used, nb, qt[2], t, &ggd, &err);
+    ir_kernel *kgu = kn_moe_gate_up_g_q(&d->caps, d_in, ff, ne, k_used, nb, qt[0], qt[1], t, false, &ggu, &err);
+    ir_kernel *kgd = kn_moe_down_g_q(&d->caps, ff, d_in, ne, k_used, nb, qt[2], t, false, &ggd, &err);
     ir_kernel *kc = kn_moe_combine(&d->caps, d_in, k_used, nb, t, false, &gc, &err);
     cr_assert(ku && kd && kg && kgu && kgd && kc, "%s: %s", what, err.msg);
     tu_qmat g = tu_qmat_make(qt[0], ne * ff, d_in), u = tu_qmat_make(qt[1], ne * ff, d_in);
@@ -128,8 +128,8 @@ Test(kernels_moe_q, build_for_cuda_and_assemble, .timeout = 120) {
     uint32_t g;
     ir_kernel *k[4] = {kn_moe_gate_up_q(&c, 2048, 768, 128, 8, KN_Q4_K, KN_Q4_K, IR_BF16, true, &g, &err),
                        kn_moe_down_q(&c, 768, 2048, 128, 8, KN_Q6_K, IR_BF16, true, &g, &err),
-                       kn_moe_gate_up_g_q(&c, 2048, 768, 128, 8, 512, KN_Q4_K, KN_Q4_K, IR_BF16, &g, &err),
-                       kn_moe_down_g_q(&c, 768, 2048, 128, 8, 512, KN_Q6_K, IR_BF16, &g, &err)};
+                       kn_moe_gate_up_g_q(&c, 2048, 768, 128, 8, 512, KN_Q4_K, KN_Q4_K, IR_BF16, true, &g, &err),
+                       kn_moe_down_g_q(&c, 768, 2048, 128, 8, 512, KN_Q6_K, IR_BF16, true, &g, &err)};
     for (int i = 0; i < 4; i++) {
         cr_assert_not_null(k[i], "%s", err.msg);
         tu_ptx_assembles(k[i], &c, ir_kernel_name(k[i]));
@@ -160,14 +160,16 @@ static void cached_q_case(rt_device *d, uint32_t nb, uint32_t d_in, uint32_t ff,
     ir_kernel *ku = kn_moe_gate_up_q(&d->caps, d_in, ff, ne, k_used, qt[0], qt[1], t, false, &gu, &err);
     ir_kernel *kd = kn_moe_down_q(&d->caps, ff, d_in, ne, k_used, qt[2], t, false, &gd, &err);
     ir_kernel *kg = kn_moe_group(&d->caps, ne, k_used, nb, false, &err);
-    ir_kernel *kgu = kn_moe_gate_up_g_q(&d->caps, d_in, ff, ne, k_used, nb, qt[0], qt[1], t, &ggu, &err);
-    ir_kernel *kgd = kn_moe_down_g_q(&d->caps, ff, d_in, ne, k_used, nb, qt[2], t, &ggd, &err);
+    ir_kernel *kgu = kn_moe_gate_up_g_q(&d->caps, d_in, ff, ne, k_used, nb, qt[0], qt[1], t, false, &ggu, &err);
+    ir_kernel *kgd = kn_moe_down_g_q(&d->caps, ff, d_in, ne, k_used, nb, qt[2], t, false, &ggd, &err);
     ir_kernel *kc = kn_moe_combine(&d->caps, d_in, k_used, nb, t, false, &gc, &err);
     ir_kernel *xu = kn_moe_gate_up_q(&d->caps, d_in, ff, slots, k_used, qt[0], qt[1], t, true, &xgu, &err);
     ir_kernel *xd = kn_moe_down_q(&d->caps, ff, d_in, slots, k_used, qt[2], t, true, &xgd, &err);
-    ir_kernel *xg = kn_moe_group(&d->caps, slots, k_used, nb, true, &err);
-    ir_kernel *xgu_ = kn_moe_gate_up_g_q(&d->caps, d_in, ff, slots, k_used, nb, qt[0], qt[1], t, &xggu, &err);
-    ir_kernel *xgd_ = kn_moe_down_g_q(&d->caps, ff, d_in, slots, k_used, nb, qt[2], t, &xggd, &err);
+    /* the plan groups by the model's experts (kernels.h: the 16-bit kernels' bound); the
+     * quantized kernels, laid out for the slots, read the slots' bins */
+    ir_kernel *xg = kn_moe_group(&d->caps, ne, k_used, nb, true, &err);
+    ir_kernel *xgu_ = kn_moe_gate_up_g_q(&d->caps, d_in, ff, slots, k_used, nb, qt[0], qt[1], t, true, &xggu, &err);
+    ir_kernel *xgd_ = kn_moe_down_g_q(&d->caps, ff, d_in, slots, k_used, nb, qt[2], t, true, &xggd, &err);
     ir_kernel *xc = kn_moe_combine(&d->caps, d_in, k_used, nb, t, true, &xgc, &err);
     cr_assert(ku && kd && kg && kgu && kgd && kc && xu && xd && xg && xgu_ && xgd_ && xc, "%s: %s", what, err.msg);
     tu_qmat g = tu_qmat_make(qt[0], ne * ff, d_in), u = tu_qmat_make(qt[1], ne * ff, d_in);
@@ -198,7 +200,7 @@ static void cached_q_case(rt_device *d, uint32_t nb, uint32_t d_in, uint32_t ff,
     rt_buffer *xbg = tu_vk_upload(d, cg.words, cg.L.words * 4), *xbu = tu_vk_upload(d, cu.words, cu.L.words * 4);
     rt_buffer *xbd = tu_vk_upload(d, cd.words, cd.L.words * 4);
     rt_buffer *bs = tu_vk_upload(d, sel, nk * 4), *bcs = tu_vk_upload(d, csel, nk * 4);
-    rt_buffer *bw = tu_vk_upload(d, wt, nk * 4), *bi = tu_vk_upload(d, info, 8);
+    rt_buffer *bw = tu_vk_upload(d, wt, nk * 4), *bi = tu_vk_upload(d, info, 8), *bns = tu_vk_upload(d, &slots, 4);
     rt_buffer *brank = tu_vk_poisoned32(d, nk, GUARD), *boff = tu_vk_poisoned32(d, ne + 2, GUARD), *blist = tu_vk_poisoned32(d, nk, GUARD);
     rt_buffer *ba = tu_vk_poisoned16(d, t, nk * ff, GUARD), *byc = tu_vk_poisoned16(d, t, nk * d_in, GUARD);
     rt_buffer *by = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD), *by1 = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
@@ -218,8 +220,9 @@ static void cached_q_case(rt_device *d, uint32_t nb, uint32_t d_in, uint32_t ff,
     rt_buffer *bm = tu_vk_upload(d, miss, nk * d_in * 2);
     /* cached, per token */
     rt_buffer *pa = tu_vk_poisoned16(d, t, nk * ff, GUARD), *py = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
-    tu_vk_launch(d, xu, xgu, nb, (rt_arg[]){{bh, 0}, {xbg, 0}, {xbu, 0}, {bcs, 0}, {pa, 0}}, 5);
-    tu_vk_launch(d, xd, xgd, nb, (rt_arg[]){{pa, 0}, {xbd, 0}, {bcs, 0}, {bw, 0}, {br, 0}, {py, 0}, {bm, 0}}, 7);
+    tu_vk_launch(d, xu, xgu, nb, (rt_arg[]){{bh, 0}, {xbg, 0}, {xbu, 0}, {bcs, 0}, {pa, 0}, {bns, 0}}, 6);
+    tu_vk_launch(d, xd, xgd, nb, (rt_arg[]){{pa, 0}, {xbd, 0}, {bcs, 0}, {bw, 0}, {br, 0}, {py, 0}, {bm, 0}, {bns, 0}},
+                 8);
     uint16_t *pact = tu_vk_fetch16(d, pa, t, nk * ff, GUARD, what), *pyv = tu_vk_fetch16(d, py, t, (size_t)nb * d_in, GUARD, what);
     for (size_t c = 0; c < nk; c++)
         for (uint32_t r = 0; r < ff; r++) {
@@ -229,17 +232,17 @@ static void cached_q_case(rt_device *d, uint32_t nb, uint32_t d_in, uint32_t ff,
     for (size_t i = 0; i < (size_t)nb * d_in; i++)
         cr_assert_eq(pyv[i], y1[i], "%s: y[%zu] %04x, all resident %04x", what, i, pyv[i], y1[i]);
     /* cached, grouped */
-    rt_buffer *xoff = tu_vk_poisoned32(d, slots + 2, GUARD), *xa = tu_vk_poisoned16(d, t, nk * ff, GUARD);
+    rt_buffer *xoff = tu_vk_poisoned32(d, ne + 2, GUARD), *xa = tu_vk_poisoned16(d, t, nk * ff, GUARD);
     rt_buffer *xyc = tu_vk_poisoned16(d, t, nk * d_in, GUARD), *xy = tu_vk_poisoned16(d, t, (size_t)nb * d_in, GUARD);
     tu_vk_launch(d, xg, 1, 1, (rt_arg[]){{bcs, 0}, {bi, 0}, {brank, 0}, {xoff, 0}, {blist, 0}}, 5);
-    tu_vk_launch(d, xgu_, xggu, 1, (rt_arg[]){{bh, 0}, {xbg, 0}, {xbu, 0}, {xoff, 0}, {blist, 0}, {xa, 0}}, 6);
-    tu_vk_launch(d, xgd_, xggd, 1, (rt_arg[]){{xa, 0}, {xbd, 0}, {xoff, 0}, {blist, 0}, {xyc, 0}}, 5);
+    tu_vk_launch(d, xgu_, xggu, 1, (rt_arg[]){{bh, 0}, {xbg, 0}, {xbu, 0}, {xoff, 0}, {blist, 0}, {xa, 0}, {bns, 0}}, 7);
+    tu_vk_launch(d, xgd_, xggd, 1, (rt_arg[]){{xa, 0}, {xbd, 0}, {xoff, 0}, {blist, 0}, {xyc, 0}, {bns, 0}}, 6);
     tu_vk_launch(d, xc, xgc, nb, (rt_arg[]){{xyc, 0}, {bw, 0}, {br, 0}, {xy, 0}, {bi, 0}, {bcs, 0}, {bm, 0}}, 7);
     uint16_t *gy = tu_vk_fetch16(d, xy, t, (size_t)nb * d_in, GUARD, what);
     for (size_t i = 0; i < (size_t)nb * d_in; i++)
         cr_assert_eq(gy[i], y[i], "%s: grouped y[%zu] %04x, all resident %04x", what, i, gy[i], y[i]);
     rt_buffer *bufs[] = {bh, br, bg, bu, bd, xbg, xbu, xbd, bs, bcs, bw, bi, brank, boff, blist, ba, byc, by, by1, ba1,
-                         bm, pa, py, xoff, xa, xyc, xy};
+                         bm, pa, py, xoff, xa, xyc, xy, bns};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) d->ops->release(d, bufs[i]);
     tu_qmat *ms[] = {&g, &u, &dw, &cg, &cu, &cd};
     for (size_t i = 0; i < 6; i++) tu_qmat_free(ms[i]);
