@@ -146,6 +146,17 @@ bool kn_matmul_tma_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n
 bool kn_matmul_skinny_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype);
 ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
                             unsigned epi, uint32_t groups[2], kiln_err *err);
+/* kn_matmul_skinny of the RMSNorm of X: each live token's scale first (kn_rmsnorm's,
+ * from f32 sums in another order), then X's elements h = round((x * scale) * wn) as they
+ * are loaded: the short block's norm and the product after it in one launch, the results
+ * those of kn_rmsnorm then kn_matmul_skinny but for the scale's summation order. Params: as
+ * kn_matmul_skinny (X the un-normalized rows), then wn (dtype, read, cols). The same
+ * epilogues and grid. Only where kn_matmul_skinny_norm_ok: CUDA's fragments (whose
+ * elements the kernel loads itself; not Vulkan's), subgroup reduce, and the skinny
+ * shape with each token's scale also in workgroup memory. */
+bool kn_matmul_skinny_norm_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype);
+ir_kernel *kn_matmul_skinny_norm(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
+                                 unsigned epi, float eps, uint32_t groups[2], kiln_err *err);
 
 /* out[i] = a[i] + b[i] (the residual add). Params: a, b (dtype, read), out (dtype, write).
  * out[i] = silu(g[i]) * u[i] = g / (1 + exp(-g)) * u (SwiGLU). Params: g, u, out.

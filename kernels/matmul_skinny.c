@@ -29,6 +29,14 @@
  * way; token fragments are the shape's N (16 for the H200 driver's bf16, 8 where 16x8x16
  * is offered).
  *
+ * kn_matmul_skinny_norm (CUDA's path only) takes X before the RMSNorm: after the grid wait
+ * each subgroup sums the squares of its share of the block's live tokens (s, s + slices,
+ * ..), and each token's scale goes to workgroup memory; the loop loads wn's columns with
+ * each step's (in flight with them, shared by the token fragments) and makes each of X's
+ * words h = round((x * scale) * wn) before the products, so the short block's norm costs
+ * no launch and no round trip of h, and the results are the separate kernels' but for the
+ * scale's summation order.
+ *
  * Rows of X at t >= n hold anything: they only reach outputs that are not stored. The
  * shape must tile exactly (kn_matmul_skinny_ok): rows a multiple of 16, cols of 32 times
  * the slices, n_max of 8, no more than 64. `KILN_SKINNY=row_frags,slices,depth[,wide]`
@@ -38,6 +46,7 @@
 #include "base/error.h"
 #include "kernels/kn_common.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -75,13 +84,14 @@ typedef struct skinny_cfg {
     uint32_t wide;                     /* 16-byte loads per row and token a step: 32 * wide columns */
 } skinny_cfg;
 
-static uint32_t sums_bytes(const skinny_cfg *g, uint32_t n_max) {
-    return g->slices * g->row_frags * SKINNY_ROWS * n_max * 4u;
+/* the slices' f32 sums, and with the norm each token's scale */
+static uint32_t sums_bytes(const skinny_cfg *g, uint32_t n_max, bool norm) {
+    return g->slices * g->row_frags * SKINNY_ROWS * n_max * 4u + (norm ? n_max * 4u : 0);
 }
 
 /* swiglu: the gate's and the up's 16 rows, two fragments, for 16 rows of Y */
 static bool cfg_fits(const rt_caps *c, const skinny_cfg *g, uint32_t rows, uint32_t cols, uint32_t n_max,
-                     bool swiglu) {
+                     bool swiglu, bool norm) {
     uint32_t wg = g->slices * c->subgroup_size, out_rows = g->row_frags * SKINNY_ROWS / (swiglu ? 2 : 1);
     bool frags_ok = g->row_frags == 1 || g->row_frags == 2 || g->row_frags == 4;
     return frags_ok && (!swiglu || g->row_frags >= 2) &&
@@ -89,19 +99,20 @@ static bool cfg_fits(const rt_caps *c, const skinny_cfg *g, uint32_t rows, uint3
            g->wide >= 1 && g->wide <= SKINNY_MAX_WIDE && g->slices >= 1 && g->slices <= SKINNY_MAX_SLICES &&
            cols % (g->slices * SKINNY_STEP * g->wide) == 0 &&
            g->depth <= SKINNY_MAX_DEPTH && wg <= 1024 && (!c->max_workgroup || wg <= c->max_workgroup) &&
-           (!c->shared_bytes || sums_bytes(g, n_max) <= c->shared_bytes);
+           (!c->shared_bytes || sums_bytes(g, n_max, norm) <= c->shared_bytes);
 }
 
 /* Two row fragments where rows / 32 workgroups still cover the device; as many slices as
  * SKINNY_SLICES that split cols into whole steps and whose sums fit; or the forced
  * KILN_SKINNY configuration where it fits. False when nothing fits. */
-static bool skinny_pick(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, bool swiglu, skinny_cfg *g) {
+static bool skinny_pick(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, bool swiglu, bool norm,
+                        skinny_cfg *g) {
     uint32_t units = c->compute_units ? c->compute_units : 128;
     const char *e = getenv("KILN_SKINNY");
     unsigned v[4] = {0, 0, 0, 1};
     if (e && sscanf(e, "%u,%u,%u,%u", &v[0], &v[1], &v[2], &v[3]) >= 3) {
         skinny_cfg f = {v[0], v[1], v[2], v[3]};
-        if (cfg_fits(c, &f, rows, cols, n_max, swiglu)) {
+        if (cfg_fits(c, &f, rows, cols, n_max, swiglu, norm)) {
             *g = f;
             return true;
         }
@@ -120,11 +131,11 @@ static bool skinny_pick(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t
      * layer 132.8 -> 118.4 us, qwen3-4b's pp24 +12%) */
     for (g->slices = wgs * 10 >= units * 14 ? SKINNY_SLICES / 2 : SKINNY_SLICES; g->slices >= 1; g->slices /= 2)
         for (g->wide = SKINNY_MAX_WIDE; g->wide >= 1; g->wide--)
-            if (cfg_fits(c, g, rows, cols, n_max, swiglu)) return true;
+            if (cfg_fits(c, g, rows, cols, n_max, swiglu, norm)) return true;
     return false;
 }
 
-bool kn_matmul_skinny_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_all, ir_scalar dtype) {
+static bool skinny_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_all, ir_scalar dtype, bool norm) {
     const rt_mma_shape *s = c ? skinny_shape(c, dtype) : NULL;
     /* past 64 tokens, blocks of 64 on the grid's y */
     uint32_t n_max = n_all > SKINNY_MAX && n_all % SKINNY_MAX == 0 ? SKINNY_MAX : n_all;
@@ -134,9 +145,20 @@ bool kn_matmul_skinny_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_
         n_max > SKINNY_MAX)
         return false;
     skinny_cfg g;
-    if (!skinny_pick(c, rows, cols, n_max, false, &g) || !skinny_pick(c, rows, cols, n_max, true, &g)) return false;
+    if (!skinny_pick(c, rows, cols, n_max, false, norm, &g) || !skinny_pick(c, rows, cols, n_max, true, norm, &g))
+        return false;
     return (uint64_t)rows * cols <= UINT32_MAX && (uint64_t)n_all * cols <= UINT32_MAX &&
            (uint64_t)n_all * rows <= UINT32_MAX;
+}
+
+bool kn_matmul_skinny_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_all, ir_scalar dtype) {
+    return skinny_ok(c, rows, cols, n_all, dtype, false);
+}
+
+/* The norm's prologue sums each token's squares across a subgroup's lanes (subgroup
+ * reduce) and normalizes X's words as the kernel loads them: the non-opaque path only. */
+bool kn_matmul_skinny_norm_ok(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_all, ir_scalar dtype) {
+    return c && !skinny_opaque(c) && c->subgroup_arith && skinny_ok(c, rows, cols, n_all, dtype, true);
 }
 
 typedef struct skinny {
@@ -148,24 +170,31 @@ typedef struct skinny {
     ir_scalar dtype;
     unsigned epi;
     bool swiglu, opaque;           /* opaque: whole fragments from the buffers (skinny_opaque) */
+    bool norm;                     /* X un-normalized: its RMSNorm applied as it is loaded (wn, scale) */
     ir_type ta, tb;                /* the A and B fragment types */
     ir_buf w, wu, x, y, info, b, res; /* w, wu and x as u32 words of two elements (opaque: of dtype) */
+    ir_buf wn;                        /* the norm's weight, u32 words */
     ir_shm sums; /* [slice][frag_rows rows][n_max tokens], f32 */
+    ir_shm scale; /* the norm's scale of each live token of the block, f32 */
     ir_val r0, n;    /* the workgroup's first row, and its block's live tokens */
     ir_val t0;       /* the block's first token (blocks of 64 on y past 64 tokens) */
     ir_val w_lane, x_lane; /* the lane's first word of W (row r0 + g) and of X (token g) */
+    ir_val lg, wn_lane;    /* the lane's g, and its first word of wn (X's columns) */
+    ir_val sc[SKINNY_MAX / SKINNY_TOKENS]; /* the norm's scale of token g of each token fragment, splat to 4 */
 } skinny;
 
 #define W_LOADS (SKINNY_ROW_FRAGS * 2 * SKINNY_MAX_WIDE) /* loads of W a step: rows g, g + 8 of each row fragment */
 #define X_LOADS (SKINNY_MAX / SKINNY_TOKENS * SKINNY_MAX_WIDE) /* of X: token g of each live token fragment */
 #define FRAG_LOADS (2 * SKINNY_MAX_WIDE * (SKINNY_ROW_FRAGS + SKINNY_MAX / SKINNY_TOKENS)) /* opaque, a step */
-#define STEP_LOADS (FRAG_LOADS > W_LOADS + X_LOADS ? FRAG_LOADS : W_LOADS + X_LOADS) /* either path */
+#define N_LOADS (SKINNY_MAX_WIDE) /* of wn, with the norm */
+#define STEP_LOADS (FRAG_LOADS > W_LOADS + X_LOADS + N_LOADS ? FRAG_LOADS : W_LOADS + X_LOADS + N_LOADS) /* either path */
 #define MAX_ACC (SKINNY_ROW_FRAGS * SKINNY_MAX / SKINNY_TOKENS)
 #define DEPTH_REGS 96 /* registers for the loads in flight, where the depth is not forced */
 
 /* The step at word offset c: rows g and g + 8 of each row fragment of W, then token g of
  * each of the nf token fragments of X, wide loads of 4 words each (a row's or token's
- * loads next to each other: out[(row or token) * wide + v]). */
+ * loads next to each other: out[(row or token) * wide + v]); with the norm, then wn's same
+ * columns (shared by every token fragment). */
 static void load_step(const skinny *q, ir_val c, uint32_t nf, ir_val *out) {
     kx k = q->k;
     ir_val wat = kx_add(k, q->w_lane, c), xat = kx_add(k, q->x_lane, c);
@@ -178,6 +207,9 @@ static void load_step(const skinny *q, ir_val c, uint32_t nf, ir_val *out) {
     for (uint32_t j = 0; j < nf; j++)
         for (uint32_t v = 0; v < wd; v++)
             out[(nw + j) * wd + v] = kx_load(k, q->x, kx_add_c(k, xat, j * SKINNY_TOKENS * q->cols / 2 + 4 * v), 4);
+    if (!q->norm) return;
+    ir_val nat = kx_add(k, q->wn_lane, c);
+    for (uint32_t v = 0; v < wd; v++) out[(nw + nf) * wd + v] = kx_load(k, q->wn, kx_add_c(k, nat, 4 * v), 4);
 }
 
 /* 4 elements of the 16-bit type from words wa, wb (each two elements, low half first) */
@@ -187,12 +219,20 @@ static ir_val pair_elems(const skinny *q, ir_val wa, ir_val wb) {
     return kx_bitcast(k, kx_vec(k, v, 2), kx_t(k, q->dtype, 4));
 }
 
+/* 4 elements of X as the norm makes them: round((x * scale) * wn) to dtype, kn_rmsnorm's
+ * order and rounding (sv: the token's scale, wf: wn's 4 elements, both f32 x 4). */
+static ir_val norm_elems(const skinny *q, ir_val e, ir_val sv, ir_val wf) {
+    kx k = q->k;
+    ir_val xs = kx_mul(k, kx_convert(k, e, kx_t(k, IR_F32, 4)), sv);
+    return kx_convert(k, kx_mul(k, xs, wf), kx_t(k, q->dtype, 4));
+}
+
 /* acc[i * nf + j] += the step's products (ld: its loads, load_step) */
 static void step_products(const skinny *q, const ir_val *ld, uint32_t nf, ir_val *acc) {
     kx k = q->k;
     ir_type ta = q->ta, tb = q->tb;
     uint32_t wd = q->wide;
-    const ir_val *xw = ld + q->row_frags * 2 * wd;
+    const ir_val *xw = ld + q->row_frags * 2 * wd, *nw = xw + nf * wd;
     for (uint32_t p = 0; p < 2 * wd; p++) { /* product p: load v = p / 2, its words 2h, 2h + 1 */
         uint32_t v = p / 2, h = p % 2;
         ir_val a[SKINNY_ROW_FRAGS];
@@ -203,10 +243,14 @@ static void step_products(const skinny *q, const ir_val *ld, uint32_t nf, ir_val
             ir_val hi = pair_elems(q, kx_lane(k, g0, 2 * h + 1), kx_lane(k, g8, 2 * h + 1));
             a[i] = ir_frag_from_elems(k.ir, ta, lo, hi);
         }
+        ir_val wf = IR_NONE; /* wn at the same columns */
+        if (q->norm) wf = kx_convert(k, pair_elems(q, kx_lane(k, nw[v], 2 * h), kx_lane(k, nw[v], 2 * h + 1)),
+                                     kx_t(k, IR_F32, 4));
         for (uint32_t j = 0; j < nf; j++) {
             /* B elements: k 2t, 2t + 1 (word 2h), 2t + 8, 2t + 9 (word 2h + 1) of token g */
             ir_val xv = xw[j * wd + v];
             ir_val e = pair_elems(q, kx_lane(k, xv, 2 * h), kx_lane(k, xv, 2 * h + 1));
+            if (q->norm) e = norm_elems(q, e, q->sc[j], wf);
             ir_val b = ir_frag_from_elems(k.ir, tb, e, IR_NONE);
             for (uint32_t i = 0; i < q->row_frags; i++) acc[i * nf + j] = ir_frag_mma(k.ir, a[i], b, acc[i * nf + j]);
         }
@@ -247,10 +291,10 @@ static void frag_step_products(const skinny *q, const ir_val *ld, uint32_t nf, i
 }
 
 /* Values a step loads: u32x4 words (rows g, g + 8 of each row fragment, token g of each
- * token fragment, wide of each), or opaque fragments (every row and token fragment for
- * each of 2 * wide column fragments). */
+ * token fragment, with the norm wn's, wide of each), or opaque fragments (every row and
+ * token fragment for each of 2 * wide column fragments). */
 static uint32_t step_loads(const skinny *q, uint32_t nf) {
-    return q->opaque ? 2 * q->wide * (q->row_frags + nf) : (q->row_frags * 2 + nf) * q->wide;
+    return q->opaque ? 2 * q->wide * (q->row_frags + nf) : (q->row_frags * 2 + nf + q->norm) * q->wide;
 }
 
 /* Steps of loads in flight for nf token fragments: the forced depth, else as many as
@@ -293,10 +337,13 @@ static void slice_products(const skinny *q, uint32_t nf, ir_val *acc) {
 /* The block's products where (n + tok - 1) / tok == nf, its sums stored for the slice: slice s's
  * frag_rows x n_max sums (rows x tokens) at s * frag_rows * n_max (token fragments past
  * nf are not written and reach no stored output). */
-static void products_for(const skinny *q, uint32_t nf, ir_val zero) {
+static void products_for(const skinny *q0, uint32_t nf, ir_val zero) {
+    skinny qn = *q0, *q = &qn;
     kx k = q->k;
     ir_val acc[MAX_ACC];
     for (uint32_t j = 0; j < q->row_frags * nf; j++) acc[j] = zero;
+    for (uint32_t j = 0; q->norm && j < nf; j++) /* token g's scale of each live fragment, once */
+        q->sc[j] = kx_splat(k, kx_shm_load(k, q->scale, kx_add_c(k, q->lg, j * q->tok), 1), 4);
     slice_products(q, nf, acc);
     ir_val base = kx_mul_c(k, kx_sg_id(k), q->frag_rows * q->n_max), stride = kx_u32(k, q->n_max);
     for (uint32_t i = 0; i < q->row_frags; i++)
@@ -342,29 +389,67 @@ static void out_item(const skinny *q, ir_val i, uint32_t lanes) {
     kx_end_if(k, f);
 }
 
-ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_all, ir_scalar dtype,
-                            unsigned epi, uint32_t groups[2], kiln_err *err) {
+/* Each live token's scale (kn_rms_of_sum of its f32 sum of squares) into workgroup
+ * memory: subgroup s takes tokens s, s + slices, .., its lanes split the columns 8 a load
+ * (u of them in flight where the row is whole steps of them), lane 0 stores; then one
+ * barrier (reached by every invocation). The scales past n are not written. */
+static void norm_prologue(skinny *q, float eps) {
+    kx k = q->k;
+    uint32_t sg = k.caps->subgroup_size, words = q->cols / 2, u = 4;
+    while (u > 1 && words % (4 * sg * u)) u /= 2;
+    q->scale = kx_shared(k, "scale", IR_F32, q->n_max);
+    ir_val first = kx_sg_id(k), step = kx_u32(k, q->slices), t;
+    ir_for *each = kx_for(k, first, q->n, step, &t);
+    ir_val row = kx_mul_c(k, kx_add(k, q->t0, t), words);
+    ir_val zero = kx_splat(k, kx_f32(k, 0.0f), 4), lane4 = kx_mul_c(k, kx_sg_lane(k), 4);
+    ir_for *l = ir_for_begin(k.ir, lane4, kx_u32(k, words), kx_u32(k, 4 * sg * u), 1, &zero);
+    ir_val ss = ir_for_arg(l, 0), at = kx_add(k, row, ir_for_iv(l)), ld[4];
+    for (uint32_t i = 0; i < u; i++) ld[i] = kx_load(k, q->x, i ? kx_add_c(k, at, i * 4 * sg) : at, 4);
+    for (uint32_t i = 0; i < u; i++)
+        for (uint32_t h = 0; h < 2; h++) {
+            ir_val e = pair_elems(q, kx_lane(k, ld[i], 2 * h), kx_lane(k, ld[i], 2 * h + 1));
+            ir_val f = kx_convert(k, e, kx_t(k, IR_F32, 4));
+            ss = kx_fma(k, f, f, ss);
+        }
+    ir_for_end(k.ir, l, &ss);
+    ir_val total = kx_sg_sum(k, kn_lane_sum(k, ir_for_result(l, 0), 4));
+    ir_if *l0 = kx_if(k, kx_eq_c(k, kx_sg_lane(k), 0));
+    kx_shm_store(k, q->scale, t, kn_rms_of_sum(k, total, q->cols, eps));
+    kx_end_if(k, l0);
+    kx_end_for(k, each);
+    kx_barrier(k);
+}
+
+static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_all, ir_scalar dtype, unsigned epi,
+                        bool norm, float eps, uint32_t groups[2], kiln_err *err) {
+    const char *name = norm ? "kn_matmul_skinny_norm" : "kn_matmul_skinny";
     if (kn_check_dtype(c, dtype, err)) return NULL;
-    if (kn_check_epi("kn_matmul_skinny", epi, KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU | KN_EPI_F32, err))
+    if (kn_check_epi(name, epi, KN_EPI_BIAS | KN_EPI_RESIDUAL | KN_EPI_SWIGLU | KN_EPI_F32, err))
         return NULL;
-    skinny_cfg g;
-    bool swiglu = epi & KN_EPI_SWIGLU;
-    uint32_t n_max = n_all > SKINNY_MAX ? SKINNY_MAX : n_all, blocks = (n_all + n_max - 1) / n_max;
-    if (!kn_matmul_skinny_ok(c, rows, cols, n_all, dtype) || !skinny_pick(c, rows, cols, n_max, swiglu, &g)) {
-        kiln_fail(err, KILN_ERR_UNSUPPORTED,
-                  "kn_matmul_skinny: %u x %u for %u tokens does not tile (rows of 16, columns of 32 per slice, "
-                  "up to 64 tokens in whole fragments, or blocks of 64) or the caps lack 16x8x16 %s fragments (CUDA: in subgroups "
-                  "of 32; elsewhere also 16x16x16)",
-                  rows, cols, n_all, ir_scalar_name(dtype));
+    if (norm && (!(eps >= 0.0f) || !isfinite(eps))) {
+        kiln_fail(err, KILN_ERR_INVALID, "%s: bad eps %g", name, (double)eps);
         return NULL;
     }
+    skinny_cfg g;
+    bool swiglu = epi & KN_EPI_SWIGLU;
+    uint32_t n_max = n_all > SKINNY_MAX ? SKINNY_MAX : n_all;
+    bool ok = norm ? kn_matmul_skinny_norm_ok(c, rows, cols, n_all, dtype) : kn_matmul_skinny_ok(c, rows, cols, n_all, dtype);
+    if (!ok || !skinny_pick(c, rows, cols, n_max, swiglu, norm, &g)) {
+        kiln_fail(err, KILN_ERR_UNSUPPORTED,
+                  "%s: %u x %u for %u tokens does not tile (rows of 16, columns of 32 per slice, "
+                  "up to 64 tokens in whole fragments, or blocks of 64) or the caps lack 16x8x16 %s fragments (CUDA: in subgroups "
+                  "of 32; elsewhere also 16x16x16%s)",
+                  name, rows, cols, n_all, ir_scalar_name(dtype), norm ? "; the norm: CUDA's only" : "");
+        return NULL;
+    }
+    uint32_t blocks = (n_all + n_max - 1) / n_max; /* n_max > 0 where it tiles */
     const rt_mma_shape *s = skinny_shape(c, dtype);
     skinny q = {.rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype, .epi = epi, .row_frags = g.row_frags,
                 .slices = g.slices, .depth = g.depth, .wide = g.wide, .swiglu = swiglu, .tok = s->n,
-                .opaque = skinny_opaque(c)};
+                .opaque = skinny_opaque(c), .norm = norm};
     q.frag_rows = q.row_frags * SKINNY_ROWS;
     q.tile_rows = swiglu ? q.frag_rows / 2 : q.frag_rows;
-    q.k = (kx){kn_create("kn_matmul_skinny", err), c};
+    q.k = (kx){kn_create(name, err), c};
     if (!q.k.ir) return NULL;
     kx k = q.k;
     /* u32 words of two elements where the kernel reads the elements itself */
@@ -377,6 +462,7 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
     q.info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
     if (epi & KN_EPI_BIAS) q.b = kx_buffer(k, "b", dtype, IR_READ, rows);
     if (epi & KN_EPI_RESIDUAL) q.res = kx_buffer(k, "res", dtype, IR_READ, (uint64_t)n_all * rows);
+    if (norm) q.wn = kx_buffer(k, "wn", IR_U32, IR_READ, cols / 2);
     q.invocations = q.slices * c->subgroup_size;
     kx_workgroup(k, q.invocations);
     q.sums = kx_shared(k, "sums", IR_F32, q.slices * q.frag_rows * n_max);
@@ -401,7 +487,9 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
     } else {
         q.w_lane = kx_add(k, kx_mul_c(k, kx_add(k, q.r0, lg), cols / 2), lt4);
         q.x_lane = kx_add(k, kx_mul_c(k, kx_add(k, q.t0, lg), cols / 2), lt4);
+        q.lg = lg, q.wn_lane = lt4;
     }
+    if (norm) norm_prologue(&q, eps);
     q.ta = ir_t_frag(k.ir, IR_FRAG_A, dtype, s->m, s->n, s->k);
     q.tb = ir_t_frag(k.ir, IR_FRAG_B, dtype, s->m, s->n, s->k);
     ir_type tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, s->m, s->n, s->k);
@@ -429,4 +517,14 @@ ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint
     }
     if (groups) groups[0] = rows / q.tile_rows, groups[1] = blocks;
     return kn_finish(k.ir, err);
+}
+
+ir_kernel *kn_matmul_skinny(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_all, ir_scalar dtype,
+                            unsigned epi, uint32_t groups[2], kiln_err *err) {
+    return build(c, rows, cols, n_all, dtype, epi, false, 0.0f, groups, err);
+}
+
+ir_kernel *kn_matmul_skinny_norm(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_all, ir_scalar dtype,
+                                 unsigned epi, float eps, uint32_t groups[2], kiln_err *err) {
+    return build(c, rows, cols, n_all, dtype, epi, true, eps, groups, err);
 }
