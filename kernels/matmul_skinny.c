@@ -219,6 +219,13 @@ static ir_val pair_elems(const skinny *q, ir_val wa, ir_val wb) {
     return kx_bitcast(k, kx_vec(k, v, 2), kx_t(k, q->dtype, 4));
 }
 
+/* Words 2h and 2h + 1 of the u32x4 v as 4 f32 elements (built in that order). */
+static ir_val half_f32(const skinny *q, ir_val v, uint32_t h) {
+    kx k = q->k;
+    ir_val lo = kx_lane(k, v, 2 * h), hi = kx_lane(k, v, 2 * h + 1);
+    return kx_convert(k, pair_elems(q, lo, hi), kx_t(k, IR_F32, 4));
+}
+
 /* 4 elements of X as the norm makes them: round((x * scale) * wn) to dtype, kn_rmsnorm's
  * order and rounding (sv: the token's scale, wf: wn's 4 elements, both f32 x 4). */
 static ir_val norm_elems(const skinny *q, ir_val e, ir_val sv, ir_val wf) {
@@ -244,8 +251,7 @@ static void step_products(const skinny *q, const ir_val *ld, uint32_t nf, ir_val
             a[i] = ir_frag_from_elems(k.ir, ta, lo, hi);
         }
         ir_val wf = IR_NONE; /* wn at the same columns */
-        if (q->norm) wf = kx_convert(k, pair_elems(q, kx_lane(k, nw[v], 2 * h), kx_lane(k, nw[v], 2 * h + 1)),
-                                     kx_t(k, IR_F32, 4));
+        if (q->norm) wf = half_f32(q, nw[v], h);
         for (uint32_t j = 0; j < nf; j++) {
             /* B elements: k 2t, 2t + 1 (word 2h), 2t + 8, 2t + 9 (word 2h + 1) of token g */
             ir_val xv = xw[j * wd + v];
@@ -402,13 +408,13 @@ static void norm_prologue(skinny *q, float eps) {
     ir_for *each = kx_for(k, first, q->n, step, &t);
     ir_val row = kx_mul_c(k, kx_add(k, q->t0, t), words);
     ir_val zero = kx_splat(k, kx_f32(k, 0.0f), 4), lane4 = kx_mul_c(k, kx_sg_lane(k), 4);
-    ir_for *l = ir_for_begin(k.ir, lane4, kx_u32(k, words), kx_u32(k, 4 * sg * u), 1, &zero);
+    ir_val end = kx_u32(k, words), stride = kx_u32(k, 4 * sg * u);
+    ir_for *l = ir_for_begin(k.ir, lane4, end, stride, 1, &zero);
     ir_val ss = ir_for_arg(l, 0), at = kx_add(k, row, ir_for_iv(l)), ld[4];
     for (uint32_t i = 0; i < u; i++) ld[i] = kx_load(k, q->x, i ? kx_add_c(k, at, i * 4 * sg) : at, 4);
     for (uint32_t i = 0; i < u; i++)
         for (uint32_t h = 0; h < 2; h++) {
-            ir_val e = pair_elems(q, kx_lane(k, ld[i], 2 * h), kx_lane(k, ld[i], 2 * h + 1));
-            ir_val f = kx_convert(k, e, kx_t(k, IR_F32, 4));
+            ir_val f = half_f32(q, ld[i], h);
             ss = kx_fma(k, f, f, ss);
         }
     ir_for_end(k.ir, l, &ss);
