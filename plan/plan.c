@@ -346,6 +346,7 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
     p->d = d;
     p->owner = owner;
     s.fuse_norm = plan_can_fuse_norm(&s, &d->caps);
+    s.skinny_norm = plan_skinny_norm_on();
     p->s = s;
     p->base.ops = &plan_ops;
     p->base.n_vocab = hp->n_vocab;

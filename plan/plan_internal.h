@@ -53,6 +53,9 @@ typedef struct plan_shape {
     uint32_t q_dim, kv_dim, qkv_dim, n_ctx, n_block;
     bool bias, freqs;
     bool fuse_norm; /* the decode step's norms inside the products after them (kn_matvec_norm) */
+    /* a short block's and a step's norms inside their skinny products where they apply
+     * (plan_skinny_norm; off where KILN_SKINNY_NORM=0) */
+    bool skinny_norm;
     uint32_t n_slots; /* plans that will share one upload of the weights (for the memory check) */
     /* more than one slot: the slots' KV caches in one pool of pages (kn_pages: PLAN_PAGE_ROWS
      * rows a page, enough pages for n_ctx positions, each slot's table stride entries, a
@@ -251,6 +254,15 @@ const plan_prefill *plan_sub_for(const plan_engine *p, uint32_t n);
  * PLAN_LONG_BLOCK (each within the context). */
 int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, plan_shape *s, kiln_err *err);
 bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c);
+/* plan_shape.skinny_norm for a plan: on unless KILN_SKINNY_NORM=0 (measuring). */
+bool plan_skinny_norm_on(void);
+/* Whether role i of a block of s->n_block tokens takes the norm before it inside its
+ * product (kn_matmul_skinny_norm, X the un-normalized activations and wn the norm's
+ * weight; no K_NORM launch): where s->skinny_norm, a short block's skinny product where
+ * kn_matmul_skinny_norm_ok, for K_MM_QKV (not qwen35's: its gate product reads the same
+ * h) and K_MM_FF with SwiGLU (dense models: the experts keep their norm). A layer whose
+ * weight is in blocks still takes K_NORM and its quantized product (plan_record.c). */
+bool plan_skinny_norm(const plan_shape *s, const rt_caps *c, int i);
 /* The rows of a DeltaNet layer's stacked input weight (plan_shape's dn_*_row, dn_in_rows). */
 void plan_dn_rows(plan_shape *s);
 /* Builds kernel i for the shape; its grid (x, y) where it follows from the shape. The

@@ -29,6 +29,20 @@ bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c) {
     return (uint64_t)s->hp.n_embd * 4 + 512 <= c->shared_bytes;
 }
 
+bool plan_skinny_norm_on(void) {
+    const char *e = getenv("KILN_SKINNY_NORM");
+    return !e || strcmp(e, "0") != 0;
+}
+
+bool plan_skinny_norm(const plan_shape *s, const rt_caps *c, int i) {
+    uint32_t d = s->hp.n_embd, nb = s->n_block;
+    if (!s->skinny_norm || nb > PLAN_SHORT_BLOCK) return false;
+    if (i == K_MM_QKV) return s->hp.arch != ARCH_QWEN35 && kn_matmul_skinny_norm_ok(c, s->qkv_dim, d, nb, s->dt);
+    if (i == K_MM_FF)
+        return !s->hp.n_expert && plan_ff_swiglu(s, c) && kn_matmul_skinny_norm_ok(c, s->hp.n_ff, d, nb, s->dt);
+    return false;
+}
+
 /* A prefill projection: the skinny product for a short block where the caps allow it, and
  * for a product of so few rows (qwen3.5's beta/alpha: 2 x the value heads) that the tiled
  * kernel's grid leaves most of the device idle (qwen3.5-4b at 512 tokens on the H200: 8
@@ -201,12 +215,16 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
         return s->fuse_norm ? kn_matvec_norm(c, hp->n_vocab, d, dt, IR_F32, fault, hp->rms_eps, &g[0], err)
                             : kn_matvec(c, hp->n_vocab, d, dt, IR_F32, fault, &g[0], err);
     }
-    case K_MM_QKV: return product(c, s->qkv_dim, d, nb, dt, bias, g, err);
+    case K_MM_QKV:
+        if (plan_skinny_norm(s, c, i)) return kn_matmul_skinny_norm(c, s->qkv_dim, d, nb, dt, bias, hp->rms_eps, g, err);
+        return product(c, s->qkv_dim, d, nb, dt, bias, g, err);
     case K_ATTN_PREFILL:
         if (pg) return kn_attn_prefill_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->qkv_dim, pg, nb, dt, g, err);
         return kn_attn_prefill(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->qkv_dim, s->n_ctx, nb, dt, g, err);
     case K_MM_O: return product(c, d, s->q_dim, nb, dt, KN_EPI_RESIDUAL, g, err);
-    case K_MM_FF: return product(c, hp->n_ff, d, nb, dt, plan_ff_swiglu(s, c) ? KN_EPI_SWIGLU : KN_EPI_NONE, g, err);
+    case K_MM_FF:
+        if (plan_skinny_norm(s, c, i)) return kn_matmul_skinny_norm(c, hp->n_ff, d, nb, dt, KN_EPI_SWIGLU, hp->rms_eps, g, err);
+        return product(c, hp->n_ff, d, nb, dt, plan_ff_swiglu(s, c) ? KN_EPI_SWIGLU : KN_EPI_NONE, g, err);
     case K_MM_DOWN: return product(c, d, hp->n_ff, nb, dt, KN_EPI_RESIDUAL, g, err);
     case K_SWIGLU: return kn_swiglu(c, nb * hp->n_ff, dt, &g[0], err);
     case K_TAKE_LAST: return kn_take_last(c, d, nb, dt, &g[0], err);
@@ -346,6 +364,7 @@ int plan_each_kernel(const model *m, const rt_caps *c, const rt_debug *dbg, uint
     plan_shape s;
     if (plan_shape_of(m, dtype, n_ctx, 0, &s, err)) return -1;
     s.fuse_norm = plan_can_fuse_norm(&s, c);
+    s.skinny_norm = plan_skinny_norm_on();
     s.fault_logits = dbg && dbg->fault_logits;
     for (int i = 0; i < K_COUNT; i++) {
         uint32_t g[2];

@@ -17,6 +17,9 @@ typedef struct recorder {
     bool step;   /* a step of several slots' tokens (plan_record_batch), not a prompt's block */
     kiln_err *err;
     int rc;
+    /* a block's qkv and gate/up products take the norm before them (plan_skinny_norm):
+     * X the un-normalized rows, wn the norm's weight, no K_NORM (16-bit layers only) */
+    bool norm_qkv, norm_ff;
 } recorder;
 
 /* Appends a launch of kernel k (parameters sig) on {gx, gy, 1}, its n buffers bound by name. */
@@ -80,10 +83,10 @@ static void add_w(recorder *R, int i, const int8_t qt[KN_Q_PARTS], uint32_t gx, 
 static void add_qkv(recorder *R, int kern, const plan_layer *L, bool prefill) {
     plan_engine *p = R->p;
     const uint32_t *g = R->grid[kern];
-    bool fused = !prefill && p->s.fuse_norm; /* the norm of xa inside the product */
     /* the matmul names its activations X, Y; the matvec x, y; q, k and v in their blocks
      * are three weights (W, W1, W2) */
     bool quant = L->qt_qkv[0] >= 0;
+    bool fused = prefill ? R->norm_qkv && !quant : p->s.fuse_norm; /* the norm of xa inside the product */
     plan_arg a[7] = {{"W", quant ? L->qkv_part[0] : L->wqkv}, {prefill ? "X" : "x", fused ? p->xa : p->h},
                      {prefill ? "Y" : "y", p->qkv}};
     uint32_t n = 3;
@@ -279,13 +282,18 @@ int plan_record_decode(plan_engine *p, kiln_err *err) {
 
 
 /* A block's feed-forward, xb to xa: the norm, the gate and up products with SwiGLU (one
- * launch where ff_swiglu and the weights are 16-bit), the down product with the residual. */
+ * launch where ff_swiglu and the weights are 16-bit, the norm in it too where norm_ff),
+ * the down product with the residual. */
 static void add_block_ffn(recorder *R, const plan_layer *L, uint32_t nb, bool ff_swiglu) {
     plan_engine *p = R->p;
     const uint32_t (*g)[2] = R->grid;
     if (p->s.hp.n_expert) return add_moe(R, L, nb, !R->step);
-    ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
-    if (L->qt_gate >= 0) {
+    bool fused = ff_swiglu && R->norm_ff && L->qt_gate < 0; /* the norm inside the product (plan_skinny_norm) */
+    if (!fused) ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
+    if (fused) {
+        ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_gate}, {"Wu", L->w_up}, {"X", p->xb}, {"Y", p->act},
+            {"info", p->info}, {"wn", L->ffn_norm});
+    } else if (L->qt_gate >= 0) {
         ADD_W(K_MM_FF, QT1(L->qt_gate), 0, 0, {"W", L->w_gate}, {"X", p->h}, {"Y", p->g}, {"info", p->info});
         ADD_W(K_MM_FF, QT1(L->qt_up), 0, 0, {"W", L->w_up}, {"X", p->h}, {"Y", p->u}, {"info", p->info});
         ADD(K_SWIGLU, g[K_SWIGLU][0], 1, {"g", p->g}, {"u", p->u}, {"out", p->act});
@@ -311,13 +319,14 @@ int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
     plan_shape sb = p->s;
     sb.n_block = nb;
     bool ff_swiglu = plan_ff_swiglu(&sb, &p->d->caps); /* as plan_build_kernel built K_MM_FF */
+    R->norm_qkv = plan_skinny_norm(&sb, &p->d->caps, K_MM_QKV), R->norm_ff = plan_skinny_norm(&sb, &p->d->caps, K_MM_FF);
     ADD(K_STAGE, g[K_STAGE][0], 1, {"tok_host", p->tok_h}, {"tok", p->tok}, {"info_host", p->info_h},
         {"info", p->info});
     ADD_W(K_EMBED, QT1(p->qt_embd), g[K_EMBED][0], nb, {"table", p->tok_embd}, {"tok", p->tok}, {"out", p->xa});
     bool gated = hp->arch == ARCH_QWEN35;
     for (uint32_t l = 0; l < hp->n_layer && !R->rc; l++) {
         const plan_layer *L = &p->L[l];
-        ADD(K_NORM, nb, 1, {"x", p->xa}, {"w", L->attn_norm}, {"y", p->h});
+        if (!R->norm_qkv || L->qt_qkv[0] >= 0) ADD(K_NORM, nb, 1, {"x", p->xa}, {"w", L->attn_norm}, {"y", p->h});
         if (gated && hp->recurrent[l]) {
             add_deltanet(R, L, true);
         } else {
@@ -351,12 +360,13 @@ int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err) {
     plan_shape sb = p->s;
     sb.n_block = nb;
     bool ff_swiglu = plan_ff_swiglu(&sb, &p->d->caps); /* as plan_build_kernel built K_MM_FF */
+    R->norm_qkv = plan_skinny_norm(&sb, &p->d->caps, K_MM_QKV), R->norm_ff = plan_skinny_norm(&sb, &p->d->caps, K_MM_FF);
     ADD(K_STAGE_BATCH, g[K_STAGE_BATCH][0], 1, {"tok_host", p->btok_h}, {"tok", p->btok}, {"info_host", p->info_h},
         {"info", p->info});
     ADD_W(K_EMBED, QT1(p->qt_embd), g[K_EMBED][0], nb, {"table", p->tok_embd}, {"tok", p->btok_tok}, {"out", p->xa});
     for (uint32_t l = 0; l < hp->n_layer && !R->rc; l++) {
         const plan_layer *L = &p->L[l];
-        ADD(K_NORM, nb, 1, {"x", p->xa}, {"w", L->attn_norm}, {"y", p->h});
+        if (!R->norm_qkv || L->qt_qkv[0] >= 0) ADD(K_NORM, nb, 1, {"x", p->xa}, {"w", L->attn_norm}, {"y", p->h});
         add_qkv(R, K_MM_QKV, L, true);
         plan_arg a[8] = {{"qkv", p->qkv}, {"kcache", p->kpool[l]}, {"vcache", p->vpool[l]}, {"tokpos", p->btok_pos}};
         uint32_t na = 4;
