@@ -13,8 +13,9 @@
  *            to the logits head;
  *   short    where the device has them, the prefill of a block of up to
  *            PLAN_SHORT_BLOCK tokens with products that read each weight once for all of
- *            them (kn_matmul_skinny; the gate and up products and SwiGLU in one):
- *            a short prompt, or a long one's last block;
+ *            them (kn_matmul_skinny; the gate and up products and SwiGLU in one; on
+ *            CUDA the norms before qkv and gate/up inside those products,
+ *            plan_skinny_norm): a short prompt, or a long one's last block;
  *   mid      where n_block is larger (the default's PLAN_LONG_BLOCK), a block of
  *            PLAN_MID_BLOCK tokens with the tiles that suit that many: a prompt runs
  *            through the smallest block that holds what is left of it.

@@ -11,8 +11,8 @@
  * delta of a rounding midpoint may round to the neighbouring value: each such element adds
  * |W[r][c]| ulp(h[c]) to output (r, t). With the products' summation order (2 cols 2^-24
  * sum|W h|, should the configurations differ) that bounds the sums' difference; the
- * output's rounding adds an ulp (the residual's another), SwiGLU's the propagation of its
- * two rounded sums. Rows of X past n hold NaN, Y starts poisoned with a guard, and rows
+ * output's rounding adds an ulp (the residual's another at the sum's magnitude), SwiGLU's
+ * the propagation of its two rounded sums. Rows of X past n hold NaN, Y starts poisoned with a guard, and rows
  * past n and the guard must keep the poison. */
 #include "base/error.h"
 #include "ir/ir.h"
@@ -252,7 +252,9 @@ static void norm_case(rt_device *d, ncase s, ir_scalar t, const uint32_t *ns, si
                 } else if (s.epi & KN_EPI_BIAS) {
                     tol += 4 * ldexp(1.0, -24) * (fabs(gs_sum) + fabs(bf[r]));
                 }
-                if (!f32) tol += ((s.epi & KN_EPI_RESIDUAL) ? 2 : 1) * tu_ulp16(t, fmax(fabs(got), fabs(want)) + tol);
+                /* the residual's inner rounding is at the sum's magnitude, the other at Y's */
+                if (s.epi & KN_EPI_RESIDUAL) tol += tu_ulp16(t, fabs(gs_sum) + tol);
+                if (!f32) tol += tu_ulp16(t, fmax(fabs(got), fabs(want)) + tol);
                 cr_assert(fabs(got - want) <= tol, "%s n=%u: Y[%u][%u] = %.9g fused, %.9g apart (tol %.3g)", what, n,
                           tk, r, got, want, tol);
             }
