@@ -187,7 +187,8 @@ typedef struct skinny {
 #define X_LOADS (SKINNY_MAX / SKINNY_TOKENS * SKINNY_MAX_WIDE) /* of X: token g of each live token fragment */
 #define FRAG_LOADS (2 * SKINNY_MAX_WIDE * (SKINNY_ROW_FRAGS + SKINNY_MAX / SKINNY_TOKENS)) /* opaque, a step */
 #define N_LOADS (SKINNY_MAX_WIDE) /* of wn, with the norm */
-#define STEP_LOADS (FRAG_LOADS > W_LOADS + X_LOADS + N_LOADS ? FRAG_LOADS : W_LOADS + X_LOADS + N_LOADS) /* either path */
+#define U32_LOADS (W_LOADS + X_LOADS + N_LOADS)
+#define STEP_LOADS (FRAG_LOADS > U32_LOADS ? FRAG_LOADS : U32_LOADS) /* either path */
 #define MAX_ACC (SKINNY_ROW_FRAGS * SKINNY_MAX / SKINNY_TOKENS)
 #define DEPTH_REGS 96 /* registers for the loads in flight, where the depth is not forced */
 
@@ -239,7 +240,7 @@ static void step_products(const skinny *q, const ir_val *ld, uint32_t nf, ir_val
     kx k = q->k;
     ir_type ta = q->ta, tb = q->tb;
     uint32_t wd = q->wide;
-    const ir_val *xw = ld + q->row_frags * 2 * wd, *nw = xw + nf * wd;
+    const ir_val *xw = ld + q->row_frags * 2 * wd, *wnv = xw + nf * wd;
     for (uint32_t p = 0; p < 2 * wd; p++) { /* product p: load v = p / 2, its words 2h, 2h + 1 */
         uint32_t v = p / 2, h = p % 2;
         ir_val a[SKINNY_ROW_FRAGS];
@@ -251,7 +252,7 @@ static void step_products(const skinny *q, const ir_val *ld, uint32_t nf, ir_val
             a[i] = ir_frag_from_elems(k.ir, ta, lo, hi);
         }
         ir_val wf = IR_NONE; /* wn at the same columns */
-        if (q->norm) wf = half_f32(q, nw[v], h);
+        if (q->norm) wf = half_f32(q, wnv[v], h);
         for (uint32_t j = 0; j < nf; j++) {
             /* B elements: k 2t, 2t + 1 (word 2h), 2t + 8, 2t + 9 (word 2h + 1) of token g */
             ir_val xv = xw[j * wd + v];
@@ -439,7 +440,8 @@ static ir_kernel *build(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t
     skinny_cfg g;
     bool swiglu = epi & KN_EPI_SWIGLU;
     uint32_t n_max = n_all > SKINNY_MAX ? SKINNY_MAX : n_all;
-    bool ok = norm ? kn_matmul_skinny_norm_ok(c, rows, cols, n_all, dtype) : kn_matmul_skinny_ok(c, rows, cols, n_all, dtype);
+    bool ok = norm ? kn_matmul_skinny_norm_ok(c, rows, cols, n_all, dtype)
+                   : kn_matmul_skinny_ok(c, rows, cols, n_all, dtype);
     if (!ok || !skinny_pick(c, rows, cols, n_max, swiglu, norm, &g)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED,
                   "%s: %u x %u for %u tokens does not tile (rows of 16, columns of 32 per slice, "

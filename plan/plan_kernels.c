@@ -216,14 +216,16 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
                             : kn_matvec(c, hp->n_vocab, d, dt, IR_F32, fault, &g[0], err);
     }
     case K_MM_QKV:
-        if (plan_skinny_norm(s, c, i)) return kn_matmul_skinny_norm(c, s->qkv_dim, d, nb, dt, bias, hp->rms_eps, g, err);
+        if (plan_skinny_norm(s, c, i))
+            return kn_matmul_skinny_norm(c, s->qkv_dim, d, nb, dt, bias, hp->rms_eps, g, err);
         return product(c, s->qkv_dim, d, nb, dt, bias, g, err);
     case K_ATTN_PREFILL:
         if (pg) return kn_attn_prefill_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->qkv_dim, pg, nb, dt, g, err);
         return kn_attn_prefill(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->qkv_dim, s->n_ctx, nb, dt, g, err);
     case K_MM_O: return product(c, d, s->q_dim, nb, dt, KN_EPI_RESIDUAL, g, err);
     case K_MM_FF:
-        if (plan_skinny_norm(s, c, i)) return kn_matmul_skinny_norm(c, hp->n_ff, d, nb, dt, KN_EPI_SWIGLU, hp->rms_eps, g, err);
+        if (plan_skinny_norm(s, c, i))
+            return kn_matmul_skinny_norm(c, hp->n_ff, d, nb, dt, KN_EPI_SWIGLU, hp->rms_eps, g, err);
         return product(c, hp->n_ff, d, nb, dt, plan_ff_swiglu(s, c) ? KN_EPI_SWIGLU : KN_EPI_NONE, g, err);
     case K_MM_DOWN: return product(c, d, hp->n_ff, nb, dt, KN_EPI_RESIDUAL, g, err);
     case K_SWIGLU: return kn_swiglu(c, nb * hp->n_ff, dt, &g[0], err);

@@ -319,7 +319,8 @@ int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
     plan_shape sb = p->s;
     sb.n_block = nb;
     bool ff_swiglu = plan_ff_swiglu(&sb, &p->d->caps); /* as plan_build_kernel built K_MM_FF */
-    R->norm_qkv = plan_skinny_norm(&sb, &p->d->caps, K_MM_QKV), R->norm_ff = plan_skinny_norm(&sb, &p->d->caps, K_MM_FF);
+    R->norm_qkv = plan_skinny_norm(&sb, &p->d->caps, K_MM_QKV);
+    R->norm_ff = plan_skinny_norm(&sb, &p->d->caps, K_MM_FF);
     ADD(K_STAGE, g[K_STAGE][0], 1, {"tok_host", p->tok_h}, {"tok", p->tok}, {"info_host", p->info_h},
         {"info", p->info});
     ADD_W(K_EMBED, QT1(p->qt_embd), g[K_EMBED][0], nb, {"table", p->tok_embd}, {"tok", p->tok}, {"out", p->xa});
@@ -360,7 +361,8 @@ int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err) {
     plan_shape sb = p->s;
     sb.n_block = nb;
     bool ff_swiglu = plan_ff_swiglu(&sb, &p->d->caps); /* as plan_build_kernel built K_MM_FF */
-    R->norm_qkv = plan_skinny_norm(&sb, &p->d->caps, K_MM_QKV), R->norm_ff = plan_skinny_norm(&sb, &p->d->caps, K_MM_FF);
+    R->norm_qkv = plan_skinny_norm(&sb, &p->d->caps, K_MM_QKV);
+    R->norm_ff = plan_skinny_norm(&sb, &p->d->caps, K_MM_FF);
     ADD(K_STAGE_BATCH, g[K_STAGE_BATCH][0], 1, {"tok_host", p->btok_h}, {"tok", p->btok}, {"info_host", p->info_h},
         {"info", p->info});
     ADD_W(K_EMBED, QT1(p->qt_embd), g[K_EMBED][0], nb, {"table", p->tok_embd}, {"tok", p->btok_tok}, {"out", p->xa});

@@ -116,7 +116,8 @@ Test(kernels_skinny_norm, refuses_opaque_fragments_and_bad_shapes) {
     cr_assert(kn_matmul_skinny_norm_ok(&c, 1024, 1024, 32, IR_BF16));
     static const struct {
         uint32_t rows, cols, n;
-    } bad[] = {{1000, 1024, 32}, {1024, 1000, 32}, {1024, 1024, 20}, {1024, 1024, 72}, {1024, 1024, 100}, {1024, 1024, 0}};
+    } bad[] = {{1000, 1024, 32}, {1024, 1000, 32}, {1024, 1024, 20},
+               {1024, 1024, 72}, {1024, 1024, 100}, {1024, 1024, 0}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_assert_not(kn_matmul_skinny_norm_ok(&c, bad[i].rows, bad[i].cols, bad[i].n, IR_BF16), "%zu", i);
         cr_assert_null(kn_matmul_skinny_norm(&c, bad[i].rows, bad[i].cols, bad[i].n, IR_BF16, 0, EPS, g, &err));
