@@ -5,6 +5,7 @@
 #include "plan/plan_internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* A recording under way: launches append to p->launch until the first failure, whose
  * message err keeps (every later add does nothing). */
@@ -17,10 +18,18 @@ typedef struct recorder {
     bool step;   /* a step of several slots' tokens (plan_record_batch), not a prompt's block */
     kiln_err *err;
     int rc;
-    /* a block's qkv and gate/up products take the norm before them (plan_skinny_norm):
-     * X the un-normalized rows, wn the norm's weight, no K_NORM (16-bit layers only) */
+    /* a block's qkv and gate/up products take the norm before them (plan_skinny_norm, as
+     * built: built_norm): X the un-normalized rows, wn the norm's weight, no K_NORM (16-bit
+     * layers only) */
     bool norm_qkv, norm_ff;
 } recorder;
+
+/* Whether the block's kernel i takes the norm before it (plan_skinny_norm), as it was built
+ * (a capability the device gave up meanwhile may have changed the decision since). */
+static bool built_norm(const recorder *R, int i) {
+    const char *k = R->sig[i].kernel;
+    return k && !strcmp(k, "kn_matmul_skinny_norm");
+}
 
 /* Appends a launch of kernel k (parameters sig) on {gx, gy, 1}, its n buffers bound by name. */
 static void add_k(recorder *R, rt_kernel *k, const plan_sig *sig, uint32_t gx, uint32_t gy, const plan_arg *args,
@@ -319,8 +328,7 @@ int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
     plan_shape sb = p->s;
     sb.n_block = nb;
     bool ff_swiglu = plan_ff_swiglu(&sb, &p->d->caps); /* as plan_build_kernel built K_MM_FF */
-    R->norm_qkv = plan_skinny_norm(&sb, &p->d->caps, K_MM_QKV);
-    R->norm_ff = plan_skinny_norm(&sb, &p->d->caps, K_MM_FF);
+    R->norm_qkv = built_norm(R, K_MM_QKV), R->norm_ff = built_norm(R, K_MM_FF);
     ADD(K_STAGE, g[K_STAGE][0], 1, {"tok_host", p->tok_h}, {"tok", p->tok}, {"info_host", p->info_h},
         {"info", p->info});
     ADD_W(K_EMBED, QT1(p->qt_embd), g[K_EMBED][0], nb, {"table", p->tok_embd}, {"tok", p->tok}, {"out", p->xa});
@@ -361,8 +369,7 @@ int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err) {
     plan_shape sb = p->s;
     sb.n_block = nb;
     bool ff_swiglu = plan_ff_swiglu(&sb, &p->d->caps); /* as plan_build_kernel built K_MM_FF */
-    R->norm_qkv = plan_skinny_norm(&sb, &p->d->caps, K_MM_QKV);
-    R->norm_ff = plan_skinny_norm(&sb, &p->d->caps, K_MM_FF);
+    R->norm_qkv = built_norm(R, K_MM_QKV), R->norm_ff = built_norm(R, K_MM_FF);
     ADD(K_STAGE_BATCH, g[K_STAGE_BATCH][0], 1, {"tok_host", p->btok_h}, {"tok", p->btok}, {"info_host", p->info_h},
         {"info", p->info});
     ADD_W(K_EMBED, QT1(p->qt_embd), g[K_EMBED][0], nb, {"table", p->tok_embd}, {"tok", p->btok_tok}, {"out", p->xa});
