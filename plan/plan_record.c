@@ -297,7 +297,7 @@ static void add_block_ffn(recorder *R, const plan_layer *L, uint32_t nb, bool ff
     plan_engine *p = R->p;
     const uint32_t (*g)[2] = R->grid;
     if (p->s.hp.n_expert) return add_moe(R, L, nb, !R->step);
-    bool fused = ff_swiglu && R->norm_ff && L->qt_gate < 0; /* the norm inside the product (plan_skinny_norm) */
+    bool fused = R->norm_ff && L->qt_gate < 0; /* the norm inside the product, with SwiGLU (plan_skinny_norm) */
     if (!fused) ADD(K_NORM, nb, 1, {"x", p->xb}, {"w", L->ffn_norm}, {"y", p->h});
     if (fused) {
         ADD(K_MM_FF, g[K_MM_FF][0], g[K_MM_FF][1], {"W", L->w_gate}, {"Wu", L->w_up}, {"X", p->xb}, {"Y", p->act},
