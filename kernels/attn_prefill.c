@@ -51,6 +51,7 @@
 #include "kernels/kn_common.h"
 
 #include <math.h>
+#include <stdlib.h>
 
 #define MAX_S 64     /* scores per invocation */
 #define MAX_O 256    /* output accumulators per invocation */
@@ -132,6 +133,27 @@ static bool plan(const rt_caps *c, uint32_t group_size, uint32_t hd, uint32_t la
     }
     uint32_t stage = (rows > keys ? rows : keys) * (hd / lanes);
     return (stage + inv - 1) / inv <= MAX_STAGE;
+}
+
+/* The workgroups of tiles of `rows` rows over n_max tokens: heads_per_tile as plan() takes
+ * it, two token blocks a workgroup. */
+static uint32_t grid_of(uint32_t rows, uint32_t n_head, uint32_t group_size, uint32_t n_max) {
+    uint32_t hpt = 1;
+    while (hpt * 2 <= rows && group_size % (hpt * 2) == 0) hpt *= 2;
+    uint32_t tpt = rows / hpt, nb = (n_max + tpt - 1) / tpt;
+    return n_head / hpt * ((nb + 1) / 2);
+}
+
+/* The most rows a tile may take: 32, or for a short block (at most 64 tokens) fewer, until
+ * the grid covers the compute units. A short block's 32-row tiles leave most of them idle
+ * (qwen3-8b, 24 tokens: 24 workgroups on the H200's 132), and each invocation's chain of
+ * score and output sums is as long as its rows. KILN_ATTN_SHORT=0 keeps 32 (measuring). */
+static uint32_t short_rows(const rt_caps *c, uint32_t n_head, uint32_t group_size, uint32_t n_max) {
+    uint32_t rows = 32;
+    const char *e = getenv("KILN_ATTN_SHORT");
+    if (n_max > 64 || !c->compute_units || (e && e[0] == '0' && !e[1])) return rows;
+    while (rows > 4 && grid_of(rows, n_head, group_size, n_max) < c->compute_units) rows /= 2;
+    return rows;
 }
 
 /* The builder's state. */
@@ -496,7 +518,7 @@ static ir_kernel *prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv,
     cfg g;
     bool ok = false;
     /* the most rows that fit (they share each K/V tile), then the most keys */
-    for (uint32_t rows = 32; rows >= 1 && !ok; rows /= 2)
+    for (uint32_t rows = short_rows(c, n_head, group_size, n_max); rows >= 1 && !ok; rows /= 2)
         for (uint32_t keys = 32; keys >= 4 && !ok; keys /= 2)
             ok = plan(c, group_size, hd, lanes, per_word, rows, keys, 256, &g);
     if (!ok) {

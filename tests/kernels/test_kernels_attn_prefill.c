@@ -33,6 +33,8 @@
 
 #define GUARD 64
 
+static uint32_t force_units; /* nonzero: the caps' compute units, for short_rows's shapes */
+
 
 static const ir_scalar dtypes[2] = {IR_BF16, IR_F16};
 
@@ -57,6 +59,8 @@ static void prefill_case(rt_device *d, const shape *s, ir_scalar t, const blk *b
                                    groups, &err);
     cr_assert_not_null(k, "%s", err.msg);
     cr_assert(groups[0] > 0 && groups[1] > 0);
+    /* tiles of 4 rows: at most 4 tokens a block, so 64 tokens take 8 workgroups along y or more */
+    if (force_units && s->n_max <= 64) cr_assert_geq(groups[1], 8, "short block: %u groups along y", groups[1]);
     rt_kernel *ck = tu_vk_compile(d, k);
     size_t nq = (size_t)s->n_max * s->q_stride, nc = (size_t)s->n_ctx * kv_dim, no = (size_t)s->n_max * qn;
     uint16_t *q = malloc(nq * 2), *kc = malloc(nc * 2), *vc = malloc(nc * 2), *o = malloc((no + GUARD) * 2);
@@ -128,6 +132,7 @@ static const uint32_t heads[][2] = {{1, 1}, {4, 2}, {16, 8}, {6, 1}};
  * q row stride. full = false (the caps variants) keeps the cases that change their code paths. */
 static void prefill_all(const char *var, uint64_t sd, bool full) {
     rt_device *d = tu_vk_open_or_skip(var);
+    if (force_units) d->caps.compute_units = force_units;
     tu_seed(sd);
     const uint32_t hds[] = {64, 128, 40};
     for (size_t gi = 0; gi < sizeof heads / sizeof heads[0]; gi++)
@@ -159,6 +164,13 @@ static void prefill_all(const char *var, uint64_t sd, bool full) {
 Test(kernels_attn_prefill, matches_oracle_attend, .timeout = 600) { prefill_all(NULL, 31, true); }
 
 /* 64 invocations: bigger register tiles per invocation */
+/* A short block's tiles of fewer rows (kn_attn_prefill's short_rows: down to 4 where the
+ * grid is under the compute units, as it is for every shape here with 4096 of them). */
+Test(kernels_attn_prefill, short_block_small_tiles, .timeout = 600) {
+    force_units = 4096;
+    prefill_all(NULL, 37, false);
+}
+
 Test(kernels_attn_prefill, small_workgroup, .timeout = 600) { prefill_all("workgroup=64", 32, false); }
 
 /* 16 KiB of workgroup memory: fewer rows and keys per tile */
