@@ -76,6 +76,8 @@ static void load_once(void) {
         if (resolve(lib, (char *)&api + syms[i].off, syms[i].name)) return;
     void *ex = dlsym(lib, "cuLaunchKernelEx"); /* optional: caps.grid_dep stays off without it */
     if (ex) memcpy(&api.LaunchKernelEx, &ex, sizeof ex);
+    void *up = dlsym(lib, "cuGraphUpload"); /* optional: a recording's first replay then uploads it */
+    if (up) memcpy(&api.GraphUpload, &up, sizeof up);
     void *tm = dlsym(lib, "cuTensorMapEncodeTiled"); /* optional: caps.tma stays off without it */
     if (tm) memcpy(&api.TensorMapEncodeTiled, &tm, sizeof tm);
     CUresult r = api.Init(0);

@@ -124,6 +124,8 @@ typedef struct cu_api {
     CUresult (*StreamEndCapture)(CUstream s, CUgraph *g);
     CUresult (*GraphInstantiateWithFlags)(CUgraphExec *e, CUgraph g, unsigned long long flags);
     CUresult (*GraphLaunch)(CUgraphExec e, CUstream s);
+    /* optional (CUDA 11.1+; NULL without): a graph's upload ahead of its first launch */
+    CUresult (*GraphUpload)(CUgraphExec e, CUstream s);
     CUresult (*GraphExecDestroy)(CUgraphExec e);
     CUresult (*GraphDestroy)(CUgraph g);
 } cu_api;

@@ -496,6 +496,10 @@ static rt_recording *cu_record(rt_device *base, const rt_launch *l, uint32_t n, 
         cu_fail(d, err, "cuGraphInstantiateWithFlags", r);
         goto fail;
     }
+    /* uploaded now, not at its first replay: a server's slot that has not yet served a
+     * request would otherwise pay it in that request's first token (a hint: the first
+     * replay uploads it where this fails) */
+    if (rec->exec && d->cu->GraphUpload) d->cu->GraphUpload(rec->exec, d->stream);
     return rec;
 fail:
     free_recording(d, rec);
