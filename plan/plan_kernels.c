@@ -182,9 +182,8 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     bool cached = s->moe_slots > 0;
     const kn_pages *pg = s->pages.rows ? &s->pages : NULL;
     bool moe_whole = d % 64 == 0 && hp->n_ff_exp % 64 == 0;
-    /* the cache's 16-bit kernels read the slots held from a buffer: one build for every
-     * slot count (kernels.h), so a resize compiles nothing */
-    uint32_t n_exp = hp->n_expert;
+    /* the experts' 16-bit kernels are built for all of the model's experts, cached or not: the
+     * cache's read the slots it holds from a buffer (kernels.h), so a resize compiles nothing */
     switch (i) {
     case K_EMBED: return kn_embed(c, hp->n_vocab, d, dt, &g[0], err);
     case K_NORM: return kn_rmsnorm(c, d, dt, hp->rms_eps, err);
@@ -254,9 +253,9 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_MOE_SCORES: return kn_moe_scores(c, d, hp->n_expert, dt, &g[0], err);
     case K_MOE_ROUTE: return kn_moe_route(c, hp->n_expert, hp->n_expert_used, err);
     case K_MOE_GATE_UP:
-        return kn_moe_gate_up(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, dt, cached, &g[0], err);
-    case K_MOE_DOWN: return kn_moe_down(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, dt, cached, &g[0], err);
-    case K_MOE_GROUP: return kn_moe_group(c, n_exp, hp->n_expert_used, nb, cached, err);
+        return kn_moe_gate_up(c, d, hp->n_ff_exp, hp->n_expert, hp->n_expert_used, dt, cached, &g[0], err);
+    case K_MOE_DOWN: return kn_moe_down(c, hp->n_ff_exp, d, hp->n_expert, hp->n_expert_used, dt, cached, &g[0], err);
+    case K_MOE_GROUP: return kn_moe_group(c, hp->n_expert, hp->n_expert_used, nb, cached, err);
     /* a block's grouped products: on matrix fragments where the device has them and the
      * experts' shapes are whole tiles (every qwen3moe release); odd shapes keep the SIMT
      * kernels: on the H100 the odd-size whole-model test (200 x 72) failed on fragments
@@ -264,12 +263,12 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
      * explained */
     case K_MOE_GATE_UP_G:
         if (moe_whole && kn_moe_g_mma_ok(c, dt, d, true))
-            return kn_moe_gate_up_g_mma(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, nb, dt, cached, g, err);
-        return kn_moe_gate_up_g(c, d, hp->n_ff_exp, n_exp, hp->n_expert_used, nb, dt, cached, &g[0], err);
+            return kn_moe_gate_up_g_mma(c, d, hp->n_ff_exp, hp->n_expert, hp->n_expert_used, nb, dt, cached, g, err);
+        return kn_moe_gate_up_g(c, d, hp->n_ff_exp, hp->n_expert, hp->n_expert_used, nb, dt, cached, &g[0], err);
     case K_MOE_DOWN_G:
         if (moe_whole && kn_moe_g_mma_ok(c, dt, hp->n_ff_exp, false))
-            return kn_moe_down_g_mma(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, nb, dt, cached, g, err);
-        return kn_moe_down_g(c, hp->n_ff_exp, d, n_exp, hp->n_expert_used, nb, dt, cached, &g[0], err);
+            return kn_moe_down_g_mma(c, hp->n_ff_exp, d, hp->n_expert, hp->n_expert_used, nb, dt, cached, g, err);
+        return kn_moe_down_g(c, hp->n_ff_exp, d, hp->n_expert, hp->n_expert_used, nb, dt, cached, &g[0], err);
     case K_MOE_COMBINE: g[1] = nb; return kn_moe_combine(c, d, hp->n_expert_used, nb, dt, cached, &g[0], err);
     }
     /* qwen35 */
