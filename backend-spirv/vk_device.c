@@ -619,6 +619,7 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, kiln_err *e
     VkPhysicalDeviceProperties dp;
     vkGetPhysicalDeviceProperties(d->phys, &dp);
     d->spin = dp.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
+    d->base.host_cores = !d->spin;
     vkGetPhysicalDeviceMemoryProperties(d->phys, &d->mem);
     d->budget = VK_API_VERSION_MINOR(dp.apiVersion) >= 1 && has_device_ext(d->phys, "VK_EXT_memory_budget");
     uint32_t nq = 0;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 void model_opts_init(model_opts *o) {
     memset(o, 0, sizeof *o);
@@ -106,6 +107,8 @@ static int open_more(model_opts *o, const model *m, uint32_t n, engine **e, kiln
         e[i] = o->dev ? plan_create_sibling(e[0], &why) : orc_create(m, &o->orc, &why);
         if (!e[i]) return kiln_err_wrap(err, &why, "slot %u of %u", i + 1, n);
     }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (o->dev && !o->dev->host_cores && cpus > 1) o->batch.spin_busy = (uint32_t)(cpus / 2); /* a GPU's steps */
     return n > 1 ? engine_batch_group(e, n, &o->batch, err) : 0;
 }
 

@@ -30,6 +30,9 @@ typedef struct engine_batch_opts {
     uint32_t gather_us;   /* how long a step waits for busy engines' calls; 0: 500 (a sequence
                            * samples its next token in tens to hundreds of microseconds; one
                            * whose client stalls costs the others no more than this a step) */
+    uint32_t spin_busy;   /* callers poll while a step runs where at most this many engines are busy
+                           * (0: never; a device with cores of its own, not lavapipe, whose
+                           * threads need the host's; half the host's cores leave the rest some) */
     FILE *log;            /* NULL, or a line a step: its calls, tokens, how long its oldest call waited
                            * and how long its parts ran (kiln serve --step-log) */
 } engine_batch_opts;

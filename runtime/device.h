@@ -82,6 +82,7 @@ struct rt_device {
     rt_caps caps;
     rt_debug debug; /* the --caps test switches the device was opened with */
     char label[32]; /* "vulkan:0", "cuda:0" */
+    bool host_cores; /* it computes on the host's CPUs (lavapipe): threads waiting for it sleep, never spin */
     /* What the device took out of its caps after opening, and why ("" nothing): a variant
      * its driver refused at load (the CUDA JIT serializing wgmma clears caps.wgmma); the
      * caller builds that kernel again from the caps as they now are. */

@@ -177,6 +177,30 @@ Test(engine_batch, busy_sequences_step_together) {
     for (int i = 0; i < 4; i++) engine_destroy(e[i]);
 }
 
+/* The same with callers polling while a step runs (engine_batch_opts.spin_busy, as kiln
+ * serve sets it for a GPU), and two of them with prompts cut into chunks over several
+ * steps: every call still comes back with its own result, once, and steps take them all. */
+Test(engine_batch, polling_callers_step_together) {
+    fake f[4];
+    engine *e[4];
+    fakes(f, e, 4, 200);
+    kiln_err err = {0};
+    engine_batch_opts o = {.gather_us = 200000, .step_tokens = 16, .spin_busy = 8};
+    cr_assert_eq(engine_batch_group(e, 4, &o, &err), 0);
+    for (int i = 0; i < 4; i++) engine_batch_busy(e[i], true);
+    worker w[4];
+    for (int i = 0; i < 4; i++) w[i] = (worker){e[i], 40, i < 2 ? 50 : 0, false, 0, 0};
+    run_workers(w, 4);
+    engine_batch_stats st;
+    cr_assert(engine_batch_stats_of(e[1], &st));
+    /* the prompts' chunks share each step's 16 tokens with the decoding ones: 4 or more each */
+    cr_assert_geq(st.calls, 160 + 2 * 4, "%llu calls", (unsigned long long)st.calls);
+    cr_assert_eq(st.tokens, 160 + 2 * 50);
+    cr_assert(st.steps <= 60, "%llu steps: the busy sequences did not step together", (unsigned long long)st.steps);
+    for (int i = 0; i < 4; i++) cr_assert_eq(e[i]->n_past, i < 2 ? 90 : 40);
+    for (int i = 0; i < 4; i++) engine_destroy(e[i]);
+}
+
 /* A call that comes while a step runs waits for the step's own callers to come back (the
  * gather time counts from the step's end): a sequence that started late joins the others'
  * steps instead of taking steps of its own between them for good. */
