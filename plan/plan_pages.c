@@ -26,8 +26,17 @@ struct plan_pages {
     uint64_t clock;
     uint8_t *busy, *pinned;
     plan_engine **plans; /* [n_slots]: each slot's plan (NULL before it is made, after it is destroyed) */
-    bool dirty;          /* tab changed since the last upload */
+    uint32_t *lo, *hi;   /* [n_slots]: each slot's entries changed since the last upload, [lo, hi) */
 };
+
+/* Entry i of slot s changed: the next sync uploads it (each slot's changed span alone:
+ * the whole tables are n_slots x stride words, 256 KiB for 32 slots of a 131072 pool,
+ * where a step usually changes one entry). */
+static void touch(plan_pages *pp, uint32_t s, uint32_t i) {
+    if (pp->lo[s] >= pp->hi[s]) pp->lo[s] = i, pp->hi[s] = i + 1;
+    if (i < pp->lo[s]) pp->lo[s] = i;
+    if (i + 1 > pp->hi[s]) pp->hi[s] = i + 1;
+}
 
 plan_pages *plan_pages_create(uint32_t n_pages, uint32_t stride, uint32_t n_slots) {
     plan_pages *pp = calloc(1, sizeof *pp);
@@ -40,7 +49,9 @@ plan_pages *plan_pages_create(uint32_t n_pages, uint32_t stride, uint32_t n_slot
     pp->used = calloc(n_slots, 8);
     pp->busy = calloc(n_slots, 1), pp->pinned = calloc(n_slots, 1);
     pp->plans = calloc(n_slots, sizeof *pp->plans);
-    if (!pp->tab || !pp->held || !pp->free_list || !pp->used || !pp->busy || !pp->pinned || !pp->plans) {
+    pp->lo = calloc(n_slots, 4), pp->hi = calloc(n_slots, 4);
+    if (!pp->tab || !pp->held || !pp->free_list || !pp->used || !pp->busy || !pp->pinned || !pp->plans || !pp->lo ||
+        !pp->hi) {
         plan_pages_destroy(pp);
         return NULL;
     }
@@ -48,14 +59,14 @@ plan_pages *plan_pages_create(uint32_t n_pages, uint32_t stride, uint32_t n_slot
     /* the lowest pages handed out first */
     for (uint32_t i = 0; i < n_pages; i++) pp->free_list[i] = n_pages - 1 - i;
     pp->n_free = n_pages;
-    pp->dirty = true;
+    for (uint32_t s = 0; s < n_slots; s++) pp->lo[s] = 0, pp->hi[s] = stride;
     return pp;
 }
 
 void plan_pages_destroy(plan_pages *pp) {
     if (!pp) return;
     free(pp->tab), free(pp->held), free(pp->free_list), free(pp->used), free(pp->busy), free(pp->pinned);
-    free(pp->plans);
+    free(pp->plans), free(pp->lo), free(pp->hi);
     pthread_mutex_destroy(&pp->mu);
     free(pp);
 }
@@ -71,11 +82,11 @@ void plan_pages_detach(plan_pages *pp, uint32_t s) {
     for (uint32_t i = 0; i < pp->held[s]; i++) {
         pp->free_list[pp->n_free++] = pp->tab[(size_t)s * pp->stride + i];
         pp->tab[(size_t)s * pp->stride + i] = PLAN_PAGE_NONE;
+        touch(pp, s, i);
     }
     pp->held[s] = 0;
     pp->plans[s] = NULL;
     pp->busy[s] = pp->pinned[s] = 0;
-    pp->dirty = true;
     pthread_mutex_unlock(&pp->mu);
 }
 
@@ -123,19 +134,20 @@ static int reserve(plan_pages *pp, uint32_t s, uint32_t positions, kiln_err *err
             uint32_t *last = &pp->tab[(size_t)v * pp->stride + --pp->held[v]];
             page = *last;
             *last = PLAN_PAGE_NONE;
+            touch(pp, (uint32_t)v, pp->held[v]);
             /* the victim's cache now ends where that page began */
             plan_engine *vp = pp->plans[v];
             if (vp) engine_truncate(&vp->base, pp->held[v] * PLAN_PAGE_ROWS);
         }
+        touch(pp, s, pp->held[s]);
         pp->tab[(size_t)s * pp->stride + pp->held[s]++] = page;
-        pp->dirty = true;
     }
     /* pages past the positions hold nothing an eval keeps (it drops what follows it): free */
     while (pp->held[s] > need) {
         uint32_t *last = &pp->tab[(size_t)s * pp->stride + --pp->held[s]];
         pp->free_list[pp->n_free++] = *last;
         *last = PLAN_PAGE_NONE;
-        pp->dirty = true;
+        touch(pp, s, pp->held[s]);
     }
     return 0;
 }
@@ -159,8 +171,13 @@ uint32_t plan_pages_room(plan_pages *pp, uint32_t s) {
 
 int plan_pages_sync(plan_pages *pp, rt_device *d, rt_buffer *dev, kiln_err *err) {
     pthread_mutex_lock(&pp->mu);
-    int rc = pp->dirty ? d->ops->upload(d, dev, 0, pp->tab, (size_t)pp->n_slots * pp->stride * 4, err) : 0;
-    if (rc == 0) pp->dirty = false;
+    int rc = 0;
+    for (uint32_t s = 0; s < pp->n_slots && !rc; s++) {
+        if (pp->lo[s] >= pp->hi[s]) continue;
+        size_t at = (size_t)s * pp->stride + pp->lo[s];
+        rc = d->ops->upload(d, dev, at * 4, pp->tab + at, (size_t)(pp->hi[s] - pp->lo[s]) * 4, err);
+        if (!rc) pp->lo[s] = pp->hi[s] = 0;
+    }
     pthread_mutex_unlock(&pp->mu);
     return rc;
 }
