@@ -14,7 +14,8 @@
 
 typedef struct engine engine;
 
-/* One sequence's next token in a step of several (engine_ops.eval_step). */
+/* One sequence's next token in a step of several (engine_ops.eval_step); a sequence's
+ * several items (a short prompt's tokens) at consecutive positions, in order. */
 typedef struct engine_step {
     engine *e;
     int32_t token;
@@ -49,11 +50,12 @@ typedef struct engine_ops {
      * vocabulary's logits. -1 in *best when no logit beats -inf (the caller then reads
      * the logits with eval to decide). 0, or -1 with err. */
     int (*eval_argmax)(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best, kiln_err *err);
-    /* Optional: one token for each of n engines at once, every weight read once for all
-     * of them (the slots of one server on one device); each item's engine must be
-     * distinct and of this kind. Sets every item's rc (a bad item fails alone, as its eval
-     * would) and returns 0; or returns -1, having evaluated nothing, where these engines
-     * cannot step together (they are then evaluated one by one). */
+    /* Optional: n items of several engines at once, every weight read once for all of them
+     * (the slots of one server on one device); an engine's items at consecutive positions,
+     * in order, every engine of this kind. Sets every item's rc (a bad item fails alone, as
+     * its eval would, and the same engine's later items with it) and returns 0; or returns
+     * -1, having evaluated nothing, where these items cannot step together (they are then
+     * evaluated one by one). */
     int (*eval_step)(engine_step *items, uint32_t n);
     /* Optional: eval_argmax over the tokens whose bit is set in allow (n_vocab bits, token v
      * at bit v % 32 of word v / 32; a grammar's mask, so constrained greedy decoding keeps

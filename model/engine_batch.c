@@ -18,6 +18,7 @@
 
 #define DEFAULT_STEP_TOKENS 2048
 #define DEFAULT_GATHER_US 500
+#define TOGETHER_PROMPT 64 /* a prompt's chunk of at most this many tokens joins the step's eval_step */
 
 typedef struct wrap wrap;
 
@@ -31,6 +32,8 @@ typedef struct call {
     const uint32_t *allow; /* eval_argmax_masked's mask */
     uint64_t since_us;
     uint32_t take; /* tokens this step evaluates (the leader's, while a step runs) */
+    bool together; /* this step's tokens went to eval_step with the others' (the leader's) */
+    uint32_t item0; /* its first item in the step's eval_step */
     bool finished; /* the leader's mark, under the lock */
     atomic_bool released; /* set last, once the group no longer touches the call (a spinning caller returns) */
     int rc;
@@ -47,7 +50,7 @@ typedef struct group {
     engine_batch_opts o;
     engine_batch_stats st;
     call **step;    /* the step's calls in the order they run (one per wrapper at most) */
-    engine_step *items; /* the step's decoding tokens, where their engines step together */
+    engine_step *items; /* the step's tokens that go to eval_step together (TOGETHER_PROMPT a wrapper) */
     float *scratch; /* logits nobody wants: a prompt's chunks before its last (the leader's) */
     atomic_uint refs;
 } group;
@@ -137,28 +140,47 @@ static void run_share(group *g, call *c) {
     c->done += k;
 }
 
-/* The step's leading calls of one token each (pick puts them first), in one eval_step
- * where their engines offer it and take them together: 0 where they did not (each then
- * runs alone), else the calls done. */
+/* The step's tokens that go to one eval_step, where the engines offer it and take each
+ * other's: every decoding call's token, and the chunks of prompts of up to TOGETHER_PROMPT
+ * tokens (as items of consecutive positions; only a call's last token has an output), so a
+ * short prompt's tokens share the pass over the weights with the decoding ones instead of
+ * taking one of their own. Marks the calls taken (together); returns the tokens, 0 where
+ * fewer than two calls could go (each then runs alone). */
 static uint32_t run_together(group *g, uint32_t taken) {
-    uint32_t n = 0;
+    uint32_t n = 0, calls = 0;
     int (*op)(engine_step *, uint32_t) = NULL;
-    for (; n < taken; n++) {
-        call *c = g->step[n];
-        engine *in = c->w->inner;
-        if (c->take != 1 || c->done + 1 != c->n || !in->ops->eval_step || (op && in->ops->eval_step != op)) break;
-        op = in->ops->eval_step;
-        if (c->done == 0) in->n_past = c->w->base.n_past; /* the caller may have truncated */
-        g->items[n] = (engine_step){.e = in, .token = c->tokens[c->done], .pos = c->pos + c->done,
-                                    .logits = c->best ? NULL : c->logits + (c->all ? (size_t)c->done * in->n_vocab : 0),
-                                    .best = c->best, .allow = c->allow};
-    }
-    if (n < 2 || op(g->items, n)) return 0;
-    for (uint32_t i = 0; i < n; i++) {
+    for (uint32_t i = 0; i < taken; i++) {
         call *c = g->step[i];
-        c->rc = g->items[i].rc;
-        if (c->rc) c->err = g->items[i].err;
-        c->done++;
+        engine *in = c->w->inner;
+        bool decoding = c->take == 1 && c->done + 1 == c->n; /* a call for every row's logits too */
+        c->together = (decoding || (!c->all && c->take <= TOGETHER_PROMPT)) && in->ops->eval_step &&
+                      (!op || in->ops->eval_step == op);
+        if (!c->together) continue;
+        op = in->ops->eval_step;
+        calls++;
+        if (c->done == 0) in->n_past = c->w->base.n_past; /* the caller may have truncated */
+        c->item0 = n;
+        bool last_chunk = c->done + c->take == c->n;
+        for (uint32_t t = 0; t < c->take; t++) {
+            bool out = last_chunk && t + 1 == c->take;
+            uint32_t at = c->done + t;
+            g->items[n++] = (engine_step){
+                .e = in, .token = c->tokens[at], .pos = c->pos + at,
+                .logits = !out || c->best ? NULL : c->logits + (c->all ? (size_t)at * in->n_vocab : 0),
+                .best = out ? c->best : NULL, .allow = out ? c->allow : NULL};
+        }
+    }
+    if (calls < 2 || op(g->items, n)) {
+        for (uint32_t i = 0; i < taken; i++) g->step[i]->together = false;
+        return 0;
+    }
+    for (uint32_t i = 0; i < taken; i++) {
+        call *c = g->step[i];
+        if (!c->together) continue;
+        c->rc = 0;
+        for (uint32_t t = 0; t < c->take && !c->rc; t++) /* the first failure (the rest follow it) */
+            if ((c->rc = g->items[c->item0 + t].rc)) c->err = g->items[c->item0 + t].err;
+        c->done += c->take;
     }
     return n;
 }
@@ -174,8 +196,8 @@ static void lead(group *g) {
     for (uint32_t i = 0; i < taken; i++) { /* the queue itself may grow meanwhile: not walked */
         call *c = g->step[i];
         tokens += c->take;
-        cut += c->done + c->take < c->n;
-        if (i >= together) run_share(g, c);
+        cut += (c->together ? c->done : c->done + c->take) < c->n; /* a chunk before the call's last */
+        if (!c->together) run_share(g, c);
     }
     uint64_t us = now_us() - t0;
     if (g->o.log)
@@ -372,7 +394,8 @@ int engine_batch_group(engine **e, uint32_t n, const engine_batch_opts *opts, ki
     for (uint32_t i = 0; i < n; i++)
         if (e[i]->n_vocab > vocab) vocab = e[i]->n_vocab;
     bool ok = g && w && (g->scratch = malloc((size_t)vocab * sizeof *g->scratch)) &&
-              (g->step = calloc(n ? n : 1, sizeof *g->step)) && (g->items = calloc(n ? n : 1, sizeof *g->items));
+              (g->step = calloc(n ? n : 1, sizeof *g->step)) &&
+              (g->items = calloc((n ? n : 1) * (size_t)TOGETHER_PROMPT, sizeof *g->items));
     for (uint32_t i = 0; ok && i < n; i++) ok = (w[i] = calloc(1, sizeof *w[i])) != NULL;
     if (!ok) {
         for (uint32_t i = 0; w && i < n; i++) free(w[i]);

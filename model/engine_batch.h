@@ -8,10 +8,11 @@
  * with a request) has a call waiting, or once the oldest call has waited the gather time
  * (a busy sequence that is sampling its next token is not waited for longer than that).
  *
- * A step's decoding tokens go to their engines' eval_step together where the engines offer
- * it and accept each other (the slots of one plan_create_slots: every weight read once for
- * all of them); the rest (prompt chunks, engines without it) run one after another, each
- * on its own cache, in the order calls arrived in, decoding tokens first. Replaces one
+ * A step's decoding tokens and its chunks of short prompts (up to 64 tokens) go to their
+ * engines' eval_step together where the engines offer it and accept each other (the slots
+ * of one plan_create_slots: every weight read once for all of them); the rest (longer
+ * chunks, engines without it) run one after another, each on its own cache, in the order
+ * calls arrived in, decoding tokens first. Replaces one
  * fair lock per call, under which the engines took turns and a long prompt went in one
  * piece. */
 #ifndef KILN_MODEL_ENGINE_BATCH_H

@@ -6,8 +6,13 @@
  * no skinny ones), kn_qk_prep_batch and the batched attention reach each token's rows of
  * the pool, and the logits head and argmax run over every row.
  *
+ * A step may also carry short prompts' tokens: a slot's several items at consecutive
+ * positions, in order (its rows' keys and values are in the pool before the attention
+ * reads them, so each row attends to the ones before it); a step past the largest bucket
+ * replays it on the items in order.
+ *
  * The owner holds the recordings, one per bucket of 8, 16, 32 and 64 tokens (up to the
- * smallest that holds every slot), and the few buffers of its own (the staged inputs, the
+ * smallest that holds every slot, and the largest), and the few buffers of its own (the staged inputs, the
  * attention's partials, every row's logits and argmax); the activations are the owner's
  * prefill buffers, free while a step runs because the slots never evaluate at the same
  * time (model/engine_batch.h). A step's rows past its tokens are padding: slot n_slots
@@ -49,8 +54,9 @@ uint32_t plan_batch_size(const plan_shape *s, const rt_caps *c, int i) {
         s->n_block < PLAN_BATCH_MAX)
         return 0;
     uint32_t nb = bucket_tokens[i];
-    /* none past the smallest that holds every slot */
-    for (int j = 0; j < i; j++)
+    /* none past the smallest that holds every slot's next token, but the largest: short
+     * prompts' tokens join a step's (model/engine_batch.c) */
+    for (int j = 0; j < i && i < PLAN_BUCKETS - 1; j++)
         if (bucket_tokens[j] >= s->n_slots && bucket_ok(s, c, bucket_tokens[j])) return 0;
     return bucket_ok(s, c, nb) ? nb : 0;
 }
@@ -154,11 +160,13 @@ void plan_batch_release(plan_engine *p) {
 
 static plan_engine *as_plan(engine *e) { return e && e->ops == &plan_ops ? (plan_engine *)e : NULL; }
 
-/* What eval would refuse for the item's token, or 0 (as plan.c's run_tokens). */
-static int check_item(engine_step *it) {
+/* What eval would refuse for the item's token, or 0 (as plan.c's run_tokens); prev: the
+ * step's item before it on the same slot (its position the one before), or NULL. */
+static int check_item(engine_step *it, const engine_step *prev) {
     plan_engine *p = (plan_engine *)it->e;
     engine *base = &p->base;
-    if (it->pos > base->n_past)
+    if (prev && prev->rc) return kiln_fail(&it->err, KILN_ERR_INVALID, "%s", prev->err.msg);
+    if (!prev && it->pos > base->n_past)
         return kiln_fail(&it->err, KILN_ERR_INVALID, "position %u is past the %u cached positions", it->pos,
                          base->n_past);
     if ((uint64_t)it->pos + 1 > base->n_ctx)
@@ -254,20 +262,28 @@ int plan_eval_step(engine_step *items, uint32_t n) {
     plan_engine *first = n ? as_plan(items[0].e) : NULL;
     plan_engine *o = first ? first->owner ? (plan_engine *)first->owner : first : NULL;
     if (!o || !bucket_for(o, 1)) return -1;
-    for (uint32_t i = 0; i < n; i++) { /* siblings of one owner, each once */
+    /* siblings of one owner; a slot's items (a prompt's tokens) at consecutive positions in
+     * order: prev[i], the item before i on its slot, or -1 */
+    uint32_t slots = o->s.n_slots;
+    int32_t *last = malloc(((size_t)slots + n) * sizeof *last), *prev = last + slots;
+    if (!last) return -1;
+    for (uint32_t s = 0; s < slots; s++) last[s] = -1;
+    for (uint32_t i = 0; i < n; i++) {
         plan_engine *p = as_plan(items[i].e);
-        if (!p || (p->owner ? p->owner : p) != o) return -1;
-        for (uint32_t j = 0; j < i; j++)
-            if (items[j].e == items[i].e) return -1;
+        if (!p || (p->owner ? p->owner : p) != o || p->slot >= slots) return free(last), -1;
+        prev[i] = last[p->slot];
+        if (prev[i] >= 0 && items[i].pos != items[prev[i]].pos + 1) return free(last), -1;
+        last[p->slot] = (int32_t)i;
     }
     /* each item's page for its position, none taken from another item of the step */
     for (uint32_t i = 0; i < n && o->pp; i++) plan_pages_pin(o->pp, ((plan_engine *)items[i].e)->slot, true);
     for (uint32_t i = 0; i < n; i++) {
         engine_step *it = &items[i];
         kiln_err_clear(&it->err);
-        if ((it->rc = check_item(it)) == 0 && o->pp)
+        if ((it->rc = check_item(it, prev[i] >= 0 ? &items[prev[i]] : NULL)) == 0 && o->pp)
             it->rc = plan_pages_reserve(o->pp, ((plan_engine *)it->e)->slot, it->pos + 1, &it->err);
     }
+    free(last);
     for (uint32_t i = 0; i < n && o->pp; i++) plan_pages_pin(o->pp, ((plan_engine *)items[i].e)->slot, false);
     kiln_err sync = {0};
     if (o->pp && plan_pages_sync(o->pp, o->d, o->pages_dev, &sync))

@@ -60,6 +60,31 @@ static void fake_destroy(engine *e) { ((fake *)e)->destroyed = 1; }
 
 static const engine_ops fake_ops = {fake_eval, fake_destroy, fake_argmax};
 
+/* eval_step over fakes: one entry per item (n 1), an engine's items at consecutive
+ * positions from its cache's end or before; outputs as fake_eval's and fake_argmax's */
+static int fake_step(engine_step *it, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) {
+        bool first = true;
+        for (uint32_t j = i; j-- > 0 && first;)
+            if (it[j].e == it[i].e) {
+                if (it[i].pos != it[j].pos + 1) return -1;
+                first = false;
+            }
+        if (first && it[i].pos > it[i].e->n_past) return -1;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        fake *f = (fake *)it[i].e;
+        it[i].rc = record(f, 1, it[i].pos, it[i].best != NULL);
+        if (it[i].rc) kiln_fail(&it[i].err, KILN_ERR_INTERNAL, "two at once");
+        if (it[i].best) *it[i].best = (int32_t)(it[i].pos + 1);
+        if (it[i].logits)
+            for (uint32_t v = 0; v < f->base.n_vocab; v++) it[i].logits[v] = (float)it[i].pos;
+    }
+    return 0;
+}
+
+static const engine_ops fake_step_ops = {fake_eval, fake_destroy, fake_argmax, fake_step};
+
 static entry logbuf[LOG_MAX];
 static int n_log, running;
 
@@ -137,9 +162,11 @@ static void *work(void *arg) {
     if (w->mark) engine_batch_busy(w->e, true);
     uint32_t pos = 0;
     if (w->prompt) w->rc = engine_eval(w->e, tok, w->prompt, 0, logits, false, &err), pos = w->prompt;
+    if (!w->rc && w->prompt && logits[3] != (float)(w->prompt - 1)) w->rc = -2; /* the prompt's last row */
     for (uint32_t i = 0; i < w->tokens && !w->rc; i++) {
         if (w->think_us) nanosleep(&(struct timespec){.tv_nsec = (long)w->think_us * 1000}, NULL);
         w->rc = engine_eval(w->e, tok, 1, pos + i, logits, false, &err);
+        if (!w->rc && logits[3] != (float)(pos + i)) w->rc = -2;
     }
     w->done_at = now_ns();
     if (w->mark) engine_batch_busy(w->e, false);
@@ -151,7 +178,8 @@ static void run_workers(worker *w, int n) {
     pthread_t th[8];
     for (int i = 0; i < n; i++) cr_assert_eq(pthread_create(&th[i], NULL, work, &w[i]), 0);
     for (int i = 0; i < n; i++) pthread_join(th[i], NULL);
-    for (int i = 0; i < n; i++) cr_assert_eq(w[i].rc, 0, "worker %d: two engines of the group ran at once", i);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(w[i].rc, 0, "worker %d: %s", i, w[i].rc == -2 ? "a wrong row" : "two engines of the group ran at once");
 }
 
 /* Busy sequences step together: nearly every step takes one token of each, and no two
@@ -175,6 +203,35 @@ Test(engine_batch, busy_sequences_step_together) {
     cr_assert(st.by_calls[2] >= 36, "%llu steps of 3-4 calls", (unsigned long long)st.by_calls[2]);
     for (int i = 0; i < 4; i++) cr_assert_eq(e[i]->n_past, 40);
     for (int i = 0; i < 4; i++) engine_destroy(e[i]);
+}
+
+/* Short prompts' tokens go to eval_step with the decoding ones (as items at consecutive
+ * positions, only the last with an output); a prompt longer than 64 tokens runs alone. */
+Test(engine_batch, short_prompts_join_the_step) {
+    fake f[3];
+    engine *e[3];
+    fakes(f, e, 3, 0);
+    for (int i = 0; i < 3; i++) f[i].base.ops = &fake_step_ops;
+    kiln_err err = {0};
+    engine_batch_opts o = {.gather_us = 200000};
+    cr_assert_eq(engine_batch_group(e, 3, &o, &err), 0);
+    for (int i = 0; i < 3; i++) engine_batch_busy(e[i], true);
+    worker w[3] = {{e[0], 20, 10, false, 0, 0}, {e[1], 20, 30, false, 0, 0}, {e[2], 20, 100, false, 0, 0}};
+    run_workers(w, 3);
+    engine_batch_stats st;
+    cr_assert(engine_batch_stats_of(e[0], &st));
+    cr_assert_eq(st.tokens, 60 + 140);
+    /* the first step: the two short prompts together (40 items), the long one alone (one entry of 100) */
+    int items = 0, long_alone = 0;
+    for (int i = 0; i < n_log && i < LOG_MAX; i++) {
+        items += logbuf[i].n == 1 && logbuf[i].who < 2 && logbuf[i].pos < 30 && !(logbuf[i].who == 0 && logbuf[i].pos >= 10);
+        long_alone += logbuf[i].who == 2 && logbuf[i].n == 100;
+    }
+    cr_assert_eq(items, 40, "%d of the short prompts' tokens went as items", items);
+    cr_assert_eq(long_alone, 1);
+    cr_assert_geq(st.together, 40 + 3 * 15, "%llu tokens together", (unsigned long long)st.together);
+    for (int i = 0; i < 3; i++) cr_assert_eq(e[i]->n_past, w[i].prompt + 20);
+    for (int i = 0; i < 3; i++) engine_destroy(e[i]);
 }
 
 /* The same with callers polling while a step runs (engine_batch_opts.spin_busy, as kiln

@@ -177,9 +177,11 @@ Test(plan_batch, slots_step_together_as_each_alone, .timeout = 600) {
     cr_assert_eq(lone->ops->eval_step(mix, 2), -1);
     cr_assert_eq(lone->ops->eval_step(mix + 1, 1), -1, "a lone plan has no steps of several");
     cr_assert_eq(slot[0]->n_past, before);
-    engine_step twice[2] = {{.e = slot[2], .token = 3, .pos = 0, .best = &best[0]},
+    engine_step twice[2] = {{.e = slot[2], .token = 3, .pos = 1, .best = &best[0]},
                             {.e = slot[2], .token = 3, .pos = 1, .best = &best[1]}};
-    cr_assert_eq(slot[0]->ops->eval_step(twice, 2), -1, "one slot twice in a step");
+    cr_assert_eq(slot[0]->ops->eval_step(twice, 2), -1, "one slot twice at one position in a step");
+    twice[1].pos = 0;
+    cr_assert_eq(slot[0]->ops->eval_step(twice, 2), -1, "one slot's positions out of order in a step");
     engine_destroy(lone);
 
     /* the step's profile (kiln run --profile-step) */
@@ -194,6 +196,55 @@ Test(plan_batch, slots_step_together_as_each_alone, .timeout = 600) {
               "%s", text);
     free(text);
 
+    close_slots(m, slot, orc, lo, lg);
+    d->ops->destroy(d);
+}
+
+/* A prompt's tokens in a step beside the other slots' next tokens (model/engine_batch.c's
+ * short prompts): slot 1 starts over on a prompt of 70 tokens (the step then spans two
+ * buckets of 64, the prompt's rows split between them), only its last row with an output;
+ * every row against its own contract oracle, and a failing row takes its slot's later
+ * rows with it while the other slots step. */
+Test(plan_batch, a_prompt_steps_beside_decoding_slots, .timeout = 600) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    kiln_err err = {0};
+    model *m = model_load(tu_data_file("models/stories260K.gguf"), &err);
+    cr_assert_not_null(m, "%s", err.msg);
+    uint32_t nv = m->hp.n_vocab;
+    engine *slot[SLOTS], *orc[SLOTS];
+    float *lo[SLOTS], *lg[SLOTS];
+    int32_t next[SLOTS], best = -2;
+    uint32_t pos[SLOTS];
+    step_together(m, d, slot, orc, lo, lg, next, pos);
+    enum { N = 70 };
+    int32_t prompt[N];
+    for (uint32_t t = 0; t < N; t++) prompt[t] = t ? (int32_t)(2 + t * 37 % (nv - 2)) : 1;
+    engine_step it[N + 2];
+    uint32_t k = 0;
+    it[k++] = (engine_step){.e = slot[0], .token = next[0], .pos = pos[0], .logits = lg[0]};
+    for (uint32_t t = 0; t < N; t++)
+        it[k++] = (engine_step){.e = slot[1], .token = prompt[t], .pos = t, .logits = t + 1 == N ? lg[1] : NULL};
+    it[k++] = (engine_step){.e = slot[2], .token = next[2], .pos = pos[2], .best = &best};
+    cr_assert_eq(slot[0]->ops->eval_step(it, k), 0);
+    for (uint32_t i = 0; i < k; i++) cr_assert_eq(it[i].rc, 0, "item %u: %s", i, it[i].err.msg);
+    cr_assert(slot[0]->n_past == pos[0] + 1 && slot[1]->n_past == N && slot[2]->n_past == pos[2] + 1);
+    cr_assert_eq(engine_eval(orc[0], &next[0], 1, pos[0], lo[0], false, &err), 0, "%s", err.msg);
+    engine_truncate(orc[1], 0);
+    cr_assert_eq(engine_eval(orc[1], prompt, N, 0, lo[1], false, &err), 0, "%s", err.msg);
+    cr_assert_eq(engine_eval(orc[2], &next[2], 1, pos[2], lo[2], false, &err), 0, "%s", err.msg);
+    cr_assert_lt(check_row(lo[0], lg[0], argmax_of(lg[0], nv), nv, "slot 0 beside a prompt"), 1e-2);
+    cr_assert_lt(check_row(lo[1], lg[1], argmax_of(lg[1], nv), nv, "the prompt's last row"), 1e-2);
+    check_row(lo[2], NULL, best, nv, "slot 2 beside a prompt");
+
+    /* a bad token inside the prompt: its row and the slot's later ones fail, the rest step */
+    engine_step bad[4] = {{.e = slot[1], .token = prompt[0], .pos = 0},
+                          {.e = slot[1], .token = (int32_t)nv, .pos = 1},
+                          {.e = slot[1], .token = prompt[2], .pos = 2, .logits = lg[1]},
+                          {.e = slot[2], .token = 5, .pos = pos[2] + 1, .best = &best}};
+    cr_assert_eq(slot[0]->ops->eval_step(bad, 4), 0);
+    cr_assert(bad[0].rc == 0 && bad[1].rc == -1 && bad[2].rc == -1 && bad[3].rc == 0, "%d %d %d %d", bad[0].rc,
+              bad[1].rc, bad[2].rc, bad[3].rc);
+    cr_assert(strstr(bad[2].err.msg, "vocabulary"), "%s", bad[2].err.msg);
     close_slots(m, slot, orc, lo, lg);
     d->ops->destroy(d);
 }
