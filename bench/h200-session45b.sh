@@ -2,7 +2,7 @@
 # Session 45's second call (issue 17): the batched steps with the short block's norms inside
 # their products (kn_matmul_skinny_norm, session 44), callers polling a running step, graphs
 # uploaded when recorded (a cold slot's first token), the page tables' changed spans
-# uploaded alone (session 45): kiln serve --parallel 32 against
+# uploaded alone, short prompts in the decoding step (session 45): kiln serve --parallel 32 against
 # --parallel 1 on qwen3-0.6b and qwen3-8b (cuda:0, 1 / 8 / 32 streams, the mixed prompts),
 # then qwen3-0.6b on vulkan:0 (1 / 8 streams), and where a step of 8 tokens goes on cuda:0
 # with the fused norms and without (KILN_SKINNY_NORM=0). Binaries in devrun/. Writes OUTDIR.tar.
