@@ -14,6 +14,7 @@ PKGS=(
   libutf8proc-dev                      # Unicode categories for the pre-tokenizers
   libmicrohttpd-dev                    # HTTP for kiln serve
   curl                                 # tests: kiln serve's clients
+  haproxy                              # tests: replicas behind a balancer (docs/replicas.md)
   python3
   python3-jsonschema                   # tests: kiln diverge --json against docs/diverge.schema.json
   python3-venv                         # tests: a venv for the pinned openai client (pulls python3.11-venv,
