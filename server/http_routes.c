@@ -37,6 +37,14 @@ static enum MHD_Result completion(server *s, struct MHD_Connection *c, srv_endpo
     if (j->req.stream) return srv_stream_start(c, sl, j);
     srv_slot_dispatch(sl, j);
     srv_job_wait(j);
+    /* a generation the server cut (a plain request's text is cut only by a shutdown, or by
+     * memory for it running out) is no answer: 503 (a balancer sends it to another replica)
+     * or 500, never a 200 whose text ends early */
+    if (!j->rc && j->res.finish == GEN_CALLER) {
+        j->rc = -1;
+        if (atomic_load(&s->stopping)) kiln_fail(&j->err, KILN_ERR_FULL, "the server is shutting down");
+        else kiln_fail(&j->err, KILN_ERR_NOMEM, "out of memory for the completion's text");
+    }
     /* a KV pool taken by the other requests: 503 with Retry-After, as a full queue */
     int status = j->err.code == KILN_ERR_FULL ? 503 : 500;
     enum MHD_Result ok = j->rc ? srv_fail(c, status, NULL, NULL, "%s", j->err.msg)
