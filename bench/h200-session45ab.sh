@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Session 45's call for issues 14 and 17 together (the device came too rarely for one call
 # each): the pp24 variants (the short block's norms inside its skinny products, its
-# attention in tiles of fewer rows) beside llama-bench pp24, then h200-session45b.sh's serve runs on cuda:0 (qwen3-0.6b: 1 / 8 streams; qwen3-8b: 1 / 8 /
-# 32; each against a --parallel 1 server), the 8B's 24-token block profile, the plan suites.
+# attention in tiles of fewer rows) beside llama-bench pp24, then h200-session45b.sh's
+# serve runs on cuda:0 (qwen3-0.6b: 1 / 8 streams; qwen3-8b: 1 / 8 / 32; each against a
+# --parallel 1 server), the 8B's 24-token block profile, the plan suites.
 # Binaries in devrun/, llama.cpp from .peers. Writes OUTDIR.tar.
 set -u
 out=$1
