@@ -257,7 +257,7 @@ static void emit_inst(void *ctx, const ir_inst *in) {
     case IR_CLASS_VECTOR: emit_vector(x, in); return;
     case IR_CLASS_MEMORY: ptx_emit_memory(x, in); return;
     case IR_CLASS_ATOMIC: ptx_emit_atomic(x, in); return;
-    case IR_CLASS_BARRIER: ptx_emit_barrier(x); return;
+    case IR_CLASS_BARRIER: ptx_emit_barrier(x, in); return;
     case IR_CLASS_ASYNC: ptx_emit_async(x, in); return;
     case IR_CLASS_SUBGROUP: ptx_emit_subgroup(x, in); return;
     case IR_CLASS_FRAGMENT: ptx_emit_frag(x, in); return;

@@ -66,7 +66,7 @@ void ptx_emit_atomic(ptx_ctx *x, const ir_inst *in);
 
 /* ---- ptx_sg.c ---- */
 LLVMValueRef ptx_load_id(ptx_ctx *x, ir_id_kind kind, uint32_t dim);
-void ptx_emit_barrier(ptx_ctx *x);
+void ptx_emit_barrier(ptx_ctx *x, const ir_inst *in); /* BARRIER and FENCE */
 void ptx_emit_subgroup(ptx_ctx *x, const ir_inst *in);
 
 /* ---- ptx_frag.c: matrix fragments as mma.sync m16n8k16 (sm_80+) ---- */

@@ -50,7 +50,12 @@ LLVMValueRef ptx_load_id(ptx_ctx *x, ir_id_kind kind, uint32_t dim) {
     }
 }
 
-void ptx_emit_barrier(ptx_ctx *x) { ptx_call(x, "llvm.nvvm.barrier0", LLVMVoidTypeInContext(x->lc), NULL, NULL, 0); }
+void ptx_emit_barrier(ptx_ctx *x, const ir_inst *in) {
+    if (in->op == IR_OP_FENCE) /* acquire and release at the GPU's scope (sm_70+); a compiler barrier too */
+        ptx_emit_text(x, "fence.acq_rel.gpu;");
+    else
+        ptx_call(x, "llvm.nvvm.barrier0", LLVMVoidTypeInContext(x->lc), NULL, NULL, 0);
+}
 
 /* One 32-bit word from another lane: shfl.sync.bfly (xor) or .idx, full warp. */
 static LLVMValueRef shfl32(ptx_ctx *x, bool bfly, LLVMValueRef w, LLVMValueRef lane) {

@@ -175,7 +175,7 @@ static void emit_inst(void *ctx, const ir_inst *in) {
     case IR_CLASS_VECTOR: emit_vector(x, in); return;
     case IR_CLASS_MEMORY: spv_emit_memory(x, in); return;
     case IR_CLASS_ATOMIC: spv_emit_atomic(x, in); return;
-    case IR_CLASS_BARRIER: spv_emit_barrier(x); return;
+    case IR_CLASS_BARRIER: spv_emit_barrier(x, in); return;
     case IR_CLASS_ASYNC: spv_fail(x, "asynchronous copies reach SPIR-V lowered (ir/lower_async.c)"); return;
     case IR_CLASS_SUBGROUP: spv_emit_subgroup(x, in); return;
     case IR_CLASS_FRAGMENT: spv_emit_frag(x, in); return;
@@ -209,6 +209,7 @@ static void scan_frags(spv_ctx *x, const ir_region *r, int depth) {
         const ir_inst *in = r->inst[i];
         if (!in) continue;
         if (is_frag_op(in->op)) x->vulkan_mm = true;
+        if (in->op == IR_OP_FENCE) x->fence = true;
         bool on_shm = in->imm[2] == 1 && in->imm[0] >= 0 && (uint64_t)in->imm[0] < x->n_shm;
         if ((in->op == IR_OP_FRAG_LOAD || in->op == IR_OP_FRAG_STORE) && on_shm) x->shm[in->imm[0]].frag = true;
         if (in->op == IR_OP_ATOMIC && on_shm && in->imm[1] == IR_ATOMIC_XCHG && x->shm[in->imm[0]].d->elem == IR_F32)
@@ -387,6 +388,10 @@ static void decorate_buffers(spv_ctx *x) {
             spv_decorate(x, var, SpvDecorationBinding, 1, b);
             if (!(bi->p->access & IR_WRITE)) spv_decorate(x, var, SpvDecorationNonWritable, 0, 0);
             if (!(bi->p->access & IR_READ) && !bi->atomic) spv_decorate(x, var, SpvDecorationNonReadable, 0, 0);
+            /* another workgroup's stores, read after a fence, bypass incoherent caches (the Vulkan
+             * memory model's non-private accesses and visibility semantics do that instead) */
+            if (x->fence && !x->vulkan_mm && (bi->p->access & IR_WRITE))
+                spv_decorate(x, var, SpvDecorationCoherent, 0, 0);
             /* two views of one written buffer may overlap: without Aliased SPIR-V assumes not */
             if (views > 1 && (bi->p->access & IR_WRITE)) spv_decorate(x, var, SpvDecorationAliased, 0, 0);
         }

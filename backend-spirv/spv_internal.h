@@ -64,6 +64,7 @@ typedef struct spv_ctx {
 
     bool f16_native;
     bool vulkan_mm; /* fragments need the Vulkan memory model (SPIR-V validation rule) */
+    bool fence;     /* the kernel fences at device scope: its written buffers are Coherent (GLSL450 model) */
     uint32_t label; /* the block being written */
 
     buf_info *buf;
@@ -128,7 +129,7 @@ void spv_emit_atomic(spv_ctx *x, const ir_inst *in);
 /* ---- spv_sg.c ---- */
 uint32_t spv_load_id(spv_ctx *x, ir_id_kind kind, uint32_t dim);
 void spv_emit_subgroup(spv_ctx *x, const ir_inst *in);
-void spv_emit_barrier(spv_ctx *x);
+void spv_emit_barrier(spv_ctx *x, const ir_inst *in); /* BARRIER and FENCE */
 /* ---- spv_frag.c ---- */
 void spv_emit_frag(spv_ctx *x, const ir_inst *in);
 /* ---- spv_emit.c ---- */

@@ -95,9 +95,15 @@ void spv_emit_subgroup(spv_ctx *x, const ir_inst *in) {
     spv_def(x, in->result, r);
 }
 
-void spv_emit_barrier(spv_ctx *x) {
+void spv_emit_barrier(spv_ctx *x, const ir_inst *in) {
     /* the Vulkan memory model also needs the barrier to make writes available/visible */
     uint32_t vis = x->vulkan_mm ? SpvMemorySemanticsMakeAvailableMask | SpvMemorySemanticsMakeVisibleMask : 0;
+    if (in->op == IR_OP_FENCE) { /* buffers at device scope; their variables are Coherent (decorate_buffers) */
+        uint32_t scope = spv_c_u32(x, x->vulkan_mm ? SCOPE_QUEUE_FAMILY : SCOPE_DEVICE);
+        uint32_t sem = SpvMemorySemanticsAcquireReleaseMask | SpvMemorySemanticsUniformMemoryMask | vis;
+        spv_b_emitv(&x->b, SPV_SEC_FUNCTION, SpvOpMemoryBarrier, 2, scope, spv_c_u32(x, sem));
+        return;
+    }
     uint32_t sem = spv_c_u32(x, SEM_BARRIER | vis), wg = spv_c_u32(x, SCOPE_WORKGROUP);
     spv_b_emitv(&x->b, SPV_SEC_FUNCTION, SpvOpControlBarrier, 3, wg, wg, sem);
 }

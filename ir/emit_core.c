@@ -24,7 +24,7 @@ ir_op_class ir_op_class_of(ir_op op) {
     case IR_OP_SHM_STORE:
         return IR_CLASS_MEMORY;
     case IR_OP_ATOMIC: return IR_CLASS_ATOMIC;
-    case IR_OP_BARRIER: return IR_CLASS_BARRIER;
+    case IR_OP_BARRIER: case IR_OP_FENCE: return IR_CLASS_BARRIER;
     case IR_OP_ASYNC_COPY: case IR_OP_ASYNC_COMMIT: case IR_OP_ASYNC_WAIT: return IR_CLASS_ASYNC;
     case IR_OP_SG_REDUCE: case IR_OP_SG_SHUFFLE: case IR_OP_SG_SHUFFLE_XOR: case IR_OP_SG_BROADCAST:
         return IR_CLASS_SUBGROUP;

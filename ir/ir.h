@@ -134,7 +134,7 @@ typedef enum ir_op {
     IR_OP_LOAD, IR_OP_STORE, IR_OP_LOAD_MASKED, IR_OP_STORE_MASKED,
     IR_OP_SHM_LOAD, IR_OP_SHM_STORE,
     IR_OP_ATOMIC,
-    IR_OP_BARRIER,
+    IR_OP_BARRIER, IR_OP_FENCE,
     IR_OP_ASYNC_COPY, IR_OP_ASYNC_COMMIT, IR_OP_ASYNC_WAIT,
     /* subgroup */
     IR_OP_SG_REDUCE, IR_OP_SG_SHUFFLE, IR_OP_SG_SHUFFLE_XOR, IR_OP_SG_BROADCAST,
@@ -208,6 +208,11 @@ void ir_shm_store(ir_kernel *k, ir_shm s, ir_val index, ir_val value);
  * no barrier inside an if whose condition, or a for whose bounds, depend on an id other
  * than GROUP, NUM_GROUPS or SG_SIZE (or on an atomic's result). */
 void ir_barrier(ir_kernel *k);
+/* A memory fence at device scope (acquire and release, buffers): the invocation's buffer
+ * stores before it are seen by any invocation of the launch, in any workgroup, that sees an
+ * atomic the first made after it and fences before its own later loads (the classic "last
+ * workgroup to count in does the rest" handoff). Needs no uniform control flow. */
+void ir_fence(ir_kernel *k);
 
 /* Asynchronous copies from a buffer into workgroup memory (cp.async on sm_80+; a plain
  * load and store where a target has none, ir/lower.h): dst[dst_index + i] = src_index + i <

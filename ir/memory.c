@@ -90,6 +90,11 @@ void ir_barrier(ir_kernel *k) {
         ir_build(k, "ir_barrier", IR_OP_BARRIER, 0, NULL, 0, 0, 0, 0);
 }
 
+void ir_fence(ir_kernel *k) {
+    if (k)
+        ir_build(k, "ir_fence", IR_OP_FENCE, 0, NULL, 0, 0, 0, 0);
+}
+
 void ir_async_copy(ir_kernel *k, ir_shm dst, ir_val dst_index, ir_buf src, ir_val src_index, uint32_t count,
                    ir_val limit) {
     ir_scalar es, ed;

@@ -22,7 +22,7 @@ static const char *const op_names[IR_OP_COUNT] = {
     [IR_OP_CONVERT] = "convert", [IR_OP_BITCAST] = "bitcast", [IR_OP_VEC] = "vec", [IR_OP_EXTRACT] = "extract",
     [IR_OP_LOAD] = "load", [IR_OP_STORE] = "store", [IR_OP_LOAD_MASKED] = "load.masked",
     [IR_OP_STORE_MASKED] = "store.masked", [IR_OP_SHM_LOAD] = "shm.load", [IR_OP_SHM_STORE] = "shm.store",
-    [IR_OP_ATOMIC] = "atomic", [IR_OP_BARRIER] = "barrier",
+    [IR_OP_ATOMIC] = "atomic", [IR_OP_BARRIER] = "barrier", [IR_OP_FENCE] = "fence",
     [IR_OP_ASYNC_COPY] = "async.copy", [IR_OP_ASYNC_COMMIT] = "async.commit", [IR_OP_ASYNC_WAIT] = "async.wait",
     [IR_OP_SG_REDUCE] = "sg.reduce", [IR_OP_SG_SHUFFLE] = "sg.shuffle", [IR_OP_SG_SHUFFLE_XOR] = "sg.shuffle_xor",
     [IR_OP_SG_BROADCAST] = "sg.broadcast",
@@ -41,7 +41,7 @@ const char *ir_op_name(ir_op op) {
 
 bool ir_op_has_result(ir_op op) {
     switch (op) {
-    case IR_OP_STORE: case IR_OP_STORE_MASKED: case IR_OP_SHM_STORE: case IR_OP_BARRIER:
+    case IR_OP_STORE: case IR_OP_STORE_MASKED: case IR_OP_SHM_STORE: case IR_OP_BARRIER: case IR_OP_FENCE:
     case IR_OP_FRAG_STORE: case IR_OP_FOR: case IR_OP_IF: case IR_OP_YIELD:
     case IR_OP_ASYNC_COPY: case IR_OP_ASYNC_COMMIT: case IR_OP_ASYNC_WAIT:
     case IR_OP_GRID_WAIT: case IR_OP_PREFETCH: case IR_OP_MBAR_INIT: case IR_OP_MBAR_ARRIVE:
@@ -55,7 +55,7 @@ bool ir_op_has_result(ir_op op) {
 bool ir_op_is_effect(ir_op op) {
     switch (op) {
     case IR_OP_STORE: case IR_OP_STORE_MASKED: case IR_OP_SHM_STORE: case IR_OP_ATOMIC:
-    case IR_OP_BARRIER: case IR_OP_FRAG_STORE:
+    case IR_OP_BARRIER: case IR_OP_FENCE: case IR_OP_FRAG_STORE:
     case IR_OP_ASYNC_COPY: case IR_OP_ASYNC_COMMIT: case IR_OP_ASYNC_WAIT:
     case IR_OP_GRID_WAIT: case IR_OP_PREFETCH: case IR_OP_MBAR_INIT: case IR_OP_MBAR_ARRIVE:
     case IR_OP_MBAR_EXPECT: case IR_OP_MBAR_WAIT: case IR_OP_TMA_LOAD: case IR_OP_CLUSTER_SYNC:

@@ -348,7 +348,7 @@ static bool check(ck *c) {
         }
         return result_is(c, ty(c, 1));
     }
-    case IR_OP_BARRIER: case IR_OP_ASYNC_COMMIT:
+    case IR_OP_BARRIER: case IR_OP_FENCE: case IR_OP_ASYNC_COMMIT:
         return nops(c, 0);
     case IR_OP_ASYNC_WAIT:
         if (!nops(c, 0))

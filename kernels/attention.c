@@ -86,6 +86,7 @@ static ir_val run_chunk(kx k, ir_val n_keys, uint32_t n_split) {
 typedef struct attn_rows {
     uint32_t batch, n_seq, q_stride; /* batch 0: one token */
     const kn_pages *pg;              /* or NULL: unpaged */
+    bool merged;                     /* the decode merges its runs itself (kn_attn_decode_merged) */
 } attn_rows;
 
 typedef struct token_at {
@@ -157,9 +158,123 @@ static int rows_ok(const char *who, const attn_rows *r, uint32_t n_head, uint32_
     return 0;
 }
 
+/* What the merge of a head's runs reads and writes: the partials, the output, the token,
+ * the head's (b * n_head + h), the shapes, and its workgroup arrays (n_split floats each). */
+typedef struct merge_io {
+    ir_buf pa, ob;
+    token_at tk;
+    ir_val bh;
+    uint32_t n_split, head_dim, wg, per;
+    ir_scalar dtype;
+    ir_shm sh_m, sh_a, sh_l;
+    ir_val gate; /* a bool: this workgroup merges (IR_NONE: always) */
+} merge_io;
+
+/* Combines the runs of head bh into out (kn_attn_merge's body; the merged decode's tail,
+ * where a workgroup without the gate walks no runs and stores nothing, but still meets the
+ * barriers, which stay in uniform control flow). */
+static void merge_runs(kx k, const merge_io *m) {
+    uint32_t n_split = m->n_split, head_dim = m->head_dim, wg = m->wg, per = m->per;
+    ir_val u0 = kx_u32(k, 0), u1 = kx_u32(k, 1), f0 = kx_f32(k, 0.0f);
+    ir_val lid = kx_local(k), stride = kx_u32(k, head_dim + 2);
+    ir_val pos_ok = m->tk.pos_ok, n_keys = m->tk.n_keys;
+    /* runs in use: ceil(n_keys / chunk) (none without keys; chunk kept >= 1 for the divide) */
+    ir_val chunk = kx_max(k, run_chunk(k, n_keys, n_split), u1);
+    ir_val used = kx_div(k, kx_add(k, n_keys, kx_sub(k, chunk, u1)), chunk);
+    if (m->gate != IR_NONE) {
+        used = kx_select(k, m->gate, used, u0);
+        pos_ok = kx_and(k, pos_ok, m->gate);
+    }
+    ir_val hbase = kx_mul_c(k, m->bh, n_split * (head_dim + 2));
+    ir_val wgc = kx_u32(k, wg), s;
+    ir_shm sh_m = m->sh_m, sh_a = m->sh_a, sh_l = m->sh_l;
+    ir_buf pa = m->pa;
+
+    ir_for *fm = kx_for(k, lid, used, wgc, &s);
+    ir_val rb = kx_add(k, hbase, kx_mul(k, s, stride));
+    kx_shm_store(k, sh_m, s, kx_load(k, pa, rb, 1));
+    kx_shm_store(k, sh_l, s, kx_load(k, pa, kx_add(k, rb, u1), 1));
+    kx_end_for(k, fm);
+    kx_barrier(k);
+    /* M, read in one order by all (max is exact) */
+    ir_val ninf = kx_f32(k, -INFINITY);
+    ir_for *ml = ir_for_begin(k.ir, u0, used, u1, 1, &ninf);
+    ir_val mx = kx_max(k, ir_for_arg(ml, 0), kx_shm_load(k, sh_m, ir_for_iv(ml), 1));
+    ir_for_end(k.ir, ml, &mx);
+    ir_val M = ir_for_result(ml, 0);
+    ir_for *fa = kx_for(k, lid, used, wgc, &s);
+    kx_shm_store(k, sh_a, s, kn_exp(k, kx_sub(k, kx_shm_load(k, sh_m, s, 1), M)));
+    kx_end_for(k, fa);
+    kx_barrier(k);
+    /* L = sum_s l_s * a_s, runs in order */
+    ir_for *fl = ir_for_begin(k.ir, u0, used, u1, 1, &f0);
+    s = ir_for_iv(fl);
+    ir_val a_s = kx_shm_load(k, sh_a, s, 1);
+    ir_val ls = kx_fma(k, kx_shm_load(k, sh_l, s, 1), a_s, ir_for_arg(fl, 0));
+    ir_for_end(k.ir, fl, &ls);
+    ir_val l = ir_for_result(fl, 0);
+    /* acc_d = sum_s acc_s,d * a_s, runs in order, four runs' loads in flight at a time: a
+     * step past the last run reads the last again with weight 0 (acc + x * 0 == acc) */
+    ir_val dim[64], ldim[64], init[64];
+    for (uint32_t r = 0; r < per; r++) {
+        dim[r] = kx_add_c(k, lid, r * wg);
+        ir_val two = kx_u32(k, 2); /* acc_s,d at 2 + d of the run's part */
+        ldim[r] = kx_add(k, kx_min_c(k, dim[r], head_dim - 1), two);
+        init[r] = f0;
+    }
+    ir_val last = kx_sub(k, kx_max(k, used, u1), u1);
+    ir_for *sl = ir_for_begin(k.ir, u0, used, kx_u32(k, 4), per, init);
+    ir_val nx[64], wv[4], rbs[4];
+    for (uint32_t u = 0; u < 4; u++) {
+        ir_val run = kx_add_c(k, ir_for_iv(sl), u);
+        ir_val in = kx_lt(k, run, used), clamped = kx_min(k, run, last);
+        wv[u] = kx_select(k, in, kx_shm_load(k, sh_a, clamped, 1), f0);
+        rbs[u] = kx_add(k, hbase, kx_mul(k, clamped, stride));
+    }
+    for (uint32_t r = 0; r < per; r++) {
+        ir_val av[4];
+        for (uint32_t u = 0; u < 4; u++) av[u] = kx_load(k, pa, kx_add(k, rbs[u], ldim[r]), 1);
+        ir_val acc = ir_for_arg(sl, r);
+        for (uint32_t u = 0; u < 4; u++) acc = kx_fma(k, av[u], wv[u], acc);
+        nx[r] = acc;
+    }
+    ir_for_end(k.ir, sl, nx);
+    /* out_d = acc_d / L, rounded once */
+    for (uint32_t r = 0; r < per; r++) {
+        ir_if *f = kx_if(k, kx_and(k, pos_ok, kx_lt_c(k, dim[r], head_dim)));
+        ir_val o = kx_as(k, kn_fdiv(k, ir_for_result(sl, r), l), m->dtype);
+        kx_store(k, m->ob, kx_idx(k, m->bh, head_dim, dim[r]), o);
+        kx_end_if(k, f);
+    }
+}
+
+/* After a workgroup's partials: true in the last of head bh's n_split workgroups to count
+ * in, which then sees every run's partials (each invocation fences its stores before the
+ * count, the last fences again before its loads) and leaves the count zero for the next
+ * launch. One atomic a workgroup; the answer reaches all its invocations through
+ * workgroup memory. */
+static ir_val last_to_count(kx k, ir_buf cnt, ir_val bh, uint32_t n_split) {
+    ir_shm flag = kx_shared(k, "last", IR_U32, 1);
+    ir_val u0 = kx_u32(k, 0);
+    ir_fence(k.ir);
+    kx_barrier(k);
+    ir_if *one = kx_if(k, kx_eq(k, kx_local(k), u0));
+    ir_val last = kx_eq_c(k, ir_atomic(k.ir, IR_ATOMIC_ADD, false, cnt, bh, kx_u32(k, 1)), n_split - 1);
+    kx_shm_store(k, flag, u0, kx_select(k, last, kx_u32(k, 1), u0));
+    ir_if *reset = kx_if(k, last);
+    ir_atomic(k.ir, IR_ATOMIC_XCHG, false, cnt, bh, u0);
+    kx_end_if(k, reset);
+    kx_end_if(k, one);
+    kx_barrier(k);
+    ir_val gate = kx_ne(k, kx_shm_load(k, flag, u0, 1), u0);
+    ir_fence(k.ir);
+    return gate;
+}
+
 static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_ctx,
                          uint32_t n_split, const attn_rows *rows, ir_scalar dtype, uint32_t groups[2], kiln_err *err) {
-    const char *name = rows->batch ? "kn_attn_decode_batch" : "kn_attn_decode";
+    const char *name = rows->merged ? (rows->batch ? "kn_attn_decode_batch_merged" : "kn_attn_decode_merged")
+                                    : (rows->batch ? "kn_attn_decode_batch" : "kn_attn_decode");
     if (kn_check_dtype(c, dtype, err)) return NULL;
     if (attn_shape_ok(name, n_head, n_head_kv, head_dim, n_ctx, n_split, err) ||
         rows_ok(name, rows, n_head, head_dim, n_ctx, n_split, true, err) ||
@@ -175,7 +290,8 @@ static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, 
     ir_buf qb = kx_buffer(k, "q", dtype, IR_READ, q_len);
     ir_buf kc = kx_buffer(k, "kcache", dtype, IR_READ, cache_len);
     ir_buf vc = kx_buffer(k, "vcache", dtype, IR_READ, cache_len);
-    ir_buf ob = kx_buffer(k, "part", IR_F32, IR_WRITE, (uint64_t)nb * n_head * n_split * (head_dim + 2));
+    ir_buf ob = kx_buffer(k, "part", IR_F32, rows->merged ? IR_READ | IR_WRITE : IR_WRITE,
+                          (uint64_t)nb * n_head * n_split * (head_dim + 2));
     ir_buf pb = rows->batch ? kx_buffer(k, "tokpos", IR_U32, IR_READ, 2ull * nb) : kx_buffer(k, "pos", IR_U32, IR_READ, 1);
     ir_buf tab = pg ? kx_buffer(k, "pages", IR_U32, IR_READ, (uint64_t)pg->stride * (rows->batch ? rows->n_seq : 1)) : 0;
     /* about one invocation per dim of the head (so phase 2 keeps them busy), at least 64
@@ -314,6 +430,16 @@ static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, 
         kx_store(k, ob, kx_add(k, base, kx_add_c(k, dim[r], 2)), ir_for_result(blk, 2 + r));
         kx_end_if(k, f);
     }
+    if (rows->merged) {
+        merge_io m = {.pa = ob, .tk = tk, .bh = bh, .n_split = n_split, .head_dim = head_dim, .wg = wg, .per = per,
+                      .dtype = dtype};
+        ir_buf cnt = kx_buffer(k, "count", IR_U32, IR_READ | IR_WRITE, (uint64_t)nb * n_head);
+        m.ob = kx_buffer(k, "out", dtype, IR_WRITE, (uint64_t)nb * n_head * head_dim);
+        m.sh_m = kx_shared(k, "run_max", IR_F32, n_split), m.sh_a = kx_shared(k, "run_w", IR_F32, n_split);
+        m.sh_l = kx_shared(k, "run_sum", IR_F32, n_split);
+        m.gate = last_to_count(k, cnt, bh, n_split);
+        merge_runs(k, &m);
+    }
     groups[0] = n_head, groups[1] = n_split * nb;
     return kn_finish(k.ir, err);
 }
@@ -350,6 +476,15 @@ ir_kernel *kn_attn_decode_batch(const rt_caps *c, uint32_t n_head, uint32_t n_he
     return decode(c, n_head, n_head_kv, head_dim, n_ctx, n_split, &r, dtype, groups, err);
 }
 
+ir_kernel *kn_attn_decode_merged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                                 uint32_t n_ctx, uint32_t n_split, const kn_pages *pg, uint32_t n_seq, uint32_t batch,
+                                 uint32_t q_stride, ir_scalar dtype, uint32_t groups[2], kiln_err *err) {
+    attn_rows r = {batch, n_seq, q_stride, pg, true};
+    if (pg && kn_pages_check(pg, (uint64_t)n_head_kv * head_dim, "kn_attn_decode_merged", err)) return NULL;
+    return decode(c, n_head, n_head_kv, head_dim, pg ? pg->rows * pg->stride : n_ctx, n_split, &r, dtype, groups,
+                  err);
+}
+
 static ir_kernel *merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, uint32_t n_ctx, uint32_t n_split,
                         const attn_rows *rows, ir_scalar dtype, uint32_t *groups_x, kiln_err *err) {
     const char *name = rows->batch ? "kn_attn_merge_batch" : "kn_attn_merge";
@@ -373,76 +508,15 @@ static ir_kernel *merge(const rt_caps *c, uint32_t n_head, uint32_t head_dim, ui
         return NULL;
     }
     /* the runs' maxima, then their weights exp(m_s - M) and sums l_s, in workgroup memory */
-    ir_shm sh_m = kx_shared(k, "run_max", IR_F32, n_split), sh_a = kx_shared(k, "run_w", IR_F32, n_split);
-    ir_shm sh_l = kx_shared(k, "run_sum", IR_F32, n_split);
-    ir_val u0 = kx_u32(k, 0), u1 = kx_u32(k, 1), f0 = kx_f32(k, 0.0f);
-    ir_val lid = kx_local(k), h = kx_group(k, 0), stride = kx_u32(k, head_dim + 2);
+    merge_io m = {.pa = pa, .ob = ob, .n_split = n_split, .head_dim = head_dim, .wg = wg, .per = per, .dtype = dtype,
+                  .gate = IR_NONE};
+    m.sh_m = kx_shared(k, "run_max", IR_F32, n_split), m.sh_a = kx_shared(k, "run_w", IR_F32, n_split);
+    m.sh_l = kx_shared(k, "run_sum", IR_F32, n_split);
+    ir_val h = kx_group(k, 0);
     ir_val b = rows->batch ? kx_group(k, 1) : kx_u32(k, 0); /* the token: grid y */
-    token_at tk = token_of(k, pb, rows, n_ctx, b);
-    ir_val pos_ok = tk.pos_ok, n_keys = tk.n_keys;
-    /* runs in use: ceil(n_keys / chunk) (none without keys; chunk kept >= 1 for the divide) */
-    ir_val chunk = kx_max(k, run_chunk(k, n_keys, n_split), u1);
-    ir_val used = kx_div(k, kx_add(k, n_keys, kx_sub(k, chunk, u1)), chunk);
-    ir_val bh = kx_add(k, kx_mul_c(k, b, n_head), h);
-    ir_val hbase = kx_mul_c(k, bh, n_split * (head_dim + 2));
-    ir_val wgc = kx_u32(k, wg), s;
-
-    ir_for *fm = kx_for(k, lid, used, wgc, &s);
-    ir_val rb = kx_add(k, hbase, kx_mul(k, s, stride));
-    kx_shm_store(k, sh_m, s, kx_load(k, pa, rb, 1));
-    kx_shm_store(k, sh_l, s, kx_load(k, pa, kx_add(k, rb, u1), 1));
-    kx_end_for(k, fm);
-    kx_barrier(k);
-    /* M, read in one order by all (max is exact) */
-    ir_val ninf = kx_f32(k, -INFINITY);
-    ir_for *ml = ir_for_begin(k.ir, u0, used, u1, 1, &ninf);
-    ir_val mx = kx_max(k, ir_for_arg(ml, 0), kx_shm_load(k, sh_m, ir_for_iv(ml), 1));
-    ir_for_end(k.ir, ml, &mx);
-    ir_val M = ir_for_result(ml, 0);
-    ir_for *fa = kx_for(k, lid, used, wgc, &s);
-    kx_shm_store(k, sh_a, s, kn_exp(k, kx_sub(k, kx_shm_load(k, sh_m, s, 1), M)));
-    kx_end_for(k, fa);
-    kx_barrier(k);
-    /* L = sum_s l_s * a_s, runs in order */
-    ir_for *fl = ir_for_begin(k.ir, u0, used, u1, 1, &f0);
-    s = ir_for_iv(fl);
-    ir_val a_s = kx_shm_load(k, sh_a, s, 1);
-    ir_val ls = kx_fma(k, kx_shm_load(k, sh_l, s, 1), a_s, ir_for_arg(fl, 0));
-    ir_for_end(k.ir, fl, &ls);
-    ir_val l = ir_for_result(fl, 0);
-    /* acc_d = sum_s acc_s,d * a_s, runs in order, four runs' loads in flight at a time: a
-     * step past the last run reads the last again with weight 0 (acc + x * 0 == acc) */
-    ir_val dim[64], ldim[64], init[64];
-    for (uint32_t r = 0; r < per; r++) {
-        dim[r] = kx_add_c(k, lid, r * wg);
-        ir_val two = kx_u32(k, 2); /* acc_s,d at 2 + d of the run's part */
-        ldim[r] = kx_add(k, kx_min_c(k, dim[r], head_dim - 1), two);
-        init[r] = f0;
-    }
-    ir_val last = kx_sub(k, kx_max(k, used, u1), u1);
-    ir_for *sl = ir_for_begin(k.ir, u0, used, kx_u32(k, 4), per, init);
-    ir_val nx[64], wv[4], rbs[4];
-    for (uint32_t u = 0; u < 4; u++) {
-        ir_val run = kx_add_c(k, ir_for_iv(sl), u);
-        ir_val in = kx_lt(k, run, used), clamped = kx_min(k, run, last);
-        wv[u] = kx_select(k, in, kx_shm_load(k, sh_a, clamped, 1), f0);
-        rbs[u] = kx_add(k, hbase, kx_mul(k, clamped, stride));
-    }
-    for (uint32_t r = 0; r < per; r++) {
-        ir_val av[4];
-        for (uint32_t u = 0; u < 4; u++) av[u] = kx_load(k, pa, kx_add(k, rbs[u], ldim[r]), 1);
-        ir_val acc = ir_for_arg(sl, r);
-        for (uint32_t u = 0; u < 4; u++) acc = kx_fma(k, av[u], wv[u], acc);
-        nx[r] = acc;
-    }
-    ir_for_end(k.ir, sl, nx);
-    /* out_d = acc_d / L, rounded once */
-    for (uint32_t r = 0; r < per; r++) {
-        ir_if *f = kx_if(k, kx_and(k, pos_ok, kx_lt_c(k, dim[r], head_dim)));
-        ir_val o = kx_as(k, kn_fdiv(k, ir_for_result(sl, r), l), dtype);
-        kx_store(k, ob, kx_idx(k, bh, head_dim, dim[r]), o);
-        kx_end_if(k, f);
-    }
+    m.tk = token_of(k, pb, rows, n_ctx, b);
+    m.bh = kx_add(k, kx_mul_c(k, b, n_head), h);
+    merge_runs(k, &m);
     if (groups_x) *groups_x = n_head;
     return kn_finish(k.ir, err);
 }

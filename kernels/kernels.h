@@ -342,6 +342,16 @@ ir_kernel *kn_attn_decode_batch(const rt_caps *c, uint32_t n_head, uint32_t n_he
 ir_kernel *kn_attn_merge_batch(const rt_caps *c, uint32_t n_head, uint32_t head_dim, uint32_t n_ctx, uint32_t n_split,
                                uint32_t n_seq, uint32_t batch, ir_scalar dtype, uint32_t *groups_x, kiln_err *err);
 uint32_t kn_attn_splits(const rt_caps *c, uint32_t n_head, uint32_t n_ctx);
+/* Either decode above with its merge in the same launch: the last of a token's head's
+ * n_split workgroups to finish (counted in count: u32, read/write, n_head per token, zero
+ * before the first launch and left zero by each) merges the runs as the merge kernel
+ * does, bit for bit, into out (dtype, write, [token][n_head * head_dim]). One launch a
+ * layer fewer. pg: a paged cache or NULL (n_ctx then the cache's rows); batch 0: one
+ * token (pos), else a step's tokens (tokpos, n_seq, q_stride as kn_attn_decode_batch).
+ * Params: the decode's (part read and written), count, out. Grid as the decode's. */
+ir_kernel *kn_attn_decode_merged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                                 uint32_t n_ctx, uint32_t n_split, const kn_pages *pg, uint32_t n_seq, uint32_t batch,
+                                 uint32_t q_stride, ir_scalar dtype, uint32_t groups[2], kiln_err *err);
 /* The decode pair's first launch over a paged cache (kn_pages): the same results, the keys
  * of position p at its page's row; n_ctx = stride * rows for the merge. One sequence
  * (pages: its stride entries) or a step's tokens of n_seq (pages: n_seq * stride). */

@@ -239,7 +239,7 @@ static void plan_destroy(engine *base) {
     rt_buffer *bufs[] = {own ? p->tok_embd : NULL, own && p->output != p->tok_embd ? p->output : NULL,
                          own ? p->output_norm : NULL, own ? p->freqs : NULL, p->xa,
                          p->xb, p->h, p->qkv, p->att, p->g, p->u, p->act, p->last, p->hl, p->logits, p->tok, p->info,
-                         p->part, p->tok_h, p->info_h, p->best, p->allow, p->agate, p->gated, p->dn_qkv, p->dn_z, p->dn_ba,
+                         p->part, p->attn_count, p->tok_h, p->info_h, p->best, p->allow, p->agate, p->gated, p->dn_qkv, p->dn_z, p->dn_ba,
                          p->dn_x, p->dn_y, p->dn_qk, p->dn_uw, p->dn_p, p->dn_gl, p->dn_o,
                          p->dn_in1_qkv, p->dn_in1_z, p->dn_in1_ba, p->dn_in1, p->moe_sel, p->moe_wt,
                          p->moe_act, p->moe_rank, p->moe_off, p->moe_list, p->moe_yc,
@@ -348,6 +348,7 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
     p->owner = owner;
     s.fuse_norm = plan_can_fuse_norm(&s, &d->caps);
     s.skinny_norm = plan_skinny_norm_on();
+    s.attn_merged = plan_attn_merged_on();
     p->s = s;
     p->base.ops = &plan_ops;
     p->base.n_vocab = hp->n_vocab;
@@ -416,6 +417,7 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
         {&p->hl, hp->n_embd * 2}, {&p->logits, (size_t)hp->n_vocab * 4}, {&p->tok, nb * 4}, {&p->info, 8},
         {&p->tok_h, nb * 4}, {&p->info_h, 8}, {&p->best, 8}, {&p->allow, (size_t)plan_allow_words(&s) * 4},
         {&p->part, (size_t)hp->n_head * kn_attn_splits(&d->caps, hp->n_head, s.n_ctx) * (hp->head_dim_k + 2) * 4},
+        {&p->attn_count, s.attn_merged ? (size_t)hp->n_head * 4 : 0},
         /* qwen35 only (0 bytes: no buffer) */
         {&p->agate, q35 ? nb * s.q_dim * 2 : 0}, {&p->gated, q35 ? nb * s.q_dim * 2 : 0},
         {&p->dn_qkv, hp->n_recurrent ? nb * s.conv_dim * 2 : 0}, {&p->dn_x, hp->n_recurrent ? nb * s.conv_dim * 2 : 0},
@@ -445,13 +447,9 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
         bad = !(p->dn_in1_qkv = d->ops->view(d, p->dn_in1, 0, (size_t)s.conv_dim * 2, err)) ||
               !(p->dn_in1_z = d->ops->view(d, p->dn_in1, (size_t)s.dn_z_row * 2, (size_t)s.dn_v_dim * 2, err)) ||
               !(p->dn_in1_ba = d->ops->view(d, p->dn_in1, (size_t)s.dn_ba_row * 2, (size_t)hp->ssm_v_heads * 4, err));
-    for (int i = 0; i < 2 && !bad && s.moe_slots; i++) { /* the cache's inputs zeroed: slot 0, no misses */
-        rt_buffer *b = i ? p->moe_miss : p->moe_csel;
-        size_t bytes = d->ops->size(d, b);
-        void *zero = calloc(1, bytes);
-        bad = !zero ? kiln_fail(err, KILN_ERR_NOMEM, "out of memory") : d->ops->upload(d, b, 0, zero, bytes, err);
-        free(zero);
-    }
+    for (int i = 0; i < 2 && !bad && s.moe_slots; i++) /* the cache's inputs zeroed: slot 0, no misses */
+        bad = plan_zero(d, i ? p->moe_miss : p->moe_csel, err);
+    if (!bad && p->attn_count) bad = plan_zero(d, p->attn_count, err); /* the merged attention's counts start at 0 */
     if (!bad && s.moe_slots) bad = plan_moe_set_slots(p, s.moe_slots, err);
     if (!bad) { /* every token allowed until a masked argmax */
         p->allow_custom = true;

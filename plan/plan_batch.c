@@ -78,7 +78,7 @@ uint64_t plan_batch_bytes(const plan_shape *s, const rt_caps *c) {
     uint64_t part, logits;
     uint32_t nb;
     batch_sizes(s, c, &part, &logits, &nb);
-    return nb ? part + logits + 8ull * nb + 2ull * 4 * PLAN_BATCH_WORDS : 0;
+    return nb ? part + logits + 8ull * nb + 4ull * nb * s->hp.n_head + 2ull * 4 * PLAN_BATCH_WORDS : 0;
 }
 
 static int stage(plan_engine *o, engine_step *const *it, uint32_t n, kiln_err *err);
@@ -101,6 +101,7 @@ static int build_bucket(plan_engine *p, int bi, uint32_t nb, kiln_err *err) {
          * and kn_swiglu, plan_record.c's add_block_ffn) */
         if (i == K_SWIGLU && ff_swiglu && !q_ffn) continue;
         if (s.hp.n_expert && (i == K_MM_FF || i == K_MM_DOWN || i == K_SWIGLU)) continue; /* the experts' instead */
+        if (i == K_ATTN_MERGE_BATCH && s.attn_merged) continue; /* the attention's launch merges */
         if (!(b->kern[i] = plan_compile_kernel(p->d, &s, i, b->grid[i], &b->sig[i], err))) return -1;
         p->n_kern++;
     }
@@ -125,6 +126,7 @@ int plan_batch_build(plan_engine *p, kiln_err *err) {
         !(p->btok_tok = d->ops->view(d, p->btok, 0, tok_bytes, err)) ||
         !(p->btok_pos = d->ops->view(d, p->btok, tok_bytes, 2 * tok_bytes, err)) ||
         !(p->bpart = d->ops->alloc(d, part, err)) || !(p->blogits = d->ops->alloc(d, logits, err)) ||
+        !(p->bcount = plan_alloc_zeroed(d, 4ull * max_nb * p->s.hp.n_head, err)) ||
         !(p->bbest = d->ops->alloc_host(d, 8ull * max_nb, err)) || stage(p, NULL, 0, err))
         return -1;
     size_t words = plan_allow_words(&p->s);
@@ -150,7 +152,8 @@ void plan_batch_release(plan_engine *p) {
                 plan_sig_free(&b->sig[i]);
             }
     }
-    rt_buffer *bufs[] = {p->btok_tok, p->btok_pos, p->btok, p->btok_h, p->bpart, p->blogits, p->bbest, p->ballow};
+    rt_buffer *bufs[] = {p->btok_tok, p->btok_pos, p->btok, p->btok_h, p->bpart,
+                         p->bcount, p->blogits, p->bbest, p->ballow};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) d->ops->release(d, bufs[i]);
     free(p->allow_rows);

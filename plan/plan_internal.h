@@ -56,6 +56,9 @@ typedef struct plan_shape {
     /* a short block's and a step's norms inside their skinny products where they apply
      * (plan_skinny_norm; off where KILN_SKINNY_NORM=0) */
     bool skinny_norm;
+    /* the decode attention merges its runs in its own launch (kn_attn_decode_merged; off
+     * where KILN_ATTN_MERGED=0, for measuring) */
+    bool attn_merged;
     uint32_t n_slots; /* plans that will share one upload of the weights (for the memory check) */
     /* more than one slot: the slots' KV caches in one pool of pages (kn_pages: PLAN_PAGE_ROWS
      * rows a page, enough pages for n_ctx positions, each slot's table stride entries, a
@@ -193,6 +196,7 @@ typedef struct plan_engine {
     rt_buffer *allow;
     bool allow_custom;
     rt_buffer *part; /* the decode attention's per-run softmax partials (f32) */
+    rt_buffer *attn_count; /* kn_attn_decode_merged's counts (u32 a head, zero between launches) */
     /* qwen35: the attention gate's product and the gated output; the DeltaNet layers'
      * projections, convolution output and gated-norm output */
     rt_buffer *agate, *gated, *dn_qkv, *dn_z, *dn_ba, *dn_x, *dn_y;
@@ -235,6 +239,7 @@ typedef struct plan_engine {
      * partials, every row's logits and argmax (the other activations are the owner's) */
     plan_prefill batch[PLAN_BUCKETS];
     rt_buffer *btok_h, *btok, *btok_tok, *btok_pos, *bpart, *blogits, *bbest;
+    rt_buffer *bcount; /* the step's merged attention's counts (zero between launches) */
     rt_buffer *ballow;          /* every row's argmax mask, as allow */
     uint64_t ballow_custom;     /* rows of ballow not all set (bit t: row t) */
     uint32_t *allow_rows;       /* the host's copy of ballow's rows (the largest bucket's) */
@@ -256,6 +261,8 @@ int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_blo
 bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c);
 /* plan_shape.skinny_norm for a plan: on unless KILN_SKINNY_NORM=0 (measuring). */
 bool plan_skinny_norm_on(void);
+/* plan_shape.attn_merged: on unless KILN_ATTN_MERGED=0. */
+bool plan_attn_merged_on(void);
 /* Whether role i of a block of s->n_block tokens takes the norm before it inside its
  * product (kn_matmul_skinny_norm, X the un-normalized activations and wn the norm's
  * weight; no K_NORM launch): where s->skinny_norm, a short block's skinny product where
@@ -315,6 +322,10 @@ int plan_dn_scratch(const plan_shape *s, const rt_caps *c, kn_deltanet_scratch *
 
 /* ---- weights and memory (plan_weights.c) ---- */
 rt_buffer *plan_alloc(plan_engine *p, size_t bytes, kiln_err *err);
+/* b's bytes set to zero (an upload); 0, or -1 with err. */
+int plan_zero(rt_device *d, rt_buffer *b, kiln_err *err);
+/* A device buffer of bytes, zeroed; NULL with err. */
+rt_buffer *plan_alloc_zeroed(rt_device *d, size_t bytes, kiln_err *err);
 /* A buffer of plan_alloc's released, its bytes no longer counted. */
 void plan_release(plan_engine *p, rt_buffer *b);
 /* Rows [r0, r0 + n) of t, converted to the plan's 16-bit type, into b at element at. */

@@ -34,6 +34,11 @@ bool plan_skinny_norm_on(void) {
     return !e || strcmp(e, "0") != 0;
 }
 
+bool plan_attn_merged_on(void) {
+    const char *e = getenv("KILN_ATTN_MERGED");
+    return !e || strcmp(e, "0") != 0;
+}
+
 bool plan_skinny_norm(const plan_shape *s, const rt_caps *c, int i) {
     uint32_t d = s->hp.n_embd, nb = s->n_block;
     if (!s->skinny_norm || nb > PLAN_SHORT_BLOCK) return false;
@@ -75,6 +80,7 @@ bool plan_role_used(const plan_shape *s, int i) {
         return moe;
     case K_MOE_H_COPY: return s->moe_slots > 0;
     case K_MV_FFN: case K_MV_DOWN: case K_MM_FF: case K_MM_DOWN: case K_SWIGLU: return !moe;
+    case K_ATTN_MERGE: return !s->attn_merged; /* the decode's own launch merges */
     case K_MV_AGATE: case K_GATE: case K_MM_AGATE: case K_GATE_BLOCK: return q35 && attn;
     case K_MV_DN_IN: case K_MV_DN_OUT: case K_CONV: case K_DELTANET:
     case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_BA: case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK:
@@ -196,6 +202,9 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
         return kn_qk_prep(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps, s->n_ctx, dt,
                           err);
     case K_ATTN:
+        if (s->attn_merged)
+            return kn_attn_decode_merged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
+                                         kn_attn_splits(c, hp->n_head, s->n_ctx), pg, 0, 0, 0, dt, g, err);
         if (pg) return kn_attn_decode_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, pg,
                                             kn_attn_splits(c, hp->n_head, s->n_ctx), dt, g, err);
         return kn_attn_decode(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
@@ -240,6 +249,9 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
         return kn_qk_prep_batch(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps,
                                 s->n_ctx, s->n_slots, dt, err);
     case K_ATTN_BATCH:
+        if (s->attn_merged)
+            return kn_attn_decode_merged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
+                                         plan_batch_splits(s, c, nb), pg, s->n_slots, nb, s->qkv_dim, dt, g, err);
         if (pg) return kn_attn_decode_batch_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, pg,
                                                   plan_batch_splits(s, c, nb), s->n_slots, nb, s->qkv_dim, dt, g, err);
         return kn_attn_decode_batch(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
@@ -366,6 +378,7 @@ int plan_each_kernel(const model *m, const rt_caps *c, const rt_debug *dbg, uint
     if (plan_shape_of(m, dtype, n_ctx, 0, &s, err)) return -1;
     s.fuse_norm = plan_can_fuse_norm(&s, c);
     s.skinny_norm = plan_skinny_norm_on();
+    s.attn_merged = plan_attn_merged_on();
     s.fault_logits = dbg && dbg->fault_logits;
     for (int i = 0; i < K_COUNT; i++) {
         uint32_t g[2];

@@ -261,10 +261,13 @@ int plan_record_decode(plan_engine *p, kiln_err *err) {
             add_qkv(R, K_MV_QKV, L, false);
             if (gated) add_gate_product(R, L, false);
             add_qk_prep(R, L, 1);
-            plan_arg a[6] = {{"q", p->qkv}, {"kcache", L->kc}, {"vcache", L->vc}, {"part", p->part}, {"pos", p->info},
-                             {"pages", p->pages}};
-            add(R, K_ATTN, g[K_ATTN][0], g[K_ATTN][1], a, p->pages ? 6 : 5);
-            ADD(K_ATTN_MERGE, g[K_ATTN_MERGE][0], 1, {"part", p->part}, {"out", p->att}, {"pos", p->info});
+            plan_arg a[8] = {{"q", p->qkv}, {"kcache", L->kc}, {"vcache", L->vc}, {"part", p->part}, {"pos", p->info}};
+            uint32_t na = 5;
+            if (p->pages) a[na++] = (plan_arg){"pages", p->pages};
+            if (p->s.attn_merged) a[na++] = (plan_arg){"count", p->attn_count}, a[na++] = (plan_arg){"out", p->att};
+            add(R, K_ATTN, g[K_ATTN][0], g[K_ATTN][1], a, na);
+            if (!p->s.attn_merged)
+                ADD(K_ATTN_MERGE, g[K_ATTN_MERGE][0], 1, {"part", p->part}, {"out", p->att}, {"pos", p->info});
             if (gated) add_gate(R, false);
             ADD_W(K_MV_O, QT1(L->qt_o), g[K_MV_O][0], 1, {"W", L->wo}, {"x", gated ? p->gated : p->att},
                   {"y", p->xb}, {"res", p->xa});
@@ -383,11 +386,15 @@ int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err) {
         if (p->s.freqs) a[na++] = (plan_arg){"freqs", p->freqs};
         if (p->pages_dev) a[na++] = (plan_arg){"pages", p->pages_dev};
         add(R, K_QK_PREP_BATCH, g[K_QK_PREP_BATCH][0], g[K_QK_PREP_BATCH][1], a, na);
-        plan_arg at[6] = {{"q", p->qkv},      {"kcache", p->kpool[l]}, {"vcache", p->vpool[l]},
-                          {"part", p->bpart}, {"tokpos", p->btok_pos}, {"pages", p->pages_dev}};
-        add(R, K_ATTN_BATCH, g[K_ATTN_BATCH][0], g[K_ATTN_BATCH][1], at, p->pages_dev ? 6 : 5);
-        ADD(K_ATTN_MERGE_BATCH, g[K_ATTN_MERGE_BATCH][0], g[K_ATTN_MERGE_BATCH][1], {"part", p->bpart},
-            {"out", p->att}, {"tokpos", p->btok_pos});
+        plan_arg at[8] = {{"q", p->qkv},      {"kcache", p->kpool[l]}, {"vcache", p->vpool[l]},
+                          {"part", p->bpart}, {"tokpos", p->btok_pos}};
+        uint32_t nt = 5;
+        if (p->pages_dev) at[nt++] = (plan_arg){"pages", p->pages_dev};
+        if (p->s.attn_merged) at[nt++] = (plan_arg){"count", p->bcount}, at[nt++] = (plan_arg){"out", p->att};
+        add(R, K_ATTN_BATCH, g[K_ATTN_BATCH][0], g[K_ATTN_BATCH][1], at, nt);
+        if (!p->s.attn_merged)
+            ADD(K_ATTN_MERGE_BATCH, g[K_ATTN_MERGE_BATCH][0], g[K_ATTN_MERGE_BATCH][1], {"part", p->bpart},
+                {"out", p->att}, {"tokpos", p->btok_pos});
         ADD_W(K_MM_O, QT1(L->qt_o), g[K_MM_O][0], g[K_MM_O][1], {"W", L->wo}, {"X", p->att}, {"Y", p->xb},
               {"info", p->info}, {"res", p->xa});
         add_block_ffn(R, L, nb, ff_swiglu);

@@ -20,6 +20,23 @@ rt_buffer *plan_alloc(plan_engine *p, size_t bytes, kiln_err *err) {
     return b;
 }
 
+int plan_zero(rt_device *d, rt_buffer *b, kiln_err *err) {
+    size_t bytes = d->ops->size(d, b);
+    void *zero = calloc(1, bytes ? bytes : 1);
+    int rc = !zero ? kiln_fail(err, KILN_ERR_NOMEM, "out of memory") : d->ops->upload(d, b, 0, zero, bytes, err);
+    free(zero);
+    return rc ? -1 : 0;
+}
+
+rt_buffer *plan_alloc_zeroed(rt_device *d, size_t bytes, kiln_err *err) {
+    rt_buffer *b = d->ops->alloc(d, bytes, err);
+    if (b && plan_zero(d, b, err)) {
+        d->ops->release(d, b);
+        return NULL;
+    }
+    return b;
+}
+
 void plan_release(plan_engine *p, rt_buffer *b) {
     if (!b) return;
     size_t n = p->d->ops->size(p->d, b);
