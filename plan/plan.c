@@ -437,8 +437,10 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
         {&p->moe_h_host, s.moe_slots ? plan_moe_h_words(&s) * 4 : 0}, {&p->moe_nslots, s.moe_slots ? 4 : 0}};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0] && !bad; i++) {
         if (!acts[i].bytes) continue;
-        /* what the host writes or reads each step lives in host memory */
-        bool host = acts[i].b == &p->logits || acts[i].b == &p->tok_h || acts[i].b == &p->info_h ||
+        /* what the host writes or reads each step lives in host memory; not the logits:
+         * the argmax reads them on the device (19 us a token over the bus from host
+         * memory on the H100, session 43's profile), the host copies them when it wants them */
+        bool host = acts[i].b == &p->tok_h || acts[i].b == &p->info_h ||
                     acts[i].b == &p->best || acts[i].b == &p->moe_csel || acts[i].b == &p->moe_miss ||
                     acts[i].b == &p->moe_sel_host || acts[i].b == &p->moe_h_host;
         if (!(*acts[i].b = (host ? d->ops->alloc_host : d->ops->alloc)(d, acts[i].bytes, err))) bad = 1;
