@@ -29,6 +29,7 @@
  * + 0..pos of one pool of n_seq caches; grid y takes the token (decode: b * n_split + s). */
 #include "base/error.h"
 #include "kernels/kn_common.h"
+#include "kernels/kn_qk.h"
 
 #include <math.h>
 
@@ -87,10 +88,12 @@ typedef struct attn_rows {
     uint32_t batch, n_seq, q_stride; /* batch 0: one token */
     const kn_pages *pg;              /* or NULL: unpaged */
     bool merged;                     /* the decode merges its runs itself (kn_attn_decode_merged) */
+    const kn_attn_more *prep;        /* and prepares its token's heads (more->rope), or NULL */
 } attn_rows;
 
 typedef struct token_at {
     ir_val b;        /* the token (0 for one token) */
+    ir_val pos;      /* its position as loaded */
     ir_val row0;     /* its sequence's first cache row (seq * n_ctx; unpaged) */
     ir_val tab0;     /* its sequence's first page table entry (seq * stride; paged) */
     ir_val pos_ok;   /* it has keys: its position (and sequence) inside the cache */
@@ -104,6 +107,7 @@ static token_at token_of(kx k, ir_buf pb, const attn_rows *r, uint32_t n_ctx, ir
     ir_val none = kx_u32(k, 0);
     if (!r->batch) {
         ir_val pos = kx_load_c(k, pb, 0);
+        t.pos = pos;
         t.tab0 = none;
         t.pos_ok = kx_lt_c(k, pos, n_ctx);
         t.row0 = none;
@@ -113,6 +117,7 @@ static token_at token_of(kx k, ir_buf pb, const attn_rows *r, uint32_t n_ctx, ir
     ir_val at = kx_mul_c(k, b, 2);
     ir_val pos = kx_load(k, pb, at, 1);
     ir_val seq = kx_load(k, pb, kx_add_c(k, at, 1), 1);
+    t.pos = pos;
     ir_val seq_ok = kx_lt_c(k, seq, r->n_seq);
     t.pos_ok = kx_and(k, kx_lt_c(k, pos, n_ctx), seq_ok);
     t.row0 = kx_select(k, seq_ok, kx_mul_c(k, seq, n_ctx), none);
@@ -271,6 +276,59 @@ static ir_val last_to_count(kx k, ir_buf cnt, ir_val bh, uint32_t n_split) {
     return gate;
 }
 
+/* Where a score's operand comes from: buf[at + d] (dtype) or the workgroup array shm's
+ * f32 (shm nonzero: q_s, k_s of the prepared heads). */
+typedef struct score_src {
+    ir_buf buf;
+    ir_val at;
+    ir_shm shm;
+} score_src;
+
+static ir_val score_load(kx k, const score_src *s, ir_val d, uint32_t v) {
+    if (s->shm) return kx_shm_load(k, s->shm, d, v);
+    return kx_convert(k, kx_load(k, s->buf, kx_add(k, s->at, d), v), kx_t(k, IR_F32, v));
+}
+
+/* (q . key) * scale in f32, v dims a step (products of two 16-bit values are exact) */
+static ir_val score(kx k, const score_src *q, const score_src *key, uint32_t head_dim, uint32_t v, float scale) {
+    ir_val z[4], f0 = kx_f32(k, 0.0f);
+    for (uint32_t i = 0; i < v; i++) z[i] = f0;
+    ir_val zero = v == 1 ? f0 : kx_vec(k, z, v);
+    ir_for *dl = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, head_dim), kx_u32(k, v), 1, &zero);
+    ir_val d = ir_for_iv(dl);
+    ir_val acc = kx_fma(k, score_load(k, q, d, v), score_load(k, key, d, v), ir_for_arg(dl, 0)); /* fma == mul + add */
+    ir_for_end(k.ir, dl, &acc);
+    return kx_mul(k, kn_lane_sum(k, ir_for_result(dl, 0), v), kx_f32(k, scale));
+}
+
+/* The prepared token's k and v heads (k_s, v_s) into its cache row, by the one workgroup
+ * that `writer` names (the kv head's first q head, the run holding the position); nothing
+ * for a token without keys or (paged) a page past the pool, as kn_qk_prep. */
+static void store_new_kv(kx k, const kn_pages *pg, ir_buf tab, const token_at *tk, ir_buf kc, ir_buf vc, ir_shm k_s,
+                         ir_shm v_s, ir_val kvbase, uint32_t kv_dim, uint32_t head_dim, uint32_t wg, ir_scalar dt,
+                         ir_val writer) {
+    ir_val ok = kx_and(k, writer, tk->pos_ok), row;
+    if (pg) {
+        ir_val page = kn_page_of(k, pg, tab, tk->tab0, kx_select(k, tk->pos_ok, tk->pos, kx_u32(k, 0)));
+        ok = kx_and(k, ok, kx_lt_c(k, page, pg->n_pages));
+        row = kn_page_row(k, pg, page, tk->pos);
+    } else {
+        row = tk->pos;
+    }
+    ir_if *w = kx_if(k, ok);
+    ir_val base = kx_add(k, kx_mul_c(k, row, kv_dim), kvbase), d;
+    ir_for *l = kx_for(k, kx_local(k), kx_u32(k, head_dim), kx_u32(k, wg), &d);
+    ir_val at = kx_add(k, base, d);
+    kx_store(k, kc, at, kx_as(k, kx_shm_load(k, k_s, d, 1), dt));
+    kx_store(k, vc, at, kx_as(k, kx_shm_load(k, v_s, d, 1), dt));
+    kx_end_for(k, l);
+    kx_end_if(k, w);
+}
+
+/* about one invocation per dim of the head (so phase 2 keeps them busy), at least 64
+ * positions per block of keys_per_block = wg */
+static uint32_t decode_wg(const rt_caps *c, uint32_t head_dim) { return kn_workgroup(c, head_dim > 64 ? head_dim : 64); }
+
 static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t n_ctx,
                          uint32_t n_split, const attn_rows *rows, ir_scalar dtype, uint32_t groups[2], kiln_err *err) {
     const char *name = rows->merged ? (rows->batch ? "kn_attn_decode_batch_merged" : "kn_attn_decode_merged")
@@ -286,17 +344,26 @@ static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, 
     const kn_pages *pg = rows->pg;
     uint32_t nb = rows->batch ? rows->batch : 1;
     uint64_t cache_len = cache_rows(rows, n_ctx) * n_head_kv * head_dim;
-    uint64_t q_len = rows->batch ? (uint64_t)rows->batch * rows->q_stride : (uint64_t)n_head * head_dim;
-    ir_buf qb = kx_buffer(k, "q", dtype, IR_READ, q_len);
-    ir_buf kc = kx_buffer(k, "kcache", dtype, IR_READ, cache_len);
-    ir_buf vc = kx_buffer(k, "vcache", dtype, IR_READ, cache_len);
+    const kn_attn_more *prep = rows->prep;
+    uint64_t row = (uint64_t)(n_head + 2 * n_head_kv) * head_dim; /* a raw qkv row (prep) */
+    uint64_t q_len = rows->batch ? (uint64_t)rows->batch * rows->q_stride : prep ? row : (uint64_t)n_head * head_dim;
+    ir_buf qb = kx_buffer(k, prep ? "qkv" : "q", dtype, IR_READ, q_len);
+    ir_buf kc = kx_buffer(k, "kcache", dtype, prep ? IR_READ | IR_WRITE : IR_READ, cache_len);
+    ir_buf vc = kx_buffer(k, "vcache", dtype, prep ? IR_READ | IR_WRITE : IR_READ, cache_len);
     ir_buf ob = kx_buffer(k, "part", IR_F32, rows->merged ? IR_READ | IR_WRITE : IR_WRITE,
                           (uint64_t)nb * n_head * n_split * (head_dim + 2));
     ir_buf pb = rows->batch ? kx_buffer(k, "tokpos", IR_U32, IR_READ, 2ull * nb) : kx_buffer(k, "pos", IR_U32, IR_READ, 1);
     ir_buf tab = pg ? kx_buffer(k, "pages", IR_U32, IR_READ, (uint64_t)pg->stride * (rows->batch ? rows->n_seq : 1)) : 0;
-    /* about one invocation per dim of the head (so phase 2 keeps them busy), at least 64
-     * positions per block of keys_per_block = wg */
-    uint32_t wg = kn_workgroup(c, head_dim > 64 ? head_dim : 64), keys_per_block = wg;
+    kn_qk_token qt = {0};
+    if (prep) {
+        qt = (kn_qk_token){prep->rope, prep->qk_norm, prep->eps, n_head, n_head_kv, head_dim, 0, dtype, qb};
+        if (prep->qk_norm) {
+            qt.qn = kx_buffer(k, "q_norm", dtype, IR_READ, head_dim);
+            qt.kn = kx_buffer(k, "k_norm", dtype, IR_READ, head_dim);
+        }
+        if (prep->rope->freq_factors) qt.freqs = kx_buffer(k, "freqs", dtype, IR_READ, prep->rope->n_rot / 2);
+    }
+    uint32_t wg = decode_wg(c, head_dim), keys_per_block = wg;
     uint32_t per = (head_dim + wg - 1) / wg; /* dims each invocation owns in phase 2 */
     kx_workgroup(k, wg);
     if (per > 64) {
@@ -309,7 +376,6 @@ static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, 
     ir_shm sh_e = kx_shared(k, "weights", IR_F32, keys_per_block);
     ir_shm sh_r = pg ? kx_shared(k, "rows", IR_U32, keys_per_block) : 0; /* the block's cache rows (paged) */
     uint32_t v = kn_vec_width(head_dim), kv_dim = n_head_kv * head_dim;
-    ir_type fv = kx_t(k, IR_F32, v);
     float scale = 1.0f / sqrtf((float)head_dim); /* the oracle's, computed the same way */
 
     ir_val u0 = kx_u32(k, 0), u1 = kx_u32(k, 1), f0 = kx_f32(k, 0.0f);
@@ -329,6 +395,17 @@ static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, 
     ir_val chunk = run_chunk(k, n_keys, n_split);
     ir_val start = kx_mul(k, sp, chunk);
     ir_val end = kx_min(k, n_keys, kx_add(k, start, chunk));
+    ir_shm q_s = 0, k_s = 0, v_s = 0;
+    if (prep) { /* the token's q head h and kv head kvh, as kn_qk_prep makes them */
+        qt.wg = wg;
+        q_s = kx_shared(k, "q_head", IR_F32, head_dim), k_s = kx_shared(k, "k_head", IR_F32, head_dim);
+        v_s = kx_shared(k, "v_head", IR_F32, head_dim);
+        ir_val src = rows->batch ? kx_mul_c(k, b, rows->q_stride) : u0;
+        kn_qk_token_heads(k, &qt, tk.pos, src, h, kvh, q_s, k_s, v_s);
+        store_new_kv(k, pg, tab, &tk, kc, vc, k_s, v_s, kvbase, kv_dim, head_dim, wg, dtype,
+                     kx_and(k, kx_eq_c(k, kx_rem_c(k, h, n_head / n_head_kv), 0),
+                            kx_and(k, kx_ge(k, tk.pos, start), kx_lt(k, tk.pos, end))));
+    }
 
     /* the dims this invocation owns: d_r = lid + r * wg, clamped for the loads so an
      * invocation past head_dim reads valid memory and only skips its store */
@@ -354,19 +431,19 @@ static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, 
     ir_val prow = pg ? kn_cache_row(k, pg, tab, tk.tab0, IR_NONE, kx_min(k, p, kx_sub(k, end, u1))) : p;
     ir_if *sc = ir_if_begin(k.ir, valid, 1);
     {
-        ir_val z[4];
-        for (uint32_t i = 0; i < v; i++) z[i] = f0;
-        ir_val zero = v == 1 ? f0 : kx_vec(k, z, v);
-        ir_val krow = kx_add(k, kx_mul(k, prow, kvd), kvbase);
-        ir_val step = kx_u32(k, v);
-        ir_for *dl = ir_for_begin(k.ir, u0, kx_u32(k, head_dim), step, 1, &zero);
-        ir_val d = ir_for_iv(dl);
-        ir_val qv = kx_convert(k, kx_load(k, qb, kx_add(k, qbase, d), v), fv);
-        ir_val kv = kx_convert(k, kx_load(k, kc, kx_add(k, krow, d), v), fv);
-        ir_val acc = kx_fma(k, qv, kv, ir_for_arg(dl, 0)); /* exact product: fma == mul + add */
-        ir_for_end(k.ir, dl, &acc);
-        ir_val scale_c = kx_f32(k, scale);
-        ir_val s = kx_mul(k, kn_lane_sum(k, ir_for_result(dl, 0), v), scale_c);
+        ir_val krow = kx_add(k, kx_mul(k, prow, kvd), kvbase), s;
+        score_src q = {qb, qbase, q_s}, key = {kc, krow, 0};
+        if (prep) { /* the token's own key from k_s: its cache row is this launch's to write */
+            ir_if *own = ir_if_begin(k.ir, kx_eq(k, p, tk.pos), 1);
+            score_src mine = {0, u0, k_s};
+            s = score(k, &q, &mine, head_dim, v, scale);
+            ir_if_else(k.ir, own, &s);
+            s = score(k, &q, &key, head_dim, v, scale);
+            ir_if_end(k.ir, own, &s);
+            s = ir_if_result(own, 0);
+        } else {
+            s = score(k, &q, &key, head_dim, v, scale);
+        }
         ir_if_else(k.ir, sc, &s);
     }
     ir_if_end(k.ir, sc, &ninf);
@@ -400,12 +477,19 @@ static ir_kernel *decode(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, 
     ir_for *pl = ir_for_begin(k.ir, u0, cnt, u1, 1 + per, init2);
     ir_val j = ir_for_iv(pl), w = kx_shm_load(k, sh_e, j, 1);
     ir_val vrow = kx_mul(k, pg ? kx_shm_load(k, sh_r, j, 1) : kx_add(k, b0, j), kvd);
-    ir_val nx2[1 + 64];
+    ir_val nx2[1 + 64], vv[64];
     nx2[0] = kx_add(k, ir_for_arg(pl, 0), w);
-    for (uint32_t r = 0; r < per; r++) {
-        ir_val vv = kx_as(k, kx_load(k, vc, kx_add(k, vrow, ldim[r]), 1), IR_F32);
-        nx2[1 + r] = kx_fma(k, w, vv, ir_for_arg(pl, 1 + r));
+    ir_if *own = prep ? ir_if_begin(k.ir, kx_eq(k, kx_add(k, b0, j), tk.pos), per) : NULL;
+    if (own) { /* the token's own value from v_s (uniform: j is every invocation's) */
+        for (uint32_t r = 0; r < per; r++) vv[r] = kx_shm_load(k, v_s, kx_min_c(k, dim[r], head_dim - 1), 1);
+        ir_if_else(k.ir, own, vv);
     }
+    for (uint32_t r = 0; r < per; r++) vv[r] = kx_as(k, kx_load(k, vc, kx_add(k, vrow, ldim[r]), 1), IR_F32);
+    if (own) {
+        ir_if_end(k.ir, own, vv);
+        for (uint32_t r = 0; r < per; r++) vv[r] = ir_if_result(own, r);
+    }
+    for (uint32_t r = 0; r < per; r++) nx2[1 + r] = kx_fma(k, w, vv[r], ir_for_arg(pl, 1 + r));
     ir_for_end(k.ir, pl, nx2);
 
     /* what earlier blocks summed, rescaled: l = l * alpha + block sum, acc likewise */
@@ -476,11 +560,31 @@ ir_kernel *kn_attn_decode_batch(const rt_caps *c, uint32_t n_head, uint32_t n_he
     return decode(c, n_head, n_head_kv, head_dim, n_ctx, n_split, &r, dtype, groups, err);
 }
 
+bool kn_attn_prep_ok(const rt_caps *c, uint32_t head_dim, const kn_rope_opts *rope, bool qk_norm, float eps) {
+    kn_qk_token t = {rope, qk_norm, eps, 1, 1, head_dim, decode_wg(c, head_dim), IR_BF16, 0};
+    return c && head_dim && kn_qk_token_ok(c, &t);
+}
+
 ir_kernel *kn_attn_decode_merged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
-                                 uint32_t n_ctx, uint32_t n_split, const kn_pages *pg, uint32_t n_seq, uint32_t batch,
-                                 uint32_t q_stride, ir_scalar dtype, uint32_t groups[2], kiln_err *err) {
-    attn_rows r = {batch, n_seq, q_stride, pg, true};
+                                 uint32_t n_ctx, uint32_t n_split, const kn_attn_more *more, ir_scalar dtype,
+                                 uint32_t groups[2], kiln_err *err) {
+    kn_attn_more none = {0};
+    if (!more) more = &none;
+    const kn_pages *pg = more->pg;
+    attn_rows r = {more->batch, more->n_seq, more->q_stride, pg, true, more->rope ? more : NULL};
     if (pg && kn_pages_check(pg, (uint64_t)n_head_kv * head_dim, "kn_attn_decode_merged", err)) return NULL;
+    if (r.prep) {
+        kn_qk_token t = {more->rope, more->qk_norm, more->eps, n_head, n_head_kv, head_dim, decode_wg(c, head_dim),
+                         dtype, 0};
+        uint64_t row = ((uint64_t)n_head + 2ull * n_head_kv) * head_dim;
+        if (!kn_qk_token_ok(c, &t) || (more->batch && more->q_stride < row) || row > UINT32_MAX)
+            return kiln_fail(err, KILN_ERR_INVALID,
+                             "kn_attn_decode_merged: no subgroup sums, or bad rope or norm (n_rot %u of head_dim %u, "
+                             "base %g, freq_scale %g, eps %g) or q_stride %u under the qkv row %llu",
+                             more->rope->n_rot, head_dim, (double)more->rope->base, (double)more->rope->freq_scale,
+                             (double)more->eps, more->q_stride, (unsigned long long)row),
+                   NULL;
+    }
     return decode(c, n_head, n_head_kv, head_dim, pg ? pg->rows * pg->stride : n_ctx, n_split, &r, dtype, groups,
                   err);
 }

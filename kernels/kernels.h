@@ -346,12 +346,30 @@ uint32_t kn_attn_splits(const rt_caps *c, uint32_t n_head, uint32_t n_ctx);
  * n_split workgroups to finish (counted in count: u32, read/write, n_head per token, zero
  * before the first launch and left zero by each) merges the runs as the merge kernel
  * does, bit for bit, into out (dtype, write, [token][n_head * head_dim]). One launch a
- * layer fewer. pg: a paged cache or NULL (n_ctx then the cache's rows); batch 0: one
- * token (pos), else a step's tokens (tokpos, n_seq, q_stride as kn_attn_decode_batch).
- * Params: the decode's (part read and written), count, out. Grid as the decode's. */
+ * layer fewer. more (NULL: one token, unpaged, q prepared):
+ *   pg: a paged cache (n_ctx then its rows), or NULL;
+ *   batch 0: one token (pos); else a step's tokens (tokpos, n_seq, q_stride as
+ *     kn_attn_decode_batch);
+ *   rope set: kn_qk_prep's work for the token is done here too, so its launch goes as
+ *     well: every workgroup reads the raw qkv row ("qkv" for "q": one token's row, or
+ *     q_stride apart) and makes its q head and kv head (rope, qk_norm with q_norm and
+ *     k_norm, freqs with rope->freq_factors: kn_qk_prep's values bit for bit), uses the
+ *     token's own key and value from there, and the kv head's first q head's workgroup
+ *     whose run holds the position writes them to the caches (read and written then).
+ * Params: the decode's (part read and written), pages, [q_norm, k_norm], [freqs], count,
+ * out. Grid as the decode's. */
+typedef struct kn_attn_more {
+    const kn_pages *pg;
+    uint32_t n_seq, batch, q_stride;
+    const struct kn_rope_opts *rope;
+    bool qk_norm;
+    float eps;
+} kn_attn_more;
 ir_kernel *kn_attn_decode_merged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
-                                 uint32_t n_ctx, uint32_t n_split, const kn_pages *pg, uint32_t n_seq, uint32_t batch,
-                                 uint32_t q_stride, ir_scalar dtype, uint32_t groups[2], kiln_err *err);
+                                 uint32_t n_ctx, uint32_t n_split, const kn_attn_more *more, ir_scalar dtype,
+                                 uint32_t groups[2], kiln_err *err);
+/* Whether the prep form takes these options on c (it needs kn_qk_prep's subgroup form). */
+bool kn_attn_prep_ok(const rt_caps *c, uint32_t head_dim, const struct kn_rope_opts *rope, bool qk_norm, float eps);
 /* The decode pair's first launch over a paged cache (kn_pages): the same results, the keys
  * of position p at its page's row; n_ctx = stride * rows for the merge. One sequence
  * (pages: its stride entries) or a step's tokens of n_seq (pages: n_seq * stride). */

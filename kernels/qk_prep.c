@@ -31,6 +31,7 @@
  * caller's block size; not known here), n_ctx * kv_dim is checked. */
 #include "base/error.h"
 #include "kernels/kn_common.h"
+#include "kernels/kn_qk.h"
 
 #include <math.h>
 
@@ -44,7 +45,15 @@ typedef struct qk_build {
     ir_shm cos_t, sin_t; /* the token's rope table: n_rot / 2 pairs */
     uint32_t sg;         /* lanes of a subgroup with a head of its own (head_sg), 0 otherwise */
     ir_val p;            /* the token's position (u32) */
+    ir_shm out_s;        /* head()'s results into this workgroup array (f32) instead of dst */
+    bool to_shm;
 } qk_build;
+
+/* A head's element: dst[at] (dtype), or the workgroup array's f32 of it. */
+static void put(const qk_build *b, ir_buf dst, ir_val at, ir_val y) {
+    if (b->to_shm) kx_shm_store(b->k, b->out_s, at, kx_as(b->k, y, IR_F32));
+    else kx_store(b->k, dst, at, y);
+}
 
 /* x[src + d] as f32, normed and rounded to dtype with qk_norm. */
 static ir_val load_normed(const qk_build *b, ir_val src, ir_val d, ir_buf w, ir_val scale) {
@@ -93,10 +102,8 @@ static void head(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, ir_
     ir_val x0 = load_normed(b, src, ia, w, scale), x1 = load_normed(b, src, ib, w, scale);
     ir_val o0, o1;
     kn_rotate(k, x0, x1, cs, sn, &o0, &o1);
-    ir_val y0 = kx_as(k, o0, b->dtype);
-    kx_store(k, dst, kx_add(k, dst_base, ia), y0);
-    ir_val y1 = kx_as(k, o1, b->dtype);
-    kx_store(k, dst, kx_add(k, dst_base, ib), y1);
+    put(b, dst, kx_add(k, dst_base, ia), kx_as(k, o0, b->dtype));
+    put(b, dst, kx_add(k, dst_base, ib), kx_as(k, o1, b->dtype));
     kx_end_for(k, l);
 
     /* dims past n_rot: normed, or copied to the cache; q without a norm keeps them as they are */
@@ -105,7 +112,7 @@ static void head(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, ir_
     ir_for *tl = kx_for(k, kx_add_c(k, lid, b->n_rot), end, step2, &d);
     ir_val y = b->qk_norm ? kx_as(k, load_normed(b, src, d, w, scale), b->dtype)
                           : kx_load(k, b->qkv, kx_add(k, src, d), 1);
-    kx_store(k, dst, kx_add(k, dst_base, d), y);
+    put(b, dst, kx_add(k, dst_base, d), y);
     kx_end_for(k, tl);
 }
 
@@ -171,13 +178,13 @@ static void head_sg(const qk_build *b, ir_val src, ir_buf dst, ir_val dst_base, 
         ir_val cs = kx_shm_load(k, b->cos_t, pi[m], 1), sn = kx_shm_load(k, b->sin_t, pi[m], 1);
         ir_val o0, o1;
         kn_rotate(k, norm_val(b, x0[m], pa[m], w, scale), norm_val(b, x1[m], pb[m], w, scale), cs, sn, &o0, &o1);
-        kx_store(k, dst, kx_add(k, dst_base, pa[m]), kx_as(k, o0, b->dtype));
-        kx_store(k, dst, kx_add(k, dst_base, pb[m]), kx_as(k, o1, b->dtype));
+        put(b, dst, kx_add(k, dst_base, pa[m]), kx_as(k, o0, b->dtype));
+        put(b, dst, kx_add(k, dst_base, pb[m]), kx_as(k, o1, b->dtype));
         if (f) kx_end_if(k, f);
     }
     for (uint32_t m = 0; m < ne && extras; m++) {
         ir_if *f = eok[m] ? kx_if(k, eok[m]) : NULL;
-        kx_store(k, dst, kx_add(k, dst_base, ed[m]), kx_as(k, norm_val(b, xe[m], ed[m], w, scale), b->dtype));
+        put(b, dst, kx_add(k, dst_base, ed[m]), kx_as(k, norm_val(b, xe[m], ed[m], w, scale), b->dtype));
         if (f) kx_end_if(k, f);
     }
 }
@@ -359,4 +366,44 @@ uint32_t kn_qk_prep_groups(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv
     if (per > 4) per = 4;
     uint32_t at_once = slots * (uint32_t)per;
     return (heads + at_once - 1) / at_once;
+}
+
+void kn_qk_token_heads(kx k, const kn_qk_token *t, ir_val p, ir_val src, ir_val qh, ir_val kvh, ir_shm q_s,
+                       ir_shm k_s, ir_shm v_s) {
+    const kn_rope_opts *rope = t->rope;
+    qk_build b = {.k = k, .wg = t->wg, .head_dim = t->head_dim, .n_rot = rope->n_rot, .neox = rope->neox,
+                  .qk_norm = t->qk_norm, .factors = rope->freq_factors, .eps = t->eps,
+                  .freq_scale = rope->freq_scale, .theta_scale = powf(rope->base, -2.0f / (float)rope->n_rot),
+                  .dtype = t->dtype, .qkv = t->qkv, .freqs = t->freqs, .p = p, .to_shm = true,
+                  .sg = k.caps->subgroup_size};
+    b.cos_t = kx_shared(k, "rope_cos", IR_F32, rope->n_rot / 2);
+    b.sin_t = kx_shared(k, "rope_sin", IR_F32, rope->n_rot / 2);
+    rope_table(&b); /* its angles do not depend on the workgroup's size */
+    uint32_t hd = t->head_dim, n_sg = t->wg / b.sg;
+    ir_val zero = kx_u32(k, 0), sgid = kx_sg_id(k);
+    /* a subgroup a head, as kn_qk_prep's (its sums in the same order): the first the q head,
+     * the second (or the first again) the k head */
+    ir_if *fq = kx_if(k, kx_eq_c(k, sgid, 0));
+    b.out_s = q_s;
+    head_sg(&b, kx_add(k, src, kx_mul_c(k, qh, hd)), 0, zero, t->qn, false);
+    kx_end_if(k, fq);
+    ir_if *fk = kx_if(k, kx_eq_c(k, sgid, n_sg > 1 ? 1 : 0));
+    b.out_s = k_s;
+    head_sg(&b, kx_add(k, src, kx_mul_c(k, kx_add_c(k, kvh, t->n_head), hd)), 0, zero, t->kn, false);
+    kx_end_if(k, fk);
+    /* the v head as it is (f32 of its dtype values) */
+    ir_val vsrc = kx_add(k, src, kx_mul_c(k, kx_add_c(k, kvh, t->n_head + t->n_head_kv), hd)), d;
+    ir_for *cp = kx_for(k, kx_local(k), kx_u32(k, hd), kx_u32(k, t->wg), &d);
+    kx_shm_store(k, v_s, d, kx_as(k, kx_load(k, t->qkv, kx_add(k, vsrc, d), 1), IR_F32));
+    kx_end_for(k, cp);
+    kx_barrier(k);
+}
+
+bool kn_qk_token_ok(const rt_caps *c, const kn_qk_token *t) {
+    const kn_rope_opts *r = t->rope;
+    bool shape = r && r->n_rot && r->n_rot % 2 == 0 && r->n_rot <= t->head_dim && r->base > 0.0f &&
+                 isfinite(r->base) && r->freq_scale > 0.0f && isfinite(r->freq_scale) &&
+                 (!t->qk_norm || (t->eps >= 0.0f && isfinite(t->eps)));
+    /* kn_qk_prep's numbers come from head_sg where it has subgroup slots: only there */
+    return shape && sg_slots(c, t->head_dim, r->n_rot) && t->wg && t->wg % c->subgroup_size == 0;
 }

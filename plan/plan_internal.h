@@ -263,6 +263,13 @@ bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c);
 bool plan_skinny_norm_on(void);
 /* plan_shape.attn_merged: on unless KILN_ATTN_MERGED=0. */
 bool plan_attn_merged_on(void);
+/* A single token's decode step's attention also does kn_qk_prep's work (kn_attn_more.rope):
+ * where it merges, the caps take the prep form, and KILN_ATTN_PREP is not 0. (Not the
+ * batched step's: a prompt's consecutive tokens of one slot may share a step, and each
+ * reads the keys the others store.) */
+bool plan_attn_prep(const plan_shape *s, const rt_caps *c);
+/* The rope options of s's model (kn_qk_prep's). */
+kn_rope_opts plan_rope(const plan_shape *s);
 /* Whether role i of a block of s->n_block tokens takes the norm before it inside its
  * product (kn_matmul_skinny_norm, X the un-normalized activations and wn the norm's
  * weight; no K_NORM launch): where s->skinny_norm, a short block's skinny product where

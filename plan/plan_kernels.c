@@ -39,6 +39,22 @@ bool plan_attn_merged_on(void) {
     return !e || strcmp(e, "0") != 0;
 }
 
+kn_rope_opts plan_rope(const plan_shape *s) {
+    const arch_hparams *hp = &s->hp;
+    kn_rope_opts rope = {
+        hp->n_rot, hp->rope_neox, hp->rope_base,
+        hp->rope_scaling == ROPE_SCALING_LINEAR && hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor : 1.0f,
+        s->freqs};
+    return rope;
+}
+
+bool plan_attn_prep(const plan_shape *s, const rt_caps *c) {
+    const char *e = getenv("KILN_ATTN_PREP");
+    kn_rope_opts rope = plan_rope(s);
+    return s->attn_merged && (!e || strcmp(e, "0") != 0) &&
+           kn_attn_prep_ok(c, s->hp.head_dim_k, &rope, s->hp.qk_norm, s->hp.rms_eps);
+}
+
 bool plan_skinny_norm(const plan_shape *s, const rt_caps *c, int i) {
     uint32_t d = s->hp.n_embd, nb = s->n_block;
     if (!s->skinny_norm || nb > PLAN_SHORT_BLOCK) return false;
@@ -179,10 +195,8 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     uint32_t d = hp->n_embd, nb = s->n_block;
     ir_scalar dt = s->dt;
     g[0] = g[1] = 1;
-    kn_rope_opts rope = {
-        hp->n_rot, hp->rope_neox, hp->rope_base,
-        hp->rope_scaling == ROPE_SCALING_LINEAR && hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor : 1.0f,
-        s->freqs};
+    kn_rope_opts rope = plan_rope(s);
+    bool prep = plan_attn_prep(s, c);
     unsigned bias = s->bias ? KN_EPI_BIAS : 0;
     /* the experts' products over the cache's slots where experts are cached */
     bool cached = s->moe_slots > 0;
@@ -202,9 +216,11 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
         return kn_qk_prep(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps, s->n_ctx, dt,
                           err);
     case K_ATTN:
-        if (s->attn_merged)
+        if (s->attn_merged) {
+            kn_attn_more more = {.pg = pg, .rope = prep ? &rope : NULL, .qk_norm = hp->qk_norm, .eps = hp->rms_eps};
             return kn_attn_decode_merged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
-                                         kn_attn_splits(c, hp->n_head, s->n_ctx), pg, 0, 0, 0, dt, g, err);
+                                         kn_attn_splits(c, hp->n_head, s->n_ctx), &more, dt, g, err);
+        }
         if (pg) return kn_attn_decode_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, pg,
                                             kn_attn_splits(c, hp->n_head, s->n_ctx), dt, g, err);
         return kn_attn_decode(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
@@ -249,9 +265,13 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
         return kn_qk_prep_batch(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps,
                                 s->n_ctx, s->n_slots, dt, err);
     case K_ATTN_BATCH:
-        if (s->attn_merged)
+        if (s->attn_merged) {
+            /* not the prep form: a step may hold a prompt's consecutive tokens of one slot,
+             * whose attention reads the keys the step's other tokens store */
+            kn_attn_more more = {.pg = pg, .n_seq = s->n_slots, .batch = nb, .q_stride = s->qkv_dim};
             return kn_attn_decode_merged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
-                                         plan_batch_splits(s, c, nb), pg, s->n_slots, nb, s->qkv_dim, dt, g, err);
+                                         plan_batch_splits(s, c, nb), &more, dt, g, err);
+        }
         if (pg) return kn_attn_decode_batch_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, pg,
                                                   plan_batch_splits(s, c, nb), s->n_slots, nb, s->qkv_dim, dt, g, err);
         return kn_attn_decode_batch(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,

@@ -107,6 +107,15 @@ static void add_qkv(recorder *R, int kern, const plan_layer *L, bool prefill) {
 }
 
 
+/* The norm weights and rope factors of the attention's prep form (where it has one). */
+static uint32_t prep_args(const plan_engine *p, const plan_layer *L, plan_arg *a) {
+    uint32_t n = 0;
+    if (!plan_attn_prep(&p->s, &p->d->caps)) return 0;
+    if (p->s.hp.qk_norm) a[n++] = (plan_arg){"q_norm", L->q_norm}, a[n++] = (plan_arg){"k_norm", L->k_norm};
+    if (p->s.freqs) a[n++] = (plan_arg){"freqs", p->freqs};
+    return n;
+}
+
 static void add_qk_prep(recorder *R, const plan_layer *L, uint32_t gy) {
     plan_engine *p = R->p;
     plan_arg a[8] = {{"qkv", p->qkv}, {"kcache", L->kc}, {"vcache", L->vc}, {"info", p->info}};
@@ -260,10 +269,13 @@ int plan_record_decode(plan_engine *p, kiln_err *err) {
         } else {
             add_qkv(R, K_MV_QKV, L, false);
             if (gated) add_gate_product(R, L, false);
-            add_qk_prep(R, L, 1);
-            plan_arg a[8] = {{"q", p->qkv}, {"kcache", L->kc}, {"vcache", L->vc}, {"part", p->part}, {"pos", p->info}};
+            bool prep = plan_attn_prep(&p->s, &p->d->caps); /* the attention does qk_prep's work */
+            if (!prep) add_qk_prep(R, L, 1);
+            plan_arg a[11] = {{prep ? "qkv" : "q", p->qkv}, {"kcache", L->kc}, {"vcache", L->vc}, {"part", p->part},
+                              {"pos", p->info}};
             uint32_t na = 5;
             if (p->pages) a[na++] = (plan_arg){"pages", p->pages};
+            na += prep_args(p, L, a + na);
             if (p->s.attn_merged) a[na++] = (plan_arg){"count", p->attn_count}, a[na++] = (plan_arg){"out", p->att};
             add(R, K_ATTN, g[K_ATTN][0], g[K_ATTN][1], a, na);
             if (!p->s.attn_merged)

@@ -219,7 +219,7 @@ Test(plan_bind, a_plan_refuses_a_short_buffer) {
     uint32_t n0 = p->n_launch;
     p->part = short_part;
     cr_assert_eq(plan_record_decode(p, &err), -1);
-    cr_assert(strstr(err.msg, "attn_decode (kn_attn_decode)") && strstr(err.msg, "'part'"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "attn_decode (kn_attn_decode") && strstr(err.msg, "'part'"), "%s", err.msg);
     cr_assert_gt(p->n_launch, n0, "the launches before attn_decode are recorded");
     p->part = keep;
     d->ops->release(d, short_part);
