@@ -32,14 +32,14 @@ done
 KILN_SKINNY_NORM=0 timeout 50 $K bench $dir/qwen3-8b.gguf -p 24 -n 0 -r 4 --device cuda:0 > $out/pp24-8b-unfused.md 2>&1
 KILN_ATTN_SHORT=0 timeout 50 $K bench $dir/qwen3-8b.gguf -p 24 -n 0 -r 4 --device cuda:0 > $out/pp24-8b-attn32.md 2>&1
 stamp kiln-pp24; tarball
-timeout 40 $K run $dir/qwen3-8b.gguf --device cuda:0 -p "$prompt" -n 16 --profile-tokens 24 > /dev/null 2> $out/prof-8b.txt
-timeout 40 $K run $dir/qwen3-0.6b.gguf --device cuda:0 -p "$prompt" -n 16 --profile-tokens 24 > /dev/null 2> $out/prof-06.txt
-stamp profile; tarball
 llama_wait
 for p in qwen3-8b qwen3-0.6b q06; do
   timeout 40 $L -m $dir/$p.gguf -ngl 99 -fa 1 -p 24 -n 64 -r 4 > $out/llama-$p.md 2>&1
 done
 stamp llama; tarball
+timeout 40 $K run $dir/qwen3-8b.gguf --device cuda:0 -p "$prompt" -n 16 --profile-tokens 24 > /dev/null 2> $out/prof-8b.txt
+timeout 40 $K run $dir/qwen3-0.6b.gguf --device cuda:0 -p "$prompt" -n 16 --profile-tokens 24 > /dev/null 2> $out/prof-06.txt
+stamp profile; tarball
 MODELS=qwen3-0.6b DEVICES=cuda:0 STREAMS="1 8" SUITES=0 timeout 100 bash bench/h200-batch.sh $out/serve06
 stamp serve06; tarball
 MODELS=qwen3-8b DEVICES=cuda:0 STREAMS="1 8 32" SUITES=0 timeout 120 bash bench/h200-batch.sh $out/serve8
