@@ -107,10 +107,19 @@ static int build_bucket(plan_engine *p, int bi, uint32_t nb, kiln_err *err) {
     }
     b->n = nb;
     b->first_launch = p->n_launch;
-    if (plan_record_batch(p, b, err)) return -1;
+    if (plan_record_batch(p, b, false, err)) return -1;
     b->n_launch = p->n_launch - b->first_launch;
-    b->rec = p->d->ops->record(p->d, p->launch + b->first_launch, b->n_launch, err);
-    return b->rec ? 0 : -1;
+    if (!(b->rec = p->d->ops->record(p->d, p->launch + b->first_launch, b->n_launch, err))) return -1;
+    if (!plan_attn_prep(&s, &p->d->caps)) return 0;
+    /* the steps whose slots have a token each: the attention's prep form, no kn_qk_prep_batch */
+    s.batch_prep = true;
+    if (!(b->attn_prep = plan_compile_kernel(p->d, &s, K_ATTN_BATCH, b->grid_prep, &b->sig_prep, err))) return -1;
+    p->n_kern++;
+    b->first_prep = p->n_launch;
+    if (plan_record_batch(p, b, true, err)) return -1;
+    b->n_prep = p->n_launch - b->first_prep;
+    b->rec_prep = p->d->ops->record(p->d, p->launch + b->first_prep, b->n_prep, err);
+    return b->rec_prep ? 0 : -1;
 }
 
 int plan_batch_build(plan_engine *p, kiln_err *err) {
@@ -146,6 +155,9 @@ void plan_batch_release(plan_engine *p) {
     for (int bi = 0; bi < PLAN_BUCKETS; bi++) {
         plan_prefill *b = &p->batch[bi];
         if (b->rec) d->ops->release_recording(d, b->rec);
+        if (b->rec_prep) d->ops->release_recording(d, b->rec_prep);
+        if (b->attn_prep) d->ops->release_kernel(d, b->attn_prep);
+        plan_sig_free(&b->sig_prep);
         for (int i = 0; i < K_COUNT; i++)
             if (plan_batch_role(i)) { /* the others are the plan's */
                 if (b->kern[i]) d->ops->release_kernel(d, b->kern[i]);
@@ -227,8 +239,14 @@ static int run_bucket(plan_engine *o, engine_step **it, uint32_t n, kiln_err *er
     const plan_prefill *b = bucket_for(o, n);
     uint32_t info[2] = {0, n}, best[2 * PLAN_BATCH_MAX];
     size_t row = (size_t)o->s.hp.n_vocab * 4;
+    /* the prep form where no slot has two of the step's tokens (each would read keys the
+     * other stores in the same launch) */
+    bool one_each = b->rec_prep != NULL;
+    for (uint32_t t = 1; t < n && one_each; t++)
+        for (uint32_t u = 0; u < t && one_each; u++) one_each = it[t]->e != it[u]->e;
     if (stage(o, it, n, err) || stage_allow(o, it, n, err) || d->ops->upload(d, o->info_h, 0, info, sizeof info, err) ||
-        d->ops->replay(d, b->rec, err) || d->ops->download(d, o->bbest, 0, best, (size_t)n * 8, err))
+        d->ops->replay(d, one_each ? b->rec_prep : b->rec, err) ||
+        d->ops->download(d, o->bbest, 0, best, (size_t)n * 8, err))
         return -1;
     for (uint32_t t = 0; t < n; t++) {
         plan_engine *p = (plan_engine *)it[t]->e;
@@ -256,7 +274,7 @@ bool plan_owns_kernel(const plan_engine *p, int i, const rt_kernel *k) {
     for (int bi = 0; bi < PLAN_SUBS; bi++)
         if (p->sub[bi].kern[i] == k) return true;
     for (int bi = 0; bi < PLAN_BUCKETS; bi++)
-        if (p->batch[bi].kern[i] == k) return true;
+        if (p->batch[bi].kern[i] == k || (i == K_ATTN_BATCH && p->batch[bi].attn_prep == k)) return true;
     const plan_qvar *v = plan_qvar_of(p, k);
     return v && v->role == i;
 }

@@ -59,6 +59,7 @@ typedef struct plan_shape {
     /* the decode attention merges its runs in its own launch (kn_attn_decode_merged; off
      * where KILN_ATTN_MERGED=0, for measuring) */
     bool attn_merged;
+    bool batch_prep; /* building a step's attention in the prep form (plan_batch.c's second recording) */
     uint32_t n_slots; /* plans that will share one upload of the weights (for the memory check) */
     /* more than one slot: the slots' KV caches in one pool of pages (kn_pages: PLAN_PAGE_ROWS
      * rows a page, enough pages for n_ctx positions, each slot's table stride entries, a
@@ -145,6 +146,13 @@ typedef struct plan_prefill {
     uint32_t grid[K_COUNT][2];
     rt_recording *rec;
     uint32_t first_launch, n_launch; /* its launches in plan_engine.launch */
+    /* a step's bucket where no slot has two of its tokens: the attention in the prep form
+     * (plan_attn_prep), kn_qk_prep_batch's launch gone; NULL where the caps have none */
+    rt_kernel *attn_prep;
+    plan_sig sig_prep;
+    uint32_t grid_prep[2];
+    rt_recording *rec_prep;
+    uint32_t first_prep, n_prep;
 } plan_prefill;
 
 /* The host's part of an expert cache (plan_moe_host.c): its threads and scratch. */
@@ -263,10 +271,9 @@ bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c);
 bool plan_skinny_norm_on(void);
 /* plan_shape.attn_merged: on unless KILN_ATTN_MERGED=0. */
 bool plan_attn_merged_on(void);
-/* A single token's decode step's attention also does kn_qk_prep's work (kn_attn_more.rope):
- * where it merges, the caps take the prep form, and KILN_ATTN_PREP is not 0. (Not the
- * batched step's: a prompt's consecutive tokens of one slot may share a step, and each
- * reads the keys the others store.) */
+/* The decode step's attention also does kn_qk_prep's work (kn_attn_more.rope): where it
+ * merges, the caps take the prep form, and KILN_ATTN_PREP is not 0. (A batched step's
+ * only where its slots have a token each: plan_batch.c's second recording.) */
 bool plan_attn_prep(const plan_shape *s, const rt_caps *c);
 /* The rope options of s's model (kn_qk_prep's). */
 kn_rope_opts plan_rope(const plan_shape *s);
@@ -402,7 +409,7 @@ int plan_batch_stage_profile(plan_engine *p, uint32_t n, kiln_err *err);
 /* Whether kernel k is role i's in the plan, one of its smaller blocks or its buckets. */
 bool plan_owns_kernel(const plan_engine *p, int i, const rt_kernel *k);
 /* A bucket's launches (plan_record.c). */
-int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err);
+int plan_record_batch(plan_engine *p, const plan_prefill *b, bool prep, kiln_err *err);
 
 /* ---- the expert cache (plan_moe_cache.c) and the host's experts (plan_moe_host.c) ---- */
 /* Where not every expert fits the device: each layer's experts in s.moe_slots slots of

@@ -266,9 +266,10 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
                                 s->n_ctx, s->n_slots, dt, err);
     case K_ATTN_BATCH:
         if (s->attn_merged) {
-            /* not the prep form: a step may hold a prompt's consecutive tokens of one slot,
-             * whose attention reads the keys the step's other tokens store */
-            kn_attn_more more = {.pg = pg, .n_seq = s->n_slots, .batch = nb, .q_stride = s->qkv_dim};
+            /* the prep form only for the recording of steps whose slots have one token each:
+             * a prompt's consecutive tokens in a step read the keys the others store */
+            kn_attn_more more = {.pg = pg, .n_seq = s->n_slots, .batch = nb, .q_stride = s->qkv_dim,
+                                 .rope = s->batch_prep ? &rope : NULL, .qk_norm = hp->qk_norm, .eps = hp->rms_eps};
             return kn_attn_decode_merged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
                                          plan_batch_splits(s, c, nb), &more, dt, g, err);
         }

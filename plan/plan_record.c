@@ -376,8 +376,17 @@ int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
  * cache, btok_pos[2t], btok_pos[2t + 1]; rows past the step's count are padding that
  * writes nothing): the short block's products over the step's rows, the cache stores and
  * attention over the pool, then every row's logits and argmax. */
-int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err) {
-    recorder rec = {p, b->kern, b->sig, (const uint32_t(*)[2])b->grid, b->n, true, err, 0}, *R = &rec;
+int plan_record_batch(plan_engine *p, const plan_prefill *b, bool prep, kiln_err *err) {
+    /* prep: the bucket's kernels with the attention's prep form for K_ATTN_BATCH */
+    rt_kernel *kern[K_COUNT];
+    plan_sig sig[K_COUNT];
+    uint32_t grid[K_COUNT][2];
+    memcpy(kern, b->kern, sizeof kern), memcpy(sig, b->sig, sizeof sig), memcpy(grid, b->grid, sizeof grid);
+    if (prep) {
+        kern[K_ATTN_BATCH] = b->attn_prep, sig[K_ATTN_BATCH] = b->sig_prep;
+        grid[K_ATTN_BATCH][0] = b->grid_prep[0], grid[K_ATTN_BATCH][1] = b->grid_prep[1];
+    }
+    recorder rec = {p, kern, sig, (const uint32_t(*)[2])grid, b->n, true, err, 0}, *R = &rec;
     const arch_hparams *hp = &p->s.hp;
     const uint32_t (*g)[2] = R->grid;
     uint32_t nb = b->n;
@@ -397,11 +406,12 @@ int plan_record_batch(plan_engine *p, const plan_prefill *b, kiln_err *err) {
         if (hp->qk_norm) a[na++] = (plan_arg){"q_norm", L->q_norm}, a[na++] = (plan_arg){"k_norm", L->k_norm};
         if (p->s.freqs) a[na++] = (plan_arg){"freqs", p->freqs};
         if (p->pages_dev) a[na++] = (plan_arg){"pages", p->pages_dev};
-        add(R, K_QK_PREP_BATCH, g[K_QK_PREP_BATCH][0], g[K_QK_PREP_BATCH][1], a, na);
-        plan_arg at[8] = {{"q", p->qkv},      {"kcache", p->kpool[l]}, {"vcache", p->vpool[l]},
-                          {"part", p->bpart}, {"tokpos", p->btok_pos}};
+        if (!prep) add(R, K_QK_PREP_BATCH, g[K_QK_PREP_BATCH][0], g[K_QK_PREP_BATCH][1], a, na);
+        plan_arg at[11] = {{prep ? "qkv" : "q", p->qkv}, {"kcache", p->kpool[l]}, {"vcache", p->vpool[l]},
+                           {"part", p->bpart},            {"tokpos", p->btok_pos}};
         uint32_t nt = 5;
         if (p->pages_dev) at[nt++] = (plan_arg){"pages", p->pages_dev};
+        if (prep) nt += prep_args(p, L, at + nt);
         if (p->s.attn_merged) at[nt++] = (plan_arg){"count", p->bcount}, at[nt++] = (plan_arg){"out", p->att};
         add(R, K_ATTN_BATCH, g[K_ATTN_BATCH][0], g[K_ATTN_BATCH][1], at, nt);
         if (!p->s.attn_merged)
