@@ -18,6 +18,8 @@ for f in 'kernels_attn_merged/*' 'plan_attn_merged/*' 'kernels_skinny_norm/*' 'k
   echo "== $f" >> $out/tests.txt
   KILN_TEST_DEVICE=cuda:0 timeout 60 $T -j8 --filter "$f" >> $out/tests.txt 2>&1; echo "rc=$?" >> $out/tests.txt
 done
+echo "== kernels_attn_merged and plan_attn_merged on vulkan:0" >> $out/tests.txt
+timeout 90 $T -j8 --filter '*attn_merged/*' >> $out/tests.txt 2>&1; echo "rc=$?" >> $out/tests.txt
 stamp tests; tarball
 [ -f $dir/q06.gguf ] || timeout 100 $K synth --preset qwen3-0.6b --quant Q4_K_M -o $dir/q06.gguf > /dev/null 2>&1
 for p in qwen3-0.6b q06 qwen3-8b; do
