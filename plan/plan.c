@@ -348,7 +348,7 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
     p->owner = owner;
     s.fuse_norm = plan_can_fuse_norm(&s, &d->caps);
     s.skinny_norm = plan_skinny_norm_on();
-    s.attn_merged = plan_attn_merged_on();
+    s.attn_merged = plan_attn_merged_on(&d->caps);
     p->s = s;
     p->base.ops = &plan_ops;
     p->base.n_vocab = hp->n_vocab;

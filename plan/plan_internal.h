@@ -56,8 +56,8 @@ typedef struct plan_shape {
     /* a short block's and a step's norms inside their skinny products where they apply
      * (plan_skinny_norm; off where KILN_SKINNY_NORM=0) */
     bool skinny_norm;
-    /* the decode attention merges its runs in its own launch (kn_attn_decode_merged; off
-     * where KILN_ATTN_MERGED=0, for measuring) */
+    /* the decode attention merges its runs in its own launch (kn_attn_decode_merged;
+     * plan_attn_merged_on) */
     bool attn_merged;
     bool batch_prep; /* building a step's attention in the prep form (plan_batch.c's second recording) */
     uint32_t n_slots; /* plans that will share one upload of the weights (for the memory check) */
@@ -269,8 +269,9 @@ int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_blo
 bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c);
 /* plan_shape.skinny_norm for a plan: on unless KILN_SKINNY_NORM=0 (measuring). */
 bool plan_skinny_norm_on(void);
-/* plan_shape.attn_merged: on unless KILN_ATTN_MERGED=0. */
-bool plan_attn_merged_on(void);
+/* plan_shape.attn_merged: on Vulkan, off on CUDA (measured: plan_kernels.c);
+ * KILN_ATTN_MERGED=1 or 0 forces it. */
+bool plan_attn_merged_on(const rt_caps *c);
 /* The decode step's attention also does kn_qk_prep's work (kn_attn_more.rope): where it
  * merges, the caps take the prep form, and KILN_ATTN_PREP is not 0. (A batched step's
  * only where its slots have a token each: plan_batch.c's second recording.) */

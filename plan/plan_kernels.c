@@ -34,9 +34,15 @@ bool plan_skinny_norm_on(void) {
     return !e || strcmp(e, "0") != 0;
 }
 
-bool plan_attn_merged_on(void) {
+/* Measured on an H100 (bench/results/2026-12-07-session46.md), tg of qwen3-0.6b bf16 /
+ * Q4_K_M / qwen3-8b: on vulkan:0 the one launch gave +8.3% / +3.9% / +2.8% over three (each
+ * dispatch there costs more than the work it removes); on cuda:0, whose launches start
+ * early inside a graph (kn_early.c), -3.2% / -3.7% / -0.7% (the fences, the count, and
+ * the prep on every workgroup's critical path cost more than the launches). */
+bool plan_attn_merged_on(const rt_caps *c) {
     const char *e = getenv("KILN_ATTN_MERGED");
-    return !e || strcmp(e, "0") != 0;
+    if (e && (!strcmp(e, "0") || !strcmp(e, "1"))) return e[0] == '1';
+    return c->backend != RT_CUDA;
 }
 
 kn_rope_opts plan_rope(const plan_shape *s) {
@@ -399,7 +405,7 @@ int plan_each_kernel(const model *m, const rt_caps *c, const rt_debug *dbg, uint
     if (plan_shape_of(m, dtype, n_ctx, 0, &s, err)) return -1;
     s.fuse_norm = plan_can_fuse_norm(&s, c);
     s.skinny_norm = plan_skinny_norm_on();
-    s.attn_merged = plan_attn_merged_on();
+    s.attn_merged = plan_attn_merged_on(c);
     s.fault_logits = dbg && dbg->fault_logits;
     for (int i = 0; i < K_COUNT; i++) {
         uint32_t g[2];

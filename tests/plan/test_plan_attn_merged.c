@@ -1,6 +1,6 @@
 /* The decode step's attention in one launch (kn_attn_decode_merged: its runs merged by the
  * last workgroup, and kn_qk_prep's work for the token done in it where the caps take that
- * form) against the three launches (KILN_ATTN_MERGED=0): the same logits bit for bit,
+ * form; KILN_ATTN_MERGED=1) against the three launches (=0): the same logits bit for bit,
  * whole models (qwen3 with its q/k norms, llama, qwen2's biases) through a prompt and
  * decode steps, on the device and without subgroup sums (the merge without the prep). */
 #include "base/error.h"
@@ -58,6 +58,7 @@ Test(plan_attn_merged, one_launch_equals_three, .timeout = 600) {
             float *one = malloc(n * 4), *three = malloc(n * 4);
             cr_assert(one && three);
             uint32_t dt = strcmp(dts[a], "f16") ? GGUF_T_BF16 : GGUF_T_F16;
+            setenv("KILN_ATTN_MERGED", "1", 1); /* the default on Vulkan, not on CUDA */
             run(paths[a], variants[v], dt, one);
             setenv("KILN_ATTN_MERGED", "0", 1);
             run(paths[a], variants[v], dt, three);
