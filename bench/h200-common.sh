@@ -1,10 +1,14 @@
 # Sourced by the bench/h200-issue14-*.sh scripts on the H200: the environment for the
 # binaries in devrun/ (kiln, kiln-tests, lib/, data/), synthesized models in /dev/shm, and
 # the CUDA suites. Expects $out (the output folder) set.
+# the pack bench/devrun.sh leaves (binaries and libraries), unpacked once per machine
+[ -x devrun/kiln ] || [ ! -f devrun/pack.tar.xz ] || tar -xJf devrun/pack.tar.xz -C devrun
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:$PWD/devrun/lib KILN_CACHE_DIR=/tmp/kiln-cache KILN_NO_PROGRESS=1
 export KILN_BIN=$PWD/devrun/kiln KILN_TESTDATA=$PWD/devrun/data
 K=$PWD/devrun/kiln T=$PWD/devrun/kiln-tests dir=/dev/shm/kiln-bench
 mkdir -p "$out" $dir
+L=/opt/peer/llama.cpp/build/bin/llama-bench # llama_build's
+nvidia-smi --query-gpu=name,memory.total --format=csv > $out/gpu.txt 2>&1
 prompt="The quick brown fox jumps over the lazy dog, and then it runs away into the woods behind the old"
 # synth PRESET...: the presets' GGUFs in $dir, once per machine
 synth() { for p in "$@"; do [ -f $dir/$p.gguf ] || timeout 150 $K synth --preset $p -o $dir/$p.gguf > /dev/null; done; }

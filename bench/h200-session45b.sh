@@ -8,9 +8,7 @@
 # with the fused norms and without (KILN_SKINNY_NORM=0). Binaries in devrun/. Writes OUTDIR.tar.
 set -u
 out=$1
-[ -x devrun/kiln ] || tar -xJf devrun/pack.tar.xz -C devrun
 source bench/h200-common.sh
-nvidia-smi --query-gpu=name,memory.total --format=csv > $out/gpu.txt 2>&1
 synth qwen3-0.6b qwen3-8b; stamp synth
 for fused in 1 0; do
   KILN_SKINNY_NORM=$fused timeout 60 $K run $dir/qwen3-0.6b.gguf --device cuda:0 -p "$prompt" -n 4 --profile-tokens 24 \

@@ -5,11 +5,8 @@
 # in the same call. Binaries in devrun/, llama.cpp from .peers. Writes OUTDIR.tar.
 set -u
 out=$1
-[ -x devrun/kiln ] || tar -xJf devrun/pack.tar.xz -C devrun
 source bench/h200-common.sh
-L=/opt/peer/llama.cpp/build/bin/llama-bench
 m=$dir/qwen3-30b-a3b.gguf
-nvidia-smi --query-gpu=name,memory.total --format=csv > $out/gpu.txt 2>&1
 [ -x $L ] || llama_build
 ( [ -f $m ] || timeout 300 $K synth --preset qwen3-30b-a3b -o $m > $out/synth.txt 2>&1; stamp synth30 ) &
 for f in 'kernels_moe*/*' 'plan_moe*/*'; do

@@ -8,10 +8,7 @@
 # .peers. Writes OUTDIR.tar.
 set -u
 out=$1
-[ -x devrun/kiln ] || tar -xJf devrun/pack.tar.xz -C devrun
 source bench/h200-common.sh
-L=/opt/peer/llama.cpp/build/bin/llama-bench
-nvidia-smi --query-gpu=name,memory.total --format=csv > $out/gpu.txt 2>&1
 llama_build
 synth qwen3-0.6b qwen3-8b; stamp synth
 for f in 'kernels_attn_merged/*' 'plan_attn_merged/*' 'kernels_skinny_norm/*' 'kernels_attn_prefill/short*' 'plan_batch/*'; do

@@ -6,10 +6,7 @@
 # .peers. Writes OUTDIR.tar.
 set -u
 out=$1
-[ -x devrun/kiln ] || tar -xJf devrun/pack.tar.xz -C devrun
 source bench/h200-common.sh
-L=/opt/peer/llama.cpp/build/bin/llama-bench
-nvidia-smi --query-gpu=name,memory.total --format=csv > $out/gpu.txt 2>&1
 llama_build
 synth qwen3-0.6b; stamp synth06
 [ -f $dir/q06.gguf ] || timeout 100 $K synth --preset qwen3-0.6b --quant Q4_K_M -o $dir/q06.gguf > /dev/null 2>&1
