@@ -26,7 +26,16 @@
  * The batched pair (kn_attn_decode_batch, kn_attn_merge_batch) does the same for a step's
  * tokens of several sequences at once: token b's query is row b of q (q_stride apart), its
  * position and sequence are tokpos[2b], tokpos[2b + 1], and its keys are rows seq * n_ctx
- * + 0..pos of one pool of n_seq caches; grid y takes the token (decode: b * n_split + s). */
+ * + 0..pos of one pool of n_seq caches; grid y takes the token (decode: b * n_split + s).
+ *
+ * kn_attn_decode_merged is either decode in one launch: after its partials each workgroup
+ * fences and counts itself in (an atomic per head and token); the last of a head's n_split
+ * merges them with kn_attn_merge's code (merge_runs) and sets the count back to zero. Its
+ * prep form also does kn_qk_prep's work for the token (kn_qk.h): each workgroup norms and
+ * ropes its q head and kv head into workgroup memory, scores the token's own position
+ * from there (its cache row is this launch's to write: one workgroup per kv head, the one
+ * whose run holds the position, stores it). Measured faster on Vulkan, slower on CUDA
+ * (plan/plan_kernels.c's plan_attn_merged_on). */
 #include "base/error.h"
 #include "kernels/kn_common.h"
 #include "kernels/kn_qk.h"
