@@ -126,7 +126,7 @@ static void print_hparams(const gguf_file *g) {
     if (hp.qkv_bias) printf(", q/k/v biases");
     if (hp.qk_norm) printf(", q/k RMSNorm");
     putchar('\n');
-    if (hp.arch == ARCH_QWEN35) {
+    if (arch_is_qwen35(hp.arch)) {
         printf("  Gated DeltaNet in %u of %u layers (full attention in", hp.n_recurrent, hp.n_layer);
         for (uint32_t l = 0; l < hp.n_layer; l++)
             if (!hp.recurrent[l]) printf(" %u", l);
@@ -135,6 +135,12 @@ static void print_hparams(const gguf_file *g) {
         printf("  IMROPE sections [%u, %u, %u, %u], gated attention output", hp.rope_sections[0], hp.rope_sections[1],
                hp.rope_sections[2], hp.rope_sections[3]);
         if (hp.n_nextn) printf(", %u nextn (MTP) blocks not run", hp.n_nextn);
+        putchar('\n');
+    }
+    if (hp.n_expert) {
+        printf("  experts %u of %u wide, %u a token (softmax, top-k renormalised)", hp.n_expert, hp.n_ff_exp,
+               hp.n_expert_used);
+        if (hp.n_ff_shexp) printf(", and a shared expert %u wide (sigmoid gate)", hp.n_ff_shexp);
         putchar('\n');
     }
 }

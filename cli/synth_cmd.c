@@ -18,9 +18,12 @@ static const char usage[] =
     "                           tiny-odd; --heads/--kv-heads/--head-dim size the attention layers)\n"
     "                           | qwen3-30b-a3b | qwen3moe-tiny-odd  (arch qwen3moe: every layer's\n"
     "                           feed-forward a mixture of experts)\n"
-    "  --arch A                 llama | qwen2 | qwen3 (dense presets); qwen35 (qwen3.5 presets)\n"
+    "                           | qwen3.5-35b-a3b | qwen35moe-tiny-odd  (arch qwen35moe: Qwen3.5's layers,\n"
+    "                           experts and a shared expert for the feed-forward)\n"
+    "  --arch A                 llama | qwen2 | qwen3 (dense presets); the others come with their presets\n"
     "  --hidden N --layers N --heads N --kv-heads N --head-dim N --ffn N --vocab N --ctx N\n"
-    "  --experts N --experts-used N --expert-ffn N   (qwen3moe presets)\n"
+    "  --experts N --experts-used N --expert-ffn N   (presets with experts; a shared expert takes\n"
+    "                           --expert-ffn too)\n"
     "  --tied | --untied        output shares token_embd (no output.weight) or not\n"
     "  --dtype bf16|f16         type of the matrices (1-D tensors stay F32), default bf16\n"
     "  --quant MIX              quantize the matrices as llama-quantize MIX does the --dtype model (same\n"
@@ -114,17 +117,17 @@ int cmd_synth(int argc, char **argv) {
     if (tok_json && vocab_from) return cli_usage_error(usage, "--tokenizer and --vocab-from exclude each other");
     if (arch) {
         int id = arch_from_name(arch);
-        if (id < 0) return cli_usage_error(usage, "--arch: unknown architecture '%s' (llama, qwen2, qwen3, qwen35)", arch);
-        /* qwen35 has its own layers and keys: a dense preset cannot become one, nor back */
-        if (id == ARCH_QWEN35 && c.arch != ARCH_QWEN35)
+        if (id < 0)
+            return cli_usage_error(usage, "--arch: unknown architecture '%s' (llama, qwen2, qwen3, qwen35, qwen3moe, "
+                                          "qwen35moe)", arch);
+        /* qwen35's layers and keys, and the experts, come with their presets: a dense preset
+         * cannot become one, nor back */
+        bool moe = id == ARCH_QWEN3MOE || id == ARCH_QWEN35MOE, has = c.n_expert > 0;
+        if (id != (int)c.arch && (arch_is_qwen35((arch_id)id) || arch_is_qwen35(c.arch) || moe || has))
             return cli_usage_error(usage,
-                                   "--arch qwen35 needs a qwen3.5 preset (qwen3.5-0.8b, qwen3.5-4b, qwen3.5-tiny-odd)");
-        if ((id == ARCH_QWEN3MOE) != (c.arch == ARCH_QWEN3MOE))
-            return cli_usage_error(usage, "--arch %s: the experts come with a qwen3moe preset, and only with one",
-                                   arch);
-        if (id != ARCH_QWEN35 && c.arch == ARCH_QWEN35)
-            return cli_usage_error(usage, "--arch %s: preset '%s' is a qwen35 model (use a dense preset)", arch,
-                                   preset);
+                                   "--arch %s: preset '%s' is a %s model (qwen35, qwen3moe and qwen35moe come with "
+                                   "their own presets)",
+                                   arch, preset, arch_name(c.arch));
         c.arch = (arch_id)id;
     }
     if (dtype) {
@@ -137,14 +140,15 @@ int cmd_synth(int argc, char **argv) {
     uint32_t *fields[] = {&c.n_embd,  &c.n_layer, &c.n_head,   &c.n_head_kv,     &c.head_dim, &c.n_ff,
                           &c.n_vocab, &c.n_ctx,   &c.n_expert, &c.n_expert_used, &c.n_ff_exp};
     for (size_t k = 8; k < n_nums; k++)
-        if (nums[k].set && c.arch != ARCH_QWEN3MOE)
-            return cli_usage_error(usage, "%s: preset '%s' has no experts (a qwen3moe preset has)", nums[k].flag,
-                                   preset);
+        if (nums[k].set && !c.n_expert)
+            return cli_usage_error(usage, "%s: preset '%s' has no experts (a qwen3moe or qwen35moe preset has)",
+                                   nums[k].flag, preset);
     for (size_t k = 0; k < n_nums; k++)
         if (nums[k].set) *fields[k] = *nums[k].dst;
+    if (nums[10].set && c.n_ff_shexp) c.n_ff_shexp = c.n_ff_exp; /* the GPU path takes a shared expert as wide */
     /* A new width or head count without --head-dim means head_dim = hidden / heads
      * (qwen35's head size is its own: 256 on the published sizes, whatever the width). */
-    if (c.arch == ARCH_QWEN35) synth_qwen35_rope(&c);
+    if (arch_is_qwen35(c.arch)) synth_qwen35_rope(&c);
     else if ((nums[0].set || nums[2].set) && !nums[4].set) {
         if (c.n_embd % c.n_head)
             return cli_usage_error(usage, "--hidden %u is not a multiple of --heads %u: give --head-dim", c.n_embd,

@@ -201,13 +201,14 @@ ir_kernel *kn_argmax_masked(const rt_caps *c, uint32_t n, uint32_t rows, kiln_er
 /* A mixture of experts' feed-forward (moe.c), n tokens as grid y = n, the choice on the
  * device: kn_moe_scores (h [n x n_embd] dtype, router [n_expert x n_embd] f32 -> scores
  * [n x n_expert] f32; grid {*groups_x, n}); kn_moe_route (scores -> sel [n x k] u32, wt
- * [n x k] f32; grid {1, n}); kn_moe_gate_up (h, gate and up [n_expert x n_ff x
+ * [n x k] f32; grid {1, n}; shared: expert n_expert - 1 is a shared one, every token's
+ * last choice, weighted by the sigmoid of its score); kn_moe_gate_up (h, gate and up [n_expert x n_ff x
  * n_embd], sel -> act [n x k x n_ff]; grid {*groups_x, n}); kn_moe_down (act, down
  * [n_expert x n_embd x n_ff], sel, wt, res [n x n_embd] -> y [n x n_embd] = res + the
  * experts' weighted sum; grid {*groups_x, n}). Buffers in that order. */
 ir_kernel *kn_moe_scores(const rt_caps *c, uint32_t n_embd, uint32_t n_expert, ir_scalar dtype, uint32_t *groups_x,
                          kiln_err *err);
-ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_expert, uint32_t k_used, kiln_err *err);
+ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_expert, uint32_t k_used, bool shared, kiln_err *err);
 ir_kernel *kn_moe_gate_up(const rt_caps *c, uint32_t n_embd, uint32_t n_ff, uint32_t n_expert, uint32_t k_used,
                           ir_scalar dtype, bool cached, uint32_t *groups_x, kiln_err *err);
 ir_kernel *kn_moe_down(const rt_caps *c, uint32_t n_ff, uint32_t n_embd, uint32_t n_expert, uint32_t k_used,

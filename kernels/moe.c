@@ -8,7 +8,9 @@
  *                    lower expert) into sel[t][0..k), and their weights e_j / sum of the
  *                    chosen e into wt[t][..]. The oracle chooses on p = e / sum(e) and
  *                    divides by the sum of the chosen p: the same order, and weights equal
- *                    up to a few f32 roundings;
+ *                    up to a few f32 roundings. Its shared form (qwen35moe) routes over
+ *                    all experts but the last, the shared one, which every token takes as
+ *                    its last choice with weight sigmoid(its score);
  *   kn_moe_gate_up   grid y = t, x = (choice j, rows): act[t k + j][r] = round(silu(round(gate_e[r] . h_t))
  *                    * round(up_e[r] . h_t)) for expert e = sel[t][j] (the dense SwiGLU's
  *                    rounding points);
@@ -186,11 +188,15 @@ ir_kernel *kn_moe_scores(const rt_caps *c, uint32_t n_embd, uint32_t n_expert, i
     return kn_finish(k.ir, err);
 }
 
-ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_expert, uint32_t k_used, kiln_err *err) {
-    if (!c || !n_expert || n_expert > MOE_MAX_EXPERTS || !k_used || k_used > n_expert || k_used > MOE_MAX_USED)
-        return kiln_fail(err, KILN_ERR_INVALID, "kn_moe_route: %u of %u experts a token (1 <= used <= %u, experts <= %u)",
+ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_expert, uint32_t k_used, bool shared, kiln_err *err) {
+    if (!c || !n_expert || n_expert > MOE_MAX_EXPERTS || !k_used || k_used > n_expert || k_used > MOE_MAX_USED ||
+        (shared && (n_expert < 2 || k_used < 2)))
+        return kiln_fail(err, KILN_ERR_INVALID,
+                         "kn_moe_route: %u of %u experts a token (1 <= used <= %u, experts <= %u; 2 each with a shared one)",
                          k_used, n_expert, MOE_MAX_USED, MOE_MAX_EXPERTS),
                NULL;
+    /* the routed experts and choices: all, or all but the shared expert (the last) */
+    uint32_t ne = shared ? n_expert - 1 : n_expert, kr = shared ? k_used - 1 : k_used;
     kx k = {kn_create("kn_moe_route", err), c};
     if (!k.ir) return NULL;
     ir_buf scores = kx_buffer_per_group(k, "scores", IR_F32, IR_READ, 1, n_expert);
@@ -212,14 +218,14 @@ ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_expert, uint32_t k_used, ki
     ir_shm bv = one_sg ? 0 : kx_shared(k, "best_v", IR_F32, wg), bi = one_sg ? 0 : kx_shared(k, "best_i", IR_U32, wg);
     ir_val t = kx_group(k, 1), lid = kx_local(k), x;
     ir_val s0 = kx_mul_c(k, t, n_expert), out0 = kx_mul_c(k, t, k_used);
-    ir_for *l = kx_for(k, lid, kx_u32(k, n_expert), kx_u32(k, wg), &x);
+    ir_for *l = kx_for(k, lid, kx_u32(k, ne), kx_u32(k, wg), &x);
     kx_shm_store(k, e, x, kx_load(k, scores, kx_add(k, s0, x), 1));
     kx_shm_store(k, taken, x, kx_u32(k, 0));
     kx_end_for(k, l);
     if (!one_sg) kx_barrier(k);
     /* e_x = exp(s_x - max) */
     ir_val v, i, max;
-    my_best(k, wg, n_expert, e, 0, &v, &i);
+    my_best(k, wg, ne, e, 0, &v, &i);
     if (one_sg) {
         sg_best(k, wg, &v, &i);
         max = v;
@@ -228,17 +234,17 @@ ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_expert, uint32_t k_used, ki
         max = kx_shm_load(k, bv, kx_u32(k, 0), 1);
         kx_barrier(k); /* everyone has read the max before best_v is reused */
     }
-    l = kx_for(k, lid, kx_u32(k, n_expert), kx_u32(k, wg), &x);
+    l = kx_for(k, lid, kx_u32(k, ne), kx_u32(k, wg), &x);
     kx_shm_store(k, e, x, kn_exp(k, kx_sub(k, kx_shm_load(k, e, x, 1), max)));
     kx_end_for(k, l);
     if (!one_sg) kx_barrier(k);
     /* the k largest in turn */
     ir_val j;
-    ir_for *round = kx_for(k, kx_u32(k, 0), kx_u32(k, k_used), kx_u32(k, 1), &j);
-    my_best(k, wg, n_expert, e, taken, &v, &i);
+    ir_for *round = kx_for(k, kx_u32(k, 0), kx_u32(k, kr), kx_u32(k, 1), &j);
+    my_best(k, wg, ne, e, taken, &v, &i);
     if (one_sg) {
         sg_best(k, wg, &v, &i);
-        ir_val won = kx_min_c(k, i, n_expert - 1);
+        ir_val won = kx_min_c(k, i, ne - 1);
         ir_if *first = kx_if(k, kx_eq_c(k, lid, 0));
         kx_store(k, sel, kx_add(k, out0, j), won);
         kx_shm_store(k, chosen, j, won);
@@ -249,7 +255,7 @@ ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_expert, uint32_t k_used, ki
     } else {
         wg_best(k, wg, bv, bi, v, i);
         ir_if *first = kx_if(k, kx_eq_c(k, lid, 0));
-        ir_val won = kx_min_c(k, kx_shm_load(k, bi, kx_u32(k, 0), 1), n_expert - 1);
+        ir_val won = kx_min_c(k, kx_shm_load(k, bi, kx_u32(k, 0), 1), ne - 1);
         kx_store(k, sel, kx_add(k, out0, j), won);
         kx_shm_store(k, chosen, j, won);
         kx_shm_store(k, taken, won, kx_u32(k, 1));
@@ -261,16 +267,22 @@ ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_expert, uint32_t k_used, ki
     /* their weights: e_j over the chosen e's sum (in the order chosen); choice j is lane
      * j % wg's (k may exceed the workgroup) */
     ir_val zero = kx_f32(k, 0.0f);
-    ir_for *sum = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, k_used), kx_u32(k, 1), 1, &zero);
+    ir_for *sum = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, kr), kx_u32(k, 1), 1, &zero);
     ir_val acc = ir_for_arg(sum, 0);
     ir_val ej = kx_shm_load(k, e, kx_shm_load(k, chosen, ir_for_iv(sum), 1), 1);
     acc = kx_add(k, acc, ej);
     ir_for_end(k.ir, sum, &acc);
     ir_val total = ir_for_result(sum, 0);
-    ir_for *mine = kx_for(k, lid, kx_u32(k, k_used), kx_u32(k, wg), &j);
+    ir_for *mine = kx_for(k, lid, kx_u32(k, kr), kx_u32(k, wg), &j);
     ir_val ej_mine = kx_shm_load(k, e, kx_shm_load(k, chosen, j, 1), 1);
     kx_store(k, wt, kx_add(k, out0, j), kn_fdiv(k, ej_mine, total));
     kx_end_for(k, mine);
+    if (shared) { /* the shared expert last, weighted by the sigmoid of its gate's score */
+        ir_if *first = kx_if(k, kx_eq_c(k, lid, 0));
+        kx_store(k, sel, kx_add_c(k, out0, kr), kx_u32(k, ne));
+        kx_store(k, wt, kx_add_c(k, out0, kr), kn_sigmoid(k, kx_load(k, scores, kx_add_c(k, s0, ne), 1)));
+        kx_end_if(k, first);
+    }
     return kn_finish(k.ir, err);
 }
 

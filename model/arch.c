@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const names[ARCH_COUNT] = {"llama", "qwen2", "qwen3", "qwen35", "qwen3moe"};
+static const char *const names[ARCH_COUNT] = {"llama", "qwen2", "qwen3", "qwen35", "qwen3moe", "qwen35moe"};
 
 const char *arch_name(arch_id a) { return a < ARCH_COUNT ? names[a] : "?"; }
 
@@ -48,7 +48,8 @@ static int positive(const char *what, uint32_t v, kiln_err *err) {
 }
 
 /* expert_count, expert_used_count, expert_feed_forward_length: all required, 1 <= used <=
- * count <= ARCH_MAX_EXPERTS. */
+ * count <= ARCH_MAX_EXPERTS; qwen35moe's shared expert: expert_shared_feed_forward_length,
+ * by default feed_forward_length as llama.cpp's loader has it (n_ff_shexp = n_ff). */
 static int read_experts(const gguf_file *g, const char *arch, arch_hparams *hp, kiln_err *err) {
     if (arch_get_u32(g, arch, "expert_count", &hp->n_expert, true, err) ||
         arch_get_u32(g, arch, "expert_used_count", &hp->n_expert_used, true, err) ||
@@ -60,7 +61,10 @@ static int read_experts(const gguf_file *g, const char *arch, arch_hparams *hp, 
     if (hp->n_expert > ARCH_MAX_EXPERTS || hp->n_expert_used > hp->n_expert)
         return kiln_fail(err, KILN_ERR_INVALID, "%s: %u experts with %u used a token (at most %u experts, used <= count)",
                          arch, hp->n_expert, hp->n_expert_used, ARCH_MAX_EXPERTS);
-    return 0;
+    if (hp->arch != ARCH_QWEN35MOE) return 0;
+    hp->n_ff_shexp = hp->n_ff;
+    if (arch_get_u32(g, arch, "expert_shared_feed_forward_length", &hp->n_ff_shexp, false, err)) return -1;
+    return positive("expert_shared_feed_forward_length", hp->n_ff_shexp, err);
 }
 
 int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
@@ -71,7 +75,8 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
     snprintf(arch, sizeof arch, "%.*s", (int)(s.len < 63 ? s.len : 63), s.ptr);
     int a = arch_from_name(arch);
     if (a < 0) {
-        kiln_fail(err, KILN_ERR_INVALID, "architecture '%s' is not supported (kiln runs llama, qwen2, qwen3, qwen35, qwen3moe)", arch);
+        kiln_fail(err, KILN_ERR_INVALID,
+                  "architecture '%s' is not supported (kiln runs llama, qwen2, qwen3, qwen35, qwen3moe, qwen35moe)", arch);
         return -1;
     }
     hp->arch = (arch_id)a;
@@ -149,8 +154,8 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
     if (positive("vocab size", hp->n_vocab, err)) return -1;
     hp->tied_output = gguf_find_tensor(g, "output.weight") == NULL;
     hp->qkv_bias = hp->arch == ARCH_QWEN2;
-    hp->qk_norm = hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN35 || hp->arch == ARCH_QWEN3MOE;
-    if (hp->arch == ARCH_QWEN35) return arch_read_qwen35(g, hp, err);
-    if (hp->arch == ARCH_QWEN3MOE) return read_experts(g, arch, hp, err);
+    hp->qk_norm = hp->arch == ARCH_QWEN3 || arch_is_qwen35(hp->arch) || hp->arch == ARCH_QWEN3MOE;
+    if (arch_is_qwen35(hp->arch) && arch_read_qwen35(g, arch, hp, err)) return -1;
+    if (hp->arch == ARCH_QWEN3MOE || hp->arch == ARCH_QWEN35MOE) return read_experts(g, arch, hp, err);
     return 0;
 }

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef enum arch_id { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN35, ARCH_QWEN3MOE, ARCH_COUNT } arch_id;
+typedef enum arch_id { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN35, ARCH_QWEN3MOE, ARCH_QWEN35MOE, ARCH_COUNT } arch_id;
 
 #define ARCH_MAX_LAYERS 512  /* llama.cpp's LLAMA_MAX_LAYERS */
 #define ARCH_MAX_EXPERTS 512 /* llama.cpp's LLAMA_MAX_EXPERTS */
@@ -32,10 +32,13 @@ typedef struct arch_hparams {
     bool qkv_bias;           /* qwen2 */
     bool qk_norm;            /* qwen3, qwen35, qwen3moe */
 
-    /* a mixture of experts (qwen3moe; 0 experts elsewhere): every layer's feed-forward is
-     * n_expert SwiGLU experts of n_ff_exp, of which a router picks n_expert_used a token
-     * (softmax over all, the top ones, their weights renormalised to sum to 1) */
+    /* a mixture of experts (qwen3moe, qwen35moe; 0 experts elsewhere): every layer's
+     * feed-forward is n_expert SwiGLU experts of n_ff_exp, of which a router picks
+     * n_expert_used a token (softmax over all, the top ones, their weights renormalised to
+     * sum to 1); qwen35moe adds a shared expert (n_ff_shexp wide, every token's) whose
+     * output is weighted by sigmoid(ffn_gate_inp_shexp . h) and added after the routed ones */
     uint32_t n_expert, n_expert_used, n_ff_exp;
+    uint32_t n_ff_shexp; /* 0: no shared expert */
 
     /* qwen35 (Qwen3.5: Gated DeltaNet layers mixed with gated full-attention layers; see
      * model/arch_qwen35.c). n_layer counts the trunk only: block_count minus n_nextn. */
@@ -51,6 +54,8 @@ typedef struct arch_hparams {
 } arch_hparams;
 
 const char *arch_name(arch_id a);
+/* Qwen3.5's hybrid trunk (qwen35, and qwen35moe with experts for its feed-forward). */
+static inline bool arch_is_qwen35(arch_id a) { return a == ARCH_QWEN35 || a == ARCH_QWEN35MOE; }
 int arch_from_name(const char *name); /* -1 if kiln does not run it */
 
 /* Reads the architecture and every hyperparameter. On failure err names the missing or
@@ -64,9 +69,9 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err);
 int arch_get_u32(const gguf_file *g, const char *arch, const char *suffix, uint32_t *out, bool required,
                  kiln_err *err);
 
-/* The qwen35 keys (ssm.*, full_attention_interval or attention.recurrent_layers,
- * rope.dimension_sections, nextn_predict_layers), read by arch_read_hparams after the
- * common ones. */
-int arch_read_qwen35(const gguf_file *g, arch_hparams *hp, kiln_err *err);
+/* The qwen35 / qwen35moe keys (ssm.*, full_attention_interval or
+ * attention.recurrent_layers, rope.dimension_sections, nextn_predict_layers) under the
+ * prefix arch, read by arch_read_hparams after the common ones. */
+int arch_read_qwen35(const gguf_file *g, const char *arch, arch_hparams *hp, kiln_err *err);
 
 #endif

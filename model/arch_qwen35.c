@@ -10,13 +10,14 @@
 #include <stdio.h>
 #include <string.h>
 
-static int key_name(char *key, size_t n, const char *suffix) {
-    return snprintf(key, n, "qwen35.%s", suffix);
+static int key_name(char *key, size_t n, const char *arch, const char *suffix) {
+    return snprintf(key, n, "%s.%s", arch, suffix);
 }
 
 /* An optional (or required) non-negative integer key. */
-static int read_u32(const gguf_file *g, const char *suffix, uint32_t *out, bool required, kiln_err *err) {
-    return arch_get_u32(g, "qwen35", suffix, out, required, err);
+static int read_u32(const gguf_file *g, const char *arch, const char *suffix, uint32_t *out, bool required,
+                    kiln_err *err) {
+    return arch_get_u32(g, arch, suffix, out, required, err);
 }
 
 /* Element i of an integer or bool array as a non-negative integer; -1 (with err) else. */
@@ -44,13 +45,14 @@ static int arr_u32(const char *key, const gguf_array *a, uint64_t i, uint32_t *o
 }
 
 /* llama.cpp's get_key_or_arr: a scalar given for all n entries, or an array of exactly n. */
-static int read_scalar_or_array(const gguf_file *g, const char *suffix, uint32_t *out, uint32_t n, kiln_err *err) {
+static int read_scalar_or_array(const gguf_file *g, const char *arch, const char *suffix, uint32_t *out, uint32_t n,
+                                kiln_err *err) {
     char key[96];
-    key_name(key, sizeof key, suffix);
+    key_name(key, sizeof key, arch, suffix);
     const gguf_value *v = gguf_find(g, key);
     if (v && v->type != GGUF_VT_ARR) {
         uint32_t x = 0;
-        if (read_u32(g, suffix, &x, true, err)) return -1;
+        if (read_u32(g, arch, suffix, &x, true, err)) return -1;
         for (uint32_t i = 0; i < n; i++) out[i] = x;
         return 0;
     }
@@ -71,14 +73,14 @@ static int bad(kiln_err *err, const char *what) {
     return -1;
 }
 
-int arch_read_qwen35(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
+int arch_read_qwen35(const gguf_file *g, const char *arch, arch_hparams *hp, kiln_err *err) {
     uint32_t n_all = hp->n_layer; /* block_count: trunk plus nextn blocks */
-    if (read_u32(g, "ssm.conv_kernel", &hp->ssm_conv_kernel, true, err) ||
-        read_u32(g, "ssm.inner_size", &hp->ssm_inner, true, err) ||
-        read_u32(g, "ssm.state_size", &hp->ssm_state, true, err) ||
-        read_u32(g, "ssm.time_step_rank", &hp->ssm_v_heads, true, err) ||
-        read_u32(g, "ssm.group_count", &hp->ssm_k_heads, true, err) ||
-        read_u32(g, "nextn_predict_layers", &hp->n_nextn, false, err))
+    if (read_u32(g, arch, "ssm.conv_kernel", &hp->ssm_conv_kernel, true, err) ||
+        read_u32(g, arch, "ssm.inner_size", &hp->ssm_inner, true, err) ||
+        read_u32(g, arch, "ssm.state_size", &hp->ssm_state, true, err) ||
+        read_u32(g, arch, "ssm.time_step_rank", &hp->ssm_v_heads, true, err) ||
+        read_u32(g, arch, "ssm.group_count", &hp->ssm_k_heads, true, err) ||
+        read_u32(g, arch, "nextn_predict_layers", &hp->n_nextn, false, err))
         return -1;
     char msg[160];
     if (!hp->ssm_conv_kernel || !hp->ssm_state || !hp->ssm_v_heads || !hp->ssm_k_heads)
@@ -110,14 +112,14 @@ int arch_read_qwen35(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
 
     /* which layers are DeltaNet layers */
     char key[96];
-    key_name(key, sizeof key, "attention.recurrent_layers");
+    key_name(key, sizeof key, arch, "attention.recurrent_layers");
     if (gguf_find(g, key)) {
         uint32_t k[ARCH_MAX_LAYERS];
-        if (read_scalar_or_array(g, "attention.recurrent_layers", k, n_all, err)) return -1;
+        if (read_scalar_or_array(g, arch, "attention.recurrent_layers", k, n_all, err)) return -1;
         for (uint32_t l = 0; l < hp->n_layer; l++) hp->recurrent[l] = k[l] != 0;
     } else {
         uint32_t interval = 4;
-        if (read_u32(g, "full_attention_interval", &interval, false, err)) return -1;
+        if (read_u32(g, arch, "full_attention_interval", &interval, false, err)) return -1;
         if (!interval) return bad(err, "full_attention_interval is zero");
         for (uint32_t l = 0; l < hp->n_layer; l++) hp->recurrent[l] = (l + 1) % interval != 0;
     }
@@ -126,7 +128,7 @@ int arch_read_qwen35(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
 
     /* rope: IMROPE over rope.dimension_count dims, pairs (i, i + n_rot/2) as neox */
     uint32_t sec[4];
-    if (read_scalar_or_array(g, "rope.dimension_sections", sec, 4, err)) return -1;
+    if (read_scalar_or_array(g, arch, "rope.dimension_sections", sec, 4, err)) return -1;
     uint64_t sum = (uint64_t)sec[0] + sec[1] + sec[2] + sec[3];
     if (!sec[0] && !sec[1] && !sec[2]) return bad(err, "rope.dimension_sections gives no t, h or w section");
     if (sum > hp->head_dim_k) {

@@ -42,12 +42,38 @@ static int check(const gguf_file *g, const want *w, kiln_err *err) {
     } while (0)
 #define WANT(dst_, ne0_, ne1_, opt_, ...) WANT3(dst_, ne0_, ne1_, 1, opt_, __VA_ARGS__)
 
+/* A layer's feed-forward: the dense SwiGLU, or the router and the experts' 3-D tensors
+ * (and qwen35moe's shared expert). */
+static int find_ffn(model *m, uint32_t l, kiln_err *err) {
+    const gguf_file *g = m->file;
+    const arch_hparams *hp = &m->hp;
+    model_layer *L = &m->layers[l];
+    uint64_t d = hp->n_embd, f = hp->n_ff;
+    if (!hp->n_expert) {
+        WANT(L->w_gate, d, f, false, "blk.%u.ffn_gate.weight", l);
+        WANT(L->w_up, d, f, false, "blk.%u.ffn_up.weight", l);
+        WANT(L->w_down, f, d, false, "blk.%u.ffn_down.weight", l);
+        return 0;
+    }
+    uint64_t ne = hp->n_expert, fe = hp->n_ff_exp, fs = hp->n_ff_shexp;
+    WANT(L->ffn_gate_inp, d, ne, false, "blk.%u.ffn_gate_inp.weight", l);
+    WANT3(L->ffn_gate_exps, d, fe, ne, false, "blk.%u.ffn_gate_exps.weight", l);
+    WANT3(L->ffn_up_exps, d, fe, ne, false, "blk.%u.ffn_up_exps.weight", l);
+    WANT3(L->ffn_down_exps, fe, d, ne, false, "blk.%u.ffn_down_exps.weight", l);
+    if (!fs) return 0;
+    WANT(L->ffn_gate_inp_shexp, d, 1, false, "blk.%u.ffn_gate_inp_shexp.weight", l);
+    WANT(L->ffn_gate_shexp, d, fs, false, "blk.%u.ffn_gate_shexp.weight", l);
+    WANT(L->ffn_up_shexp, d, fs, false, "blk.%u.ffn_up_shexp.weight", l);
+    WANT(L->ffn_down_shexp, fs, d, false, "blk.%u.ffn_down_shexp.weight", l);
+    return 0;
+}
+
 /* Qwen3.5's trunk, by layer kind, with llama.cpp's names and shapes (its
  * load_arch_tensors); blocks past the trunk (nextn_predict_layers) are not read. */
 static int find_qwen35(model *m, kiln_err *err) {
     const gguf_file *g = m->file;
     const arch_hparams *hp = &m->hp;
-    uint64_t d = hp->n_embd, f = hp->n_ff, dk = hp->head_dim_k, q = (uint64_t)hp->n_head * dk,
+    uint64_t d = hp->n_embd, dk = hp->head_dim_k, q = (uint64_t)hp->n_head * dk,
              kv = (uint64_t)hp->n_head_kv * dk, ks = (uint64_t)hp->ssm_k_heads * hp->ssm_state,
              vs = (uint64_t)hp->ssm_v_heads * hp->ssm_state, nv = hp->ssm_v_heads;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
@@ -72,9 +98,7 @@ static int find_qwen35(model *m, kiln_err *err) {
             WANT(L->q_norm, dk, 1, false, "blk.%u.attn_q_norm.weight", l);
             WANT(L->k_norm, dk, 1, false, "blk.%u.attn_k_norm.weight", l);
         }
-        WANT(L->w_gate, d, f, false, "blk.%u.ffn_gate.weight", l);
-        WANT(L->w_up, d, f, false, "blk.%u.ffn_up.weight", l);
-        WANT(L->w_down, f, d, false, "blk.%u.ffn_down.weight", l);
+        if (find_ffn(m, l, err)) return -1;
     }
     return 0;
 }
@@ -83,13 +107,13 @@ static int find_tensors(model *m, kiln_err *err) {
     const gguf_file *g = m->file;
     const arch_hparams *hp = &m->hp;
     uint64_t d = hp->n_embd, q = (uint64_t)hp->n_head * hp->head_dim_k, k = (uint64_t)hp->n_head_kv * hp->head_dim_k,
-             v = (uint64_t)hp->n_head_kv * hp->head_dim_v, o = (uint64_t)hp->n_head * hp->head_dim_v, f = hp->n_ff;
+             v = (uint64_t)hp->n_head_kv * hp->head_dim_v, o = (uint64_t)hp->n_head * hp->head_dim_v;
     WANT(m->tok_embd, d, hp->n_vocab, false, "token_embd.weight");
     WANT(m->output_norm, d, 1, false, "output_norm.weight");
     WANT(m->output, d, hp->n_vocab, true, "output.weight");
     if (!m->output) m->output = m->tok_embd;
     WANT(m->rope_freqs, hp->n_rot / 2, 1, true, "rope_freqs.weight");
-    if (hp->arch == ARCH_QWEN35) return find_qwen35(m, err);
+    if (arch_is_qwen35(hp->arch)) return find_qwen35(m, err);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         model_layer *L = &m->layers[l];
         WANT(L->attn_norm, d, 1, false, "blk.%u.attn_norm.weight", l);
@@ -104,17 +128,7 @@ static int find_tensors(model *m, kiln_err *err) {
         WANT(L->q_norm, hp->head_dim_k, 1, !hp->qk_norm, "blk.%u.attn_q_norm.weight", l);
         WANT(L->k_norm, hp->head_dim_k, 1, !hp->qk_norm, "blk.%u.attn_k_norm.weight", l);
         WANT(L->ffn_norm, d, 1, false, "blk.%u.ffn_norm.weight", l);
-        if (hp->n_expert) { /* the router and the experts' matrices, one 3-D tensor a kind */
-            uint64_t ne = hp->n_expert, fe = hp->n_ff_exp;
-            WANT(L->ffn_gate_inp, d, ne, false, "blk.%u.ffn_gate_inp.weight", l);
-            WANT3(L->ffn_gate_exps, d, fe, ne, false, "blk.%u.ffn_gate_exps.weight", l);
-            WANT3(L->ffn_up_exps, d, fe, ne, false, "blk.%u.ffn_up_exps.weight", l);
-            WANT3(L->ffn_down_exps, fe, d, ne, false, "blk.%u.ffn_down_exps.weight", l);
-            continue;
-        }
-        WANT(L->w_gate, d, f, false, "blk.%u.ffn_gate.weight", l);
-        WANT(L->w_up, d, f, false, "blk.%u.ffn_up.weight", l);
-        WANT(L->w_down, f, d, false, "blk.%u.ffn_down.weight", l);
+        if (find_ffn(m, l, err)) return -1;
     }
     return 0;
 }
@@ -126,10 +140,18 @@ static bool all_quant(const gguf_tensor *a, const gguf_tensor *b, const gguf_ten
     return true;
 }
 
+/* A shared expert's matrices of the experts' types and widths, or none: the plan stacks
+ * it after the experts as one more. */
+static bool same_types(const model_layer *L) {
+    return !L->ffn_gate_shexp ||
+           (L->ffn_gate_shexp->type == L->ffn_gate_exps->type && L->ffn_up_shexp->type == L->ffn_up_exps->type &&
+            L->ffn_down_shexp->type == L->ffn_down_exps->type);
+}
+
 /* Which products keep their quantized blocks on the device (model.h), and how many
  * block-quantized matrices are converted instead. */
 static void quant_groups(model *m) {
-    bool qwen35 = m->hp.arch == ARCH_QWEN35; /* its q/k/v and DeltaNet inputs are stacked in 16 bits */
+    bool qwen35 = arch_is_qwen35(m->hp.arch); /* its q/k/v and DeltaNet inputs are stacked in 16 bits */
     m->q_embd = all_quant(m->tok_embd, NULL, NULL);
     m->q_output = all_quant(m->output, NULL, NULL);
     uint32_t quant = 0, kept = m->q_embd + (m->output != m->tok_embd && m->q_output);
@@ -141,8 +163,9 @@ static void quant_groups(model *m) {
         L->q_ffn = L->w_gate && all_quant(L->w_gate, L->w_up, NULL);
         L->q_down = L->w_down && all_quant(L->w_down, NULL, NULL);
         L->q_dn_out = L->ssm_out && all_quant(L->ssm_out, NULL, NULL);
-        L->q_exps = L->ffn_gate_exps && all_quant(L->ffn_gate_exps, L->ffn_up_exps, L->ffn_down_exps);
-        kept += 3 * L->q_qkv + L->q_o + 2 * L->q_ffn + L->q_down + L->q_dn_out + 3 * L->q_exps;
+        L->q_exps = L->ffn_gate_exps && all_quant(L->ffn_gate_exps, L->ffn_up_exps, L->ffn_down_exps) &&
+                    same_types(L);
+        kept += 3 * L->q_qkv + L->q_o + 2 * L->q_ffn + L->q_down + L->q_dn_out + (L->ffn_gate_shexp ? 6 : 3) * L->q_exps;
     }
     m->n_converted = quant - kept;
 }
@@ -158,9 +181,20 @@ bool model_keeps_blocks(const model *m, const gguf_tensor *t) {
         if (t == L->w_gate || t == L->w_up) return L->q_ffn;
         if (t == L->w_down) return L->q_down;
         if (t == L->ssm_out) return L->q_dn_out;
-        if (t == L->ffn_gate_exps || t == L->ffn_up_exps || t == L->ffn_down_exps) return L->q_exps;
+        if (t == L->ffn_gate_exps || t == L->ffn_up_exps || t == L->ffn_down_exps || t == L->ffn_gate_shexp ||
+            t == L->ffn_up_shexp || t == L->ffn_down_shexp)
+            return L->q_exps;
     }
     return false;
+}
+
+const gguf_tensor *model_expert_matrix(const model_layer *L, int kind, uint32_t e, uint64_t *row0) {
+    const gguf_tensor *exps[3] = {L->ffn_gate_exps, L->ffn_up_exps, L->ffn_down_exps};
+    const gguf_tensor *shared[3] = {L->ffn_gate_shexp, L->ffn_up_shexp, L->ffn_down_shexp};
+    const gguf_tensor *t = exps[kind]; /* [cols, rows, n_expert] */
+    bool own = e < t->ne[2];
+    *row0 = own ? (uint64_t)e * t->ne[1] : 0;
+    return own ? t : shared[kind];
 }
 
 model *model_load(const char *path, kiln_err *err) {
@@ -190,7 +224,8 @@ model *model_load(const char *path, kiln_err *err) {
         return NULL;
     }
     const model_layer *L0 = &m->layers[0];
-    uint32_t t = (L0->wq ? L0->wq : L0->w_gate)->type; /* a qwen35 layer 0 is a DeltaNet layer */
+    /* a qwen35 layer 0 is a DeltaNet layer */
+    uint32_t t = (L0->wq ? L0->wq : L0->ssm_qkv ? L0->ssm_qkv : L0->w_gate ? L0->w_gate : L0->ffn_gate_exps)->type;
     m->file_dtype = t == GGUF_T_BF16 || t == GGUF_T_F16 ? t : GGUF_T_F32;
     quant_groups(m);
     return m;

@@ -17,12 +17,16 @@ typedef struct model_layer {
      * (ffn_gate_inp, [n_embd, n_expert]) and the experts' gate, up ([n_embd, n_ff_exp,
      * n_expert]) and down ([n_ff_exp, n_embd, n_expert]) */
     const gguf_tensor *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
+    /* qwen35moe's shared expert: its gate's row (ffn_gate_inp_shexp, [n_embd]) and its
+     * SwiGLU matrices (ffn_{gate,up}_shexp [n_embd, n_ff_shexp], ffn_down_shexp) */
+    const gguf_tensor *ffn_gate_inp_shexp, *ffn_gate_shexp, *ffn_up_shexp, *ffn_down_shexp;
     /* a qwen35 Gated DeltaNet layer (NULL elsewhere): attn_qkv, attn_gate (z), ssm_conv1d,
      * ssm_dt.bias, ssm_a, ssm_beta, ssm_alpha, ssm_norm, ssm_out */
     const gguf_tensor *ssm_qkv, *ssm_z, *ssm_conv, *ssm_dt_bias, *ssm_a, *ssm_beta, *ssm_alpha, *ssm_norm, *ssm_out;
     /* which products take their weights in their quantized blocks (model_quant_groups):
      * q/k/v, the output, gate and up, down, a DeltaNet layer's output (ssm_out), the
-     * experts' gate, up and down (all three, or none) */
+     * experts' gate, up and down (all three, or none; with a shared expert only where its
+     * matrices have the experts' types, as the plan stacks it after them) */
     bool q_qkv, q_o, q_ffn, q_down, q_dn_out, q_exps;
 } model_layer;
 
@@ -47,6 +51,11 @@ typedef struct model {
  * key or the missing / misshapen tensor. */
 model *model_load(const char *path, kiln_err *err);
 void model_free(model *m);
+
+/* Expert e's matrix of a kind (0 gate, 1 up, 2 down) in layer L: the tensor and the row
+ * its rows start at. e == n_expert names the shared expert (qwen35moe; NULL where there is
+ * none), whose own 2-D tensor the plan treats as one more expert. */
+const gguf_tensor *model_expert_matrix(const model_layer *L, int kind, uint32_t e, uint64_t *row0);
 
 /* Whether t is one of the model's weights kept in its quantized blocks (the q_* flags). */
 bool model_keeps_blocks(const model *m, const gguf_tensor *t);

@@ -14,7 +14,8 @@
 
 const char *const synth_preset_names[] = {"tiny",         "qwen3-0.6b",   "qwen3-4b",         "qwen3-8b",
                                           "llama-3.2-1b", "qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-tiny-odd",
-                                          "qwen3-30b-a3b", "qwen3moe-tiny-odd", NULL};
+                                          "qwen3-30b-a3b", "qwen3moe-tiny-odd", "qwen3.5-35b-a3b",
+                                          "qwen35moe-tiny-odd", NULL};
 
 void synth_qwen35_rope(synth_config *c) {
     c->n_rot = c->head_dim / 4 / 2 * 2;
@@ -112,6 +113,28 @@ int synth_preset(const char *name, synth_config *c) {
         c->n_layer = 3, c->n_embd = 200, c->n_head = 5, c->n_head_kv = 1, c->head_dim = 40;
         c->n_ff = 520, c->n_vocab = 1000, c->n_ctx = 512, c->tied = false, c->rope_base = 10000.0f;
         c->n_expert = 6, c->n_expert_used = 2, c->n_ff_exp = 72;
+    } else if (strcmp(name, "qwen3.5-35b-a3b") == 0) {
+        /* Qwen/Qwen3.5-35B-A3B text_config: hidden_size 2048, num_hidden_layers 40,
+         * num_attention_heads 16, num_key_value_heads 2, linear_num_key_heads 16,
+         * linear_num_value_heads 32, 256 experts of moe_intermediate_size 512 with 8 a token
+         * and a shared expert of shared_expert_intermediate_size 512 (llama.cpp's qwen35moe
+         * loader names 40 layers LLM_TYPE_35B_A3B); untied */
+        qwen35_common(c);
+        c->arch = ARCH_QWEN35MOE;
+        c->n_layer = 40, c->n_embd = 2048, c->n_ff = 512, c->n_head = 16, c->n_head_kv = 2;
+        c->ssm_k_heads = 16, c->ssm_v_heads = 32, c->tied = false;
+        c->n_expert = 256, c->n_expert_used = 8, c->n_ff_exp = 512, c->n_ff_shexp = 512;
+    } else if (strcmp(name, "qwen35moe-tiny-odd") == 0) {
+        /* for CI: qwen3.5-tiny-odd's trunk (4 layers here, full attention at 2) with 6
+         * experts of 72, 2 a token, and a shared expert of 72 (nothing a multiple of 32) */
+        c->arch = ARCH_QWEN35MOE;
+        c->n_layer = 4, c->full_attn_interval = 3;
+        c->n_embd = 200, c->n_head = 5, c->n_head_kv = 1, c->head_dim = 44, c->n_ff = 456;
+        c->ssm_state = 28, c->ssm_k_heads = 2, c->ssm_v_heads = 6, c->ssm_conv_kernel = 4;
+        c->n_vocab = 641, c->n_ctx = 512, c->tied = false;
+        c->rope_base = 10000000.0f, c->rms_eps = 1e-6f;
+        c->n_expert = 6, c->n_expert_used = 2, c->n_ff_exp = 72, c->n_ff_shexp = 72;
+        synth_qwen35_rope(c);
     } else {
         return -1;
     }
@@ -135,7 +158,7 @@ int synth_check(const synth_config *c, kiln_err *err) {
         kiln_fail(err, KILN_ERR_INVALID, "--head-dim %u must be even (rope rotates pairs)", c->head_dim);
         return -1;
     }
-    if (c->arch == ARCH_QWEN35) {
+    if (arch_is_qwen35(c->arch)) {
         const struct { const char *what; uint32_t v; } q35[] = {
             {"full_attention_interval", c->full_attn_interval}, {"ssm.conv_kernel", c->ssm_conv_kernel},
             {"ssm.state_size", c->ssm_state}, {"ssm.group_count", c->ssm_k_heads},
@@ -168,9 +191,10 @@ int synth_check(const synth_config *c, kiln_err *err) {
             return -1;
         }
     }
-    if (c->arch == ARCH_QWEN3MOE) {
+    if (c->arch == ARCH_QWEN3MOE || c->arch == ARCH_QWEN35MOE) {
         if (!c->n_expert || !c->n_expert_used || !c->n_ff_exp || c->n_expert_used > c->n_expert ||
-            c->n_expert > ARCH_MAX_EXPERTS || c->n_ff_exp > (1u << 22)) {
+            c->n_expert > ARCH_MAX_EXPERTS || c->n_ff_exp > (1u << 22) || c->n_ff_shexp > (1u << 22) ||
+            (c->arch == ARCH_QWEN35MOE && !c->n_ff_shexp)) {
             kiln_fail(err, KILN_ERR_INVALID, "qwen3moe: %u experts of %u, %u a token (1 <= used <= experts <= %u)",
                       c->n_expert, c->n_ff_exp, c->n_expert_used, ARCH_MAX_EXPERTS);
             return -1;
@@ -249,8 +273,26 @@ static int plan_add_experts(plan *p, uint32_t type, uint64_t ne0, uint64_t ne1, 
     return 0;
 }
 
+/* A mixture of experts' feed-forward: the router (f32, as llama.cpp's converter keeps
+ * it), the experts' 3-D tensors, and qwen35moe's shared expert (its 1-D gate f32, as
+ * every 1-D tensor). */
+static int plan_moe_ffn(const synth_config *c, plan *p, int L) {
+    uint32_t w = c->dtype, f = GGUF_T_F32, e = c->n_expert, x = c->n_ff_exp, s = c->n_ff_shexp;
+    uint64_t d = c->n_embd;
+    int r = plan_add(p, FILL_WEIGHT, f, d, e, "blk.%d.ffn_gate_inp.weight", L);
+    r |= plan_add_experts(p, w, d, x, e, "blk.%d.ffn_gate_exps.weight", L);
+    r |= plan_add_experts(p, w, d, x, e, "blk.%d.ffn_up_exps.weight", L);
+    r |= plan_add_experts(p, w, x, d, e, "blk.%d.ffn_down_exps.weight", L);
+    if (!s) return r;
+    r |= plan_add(p, FILL_WEIGHT, f, d, 0, "blk.%d.ffn_gate_inp_shexp.weight", L);
+    r |= plan_add(p, FILL_WEIGHT, w, d, s, "blk.%d.ffn_gate_shexp.weight", L);
+    r |= plan_add(p, FILL_WEIGHT, w, d, s, "blk.%d.ffn_up_shexp.weight", L);
+    r |= plan_add(p, FILL_WEIGHT, w, s, d, "blk.%d.ffn_down_shexp.weight", L);
+    return r;
+}
+
 bool synth_layer_recurrent(const synth_config *c, uint32_t l) {
-    return c->arch == ARCH_QWEN35 && (l + 1) % c->full_attn_interval != 0;
+    return arch_is_qwen35(c->arch) && (l + 1) % c->full_attn_interval != 0;
 }
 
 /* Qwen3.5 in the order and with the names, shapes and types of llama.cpp's converter
@@ -287,6 +329,10 @@ static int plan_qwen35(const synth_config *c, plan *p) {
             r |= plan_add(p, FILL_WEIGHT, w, q, d, "blk.%d.attn_output.weight", L);
         }
         r |= plan_add(p, FILL_NORM, f, d, 0, "blk.%d.post_attention_norm.weight", L);
+        if (c->arch == ARCH_QWEN35MOE) {
+            r |= plan_moe_ffn(c, p, L);
+            continue;
+        }
         r |= plan_add(p, FILL_WEIGHT, w, d, c->n_ff, "blk.%d.ffn_gate.weight", L);
         r |= plan_add(p, FILL_WEIGHT, w, d, c->n_ff, "blk.%d.ffn_up.weight", L);
         r |= plan_add(p, FILL_WEIGHT, w, c->n_ff, d, "blk.%d.ffn_down.weight", L);
@@ -298,7 +344,7 @@ static int plan_qwen35(const synth_config *c, plan *p) {
 
 /* Names and shapes as llama.cpp's converter writes them (ne[0] is the input size). */
 static int make_plan(const synth_config *c, plan *p) {
-    if (c->arch == ARCH_QWEN35) return plan_qwen35(c, p);
+    if (arch_is_qwen35(c->arch)) return plan_qwen35(c, p);
     uint32_t w = c->dtype, f = GGUF_T_F32;
     uint64_t q = (uint64_t)c->n_head * c->head_dim, kv = (uint64_t)c->n_head_kv * c->head_dim;
     int r = plan_add(p, FILL_WEIGHT, w, c->n_embd, c->n_vocab, "token_embd.weight", 0);
@@ -320,12 +366,8 @@ static int make_plan(const synth_config *c, plan *p) {
         }
         r |= plan_add(p, FILL_WEIGHT, w, q, c->n_embd, "blk.%d.attn_output.weight", L);
         r |= plan_add(p, FILL_NORM, f, c->n_embd, 0, "blk.%d.ffn_norm.weight", L);
-        if (c->arch == ARCH_QWEN3MOE) { /* the router stays f32, as llama.cpp's converter keeps it */
-            uint32_t e = c->n_expert, x = c->n_ff_exp;
-            r |= plan_add(p, FILL_WEIGHT, f, c->n_embd, e, "blk.%d.ffn_gate_inp.weight", L);
-            r |= plan_add_experts(p, w, c->n_embd, x, e, "blk.%d.ffn_gate_exps.weight", L);
-            r |= plan_add_experts(p, w, c->n_embd, x, e, "blk.%d.ffn_up_exps.weight", L);
-            r |= plan_add_experts(p, w, x, c->n_embd, e, "blk.%d.ffn_down_exps.weight", L);
+        if (c->arch == ARCH_QWEN3MOE) {
+            r |= plan_moe_ffn(c, p, L);
             continue;
         }
         r |= plan_add(p, FILL_WEIGHT, w, c->n_embd, c->n_ff, "blk.%d.ffn_gate.weight", L);
@@ -384,17 +426,21 @@ static int write_metadata(gguf_writer *w, const synth_config *c, kiln_err *err) 
     if (c->arch == ARCH_LLAMA && (add_arch_u32(w, c, "vocab_size", c->n_vocab, err) ||
                                   add_arch_u32(w, c, "rope.dimension_count", c->head_dim, err)))
         return -1;
-    if (c->arch == ARCH_QWEN3MOE && (add_arch_u32(w, c, "expert_count", c->n_expert, err) ||
-                                     add_arch_u32(w, c, "expert_used_count", c->n_expert_used, err) ||
-                                     add_arch_u32(w, c, "expert_feed_forward_length", c->n_ff_exp, err)))
+    bool moe = c->arch == ARCH_QWEN3MOE || c->arch == ARCH_QWEN35MOE;
+    if (moe && (add_arch_u32(w, c, "expert_count", c->n_expert, err) ||
+                add_arch_u32(w, c, "expert_used_count", c->n_expert_used, err) ||
+                add_arch_u32(w, c, "expert_feed_forward_length", c->n_ff_exp, err) ||
+                (c->n_ff_shexp && add_arch_u32(w, c, "expert_shared_feed_forward_length", c->n_ff_shexp, err))))
         return -1;
-    if (c->arch == ARCH_QWEN35) {
+    if (arch_is_qwen35(c->arch)) {
+        char sections[64];
+        snprintf(sections, sizeof sections, "%s.rope.dimension_sections", arch_name(c->arch));
         /* the keys (and value types: u32, and an i32 array for the sections) of
          * llama.cpp's converter, as qwen35-tiny.gguf holds them */
         int32_t sec[4];
         for (int i = 0; i < 4; i++) sec[i] = (int32_t)c->rope_sections[i];
         if (add_arch_u32(w, c, "rope.dimension_count", c->n_rot, err) ||
-            gguf_writer_add_arr(w, "qwen35.rope.dimension_sections", GGUF_VT_I32, sec, 4, err) ||
+            gguf_writer_add_arr(w, sections, GGUF_VT_I32, sec, 4, err) ||
             add_arch_u32(w, c, "full_attention_interval", c->full_attn_interval, err) ||
             add_arch_u32(w, c, "ssm.conv_kernel", c->ssm_conv_kernel, err) ||
             add_arch_u32(w, c, "ssm.state_size", c->ssm_state, err) ||

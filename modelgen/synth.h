@@ -29,9 +29,10 @@ typedef struct synth_config {
     uint32_t full_attn_interval;
     uint32_t ssm_conv_kernel, ssm_state, ssm_k_heads, ssm_v_heads; /* state = k and v head size */
     uint32_t n_rot;            /* rope.dimension_count (partial rotary); 0 for the other archs */
-    /* qwen3moe: every layer's feed-forward is n_expert SwiGLU experts of n_ff_exp (a router,
-     * ffn_gate_inp, picks n_expert_used a token); n_ff is only the key llama.cpp writes */
-    uint32_t n_expert, n_expert_used, n_ff_exp;
+    /* qwen3moe, qwen35moe: every layer's feed-forward is n_expert SwiGLU experts of n_ff_exp
+     * (a router, ffn_gate_inp, picks n_expert_used a token); n_ff is only the key llama.cpp
+     * writes; qwen35moe adds a shared expert of n_ff_shexp with its sigmoid gate */
+    uint32_t n_expert, n_expert_used, n_ff_exp, n_ff_shexp;
     uint32_t rope_sections[4]; /* rope.dimension_sections (IMROPE t, h, w, e), summing to n_rot / 2 */
     uint32_t dtype;         /* GGUF_T_BF16 or GGUF_T_F16 for matrices; 1-D tensors stay F32 */
     /* A mix (quant_mix.h; ftype 0 = none): the matrices take the types llama-quantize gives

@@ -159,7 +159,7 @@ static void rope(const orc_engine *e, float *x, uint32_t pos) {
     float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
     float freq_scale =
         hp->rope_scaling == ROPE_SCALING_LINEAR && hp->rope_scale_factor > 0 ? 1.0f / hp->rope_scale_factor : 1.0f;
-    bool imrope = hp->arch == ARCH_QWEN35;
+    bool imrope = arch_is_qwen35(hp->arch);
     float theta = (float)pos;
     for (uint32_t i = 0; i < half; i++, theta *= theta_scale) {
         float th = freq_scale * (e->rope_freqs ? theta / e->rope_freqs[i] : theta);
@@ -217,7 +217,7 @@ static void attention(orc_engine *e, uint32_t l, uint32_t pos, uint32_t n) {
     const arch_hparams *hp = &e->hp;
     const orc_layer *L = &e->layers[l];
     uint32_t dk = hp->head_dim_k;
-    if (hp->arch == ARCH_QWEN35) { /* per head [query | gate] */
+    if (arch_is_qwen35(hp->arch)) { /* per head [query | gate] */
         orc_matmul(e, &L->wq, NULL, e->h, e->qg, n);
         for (uint32_t t = 0; t < n; t++)
             for (uint32_t h = 0; h < hp->n_head; h++) {
@@ -249,7 +249,7 @@ static void attention(orc_engine *e, uint32_t l, uint32_t pos, uint32_t n) {
     attn_job aj = {e, l, pos, n};
     pool_run(e->pool, attend, &aj, (uint64_t)n * hp->n_head);
     orc_round16(e, e->att, (uint64_t)n * e->o_dim);
-    if (hp->arch == ARCH_QWEN35) { /* the output gate: its own rounding point (4) */
+    if (arch_is_qwen35(hp->arch)) { /* the output gate: its own rounding point (4) */
         for (uint64_t i = 0; i < (uint64_t)n * e->o_dim; i++) e->att[i] *= 1.0f / (1.0f + expf(-e->gate[i]));
         orc_round16(e, e->att, (uint64_t)n * e->o_dim);
     }
@@ -293,7 +293,8 @@ static void layer_forward(orc_engine *e, uint32_t l, uint32_t pos, uint32_t n) {
 static int grow(orc_engine *e, uint32_t n) {
     if (n <= e->cap) return 0;
     const arch_hparams *hp = &e->hp;
-    bool gated = hp->arch == ARCH_QWEN35, dn = hp->n_recurrent > 0;
+    bool gated = arch_is_qwen35(hp->arch), dn = hp->n_recurrent > 0;
+    size_t ffe = hp->n_ff_exp > hp->n_ff_shexp ? hp->n_ff_exp : hp->n_ff_shexp; /* an expert's, the shared one's */
     struct { float **p; size_t per; } bufs[] = {
         {&e->x, hp->n_embd}, {&e->h, hp->n_embd}, {&e->q, e->q_dim}, {&e->k, e->kv_dim}, {&e->v, e->v_dim},
         {&e->att, e->o_dim}, {&e->o, hp->n_embd}, {&e->g, hp->n_ff}, {&e->u, hp->n_ff},
@@ -301,7 +302,7 @@ static int grow(orc_engine *e, uint32_t n) {
         {&e->dn_qkv, dn ? e->conv_dim : 0}, {&e->dn_x, dn ? e->conv_dim : 0}, {&e->dn_z, dn ? e->ssm_vdim : 0},
         {&e->dn_b, dn ? hp->ssm_v_heads : 0}, {&e->dn_a, dn ? hp->ssm_v_heads : 0}, {&e->dn_o, dn ? e->ssm_vdim : 0},
         {&e->moe_p, hp->n_expert}, {&e->moe_w, hp->n_expert_used}, {&e->moe_y, (size_t)hp->n_expert_used * hp->n_embd},
-        {&e->moe_in, hp->n_expert ? hp->n_embd : 0}, {&e->moe_g, hp->n_ff_exp}, {&e->moe_u, hp->n_ff_exp}};
+        {&e->moe_in, hp->n_expert ? hp->n_embd : 0}, {&e->moe_g, ffe}, {&e->moe_u, ffe}};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if (!bufs[i].per) continue;
         float *p = realloc(*bufs[i].p, (size_t)n * bufs[i].per * sizeof(float));

@@ -16,6 +16,8 @@ typedef struct orc_layer {
     /* a mixture of experts (qwen3moe): the router (f32 in both modes) and every expert's
      * matrices, expert x's rows at x * (its rows) of each */
     orc_weight router, gate_exps, up_exps, down_exps;
+    /* qwen35moe's shared expert: its gate's row (f32 in both modes) and its matrices */
+    orc_weight shexp_gate_inp, gate_shexp, up_shexp, down_shexp;
 } orc_layer;
 
 /* A copy of every DeltaNet state at a position (see orc_snapshot_take). */

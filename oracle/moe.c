@@ -8,6 +8,10 @@
  *   y_k = down_k(silu(gate_k h) * up_k h)     each product rounded, as the dense FFN's
  *   o = sum_k w_k y_k                         f32, in the chosen order, rounded once
  *
+ * qwen35moe adds a shared expert, every token's, after the routed ones in the same sum:
+ *   o = sum_k w_k y_k + sigmoid(g . h) y_s    g the f32 row ffn_gate_inp_shexp, y_s the
+ *                                             shared SwiGLU's output, rounded as y_k
+ *
  * Each expert runs once for all the tokens that chose it (their rows gathered), so the
  * threads read its weights once per call. */
 #include "oracle/internal.h"
@@ -19,16 +23,24 @@ int orc_moe_load(orc_engine *e, uint32_t l, kiln_err *err) {
     const model_layer *ml = &e->m->layers[l];
     orc_layer *L = &e->layers[l];
     uint32_t want = e->mode == ORC_F32 ? GGUF_T_F32 : e->dtype;
-    return orc_weight_load(&L->router, ml->ffn_gate_inp, GGUF_T_F32, false, err) ||
-                   orc_weight_load(&L->gate_exps, ml->ffn_gate_exps, want, false, err) ||
-                   orc_weight_load(&L->up_exps, ml->ffn_up_exps, want, false, err) ||
-                   orc_weight_load(&L->down_exps, ml->ffn_down_exps, want, false, err)
+    bool keep = ml->q_exps; /* kept in their blocks: their exact values (model.h) */
+    if (orc_weight_load(&L->router, ml->ffn_gate_inp, GGUF_T_F32, false, err) ||
+        orc_weight_load(&L->gate_exps, ml->ffn_gate_exps, want, keep, err) ||
+        orc_weight_load(&L->up_exps, ml->ffn_up_exps, want, keep, err) ||
+        orc_weight_load(&L->down_exps, ml->ffn_down_exps, want, keep, err))
+        return -1;
+    if (!ml->ffn_gate_shexp) return 0;
+    return orc_weight_load(&L->shexp_gate_inp, ml->ffn_gate_inp_shexp, GGUF_T_F32, false, err) ||
+                   orc_weight_load(&L->gate_shexp, ml->ffn_gate_shexp, want, keep, err) ||
+                   orc_weight_load(&L->up_shexp, ml->ffn_up_shexp, want, keep, err) ||
+                   orc_weight_load(&L->down_shexp, ml->ffn_down_shexp, want, keep, err)
                ? -1
                : 0;
 }
 
 void orc_moe_free(orc_layer *L) {
-    orc_weight *ws[] = {&L->router, &L->gate_exps, &L->up_exps, &L->down_exps};
+    orc_weight *ws[] = {&L->router,         &L->gate_exps,  &L->up_exps,    &L->down_exps,
+                        &L->shexp_gate_inp, &L->gate_shexp, &L->up_shexp, &L->down_shexp};
     for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) orc_weight_free(ws[i]);
 }
 
@@ -50,6 +62,18 @@ static void route(const arch_hparams *hp, float *p, uint32_t *sel, float *w) {
         chosen += p[best];
     }
     for (uint32_t j = 0; j < k; j++) w[j] /= chosen;
+}
+
+/* out[m x rows of down] = down(round(silu(gate x) * up x)) for m rows x (each product
+ * rounded, as the dense FFN's); g and u hold m x (gate's rows). */
+static void swiglu_ffn(orc_engine *e, const orc_weight *gate, const orc_weight *up, const orc_weight *down,
+                       const float *x, float *g, float *u, float *out, uint32_t m) {
+    uint64_t f = gate->rows;
+    orc_matmul(e, gate, NULL, x, g, m);
+    orc_matmul(e, up, NULL, x, u, m);
+    for (uint64_t i = 0; i < (uint64_t)m * f; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    orc_round16(e, g, (uint64_t)m * f);
+    orc_matmul(e, down, NULL, g, out, m);
 }
 
 /* Rows [r0, r0 + rows) of w: one expert's matrix of a 3-D tensor. */
@@ -83,23 +107,23 @@ void orc_moe(orc_engine *e, uint32_t l, uint32_t n) {
         if (!m) continue;
         orc_weight gate = rows_of(&L->gate_exps, (uint64_t)x * f, f), up = rows_of(&L->up_exps, (uint64_t)x * f, f);
         orc_weight down = rows_of(&L->down_exps, (uint64_t)x * d, d);
-        orc_matmul(e, &gate, NULL, e->moe_in, e->moe_g, m);
-        orc_matmul(e, &up, NULL, e->moe_in, e->moe_u, m);
-        for (uint64_t i = 0; i < (uint64_t)m * f; i++) {
-            float g = e->moe_g[i];
-            e->moe_g[i] = g / (1.0f + expf(-g)) * e->moe_u[i]; /* SwiGLU, as the dense FFN's */
-        }
-        orc_round16(e, e->moe_g, (uint64_t)m * f);
-        orc_matmul(e, &down, NULL, e->moe_g, e->moe_in, m);
+        swiglu_ffn(e, &gate, &up, &down, e->moe_in, e->moe_g, e->moe_u, e->moe_in, m);
         for (uint32_t i = 0; i < m; i++)
             memcpy(e->moe_y + (size_t)e->moe_at[i] * d, e->moe_in + (size_t)i * d, d * sizeof(float));
     }
+    bool shared = L->gate_shexp.data != NULL; /* its output for every token into moe_in */
+    if (shared) swiglu_ffn(e, &L->gate_shexp, &L->up_shexp, &L->down_shexp, e->h, e->moe_g, e->moe_u, e->moe_in, n);
     for (uint32_t t = 0; t < n; t++) {
         float *o = e->o + (size_t)t * d;
         const float *w = e->moe_w + (size_t)t * k, *y = e->moe_y + (size_t)t * k * d;
         for (uint32_t c = 0; c < d; c++) o[c] = w[0] * y[c];
         for (uint32_t j = 1; j < k; j++)
             for (uint32_t c = 0; c < d; c++) o[c] += w[j] * y[(size_t)j * d + c];
+        if (!shared) continue;
+        float gate = orc_weight_dot(&L->shexp_gate_inp, 0, e->h + (size_t)t * d);
+        float ws = 1.0f / (1.0f + expf(-gate));
+        const float *ys = e->moe_in + (size_t)t * d;
+        for (uint32_t c = 0; c < d; c++) o[c] += ws * ys[c];
     }
     orc_round16(e, e->o, (uint64_t)n * d);
 }

@@ -382,7 +382,7 @@ static engine *make(const model *m, rt_device *d, const plan_shape *s0, plan_eng
         }
     }
     if (!bad && s.pages.rows) bad = page_tables(p, owner, err) != 0;
-    bool q35 = hp->arch == ARCH_QWEN35;
+    bool q35 = arch_is_qwen35(hp->arch);
     /* the DeltaNet layers' states in one buffer (zeroed before the first eval), its snapshots */
     size_t conv, S, s_at, stride, state = q35 ? plan_state_layout(&s, &s_at, &stride) : 0;
     plan_state_sizes(&s, &conv, &S);

@@ -50,7 +50,7 @@ static bool bucket_ok(const plan_shape *s, const rt_caps *c, uint32_t nb) {
 uint32_t plan_batch_size(const plan_shape *s, const rt_caps *c, int i) {
     /* the slots share a pool of caches (plan.c's pooled, checked where the owner is made);
      * qwen35's recurrent state has no batched kernels; a planted fault is the decode head's */
-    if (i < 0 || i >= PLAN_BUCKETS || s->n_slots < 2 || s->hp.arch == ARCH_QWEN35 || s->fault_logits ||
+    if (i < 0 || i >= PLAN_BUCKETS || s->n_slots < 2 || arch_is_qwen35(s->hp.arch) || s->fault_logits ||
         s->n_block < PLAN_BATCH_MAX)
         return 0;
     uint32_t nb = bucket_tokens[i];

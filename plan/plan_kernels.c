@@ -64,7 +64,7 @@ bool plan_attn_prep(const plan_shape *s, const rt_caps *c) {
 bool plan_skinny_norm(const plan_shape *s, const rt_caps *c, int i) {
     uint32_t d = s->hp.n_embd, nb = s->n_block;
     if (!s->skinny_norm || nb > PLAN_SHORT_BLOCK) return false;
-    if (i == K_MM_QKV) return s->hp.arch != ARCH_QWEN35 && kn_matmul_skinny_norm_ok(c, s->qkv_dim, d, nb, s->dt);
+    if (i == K_MM_QKV) return !arch_is_qwen35(s->hp.arch) && kn_matmul_skinny_norm_ok(c, s->qkv_dim, d, nb, s->dt);
     if (i == K_MM_FF)
         return !s->hp.n_expert && plan_ff_swiglu(s, c) && kn_matmul_skinny_norm_ok(c, s->hp.n_ff, d, nb, s->dt);
     return false;
@@ -94,7 +94,7 @@ bool plan_block_role(int i) {
 }
 
 bool plan_role_used(const plan_shape *s, int i) {
-    bool q35 = s->hp.arch == ARCH_QWEN35, dn = q35 && s->hp.n_recurrent > 0;
+    bool q35 = arch_is_qwen35(s->hp.arch), dn = q35 && s->hp.n_recurrent > 0;
     bool attn = !q35 || s->hp.n_recurrent < s->hp.n_layer, moe = s->hp.n_expert > 0;
     switch (i) {
     case K_MOE_ROUTE: case K_MOE_GATE_UP: case K_MOE_DOWN: case K_MOE_GROUP: case K_MOE_GATE_UP_G: case K_MOE_DOWN_G:
@@ -117,10 +117,10 @@ bool plan_role_used(const plan_shape *s, int i) {
 
 bool plan_short_block_ok(const plan_shape *s, const rt_caps *c, uint32_t n) {
     uint32_t d = s->hp.n_embd, ff = s->hp.n_ff, dv = s->dn_v_dim, nv = s->hp.ssm_v_heads;
-    bool dn = s->hp.arch != ARCH_QWEN35 || !s->hp.n_recurrent ||
+    bool dn = !arch_is_qwen35(s->hp.arch) || !s->hp.n_recurrent ||
               (kn_matmul_skinny_ok(c, s->conv_dim, d, n, s->dt) && kn_matmul_skinny_ok(c, dv, d, n, s->dt) &&
                kn_matmul_skinny_ok(c, 2 * nv, d, n, s->dt) && kn_matmul_skinny_ok(c, d, dv, n, s->dt));
-    return dn && (s->hp.arch != ARCH_QWEN35 || kn_matmul_skinny_ok(c, s->q_dim, d, n, s->dt)) &&
+    return dn && (!arch_is_qwen35(s->hp.arch) || kn_matmul_skinny_ok(c, s->q_dim, d, n, s->dt)) &&
            kn_matmul_skinny_ok(c, s->qkv_dim, d, n, s->dt) && kn_matmul_skinny_ok(c, d, s->q_dim, n, s->dt) &&
            kn_matmul_skinny_ok(c, ff, d, n, s->dt) && kn_matmul_skinny_ok(c, d, ff, n, s->dt);
 }
@@ -290,7 +290,7 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_MM_OUT: return product(c, hp->n_vocab, d, nb, dt, KN_EPI_F32, g, err);
     case K_ARGMAX_BATCH: g[0] = 1, g[1] = nb; return kn_argmax_masked(c, hp->n_vocab, nb, err);
     case K_MOE_SCORES: return kn_moe_scores(c, d, hp->n_expert, dt, &g[0], err);
-    case K_MOE_ROUTE: return kn_moe_route(c, hp->n_expert, hp->n_expert_used, err);
+    case K_MOE_ROUTE: return kn_moe_route(c, hp->n_expert, hp->n_expert_used, hp->n_ff_shexp != 0, err);
     case K_MOE_GATE_UP:
         return kn_moe_gate_up(c, d, hp->n_ff_exp, hp->n_expert, hp->n_expert_used, dt, cached, &g[0], err);
     case K_MOE_DOWN: return kn_moe_down(c, hp->n_ff_exp, d, hp->n_expert, hp->n_expert_used, dt, cached, &g[0], err);
@@ -364,7 +364,7 @@ void plan_dn_rows(plan_shape *s) {
 
 int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, plan_shape *s, kiln_err *err) {
     const arch_hparams *hp = &m->hp;
-    if (hp->arch == ARCH_QWEN35)
+    if (arch_is_qwen35(hp->arch))
         for (uint32_t i = 0; i < hp->n_rot / 2; i++)
             if (plan_imrope_pair_still(hp->rope_sections, i))
                 return kiln_fail(err, KILN_ERR_UNSUPPORTED,
@@ -377,8 +377,17 @@ int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_blo
     if (hp->head_dim_k != hp->head_dim_v)
         return kiln_fail(err, KILN_ERR_UNSUPPORTED, "key and value head sizes differ (%u, %u): not on the GPU path yet",
                          hp->head_dim_k, hp->head_dim_v);
+    if (hp->n_ff_shexp && hp->n_ff_shexp != hp->n_ff_exp)
+        return kiln_fail(err, KILN_ERR_UNSUPPORTED,
+                         "%s: a shared expert %u wide beside experts %u wide is not on the GPU path yet (run it on "
+                         "--device cpu)",
+                         arch_name(hp->arch), hp->n_ff_shexp, hp->n_ff_exp);
     memset(s, 0, sizeof *s);
     s->hp = *hp;
+    /* qwen35moe's shared expert: one more expert, every token's last choice (the router's
+     * last row its gate, kn_moe_route's shared form), so every expert kernel, the grouping
+     * and the cache take it as they take the others */
+    if (hp->n_ff_shexp) s->hp.n_expert++, s->hp.n_expert_used++;
     uint32_t dt = dtype ? dtype : m->file_dtype == GGUF_T_F16 ? GGUF_T_F16 : GGUF_T_BF16;
     s->dt = dt == GGUF_T_F16 ? IR_F16 : IR_BF16;
     s->q_dim = hp->n_head * hp->head_dim_k;

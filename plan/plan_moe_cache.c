@@ -214,14 +214,14 @@ static int fill(plan_engine *p, uint32_t l, uint32_t s, uint32_t e, kiln_err *er
     uint64_t f = p->s.hp.n_ff_exp, d = p->s.hp.n_embd, at = (uint64_t)s * f * d;
     uint32_t slots = p->s.moe_slots;
     double t0 = clock_now_s();
-    if (p->s.moe_blocks
-            ? fill_blocks(p, L->gate_exps, slots, s, ml->ffn_gate_exps, (uint64_t)e * f, (uint32_t)f, err) ||
-                  fill_blocks(p, L->up_exps, slots, s, ml->ffn_up_exps, (uint64_t)e * f, (uint32_t)f, err) ||
-                  fill_blocks(p, L->down_exps, slots, s, ml->ffn_down_exps, (uint64_t)e * d, (uint32_t)d, err)
-            : plan_upload_rows(p, L->gate_exps, at, ml->ffn_gate_exps, (uint64_t)e * f, f, err) ||
-                  plan_upload_rows(p, L->up_exps, at, ml->ffn_up_exps, (uint64_t)e * f, f, err) ||
-                  plan_upload_rows(p, L->down_exps, at, ml->ffn_down_exps, (uint64_t)e * d, d, err))
-        return -1;
+    rt_buffer *b[3] = {L->gate_exps, L->up_exps, L->down_exps};
+    for (int i = 0; i < 3; i++) { /* expert e's matrices (the shared expert's own tensors past the last) */
+        uint64_t r0, rows = i == 2 ? d : f;
+        const gguf_tensor *t = model_expert_matrix(ml, i, e, &r0);
+        if (p->s.moe_blocks ? fill_blocks(p, b[i], slots, s, t, r0, (uint32_t)rows, err)
+                            : plan_upload_rows(p, b[i], at, t, r0, rows, err))
+            return -1;
+    }
     double t = clock_now_s() - t0; /* the upload's cost, a running mean */
     mc->upload_s = mc->upload_s > 0 ? 0.8 * mc->upload_s + 0.2 * t : t;
     int32_t old = mc->held[(size_t)l * mc->ne + s];

@@ -26,7 +26,7 @@
 
 typedef struct host_job {
     const plan_moe_host *mh;
-    const gguf_tensor *w[3];  /* gate, up, down (the layer's 3-D tensors) */
+    const model_layer *ml;    /* the layer: its experts' 3-D tensors (and a shared expert's, model_expert_matrix) */
     uint32_t n_embd, n_ff;
     bool bf16;                /* the plan's 16-bit type */
     bool exact;               /* the weights' exact f32 values (the device holds the file's blocks) */
@@ -177,11 +177,14 @@ static void run_items(void *ctx, uint64_t begin, uint64_t end, int worker) {
         uint32_t gi = (uint32_t)(it / J->chunks), r0 = (uint32_t)(it % J->chunks) * CHUNK;
         uint32_t r1 = r0 + CHUNK < rows ? r0 + CHUNK : rows, first = J->group[gi], last = J->group[gi + 1];
         uint32_t e = J->expert[J->order[first]];
+        uint64_t base;
+        const gguf_tensor *w0 = model_expert_matrix(J->ml, J->phase ? 2 : 0, e, &base);
+        const gguf_tensor *w1 = J->phase ? NULL : model_expert_matrix(J->ml, 1, e, &base);
         for (uint32_t r = r0; r < r1; r++) {
-            uint64_t row = (uint64_t)e * rows + r;
+            uint64_t row = base + r;
             if (J->phase == 0) {
                 wrow wg, wu;
-                if (!row_of(J, J->w[0], row, wtmp, &wg) || !row_of(J, J->w[1], row, utmp, &wu)) {
+                if (!row_of(J, w0, row, wtmp, &wg) || !row_of(J, w1, row, utmp, &wu)) {
                     J->rc = -1;
                     return;
                 }
@@ -193,7 +196,7 @@ static void run_items(void *ctx, uint64_t begin, uint64_t end, int worker) {
                 }
             } else {
                 wrow wd;
-                if (!row_of(J, J->w[2], row, wtmp, &wd)) {
+                if (!row_of(J, w0, row, wtmp, &wd)) {
                     J->rc = -1;
                     return;
                 }
@@ -246,7 +249,7 @@ int plan_moe_host_run(plan_moe_host *mh, const model_layer *ml, const arch_hpara
     for (uint32_t i = 0; i < n_miss; i++)
         if (!i || expert[mh->order[i]] != expert[mh->order[i - 1]]) mh->group[n_groups++] = i;
     mh->group[n_groups] = n_miss;
-    host_job J = {mh, {ml->ffn_gate_exps, ml->ffn_up_exps, ml->ffn_down_exps}, hp->n_embd, hp->n_ff_exp, bf16, exact,
+    host_job J = {mh, ml, hp->n_embd, hp->n_ff_exp, bf16, exact,
                   mh->h, mh->group, mh->order, choice, expert, n_groups, hp->n_expert_used, 0, mh->act, out, 0, 0};
     J.chunks = (hp->n_ff_exp + CHUNK - 1) / CHUNK;
     pool_run(mh->pool, run_items, &J, (uint64_t)n_groups * J.chunks);

@@ -260,7 +260,7 @@ int plan_record_decode(plan_engine *p, kiln_err *err) {
     bool fused = p->s.fuse_norm;
     ADD(K_STAGE, 1, 1, {"tok_host", p->tok_h}, {"tok", p->tok}, {"info_host", p->info_h}, {"info", p->info});
     ADD_W(K_EMBED, QT1(p->qt_embd), g[K_EMBED][0], 1, {"table", p->tok_embd}, {"tok", p->tok}, {"out", p->xa});
-    bool gated = hp->arch == ARCH_QWEN35;
+    bool gated = arch_is_qwen35(hp->arch);
     for (uint32_t l = 0; l < hp->n_layer && !R->rc; l++) {
         const plan_layer *L = &p->L[l];
         if (!fused) ADD(K_NORM, 1, 1, {"x", p->xa}, {"w", L->attn_norm}, {"y", p->h});
@@ -347,7 +347,7 @@ int plan_record_prefill(plan_engine *p, const plan_prefill *b, kiln_err *err) {
     ADD(K_STAGE, g[K_STAGE][0], 1, {"tok_host", p->tok_h}, {"tok", p->tok}, {"info_host", p->info_h},
         {"info", p->info});
     ADD_W(K_EMBED, QT1(p->qt_embd), g[K_EMBED][0], nb, {"table", p->tok_embd}, {"tok", p->tok}, {"out", p->xa});
-    bool gated = hp->arch == ARCH_QWEN35;
+    bool gated = arch_is_qwen35(hp->arch);
     for (uint32_t l = 0; l < hp->n_layer && !R->rc; l++) {
         const plan_layer *L = &p->L[l];
         if (!R->norm_qkv || L->qt_qkv[0] >= 0) ADD(K_NORM, nb, 1, {"x", p->xa}, {"w", L->attn_norm}, {"y", p->h});

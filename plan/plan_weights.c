@@ -119,18 +119,75 @@ static rt_buffer *upload_matrix(plan_engine *p, const gguf_tensor *t, bool keep,
     return keep ? upload_quant(p, t, qt, err) : upload_weight(p, t, err);
 }
 
+/* A layer's experts of a kind (0 gate, 1 up, 2 down), all resident: the 3-D tensor, then
+ * a shared expert's matrix as expert n_expert (plan_shape_of counts it in), in 16 bits or
+ * in their blocks (kept so only where the types match: model.c). */
+static rt_buffer *upload_experts(plan_engine *p, const model_layer *ml, int kind, int8_t *qt, kiln_err *err) {
+    const model *m = p->m;
+    uint64_t r0, rows, srows, cols;
+    const gguf_tensor *t = model_expert_matrix(ml, kind, 0, &r0), *sh = NULL;
+    if (m->hp.n_ff_shexp) sh = model_expert_matrix(ml, kind, m->hp.n_expert, &r0);
+    if (!sh) return upload_matrix(p, t, ml->q_exps, qt, err);
+    rows = gguf_tensor_nrows(t), srows = gguf_tensor_nrows(sh), cols = t->ne[0];
+    *qt = -1;
+    rt_buffer *b = NULL;
+    if (!ml->q_exps) {
+        if ((b = plan_alloc(p, (rows + srows) * cols * 2, err)) &&
+            (plan_upload_rows(p, b, 0, t, 0, rows, err) || plan_upload_rows(p, b, rows * cols, sh, 0, srows, err)))
+            plan_release(p, b), b = NULL;
+        return b;
+    }
+    int q = plan_qtype(t->type);
+    kn_qlayout L, part;
+    if (q < 0 || rows + srows > UINT32_MAX || cols > UINT32_MAX)
+        return kiln_fail(err, KILN_ERR_UNSUPPORTED, "'%s': no device layout for its type or its rows", t->name), NULL;
+    if (kn_qlayout_of((kn_qtype)q, (uint32_t)(rows + srows), (uint32_t)cols, &L, err) ||
+        scratch_for(p, 2 * L.words, t, err))
+        return NULL;
+    uint32_t *words = (uint32_t *)p->scratch;
+    memset(words, 0, L.words * 4);
+    part = L, part.rows = (uint32_t)rows; /* the experts' rows of the same planes */
+    if (!plan_quant_pack_all(t, &part, words, 0, err) &&
+        !plan_quant_pack(sh, 0, (uint32_t)srows, &L, (uint32_t)rows, words, err) &&
+        (b = plan_alloc(p, L.words * 4, err)) && p->d->ops->upload(p->d, b, 0, words, L.words * 4, err))
+        plan_release(p, b), b = NULL;
+    *qt = (int8_t)L.type;
+    return b;
+}
+
 /* A small tensor (a filter, a bias, decay rates) as f32, as the file holds it. */
-static rt_buffer *upload_f32(plan_engine *p, const gguf_tensor *t, kiln_err *err) {
-    uint64_t rows = gguf_tensor_nrows(t), ne = gguf_tensor_nelements(t);
+/* Tensors in f32, one after another in one buffer (the router's rows, then a shared
+ * expert's gate row). */
+static rt_buffer *upload_f32_concat(plan_engine *p, const gguf_tensor *const *t, int n, kiln_err *err) {
+    uint64_t ne = 0;
+    for (int i = 0; i < n; i++) ne += gguf_tensor_nelements(t[i]);
     float *host = malloc(ne * 4);
     kiln_err ge;
     rt_buffer *b = NULL;
-    if (!host) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory converting '%s'", t->name), NULL;
-    if (gguf_tensor_rows_f32(t, 0, rows, host, &ge)) kiln_err_wrap(err, &ge, NULL);
-    else if ((b = plan_alloc(p, ne * 4, err)) && p->d->ops->upload(p->d, b, 0, host, ne * 4, err))
-        p->d->ops->release(p->d, b), b = NULL;
+    if (!host) return kiln_fail(err, KILN_ERR_NOMEM, "out of memory converting '%s'", t[0]->name), NULL;
+    uint64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        if (gguf_tensor_rows_f32(t[i], 0, gguf_tensor_nrows(t[i]), host + at, &ge)) {
+            kiln_err_wrap(err, &ge, NULL);
+            free(host);
+            return NULL;
+        }
+        at += gguf_tensor_nelements(t[i]);
+    }
+    if ((b = plan_alloc(p, ne * 4, err)) && p->d->ops->upload(p->d, b, 0, host, ne * 4, err)) plan_release(p, b), b = NULL;
     free(host);
     return b;
+}
+
+static rt_buffer *upload_f32(plan_engine *p, const gguf_tensor *t, kiln_err *err) {
+    return upload_f32_concat(p, &t, 1, err);
+}
+
+/* The router in f32: the experts' rows, then a shared expert's gate row as one more
+ * (kn_moe_route's shared form reads its score last). */
+static rt_buffer *upload_router(plan_engine *p, const model_layer *ml, kiln_err *err) {
+    const gguf_tensor *t[2] = {ml->ffn_gate_inp, ml->ffn_gate_inp_shexp};
+    return upload_f32_concat(p, t, t[1] ? 2 : 1, err);
 }
 
 /* A qwen35 full-attention layer: attn_q holds per head its query rows, then its output
@@ -221,23 +278,23 @@ int plan_upload_weights(plan_engine *p, kiln_err *err) {
     for (uint32_t l = 0; l < p->s.hp.n_layer && !bad; l++) {
         const model_layer *ml = &m->layers[l];
         plan_layer *L = &p->L[l];
-        if (p->s.hp.arch == ARCH_QWEN35)
+        if (arch_is_qwen35(p->s.hp.arch))
             bad = p->s.hp.recurrent[l] ? upload_deltanet(p, ml, L, err) : upload_gated_qkv(p, ml, L, err);
         else
             bad = upload_dense_layer(p, ml, L, err);
-        if (p->s.hp.arch == ARCH_QWEN35 && !bad && ml->wo && !(L->wo = upload_matrix(p, ml->wo, ml->q_o, &L->qt_o, err)))
+        if (arch_is_qwen35(p->s.hp.arch) && !bad && ml->wo && !(L->wo = upload_matrix(p, ml->wo, ml->q_o, &L->qt_o, err)))
             bad = 1;
         const gguf_tensor *t[4] = {ml->attn_norm, ml->q_norm, ml->k_norm, ml->ffn_norm};
         rt_buffer **dst[4] = {&L->attn_norm, &L->q_norm, &L->k_norm, &L->ffn_norm};
         for (int i = 0; i < 4 && !bad; i++)
             if (t[i] && !(*dst[i] = upload_weight(p, t[i], err))) bad = 1;
         if (p->s.hp.n_expert && p->s.moe_slots) /* the router f32, the cache's slots (plan_moe_cache.c) */
-            bad = bad || !(L->router = upload_f32(p, ml->ffn_gate_inp, err)) || plan_moe_upload(p, l, err);
+            bad = bad || !(L->router = upload_router(p, ml, err)) || plan_moe_upload(p, l, err);
         else if (p->s.hp.n_expert) /* the experts in their blocks where the model keeps them, the router f32 */
-            bad = bad || !(L->router = upload_f32(p, ml->ffn_gate_inp, err)) ||
-                  !(L->gate_exps = upload_matrix(p, ml->ffn_gate_exps, ml->q_exps, &L->qt_exps[0], err)) ||
-                  !(L->up_exps = upload_matrix(p, ml->ffn_up_exps, ml->q_exps, &L->qt_exps[1], err)) ||
-                  !(L->down_exps = upload_matrix(p, ml->ffn_down_exps, ml->q_exps, &L->qt_exps[2], err));
+            bad = bad || !(L->router = upload_router(p, ml, err)) ||
+                  !(L->gate_exps = upload_experts(p, ml, 0, &L->qt_exps[0], err)) ||
+                  !(L->up_exps = upload_experts(p, ml, 1, &L->qt_exps[1], err)) ||
+                  !(L->down_exps = upload_experts(p, ml, 2, &L->qt_exps[2], err));
         else
             bad = bad || !(L->w_gate = upload_matrix(p, ml->w_gate, ml->q_ffn, &L->qt_gate, err)) ||
                   !(L->w_up = upload_matrix(p, ml->w_up, ml->q_ffn, &L->qt_up, err)) ||
@@ -263,12 +320,12 @@ int plan_borrow_weights(plan_engine *p, const plan_engine *o) {
 /* Activation bytes for a block of nb tokens. */
 static uint64_t act_bytes(const plan_shape *s, const rt_caps *c, uint32_t nb) {
     const arch_hparams *hp = &s->hp;
-    uint64_t q35 = hp->arch == ARCH_QWEN35 ? 2ull * s->q_dim + 2ull * s->conv_dim + 2ull * s->dn_v_dim +
+    uint64_t q35 = arch_is_qwen35(hp->arch) ? 2ull * s->q_dim + 2ull * s->conv_dim + 2ull * s->dn_v_dim +
                                                  2ull * hp->ssm_v_heads
                                            : 0;
     kn_deltanet_scratch dn = {0};
     kiln_err ignored = {0}; /* a shape without chunks fails later, by name, where the plan allocates them */
-    if (hp->arch == ARCH_QWEN35 && hp->n_recurrent && plan_dn_scratch(s, c, &dn, &ignored))
+    if (arch_is_qwen35(hp->arch) && hp->n_recurrent && plan_dn_scratch(s, c, &dn, &ignored))
         dn = (kn_deltanet_scratch){0};
     /* qwen3moe: the choices, their weights, SwiGLU rows and products, the grouping, scores */
     uint64_t nk = (uint64_t)nb * hp->n_expert_used;
@@ -283,7 +340,8 @@ static uint64_t act_bytes(const plan_shape *s, const rt_caps *c, uint32_t nb) {
 
 /* Bytes of the model's weights on the device: each in its blocks where the model keeps
  * them (kn_quant.h's planes), else in 16 bits; the experts' 3-D tensors only their cache's
- * share where slots > 0 (of n_expert); the largest named in what. */
+ * share where slots > 0 (of n_expert), with a shared expert's matrices counted among them;
+ * the largest named in what. */
 static uint64_t weight_bytes(const model *m, uint32_t slots, bool blocks, uint64_t *largest, char *what,
                              size_t what_len) {
     uint64_t w = 0, big = 0;
@@ -294,8 +352,11 @@ static uint64_t weight_bytes(const model *m, uint32_t slots, bool blocks, uint64
         kiln_err ignored = {0}; /* a tensor without a layout fails by name where it is uploaded */
         uint64_t b = model_keeps_blocks(m, t) && !quant_layout(t, &L, &ignored) ? L.words * 4
                                                                                   : gguf_tensor_nelements(t) * 2;
-        if (slots && m->hp.n_expert && strstr(t->name, "_exps.")) /* only the cache's slots */
-            b = blocks ? b / m->hp.n_expert * slots : gguf_tensor_nelements(t) * 2 / m->hp.n_expert * slots;
+        /* a shared expert sits in the experts' buffers as one more (plan_moe_shared) */
+        uint32_t ne = m->hp.n_expert, all = ne + (m->hp.n_ff_shexp ? 1 : 0);
+        if (ne && strstr(t->name, "_exps.")) /* only the cache's slots where cached */
+            b = (blocks || !slots ? b : gguf_tensor_nelements(t) * 2) / ne * (slots ? slots : all);
+        if (strstr(t->name, "_shexp.") && !strstr(t->name, "gate_inp")) b = 0;
         w += b;
         if (b > big) big = b, snprintf(what, what_len, "the weight '%s'", t->name);
     }
@@ -330,8 +391,8 @@ static uint64_t plan_bytes(const model *m, const plan_shape *s, const rt_caps *c
     /* KV caches for the full-attention layers; qwen35's DeltaNet layers hold a state
      * instead (f32: the convolution's last inputs and a state matrix per value head) */
     size_t s_at, stride;
-    uint64_t state = hp->arch == ARCH_QWEN35 ? plan_state_layout(s, &s_at, &stride) : 0;
-    uint32_t n_attn = hp->arch == ARCH_QWEN35 ? hp->n_layer - hp->n_recurrent : hp->n_layer;
+    uint64_t state = arch_is_qwen35(hp->arch) ? plan_state_layout(s, &s_at, &stride) : 0;
+    uint32_t n_attn = arch_is_qwen35(hp->arch) ? hp->n_layer - hp->n_recurrent : hp->n_layer;
     /* the state and its PLAN_SNAPSHOTS copies */
     return w + 2 * n_attn * cache + (uint64_t)s->n_slots * ((1 + PLAN_SNAPSHOTS) * state + act_bytes(s, c, s->n_block)) +
            plan_batch_bytes(s, c);

@@ -31,10 +31,17 @@ Test(cli, qwen35_runs_on_the_oracle_and_the_gpu, .timeout = 120) {
     cr_assert(strstr(out, "deltanet") && strstr(out, "ssm_conv") && strstr(out, "attn_gate"), "stdout: %s", out);
     rc = RUN("synth", "--preset", "tiny", "--arch", "qwen35", "-o", tu_tmp("q35.gguf"));
     cr_assert_eq(rc, 2);
-    cr_assert(strstr(err, "--arch qwen35 needs a qwen3.5 preset"), "stderr: %s", err);
+    cr_assert(strstr(err, "--arch qwen35: preset 'tiny' is a qwen3 model") && strstr(err, "their own presets"),
+              "stderr: %s", err);
     rc = RUN("synth", "--preset", "qwen3.5-tiny-odd", "--arch", "qwen3", "-o", tu_tmp("q35.gguf"));
     cr_assert_eq(rc, 2);
     cr_assert(strstr(err, "is a qwen35 model"), "stderr: %s", err);
+    rc = RUN("synth", "--preset", "qwen35moe-tiny-odd", "--arch", "qwen35", "-o", tu_tmp("q35.gguf"));
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(err, "is a qwen35moe model"), "stderr: %s", err);
+    rc = RUN("synth", "--preset", "qwen3.5-tiny-odd", "--experts", "4", "-o", tu_tmp("q35.gguf"));
+    cr_assert_eq(rc, 2);
+    cr_assert(strstr(err, "has no experts"), "stderr: %s", err);
     /* a GPU device: lavapipe in CI (tests/plan/test_plan_qwen35.c checks its numbers) */
     rc = RUN("run", m, "-p", "hi", "-n", "2", "--ids", "--device", "vulkan:0");
     cr_assert(rc == 0 ? strstr(out, "ids: ") != NULL : strstr(err, "vulkan") != NULL, "exit %d: %s %s", rc, out, err);
@@ -118,4 +125,27 @@ Test(cli, synth_qwen35_presets_at_real_widths, .timeout = 600) {
         cr_assert_eq(RUN("inspect", p), 0, "%s", err);
         unlink(p);
     }
+}
+
+/* qwen35moe (experts and a shared expert in Qwen3.5's layers): synth, inspect, run on the
+ * oracle twice (the same tokens) and on the GPU path (lavapipe in CI; its numbers:
+ * tests/plan/test_plan_moe.c) */
+Test(cli, qwen35moe_synth_inspect_run, .timeout = 120) {
+    cr_assert_eq(RUN("synth", "--help"), 0);
+    cr_assert(strstr(out, "qwen3.5-35b-a3b") && strstr(out, "qwen35moe-tiny-odd"), "%s", out);
+    const char *p = tu_tmp("q35moe-cli.gguf");
+    int rc = RUN("synth", "--preset", "qwen35moe-tiny-odd", "-o", p);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(out, "qwen35moe, 4 layers"), "%s", out);
+    cr_assert_eq(RUN("inspect", p), 0, "%s", err);
+    cr_assert(strstr(out, "experts 6 of 72 wide, 2 a token") && strstr(out, "a shared expert 72 wide"), "%s", out);
+    rc = RUN("run", p, "-p", "Once upon a time", "-n", "6", "--ids", "--device", "cpu");
+    cr_assert_eq(rc, 0, "%s", err);
+    char first[256];
+    cr_assert(strstr(out, "ids: "), "%s", out);
+    snprintf(first, sizeof first, "%s", strstr(out, "ids: "));
+    cr_assert_eq(RUN("run", p, "-p", "Once upon a time", "-n", "6", "--ids", "--device", "cpu"), 0, "%s", err);
+    cr_assert(strstr(out, first), "a second run gave %s, the first %s", out, first);
+    rc = RUN("run", p, "-p", "Once upon a time", "-n", "6", "--ids", "--device", "vulkan:0");
+    cr_assert(rc == 0 ? strstr(out, "ids: ") != NULL : strstr(err, "vulkan") != NULL, "exit %d: %s %s", rc, out, err);
 }

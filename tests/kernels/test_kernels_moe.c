@@ -23,16 +23,19 @@ static const char *const variants[] = {NULL, "no-subgroup-arith"};
 
 /* ---- the router ---------------------------------------------------------------------------- */
 
+/* shared: the last expert is a shared one (qwen35moe), every token's last choice with
+ * weight sigmoid(its score); the others are routed among the rest */
 static void route_case(rt_device *d, uint32_t n, uint32_t d_in, uint32_t ne, uint32_t k_used, ir_scalar t,
-                       const char *var) {
+                       const char *var, bool shared) {
     char what[160];
-    snprintf(what, sizeof what, "moe_route n=%u d=%u experts=%u k=%u %s caps=%s", n, d_in, ne, k_used, tu_dname(t),
-             var ? var : "device");
+    snprintf(what, sizeof what, "moe_route n=%u d=%u experts=%u k=%u %s caps=%s%s", n, d_in, ne, k_used, tu_dname(t),
+             var ? var : "device", shared ? " shared" : "");
+    uint32_t nr = shared ? ne - 1 : ne, kr = shared ? k_used - 1 : k_used; /* the routed ones */
     kiln_err err = {0};
     uint32_t gs = 0;
     ir_kernel *ks = kn_moe_scores(&d->caps, d_in, ne, t, &gs, &err);
     cr_assert_not_null(ks, "%s: %s", what, err.msg);
-    ir_kernel *k = kn_moe_route(&d->caps, ne, k_used, &err);
+    ir_kernel *k = kn_moe_route(&d->caps, ne, k_used, shared, &err);
     cr_assert_not_null(k, "%s: %s", what, err.msg);
     float *hf, *rw = malloc((size_t)ne * d_in * 4);
     uint16_t *h = tu_rand16(t, (size_t)n * d_in, -2, 2, &hf);
@@ -56,31 +59,38 @@ static void route_case(rt_device *d, uint32_t n, uint32_t d_in, uint32_t ne, uin
                 acc += p, mag += fabs(p);
             }
             s[x] = acc, tol[x] = 2.0 * d_in * ldexp(1.0, -24) * mag + 1e-6;
-            max = fmax(max, acc);
+            if (x < nr) max = fmax(max, acc);
         }
         bool used[1024] = {0};
         double chosen = 0;
-        for (uint32_t j = 0; j < k_used; j++) {
+        for (uint32_t j = 0; j < kr; j++) {
             uint32_t got = sel[tok * k_used + j];
-            cr_assert_lt(got, ne, "%s: token %u choice %u is %u", what, tok, j, got);
+            cr_assert_lt(got, nr, "%s: token %u choice %u is %u", what, tok, j, got);
             cr_assert(!used[got], "%s: token %u chose expert %u twice", what, tok, got);
             used[got] = true;
             /* the largest score among those not chosen before, up to the sums' orders */
             double best = -INFINITY, best_tol = 0;
-            for (uint32_t x = 0; x < ne; x++)
+            for (uint32_t x = 0; x < nr; x++)
                 if (!used[x] || x == got)
                     if (s[x] > best) best = s[x], best_tol = tol[x];
             cr_assert(s[got] >= best - best_tol - tol[got], "%s: token %u choice %u: expert %u scores %.9g, %.9g is larger",
                       what, tok, j, got, s[got], best);
             chosen += exp(s[got] - max);
         }
-        for (uint32_t j = 0; j < k_used; j++) {
+        for (uint32_t j = 0; j < kr; j++) {
             float w;
             memcpy(&w, &wbits[tok * k_used + j], 4);
             double want = exp(s[sel[tok * k_used + j]] - max) / chosen;
             cr_assert(fabs(w - want) <= 1e-5 * want + 1e-6, "%s: token %u weight %u: %.9g, want %.9g", what, tok, j, w,
                       want);
         }
+        if (!shared) continue;
+        float w;
+        memcpy(&w, &wbits[tok * k_used + kr], 4);
+        double want = 1.0 / (1.0 + exp(-s[ne - 1])), slope = want * (1 - want);
+        cr_assert_eq(sel[tok * k_used + kr], ne - 1, "%s: token %u's last choice is not the shared expert", what, tok);
+        cr_assert(fabs(w - want) <= 1e-5 * want + slope * tol[ne - 1] + 1e-6, "%s: token %u shared weight %.9g, want %.9g",
+                  what, tok, w, want);
     }
     d->ops->release(d, bh), d->ops->release(d, br), d->ops->release(d, bs), d->ops->release(d, bw);
     d->ops->release(d, bsc);
@@ -90,7 +100,7 @@ static void route_case(rt_device *d, uint32_t n, uint32_t d_in, uint32_t ne, uin
 }
 
 /* The router in one subgroup (butterflies, where the device has shuffles) and over a
- * workgroup's barriers (without). */
+ * workgroup's barriers (without); each shape also with a shared expert past its experts. */
 Test(kernels_moe, route_odd_sizes_with_guards) {
     const uint32_t shapes[][4] = {{1, 200, 6, 2}, {3, 97, 37, 5}, {2, 64, 128, 8}, {1, 33, 3, 3}, {2, 40, 300, 9}};
     const char *const route_variants[] = {NULL, "no-subgroup-arith", "no-subgroup-shuffle"};
@@ -99,8 +109,9 @@ Test(kernels_moe, route_odd_sizes_with_guards) {
         rt_device *d = tu_vk_open_or_skip(variants[v]);
         tu_seed(61);
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-            route_case(d, shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3], i % 2 ? IR_F16 : IR_BF16,
-                       variants[v]);
+            for (int shared = 0; shared < 2; shared++)
+                route_case(d, shapes[i][0], shapes[i][1], shapes[i][2] + (uint32_t)shared,
+                           shapes[i][3] + (uint32_t)shared, i % 2 ? IR_F16 : IR_BF16, variants[v], shared);
         d->ops->destroy(d);
     }
 }
@@ -309,9 +320,11 @@ Test(kernels_moe, bad_shapes_refused) {
     c.storage16 = true;
     kiln_err err = {0};
     uint32_t g;
-    cr_assert_null(kn_moe_route(&c, 4, 5, &err));
+    cr_assert_null(kn_moe_route(&c, 4, 5, false, &err));
     cr_assert(strstr(err.msg, "kn_moe_route"), "%s", err.msg);
-    cr_assert_null(kn_moe_route(&c, 0, 0, &err));
+    cr_assert_null(kn_moe_route(&c, 0, 0, false, &err));
+    cr_assert_null(kn_moe_route(&c, 1, 1, true, &err)); /* a shared expert needs one routed beside it */
+    cr_assert_null(kn_moe_route(&c, 4, 1, true, &err));
     cr_assert_null(kn_moe_scores(&c, 64, 0, IR_BF16, &g, &err));
     cr_assert_null(kn_moe_gate_up(&c, 64, 64, 8, 0, IR_BF16, false, &g, &err));
     cr_assert_null(kn_moe_down(&c, 65536, 65536, 8, 2, IR_BF16, false, &g, &err)); /* past u32 indices */
@@ -324,7 +337,7 @@ Test(kernels_moe, build_for_cuda_and_assemble, .timeout = 120) {
     rt_caps c = tu_cuda_caps(90);
     kiln_err err = {0};
     uint32_t g;
-    ir_kernel *k[3] = {kn_moe_route(&c, 128, 8, &err), kn_moe_gate_up(&c, 2048, 768, 128, 8, IR_BF16, true, &g, &err),
+    ir_kernel *k[3] = {kn_moe_route(&c, 128, 8, false, &err), kn_moe_gate_up(&c, 2048, 768, 128, 8, IR_BF16, true, &g, &err),
                        kn_moe_down(&c, 768, 2048, 128, 8, IR_BF16, true, &g, &err)};
     ir_kernel *kg[4] = {kn_moe_group(&c, 128, 8, 512, true, &err), kn_moe_gate_up_g(&c, 2048, 768, 128, 8, 512, IR_BF16, true, &g, &err),
                         kn_moe_down_g(&c, 768, 2048, 128, 8, 512, IR_BF16, true, &g, &err),

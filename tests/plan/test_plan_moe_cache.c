@@ -58,12 +58,17 @@ static void follow_memory(const char *path, uint32_t dtype, const int32_t *ids, 
     cr_assert_not_null(m, "%s", err.msg);
     cr_assert_eq(plan_moe_blocks_ok(m), blocks, "%s: the cache's slots %s", path, blocks ? "in 16 bits" : "in blocks");
     rt_device *d = tu_vk_open_or_skip(NULL);
-    uint32_t big = m->hp.n_expert - 1 < 6 ? m->hp.n_expert - 1 : 6; /* a cache holds at most all but one */
+    /* a shared expert is one more expert, every token's (plan_shape_of) */
+    uint32_t all = m->hp.n_expert + (m->hp.n_ff_shexp ? 1 : 0), k = m->hp.n_expert_used + (m->hp.n_ff_shexp ? 1 : 0);
+    uint32_t big = all - 1 < 6 ? all - 1 : 6; /* a cache holds at most all but one */
     uint64_t three = limit_for(m, d, dtype, 3), one = limit_for(m, d, dtype, 1), six = limit_for(m, d, dtype, big);
     rt_caps_limit_memory(&d->caps, three);
     orc_options oo = {.mode = ORC_CONTRACT, .dtype = dtype, .n_ctx = CTX, .threads = 2};
     engine *orc = orc_create(m, &oo, &err);
     cr_assert_not_null(orc, "%s", err.msg);
+    orc_options o32 = {.mode = ORC_F32, .n_ctx = CTX, .threads = 2}; /* the contract's own noise, for the bound */
+    engine *orc32 = orc_create(m, &o32, &err);
+    cr_assert_not_null(orc32, "%s", err.msg);
     engine *gpu = plan_create(m, d, dtype, CTX, BLOCK, &err);
     cr_assert_not_null(gpu, "%s", err.msg);
     rt_device *d2 = tu_vk_open_or_skip(NULL);
@@ -73,10 +78,12 @@ static void follow_memory(const char *path, uint32_t dtype, const int32_t *ids, 
     engine_expert_stats st;
     cr_assert(engine_expert_stats_of(gpu, &st), "no expert cache under a limit of %llu bytes", (unsigned long long)three);
     cr_assert_eq(st.slots, 3, "%u slots", st.slots);
-    cr_assert_eq(st.experts, m->hp.n_expert);
+    cr_assert_eq(st.experts, all);
     uint32_t nv = m->hp.n_vocab, pos = 70;
-    float *lo = malloc((size_t)nv * 4), *lg = malloc((size_t)nv * 4);
+    float *lo = malloc((size_t)nv * 4), *lg = malloc((size_t)nv * 4), *l32 = malloc((size_t)nv * 4);
     cr_assert_eq(engine_eval(orc, ids, 70, 0, lo, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(engine_eval(orc32, ids, 70, 0, l32, false, &err), 0, "%s", err.msg);
+    double f32 = rel_error(lo, l32, nv);
     cr_assert_eq(engine_eval(gpu, ids, 70, 0, lg, false, &err), 0, "%s", err.msg);
     cr_assert_eq(engine_eval(full, ids, 70, 0, lf, false, &err), 0, "%s", err.msg);
     double worst = rel_error(lo, lg, nv), apart = rel_error(lf, lg, nv);
@@ -91,6 +98,8 @@ static void follow_memory(const char *path, uint32_t dtype, const int32_t *ids, 
         for (uint32_t v = 1; v < nv; v++)
             if (lo[v] > lo[next]) next = (int32_t)v;
         cr_assert_eq(engine_eval(orc, &next, 1, pos, lo, false, &err), 0, "%s", err.msg);
+        cr_assert_eq(engine_eval(orc32, &next, 1, pos, l32, false, &err), 0, "%s", err.msg);
+        f32 = fmax(f32, rel_error(lo, l32, nv));
         cr_assert_eq(engine_eval(gpu, &next, 1, pos, lg, false, &err), 0, "step %u: %s", step, err.msg);
         worst = fmax(worst, rel_error(lo, lg, nv));
         cr_assert_eq(engine_eval(full, &next, 1, pos, lf, false, &err), 0, "step %u: %s", step, err.msg);
@@ -99,10 +108,14 @@ static void follow_memory(const char *path, uint32_t dtype, const int32_t *ids, 
         if (st.slots == 1) seen_small++;
         if (st.slots == big) seen_large++;
     }
-    cr_log_info("%s through the cache: logits relative error %.3e (%.3e from all resident); %llu hits, %llu misses, %llu swaps, "
-                "%llu resizes", path, worst, apart, (unsigned long long)st.hits, (unsigned long long)st.misses,
+    cr_log_info("%s through the cache: logits relative error %.3e (%.3e from all resident, the f32 oracle %.3e); "
+                "%llu hits, %llu misses, %llu swaps, %llu resizes",
+                path, worst, apart, f32, (unsigned long long)st.hits, (unsigned long long)st.misses,
                 (unsigned long long)st.swaps, (unsigned long long)st.resizes);
-    cr_assert_lt(worst, 1e-2, "logits relative error %.3e", worst);
+    /* the oracle's bound grows with the contract's own noise where a model's choices of
+     * experts are near-ties (as test_plan_moe.c's); the plan with every expert resident is
+     * the cache's own yardstick, as tight as ever */
+    cr_assert_lt(worst, fmax(1e-2, 0.6 * f32), "logits relative error %.3e (the f32 oracle's %.3e)", worst, f32);
     cr_assert_lt(apart, 1e-2, "logits relative error %.3e from the plan with every expert resident", apart);
     cr_assert(seen_small > 0, "the cache never shrank to one slot");
     cr_assert(seen_large > 0 && st.slots == big, "the cache did not grow back (%u slots)", st.slots);
@@ -110,9 +123,10 @@ static void follow_memory(const char *path, uint32_t dtype, const int32_t *ids, 
     cr_assert_gt(st.kept, 0, "no expert kept on the device through the resizes");
     cr_assert(st.hits > 0 && st.misses > 0 && st.swaps > 0, "hits %llu, misses %llu, swaps %llu",
               (unsigned long long)st.hits, (unsigned long long)st.misses, (unsigned long long)st.swaps);
-    cr_assert_eq(st.hits + st.misses, (uint64_t)(70 + 60 + 1) * 2 * m->hp.n_layer,
+    cr_assert_eq(st.hits + st.misses, (uint64_t)(70 + 60 + 1) * k * m->hp.n_layer,
                  "every token's choices counted once (the warm-up step's too)");
-    free(lo), free(lg), free(lf);
+    free(lo), free(lg), free(lf), free(l32);
+    engine_destroy(orc32);
     engine_destroy(full);
     d2->ops->destroy(d2);
     engine_destroy(gpu);
@@ -137,6 +151,15 @@ Test(plan_moe_cache, quantized_slots_follow_the_memory, .timeout = 600) {
     int32_t ids[70];
     for (uint32_t i = 0; i < 70; i++) ids[i] = (int32_t)((i * 7919u + 13u) % nv);
     follow_memory(path, GGUF_T_BF16, ids, true);
+}
+
+/* qwen35moe: the shared expert takes a slot as any expert and misses go to the host alike */
+Test(plan_moe_cache, qwen35moe_follows_the_memory, .timeout = 600) {
+    uint32_t nv;
+    const char *path = tu_synth_preset_file("qwen35moe-tiny-odd", "plan-moe-cache-q35moe.gguf", NULL, false, &nv);
+    int32_t ids[70];
+    for (uint32_t i = 0; i < 70; i++) ids[i] = (int32_t)((i * 7919u + 13u) % nv);
+    follow_memory(path, GGUF_T_BF16, ids, false);
 }
 
 /* llama.cpp's greedy goldens through a cache of two slots: as close as all resident */
@@ -231,6 +254,9 @@ Test(plan_moe_cache, a_shrink_refused_twice_falls_to_one_slot, .timeout = 300) {
     orc_options oo = {.mode = ORC_CONTRACT, .dtype = dt, .n_ctx = CTX, .threads = 2};
     engine *orc = orc_create(m, &oo, &err);
     cr_assert_not_null(orc, "%s", err.msg);
+    orc_options o32 = {.mode = ORC_F32, .n_ctx = CTX, .threads = 2}; /* the contract's own noise, for the bound */
+    engine *orc32 = orc_create(m, &o32, &err);
+    cr_assert_not_null(orc32, "%s", err.msg);
     engine_expert_stats st;
     cr_assert(engine_expert_stats_of(e, &st) && st.slots == big, "%u slots", st.slots);
     plan_shape s = ((plan_engine *)e)->s;

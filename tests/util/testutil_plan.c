@@ -148,8 +148,13 @@ uint32_t tu_story_ids(const char *path, int32_t *ids, uint32_t cap) {
 }
 
 const char *tu_synth_moe(const char *file, const char *mix, bool wide, uint32_t *n_vocab) {
+    return tu_synth_preset_file("qwen3moe-tiny-odd", file, mix, wide, n_vocab);
+}
+
+const char *tu_synth_preset_file(const char *preset, const char *file, const char *mix, bool wide,
+                                 uint32_t *n_vocab) {
     synth_config c;
-    cr_assert_eq(synth_preset("qwen3moe-tiny-odd", &c), 0);
+    cr_assert_eq(synth_preset(preset, &c), 0, "preset %s", preset);
     c.threads = 2;
     if (wide) c.n_embd = 256, c.n_head = 4, c.head_dim = 64, c.n_ff_exp = 256;
     kiln_err e = {0};
