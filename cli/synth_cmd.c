@@ -118,8 +118,9 @@ int cmd_synth(int argc, char **argv) {
     if (arch) {
         int id = arch_from_name(arch);
         if (id < 0)
-            return cli_usage_error(usage, "--arch: unknown architecture '%s' (llama, qwen2, qwen3, qwen35, qwen3moe, "
-                                          "qwen35moe)", arch);
+            return cli_usage_error(usage,
+                                   "--arch: unknown architecture '%s' (llama, qwen2, qwen3, qwen35, qwen3moe, qwen35moe)",
+                                   arch);
         /* qwen35's layers and keys, and the experts, come with their presets: a dense preset
          * cannot become one, nor back */
         bool moe = id == ARCH_QWEN3MOE || id == ARCH_QWEN35MOE, has = c.n_expert > 0;

@@ -191,9 +191,10 @@ ir_kernel *kn_moe_scores(const rt_caps *c, uint32_t n_embd, uint32_t n_expert, i
 ir_kernel *kn_moe_route(const rt_caps *c, uint32_t n_expert, uint32_t k_used, bool shared, kiln_err *err) {
     if (!c || !n_expert || n_expert > MOE_MAX_EXPERTS || !k_used || k_used > n_expert || k_used > MOE_MAX_USED ||
         (shared && (n_expert < 2 || k_used < 2)))
-        return kiln_fail(err, KILN_ERR_INVALID,
-                         "kn_moe_route: %u of %u experts a token (1 <= used <= %u, experts <= %u; 2 each with a shared one)",
-                         k_used, n_expert, MOE_MAX_USED, MOE_MAX_EXPERTS),
+        return kiln_fail(
+                   err, KILN_ERR_INVALID,
+                   "kn_moe_route: %u of %u experts a token (1 <= used <= %u, experts <= %u; 2 each with a shared one)",
+                   k_used, n_expert, MOE_MAX_USED, MOE_MAX_EXPERTS),
                NULL;
     /* the routed experts and choices: all, or all but the shared expert (the last) */
     uint32_t ne = shared ? n_expert - 1 : n_expert, kr = shared ? k_used - 1 : k_used;

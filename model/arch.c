@@ -76,7 +76,8 @@ int arch_read_hparams(const gguf_file *g, arch_hparams *hp, kiln_err *err) {
     int a = arch_from_name(arch);
     if (a < 0) {
         kiln_fail(err, KILN_ERR_INVALID,
-                  "architecture '%s' is not supported (kiln runs llama, qwen2, qwen3, qwen35, qwen3moe, qwen35moe)", arch);
+                  "architecture '%s' is not supported (kiln runs llama, qwen2, qwen3, qwen35, qwen3moe, qwen35moe)",
+                  arch);
         return -1;
     }
     hp->arch = (arch_id)a;

@@ -9,7 +9,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef enum arch_id { ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN35, ARCH_QWEN3MOE, ARCH_QWEN35MOE, ARCH_COUNT } arch_id;
+typedef enum arch_id {
+    ARCH_LLAMA, ARCH_QWEN2, ARCH_QWEN3, ARCH_QWEN35, ARCH_QWEN3MOE, ARCH_QWEN35MOE, ARCH_COUNT
+} arch_id;
 
 #define ARCH_MAX_LAYERS 512  /* llama.cpp's LLAMA_MAX_LAYERS */
 #define ARCH_MAX_EXPERTS 512 /* llama.cpp's LLAMA_MAX_EXPERTS */

@@ -73,9 +73,9 @@ static int find_ffn(model *m, uint32_t l, kiln_err *err) {
 static int find_qwen35(model *m, kiln_err *err) {
     const gguf_file *g = m->file;
     const arch_hparams *hp = &m->hp;
-    uint64_t d = hp->n_embd, dk = hp->head_dim_k, q = (uint64_t)hp->n_head * dk,
-             kv = (uint64_t)hp->n_head_kv * dk, ks = (uint64_t)hp->ssm_k_heads * hp->ssm_state,
-             vs = (uint64_t)hp->ssm_v_heads * hp->ssm_state, nv = hp->ssm_v_heads;
+    uint64_t d = hp->n_embd, dk = hp->head_dim_k, q = (uint64_t)hp->n_head * dk, kv = (uint64_t)hp->n_head_kv * dk,
+             ks = (uint64_t)hp->ssm_k_heads * hp->ssm_state, vs = (uint64_t)hp->ssm_v_heads * hp->ssm_state,
+             nv = hp->ssm_v_heads;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         model_layer *L = &m->layers[l];
         WANT(L->attn_norm, d, 1, false, "blk.%u.attn_norm.weight", l);
@@ -163,9 +163,9 @@ static void quant_groups(model *m) {
         L->q_ffn = L->w_gate && all_quant(L->w_gate, L->w_up, NULL);
         L->q_down = L->w_down && all_quant(L->w_down, NULL, NULL);
         L->q_dn_out = L->ssm_out && all_quant(L->ssm_out, NULL, NULL);
-        L->q_exps = L->ffn_gate_exps && all_quant(L->ffn_gate_exps, L->ffn_up_exps, L->ffn_down_exps) &&
-                    same_types(L);
-        kept += 3 * L->q_qkv + L->q_o + 2 * L->q_ffn + L->q_down + L->q_dn_out + (L->ffn_gate_shexp ? 6 : 3) * L->q_exps;
+        L->q_exps = L->ffn_gate_exps && all_quant(L->ffn_gate_exps, L->ffn_up_exps, L->ffn_down_exps) && same_types(L);
+        kept +=
+            3 * L->q_qkv + L->q_o + 2 * L->q_ffn + L->q_down + L->q_dn_out + (L->ffn_gate_shexp ? 6 : 3) * L->q_exps;
     }
     m->n_converted = quant - kept;
 }

@@ -12,10 +12,10 @@
 #include <time.h>
 #include <unistd.h>
 
-const char *const synth_preset_names[] = {"tiny",         "qwen3-0.6b",   "qwen3-4b",         "qwen3-8b",
-                                          "llama-3.2-1b", "qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-tiny-odd",
-                                          "qwen3-30b-a3b", "qwen3moe-tiny-odd", "qwen3.5-35b-a3b",
-                                          "qwen35moe-tiny-odd", NULL};
+const char *const synth_preset_names[] = {"tiny",          "qwen3-0.6b",        "qwen3-4b",        "qwen3-8b",
+                                          "llama-3.2-1b",  "qwen3.5-0.8b",      "qwen3.5-4b",      "qwen3.5-tiny-odd",
+                                          "qwen3-30b-a3b", "qwen3moe-tiny-odd", "qwen3.5-35b-a3b", "qwen35moe-tiny-odd",
+                                          NULL};
 
 void synth_qwen35_rope(synth_config *c) {
     c->n_rot = c->head_dim / 4 / 2 * 2;

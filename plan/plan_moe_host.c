@@ -26,7 +26,7 @@
 
 typedef struct host_job {
     const plan_moe_host *mh;
-    const model_layer *ml;    /* the layer: its experts' 3-D tensors (and a shared expert's, model_expert_matrix) */
+    const model_layer *ml; /* the layer: its experts' 3-D tensors (and a shared expert's, model_expert_matrix) */
     uint32_t n_embd, n_ff;
     bool bf16;                /* the plan's 16-bit type */
     bool exact;               /* the weights' exact f32 values (the device holds the file's blocks) */
@@ -249,8 +249,8 @@ int plan_moe_host_run(plan_moe_host *mh, const model_layer *ml, const arch_hpara
     for (uint32_t i = 0; i < n_miss; i++)
         if (!i || expert[mh->order[i]] != expert[mh->order[i - 1]]) mh->group[n_groups++] = i;
     mh->group[n_groups] = n_miss;
-    host_job J = {mh, ml, hp->n_embd, hp->n_ff_exp, bf16, exact,
-                  mh->h, mh->group, mh->order, choice, expert, n_groups, hp->n_expert_used, 0, mh->act, out, 0, 0};
+    host_job J = {mh,     ml,     hp->n_embd, hp->n_ff_exp,      bf16, exact,   mh->h, mh->group, mh->order,
+                  choice, expert, n_groups,   hp->n_expert_used, 0,    mh->act, out,   0,         0};
     J.chunks = (hp->n_ff_exp + CHUNK - 1) / CHUNK;
     pool_run(mh->pool, run_items, &J, (uint64_t)n_groups * J.chunks);
     if (!J.rc) {

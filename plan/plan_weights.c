@@ -174,7 +174,8 @@ static rt_buffer *upload_f32_concat(plan_engine *p, const gguf_tensor *const *t,
         }
         at += gguf_tensor_nelements(t[i]);
     }
-    if ((b = plan_alloc(p, ne * 4, err)) && p->d->ops->upload(p->d, b, 0, host, ne * 4, err)) plan_release(p, b), b = NULL;
+    if ((b = plan_alloc(p, ne * 4, err)) && p->d->ops->upload(p->d, b, 0, host, ne * 4, err))
+        plan_release(p, b), b = NULL;
     free(host);
     return b;
 }
@@ -282,7 +283,8 @@ int plan_upload_weights(plan_engine *p, kiln_err *err) {
             bad = p->s.hp.recurrent[l] ? upload_deltanet(p, ml, L, err) : upload_gated_qkv(p, ml, L, err);
         else
             bad = upload_dense_layer(p, ml, L, err);
-        if (arch_is_qwen35(p->s.hp.arch) && !bad && ml->wo && !(L->wo = upload_matrix(p, ml->wo, ml->q_o, &L->qt_o, err)))
+        if (arch_is_qwen35(p->s.hp.arch) && !bad && ml->wo &&
+            !(L->wo = upload_matrix(p, ml->wo, ml->q_o, &L->qt_o, err)))
             bad = 1;
         const gguf_tensor *t[4] = {ml->attn_norm, ml->q_norm, ml->k_norm, ml->ffn_norm};
         rt_buffer **dst[4] = {&L->attn_norm, &L->q_norm, &L->k_norm, &L->ffn_norm};
@@ -320,9 +322,9 @@ int plan_borrow_weights(plan_engine *p, const plan_engine *o) {
 /* Activation bytes for a block of nb tokens. */
 static uint64_t act_bytes(const plan_shape *s, const rt_caps *c, uint32_t nb) {
     const arch_hparams *hp = &s->hp;
-    uint64_t q35 = arch_is_qwen35(hp->arch) ? 2ull * s->q_dim + 2ull * s->conv_dim + 2ull * s->dn_v_dim +
-                                                 2ull * hp->ssm_v_heads
-                                           : 0;
+    uint64_t q35 = arch_is_qwen35(hp->arch)
+                       ? 2ull * s->q_dim + 2ull * s->conv_dim + 2ull * s->dn_v_dim + 2ull * hp->ssm_v_heads
+                       : 0;
     kn_deltanet_scratch dn = {0};
     kiln_err ignored = {0}; /* a shape without chunks fails later, by name, where the plan allocates them */
     if (arch_is_qwen35(hp->arch) && hp->n_recurrent && plan_dn_scratch(s, c, &dn, &ignored))

@@ -89,8 +89,8 @@ static void route_case(rt_device *d, uint32_t n, uint32_t d_in, uint32_t ne, uin
         memcpy(&w, &wbits[tok * k_used + kr], 4);
         double want = 1.0 / (1.0 + exp(-s[ne - 1])), slope = want * (1 - want);
         cr_assert_eq(sel[tok * k_used + kr], ne - 1, "%s: token %u's last choice is not the shared expert", what, tok);
-        cr_assert(fabs(w - want) <= 1e-5 * want + slope * tol[ne - 1] + 1e-6, "%s: token %u shared weight %.9g, want %.9g",
-                  what, tok, w, want);
+        cr_assert(fabs(w - want) <= 1e-5 * want + slope * tol[ne - 1] + 1e-6,
+                  "%s: token %u shared weight %.9g, want %.9g", what, tok, w, want);
     }
     d->ops->release(d, bh), d->ops->release(d, br), d->ops->release(d, bs), d->ops->release(d, bw);
     d->ops->release(d, bsc);
@@ -337,7 +337,8 @@ Test(kernels_moe, build_for_cuda_and_assemble, .timeout = 120) {
     rt_caps c = tu_cuda_caps(90);
     kiln_err err = {0};
     uint32_t g;
-    ir_kernel *k[3] = {kn_moe_route(&c, 128, 8, false, &err), kn_moe_gate_up(&c, 2048, 768, 128, 8, IR_BF16, true, &g, &err),
+    ir_kernel *k[3] = {kn_moe_route(&c, 128, 8, false, &err),
+                       kn_moe_gate_up(&c, 2048, 768, 128, 8, IR_BF16, true, &g, &err),
                        kn_moe_down(&c, 768, 2048, 128, 8, IR_BF16, true, &g, &err)};
     ir_kernel *kg[4] = {kn_moe_group(&c, 128, 8, 512, true, &err), kn_moe_gate_up_g(&c, 2048, 768, 128, 8, 512, IR_BF16, true, &g, &err),
                         kn_moe_down_g(&c, 768, 2048, 128, 8, 512, IR_BF16, true, &g, &err),

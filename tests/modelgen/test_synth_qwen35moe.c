@@ -73,8 +73,7 @@ Test(synth_qwen35moe, tiny_odd_has_llamacpp_layout_and_loads) {
     const uint32_t BF = GGUF_T_BF16, F = GGUF_T_F32;
     for (int l = 0; l < 4; l++) { /* DeltaNet at 0, 1, 3; full attention at 2 (interval 3) */
         char n[96];
-#define T(suffix, type, a, b, c)                                                                                       \
-    snprintf(n, sizeof n, "blk.%d." suffix, l), expect_tensor(g, n, type, a, b, c)
+#define T(suffix, type, a, b, c) snprintf(n, sizeof n, "blk.%d." suffix, l), expect_tensor(g, n, type, a, b, c)
         T("ffn_gate_inp.weight", F, 200, 6, 1);
         T("ffn_gate_exps.weight", BF, 200, 72, 6);
         T("ffn_up_exps.weight", BF, 200, 72, 6);
@@ -84,8 +83,10 @@ Test(synth_qwen35moe, tiny_odd_has_llamacpp_layout_and_loads) {
         T("ffn_up_shexp.weight", BF, 200, 72, 1);
         T("ffn_down_shexp.weight", BF, 72, 200, 1);
         T("post_attention_norm.weight", F, 200, 1, 1);
-        if (l == 2) T("attn_q.weight", BF, 200, 2 * 5 * 44, 1);
-        else T("attn_qkv.weight", BF, 200, 2 * 2 * 28 + 6 * 28, 1);
+        if (l == 2)
+            T("attn_q.weight", BF, 200, 2 * 5 * 44, 1);
+        else
+            T("attn_qkv.weight", BF, 200, 2 * 2 * 28 + 6 * 28, 1);
 #undef T
         snprintf(n, sizeof n, "blk.%d.ffn_gate.weight", l);
         cr_assert_null(gguf_find_tensor(g, n), "%s: a dense feed-forward beside the experts", n);
@@ -111,7 +112,8 @@ Test(synth_qwen35moe, tiny_odd_has_llamacpp_layout_and_loads) {
     for (uint32_t l = 0; l < 4; l++) {
         const model_layer *L = &m->layers[l];
         cr_assert(L->ffn_gate_exps && L->ffn_gate_shexp && L->ffn_up_shexp && L->ffn_down_shexp &&
-                  L->ffn_gate_inp_shexp && !L->w_gate, "layer %u", l);
+                      L->ffn_gate_inp_shexp && !L->w_gate,
+                  "layer %u", l);
         uint64_t r0;
         cr_assert_eq(model_expert_matrix(L, 2, 5, &r0), L->ffn_down_exps);
         cr_assert_eq(r0, 5 * 200);

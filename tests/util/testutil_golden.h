@@ -17,5 +17,7 @@ typedef struct tu_golden_result {
  * position 0, rewinding the one before); a first difference at a llama.cpp gap above
  * near_tie fails the test (cr_expect), naming what (the engine, for the log). */
 tu_golden_result tu_golden_run(engine *e, const char *rel, double near_tie, const char *what);
+/* The same for a golden at path (one of kiln's own, tests/data/). */
+tu_golden_result tu_golden_run_file(engine *e, const char *path, double near_tie, const char *what);
 
 #endif

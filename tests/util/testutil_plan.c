@@ -151,8 +151,7 @@ const char *tu_synth_moe(const char *file, const char *mix, bool wide, uint32_t 
     return tu_synth_preset_file("qwen3moe-tiny-odd", file, mix, wide, n_vocab);
 }
 
-const char *tu_synth_preset_file(const char *preset, const char *file, const char *mix, bool wide,
-                                 uint32_t *n_vocab) {
+const char *tu_synth_preset_file(const char *preset, const char *file, const char *mix, bool wide, uint32_t *n_vocab) {
     synth_config c;
     cr_assert_eq(synth_preset(preset, &c), 0, "preset %s", preset);
     c.threads = 2;

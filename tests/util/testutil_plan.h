@@ -29,7 +29,6 @@ uint32_t tu_story_ids(const char *path, int32_t *ids, uint32_t cap);
  * heads of 64 and experts of 256 where the preset's are odd). *n_vocab gets its vocabulary. */
 const char *tu_synth_moe(const char *file, const char *mix, bool wide, uint32_t *n_vocab);
 /* The same from another preset with experts (qwen35moe-tiny-odd). */
-const char *tu_synth_preset_file(const char *preset, const char *file, const char *mix, bool wide,
-                                 uint32_t *n_vocab);
+const char *tu_synth_preset_file(const char *preset, const char *file, const char *mix, bool wide, uint32_t *n_vocab);
 
 #endif
