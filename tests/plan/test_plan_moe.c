@@ -123,6 +123,25 @@ Test(plan_moe, quantized_experts_against_the_oracle, .timeout = 600) {
     compare(path, "no-subgroup-arith", 0, ids, 70);
 }
 
+/* qwen35moe's experts and shared expert in their blocks, one set of planes a kind (the
+ * shared expert's rows after the experts'), against the oracle */
+Test(plan_moe, qwen35moe_quantized_experts_against_the_oracle, .timeout = 600) {
+    uint32_t nv;
+    const char *path = tu_synth_preset_file("qwen35moe-tiny-odd", "plan-q35moe-q4km.gguf", "Q4_K_M", true, &nv);
+    kiln_err e = {0};
+    model *m = model_load(path, &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) cr_assert(m->layers[l].q_exps, "layer %u's experts not kept", l);
+    model_free(m);
+    int32_t ids[70];
+    for (uint32_t i = 0; i < 70; i++) ids[i] = (int32_t)((i * 7919u + 13u) % nv);
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    double f32 = 0, worst = tu_plan_compare(d, NULL, path, 0, 8, ids, 70, 64, &f32);
+    d->ops->destroy(d);
+    cr_log_info("logits relative error %.3e (the f32 oracle's distance: %.3e)", worst, f32);
+    cr_assert_lt(worst, fmax(1e-2, 0.6 * f32), "logits relative error %.3e (f32 oracle's %.3e)", worst, f32);
+}
+
 /* llama.cpp's greedy goldens: the plan in f16 (the file's type) differs from them only at
  * near-ties, as the oracle's contract mode (0.016-0.019 nats, tests/oracle/test_qwen3moe.c) */
 Test(plan_moe, tiny_against_llamacpp_goldens, .timeout = 600) {

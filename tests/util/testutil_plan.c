@@ -155,7 +155,8 @@ const char *tu_synth_preset_file(const char *preset, const char *file, const cha
     synth_config c;
     cr_assert_eq(synth_preset(preset, &c), 0, "preset %s", preset);
     c.threads = 2;
-    if (wide) c.n_embd = 256, c.n_head = 4, c.head_dim = 64, c.n_ff_exp = 256;
+    if (wide) c.n_embd = 256, c.n_head = 4, c.head_dim = 64, c.n_ff_exp = 256, c.n_ff_shexp = c.n_ff_shexp ? 256 : 0;
+    if (wide && arch_is_qwen35(c.arch)) synth_qwen35_rope(&c);
     kiln_err e = {0};
     if (mix) cr_assert_eq(quant_mix_parse(mix, &c.quant, &e), 0, "%s", e.msg);
     tok_vocab v;
