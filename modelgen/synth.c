@@ -125,16 +125,11 @@ int synth_preset(const char *name, synth_config *c) {
         c->ssm_k_heads = 16, c->ssm_v_heads = 32, c->tied = false;
         c->n_expert = 256, c->n_expert_used = 8, c->n_ff_exp = 512, c->n_ff_shexp = 512;
     } else if (strcmp(name, "qwen35moe-tiny-odd") == 0) {
-        /* for CI: qwen3.5-tiny-odd's trunk (4 layers here, full attention at 2) with 6
-         * experts of 72, 2 a token, and a shared expert of 72 (nothing a multiple of 32) */
-        c->arch = ARCH_QWEN35MOE;
-        c->n_layer = 4, c->full_attn_interval = 3;
-        c->n_embd = 200, c->n_head = 5, c->n_head_kv = 1, c->head_dim = 44, c->n_ff = 456;
-        c->ssm_state = 28, c->ssm_k_heads = 2, c->ssm_v_heads = 6, c->ssm_conv_kernel = 4;
-        c->n_vocab = 641, c->n_ctx = 512, c->tied = false;
-        c->rope_base = 10000000.0f, c->rms_eps = 1e-6f;
+        /* for CI: qwen3.5-tiny-odd's trunk (4 layers here, full attention at 2; untied) with
+         * 6 experts of 72, 2 a token, and a shared expert of 72 (nothing a multiple of 32) */
+        synth_preset("qwen3.5-tiny-odd", c);
+        c->name = name, c->arch = ARCH_QWEN35MOE, c->n_layer = 4, c->tied = false;
         c->n_expert = 6, c->n_expert_used = 2, c->n_ff_exp = 72, c->n_ff_shexp = 72;
-        synth_qwen35_rope(c);
     } else {
         return -1;
     }

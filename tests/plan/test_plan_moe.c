@@ -106,19 +106,24 @@ Test(plan_moe, qwen35moe_against_llamacpp_golden, .timeout = 600) {
     model_free(m);
 }
 
+/* Every layer of the model at path keeps its experts in their blocks; ids[70] a prompt. */
+static void kept_in_blocks(const char *path, uint32_t nv, int32_t *ids) {
+    kiln_err e = {0};
+    model *m = model_load(path, &e);
+    cr_assert_not_null(m, "%s", e.msg);
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) cr_assert(m->layers[l].q_exps, "layer %u's experts not kept", l);
+    model_free(m);
+    for (uint32_t i = 0; i < 70; i++) ids[i] = (int32_t)((i * 7919u + 13u) % nv);
+}
+
 /* Quantized experts kept in their blocks on the device (kernels/moe_q.c): a Q4_K_M mix of
  * a small qwen3moe (K-quant rows: widths of 256) against the oracle, every expert resident,
  * through blocks and decode steps */
 Test(plan_moe, quantized_experts_against_the_oracle, .timeout = 600) {
     uint32_t nv;
     const char *path = tu_synth_moe("plan-moe-q4km.gguf", "Q4_K_M", true, &nv);
-    kiln_err e = {0};
-    model *m = model_load(path, &e);
-    cr_assert_not_null(m, "%s", e.msg);
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) cr_assert(m->layers[l].q_exps, "layer %u's experts not kept", l);
-    model_free(m);
     int32_t ids[70];
-    for (uint32_t i = 0; i < 70; i++) ids[i] = (int32_t)((i * 7919u + 13u) % nv);
+    kept_in_blocks(path, nv, ids);
     compare(path, NULL, 0, ids, 70);
     compare(path, "no-subgroup-arith", 0, ids, 70);
 }
@@ -128,13 +133,8 @@ Test(plan_moe, quantized_experts_against_the_oracle, .timeout = 600) {
 Test(plan_moe, qwen35moe_quantized_experts_against_the_oracle, .timeout = 600) {
     uint32_t nv;
     const char *path = tu_synth_preset_file("qwen35moe-tiny-odd", "plan-q35moe-q4km.gguf", "Q4_K_M", true, &nv);
-    kiln_err e = {0};
-    model *m = model_load(path, &e);
-    cr_assert_not_null(m, "%s", e.msg);
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) cr_assert(m->layers[l].q_exps, "layer %u's experts not kept", l);
-    model_free(m);
     int32_t ids[70];
-    for (uint32_t i = 0; i < 70; i++) ids[i] = (int32_t)((i * 7919u + 13u) % nv);
+    kept_in_blocks(path, nv, ids);
     rt_device *d = tu_vk_open_or_skip(NULL);
     double f32 = 0, worst = tu_plan_compare(d, NULL, path, 0, 8, ids, 70, 64, &f32);
     d->ops->destroy(d);
