@@ -315,7 +315,10 @@ Test(engine_batch, an_idle_busy_sequence_is_not_waited_for_long) {
 Test(engine_batch, decoding_goes_between_a_prompts_chunks) {
     fake f[2];
     engine *e[2];
-    fakes(f, e, 2, 300);
+    /* 2 ms a call: the prompt's 64 chunks take 130 ms or more, so a decoder thread that a
+     * loaded machine (ASan, two test processes on two cores) starts late still joins them
+     * (300 us failed once so under ASan: the prompt was through before the decoder came) */
+    fakes(f, e, 2, 2000);
     kiln_err err = {0};
     engine_batch_opts o = {.step_tokens = 16, .gather_us = 50000};
     cr_assert_eq(engine_batch_group(e, 2, &o, &err), 0);

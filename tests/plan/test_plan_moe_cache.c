@@ -254,9 +254,6 @@ Test(plan_moe_cache, a_shrink_refused_twice_falls_to_one_slot, .timeout = 300) {
     orc_options oo = {.mode = ORC_CONTRACT, .dtype = dt, .n_ctx = CTX, .threads = 2};
     engine *orc = orc_create(m, &oo, &err);
     cr_assert_not_null(orc, "%s", err.msg);
-    orc_options o32 = {.mode = ORC_F32, .n_ctx = CTX, .threads = 2}; /* the contract's own noise, for the bound */
-    engine *orc32 = orc_create(m, &o32, &err);
-    cr_assert_not_null(orc32, "%s", err.msg);
     engine_expert_stats st;
     cr_assert(engine_expert_stats_of(e, &st) && st.slots == big, "%u slots", st.slots);
     plan_shape s = ((plan_engine *)e)->s;
