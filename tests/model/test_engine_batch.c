@@ -264,12 +264,12 @@ Test(engine_batch, polling_callers_step_together) {
 Test(engine_batch, a_late_sequence_joins_the_others) {
     fake f[4];
     engine *e[4];
-    /* a step of four calls: 40 ms, past the gather time; the gather 25x a caller's think
-     * time, so a loaded machine's scheduling (CI runs two test processes on two cores)
-     * does not split steps the way the bug this catches does */
-    fakes(f, e, 4, 10000);
+    /* a step of four calls: 80 ms, past the gather time; the gather 250x a caller's think
+     * time, so a loaded machine's scheduling does not split steps the way the bug this
+     * catches does (a 5 ms gather did, under ASan beside three busy loops: 38 steps) */
+    fakes(f, e, 4, 20000);
     kiln_err err = {0};
-    engine_batch_opts o = {.gather_us = 5000};
+    engine_batch_opts o = {.gather_us = 50000};
     cr_assert_eq(engine_batch_group(e, 4, &o, &err), 0);
     for (int i = 0; i < 4; i++) engine_batch_busy(e[i], true);
     worker w[4];
