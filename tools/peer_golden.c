@@ -1,8 +1,15 @@
 /* The peer golden driver: llama.cpp's greedy continuation and top-5 log-probabilities for
  * prompts given as token ids, in testdata's golden format (tests/util/testutil_golden.c
- * reads it). Not part of kiln's build: it links llama.cpp's libllama, which kiln never does;
- * tests/goldens/README.md says how it was built and run.
+ * reads it). Not part of kiln's build: it links llama.cpp's libllama, which kiln never does.
+ * Built for tests/data/qwen35moe-tiny-odd.llamacpp.json (the golden names the rest) with
+ * ../shared/peers' llama.cpp unpacked in L:
  *
+ *   cmake -S L -B L/b -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DLLAMA_CURL=OFF \
+ *     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+ *     -DLLAMA_BUILD_APP=OFF -DBUILD_SHARED_LIBS=OFF && cmake --build L/b --target llama
+ *   gcc -O2 -c tools/peer_golden.c -I L/include -I L/ggml/include -o peer_golden.o
+ *   g++ peer_golden.o -o peer_golden L/b/src/libllama.a L/b/ggml/src/libggml.a \
+ *     L/b/ggml/src/libggml-cpu.a L/b/ggml/src/libggml-base.a -fopenmp -lpthread -lm
  *   peer_golden MODEL.gguf N_PREDICT < prompts   (a line of space-separated ids each)
  *
  * Each case gets a fresh context (n_ctx 1024, one batch for the prompt, f32 KV cache, flash
