@@ -98,64 +98,61 @@ static int quant_layout(const gguf_tensor *t, kn_qlayout *L, kiln_err *err) {
     return kn_qlayout_of((kn_qtype)q, (uint32_t)rows, (uint32_t)t->ne[0], L, err);
 }
 
-/* A block-quantized tensor kept in its blocks: repacked into the kernels' planes (its
- * kn_qtype in *qt). */
-static rt_buffer *upload_quant(plan_engine *p, const gguf_tensor *t, int8_t *qt, kiln_err *err) {
+/* Block-quantized tensors of one type and width kept in their blocks: repacked one after
+ * another into the rows of one layout's planes (its kn_qtype in *qt). */
+static rt_buffer *upload_quant_concat(plan_engine *p, const gguf_tensor *const *t, int n, int8_t *qt,
+                                      kiln_err *err) {
     kn_qlayout L;
-    if (quant_layout(t, &L, err) || scratch_for(p, 2 * L.words, t, err)) return NULL;
+    uint64_t rows = 0;
+    for (int i = 0; i < n; i++) rows += gguf_tensor_nrows(t[i]);
+    if (quant_layout(t[0], &L, err)) return NULL;
+    if (n > 1 && rows > UINT32_MAX)
+        return kiln_fail(err, KILN_ERR_UNSUPPORTED, "'%s': %llu rows with those after it", t[0]->name,
+                         (unsigned long long)rows),
+               NULL;
+    if ((n > 1 && kn_qlayout_of(L.type, (uint32_t)rows, L.cols, &L, err)) || scratch_for(p, 2 * L.words, t[0], err))
+        return NULL;
     uint32_t *words = (uint32_t *)p->scratch;
     memset(words, 0, L.words * 4);
+    kn_qlayout first = L;
+    first.rows = (uint32_t)gguf_tensor_nrows(t[0]); /* the first tensor's rows of the same planes, threaded */
+    int bad = plan_quant_pack_all(t[0], &first, words, 0, err);
+    uint32_t at = first.rows;
+    for (int i = 1; i < n && !bad; at += (uint32_t)gguf_tensor_nrows(t[i]), i++)
+        bad = plan_quant_pack(t[i], 0, (uint32_t)gguf_tensor_nrows(t[i]), &L, at, words, err);
     rt_buffer *b = NULL;
-    if (!plan_quant_pack_all(t, &L, words, 0, err) && (b = plan_alloc(p, L.words * 4, err)) &&
-        p->d->ops->upload(p->d, b, 0, words, L.words * 4, err))
+    if (!bad && (b = plan_alloc(p, L.words * 4, err)) && p->d->ops->upload(p->d, b, 0, words, L.words * 4, err))
         p->d->ops->release(p->d, b), b = NULL;
     *qt = (int8_t)L.type;
     return b;
 }
 
-/* A weight in its blocks where the model keeps them (qt its type), else in 16 bits (qt -1). */
-static rt_buffer *upload_matrix(plan_engine *p, const gguf_tensor *t, bool keep, int8_t *qt, kiln_err *err) {
+/* Weights one after another in one buffer: in their blocks where the model keeps them (qt
+ * their type), else in 16 bits (qt -1). */
+static rt_buffer *upload_matrix_concat(plan_engine *p, const gguf_tensor *const *t, int n, bool keep, int8_t *qt,
+                                       kiln_err *err) {
     *qt = -1;
-    return keep ? upload_quant(p, t, qt, err) : upload_weight(p, t, err);
+    return keep ? upload_quant_concat(p, t, n, qt, err) : upload_concat(p, t, n, err);
+}
+
+static rt_buffer *upload_quant(plan_engine *p, const gguf_tensor *t, int8_t *qt, kiln_err *err) {
+    return upload_quant_concat(p, &t, 1, qt, err);
+}
+
+static rt_buffer *upload_matrix(plan_engine *p, const gguf_tensor *t, bool keep, int8_t *qt, kiln_err *err) {
+    return upload_matrix_concat(p, &t, 1, keep, qt, err);
 }
 
 /* A layer's experts of a kind (0 gate, 1 up, 2 down), all resident: the 3-D tensor, then
  * a shared expert's matrix as expert n_expert (plan_shape_of counts it in), in 16 bits or
  * in their blocks (kept so only where the types match: model.c). */
 static rt_buffer *upload_experts(plan_engine *p, const model_layer *ml, int kind, int8_t *qt, kiln_err *err) {
-    const model *m = p->m;
-    uint64_t r0, rows, srows, cols;
-    const gguf_tensor *t = model_expert_matrix(ml, kind, 0, &r0), *sh = NULL;
-    if (m->hp.n_ff_shexp) sh = model_expert_matrix(ml, kind, m->hp.n_expert, &r0);
-    if (!sh) return upload_matrix(p, t, ml->q_exps, qt, err);
-    rows = gguf_tensor_nrows(t), srows = gguf_tensor_nrows(sh), cols = t->ne[0];
-    *qt = -1;
-    rt_buffer *b = NULL;
-    if (!ml->q_exps) {
-        if ((b = plan_alloc(p, (rows + srows) * cols * 2, err)) &&
-            (plan_upload_rows(p, b, 0, t, 0, rows, err) || plan_upload_rows(p, b, rows * cols, sh, 0, srows, err)))
-            plan_release(p, b), b = NULL;
-        return b;
-    }
-    int q = plan_qtype(t->type);
-    kn_qlayout L, part;
-    if (q < 0 || rows + srows > UINT32_MAX || cols > UINT32_MAX)
-        return kiln_fail(err, KILN_ERR_UNSUPPORTED, "'%s': no device layout for its type or its rows", t->name), NULL;
-    if (kn_qlayout_of((kn_qtype)q, (uint32_t)(rows + srows), (uint32_t)cols, &L, err) ||
-        scratch_for(p, 2 * L.words, t, err))
-        return NULL;
-    uint32_t *words = (uint32_t *)p->scratch;
-    memset(words, 0, L.words * 4);
-    part = L, part.rows = (uint32_t)rows; /* the experts' rows of the same planes */
-    if (!plan_quant_pack_all(t, &part, words, 0, err) &&
-        !plan_quant_pack(sh, 0, (uint32_t)srows, &L, (uint32_t)rows, words, err) &&
-        (b = plan_alloc(p, L.words * 4, err)) && p->d->ops->upload(p->d, b, 0, words, L.words * 4, err))
-        plan_release(p, b), b = NULL;
-    *qt = (int8_t)L.type;
-    return b;
+    uint64_t r0;
+    const gguf_tensor *t[2] = {model_expert_matrix(ml, kind, 0, &r0), NULL};
+    if (p->m->hp.n_ff_shexp) t[1] = model_expert_matrix(ml, kind, p->m->hp.n_expert, &r0);
+    return upload_matrix_concat(p, t, t[1] ? 2 : 1, ml->q_exps, qt, err);
 }
 
-/* A small tensor (a filter, a bias, decay rates) as f32, as the file holds it. */
 /* Tensors in f32, one after another in one buffer (the router's rows, then a shared
  * expert's gate row). */
 static rt_buffer *upload_f32_concat(plan_engine *p, const gguf_tensor *const *t, int n, kiln_err *err) {
@@ -180,6 +177,7 @@ static rt_buffer *upload_f32_concat(plan_engine *p, const gguf_tensor *const *t,
     return b;
 }
 
+/* A small tensor (a filter, a bias, decay rates) as f32, as the file holds it. */
 static rt_buffer *upload_f32(plan_engine *p, const gguf_tensor *t, kiln_err *err) {
     return upload_f32_concat(p, &t, 1, err);
 }
