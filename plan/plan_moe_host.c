@@ -183,7 +183,7 @@ static void run_items(void *ctx, uint64_t begin, uint64_t end, int worker) {
         for (uint32_t r = r0; r < r1; r++) {
             uint64_t row = base + r;
             if (J->phase == 0) {
-                wrow wg, wu;
+                wrow wg = {0}, wu = {0};
                 if (!row_of(J, w0, row, wtmp, &wg) || !row_of(J, w1, row, utmp, &wu)) {
                     J->rc = -1;
                     return;
@@ -195,7 +195,7 @@ static void run_items(void *ctx, uint64_t begin, uint64_t end, int worker) {
                     J->act[(size_t)i * J->n_ff + r] = round16(J->bf16, g / (1.0f + expf(-g)) * u);
                 }
             } else {
-                wrow wd;
+                wrow wd = {0};
                 if (!row_of(J, w0, row, wtmp, &wd)) {
                     J->rc = -1;
                     return;
