@@ -9,23 +9,17 @@
  *   cols is a multiple of 8: 128 x 128 tiles, chunks ring-buffered through workgroup
  *   memory with the next ones in flight during the math;
  *
- *   cooperative matrices (where the caps offer a dtype x dtype -> f32 shape, 16x16x16
- *   first, and dtype is usable in fragments): a 64 x 64 tile per workgroup of 4
- *   subgroups, each 32 tokens x 32 rows as (32/M) x (32/N) accumulators. A = the X chunk
- *   (tokens x k, row-major), B[k][n] = W[r0 + n][c0 + k] (the W chunk read column-major).
- *   Chunks of 64 columns (fewer where caps.shared_bytes is smaller; the cols tail
- *   zero-padded to K) are copied in dtype, rows padded by 8 elements (16 bytes) against
- *   bank conflicts. At the end the accumulators go through an f32 workgroup array so
- *   every invocation applies the epilogue to its share with plain (vector) stores.
+ *   cooperative matrices (matmul_coop.c, where the caps offer a dtype x dtype -> f32
+ *   shape but no asynchronous copies: Vulkan): 64 x 64 or 128 x 128 tiles of subgroups'
+ *   fragments, chunks staged in dtype;
  *
  *   tiled (any caps): the chunk is stored transposed in f32 (xs[c][token], ws[c][row]) and
  *   each invocation keeps an rt x 4 block of outputs (tokens x consecutive rows) in f32
  *   registers, one fma per product: 256 invocations 64 x 64 (4 x 4 each), 128 (the spec
  *   minimum) 64 x 64 (8 x 4), fewer 64 rows x fewer tokens; chunks of 32 columns, 16 in
- *   16 KiB. The next chunk's loads are in flight during the math (run_chunks).
+ *   16 KiB. The next chunk's loads are in flight during the math (mm_run_chunks).
  *
- * On the H200 (qwen3-0.6b's projections, n = 512): cooperative matrices 70-77 TFLOP/s in
- * bf16, ~100 in f16; the tiled kernel 20-24.
+ * On the H200 (qwen3-0.6b's projections, n = 512) the tiled kernel did 20-24 TFLOP/s.
  *
  * Rows of X at t >= n are garbage: loads clamp the token to n_max - 1 (rows of W to
  * rows - 1) so they stay inside the buffers; what they read only reaches outputs that are
@@ -109,18 +103,6 @@ void mm_for_items(const mm *m, uint32_t count, mm_item_fn body, const void *arg)
     }
 }
 
-/* One chunk of X or W into workgroup memory: `tile` rows from first_row (clamped to
- * last_row), columns first_col .. first_col + n_cols in vectors of `lanes`; columns past
- * cols read zero when masked. Element (row, col) lands at row * row_stride + col *
- * col_stride; the values are stored as the array's type (f32 converts). */
-typedef struct stage_arg {
-    ir_buf src;
-    ir_shm dst;
-    ir_val first_row, first_col;
-    uint32_t last_row, n_cols, lanes, row_stride, col_stride;
-    bool masked, to_f32;
-} stage_arg;
-
 /* Item i of a chunk: row i / (n_cols / lanes) of the tile, the lanes columns at col. */
 static void stage_pos(const mm *m, const stage_arg *a, ir_val i, ir_val *row, ir_val *col) {
     kx k = m->k;
@@ -175,19 +157,7 @@ static void stage(const mm *m, stage_arg *a, uint32_t tile) {
     mm_for_items(m, tile * (a->n_cols / a->lanes), stage_item, a);
 }
 
-/* How a variant walks cols: the X and W chunks it stages (x_tile tokens, w_tile rows;
- * first_col, n_cols and masked are set per chunk), and its math on a staged chunk of
- * n_cols columns (the tail is zero-padded to a multiple of col_step); pipelined or not. */
-typedef struct chunker {
-    stage_arg sx, sw;
-    uint32_t x_tile, w_tile; /* tokens and rows staged per chunk */
-    uint32_t cols_per_chunk;
-    uint32_t col_step; /* columns the math takes at a time */
-    uint32_t n_acc;    /* accumulators carried through the chunks */
-    bool pipelined;
-    void (*math)(const mm *m, const void *q, ir_val *acc, uint32_t n_cols);
-    const void *q;
-} chunker;
+
 
 #define MAX_CARRY 96
 
@@ -197,7 +167,7 @@ typedef struct chunker {
  * chunk's loads are issued before this chunk's math and carried to the next iteration in
  * registers, so their latency hides behind the math. On the H200 that made the tiled
  * kernel 5-25% faster and the cooperative-matrix one a few % slower. */
-static void run_chunks(const mm *m, chunker *ch, ir_val *acc) {
+void mm_run_chunks(const mm *m, chunker *ch, ir_val *acc) {
     kx k = m->k;
     uint32_t kc = ch->cols_per_chunk, full = m->cols / kc * kc, tail = m->cols - full, v = ch->sx.lanes;
     uint32_t wg = m->invocations, nacc = ch->n_acc;
@@ -253,175 +223,6 @@ static void run_chunks(const mm *m, chunker *ch, ir_val *acc) {
         kx_barrier(k);
         ch->math(m, ch->q, acc, pad);
     }
-}
-
-/* ---- cooperative matrices -------------------------------------------------------------- */
-
-#define MMA_TILE 64 /* tokens and rows per workgroup: 2 x 2 subgroups of 32 x 32 */
-#define MMA_SUB 32  /* tokens and rows per subgroup */
-#define MMA_PAD 8   /* dtype elements after each staged row */
-#define ACC_STRIDE (MMA_TILE + 4)
-
-typedef struct mma_cfg {
-    const rt_mma_shape *shape;
-    uint32_t cols_per_chunk;
-} mma_cfg;
-
-static uint32_t mma_shared_bytes(uint32_t kc) {
-    return 2u * MMA_TILE * (kc + MMA_PAD) * 2u + MMA_TILE * ACC_STRIDE * 4u;
-}
-
-/* The shape and chunk the cooperative-matrix variant would use, or false (then the tiled
- * kernel runs): dtype x dtype -> f32 with M and N dividing 32 and K dividing 64
- * (16x16x16 first), the component type usable in fragments, 4 subgroups per workgroup,
- * and the staging within caps.shared_bytes. */
-static bool mma_pick(const rt_caps *c, ir_scalar dt, mma_cfg *cfg) {
-    /* the caps list only shapes the device's kernels can use (the Vulkan probe checks the
-     * component types' features; --caps no-f16/no-bf16 drop their shapes) */
-    if (!c->n_mma) return false;
-    uint32_t sg = c->subgroup_size;
-    if (!sg || 4 * sg > 1024 || (c->max_workgroup && 4 * sg > c->max_workgroup)) return false;
-    const rt_mma_shape *best = NULL;
-    for (uint32_t i = 0; i < c->n_mma && i < RT_MAX_MMA_SHAPES; i++) {
-        const rt_mma_shape *s = &c->mma[i];
-        if (s->ab_type != (uint32_t)dt || s->acc_type != IR_F32) continue;
-        /* M, N in 8..32 (at most 4 x 4 fragments per subgroup); K >= 8: 16-byte steps */
-        if (s->m < 8 || s->n < 8 || s->k < 8 || 32 % s->m || 32 % s->n || 64 % s->k) continue;
-        if (s->m == 16 && s->n == 16 && s->k == 16) {
-            best = s;
-            break;
-        }
-        if (!best) best = s;
-    }
-    if (!best) return false;
-    for (uint32_t kc = 64; kc >= best->k && kc >= 16; kc /= 2)
-        if (!c->shared_bytes || mma_shared_bytes(kc) <= c->shared_bytes) {
-            cfg->shape = best, cfg->cols_per_chunk = kc;
-            return true;
-        }
-    return false;
-}
-
-typedef struct mma_ctx {
-    ir_shm xs, ws;                   /* the staged chunks: tokens x cols, rows x cols */
-    ir_type ta, tb;                  /* the A and B fragments */
-    ir_val sub_t0, sub_r0;           /* the subgroup's first token and row in the tile */
-    uint32_t frag_m, frag_n, frag_k; /* the fragments' shape */
-    uint32_t frags_m, frags_n;       /* fragments per subgroup along tokens and rows */
-    uint32_t row_stride;             /* of the staged chunks, in elements */
-} mma_ctx;
-
-/* The subgroup's fragments over a staged chunk: acc[i][j] += A_i x B_j per K columns. */
-static void mma_math(const mm *m, const void *p, ir_val *acc, uint32_t n_cols) {
-    const mma_ctx *q = p;
-    kx k = m->k;
-    ir_val st = kx_u32(k, q->row_stride);
-    for (uint32_t kk = 0; kk < n_cols; kk += q->frag_k) {
-        ir_val a[4], b[4];
-        for (uint32_t i = 0; i < q->frags_m; i++) { /* X rows: row-major */
-            ir_val col = kx_u32(k, kk), at = kx_add(k, kx_mul(k, kx_add_c(k, q->sub_t0, i * q->frag_m), st), col);
-            a[i] = ir_frag_load(k.ir, q->ta, true, q->xs, at, st, true);
-        }
-        for (uint32_t j = 0; j < q->frags_n; j++) { /* W rows are B's columns */
-            ir_val col = kx_u32(k, kk), at = kx_add(k, kx_mul(k, kx_add_c(k, q->sub_r0, j * q->frag_n), st), col);
-            b[j] = ir_frag_load(k.ir, q->tb, true, q->ws, at, st, false);
-        }
-        for (uint32_t i = 0; i < q->frags_m; i++)
-            for (uint32_t j = 0; j < q->frags_n; j++) {
-                ir_val *c = &acc[i * q->frags_n + j];
-                *c = ir_frag_mma(k.ir, a[i], b[j], *c);
-            }
-    }
-}
-
-typedef struct out_arg {
-    ir_shm src;
-    ir_val t0, r0;       /* the tile's first token and row */
-    uint32_t tile_rows;  /* outputs per token in the tile */
-    uint32_t src_stride; /* of src's rows (tokens) */
-    uint32_t lanes;      /* outputs per store */
-} out_arg;
-
-/* Output item i of the tile (token i / (tile_rows / lanes), rows in vectors): the
- * epilogue of the f32 sums in workgroup memory, for t < n and r < rows only. */
-static void out_item(const mm *m, ir_val i, const void *p) {
-    const out_arg *a = p;
-    kx k = m->k;
-    uint32_t per = a->tile_rows / a->lanes;
-    ir_val tl = kx_div_c(k, i, per);
-    ir_val lanes = kx_u32(k, a->lanes);
-    ir_val rl = kx_mul(k, kx_rem_c(k, i, per), lanes);
-    ir_val t = kx_add(k, a->t0, tl), r = kx_add(k, a->r0, rl);
-    ir_if *f = kx_if(k, mm_exists(m, t, r));
-    ir_val s[4], at = kx_idx(k, tl, a->src_stride, rl);
-    for (uint32_t l = 0; l < a->lanes; l++) s[l] = kx_shm_load(k, a->src, kx_add_c(k, at, l), 1);
-    mm_store_y(m, t, r, s, a->lanes);
-    kx_end_if(k, f);
-}
-
-/* The first token (rows: false) or row (true) of subgroup sid's 32 x 32 part of the tile:
- * parts (sid / 2, sid % 2). */
-static ir_val sub_first(kx k, ir_val sid, bool rows) {
-    ir_val size = kx_u32(k, MMA_SUB);
-    return kx_mul(k, rows ? kx_and_c(k, sid, 1) : kx_shr_c(k, sid, 1), size);
-}
-
-static void build_mma(mm *m, const mma_cfg *cfg, uint32_t groups[2]) {
-    kx k = m->k;
-    const rt_mma_shape *s = cfg->shape;
-    mma_ctx q = {.frag_m = s->m,
-                 .frag_n = s->n,
-                 .frag_k = s->k,
-                 .frags_m = MMA_SUB / s->m,
-                 .frags_n = MMA_SUB / s->n,
-                 .row_stride = cfg->cols_per_chunk + MMA_PAD};
-    m->invocations = 4 * k.caps->subgroup_size;
-    kx_workgroup(k, m->invocations);
-    q.xs = kx_shared(k, "xs", m->dtype, MMA_TILE * q.row_stride);
-    q.ws = kx_shared(k, "ws", m->dtype, MMA_TILE * q.row_stride);
-    ir_shm cs = kx_shared(k, "cs", IR_F32, MMA_TILE * ACC_STRIDE);
-    q.ta = ir_t_frag(k.ir, IR_FRAG_A, m->dtype, s->m, s->n, s->k);
-    q.tb = ir_t_frag(k.ir, IR_FRAG_B, m->dtype, s->m, s->n, s->k);
-    ir_type tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, s->m, s->n, s->k);
-    ir_val sid = kx_sg_id(k);
-    /* workgroup (x, y): rows from r0, tokens from t0 */
-    ir_val t0 = kx_group_times(k, 1, MMA_TILE);
-    ir_val r0 = kx_group_times(k, 0, MMA_TILE);
-    q.sub_t0 = sub_first(k, sid, false);
-    q.sub_r0 = sub_first(k, sid, true);
-
-    /* a tile of tokens all at t >= n does nothing (uniform: group id and a loaded value) */
-    ir_if *live = kx_if(k, kx_lt(k, t0, m->n));
-    uint32_t v = kn_vec_width(m->cols);
-    chunker ch = {.sx = {m->x, q.xs, t0, IR_NONE, m->n_max - 1, 0, v, q.row_stride, 1, false, false},
-                  .sw = {m->w, q.ws, r0, IR_NONE, m->rows - 1, 0, v, q.row_stride, 1, false, false},
-                  .x_tile = MMA_TILE,
-                  .w_tile = MMA_TILE,
-                  .cols_per_chunk = cfg->cols_per_chunk,
-                  .col_step = s->k,
-                  .n_acc = q.frags_m * q.frags_n,
-                  .pipelined = false,
-                  .math = mma_math,
-                  .q = &q};
-    ir_val acc[16];
-    ir_val zero = ir_frag_fill(k.ir, tc, kx_f32(k, 0.0f));
-    for (uint32_t i = 0; i < ch.n_acc; i++) acc[i] = zero;
-    run_chunks(m, &ch, acc);
-
-    /* accumulators -> f32 workgroup memory (tokens x rows), then the epilogue by all */
-    for (uint32_t i = 0; i < q.frags_m; i++)
-        for (uint32_t j = 0; j < q.frags_n; j++) {
-            ir_val r = kx_add_c(k, q.sub_r0, j * s->n), stride = kx_u32(k, ACC_STRIDE);
-            ir_val at = kx_add(k, kx_mul(k, kx_add_c(k, q.sub_t0, i * s->m), stride), r);
-            ir_frag_store(k.ir, acc[i * q.frags_n + j], true, cs, at, kx_u32(k, ACC_STRIDE), true);
-        }
-    kx_barrier(k);
-    uint32_t lanes = kn_vec_width(m->rows);
-    out_arg o = {cs, t0, r0, MMA_TILE, ACC_STRIDE, lanes};
-    mm_for_items(m, MMA_TILE * MMA_TILE / lanes, out_item, &o);
-    kx_end_if(k, live);
-    groups[0] = (m->rows + MMA_TILE - 1) / MMA_TILE;
-    groups[1] = m->n_max / MMA_TILE;
 }
 
 /* ---- tiled kernel in workgroup memory ------------------------------------------------------ */
@@ -505,7 +306,7 @@ static bool build_simt(mm *m, uint32_t groups[2]) {
                   .q = &q};
     ir_val acc[8 * ROWS_PER_INV];
     for (uint32_t i = 0; i < ch.n_acc; i++) acc[i] = kx_f32(k, 0.0f);
-    run_chunks(m, &ch, acc);
+    mm_run_chunks(m, &ch, acc);
 
     /* the invocation's block: tokens t0 + tok_blk * tokens_per_inv + i, rows r0 + row_blk * 4 + j */
     uint32_t lanes = kn_vec_width(m->rows);
@@ -555,7 +356,7 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
         return NULL;
     }
     uint32_t g[2];
-    mma_cfg cfg = {0};
+    mm_coop_cfg cfg = {0};
     mm_pipe_cfg pcfg = {0};
     mm_wg_cfg wcfg = {0};
     mm_tma_cfg tcfg = {0};
@@ -568,7 +369,7 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
         return NULL;
     }
     bool use_pipe = !use_tma && !use_wg && mm_pipe_pick(c, dtype, rows, cols, n_max, &pcfg);
-    bool use_mma = !use_pipe && mma_pick(c, dtype, &cfg);
+    bool use_mma = !use_pipe && mm_coop_pick(c, dtype, rows, n_max, &cfg);
     mm m = {
         .k = {kn_create("kn_matmul", err), c}, .rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype, .epi = epi};
     kx k = m.k;
@@ -581,7 +382,7 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
     } else if (use_pipe) {
         mm_build_pipe(&m, &pcfg, g);
     } else if (use_mma) {
-        build_mma(&m, &cfg, g);
+        mm_build_coop(&m, &cfg, g);
     } else if (!build_simt(&m, g)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED, "kn_matmul: caps.shared_bytes %u holds no tile", c->shared_bytes);
         ir_kernel_destroy(k.ir);

@@ -37,6 +37,51 @@ void mm_store_y(const mm *m, ir_val t, ir_val r, const ir_val *sum, uint32_t lan
 typedef void (*mm_item_fn)(const mm *m, ir_val i, const void *arg);
 void mm_for_items(const mm *m, uint32_t count, mm_item_fn body, const void *arg);
 
+/* ---- matmul.c: chunks of X and W staged in workgroup memory (the cooperative-matrix and
+ * tiled variants) ---- */
+/* One chunk of X or W into workgroup memory: `tile` rows from first_row (clamped to
+ * last_row), columns first_col .. first_col + n_cols in vectors of `lanes`; columns past
+ * cols read zero when masked. Element (row, col) lands at row * row_stride + col *
+ * col_stride; the values are stored as the array's type (f32 converts). */
+typedef struct stage_arg {
+    ir_buf src;
+    ir_shm dst;
+    ir_val first_row, first_col;
+    uint32_t last_row, n_cols, lanes, row_stride, col_stride;
+    bool masked, to_f32;
+} stage_arg;
+
+/* How a variant walks cols: the X and W chunks it stages (x_tile tokens, w_tile rows;
+ * first_col, n_cols and masked are set per chunk), and its math on a staged chunk of
+ * n_cols columns (the tail is zero-padded to a multiple of col_step); pipelined or not. */
+typedef struct chunker {
+    stage_arg sx, sw;
+    uint32_t x_tile, w_tile; /* tokens and rows staged per chunk */
+    uint32_t cols_per_chunk;
+    uint32_t col_step; /* columns the math takes at a time */
+    uint32_t n_acc;    /* accumulators carried through the chunks */
+    bool pipelined;
+    void (*math)(const mm *m, const void *q, ir_val *acc, uint32_t n_cols);
+    const void *q;
+} chunker;
+
+/* acc = the math over all of cols: full chunks in a loop (pipelined: the next chunk's loads
+ * in flight during the math), then the zero-padded tail. */
+void mm_run_chunks(const mm *m, chunker *ch, ir_val *acc);
+
+/* ---- matmul_coop.c: cooperative matrices staged through workgroup memory ---- */
+typedef struct coop_tile coop_tile;
+typedef struct mm_coop_cfg {
+    const rt_mma_shape *shape; /* the fragments' */
+    const coop_tile *tile;     /* 64 x 64 or 128 x 128 */
+    uint32_t kc;               /* columns per chunk */
+} mm_coop_cfg;
+/* The variant's fragments, tile and chunk for this product, or false (then the tiled
+ * kernel runs): a dtype x dtype -> f32 shape with M and N dividing 32 and K dividing 64,
+ * the tile's subgroups within the workgroup limit, its staging within caps.shared_bytes. */
+bool mm_coop_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t n_max, mm_coop_cfg *cfg);
+void mm_build_coop(mm *m, const mm_coop_cfg *cfg, uint32_t groups[2]);
+
 /* ---- matmul_stage.c: a chunk of X or W into workgroup memory by asynchronous copies ---- */
 #define MM_COPY 8 /* elements per copy (16 bytes) */
 typedef enum mm_layout {

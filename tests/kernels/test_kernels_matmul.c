@@ -209,6 +209,12 @@ Test(kernels_matmul, other_variants_on_coopmat_devices, .timeout = 600) {
     if (!have) cr_skip_test("the device has no cooperative matrices: the default run covered its only variant");
     run_shapes("no-coopmat", 34, NULL, N_SHAPES);
     run_shapes("shared=32768", 35, small_pick, sizeof small_pick / sizeof small_pick[0]);
+    /* each tile on every shape, whatever the grid (KILN_MATMUL_COOP) */
+    setenv("KILN_MATMUL_COOP", "large", 1);
+    run_shapes(NULL, 37, NULL, N_SHAPES);
+    setenv("KILN_MATMUL_COOP", "small", 1);
+    run_shapes(NULL, 38, NULL, N_SHAPES);
+    unsetenv("KILN_MATMUL_COOP");
 }
 
 /* ---- the skinny products of short blocks ------------------------------------------------ */
@@ -667,11 +673,14 @@ Test(kernels_matmul, warpgroup_variant_on_the_device, .timeout = 600) {
 
 /* ---- variants built for other devices, and refusals --------------------------------------- */
 
-/* Caps and whether each dtype (bf16, f16) should get cooperative matrices there. */
+/* Caps, whether each dtype (bf16, f16) should get cooperative matrices there, and whether
+ * the 128 x 128 tile fits (8 subgroups, 32-column chunks): then it is taken where its grid
+ * fills the compute units (64 where unknown). */
 typedef struct caps_case {
     const char *name;
     rt_caps c;
     bool mma[2];
+    bool large;
 } caps_case;
 
 Test(kernels_matmul, variants_build_for_min_and_h200_caps) {
@@ -680,17 +689,20 @@ Test(kernels_matmul, variants_build_for_min_and_h200_caps) {
     tu_caps_min(&cs[0].c);
     for (int i = 1; i < 6; i++) tu_caps_h200(&cs[i].c);
     cs[0].name = "spec-minimum", cs[0].mma[0] = cs[0].mma[1] = false;
-    cs[1].name = "h200", cs[1].mma[0] = cs[1].mma[1] = true;
+    cs[1].name = "h200", cs[1].mma[0] = cs[1].mma[1] = true, cs[1].large = true;
     /* a driver without VK_KHR_shader_bfloat16: bf16 tiled, f16 cooperative */
-    cs[2].name = "h200 no-bf16", cs[2].mma[0] = false, cs[2].mma[1] = true;
+    cs[2].name = "h200 no-bf16", cs[2].mma[0] = false, cs[2].mma[1] = true, cs[2].large = true;
     cr_assert_eq(rt_caps_override(&cs[2].c, "no-bf16", &err), 0, "%s", err.msg);
     /* 64-lane subgroups: 256 invocations of cooperative matrices (not with 128 at most) */
     cs[3].name = "subgroup 64", cs[3].c.subgroup_size = cs[3].c.subgroup_min = cs[3].c.subgroup_max = 64;
-    cs[3].mma[0] = cs[3].mma[1] = true;
+    cs[3].mma[0] = cs[3].mma[1] = true, cs[3].large = true;
     cs[4] = cs[3], cs[4].name = "subgroup 64, workgroup 128", cs[4].c.max_workgroup = 128;
-    cs[4].mma[0] = cs[4].mma[1] = false;
-    /* 32 KiB: 32-column chunks; 16 KiB holds no cooperative tile */
+    cs[4].mma[0] = cs[4].mma[1] = cs[4].large = false;
+    /* 32 KiB: the small tile's 32-column chunks (the large one's need 38 KiB); 16 KiB holds
+     * no cooperative tile */
     cs[5].name = "h200 shared=32768", cs[5].c.shared_bytes = 32768, cs[5].mma[0] = cs[5].mma[1] = true;
+    cs[5].large = false;
+    cs[1].c.compute_units = 132; /* the H200's SMs; the others leave them unknown */
     static const mm_shape shapes_b[] = {/* qwen3-0.6b's projections at 512 tokens */
                                         {1024, 1024, 512},
                                         {2048, 1024, 512},
@@ -719,9 +731,12 @@ Test(kernels_matmul, variants_build_for_min_and_h200_caps) {
                     cr_assert_not_null(k, "%s: %s", what, err.msg);
                     cr_assert_eq(uses_frags(k), cs[ci].mma[ti], "%s: cooperative matrices %s", what,
                                  cs[ci].mma[ti] ? "not used" : "used");
-                    /* 64-row, 64-token tiles on all of these: the grid covers each once */
-                    cr_assert_eq(g[0], (s.rows + 63) / 64, "%s: groups x %u", what, g[0]);
-                    cr_assert_eq(g[1], s.n_max / 64, "%s: groups y %u", what, g[1]);
+                    /* the grid covers each output once, in 128- or 64-square tiles */
+                    uint32_t units = c->compute_units ? c->compute_units : 64;
+                    uint64_t grid128 = (uint64_t)((s.rows + 127) / 128) * ((s.n_max + 127) / 128);
+                    uint32_t tile = cs[ci].mma[ti] && cs[ci].large && grid128 >= units ? 128 : 64;
+                    cr_assert_eq(g[0], (s.rows + tile - 1) / tile, "%s: groups x %u (tile %u)", what, g[0], tile);
+                    cr_assert_eq(g[1], (s.n_max + tile - 1) / tile, "%s: groups y %u (tile %u)", what, g[1], tile);
                     tu_emit_ok(k, c, err.msg, what);
                 }
 }
