@@ -201,6 +201,32 @@ static LLVMValueRef f_tanh(ptx_ctx *x, LLVMValueRef a) {
     return LLVMBuildSelect(x->b, neg, LLVMBuildFNeg(x->b, r, ""), r, "");
 }
 
+/* The u32 constant v is, or false. */
+static bool const_u32_of(const ptx_ctx *x, ir_val v, uint32_t *out) {
+    const ir_inst *d = ir_def(x->k, v);
+    if (!d || d->op != IR_OP_CONST) return false;
+    *out = (uint32_t)d->imm[0];
+    return true;
+}
+
+/* (a & m) | c with m and c constants (a 4-bit code pair OR-ed into a magic float): one
+ * lop3 with both as immediates. As an and and an or, ptxas keeps two LOP3s, one immediate
+ * each (the quantized products' inner loops decode a fragment word that way). NULL where
+ * the or is not of that form. */
+static LLVMValueRef and_or_lop3(ptx_ctx *x, const ir_inst *in, ir_scalar s, uint32_t n) {
+    uint32_t m, c;
+    if (s != IR_U32 || n != 1 || !const_u32_of(x, in->operand[1], &c)) return NULL;
+    const ir_inst *a = ir_def(x->k, in->operand[0]);
+    if (!a || a->op != IR_OP_AND || !const_u32_of(x, a->operand[1], &m)) return NULL;
+    LLVMValueRef v = ptx_V(x, a->operand[0]);
+    if (x->e.failed) return NULL;
+    char text[80];
+    snprintf(text, sizeof text, "lop3.b32 $0, $1, %u, %u, 0xEA;", m, c);
+    LLVMTypeRef t = LLVMInt32TypeInContext(x->lc), ft = LLVMFunctionType(t, &t, 1, 0);
+    LLVMValueRef asmv = LLVMGetInlineAsm(ft, text, strlen(text), "=r,r", 4, 0, 0, LLVMInlineAsmDialectATT, 0);
+    return LLVMBuildCall2(x->b, ft, asmv, &v, 1, "");
+}
+
 static void bad_type(ptx_ctx *x, const ir_inst *in, ir_scalar s) {
     ptx_fail(x, "%s on %s", ir_op_name(in->op), ir_scalar_name(s));
 }
@@ -250,7 +276,10 @@ void ptx_emit_arith(ptx_ctx *x, const ir_inst *in) {
         case IR_OP_MIN: r = intr2(x, fl ? "llvm.minnum" : sg ? "llvm.smin" : "llvm.umin", s, n, a, c); break;
         case IR_OP_MAX: r = intr2(x, fl ? "llvm.maxnum" : sg ? "llvm.smax" : "llvm.umax", s, n, a, c); break;
         case IR_OP_AND: r = LLVMBuildAnd(b, a, c, ""); break;
-        case IR_OP_OR: r = LLVMBuildOr(b, a, c, ""); break;
+        case IR_OP_OR:
+            r = and_or_lop3(x, in, s, n);
+            if (!r) r = LLVMBuildOr(b, a, c, "");
+            break;
         case IR_OP_XOR: r = LLVMBuildXor(b, a, c, ""); break;
         case IR_OP_SHL: r = LLVMBuildShl(b, a, c, ""); break;
         case IR_OP_SHR: r = sg ? LLVMBuildAShr(b, a, c, "") : LLVMBuildLShr(b, a, c, ""); break;

@@ -85,6 +85,28 @@ Test(ptx, entry_params_and_uncontracted_arith) {
     free(p);
 }
 
+/* (a & m) | c with both constants is one lop3 (ptxas keeps an and and an or as two LOP3s,
+ * one immediate each); a variable mask or another shape stays plain and / or. */
+Test(ptx, constant_and_or_is_one_lop3) {
+    ir_kernel *k = ir_kernel_create("andor");
+    ir_buf x = ir_param_buffer(k, "x", IR_U32, IR_READ | IR_WRITE);
+    ir_val m = ir_param_scalar(k, "m", IR_U32);
+    ir_set_workgroup(k, 64, 1, 1);
+    ir_val i = gid(k), v = ir_load(k, x, i, 1);
+    ir_val code = ir_bin(k, IR_OP_AND, v, ir_const_u32(k, 0x000F000Fu));
+    ir_val w = ir_bin(k, IR_OP_OR, code, ir_const_u32(k, 0x43004300u));
+    ir_val plain = ir_bin(k, IR_OP_OR, ir_bin(k, IR_OP_AND, v, m), ir_const_u32(k, 0x43004300u));
+    ir_store(k, x, i, ir_bin(k, IR_OP_XOR, w, plain));
+    rt_caps c = tu_cuda_caps(80);
+    char *p = emit(k, &c);
+    cr_assert_eq(count(p, "lop3.b32"), 1, "%s", p);
+    HAS(p, "lop3.b32 %r");
+    HAS(p, ", 983055, 1124090624, 0xEA;");
+    HAS(p, "and.b32");
+    HAS(p, "or.b32");
+    free(p);
+}
+
 Test(ptx, fma_div_and_math) {
     ir_kernel *k = ir_kernel_create("math");
     ir_buf x = ir_param_buffer(k, "x", IR_F32, IR_READ | IR_WRITE);
