@@ -159,6 +159,16 @@ static void stage(const mm *m, stage_arg *a, uint32_t tile) {
 
 
 
+/* The chunk of W: by the stager where there is one, else as sw says. */
+static void stage_w(const mm *m, chunker *ch) {
+    if (!ch->wq) {
+        stage(m, &ch->sw, ch->w_tile);
+        return;
+    }
+    const stage_arg *a = &ch->sw;
+    ch->wq->stage(m, ch->wq, a->dst, a->col_stride, a->first_row, ch->w_tile, a->first_col, a->n_cols);
+}
+
 #define MAX_CARRY 96
 
 /* acc = the math over all of cols: a loop over the full chunks, then the tail. Barriers:
@@ -173,7 +183,7 @@ void mm_run_chunks(const mm *m, chunker *ch, ir_val *acc) {
     uint32_t wg = m->invocations, nacc = ch->n_acc;
     /* vectors per chunk of X and W, and per invocation */
     uint32_t nx = ch->x_tile * kc / v, nw = ch->w_tile * kc / v, px = nx / wg, pw = nw / wg;
-    bool pipe = ch->pipelined && full > kc && nx % wg == 0 && nw % wg == 0 && nacc + px + pw <= MAX_CARRY;
+    bool pipe = ch->pipelined && !ch->wq && full > kc && nx % wg == 0 && nw % wg == 0 && nacc + px + pw <= MAX_CARRY;
     ch->sx.n_cols = ch->sw.n_cols = kc, ch->sx.masked = ch->sw.masked = false;
     if (full && pipe) {
         /* item j: X's for j < px, then W's; invocation lid takes lid + j' * wg */
@@ -207,7 +217,7 @@ void mm_run_chunks(const mm *m, chunker *ch, ir_val *acc) {
         ch->sx.first_col = ch->sw.first_col = ir_for_iv(l);
         kx_barrier(k);
         stage(m, &ch->sx, ch->x_tile);
-        stage(m, &ch->sw, ch->w_tile);
+        stage_w(m, ch);
         kx_barrier(k);
         ch->math(m, ch->q, cur, kc);
         ir_for_end(k.ir, l, cur);
@@ -219,7 +229,7 @@ void mm_run_chunks(const mm *m, chunker *ch, ir_val *acc) {
         ch->sx.n_cols = ch->sw.n_cols = pad, ch->sx.masked = ch->sw.masked = pad != tail;
         kx_barrier(k);
         stage(m, &ch->sx, ch->x_tile);
-        stage(m, &ch->sw, ch->w_tile);
+        stage_w(m, ch);
         kx_barrier(k);
         ch->math(m, ch->q, acc, pad);
     }
@@ -266,8 +276,7 @@ static void simt_math(const mm *m, const void *p, ir_val *acc, uint32_t n_cols) 
     for (uint32_t i = 0; i < nacc; i++) acc[i] = ir_for_result(l, i);
 }
 
-/* false when even 4-column chunks do not fit caps.shared_bytes */
-static bool build_simt(mm *m, uint32_t groups[2]) {
+bool mm_build_simt(mm *m, const mm_w_stager *wq, uint32_t groups[2]) {
     kx k = m->k;
     simt_ctx q;
     m->invocations = kn_workgroup(k.caps, 256);
@@ -283,6 +292,7 @@ static bool build_simt(mm *m, uint32_t groups[2]) {
     uint32_t kc = 32, limit = k.caps->shared_bytes ? k.caps->shared_bytes : 16384;
     while (kc > 4 && (q.x_stride + q.w_stride) * kc * 4 > limit) kc /= 2;
     if ((q.x_stride + q.w_stride) * kc * 4 > limit) return false;
+    if (wq && (kc % wq->kc_unit || m->cols % kc)) return false;
     kx_workgroup(k, wg);
     q.xs = kx_shared(k, "xs", IR_F32, kc * q.x_stride);
     q.ws = kx_shared(k, "ws", IR_F32, kc * q.w_stride);
@@ -296,6 +306,7 @@ static bool build_simt(mm *m, uint32_t groups[2]) {
     /* staged transposed (xs[c][token], ws[c][row]) so the math reads consecutive words */
     chunker ch = {.sx = {m->x, q.xs, t0, IR_NONE, m->n_max - 1, 0, v, 1, q.x_stride, false, true},
                   .sw = {m->w, q.ws, r0, IR_NONE, m->rows - 1, 0, v, 1, q.w_stride, false, true},
+                  .wq = wq,
                   .x_tile = tile_tokens,
                   .w_tile = tile_rows,
                   .cols_per_chunk = kc,
@@ -383,7 +394,7 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
         mm_build_pipe(&m, &pcfg, g);
     } else if (use_mma) {
         mm_build_coop(&m, &cfg, g);
-    } else if (!build_simt(&m, g)) {
+    } else if (!mm_build_simt(&m, NULL, g)) {
         kiln_fail(err, KILN_ERR_UNSUPPORTED, "kn_matmul: caps.shared_bytes %u holds no tile", c->shared_bytes);
         ir_kernel_destroy(k.ir);
         return NULL;

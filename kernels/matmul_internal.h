@@ -54,8 +54,10 @@ typedef struct stage_arg {
 /* How a variant walks cols: the X and W chunks it stages (x_tile tokens, w_tile rows;
  * first_col, n_cols and masked are set per chunk), and its math on a staged chunk of
  * n_cols columns (the tail is zero-padded to a multiple of col_step); pipelined or not. */
+typedef struct mm_w_stager mm_w_stager;
 typedef struct chunker {
     stage_arg sx, sw;
+    const mm_w_stager *wq; /* W staged by this instead of sw (never pipelined), or NULL */
     uint32_t x_tile, w_tile; /* tokens and rows staged per chunk */
     uint32_t cols_per_chunk;
     uint32_t col_step; /* columns the math takes at a time */
@@ -68,6 +70,21 @@ typedef struct chunker {
 /* acc = the math over all of cols: full chunks in a loop (pipelined: the next chunk's loads
  * in flight during the math), then the zero-padded tail. */
 void mm_run_chunks(const mm *m, chunker *ch, ir_val *acc);
+
+/* A W that is not plain dtype rows (block-quantized weights): its own code stages each
+ * chunk into the tiled kernel's f32 array, transposed (element (row, col) of the chunk at
+ * col * stride + row), tile rows from r0 (rows past the product's clamped to its last) and
+ * n_cols columns from first_col. */
+struct mm_w_stager {
+    void (*stage)(const mm *m, const mm_w_stager *q, ir_shm ws, uint32_t stride, ir_val r0, uint32_t tile,
+                  ir_val first_col, uint32_t n_cols);
+    const void *arg;
+    uint32_t kc_unit; /* chunks (and cols) are whole multiples of it */
+};
+/* The tiled kernel (matmul.c): each invocation a block of outputs in f32 registers over
+ * chunks staged transposed in f32; W from m->w, or from wq where given. false where no
+ * chunk fits caps.shared_bytes (or, with wq, none of kc_unit's multiples does). */
+bool mm_build_simt(mm *m, const mm_w_stager *wq, uint32_t groups[2]);
 
 /* ---- matmul_coop.c: cooperative matrices staged through workgroup memory ---- */
 typedef struct coop_tile coop_tile;
@@ -179,5 +196,12 @@ bool kn_matmul_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_part
 ir_kernel *kn_matmul_q_mma(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t rows, uint32_t cols,
                            uint32_t n_max, ir_scalar dtype, unsigned epi, const qm_cfg *cfg, uint32_t groups[2],
                            kiln_err *err);
+
+/* ---- matmul_q_tiled.c: block-quantized weights decoded into the tiled kernel's chunks ---- */
+/* kn_matmul_q as the tiled kernel, W's chunks decoded to their exact f32 values. NULL with
+ * err untouched where the device's workgroup memory holds no chunk of whole sub-blocks
+ * (the per-row kernel then serves), NULL with err set on a failure. */
+ir_kernel *kn_matmul_q_tiled(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t rows, uint32_t cols,
+                             uint32_t n_max, ir_scalar dtype, unsigned epi, uint32_t groups[2], kiln_err *err);
 
 #endif

@@ -394,6 +394,55 @@ Test(kernels_quant, matmul_q_fragments_every_type_odd_tokens, .timeout = 600) {
     d->ops->destroy(d);
 }
 
+/* Is k the tiled kernel (W decoded into an f32 workgroup array)? */
+static bool tiled(const ir_kernel *k) {
+    char *text = ir_print(k);
+    cr_assert_not_null(text);
+    bool t = strstr(text, "shared @ws: f32") != NULL;
+    free(text);
+    return t;
+}
+
+/* Blocks of more than 64 tokens on devices without the matrix-unit variant: the tiled
+ * kernel, every type, odd rows (tiles past the end), stacked parts whose boundaries fall
+ * inside a tile (a branch per item), n below and off the tiles; KILN_MATMUL_Q_TILED=0 and
+ * blocks of 64 keep the per-row kernel. */
+Test(kernels_quant, matmul_q_tiled_every_type_and_stacked_parts, .timeout = 600) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    if (d->caps.backend == RT_CUDA) {
+        d->ops->destroy(d);
+        cr_skip_test("CUDA takes the matrix-unit variant");
+    }
+    tu_seed(37);
+    kiln_err err = {0};
+    uint32_t g[2];
+    for (int q = 0; q < KN_Q_COUNT; q++) {
+        kn_qpart one = {(kn_qtype)q, q % 2 ? 69 : 130};
+        ir_scalar t = q % 2 ? IR_F16 : IR_BF16;
+        unsigned epi = q % 3 == 0 ? KN_EPI_BIAS : q % 3 == 1 ? KN_EPI_RESIDUAL : KN_EPI_F32;
+        uint32_t cols = kn_qformat_of((kn_qtype)q)->unit == 256 ? 512 : 96;
+        ir_kernel *k = kn_matmul_q(&d->caps, &one, 1, cols, 136, t, epi, g, &err);
+        cr_assert_not_null(k, "%s", err.msg);
+        cr_assert(tiled(k), "%s: not the tiled kernel", kn_qformat_of((kn_qtype)q)->name);
+        ir_kernel_destroy(k);
+        matmul_q_case(d, &one, 1, cols, 136, q % 2 ? 131 : 65, t, epi, "tiled", false);
+    }
+    kn_qpart qkv[3] = {{KN_Q4_K, 33}, {KN_Q5_K, 7}, {KN_Q6_K, 40}};
+    matmul_q_case(d, qkv, 3, 512, 72, 70, IR_BF16, KN_EPI_BIAS, "tiled", false);
+    kn_qpart mixed[2] = {{KN_Q8_0, 65}, {KN_Q2_K, 66}};
+    matmul_q_case(d, mixed, 2, 256, 128, 128, IR_F16, KN_EPI_RESIDUAL, "tiled", false);
+    kn_qpart plain = {KN_Q4_0, 64};
+    ir_kernel *k = kn_matmul_q(&d->caps, &plain, 1, 64, 64, IR_BF16, KN_EPI_NONE, g, &err);
+    cr_assert(k && !tiled(k), "a block of 64 tokens: the per-row kernel");
+    ir_kernel_destroy(k);
+    setenv("KILN_MATMUL_Q_TILED", "0", 1);
+    k = kn_matmul_q(&d->caps, &plain, 1, 64, 128, IR_BF16, KN_EPI_NONE, g, &err);
+    unsetenv("KILN_MATMUL_Q_TILED");
+    cr_assert(k && !tiled(k), "switched off: the per-row kernel");
+    ir_kernel_destroy(k);
+    d->ops->destroy(d);
+}
+
 /* Built for CUDA's caps at sm_80 and sm_90 and assembled by ptxas on any machine; refused
  * (the general-purpose kernel instead) where cols or the parts do not tile, or by switch. */
 Test(kernels_quant, matmul_q_fragments_build_and_refuse, .timeout = 300) {
