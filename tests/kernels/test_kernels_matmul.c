@@ -22,6 +22,7 @@
 #include "gguf/half.h"
 #include "ir/ir.h"
 #include "kernels/kernels.h"
+#include "tests/util/testutil_dev.h"
 #include "tests/util/testutil_ptx.h"
 #include "tests/util/testutil_vk.h"
 
@@ -35,15 +36,6 @@
 #define GUARD 64
 
 static const ir_scalar dtypes[2] = {IR_BF16, IR_F16};
-
-/* Does the kernel multiply fragments (the cooperative-matrix variant)? */
-static bool uses_frags(const ir_kernel *k) {
-    char *text = ir_print(k);
-    cr_assert_not_null(text);
-    bool f = strstr(text, "frag.mma") != NULL;
-    free(text);
-    return f;
-}
 
 /* The epilogues in turn: none, bias, residual, both, f32 */
 static unsigned epi_of(size_t i) { return i % 5 == 4 ? KN_EPI_F32 : (unsigned)(i % 5); }
@@ -71,7 +63,7 @@ static void product_case(mm_builder build, rt_device *d, mm_shape s, ir_scalar t
     uint32_t rows = s.rows, cols = s.cols, n_max = s.n_max, g[2] = {0, 0};
     ir_kernel *k = build(&d->caps, rows, cols, n_max, t, epi, g, &err);
     cr_assert_not_null(k, "matmul %ux%u n_max=%u: %s", rows, cols, n_max, err.msg);
-    bool mma = uses_frags(k), skinny = build == kn_matmul_skinny;
+    bool mma = tu_ir_has(k, "frag.mma"), skinny = build == kn_matmul_skinny;
     rt_kernel *ck = d->ops->compile(d, k, NULL, &err);
     cr_assert_not_null(ck, "matmul %ux%u: %s", rows, cols, err.msg);
     size_t nw = (size_t)rows * cols, nx = (size_t)n_max * cols, ny = (size_t)n_max * rows;
@@ -353,7 +345,7 @@ Test(kernels_matmul, skinny_builds_and_refuses) {
             for (unsigned epi = 0; epi < 4; epi++) {
                 ir_kernel *k = kn_matmul_skinny(&c, 4096, 12288, 64, dtypes[ti], epi, g, &err);
                 cr_assert_not_null(k, "%s", err.msg);
-                cr_assert(uses_frags(k));
+                cr_assert(tu_ir_has(k, "frag.mma"));
                 /* 16 or 32 rows a workgroup */
                 cr_assert((g[0] == 4096 / 16 || g[0] == 4096 / 32) && g[1] == 1, "grid %u x %u", g[0], g[1]);
                 tu_ptx_assembles(k, &c, "skinny");
@@ -413,14 +405,6 @@ Test(kernels_matmul, skinny_builds_and_refuses) {
 
 /* ---- the pipeline of asynchronous copies (CUDA, sm_80+) ------------------------------------- */
 
-static bool uses_async(const ir_kernel *k) {
-    char *text = ir_print(k);
-    cr_assert_not_null(text);
-    bool a = strstr(text, "async.copy") != NULL;
-    free(text);
-    return a;
-}
-
 /* Where the device has asynchronous copies (CUDA sm_80+): each of the pipeline's tiles
  * (128 x 128 where the grid fills the device, then 64 x 128, then 64 x 64) at odd
  * shapes and n, every epilogue, poisoned rows and guards. */
@@ -459,7 +443,7 @@ Test(kernels_matmul, pipeline_builds_for_cuda_caps, .timeout = 300) {
                          sh[i].n_max, tu_dname(dtypes[ti]), epi_name(epi), cc);
                 ir_kernel *k = kn_matmul(&c, sh[i].rows, sh[i].cols, sh[i].n_max, dtypes[ti], epi, g, &err);
                 cr_assert_not_null(k, "%s: %s", what, err.msg);
-                cr_assert(uses_async(k) && uses_frags(k), "%s: not the pipeline", what);
+                cr_assert(tu_ir_has(k, "async.copy") && tu_ir_has(k, "frag.mma"), "%s: not the pipeline", what);
                 /* 128 x 128 tiles where they fill the 132 SMs, else smaller */
                 bool big = i < 2;
                 cr_assert(!big || (g[0] == (sh[i].rows + 127) / 128 && g[1] == (sh[i].n_max + 127) / 128),
@@ -474,11 +458,11 @@ Test(kernels_matmul, pipeline_builds_for_cuda_caps, .timeout = 300) {
         cr_assert_eq(rt_caps_override(&off, "no-async-copy", &err), 0, "%s", err.msg);
         uint32_t g[2];
         ir_kernel *k = kn_matmul(&off, 4096, 4096, 512, IR_BF16, 0, g, &err);
-        cr_assert(k && !uses_async(k) && uses_frags(k) && g[0] == 64, "no-async-copy: the 64 x 64 kernel");
+        cr_assert(k && !tu_ir_has(k, "async.copy") && tu_ir_has(k, "frag.mma") && g[0] == 64, "no-async-copy: the 64 x 64 kernel");
         tu_ptx_assembles(k, &off, "no-async-copy");
         ir_kernel_destroy(k);
         k = kn_matmul(&c, 4096, 4100, 512, IR_BF16, 0, g, &err);
-        cr_assert(k && !uses_async(k) && uses_frags(k), "cols 4100: the 64 x 64 kernel");
+        cr_assert(k && !tu_ir_has(k, "async.copy") && tu_ir_has(k, "frag.mma"), "cols 4100: the 64 x 64 kernel");
         ir_kernel_destroy(k);
     }
 }
@@ -729,7 +713,7 @@ Test(kernels_matmul, variants_build_for_min_and_h200_caps) {
                              tu_dname(dtypes[ti]), epi_name(epi), cs[ci].name);
                     ir_kernel *k = kn_matmul(c, s.rows, s.cols, s.n_max, dtypes[ti], epi, g, &err);
                     cr_assert_not_null(k, "%s: %s", what, err.msg);
-                    cr_assert_eq(uses_frags(k), cs[ci].mma[ti], "%s: cooperative matrices %s", what,
+                    cr_assert_eq(tu_ir_has(k, "frag.mma"), cs[ci].mma[ti], "%s: cooperative matrices %s", what,
                                  cs[ci].mma[ti] ? "not used" : "used");
                     /* the grid covers each output once, in 128- or 64-square tiles */
                     uint32_t units = c->compute_units ? c->compute_units : 64;

@@ -15,6 +15,7 @@
 #include "gguf/half.h"
 #include "kernels/kernels.h"
 #include "plan/plan_quant.h"
+#include "tests/util/testutil_dev.h"
 #include "tests/util/testutil_ptx.h"
 #include "tests/util/testutil_quant.h"
 #include "tests/util/testutil_vk.h"
@@ -394,15 +395,6 @@ Test(kernels_quant, matmul_q_fragments_every_type_odd_tokens, .timeout = 600) {
     d->ops->destroy(d);
 }
 
-/* Is k the tiled kernel (W decoded into an f32 workgroup array)? */
-static bool tiled(const ir_kernel *k) {
-    char *text = ir_print(k);
-    cr_assert_not_null(text);
-    bool t = strstr(text, "shared @ws: f32") != NULL;
-    free(text);
-    return t;
-}
-
 /* Blocks of more than 64 tokens on devices without the matrix-unit variant: the tiled
  * kernel, every type, odd rows (tiles past the end), stacked parts whose boundaries fall
  * inside a tile (a branch per item), n below and off the tiles; KILN_MATMUL_Q_TILED=0 and
@@ -423,7 +415,7 @@ Test(kernels_quant, matmul_q_tiled_every_type_and_stacked_parts, .timeout = 600)
         uint32_t cols = kn_qformat_of((kn_qtype)q)->unit == 256 ? 512 : 96;
         ir_kernel *k = kn_matmul_q(&d->caps, &one, 1, cols, 136, t, epi, g, &err);
         cr_assert_not_null(k, "%s", err.msg);
-        cr_assert(tiled(k), "%s: not the tiled kernel", kn_qformat_of((kn_qtype)q)->name);
+        cr_assert(tu_ir_has(k, "shared @ws: f32"), "%s: not the tiled kernel", kn_qformat_of((kn_qtype)q)->name);
         ir_kernel_destroy(k);
         matmul_q_case(d, &one, 1, cols, 136, q % 2 ? 131 : 65, t, epi, "tiled", false);
     }
@@ -433,12 +425,12 @@ Test(kernels_quant, matmul_q_tiled_every_type_and_stacked_parts, .timeout = 600)
     matmul_q_case(d, mixed, 2, 256, 128, 128, IR_F16, KN_EPI_RESIDUAL, "tiled", false);
     kn_qpart plain = {KN_Q4_0, 64};
     ir_kernel *k = kn_matmul_q(&d->caps, &plain, 1, 64, 64, IR_BF16, KN_EPI_NONE, g, &err);
-    cr_assert(k && !tiled(k), "a block of 64 tokens: the per-row kernel");
+    cr_assert(k && !tu_ir_has(k, "shared @ws: f32"), "a block of 64 tokens: the per-row kernel");
     ir_kernel_destroy(k);
     setenv("KILN_MATMUL_Q_TILED", "0", 1);
     k = kn_matmul_q(&d->caps, &plain, 1, 64, 128, IR_BF16, KN_EPI_NONE, g, &err);
     unsetenv("KILN_MATMUL_Q_TILED");
-    cr_assert(k && !tiled(k), "switched off: the per-row kernel");
+    cr_assert(k && !tu_ir_has(k, "shared @ws: f32"), "switched off: the per-row kernel");
     ir_kernel_destroy(k);
     d->ops->destroy(d);
 }

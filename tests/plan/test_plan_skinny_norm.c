@@ -8,6 +8,7 @@
 #include "plan/plan.h"
 #include "plan/plan_internal.h"
 #include "tests/util/testutil.h"
+#include "tests/util/testutil_dev.h"
 #include "tests/util/testutil_ptx.h"
 #include "tests/util/testutil_vk.h"
 
@@ -15,14 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static bool has_wn(const ir_kernel *k) {
-    char *text = ir_print(k);
-    cr_assert_not_null(text);
-    bool f = strstr(text, "@wn:") != NULL;
-    free(text);
-    return f;
-}
 
 static model *load(const char *rel, plan_shape *s) {
     kiln_err err = {0};
@@ -52,13 +45,13 @@ Test(plan_skinny_norm, roles_and_blocks_on_cuda) {
             uint32_t g[2], gs[2];
             ir_kernel *k = plan_build_kernel(&s, &c, role, g, &err);
             cr_assert_not_null(k, "%s", err.msg);
-            cr_assert(has_wn(k) && !strcmp(ir_kernel_name(k), "kn_matmul_skinny_norm"), "%s", plan_role[role]);
+            cr_assert(tu_ir_has(k, "@wn:") && !strcmp(ir_kernel_name(k), "kn_matmul_skinny_norm"), "%s", plan_role[role]);
             tu_ptx_assembles(k, &c, plan_role[role]);
             s.skinny_norm = false; /* the product it replaces, on the same grid */
             ir_kernel *ks = plan_build_kernel(&s, &c, role, gs, &err);
             s.skinny_norm = true;
             cr_assert_not_null(ks, "%s", err.msg);
-            cr_assert(!has_wn(ks) && g[0] == gs[0] && g[1] == gs[1], "%s", plan_role[role]);
+            cr_assert(!tu_ir_has(ks, "@wn:") && g[0] == gs[0] && g[1] == gs[1], "%s", plan_role[role]);
             ir_kernel_destroy(k), ir_kernel_destroy(ks);
         }
     }
@@ -89,7 +82,7 @@ typedef struct seen {
 
 static void note(void *ctx, const char *role, const ir_kernel *k) {
     seen *s = ctx;
-    if (!has_wn(k) || strncmp(ir_kernel_name(k), "kn_matmul_skinny", 16)) return;
+    if (!tu_ir_has(k, "@wn:") || strncmp(ir_kernel_name(k), "kn_matmul_skinny", 16)) return;
     cr_assert_lt(s->n, 8);
     snprintf(s->roles[s->n++], sizeof s->roles[0], "%s", role);
 }

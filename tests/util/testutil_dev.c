@@ -262,3 +262,11 @@ void tu_dev_free_memory(rt_device *d, bool strict) {
     cr_assert_geq(before - during, 128u << 20, "%s: %llu free before a 256 MiB buffer, %llu with it", d->label,
                   (unsigned long long)before, (unsigned long long)during);
 }
+
+bool tu_ir_has(const ir_kernel *k, const char *needle) {
+    char *text = ir_print(k);
+    cr_assert_not_null(text);
+    bool found = strstr(text, needle) != NULL;
+    free(text);
+    return found;
+}

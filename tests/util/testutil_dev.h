@@ -6,6 +6,8 @@
 
 /* y[i] = a[i] + s * x[i] for i < n (params a, x, y, n, s), 64 invocations per workgroup. */
 ir_kernel *tu_dev_axpy_kernel(void);
+/* Does k's printed IR hold needle (a variant's mark: "frag.mma", "async.copy", a parameter)? */
+bool tu_ir_has(const ir_kernel *k, const char *needle);
 /* axpy at odd sizes up to 1000003 with poisoned guard regions after the outputs, a
  * partial download at an offset, a launch of zero workgroups. */
 void tu_dev_axpy(rt_device *d);
