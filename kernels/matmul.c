@@ -157,8 +157,6 @@ static void stage(const mm *m, stage_arg *a, uint32_t tile) {
     mm_for_items(m, tile * (a->n_cols / a->lanes), stage_item, a);
 }
 
-
-
 /* The chunk of W: by the stager where there is one, else as sw says. */
 static void stage_w(const mm *m, chunker *ch) {
     if (!ch->wq) {

@@ -57,7 +57,7 @@ typedef struct stage_arg {
 typedef struct mm_w_stager mm_w_stager;
 typedef struct chunker {
     stage_arg sx, sw;
-    const mm_w_stager *wq; /* W staged by this instead of sw (never pipelined), or NULL */
+    const mm_w_stager *wq;   /* W staged by this instead of sw (never pipelined), or NULL */
     uint32_t x_tile, w_tile; /* tokens and rows staged per chunk */
     uint32_t cols_per_chunk;
     uint32_t col_step; /* columns the math takes at a time */

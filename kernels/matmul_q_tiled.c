@@ -104,7 +104,11 @@ static const char *const part_names[KN_Q_PARTS] = {"W", "W1", "W2"};
 
 ir_kernel *kn_matmul_q_tiled(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t rows, uint32_t cols,
                              uint32_t n_max, ir_scalar dtype, unsigned epi, uint32_t groups[2], kiln_err *err) {
-    mm m = {.k = {kn_create("kn_matmul_q", err), c}, .rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype,
+    mm m = {.k = {kn_create("kn_matmul_q", err), c},
+            .rows = rows,
+            .cols = cols,
+            .n_max = n_max,
+            .dtype = dtype,
             .epi = epi};
     kx k = m.k;
     if (!k.ir) return NULL;

@@ -458,7 +458,8 @@ Test(kernels_matmul, pipeline_builds_for_cuda_caps, .timeout = 300) {
         cr_assert_eq(rt_caps_override(&off, "no-async-copy", &err), 0, "%s", err.msg);
         uint32_t g[2];
         ir_kernel *k = kn_matmul(&off, 4096, 4096, 512, IR_BF16, 0, g, &err);
-        cr_assert(k && !tu_ir_has(k, "async.copy") && tu_ir_has(k, "frag.mma") && g[0] == 64, "no-async-copy: the 64 x 64 kernel");
+        cr_assert(k && !tu_ir_has(k, "async.copy") && tu_ir_has(k, "frag.mma") && g[0] == 64,
+                  "no-async-copy: the 64 x 64 kernel");
         tu_ptx_assembles(k, &off, "no-async-copy");
         ir_kernel_destroy(k);
         k = kn_matmul(&c, 4096, 4100, 512, IR_BF16, 0, g, &err);
@@ -686,7 +687,7 @@ Test(kernels_matmul, variants_build_for_min_and_h200_caps) {
      * no cooperative tile */
     cs[5].name = "h200 shared=32768", cs[5].c.shared_bytes = 32768, cs[5].mma[0] = cs[5].mma[1] = true;
     cs[5].large = false;
-    cs[1].c.compute_units = 132; /* the H200's SMs; the others leave them unknown */
+    cs[1].c.compute_units = 132;        /* the H200's SMs; the others leave them unknown */
     static const mm_shape shapes_b[] = {/* qwen3-0.6b's projections at 512 tokens */
                                         {1024, 1024, 512},
                                         {2048, 1024, 512},

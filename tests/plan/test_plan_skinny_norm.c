@@ -45,7 +45,8 @@ Test(plan_skinny_norm, roles_and_blocks_on_cuda) {
             uint32_t g[2], gs[2];
             ir_kernel *k = plan_build_kernel(&s, &c, role, g, &err);
             cr_assert_not_null(k, "%s", err.msg);
-            cr_assert(tu_ir_has(k, "@wn:") && !strcmp(ir_kernel_name(k), "kn_matmul_skinny_norm"), "%s", plan_role[role]);
+            cr_assert(tu_ir_has(k, "@wn:") && !strcmp(ir_kernel_name(k), "kn_matmul_skinny_norm"), "%s",
+                      plan_role[role]);
             tu_ptx_assembles(k, &c, plan_role[role]);
             s.skinny_norm = false; /* the product it replaces, on the same grid */
             ir_kernel *ks = plan_build_kernel(&s, &c, role, gs, &err);
