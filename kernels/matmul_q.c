@@ -4,7 +4,7 @@
  * and a tile of KN_MMQ_TOKENS tokens; each lane decodes a chunk of KN_Q_CHUNK codes and
  * its sub-blocks' scales once and applies them to every token of the tile, each sub-block
  * summed as s * sum(q x) + m * sum(x) in f32. The exact path every device has; blocks of
- * more than 64 tokens take the tiled kernel (matmul_q_tiled.c) where it fits, and CUDA's
+ * 64 tokens or more take the tiled kernel (matmul_q_tiled.c) where it fits, and CUDA's
  * matrix units their own (matmul_q_mma.c). KILN_MATMUL_Q_TILED=0 keeps this one. */
 #include "base/error.h"
 #include "kernels/matmul_internal.h"
@@ -15,9 +15,10 @@
 #include <string.h>
 
 #define KN_MMQ_TOKENS 8
-/* Blocks of more tokens than this take the tiled kernel (matmul_q_tiled.c) where it fits:
- * its 64-token tiles reuse each staged value; shorter blocks keep this kernel's grid of a
- * subgroup a row. */
+/* Blocks of this many tokens or more take the tiled kernel (matmul_q_tiled.c) where it
+ * fits: its 64-token tiles reuse each staged value (the plan's short block of 64 among
+ * them: here X is read again for every row, the weights once per 8 tokens); fewer keep
+ * this kernel's grid of a subgroup a row. */
 #define KN_MMQ_TILED_FROM 64
 
 /* KILN_MATMUL_Q_TILED=0: the per-row kernel whatever the block (measuring) */
@@ -100,7 +101,7 @@ ir_kernel *kn_matmul_q(const rt_caps *c, const kn_qpart *parts, uint32_t n_parts
     qm_cfg mma;
     if (kn_matmul_q_mma_pick(c, L, n_parts, rows, cols, n_max, dtype, &mma))
         return kn_matmul_q_mma(c, L, n_parts, rows, cols, n_max, dtype, epi, &mma, groups, err);
-    if (n_max > KN_MMQ_TILED_FROM && !tiled_off()) {
+    if (n_max >= KN_MMQ_TILED_FROM && !tiled_off()) {
         kiln_err e = {0};
         ir_kernel *t = kn_matmul_q_tiled(c, L, n_parts, rows, cols, n_max, dtype, epi, groups, &e);
         if (t || e.code) {

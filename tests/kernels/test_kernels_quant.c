@@ -395,10 +395,10 @@ Test(kernels_quant, matmul_q_fragments_every_type_odd_tokens, .timeout = 600) {
     d->ops->destroy(d);
 }
 
-/* Blocks of more than 64 tokens on devices without the matrix-unit variant: the tiled
+/* Blocks of 64 tokens or more on devices without the matrix-unit variant: the tiled
  * kernel, every type, odd rows (tiles past the end), stacked parts whose boundaries fall
  * inside a tile (a branch per item), n below and off the tiles; KILN_MATMUL_Q_TILED=0 and
- * blocks of 64 keep the per-row kernel. */
+ * blocks of 32 keep the per-row kernel. */
 Test(kernels_quant, matmul_q_tiled_every_type_and_stacked_parts, .timeout = 600) {
     rt_device *d = tu_vk_open_or_skip(NULL);
     if (d->caps.backend == RT_CUDA) {
@@ -421,11 +421,12 @@ Test(kernels_quant, matmul_q_tiled_every_type_and_stacked_parts, .timeout = 600)
     }
     kn_qpart qkv[3] = {{KN_Q4_K, 33}, {KN_Q5_K, 7}, {KN_Q6_K, 40}};
     matmul_q_case(d, qkv, 3, 512, 72, 70, IR_BF16, KN_EPI_BIAS, "tiled", false);
+    matmul_q_case(d, qkv, 3, 512, 64, 24, IR_F16, KN_EPI_RESIDUAL, "tiled", false); /* a short block */
     kn_qpart mixed[2] = {{KN_Q8_0, 65}, {KN_Q2_K, 66}};
     matmul_q_case(d, mixed, 2, 256, 128, 128, IR_F16, KN_EPI_RESIDUAL, "tiled", false);
     kn_qpart plain = {KN_Q4_0, 64};
-    ir_kernel *k = kn_matmul_q(&d->caps, &plain, 1, 64, 64, IR_BF16, KN_EPI_NONE, g, &err);
-    cr_assert(k && !tu_ir_has(k, "shared @ws: f32"), "a block of 64 tokens: the per-row kernel");
+    ir_kernel *k = kn_matmul_q(&d->caps, &plain, 1, 64, 32, IR_BF16, KN_EPI_NONE, g, &err);
+    cr_assert(k && !tu_ir_has(k, "shared @ws: f32"), "a block of 32 tokens: the per-row kernel");
     ir_kernel_destroy(k);
     setenv("KILN_MATMUL_Q_TILED", "0", 1);
     k = kn_matmul_q(&d->caps, &plain, 1, 64, 128, IR_BF16, KN_EPI_NONE, g, &err);
