@@ -28,6 +28,10 @@ static const ir_type_desc *frag_desc(ptx_ctx *x, ir_type t) {
         ptx_fail(x, "not a fragment type");
         return NULL;
     }
+    if (d->wg) {
+        ptx_fail(x, "workgroup fragments (VK_NV_cooperative_matrix2's workgroup scope) have no PTX lowering");
+        return NULL;
+    }
     bool ab = d->use != IR_FRAG_ACC;
     if (!ab && d->m == 64 && d->k == 16 && d->n >= 8 && d->n <= 256 && d->n % 8 == 0 && d->elem == IR_F32) {
         if (x->sm < 90 || !x->c->wgmma) {
@@ -362,6 +366,7 @@ void ptx_emit_frag(ptx_ctx *x, const ir_inst *in) {
     case IR_OP_FRAG_PAIR_SUB: emit_pair_sub(x, in); break;
     case IR_OP_WG_MMA: ptx_emit_wgmma(x, in); break;
     case IR_OP_WG_WAIT: ptx_emit_wg_wait(x, in); break;
+    case IR_OP_FRAG_LOAD_TENSOR: ptx_fail(x, "tensor-addressed fragment loads (VK_NV_cooperative_matrix2) have no PTX lowering"); break;
     default: ptx_fail(x, "not a fragment instruction"); break;
     }
 }

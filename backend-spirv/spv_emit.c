@@ -199,7 +199,7 @@ static const ir_inst *emit_region(spv_ctx *x, const ir_region *r) { return ir_em
 
 /* ---- declarations ----------------------------------------------------------------------------- */
 
-static bool is_frag_op(ir_op op) { return op >= IR_OP_FRAG_FILL && op <= IR_OP_FRAG_MMA; }
+static bool is_frag_op(ir_op op) { return op >= IR_OP_FRAG_FILL && op <= IR_OP_FRAG_LOAD_TENSOR; }
 
 /* Before anything is declared: does the kernel use fragments (then the module takes the
  * Vulkan memory model), which workgroup arrays do fragments touch (they take the
@@ -225,7 +225,9 @@ static void check_frags(spv_ctx *x, const ir_region *r, int depth) {
         const ir_inst *in = r->inst[i];
         if (!in) continue;
         x->e.cur = in;
-        if (in->op == IR_OP_FRAG_FILL || in->op == IR_OP_FRAG_LOAD || in->op == IR_OP_FRAG_MMA) spv_t_rep(x, in->type);
+        if (in->op == IR_OP_FRAG_FILL || in->op == IR_OP_FRAG_LOAD || in->op == IR_OP_FRAG_MMA ||
+            in->op == IR_OP_FRAG_LOAD_TENSOR)
+            spv_t_rep(x, in->type);
         if (in->op == IR_OP_FRAG_STORE && in->n_operand) spv_t_rep(x, ir_type_of(x->k, in->operand[0]));
         for (uint32_t j = 0; j < in->n_region && j < 2; j++) check_frags(x, &in->region[j], depth + 1);
     }

@@ -4,6 +4,53 @@
 
 /* ---- fragments ------------------------------------------------------------------------------- */
 
+/* FRAG_LOAD_TENSOR: operands row0, col0, n_rows, n_cols; imm[0] the buffer, imm[1]
+ * IR_FRAG_TRANSPOSED. A 2-D tensor layout of n_rows x n_cols (clamped: outside reads 0)
+ * sliced at (row0, col0) to the fragment's rows x cols as stored (a transposed B's N x K),
+ * read through a view that swaps the two coordinates when transposed. */
+static void load_tensor(spv_ctx *x, const ir_inst *in) {
+    if (!ir_emit_need(&x->e, in, 4)) return;
+    const ir_type_desc *d = ir_type_get(x->k, in->type);
+    uint32_t src = spv_imm_u32(x, in, 0, x->n_buf, "buffer");
+    uint32_t t = spv_t_rep(x, in->type);
+    if (x->e.failed || !t || !d) return;
+    bool tr = in->imm[1] & IR_FRAG_TRANSPOSED;
+    uint32_t rows = d->use == IR_FRAG_B ? d->k : d->m, cols = d->use == IR_FRAG_A ? d->k : d->n;
+    if (tr) rows = d->n, cols = d->k;
+    spv_b_capability(&x->b, spv_cap_coopmat_tensor_addressing_nv);
+    spv_b_capability(&x->b, spv_cap_tensor_addressing_nv);
+    spv_b_extension(&x->b, "SPV_NV_tensor_addressing");
+    uint32_t two = spv_c_u32(x, 2);
+    uint32_t tl = spv_b_type(&x->b, spv_op_type_tensor_layout_nv,
+                             (uint32_t[]){two, spv_c_u32(x, spv_tensor_clamp_constant)}, 2);
+    uint32_t l0 = spv_b_id(&x->b);
+    spv_b_emitv(&x->b, SPV_SEC_FUNCTION, spv_op_create_tensor_layout_nv, 2, tl, l0);
+    uint32_t l1 = spv_fn3(x, spv_op_tensor_layout_set_dimension_nv, tl, l0, spv_V(x, in->operand[2]),
+                          spv_V(x, in->operand[3]));
+    uint32_t l2 = spv_b_id(&x->b);
+    spv_b_emitv(&x->b, SPV_SEC_FUNCTION, spv_op_tensor_layout_slice_nv, 7, tl, l2, l1, spv_V(x, in->operand[0]),
+                spv_c_u32(x, rows), spv_V(x, in->operand[1]), spv_c_u32(x, cols));
+    /* the clipped elements keep this object's values; none are clipped here (no clip
+     * region), but the operand is required */
+    uint32_t zero = spv_fn1(x, SpvOpFConvert, spv_t_frag_component(x, d->elem), spv_c_scalar(x, IR_F32, 0));
+    uint32_t fill = spv_fn1(x, SpvOpCompositeConstruct, t, zero);
+    uint32_t ptr = spv_buf_ptr(x, src, 1, spv_c_u32(x, 0));
+    uint32_t id = spv_b_id(&x->b);
+    if (tr) {
+        uint32_t no = spv_c_scalar(x, IR_BOOL, 0);
+        uint32_t tv = spv_b_type(&x->b, spv_op_type_tensor_view_nv,
+                                 (uint32_t[]){two, no, spv_c_u32(x, 1), spv_c_u32(x, 0)}, 4);
+        uint32_t v = spv_b_id(&x->b);
+        spv_b_emitv(&x->b, SPV_SEC_FUNCTION, spv_op_create_tensor_view_nv, 2, tv, v);
+        spv_b_emitv(&x->b, SPV_SEC_FUNCTION, spv_op_coopmat_load_tensor_nv, 8, t, id, ptr, fill, l2,
+                    SpvMemoryAccessNonPrivatePointerMask, spv_tensor_addressing_view, v);
+    } else {
+        spv_b_emitv(&x->b, SPV_SEC_FUNCTION, spv_op_coopmat_load_tensor_nv, 7, t, id, ptr, fill, l2,
+                    SpvMemoryAccessNonPrivatePointerMask, 0);
+    }
+    spv_def(x, in->result, id);
+}
+
 /* FRAG_LOAD: operands base, stride; imm[0] src, imm[1] flags (IR_FRAG_ROW_MAJOR,
  * IR_FRAG_ALIGNED16: through the buffer's view as 16-byte words, base and stride / 8),
  * imm[2] shm.
@@ -55,6 +102,7 @@ void spv_emit_frag(spv_ctx *x, const ir_inst *in) {
         }
         return;
     }
+    case IR_OP_FRAG_LOAD_TENSOR: load_tensor(x, in); return;
     case IR_OP_FRAG_ELEMS: case IR_OP_FRAG_FROM_ELEMS: case IR_OP_FRAG_PAIR_SUB:
         spv_fail(x, "a fragment's elements per invocation (frag.elems) have no defined layout in SPIR-V's "
                     "cooperative matrices");
@@ -68,7 +116,8 @@ void spv_emit_frag(spv_ctx *x, const ir_inst *in) {
             spv_fail(x, "mma operands must be fragments");
             return;
         }
-        if (!spv_mma_find(x->c, a->m, a->n, a->k, (int)a->elem, (int)c->elem)) {
+        if (a->wg ? !spv_wg_mma_find(x, a->m, a->n, a->k, (int)a->elem, (int)c->elem)
+                  : !spv_mma_find(x->c, a->m, a->n, a->k, (int)a->elem, (int)c->elem)) {
             spv_fail(x, "mma %ux%ux%u %s x %s -> %s is not one of the device's cooperative-matrix shapes (caps.mma)",
                      a->m, a->n, a->k, ir_scalar_name(a->elem), ir_scalar_name(a->elem), ir_scalar_name(c->elem));
             return;

@@ -94,6 +94,9 @@ uint32_t spv_t_store_s(spv_ctx *x, ir_scalar s);
 uint32_t spv_c_u32(spv_ctx *x, uint32_t v);
 const rt_mma_shape *spv_mma_find(const rt_caps *c, uint32_t m, uint32_t n, uint32_t k, int ab, int acc);
 uint32_t spv_t_frag_component(spv_ctx *x, ir_scalar s);
+/* caps.wg_mma's entry for a workgroup fragment m x n x k (types as spv_mma_find's) of the
+ * kernel's workgroup size, or NULL. */
+const rt_mma_shape *spv_wg_mma_find(spv_ctx *x, uint32_t m, uint32_t n, uint32_t k, int ab, int acc);
 uint32_t spv_t_rep(spv_ctx *x, ir_type t);
 uint32_t spv_c_scalar(spv_ctx *x, ir_scalar s, uint64_t bits);
 uint32_t spv_c_splat(spv_ctx *x, uint32_t scalar_type, uint32_t n, uint32_t c);

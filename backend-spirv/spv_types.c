@@ -101,7 +101,57 @@ uint32_t spv_t_frag_component(spv_ctx *x, ir_scalar s) {
     }
 }
 
+/* The workgroup's invocations (a literal size; 0 where it is a spec constant or unset). */
+static uint32_t wg_invocations(const spv_ctx *x) {
+    uint32_t wg[3] = {0, 0, 0};
+    ir_val spec = IR_NONE;
+    ir_workgroup(x->k, wg, &spec);
+    return spec == IR_NONE ? wg[0] * wg[1] * wg[2] : 0;
+}
+
+const rt_mma_shape *spv_wg_mma_find(spv_ctx *x, uint32_t m, uint32_t n, uint32_t k, int ab, int acc) {
+    const rt_caps *c = x->c;
+    uint32_t inv = wg_invocations(x);
+    if (m > c->wg_mma_max_dim || n > c->wg_mma_max_dim || k > c->wg_mma_max_dim) return NULL;
+    for (uint32_t i = 0; i < c->n_wg_mma && i < RT_MAX_MMA_SHAPES; i++) {
+        const rt_mma_shape *s = &c->wg_mma[i];
+        if (s->invocations == inv && m % s->m == 0 && n % s->n == 0 && k % s->k == 0 &&
+            (ab < 0 || s->ab_type == (uint32_t)ab) && (acc < 0 || s->acc_type == (uint32_t)acc))
+            return s;
+    }
+    return NULL;
+}
+
+/* A workgroup fragment: VK_NV_cooperative_matrix2's workgroup scope, its dimensions
+ * multiples of a granularity the device lists for this workgroup size. */
+static uint32_t t_frag_wg(spv_ctx *x, const ir_type_desc *d) {
+    if (!x->c->n_wg_mma || !x->c->n_mma) {
+        spv_fail(x, "workgroup fragments need VK_NV_cooperative_matrix2 (caps.wg_mma is empty)");
+        return 0;
+    }
+    int ab = d->use == IR_FRAG_ACC ? -1 : (int)d->elem, acc = d->use == IR_FRAG_ACC ? (int)d->elem : -1;
+    if (!spv_wg_mma_find(x, d->m, d->n, d->k, ab, acc)) {
+        spv_fail(x, "workgroup fragment %s %s %ux%ux%u of a %u-invocation workgroup is not a multiple of the "
+                    "device's granularities (caps.wg_mma)",
+                 use_name(d->use), ir_scalar_name(d->elem), d->m, d->n, d->k, wg_invocations(x));
+        return 0;
+    }
+    uint32_t comp = spv_t_frag_component(x, d->elem);
+    if (!comp) return 0;
+    spv_b_capability(&x->b, spv_cap_coopmat_khr);
+    spv_b_extension(&x->b, "SPV_KHR_cooperative_matrix");
+    spv_b_extension(&x->b, "SPV_NV_cooperative_matrix2");
+    uint32_t rows = d->use == IR_FRAG_B ? d->k : d->m;
+    uint32_t cols = d->use == IR_FRAG_A ? d->k : d->n;
+    uint32_t use = d->use == IR_FRAG_A   ? spv_coopmat_use_a
+                   : d->use == IR_FRAG_B ? spv_coopmat_use_b
+                                         : spv_coopmat_use_acc;
+    uint32_t o[5] = {comp, spv_c_u32(x, SCOPE_WORKGROUP), spv_c_u32(x, rows), spv_c_u32(x, cols), spv_c_u32(x, use)};
+    return spv_b_type(&x->b, spv_op_type_coopmat_khr, o, 5);
+}
+
 static uint32_t t_frag(spv_ctx *x, const ir_type_desc *d) {
+    if (d->wg) return t_frag_wg(x, d);
     if (!x->c->n_mma) {
         spv_fail(x, "matrix fragments need cooperative matrices (caps.n_mma is 0)");
         return 0;

@@ -660,11 +660,15 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, kiln_err *e
     /* The extensions behind cooperative matrices, the bf16 type and float atomics: the
      * probe saw their features, so enabling them cannot fail for want of support. The
      * caps (after --caps) decide; what is not enabled leaves the caps. */
-    const char *exts[3];
+    const char *exts[4];
     uint32_t n_ext = 0;
     bool bf16_mma = false;
     for (uint32_t i = 0; i < c->n_mma; i++) bf16_mma |= c->mma[i].ab_type == IR_BF16;
     vkp_coopmat_features ecm = {.sType = VKP_STYPE_COOPMAT_FEATURES, .cooperativeMatrix = VK_TRUE};
+    vkp_coopmat2_features ecm2 = {.sType = VKP_STYPE_COOPMAT2_FEATURES,
+                                  .cooperativeMatrixWorkgroupScope = VK_TRUE,
+                                  .cooperativeMatrixFlexibleDimensions = VK_TRUE,
+                                  .cooperativeMatrixTensorAddressing = VK_TRUE};
     vkp_bf16_features ebf = {.sType = VKP_STYPE_BF16_FEATURES, .shaderBFloat16Type = VK_TRUE,
                              .shaderBFloat16CooperativeMatrix = bf16_mma};
     VkPhysicalDeviceShaderAtomicFloatFeaturesEXT eaf = {
@@ -677,6 +681,12 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, kiln_err *e
     } else {
         c->n_mma = 0;
     }
+    if (c->n_mma && c->n_wg_mma) {
+        exts[n_ext++] = "VK_NV_cooperative_matrix2";
+        *tail = &ecm2, tail = &ecm2.pNext;
+    } else {
+        c->n_wg_mma = 0;
+    }
     if (c->bf16_arith) {
         exts[n_ext++] = "VK_KHR_shader_bfloat16";
         *tail = &ebf, tail = &ebf.pNext;
@@ -685,6 +695,10 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, kiln_err *e
         for (uint32_t i = 0; i < c->n_mma; i++)
             if (c->mma[i].ab_type != IR_BF16) c->mma[k++] = c->mma[i];
         c->n_mma = k;
+        k = 0;
+        for (uint32_t i = 0; i < c->n_wg_mma; i++)
+            if (c->wg_mma[i].ab_type != IR_BF16) c->wg_mma[k++] = c->wg_mma[i];
+        c->n_wg_mma = k;
     }
     if (c->atomic_f32_add) {
         exts[n_ext++] = "VK_EXT_shader_atomic_float";

@@ -144,6 +144,37 @@ static int read_coopmat(VkInstance inst, VkPhysicalDevice pd, bool bf16_ok, rt_c
     return 0;
 }
 
+typedef VkResult(VKAPI_PTR *vkp_get_flex_fn)(VkPhysicalDevice, uint32_t *, vkp_coopmat_flex_props *);
+
+/* VK_NV_cooperative_matrix2's workgroup-scope shapes of flexible dimensions, by the same
+ * rules as read_coopmat's, where the subgroup shapes were kept. 0, or -1 when out of
+ * memory. */
+static int read_coopmat2(VkInstance inst, VkPhysicalDevice pd, bool bf16_ok, rt_caps *c) {
+    vkp_get_flex_fn get = (vkp_get_flex_fn)vkGetInstanceProcAddr(
+        inst, "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV");
+    if (!get || !c->n_mma) return 0;
+    uint32_t cnt = 0;
+    if (get(pd, &cnt, NULL) != VK_SUCCESS || !cnt) return 0;
+    vkp_coopmat_flex_props *p = calloc(cnt, sizeof *p);
+    if (!p) return -1;
+    for (uint32_t i = 0; i < cnt; i++) p[i].sType = VKP_STYPE_COOPMAT_FLEX_PROPERTIES;
+    VkResult r = get(pd, &cnt, p);
+    for (uint32_t i = 0; (r == VK_SUCCESS || r == VK_INCOMPLETE) && i < cnt && c->n_wg_mma < RT_MAX_MMA_SHAPES; i++) {
+        const vkp_coopmat_flex_props *q = &p[i];
+        uint32_t ab = ir_type_of_component(q->AType), acc = ir_type_of_component(q->CType);
+        if (q->scope != VKP_SCOPE_WORKGROUP || q->saturatingAccumulation || q->AType != q->BType ||
+            q->CType != q->ResultType || !q->workgroupInvocations)
+            continue;
+        if (!((ab == IR_F16 && c->f16_arith) || (ab == IR_BF16 && bf16_ok))) continue;
+        if (!((acc == IR_F16 && c->f16_arith) || acc == IR_F32)) continue;
+        if (!q->MGranularity || !q->NGranularity || !q->KGranularity) continue;
+        c->wg_mma[c->n_wg_mma++] =
+            (rt_mma_shape){q->MGranularity, q->NGranularity, q->KGranularity, ab, acc, q->workgroupInvocations};
+    }
+    free(p);
+    return 0;
+}
+
 /* ---- one device -------------------------------------------------------------------------- */
 
 #define CHAIN(tail, s)           \
@@ -168,6 +199,7 @@ static int probe_one(VkInstance inst, uint32_t inst_api, VkPhysicalDevice pd, rt
     bool x_s16 = v11 || has_ext(ext, next, "VK_KHR_16bit_storage");
     bool x_atomf = has_ext(ext, next, "VK_EXT_shader_atomic_float");
     bool x_coop = has_ext(ext, next, "VK_KHR_cooperative_matrix");
+    bool x_coop2 = x_coop && has_ext(ext, next, "VK_NV_cooperative_matrix2");
     bool x_bf16 = has_ext(ext, next, "VK_KHR_shader_bfloat16");
     bool x_budget = has_ext(ext, next, "VK_EXT_memory_budget");
     bool x_nvsm = has_ext(ext, next, "VK_NV_shader_sm_builtins");
@@ -180,6 +212,7 @@ static int probe_one(VkInstance inst, uint32_t inst_api, VkPhysicalDevice pd, rt
     VkPhysicalDeviceSubgroupSizeControlProperties sgsc = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES};
     vkp_coopmat_device_props cmp = {.sType = VKP_STYPE_COOPMAT_DEVICE_PROPERTIES};
+    vkp_coopmat2_props cm2p = {.sType = VKP_STYPE_COOPMAT2_PROPERTIES};
     VkPhysicalDeviceShaderSMBuiltinsPropertiesNV nvsm = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV};
     VkPhysicalDeviceShaderCorePropertiesAMD amd = {.sType =
@@ -191,6 +224,7 @@ static int probe_one(VkInstance inst, uint32_t inst_api, VkPhysicalDevice pd, rt
         if (x_driver) CHAIN(tail, drv);
         if (x_sgsc) CHAIN(tail, sgsc);
         if (x_coop) CHAIN(tail, cmp);
+        if (x_coop2) CHAIN(tail, cm2p);
         if (x_nvsm) CHAIN(tail, nvsm);
         if (x_amdcore) CHAIN(tail, amd);
         vkGetPhysicalDeviceProperties2(pd, &p2);
@@ -208,6 +242,7 @@ static int probe_one(VkInstance inst, uint32_t inst_api, VkPhysicalDevice pd, rt
     VkPhysicalDeviceShaderAtomicFloatFeaturesEXT atomf = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT};
     vkp_coopmat_features cmf = {.sType = VKP_STYPE_COOPMAT_FEATURES};
+    vkp_coopmat2_features cm2f = {.sType = VKP_STYPE_COOPMAT2_FEATURES};
     vkp_bf16_features bf16 = {.sType = VKP_STYPE_BF16_FEATURES};
     VkPhysicalDeviceFeatures2 f2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
     if (v11) {
@@ -217,6 +252,7 @@ static int probe_one(VkInstance inst, uint32_t inst_api, VkPhysicalDevice pd, rt
         if (x_sgsc) CHAIN(tail, sgscf);
         if (x_atomf) CHAIN(tail, atomf);
         if (x_coop) CHAIN(tail, cmf);
+        if (x_coop2) CHAIN(tail, cm2f);
         if (x_bf16) CHAIN(tail, bf16);
         vkGetPhysicalDeviceFeatures2(pd, &f2);
     }
@@ -273,6 +309,18 @@ static int probe_one(VkInstance inst, uint32_t inst_api, VkPhysicalDevice pd, rt
     c->bf16_arith = x_bf16 && bf16.shaderBFloat16Type;
     if (x_coop && v11 && cmf.cooperativeMatrix && (cmp.cooperativeMatrixSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT))
         if (read_coopmat(inst, pd, c->bf16_arith && bf16.shaderBFloat16CooperativeMatrix, c)) return -1;
+    /* workgroup scope: kiln's kernels take all three of these features together */
+    if (x_coop2 && v11 && cm2f.cooperativeMatrixWorkgroupScope && cm2f.cooperativeMatrixFlexibleDimensions &&
+        cm2f.cooperativeMatrixTensorAddressing) {
+        if (read_coopmat2(inst, pd, c->bf16_arith && bf16.shaderBFloat16CooperativeMatrix, c)) return -1;
+        c->wg_mma_max_dim = cm2p.cooperativeMatrixFlexibleDimensionsMaxDimension;
+        c->wg_mma_reserved_shared = cm2p.cooperativeMatrixWorkgroupScopeReservedSharedMemory;
+        uint32_t k = 0; /* workgroups the device allows */
+        for (uint32_t i = 0; i < c->n_wg_mma; i++)
+            if (c->wg_mma[i].invocations <= cm2p.cooperativeMatrixWorkgroupScopeMaxWorkgroupSize)
+                c->wg_mma[k++] = c->wg_mma[i];
+        c->n_wg_mma = k;
+    }
 
     /* limits */
     c->shared_bytes = P->limits.maxComputeSharedMemorySize;

@@ -17,7 +17,7 @@
 
 static const char usage[] =
     "usage: kiln probe [--caps LIST] [--json] [--measure]\n"
-    "  --caps LIST  take capabilities away, comma-separated: no-coopmat no-f16 no-bf16 no-storage16\n"
+    "  --caps LIST  take capabilities away, comma-separated: no-coopmat no-coopmat2 no-f16 no-bf16 no-storage16\n"
     "               no-subgroup-arith no-subgroup-shuffle no-atomic-f32 no-async-copy no-wgmma no-grid-dep no-tma subgroup=N shared=BYTES workgroup=N;\n"
     "               and test switches: debug-fault makes the logits head wrong on purpose,\n"
     "               debug-alloc-kib=N makes a plan's device buffers fail past N KiB in all\n"
@@ -132,8 +132,15 @@ static json_t *json_device(const probed *d, const char *caps_list) {
         json_array_append_new(mma, json_pack("{s:I,s:I,s:I,s:s,s:s}", "m", (json_int_t)c->mma[i].m, "n",
                                              (json_int_t)c->mma[i].n, "k", (json_int_t)c->mma[i].k, "ab",
                                              type_name(c->mma[i].ab_type), "acc", type_name(c->mma[i].acc_type)));
+    json_t *wg = json_array();
+    for (uint32_t i = 0; i < c->n_wg_mma && i < RT_MAX_MMA_SHAPES; i++) {
+        const rt_mma_shape *s = &c->wg_mma[i];
+        json_array_append_new(wg, json_pack("{s:I,s:I,s:I,s:s,s:s,s:I}", "m", (json_int_t)s->m, "n", (json_int_t)s->n,
+                                            "k", (json_int_t)s->k, "ab", type_name(s->ab_type), "acc",
+                                            type_name(s->acc_type), "invocations", (json_int_t)s->invocations));
+    }
     json_t *o = json_pack(
-        "{s:s,s:s,s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:o,s:I,s:I,s:I,s:I,s:I,s:I}", "device",
+        "{s:s,s:s,s:o,s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:b,s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:I}", "device",
         d->label, "backend", (unsigned)c->backend <= RT_CUDA ? backends[c->backend] : "unknown", "vendor",
         json_text(c->vendor, sizeof c->vendor), "name", json_text(c->name, sizeof c->name), "driver",
         json_text(c->driver, sizeof c->driver), "api_version", (json_int_t)c->api_version, "compute_capability",
@@ -142,7 +149,7 @@ static json_t *json_device(const probed *d, const char *caps_list) {
         (int)c->subgroup_arith, "subgroup_shuffle", (int)c->subgroup_shuffle, "f16_arith", (int)c->f16_arith,
         "bf16_arith", (int)c->bf16_arith, "int8_arith", (int)c->int8_arith, "storage16", (int)c->storage16,
         "atomic_f32_add", (int)c->atomic_f32_add, "async_copy", (int)c->async_copy, "wgmma", (int)c->wgmma,
-        "grid_dep", (int)c->grid_dep, "tma", (int)c->tma, "mma", mma, "shared_bytes", (json_int_t)c->shared_bytes,
+        "grid_dep", (int)c->grid_dep, "tma", (int)c->tma, "mma", mma, "wg_mma", wg, "shared_bytes", (json_int_t)c->shared_bytes,
         "max_workgroup", (json_int_t)c->max_workgroup, "max_buffer_bytes", (json_int_t)c->max_buffer_bytes,
         "compute_units", (json_int_t)c->compute_units, "memory_bytes", (json_int_t)c->memory_bytes, "free_bytes",
         (json_int_t)c->free_bytes);

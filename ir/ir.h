@@ -33,7 +33,9 @@ typedef enum ir_scalar { IR_BOOL, IR_I32, IR_U32, IR_I64, IR_U64, IR_F16, IR_BF1
 typedef enum ir_type_kind { IR_T_SCALAR, IR_T_VECTOR, IR_T_FRAG } ir_type_kind;
 
 /* Matrix fragments: a cooperative tile the whole subgroup holds. A is M x K, B is K x N,
- * ACC is M x N; A and B hold f16 or bf16, ACC f32 (or f16). */
+ * ACC is M x N; A and B hold f16 or bf16, ACC f32 (or f16). A workgroup fragment (wg) is
+ * held by the whole workgroup instead (VK_NV_cooperative_matrix2's workgroup scope: the
+ * compiler stages its operands through workgroup memory), 1..1024 per dimension. */
 typedef enum ir_frag_use { IR_FRAG_A, IR_FRAG_B, IR_FRAG_ACC } ir_frag_use;
 
 typedef struct ir_type_desc {
@@ -42,6 +44,7 @@ typedef struct ir_type_desc {
     uint32_t lanes;       /* vectors: 2, 3 or 4 (scalars: 1, fragments: 0) */
     ir_frag_use use;      /* fragments */
     uint32_t m, n, k;     /* fragments: the A/B/ACC shape of the multiply it takes part in (1..256) */
+    bool wg;              /* fragments: held by the workgroup, not a subgroup */
 } ir_type_desc;
 
 typedef struct ir_kernel ir_kernel;
@@ -49,6 +52,7 @@ typedef struct ir_kernel ir_kernel;
 ir_type ir_t_scalar(ir_kernel *k, ir_scalar s);
 ir_type ir_t_vector(ir_kernel *k, ir_scalar s, uint32_t lanes);
 ir_type ir_t_frag(ir_kernel *k, ir_frag_use use, ir_scalar elem, uint32_t m, uint32_t n, uint32_t kk);
+ir_type ir_t_frag_wg(ir_kernel *k, ir_frag_use use, ir_scalar elem, uint32_t m, uint32_t n, uint32_t kk);
 const ir_type_desc *ir_type_get(const ir_kernel *k, ir_type t); /* NULL for 0 and unknown types */
 ir_type ir_type_of(const ir_kernel *k, ir_val v);
 const char *ir_scalar_name(ir_scalar s); /* "bool", "i32", ..., "bf16", "f32" */
@@ -140,6 +144,7 @@ typedef enum ir_op {
     IR_OP_SG_REDUCE, IR_OP_SG_SHUFFLE, IR_OP_SG_SHUFFLE_XOR, IR_OP_SG_BROADCAST,
     /* matrix fragments */
     IR_OP_FRAG_FILL, IR_OP_FRAG_LOAD, IR_OP_FRAG_STORE, IR_OP_FRAG_MMA,
+    IR_OP_FRAG_LOAD_TENSOR,
     IR_OP_FRAG_ELEMS, IR_OP_FRAG_FROM_ELEMS, IR_OP_FRAG_PAIR_SUB,
     IR_OP_WG_MMA, IR_OP_WG_WAIT,
     /* ordering with other kernels and workgroups, and the tensor copy engine (ir.h's last
@@ -258,6 +263,15 @@ ir_val ir_frag_load(ir_kernel *k, ir_type frag, bool shm, uint32_t src, ir_val b
  * driver 2-byte loads). A base or stride off that grid reads the wrong elements. */
 ir_val ir_frag_load_aligned(ir_kernel *k, ir_type frag, uint32_t src, ir_val base, ir_val stride, bool row_major);
 void ir_frag_store(ir_kernel *k, ir_val frag, bool shm, uint32_t dst, ir_val base, ir_val stride, bool row_major);
+/* A workgroup fragment (A or B) from a tensor of n_rows x n_cols elements stored row-major
+ * from the buffer's first element (row stride n_cols), its elements outside the tensor 0:
+ * A (M x K) element (i, j) = T[row0 + i][col0 + j]; B (K x N) element (i, j) =
+ * T[row0 + i][col0 + j], or with `transposed` T[row0 + j][col0 + i] (B's columns are T's
+ * rows: a weight matrix stored one output per row). Operands u32 and uniform over the
+ * workgroup (SPIR-V: VK_NV_cooperative_matrix2's tensor-addressed loads; PTX refuses it). */
+#define IR_FRAG_TRANSPOSED 1
+ir_val ir_frag_load_tensor(ir_kernel *k, ir_type frag, uint32_t src, ir_val row0, ir_val col0, ir_val n_rows,
+                           ir_val n_cols, bool transposed);
 ir_val ir_frag_mma(ir_kernel *k, ir_val a, ir_val b, ir_val acc); /* acc + a * b */
 /* The invocation's own elements of a 16x8x16 family fragment, in the order of the
  * targets that expose them (PTX's mma.m16n8k16; SPIR-V's cooperative matrices do not, and
@@ -435,6 +449,7 @@ struct ir_inst {
      *   ATOMIC     imm[0] = buffer or shm index, imm[1] = ir_atomic_op, imm[2] = 1 if shm
      *   FRAG_LOAD, FRAG_STORE
      *              imm[0] = buffer or shm index, imm[1] = IR_FRAG_ROW_MAJOR | IR_FRAG_ALIGNED16, imm[2] = 1 if shm
+     *   FRAG_LOAD_TENSOR imm[0] = buffer, imm[1] = IR_FRAG_TRANSPOSED or 0
      *   ASYNC_COPY imm[0] = shm index (dst), imm[1] = buffer (src), imm[2] = count
      *   ASYNC_WAIT imm[0] = pending
      *   WG_MMA     imm[0] = A's workgroup array, imm[1] = B's, imm[2] = k_steps | flags
@@ -447,7 +462,8 @@ struct ir_inst {
      *   LOAD/SHM_LOAD [index]; STORE/SHM_STORE [index, value]; LOAD_MASKED [index, limit,
      *   fallback]; STORE_MASKED [index, value, limit]; ATOMIC [index, value]; SELECT [cond,
      *   a, b]; SG_SHUFFLE* / SG_BROADCAST [value, lane]; FRAG_FILL [scalar]; FRAG_LOAD
-     *   [base, stride]; FRAG_STORE [frag, base, stride]; FRAG_MMA [a, b, acc]; FRAG_ELEMS [acc]; FRAG_FROM_ELEMS [lo(, hi)]; FRAG_PAIR_SUB [a, b] imm[0] = elem; ASYNC_COPY
+     *   [base, stride]; FRAG_STORE [frag, base, stride]; FRAG_MMA [a, b, acc]; FRAG_LOAD_TENSOR [row0, col0,
+     *   n_rows, n_cols]; FRAG_ELEMS [acc]; FRAG_FROM_ELEMS [lo(, hi)]; FRAG_PAIR_SUB [a, b] imm[0] = elem; ASYNC_COPY
      *   [dst_index, src_index, limit]; WG_MMA [acc, a_base, a_sbo, a_lbo, b_base, b_sbo,
      *   b_lbo]; WG_WAIT [acc]; PREFETCH [index]; MBAR_INIT [index, count];
      *   MBAR_ARRIVE [index(, cta)]; MBAR_EXPECT [index, bytes]; MBAR_WAIT [index, parity];

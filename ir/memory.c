@@ -185,6 +185,16 @@ void ir_frag_store(ir_kernel *k, ir_val frag, bool shm, uint32_t dst, ir_val bas
     ir_build(k, "ir_frag_store", IR_OP_FRAG_STORE, 0, ops, 3, dst, row_major, shm);
 }
 
+ir_val ir_frag_load_tensor(ir_kernel *k, ir_type frag, uint32_t src, ir_val row0, ir_val col0, ir_val n_rows,
+                           ir_val n_cols, bool transposed) {
+    ir_scalar e;
+    ir_val ops[4] = { row0, col0, n_rows, n_cols };
+    if (!k || !target_elem(k, "ir_frag_load_tensor", false, src, &e) || !ir_uses_ok(k, "ir_frag_load_tensor", ops, 4))
+        return IR_NONE;
+    return ir_result_of(ir_build(k, "ir_frag_load_tensor", IR_OP_FRAG_LOAD_TENSOR, frag, ops, 4, src,
+                                 transposed ? IR_FRAG_TRANSPOSED : 0, 0));
+}
+
 ir_val ir_frag_mma(ir_kernel *k, ir_val a, ir_val b, ir_val acc) {
     ir_val ops[3] = { a, b, acc };
     if (!k || !ir_uses_ok(k, "ir_frag_mma", ops, 3))

@@ -215,6 +215,12 @@ void ir_sb_inst(ir_sb *b, const ir_kernel *k, const ir_inst *in) {
                      in->imm[1] & IR_FRAG_ROW_MAJOR ? "row_major" : "col_major",
                      in->imm[1] & IR_FRAG_ALIGNED16 ? ", aligned16" : "");
         break;
+    case IR_OP_FRAG_LOAD_TENSOR:
+        ir_sb_printf(b, "%s ", op);
+        put_target(b, k, false, in->imm[0]);
+        ir_sb_printf(b, "[%%%u, %%%u] of %%%u x %%%u%s", opnd(in, 0), opnd(in, 1), opnd(in, 2), opnd(in, 3),
+                     in->imm[1] & IR_FRAG_TRANSPOSED ? ", transposed" : "");
+        break;
     case IR_OP_FRAG_STORE:
         ir_sb_printf(b, "%s %%%u, ", op, opnd(in, 0));
         put_target(b, k, in->imm[2] != 0, in->imm[0]);

@@ -50,8 +50,9 @@ const char *ir_type_problem(const ir_type_desc *d) {
         } else {
             return "unknown fragment use";
         }
-        if (d->m < 1 || d->m > 256 || d->n < 1 || d->n > 256 || d->k < 1 || d->k > 256)
-            return "fragment shapes are 1..256 per dimension";
+        uint32_t most = d->wg ? 1024 : 256;
+        if (d->m < 1 || d->m > most || d->n < 1 || d->n > most || d->k < 1 || d->k > most)
+            return d->wg ? "workgroup fragment shapes are 1..1024 per dimension" : "fragment shapes are 1..256 per dimension";
         return NULL;
     }
     return "unknown type kind";
@@ -63,7 +64,7 @@ static bool desc_eq(const ir_type_desc *a, const ir_type_desc *b) {
     if (a->kind == IR_T_VECTOR)
         return a->lanes == b->lanes;
     if (a->kind == IR_T_FRAG)
-        return a->use == b->use && a->m == b->m && a->n == b->n && a->k == b->k;
+        return a->use == b->use && a->m == b->m && a->n == b->n && a->k == b->k && a->wg == b->wg;
     return true;
 }
 
@@ -83,7 +84,7 @@ static ir_type intern(ir_kernel *k, const char *fn, ir_type_desc d) {
     if (d.kind != IR_T_VECTOR)
         d.lanes = d.kind == IR_T_SCALAR ? 1 : 0;
     if (d.kind != IR_T_FRAG)
-        d.use = 0, d.m = d.n = d.k = 0;
+        d.use = 0, d.m = d.n = d.k = 0, d.wg = false;
     const char *why = ir_type_problem(&d);
     if (why) {
         ir_fail(k, "%s: %s", fn, why);
@@ -114,6 +115,11 @@ ir_type ir_t_vector(ir_kernel *k, ir_scalar s, uint32_t lanes) {
 ir_type ir_t_frag(ir_kernel *k, ir_frag_use use, ir_scalar elem, uint32_t m, uint32_t n, uint32_t kk) {
     return intern(k, "ir_t_frag",
                   (ir_type_desc){ .kind = IR_T_FRAG, .elem = elem, .use = use, .m = m, .n = n, .k = kk });
+}
+
+ir_type ir_t_frag_wg(ir_kernel *k, ir_frag_use use, ir_scalar elem, uint32_t m, uint32_t n, uint32_t kk) {
+    return intern(k, "ir_t_frag_wg",
+                  (ir_type_desc){ .kind = IR_T_FRAG, .elem = elem, .use = use, .m = m, .n = n, .k = kk, .wg = true });
 }
 
 const ir_type_desc *ir_type_get(const ir_kernel *k, ir_type t) {

@@ -416,6 +416,23 @@ static bool check(ck *c) {
             return bad(c, "aligned16 fragment loads are of 16-bit buffers");
         return index_u32(c, st, "base") && index_u32(c, st + 1, "stride");
     }
+    case IR_OP_FRAG_LOAD_TENSOR: {
+        if (!nops(c, 4))
+            return false;
+        if (in->imm[1] != 0 && in->imm[1] != IR_FRAG_TRANSPOSED)
+            return bad(c, "frag.load_tensor's flag is transposed or nothing");
+        if (!target(c, false, in->imm[0], IR_READ, &e))
+            return false;
+        const ir_type_desc *d = ir_type_get(k, in->type);
+        if (!d || d->kind != IR_T_FRAG || !d->wg || d->use == IR_FRAG_ACC)
+            return bad(c, "frag.load_tensor makes a workgroup A or B fragment, not %s", tname(c, in->type, a));
+        if (d->elem != e)
+            return bad(c, "fragment holds %s, the buffer %s", ir_scalar_name(d->elem), ir_scalar_name(e));
+        if ((in->imm[1] & IR_FRAG_TRANSPOSED) && d->use != IR_FRAG_B)
+            return bad(c, "frag.load_tensor transposes B fragments only");
+        return index_u32(c, 0, "row0") && index_u32(c, 1, "col0") && index_u32(c, 2, "n_rows") &&
+               index_u32(c, 3, "n_cols");
+    }
     case IR_OP_FRAG_MMA: {
         const ir_type_desc *fa = NULL, *fb = NULL, *fc = NULL;
         if (!nops(c, 3) || !frag_of(c, ty(c, 0), IR_FRAG_A, &fa) || !frag_of(c, ty(c, 1), IR_FRAG_B, &fb) ||
@@ -426,6 +443,8 @@ static bool check(ck *c) {
                        fb->m, fb->n, fb->k, fc->m, fc->n, fc->k);
         if (fa->elem != fb->elem)
             return bad(c, "A and B hold %s and %s", ir_scalar_name(fa->elem), ir_scalar_name(fb->elem));
+        if (fa->wg != fb->wg || fa->wg != fc->wg)
+            return bad(c, "frag.mma mixes workgroup and subgroup fragments");
         return result_is(c, ty(c, 2));
     }
     case IR_OP_WG_MMA: {

@@ -99,6 +99,17 @@ typedef struct mm_coop_cfg {
 bool mm_coop_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t n_max, mm_coop_cfg *cfg);
 void mm_build_coop(mm *m, const mm_coop_cfg *cfg, uint32_t groups[2]);
 
+/* ---- matmul_coop2.c: workgroup-scope cooperative matrices, tensor-addressed loads ---- */
+typedef struct mm_coop2_cfg {
+    const rt_mma_shape *shape; /* the caps.wg_mma entry: granularities and the workgroup's size */
+} mm_coop2_cfg;
+/* The variant for this dtype, or false: caps.wg_mma has a dtype x dtype -> f32 entry whose
+ * granularities divide the 64 x 128 x 32 fragments, its workgroup within the limits, the
+ * staged sums within caps.shared_bytes less what the compiler keeps; and
+ * KILN_MATMUL_COOP=wg asks for it (opt-in until measured). */
+bool mm_coop2_pick(const rt_caps *c, ir_scalar dt, mm_coop2_cfg *cfg);
+void mm_build_coop2(mm *m, const mm_coop2_cfg *cfg, uint32_t groups[2]);
+
 /* ---- matmul_stage.c: a chunk of X or W into workgroup memory by asynchronous copies ---- */
 #define MM_COPY 8 /* elements per copy (16 bytes) */
 typedef enum mm_layout {

@@ -102,12 +102,23 @@ static bool parse_u32(const char *s, size_t n, uint32_t *out) {
 
 /* A fragment needs its element types: without f16 (or bf16) arithmetic the shapes built on
  * it go too, so kernel builders never see an MMA they could not emit. */
-static void drop_mma_of(rt_caps *c, uint32_t type) {
+static void drop_shapes_of(rt_mma_shape *s, uint32_t *n, uint32_t type) {
     uint32_t k = 0;
-    for (uint32_t i = 0; i < c->n_mma && i < RT_MAX_MMA_SHAPES; i++)
-        if (c->mma[i].ab_type != type && c->mma[i].acc_type != type) c->mma[k++] = c->mma[i];
-    memset(&c->mma[k], 0, (RT_MAX_MMA_SHAPES - k) * sizeof c->mma[0]);
-    c->n_mma = k;
+    for (uint32_t i = 0; i < *n && i < RT_MAX_MMA_SHAPES; i++)
+        if (s[i].ab_type != type && s[i].acc_type != type) s[k++] = s[i];
+    memset(&s[k], 0, (RT_MAX_MMA_SHAPES - k) * sizeof s[0]);
+    *n = k;
+}
+
+static void drop_mma_of(rt_caps *c, uint32_t type) {
+    drop_shapes_of(c->mma, &c->n_mma, type);
+    drop_shapes_of(c->wg_mma, &c->n_wg_mma, type);
+}
+
+/* Workgroup-scope matrices build on the subgroup ones: no-coopmat takes both. */
+static void drop_wg_mma(rt_caps *c) {
+    c->n_wg_mma = 0;
+    memset(c->wg_mma, 0, sizeof c->wg_mma);
 }
 
 static const struct {
@@ -115,6 +126,7 @@ static const struct {
     size_t off;
 } flag_items[] = {
     {"no-coopmat", 0},
+    {"no-coopmat2", 0},
     {"no-f16", offsetof(rt_caps, f16_arith)},
     {"no-bf16", offsetof(rt_caps, bf16_arith)},
     {"no-storage16", offsetof(rt_caps, storage16)},
@@ -142,6 +154,9 @@ static int apply_item(rt_caps *c, const char *it, size_t n, kiln_err *err) {
         if (i == 0) {
             c->n_mma = 0;
             memset(c->mma, 0, sizeof c->mma);
+            drop_wg_mma(c);
+        } else if (i == 1) {
+            drop_wg_mma(c);
         } else {
             *(bool *)((char *)c + flag_items[i].off) = false;
             if (flag_items[i].off == offsetof(rt_caps, f16_arith)) drop_mma_of(c, IR_F16);
@@ -332,6 +347,17 @@ size_t rt_caps_describe(const rt_caps *c, char *buf, size_t cap) {
         put(&o, "%s%ux%ux%u %s*%s+%s", i ? ", " : "", s->m, s->n, s->k, scalar_name(s->ab_type),
             scalar_name(s->ab_type), scalar_name(s->acc_type));
     }
+    put(&o, "\n");
+    put(&o, "wg_mma: ");
+    uint32_t nw = c->n_wg_mma < RT_MAX_MMA_SHAPES ? c->n_wg_mma : RT_MAX_MMA_SHAPES;
+    if (!nw) put(&o, "none");
+    for (uint32_t i = 0; i < nw; i++) {
+        const rt_mma_shape *s = &c->wg_mma[i];
+        put(&o, "%s%ux%ux%u/%u %s*%s+%s", i ? ", " : "", s->m, s->n, s->k, s->invocations, scalar_name(s->ab_type),
+            scalar_name(s->ab_type), scalar_name(s->acc_type));
+    }
+    if (nw) put(&o, " (granularities / invocations; up to %u, %u bytes of workgroup memory reserved)", c->wg_mma_max_dim,
+                c->wg_mma_reserved_shared);
     put(&o, "\n");
     put_bytes(&o, "shared_bytes", c->shared_bytes, false);
     put(&o, "max_workgroup: %u\n", c->max_workgroup);

@@ -13,11 +13,14 @@
 
 typedef enum rt_backend { RT_CPU, RT_VULKAN, RT_CUDA } rt_backend;
 
-/* One cooperative-matrix (MMA) shape a device offers: C[MxN] (+)= A[MxK] B[KxN]. */
+/* One cooperative-matrix (MMA) shape a device offers: C[MxN] (+)= A[MxK] B[KxN]. In
+ * caps.wg_mma, m n k are granularities instead (any multiple of each, up to
+ * caps.wg_mma_max_dim) for workgroups of exactly `invocations`. */
 typedef struct rt_mma_shape {
     uint32_t m, n, k;
     uint32_t ab_type;   /* ir_scalar of A and B (IR_F16 or IR_BF16) */
     uint32_t acc_type;  /* ir_scalar of C (IR_F32 or IR_F16) */
+    uint32_t invocations; /* wg_mma: the workgroup's size; 0 in mma */
 } rt_mma_shape;
 
 #define RT_MAX_MMA_SHAPES 16
@@ -53,6 +56,14 @@ typedef struct rt_caps {
 
     uint32_t n_mma;           /* cooperative-matrix / mma shapes offered (0: none) */
     rt_mma_shape mma[RT_MAX_MMA_SHAPES];
+    /* Workgroup-scope cooperative matrices of flexible dimensions, loaded with tensor
+     * addressing (VK_NV_cooperative_matrix2's workgroupScope, flexibleDimensions and
+     * tensorAddressing features, all three): granularities per type and workgroup size;
+     * 0: none. wg_mma_reserved_shared: the workgroup memory the compiler keeps for their
+     * staging, out of shared_bytes. */
+    uint32_t n_wg_mma;
+    rt_mma_shape wg_mma[RT_MAX_MMA_SHAPES];
+    uint32_t wg_mma_max_dim, wg_mma_reserved_shared;
 
     uint32_t shared_bytes;    /* workgroup memory per workgroup */
     uint32_t max_workgroup;   /* invocations per workgroup */
@@ -83,7 +94,7 @@ typedef struct rt_debug {
 void rt_caps_default(rt_caps *c, rt_backend b);
 
 /* Applies a comma-separated override list to caps read from a device:
- *   no-coopmat | no-f16 | no-bf16 | no-storage16 | no-subgroup-arith | no-subgroup-shuffle
+ *   no-coopmat | no-coopmat2 | no-f16 | no-bf16 | no-storage16 | no-subgroup-arith | no-subgroup-shuffle
  *   | no-atomic-f32 | no-async-copy | no-wgmma | no-grid-dep | no-tma | subgroup=N (a power of two within [min, max]) | shared=BYTES (<= the
  *   device's) | workgroup=N (<= the device's) | debug-fault.
  * Overrides only take capabilities away (a device cannot be made to offer more).

@@ -641,6 +641,21 @@ Test(ptx, fragments_as_mma_sync) {
     cr_assert(!ir_verify(k, &err), "%s", err.msg);
     refused(k, &c, "PTX lowers m16n8k16");
 
+    /* VK_NV_cooperative_matrix2's workgroup fragments and tensor loads are SPIR-V's only */
+    k = ir_kernel_create("frag_wg");
+    y = ir_param_buffer(k, "y", IR_F32, IR_WRITE);
+    ir_set_workgroup(k, 256, 1, 1);
+    z = ir_frag_fill(k, ir_t_frag_wg(k, IR_FRAG_ACC, IR_F32, 64, 64, 16), F(0.0f));
+    ir_frag_store(k, z, false, y, U(0), U(64), true);
+    refused(k, &c, "no PTX lowering");
+    k = ir_kernel_create("tensor_load");
+    ir_buf xb = ir_param_buffer(k, "x", IR_F16, IR_READ);
+    y = ir_param_buffer(k, "y", IR_F16, IR_WRITE);
+    ir_set_workgroup(k, 256, 1, 1);
+    ir_val t = ir_frag_load_tensor(k, ir_t_frag_wg(k, IR_FRAG_A, IR_F16, 64, 64, 16), xb, U(0), U(0), U(7), U(9), false);
+    ir_frag_store(k, t, false, y, U(0), U(16), true);
+    refused(k, &c, "no PTX lowering");
+
     for (int old = 0; old < 2; old++) {
         rt_caps cc = tu_cuda_caps(old ? 75 : 80);
         if (old) cc.mma[cc.n_mma++] = (rt_mma_shape){16, 8, 16, IR_BF16, IR_F32};

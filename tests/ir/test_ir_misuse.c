@@ -332,6 +332,56 @@ Test(ir, misuse_values) {
     cr_assert_eq(ir_frag_fill(k, fc, ir_const_u32(k, 0)), IR_NONE);
     expect_builder_error(k, "ir_frag_fill: fill value is u32, the fragment holds f32");
     ir_kernel_destroy(k);
+
+    /* workgroup fragments: up to 1024 a side; never mixed with a subgroup's in one product */
+    k = kern();
+    cr_assert_neq(ir_t_frag_wg(k, IR_FRAG_ACC, IR_F32, 1024, 64, 16), 0);
+    cr_assert_eq(ir_t_frag_wg(k, IR_FRAG_ACC, IR_F32, 1025, 64, 16), 0);
+    expect_builder_error(k, "ir_t_frag_wg: workgroup fragment shapes are 1..1024 per dimension");
+    ir_kernel_destroy(k);
+
+    k = kern();
+    fa = ir_t_frag_wg(k, IR_FRAG_A, IR_F16, 16, 16, 16);
+    fb = ir_t_frag(k, IR_FRAG_B, IR_F16, 16, 16, 16);
+    fc = ir_t_frag_wg(k, IR_FRAG_ACC, IR_F32, 16, 16, 16);
+    cr_assert_neq(fa, ir_t_frag(k, IR_FRAG_A, IR_F16, 16, 16, 16), "a workgroup fragment is its own type");
+    h = ir_convert(k, ir_const_f32(k, 0), T(k, IR_F16));
+    va = ir_frag_fill(k, fa, h), vb = ir_frag_fill(k, fb, h), vc = ir_frag_fill(k, fc, ir_const_f32(k, 0));
+    cr_assert_eq(ir_frag_mma(k, va, vb, vc), IR_NONE);
+    expect_builder_error(k, "ir_frag_mma: frag.mma mixes workgroup and subgroup fragments");
+    ir_kernel_destroy(k);
+
+    /* tensor loads: workgroup A or B fragments of the buffer's type; only B transposes */
+    static const struct {
+        ir_frag_use use;
+        bool wg, transposed;
+        ir_scalar elem;
+        const char *why;
+    } tl[] = {
+        {IR_FRAG_ACC, true, false, IR_F16, "ir_frag_load_tensor: frag.load_tensor makes a workgroup A or B fragment"},
+        {IR_FRAG_A, false, false, IR_F16, "ir_frag_load_tensor: frag.load_tensor makes a workgroup A or B fragment"},
+        {IR_FRAG_A, true, true, IR_F16, "ir_frag_load_tensor: frag.load_tensor transposes B fragments only"},
+        {IR_FRAG_B, true, true, IR_BF16, "ir_frag_load_tensor: fragment holds bf16, the buffer f16"},
+    };
+    for (size_t i = 0; i < sizeof tl / sizeof tl[0]; i++) {
+        k = kern();
+        ir_buf b = ir_param_buffer(k, "T", IR_F16, IR_READ);
+        ir_type ft = tl[i].wg ? ir_t_frag_wg(k, tl[i].use, tl[i].elem, 32, 32, 16)
+                              : ir_t_frag(k, tl[i].use, tl[i].elem, 32, 32, 16);
+        ir_val z = ir_const_u32(k, 0), n = ir_const_u32(k, 100);
+        cr_assert_eq(ir_frag_load_tensor(k, ft, b, z, z, n, n, tl[i].transposed), IR_NONE, "%zu", i);
+        expect_builder_error(k, tl[i].why);
+        ir_kernel_destroy(k);
+    }
+    k = kern();
+    ir_buf b = ir_param_buffer(k, "T", IR_F16, IR_READ);
+    ir_val z = ir_const_u32(k, 0), n = ir_const_u32(k, 100);
+    cr_assert_neq(ir_frag_load_tensor(k, ir_t_frag_wg(k, IR_FRAG_B, IR_F16, 32, 32, 16), b, z, z, n, n, true), IR_NONE);
+    cr_assert_eq(ir_frag_load_tensor(k, ir_t_frag_wg(k, IR_FRAG_B, IR_F16, 32, 32, 16), b, z, z, n,
+                                     ir_const_f32(k, 1), false),
+                 IR_NONE);
+    expect_builder_error(k, "ir_frag_load_tensor: n_cols must be u32");
+    ir_kernel_destroy(k);
 }
 
 Test(ir, misuse_null_kernel_and_garbage) {

@@ -209,6 +209,59 @@ Test(kernels_matmul, other_variants_on_coopmat_devices, .timeout = 600) {
     unsetenv("KILN_MATMUL_COOP");
 }
 
+/* Workgroup-scope matrices with tensor-addressed loads (VK_NV_cooperative_matrix2), where
+ * the device has them: every shape (opt-in, KILN_MATMUL_COOP=wg). */
+Test(kernels_matmul, workgroup_scope_variant_on_the_device, .timeout = 600) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    bool have = d->caps.n_wg_mma != 0;
+    d->ops->destroy(d);
+    if (!have) cr_skip_test("the device has no workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2)");
+    setenv("KILN_MATMUL_COOP", "wg", 1);
+    run_shapes(NULL, 39, NULL, N_SHAPES);
+    unsetenv("KILN_MATMUL_COOP");
+}
+
+/* The workgroup-scope variant builds and validates for the H200's caps on every dtype,
+ * epilogue and odd shape (128-square tiles, the loads tensor-addressed), and steps aside
+ * where the caps lack it, where its sums do not fit, and unless asked for. */
+Test(kernels_matmul, workgroup_scope_variant_builds_for_h200_caps) {
+    kiln_err err = {0};
+    rt_caps c, none, small;
+    tu_caps_h200(&c);
+    none = c, small = c;
+    cr_assert_eq(rt_caps_override(&none, "no-coopmat2", &err), 0, "%s", err.msg);
+    cr_assert_eq(rt_caps_override(&small, "shared=40000", &err), 0, "%s", err.msg); /* 31,808 left: < 33,792 */
+    static const mm_shape sh[] = {{1024, 1024, 512}, {4097, 1000, 256}, {7, 7, 64}, {151936, 1024, 64}, {100, 40, 64}};
+    for (int forced = 0; forced < 2; forced++) {
+        if (forced) setenv("KILN_MATMUL_COOP", "wg", 1);
+        for (size_t ti = 0; ti < 2; ti++)
+            for (unsigned epi = 0; epi < 4; epi++)
+                for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+                    mm_shape s = sh[i];
+                    uint32_t g[2] = {0, 0};
+                    char what[200];
+                    snprintf(what, sizeof what, "matmul %ux%u n_max=%u %s epi=%s%s", s.rows, s.cols, s.n_max,
+                             tu_dname(dtypes[ti]), epi_name(epi), forced ? " wg" : "");
+                    ir_kernel *k = kn_matmul(&c, s.rows, s.cols, s.n_max, dtypes[ti], epi, g, &err);
+                    cr_assert_not_null(k, "%s: %s", what, err.msg);
+                    cr_assert_eq(tu_ir_has(k, "frag.load_tensor"), forced == 1, "%s", what);
+                    if (forced) {
+                        cr_assert_eq(g[0], (s.rows + 127) / 128, "%s: groups x %u", what, g[0]);
+                        cr_assert_eq(g[1], (s.n_max + 127) / 128, "%s: groups y %u", what, g[1]);
+                    }
+                    tu_emit_ok(k, &c, err.msg, what); /* destroys k */
+                    for (int j = 0; j < 2 && forced; j++) { /* no coopmat2, too little workgroup memory */
+                        k = kn_matmul(j ? &small : &none, s.rows, s.cols, s.n_max, dtypes[ti], epi, g, &err);
+                        cr_assert_not_null(k, "%s: %s", what, err.msg);
+                        cr_assert_not(tu_ir_has(k, "frag.load_tensor"), "%s: taken %s", what,
+                                      j ? "with 31,808 bytes to stage its sums" : "without coopmat2");
+                        ir_kernel_destroy(k);
+                    }
+                }
+    }
+    unsetenv("KILN_MATMUL_COOP");
+}
+
 /* ---- the skinny products of short blocks ------------------------------------------------ */
 
 /* Where the device offers them (CUDA's 16x8x16 fragments, or cooperative matrices of 16 x 8

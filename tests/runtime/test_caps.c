@@ -27,6 +27,12 @@ static rt_caps rich(void) {
                                    {16, 8, 8, IR_F16, IR_F32}};
     c.n_mma = 4;
     memcpy(c.mma, shapes, sizeof shapes);
+    /* VK_NV_cooperative_matrix2's workgroup scope, as the H200's driver lists it */
+    const rt_mma_shape wg[] = {{16, 16, 16, IR_F16, IR_F32, 64}, {32, 32, 16, IR_F16, IR_F32, 256},
+                               {32, 32, 16, IR_BF16, IR_F32, 256}};
+    c.n_wg_mma = 3;
+    memcpy(c.wg_mma, wg, sizeof wg);
+    c.wg_mma_max_dim = 1024, c.wg_mma_reserved_shared = 8192;
     c.shared_bytes = 48 * 1024;
     c.max_workgroup = 1024;
     c.max_buffer_bytes = UINT32_MAX;
@@ -71,6 +77,13 @@ static void assert_only_took(const rt_caps *before, const rt_caps *after) {
         for (uint32_t j = 0; j < before->n_mma && !found; j++)
             found = !memcmp(&after->mma[i], &before->mma[j], sizeof after->mma[i]);
         cr_assert(found, "shape %u was not offered before", i);
+    }
+    cr_assert_leq(after->n_wg_mma, before->n_wg_mma);
+    for (uint32_t i = 0; i < after->n_wg_mma; i++) {
+        bool found = false;
+        for (uint32_t j = 0; j < before->n_wg_mma && !found; j++)
+            found = !memcmp(&after->wg_mma[i], &before->wg_mma[j], sizeof after->wg_mma[i]);
+        cr_assert(found, "workgroup shape %u was not offered before", i);
     }
 }
 
@@ -132,16 +145,26 @@ Test(caps, every_override_item) {
 
     got = base, want = base;
     cr_assert_eq(rt_caps_override(&got, "no-coopmat", NULL), 0);
-    want.n_mma = 0;
+    want.n_mma = want.n_wg_mma = 0; /* workgroup scope builds on the subgroup matrices */
     memset(want.mma, 0, sizeof want.mma);
+    memset(want.wg_mma, 0, sizeof want.wg_mma);
     cr_assert_str_eq(describe(&got), describe(&want));
-    cr_assert(strstr(describe(&got), "mma: none\n"));
+    cr_assert(strstr(describe(&got), "mma: none\nwg_mma: none\n"));
+
+    got = base, want = base;
+    cr_assert_eq(rt_caps_override(&got, "no-coopmat2", NULL), 0);
+    want.n_wg_mma = 0;
+    memset(want.wg_mma, 0, sizeof want.wg_mma);
+    cr_assert_str_eq(describe(&got), describe(&want));
+    cr_assert(strstr(describe(&got), "16x8x8 f16*f16+f32\nwg_mma: none\n"));
 
     got = base, want = base;
     cr_assert_eq(rt_caps_override(&got, "no-f16", NULL), 0);
     want.f16_arith = false;
     want.n_mma = 1; /* f16 fragments go with f16 arithmetic; the bf16*bf16+f32 shape stays */
     want.mma[0] = base.mma[2];
+    want.n_wg_mma = 1;
+    want.wg_mma[0] = base.wg_mma[2];
     cr_assert_str_eq(describe(&got), describe(&want));
 
     got = base, want = base;
@@ -149,6 +172,7 @@ Test(caps, every_override_item) {
     want.bf16_arith = false;
     want.n_mma = 3;
     want.mma[2] = base.mma[3];
+    want.n_wg_mma = 2;
     cr_assert_str_eq(describe(&got), describe(&want));
 
     got = base, want = base;
@@ -223,6 +247,9 @@ Test(caps, lists_of_items) {
     want.f16_arith = false;
     want.n_mma = 1;
     want.mma[0] = base.mma[2];
+    want.n_wg_mma = 1;
+    want.wg_mma[0] = base.wg_mma[2];
+    memset(&want.wg_mma[1], 0, sizeof want.wg_mma[1] * 2);
     want.max_workgroup = 512;
     want.subgroup_size = 16;
     want.atomic_f32_add = false;
@@ -319,7 +346,7 @@ Test(caps, overrides_never_add) {
     /* A device with nothing: every item either changes nothing or is refused. */
     rt_caps none;
     rt_caps_default(&none, RT_VULKAN);
-    const char *flags[] = {"no-coopmat", "no-f16", "no-bf16", "no-storage16", "no-subgroup-arith",
+    const char *flags[] = {"no-coopmat", "no-coopmat2", "no-f16", "no-bf16", "no-storage16", "no-subgroup-arith",
                            "no-subgroup-shuffle", "no-atomic-f32"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         rt_caps got = none;
@@ -337,7 +364,7 @@ Test(caps, overrides_never_add) {
     /* Random lists on the rich device (a fixed seed, so a failure repeats): what applies
      * only takes away; what is refused leaves the caps as they were. */
     const rt_caps base = rich();
-    const char *pool[] = {"no-coopmat", "no-f16", "no-bf16", "no-storage16", "no-subgroup-arith",
+    const char *pool[] = {"no-coopmat", "no-coopmat2", "no-f16", "no-bf16", "no-storage16", "no-subgroup-arith",
                           "no-subgroup-shuffle", "no-atomic-f32", "subgroup=4", "subgroup=8", "subgroup=16",
                           "subgroup=32", "subgroup=64", "subgroup=128", "shared=0", "shared=32768", "shared=49152",
                           "shared=65536", "workgroup=1", "workgroup=64", "workgroup=1024", "workgroup=2048"};
@@ -392,6 +419,8 @@ Test(caps, describe_is_stable) {
                        "grid_dep: no\n"
                        "tma: no\n"
                        "mma: 16x16x16 f16*f16+f32, 16x8x16 f16*f16+f16, 16x16x16 bf16*bf16+f32, 16x8x8 f16*f16+f32\n"
+                       "wg_mma: 16x16x16/64 f16*f16+f32, 32x32x16/256 f16*f16+f32, 32x32x16/256 bf16*bf16+f32 "
+                       "(granularities / invocations; up to 1024, 8192 bytes of workgroup memory reserved)\n"
                        "shared_bytes: 49152 (48 KiB)\n"
                        "max_workgroup: 1024\n"
                        "max_buffer_bytes: 4294967295 (4.00 GiB)\n"
@@ -411,7 +440,7 @@ Test(caps, describe_is_stable) {
     const char *d = describe(&cu);
     cr_assert(strstr(d, "backend: cuda\nvendor: -\nname: -\ndriver: -\napi_version: 13.0\ncompute_capability: 9.0\n"),
               "%s", d);
-    cr_assert(strstr(d, "mma: none\nshared_bytes: 49152 (48 KiB)\nmax_workgroup: 1024\nmax_buffer_bytes: no limit\n"
+    cr_assert(strstr(d, "mma: none\nwg_mma: none\nshared_bytes: 49152 (48 KiB)\nmax_workgroup: 1024\nmax_buffer_bytes: no limit\n"
                         "shared_per_cu: 0 (unknown)\nl2_bytes: 0 (unknown)\n"
                         "compute_units: 0 (unknown)\n"
                         "memory_bytes: 0 (unknown)\nfree_bytes: 0 (unknown)\n"),
@@ -424,7 +453,7 @@ Test(caps, describe_is_stable) {
     d = describe(&odd);
     int lines = 0;
     for (const char *p = d; *p; p++) lines += *p == '\n';
-    cr_assert_eq(lines, 29, "%s", d);
+    cr_assert_eq(lines, 30, "%s", d);
     cr_assert(strstr(d, "vendor: a?b\n"));
 
     /* sizing: NULL buffer, short buffers */

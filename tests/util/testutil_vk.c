@@ -105,6 +105,14 @@ void tu_caps_h200(rt_caps *c) {
                                 {16, 16, 16, IR_BF16, IR_F32}};
     c->n_mma = sizeof mma / sizeof mma[0];
     for (uint32_t i = 0; i < c->n_mma; i++) c->mma[i] = mma[i];
+    /* VK_NV_cooperative_matrix2's workgroup scope: the f16/bf16 -> f32 granularities */
+    const rt_mma_shape wg[] = {{16, 16, 16, IR_F16, IR_F32, 32},   {16, 16, 16, IR_BF16, IR_F32, 32},
+                               {16, 16, 16, IR_F16, IR_F32, 64},   {16, 16, 16, IR_BF16, IR_F32, 64},
+                               {32, 16, 16, IR_F16, IR_F32, 128},  {32, 16, 16, IR_BF16, IR_F32, 128},
+                               {32, 32, 16, IR_F16, IR_F32, 256},  {32, 32, 16, IR_BF16, IR_F32, 256}};
+    c->n_wg_mma = sizeof wg / sizeof wg[0];
+    for (uint32_t i = 0; i < c->n_wg_mma; i++) c->wg_mma[i] = wg[i];
+    c->wg_mma_max_dim = 1024, c->wg_mma_reserved_shared = 8192;
 }
 
 /* SPIRV-Tools in-process; for modules it cannot read, $KILN_SPIRV_VAL (a newer
