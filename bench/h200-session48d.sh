@@ -7,8 +7,9 @@
 #   issue 14: pp24 on qwen3-8b, 4b and 0.6b beside llama-bench pp24 (fused skinny norms,
 #     short attention tiles; KILN_SKINNY_NORM=0 and KILN_ATTN_SHORT=0 on 8b);
 #   issue 17: kiln serve --parallel 32, qwen3-0.6b at 1 / 8 streams (cuda:0);
-#   issue 16: on vulkan:0 the product suite (both cooperative tiles) and the tiled quantized
-#     product's test, then pp512 with the 128 x 128 cooperative tile and the 64 x 64 one.
+#   issue 16: on vulkan:0 the product suite (both cooperative tiles, and the workgroup-scope
+#     variant of VK_NV_cooperative_matrix2) and the tiled quantized product's test, then pp512
+#     with the workgroup-scope variant, the 128 x 128 cooperative tile and the 64 x 64 one.
 # The 30B (57 GiB) takes /dev/shm; the dense models go to the disk. Binaries in devrun/,
 # llama.cpp from .peers. Writes OUTDIR.tar.
 set -u
@@ -45,7 +46,8 @@ echo "== on vulkan:0: kernels_matmul (both cooperative tiles forced on every sha
 timeout 70 $T -j8 --filter 'kernels_matmul/*' >> $out/tests.txt 2>&1; echo "rc=$?" >> $out/tests.txt
 timeout 30 $T --filter 'kernels_quant/matmul_q_tiled*' >> $out/tests.txt 2>&1; echo "rc=$?" >> $out/tests.txt
 tarball
-for t in large small; do
+timeout 30 $K probe > $out/probe.txt 2>&1
+for t in wg large small; do
   KILN_MATMUL_COOP=$t timeout 30 $K bench $d2/qwen3-8b.gguf -p 512 -n 0 -r 3 --device vulkan:0 > $out/vk-pp512-8b-$t.md 2>&1
   tarball
 done
