@@ -122,56 +122,42 @@ const rt_mma_shape *spv_wg_mma_find(spv_ctx *x, uint32_t m, uint32_t n, uint32_t
     return NULL;
 }
 
-/* A workgroup fragment: VK_NV_cooperative_matrix2's workgroup scope, its dimensions
- * multiples of a granularity the device lists for this workgroup size. */
-static uint32_t t_frag_wg(spv_ctx *x, const ir_type_desc *d) {
-    if (!x->c->n_wg_mma || !x->c->n_mma) {
+/* OpTypeCooperativeMatrixKHR of a fragment checked against the caps: a subgroup's shape
+ * from caps.mma; a workgroup's (VK_NV_cooperative_matrix2's workgroup scope) dimensions
+ * multiples of a granularity caps.wg_mma lists for this workgroup size. */
+static uint32_t t_frag(spv_ctx *x, const ir_type_desc *d) {
+    int ab = d->use == IR_FRAG_ACC ? -1 : (int)d->elem, acc = d->use == IR_FRAG_ACC ? (int)d->elem : -1;
+    if (d->wg && (!x->c->n_wg_mma || !x->c->n_mma)) {
         spv_fail(x, "workgroup fragments need VK_NV_cooperative_matrix2 (caps.wg_mma is empty)");
         return 0;
     }
-    int ab = d->use == IR_FRAG_ACC ? -1 : (int)d->elem, acc = d->use == IR_FRAG_ACC ? (int)d->elem : -1;
-    if (!spv_wg_mma_find(x, d->m, d->n, d->k, ab, acc)) {
+    if (!d->wg && !x->c->n_mma) {
+        spv_fail(x, "matrix fragments need cooperative matrices (caps.n_mma is 0)");
+        return 0;
+    }
+    if (d->wg && !spv_wg_mma_find(x, d->m, d->n, d->k, ab, acc)) {
         spv_fail(x, "workgroup fragment %s %s %ux%ux%u of a %u-invocation workgroup is not a multiple of the "
                     "device's granularities (caps.wg_mma)",
                  use_name(d->use), ir_scalar_name(d->elem), d->m, d->n, d->k, wg_invocations(x));
         return 0;
     }
-    uint32_t comp = spv_t_frag_component(x, d->elem);
-    if (!comp) return 0;
-    spv_b_capability(&x->b, spv_cap_coopmat_khr);
-    spv_b_extension(&x->b, "SPV_KHR_cooperative_matrix");
-    spv_b_extension(&x->b, "SPV_NV_cooperative_matrix2");
-    uint32_t rows = d->use == IR_FRAG_B ? d->k : d->m;
-    uint32_t cols = d->use == IR_FRAG_A ? d->k : d->n;
-    uint32_t use = d->use == IR_FRAG_A   ? spv_coopmat_use_a
-                   : d->use == IR_FRAG_B ? spv_coopmat_use_b
-                                         : spv_coopmat_use_acc;
-    uint32_t o[5] = {comp, spv_c_u32(x, SCOPE_WORKGROUP), spv_c_u32(x, rows), spv_c_u32(x, cols), spv_c_u32(x, use)};
-    return spv_b_type(&x->b, spv_op_type_coopmat_khr, o, 5);
-}
-
-static uint32_t t_frag(spv_ctx *x, const ir_type_desc *d) {
-    if (d->wg) return t_frag_wg(x, d);
-    if (!x->c->n_mma) {
-        spv_fail(x, "matrix fragments need cooperative matrices (caps.n_mma is 0)");
-        return 0;
-    }
-    int ab = d->use == IR_FRAG_ACC ? -1 : (int)d->elem, acc = d->use == IR_FRAG_ACC ? (int)d->elem : -1;
-    if (!spv_mma_find(x->c, d->m, d->n, d->k, ab, acc)) {
+    if (!d->wg && !spv_mma_find(x->c, d->m, d->n, d->k, ab, acc)) {
         spv_fail(x, "fragment %s %s %ux%ux%u is not one of the device's cooperative-matrix shapes (caps.mma)",
-             use_name(d->use), ir_scalar_name(d->elem), d->m, d->n, d->k);
+                 use_name(d->use), ir_scalar_name(d->elem), d->m, d->n, d->k);
         return 0;
     }
     uint32_t comp = spv_t_frag_component(x, d->elem);
     if (!comp) return 0;
     spv_b_capability(&x->b, spv_cap_coopmat_khr);
     spv_b_extension(&x->b, "SPV_KHR_cooperative_matrix");
+    if (d->wg) spv_b_extension(&x->b, "SPV_NV_cooperative_matrix2");
     uint32_t rows = d->use == IR_FRAG_B ? d->k : d->m;
     uint32_t cols = d->use == IR_FRAG_A ? d->k : d->n;
     uint32_t use = d->use == IR_FRAG_A   ? spv_coopmat_use_a
                    : d->use == IR_FRAG_B ? spv_coopmat_use_b
                                          : spv_coopmat_use_acc;
-    uint32_t o[5] = {comp, spv_c_u32(x, SCOPE_SUBGROUP), spv_c_u32(x, rows), spv_c_u32(x, cols), spv_c_u32(x, use)};
+    uint32_t scope = spv_c_u32(x, d->wg ? SCOPE_WORKGROUP : SCOPE_SUBGROUP);
+    uint32_t o[5] = {comp, scope, spv_c_u32(x, rows), spv_c_u32(x, cols), spv_c_u32(x, use)};
     return spv_b_type(&x->b, spv_op_type_coopmat_khr, o, 5);
 }
 

@@ -114,6 +114,15 @@ static uint32_t ir_type_of_component(int32_t t) {
     }
 }
 
+/* The component types kiln's fragments can express: A = B in f16 or bf16, C = Result in
+ * f16 or f32, no saturation; a type only if the device's arithmetic on it is on. */
+static bool kiln_types(const rt_caps *c, bool bf16_ok, int32_t a, int32_t b, int32_t cc, int32_t res, VkBool32 sat) {
+    uint32_t ab = ir_type_of_component(a), acc = ir_type_of_component(cc);
+    if (sat || a != b || cc != res) return false;
+    return ((ab == IR_F16 && c->f16_arith) || (ab == IR_BF16 && bf16_ok)) &&
+           ((acc == IR_F16 && c->f16_arith) || acc == IR_F32);
+}
+
 /* Keeps the subgroup-scope shapes kiln's fragments can express: A = B in f16 or bf16,
  * C = Result in f16 or f32, no saturation; a type only if the device's arithmetic on it
  * is on (the fragment types need it in SPIR-V). 0, or -1 when out of memory. */
@@ -130,14 +139,11 @@ static int read_coopmat(VkInstance inst, VkPhysicalDevice pd, bool bf16_ok, rt_c
     if (r == VK_SUCCESS || r == VK_INCOMPLETE) {
         for (uint32_t i = 0; i < cnt; i++) {
             const vkp_coopmat_props *q = &p[i];
-            uint32_t ab = ir_type_of_component(q->AType), acc = ir_type_of_component(q->CType);
-            if (q->scope != VKP_SCOPE_SUBGROUP || q->saturatingAccumulation || q->AType != q->BType ||
-                q->CType != q->ResultType)
+            if (q->scope != VKP_SCOPE_SUBGROUP || !kiln_types(c, bf16_ok, q->AType, q->BType, q->CType,
+                                                              q->ResultType, q->saturatingAccumulation))
                 continue;
-            if (!((ab == IR_F16 && c->f16_arith) || (ab == IR_BF16 && bf16_ok))) continue;
-            if (!((acc == IR_F16 && c->f16_arith) || acc == IR_F32)) continue;
             if (!q->MSize || !q->NSize || !q->KSize) continue;
-            add_mma(c, q->MSize, q->NSize, q->KSize, ab, acc);
+            add_mma(c, q->MSize, q->NSize, q->KSize, ir_type_of_component(q->AType), ir_type_of_component(q->CType));
         }
     }
     free(p);
@@ -162,11 +168,9 @@ static int read_coopmat2(VkInstance inst, VkPhysicalDevice pd, bool bf16_ok, rt_
     for (uint32_t i = 0; (r == VK_SUCCESS || r == VK_INCOMPLETE) && i < cnt && c->n_wg_mma < RT_MAX_MMA_SHAPES; i++) {
         const vkp_coopmat_flex_props *q = &p[i];
         uint32_t ab = ir_type_of_component(q->AType), acc = ir_type_of_component(q->CType);
-        if (q->scope != VKP_SCOPE_WORKGROUP || q->saturatingAccumulation || q->AType != q->BType ||
-            q->CType != q->ResultType || !q->workgroupInvocations)
+        if (q->scope != VKP_SCOPE_WORKGROUP || !q->workgroupInvocations ||
+            !kiln_types(c, bf16_ok, q->AType, q->BType, q->CType, q->ResultType, q->saturatingAccumulation))
             continue;
-        if (!((ab == IR_F16 && c->f16_arith) || (ab == IR_BF16 && bf16_ok))) continue;
-        if (!((acc == IR_F16 && c->f16_arith) || acc == IR_F32)) continue;
         if (!q->MGranularity || !q->NGranularity || !q->KGranularity) continue;
         c->wg_mma[c->n_wg_mma++] =
             (rt_mma_shape){q->MGranularity, q->NGranularity, q->KGranularity, ab, acc, q->workgroupInvocations};
