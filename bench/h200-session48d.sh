@@ -51,4 +51,6 @@ for t in wg large small; do
   KILN_MATMUL_COOP=$t timeout 30 $K bench $d2/qwen3-8b.gguf -p 512 -n 0 -r 3 --device vulkan:0 > $out/vk-pp512-8b-$t.md 2>&1
   tarball
 done
+echo "== on vulkan:0 with KILN_MATMUL_COOP=wg: the whole-model checks (plan)" >> $out/tests.txt
+KILN_MATMUL_COOP=wg timeout 60 $T -j8 --filter 'plan/*' >> $out/tests.txt 2>&1; echo "rc=$?" >> $out/tests.txt
 stamp vulkan; tarball
