@@ -21,12 +21,12 @@ static void load_tensor(spv_ctx *x, const ir_inst *in) {
     spv_b_capability(&x->b, spv_cap_tensor_addressing_nv);
     spv_b_extension(&x->b, "SPV_NV_tensor_addressing");
     uint32_t two = spv_c_u32(x, 2);
-    uint32_t tl = spv_b_type(&x->b, spv_op_type_tensor_layout_nv,
-                             (uint32_t[]){two, spv_c_u32(x, spv_tensor_clamp_constant)}, 2);
+    uint32_t tl =
+        spv_b_type(&x->b, spv_op_type_tensor_layout_nv, (uint32_t[]){two, spv_c_u32(x, spv_tensor_clamp_constant)}, 2);
     uint32_t l0 = spv_b_id(&x->b);
     spv_b_emitv(&x->b, SPV_SEC_FUNCTION, spv_op_create_tensor_layout_nv, 2, tl, l0);
-    uint32_t l1 = spv_fn3(x, spv_op_tensor_layout_set_dimension_nv, tl, l0, spv_V(x, in->operand[2]),
-                          spv_V(x, in->operand[3]));
+    uint32_t l1 =
+        spv_fn3(x, spv_op_tensor_layout_set_dimension_nv, tl, l0, spv_V(x, in->operand[2]), spv_V(x, in->operand[3]));
     uint32_t l2 = spv_b_id(&x->b);
     spv_b_emitv(&x->b, SPV_SEC_FUNCTION, spv_op_tensor_layout_slice_nv, 7, tl, l2, l1, spv_V(x, in->operand[0]),
                 spv_c_u32(x, rows), spv_V(x, in->operand[1]), spv_c_u32(x, cols));
@@ -38,8 +38,8 @@ static void load_tensor(spv_ctx *x, const ir_inst *in) {
     uint32_t id = spv_b_id(&x->b);
     if (tr) {
         uint32_t no = spv_c_scalar(x, IR_BOOL, 0);
-        uint32_t tv = spv_b_type(&x->b, spv_op_type_tensor_view_nv,
-                                 (uint32_t[]){two, no, spv_c_u32(x, 1), spv_c_u32(x, 0)}, 4);
+        uint32_t tv =
+            spv_b_type(&x->b, spv_op_type_tensor_view_nv, (uint32_t[]){two, no, spv_c_u32(x, 1), spv_c_u32(x, 0)}, 4);
         uint32_t v = spv_b_id(&x->b);
         spv_b_emitv(&x->b, SPV_SEC_FUNCTION, spv_op_create_tensor_view_nv, 2, tv, v);
         spv_b_emitv(&x->b, SPV_SEC_FUNCTION, spv_op_coopmat_load_tensor_nv, 8, t, id, ptr, fill, l2,
@@ -89,8 +89,7 @@ void spv_emit_frag(spv_ctx *x, const ir_inst *in) {
             stride = spv_fn2(x, SpvOpShiftRightLogical, spv_t_u32(x), stride, spv_c_u32(x, 3));
         }
         uint32_t ptr = shm ? spv_shm_ptr(x, src, base) : spv_buf_ptr(x, src, words ? VIEW_WORDS4 : 1, base);
-        uint32_t layout =
-            spv_c_u32(x, in->imm[1] & IR_FRAG_ROW_MAJOR ? spv_coopmat_row_major : spv_coopmat_col_major);
+        uint32_t layout = spv_c_u32(x, in->imm[1] & IR_FRAG_ROW_MAJOR ? spv_coopmat_row_major : spv_coopmat_col_major);
         if (load) {
             uint32_t id = spv_b_id(&x->b);
             spv_b_emitv(&x->b, SPV_SEC_FUNCTION, spv_op_coopmat_load_khr, 6, t, id, ptr, layout, stride,
@@ -103,11 +102,14 @@ void spv_emit_frag(spv_ctx *x, const ir_inst *in) {
         return;
     }
     case IR_OP_FRAG_LOAD_TENSOR: load_tensor(x, in); return;
-    case IR_OP_FRAG_ELEMS: case IR_OP_FRAG_FROM_ELEMS: case IR_OP_FRAG_PAIR_SUB:
+    case IR_OP_FRAG_ELEMS:
+    case IR_OP_FRAG_FROM_ELEMS:
+    case IR_OP_FRAG_PAIR_SUB:
         spv_fail(x, "a fragment's elements per invocation (frag.elems) have no defined layout in SPIR-V's "
                     "cooperative matrices");
         return;
-    case IR_OP_WG_MMA: case IR_OP_WG_WAIT: spv_fail(x, "warpgroup matrix products (wgmma, sm_90a) have no SPIR-V equivalent"); return;
+    case IR_OP_WG_MMA:
+    case IR_OP_WG_WAIT: spv_fail(x, "warpgroup matrix products (wgmma, sm_90a) have no SPIR-V equivalent"); return;
     case IR_OP_FRAG_MMA: {
         if (!ir_emit_need(&x->e, in, 3)) return;
         const ir_type_desc *a = ir_type_get(x->k, ir_type_of(x->k, in->operand[0]));

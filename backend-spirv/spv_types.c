@@ -136,8 +136,9 @@ static uint32_t t_frag(spv_ctx *x, const ir_type_desc *d) {
         return 0;
     }
     if (d->wg && !spv_wg_mma_find(x, d->m, d->n, d->k, ab, acc)) {
-        spv_fail(x, "workgroup fragment %s %s %ux%ux%u of a %u-invocation workgroup is not a multiple of the "
-                    "device's granularities (caps.wg_mma)",
+        spv_fail(x,
+                 "workgroup fragment %s %s %ux%ux%u of a %u-invocation workgroup is not a multiple of the "
+                 "device's granularities (caps.wg_mma)",
                  use_name(d->use), ir_scalar_name(d->elem), d->m, d->n, d->k, wg_invocations(x));
         return 0;
     }
@@ -186,8 +187,8 @@ static uint16_t f32_to_f16_bits(float f) {
     if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
     if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
     if (a < 0x38800000u) {                                   /* f16 subnormal or zero */
-        float q = fabsf(f) * 16777216.0f;                     /* in units of 2^-24, exact */
-        float r = nearbyintf(q);                               /* default mode: ties to even */
+        float q = fabsf(f) * 16777216.0f;                    /* in units of 2^-24, exact */
+        float r = nearbyintf(q);                             /* default mode: ties to even */
         return (uint16_t)(sign | (uint32_t)r);
     }
     uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
@@ -199,15 +200,18 @@ static uint16_t f32_to_f16_bits(float f) {
 uint32_t spv_c_scalar(spv_ctx *x, ir_scalar s, uint64_t bits) {
     switch (s) {
     case IR_BOOL: return c_bool(x, bits != 0);
-    case IR_I32: case IR_U32: {
+    case IR_I32:
+    case IR_U32: {
         uint32_t u = (uint32_t)bits;
         return spv_b_const(&x->b, SpvOpConstant, spv_t_rep_s(x, s), &u, 1);
     }
-    case IR_I64: case IR_U64: {
+    case IR_I64:
+    case IR_U64: {
         uint32_t o[2] = {(uint32_t)bits, (uint32_t)(bits >> 32)};
         return spv_b_const(&x->b, SpvOpConstant, spv_t_rep_s(x, s), o, 2);
     }
-    case IR_F32: case IR_BF16: {
+    case IR_F32:
+    case IR_BF16: {
         uint32_t u = (uint32_t)bits;
         return spv_b_const(&x->b, SpvOpConstant, spv_t_f32(x), &u, 1);
     }
@@ -310,4 +314,3 @@ uint32_t spv_global_var(spv_ctx *x, uint32_t ptr_type, uint32_t sc) {
     add_iface(x, id);
     return id;
 }
-

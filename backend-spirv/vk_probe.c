@@ -139,8 +139,8 @@ static int read_coopmat(VkInstance inst, VkPhysicalDevice pd, bool bf16_ok, rt_c
     if (r == VK_SUCCESS || r == VK_INCOMPLETE) {
         for (uint32_t i = 0; i < cnt; i++) {
             const vkp_coopmat_props *q = &p[i];
-            if (q->scope != VKP_SCOPE_SUBGROUP || !kiln_types(c, bf16_ok, q->AType, q->BType, q->CType,
-                                                              q->ResultType, q->saturatingAccumulation))
+            if (q->scope != VKP_SCOPE_SUBGROUP ||
+                !kiln_types(c, bf16_ok, q->AType, q->BType, q->CType, q->ResultType, q->saturatingAccumulation))
                 continue;
             if (!q->MSize || !q->NSize || !q->KSize) continue;
             add_mma(c, q->MSize, q->NSize, q->KSize, ir_type_of_component(q->AType), ir_type_of_component(q->CType));
@@ -181,10 +181,10 @@ static int read_coopmat2(VkInstance inst, VkPhysicalDevice pd, bool bf16_ok, rt_
 
 /* ---- one device -------------------------------------------------------------------------- */
 
-#define CHAIN(tail, s)           \
-    do {                         \
-        *(tail) = &(s);          \
-        (tail) = &(s).pNext;     \
+#define CHAIN(tail, s)                                                                                                 \
+    do {                                                                                                               \
+        *(tail) = &(s);                                                                                                \
+        (tail) = &(s).pNext;                                                                                           \
     } while (0)
 
 static int probe_one(VkInstance inst, uint32_t inst_api, VkPhysicalDevice pd, rt_caps *c) {
@@ -263,8 +263,10 @@ static int probe_one(VkInstance inst, uint32_t inst_api, VkPhysicalDevice pd, rt
 
     /* identity */
     const char *vn = vendor_name(P->vendorID);
-    if (vn) copy_text(c->vendor, sizeof c->vendor, vn, strlen(vn) + 1);
-    else snprintf(c->vendor, sizeof c->vendor, "0x%04x", P->vendorID);
+    if (vn)
+        copy_text(c->vendor, sizeof c->vendor, vn, strlen(vn) + 1);
+    else
+        snprintf(c->vendor, sizeof c->vendor, "0x%04x", P->vendorID);
     copy_text(c->name, sizeof c->name, P->deviceName, sizeof P->deviceName);
     if (x_driver && v11 && drv.driverName[0]) {
         char text[2 * VK_MAX_DRIVER_NAME_SIZE + 2];
@@ -282,7 +284,8 @@ static int probe_one(VkInstance inst, uint32_t inst_api, VkPhysicalDevice pd, rt
         uint32_t d = P->driverVersion; /* NVIDIA packs 10.8.8.6 bits; most others as VK_MAKE_VERSION */
         if (P->vendorID == 0x10DE)
             snprintf(c->driver, sizeof c->driver, "%u.%u.%u", d >> 22, d >> 14 & 0xff, d >> 6 & 0xff);
-        else snprintf(c->driver, sizeof c->driver, "%u.%u.%u", d >> 22, d >> 12 & 0x3ff, d & 0xfff);
+        else
+            snprintf(c->driver, sizeof c->driver, "%u.%u.%u", d >> 22, d >> 12 & 0x3ff, d & 0xfff);
     }
     c->api_version = p0.apiVersion;
 
@@ -330,7 +333,8 @@ static int probe_one(VkInstance inst, uint32_t inst_api, VkPhysicalDevice pd, rt
     c->shared_bytes = P->limits.maxComputeSharedMemorySize;
     c->max_workgroup = P->limits.maxComputeWorkGroupInvocations;
     c->max_buffer_bytes = P->limits.maxStorageBufferRange;
-    if (x_nvsm && v11) c->compute_units = nvsm.shaderSMCount;
+    if (x_nvsm && v11)
+        c->compute_units = nvsm.shaderSMCount;
     else if (x_amdcore && v11)
         c->compute_units = amd.shaderEngineCount * amd.shaderArraysPerEngineCount * amd.computeUnitsPerShaderArray;
 

@@ -11,8 +11,9 @@
  *   large: 128 x 128 a workgroup of 8 subgroups (2 along tokens x 4 along rows), each 64
  *   tokens x 32 rows, chunks of 32 columns with the next chunk's loads in flight (in
  *   registers) during the math. Each staged value feeds twice the products of the small
- *   tile's, and W's rows are read from memory half as often. Taken where its grid still
- *   fills the device's compute units (a product of few outputs keeps the small tile).
+ *   tile's, and W's rows are read from memory half as often. Opt-in (KILN_MATMUL_COOP=large)
+ *   until measured on a device with cooperative matrices (it was written without one);
+ *   then to be taken where its grid still fills the device's compute units.
  *
  * The sums leave through an f32 array of workgroup memory, a region per subgroup, one
  * round per band of its tokens (the large tile's whole sums would not fit 48 KiB), so
@@ -25,8 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define COOP_PAD 8 /* dtype elements after each staged row */
-#define OUT_PAD 4  /* f32 words after each row of a subgroup's sums */
+#define COOP_PAD 8                  /* dtype elements after each staged row */
+#define COOP_LARGE_BY_DEFAULT false /* until the large tile is measured on a device */
+#define OUT_PAD 4                   /* f32 words after each row of a subgroup's sums */
 
 typedef struct coop_tile {
     uint32_t sg_t, sg_r;   /* subgroups along tokens and rows */
@@ -88,13 +90,13 @@ bool mm_coop_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t n_max,
     if (!c->n_mma || !c->subgroup_size) return false;
     const rt_mma_shape *s = pick_shape(c, dt);
     if (!s) return false;
-    const coop_tile *want = forced(), *t = want ? want : &LARGE;
+    const coop_tile *want = forced(), *t = want ? want : COOP_LARGE_BY_DEFAULT ? &LARGE : &SMALL;
     uint32_t kc = fit(c, t, s);
     /* the large tile where its grid fills the compute units (unknown: where it has 64
      * workgroups) */
     uint64_t grid = (uint64_t)((rows + tile_r(t) - 1) / tile_r(t)) * (n_max / tile_t(t) + (n_max % tile_t(t) != 0));
     uint32_t units = c->compute_units ? c->compute_units : 64;
-    if (!want && kc && grid < units) kc = 0;
+    if (!want && t == &LARGE && kc && grid < units) kc = 0;
     if (!kc) t = &SMALL, kc = fit(c, t, s);
     if (!kc) return false;
     cfg->shape = s, cfg->tile = t, cfg->kc = kc;

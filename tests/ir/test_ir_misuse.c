@@ -268,21 +268,21 @@ Test(ir, misuse_types_and_decls) {
 Test(ir, misuse_values) {
     ir_kernel *k = kern();
     ir_val f = ir_const_f32(k, 1), u = ir_const_u32(k, 1);
-    ir_val l[2] = { f, u };
+    ir_val l[2] = {f, u};
     cr_assert_eq(ir_vec(k, l, 2), IR_NONE);
     expect_builder_error(k, "ir_vec: vec lane 1 is u32, expected f32");
     ir_kernel_destroy(k);
 
     k = kern();
     f = ir_const_f32(k, 1);
-    ir_val l5[5] = { f, f, f, f, f };
+    ir_val l5[5] = {f, f, f, f, f};
     cr_assert_eq(ir_vec(k, l5, 5), IR_NONE);
     expect_builder_error(k, "ir_vec: vectors have 2..4 lanes");
     ir_kernel_destroy(k);
 
     k = kern();
     f = ir_const_f32(k, 1);
-    ir_val l2[2] = { f, f };
+    ir_val l2[2] = {f, f};
     cr_assert_eq(ir_extract(k, ir_vec(k, l2, 2), 2), IR_NONE);
     expect_builder_error(k, "ir_extract: lane 2 out of 0..1");
     ir_kernel_destroy(k);
@@ -377,9 +377,9 @@ Test(ir, misuse_values) {
     ir_buf b = ir_param_buffer(k, "T", IR_F16, IR_READ);
     ir_val z = ir_const_u32(k, 0), n = ir_const_u32(k, 100);
     cr_assert_neq(ir_frag_load_tensor(k, ir_t_frag_wg(k, IR_FRAG_B, IR_F16, 32, 32, 16), b, z, z, n, n, true), IR_NONE);
-    cr_assert_eq(ir_frag_load_tensor(k, ir_t_frag_wg(k, IR_FRAG_B, IR_F16, 32, 32, 16), b, z, z, n,
-                                     ir_const_f32(k, 1), false),
-                 IR_NONE);
+    cr_assert_eq(
+        ir_frag_load_tensor(k, ir_t_frag_wg(k, IR_FRAG_B, IR_F16, 32, 32, 16), b, z, z, n, ir_const_f32(k, 1), false),
+        IR_NONE);
     expect_builder_error(k, "ir_frag_load_tensor: n_cols must be u32");
     ir_kernel_destroy(k);
 }
@@ -405,7 +405,7 @@ Test(ir, misuse_null_kernel_and_garbage) {
     ir_buf b = ir_param_buffer(k, "b", IR_F32, IR_READ | IR_WRITE);
     ir_shm s = ir_shared_array(k, "s", IR_F32, 16);
     ir_type fr = ir_t_frag(k, IR_FRAG_ACC, IR_F32, 16, 16, 16);
-    ir_val bad[] = { IR_NONE, 77, UINT32_MAX };
+    ir_val bad[] = {IR_NONE, 77, UINT32_MAX};
     for (unsigned i = 0; i < 3; i++) {
         ir_val x = bad[i];
         cr_assert_eq(ir_bin(k, IR_OP_ADD, x, x), IR_NONE);
@@ -416,7 +416,7 @@ Test(ir, misuse_null_kernel_and_garbage) {
         cr_assert_eq(ir_convert(k, x, 0), IR_NONE);
         cr_assert_eq(ir_convert(k, x, 9999), IR_NONE);
         cr_assert_eq(ir_bitcast(k, x, 0), IR_NONE);
-        cr_assert_eq(ir_vec(k, (ir_val[]){ x, x }, 2), IR_NONE);
+        cr_assert_eq(ir_vec(k, (ir_val[]){x, x}, 2), IR_NONE);
         cr_assert_eq(ir_vec(k, NULL, 2), IR_NONE);
         cr_assert_eq(ir_extract(k, x, 0), IR_NONE);
         cr_assert_eq(ir_load(k, b, x, 1), IR_NONE);

@@ -108,8 +108,8 @@ static void product_case(mm_builder build, rt_device *d, mm_shape s, ir_scalar t
         cr_assert_eq(d->ops->run(d, &l, 1, &err), 0, "%s: %s", what, err.msg);
         tu_vk_download(d, by, y, (ny + GUARD) * ysz);
         for (size_t i = (size_t)n * rows; i < ny + GUARD; i++)
-            cr_assert_eq(memcmp(y + i * ysz, poison + i * ysz, ysz), 0, "%s: wrote [%zu] (token %zu, past n or the end)",
-                         what, i, i / rows);
+            cr_assert_eq(memcmp(y + i * ysz, poison + i * ysz, ysz), 0,
+                         "%s: wrote [%zu] (token %zu, past n or the end)", what, i, i / rows);
         for (uint32_t tk = 0; tk < n; tk++)
             for (uint32_t r = 0; r < rows; r++) {
                 const float *wr = wf + (size_t)r * cols, *xr = xf + (size_t)tk * cols;
@@ -171,8 +171,7 @@ static void run_shapes(const char *var, uint64_t sd, const size_t *pick, size_t 
     tu_seed(sd);
     for (size_t pi = 0; pi < n_pick; pi++) {
         size_t si = pick ? pick[pi] : pi;
-        for (size_t ti = 0; ti < 2; ti++)
-            matmul_case(d, shapes[si], dtypes[ti], epi_of(si + ti), all_ns, N_NS, var);
+        for (size_t ti = 0; ti < 2; ti++) matmul_case(d, shapes[si], dtypes[ti], epi_of(si + ti), all_ns, N_NS, var);
     }
     d->ops->destroy(d);
 }
@@ -249,7 +248,7 @@ Test(kernels_matmul, workgroup_scope_variant_builds_for_h200_caps) {
                         cr_assert_eq(g[0], (s.rows + 127) / 128, "%s: groups x %u", what, g[0]);
                         cr_assert_eq(g[1], (s.n_max + 127) / 128, "%s: groups y %u", what, g[1]);
                     }
-                    tu_emit_ok(k, &c, err.msg, what); /* destroys k */
+                    tu_emit_ok(k, &c, err.msg, what);       /* destroys k */
                     for (int j = 0; j < 2 && forced; j++) { /* no coopmat2, too little workgroup memory */
                         k = kn_matmul(j ? &small : &none, s.rows, s.cols, s.n_max, dtypes[ti], epi, g, &err);
                         cr_assert_not_null(k, "%s: %s", what, err.msg);
@@ -275,8 +274,8 @@ Test(kernels_matmul, skinny_on_the_device, .timeout = 600) {
     }
     tu_seed(36);
     /* the last two: blocks of 64 tokens on the grid's y */
-    static const mm_shape sk[] = {{16, 32, 8},     {48, 160, 24},  {272, 1024, 64}, {32, 1056, 32},
-                                  {1024, 128, 64}, {16, 2048, 16}, {80, 352, 48},   {48, 320, 192}, {64, 1024, 128}};
+    static const mm_shape sk[] = {{16, 32, 8},    {48, 160, 24}, {272, 1024, 64}, {32, 1056, 32}, {1024, 128, 64},
+                                  {16, 2048, 16}, {80, 352, 48}, {48, 320, 192},  {64, 1024, 128}};
     static const uint32_t ns[] = {1, 7, 8, 9, 17, 23, 24, 33, 64, 65, 127, 128, 130, 192};
     uint32_t ran = 0;
     for (size_t i = 0; i < sizeof sk / sizeof sk[0]; i++)
@@ -411,8 +410,8 @@ Test(kernels_matmul, skinny_builds_and_refuses) {
         cr_assert(g[1] == 8 && (g[0] == 4 || g[0] == 2), "grid %u x %u", g[0], g[1]);
         tu_ptx_assembles(kb, &c, "skinny blocks");
         ir_kernel_destroy(kb);
-        static const mm_shape bad[] = {{1000, 1024, 32}, {1024, 1000, 32}, {1024, 1024, 20}, {1024, 1024, 72},
-                                       {1024, 1024, 100}};
+        static const mm_shape bad[] = {
+            {1000, 1024, 32}, {1024, 1000, 32}, {1024, 1024, 20}, {1024, 1024, 72}, {1024, 1024, 100}};
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
             cr_assert_not(kn_matmul_skinny_ok(&c, bad[i].rows, bad[i].cols, bad[i].n_max, IR_BF16));
             cr_assert_null(kn_matmul_skinny(&c, bad[i].rows, bad[i].cols, bad[i].n_max, IR_BF16, 0, g, &err));
@@ -623,8 +622,8 @@ Test(kernels_matmul, tma_variant_builds_for_sm_90, .timeout = 300) {
             bool pairs = (sh[i].n_max + 127) / 128 % 2 == 0, cl = pairs && env[e] && env[e][strlen(env[e]) - 1] == '2';
             cr_assert(strstr(text, "tma.load") && strstr(text, "mbar.wait") && strstr(text, "wg.mma"),
                       "not the tma variant");
-            cr_assert_eq(strstr(text, "cluster(2)") != NULL, cl, "%ux%u (%s): clusters or not", sh[i].rows,
-                         sh[i].n_max, env[e] ? env[e] : "default");
+            cr_assert_eq(strstr(text, "cluster(2)") != NULL, cl, "%ux%u (%s): clusters or not", sh[i].rows, sh[i].n_max,
+                         env[e] ? env[e] : "default");
             cr_assert_eq(strstr(text, "multicast") != NULL, cl, "multicast with clusters only");
             cr_assert_eq(g[1], 1u, "a 1D grid");
             cr_assert_eq(g[0] % (cl ? 2 : 1), 0u, "the grid a multiple of the cluster");
@@ -670,8 +669,8 @@ Test(kernels_matmul, tma_variant_on_the_device, .timeout = 600) {
     for (size_t e = 0; e < sizeof cfg / sizeof cfg[0]; e++) {
         if (cfg[e]) setenv("KILN_MATMUL_TMA", cfg[e], 1);
         for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
-            product_case(kn_matmul_tma, d, sh[i], dtypes[(i + e) % 2], epi_of(i + e), ns,
-                         sizeof ns / sizeof ns[0], cfg[e] ? cfg[e] : "tma");
+            product_case(kn_matmul_tma, d, sh[i], dtypes[(i + e) % 2], epi_of(i + e), ns, sizeof ns / sizeof ns[0],
+                         cfg[e] ? cfg[e] : "tma");
         static const mm_shape sw[] = {{200, 1000, 128}, {1000, 136, 256}, {136, 64, 64}};
         static const uint32_t sns[] = {1, 63, 65, 128, 129, 256};
         for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++)
@@ -694,8 +693,7 @@ Test(kernels_matmul, warpgroup_variant_on_the_device, .timeout = 600) {
     static const uint32_t ns[] = {1, 63, 65, 128, 129, 300, 512};
     for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
         for (size_t ti = 0; ti < 2; ti++)
-            product_case(kn_matmul_wg, d, sh[i], dtypes[ti], epi_of(i + ti), ns, sizeof ns / sizeof ns[0],
-                         "wgmma");
+            product_case(kn_matmul_wg, d, sh[i], dtypes[ti], epi_of(i + ti), ns, sizeof ns / sizeof ns[0], "wgmma");
     /* the SwiGLU epilogue: half-tiles of gate and up rows, a rows tail in each tile size */
     static const mm_shape sw[] = {{200, 1000, 128}, {1000, 136, 256}, {136, 64, 64}};
     static const char *const tiles[] = {NULL, "192,64,4,1", "128,64,3,0"};
@@ -754,29 +752,33 @@ Test(kernels_matmul, variants_build_for_min_and_h200_caps) {
                                         {4097, 1000, 256},
                                         {1000, 4097, 64},
                                         {151936, 1024, 64}};
-    for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
-        for (size_t ti = 0; ti < 2; ti++)
-            for (unsigned epi = 0; epi < 4; epi++)
-                for (size_t i = 0; i < sizeof shapes_b / sizeof shapes_b[0]; i++) {
-                    if (epi && i % 3) continue; /* every epilogue on a third of the shapes */
-                    const rt_caps *c = &cs[ci].c;
-                    mm_shape s = shapes_b[i];
-                    uint32_t g[2] = {0, 0};
-                    char what[200];
-                    snprintf(what, sizeof what, "matmul %ux%u n_max=%u %s epi=%s caps %s", s.rows, s.cols, s.n_max,
-                             tu_dname(dtypes[ti]), epi_name(epi), cs[ci].name);
-                    ir_kernel *k = kn_matmul(c, s.rows, s.cols, s.n_max, dtypes[ti], epi, g, &err);
-                    cr_assert_not_null(k, "%s: %s", what, err.msg);
-                    cr_assert_eq(tu_ir_has(k, "frag.mma"), cs[ci].mma[ti], "%s: cooperative matrices %s", what,
-                                 cs[ci].mma[ti] ? "not used" : "used");
-                    /* the grid covers each output once, in 128- or 64-square tiles */
-                    uint32_t units = c->compute_units ? c->compute_units : 64;
-                    uint64_t grid128 = (uint64_t)((s.rows + 127) / 128) * ((s.n_max + 127) / 128);
-                    uint32_t tile = cs[ci].mma[ti] && cs[ci].large && grid128 >= units ? 128 : 64;
-                    cr_assert_eq(g[0], (s.rows + tile - 1) / tile, "%s: groups x %u (tile %u)", what, g[0], tile);
-                    cr_assert_eq(g[1], (s.n_max + tile - 1) / tile, "%s: groups y %u (tile %u)", what, g[1], tile);
-                    tu_emit_ok(k, c, err.msg, what);
-                }
+    /* the small tile by default; the large one (opt-in until measured) where forced and it fits */
+    for (int force = 0; force < 2; force++) {
+        if (force) setenv("KILN_MATMUL_COOP", "large", 1);
+        for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
+            for (size_t ti = 0; ti < 2; ti++)
+                for (unsigned epi = 0; epi < 4; epi++)
+                    for (size_t i = 0; i < sizeof shapes_b / sizeof shapes_b[0]; i++) {
+                        if (epi && i % 3) continue; /* every epilogue on a third of the shapes */
+                        const rt_caps *c = &cs[ci].c;
+                        mm_shape s = shapes_b[i];
+                        uint32_t g[2] = {0, 0};
+                        char what[200];
+                        snprintf(what, sizeof what, "matmul %ux%u n_max=%u %s epi=%s caps %s%s", s.rows, s.cols,
+                                 s.n_max, tu_dname(dtypes[ti]), epi_name(epi), cs[ci].name,
+                                 force ? " (large forced)" : "");
+                        ir_kernel *k = kn_matmul(c, s.rows, s.cols, s.n_max, dtypes[ti], epi, g, &err);
+                        cr_assert_not_null(k, "%s: %s", what, err.msg);
+                        cr_assert_eq(tu_ir_has(k, "frag.mma"), cs[ci].mma[ti], "%s: cooperative matrices %s", what,
+                                     cs[ci].mma[ti] ? "not used" : "used");
+                        /* the grid covers each output once, in 128- or 64-square tiles */
+                        uint32_t tile = cs[ci].mma[ti] && cs[ci].large && force ? 128 : 64;
+                        cr_assert_eq(g[0], (s.rows + tile - 1) / tile, "%s: groups x %u (tile %u)", what, g[0], tile);
+                        cr_assert_eq(g[1], (s.n_max + tile - 1) / tile, "%s: groups y %u (tile %u)", what, g[1], tile);
+                        tu_emit_ok(k, c, err.msg, what);
+                    }
+    }
+    unsetenv("KILN_MATMUL_COOP");
 }
 
 Test(kernels_matmul, bad_shapes_dtypes_and_epilogues_are_refused) {
@@ -835,8 +837,8 @@ Test(kernels_matmul, matvec_short_rows_on_cuda) {
     cr_assert_eq(gx, 151936 / 32, "grid %u", gx);
     tu_ptx_assembles(k, &c, "matvec short rows");
     ir_kernel_destroy(k);
-    static const uint32_t shapes[][3] = {{4096, 4096, 8}, {16384, 512, 32}, {8448, 1536, 16}, {4096, 1024, 8},
-                                         {4097, 1024, 8}};
+    static const uint32_t shapes[][3] = {
+        {4096, 4096, 8}, {16384, 512, 32}, {8448, 1536, 16}, {4096, 1024, 8}, {4097, 1024, 8}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         k = kn_matvec(&c, shapes[i][0], shapes[i][1], IR_BF16, IR_BF16, KN_EPI_RESIDUAL, &gx, &err);
         cr_assert_not_null(k, "%s", err.msg);

@@ -28,8 +28,8 @@ static rt_caps rich(void) {
     c.n_mma = 4;
     memcpy(c.mma, shapes, sizeof shapes);
     /* VK_NV_cooperative_matrix2's workgroup scope, as the H200's driver lists it */
-    const rt_mma_shape wg[] = {{16, 16, 16, IR_F16, IR_F32, 64}, {32, 32, 16, IR_F16, IR_F32, 256},
-                               {32, 32, 16, IR_BF16, IR_F32, 256}};
+    const rt_mma_shape wg[] = {
+        {16, 16, 16, IR_F16, IR_F32, 64}, {32, 32, 16, IR_F16, IR_F32, 256}, {32, 32, 16, IR_BF16, IR_F32, 256}};
     c.n_wg_mma = 3;
     memcpy(c.wg_mma, wg, sizeof wg);
     c.wg_mma_max_dim = 1024, c.wg_mma_reserved_shared = 8192;
@@ -346,15 +346,15 @@ Test(caps, overrides_never_add) {
     /* A device with nothing: every item either changes nothing or is refused. */
     rt_caps none;
     rt_caps_default(&none, RT_VULKAN);
-    const char *flags[] = {"no-coopmat", "no-coopmat2", "no-f16", "no-bf16", "no-storage16", "no-subgroup-arith",
-                           "no-subgroup-shuffle", "no-atomic-f32"};
+    const char *flags[] = {"no-coopmat",        "no-coopmat2",         "no-f16",       "no-bf16", "no-storage16",
+                           "no-subgroup-arith", "no-subgroup-shuffle", "no-atomic-f32"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         rt_caps got = none;
         cr_assert_eq(rt_caps_override(&got, flags[i], NULL), 0);
         cr_assert_str_eq(describe(&got), describe(&none), "%s", flags[i]);
     }
-    const char *more[] = {"subgroup=8", "subgroup=2", "shared=16385", "shared=65536", "workgroup=129",
-                          "workgroup=1024"};
+    const char *more[] = {"subgroup=8",   "subgroup=2",    "shared=16385",
+                          "shared=65536", "workgroup=129", "workgroup=1024"};
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
         rt_caps got = none;
         cr_assert_eq(rt_caps_override(&got, more[i], NULL), -1, "%s", more[i]);
@@ -364,10 +364,11 @@ Test(caps, overrides_never_add) {
     /* Random lists on the rich device (a fixed seed, so a failure repeats): what applies
      * only takes away; what is refused leaves the caps as they were. */
     const rt_caps base = rich();
-    const char *pool[] = {"no-coopmat", "no-coopmat2", "no-f16", "no-bf16", "no-storage16", "no-subgroup-arith",
-                          "no-subgroup-shuffle", "no-atomic-f32", "subgroup=4", "subgroup=8", "subgroup=16",
-                          "subgroup=32", "subgroup=64", "subgroup=128", "shared=0", "shared=32768", "shared=49152",
-                          "shared=65536", "workgroup=1", "workgroup=64", "workgroup=1024", "workgroup=2048"};
+    const char *pool[] = {"no-coopmat",        "no-coopmat2",         "no-f16",        "no-bf16",      "no-storage16",
+                          "no-subgroup-arith", "no-subgroup-shuffle", "no-atomic-f32", "subgroup=4",   "subgroup=8",
+                          "subgroup=16",       "subgroup=32",         "subgroup=64",   "subgroup=128", "shared=0",
+                          "shared=32768",      "shared=49152",        "shared=65536",  "workgroup=1",  "workgroup=64",
+                          "workgroup=1024",    "workgroup=2048"};
     const size_t npool = sizeof pool / sizeof pool[0];
     uint32_t seed = 12345;
     int applied = 0;
@@ -440,11 +441,14 @@ Test(caps, describe_is_stable) {
     const char *d = describe(&cu);
     cr_assert(strstr(d, "backend: cuda\nvendor: -\nname: -\ndriver: -\napi_version: 13.0\ncompute_capability: 9.0\n"),
               "%s", d);
-    cr_assert(strstr(d, "mma: none\nwg_mma: none\nshared_bytes: 49152 (48 KiB)\nmax_workgroup: 1024\nmax_buffer_bytes: no limit\n"
-                        "shared_per_cu: 0 (unknown)\nl2_bytes: 0 (unknown)\n"
-                        "compute_units: 0 (unknown)\n"
-                        "memory_bytes: 0 (unknown)\nfree_bytes: 0 (unknown)\n"),
-              "%s", d);
+    cr_assert(
+        strstr(
+            d,
+            "mma: none\nwg_mma: none\nshared_bytes: 49152 (48 KiB)\nmax_workgroup: 1024\nmax_buffer_bytes: no limit\n"
+            "shared_per_cu: 0 (unknown)\nl2_bytes: 0 (unknown)\n"
+            "compute_units: 0 (unknown)\n"
+            "memory_bytes: 0 (unknown)\nfree_bytes: 0 (unknown)\n"),
+        "%s", d);
 
     /* a line per field, whatever the driver put in its strings */
     rt_caps odd = c;
