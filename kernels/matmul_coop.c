@@ -11,24 +11,27 @@
  *   large: 128 x 128 a workgroup of 8 subgroups (2 along tokens x 4 along rows), each 64
  *   tokens x 32 rows, chunks of 32 columns with the next chunk's loads in flight (in
  *   registers) during the math. Each staged value feeds twice the products of the small
- *   tile's, and W's rows are read from memory half as often. Opt-in (KILN_MATMUL_COOP=large)
- *   until measured on a device with cooperative matrices (it was written without one);
- *   then to be taken where its grid still fills the device's compute units.
+ *   tile's, and W's rows are read from memory half as often. Taken where its grid still
+ *   fills the device's compute units (a product of few outputs keeps the small tile).
  *
  * The sums leave through an f32 array of workgroup memory, a region per subgroup, one
  * round per band of its tokens (the large tile's whole sums would not fit 48 KiB), so
  * every invocation applies the epilogue to its share with plain (vector) stores.
  *
  * On the H200 (qwen3-0.6b's projections, n = 512) the small tile did 70-77 TFLOP/s in bf16,
- * ~100 in f16. KILN_MATMUL_COOP=small|large forces a tile (measuring). */
+ * ~100 in f16. On an H100's Vulkan (NVIDIA 580.159.04, bf16) `kiln probe --measure`'s
+ * product did 72.6 TFLOP/s with the small tile, 114 with the large; qwen3-8b pp512 4,616
+ * and 7,416 tok/s. Where VK_NV_cooperative_matrix2 is offered, matmul_coop2.c comes first
+ * (156 TFLOP/s, 8,934 tok/s there). KILN_MATMUL_COOP=small|large forces a tile
+ * (measuring). */
 #include "kernels/matmul_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define COOP_PAD 8                  /* dtype elements after each staged row */
-#define COOP_LARGE_BY_DEFAULT false /* until the large tile is measured on a device */
-#define OUT_PAD 4                   /* f32 words after each row of a subgroup's sums */
+#define COOP_PAD 8                 /* dtype elements after each staged row */
+#define COOP_LARGE_BY_DEFAULT true /* measured: bench/results/2026-12-07-sessions48-49.md */
+#define OUT_PAD 4                  /* f32 words after each row of a subgroup's sums */
 
 typedef struct coop_tile {
     uint32_t sg_t, sg_r;   /* subgroups along tokens and rows */

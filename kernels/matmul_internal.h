@@ -105,8 +105,8 @@ typedef struct mm_coop2_cfg {
 } mm_coop2_cfg;
 /* The variant for this dtype, or false: caps.wg_mma has a dtype x dtype -> f32 entry whose
  * granularities divide the 64 x 128 x 32 fragments, its workgroup within the limits, the
- * staged sums within caps.shared_bytes less what the compiler keeps; and
- * KILN_MATMUL_COOP=wg asks for it (opt-in until measured). */
+ * staged sums within caps.shared_bytes less what the compiler keeps; and KILN_MATMUL_COOP
+ * is not small or large (those force matmul_coop.c's tiles). */
 bool mm_coop2_pick(const rt_caps *c, ir_scalar dt, mm_coop2_cfg *cfg);
 void mm_build_coop2(mm *m, const mm_coop2_cfg *cfg, uint32_t groups[2]);
 

@@ -54,7 +54,7 @@ typedef struct plan_shape {
     bool bias, freqs;
     bool fuse_norm; /* the decode step's norms inside the products after them (kn_matvec_norm) */
     /* a short block's and a step's norms inside their skinny products where they apply
-     * (plan_skinny_norm; off where KILN_SKINNY_NORM=0) */
+     * (plan_skinny_norm; opt-in, KILN_SKINNY_NORM=1: measured slower) */
     bool skinny_norm;
     /* the decode attention merges its runs in its own launch (kn_attn_decode_merged;
      * plan_attn_merged_on) */
@@ -267,7 +267,8 @@ const plan_prefill *plan_sub_for(const plan_engine *p, uint32_t n);
  * PLAN_LONG_BLOCK (each within the context). */
 int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_block, plan_shape *s, kiln_err *err);
 bool plan_can_fuse_norm(const plan_shape *s, const rt_caps *c);
-/* plan_shape.skinny_norm for a plan: on unless KILN_SKINNY_NORM=0 (measuring). */
+/* plan_shape.skinny_norm for a plan: on where KILN_SKINNY_NORM=1 (measured slower than
+ * the norms apart: plan_kernels.c). */
 bool plan_skinny_norm_on(void);
 /* plan_shape.attn_merged: on Vulkan, off on CUDA (measured: plan_kernels.c);
  * KILN_ATTN_MERGED=1 or 0 forces it. */

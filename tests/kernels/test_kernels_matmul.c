@@ -209,7 +209,7 @@ Test(kernels_matmul, other_variants_on_coopmat_devices, .timeout = 600) {
 }
 
 /* Workgroup-scope matrices with tensor-addressed loads (VK_NV_cooperative_matrix2), where
- * the device has them: every shape (opt-in, KILN_MATMUL_COOP=wg). */
+ * the device has them: every shape (the default there; KILN_MATMUL_COOP=wg names it). */
 Test(kernels_matmul, workgroup_scope_variant_on_the_device, .timeout = 600) {
     rt_device *d = tu_vk_open_or_skip(NULL);
     bool have = d->caps.n_wg_mma != 0;
@@ -222,7 +222,8 @@ Test(kernels_matmul, workgroup_scope_variant_on_the_device, .timeout = 600) {
 
 /* The workgroup-scope variant builds and validates for the H200's caps on every dtype,
  * epilogue and odd shape (128-square tiles, the loads tensor-addressed), and steps aside
- * where the caps lack it, where its sums do not fit, and unless asked for. */
+ * where the caps lack it, where its sums do not fit, and where KILN_MATMUL_COOP asks for
+ * the subgroup-scope tiles. */
 Test(kernels_matmul, workgroup_scope_variant_builds_for_h200_caps) {
     kiln_err err = {0};
     rt_caps c, none, small;
@@ -231,8 +232,8 @@ Test(kernels_matmul, workgroup_scope_variant_builds_for_h200_caps) {
     cr_assert_eq(rt_caps_override(&none, "no-coopmat2", &err), 0, "%s", err.msg);
     cr_assert_eq(rt_caps_override(&small, "shared=40000", &err), 0, "%s", err.msg); /* 31,808 left: < 33,792 */
     static const mm_shape sh[] = {{1024, 1024, 512}, {4097, 1000, 256}, {7, 7, 64}, {151936, 1024, 64}, {100, 40, 64}};
-    for (int forced = 0; forced < 2; forced++) {
-        if (forced) setenv("KILN_MATMUL_COOP", "wg", 1);
+    for (int forced = 0; forced < 3; forced++) { /* unset, wg, large */
+        if (forced) setenv("KILN_MATMUL_COOP", forced == 1 ? "wg" : "large", 1);
         for (size_t ti = 0; ti < 2; ti++)
             for (unsigned epi = 0; epi < 4; epi++)
                 for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
@@ -240,16 +241,19 @@ Test(kernels_matmul, workgroup_scope_variant_builds_for_h200_caps) {
                     uint32_t g[2] = {0, 0};
                     char what[200];
                     snprintf(what, sizeof what, "matmul %ux%u n_max=%u %s epi=%s%s", s.rows, s.cols, s.n_max,
-                             tu_dname(dtypes[ti]), epi_name(epi), forced ? " wg" : "");
+                             tu_dname(dtypes[ti]), epi_name(epi),
+                             forced == 2 ? " large"
+                             : forced    ? " wg"
+                                         : "");
                     ir_kernel *k = kn_matmul(&c, s.rows, s.cols, s.n_max, dtypes[ti], epi, g, &err);
                     cr_assert_not_null(k, "%s: %s", what, err.msg);
-                    cr_assert_eq(tu_ir_has(k, "frag.load_tensor"), forced == 1, "%s", what);
-                    if (forced) {
+                    cr_assert_eq(tu_ir_has(k, "frag.load_tensor"), forced < 2, "%s", what);
+                    if (forced < 2) {
                         cr_assert_eq(g[0], (s.rows + 127) / 128, "%s: groups x %u", what, g[0]);
                         cr_assert_eq(g[1], (s.n_max + 127) / 128, "%s: groups y %u", what, g[1]);
                     }
-                    tu_emit_ok(k, &c, err.msg, what);       /* destroys k */
-                    for (int j = 0; j < 2 && forced; j++) { /* no coopmat2, too little workgroup memory */
+                    tu_emit_ok(k, &c, err.msg, what);            /* destroys k */
+                    for (int j = 0; j < 2 && forced == 1; j++) { /* no coopmat2, too little workgroup memory */
                         k = kn_matmul(j ? &small : &none, s.rows, s.cols, s.n_max, dtypes[ti], epi, g, &err);
                         cr_assert_not_null(k, "%s: %s", what, err.msg);
                         cr_assert_not(tu_ir_has(k, "frag.load_tensor"), "%s: taken %s", what,
@@ -723,7 +727,10 @@ Test(kernels_matmul, variants_build_for_min_and_h200_caps) {
     kiln_err err = {0};
     caps_case cs[6];
     tu_caps_min(&cs[0].c);
-    for (int i = 1; i < 6; i++) tu_caps_h200(&cs[i].c);
+    for (int i = 1; i < 6; i++) { /* matmul_coop.c's tiles (workgroup_scope_* test matmul_coop2.c) */
+        tu_caps_h200(&cs[i].c);
+        cr_assert_eq(rt_caps_override(&cs[i].c, "no-coopmat2", &err), 0, "%s", err.msg);
+    }
     cs[0].name = "spec-minimum", cs[0].mma[0] = cs[0].mma[1] = false;
     cs[1].name = "h200", cs[1].mma[0] = cs[1].mma[1] = true, cs[1].large = true;
     /* a driver without VK_KHR_shader_bfloat16: bf16 tiled, f16 cooperative */
@@ -752,7 +759,7 @@ Test(kernels_matmul, variants_build_for_min_and_h200_caps) {
                                         {4097, 1000, 256},
                                         {1000, 4097, 64},
                                         {151936, 1024, 64}};
-    /* the small tile by default; the large one (opt-in until measured) where forced and it fits */
+    /* the large tile where it fits and its grid fills the compute units, or where forced */
     for (int force = 0; force < 2; force++) {
         if (force) setenv("KILN_MATMUL_COOP", "large", 1);
         for (size_t ci = 0; ci < sizeof cs / sizeof cs[0]; ci++)
@@ -772,7 +779,9 @@ Test(kernels_matmul, variants_build_for_min_and_h200_caps) {
                         cr_assert_eq(tu_ir_has(k, "frag.mma"), cs[ci].mma[ti], "%s: cooperative matrices %s", what,
                                      cs[ci].mma[ti] ? "not used" : "used");
                         /* the grid covers each output once, in 128- or 64-square tiles */
-                        uint32_t tile = cs[ci].mma[ti] && cs[ci].large && force ? 128 : 64;
+                        uint32_t units = c->compute_units ? c->compute_units : 64;
+                        uint64_t grid128 = (uint64_t)((s.rows + 127) / 128) * ((s.n_max + 127) / 128);
+                        uint32_t tile = cs[ci].mma[ti] && cs[ci].large && (force || grid128 >= units) ? 128 : 64;
                         cr_assert_eq(g[0], (s.rows + tile - 1) / tile, "%s: groups x %u (tile %u)", what, g[0], tile);
                         cr_assert_eq(g[1], (s.n_max + tile - 1) / tile, "%s: groups y %u (tile %u)", what, g[1], tile);
                         tu_emit_ok(k, c, err.msg, what);

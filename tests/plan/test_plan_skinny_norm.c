@@ -1,7 +1,7 @@
 /* The short block's and a step's norms inside their skinny products (plan_skinny_norm,
  * kn_matmul_skinny_norm) on CUDA's caps, without a device: which roles take it at which
  * block sizes and for which models, the kernels plan_build_kernel and plan_each_kernel
- * build for them (assembled by ptxas), and KILN_SKINNY_NORM=0. The recordings that bind
+ * build for them (assembled by ptxas), and KILN_SKINNY_NORM (opt-in). The recordings that bind
  * them run where a CUDA device is (the plan suites under KILN_TEST_DEVICE=cuda:0). */
 #include "base/error.h"
 #include "model/model.h"
@@ -74,8 +74,8 @@ Test(plan_skinny_norm, roles_and_blocks_on_cuda) {
     model_free(m);
 }
 
-/* plan_each_kernel (kiln dump) decides it as a plan does: the short block's qkv and
- * gate/up kernels take wn, nothing else does; KILN_SKINNY_NORM=0 turns it off. */
+/* plan_each_kernel (kiln dump) decides it as a plan does: with KILN_SKINNY_NORM=1 the
+ * short block's qkv and gate/up kernels take wn, nothing else does; unset or 0, none. */
 typedef struct seen {
     char roles[8][64];
     uint32_t n;
@@ -94,18 +94,21 @@ Test(plan_skinny_norm, each_kernel_and_the_switch) {
     cr_assert_not_null(m, "%s", err.msg);
     rt_caps c = tu_cuda_caps(80);
     seen s = {0};
-    unsetenv("KILN_SKINNY_NORM");
+    setenv("KILN_SKINNY_NORM", "1", 1);
     cr_assert(plan_skinny_norm_on());
     cr_assert_eq(plan_each_kernel(m, &c, NULL, 0, 0, note, &s, &err), 0, "%s", err.msg);
     cr_assert(s.n == 2 && !strcmp(s.roles[0], "short_prefill_qkv") && !strcmp(s.roles[1], "short_prefill_gate_up"),
               "%u: %s %s", s.n, s.roles[0], s.roles[1]);
-    setenv("KILN_SKINNY_NORM", "0", 1);
-    cr_assert_not(plan_skinny_norm_on());
-    s.n = 0;
-    cr_assert_eq(plan_each_kernel(m, &c, NULL, 0, 0, note, &s, &err), 0, "%s", err.msg);
-    cr_assert_eq(s.n, 0, "%s", s.roles[0]);
-    setenv("KILN_SKINNY_NORM", "1", 1);
-    cr_assert(plan_skinny_norm_on());
+    for (int i = 0; i < 2; i++) { /* unset (the default), then 0 */
+        if (i)
+            setenv("KILN_SKINNY_NORM", "0", 1);
+        else
+            unsetenv("KILN_SKINNY_NORM");
+        cr_assert_not(plan_skinny_norm_on());
+        s.n = 0;
+        cr_assert_eq(plan_each_kernel(m, &c, NULL, 0, 0, note, &s, &err), 0, "%s", err.msg);
+        cr_assert_eq(s.n, 0, "%s", s.roles[0]);
+    }
     unsetenv("KILN_SKINNY_NORM");
     model_free(m);
 }
