@@ -8,60 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const plan_role[K_COUNT] = {"embed",
-                                        "rmsnorm",
-                                        "decode_qkv",
-                                        "qk_prep",
-                                        "attn_decode",
-                                        "decode_o",
-                                        "decode_gate_up_swiglu",
-                                        "decode_down",
-                                        "logits",
-                                        "prefill_qkv",
-                                        "attn_prefill",
-                                        "prefill_o",
-                                        "prefill_gate_up",
-                                        "prefill_down",
-                                        "prefill_swiglu",
-                                        "take_last",
-                                        "attn_merge",
-                                        "stage_inputs",
-                                        "argmax",
-                                        "decode_attn_gate",
-                                        "attn_gate_apply",
-                                        "decode_dn_in",
-                                        "decode_dn_out",
-                                        "ssm_conv",
-                                        "deltanet",
-                                        "prefill_attn_gate",
-                                        "prefill_attn_gate_apply",
-                                        "prefill_dn_qkv",
-                                        "prefill_dn_z",
-                                        "prefill_dn_beta_alpha",
-                                        "prefill_dn_out",
-                                        "prefill_ssm_conv",
-                                        "prefill_deltanet",
-                                        "state_copy",
-                                        "state_zero",
-                                        "prefill_ssm_conv_state",
-                                        "prefill_deltanet_prep",
-                                        "prefill_deltanet_norm",
-                                        "deltanet_norm",
-                                        "batch_stage_inputs",
-                                        "batch_qk_prep",
-                                        "batch_attn",
-                                        "batch_attn_merge",
-                                        "batch_logits",
-                                        "batch_argmax",
-                                        "moe_route",
-                                        "moe_gate_up",
-                                        "moe_down",
-                                        "prefill_moe_group",
-                                        "prefill_moe_gate_up",
-                                        "prefill_moe_down",
-                                        "prefill_moe_combine",
-                                        "moe_scores",
-                                        "moe_input_to_host"};
+const char *const plan_role[K_COUNT] = {
+    "embed", "rmsnorm", "decode_qkv", "qk_prep", "attn_decode", "decode_o", "decode_gate_up_swiglu",
+    "decode_down", "logits", "prefill_qkv", "attn_prefill", "prefill_o", "prefill_gate_up", "prefill_down",
+    "prefill_swiglu", "take_last", "attn_merge", "stage_inputs", "argmax",
+    "decode_attn_gate", "attn_gate_apply", "decode_dn_in", "decode_dn_out",
+    "ssm_conv", "deltanet", "prefill_attn_gate", "prefill_attn_gate_apply", "prefill_dn_qkv", "prefill_dn_z",
+    "prefill_dn_beta_alpha", "prefill_dn_out", "prefill_ssm_conv", "prefill_deltanet", "state_copy",
+    "state_zero", "prefill_ssm_conv_state", "prefill_deltanet_prep", "prefill_deltanet_norm",
+    "deltanet_norm", "batch_stage_inputs", "batch_qk_prep", "batch_attn", "batch_attn_merge", "batch_logits",
+    "batch_argmax", "moe_route", "moe_gate_up", "moe_down", "prefill_moe_group", "prefill_moe_gate_up",
+    "prefill_moe_down", "prefill_moe_combine", "moe_scores", "moe_input_to_host"};
+
+
 
 /* kn_matvec_norm keeps a row of f32 in workgroup memory: where it fits. (qwen35's
  * attention layers feed two products from one norm, q/k/v and the gate: each computes it,
@@ -129,78 +88,33 @@ static ir_kernel *product(const rt_caps *c, uint32_t rows, uint32_t cols, uint32
 
 bool plan_block_role(int i) {
     switch (i) {
-    case K_MM_QKV:
-    case K_ATTN_PREFILL:
-    case K_MM_O:
-    case K_MM_FF:
-    case K_MM_DOWN:
-    case K_SWIGLU:
-    case K_TAKE_LAST:
-    case K_STAGE:
-    case K_MM_AGATE:
-    case K_GATE_BLOCK:
-    case K_MM_DN_QKV:
-    case K_MM_DN_Z:
-    case K_MM_DN_BA:
-    case K_MM_DN_OUT:
-    case K_CONV_BLOCK:
-    case K_DELTANET_BLOCK:
-    case K_CONV_STATE:
-    case K_DN_PREP:
-    case K_DN_NORM:
-    case K_MOE_GROUP:
-    case K_MOE_GATE_UP_G:
-    case K_MOE_DOWN_G:
-    case K_MOE_COMBINE: return true;
+    case K_MM_QKV: case K_ATTN_PREFILL: case K_MM_O: case K_MM_FF: case K_MM_DOWN: case K_SWIGLU: case K_TAKE_LAST:
+    case K_STAGE: case K_MM_AGATE: case K_GATE_BLOCK: case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_BA:
+    case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK: case K_CONV_STATE: case K_DN_PREP: case K_DN_NORM:
+    case K_MOE_GROUP: case K_MOE_GATE_UP_G: case K_MOE_DOWN_G: case K_MOE_COMBINE:
+        return true;
     default: return false;
     }
 }
 
 bool plan_role_used(const plan_shape *s, int i) {
     bool q35 = arch_is_qwen35(s->hp.arch), dn = q35 && s->hp.n_recurrent > 0;
-    bool attn = !q35 || s->hp.n_recurrent<s->hp.n_layer, moe = s->hp.n_expert> 0;
+    bool attn = !q35 || s->hp.n_recurrent < s->hp.n_layer, moe = s->hp.n_expert > 0;
     switch (i) {
-    case K_MOE_ROUTE:
-    case K_MOE_GATE_UP:
-    case K_MOE_DOWN:
-    case K_MOE_GROUP:
-    case K_MOE_GATE_UP_G:
-    case K_MOE_DOWN_G:
-    case K_MOE_COMBINE:
-    case K_MOE_SCORES: return moe;
+    case K_MOE_ROUTE: case K_MOE_GATE_UP: case K_MOE_DOWN: case K_MOE_GROUP: case K_MOE_GATE_UP_G: case K_MOE_DOWN_G:
+    case K_MOE_COMBINE: case K_MOE_SCORES:
+        return moe;
     case K_MOE_H_COPY: return s->moe_slots > 0;
-    case K_MV_FFN:
-    case K_MV_DOWN:
-    case K_MM_FF:
-    case K_MM_DOWN:
-    case K_SWIGLU: return !moe;
+    case K_MV_FFN: case K_MV_DOWN: case K_MM_FF: case K_MM_DOWN: case K_SWIGLU: return !moe;
     case K_ATTN_MERGE: return !s->attn_merged; /* the decode's own launch merges */
-    case K_MV_AGATE:
-    case K_GATE:
-    case K_MM_AGATE:
-    case K_GATE_BLOCK: return q35 && attn;
-    case K_MV_DN_IN:
-    case K_MV_DN_OUT:
-    case K_CONV:
-    case K_DELTANET:
-    case K_MM_DN_QKV:
-    case K_MM_DN_Z:
-    case K_MM_DN_BA:
-    case K_MM_DN_OUT:
-    case K_CONV_BLOCK:
-    case K_DELTANET_BLOCK:
-    case K_COPY_STATE:
-    case K_ZERO_STATE:
-    case K_CONV_STATE:
-    case K_DN_PREP:
-    case K_DN_NORM:
-    case K_DN_NORM_DECODE: return dn;
-    case K_STAGE_BATCH:
-    case K_QK_PREP_BATCH:
-    case K_ATTN_BATCH:
-    case K_ATTN_MERGE_BATCH:
-    case K_MM_OUT:
-    case K_ARGMAX_BATCH: return false; /* a step's bucket's own (plan_batch.c) */
+    case K_MV_AGATE: case K_GATE: case K_MM_AGATE: case K_GATE_BLOCK: return q35 && attn;
+    case K_MV_DN_IN: case K_MV_DN_OUT: case K_CONV: case K_DELTANET:
+    case K_MM_DN_QKV: case K_MM_DN_Z: case K_MM_DN_BA: case K_MM_DN_OUT: case K_CONV_BLOCK: case K_DELTANET_BLOCK:
+    case K_COPY_STATE: case K_ZERO_STATE: case K_CONV_STATE: case K_DN_PREP: case K_DN_NORM: case K_DN_NORM_DECODE:
+        return dn;
+    case K_STAGE_BATCH: case K_QK_PREP_BATCH: case K_ATTN_BATCH: case K_ATTN_MERGE_BATCH: case K_MM_OUT:
+    case K_ARGMAX_BATCH:
+        return false; /* a step's bucket's own (plan_batch.c) */
     default: return true;
     }
 }
@@ -259,8 +173,7 @@ int plan_dn_scratch(const plan_shape *s, const rt_caps *c, kn_deltanet_scratch *
 }
 
 uint32_t plan_sub_block(const plan_shape *s, const rt_caps *c, int i) {
-    if (i == 0)
-        return s->n_block > PLAN_SHORT_BLOCK && plan_short_block_ok(s, c, PLAN_SHORT_BLOCK) ? PLAN_SHORT_BLOCK : 0;
+    if (i == 0) return s->n_block > PLAN_SHORT_BLOCK && plan_short_block_ok(s, c, PLAN_SHORT_BLOCK) ? PLAN_SHORT_BLOCK : 0;
     return i == 1 && s->n_block > PLAN_MID_BLOCK ? PLAN_MID_BLOCK : 0;
 }
 
@@ -268,12 +181,14 @@ uint32_t plan_sub_block(const plan_shape *s, const rt_caps *c, int i) {
  * warpgroup product's SwiGLU epilogue for long ones (kn_matmul_swiglu_ok): measured on the
  * H200 (qwen3-8b, 512 tokens) at 293 us against 212 for the two products and kn_swiglu. */
 bool plan_ff_swiglu(const plan_shape *s, const rt_caps *c) {
-    if (s->n_block <= PLAN_SHORT_BLOCK) return kn_matmul_skinny_ok(c, s->hp.n_ff, s->hp.n_embd, s->n_block, s->dt);
+    if (s->n_block <= PLAN_SHORT_BLOCK)
+        return kn_matmul_skinny_ok(c, s->hp.n_ff, s->hp.n_embd, s->n_block, s->dt);
     /* long blocks only where KILN_FF_SWIGLU=1 (measuring): on the H200 both warpgroup
      * products' SwiGLU epilogues measured slower than the two products and kn_swiglu
      * (qwen3-8b at 512 tokens: the tma product's 172.8 us against 2 x 69.3 + 25.1) */
     const char *e = getenv("KILN_FF_SWIGLU");
-    return e && strcmp(e, "1") == 0 && kn_matmul_tma_ok(c, s->hp.n_ff, s->hp.n_embd, s->n_block, s->dt, KN_EPI_SWIGLU);
+    return e && strcmp(e, "1") == 0 &&
+           kn_matmul_tma_ok(c, s->hp.n_ff, s->hp.n_embd, s->n_block, s->dt, KN_EPI_SWIGLU);
 }
 
 /* qwen35's IMROPE for text (oracle/forward.c): pair i, past the t/h/w sections'
@@ -306,9 +221,8 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
         return s->fuse_norm ? kn_matvec_norm(c, s->qkv_dim, d, dt, dt, bias, hp->rms_eps, &g[0], err)
                             : kn_matvec(c, s->qkv_dim, d, dt, dt, bias, &g[0], err);
     case K_QK_PREP:
-        if (pg)
-            return kn_qk_prep_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps, pg,
-                                    dt, err);
+        if (pg) return kn_qk_prep_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps, pg,
+                                        dt, err);
         return kn_qk_prep(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps, s->n_ctx, dt,
                           err);
     case K_ATTN:
@@ -317,9 +231,8 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
             return kn_attn_decode_merged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
                                          kn_attn_splits(c, hp->n_head, s->n_ctx), &more, dt, g, err);
         }
-        if (pg)
-            return kn_attn_decode_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, pg,
-                                        kn_attn_splits(c, hp->n_head, s->n_ctx), dt, g, err);
+        if (pg) return kn_attn_decode_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, pg,
+                                            kn_attn_splits(c, hp->n_head, s->n_ctx), dt, g, err);
         return kn_attn_decode(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
                               kn_attn_splits(c, hp->n_head, s->n_ctx), dt, g, err);
     case K_ATTN_MERGE:
@@ -330,7 +243,8 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
         return s->fuse_norm ? kn_matvec_norm(c, hp->n_ff, d, dt, dt, KN_EPI_SWIGLU, hp->rms_eps, &g[0], err)
                             : kn_matvec(c, hp->n_ff, d, dt, dt, KN_EPI_SWIGLU, &g[0], err);
     case K_MV_DOWN: return kn_matvec(c, d, hp->n_ff, dt, dt, KN_EPI_RESIDUAL, &g[0], err);
-    case K_MV_OUT: {
+    case K_MV_OUT:
+    {
         unsigned fault = s->fault_logits ? KN_EPI_FAULT : KN_EPI_NONE;
         return s->fuse_norm ? kn_matvec_norm(c, hp->n_vocab, d, dt, IR_F32, fault, hp->rms_eps, &g[0], err)
                             : kn_matvec(c, hp->n_vocab, d, dt, IR_F32, fault, &g[0], err);
@@ -340,8 +254,7 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
             return kn_matmul_skinny_norm(c, s->qkv_dim, d, nb, dt, bias, hp->rms_eps, g, err);
         return product(c, s->qkv_dim, d, nb, dt, bias, g, err);
     case K_ATTN_PREFILL:
-        if (pg)
-            return kn_attn_prefill_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->qkv_dim, pg, nb, dt, g, err);
+        if (pg) return kn_attn_prefill_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->qkv_dim, pg, nb, dt, g, err);
         return kn_attn_prefill(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->qkv_dim, s->n_ctx, nb, dt, g, err);
     case K_MM_O: return product(c, d, s->q_dim, nb, dt, KN_EPI_RESIDUAL, g, err);
     case K_MM_FF:
@@ -357,34 +270,27 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_STAGE_BATCH: return kn_stage_inputs(c, PLAN_BATCH_WORDS, &g[0], err);
     case K_QK_PREP_BATCH:
         g[0] = kn_qk_prep_groups(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, hp->n_rot, nb), g[1] = nb;
-        if (pg)
-            return kn_qk_prep_batch_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps,
-                                          pg, s->n_slots, dt, err);
-        return kn_qk_prep_batch(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps, s->n_ctx,
-                                s->n_slots, dt, err);
+        if (pg) return kn_qk_prep_batch_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm,
+                                              hp->rms_eps, pg, s->n_slots, dt, err);
+        return kn_qk_prep_batch(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, &rope, hp->qk_norm, hp->rms_eps,
+                                s->n_ctx, s->n_slots, dt, err);
     case K_ATTN_BATCH:
         if (s->attn_merged) {
             /* the prep form only for the recording of steps whose slots have one token each:
              * a prompt's consecutive tokens in a step read the keys the others store */
-            kn_attn_more more = {.pg = pg,
-                                 .n_seq = s->n_slots,
-                                 .batch = nb,
-                                 .q_stride = s->qkv_dim,
-                                 .rope = s->batch_prep ? &rope : NULL,
-                                 .qk_norm = hp->qk_norm,
-                                 .eps = hp->rms_eps};
+            kn_attn_more more = {.pg = pg, .n_seq = s->n_slots, .batch = nb, .q_stride = s->qkv_dim,
+                                 .rope = s->batch_prep ? &rope : NULL, .qk_norm = hp->qk_norm, .eps = hp->rms_eps};
             return kn_attn_decode_merged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
                                          plan_batch_splits(s, c, nb), &more, dt, g, err);
         }
-        if (pg)
-            return kn_attn_decode_batch_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, pg,
-                                              plan_batch_splits(s, c, nb), s->n_slots, nb, s->qkv_dim, dt, g, err);
-        return kn_attn_decode_batch(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx, plan_batch_splits(s, c, nb),
-                                    s->n_slots, nb, s->qkv_dim, dt, g, err);
+        if (pg) return kn_attn_decode_batch_paged(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, pg,
+                                                  plan_batch_splits(s, c, nb), s->n_slots, nb, s->qkv_dim, dt, g, err);
+        return kn_attn_decode_batch(c, hp->n_head, hp->n_head_kv, hp->head_dim_k, s->n_ctx,
+                                    plan_batch_splits(s, c, nb), s->n_slots, nb, s->qkv_dim, dt, g, err);
     case K_ATTN_MERGE_BATCH:
         g[1] = nb;
-        return kn_attn_merge_batch(c, hp->n_head, hp->head_dim_k, s->n_ctx, plan_batch_splits(s, c, nb), s->n_slots, nb,
-                                   dt, &g[0], err);
+        return kn_attn_merge_batch(c, hp->n_head, hp->head_dim_k, s->n_ctx, plan_batch_splits(s, c, nb), s->n_slots,
+                                   nb, dt, &g[0], err);
     case K_MM_OUT: return product(c, hp->n_vocab, d, nb, dt, KN_EPI_F32, g, err);
     case K_ARGMAX_BATCH: g[0] = 1, g[1] = nb; return kn_argmax_masked(c, hp->n_vocab, nb, err);
     case K_MOE_SCORES: return kn_moe_scores(c, d, hp->n_expert, dt, &g[0], err);
@@ -435,8 +341,8 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     case K_DELTANET_BLOCK: dn = plan_dn_shape(s, c, nb); return kn_deltanet_scan(c, &dn, g, err);
     case K_DN_NORM: dn = plan_dn_shape(s, c, nb); return kn_deltanet_norm(c, &dn, dt, hp->rms_eps, g, err);
     case K_MOE_H_COPY: return kn_copy(c, plan_moe_h_words(s), &g[0], err);
-    case K_COPY_STATE:
-    case K_ZERO_STATE: {
+    case K_COPY_STATE: case K_ZERO_STATE:
+    {
         size_t s_at, stride, words = plan_state_layout(s, &s_at, &stride) / 4;
         if (words > UINT32_MAX) {
             kiln_fail(err, KILN_ERR_UNSUPPORTED, "the recurrent state's %zu words pass u32 indices", words);
@@ -447,6 +353,7 @@ ir_kernel *plan_build_kernel(const plan_shape *s, const rt_caps *c, int i, uint3
     }
     return NULL;
 }
+
 
 /* Where z's and beta's rows begin in a DeltaNet layer's stacked input weight: on multiples
  * of 128 rows, so that both the weight's views (rows of n_embd 16-bit values) and the
@@ -467,8 +374,8 @@ int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_blo
                 return kiln_fail(err, KILN_ERR_UNSUPPORTED,
                                  "qwen35: rope sections [%u, %u, %u, %u] leave rotary pair %u unturned for text "
                                  "(IMROPE's 4th section): the GPU kernels rotate every pair (run it on --device cpu)",
-                                 hp->rope_sections[0], hp->rope_sections[1], hp->rope_sections[2], hp->rope_sections[3],
-                                 i);
+                                 hp->rope_sections[0], hp->rope_sections[1], hp->rope_sections[2],
+                                 hp->rope_sections[3], i);
     if (hp->rope_scaling == ROPE_SCALING_YARN)
         return kiln_fail(err, KILN_ERR_UNSUPPORTED, "YaRN rope scaling is not supported (the oracle lacks it too)");
     if (hp->head_dim_k != hp->head_dim_v)
@@ -503,6 +410,7 @@ int plan_shape_of(const model *m, uint32_t dtype, uint32_t n_ctx, uint32_t n_blo
     plan_dn_rows(s);
     return 0;
 }
+
 
 int plan_each_kernel(const model *m, const rt_caps *c, const rt_debug *dbg, uint32_t dtype, uint32_t n_ctx,
                      void (*fn)(void *ctx, const char *role, const ir_kernel *k), void *ctx, kiln_err *err) {
@@ -540,8 +448,8 @@ int plan_each_kernel(const model *m, const rt_caps *c, const rt_debug *dbg, uint
 
 /* Kernel i built (qt NULL: 16-bit weights) and compiled on d; once more where the device
  * refused it as unsupported and gave up a capability meanwhile (its fallback changed). */
-static rt_kernel *compile_role(rt_device *d, const plan_shape *s, int i, const int8_t *qt, uint32_t g[2], plan_sig *sig,
-                               kiln_err *err) {
+static rt_kernel *compile_role(rt_device *d, const plan_shape *s, int i, const int8_t *qt, uint32_t g[2],
+                               plan_sig *sig, kiln_err *err) {
     for (int attempt = 0; attempt < 2; attempt++) {
         char before[sizeof d->fallback];
         memcpy(before, d->fallback, sizeof before);
@@ -555,7 +463,8 @@ static rt_kernel *compile_role(rt_device *d, const plan_shape *s, int i, const i
         }
         ir_kernel_destroy(k);
         if (ck) return ck;
-        if (attempt || !err || err->code != KILN_ERR_UNSUPPORTED || !strcmp(before, d->fallback)) return NULL;
+        if (attempt || !err || err->code != KILN_ERR_UNSUPPORTED || !strcmp(before, d->fallback))
+            return NULL;
         kiln_err_clear(err);
     }
     return NULL;

@@ -100,10 +100,8 @@ Test(plan_skinny_norm, each_kernel_and_the_switch) {
     cr_assert(s.n == 2 && !strcmp(s.roles[0], "short_prefill_qkv") && !strcmp(s.roles[1], "short_prefill_gate_up"),
               "%u: %s %s", s.n, s.roles[0], s.roles[1]);
     for (int i = 0; i < 2; i++) { /* unset (the default), then 0 */
-        if (i)
-            setenv("KILN_SKINNY_NORM", "0", 1);
-        else
-            unsetenv("KILN_SKINNY_NORM");
+        if (i) setenv("KILN_SKINNY_NORM", "0", 1);
+        else unsetenv("KILN_SKINNY_NORM");
         cr_assert_not(plan_skinny_norm_on());
         s.n = 0;
         cr_assert_eq(plan_each_kernel(m, &c, NULL, 0, 0, note, &s, &err), 0, "%s", err.msg);
