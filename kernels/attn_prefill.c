@@ -52,6 +52,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define MAX_S 64     /* scores per invocation */
 #define MAX_O 256    /* output accumulators per invocation */
@@ -489,6 +490,13 @@ static void block(const kb *b, ir_val t0) {
     store_out(b, &p, t0, tl);
 }
 
+/* KILN_ATTN_COOP=0: the SIMT kernel where the cooperative-matrix variant would serve
+ * (measuring) */
+static bool coop_wanted(void) {
+    const char *e = getenv("KILN_ATTN_COOP");
+    return !(e && !strcmp(e, "0"));
+}
+
 static ir_kernel *prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t q_stride,
                           uint32_t n_ctx, const kn_pages *pg, uint32_t n_max, ir_scalar dtype, uint32_t groups[2],
                           kiln_err *err) {
@@ -510,6 +518,8 @@ static ir_kernel *prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv,
     /* matrix fragments where the caps have them (q rows and heads at 16-byte copies) */
     if (q_stride % 8 == 0 && kn_attn_prefill_mma_ok(c, dtype, n_head, n_head_kv, hd, n_max))
         return kn_attn_prefill_mma(c, n_head, n_head_kv, hd, q_stride, n_ctx, pg, n_max, dtype, groups, err);
+    if (q_stride % 8 == 0 && coop_wanted() && kn_attn_prefill_coop_ok(c, dtype, n_head, n_head_kv, hd, n_max))
+        return kn_attn_prefill_coop(c, n_head, n_head_kv, hd, q_stride, n_ctx, pg, n_max, dtype, groups, err);
     /* vector loads start at multiples of their width: head starts and q rows */
     uint32_t lanes = kn_vec_width(hd);
     while (q_stride % lanes) lanes /= 2;

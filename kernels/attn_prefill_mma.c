@@ -83,6 +83,9 @@ static uint32_t heads_per_tile(uint32_t n_head, uint32_t n_head_kv) {
 
 bool kn_attn_prefill_mma_ok(const rt_caps *c, ir_scalar dt, uint32_t n_head, uint32_t n_head_kv, uint32_t hd,
                             uint32_t n_max) {
+    /* the lanes' elements (frag.elems) exist on PTX's fragments only: a Vulkan driver's
+     * 16x8x16 shape (NVIDIA's f16) has no defined layout */
+    if (c->backend != RT_CUDA) return false;
     if (c->subgroup_size != 32 || !c->subgroup_shuffle || hd % 16 || hd > MAX_HD) return false;
     /* a block of few workgroups (a short prompt's) runs faster on the SIMT kernel's many
      * (the H200, qwen3-0.6b pp24: 7,586 tok/s on fragments, 9,020 without) */

@@ -402,6 +402,18 @@ bool kn_attn_prefill_mma_ok(const rt_caps *c, ir_scalar dtype, uint32_t n_head, 
 ir_kernel *kn_attn_prefill_mma(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
                                uint32_t q_stride, uint32_t n_ctx, const kn_pages *pg, uint32_t n_max, ir_scalar dtype,
                                uint32_t groups[2], kiln_err *err);
+/* kn_attn_prefill's variant on 16x16x16 cooperative matrices whose elements the target
+ * does not expose (attn_prefill_coop.c: Vulkan's KHR cooperative matrices; the softmax
+ * through workgroup memory), which it picks where kn_attn_prefill_mma_ok is not and
+ * kn_attn_prefill_coop_ok is (the shape, head_dim <= 128, the memory, a grid of at least
+ * half the compute units; KILN_ATTN_COOP=0 keeps the SIMT kernel): the same parameters and
+ * results (up to summation order). */
+bool kn_attn_prefill_coop_ok(const rt_caps *c, ir_scalar dtype, uint32_t n_head, uint32_t n_head_kv,
+                             uint32_t head_dim, uint32_t n_max);
+/* (pg: NULL, or a paged cache already checked, n_ctx = stride * rows) */
+ir_kernel *kn_attn_prefill_coop(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,
+                                uint32_t q_stride, uint32_t n_ctx, const kn_pages *pg, uint32_t n_max,
+                                ir_scalar dtype, uint32_t groups[2], kiln_err *err);
 /* kn_attn_prefill over a paged cache (kn_pages; pages: the sequence's stride entries), n_ctx
  * = stride * rows, on the fragments where kn_attn_prefill_mma_ok. */
 ir_kernel *kn_attn_prefill_paged(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim,

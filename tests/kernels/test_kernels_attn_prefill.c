@@ -34,6 +34,8 @@
 #define GUARD 64
 
 static uint32_t force_units; /* nonzero: the caps' compute units, for short_rows's shapes */
+static bool expect_coop;      /* the cooperative-matrix variant where the shape allows it */
+static bool grow_keys;        /* keys scaled up along the positions: scores that keep growing */
 
 
 static const ir_scalar dtypes[2] = {IR_BF16, IR_F16};
@@ -60,7 +62,12 @@ static void prefill_case(rt_device *d, const shape *s, ir_scalar t, const blk *b
     cr_assert_not_null(k, "%s", err.msg);
     cr_assert(groups[0] > 0 && groups[1] > 0);
     /* tiles of 4 rows: at most 4 tokens a block, so 64 tokens take 8 workgroups along y or more */
-    if (force_units && s->n_max <= 64) cr_assert_geq(groups[1], 8, "short block: %u groups along y", groups[1]);
+    if (expect_coop && s->hd % 16 == 0 && s->hd <= 128 && s->q_stride % 8 == 0) {
+        char *text = ir_print(k);
+        cr_assert(strstr(text, "frag.mma") && !strstr(text, "frag.elems"), "not the cooperative variant");
+        free(text);
+    }
+    if (force_units >= 4096 && s->n_max <= 64) cr_assert_geq(groups[1], 8, "short block: %u groups along y", groups[1]);
     rt_kernel *ck = tu_vk_compile(d, k);
     size_t nq = (size_t)s->n_max * s->q_stride, nc = (size_t)s->n_ctx * kv_dim, no = (size_t)s->n_max * qn;
     uint16_t *q = malloc(nq * 2), *kc = malloc(nc * 2), *vc = malloc(nc * 2), *o = malloc((no + GUARD) * 2);
@@ -88,7 +95,8 @@ static void prefill_case(rt_device *d, const shape *s, ir_scalar t, const blk *b
         /* caches: rows up to the block's last position random, after it NaN */
         for (size_t i = 0; i < nc; i++) {
             bool live = i / kv_dim <= last;
-            kc[i] = live ? tu_to16(t, tu_urand(-1, 1)) : tu_nan16(t);
+            double grow = grow_keys ? 1 + (double)(i / kv_dim) / 16 : 1;
+            kc[i] = live ? tu_to16(t, tu_urand(-1, 1) * grow) : tu_nan16(t);
             vc[i] = live ? tu_to16(t, tu_urand(-2, 2)) : tu_nan16(t);
             kf[i] = tu_from16(t, kc[i]), vf[i] = tu_from16(t, vc[i]);
         }
@@ -182,6 +190,30 @@ Test(kernels_attn_prefill, no_subgroup_ops_no_f16, .timeout = 600) {
     prefill_all("no-subgroup-shuffle,no-subgroup-arith,no-f16", 34, false);
 }
 
+/* The cooperative-matrix variant (attn_prefill_coop.c) where the device has 16x16x16
+ * fragments (a GPU's Vulkan; lavapipe has none: skipped by name), on every shape with the
+ * grid threshold lifted; then keys whose scores grow along the positions, so that rows'
+ * references pass their headroom and O is rescaled between tiles. */
+static void coop_or_skip(void) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    bool ok = false;
+    for (size_t ti = 0; ti < 2; ti++) ok |= kn_attn_prefill_coop_ok(&d->caps, dtypes[ti], 16, 8, 128, 4096);
+    d->ops->destroy(d);
+    if (!ok) cr_skip_test("no 16x16x16 cooperative matrices of 16-bit types on this device");
+    force_units = 1, expect_coop = true;
+}
+
+Test(kernels_attn_prefill, cooperative_matrices, .timeout = 600) {
+    coop_or_skip();
+    prefill_all(NULL, 41, true);
+}
+
+Test(kernels_attn_prefill, cooperative_matrices_growing_scores, .timeout = 600) {
+    coop_or_skip();
+    grow_keys = true;
+    prefill_all(NULL, 43, true);
+}
+
 /* ---- variants built for other devices, and refusals ----------------------------------------- */
 
 Test(kernels_attn_prefill, variants_build_for_min_and_h200_caps) {
@@ -206,6 +238,55 @@ Test(kernels_attn_prefill, variants_build_for_min_and_h200_caps) {
                        "prefill 256");
             tu_emit_ok(kn_attn_prefill(&cs[ci], 3, 3, 5, 15, 7, 3, t, g, &err), &cs[ci], err.msg, "prefill tiny");
         }
+}
+
+/* The H200's Vulkan caps (16x16x16 KHR fragments, 48 KiB) give the cooperative variant
+ * where the grid fills half the device and head_dim <= 128, the SIMT kernel otherwise (and
+ * with KILN_ATTN_COOP=0); each validates (with $KILN_SPIRV_VAL's spirv-val where set). */
+Test(kernels_attn_prefill, cooperative_variant_on_h200_vulkan_caps) {
+    rt_caps c;
+    tu_caps_h200(&c);
+    c.compute_units = 132;
+    kiln_err err = {0};
+    uint32_t g[2];
+    const struct {
+        uint32_t nh, nkv, hd, q_stride, n_ctx, n_max;
+        bool coop;
+    } cases[] = {{32, 8, 128, 6144, 4096, 512, true},  {16, 8, 128, 4096, 4096, 512, true},
+                 {16, 8, 64, 2048, 1031, 2048, true},  {12, 3, 80, 1440, 999, 777, true},
+                 {16, 8, 128, 4096, 4096, 64, false}, {8, 2, 256, 4096, 4096, 2048, false},
+                 {16, 8, 40, 960, 1031, 2048, false}};
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            ir_kernel *k = kn_attn_prefill(&c, cases[i].nh, cases[i].nkv, cases[i].hd, cases[i].q_stride,
+                                           cases[i].n_ctx, cases[i].n_max, dtypes[ti], g, &err);
+            cr_assert_not_null(k, "%s", err.msg);
+            char *text = ir_print(k);
+            bool coop = strstr(text, "frag.mma") != NULL;
+            free(text);
+            cr_assert_eq(coop, cases[i].coop, "case %zu %s: cooperative %d", i, tu_dname(dtypes[ti]), coop);
+            if (coop) {
+                uint32_t hpt = cases[i].nh / cases[i].nkv > 16 ? 16 : cases[i].nh / cases[i].nkv;
+                cr_assert(g[0] == cases[i].nh / hpt && g[1] == (cases[i].n_max + 64 / hpt - 1) / (64 / hpt),
+                          "case %zu: grid %u x %u", i, g[0], g[1]);
+            }
+            tu_emit_ok(k, &c, err.msg, "prefill on h200 vulkan caps");
+        }
+    kn_pages pg = {.rows = 256, .n_pages = 64, .stride = 16};
+    ir_kernel *k = kn_attn_prefill_paged(&c, 32, 8, 128, 6144, &pg, 512, IR_BF16, g, &err);
+    cr_assert_not_null(k, "%s", err.msg);
+    char *text = ir_print(k);
+    cr_assert(strstr(text, "frag.mma"), "paged: not the cooperative variant");
+    free(text);
+    tu_emit_ok(k, &c, err.msg, "paged prefill on h200 vulkan caps");
+    setenv("KILN_ATTN_COOP", "0", 1);
+    k = kn_attn_prefill(&c, 32, 8, 128, 6144, 4096, 512, IR_BF16, g, &err);
+    unsetenv("KILN_ATTN_COOP");
+    cr_assert_not_null(k, "%s", err.msg);
+    text = ir_print(k);
+    cr_assert(!strstr(text, "frag.mma"), "KILN_ATTN_COOP=0: still cooperative");
+    free(text);
+    ir_kernel_destroy(k);
 }
 
 /* CUDA's caps (sm_80, sm_90) give the matrix-fragment variant at head_dim multiples of
