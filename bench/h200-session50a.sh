@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Session 50's first call: what decides the next work, and the serve run issue 17 needs on
-# an idle host.
+# Session 50's call: the serve run issue 17 needs on an idle host, then issue 16's new
+# prefill attention on cooperative matrices (kernels/attn_prefill_coop.c) on vulkan:0:
 #   issue 17: kiln serve --parallel 32, qwen3-0.6b at 1 / 8 streams (cuda:0), nothing else
 #     running on the host;
-#   issue 16: where a 512-token block goes on vulkan:0 (the workgroup-scope product) and on
-#     cuda:0, qwen3-0.6b and qwen3-8b (kiln run --profile-tokens 512), kiln bench pp512.
+#   issue 16: kernels_attn_prefill/* on vulkan:0 (the cooperative variant against the C
+#     reference on every shape, and with scores that keep growing); pp512 of qwen3-0.6b
+#     and qwen3-8b on vulkan:0 with it and without (KILN_ATTN_COOP=0); where a 512-token
+#     block goes (kiln run --profile-tokens 512) on vulkan:0 both ways and on cuda:0;
+#     plan/* on vulkan:0 (the whole-model checks) with what time is left.
 # Writes OUTDIR.tar.
 set -u
 out=$1
@@ -13,14 +16,23 @@ synth qwen3-0.6b
 stamp synth06
 MODELS=qwen3-0.6b DEVICES=cuda:0 STREAMS="1 8" SUITES=0 timeout 90 bash bench/h200-batch.sh $out/serve06
 stamp serve06; tarball
-synth qwen3-8b; stamp synth8b
+( synth qwen3-8b; stamp synth8b ) &
 timeout 30 $K probe > $out/probe.txt 2>&1
-for m in qwen3-0.6b qwen3-8b; do
-  for dev in vulkan:0 cuda:0; do
-    KILN_MATMUL_COOP=wg timeout 90 $K run $dir/$m.gguf --device $dev -p "$prompt" -n 2 --no-echo \
-      --profile-tokens 512 > /dev/null 2> $out/prof-$m-${dev%:0}.txt
-    stamp "prof $m $dev"; tarball
-  done
-  KILN_MATMUL_COOP=wg timeout 40 $K bench $dir/$m.gguf -p 512 -n 0 -r 3 --device vulkan:0 > $out/vk-pp512-$m.md 2>&1
-done
+KILN_TEST_DEVICE=vulkan:0 timeout 200 $T -j8 --filter 'kernels_attn_prefill/*' > $out/attn-tests.txt 2>&1
+echo "rc=$?" >> $out/attn-tests.txt
+stamp attn-tests; tarball
+b() { timeout 40 $K bench $dir/$1.gguf -p 512 -n 0 -r 3 --device $2 > $out/pp512-$1-${2%:0}-$3.md 2>&1; }
+b qwen3-0.6b vulkan:0 coop
+KILN_ATTN_COOP=0 b qwen3-0.6b vulkan:0 simt
+p() { timeout 60 $K run $dir/$1.gguf --device $2 -p "$prompt" -n 2 --no-echo --profile-tokens 512 > /dev/null 2> $out/prof-$1-${2%:0}-$3.txt; }
+p qwen3-0.6b vulkan:0 coop
+KILN_ATTN_COOP=0 p qwen3-0.6b vulkan:0 simt
+p qwen3-0.6b cuda:0 mma
+stamp prof06; tarball
+while ! grep -q synth8b $out/times.txt; do sleep 2; done
+b qwen3-8b vulkan:0 coop
+KILN_ATTN_COOP=0 b qwen3-8b vulkan:0 simt
+p qwen3-8b vulkan:0 coop
+stamp 8b; tarball
+KILN_TEST_DEVICE=vulkan:0 timeout 200 $T -j8 --filter 'plan/*' > $out/plan-vk.txt 2>&1; echo "rc=$?" >> $out/plan-vk.txt
 stamp done; tarball
