@@ -17,14 +17,11 @@
  * its small one; qwen3-8b pp512 8,934 tok/s against 7,416 and 4,616 (same run). */
 #include "kernels/matmul_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define HALF_T 64  /* tokens an accumulator */
-#define TILE_T 128 /* tokens a workgroup: two accumulators */
-#define TILE_R 128 /* rows a workgroup */
-#define KC 32      /* columns a step */
-#define OUT_PAD 4  /* f32 words after each row of the staged sums */
+#define OUT_PAD 4 /* f32 words after each row of the staged sums */
 
 /* KILN_MATMUL_COOP=small or large asks for matmul_coop.c's tiles */
 static bool refused(void) {
@@ -32,18 +29,32 @@ static bool refused(void) {
     return e && (!strcmp(e, "small") || !strcmp(e, "large"));
 }
 
-static uint32_t out_bytes(void) { return HALF_T * (TILE_R + OUT_PAD) * 4u; }
+/* the tiling: 64 x 128 accumulators, two along tokens, 32 columns a step (measured, H100:
+ * bench/results/2026-12-07-sessions48-49.md), or KILN_COOP2's five numbers where they parse
+ * (measuring) */
+static void tiling(mm_coop2_cfg *cfg) {
+    cfg->acc_t = 64, cfg->acc_r = 128, cfg->n_t = 2, cfg->n_r = 1, cfg->kc = 32;
+    const char *e = getenv("KILN_COOP2");
+    unsigned v[5];
+    if (e && sscanf(e, "%u,%u,%u,%u,%u", &v[0], &v[1], &v[2], &v[3], &v[4]) == 5 && v[0] && v[1] && v[2] &&
+        v[3] && v[4] && v[2] * v[3] <= 8)
+        cfg->acc_t = v[0], cfg->acc_r = v[1], cfg->n_t = v[2], cfg->n_r = v[3], cfg->kc = v[4];
+}
+
+static uint32_t out_bytes(const mm_coop2_cfg *cfg) { return cfg->acc_t * (cfg->acc_r + OUT_PAD) * 4u; }
 
 bool mm_coop2_pick(const rt_caps *c, ir_scalar dt, mm_coop2_cfg *cfg) {
     if (!c || !c->n_mma || !c->n_wg_mma || refused()) return false;
-    if (HALF_T > c->wg_mma_max_dim || TILE_R > c->wg_mma_max_dim || KC > c->wg_mma_max_dim) return false;
+    tiling(cfg);
+    uint32_t most = c->wg_mma_max_dim;
+    if (cfg->acc_t > most || cfg->acc_r > most || cfg->kc > most) return false;
     uint32_t room = c->shared_bytes > c->wg_mma_reserved_shared ? c->shared_bytes - c->wg_mma_reserved_shared : 0;
-    if (out_bytes() > room) return false;
+    if (out_bytes(cfg) > room) return false;
     const rt_mma_shape *best = NULL;
     for (uint32_t i = 0; i < c->n_wg_mma && i < RT_MAX_MMA_SHAPES; i++) {
         const rt_mma_shape *s = &c->wg_mma[i];
         if (s->ab_type != (uint32_t)dt || s->acc_type != IR_F32 || !s->m || !s->n || !s->k) continue;
-        if (HALF_T % s->m || TILE_R % s->n || KC % s->k) continue;
+        if (cfg->acc_t % s->m || cfg->acc_r % s->n || cfg->kc % s->k) continue;
         if (s->invocations > 1024 || (c->max_workgroup && s->invocations > c->max_workgroup)) continue;
         /* the most invocations: more of them share the staging and the epilogue */
         if (!best || s->invocations > best->invocations) best = s;
@@ -55,16 +66,16 @@ bool mm_coop2_pick(const rt_caps *c, ir_scalar dt, mm_coop2_cfg *cfg) {
 
 typedef struct out_arg {
     ir_shm src;
-    ir_val t0, r0; /* the accumulator's first token, the tile's first row */
-    uint32_t lanes;
+    ir_val t0, r0; /* the accumulator's first token and row */
+    uint32_t lanes, acc_r;
 } out_arg;
 
-/* Output item i of an accumulator: token i / (TILE_R / lanes), rows in a vector; the
+/* Output item i of an accumulator: token i / (acc_r / lanes), rows in a vector; the
  * epilogue of the staged f32 sums, for t < n and r < rows only. */
 static void out_item(const mm *m, ir_val i, const void *p) {
     const out_arg *a = p;
     kx k = m->k;
-    uint32_t per_row = TILE_R / a->lanes, stride = TILE_R + OUT_PAD;
+    uint32_t per_row = a->acc_r / a->lanes, stride = a->acc_r + OUT_PAD;
     ir_val tl = kx_div_c(k, i, per_row), rl = kx_mul_c(k, kx_rem_c(k, i, per_row), a->lanes);
     ir_val tok = kx_add(k, a->t0, tl), row = kx_add(k, a->r0, rl);
     ir_if *f = kx_if(k, mm_exists(m, tok, row));
@@ -74,45 +85,51 @@ static void out_item(const mm *m, ir_val i, const void *p) {
     kx_end_if(k, f);
 }
 
+#define MAX_ACC 8
+
 void mm_build_coop2(mm *m, const mm_coop2_cfg *cfg, uint32_t groups[2]) {
     kx k = m->k;
+    uint32_t at_ = cfg->acc_t, ar = cfg->acc_r, nt = cfg->n_t, nr = cfg->n_r, kc = cfg->kc, n_acc = nt * nr;
+    uint32_t tile_t = at_ * nt, tile_r = ar * nr;
     m->invocations = cfg->shape->invocations;
     kx_workgroup(k, m->invocations);
-    ir_shm cs = kx_shared(k, "cs", IR_F32, HALF_T * (TILE_R + OUT_PAD));
-    ir_type ta = ir_t_frag_wg(k.ir, IR_FRAG_A, m->dtype, HALF_T, TILE_R, KC);
-    ir_type tb = ir_t_frag_wg(k.ir, IR_FRAG_B, m->dtype, HALF_T, TILE_R, KC);
-    ir_type tc = ir_t_frag_wg(k.ir, IR_FRAG_ACC, IR_F32, HALF_T, TILE_R, KC);
+    ir_shm cs = kx_shared(k, "cs", IR_F32, at_ * (ar + OUT_PAD));
+    ir_type ta = ir_t_frag_wg(k.ir, IR_FRAG_A, m->dtype, at_, ar, kc);
+    ir_type tb = ir_t_frag_wg(k.ir, IR_FRAG_B, m->dtype, at_, ar, kc);
+    ir_type tc = ir_t_frag_wg(k.ir, IR_FRAG_ACC, IR_F32, at_, ar, kc);
     /* workgroup (x, y): rows from r0, tokens from t0 */
-    ir_val t0 = kx_group_times(k, 1, TILE_T);
-    ir_val r0 = kx_group_times(k, 0, TILE_R);
-    ir_val t1 = kx_add_c(k, t0, HALF_T);
+    ir_val t0 = kx_group_times(k, 1, tile_t);
+    ir_val r0 = kx_group_times(k, 0, tile_r);
     ir_val rows = kx_u32(k, m->rows), cols = kx_u32(k, m->cols);
 
     /* a tile of tokens all at t >= n does nothing (uniform: group id and a loaded value) */
     ir_if *live = kx_if(k, kx_lt(k, t0, m->n));
     ir_val zero = ir_frag_fill(k.ir, tc, kx_f32(k, 0.0f));
-    ir_val init[2] = {zero, zero}, cur[2];
-    ir_for *l = ir_for_begin(k.ir, kx_u32(k, 0), cols, kx_u32(k, KC), 2, init);
-    for (uint32_t i = 0; i < 2; i++) cur[i] = ir_for_arg(l, i);
+    ir_val init[MAX_ACC], cur[MAX_ACC];
+    for (uint32_t i = 0; i < n_acc; i++) init[i] = zero;
+    ir_for *l = ir_for_begin(k.ir, kx_u32(k, 0), cols, kx_u32(k, kc), n_acc, init);
+    for (uint32_t i = 0; i < n_acc; i++) cur[i] = ir_for_arg(l, i);
     ir_val c0 = ir_for_iv(l);
-    ir_val b = ir_frag_load_tensor(k.ir, tb, m->w, r0, c0, rows, cols, true);
-    ir_val a0 = ir_frag_load_tensor(k.ir, ta, m->x, t0, c0, m->n, cols, false);
-    ir_val a1 = ir_frag_load_tensor(k.ir, ta, m->x, t1, c0, m->n, cols, false);
-    cur[0] = ir_frag_mma(k.ir, a0, b, cur[0]);
-    cur[1] = ir_frag_mma(k.ir, a1, b, cur[1]);
+    ir_val a[MAX_ACC], b[MAX_ACC];
+    for (uint32_t j = 0; j < nr; j++)
+        b[j] = ir_frag_load_tensor(k.ir, tb, m->w, kx_add_c(k, r0, j * ar), c0, rows, cols, true);
+    for (uint32_t i = 0; i < nt; i++)
+        a[i] = ir_frag_load_tensor(k.ir, ta, m->x, kx_add_c(k, t0, i * at_), c0, m->n, cols, false);
+    for (uint32_t i = 0; i < nt; i++)
+        for (uint32_t j = 0; j < nr; j++) cur[i * nr + j] = ir_frag_mma(k.ir, a[i], b[j], cur[i * nr + j]);
     ir_for_end(k.ir, l, cur);
-    ir_val acc[2] = {ir_for_result(l, 0), ir_for_result(l, 1)};
 
     /* each accumulator -> the f32 array, then the epilogue by all */
     uint32_t lanes = kn_vec_width(m->rows);
-    for (uint32_t h = 0; h < 2; h++) {
-        if (h) kx_barrier(k); /* the first accumulator's sums are read */
-        ir_frag_store(k.ir, acc[h], true, cs, kx_u32(k, 0), kx_u32(k, TILE_R + OUT_PAD), true);
+    while (ar % lanes) lanes /= 2;
+    for (uint32_t h = 0; h < n_acc; h++) {
+        if (h) kx_barrier(k); /* the last accumulator's sums are read */
+        ir_frag_store(k.ir, ir_for_result(l, h), true, cs, kx_u32(k, 0), kx_u32(k, ar + OUT_PAD), true);
         kx_barrier(k);
-        out_arg o = {cs, h ? t1 : t0, r0, lanes};
-        mm_for_items(m, HALF_T * TILE_R / lanes, out_item, &o);
+        out_arg o = {cs, kx_add_c(k, t0, (h / nr) * at_), kx_add_c(k, r0, (h % nr) * ar), lanes, ar};
+        mm_for_items(m, at_ * ar / lanes, out_item, &o);
     }
     kx_end_if(k, live);
-    groups[0] = (m->rows + TILE_R - 1) / TILE_R;
-    groups[1] = (m->n_max + TILE_T - 1) / TILE_T;
+    groups[0] = (m->rows + tile_r - 1) / tile_r;
+    groups[1] = (m->n_max + tile_t - 1) / tile_t;
 }

@@ -102,11 +102,16 @@ void mm_build_coop(mm *m, const mm_coop_cfg *cfg, uint32_t groups[2]);
 /* ---- matmul_coop2.c: workgroup-scope cooperative matrices, tensor-addressed loads ---- */
 typedef struct mm_coop2_cfg {
     const rt_mma_shape *shape; /* the caps.wg_mma entry: granularities and the workgroup's size */
+    uint32_t acc_t, acc_r;     /* an accumulator's tokens and rows */
+    uint32_t n_t, n_r;         /* accumulators along tokens and rows: the tile */
+    uint32_t kc;               /* columns a step */
 } mm_coop2_cfg;
 /* The variant for this dtype, or false: caps.wg_mma has a dtype x dtype -> f32 entry whose
- * granularities divide the 64 x 128 x 32 fragments, its workgroup within the limits, the
- * staged sums within caps.shared_bytes less what the compiler keeps; and KILN_MATMUL_COOP
- * is not small or large (those force matmul_coop.c's tiles). */
+ * granularities divide the fragments (64 x 128 accumulators, two along tokens, 32 columns a
+ * step; KILN_COOP2=acc_t,acc_r,n_t,n_r,kc another tiling, for measuring), its workgroup
+ * within the limits, an accumulator's staged sums within caps.shared_bytes less what the
+ * compiler keeps; and KILN_MATMUL_COOP is not small or large (those force matmul_coop.c's
+ * tiles). */
 bool mm_coop2_pick(const rt_caps *c, ir_scalar dt, mm_coop2_cfg *cfg);
 void mm_build_coop2(mm *m, const mm_coop2_cfg *cfg, uint32_t groups[2]);
 
