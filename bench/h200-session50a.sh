@@ -7,6 +7,7 @@
 #     reference on every shape, and with scores that keep growing); pp512 of qwen3-0.6b
 #     and qwen3-8b on vulkan:0 with it and without (KILN_ATTN_COOP=0); where a 512-token
 #     block goes (kiln run --profile-tokens 512) on vulkan:0 both ways and on cuda:0;
+#     the workgroup-scope product's tilings (KILN_COOP2) by the probe's rate;
 #     plan/* on vulkan:0 (the whole-model checks) with what time is left.
 # Writes OUTDIR.tar.
 set -u
@@ -34,5 +35,12 @@ b qwen3-8b vulkan:0 coop
 KILN_ATTN_COOP=0 b qwen3-8b vulkan:0 simt
 p qwen3-8b vulkan:0 coop
 stamp 8b; tarball
+# the workgroup-scope product's tilings (kernels/matmul_coop2.c, KILN_COOP2): the probe's rate
+for t in 64,128,2,1,32 64,128,2,1,64 64,128,2,2,32 64,128,4,1,32 64,128,2,2,64 64,64,2,2,32 32,128,4,1,32 \
+    64,128,1,2,32 64,128,1,1,32; do
+  echo "== KILN_COOP2=$t" >> $out/coop2-sweep.txt
+  KILN_COOP2=$t timeout 40 $K probe --measure >> $out/coop2-sweep.txt 2>&1
+done
+stamp sweep; tarball
 KILN_TEST_DEVICE=vulkan:0 timeout 200 $T -j8 --filter 'plan/*' > $out/plan-vk.txt 2>&1; echo "rc=$?" >> $out/plan-vk.txt
 stamp done; tarball
