@@ -490,11 +490,12 @@ static void block(const kb *b, ir_val t0) {
     store_out(b, &p, t0, tl);
 }
 
-/* KILN_ATTN_COOP=0: the SIMT kernel where the cooperative-matrix variant would serve
- * (measuring) */
+/* KILN_ATTN_COOP=1: the cooperative-matrix variant where it serves. Opt-in: on an H100's
+ * Vulkan (NVIDIA 580.159.04) it wrote zeros (bench/results/2026-12-07-session50.md), so the
+ * SIMT kernel stays the default until it is right on a device. */
 static bool coop_wanted(void) {
     const char *e = getenv("KILN_ATTN_COOP");
-    return !(e && !strcmp(e, "0"));
+    return e && !strcmp(e, "1");
 }
 
 static ir_kernel *prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t head_dim, uint32_t q_stride,

@@ -35,6 +35,7 @@
 #include "kernels/kn_common.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define AC_ROWS 64 /* query rows per workgroup: 4 subgroups of 16 */
@@ -62,6 +63,9 @@ typedef struct ac {
     ir_val pos0, n_valid, t0, head0, kv_off, n_keys, n_tiles;
     const kn_pages *pg;
     ir_buf tab;
+    uint32_t dbg; /* KILN_ATTN_COOP_DBG (temporary, for finding a device-only fault) */
+    ir_shm qs;
+    ir_val j;
 } ac;
 
 static uint32_t parts_of(ir_scalar dt) { return dt == IR_BF16 ? 3 : 2; }
@@ -243,13 +247,26 @@ static void scores(const ac *a, const ir_val *qf) {
     }
 }
 
+/* debug: v (kpl f32 values of the lane's row share) into out's row for tile 0 */
+static void dbg_row(const ac *a, const ir_val *v, uint32_t kpl) {
+    kx k = a->k;
+    ir_val rw = kx_add(k, kx_mul_c(k, a->sid, 16), a->row);
+    ir_val t = kx_add(k, a->t0, kx_div_c(k, rw, a->hpt));
+    ir_val head = kx_add(k, a->head0, kx_rem_c(k, rw, a->hpt));
+    ir_val to = kx_add(k, kx_mul_c(k, t, a->n_head * a->hd), kx_mul_c(k, head, a->hd));
+    ir_if *f = kx_if(k, kx_and(k, kx_lt(k, t, a->n_valid), kx_eq_c(k, a->j, 0)));
+    for (uint32_t i = 0; i < kpl && i * a->lpr < a->hd; i++)
+        kx_store(k, a->ob, kx_add(k, to, kx_add_c(k, kx_mul_c(k, a->seg, kpl), i)), kx_convert(k, v[i], kx_t(k, a->dt, 1)));
+    kx_end_if(k, f);
+}
+
 /* The lane's scores: the tile's e into the part arrays, r and l updated; returns the row's
  * alpha (1 where r stays). */
 static ir_val softmax(const ac *a, ir_val kb0, ir_val *r, ir_val *l) {
     kx k = a->k;
     uint32_t kpl = AC_KEYS / a->lpr;
     ir_val at = region_at(a, AC_KEYS), key0 = kx_add(k, kb0, kx_mul_c(k, a->seg, kpl));
-    ir_val s[AC_KEYS], mt = a->ninf;
+    ir_val s[AC_KEYS] = {0}, mt = a->ninf;
     for (uint32_t c = 0; c < kpl; c += 4) {
         ir_val v = kx_shm_load(k, a->sc, kx_add_c(k, at, c), 4);
         for (uint32_t i = 0; i < 4; i++) {
@@ -258,6 +275,7 @@ static ir_val softmax(const ac *a, ir_val kb0, ir_val *r, ir_val *l) {
             mt = kx_max(k, mt, s[c + i]);
         }
     }
+    if (a->dbg & 8) dbg_row(a, s, kpl);
     mt = row_reduce(a, mt, false);
     /* where the tile's maximum passes the reference: mt + the headroom (-inf > -inf: not) */
     ir_val grow = kx_gt(k, mt, *r);
@@ -268,12 +286,12 @@ static ir_val softmax(const ac *a, ir_val kb0, ir_val *r, ir_val *l) {
     kx_end_if(k, f);
     ir_type t4 = kx_t(k, a->dt, 4), f4 = kx_t(k, IR_F32, 4), u4 = kx_t(k, IR_U32, 4);
     ir_val m16 = kx_u32(k, 0xffff0000u), mask = kx_vec(k, (ir_val[]){m16, m16, m16, m16}, 4);
-    ir_val sum = a->f0, two = kx_f32(k, (float)(1u << AC_SHIFT));
+    ir_val sum = a->f0, two = kx_f32(k, (float)(1u << AC_SHIFT)), ev[AC_KEYS] = {0};
     ir_val pb = kx_add(k, kx_mul_c(k, kx_add(k, kx_mul_c(k, a->sid, 16), a->row), AC_P_PITCH), kx_mul_c(k, a->seg, kpl));
     for (uint32_t c = 0; c < kpl; c += 4) {
         ir_val e[4];
         for (uint32_t i = 0; i < 4; i++) {
-            e[i] = kx_mul(k, exp_live(a, s[c + i], rn), two);
+            e[i] = ev[c + i] = kx_mul(k, exp_live(a, s[c + i], rn), two);
             sum = kx_add(k, sum, e[i]);
         }
         ir_val left = kx_vec(k, e, 4); /* what the parts so far leave (exact in f32) */
@@ -290,6 +308,7 @@ static ir_val softmax(const ac *a, ir_val kb0, ir_val *r, ir_val *l) {
             kx_shm_store(k, a->pp, kx_add_c(k, pb, p * AC_SG * 16 * AC_P_PITCH + c), part);
         }
     }
+    if (a->dbg & 16) dbg_row(a, ev, kpl);
     *l = kx_fma(k, *l, alpha, sum);
     *r = rn;
     return alpha;
@@ -322,13 +341,14 @@ static void block(ac *a) {
     a->pos = kx_add(k, a->pos0, kx_add(k, a->t0, kx_div_c(k, rw, a->hpt)));
     ir_val one = kx_u32(k, 1);
 
+    if (a->dbg & 1) { ir_shm kv = a->kv; ((ac *)a)->kv = a->qs; stage_q(a); ((ac *)a)->kv = kv; } else
     stage_q(a);
     ir_async_commit(k.ir);
     ir_async_wait(k.ir, 0);
     kx_barrier(k);
     ir_val qf[AC_MAX_HD / 16];
     ir_val st = kx_u32(k, a->pitch);
-    for (uint32_t i = 0; i < a->hd / 16; i++)
+    for (uint32_t i = 0; i < a->hd / 16 && !(a->dbg & 1); i++)
         qf[i] = ir_frag_load(k.ir, a->ta, true, a->kv, kx_add_c(k, kx_mul_c(k, a->sid, 16 * a->pitch), i * 16), st,
                              true);
 
@@ -347,19 +367,25 @@ static void block(ac *a) {
     kx_shm_store(k, a->flag, a->u0, a->u0);
     kx_end_if(k, first);
     kx_barrier(k);
+    a->j = j;
+    for (uint32_t i = 0; i < a->hd / 16 && (a->dbg & 1); i++)
+        qf[i] = ir_frag_load(k.ir, a->ta, true, a->qs, kx_add_c(k, kx_mul_c(k, a->sid, 16 * a->pitch), i * 16), st,
+                             true);
     scores(a, qf);
     kx_barrier(k);
     ir_val alpha = softmax(a, kb0, &r, &l);
     kx_barrier(k);
-    /* uniform: read after a barrier */
-    ir_val need = kx_ne(k, kx_shm_load(k, a->flag, a->u0, 1), a->u0);
-    ir_if *rescale = ir_if_begin(k.ir, need, n_o);
-    ir_val os[AC_MAX_HD / 16];
-    memcpy(os, o, sizeof os);
-    o_scale(a, os, alpha);
-    ir_if_else(k.ir, rescale, os);
-    ir_if_end(k.ir, rescale, o);
-    for (uint32_t d = 0; d < n_o; d++) o[d] = ir_if_result(rescale, d);
+    if (!(a->dbg & 2)) {
+        /* uniform: read after a barrier */
+        ir_val need = kx_ne(k, kx_shm_load(k, a->flag, a->u0, 1), a->u0);
+        ir_if *rescale = ir_if_begin(k.ir, need, n_o);
+        ir_val os[AC_MAX_HD / 16];
+        memcpy(os, o, sizeof os);
+        o_scale(a, os, alpha);
+        ir_if_else(k.ir, rescale, os);
+        ir_if_end(k.ir, rescale, o);
+        for (uint32_t d = 0; d < n_o; d++) o[d] = ir_if_result(rescale, d);
+}
     values(a, o);
     ir_val y[2 + AC_MAX_HD / 16] = {r, l};
     for (uint32_t d = 0; d < n_o; d++) y[2 + d] = o[d];
@@ -367,7 +393,7 @@ static void block(ac *a) {
     l = row_reduce(a, ir_for_result(lp, 1), true);
     for (uint32_t d = 0; d < n_o; d++) o[d] = ir_for_result(lp, 2 + d);
     kx_barrier(k); /* the region's last readers are done */
-    o_out(a, o, l);
+    if (!(a->dbg & 24)) o_out(a, o, l);
 }
 
 ir_kernel *kn_attn_prefill_coop(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t hd,
@@ -389,6 +415,9 @@ ir_kernel *kn_attn_prefill_coop(const rt_caps *c, uint32_t n_head, uint32_t n_he
             .parts = parts_of(dt),
             .pitch = hd + AC_PAD,
             .pg = pg};
+    const char *dbg = getenv("KILN_ATTN_COOP_DBG");
+    a.dbg = dbg ? (uint32_t)atoi(dbg) : 0;
+    if (a.dbg & 4) a.parts = 1;
     a.scale = 1.0f / sqrtf((float)hd); /* the oracle's, computed the same way */
     kx k = {kn_create("kn_attn_prefill", err), c};
     if (!k.ir) return NULL;
@@ -406,6 +435,7 @@ ir_kernel *kn_attn_prefill_coop(const rt_caps *c, uint32_t n_head, uint32_t n_he
     a.sc = kx_shared(k, "scores", IR_F32, AC_SG * 16 * AC_S_PITCH);
     a.pp = kx_shared(k, "parts", dt, a.parts * AC_SG * 16 * AC_P_PITCH);
     a.flag = kx_shared(k, "rescale", IR_U32, 1);
+    if (a.dbg & 1) a.qs = kx_shared(k, "qs", dt, AC_ROWS * a.pitch);
     a.ta = ir_t_frag(k.ir, IR_FRAG_A, dt, 16, 16, 16);
     a.tb = ir_t_frag(k.ir, IR_FRAG_B, dt, 16, 16, 16);
     a.tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, 16, 16, 16);

@@ -406,7 +406,7 @@ ir_kernel *kn_attn_prefill_mma(const rt_caps *c, uint32_t n_head, uint32_t n_hea
  * does not expose (attn_prefill_coop.c: Vulkan's KHR cooperative matrices; the softmax
  * through workgroup memory), which it picks where kn_attn_prefill_mma_ok is not and
  * kn_attn_prefill_coop_ok is (the shape, head_dim <= 128, the memory, a grid of at least
- * half the compute units; KILN_ATTN_COOP=0 keeps the SIMT kernel): the same parameters and
+ * half the compute units; opt-in, KILN_ATTN_COOP=1, until it is right on a device): the same parameters and
  * results (up to summation order). */
 bool kn_attn_prefill_coop_ok(const rt_caps *c, ir_scalar dtype, uint32_t n_head, uint32_t n_head_kv,
                              uint32_t head_dim, uint32_t n_max);

@@ -201,6 +201,7 @@ static void coop_or_skip(void) {
     d->ops->destroy(d);
     if (!ok) cr_skip_test("no 16x16x16 cooperative matrices of 16-bit types on this device");
     force_units = 1, expect_coop = true;
+    setenv("KILN_ATTN_COOP", "1", 1); /* opt-in until it is right on a device */
 }
 
 Test(kernels_attn_prefill, cooperative_matrices, .timeout = 600) {
@@ -242,8 +243,9 @@ Test(kernels_attn_prefill, variants_build_for_min_and_h200_caps) {
 
 /* The H200's Vulkan caps (16x16x16 KHR fragments, 48 KiB) give the cooperative variant
  * where the grid fills half the device and head_dim <= 128, the SIMT kernel otherwise (and
- * with KILN_ATTN_COOP=0); each validates (with $KILN_SPIRV_VAL's spirv-val where set). */
+ * without KILN_ATTN_COOP=1); each validates (with $KILN_SPIRV_VAL's spirv-val where set). */
 Test(kernels_attn_prefill, cooperative_variant_on_h200_vulkan_caps) {
+    setenv("KILN_ATTN_COOP", "1", 1); /* opt-in until it is right on a device */
     rt_caps c;
     tu_caps_h200(&c);
     c.compute_units = 132;
@@ -279,12 +281,11 @@ Test(kernels_attn_prefill, cooperative_variant_on_h200_vulkan_caps) {
     cr_assert(strstr(text, "frag.mma"), "paged: not the cooperative variant");
     free(text);
     tu_emit_ok(k, &c, err.msg, "paged prefill on h200 vulkan caps");
-    setenv("KILN_ATTN_COOP", "0", 1);
-    k = kn_attn_prefill(&c, 32, 8, 128, 6144, 4096, 512, IR_BF16, g, &err);
     unsetenv("KILN_ATTN_COOP");
+    k = kn_attn_prefill(&c, 32, 8, 128, 6144, 4096, 512, IR_BF16, g, &err);
     cr_assert_not_null(k, "%s", err.msg);
     text = ir_print(k);
-    cr_assert(!strstr(text, "frag.mma"), "KILN_ATTN_COOP=0: still cooperative");
+    cr_assert(!strstr(text, "frag.mma"), "without KILN_ATTN_COOP=1: cooperative");
     free(text);
     ir_kernel_destroy(k);
 }
@@ -382,4 +383,70 @@ Test(kernels_attn_prefill, bad_shapes_and_caps_are_refused) {
     cr_assert_null(kn_attn_prefill(&plain, 4, 4, 64, 256, 16, 8, IR_BF16, g, &err));
     cr_assert(strstr(err.msg, "storage16"), "%s", err.msg);
     cr_assert_null(kn_attn_prefill(NULL, 4, 4, 64, 256, 16, 8, IR_BF16, g, &err));
+}
+
+/* TEMPORARY: the cooperative variant's intermediate values on a device (KILN_ATTN_COOP_DBG
+ * modes), printed; runs only with KILN_ATTN_COOP_DBG_TEST set. */
+Test(kernels_attn_prefill, cooperative_debug_dump, .timeout = 300) {
+    if (!getenv("KILN_ATTN_COOP_DBG_TEST")) cr_skip_test("KILN_ATTN_COOP_DBG_TEST not set");
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    d->caps.compute_units = 1;
+    setenv("KILN_ATTN_COOP", "1", 1);
+    tu_seed(5);
+    const uint32_t hd = 64, nctx = 83, nmax = 64, n = 3;
+    const int modes[] = {0, 1, 2, 4, 7, 8, 16, 9, 17};
+    size_t nq = (size_t)nmax * hd, nc = (size_t)nctx * hd;
+    uint16_t *q = malloc(nq * 2), *kc = malloc(nc * 2), *vc = malloc(nc * 2), *o = malloc(nq * 2);
+    float *qf = malloc(nq * 4), *kf = malloc(nc * 4), *vf = malloc(nc * 4), want[64];
+    double tol[64];
+    for (size_t i = 0; i < nq; i++) q[i] = tu_to16(IR_BF16, tu_urand(-4, 4)), qf[i] = tu_from16(IR_BF16, q[i]);
+    for (size_t i = 0; i < nc; i++) {
+        kc[i] = tu_to16(IR_BF16, tu_urand(-1, 1)), vc[i] = tu_to16(IR_BF16, tu_urand(-2, 2));
+        kf[i] = tu_from16(IR_BF16, kc[i]), vf[i] = tu_from16(IR_BF16, vc[i]);
+    }
+    for (uint32_t t = 0; t < n; t++) {
+        tu_attend_ref(qf + t * hd, kf, vf, 1, 1, hd, t, want, tol);
+        fprintf(stderr, "want out row %u:", t);
+        for (int i = 0; i < 8; i++) fprintf(stderr, " %.4f", want[i]);
+        fprintf(stderr, "\n  s(k0..2):");
+        for (uint32_t p = 0; p <= t; p++) {
+            double s = 0;
+            for (uint32_t i = 0; i < hd; i++) s += (double)qf[t * hd + i] * kf[p * hd + i];
+            fprintf(stderr, " %.4f", s / 8);
+        }
+        fprintf(stderr, "\n");
+    }
+    for (size_t mi = 0; mi < sizeof modes / sizeof modes[0]; mi++) {
+        char b[16];
+        snprintf(b, sizeof b, "%d", modes[mi]);
+        setenv("KILN_ATTN_COOP_DBG", b, 1);
+        kiln_err err = {0};
+        uint32_t g[2];
+        ir_kernel *k = kn_attn_prefill(&d->caps, 1, 1, hd, hd, nctx, nmax, IR_BF16, g, &err);
+        unsetenv("KILN_ATTN_COOP_DBG");
+        cr_assert_not_null(k, "%s", err.msg);
+        char *text = ir_print(k);
+        bool coop = strstr(text, "frag.mma") != NULL;
+        free(text);
+        rt_kernel *ck = tu_vk_compile(d, k);
+        for (size_t i = 0; i < nq; i++) o[i] = tu_nan16(IR_BF16);
+        uint32_t info[2] = {0, n};
+        rt_buffer *bq = tu_vk_upload(d, q, nq * 2), *bk = tu_vk_upload(d, kc, nc * 2), *bv = tu_vk_upload(d, vc, nc * 2);
+        rt_buffer *bo = tu_vk_upload(d, o, nq * 2), *bi = tu_vk_upload(d, info, 8);
+        rt_arg args[5] = {{bq, 0}, {bk, 0}, {bv, 0}, {bo, 0}, {bi, 0}};
+        tu_vk_run(d, ck, g[0], g[1], args, 5);
+        tu_vk_download(d, bo, o, nq * 2);
+        fprintf(stderr, "mode %d (coop %d, grid %u x %u):\n", modes[mi], coop, g[0], g[1]);
+        for (uint32_t t = 0; t < n; t++) {
+            fprintf(stderr, "  row %u:", t);
+            for (int i = 0; i < 8; i++) fprintf(stderr, " %.4f", tu_from16(IR_BF16, o[t * hd + i]));
+            fprintf(stderr, "\n");
+        }
+        d->ops->release(d, bq), d->ops->release(d, bk), d->ops->release(d, bv), d->ops->release(d, bo);
+        d->ops->release(d, bi);
+        d->ops->release_kernel(d, ck);
+        ir_kernel_destroy(k);
+    }
+    free(q), free(kc), free(vc), free(o), free(qf), free(kf), free(vf);
+    d->ops->destroy(d);
 }

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Session 50's second call: the cooperative-matrix prefill attention gave zeros on the
+# H100's Vulkan (call a): its intermediate values under KILN_ATTN_COOP_DBG's modes
+# (the temporary kernels_attn_prefill/cooperative_debug_dump), then its two suites.
+set -u
+out=$1
+source bench/h200-common.sh
+KILN_ATTN_COOP_DBG_TEST=1 timeout 100 $T --filter 'kernels_attn_prefill/cooperative_debug_dump' > $out/dbg.txt 2>&1
+echo "rc=$?" >> $out/dbg.txt
+tarball
+KILN_TEST_DEVICE=vulkan:0 timeout 100 $T -j8 --filter 'kernels_attn_prefill/cooperative_matrices*' > $out/coop-tests.txt 2>&1
+echo "rc=$?" >> $out/coop-tests.txt
+tarball
