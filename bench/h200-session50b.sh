@@ -11,3 +11,9 @@ tarball
 KILN_TEST_DEVICE=vulkan:0 timeout 100 $T -j8 --filter 'kernels_attn_prefill/cooperative_matrices*' > $out/coop-tests.txt 2>&1
 echo "rc=$?" >> $out/coop-tests.txt
 tarball
+# the product tile by the grid (matmul_coop2.c: the workgroup scope only where its grid
+# fills half the device): qwen3-0.6b pp512 on vulkan:0, then with the old choice forced
+synth qwen3-0.6b
+timeout 40 $K bench $dir/qwen3-0.6b.gguf -p 512 -n 0 -r 3 --device vulkan:0 > $out/pp512-06b-grid.md 2>&1
+KILN_COOP2=64,128,2,1,32 timeout 40 $K bench $dir/qwen3-0.6b.gguf -p 512 -n 0 -r 3 --device vulkan:0 > $out/pp512-06b-wg.md 2>&1
+tarball

@@ -379,7 +379,7 @@ ir_kernel *kn_matmul(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_
     }
     mm_coop2_cfg c2cfg = {0};
     bool use_pipe = !use_tma && !use_wg && mm_pipe_pick(c, dtype, rows, cols, n_max, &pcfg);
-    bool use_cm2 = !use_tma && !use_wg && !use_pipe && mm_coop2_pick(c, dtype, &c2cfg);
+    bool use_cm2 = !use_tma && !use_wg && !use_pipe && mm_coop2_pick(c, dtype, rows, n_max, &c2cfg);
     bool use_mma = !use_pipe && !use_cm2 && mm_coop_pick(c, dtype, rows, n_max, &cfg);
     mm m = {
         .k = {kn_create("kn_matmul", err), c}, .rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype, .epi = epi};

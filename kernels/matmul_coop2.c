@@ -43,9 +43,15 @@ static void tiling(mm_coop2_cfg *cfg) {
 
 static uint32_t out_bytes(const mm_coop2_cfg *cfg) { return cfg->acc_t * (cfg->acc_r + OUT_PAD) * 4u; }
 
-bool mm_coop2_pick(const rt_caps *c, ir_scalar dt, mm_coop2_cfg *cfg) {
+bool mm_coop2_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t n_max, mm_coop2_cfg *cfg) {
     if (!c || !c->n_mma || !c->n_wg_mma || refused()) return false;
     tiling(cfg);
+    /* a grid under half the compute units leaves the most of them idle: matmul_coop.c's
+     * 64 x 64 tile fills them at 73 of this tile's 156 TFLOP/s (an H100's Vulkan: qwen3-0.6b's
+     * o and down, 32 workgroups of 128 x 128, ran at 36-38; KILN_COOP2 set keeps it) */
+    uint64_t grid = (uint64_t)((rows + cfg->acc_r * cfg->n_r - 1) / (cfg->acc_r * cfg->n_r)) *
+                    ((n_max + cfg->acc_t * cfg->n_t - 1) / (cfg->acc_t * cfg->n_t));
+    if (c->compute_units && grid * 2 < c->compute_units && !getenv("KILN_COOP2")) return false;
     uint32_t most = c->wg_mma_max_dim;
     if (cfg->acc_t > most || cfg->acc_r > most || cfg->kc > most) return false;
     uint32_t room = c->shared_bytes > c->wg_mma_reserved_shared ? c->shared_bytes - c->wg_mma_reserved_shared : 0;

@@ -110,9 +110,10 @@ typedef struct mm_coop2_cfg {
  * granularities divide the fragments (64 x 128 accumulators, two along tokens, 32 columns a
  * step; KILN_COOP2=acc_t,acc_r,n_t,n_r,kc another tiling, for measuring), its workgroup
  * within the limits, an accumulator's staged sums within caps.shared_bytes less what the
- * compiler keeps; and KILN_MATMUL_COOP is not small or large (those force matmul_coop.c's
+ * compiler keeps, a grid of at least half the compute units; and KILN_MATMUL_COOP is not
+ * small or large (those force matmul_coop.c's
  * tiles). */
-bool mm_coop2_pick(const rt_caps *c, ir_scalar dt, mm_coop2_cfg *cfg);
+bool mm_coop2_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t n_max, mm_coop2_cfg *cfg);
 void mm_build_coop2(mm *m, const mm_coop2_cfg *cfg, uint32_t groups[2]);
 
 /* ---- matmul_stage.c: a chunk of X or W into workgroup memory by asynchronous copies ---- */

@@ -224,6 +224,32 @@ Test(kernels_matmul, workgroup_scope_variant_on_the_device, .timeout = 600) {
  * epilogue and odd shape (128-square tiles, the loads tensor-addressed), and steps aside
  * where the caps lack it, where its sums do not fit, and where KILN_MATMUL_COOP asks for
  * the subgroup-scope tiles. */
+/* On 132 compute units, a product whose 128 x 128 tiles are fewer than 66 (qwen3-0.6b's o
+ * and down at 512 tokens: 32) takes the 64 x 64 subgroup-scope tile instead, one with 128
+ * tiles (its qkv) keeps the workgroup scope; KILN_COOP2 set keeps it regardless. */
+Test(kernels_matmul, workgroup_scope_variant_only_where_its_grid_fills_half_the_device) {
+    rt_caps c;
+    tu_caps_h200(&c);
+    c.compute_units = 132;
+    kiln_err err = {0};
+    uint32_t g[2];
+    ir_kernel *k = kn_matmul(&c, 1024, 2048, 512, IR_BF16, 0, g, &err);
+    cr_assert_not_null(k, "%s", err.msg);
+    cr_assert(!tu_ir_has(k, "frag.load_tensor") && tu_ir_has(k, "frag.mma"), "o: not the small KHR tile");
+    cr_assert(g[0] * g[1] >= 128, "o: grid %u x %u", g[0], g[1]);
+    ir_kernel_destroy(k);
+    k = kn_matmul(&c, 4096, 1024, 512, IR_BF16, 0, g, &err);
+    cr_assert_not_null(k, "%s", err.msg);
+    cr_assert(tu_ir_has(k, "frag.load_tensor"), "qkv: not the workgroup scope");
+    ir_kernel_destroy(k);
+    setenv("KILN_COOP2", "64,128,2,1,32", 1);
+    k = kn_matmul(&c, 1024, 2048, 512, IR_BF16, 0, g, &err);
+    unsetenv("KILN_COOP2");
+    cr_assert_not_null(k, "%s", err.msg);
+    cr_assert(tu_ir_has(k, "frag.load_tensor"), "KILN_COOP2: not the workgroup scope");
+    ir_kernel_destroy(k);
+}
+
 Test(kernels_matmul, workgroup_scope_variant_builds_for_h200_caps) {
     kiln_err err = {0};
     rt_caps c, none, small;
