@@ -66,6 +66,8 @@ typedef struct ac {
     uint32_t dbg; /* KILN_ATTN_COOP_DBG (temporary, for finding a device-only fault) */
     ir_shm qs;
     ir_val j;
+    ir_val dyn0; /* dbg & 32: a zero the driver cannot fold (pos0 >> 31), added to the K/V
+                  * fragments' constant offsets */
 } ac;
 
 static uint32_t parts_of(ir_scalar dt) { return dt == IR_BF16 ? 3 : 2; }
@@ -134,7 +136,14 @@ static void stage_kv(const ac *a, ir_val kb0) {
             ir_val src = kx_add(k, kx_add(k, kx_mul_c(k, row, a->kv_dim), a->kv_off), c8);
             ir_val limit = kx_select(k, kx_lt(k, p, a->n_keys), kx_add_c(k, src, 8), a->u0);
             ir_val dst = kx_idx(k, kx_add_c(k, key, half * AC_KEYS), a->pitch, c8);
-            ir_async_copy(k.ir, a->kv, dst, half ? a->vc : a->kc, src, 8, limit);
+            if (a->dbg & 64) { /* plain loads and stores, not the async copy's lowering */
+                ir_val zero = kx_as(k, kx_f32(k, 0.0f), a->dt);
+                for (uint32_t h = 0; h < 2; h++) {
+                    ir_val v = kx_load_masked(k, half ? a->vc : a->kc, kx_add_c(k, src, 4 * h), 4, limit, zero);
+                    kx_shm_store(k, a->kv, kx_add_c(k, dst, 4 * h), v);
+                }
+            } else
+                ir_async_copy(k.ir, a->kv, dst, half ? a->vc : a->kc, src, 8, limit);
             if (in) kx_end_if(k, in);
         }
     ir_async_commit(k.ir);
@@ -240,7 +249,8 @@ static void scores(const ac *a, const ir_val *qf) {
     for (uint32_t jj = 0; jj < AC_KEYS / 16; jj++) {
         ir_val acc = zero;
         for (uint32_t i = 0; i < a->hd / 16; i++) {
-            ir_val b = ir_frag_load(k.ir, a->tb, true, a->kv, kx_u32(k, jj * 16 * a->pitch + i * 16), st, false);
+            ir_val b = ir_frag_load(k.ir, a->tb, true, a->kv, kx_add_c(k, a->dyn0, jj * 16 * a->pitch + i * 16), st,
+                                    false);
             acc = ir_frag_mma(k.ir, qf[i], b, acc);
         }
         ir_frag_store(k.ir, acc, true, a->sc, kx_add_c(k, base, jj * 16), sst, true);
@@ -326,8 +336,8 @@ static void values(const ac *a, ir_val *o) {
         }
     for (uint32_t d = 0; d < a->hd / 16; d++)
         for (uint32_t c = 0; c < AC_KEYS / 16; c++) {
-            ir_val b = ir_frag_load(k.ir, a->tb, true, a->kv, kx_u32(k, (AC_KEYS + c * 16) * a->pitch + d * 16), st,
-                                    true);
+            ir_val b = ir_frag_load(k.ir, a->tb, true, a->kv,
+                                    kx_add_c(k, a->dyn0, (AC_KEYS + c * 16) * a->pitch + d * 16), st, true);
             for (uint32_t p = 0; p < a->parts; p++) o[d] = ir_frag_mma(k.ir, ef[p][c], b, o[d]);
         }
 }
@@ -452,6 +462,7 @@ ir_kernel *kn_attn_prefill_coop(const rt_caps *c, uint32_t n_head, uint32_t n_he
     ir_val room = kx_select(k, kx_lt_c(k, a.pos0, n_ctx), kx_sub(k, kx_u32(k, n_ctx), a.pos0), a.u0);
     a.n_valid = kx_min(k, kx_min_c(k, n, n_max), room);
     ir_if *live = kx_if(k, kx_lt(k, a.t0, a.n_valid)); /* uniform: group id and loaded values */
+    a.dyn0 = a.dbg & 32 ? kx_shr_c(k, a.pos0, 31) : a.u0; /* pos0 < n_ctx <= 2^31 here */
     /* keys 0 .. the block's last valid position */
     a.n_keys = kx_add(k, a.pos0, kx_min(k, kx_add_c(k, a.t0, a.tpt), a.n_valid));
     a.n_tiles = kx_div_c(k, kx_add_c(k, a.n_keys, AC_KEYS - 1), AC_KEYS);
