@@ -550,13 +550,10 @@ static ir_kernel *prefill(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv,
             .n_head = n_head,
             .pg = pg};
     b.scale = 1.0f / sqrtf((float)hd); /* the oracle's, computed the same way */
-    b.qb = kx_buffer(k, "q", dtype, IR_READ, (uint64_t)n_max * q_stride);
-    uint64_t cache = pg ? (uint64_t)pg->rows * pg->n_pages : n_ctx;
-    b.kc = kx_buffer(k, "kcache", dtype, IR_READ, cache * kv_dim64);
-    b.vc = kx_buffer(k, "vcache", dtype, IR_READ, cache * kv_dim64);
-    b.ob = kx_buffer(k, "out", dtype, IR_WRITE, (uint64_t)n_max * n_head * hd);
-    ir_buf ib = kx_buffer(k, "info", IR_U32, IR_READ, 2);
-    if (pg) b.tab = kx_buffer(k, "pages", IR_U32, IR_READ, pg->stride);
+    kn_attn_bufs bufs;
+    kn_attn_prefill_bufs(k, dtype, n_max, q_stride, n_head, hd, kv_dim64, n_ctx, pg, &bufs);
+    b.qb = bufs.q, b.kc = bufs.kc, b.vc = bufs.vc, b.ob = bufs.out, b.tab = bufs.pages;
+    ir_buf ib = bufs.info;
     kx_workgroup(k, g.invocations);
     ir_scalar tile = per_word == 2 ? IR_U32 : IR_F32;
     b.q_tile = kx_shared(k, "q_tile", tile, g.rows * g.q_pitch);

@@ -214,14 +214,20 @@ static void o_scale(const ac *a, ir_val *o, ir_val alpha) {
     }
 }
 
-/* out = O / l for the rows of valid tokens */
-static void o_out(const ac *a, const ir_val *o, ir_val l) {
+/* where the lane's row's output starts in out; *valid: its token is one of the block's */
+static ir_val out_row(const ac *a, ir_val *valid) {
     kx k = a->k;
     ir_val rw = kx_add(k, kx_mul_c(k, a->sid, 16), a->row);
     ir_val t = kx_add(k, a->t0, kx_div_c(k, rw, a->hpt));
     ir_val head = kx_add(k, a->head0, kx_rem_c(k, rw, a->hpt));
-    ir_val to = kx_add(k, kx_mul_c(k, t, a->n_head * a->hd), kx_mul_c(k, head, a->hd));
-    ir_val valid = kx_lt(k, t, a->n_valid);
+    *valid = kx_lt(k, t, a->n_valid);
+    return kx_add(k, kx_mul_c(k, t, a->n_head * a->hd), kx_mul_c(k, head, a->hd));
+}
+
+/* out = O / l for the rows of valid tokens */
+static void o_out(const ac *a, const ir_val *o, ir_val l) {
+    kx k = a->k;
+    ir_val valid, to = out_row(a, &valid);
     ir_type ot = kx_t(k, a->dt, 4);
     for (uint32_t d0 = 0; d0 < a->hd / 16; d0 += 2) {
         o_store(a, o, d0);
@@ -260,11 +266,8 @@ static void scores(const ac *a, const ir_val *qf) {
 /* debug: v (kpl f32 values of the lane's row share) into out's row for tile 0 */
 static void dbg_row(const ac *a, const ir_val *v, uint32_t kpl) {
     kx k = a->k;
-    ir_val rw = kx_add(k, kx_mul_c(k, a->sid, 16), a->row);
-    ir_val t = kx_add(k, a->t0, kx_div_c(k, rw, a->hpt));
-    ir_val head = kx_add(k, a->head0, kx_rem_c(k, rw, a->hpt));
-    ir_val to = kx_add(k, kx_mul_c(k, t, a->n_head * a->hd), kx_mul_c(k, head, a->hd));
-    ir_if *f = kx_if(k, kx_and(k, kx_lt(k, t, a->n_valid), kx_eq_c(k, a->j, 0)));
+    ir_val valid, to = out_row(a, &valid);
+    ir_if *f = kx_if(k, kx_and(k, valid, kx_eq_c(k, a->j, 0)));
     for (uint32_t i = 0; i < kpl && i * a->lpr < a->hd; i++)
         kx_store(k, a->ob, kx_add(k, to, kx_add_c(k, kx_mul_c(k, a->seg, kpl), i)), kx_convert(k, v[i], kx_t(k, a->dt, 1)));
     kx_end_if(k, f);
@@ -432,13 +435,10 @@ ir_kernel *kn_attn_prefill_coop(const rt_caps *c, uint32_t n_head, uint32_t n_he
     kx k = {kn_create("kn_attn_prefill", err), c};
     if (!k.ir) return NULL;
     a.k = k;
-    a.qb = kx_buffer(k, "q", dt, IR_READ, (uint64_t)n_max * q_stride);
-    uint64_t cache = pg ? (uint64_t)pg->rows * pg->n_pages : n_ctx;
-    a.kc = kx_buffer(k, "kcache", dt, IR_READ, cache * a.kv_dim);
-    a.vc = kx_buffer(k, "vcache", dt, IR_READ, cache * a.kv_dim);
-    a.ob = kx_buffer(k, "out", dt, IR_WRITE, (uint64_t)n_max * n_head * hd);
-    ir_buf ib = kx_buffer(k, "info", IR_U32, IR_READ, 2);
-    if (pg) a.tab = kx_buffer(k, "pages", IR_U32, IR_READ, pg->stride);
+    kn_attn_bufs bufs;
+    kn_attn_prefill_bufs(k, dt, n_max, q_stride, n_head, hd, a.kv_dim, n_ctx, pg, &bufs);
+    a.qb = bufs.q, a.kc = bufs.kc, a.vc = bufs.vc, a.ob = bufs.out, a.tab = bufs.pages;
+    ir_buf ib = bufs.info;
     kx_workgroup(k, a.inv);
     /* K then V (or, first, the 64 q rows: the same 64 rows of pitch) */
     a.kv = kx_shared(k, "kv", dt, 2 * AC_KEYS * a.pitch);
@@ -451,16 +451,10 @@ ir_kernel *kn_attn_prefill_coop(const rt_caps *c, uint32_t n_head, uint32_t n_he
     a.tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, 16, 16, 16);
     a.lid = kx_local(k), a.sid = kx_sg_id(k), a.lane = kx_sg_lane(k);
     a.u0 = kx_u32(k, 0), a.f0 = kx_f32(k, 0.0f), a.ninf = kx_f32(k, -INFINITY);
-    /* group x: hpt heads of one kv head; group y: token blocks, the last (longest) first */
-    a.head0 = kx_group_times(k, 0, hpt);
-    a.kv_off = kx_mul_c(k, kx_div_c(k, a.head0, group), hd);
-    uint32_t nb = (n_max + a.tpt - 1) / a.tpt;
-    a.t0 = kx_mul_c(k, kx_sub(k, kx_u32(k, nb - 1), kx_group(k, 1)), a.tpt);
-    /* valid tokens: t < n, t < n_max, and pos0 + t < n_ctx (computed without wrapping) */
-    a.pos0 = kx_load(k, ib, a.u0, 1);
-    ir_val n = kx_load_c(k, ib, 1);
-    ir_val room = kx_select(k, kx_lt_c(k, a.pos0, n_ctx), kx_sub(k, kx_u32(k, n_ctx), a.pos0), a.u0);
-    a.n_valid = kx_min(k, kx_min_c(k, n, n_max), room);
+    kn_attn_place pl;
+    kn_attn_place_of(k, ib, hpt, group, hd, a.tpt, n_max, n_ctx, &pl);
+    a.head0 = pl.head0, a.kv_off = pl.kv_off, a.t0 = pl.t0, a.pos0 = pl.pos0, a.n_valid = pl.n_valid;
+    uint32_t nb = pl.blocks;
     ir_if *live = kx_if(k, kx_lt(k, a.t0, a.n_valid)); /* uniform: group id and loaded values */
     a.dyn0 = a.dbg & 32 ? kx_shr_c(k, a.pos0, 31) : a.u0; /* pos0 < n_ctx <= 2^31 here */
     /* keys 0 .. the block's last valid position */

@@ -328,13 +328,10 @@ static ir_kernel *build(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, u
     if (!k.ir) return NULL;
     if (n_max <= 64) kn_launch_early(k); /* a short block's: the output product may start */
     a.k = k;
-    a.qb = kx_buffer(k, "q", dt, IR_READ, (uint64_t)n_max * q_stride);
-    uint64_t cache = pg ? (uint64_t)pg->rows * pg->n_pages : n_ctx;
-    a.kc = kx_buffer(k, "kcache", dt, IR_READ, cache * a.kv_dim);
-    a.vc = kx_buffer(k, "vcache", dt, IR_READ, cache * a.kv_dim);
-    a.ob = kx_buffer(k, "out", dt, IR_WRITE, (uint64_t)n_max * n_head * hd);
-    ir_buf ib = kx_buffer(k, "info", IR_U32, IR_READ, 2);
-    if (pg) a.tab = kx_buffer(k, "pages", IR_U32, IR_READ, pg->stride);
+    kn_attn_bufs bufs;
+    kn_attn_prefill_bufs(k, dt, n_max, q_stride, n_head, hd, a.kv_dim, n_ctx, pg, &bufs);
+    a.qb = bufs.q, a.kc = bufs.kc, a.vc = bufs.vc, a.ob = bufs.out, a.tab = bufs.pages;
+    ir_buf ib = bufs.info;
     kx_workgroup(k, 128);
     a.ks = kx_shared(k, "ks", dt, 2 * AT_KEYS * a.pitch);
     a.vs = kx_shared(k, "vs", dt, 2 * AT_KEYS * a.pitch);
@@ -345,16 +342,10 @@ static ir_kernel *build(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, u
     a.tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, 16, 8, 16);
     a.lid = kx_local(k), a.sid = kx_sg_id(k), a.lane = kx_sg_lane(k);
     a.u0 = kx_u32(k, 0), a.f0 = kx_f32(k, 0.0f), a.ninf = kx_f32(k, -INFINITY);
-    /* group x: hpt heads of one kv head; group y: token blocks, the last (longest) first */
-    a.head0 = kx_group_times(k, 0, hpt);
-    a.kv_off = kx_mul_c(k, kx_div_c(k, a.head0, group), hd);
-    uint32_t nb = (n_max + a.tpt - 1) / a.tpt;
-    a.t0 = kx_mul_c(k, kx_sub(k, kx_u32(k, nb - 1), kx_group(k, 1)), a.tpt);
-    /* valid tokens: t < n, t < n_max, and pos0 + t < n_ctx (computed without wrapping) */
-    a.pos0 = kx_load(k, ib, a.u0, 1);
-    ir_val n = kx_load_c(k, ib, 1);
-    ir_val room = kx_select(k, kx_lt_c(k, a.pos0, n_ctx), kx_sub(k, kx_u32(k, n_ctx), a.pos0), a.u0);
-    a.n_valid = kx_min(k, kx_min_c(k, n, n_max), room);
+    kn_attn_place pl;
+    kn_attn_place_of(k, ib, hpt, group, hd, a.tpt, n_max, n_ctx, &pl);
+    a.head0 = pl.head0, a.kv_off = pl.kv_off, a.t0 = pl.t0, a.pos0 = pl.pos0, a.n_valid = pl.n_valid;
+    uint32_t nb = pl.blocks;
     ir_if *live = kx_if(k, kx_lt(k, a.t0, a.n_valid)); /* uniform: group id and loaded values */
     /* keys 0 .. the block's last valid position */
     a.n_keys = kx_add(k, a.pos0, kx_min(k, kx_add_c(k, a.t0, a.tpt), a.n_valid));

@@ -143,6 +143,30 @@ ir_val kn_rope_theta(kx k, ir_val th, ir_val from, ir_val to, float theta_scale)
     return ir_for_result(l, 0);
 }
 
+void kn_attn_prefill_bufs(kx k, ir_scalar dt, uint32_t n_max, uint32_t q_stride, uint32_t n_head, uint32_t hd,
+                          uint64_t kv_dim, uint32_t n_ctx, const kn_pages *pg, kn_attn_bufs *b) {
+    b->q = kx_buffer(k, "q", dt, IR_READ, (uint64_t)n_max * q_stride);
+    uint64_t cache = pg ? (uint64_t)pg->rows * pg->n_pages : n_ctx;
+    b->kc = kx_buffer(k, "kcache", dt, IR_READ, cache * kv_dim);
+    b->vc = kx_buffer(k, "vcache", dt, IR_READ, cache * kv_dim);
+    b->out = kx_buffer(k, "out", dt, IR_WRITE, (uint64_t)n_max * n_head * hd);
+    b->info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    b->pages = pg ? kx_buffer(k, "pages", IR_U32, IR_READ, pg->stride) : 0;
+}
+
+void kn_attn_place_of(kx k, ir_buf info, uint32_t hpt, uint32_t group, uint32_t hd, uint32_t tpt, uint32_t n_max,
+                      uint32_t n_ctx, kn_attn_place *p) {
+    ir_val u0 = kx_u32(k, 0);
+    p->head0 = kx_group_times(k, 0, hpt);
+    p->kv_off = kx_mul_c(k, kx_div_c(k, p->head0, group), hd);
+    p->blocks = (n_max + tpt - 1) / tpt;
+    p->t0 = kx_mul_c(k, kx_sub(k, kx_u32(k, p->blocks - 1), kx_group(k, 1)), tpt);
+    p->pos0 = kx_load(k, info, u0, 1);
+    ir_val n = kx_load_c(k, info, 1);
+    ir_val room = kx_select(k, kx_lt_c(k, p->pos0, n_ctx), kx_sub(k, kx_u32(k, n_ctx), p->pos0), u0);
+    p->n_valid = kx_min(k, kx_min_c(k, n, n_max), room);
+}
+
 ir_val kn_in_cache(kx k, ir_val p, ir_val p0, uint32_t n_ctx) {
     ir_val below_end = kx_lt_c(k, p, n_ctx);
     return kx_and(k, kx_ge(k, p, p0), below_end);

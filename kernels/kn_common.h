@@ -63,6 +63,27 @@ ir_kernel *kn_finish(ir_kernel *k, kiln_err *err);
 /* ir_kernel_create, with the out-of-memory message. */
 ir_kernel *kn_create(const char *name, kiln_err *err);
 
+/* A prefill attention kernel's parameters, declared in this order: q (dtype, n_max *
+ * q_stride), kcache and vcache (the cache's rows, paged or not, of kv_dim), out (n_max *
+ * n_head * hd), info (u32 pos0, n) and, paged, the sequence's pages. */
+typedef struct kn_attn_bufs {
+    ir_buf q, kc, vc, out, info, pages;
+} kn_attn_bufs;
+void kn_attn_prefill_bufs(kx k, ir_scalar dt, uint32_t n_max, uint32_t q_stride, uint32_t n_head, uint32_t hd,
+                          uint64_t kv_dim, uint32_t n_ctx, const kn_pages *pg, kn_attn_bufs *b);
+
+/* A prefill attention workgroup's place (attn_prefill_mma.c, attn_prefill_coop.c): group
+ * x takes hpt heads of one kv head (group query heads each) from head0, its keys and values
+ * at kv_off in a cache row; group y a block of tpt tokens from t0, the last (longest) block
+ * first; from info = {pos0, n}, the valid tokens t < n_valid: t < n, t < n_max and pos0 + t
+ * < n_ctx (computed without wrapping). blocks: the grid's y. */
+typedef struct kn_attn_place {
+    ir_val head0, kv_off, t0, pos0, n_valid;
+    uint32_t blocks;
+} kn_attn_place;
+void kn_attn_place_of(kx k, ir_buf info, uint32_t hpt, uint32_t group, uint32_t hd, uint32_t tpt, uint32_t n_max,
+                      uint32_t n_ctx, kn_attn_place *p);
+
 /* p >= p0 && p < n_ctx: a token's cache position p = p0 + t inside the cache and not
  * wrapped past 2^32. */
 ir_val kn_in_cache(kx k, ir_val p, ir_val p0, uint32_t n_ctx);
