@@ -65,6 +65,8 @@ typedef struct ac {
     ir_buf tab;
     uint32_t dbg; /* KILN_ATTN_COOP_DBG (temporary, for finding a device-only fault) */
     ir_shm qs;
+    ir_shm vs; /* dbg & 128: V in an array of its own (rows 0..31), else kv */
+    uint32_t v_row0; /* V's first row in its array */
     ir_val j;
     ir_val dyn0; /* dbg & 32: a zero the driver cannot fold (pos0 >> 31), added to the K/V
                   * fragments' constant offsets */
@@ -135,15 +137,16 @@ static void stage_kv(const ac *a, ir_val kb0) {
             ir_val row = kn_cache_row(k, a->pg, a->tab, a->u0, IR_NONE, kx_min_c(k, p, a->n_ctx - 1));
             ir_val src = kx_add(k, kx_add(k, kx_mul_c(k, row, a->kv_dim), a->kv_off), c8);
             ir_val limit = kx_select(k, kx_lt(k, p, a->n_keys), kx_add_c(k, src, 8), a->u0);
-            ir_val dst = kx_idx(k, kx_add_c(k, key, half * AC_KEYS), a->pitch, c8);
+            ir_val dst = kx_idx(k, kx_add_c(k, key, half ? a->v_row0 : 0), a->pitch, c8);
+            ir_shm to = half ? a->vs : a->kv;
             if (a->dbg & 64) { /* plain loads and stores, not the async copy's lowering */
                 ir_val zero = kx_as(k, kx_f32(k, 0.0f), a->dt);
                 for (uint32_t h = 0; h < 2; h++) {
                     ir_val v = kx_load_masked(k, half ? a->vc : a->kc, kx_add_c(k, src, 4 * h), 4, limit, zero);
-                    kx_shm_store(k, a->kv, kx_add_c(k, dst, 4 * h), v);
+                    kx_shm_store(k, to, kx_add_c(k, dst, 4 * h), v);
                 }
             } else
-                ir_async_copy(k.ir, a->kv, dst, half ? a->vc : a->kc, src, 8, limit);
+                ir_async_copy(k.ir, to, dst, half ? a->vc : a->kc, src, 8, limit);
             if (in) kx_end_if(k, in);
         }
     ir_async_commit(k.ir);
@@ -339,8 +342,8 @@ static void values(const ac *a, ir_val *o) {
         }
     for (uint32_t d = 0; d < a->hd / 16; d++)
         for (uint32_t c = 0; c < AC_KEYS / 16; c++) {
-            ir_val b = ir_frag_load(k.ir, a->tb, true, a->kv,
-                                    kx_add_c(k, a->dyn0, (AC_KEYS + c * 16) * a->pitch + d * 16), st, true);
+            ir_val b = ir_frag_load(k.ir, a->tb, true, a->vs,
+                                    kx_add_c(k, a->dyn0, (a->v_row0 + c * 16) * a->pitch + d * 16), st, true);
             for (uint32_t p = 0; p < a->parts; p++) o[d] = ir_frag_mma(k.ir, ef[p][c], b, o[d]);
         }
 }
@@ -446,6 +449,8 @@ ir_kernel *kn_attn_prefill_coop(const rt_caps *c, uint32_t n_head, uint32_t n_he
     a.pp = kx_shared(k, "parts", dt, a.parts * AC_SG * 16 * AC_P_PITCH);
     a.flag = kx_shared(k, "rescale", IR_U32, 1);
     if (a.dbg & 1) a.qs = kx_shared(k, "qs", dt, AC_ROWS * a.pitch);
+    a.vs = a.dbg & 128 ? kx_shared(k, "vs", dt, AC_KEYS * a.pitch) : a.kv;
+    a.v_row0 = a.dbg & 128 ? 0 : AC_KEYS;
     a.ta = ir_t_frag(k.ir, IR_FRAG_A, dt, 16, 16, 16);
     a.tb = ir_t_frag(k.ir, IR_FRAG_B, dt, 16, 16, 16);
     a.tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, 16, 16, 16);

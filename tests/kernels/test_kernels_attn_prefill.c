@@ -388,7 +388,7 @@ Test(kernels_attn_prefill, bad_shapes_and_caps_are_refused) {
 /* TEMPORARY: the cooperative variant's intermediate values on a device (KILN_ATTN_COOP_DBG
  * modes: 1 Q in its own array, 2 no rescale, 4 one part, 8 dump the scores, 16 dump e,
  * 32 the K/V fragments at offsets the driver cannot fold, 64 K/V staged by plain loads
- * instead of the async copy's lowering), printed; runs only with KILN_ATTN_COOP_DBG_TEST
+ * instead of the async copy's lowering, 128 V in an array of its own), printed; runs only with KILN_ATTN_COOP_DBG_TEST
  * set (bench/results/2026-12-07-session50.md has the first dump and what it showed). */
 Test(kernels_attn_prefill, cooperative_debug_dump, .timeout = 300) {
     if (!getenv("KILN_ATTN_COOP_DBG_TEST")) cr_skip_test("KILN_ATTN_COOP_DBG_TEST not set");
@@ -397,7 +397,7 @@ Test(kernels_attn_prefill, cooperative_debug_dump, .timeout = 300) {
     setenv("KILN_ATTN_COOP", "1", 1);
     tu_seed(5);
     const uint32_t hd = 64, nctx = 83, nmax = 64, n = 3;
-    const int modes[] = {0, 8, 16, 32, 40, 64, 72, 96, 104, 9};
+    const int modes[] = {0, 8, 16, 32, 40, 64, 72, 96, 104, 128, 136, 160, 168, 232, 9};
     size_t nq = (size_t)nmax * hd, nc = (size_t)nctx * hd;
     uint16_t *q = malloc(nq * 2), *kc = malloc(nc * 2), *vc = malloc(nc * 2), *o = malloc(nq * 2);
     float *qf = malloc(nq * 4), *kf = malloc(nc * 4), *vf = malloc(nc * 4), want[64];

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Prepared in session 50 for the next device call: why the cooperative-matrix prefill
+# attention (kernels/attn_prefill_coop.c) is wrong on NVIDIA's Vulkan, and the suites the
+# product tile by the grid still needs there.
+#   kernels_async/* on vulkan:0 (the async copy's lowering has never run on a Vulkan GPU);
+#   the dump test's modes (KILN_ATTN_COOP_DBG: 32 unfoldable K/V offsets, 64 plain staging,
+#     128 V in its own array, and their sums);
+#   kernels_matmul/* and plan/* on vulkan:0.
+set -u
+out=$1
+source bench/h200-common.sh
+KILN_TEST_DEVICE=vulkan:0 timeout 60 $T -j8 --filter 'kernels_async/*' > $out/async-vk.txt 2>&1; echo "rc=$?" >> $out/async-vk.txt
+KILN_ATTN_COOP_DBG_TEST=1 timeout 100 $T --filter 'kernels_attn_prefill/cooperative_debug_dump' > $out/dbg.txt 2>&1
+echo "rc=$?" >> $out/dbg.txt
+tarball
+KILN_TEST_DEVICE=vulkan:0 timeout 100 $T -j8 --filter 'kernels_matmul/*' > $out/kmm-vk.txt 2>&1; echo "rc=$?" >> $out/kmm-vk.txt
+KILN_TEST_DEVICE=vulkan:0 timeout 150 $T -j8 --filter 'plan/*' > $out/plan-vk.txt 2>&1; echo "rc=$?" >> $out/plan-vk.txt
+tarball
