@@ -5,7 +5,8 @@
 #   kernels_async/* on vulkan:0 (the async copy's lowering has never run on a Vulkan GPU);
 #   the dump test's modes (KILN_ATTN_COOP_DBG: 32 unfoldable K/V offsets, 64 plain staging,
 #     128 V in its own array, and their sums);
-#   kernels_matmul/* and plan/* on vulkan:0.
+#   kernels_matmul/* and plan/* on vulkan:0 (the staged workgroup-scope product among them);
+#   the staged workgroup-scope product's rate (KILN_COOP2_STAGED=1, matmul_coop2.c) by tiling.
 set -u
 out=$1
 source bench/h200-common.sh
@@ -15,4 +16,9 @@ echo "rc=$?" >> $out/dbg.txt
 tarball
 KILN_TEST_DEVICE=vulkan:0 timeout 100 $T -j8 --filter 'kernels_matmul/*' > $out/kmm-vk.txt 2>&1; echo "rc=$?" >> $out/kmm-vk.txt
 KILN_TEST_DEVICE=vulkan:0 timeout 150 $T -j8 --filter 'plan/*' > $out/plan-vk.txt 2>&1; echo "rc=$?" >> $out/plan-vk.txt
+tarball
+for t in 32,128,4,1,32 64,64,2,2,32 32,64,4,2,32 32,128,2,1,32 32,64,2,2,32; do
+  echo "== KILN_COOP2_STAGED=1 KILN_COOP2=$t" >> $out/staged-sweep.txt
+  KILN_COOP2_STAGED=1 KILN_COOP2=$t timeout 40 $K probe --measure >> $out/staged-sweep.txt 2>&1
+done
 tarball

@@ -105,10 +105,14 @@ typedef struct mm_coop2_cfg {
     uint32_t acc_t, acc_r;     /* an accumulator's tokens and rows */
     uint32_t n_t, n_r;         /* accumulators along tokens and rows: the tile */
     uint32_t kc;               /* columns a step */
+    bool staged;               /* X and W staged through workgroup memory by the invocations
+                                * (the next chunk's loads in flight), fragments loaded from
+                                * there; else tensor-addressed loads from the buffers */
 } mm_coop2_cfg;
 /* The variant for this dtype, or false: caps.wg_mma has a dtype x dtype -> f32 entry whose
  * granularities divide the fragments (64 x 128 accumulators, two along tokens, 32 columns a
- * step; KILN_COOP2=acc_t,acc_r,n_t,n_r,kc another tiling, for measuring), its workgroup
+ * step; KILN_COOP2=acc_t,acc_r,n_t,n_r,kc another tiling and KILN_COOP2_STAGED=1 the staged
+ * loads, for measuring: 32 x 128 accumulators, four along tokens, by default there), its workgroup
  * within the limits, an accumulator's staged sums within caps.shared_bytes less what the
  * compiler keeps, a grid of at least half the compute units; and KILN_MATMUL_COOP is not
  * small or large (those force matmul_coop.c's

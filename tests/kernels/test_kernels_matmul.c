@@ -217,13 +217,39 @@ Test(kernels_matmul, workgroup_scope_variant_on_the_device, .timeout = 600) {
     if (!have) cr_skip_test("the device has no workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2)");
     setenv("KILN_MATMUL_COOP", "wg", 1);
     run_shapes(NULL, 39, NULL, N_SHAPES);
+    setenv("KILN_COOP2_STAGED", "1", 1); /* X and W staged by the invocations (measuring) */
+    run_shapes(NULL, 40, NULL, N_SHAPES);
+    unsetenv("KILN_COOP2_STAGED");
     unsetenv("KILN_MATMUL_COOP");
 }
 
-/* The workgroup-scope variant builds and validates for the H200's caps on every dtype,
- * epilogue and odd shape (128-square tiles, the loads tensor-addressed), and steps aside
- * where the caps lack it, where its sums do not fit, and where KILN_MATMUL_COOP asks for
- * the subgroup-scope tiles. */
+/* The staged form (KILN_COOP2_STAGED=1: X and W through workgroup memory, workgroup-scope
+ * fragments loaded from there) builds and validates for the H200's caps on every dtype,
+ * epilogue and odd shape, 128-square tiles of four 32 x 128 accumulators. */
+Test(kernels_matmul, workgroup_scope_staged_builds_for_h200_caps) {
+    kiln_err err = {0};
+    rt_caps c;
+    tu_caps_h200(&c);
+    setenv("KILN_COOP2_STAGED", "1", 1);
+    static const mm_shape sh[] = {{1024, 1024, 512}, {4097, 1000, 256}, {7, 7, 64}, {100, 40, 64}};
+    for (size_t ti = 0; ti < 2; ti++)
+        for (unsigned epi = 0; epi < 4; epi++)
+            for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
+                mm_shape s = sh[i];
+                uint32_t g[2] = {0, 0};
+                char what[160];
+                snprintf(what, sizeof what, "staged matmul %ux%u n_max=%u %s epi=%s", s.rows, s.cols, s.n_max,
+                         tu_dname(dtypes[ti]), epi_name(epi));
+                ir_kernel *k = kn_matmul(&c, s.rows, s.cols, s.n_max, dtypes[ti], epi, g, &err);
+                cr_assert_not_null(k, "%s: %s", what, err.msg);
+                cr_assert(!tu_ir_has(k, "frag.load_tensor") && tu_ir_has(k, "frag.mma"), "%s", what);
+                cr_assert(g[0] == (s.rows + 127) / 128 && g[1] == (s.n_max + 127) / 128, "%s: grid %u x %u", what,
+                          g[0], g[1]);
+                tu_emit_ok(k, &c, err.msg, what); /* destroys k */
+            }
+    unsetenv("KILN_COOP2_STAGED");
+}
+
 /* On 132 compute units, a product whose 128 x 128 tiles are fewer than 66 (qwen3-0.6b's o
  * and down at 512 tokens: 32) takes the 64 x 64 subgroup-scope tile instead, one with 128
  * tiles (its qkv) keeps the workgroup scope; KILN_COOP2 set keeps it regardless. */
@@ -250,6 +276,10 @@ Test(kernels_matmul, workgroup_scope_variant_only_where_its_grid_fills_half_the_
     ir_kernel_destroy(k);
 }
 
+/* The workgroup-scope variant builds and validates for the H200's caps on every dtype,
+ * epilogue and odd shape (128-square tiles, the loads tensor-addressed), and steps aside
+ * where the caps lack it, where its sums do not fit, and where KILN_MATMUL_COOP asks for
+ * the subgroup-scope tiles. */
 Test(kernels_matmul, workgroup_scope_variant_builds_for_h200_caps) {
     kiln_err err = {0};
     rt_caps c, none, small;
