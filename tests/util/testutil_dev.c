@@ -4,6 +4,7 @@
 
 #include "base/error.h"
 #include "ir/ir.h"
+#include "kernels/kernels.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -269,4 +270,10 @@ bool tu_ir_has(const ir_kernel *k, const char *needle) {
     bool found = strstr(text, needle) != NULL;
     free(text);
     return found;
+}
+
+const char *tu_epi_name(unsigned epi) {
+    if (epi & KN_EPI_F32) return "f32";
+    static const char *const names[4] = {"none", "bias", "res", "bias+res"};
+    return names[epi & 3];
 }

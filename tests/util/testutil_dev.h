@@ -8,6 +8,8 @@
 ir_kernel *tu_dev_axpy_kernel(void);
 /* Does k's printed IR hold needle (a variant's mark: "frag.mma", "async.copy", a parameter)? */
 bool tu_ir_has(const ir_kernel *k, const char *needle);
+/* A product epilogue's name (kernels.h's KN_EPI_ flags): none, bias, res, bias+res, f32. */
+const char *tu_epi_name(unsigned epi);
 /* axpy at odd sizes up to 1000003 with poisoned guard regions after the outputs, a
  * partial download at an offset, a launch of zero workgroups. */
 void tu_dev_axpy(rt_device *d);
