@@ -7,9 +7,12 @@
 #include "text/chat.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char usage[] =
     "usage: kiln serve MODEL.gguf [--listen HOST:PORT] [--api-key KEY] [--parallel N] [flags]\n"
@@ -48,6 +51,20 @@ static char *model_id(const char *path) {
         s[n] = 0;
     }
     return s;
+}
+
+/* SIGINT and SIGTERM are blocked before the model loads, so that no thread started from
+ * then on (thread pools, a driver's) can take one and end the process while the server
+ * stops cleanly on it (srv_serve waits for them with sigwait); until the server runs, this
+ * thread waits for them instead and ends the process as the signal would have. */
+static void *load_watch(void *arg) {
+    const sigset_t *sigs = arg;
+    int sig = 0;
+    while (sigwait(sigs, &sig) != 0) {}
+    static const char msg[] = "kiln: stopped while loading\n";
+    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) {}
+    _exit(128 + sig);
+    return NULL;
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -114,7 +131,18 @@ int cmd_serve(int argc, char **argv) {
     tokenizer *t = NULL;
     engine *e[SRV_MAX_PARALLEL] = {0};
     char *src = NULL, *default_system = NULL, *id = NULL;
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    pthread_t watch;
+    bool watching = pthread_create(&watch, NULL, load_watch, &sigs) == 0;
     int rc = model_opts_open_n(&mo, path, (uint32_t)parallel, &m, &t, e);
+    if (watching) { /* from here a signal waits for srv_serve's sigwait */
+        pthread_cancel(watch);
+        pthread_join(watch, NULL);
+    }
     if (rc) goto out;
     src = model_chat_template(m);
     if (!tmpl) {
