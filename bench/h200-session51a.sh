@@ -4,6 +4,7 @@
 # product tile by the grid still needs there.
 #   kernels_async/* on vulkan:0 (the async copy's lowering has never run on a Vulkan GPU);
 #   the dump test's modes (KILN_ATTN_COOP_DBG: 32 unfoldable K/V offsets, 64 plain staging,
+#     256 the flag array 16 bytes, 512 the flag array declared first,
 #     128 V in its own array, and their sums);
 #   kernels_matmul/* and plan/* on vulkan:0 (the staged workgroup-scope product among them);
 #   the staged workgroup-scope product's rate (KILN_COOP2_STAGED=1, matmul_coop2.c) by tiling.
@@ -22,3 +23,10 @@ for t in 32,128,4,1,32 64,64,2,2,32 32,64,4,2,32 32,128,2,1,32 32,64,2,2,32; do
   KILN_COOP2_STAGED=1 KILN_COOP2=$t timeout 40 $K probe --measure >> $out/staged-sweep.txt 2>&1
 done
 tarball
+# the staged workgroup-scope product on a model: qwen3-0.6b and 8b pp512 on vulkan:0
+synth qwen3-0.6b qwen3-8b
+for m in qwen3-0.6b qwen3-8b; do
+  timeout 60 $K bench $dir/$m.gguf -p 512 -n 0 -r 3 --device vulkan:0 > $out/pp512-$m.md 2>&1
+  KILN_COOP2_STAGED=1 timeout 60 $K bench $dir/$m.gguf -p 512 -n 0 -r 3 --device vulkan:0 > $out/pp512-$m-staged.md 2>&1
+  tarball
+done

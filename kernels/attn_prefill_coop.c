@@ -444,10 +444,11 @@ ir_kernel *kn_attn_prefill_coop(const rt_caps *c, uint32_t n_head, uint32_t n_he
     ir_buf ib = bufs.info;
     kx_workgroup(k, a.inv);
     /* K then V (or, first, the 64 q rows: the same 64 rows of pitch) */
+    if (a.dbg & 512) a.flag = kx_shared(k, "rescale", IR_U32, a.dbg & 256 ? 4 : 1);
     a.kv = kx_shared(k, "kv", dt, 2 * AC_KEYS * a.pitch);
     a.sc = kx_shared(k, "scores", IR_F32, AC_SG * 16 * AC_S_PITCH);
     a.pp = kx_shared(k, "parts", dt, a.parts * AC_SG * 16 * AC_P_PITCH);
-    a.flag = kx_shared(k, "rescale", IR_U32, 1);
+    if (!(a.dbg & 512)) a.flag = kx_shared(k, "rescale", IR_U32, a.dbg & 256 ? 4 : 1);
     if (a.dbg & 1) a.qs = kx_shared(k, "qs", dt, AC_ROWS * a.pitch);
     a.vs = a.dbg & 128 ? kx_shared(k, "vs", dt, AC_KEYS * a.pitch) : a.kv;
     a.v_row0 = a.dbg & 128 ? 0 : AC_KEYS;

@@ -397,7 +397,7 @@ Test(kernels_attn_prefill, cooperative_debug_dump, .timeout = 300) {
     setenv("KILN_ATTN_COOP", "1", 1);
     tu_seed(5);
     const uint32_t hd = 64, nctx = 83, nmax = 64, n = 3;
-    const int modes[] = {0, 8, 16, 32, 40, 64, 72, 96, 104, 128, 136, 160, 168, 232, 9};
+    const int modes[] = {0, 8, 16, 32, 40, 64, 72, 96, 104, 128, 136, 160, 168, 232, 9, 256, 264, 272, 512, 520, 528, 768};
     size_t nq = (size_t)nmax * hd, nc = (size_t)nctx * hd;
     uint16_t *q = malloc(nq * 2), *kc = malloc(nc * 2), *vc = malloc(nc * 2), *o = malloc(nq * 2);
     float *qf = malloc(nq * 4), *kf = malloc(nc * 4), *vf = malloc(nc * 4), want[64];
