@@ -93,6 +93,16 @@ static void start_lb(void) {
     cr_assert(up, "haproxy did not see both replicas up; see %s", lb_err);
 }
 
+/* HAProxy's log (its stderr: one line a request, with its retries and termination state) into
+ * the test's log, where a request failed: the only record of what the balancer did. */
+static void log_lb(void) {
+    FILE *f = fopen(lb_err, "r");
+    if (!f) return;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) cr_log_error("haproxy: %.*s", (int)strcspn(line, "\n"), line);
+    fclose(f);
+}
+
 static void stop_all(void) {
     if (lb_pid > 0) kill(lb_pid, SIGKILL), waitpid(lb_pid, NULL, 0), lb_pid = -1;
     ts_kill(&rep[0]), ts_kill(&rep[1]);
@@ -263,12 +273,16 @@ Test(serve_replicas, haproxy_failover, .timeout = 180) {
         }
         /* the one failure allowed: a stream kiln1 had begun (anything it sent, it sent before
          * the kill), cut when it died */
-        cr_assert(c[i].stream && c[i].status == 200 && !strcmp(c[i].replica, "kiln1"),
+        bool cut_stream = c[i].stream && c[i].status == 200 && !strcmp(c[i].replica, "kiln1");
+        if (!cut_stream) log_lb();
+        cr_assert(cut_stream,
                   "client %d (%s) failed: status %d via '%s'", i, c[i].stream ? "stream" : "plain", c[i].status,
                   c[i].replica);
         cut++;
     }
     cr_assert_geq(cut, 1, "the stream kiln1 had begun was not cut");
+    for (int i = 0; i < 4; i++)
+        if (!(b[i].status == 200 && b[i].done && !strcmp(b[i].replica, "kiln2"))) log_lb();
     for (int i = 0; i < 4; i++)
         cr_assert(b[i].status == 200 && b[i].done && !strcmp(b[i].replica, "kiln2"),
                   "request %d after the kill: status %d via '%s'", i, b[i].status, b[i].replica);
