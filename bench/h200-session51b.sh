@@ -15,12 +15,23 @@ for nm in 0 1; do
       --profile-tokens 24 --profile-step 8 > /dev/null 2> $out/prof-step8-norm$nm-merged$am.txt
   done
 done
+# the tiled (tensor-core) products from 17 rows on (KILN_SKINNY_MAX=16): steps of 32 and 64
+# (a ramp's prompts), and pp24 / pp64 of qwen3-0.6b and 8b
+for sm in 64 16; do
+  for n in 32 64; do
+    KILN_SKINNY_MAX=$sm timeout 60 $K run $dir/qwen3-0.6b.gguf --device cuda:0 -p "$prompt" -n 4 \
+      --profile-tokens 24 --profile-step $n > /dev/null 2> $out/prof-step$n-skinny$sm.txt
+  done
+  KILN_SKINNY_MAX=$sm timeout 60 $K bench $dir/qwen3-0.6b.gguf -p 24,64 -n 0 -r 5 --device cuda:0 > $out/pp-06b-skinny$sm.md 2>&1
+done
 tarball
 KILN_SKINNY_NORM=0 MODELS=qwen3-0.6b DEVICES=cuda:0 STREAMS="1 8 8" SUITES=0 timeout 100 bash bench/h200-batch.sh $out/serve-norm0
 tarball
 KILN_SKINNY_NORM=1 MODELS=qwen3-0.6b DEVICES=cuda:0 STREAMS="1 8 8" SUITES=0 timeout 100 bash bench/h200-batch.sh $out/serve-norm1
 tarball
 KILN_SKINNY_NORM=1 KILN_ATTN_MERGED=1 MODELS=qwen3-0.6b DEVICES=cuda:0 STREAMS="1 8 8" SUITES=0 timeout 100 bash bench/h200-batch.sh $out/serve-norm1-merged
+tarball
+KILN_SKINNY_MAX=16 MODELS=qwen3-0.6b DEVICES=cuda:0 STREAMS="1 8 8" SUITES=0 timeout 100 bash bench/h200-batch.sh $out/serve-skinny16
 tarball
 MODELS=qwen3-0.6b DEVICES=vulkan:0 STREAMS="1 8 8" SUITES=0 timeout 100 bash bench/h200-batch.sh $out/serve-vk
 tarball

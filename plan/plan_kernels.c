@@ -65,9 +65,19 @@ bool plan_attn_prep(const plan_shape *s, const rt_caps *c) {
            kn_attn_prep_ok(c, s->hp.head_dim_k, &rope, s->hp.qk_norm, s->hp.rms_eps);
 }
 
+/* The largest block whose products are the skinny ones: PLAN_SHORT_BLOCK, or fewer where
+ * KILN_SKINNY_MAX says (measuring: the tiled products, on the tensor cores where the device
+ * has them, from that size on; a step of 64 on qwen3-0.6b is compute-bound in the skinny
+ * products' FMAs). */
+static uint32_t skinny_max(void) {
+    const char *e = getenv("KILN_SKINNY_MAX");
+    long v = e ? strtol(e, NULL, 10) : 0;
+    return v >= 1 && v < PLAN_SHORT_BLOCK ? (uint32_t)v : PLAN_SHORT_BLOCK;
+}
+
 bool plan_skinny_norm(const plan_shape *s, const rt_caps *c, int i) {
     uint32_t d = s->hp.n_embd, nb = s->n_block;
-    if (!s->skinny_norm || nb > PLAN_SHORT_BLOCK) return false;
+    if (!s->skinny_norm || nb > skinny_max()) return false;
     if (i == K_MM_QKV) return !arch_is_qwen35(s->hp.arch) && kn_matmul_skinny_norm_ok(c, s->qkv_dim, d, nb, s->dt);
     if (i == K_MM_FF)
         return !s->hp.n_expert && plan_ff_swiglu(s, c) && kn_matmul_skinny_norm_ok(c, s->hp.n_ff, d, nb, s->dt);
@@ -81,7 +91,7 @@ bool plan_skinny_norm(const plan_shape *s, const rt_caps *c, int i) {
 #define PLAN_FEW_ROWS 128
 static ir_kernel *product(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t nb, ir_scalar dt, unsigned epi,
                           uint32_t g[2], kiln_err *err) {
-    if ((nb <= PLAN_SHORT_BLOCK || rows <= PLAN_FEW_ROWS) && kn_matmul_skinny_ok(c, rows, cols, nb, dt))
+    if ((nb <= skinny_max() || rows <= PLAN_FEW_ROWS) && kn_matmul_skinny_ok(c, rows, cols, nb, dt))
         return kn_matmul_skinny(c, rows, cols, nb, dt, epi, g, err);
     return kn_matmul(c, rows, cols, nb, dt, epi, g, err);
 }
@@ -181,8 +191,7 @@ uint32_t plan_sub_block(const plan_shape *s, const rt_caps *c, int i) {
  * warpgroup product's SwiGLU epilogue for long ones (kn_matmul_swiglu_ok): measured on the
  * H200 (qwen3-8b, 512 tokens) at 293 us against 212 for the two products and kn_swiglu. */
 bool plan_ff_swiglu(const plan_shape *s, const rt_caps *c) {
-    if (s->n_block <= PLAN_SHORT_BLOCK)
-        return kn_matmul_skinny_ok(c, s->hp.n_ff, s->hp.n_embd, s->n_block, s->dt);
+    if (s->n_block <= skinny_max()) return kn_matmul_skinny_ok(c, s->hp.n_ff, s->hp.n_embd, s->n_block, s->dt);
     /* long blocks only where KILN_FF_SWIGLU=1 (measuring): on the H200 both warpgroup
      * products' SwiGLU epilogues measured slower than the two products and kn_swiglu
      * (qwen3-8b at 512 tokens: the tma product's 172.8 us against 2 x 69.3 + 25.1) */
