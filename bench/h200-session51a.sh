@@ -11,6 +11,10 @@
 set -u
 out=$1
 source bench/h200-common.sh
+# the fragment rate (kn_frag_rate: the matrix units through each backend) beside the product's
+timeout 60 $K probe --measure > $out/probe-measure.txt 2>&1
+KILN_TEST_DEVICE=vulkan:0 timeout 30 $T --filter 'kernels_frag_rate/*' > $out/frag-vk.txt 2>&1; echo "rc=$?" >> $out/frag-vk.txt
+KILN_TEST_DEVICE=cuda:0 timeout 30 $T --filter 'kernels_frag_rate/*' > $out/frag-cuda.txt 2>&1; echo "rc=$?" >> $out/frag-cuda.txt
 KILN_TEST_DEVICE=vulkan:0 timeout 60 $T -j8 --filter 'kernels_async/*' > $out/async-vk.txt 2>&1; echo "rc=$?" >> $out/async-vk.txt
 KILN_ATTN_COOP_DBG_TEST=1 timeout 100 $T --filter 'kernels_attn_prefill/cooperative_debug_dump' > $out/dbg.txt 2>&1
 echo "rc=$?" >> $out/dbg.txt

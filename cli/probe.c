@@ -72,6 +72,10 @@ static void print_measured(const measure_result *m) {
     else printf("  matrix peak: unknown (kiln bench gives no prefill floor)\n");
     printf("  kernel rate: %.1f GFLOP/s (kiln's matmul %ux%ux%u %s)\n", m->matmul_gflops, m->mm_rows, m->mm_cols,
            m->mm_tokens, m->mm_dtype);
+    if (m->frag_gflops > 0)
+        printf("  fragment rate: %.1f GFLOP/s (%ux%ux%u %s fragments in registers: the matrix units through this "
+               "backend)\n",
+               m->frag_gflops, m->frag_m, m->frag_n, m->frag_k, m->mm_dtype);
 }
 
 static void print_text(const probed *d, uint32_t nd, const char *caps_list) {
@@ -117,11 +121,14 @@ static const char *type_name(uint32_t t) {
 static json_t *json_peak(double v) { return v > 0 ? json_real(v) : json_null(); }
 
 static json_t *json_measured(const measure_result *m) {
-    return json_pack("{s:f,s:o,s:I,s:f,s:o,s:I,s:I,s:I,s:s}", "bandwidth_gbps", m->bandwidth_gbps,
+    json_t *o = json_pack("{s:f,s:o,s:I,s:f,s:o,s:I,s:I,s:I,s:s}", "bandwidth_gbps", m->bandwidth_gbps,
                      "peak_bandwidth_gbps", json_peak(m->peak_bandwidth_gbps), "copy_bytes",
                      (json_int_t)m->copy_bytes, "matmul_gflops", m->matmul_gflops, "peak_gflops",
                      json_peak(m->peak_gflops), "matmul_rows", (json_int_t)m->mm_rows, "matmul_cols",
                      (json_int_t)m->mm_cols, "matmul_tokens", (json_int_t)m->mm_tokens, "matmul_dtype", m->mm_dtype);
+    /* null where the device has no matrix units */
+    if (o) json_object_set_new(o, "fragment_gflops", m->frag_gflops > 0 ? json_real(m->frag_gflops) : json_null());
+    return o;
 }
 
 static json_t *json_device(const probed *d, const char *caps_list) {

@@ -184,6 +184,15 @@ ir_kernel *kn_rope(const rt_caps *c, uint32_t n_heads, uint32_t head_dim, uint32
 ir_kernel *kn_copy(const rt_caps *c, uint32_t n, uint32_t *groups_x, kiln_err *err);
 /* dst[i] = 0 for i < n, as kn_copy walks it. Params: dst (u32, write, n). Grid: kn_copy's. */
 ir_kernel *kn_zero(const rt_caps *c, uint32_t n, uint32_t *groups_x, kiln_err *err);
+/* The matrix units' rate through kiln's fragments (`kiln probe --measure`): each subgroup
+ * of 4 a workgroup runs iters rounds of 8 independent products of register fragments of
+ * kn_frag_rate_shape's shape (the largest of dt into f32 up to 16x16x32; NULL: none), then
+ * stores its accumulators; *flops: the launch's. Params: ones (dt, read: ones, m*k or k*n
+ * elements, the larger), out (f32, write, groups * 32 fragments of m*n).
+ * Grid: groups = {groups, 1, 1}. */
+const rt_mma_shape *kn_frag_rate_shape(const rt_caps *c, ir_scalar dt);
+ir_kernel *kn_frag_rate(const rt_caps *c, ir_scalar dt, uint32_t iters, uint32_t groups, double *flops,
+                        kiln_err *err);
 
 /* out[0] = the index of the largest of logits[0..n) (ties to the lowest index; NaN counts
  * as -inf: the host's samp_argmax), out[1] = that largest value's f32 bits (-inf: there

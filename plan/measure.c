@@ -19,6 +19,7 @@ typedef struct sizes {
     uint64_t copy_bytes;
     uint32_t mm_rows, mm_cols, mm_tokens;
     uint32_t launches, reps; /* launches per recording, timed replays */
+    uint32_t frag_iters;     /* rounds of kn_frag_rate */
 } sizes;
 
 /* Published peaks (memory bandwidth GB/s; dense bf16/f16 matrix GFLOP/s with f32
@@ -56,8 +57,8 @@ double measure_prefill_floor(const measure_result *m, uint32_t n, double bytes, 
 }
 
 static sizes pick_sizes(const rt_caps *c) {
-    if (strstr(c->name, "llvmpipe")) return (sizes){16u << 20, 512, 512, 128, 4, 3};
-    sizes s = {256u << 20, 4096, 4096, 512, 20, 5};
+    if (strstr(c->name, "llvmpipe")) return (sizes){16u << 20, 512, 512, 128, 4, 3, 64};
+    sizes s = {256u << 20, 4096, 4096, 512, 20, 5, 8192};
     if (c->max_buffer_bytes && s.copy_bytes > c->max_buffer_bytes) s.copy_bytes = c->max_buffer_bytes / 16 * 16;
     if (c->memory_bytes && s.copy_bytes > c->memory_bytes / 8) s.copy_bytes = c->memory_bytes / 8 / 16 * 16;
     return s;
@@ -172,6 +173,32 @@ static int measure_matmul(rt_device *d, const sizes *s, measure_result *r, kiln_
     return rc;
 }
 
+/* The fragments' rate (kn_frag_rate), where the device has matrix units: 4 workgroups a
+ * compute unit, iterations enough for milliseconds a launch at a petaflop. */
+static int measure_frags(rt_device *d, const sizes *s, measure_result *r, kiln_err *err) {
+    ir_scalar dt = pick_dtype(&d->caps);
+    const rt_mma_shape *sh = kn_frag_rate_shape(&d->caps, dt);
+    if (!sh) return 0;
+    uint32_t groups = 4 * (d->caps.compute_units ? d->caps.compute_units : 64), iters = s->frag_iters;
+    double flops = 0;
+    rt_kernel *ck = compile(d, kn_frag_rate(&d->caps, dt, iters, groups, &flops, err), err);
+    uint32_t n_ones = sh->m * sh->k > sh->k * sh->n ? sh->m * sh->k : sh->k * sh->n;
+    rt_buffer *ones = ck ? ones16(d, dt, n_ones, err) : NULL;
+    rt_buffer *out = ones ? d->ops->alloc(d, (size_t)groups * 32 * sh->m * sh->n * 4, err) : NULL;
+    int rc = -1;
+    if (out) {
+        rt_arg args[2] = {{ones, 0}, {out, 0}};
+        rt_launch l = {ck, {groups, 1, 1}, args, 2};
+        double sec;
+        if ((rc = time_launch(d, &l, s, &sec, err)) == 0) r->frag_gflops = flops / sec * 1e-9;
+        r->frag_m = sh->m, r->frag_n = sh->n, r->frag_k = sh->k;
+    }
+    if (out) d->ops->release(d, out);
+    if (ones) d->ops->release(d, ones);
+    if (ck) d->ops->release_kernel(d, ck);
+    return rc;
+}
+
 int measure_device(rt_device *d, measure_result *r, kiln_err *err) {
     memset(r, 0, sizeof *r);
     sizes s = pick_sizes(&d->caps);
@@ -183,6 +210,10 @@ int measure_device(rt_device *d, measure_result *r, kiln_err *err) {
     }
     if (measure_matmul(d, &s, r, &msg)) {
         kiln_err_wrap(err, &msg, "%s: matmul", d->label);
+        return -1;
+    }
+    if (measure_frags(d, &s, r, &msg)) {
+        kiln_err_wrap(err, &msg, "%s: fragments", d->label);
         return -1;
     }
     return 0;

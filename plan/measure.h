@@ -20,6 +20,8 @@ typedef struct measure_result {
     uint64_t copy_bytes;        /* bytes of the copy's source (and of its destination) */
     uint32_t mm_rows, mm_cols, mm_tokens;
     const char *mm_dtype;       /* "bf16" or "f16": the one with matrix units, bf16 first */
+    double frag_gflops;         /* kiln's fragments alone (kn_frag_rate); 0: no matrix units */
+    uint32_t frag_m, frag_n, frag_k;
 } measure_result;
 
 /* Measures d (sizes scaled down on lavapipe, a CPU, so it takes seconds). 0, or -1 with
