@@ -35,3 +35,14 @@ KILN_SKINNY_MAX=16 MODELS=qwen3-0.6b DEVICES=cuda:0 STREAMS="1 8 8" SUITES=0 tim
 tarball
 MODELS=qwen3-0.6b DEVICES=vulkan:0 STREAMS="1 8 8" SUITES=0 timeout 100 bash bench/h200-batch.sh $out/serve-vk
 tarball
+# issue 16 item 3: where Vulkan's 24-token block goes (the skinny products' loads straight from
+# buffers), qwen3-0.6b and 8b, beside cuda:0's
+synth qwen3-8b
+for m in qwen3-0.6b qwen3-8b; do
+  for dev in vulkan:0 cuda:0; do
+    timeout 60 $K run $dir/$m.gguf --device $dev -p "$prompt" -n 2 --no-echo --profile-tokens 24 > /dev/null \
+      2> $out/prof24-$m-${dev%:0}.txt
+  done
+  timeout 60 $K bench $dir/$m.gguf -p 24 -n 0 -r 5 --device vulkan:0 --device cuda:0 > $out/pp24-$m.md 2>&1
+done
+tarball
