@@ -5,7 +5,7 @@
 # N = STREAMS, the mixed 24/2000-token prompts at 8 streams, and one stream against a
 # --parallel 1 server (today's path) for the single-stream comparison.
 # Run: source .device-runtime/env.sh && bash bench/h200-batch.sh OUT
-# (MODELS, DEVICES, STREAMS, SLOTS override the defaults; SUITES=0 skips the suites; CTX: the
+# (MODELS, DEVICES, STREAMS, SLOTS override the defaults; SUITES=0 skips the suites, MIXED=0 the mixed prompts; CTX: the
 # positions of the KV pool the slots share, 131072 by default: as 32 slots of 4096 before)
 set -u
 out=${1:-h200-out}
@@ -52,7 +52,7 @@ for m in $MODELS; do
     for n in $STREAMS; do
       echo "{\"slots\": $SLOTS, \"run\": $(timeout 120 python3 bench/serve_parallel.py $port $n 128 24)}" >> $f
     done
-    echo "{\"slots\": $SLOTS, \"mixed\": $(timeout 120 python3 bench/serve_parallel.py $port 8 128 24,2000)}" >> $f
+    [ "${MIXED:-1}" = 1 ] && echo "{\"slots\": $SLOTS, \"mixed\": $(timeout 120 python3 bench/serve_parallel.py $port 8 128 24,2000)}" >> $f
     curl -s http://127.0.0.1:$port/metrics | grep -E '^kiln_step' > $out/metrics-$m-$dev.txt
     stop $m-$dev-$SLOTS
     stamp "$m $dev"
