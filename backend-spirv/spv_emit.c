@@ -260,8 +260,16 @@ static void declare_shared(spv_ctx *x) {
             spv_fail(x, "workgroup array '%s' has no elements", d->name);
             return;
         }
-        bytes += (uint64_t)size * d->count;
-        uint32_t arr = spv_b_type(&x->b, SpvOpTypeArray, (uint32_t[]){elem, spv_c_u32(x, d->count)}, 2);
+        /* Where fragments load or store workgroup memory, every array is a whole number of
+         * 16-byte words: a fragment's pointer must be 16-byte aligned, and NVIDIA's driver
+         * places the arrays one after another at their elements' alignment, so a 4-byte
+         * flag before a fragment array (in the driver's order, not the declarations')
+         * shifted every fragment load from it (attn_prefill_coop.c on the H100's Vulkan:
+         * wrong scores and values until the flag took 16 bytes). */
+        uint64_t count = d->count;
+        if (x->vulkan_mm) count = (count * size + 15) / 16 * 16 / size;
+        bytes += (uint64_t)size * count;
+        uint32_t arr = spv_b_type(&x->b, SpvOpTypeArray, (uint32_t[]){elem, spv_c_u32(x, (uint32_t)count)}, 2);
         si->elem_type = elem;
         si->var = spv_global_var(x, spv_t_ptr(x, SpvStorageClassWorkgroup, arr), SpvStorageClassWorkgroup);
         spv_name(x, si->var, d->name);
