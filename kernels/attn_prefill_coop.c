@@ -35,7 +35,6 @@
 #include "kernels/kn_common.h"
 
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #define AC_ROWS 64 /* query rows per workgroup: 4 subgroups of 16 */
@@ -63,13 +62,6 @@ typedef struct ac {
     ir_val pos0, n_valid, t0, head0, kv_off, n_keys, n_tiles;
     const kn_pages *pg;
     ir_buf tab;
-    uint32_t dbg; /* KILN_ATTN_COOP_DBG (temporary, for finding a device-only fault) */
-    ir_shm qs;
-    ir_shm vs; /* dbg & 128: V in an array of its own (rows 0..31), else kv */
-    uint32_t v_row0; /* V's first row in its array */
-    ir_val j;
-    ir_val dyn0; /* dbg & 32: a zero the driver cannot fold (pos0 >> 31), added to the K/V
-                  * fragments' constant offsets */
 } ac;
 
 static uint32_t parts_of(ir_scalar dt) { return dt == IR_BF16 ? 3 : 2; }
@@ -137,16 +129,8 @@ static void stage_kv(const ac *a, ir_val kb0) {
             ir_val row = kn_cache_row(k, a->pg, a->tab, a->u0, IR_NONE, kx_min_c(k, p, a->n_ctx - 1));
             ir_val src = kx_add(k, kx_add(k, kx_mul_c(k, row, a->kv_dim), a->kv_off), c8);
             ir_val limit = kx_select(k, kx_lt(k, p, a->n_keys), kx_add_c(k, src, 8), a->u0);
-            ir_val dst = kx_idx(k, kx_add_c(k, key, half ? a->v_row0 : 0), a->pitch, c8);
-            ir_shm to = half ? a->vs : a->kv;
-            if (a->dbg & 64) { /* plain loads and stores, not the async copy's lowering */
-                ir_val zero = kx_as(k, kx_f32(k, 0.0f), a->dt);
-                for (uint32_t h = 0; h < 2; h++) {
-                    ir_val v = kx_load_masked(k, half ? a->vc : a->kc, kx_add_c(k, src, 4 * h), 4, limit, zero);
-                    kx_shm_store(k, to, kx_add_c(k, dst, 4 * h), v);
-                }
-            } else
-                ir_async_copy(k.ir, to, dst, half ? a->vc : a->kc, src, 8, limit);
+            ir_val dst = kx_idx(k, kx_add_c(k, key, half ? AC_KEYS : 0), a->pitch, c8);
+            ir_async_copy(k.ir, a->kv, dst, half ? a->vc : a->kc, src, 8, limit);
             if (in) kx_end_if(k, in);
         }
     ir_async_commit(k.ir);
@@ -258,22 +242,12 @@ static void scores(const ac *a, const ir_val *qf) {
     for (uint32_t jj = 0; jj < AC_KEYS / 16; jj++) {
         ir_val acc = zero;
         for (uint32_t i = 0; i < a->hd / 16; i++) {
-            ir_val b = ir_frag_load(k.ir, a->tb, true, a->kv, kx_add_c(k, a->dyn0, jj * 16 * a->pitch + i * 16), st,
+            ir_val b = ir_frag_load(k.ir, a->tb, true, a->kv, kx_u32(k, jj * 16 * a->pitch + i * 16), st,
                                     false);
             acc = ir_frag_mma(k.ir, qf[i], b, acc);
         }
         ir_frag_store(k.ir, acc, true, a->sc, kx_add_c(k, base, jj * 16), sst, true);
     }
-}
-
-/* debug: v (kpl f32 values of the lane's row share) into out's row for tile 0 */
-static void dbg_row(const ac *a, const ir_val *v, uint32_t kpl) {
-    kx k = a->k;
-    ir_val valid, to = out_row(a, &valid);
-    ir_if *f = kx_if(k, kx_and(k, valid, kx_eq_c(k, a->j, 0)));
-    for (uint32_t i = 0; i < kpl && i * a->lpr < a->hd; i++)
-        kx_store(k, a->ob, kx_add(k, to, kx_add_c(k, kx_mul_c(k, a->seg, kpl), i)), kx_convert(k, v[i], kx_t(k, a->dt, 1)));
-    kx_end_if(k, f);
 }
 
 /* The lane's scores: the tile's e into the part arrays, r and l updated; returns the row's
@@ -291,7 +265,6 @@ static ir_val softmax(const ac *a, ir_val kb0, ir_val *r, ir_val *l) {
             mt = kx_max(k, mt, s[c + i]);
         }
     }
-    if (a->dbg & 8) dbg_row(a, s, kpl);
     mt = row_reduce(a, mt, false);
     /* where the tile's maximum passes the reference: mt + the headroom (-inf > -inf: not) */
     ir_val grow = kx_gt(k, mt, *r);
@@ -302,12 +275,12 @@ static ir_val softmax(const ac *a, ir_val kb0, ir_val *r, ir_val *l) {
     kx_end_if(k, f);
     ir_type t4 = kx_t(k, a->dt, 4), f4 = kx_t(k, IR_F32, 4), u4 = kx_t(k, IR_U32, 4);
     ir_val m16 = kx_u32(k, 0xffff0000u), mask = kx_vec(k, (ir_val[]){m16, m16, m16, m16}, 4);
-    ir_val sum = a->f0, two = kx_f32(k, (float)(1u << AC_SHIFT)), ev[AC_KEYS] = {0};
+    ir_val sum = a->f0, two = kx_f32(k, (float)(1u << AC_SHIFT));
     ir_val pb = kx_add(k, kx_mul_c(k, kx_add(k, kx_mul_c(k, a->sid, 16), a->row), AC_P_PITCH), kx_mul_c(k, a->seg, kpl));
     for (uint32_t c = 0; c < kpl; c += 4) {
         ir_val e[4];
         for (uint32_t i = 0; i < 4; i++) {
-            e[i] = ev[c + i] = kx_mul(k, exp_live(a, s[c + i], rn), two);
+            e[i] = kx_mul(k, exp_live(a, s[c + i], rn), two);
             sum = kx_add(k, sum, e[i]);
         }
         ir_val left = kx_vec(k, e, 4); /* what the parts so far leave (exact in f32) */
@@ -324,7 +297,6 @@ static ir_val softmax(const ac *a, ir_val kb0, ir_val *r, ir_val *l) {
             kx_shm_store(k, a->pp, kx_add_c(k, pb, p * AC_SG * 16 * AC_P_PITCH + c), part);
         }
     }
-    if (a->dbg & 16) dbg_row(a, ev, kpl);
     *l = kx_fma(k, *l, alpha, sum);
     *r = rn;
     return alpha;
@@ -342,8 +314,8 @@ static void values(const ac *a, ir_val *o) {
         }
     for (uint32_t d = 0; d < a->hd / 16; d++)
         for (uint32_t c = 0; c < AC_KEYS / 16; c++) {
-            ir_val b = ir_frag_load(k.ir, a->tb, true, a->vs,
-                                    kx_add_c(k, a->dyn0, (a->v_row0 + c * 16) * a->pitch + d * 16), st, true);
+            ir_val b =
+                ir_frag_load(k.ir, a->tb, true, a->kv, kx_u32(k, (AC_KEYS + c * 16) * a->pitch + d * 16), st, true);
             for (uint32_t p = 0; p < a->parts; p++) o[d] = ir_frag_mma(k.ir, ef[p][c], b, o[d]);
         }
 }
@@ -357,14 +329,13 @@ static void block(ac *a) {
     a->pos = kx_add(k, a->pos0, kx_add(k, a->t0, kx_div_c(k, rw, a->hpt)));
     ir_val one = kx_u32(k, 1);
 
-    if (a->dbg & 1) { ir_shm kv = a->kv; ((ac *)a)->kv = a->qs; stage_q(a); ((ac *)a)->kv = kv; } else
     stage_q(a);
     ir_async_commit(k.ir);
     ir_async_wait(k.ir, 0);
     kx_barrier(k);
     ir_val qf[AC_MAX_HD / 16];
     ir_val st = kx_u32(k, a->pitch);
-    for (uint32_t i = 0; i < a->hd / 16 && !(a->dbg & 1); i++)
+    for (uint32_t i = 0; i < a->hd / 16; i++)
         qf[i] = ir_frag_load(k.ir, a->ta, true, a->kv, kx_add_c(k, kx_mul_c(k, a->sid, 16 * a->pitch), i * 16), st,
                              true);
 
@@ -383,25 +354,19 @@ static void block(ac *a) {
     kx_shm_store(k, a->flag, a->u0, a->u0);
     kx_end_if(k, first);
     kx_barrier(k);
-    a->j = j;
-    for (uint32_t i = 0; i < a->hd / 16 && (a->dbg & 1); i++)
-        qf[i] = ir_frag_load(k.ir, a->ta, true, a->qs, kx_add_c(k, kx_mul_c(k, a->sid, 16 * a->pitch), i * 16), st,
-                             true);
     scores(a, qf);
     kx_barrier(k);
     ir_val alpha = softmax(a, kb0, &r, &l);
     kx_barrier(k);
-    if (!(a->dbg & 2)) {
-        /* uniform: read after a barrier */
-        ir_val need = kx_ne(k, kx_shm_load(k, a->flag, a->u0, 1), a->u0);
-        ir_if *rescale = ir_if_begin(k.ir, need, n_o);
-        ir_val os[AC_MAX_HD / 16];
-        memcpy(os, o, sizeof os);
-        o_scale(a, os, alpha);
-        ir_if_else(k.ir, rescale, os);
-        ir_if_end(k.ir, rescale, o);
-        for (uint32_t d = 0; d < n_o; d++) o[d] = ir_if_result(rescale, d);
-}
+    /* uniform: read after a barrier */
+    ir_val need = kx_ne(k, kx_shm_load(k, a->flag, a->u0, 1), a->u0);
+    ir_if *rescale = ir_if_begin(k.ir, need, n_o);
+    ir_val os[AC_MAX_HD / 16];
+    memcpy(os, o, sizeof os);
+    o_scale(a, os, alpha);
+    ir_if_else(k.ir, rescale, os);
+    ir_if_end(k.ir, rescale, o);
+    for (uint32_t d = 0; d < n_o; d++) o[d] = ir_if_result(rescale, d);
     values(a, o);
     ir_val y[2 + AC_MAX_HD / 16] = {r, l};
     for (uint32_t d = 0; d < n_o; d++) y[2 + d] = o[d];
@@ -409,7 +374,7 @@ static void block(ac *a) {
     l = row_reduce(a, ir_for_result(lp, 1), true);
     for (uint32_t d = 0; d < n_o; d++) o[d] = ir_for_result(lp, 2 + d);
     kx_barrier(k); /* the region's last readers are done */
-    if (!(a->dbg & 24)) o_out(a, o, l);
+    o_out(a, o, l);
 }
 
 ir_kernel *kn_attn_prefill_coop(const rt_caps *c, uint32_t n_head, uint32_t n_head_kv, uint32_t hd,
@@ -431,9 +396,6 @@ ir_kernel *kn_attn_prefill_coop(const rt_caps *c, uint32_t n_head, uint32_t n_he
             .parts = parts_of(dt),
             .pitch = hd + AC_PAD,
             .pg = pg};
-    const char *dbg = getenv("KILN_ATTN_COOP_DBG");
-    a.dbg = dbg ? (uint32_t)atoi(dbg) : 0;
-    if (a.dbg & 4) a.parts = 1;
     a.scale = 1.0f / sqrtf((float)hd); /* the oracle's, computed the same way */
     kx k = {kn_create("kn_attn_prefill", err), c};
     if (!k.ir) return NULL;
@@ -444,14 +406,10 @@ ir_kernel *kn_attn_prefill_coop(const rt_caps *c, uint32_t n_head, uint32_t n_he
     ir_buf ib = bufs.info;
     kx_workgroup(k, a.inv);
     /* K then V (or, first, the 64 q rows: the same 64 rows of pitch) */
-    if (a.dbg & 512) a.flag = kx_shared(k, "rescale", IR_U32, a.dbg & 256 ? 4 : 1);
     a.kv = kx_shared(k, "kv", dt, 2 * AC_KEYS * a.pitch);
     a.sc = kx_shared(k, "scores", IR_F32, AC_SG * 16 * AC_S_PITCH);
     a.pp = kx_shared(k, "parts", dt, a.parts * AC_SG * 16 * AC_P_PITCH);
-    if (!(a.dbg & 512)) a.flag = kx_shared(k, "rescale", IR_U32, a.dbg & 256 ? 4 : 1);
-    if (a.dbg & 1) a.qs = kx_shared(k, "qs", dt, AC_ROWS * a.pitch);
-    a.vs = a.dbg & 128 ? kx_shared(k, "vs", dt, AC_KEYS * a.pitch) : a.kv;
-    a.v_row0 = a.dbg & 128 ? 0 : AC_KEYS;
+    a.flag = kx_shared(k, "rescale", IR_U32, 1);
     a.ta = ir_t_frag(k.ir, IR_FRAG_A, dt, 16, 16, 16);
     a.tb = ir_t_frag(k.ir, IR_FRAG_B, dt, 16, 16, 16);
     a.tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, 16, 16, 16);
@@ -462,7 +420,6 @@ ir_kernel *kn_attn_prefill_coop(const rt_caps *c, uint32_t n_head, uint32_t n_he
     a.head0 = pl.head0, a.kv_off = pl.kv_off, a.t0 = pl.t0, a.pos0 = pl.pos0, a.n_valid = pl.n_valid;
     uint32_t nb = pl.blocks;
     ir_if *live = kx_if(k, kx_lt(k, a.t0, a.n_valid)); /* uniform: group id and loaded values */
-    a.dyn0 = a.dbg & 32 ? kx_shr_c(k, a.pos0, 31) : a.u0; /* pos0 < n_ctx <= 2^31 here */
     /* keys 0 .. the block's last valid position */
     a.n_keys = kx_add(k, a.pos0, kx_min(k, kx_add_c(k, a.t0, a.tpt), a.n_valid));
     a.n_tiles = kx_div_c(k, kx_add_c(k, a.n_keys, AC_KEYS - 1), AC_KEYS);

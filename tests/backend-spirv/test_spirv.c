@@ -374,3 +374,74 @@ Test(spirv, interface_layout) {
     spv_module_free(&m);
     ir_kernel_destroy(k);
 }
+
+/* Bytes of each Workgroup variable of a module, read from its words (Debian's SPIRV-Tools
+ * cannot read modules with cooperative matrices): OpTypeInt/OpTypeFloat widths, u32
+ * OpConstants, OpTypeArray, OpTypePointer, OpVariable. Returns how many, into bytes. */
+static size_t workgroup_bytes(const spv_module *m, uint64_t *bytes, size_t cap) {
+    uint32_t bound = m->n > 3 ? m->words[3] : 0;
+    uint64_t *width = calloc(bound, 8), *value = calloc(bound, 8), *arr_len = calloc(bound, 8);
+    uint32_t *arr_elem = calloc(bound, 4), *ptr_to = calloc(bound, 4);
+    size_t n = 0;
+    cr_assert(width && value && arr_len && arr_elem && ptr_to);
+    for (size_t i = 5; i < m->n;) {
+        const uint32_t *w = &m->words[i];
+        uint32_t op = w[0] & 0xffff, len = w[0] >> 16;
+        if (!len || i + len > m->n) break;
+        if ((op == 21 || op == 22) && w[1] < bound) width[w[1]] = w[2]; /* OpTypeInt, OpTypeFloat */
+        if (op == 43 && len == 4 && w[2] < bound) value[w[2]] = w[3];   /* OpConstant (32-bit) */
+        if (op == 28 && w[1] < bound && w[3] < bound) arr_elem[w[1]] = w[2], arr_len[w[1]] = value[w[3]];
+        if (op == 32 && w[2] == 4 && w[1] < bound) ptr_to[w[1]] = w[3]; /* OpTypePointer Workgroup */
+        if (op == 59 && w[3] == 4 && w[1] < bound && n < cap) {         /* OpVariable Workgroup */
+            uint32_t arr = ptr_to[w[1]];
+            bytes[n++] = arr < bound && arr_elem[arr] < bound ? arr_len[arr] * width[arr_elem[arr]] / 8 : 0;
+        }
+        i += len;
+    }
+    free(width), free(value), free(arr_len), free(arr_elem), free(ptr_to);
+    return n;
+}
+
+/* A 16-bit fragment array beside a 4-byte flag and a 12-byte array: with fragments in the
+ * kernel every workgroup array is a whole number of 16-byte words (NVIDIA's driver placed
+ * attn_prefill_coop.c's 4-byte flag so that its fragment loads shifted); without, the
+ * arrays keep their sizes. */
+Test(spirv, workgroup_arrays_whole_16_byte_words_where_fragments_are) {
+    rt_caps c;
+    caps_fill(&c, CAPS_H200);
+    for (int frags = 0; frags < 2; frags++) {
+        ir_kernel *k = ir_kernel_create("wg_words");
+        ir_buf out = ir_param_buffer(k, "out", IR_F32, IR_WRITE);
+        ir_shm sa = ir_shared_array(k, "sa", IR_F16, 16 * 16);
+        ir_shm flag = ir_shared_array(k, "flag", IR_U32, 1);
+        ir_shm three = ir_shared_array(k, "three", IR_F32, 3);
+        ir_set_workgroup(k, 32, 1, 1);
+        ir_val l = ir_id(k, IR_ID_LOCAL, 0);
+        ir_shm_store(k, sa, l, ir_convert(k, CF(1), ir_t_scalar(k, IR_F16)));
+        ir_shm_store(k, flag, CU(0), l);
+        ir_shm_store(k, three, CU(2), CF(2));
+        ir_barrier(k);
+        if (frags) {
+            ir_type ta = ir_t_frag(k, IR_FRAG_A, IR_F16, 16, 16, 16), tb = ir_t_frag(k, IR_FRAG_B, IR_F16, 16, 16, 16);
+            ir_type tc = ir_t_frag(k, IR_FRAG_ACC, IR_F32, 16, 16, 16);
+            ir_val fa = ir_frag_load(k, ta, true, sa, CU(0), CU(16), true);
+            ir_val fb = ir_frag_load(k, tb, true, sa, CU(0), CU(16), false);
+            ir_frag_store(k, ir_frag_mma(k, fa, fb, ir_frag_fill(k, tc, CF(0))), false, out, CU(0), CU(16), true);
+        }
+        ir_val v = BIN(ADD, ir_convert(k, ir_shm_load(k, flag, CU(0), 1), ir_t_scalar(k, IR_F32)),
+                       ir_shm_load(k, three, CU(2), 1));
+        ir_store(k, out, BIN(ADD, l, CU(256)), v);
+        kiln_err err = {0};
+        cr_assert_eq(ir_verify(k, &err), 0, "%s", err.msg);
+        spv_module m;
+        cr_assert_eq(spv_emit(k, &c, &m, &err), 0, "%s", err.msg);
+        uint64_t bytes[8];
+        size_t n = workgroup_bytes(&m, bytes, 8);
+        cr_assert_eq(n, 3, "frags %d: %zu workgroup variables", frags, n);
+        cr_expect_eq(bytes[0], 512);
+        cr_expect_eq(bytes[1], frags ? 16 : 4, "frags %d: flag %llu bytes", frags, (unsigned long long)bytes[1]);
+        cr_expect_eq(bytes[2], frags ? 16 : 12, "frags %d: three %llu bytes", frags, (unsigned long long)bytes[2]);
+        spv_module_free(&m);
+        ir_kernel_destroy(k);
+    }
+}
