@@ -66,18 +66,22 @@ bool plan_attn_prep(const plan_shape *s, const rt_caps *c) {
 }
 
 /* The largest block whose products are the skinny ones: PLAN_SHORT_BLOCK, or fewer where
- * KILN_SKINNY_MAX says (measuring: the tiled products, on the tensor cores where the device
- * has them, from that size on; a step of 64 on qwen3-0.6b is compute-bound in the skinny
- * products' FMAs). */
+ * KILN_SKINNY_MAX says (measuring: the tiled products from that size on). */
 static uint32_t skinny_max(void) {
     const char *e = getenv("KILN_SKINNY_MAX");
     long v = e ? strtol(e, NULL, 10) : 0;
     return v >= 1 && v < PLAN_SHORT_BLOCK ? (uint32_t)v : PLAN_SHORT_BLOCK;
 }
 
+/* Whether a block of nb tokens takes the skinny products: up to skinny_max(), and any short
+ * block the tiled products cannot take (they need whole tiles of 64 tokens). Measured on an
+ * H100 (bench/results/2026-12-07-session51.md): the tiled ones from 17 tokens on made
+ * qwen3-0.6b's pp24 12,568 tok/s against the skinny ones' 21,550, pp64 30,180 against 34,719. */
+static bool skinny_block(uint32_t nb) { return nb <= skinny_max() || (nb <= PLAN_SHORT_BLOCK && nb % 64); }
+
 bool plan_skinny_norm(const plan_shape *s, const rt_caps *c, int i) {
     uint32_t d = s->hp.n_embd, nb = s->n_block;
-    if (!s->skinny_norm || nb > skinny_max()) return false;
+    if (!s->skinny_norm || !skinny_block(nb)) return false;
     if (i == K_MM_QKV) return !arch_is_qwen35(s->hp.arch) && kn_matmul_skinny_norm_ok(c, s->qkv_dim, d, nb, s->dt);
     if (i == K_MM_FF)
         return !s->hp.n_expert && plan_ff_swiglu(s, c) && kn_matmul_skinny_norm_ok(c, s->hp.n_ff, d, nb, s->dt);
@@ -91,7 +95,7 @@ bool plan_skinny_norm(const plan_shape *s, const rt_caps *c, int i) {
 #define PLAN_FEW_ROWS 128
 static ir_kernel *product(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t nb, ir_scalar dt, unsigned epi,
                           uint32_t g[2], kiln_err *err) {
-    if ((nb <= skinny_max() || rows <= PLAN_FEW_ROWS) && kn_matmul_skinny_ok(c, rows, cols, nb, dt))
+    if ((skinny_block(nb) || rows <= PLAN_FEW_ROWS) && kn_matmul_skinny_ok(c, rows, cols, nb, dt))
         return kn_matmul_skinny(c, rows, cols, nb, dt, epi, g, err);
     return kn_matmul(c, rows, cols, nb, dt, epi, g, err);
 }
@@ -191,7 +195,7 @@ uint32_t plan_sub_block(const plan_shape *s, const rt_caps *c, int i) {
  * warpgroup product's SwiGLU epilogue for long ones (kn_matmul_swiglu_ok): measured on the
  * H200 (qwen3-8b, 512 tokens) at 293 us against 212 for the two products and kn_swiglu. */
 bool plan_ff_swiglu(const plan_shape *s, const rt_caps *c) {
-    if (s->n_block <= skinny_max()) return kn_matmul_skinny_ok(c, s->hp.n_ff, s->hp.n_embd, s->n_block, s->dt);
+    if (skinny_block(s->n_block)) return kn_matmul_skinny_ok(c, s->hp.n_ff, s->hp.n_embd, s->n_block, s->dt);
     /* long blocks only where KILN_FF_SWIGLU=1 (measuring): on the H200 both warpgroup
      * products' SwiGLU epilogues measured slower than the two products and kn_swiglu
      * (qwen3-8b at 512 tokens: the tma product's 172.8 us against 2 x 69.3 + 25.1) */

@@ -110,3 +110,33 @@ Test(plan_skinny_norm, each_kernel_and_the_switch) {
     unsetenv("KILN_SKINNY_NORM");
     model_free(m);
 }
+
+/* KILN_SKINNY_MAX=16 (measuring the tiled products on short blocks): blocks of 8 and 16 and
+ * those the tiled products cannot take (32: not a whole tile of 64) keep the skinny ones, a
+ * block of 64 takes the tiled ones; every role builds and assembles for sm_90a (a step of
+ * 32 failed to build on an H100 before: kn_matmul refused n_max 32). */
+Test(plan_skinny_norm, skinny_max_keeps_the_blocks_the_tiles_cannot_take) {
+    plan_shape s;
+    model *m = load("models/dense-F16.gguf", &s);
+    s.skinny_norm = false;
+    rt_caps c = tu_cuda_caps(90);
+    kiln_err err = {0};
+    setenv("KILN_SKINNY_MAX", "16", 1);
+    static const uint32_t nb[] = {8, 16, 32, 64};
+    static const int roles[] = {K_MM_QKV, K_MM_O, K_MM_FF, K_MM_DOWN};
+    for (size_t i = 0; i < sizeof nb / sizeof nb[0]; i++)
+        for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++) {
+            s.n_block = nb[i];
+            uint32_t g[2];
+            ir_kernel *k = plan_build_kernel(&s, &c, roles[r], g, &err);
+            cr_assert_not_null(k, "n_block %u %s: %s", nb[i], plan_role[roles[r]], err.msg);
+            bool skinny = !strncmp(ir_kernel_name(k), "kn_matmul_skinny", 16);
+            cr_assert_eq(skinny, nb[i] < 64, "n_block %u %s: %s", nb[i], plan_role[roles[r]], ir_kernel_name(k));
+            char what[64];
+            snprintf(what, sizeof what, "%s at %u", plan_role[roles[r]], nb[i]);
+            tu_ptx_assembles(k, &c, what);
+            ir_kernel_destroy(k);
+        }
+    unsetenv("KILN_SKINNY_MAX");
+    model_free(m);
+}
