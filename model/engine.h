@@ -71,6 +71,15 @@ typedef struct engine_ops {
      * own, n_ctx positions. */
     void (*set_busy)(engine *e, bool busy);
     uint32_t (*room)(engine *e);
+    /* Optional, as a pair: eval_argmax in two halves, so a caller does its own work (the
+     * last token's text, its stop strings, its stream) while the evaluation waits for or
+     * runs in a step with other engines' (the slots of one server). submit_argmax queues
+     * it and returns at once (0, or -1 with err where it could not be queued); wait_argmax
+     * blocks until it is done and returns what eval_argmax would have. One call outstanding
+     * at most; tokens and best stay the caller's until wait_argmax returns, and every
+     * submitted call is waited for. */
+    int (*submit_argmax)(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best, kiln_err *err);
+    int (*wait_argmax)(engine *e, kiln_err *err);
 } engine_ops;
 
 struct engine {

@@ -62,6 +62,8 @@ struct wrap {
     group *g;
     pthread_cond_t cv; /* its caller's: the call finished, or the group wants a leader */
     bool busy, waiting;
+    call sub;       /* a submitted call (batch_submit_argmax), until its wait */
+    bool submitted;
 };
 
 /* The oldest call's caller re-checks the group (the lock held): it times the gather and
@@ -258,18 +260,22 @@ static bool spin(group *g, call *c) {
     return false;
 }
 
-static int run_call(engine *e, call *c, kiln_err *err) {
+/* A call of no tokens: the inner engine's answer, as an unwrapped call. */
+static int run_empty(engine *e, call *c, kiln_err *err) {
     wrap *w = (wrap *)e;
+    engine *in = w->inner;
+    in->n_past = e->n_past;
+    int rc = c->allow  ? in->ops->eval_argmax_masked(in, c->tokens, 0, c->pos, c->allow, c->best, err)
+             : c->best ? in->ops->eval_argmax(in, c->tokens, 0, c->pos, c->best, err)
+                       : engine_eval(in, c->tokens, 0, c->pos, c->logits, c->all, err);
+    e->n_past = in->n_past;
+    return rc;
+}
+
+/* The call at the queue's tail; with wake, the oldest call's caller is told (a submitted
+ * call's caller is not there to see that the group became ready). */
+static void enqueue(wrap *w, call *c, bool wake) {
     group *g = w->g;
-    if (c->n == 0) { /* nothing to evaluate: the inner engine's answer, as an unwrapped call */
-        w->inner->n_past = e->n_past;
-        engine *in = w->inner;
-        int rc = c->allow  ? in->ops->eval_argmax_masked(in, c->tokens, 0, c->pos, c->allow, c->best, err)
-                 : c->best ? in->ops->eval_argmax(in, c->tokens, 0, c->pos, c->best, err)
-                           : engine_eval(in, c->tokens, 0, c->pos, c->logits, c->all, err);
-        e->n_past = w->inner->n_past;
-        return rc;
-    }
     c->w = w;
     pthread_mutex_lock(&g->mu);
     c->since_us = now_us();
@@ -279,6 +285,15 @@ static int run_call(engine *e, call *c, kiln_err *err) {
     w->waiting = true;
     if (w->busy) g->busy_waiting++;
     atomic_init(&c->released, false);
+    if (wake) wake_head(g);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Until the queued call c is done: leads steps while the group is ready and none runs. */
+static int wait_call(engine *e, call *c, kiln_err *err) {
+    wrap *w = (wrap *)e;
+    group *g = w->g;
+    pthread_mutex_lock(&g->mu);
     bool spun = false;
     while (!atomic_load_explicit(&c->released, memory_order_acquire)) {
         uint64_t now = now_us();
@@ -314,6 +329,12 @@ out:
     return c->rc;
 }
 
+static int run_call(engine *e, call *c, kiln_err *err) {
+    if (c->n == 0) return run_empty(e, c, err);
+    enqueue((wrap *)e, c, false);
+    return wait_call(e, c, err);
+}
+
 static int batch_eval(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, float *logits, bool all,
                       kiln_err *err) {
     call c = {.tokens = tokens, .n = n, .pos = pos, .logits = logits, .all = all};
@@ -330,6 +351,33 @@ static int batch_eval_argmax_masked(engine *e, const int32_t *tokens, uint32_t n
                                     int32_t *best, kiln_err *err) {
     call c = {.tokens = tokens, .n = n, .pos = pos, .best = best, .allow = allow};
     return run_call(e, &c, err);
+}
+
+/* eval_argmax in halves (engine_ops.submit_argmax): the call lives in the wrapper until
+ * batch_wait_argmax; a call of no tokens is answered at once and kept for the wait. */
+static int batch_submit_argmax(engine *e, const int32_t *tokens, uint32_t n, uint32_t pos, int32_t *best,
+                               kiln_err *err) {
+    wrap *w = (wrap *)e;
+    if (w->submitted) return kiln_fail(err, KILN_ERR_INVALID, "a submitted evaluation was not waited for"), -1;
+    w->sub = (call){.tokens = tokens, .n = n, .pos = pos, .best = best};
+    w->submitted = true;
+    if (n == 0) {
+        w->sub.rc = run_empty(e, &w->sub, &w->sub.err);
+        return 0;
+    }
+    enqueue(w, &w->sub, true);
+    return 0;
+}
+
+static int batch_wait_argmax(engine *e, kiln_err *err) {
+    wrap *w = (wrap *)e;
+    if (!w->submitted) return kiln_fail(err, KILN_ERR_INVALID, "no evaluation was submitted"), -1;
+    w->submitted = false;
+    if (w->sub.n == 0) {
+        if (w->sub.rc && err) *err = w->sub.err;
+        return w->sub.rc;
+    }
+    return wait_call(e, &w->sub, err);
 }
 
 static void group_release(group *g) {
@@ -421,7 +469,9 @@ int engine_batch_group(engine **e, uint32_t n, const engine_batch_opts *opts, ki
         x->ops = (engine_ops){batch_eval, batch_destroy, e[i]->ops->eval_argmax ? batch_eval_argmax : NULL, NULL,
                               e[i]->ops->eval_argmax_masked ? batch_eval_argmax_masked : NULL,
                               e[i]->ops->expert_stats ? batch_expert_stats : NULL, NULL,
-                              e[i]->ops->room ? batch_room : NULL};
+                              e[i]->ops->room ? batch_room : NULL,
+                              e[i]->ops->eval_argmax ? batch_submit_argmax : NULL,
+                              e[i]->ops->eval_argmax ? batch_wait_argmax : NULL};
         x->base = *e[i];
         x->base.ops = &x->ops;
         e[i] = &x->base;

@@ -427,3 +427,61 @@ Test(engine_batch, oracle_sequences_match_alone, .timeout = 300) {
     tok_free(t);
     model_free(m);
 }
+
+/* eval_argmax in halves (engine_ops.submit_argmax / wait_argmax): each caller queues its
+ * next token, then "works" (sleeps) before it waits, as kiln serve's slots do with a token's
+ * text; the calls still step together and each gets its own answer; a second submit before
+ * the wait, and a wait with nothing submitted, are refused; a call of no tokens is answered. */
+typedef struct submitter {
+    engine *e;
+    uint32_t tokens, think_us;
+    int rc;
+} submitter;
+
+static void *submit_work(void *arg) {
+    submitter *w = arg;
+    kiln_err err = {0};
+    int32_t tok = 0, best = -1;
+    for (uint32_t i = 0; i < w->tokens && !w->rc; i++) {
+        if (w->e->ops->submit_argmax(w->e, &tok, 1, i, &best, &err)) w->rc = -1;
+        else {
+            nanosleep(&(struct timespec){.tv_nsec = (long)w->think_us * 1000}, NULL);
+            w->rc = w->e->ops->wait_argmax(w->e, &err);
+            if (!w->rc && (best != (int32_t)i + 1 || w->e->n_past != i + 1)) w->rc = -2;
+        }
+    }
+    return NULL;
+}
+
+Test(engine_batch, submitted_calls_step_together) {
+    fake f[4];
+    engine *e[4];
+    fakes(f, e, 4, 200);
+    kiln_err err = {0};
+    engine_batch_opts o = {.gather_us = 200000, .spin_busy = 8};
+    cr_assert_eq(engine_batch_group(e, 4, &o, &err), 0);
+    cr_assert(e[0]->ops->submit_argmax && e[0]->ops->wait_argmax);
+    int32_t tok = 0, best = -1;
+    cr_assert_neq(e[0]->ops->wait_argmax(e[0], &err), 0);
+    cr_assert(strstr(err.msg, "no evaluation was submitted"), "%s", err.msg);
+    cr_assert_eq(e[0]->ops->submit_argmax(e[0], &tok, 0, 0, &best, &err), 0); /* no tokens: the inner engine's */
+    cr_assert_neq(e[0]->ops->submit_argmax(e[0], &tok, 1, 0, &best, &err), 0);
+    cr_assert(strstr(err.msg, "not waited for"), "%s", err.msg);
+    cr_assert_eq(e[0]->ops->wait_argmax(e[0], &err), 0, "%s", err.msg);
+    cr_assert_eq(best, 0);
+    for (int i = 0; i < 4; i++) engine_batch_busy(e[i], true);
+    submitter w[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (submitter){e[i], 40, 100 + 150 * (uint32_t)i, 0};
+        cr_assert_eq(pthread_create(&th[i], NULL, submit_work, &w[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) cr_assert_eq(w[i].rc, 0, "caller %d: %s", i, w[i].rc == -2 ? "a wrong answer" : "failed");
+    engine_batch_stats st;
+    cr_assert(engine_batch_stats_of(e[1], &st));
+    cr_assert_eq(st.calls, 160);
+    cr_assert(st.steps <= 44, "160 calls in %llu steps: the submitted calls did not step together",
+              (unsigned long long)st.steps);
+    for (int i = 0; i < 4; i++) engine_destroy(e[i]);
+}
