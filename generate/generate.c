@@ -242,7 +242,7 @@ int gen_run(gen_session *s, sampler *smp, const int32_t *prompt, uint32_t n_prom
         }
         samp_accept(smp, id);
         if (p->on_step) p->on_step(p->token_ctx, r->n_generated);
-        if (p->on_token && p->on_token(p->token_ctx, id, s->logits, e->n_vocab)) { /* not with sent */
+        if (p->on_token && p->on_token(p->token_ctx, id, s->logits, e->n_vocab)) { /* never sent: on_token turns pipe off */
             r->finish = GEN_CALLER;
             break;
         }

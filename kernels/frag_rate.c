@@ -14,6 +14,7 @@
 #define FR_A 2
 #define FR_B 4
 #define SGS 4 /* subgroups a workgroup */
+_Static_assert(SGS * FR_A * FR_B == KN_FRAG_RATE_FRAGS, "kernels.h's count of stored fragments");
 
 const rt_mma_shape *kn_frag_rate_shape(const rt_caps *c, ir_scalar dt) {
     const rt_mma_shape *best = NULL;
@@ -38,7 +39,7 @@ ir_kernel *kn_frag_rate(const rt_caps *c, ir_scalar dt, uint32_t iters, uint32_t
     if (!k.ir) return NULL;
     uint32_t ones = m * kk > kk * n ? m * kk : kk * n;
     ir_buf src = kx_buffer(k, "ones", dt, IR_READ, ones);
-    ir_buf out = kx_buffer(k, "out", IR_F32, IR_WRITE, (uint64_t)groups * SGS * FR_A * FR_B * per);
+    ir_buf out = kx_buffer(k, "out", IR_F32, IR_WRITE, (uint64_t)groups * KN_FRAG_RATE_FRAGS * per);
     kx_workgroup(k, SGS * c->subgroup_size);
     ir_type ta = ir_t_frag(k.ir, IR_FRAG_A, dt, m, n, kk), tb = ir_t_frag(k.ir, IR_FRAG_B, dt, m, n, kk),
             tc = ir_t_frag(k.ir, IR_FRAG_ACC, IR_F32, m, n, kk);

@@ -188,8 +188,9 @@ ir_kernel *kn_zero(const rt_caps *c, uint32_t n, uint32_t *groups_x, kiln_err *e
  * of 4 a workgroup runs iters rounds of 8 independent products of register fragments of
  * kn_frag_rate_shape's shape (the largest of dt into f32 up to 16x16x32; NULL: none), then
  * stores its accumulators; *flops: the launch's. Params: ones (dt, read: ones, m*k or k*n
- * elements, the larger), out (f32, write, groups * 32 fragments of m*n).
+ * elements, the larger), out (f32, write, groups * KN_FRAG_RATE_FRAGS fragments of m*n).
  * Grid: groups = {groups, 1, 1}. */
+#define KN_FRAG_RATE_FRAGS 32 /* accumulators stored per workgroup: 4 subgroups of 8 */
 const rt_mma_shape *kn_frag_rate_shape(const rt_caps *c, ir_scalar dt);
 ir_kernel *kn_frag_rate(const rt_caps *c, ir_scalar dt, uint32_t iters, uint32_t groups, double *flops,
                         kiln_err *err);

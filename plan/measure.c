@@ -184,7 +184,7 @@ static int measure_frags(rt_device *d, const sizes *s, measure_result *r, kiln_e
     rt_kernel *ck = compile(d, kn_frag_rate(&d->caps, dt, iters, groups, &flops, err), err);
     uint32_t n_ones = sh->m * sh->k > sh->k * sh->n ? sh->m * sh->k : sh->k * sh->n;
     rt_buffer *ones = ck ? ones16(d, dt, n_ones, err) : NULL;
-    rt_buffer *out = ones ? d->ops->alloc(d, (size_t)groups * 32 * sh->m * sh->n * 4, err) : NULL;
+    rt_buffer *out = ones ? d->ops->alloc(d, (size_t)groups * KN_FRAG_RATE_FRAGS * sh->m * sh->n * 4, err) : NULL;
     int rc = -1;
     if (out) {
         rt_arg args[2] = {{ones, 0}, {out, 0}};

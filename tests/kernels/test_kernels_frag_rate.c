@@ -59,7 +59,7 @@ Test(kernels_frag_rate, every_product_happens_on_the_device) {
     double flops = 0;
     ir_kernel *k = kn_frag_rate(&d->caps, t, iters, groups, &flops, &err);
     cr_assert_not_null(k, "%s", err.msg);
-    size_t n_ones = s->m * s->k > s->k * s->n ? s->m * s->k : s->k * s->n, n_out = (size_t)groups * 32 * s->m * s->n;
+    size_t n_ones = s->m * s->k > s->k * s->n ? s->m * s->k : s->k * s->n, n_out = (size_t)groups * KN_FRAG_RATE_FRAGS * s->m * s->n;
     uint16_t *ones = malloc(n_ones * 2);
     for (size_t i = 0; i < n_ones; i++) ones[i] = tu_to16(t, 1.0f);
     rt_buffer *bo = tu_vk_upload(d, ones, n_ones * 2), *out = tu_vk_poisoned32(d, n_out, guard);
