@@ -356,12 +356,19 @@ static void emit_pair_sub(ptx_ctx *x, const ir_inst *in) {
     ptx_def(x, in->result, LLVMBuildBitCast(x->b, LLVMBuildFSub(x->b, a, b, ""), words, ""));
 }
 
+/* frag.mul_add: an accumulator's registers are a vector of f32 */
+static void emit_mul_add(ptx_ctx *x, const ir_inst *in) {
+    LLVMValueRef p = LLVMBuildFMul(x->b, ptx_V(x, in->operand[0]), ptx_V(x, in->operand[1]), "");
+    ptx_def(x, in->result, LLVMBuildFAdd(x->b, p, ptx_V(x, in->operand[2]), ""));
+}
+
 void ptx_emit_frag(ptx_ctx *x, const ir_inst *in) {
     switch (in->op) {
     case IR_OP_FRAG_FILL: emit_fill(x, in); break;
     case IR_OP_FRAG_LOAD: emit_load(x, in); break;
     case IR_OP_FRAG_STORE: emit_store(x, in); break;
     case IR_OP_FRAG_MMA: emit_mma(x, in); break;
+    case IR_OP_FRAG_MUL_ADD: emit_mul_add(x, in); break;
     case IR_OP_FRAG_ELEMS: case IR_OP_FRAG_FROM_ELEMS: emit_elems(x, in); break;
     case IR_OP_FRAG_PAIR_SUB: emit_pair_sub(x, in); break;
     case IR_OP_WG_MMA: ptx_emit_wgmma(x, in); break;

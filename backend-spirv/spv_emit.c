@@ -208,7 +208,15 @@ static void scan_frags(spv_ctx *x, const ir_region *r, int depth) {
     for (uint32_t i = 0; i < r->n && depth < 1000; i++) {
         const ir_inst *in = r->inst[i];
         if (!in) continue;
-        if (is_frag_op(in->op)) x->vulkan_mm = true;
+        if (is_frag_op(in->op)) x->vulkan_mm = !x->emu;
+        if (x->emu && (in->op == IR_OP_FRAG_LOAD || in->op == IR_OP_FRAG_MMA)) spv_emu_note_type(x, in->type);
+        if (x->emu && (in->op == IR_OP_FRAG_STORE || in->op == IR_OP_FRAG_MMA))
+            for (uint32_t j = 0; j < in->n_operand && j < 2; j++) spv_emu_note_type(x, ir_type_of(x->k, in->operand[j]));
+        if (in->op == IR_OP_FRAG_MMA && x->emu && in->n_operand == 3) {
+            const ir_type_desc *a = ir_type_get(x->k, ir_type_of(x->k, in->operand[0]));
+            uint32_t need = a ? spv_emu_scratch_elems(a->m, a->n, a->k) : 0;
+            if (need > x->emu_scratch) x->emu_scratch = need;
+        }
         if (in->op == IR_OP_FENCE) x->fence = true;
         bool on_shm = in->imm[2] == 1 && in->imm[0] >= 0 && (uint64_t)in->imm[0] < x->n_shm;
         if ((in->op == IR_OP_FRAG_LOAD || in->op == IR_OP_FRAG_STORE) && on_shm) x->shm[in->imm[0]].frag = true;
@@ -225,7 +233,7 @@ static void check_frags(spv_ctx *x, const ir_region *r, int depth) {
         const ir_inst *in = r->inst[i];
         if (!in) continue;
         x->e.cur = in;
-        if (in->op == IR_OP_FRAG_FILL || in->op == IR_OP_FRAG_LOAD || in->op == IR_OP_FRAG_MMA ||
+        if (in->op == IR_OP_FRAG_FILL || in->op == IR_OP_FRAG_LOAD || in->op == IR_OP_FRAG_MMA || in->op == IR_OP_FRAG_MUL_ADD ||
             in->op == IR_OP_FRAG_LOAD_TENSOR)
             spv_t_rep(x, in->type);
         if (in->op == IR_OP_FRAG_STORE && in->n_operand) spv_t_rep(x, ir_type_of(x->k, in->operand[0]));
@@ -242,8 +250,9 @@ static void declare_shared(spv_ctx *x) {
         x->e.cur = NULL;
         uint32_t elem;
         uint32_t size;
-        if (si->frag && (d->elem == IR_F16 || d->elem == IR_BF16) && !spv_t_frag_component(x, d->elem)) return;
-        if (d->elem == IR_BF16 && si->frag) {
+        if (si->frag && !x->emu && (d->elem == IR_F16 || d->elem == IR_BF16) && !spv_t_frag_component(x, d->elem))
+            return;
+        if (d->elem == IR_BF16 && si->frag && !x->emu) {
             si->mode = SHM_BF16_NATIVE;
             elem = spv_t_bf16(x);
             size = 2;
@@ -460,6 +469,7 @@ static int emit_module(spv_ctx *x, spv_module *out) {
     if (!x->e.failed) declare_push_constants(x);
     if (!x->e.failed) declare_specs(x);
     if (!x->e.failed) declare_shared(x);
+    if (!x->e.failed) spv_emu_declare_scratch(x);
     if (!x->e.failed) declare_constants(x);
 
     /* workgroup size */
@@ -491,6 +501,7 @@ static int emit_module(spv_ctx *x, spv_module *out) {
     if (!x->e.failed) {
         spv_b_emitv(b, SPV_SEC_FUNCTION, SpvOpFunction, 4, spv_t_void(x), main_fn, SpvFunctionControlMaskNone, fn_type);
         spv_op_label(x, spv_b_id(b));
+        spv_emu_declare_vars(x); /* Function variables come first in the entry block */
         load_push_constants(x);
         emit_region(x, ir_kernel_body(k));
         x->e.cur = NULL;
@@ -571,6 +582,7 @@ int spv_emit(const ir_kernel *k, const rt_caps *c, spv_module *out, kiln_err *er
     x.k = low;
     x.c = c;
     x.f16_native = c->f16_arith;
+    x.emu = c->mma_emulated;
     spv_b_init(&x.b);
     int rc = ir_emit_init(&x.e, low, "spirv", err) ? -1 : emit_module(&x, out);
     if (x.b.oom && !x.e.failed) spv_fail(&x, "out of memory");

@@ -56,6 +56,10 @@ static void load_tensor(spv_ctx *x, const ir_inst *in) {
  * imm[2] shm.
  * FRAG_STORE: operands frag, base, stride; imm[0] dst, imm[1] row_major, imm[2] shm. */
 void spv_emit_frag(spv_ctx *x, const ir_inst *in) {
+    if (x->emu) {
+        spv_emu_frag(x, in);
+        return;
+    }
     switch (in->op) {
     case IR_OP_FRAG_FILL: {
         if (!ir_emit_need(&x->e, in, 1)) return;
@@ -102,6 +106,14 @@ void spv_emit_frag(spv_ctx *x, const ir_inst *in) {
         return;
     }
     case IR_OP_FRAG_LOAD_TENSOR: load_tensor(x, in); return;
+    case IR_OP_FRAG_MUL_ADD: { /* component-wise on cooperative matrices of one type */
+        if (!ir_emit_need(&x->e, in, 3)) return;
+        uint32_t t = spv_t_rep(x, in->type);
+        if (!t) return;
+        uint32_t p = spv_fn2(x, SpvOpFMul, t, spv_V(x, in->operand[0]), spv_V(x, in->operand[1]));
+        spv_def(x, in->result, spv_fn2(x, SpvOpFAdd, t, p, spv_V(x, in->operand[2])));
+        return;
+    }
     case IR_OP_FRAG_ELEMS:
     case IR_OP_FRAG_FROM_ELEMS:
     case IR_OP_FRAG_PAIR_SUB:

@@ -65,6 +65,12 @@ typedef struct spv_ctx {
     bool f16_native;
     bool vulkan_mm; /* fragments need the Vulkan memory model (SPIR-V validation rule) */
     bool fence;     /* the kernel fences at device scope: its written buffers are Coherent (GLSL450 model) */
+    bool emu;       /* fragments emulated (caps.mma_emulated) */
+    uint32_t emu_scratch;     /* elements of the emulated mma's scratch a subgroup needs (0: no mma) */
+    uint32_t emu_scratch_var; /* its workgroup array, and the array's element type */
+    uint32_t emu_scratch_elem;
+#define SPV_EMU_MAX_SLOTS 64 /* 16 x 16 over 4 lanes */
+    uint32_t emu_var[SPV_EMU_MAX_SLOTS + 1]; /* Function variables of the fragments' arrays, by slots */
     uint32_t label; /* the block being written */
 
     buf_info *buf;
@@ -126,6 +132,12 @@ uint32_t spv_buf_view(spv_ctx *x, uint32_t b, uint32_t lanes);
 uint32_t spv_buf_ptr(spv_ctx *x, uint32_t b, uint32_t lanes, uint32_t index);
 uint32_t spv_lane_of(spv_ctx *x, ir_scalar s, uint32_t lanes, uint32_t v, uint32_t l);
 uint32_t spv_shm_ptr(spv_ctx *x, uint32_t s, uint32_t index);
+/* Values in their representation (spv_t_rep): lanes (1, 2 or 4) consecutive elements of
+ * buffer b from index (a multiple of lanes); one element of workgroup array s. */
+uint32_t spv_buf_load(spv_ctx *x, uint32_t b, uint32_t index, uint32_t lanes);
+void spv_buf_store(spv_ctx *x, uint32_t b, uint32_t index, uint32_t lanes, uint32_t v);
+uint32_t spv_shm_load1(spv_ctx *x, uint32_t s, uint32_t index);
+void spv_shm_store1(spv_ctx *x, uint32_t s, uint32_t index, uint32_t v);
 uint32_t spv_imm_u32(spv_ctx *x, const ir_inst *in, int i, uint32_t max, const char *what);
 void spv_emit_memory(spv_ctx *x, const ir_inst *in);
 void spv_emit_atomic(spv_ctx *x, const ir_inst *in);
@@ -135,6 +147,16 @@ void spv_emit_subgroup(spv_ctx *x, const ir_inst *in);
 void spv_emit_barrier(spv_ctx *x, const ir_inst *in); /* BARRIER and FENCE */
 /* ---- spv_frag.c ---- */
 void spv_emit_frag(spv_ctx *x, const ir_inst *in);
+/* ---- spv_frag_emu.c: fragments without cooperative matrices (caps.mma_emulated) ---- */
+uint32_t spv_emu_frag_type(spv_ctx *x, const ir_type_desc *d);
+void spv_emu_frag(spv_ctx *x, const ir_inst *in);
+/* the scratch array's elements a subgroup needs for an mma of m x n x k */
+uint32_t spv_emu_scratch_elems(uint32_t m, uint32_t n, uint32_t k);
+void spv_emu_declare_scratch(spv_ctx *x);
+/* Before the function: a fragment type the emulated ops walk (noted in the scan), then its
+ * variable declared in the entry block. */
+void spv_emu_note_type(spv_ctx *x, ir_type t);
+void spv_emu_declare_vars(spv_ctx *x);
 /* ---- spv_emit.c ---- */
 void spv_fail(spv_ctx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 bool spv_widened(const spv_ctx *x, ir_scalar s);

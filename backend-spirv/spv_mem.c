@@ -97,7 +97,7 @@ static uint32_t add_u32(spv_ctx *x, uint32_t a, uint32_t k) {
 }
 
 /* lanes consecutive elements from index; index is a multiple of lanes. */
-static uint32_t buf_load(spv_ctx *x, uint32_t b, uint32_t index, uint32_t lanes) {
+uint32_t spv_buf_load(spv_ctx *x, uint32_t b, uint32_t index, uint32_t lanes) {
     ir_scalar s = x->buf[b].p->elem;
     if (lanes == 2 || lanes == 4) {
         uint32_t vi = spv_fn2(x, SpvOpShiftRightLogical, spv_t_u32(x), index, spv_c_u32(x, lanes == 4 ? 2 : 1));
@@ -120,7 +120,7 @@ uint32_t spv_lane_of(spv_ctx *x, ir_scalar s, uint32_t lanes, uint32_t v, uint32
     return lanes == 1 ? v : spv_fn2(x, SpvOpCompositeExtract, spv_t_rep_s(x, s), v, l);
 }
 
-static void buf_store(spv_ctx *x, uint32_t b, uint32_t index, uint32_t lanes, uint32_t v) {
+void spv_buf_store(spv_ctx *x, uint32_t b, uint32_t index, uint32_t lanes, uint32_t v) {
     ir_scalar s = x->buf[b].p->elem;
     if (lanes == 2 || lanes == 4) {
         uint32_t vi = spv_fn2(x, SpvOpShiftRightLogical, spv_t_u32(x), index, spv_c_u32(x, lanes == 4 ? 2 : 1));
@@ -143,13 +143,13 @@ uint32_t spv_shm_ptr(spv_ctx *x, uint32_t s, uint32_t index) {
                    index);
 }
 
-static uint32_t shm_load1(spv_ctx *x, uint32_t s, uint32_t index) {
+uint32_t spv_shm_load1(spv_ctx *x, uint32_t s, uint32_t index) {
     uint32_t v = spv_op_load(x, x->shm[s].elem_type, spv_shm_ptr(x, s, index));
     if (x->shm[s].mode == SHM_BF16_NATIVE) v = spv_fn1(x, SpvOpFConvert, spv_t_f32(x), v); /* exact */
     if (x->shm[s].mode == SHM_F32_BITS) v = spv_fn1(x, SpvOpBitcast, spv_t_f32(x), v);
     return v;
 }
-static void shm_store1(spv_ctx *x, uint32_t s, uint32_t index, uint32_t v) {
+void spv_shm_store1(spv_ctx *x, uint32_t s, uint32_t index, uint32_t v) {
     if (x->shm[s].mode == SHM_BF16_NATIVE)
         v = spv_fn1(x, SpvOpFConvert, x->shm[s].elem_type, v); /* exact: v is a bf16 */
     if (x->shm[s].mode == SHM_F32_BITS) v = spv_fn1(x, SpvOpBitcast, x->shm[s].elem_type, v);
@@ -181,7 +181,7 @@ void spv_emit_memory(spv_ctx *x, const ir_inst *in) {
         uint32_t b = spv_imm_u32(x, in, 0, x->n_buf, "buffer");
         uint32_t lanes = lanes_of(x, in->type);
         if (x->e.failed) return;
-        spv_def(x, in->result, buf_load(x, b, spv_V(x, in->operand[0]), lanes));
+        spv_def(x, in->result, spv_buf_load(x, b, spv_V(x, in->operand[0]), lanes));
         return;
     }
     case IR_OP_STORE: {
@@ -189,7 +189,7 @@ void spv_emit_memory(spv_ctx *x, const ir_inst *in) {
         uint32_t b = spv_imm_u32(x, in, 0, x->n_buf, "buffer");
         uint32_t lanes = lanes_of(x, ir_type_of(x->k, in->operand[1]));
         if (x->e.failed) return;
-        buf_store(x, b, spv_V(x, in->operand[0]), lanes, spv_V(x, in->operand[1]));
+        spv_buf_store(x, b, spv_V(x, in->operand[0]), lanes, spv_V(x, in->operand[1]));
         return;
     }
     case IR_OP_LOAD_MASKED: case IR_OP_STORE_MASKED:
@@ -202,7 +202,7 @@ void spv_emit_memory(spv_ctx *x, const ir_inst *in) {
         uint32_t lanes;
         if (x->e.failed || !ir_emit_tinfo(&x->e, in->type, &es, &lanes)) return;
         uint32_t index = spv_V(x, in->operand[0]), part[4];
-        for (uint32_t l = 0; l < lanes && l < 4; l++) part[l] = shm_load1(x, s, add_u32(x, index, l));
+        for (uint32_t l = 0; l < lanes && l < 4; l++) part[l] = spv_shm_load1(x, s, add_u32(x, index, l));
         if (lanes == 1) {
             spv_def(x, in->result, part[0]);
             return;
@@ -220,7 +220,7 @@ void spv_emit_memory(spv_ctx *x, const ir_inst *in) {
         uint32_t lanes;
         if (x->e.failed || !ir_emit_tinfo(&x->e, ir_type_of(x->k, in->operand[1]), &es, &lanes)) return;
         uint32_t index = spv_V(x, in->operand[0]), v = spv_V(x, in->operand[1]);
-        for (uint32_t l = 0; l < lanes; l++) shm_store1(x, s, add_u32(x, index, l), spv_lane_of(x, es, lanes, v, l));
+        for (uint32_t l = 0; l < lanes; l++) spv_shm_store1(x, s, add_u32(x, index, l), spv_lane_of(x, es, lanes, v, l));
         return;
     }
     default: return;

@@ -126,6 +126,7 @@ const rt_mma_shape *spv_wg_mma_find(spv_ctx *x, uint32_t m, uint32_t n, uint32_t
  * from caps.mma; a workgroup's (VK_NV_cooperative_matrix2's workgroup scope) dimensions
  * multiples of a granularity caps.wg_mma lists for this workgroup size. */
 static uint32_t t_frag(spv_ctx *x, const ir_type_desc *d) {
+    if (x->emu) return spv_emu_frag_type(x, d);
     int ab = d->use == IR_FRAG_ACC ? -1 : (int)d->elem, acc = d->use == IR_FRAG_ACC ? (int)d->elem : -1;
     if (d->wg && (!x->c->n_wg_mma || !x->c->n_mma)) {
         spv_fail(x, "workgroup fragments need VK_NV_cooperative_matrix2 (caps.wg_mma is empty)");

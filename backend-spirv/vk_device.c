@@ -675,7 +675,8 @@ rt_device *vk_device_open(uint32_t index, const char *caps_override, kiln_err *e
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_FEATURES_EXT,
         .shaderBufferFloat32AtomicAdd = VK_TRUE};
     void **tail = &e13.pNext;
-    if (c->n_mma && f12.vulkanMemoryModel) { /* fragments need the Vulkan memory model */
+    if (c->mma_emulated) { /* plain SPIR-V (spv_frag_emu.c): no extension */
+    } else if (c->n_mma && f12.vulkanMemoryModel) { /* fragments need the Vulkan memory model */
         exts[n_ext++] = "VK_KHR_cooperative_matrix";
         *tail = &ecm, tail = &ecm.pNext;
     } else {

@@ -28,7 +28,8 @@ ir_op_class ir_op_class_of(ir_op op) {
     case IR_OP_ASYNC_COPY: case IR_OP_ASYNC_COMMIT: case IR_OP_ASYNC_WAIT: return IR_CLASS_ASYNC;
     case IR_OP_SG_REDUCE: case IR_OP_SG_SHUFFLE: case IR_OP_SG_SHUFFLE_XOR: case IR_OP_SG_BROADCAST:
         return IR_CLASS_SUBGROUP;
-    case IR_OP_FRAG_FILL: case IR_OP_FRAG_LOAD: case IR_OP_FRAG_STORE: case IR_OP_FRAG_MMA: case IR_OP_WG_MMA:
+    case IR_OP_FRAG_FILL: case IR_OP_FRAG_LOAD: case IR_OP_FRAG_STORE: case IR_OP_FRAG_MMA: case IR_OP_FRAG_MUL_ADD:
+    case IR_OP_WG_MMA:
     case IR_OP_FRAG_LOAD_TENSOR:
     case IR_OP_WG_WAIT: case IR_OP_FRAG_ELEMS: case IR_OP_FRAG_FROM_ELEMS: case IR_OP_FRAG_PAIR_SUB:
         return IR_CLASS_FRAGMENT;

@@ -143,7 +143,7 @@ typedef enum ir_op {
     /* subgroup */
     IR_OP_SG_REDUCE, IR_OP_SG_SHUFFLE, IR_OP_SG_SHUFFLE_XOR, IR_OP_SG_BROADCAST,
     /* matrix fragments */
-    IR_OP_FRAG_FILL, IR_OP_FRAG_LOAD, IR_OP_FRAG_STORE, IR_OP_FRAG_MMA,
+    IR_OP_FRAG_FILL, IR_OP_FRAG_LOAD, IR_OP_FRAG_STORE, IR_OP_FRAG_MMA, IR_OP_FRAG_MUL_ADD,
     IR_OP_FRAG_LOAD_TENSOR,
     IR_OP_FRAG_ELEMS, IR_OP_FRAG_FROM_ELEMS, IR_OP_FRAG_PAIR_SUB,
     IR_OP_WG_MMA, IR_OP_WG_WAIT,
@@ -273,6 +273,10 @@ void ir_frag_store(ir_kernel *k, ir_val frag, bool shm, uint32_t dst, ir_val bas
 ir_val ir_frag_load_tensor(ir_kernel *k, ir_type frag, uint32_t src, ir_val row0, ir_val col0, ir_val n_rows,
                            ir_val n_cols, bool transposed);
 ir_val ir_frag_mma(ir_kernel *k, ir_val a, ir_val b, ir_val acc); /* acc + a * b */
+/* a * b + c element by element, three subgroup ACC fragments of one f32 type (a sub-block's
+ * sums scaled by a fragment of its scales, say; the product rounds, then the sum: SPIR-V's
+ * component-wise OpFMul and OpFAdd on cooperative matrices, PTX's on the registers). */
+ir_val ir_frag_mul_add(ir_kernel *k, ir_val a, ir_val b, ir_val c);
 /* The invocation's own elements of a 16x8x16 family fragment, in the order of the
  * targets that expose them (PTX's mma.m16n8k16; SPIR-V's cooperative matrices do not, and
  * refuse these by name), with g = lane / 4 and t = lane % 4:

@@ -202,6 +202,13 @@ ir_val ir_frag_mma(ir_kernel *k, ir_val a, ir_val b, ir_val acc) {
     return ir_result_of(ir_build(k, "ir_frag_mma", IR_OP_FRAG_MMA, ir_type_of(k, acc), ops, 3, 0, 0, 0));
 }
 
+ir_val ir_frag_mul_add(ir_kernel *k, ir_val a, ir_val b, ir_val c) {
+    ir_val ops[3] = { a, b, c };
+    if (!k || !ir_uses_ok(k, "ir_frag_mul_add", ops, 3))
+        return IR_NONE;
+    return ir_result_of(ir_build(k, "ir_frag_mul_add", IR_OP_FRAG_MUL_ADD, ir_type_of(k, c), ops, 3, 0, 0, 0));
+}
+
 ir_val ir_frag_elems(ir_kernel *k, ir_val acc) {
     if (!k || !ir_uses_ok(k, "ir_frag_elems", &acc, 1))
         return IR_NONE;

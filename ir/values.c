@@ -27,7 +27,7 @@ static const char *const op_names[IR_OP_COUNT] = {
     [IR_OP_SG_REDUCE] = "sg.reduce", [IR_OP_SG_SHUFFLE] = "sg.shuffle", [IR_OP_SG_SHUFFLE_XOR] = "sg.shuffle_xor",
     [IR_OP_SG_BROADCAST] = "sg.broadcast",
     [IR_OP_FRAG_FILL] = "frag.fill", [IR_OP_FRAG_LOAD] = "frag.load", [IR_OP_FRAG_STORE] = "frag.store",
-    [IR_OP_FRAG_MMA] = "frag.mma", [IR_OP_FRAG_LOAD_TENSOR] = "frag.load_tensor", [IR_OP_FRAG_ELEMS] = "frag.elems",
+    [IR_OP_FRAG_MMA] = "frag.mma", [IR_OP_FRAG_MUL_ADD] = "frag.mul_add", [IR_OP_FRAG_LOAD_TENSOR] = "frag.load_tensor", [IR_OP_FRAG_ELEMS] = "frag.elems",
     [IR_OP_FRAG_FROM_ELEMS] = "frag.from_elems", [IR_OP_FRAG_PAIR_SUB] = "frag.pair_sub", [IR_OP_WG_MMA] = "wg.mma", [IR_OP_WG_WAIT] = "wg.wait",
     [IR_OP_GRID_WAIT] = "grid.wait", [IR_OP_PREFETCH] = "prefetch",
     [IR_OP_MBAR_INIT] = "mbar.init", [IR_OP_MBAR_ARRIVE] = "mbar.arrive", [IR_OP_MBAR_EXPECT] = "mbar.expect",

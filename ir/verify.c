@@ -468,6 +468,14 @@ static bool check(ck *c) {
                 return false;
         return result_is(c, ty(c, 0));
     }
+    case IR_OP_FRAG_MUL_ADD: {
+        const ir_type_desc *fc = NULL;
+        if (!nops(c, 3) || !frag_of(c, ty(c, 2), IR_FRAG_ACC, &fc) || !same_types(c, 0, 3))
+            return false;
+        if (fc->wg || fc->elem != IR_F32)
+            return bad(c, "frag.mul_add takes subgroup f32 accumulators, not %s", tname(c, ty(c, 2), a));
+        return result_is(c, ty(c, 2));
+    }
     case IR_OP_FRAG_ELEMS: {
         const ir_type_desc *fc = NULL;
         if (!nops(c, 1) || !frag_of(c, ty(c, 0), IR_FRAG_ACC, &fc))

@@ -88,15 +88,33 @@ bool mm_build_simt(mm *m, const mm_w_stager *wq, uint32_t groups[2]);
 
 /* ---- matmul_coop.c: cooperative matrices staged through workgroup memory ---- */
 typedef struct coop_tile coop_tile;
+/* A block-quantized W for the cooperative-matrix kernel (matmul_q_coop.c): its stager
+ * writes each chunk's codes less their offset (small integers, exact in the 16-bit type)
+ * row-major at w_stride a row into the staged W, and each sub-step's scale and min (f32,
+ * [sub-step][row], the min 0 for types without one) into ss and ms, which mm_build_coop
+ * declares (with w_stride) before the chunks are staged. */
+typedef struct mm_coop_q {
+    const mm_w_stager *wq;
+    uint32_t step; /* columns a sub-step: 16 or 32 (whole sub-blocks of every part) */
+    bool has_min;  /* some part has mins */
+    ir_shm ss, ms;
+    uint32_t w_stride;
+} mm_coop_q;
 typedef struct mm_coop_cfg {
     const rt_mma_shape *shape; /* the fragments' */
     const coop_tile *tile;     /* 64 x 64 or 128 x 128 */
     uint32_t kc;               /* columns per chunk */
+    uint32_t band;             /* tokens of a subgroup's sums stored a round */
+    mm_coop_q *q;              /* a quantized W (set by its caller), or NULL */
 } mm_coop_cfg;
 /* The variant's fragments, tile and chunk for this product, or false (then the tiled
  * kernel runs): a dtype x dtype -> f32 shape with M and N dividing 32 and K dividing 64,
  * the tile's subgroups within the workgroup limit, its staging within caps.shared_bytes. */
 bool mm_coop_pick(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t n_max, mm_coop_cfg *cfg);
+/* The same for a quantized W of q_step-column sub-steps (16 or 32; 0: plain W): 16x16x16
+ * fragments and chunks of 32 columns at least, the scales' arrays within the memory. */
+bool mm_coop_pick_q(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t n_max, uint32_t q_step,
+                    mm_coop_cfg *cfg);
 void mm_build_coop(mm *m, const mm_coop_cfg *cfg, uint32_t groups[2]);
 
 /* ---- matmul_coop2.c: workgroup-scope cooperative matrices, tensor-addressed loads ---- */
@@ -217,6 +235,16 @@ bool kn_matmul_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_part
 ir_kernel *kn_matmul_q_mma(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t rows, uint32_t cols,
                            uint32_t n_max, ir_scalar dtype, unsigned epi, const qm_cfg *cfg, uint32_t groups[2],
                            kiln_err *err);
+
+/* ---- matmul_q_coop.c: block-quantized weights on cooperative matrices (matmul_coop.c's tiles) ---- */
+/* The variant's tile for this product, or false: not CUDA (its own variant exposes the
+ * fragments' elements), 16x16x16 fragments of dt, the tile and the scales within
+ * caps.shared_bytes; KILN_MATMUL_Q_COOP=0 refuses it. */
+bool kn_matmul_q_coop_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t rows, uint32_t n_max,
+                           ir_scalar dt, mm_coop_cfg *cfg);
+ir_kernel *kn_matmul_q_coop(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t rows, uint32_t cols,
+                            uint32_t n_max, ir_scalar dtype, unsigned epi, mm_coop_cfg *cfg, uint32_t groups[2],
+                            kiln_err *err);
 
 /* ---- matmul_q_tiled.c: block-quantized weights decoded into the tiled kernel's chunks ---- */
 /* kn_matmul_q as the tiled kernel, W's chunks decoded to their exact f32 values. NULL with

@@ -4,8 +4,9 @@
  * and a tile of KN_MMQ_TOKENS tokens; each lane decodes a chunk of KN_Q_CHUNK codes and
  * its sub-blocks' scales once and applies them to every token of the tile, each sub-block
  * summed as s * sum(q x) + m * sum(x) in f32. The exact path every device has; blocks of
- * 64 tokens or more take the tiled kernel (matmul_q_tiled.c) where it fits, and CUDA's
- * matrix units their own (matmul_q_mma.c). KILN_MATMUL_Q_TILED=0 keeps this one. */
+ * 64 tokens or more take the cooperative matrices where the device has them (matmul_q_coop.c;
+ * CUDA's matrix units their own, matmul_q_mma.c), else the tiled kernel (matmul_q_tiled.c)
+ * where it fits. KILN_MATMUL_Q_TILED=0 keeps this one where no matrix units serve. */
 #include "base/error.h"
 #include "kernels/matmul_internal.h"
 #include "kernels/quant_ir.h"
@@ -101,6 +102,9 @@ ir_kernel *kn_matmul_q(const rt_caps *c, const kn_qpart *parts, uint32_t n_parts
     qm_cfg mma;
     if (kn_matmul_q_mma_pick(c, L, n_parts, rows, cols, n_max, dtype, &mma))
         return kn_matmul_q_mma(c, L, n_parts, rows, cols, n_max, dtype, epi, &mma, groups, err);
+    mm_coop_cfg cc = {0};
+    if (n_max >= KN_MMQ_TILED_FROM && kn_matmul_q_coop_pick(c, L, n_parts, rows, n_max, dtype, &cc))
+        return kn_matmul_q_coop(c, L, n_parts, rows, cols, n_max, dtype, epi, &cc, groups, err);
     if (n_max >= KN_MMQ_TILED_FROM && !tiled_off()) {
         kiln_err e = {0};
         ir_kernel *t = kn_matmul_q_tiled(c, L, n_parts, rows, cols, n_max, dtype, epi, groups, &e);

@@ -140,7 +140,24 @@ static const struct {
 };
 
 /* Items of rt_debug, not of the caps: accepted, applied by rt_debug_from_list. */
-static const char *const debug_items[] = {"debug-fault", "debug-alloc-kib"};
+static const char *const debug_items[] = {"debug-fault", "debug-alloc-kib", "debug-emulate-coopmat"};
+
+/* The workgroup memory the emulated fragments' scratch takes: a subgroup's A and B of
+ * 16x16x16 in f16 (1 KiB), for up to 8 subgroups. */
+#define EMULATED_SCRATCH 8192u
+
+/* debug-emulate-coopmat: f16 fragments of 16x16x16 on a Vulkan device that has none, the
+ * 16-bit types fragments need, and room for the scratch. */
+static void emulate_coopmat(rt_caps *c) {
+    if (c->backend != RT_VULKAN || c->n_mma || c->mma_emulated || !c->f16_arith || !c->storage16 ||
+        c->subgroup_size < 4 || 256 % c->subgroup_size || c->shared_bytes < 2 * EMULATED_SCRATCH)
+        return;
+    c->mma[0] = (rt_mma_shape){16, 16, 16, IR_F16, IR_F32, 0};
+    c->n_mma = 1;
+    c->mma_emulated = true;
+    c->mma_emulated_shared = EMULATED_SCRATCH;
+    c->shared_bytes -= EMULATED_SCRATCH;
+}
 
 static bool key_is(const char *key, size_t n, const char *name) { return strlen(name) == n && !memcmp(key, name, n); }
 
@@ -153,6 +170,7 @@ static int apply_item(rt_caps *c, const char *it, size_t n, kiln_err *err) {
         if (eq) return kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': takes no value", (int)n, it), -1;
         if (i == 0) {
             c->n_mma = 0;
+            c->mma_emulated = false;
             memset(c->mma, 0, sizeof c->mma);
             drop_wg_mma(c);
         } else if (i == 1) {
@@ -167,7 +185,11 @@ static int apply_item(rt_caps *c, const char *it, size_t n, kiln_err *err) {
     uint32_t v;
     for (size_t i = 0; i < sizeof debug_items / sizeof debug_items[0]; i++) {
         if (!key_is(it, kn, debug_items[i])) continue;
-        if (i == 0) return eq ? kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': takes no value", (int)n, it), -1 : 0;
+        if (i != 1) {
+            if (eq) return kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': takes no value", (int)n, it), -1;
+            if (i == 2) emulate_coopmat(c);
+            return 0;
+        }
         if (!eq || !parse_u32(eq + 1, n - kn - 1, &v) || !v)
             return kiln_fail(err, KILN_ERR_INVALID, "caps item '%.*s': needs =N, a number of KiB", (int)n, it), -1;
         return 0;
@@ -347,6 +369,8 @@ size_t rt_caps_describe(const rt_caps *c, char *buf, size_t cap) {
         put(&o, "%s%ux%ux%u %s*%s+%s", i ? ", " : "", s->m, s->n, s->k, scalar_name(s->ab_type),
             scalar_name(s->ab_type), scalar_name(s->acc_type));
     }
+    if (nm && c->mma_emulated) put(&o, " (emulated: debug-emulate-coopmat, %u bytes of workgroup memory reserved)",
+                                   c->mma_emulated_shared);
     put(&o, "\n");
     put(&o, "wg_mma: ");
     uint32_t nw = c->n_wg_mma < RT_MAX_MMA_SHAPES ? c->n_wg_mma : RT_MAX_MMA_SHAPES;

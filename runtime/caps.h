@@ -64,6 +64,13 @@ typedef struct rt_caps {
     uint32_t n_wg_mma;
     rt_mma_shape wg_mma[RT_MAX_MMA_SHAPES];
     uint32_t wg_mma_max_dim, wg_mma_reserved_shared;
+    /* The test switch debug-emulate-coopmat on a Vulkan device without cooperative
+     * matrices (lavapipe): caps.mma offers 16x16x16 f16 fragments that the SPIR-V emitter
+     * builds from plain loads, stores and a workgroup scratch array of
+     * mma_emulated_shared bytes (already taken out of shared_bytes), so the kernels built on
+     * fragments run in CI. Correct, never fast; never set by a probe. */
+    bool mma_emulated;
+    uint32_t mma_emulated_shared;
 
     uint32_t shared_bytes;    /* workgroup memory per workgroup */
     uint32_t max_workgroup;   /* invocations per workgroup */
@@ -96,9 +103,12 @@ void rt_caps_default(rt_caps *c, rt_backend b);
 /* Applies a comma-separated override list to caps read from a device:
  *   no-coopmat | no-coopmat2 | no-f16 | no-bf16 | no-storage16 | no-subgroup-arith | no-subgroup-shuffle
  *   | no-atomic-f32 | no-async-copy | no-wgmma | no-grid-dep | no-tma | subgroup=N (a power of two within [min, max]) | shared=BYTES (<= the
- *   device's) | workgroup=N (<= the device's) | debug-fault.
- * Overrides only take capabilities away (a device cannot be made to offer more).
- * debug-fault is a test switch (rt_debug), accepted here and left to rt_debug_from_list.
+ *   device's) | workgroup=N (<= the device's) | debug-fault | debug-alloc-kib=N | debug-emulate-coopmat.
+ * Overrides only take capabilities away (a device cannot be made to offer more), but for
+ * debug-emulate-coopmat (caps.mma_emulated: a Vulkan device with no cooperative matrices,
+ * f16 arithmetic and 16-bit buffers gets emulated f16 fragments; elsewhere it changes
+ * nothing). debug-fault and debug-alloc-kib are test switches (rt_debug), accepted here and
+ * left to rt_debug_from_list.
  * 0, or -1 with a message naming the bad item. */
 int rt_caps_override(rt_caps *c, const char *list, kiln_err *err);
 /* The same list checked for syntax alone (unknown items, malformed numbers, subgroup not

@@ -51,6 +51,8 @@ typedef struct mm_shape {
 typedef ir_kernel *(*mm_builder)(const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
                                  unsigned epi, uint32_t groups[2], kiln_err *err);
 
+static unsigned n_coop_cases; /* products that took a fragment variant */
+
 static void product_case(mm_builder build, rt_device *d, mm_shape s, ir_scalar t, unsigned epi, const uint32_t *ns,
                          size_t n_ns, const char *var) {
     kiln_err err = {0};
@@ -59,6 +61,7 @@ static void product_case(mm_builder build, rt_device *d, mm_shape s, ir_scalar t
     ir_kernel *k = build(&d->caps, rows, cols, n_max, t, epi, g, &err);
     cr_assert_not_null(k, "matmul %ux%u n_max=%u: %s", rows, cols, n_max, err.msg);
     bool mma = tu_ir_has(k, "frag.mma"), skinny = build == kn_matmul_skinny;
+    n_coop_cases += mma;
     rt_kernel *ck = d->ops->compile(d, k, NULL, &err);
     cr_assert_not_null(ck, "matmul %ux%u: %s", rows, cols, err.msg);
     size_t nw = (size_t)rows * cols, nx = (size_t)n_max * cols, ny = (size_t)n_max * rows;
@@ -201,6 +204,22 @@ Test(kernels_matmul, other_variants_on_coopmat_devices, .timeout = 600) {
     setenv("KILN_MATMUL_COOP", "small", 1);
     run_shapes(NULL, 38, NULL, N_SHAPES);
     unsetenv("KILN_MATMUL_COOP");
+}
+
+/* Where the device has none (lavapipe): the cooperative-matrix kernel's logic on emulated
+ * f16 fragments (debug-emulate-coopmat; bf16 keeps the tiled kernel), each tile forced. */
+Test(kernels_matmul, cooperative_variant_emulated, .timeout = 900) {
+    rt_device *d = tu_vk_open_or_skip("debug-emulate-coopmat");
+    bool emu = d->caps.mma_emulated;
+    d->ops->destroy(d);
+    if (!emu) cr_skip_test("the device has cooperative matrices (or lacks f16): nothing to emulate");
+    run_shapes("debug-emulate-coopmat", 39, small_pick, sizeof small_pick / sizeof small_pick[0]);
+    cr_assert_gt(n_coop_cases, 0, "no f16 product took the cooperative-matrix kernel");
+    unsigned before = n_coop_cases;
+    setenv("KILN_MATMUL_COOP", "large", 1);
+    run_shapes("debug-emulate-coopmat", 40, small_pick, sizeof small_pick / sizeof small_pick[0]);
+    unsetenv("KILN_MATMUL_COOP");
+    cr_assert_gt(n_coop_cases, before, "the large tile did not fit the emulated device");
 }
 
 /* Workgroup-scope matrices with tensor-addressed loads (VK_NV_cooperative_matrix2), where

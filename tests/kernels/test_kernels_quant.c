@@ -230,6 +230,40 @@ Test(kernels_quant, matvec_q_fragments_every_type, .timeout = 600) {
     d->ops->destroy(d);
 }
 
+/* The H200's Vulkan caps (16x16x16 KHR fragments of both types, 48 KiB): every type, both
+ * dtypes and stacked parts take the cooperative variant and validate (with $KILN_SPIRV_VAL's
+ * spirv-val where set: Debian's cannot read cooperative matrices); CUDA's caps never do. */
+Test(kernels_quant, matmul_q_cooperative_builds_for_h200_vulkan_caps, .timeout = 300) {
+    rt_caps c;
+    tu_caps_h200(&c);
+    kiln_err err = {0};
+    uint32_t g[2];
+    char what[96];
+    for (int q = 0; q < 2 * KN_Q_COUNT; q++) {
+        kn_qpart one = {(kn_qtype)(q % KN_Q_COUNT), 4096};
+        ir_scalar t = q < KN_Q_COUNT ? IR_BF16 : IR_F16;
+        ir_kernel *k = kn_matmul_q(&c, &one, 1, 4096, 512, t, q % 2 ? KN_EPI_RESIDUAL : KN_EPI_NONE, g, &err);
+        cr_assert(k && !strcmp(ir_kernel_name(k), "kn_matmul_q_coop"), "%s %s: %s", kn_qformat_of(one.type)->name,
+                  tu_dname(t), k ? ir_kernel_name(k) : err.msg);
+        snprintf(what, sizeof what, "matmul_q_coop %s %s", kn_qformat_of(one.type)->name, tu_dname(t));
+        tu_emit_ok(k, &c, err.msg, what);
+    }
+    kn_qpart qkv[3] = {{KN_Q4_K, 4096}, {KN_Q4_K, 1024}, {KN_Q6_K, 1024}};
+    ir_kernel *k = kn_matmul_q(&c, qkv, 3, 4096, 512, IR_BF16, KN_EPI_BIAS, g, &err);
+    cr_assert(k && !strcmp(ir_kernel_name(k), "kn_matmul_q_coop"), "stacked: %s", k ? ir_kernel_name(k) : err.msg);
+    tu_emit_ok(k, &c, err.msg, "matmul_q_coop stacked q4_k q4_k q6_k bf16");
+    rt_caps cu = tu_cuda_caps(90);
+    kn_qpart one = {KN_Q4_K, 4096};
+    k = kn_matmul_q(&cu, &one, 1, 4096, 512, IR_BF16, KN_EPI_NONE, g, &err);
+    cr_assert(k && strcmp(ir_kernel_name(k), "kn_matmul_q_coop"), "CUDA took the cooperative variant");
+    ir_kernel_destroy(k);
+    setenv("KILN_MATMUL_Q_COOP", "0", 1);
+    k = kn_matmul_q(&c, &one, 1, 4096, 512, IR_BF16, KN_EPI_NONE, g, &err);
+    unsetenv("KILN_MATMUL_Q_COOP");
+    cr_assert(k && strcmp(ir_kernel_name(k), "kn_matmul_q_coop"), "switched off: still cooperative");
+    ir_kernel_destroy(k);
+}
+
 /* Built for CUDA's caps at sm_80 and sm_90 and assembled by ptxas on any machine; refused
  * where a part is off the row groups, a type's codes pass the 16-bit type, or by switch. */
 Test(kernels_quant, matvec_q_fragments_build_and_refuse, .timeout = 300) {
@@ -408,6 +442,7 @@ Test(kernels_quant, matmul_q_tiled_every_type_and_stacked_parts, .timeout = 600)
     tu_seed(37);
     kiln_err err = {0};
     uint32_t g[2];
+    setenv("KILN_MATMUL_Q_COOP", "0", 1); /* a device with cooperative matrices takes them */
     for (int q = 0; q < KN_Q_COUNT; q++) {
         kn_qpart one = {(kn_qtype)q, q % 2 ? 69 : 130};
         ir_scalar t = q % 2 ? IR_F16 : IR_BF16;
@@ -432,6 +467,48 @@ Test(kernels_quant, matmul_q_tiled_every_type_and_stacked_parts, .timeout = 600)
     k = kn_matmul_q(&d->caps, &plain, 1, 64, 128, IR_BF16, KN_EPI_NONE, g, &err);
     unsetenv("KILN_MATMUL_Q_TILED");
     cr_assert(k && !tu_ir_has(k, "shared @ws: f32"), "switched off: the per-row kernel");
+    ir_kernel_destroy(k);
+    unsetenv("KILN_MATMUL_Q_COOP");
+    d->ops->destroy(d);
+}
+
+/* Blocks of 64 tokens or more on cooperative matrices (matmul_q_coop.c: Vulkan's, or
+ * lavapipe's emulated f16 ones): every type, odd rows, stacked parts whose boundaries fall
+ * inside a tile and whose sub-blocks differ (sub-steps of 16), n below and off the tiles,
+ * a tail chunk (96 columns); the kernel must be that variant wherever its fragments exist. */
+Test(kernels_quant, matmul_q_cooperative_every_type_and_stacked_parts, .timeout = 900) {
+    rt_device *d = tu_vk_open_or_skip("debug-emulate-coopmat");
+    if (d->caps.backend == RT_CUDA || !d->caps.n_mma) {
+        d->ops->destroy(d);
+        cr_skip_test("no cooperative matrices here (CUDA takes its own matrix-unit variant)");
+    }
+    tu_seed(39);
+    kiln_err err = {0};
+    uint32_t g[2];
+    unsigned coop = 0;
+    for (int q = 0; q < 2 * KN_Q_COUNT; q++) {
+        kn_qtype qt = (kn_qtype)(q % KN_Q_COUNT);
+        kn_qpart one = {qt, q % 2 ? 69 : 130};
+        ir_scalar t = q < KN_Q_COUNT ? IR_F16 : IR_BF16;
+        unsigned epi = q % 3 == 0 ? KN_EPI_BIAS : q % 3 == 1 ? KN_EPI_RESIDUAL : KN_EPI_F32;
+        uint32_t cols = kn_qformat_of(qt)->unit == 256 ? 512 : 96;
+        ir_kernel *k = kn_matmul_q(&d->caps, &one, 1, cols, 136, t, epi, g, &err);
+        cr_assert_not_null(k, "%s", err.msg);
+        bool is_coop = !strcmp(ir_kernel_name(k), "kn_matmul_q_coop");
+        ir_kernel_destroy(k);
+        if (!is_coop) continue; /* no fragments of this dtype (lavapipe: bf16) */
+        coop++;
+        matmul_q_case(d, &one, 1, cols, 136, q % 2 ? 131 : 65, t, epi, "cooperative", false);
+    }
+    cr_assert_geq(coop, KN_Q_COUNT, "only %u of the types took the cooperative variant", coop);
+    kn_qpart qkv[3] = {{KN_Q4_K, 33}, {KN_Q5_K, 7}, {KN_Q6_K, 40}};
+    matmul_q_case(d, qkv, 3, 512, 72, 70, IR_F16, KN_EPI_BIAS, "cooperative", false);
+    kn_qpart mixed[2] = {{KN_Q8_0, 65}, {KN_Q4_1, 66}};
+    matmul_q_case(d, mixed, 2, 256, 128, 128, IR_F16, KN_EPI_RESIDUAL, "cooperative", false);
+    kn_qpart sub16[2] = {{KN_Q8_0, 20}, {KN_Q2_K, 50}};
+    matmul_q_case(d, sub16, 2, 256, 64, 64, IR_F16, KN_EPI_F32, "cooperative", false);
+    ir_kernel *k = kn_matmul_q(&d->caps, qkv, 3, 512, 72, IR_F16, KN_EPI_BIAS, g, &err);
+    cr_assert(k && !strcmp(ir_kernel_name(k), "kn_matmul_q_coop"), "stacked parts: not the cooperative variant");
     ir_kernel_destroy(k);
     d->ops->destroy(d);
 }
