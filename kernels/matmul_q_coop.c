@@ -52,21 +52,6 @@ static void part_chunk(kx k, const kn_qlayout *L, ir_buf w, ir_val row, ir_val c
 
 #define QC_VALS (KN_Q_CHUNK + 4)
 
-static void parts_chunk(kx k, const kn_qlayout *L, const ir_buf *w, uint32_t n_parts, ir_val row, ir_val col,
-                        uint32_t cols, ir_val *out) {
-    if (n_parts == 1) {
-        part_chunk(k, L, w[0], row, col, cols, out);
-        return;
-    }
-    ir_val a[QC_VALS], b[QC_VALS];
-    ir_if *f = ir_if_begin(k.ir, kx_lt_c(k, row, L[0].rows), QC_VALS);
-    part_chunk(k, L, w[0], row, col, cols, a);
-    ir_if_else(k.ir, f, a);
-    parts_chunk(k, L + 1, w + 1, n_parts - 1, kx_sub_c(k, row, L[0].rows), col, cols, b);
-    ir_if_end(k.ir, f, b);
-    for (uint32_t j = 0; j < QC_VALS; j++) out[j] = ir_if_result(f, j);
-}
-
 /* Item i: row i / per_row of the tile, its 32 columns (i % per_row) * 32 of the chunk:
  * the codes into the staged W, the scales and mins of its sub-steps into ss and ms. */
 static void stage_item(const mm *m, ir_val i, const void *p) {
@@ -78,7 +63,7 @@ static void stage_item(const mm *m, ir_val i, const void *p) {
     /* rows past the product read its last (their outputs are not stored) */
     ir_val row = kx_min(k, kx_add(k, a->r0, rl), kx_u32(k, m->rows - 1));
     ir_val col = kx_add(k, a->first_col, kx_mul_c(k, c32, KN_Q_CHUNK));
-    parts_chunk(k, q->L, q->w, q->n_parts, row, col, m->cols, v);
+    kn_q_parts_values(k, q->L, q->w, q->n_parts, row, col, m->cols, part_chunk, QC_VALS, v);
     ir_type t1 = kx_t(k, m->dtype, 1);
     ir_val at = kx_add(k, kx_mul_c(k, rl, z->w_stride), kx_mul_c(k, c32, KN_Q_CHUNK)), h[4];
     for (uint32_t j = 0; j < KN_Q_CHUNK; j += 4) {

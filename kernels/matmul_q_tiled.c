@@ -60,22 +60,6 @@ static void group_values(kx k, const kn_qlayout *L, ir_buf w, ir_val row, ir_val
     }
 }
 
-/* group_values for row of the parts stacked: a branch per part. */
-static void parts_values(kx k, const kn_qlayout *L, const ir_buf *w, uint32_t n_parts, ir_val row, ir_val col,
-                         uint32_t cols, ir_val *out) {
-    if (n_parts == 1) {
-        group_values(k, L, w[0], row, col, cols, out);
-        return;
-    }
-    ir_val a[GROUP], b[GROUP];
-    ir_if *f = ir_if_begin(k.ir, kx_lt_c(k, row, L[0].rows), GROUP);
-    group_values(k, L, w[0], row, col, cols, a);
-    ir_if_else(k.ir, f, a);
-    parts_values(k, L + 1, w + 1, n_parts - 1, kx_sub_c(k, row, L[0].rows), col, cols, b);
-    ir_if_end(k.ir, f, b);
-    for (uint32_t j = 0; j < GROUP; j++) out[j] = ir_if_result(f, j);
-}
-
 typedef struct stage_ctx {
     const tq *t;
     ir_shm ws;
@@ -89,7 +73,7 @@ static void stage_item(const mm *m, ir_val i, const void *p) {
     ir_val rl = kx_div_c(k, i, a->per_row), cl = kx_mul_c(k, kx_rem_c(k, i, a->per_row), GROUP);
     /* rows past the product read its last (their outputs are not stored) */
     ir_val row = kx_min(k, kx_add(k, a->r0, rl), kx_u32(k, m->rows - 1)), v[GROUP];
-    parts_values(k, a->t->L, a->t->w, a->t->n_parts, row, kx_add(k, a->first_col, cl), m->cols, v);
+    kn_q_parts_values(k, a->t->L, a->t->w, a->t->n_parts, row, kx_add(k, a->first_col, cl), m->cols, group_values, GROUP, v);
     ir_val at = kx_idx(k, cl, a->stride, rl);
     for (uint32_t j = 0; j < GROUP; j++) kx_shm_store(k, a->ws, j ? kx_add_c(k, at, j * a->stride) : at, v[j]);
 }

@@ -151,6 +151,21 @@ void kn_q_scale_decode(kx k, const kn_qlayout *L, ir_val si, const ir_val raw[KN
     }
 }
 
+void kn_q_parts_values(kx k, const kn_qlayout *L, const ir_buf *w, uint32_t n_parts, ir_val row, ir_val col,
+                       uint32_t cols, kn_q_part_fn fn, uint32_t n, ir_val *out) {
+    if (n_parts == 1) {
+        fn(k, L, w[0], row, col, cols, out);
+        return;
+    }
+    ir_val a[KN_Q_PART_VALS], b[KN_Q_PART_VALS];
+    ir_if *f = ir_if_begin(k.ir, kx_lt_c(k, row, L[0].rows), n);
+    fn(k, L, w[0], row, col, cols, a);
+    ir_if_else(k.ir, f, a);
+    kn_q_parts_values(k, L + 1, w + 1, n_parts - 1, kx_sub_c(k, row, L[0].rows), col, cols, fn, n, b);
+    ir_if_end(k.ir, f, b);
+    for (uint32_t j = 0; j < n; j++) out[j] = ir_if_result(f, j);
+}
+
 void kn_q_sub_scale(kx k, const kn_qlayout *L, ir_buf w, ir_val si, ir_val *s, ir_val *m) {
     ir_val raw[KN_Q_SCALE_WORDS];
     kn_q_scale_load(k, L, w, si, raw);

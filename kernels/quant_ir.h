@@ -46,6 +46,14 @@ typedef struct kn_q_row {
  * at a time (matvec_q.c; the lanes' parts still to be summed). */
 void kn_q_rows_dot(kx k, const kn_q_row *r, uint32_t n, ir_buf x, uint32_t hx, ir_val lane, uint32_t lanes,
                    uint32_t unroll, ir_val *acc);
+/* fn's n values (at most KN_Q_PART_VALS) for row of the parts stacked (L[0]'s rows first,
+ * then the next part's, row made the part's own): a branch per part, uniform where a
+ * row's lanes or a tile's items share a part. */
+#define KN_Q_PART_VALS 40
+typedef void (*kn_q_part_fn)(kx k, const kn_qlayout *L, ir_buf w, ir_val row, ir_val col, uint32_t cols,
+                             ir_val *out);
+void kn_q_parts_values(kx k, const kn_qlayout *L, const ir_buf *w, uint32_t n_parts, ir_val row, ir_val col,
+                       uint32_t cols, kn_q_part_fn fn, uint32_t n, ir_val *out);
 /* The layouts of a product's parts (checked: 1 to KN_Q_PARTS, or with swi the two of
  * SwiGLU, of equal rows) and the rows it produces. 0, or -1 with err naming who. */
 int kn_q_part_layouts(const char *who, const kn_qpart *parts, uint32_t n_parts, uint32_t cols, bool swi,

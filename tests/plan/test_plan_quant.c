@@ -71,6 +71,14 @@ Test(plan_quant, caps_variants, .timeout = 900) {
     }
 }
 
+/* The prompt's blocks on cooperative matrices (matmul_q_coop.c), emulated on lavapipe in
+ * f16 (debug-emulate-coopmat: the real ones where the device has them): a K-quant mix with
+ * sub-blocks of 16 and 32 in stacked parts, and a type with mins. */
+Test(plan_quant, cooperative_matrices_in_f16, .timeout = 900) {
+    const char *some[] = {"Q4_K_M", "Q4_1"};
+    for (int i = 0; i < 2; i++) cr_assert_lt(compare(some[i], "debug-emulate-coopmat", GGUF_T_F16, 4), 3e-3, "%s", some[i]);
+}
+
 /* llama.cpp's greedy goldens with its exact dequantized math (f32 activations and cache):
  * the plan in f16 differs from them only at near-ties of 0.05 nats (the oracle's contract
  * f16 measures at most 0.019 nats). */
