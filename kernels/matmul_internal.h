@@ -239,7 +239,8 @@ ir_kernel *kn_matmul_q_mma(const rt_caps *c, const kn_qlayout *L, uint32_t n_par
 /* ---- matmul_q_coop.c: block-quantized weights on cooperative matrices (matmul_coop.c's tiles) ---- */
 /* The variant's tile for this product, or false: not CUDA (its own variant exposes the
  * fragments' elements), 16x16x16 fragments of dt, the tile and the scales within
- * caps.shared_bytes; KILN_MATMUL_Q_COOP=0 refuses it. */
+ * caps.shared_bytes; emulated fragments, or KILN_MATMUL_Q_COOP=1 on a GPU (opt-in until
+ * it has run right on one); KILN_MATMUL_Q_COOP=0 refuses it. */
 bool kn_matmul_q_coop_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t rows, uint32_t n_max,
                            ir_scalar dt, mm_coop_cfg *cfg);
 ir_kernel *kn_matmul_q_coop(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t rows, uint32_t cols,

@@ -88,15 +88,19 @@ static void stage(const mm *m, const mm_w_stager *s, ir_shm ws, uint32_t stride,
 
 static const char *const part_names[KN_Q_PARTS] = {"W", "W1", "W2"};
 
-/* KILN_MATMUL_Q_COOP=0 keeps the tiled kernel (measuring) */
-static bool coop_off(void) {
+/* Opt-in on a GPU (KILN_MATMUL_Q_COOP=1) until it has run right on one: its stride-0
+ * fragment loads and element-wise products are new to the drivers. Where fragments are
+ * emulated (lavapipe's tests) it is the default; KILN_MATMUL_Q_COOP=0 refuses it anywhere. */
+static bool coop_wanted(const rt_caps *c) {
     const char *e = getenv("KILN_MATMUL_Q_COOP");
-    return e && !strcmp(e, "0");
+    if (e && !strcmp(e, "0")) return false;
+    return c->mma_emulated || (e && !strcmp(e, "1"));
 }
 
 bool kn_matmul_q_coop_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t rows, uint32_t n_max,
                            ir_scalar dt, mm_coop_cfg *cfg) {
-    if (c->backend == RT_CUDA || coop_off()) return false; /* CUDA's fragments expose their elements: matmul_q_mma.c */
+    /* CUDA's fragments expose their elements: matmul_q_mma.c */
+    if (c->backend == RT_CUDA || !coop_wanted(c)) return false;
     uint32_t step = 32;
     for (uint32_t p = 0; p < n_parts; p++)
         if (kn_qformat_of(L[p].type)->sub < step) step = kn_qformat_of(L[p].type)->sub;

@@ -234,6 +234,7 @@ Test(kernels_quant, matvec_q_fragments_every_type, .timeout = 600) {
  * dtypes and stacked parts take the cooperative variant and validate (with $KILN_SPIRV_VAL's
  * spirv-val where set: Debian's cannot read cooperative matrices); CUDA's caps never do. */
 Test(kernels_quant, matmul_q_cooperative_builds_for_h200_vulkan_caps, .timeout = 300) {
+    setenv("KILN_MATMUL_Q_COOP", "1", 1); /* opt-in on a GPU until it is right on one */
     rt_caps c;
     tu_caps_h200(&c);
     kiln_err err = {0};
@@ -259,8 +260,11 @@ Test(kernels_quant, matmul_q_cooperative_builds_for_h200_vulkan_caps, .timeout =
     ir_kernel_destroy(k);
     setenv("KILN_MATMUL_Q_COOP", "0", 1);
     k = kn_matmul_q(&c, &one, 1, 4096, 512, IR_BF16, KN_EPI_NONE, g, &err);
-    unsetenv("KILN_MATMUL_Q_COOP");
     cr_assert(k && strcmp(ir_kernel_name(k), "kn_matmul_q_coop"), "switched off: still cooperative");
+    ir_kernel_destroy(k);
+    unsetenv("KILN_MATMUL_Q_COOP");
+    k = kn_matmul_q(&c, &one, 1, 4096, 512, IR_BF16, KN_EPI_NONE, g, &err);
+    cr_assert(k && strcmp(ir_kernel_name(k), "kn_matmul_q_coop"), "a GPU took it without KILN_MATMUL_Q_COOP=1");
     ir_kernel_destroy(k);
 }
 
@@ -442,7 +446,7 @@ Test(kernels_quant, matmul_q_tiled_every_type_and_stacked_parts, .timeout = 600)
     tu_seed(37);
     kiln_err err = {0};
     uint32_t g[2];
-    setenv("KILN_MATMUL_Q_COOP", "0", 1); /* a device with cooperative matrices takes them */
+    setenv("KILN_MATMUL_Q_COOP", "0", 1); /* whatever the environment asks */
     for (int q = 0; q < KN_Q_COUNT; q++) {
         kn_qpart one = {(kn_qtype)q, q % 2 ? 69 : 130};
         ir_scalar t = q % 2 ? IR_F16 : IR_BF16;
@@ -477,6 +481,7 @@ Test(kernels_quant, matmul_q_tiled_every_type_and_stacked_parts, .timeout = 600)
  * inside a tile and whose sub-blocks differ (sub-steps of 16), n below and off the tiles,
  * a tail chunk (96 columns); the kernel must be that variant wherever its fragments exist. */
 Test(kernels_quant, matmul_q_cooperative_every_type_and_stacked_parts, .timeout = 900) {
+    setenv("KILN_MATMUL_Q_COOP", "1", 1); /* opt-in on a GPU until it is right on one */
     rt_device *d = tu_vk_open_or_skip("debug-emulate-coopmat");
     if (d->caps.backend == RT_CUDA || !d->caps.n_mma) {
         d->ops->destroy(d);
@@ -510,6 +515,7 @@ Test(kernels_quant, matmul_q_cooperative_every_type_and_stacked_parts, .timeout 
     ir_kernel *k = kn_matmul_q(&d->caps, qkv, 3, 512, 72, IR_F16, KN_EPI_BIAS, g, &err);
     cr_assert(k && !strcmp(ir_kernel_name(k), "kn_matmul_q_coop"), "stacked parts: not the cooperative variant");
     ir_kernel_destroy(k);
+    unsetenv("KILN_MATMUL_Q_COOP");
     d->ops->destroy(d);
 }
 

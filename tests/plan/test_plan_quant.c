@@ -76,7 +76,9 @@ Test(plan_quant, caps_variants, .timeout = 900) {
  * sub-blocks of 16 and 32 in stacked parts, and a type with mins. */
 Test(plan_quant, cooperative_matrices_in_f16, .timeout = 900) {
     const char *some[] = {"Q4_K_M", "Q4_1"};
+    setenv("KILN_MATMUL_Q_COOP", "1", 1); /* opt-in on a GPU until it is right on one */
     for (int i = 0; i < 2; i++) cr_assert_lt(compare(some[i], "debug-emulate-coopmat", GGUF_T_F16, 4), 3e-3, "%s", some[i]);
+    unsetenv("KILN_MATMUL_Q_COOP");
 }
 
 /* llama.cpp's greedy goldens with its exact dequantized math (f32 activations and cache):
