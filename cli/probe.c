@@ -20,7 +20,9 @@ static const char usage[] =
     "  --caps LIST  take capabilities away, comma-separated: no-coopmat no-coopmat2 no-f16 no-bf16 no-storage16\n"
     "               no-subgroup-arith no-subgroup-shuffle no-atomic-f32 no-async-copy no-wgmma no-grid-dep no-tma subgroup=N shared=BYTES workgroup=N;\n"
     "               and test switches: debug-fault makes the logits head wrong on purpose,\n"
-    "               debug-alloc-kib=N makes a plan's device buffers fail past N KiB in all\n"
+    "               debug-alloc-kib=N makes a plan's device buffers fail past N KiB in all,\n"
+    "               debug-emulate-coopmat gives a Vulkan device without cooperative matrices emulated\n"
+    "               f16 ones (slow: for running those kernels' logic in tests)\n"
     "  --json       one JSON array, one object per device\n"
     "  --measure    time each GPU's memory bandwidth (a copy kernel) and matrix rate (the prefill\n"
     "               matrix product): the floors `kiln bench` divides by\n";
