@@ -82,6 +82,7 @@ static uint32_t fit(const rt_caps *c, const coop_tile *t, const rt_mma_shape *s,
     uint32_t inv = subgroups(t) * c->subgroup_size, kc_min = q_step ? 32 : t->kc_min;
     if (inv > 1024 || (c->max_workgroup && inv > c->max_workgroup)) return 0;
     if (t->band % s->m || t->sub_t % s->m || t->sub_r % s->n) return 0;
+    if (t->sub_t / s->m > 4 || t->sub_r / s->n > 4) return 0; /* the math's 4 x 4 fragments at most */
     for (uint32_t b = t->band; b >= s->m && b % s->m == 0; b /= 2)
         for (uint32_t kc = t->kc_max; kc >= s->k && kc >= kc_min; kc /= 2)
             if (!c->shared_bytes || shared_bytes(t, kc, b, q_step) <= c->shared_bytes) return *band = b, kc;
@@ -104,7 +105,7 @@ bool mm_coop_pick_q(const rt_caps *c, ir_scalar dt, uint32_t rows, uint32_t n_ma
                     mm_coop_cfg *cfg) {
     if (!c->n_mma || !c->subgroup_size) return false;
     const rt_mma_shape *s = pick_shape(c, dt);
-    if (!s || (q_step && (s->k != 16 || q_step % s->k))) return false;
+    if (!s || (q_step && (s->m != 16 || s->n != 16 || s->k != 16 || q_step % s->k))) return false;
     const coop_tile *want = forced(), *t = want ? want : COOP_LARGE_BY_DEFAULT ? &LARGE : &SMALL;
     uint32_t band = 0, kc = fit(c, t, s, q_step, &band);
     /* the large tile where its grid fills the compute units (unknown: where it has 64
