@@ -12,7 +12,6 @@
 
 #define MAX_SLOTS SPV_EMU_MAX_SLOTS
 
-
 static uint32_t rows_of(const ir_type_desc *d) { return d->use == IR_FRAG_B ? d->k : d->m; }
 static uint32_t cols_of(const ir_type_desc *d) { return d->use == IR_FRAG_A ? d->k : d->n; }
 
@@ -68,24 +67,19 @@ static uint32_t mul(spv_ctx *x, uint32_t a, uint32_t b) { return spv_fn2(x, SpvO
 /* ---- loops ------------------------------------------------------------------------------------ */
 
 /* A loop over [0, n) that the compiler is asked not to unroll (lavapipe compiles each
- * fragment op once, not once a slot), carrying one f32 where carry_init is not 0. The
- * fragments it walks sit in a Function variable of their array type, declared in the entry
- * block (spv_emu_declare_vars). */
+ * fragment op once, not once a slot). The fragments it walks sit in a Function variable
+ * of their array type, declared in the entry block (spv_emu_declare_vars). */
 typedef struct emu_loop {
-    uint32_t header, cont, merge, iv, iv_next, carry, carry_next;
+    uint32_t header, cont, merge, iv, iv_next;
 } emu_loop;
 
-static void loop_begin(spv_ctx *x, emu_loop *l, uint32_t n, uint32_t carry_init) {
+static void loop_begin(spv_ctx *x, emu_loop *l, uint32_t n) {
     uint32_t pre = x->label, cond = spv_b_id(&x->b), body = spv_b_id(&x->b), tu = spv_t_u32(x);
     l->header = spv_b_id(&x->b), l->cont = spv_b_id(&x->b), l->merge = spv_b_id(&x->b);
     l->iv = spv_b_id(&x->b), l->iv_next = spv_b_id(&x->b);
-    l->carry = carry_init ? spv_b_id(&x->b) : 0, l->carry_next = carry_init ? spv_b_id(&x->b) : 0;
     spv_op_branch(x, l->header);
     spv_op_label(x, l->header);
     spv_b_emitv(&x->b, SPV_SEC_FUNCTION, SpvOpPhi, 6, tu, l->iv, u32c(x, 0), pre, l->iv_next, l->cont);
-    if (carry_init)
-        spv_b_emitv(&x->b, SPV_SEC_FUNCTION, SpvOpPhi, 6, spv_t_f32(x), l->carry, carry_init, pre, l->carry_next,
-                    l->cont);
     spv_b_emitv(&x->b, SPV_SEC_FUNCTION, SpvOpLoopMerge, 3, l->merge, l->cont, SpvLoopControlDontUnrollMask);
     spv_op_branch(x, cond);
     spv_op_label(x, cond);
@@ -94,9 +88,7 @@ static void loop_begin(spv_ctx *x, emu_loop *l, uint32_t n, uint32_t carry_init)
     spv_op_label(x, body);
 }
 
-/* Closes the loop; the carried value at its end is l->carry, after. */
-static void loop_end(spv_ctx *x, emu_loop *l, uint32_t carry_next) {
-    if (l->carry) spv_b_emitv(&x->b, SPV_SEC_FUNCTION, SpvOpCopyObject, 3, spv_t_f32(x), l->carry_next, carry_next);
+static void loop_end(spv_ctx *x, emu_loop *l) {
     spv_op_branch(x, l->cont);
     spv_op_label(x, l->cont);
     spv_b_emitv(&x->b, SPV_SEC_FUNCTION, SpvOpIAdd, 4, spv_t_u32(x), l->iv_next, l->iv, u32c(x, 1));
@@ -170,7 +162,7 @@ static void load_store(spv_ctx *x, const ir_inst *in) {
     if (!load) var_put(x, var, spv_V(x, in->operand[0]), slots_of(x, d));
     emu_loop l;
     uint32_t n = slots_of(x, d), u = unroll_of(n, MOVE_UNROLL);
-    loop_begin(x, &l, n / u, 0);
+    loop_begin(x, &l, n / u);
     for (uint32_t j = 0; j < u; j++) {
         uint32_t i = slot_at(x, l.iv, u, j), e = elem_of(x, i, lane);
         uint32_t r = spv_fn2(x, SpvOpUDiv, spv_t_u32(x), e, cols), c = spv_fn2(x, SpvOpUMod, spv_t_u32(x), e, cols);
@@ -186,7 +178,7 @@ static void load_store(spv_ctx *x, const ir_inst *in) {
             else spv_buf_store(x, at, idx, 1, v);
         }
     }
-    loop_end(x, &l, 0);
+    loop_end(x, &l);
     if (load) spv_def(x, in->result, var_get(x, var, t, slots_of(x, d)));
 }
 
@@ -230,12 +222,12 @@ static void to_scratch(spv_ctx *x, uint32_t frag, uint32_t n, uint32_t base, uin
     var_put(x, var, frag, n);
     emu_loop l;
     uint32_t u = unroll_of(n, MOVE_UNROLL);
-    loop_begin(x, &l, n / u, 0);
+    loop_begin(x, &l, n / u);
     for (uint32_t j = 0; j < u; j++) {
         uint32_t i = slot_at(x, l.iv, u, j);
         scratch_store(x, add(x, base, elem_of(x, i, lane)), spv_op_load(x, spv_t_f32(x), var_slot(x, var, i)));
     }
-    loop_end(x, &l, 0);
+    loop_end(x, &l);
 }
 
 /* acc + a x b: A and B into the subgroup's scratch, then for each of the invocation's
@@ -262,7 +254,7 @@ static void mma(spv_ctx *x, const ir_inst *in) {
     var_put(x, var, spv_V(x, in->operand[2]), nc);
     emu_loop li;
     uint32_t u = unroll_of(nc, MMA_UNROLL);
-    loop_begin(x, &li, nc / u, 0);
+    loop_begin(x, &li, nc / u);
     for (uint32_t j = 0; j < u; j++) {
         uint32_t i = slot_at(x, li.iv, u, j), e = elem_of(x, i, lane), p = var_slot(x, var, i);
         uint32_t a_row = add(x, base, mul(x, spv_fn2(x, SpvOpUDiv, spv_t_u32(x), e, u32c(x, N)), u32c(x, K)));
@@ -274,7 +266,7 @@ static void mma(spv_ctx *x, const ir_inst *in) {
         }
         spv_op_store(x, p, sum);
     }
-    loop_end(x, &li, 0);
+    loop_end(x, &li);
     spv_def(x, in->result, var_get(x, var, t, nc));
 }
 

@@ -45,6 +45,21 @@ void mm_params(mm *m) {
     m->n = kx_min(k, kx_load_c(k, m->info, 1), n_max_c);
 }
 
+void mm_params_q(mm *m, const kn_qlayout *L, uint32_t n_parts, ir_buf w[KN_Q_PARTS]) {
+    static const char *const names[KN_Q_PARTS] = {"W", "W1", "W2"};
+    kx k = m->k;
+    uint32_t rows = m->rows, cols = m->cols, n_max = m->n_max;
+    for (uint32_t i = 0; i < n_parts; i++) w[i] = kx_buffer(k, names[i], IR_U32, IR_READ, L[i].words);
+    m->x = kx_buffer(k, "X", m->dtype, IR_READ, (uint64_t)n_max * cols);
+    m->y = kx_buffer(k, "Y", m->epi & KN_EPI_F32 ? IR_F32 : m->dtype, IR_WRITE, (uint64_t)n_max * rows);
+    m->info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
+    if (m->epi & KN_EPI_BIAS) m->b = kx_buffer(k, "b", m->dtype, IR_READ, rows);
+    if (m->epi & KN_EPI_RESIDUAL) m->res = kx_buffer(k, "res", m->dtype, IR_READ, (uint64_t)n_max * rows);
+    ir_grid_wait(k.ir);
+    m->lid = kx_local(k);
+    m->n = kx_min(k, kx_load_c(k, m->info, 1), kx_u32(k, n_max));
+}
+
 ir_kernel *mm_make(const char *name, const rt_caps *c, uint32_t rows, uint32_t cols, uint32_t n_max, ir_scalar dtype,
                    unsigned epi, mm_build_fn build, const void *cfg, uint32_t groups[2], kiln_err *err) {
     mm m = {.k = {kn_create(name, err), c}, .rows = rows, .cols = cols, .n_max = n_max, .dtype = dtype, .epi = epi};

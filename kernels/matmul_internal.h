@@ -19,6 +19,9 @@ typedef struct mm {
 /* The product's parameters (W, X, Y, info, then b and res as the epilogue asks), lid and n:
  * every variant's, in one order. */
 void mm_params(mm *m);
+/* The same for block-quantized W (kn_quant.h): its stacked parts' planes as u32 buffers
+ * W, W1, W2 into w, then X, Y, info, b and res, a grid wait, lid and n. */
+void mm_params_q(mm *m, const kn_qlayout *L, uint32_t n_parts, ir_buf w[KN_Q_PARTS]);
 /* A variant's kernel named name: its mm made, its parameters declared, built by build
  * (with the variant's cfg), verified; groups from the build. NULL with err. */
 typedef void (*mm_build_fn)(mm *m, const void *cfg, uint32_t groups[2]);

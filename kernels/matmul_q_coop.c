@@ -86,8 +86,6 @@ static void stage(const mm *m, const mm_w_stager *s, ir_shm ws, uint32_t stride,
     mm_for_items(m, tile * a.per_row, stage_item, &a);
 }
 
-static const char *const part_names[KN_Q_PARTS] = {"W", "W1", "W2"};
-
 /* Opt-in on a GPU (KILN_MATMUL_Q_COOP=1) until it has run right on one: its stride-0
  * fragment loads and element-wise products are new to the drivers. Where fragments are
  * emulated (lavapipe's tests) it is the default; KILN_MATMUL_Q_COOP=0 refuses it anywhere. */
@@ -120,20 +118,12 @@ ir_kernel *kn_matmul_q_coop(const rt_caps *c, const kn_qlayout *L, uint32_t n_pa
     if (!k.ir) return NULL;
     ir_buf w[KN_Q_PARTS];
     qc q = {L, w, n_parts, {.step = 32}};
+    mm_params_q(&m, L, n_parts, w);
     for (uint32_t i = 0; i < n_parts; i++) {
         const kn_qformat *f = kn_qformat_of(L[i].type);
-        w[i] = kx_buffer(k, part_names[i], IR_U32, IR_READ, L[i].words);
         if (f->sub < q.z.step) q.z.step = f->sub;
         q.z.has_min |= f->has_min;
     }
-    m.x = kx_buffer(k, "X", dtype, IR_READ, (uint64_t)n_max * cols);
-    m.y = kx_buffer(k, "Y", epi & KN_EPI_F32 ? IR_F32 : dtype, IR_WRITE, (uint64_t)n_max * rows);
-    m.info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
-    if (epi & KN_EPI_BIAS) m.b = kx_buffer(k, "b", dtype, IR_READ, rows);
-    if (epi & KN_EPI_RESIDUAL) m.res = kx_buffer(k, "res", dtype, IR_READ, (uint64_t)n_max * rows);
-    ir_grid_wait(k.ir);
-    m.lid = kx_local(k);
-    m.n = kx_min(k, kx_load_c(k, m.info, 1), kx_u32(k, n_max));
     mm_w_stager ws = {stage, &q, KN_Q_CHUNK};
     q.z.wq = &ws;
     cfg->q = &q.z;

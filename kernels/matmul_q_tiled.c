@@ -84,8 +84,6 @@ static void stage(const mm *m, const mm_w_stager *q, ir_shm ws, uint32_t stride,
     mm_for_items(m, tile * a.per_row, stage_item, &a);
 }
 
-static const char *const part_names[KN_Q_PARTS] = {"W", "W1", "W2"};
-
 ir_kernel *kn_matmul_q_tiled(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, uint32_t rows, uint32_t cols,
                              uint32_t n_max, ir_scalar dtype, unsigned epi, uint32_t groups[2], kiln_err *err) {
     mm m = {.k = {kn_create("kn_matmul_q", err), c},
@@ -97,15 +95,7 @@ ir_kernel *kn_matmul_q_tiled(const rt_caps *c, const kn_qlayout *L, uint32_t n_p
     kx k = m.k;
     if (!k.ir) return NULL;
     ir_buf w[KN_Q_PARTS];
-    for (uint32_t i = 0; i < n_parts; i++) w[i] = kx_buffer(k, part_names[i], IR_U32, IR_READ, L[i].words);
-    m.x = kx_buffer(k, "X", dtype, IR_READ, (uint64_t)n_max * cols);
-    m.y = kx_buffer(k, "Y", epi & KN_EPI_F32 ? IR_F32 : dtype, IR_WRITE, (uint64_t)n_max * rows);
-    m.info = kx_buffer(k, "info", IR_U32, IR_READ, 2);
-    if (epi & KN_EPI_BIAS) m.b = kx_buffer(k, "b", dtype, IR_READ, rows);
-    if (epi & KN_EPI_RESIDUAL) m.res = kx_buffer(k, "res", dtype, IR_READ, (uint64_t)n_max * rows);
-    ir_grid_wait(k.ir);
-    m.lid = kx_local(k);
-    m.n = kx_min(k, kx_load_c(k, m.info, 1), kx_u32(k, n_max));
+    mm_params_q(&m, L, n_parts, w);
     tq t = {L, w, n_parts};
     mm_w_stager q = {stage, &t, KN_Q_CHUNK};
     uint32_t g[2];
