@@ -4,9 +4,11 @@
  * each 4-bit code (extract, make an f32, subtract the offset, multiply-add, and the
  * scales): more than the lanes can issue at the memory's rate. Here a code pair becomes
  * the two 16-bit halves of a fragment register in two instructions, OR-ed into a float's
- * mantissa (1.0 * 2^7 + code in bf16, 2^10 + code in f16: exact) and that float's pair
- * subtracted (frag.pair_sub: exact, a small integer), and the matrix units do the
- * multiply-adds.
+ * mantissa (1.0 * 2^7 + code in bf16, 2^10 + code in f16: exact), and the matrix units do
+ * the multiply-adds. In f16 the magic float's pair is subtracted before (frag.pair_sub:
+ * exact, a small integer); in bf16 its share of each sub-block's sum, (2^7 + offset) times
+ * the sub-block's sum of x, is subtracted after, in f32: one instruction a code pair fewer
+ * (the decode step's products are bound by these instructions, not by the bytes).
  *
  * The product per sub-block stays the contract's s * sum((code - offset) x) + m * sum(x),
  * summed in f32 by the units: the eight columns of the 16x8 accumulator are eight sub-
@@ -35,6 +37,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define MQ_ROWS 16      /* rows a workgroup owns (a part's rows are whole groups of them) */
 #define MQ_MAX_TILES 2  /* SwiGLU's gate and up */
@@ -61,14 +64,19 @@ bool kn_matvec_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_part
         b <= MQ_MAX_UNROLL && o <= 16 && ch >= 1 && ch <= MQ_MAX_CHAINS)
         g.warps = a, g.unroll = b, g.occupancy = o, g.chains = ch;
     uint32_t code_bits = dt == IR_BF16 ? 7 : 10; /* codes the magic float's mantissa holds exactly */
+    /* in f16 the magic float is 1024 code units: its share of a sub-block's sum would cost
+     * the f32 sums about ten of their bits, so f16 keeps the subtraction per pair */
+    const char *fold = getenv("KILN_MATVEC_Q_FOLD");
+    g.fold = dt == IR_BF16 && !(fold && !strcmp(fold, "0"));
     const kn_qformat *f0 = kn_qformat_of(L[0].type);
     for (uint32_t p = 0; p < n_parts; p++) {
         const kn_qformat *f = kn_qformat_of(L[p].type);
         if (f->lo_bits + f->hi_bits > code_bits || f->lo_bits != f0->lo_bits || (f->sub * f->hi_bits) % 32 ||
             f->sub * f->lo_bits / 32 > MQ_MAX_LO || L[p].rows % MQ_ROWS || cols % (8 * f->sub))
             return false;
-        if (f->has_min && g.xs_sub && g.xs_sub != f->sub) return false; /* one sum of x a sub-block */
-        if (f->has_min) g.xs_sub = f->sub;
+        /* sums of x at the finest sub-block a part needs them for (16 or 32: a part of 32
+         * adds two) */
+        if ((f->has_min || g.fold) && (!g.xs_sub || f->sub < g.xs_sub)) g.xs_sub = f->sub;
         if (swi && L[p].type != L[0].type) return false;
     }
     uint64_t bytes = (uint64_t)(cols / 2 + MQ_ZERO_WORDS) * 4 + (g.xs_sub ? cols / g.xs_sub * 4 : 0) +
@@ -205,7 +213,8 @@ static ir_val pair_word(const mq *q, const kn_qformat *f, const ir_val *lo, cons
         v = kx_or(k, v, hi_bits_at(k, f, hi, c, b));
         v = kx_or(k, v, hi_bits_at(k, f, hi, c + half, 16 + b));
     }
-    return ir_frag_pair_sub(k.ir, q->dt, kx_or(k, v, q->magic2), zero2);
+    v = kx_or(k, v, q->magic2);
+    return q->g.fold ? v : ir_frag_pair_sub(k.ir, q->dt, v, zero2);
 }
 
 /* acc[tile][r] += the pass's products for rows g + 8r of each tile. */
@@ -228,11 +237,18 @@ static void pass_math(const mq *q, const mq_tile *tl, uint32_t n_tiles, ir_val p
             for (uint32_t j = 0; j < 4; j++) xb[h][s + j] = kx_lane(k, v, j);
         }
     ir_val xs0 = IR_NONE, xs1 = IR_NONE;
-    if (f->has_min) {
-        ir_val xi = kx_add(k, kx_mul_c(k, pass, 8), kx_shl_c(k, q->lane_t, 1));
-        ir_val v = kx_shm_load(k, q->xs, xi, 2);
-        xs0 = kx_lane(k, v, 0), xs1 = kx_lane(k, v, 1);
+    if (f->has_min || q->g.fold) { /* sub-blocks 2t, 2t + 1 of the pass: R sums each */
+        uint32_t R = f->sub / q->g.xs_sub;
+        ir_val xi = kx_mul_c(k, kx_add(k, kx_mul_c(k, pass, 8), kx_shl_c(k, q->lane_t, 1)), R);
+        ir_val v = kx_shm_load(k, q->xs, xi, 2 * R);
+        xs0 = kx_lane(k, v, 0), xs1 = kx_lane(k, v, R);
+        if (R == 2) xs0 = kx_add(k, xs0, kx_lane(k, v, 1)), xs1 = kx_add(k, xs1, kx_lane(k, v, 3));
     }
+    /* folded: each code was magic + code, so a sub-block's sum holds (magic + offset) * its
+     * sum of x beyond the contract's sum of (code - offset) x */
+    float fold_k;
+    uint32_t fold_bits = z << 16;
+    memcpy(&fold_k, &fold_bits, sizeof fold_k);
     for (uint32_t t = 0; t < n_tiles; t++) {
         const mq_loads *l = &ld[t];
         /* the steps dealt round q->g.chains accumulators: products in independent chains,
@@ -255,7 +271,9 @@ static void pass_math(const mq *q, const mq_tile *tl, uint32_t n_tiles, ir_val p
             for (uint32_t j = 0; j < 2; j++) {
                 ir_val s, m;
                 kn_q_scale_decode(k, tl[t].L, j ? kx_add_c(k, l->si[r], 1) : l->si[r], l->raw[r], &s, &m);
-                *a = kx_fma(k, s, kx_lane(k, e, 2 * r + j), *a);
+                ir_val sum = kx_lane(k, e, 2 * r + j);
+                if (q->g.fold) sum = kx_fma(k, kx_f32(k, -fold_k), j ? xs1 : xs0, sum);
+                *a = kx_fma(k, s, sum, *a);
                 if (m != IR_NONE) *a = kx_fma(k, m, j ? xs1 : xs0, *a);
             }
         }

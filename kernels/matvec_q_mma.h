@@ -11,9 +11,10 @@
 typedef struct mvq_mma_cfg {
     uint32_t warps;  /* subgroups a workgroup (they split each row's passes) */
     uint32_t unroll; /* passes a subgroup loads at once */
-    uint32_t xs_sub; /* the sub-block of the sums of x (the parts with a min), 0 for none */
+    uint32_t xs_sub; /* the sub-block of the sums of x (the finest any part needs), 0 for none */
     uint32_t occupancy; /* workgroups a compute unit should hold (the registers' bound), 0: any */
     uint32_t chains;    /* independent accumulators a tile's pass deals its products round */
+    bool fold; /* the magic float's offset taken off each sub-block's sum, not off each code pair */
 } mvq_mma_cfg;
 
 /* The product's parameters, declared by kn_matvec_q: the parts' layouts and buffers (or
@@ -32,7 +33,8 @@ typedef struct mvq_mma_args {
 /* Whether the mma form takes this product (CUDA, 16x8x16 fragments of dt; every part's
  * codes held exactly by dt's magic float, one code width, rows whole groups of 16, cols
  * whole passes; workgroup memory enough), and its shape (KILN_MATVEC_Q_MMA=0 turns it
- * off, =warps,unroll[,occupancy[,chains]] sets the shape for measuring). */
+ * off, =warps,unroll[,occupancy[,chains]] sets the shape for measuring; KILN_MATVEC_Q_FOLD=0
+ * keeps the per-pair subtraction in bf16). */
 bool kn_matvec_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, bool swi, bool norm,
                           ir_scalar dt, uint32_t cols, mvq_mma_cfg *out);
 /* The kernel's body after its parameters: rows / 16 workgroups. */
