@@ -169,7 +169,7 @@ static ir_kernel *build(const rt_caps *c, const kn_qpart *parts, uint32_t n_part
     if (mma) {
         mvq_mma_args a = {L, w, n_parts, cols, x, y, b, res, wu, wn, dtype, out, epi, swi, norm, eps};
         kn_matvec_q_mma_body(k, &mc, &a);
-        if (groups_x) *groups_x = rows / 16;
+        if (groups_x) *groups_x = kn_matvec_q_mma_groups(c, &mc, rows);
         return kn_finish(k.ir, err);
     }
     uint32_t sg = c->subgroup_size, wg = kn_workgroup(c, 256);

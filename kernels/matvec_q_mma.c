@@ -47,6 +47,26 @@
 #define MQ_MAX_LO 8     /* lo words of a sub-block (Q8_0: 32 bytes) */
 #define MQ_ZERO_WORDS 16
 
+static uint32_t align_up(uint32_t v, uint32_t a) { return (v + a - 1) / a * a; }
+
+/* The ring words a tile's pass of type f takes per invocation from word `at` of a slot:
+ * pass_words' loads in their order, each on a multiple of its size. */
+static uint32_t ring_words_of(const kn_qformat *f, uint32_t at) {
+    uint32_t n_lo = f->sub * f->lo_bits / 32, n_hi = f->sub * f->hi_bits / 32;
+    uint32_t n_scale = 1 + f->has_min + f->k_quant + (f->k_quant && f->has_min);
+    for (uint32_t r = 0; r < 2; r++) {
+        for (uint32_t h = 0; h < 2; h++) {
+            for (uint32_t i = 0; i < n_lo; i += 4) {
+                uint32_t n = n_lo - i >= 4 ? 4 : n_lo - i;
+                at = align_up(at, n) + n;
+            }
+            at += n_hi;
+        }
+        at += n_scale;
+    }
+    return at;
+}
+
 bool kn_matvec_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_parts, bool swi, bool norm,
                           ir_scalar dt, uint32_t cols, mvq_mma_cfg *out) {
     if (c->backend != RT_CUDA || c->subgroup_size != 32 || (dt != IR_BF16 && dt != IR_F16)) return false;
@@ -79,9 +99,17 @@ bool kn_matvec_q_mma_pick(const rt_caps *c, const kn_qlayout *L, uint32_t n_part
         if ((f->has_min || g.fold) && (!g.xs_sub || f->sub < g.xs_sub)) g.xs_sub = f->sub;
         if (swi && L[p].type != L[0].type) return false;
     }
+    const char *st = getenv("KILN_MATVEC_Q_STREAM");
+    unsigned depth = 0, per_cu = 1;
+    if (st && sscanf(st, "%u,%u", &depth, &per_cu) >= 1 && depth >= 2 && depth <= 8 && per_cu >= 1 && per_cu <= 8 &&
+        c->async_copy && (n_parts == 1 || swi) && (cols / (8 * f0->sub)) % g.warps == 0)
+        g.stream = depth, g.per_cu = per_cu;
+    uint32_t ring = 0;
+    for (uint32_t p = 0; g.stream && p < n_parts; p++) ring = ring_words_of(kn_qformat_of(L[p].type), ring);
     uint64_t bytes = (uint64_t)(cols / 2 + MQ_ZERO_WORDS) * 4 + (g.xs_sub ? cols / g.xs_sub * 4 : 0) +
                      (uint64_t)g.warps * MQ_ROWS * MQ_MAX_TILES * 4 + (norm ? (uint64_t)cols * 4 + 512 : 0);
     if (c->shared_bytes && bytes > c->shared_bytes) return false;
+    if (c->shared_bytes && bytes + (uint64_t)g.stream * ring * g.warps * 32 * 4 > c->shared_bytes) g.stream = 0;
     if (c->max_workgroup && g.warps * 32 > c->max_workgroup) return false;
     *out = g;
     return true;
@@ -160,10 +188,22 @@ typedef struct mq_loads {
     ir_val raw[2][KN_Q_SCALE_WORDS], si[2];
 } mq_loads;
 
-static void pass_loads(const mq *q, const mq_tile *tl, ir_val pass, mq_loads *ld) {
+/* One load of a pass: n (1, 2 or 4) consecutive words of the buffer from word `at`, into
+ * the mq_loads slots dst[0 .. n). */
+typedef struct mq_word {
+    ir_val at;
+    uint32_t n;
+    ir_val *dst[4];
+} mq_word;
+#define MQ_MAX_WORDS (4 * (MQ_MAX_LO + 2) + 2 * KN_Q_SCALE_WORDS) /* a tile's pass at most */
+
+/* A tile's pass as its loads, in one fixed order for its type (the direct loads and the
+ * streamed form's ring both walk it); fills ld->si. Returns the count. */
+static uint32_t pass_words(const mq *q, const mq_tile *tl, ir_val pass, mq_loads *ld, mq_word *out) {
     kx k = q->k;
     const kn_qformat *f = kn_qformat_of(tl->L->type);
     ir_val col0 = kx_mul_c(k, pass, 8 * f->sub);
+    uint32_t n_words = 0;
     for (uint32_t r = 0; r < 2; r++) {
         ir_val row = kx_add(k, tl->row, r ? kx_add_c(k, q->lane_g, 8) : q->lane_g);
         ir_val base = kx_add(k, kx_mul_c(k, row, q->cols), col0);
@@ -175,19 +215,38 @@ static void pass_loads(const mq *q, const mq_tile *tl, ir_val pass, mq_loads *ld
             ir_val lo0 = kx_add_c(k, kx_mul_c(k, sbi, f->sub * f->lo_bits / 32), (uint32_t)tl->L->lo);
             uint32_t n_lo = f->sub * f->lo_bits / 32;
             for (uint32_t i = 0; i < n_lo; i += 4) {
-                uint32_t n = n_lo - i >= 4 ? 4 : n_lo - i;
-                ir_val v = kx_load(k, tl->w, i ? kx_add_c(k, lo0, i) : lo0, n);
-                for (uint32_t j = 0; j < n; j++) ld->lo[r][h][i + j] = n == 1 ? v : kx_lane(k, v, j);
+                mq_word *o = &out[n_words++];
+                o->at = i ? kx_add_c(k, lo0, i) : lo0, o->n = n_lo - i >= 4 ? 4 : n_lo - i;
+                for (uint32_t j = 0; j < o->n; j++) o->dst[j] = &ld->lo[r][h][i + j];
             }
             if (f->hi_bits) {
                 uint32_t n_hi = f->sub * f->hi_bits / 32;
                 ir_val hi0 = kx_add_c(k, kx_mul_c(k, sbi, n_hi), (uint32_t)tl->L->hi);
-                for (uint32_t i = 0; i < n_hi; i++) ld->hi[r][h][i] = kx_load(k, tl->w, i ? kx_add_c(k, hi0, i) : hi0, 1);
+                for (uint32_t i = 0; i < n_hi; i++)
+                    out[n_words++] = (mq_word){i ? kx_add_c(k, hi0, i) : hi0, 1, {&ld->hi[r][h][i]}};
             }
         }
         /* sub-blocks 2t and 2t + 1 share their scale words (an even sub-block index) */
         ld->si[r] = kx_add(k, kx_shr_c(k, base, f->sub == 16 ? 4 : 5), kx_shl_c(k, q->lane_t, 1));
-        kn_q_scale_load(k, tl->L, tl->w, ld->si[r], ld->raw[r]);
+        ir_val at[KN_Q_SCALE_WORDS];
+        kn_q_scale_words(k, tl->L, ld->si[r], at);
+        for (uint32_t i = 0; i < KN_Q_SCALE_WORDS; i++) {
+            ld->raw[r][i] = IR_NONE;
+            if (at[i] != IR_NONE) out[n_words++] = (mq_word){at[i], 1, {&ld->raw[r][i]}};
+        }
+    }
+    return n_words;
+}
+
+/* One pass's global loads for a tile: the four sub-blocks' code words (rows g, g + 8 x
+ * sub-blocks t, t + 4 of the pass) and the two rows' scale words. */
+static void pass_loads(const mq *q, const mq_tile *tl, ir_val pass, mq_loads *ld) {
+    kx k = q->k;
+    mq_word words[MQ_MAX_WORDS];
+    uint32_t n = pass_words(q, tl, pass, ld, words);
+    for (uint32_t i = 0; i < n; i++) {
+        ir_val v = kx_load(k, tl->w, words[i].at, words[i].n);
+        for (uint32_t j = 0; j < words[i].n; j++) *words[i].dst[j] = words[i].n == 1 ? v : kx_lane(k, v, j);
     }
 }
 
@@ -357,13 +416,13 @@ static void parts_dot(const mq *q, const kn_qlayout *L, const ir_buf *w, uint32_
     for (uint32_t i = 0; i < 2; i++) acc[i] = ir_if_result(f, i);
 }
 
+static void reduce_store(const mq *q, const mvq_mma_args *a, ir_val row0, const ir_val *acc);
+
 /* 16 rows from row0: the products (the prologue after the first step's loads where there
  * is one), the reduction over subgroups, the stores. (Several such tiles a workgroup, x
  * staged once for them, measured slower: fewer workgroups; bench/results 2026-12-05.) */
 static void row_tile(const mq *q, const mvq_mma_args *a, ir_val row0, const mq_pro *pro) {
-    kx k = q->k;
     ir_val acc[2 * MQ_MAX_TILES];
-    uint32_t n_tiles = a->swi ? 2 : 1;
     if (a->swi) {
         mq_tile t[2] = {{&a->L[0], a->w[0], row0}, {&a->L[1], a->wu, row0}};
         tiles_dot(q, t, 2, acc, pro);
@@ -374,7 +433,14 @@ static void row_tile(const mq *q, const mvq_mma_args *a, ir_val row0, const mq_p
         prologue(q, pro);
         parts_dot(q, a->L, a->w, a->n_parts, row0, acc);
     }
-    /* the four lanes of a row (t = 0..3), then the subgroups through workgroup memory */
+    reduce_store(q, a, row0, acc);
+}
+
+/* The tile's sums (each lane's rows g, g + 8 over its passes) added over the four lanes of
+ * a row (t = 0..3), then over the subgroups through workgroup memory, and stored. */
+static void reduce_store(const mq *q, const mvq_mma_args *a, ir_val row0, const ir_val *acc) {
+    kx k = q->k;
+    uint32_t n_tiles = a->swi ? 2 : 1;
     ir_val first = kx_eq_c(k, q->lane_t, 0);
     ir_val slot0 = kx_add(k, kx_mul_c(k, q->warp, MQ_ROWS * MQ_MAX_TILES), q->lane_g);
     for (uint32_t i = 0; i < 2 * n_tiles; i++) {
@@ -399,6 +465,119 @@ static void row_tile(const mq *q, const mvq_mma_args *a, ir_val row0, const mq_p
     kx_end_if(k, out);
 }
 
+/* ---- the streamed form: workgroups that stay, the weights through a ring of copies -------- */
+
+/* The decode products' workgroups load a pass, multiply it and end in a barrier: a compute
+ * unit's few workgroups alternate between waiting for their bytes and computing with none
+ * in flight, and the H200 decodes no faster than the H100 (321 against 318 tok/s, 8B
+ * Q4_K_M) although its memory is 1.4x as fast. Here a grid of a few workgroups a compute
+ * unit walks the tiles (tile g, g + G, ...), each invocation copying its own words of the
+ * pass `stream - 1` passes ahead into workgroup memory (cp.async) and reading back the ones
+ * due, so the copies stay in flight through the products, the tiles' ends and the barriers;
+ * x is staged once a workgroup. The math and the sums are the direct form's. */
+
+typedef struct mq_stream {
+    const mq_tile *tl; /* the tiles' layouts and buffers (rows set per item) */
+    uint32_t n_tiles, per_warp, wpt, nt; /* passes of a tile per subgroup; ring words per invocation a slot */
+    ir_shm ring;
+    ir_val n_items, group, n_groups;
+} mq_stream;
+
+/* Item s of the subgroup: its tiles (rows from the workgroup's tile s / per_warp) and pass. */
+static ir_val item_tiles(const mq *q, const mq_stream *st, ir_val s, mq_tile *tl) {
+    kx k = q->k;
+    ir_val j = kx_div_c(k, s, st->per_warp), qq = kx_rem_c(k, s, st->per_warp);
+    ir_val row0 = kx_mul_c(k, kx_add(k, st->group, kx_mul(k, j, st->n_groups)), MQ_ROWS);
+    for (uint32_t t = 0; t < st->n_tiles; t++) tl[t] = st->tl[t], tl[t].row = row0;
+    return kx_add(k, q->warp, kx_mul_c(k, qq, q->g.warps));
+}
+
+/* The ring index of a load of n words at word `off` of slot `slot`, for this invocation. */
+static ir_val ring_at(const mq *q, const mq_stream *st, ir_val slot, uint32_t off, uint32_t n) {
+    kx k = q->k;
+    ir_val base = kx_mul_c(k, kx_add_c(k, kx_mul_c(k, slot, st->wpt), off), st->nt);
+    return kx_add(k, base, kx_mul_c(k, kx_local(k), n));
+}
+
+/* Walks item s's loads: copies them into slot s % stream (copy) or reads them from it into
+ * ld (returning the pass). */
+static ir_val item_ring(const mq *q, const mq_stream *st, ir_val s, bool copy, mq_loads *ld) {
+    kx k = q->k;
+    mq_tile tl[MQ_MAX_TILES];
+    ir_val pass = item_tiles(q, st, s, tl), slot = kx_rem_c(k, s, q->g.stream);
+    uint32_t off = 0;
+    for (uint32_t t = 0; t < st->n_tiles; t++) {
+        mq_word words[MQ_MAX_WORDS];
+        uint32_t n = pass_words(q, &tl[t], pass, &ld[t], words);
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t c = words[i].n;
+            off = align_up(off, c);
+            ir_val at = ring_at(q, st, slot, off, c);
+            if (copy) {
+                ir_async_copy(k.ir, st->ring, at, tl[t].w, words[i].at, c, kx_add_c(k, words[i].at, c));
+            } else {
+                ir_val v = kx_shm_load(k, st->ring, at, c);
+                for (uint32_t j = 0; j < c; j++) *words[i].dst[j] = c == 1 ? v : kx_lane(k, v, j);
+            }
+            off += c;
+        }
+    }
+    return pass;
+}
+
+/* Item s's copies where it is one of the subgroup's, then a commit either way (every
+ * invocation commits the same groups). */
+static void item_copy(const mq *q, const mq_stream *st, ir_val s) {
+    kx k = q->k;
+    mq_loads ld[MQ_MAX_TILES];
+    ir_if *in = kx_if(k, kx_lt(k, s, st->n_items));
+    item_ring(q, st, s, true, ld);
+    kx_end_if(k, in);
+    ir_async_commit(k.ir);
+}
+
+static void stream_body(const mq *q, const mvq_mma_args *a, const mq_pro *pro) {
+    kx k = q->k;
+    const kn_qformat *f = kn_qformat_of(a->L[0].type);
+    mq_tile tl[2] = {{&a->L[0], a->w[0], IR_NONE}, {&a->L[1], a->wu, IR_NONE}};
+    uint32_t n_tiles = a->swi ? 2 : 1, tiles = a->L[0].rows / MQ_ROWS, depth = q->g.stream;
+    mq_stream st = {.tl = tl, .n_tiles = n_tiles, .per_warp = q->cols / (8 * f->sub) / q->g.warps, .nt = q->g.warps * 32};
+    for (uint32_t t = 0; t < n_tiles; t++) st.wpt = ring_words_of(kn_qformat_of(tl[t].L->type), st.wpt);
+    st.ring = kx_shared(k, "ring", IR_U32, depth * st.wpt * st.nt);
+    st.group = kx_group(k, 0), st.n_groups = kx_n_groups(k);
+    /* the workgroup's tiles: group, group + G, ... below tiles (the grid is at most tiles) */
+    ir_val mine = kx_add_c(k, kx_div(k, kx_sub(k, kx_u32(k, tiles - 1), st.group), st.n_groups), 1);
+    st.n_items = kx_mul_c(k, mine, st.per_warp);
+    for (uint32_t s = 0; s + 1 < depth; s++) item_copy(q, &st, kx_u32(k, s));
+    prologue(q, pro); /* the first copies in flight under x's staging */
+    ir_val j;
+    ir_for *tiles_l = kx_for(k, kx_u32(k, 0), mine, kx_u32(k, 1), &j);
+    ir_val acc[2 * MQ_MAX_TILES], zero = kx_f32(k, 0.0f);
+    for (uint32_t i = 0; i < 2 * n_tiles; i++) acc[i] = zero;
+    ir_for *passes = ir_for_begin(k.ir, kx_u32(k, 0), kx_u32(k, st.per_warp), kx_u32(k, 1), 2 * n_tiles, acc);
+    ir_val c[2 * MQ_MAX_TILES];
+    for (uint32_t i = 0; i < 2 * n_tiles; i++) c[i] = ir_for_arg(passes, i);
+    ir_val s = kx_add(k, kx_mul_c(k, j, st.per_warp), ir_for_iv(passes));
+    item_copy(q, &st, kx_add_c(k, s, depth - 1));
+    ir_async_wait(k.ir, depth - 1);
+    mq_loads ld[MQ_MAX_TILES];
+    ir_val pass = item_ring(q, &st, s, false, ld);
+    pass_math(q, tl, n_tiles, pass, ld, c);
+    ir_for_end(k.ir, passes, c);
+    for (uint32_t i = 0; i < 2 * n_tiles; i++) acc[i] = ir_for_result(passes, i);
+    ir_val row0 = kx_mul_c(k, kx_add(k, st.group, kx_mul(k, j, st.n_groups)), MQ_ROWS);
+    reduce_store(q, a, row0, acc);
+    kx_barrier(k); /* the sums read before the next tile's are written */
+    kx_end_for(k, tiles_l);
+}
+
+uint32_t kn_matvec_q_mma_groups(const rt_caps *c, const mvq_mma_cfg *g, uint32_t rows) {
+    uint32_t tiles = rows / MQ_ROWS;
+    if (!g->stream || !c->compute_units) return tiles;
+    uint32_t grid = c->compute_units * g->per_cu;
+    return grid < tiles ? grid : tiles;
+}
+
 void kn_matvec_q_mma_body(kx k, const mvq_mma_cfg *g, const mvq_mma_args *a) {
     const kn_qformat *f0 = kn_qformat_of(a->L[0].type);
     uint32_t wg = g->warps * 32;
@@ -418,5 +597,8 @@ void kn_matvec_q_mma_body(kx k, const mvq_mma_cfg *g, const mvq_mma_args *a) {
     q.warp = kx_sg_id(k);
     ir_val lane = kx_sg_lane(k);
     q.lane_g = kx_shr_c(k, lane, 2), q.lane_t = kx_and_c(k, lane, 3);
-    row_tile(&q, a, kx_group_times(k, 0, MQ_ROWS), &pro);
+    if (g->stream)
+        stream_body(&q, a, &pro);
+    else
+        row_tile(&q, a, kx_group_times(k, 0, MQ_ROWS), &pro);
 }

@@ -122,13 +122,19 @@ static ir_val unit_of(kx k, const kn_qformat *f, ir_val si) {
     return f->unit == f->sub ? si : kx_div_c(k, si, f->unit / f->sub);
 }
 
-void kn_q_scale_load(kx k, const kn_qlayout *L, ir_buf w, ir_val si, ir_val raw[KN_Q_SCALE_WORDS]) {
+void kn_q_scale_words(kx k, const kn_qlayout *L, ir_val si, ir_val at[KN_Q_SCALE_WORDS]) {
     const kn_qformat *f = kn_qformat_of(L->type);
     ir_val u = unit_of(k, f, si), du = kx_shr_c(k, u, 1), bi = kx_shr_c(k, si, 2);
-    raw[0] = kx_load(k, w, kx_add_c(k, du, (uint32_t)L->d), 1);
-    raw[1] = f->has_min ? kx_load(k, w, kx_add_c(k, du, (uint32_t)L->dm), 1) : IR_NONE;
-    raw[2] = f->k_quant ? kx_load(k, w, kx_add_c(k, bi, (uint32_t)L->sc), 1) : IR_NONE;
-    raw[3] = f->k_quant && f->has_min ? kx_load(k, w, kx_add_c(k, bi, (uint32_t)L->mn), 1) : IR_NONE;
+    at[0] = kx_add_c(k, du, (uint32_t)L->d);
+    at[1] = f->has_min ? kx_add_c(k, du, (uint32_t)L->dm) : IR_NONE;
+    at[2] = f->k_quant ? kx_add_c(k, bi, (uint32_t)L->sc) : IR_NONE;
+    at[3] = f->k_quant && f->has_min ? kx_add_c(k, bi, (uint32_t)L->mn) : IR_NONE;
+}
+
+void kn_q_scale_load(kx k, const kn_qlayout *L, ir_buf w, ir_val si, ir_val raw[KN_Q_SCALE_WORDS]) {
+    ir_val at[KN_Q_SCALE_WORDS];
+    kn_q_scale_words(k, L, si, at);
+    for (uint32_t i = 0; i < KN_Q_SCALE_WORDS; i++) raw[i] = at[i] == IR_NONE ? IR_NONE : kx_load(k, w, at[i], 1);
 }
 
 void kn_q_scale_decode(kx k, const kn_qlayout *L, ir_val si, const ir_val raw[KN_Q_SCALE_WORDS], ir_val *s, ir_val *m) {

@@ -28,6 +28,8 @@ void kn_q_sub_scale(kx k, const kn_qlayout *L, ir_buf w, ir_val si, ir_val *s, i
  * such plane), then s and m from them. */
 #define KN_Q_SCALE_WORDS 4
 void kn_q_scale_load(kx k, const kn_qlayout *L, ir_buf w, ir_val si, ir_val raw[KN_Q_SCALE_WORDS]);
+/* The indices of those words in the buffer (IR_NONE where the type has no such plane). */
+void kn_q_scale_words(kx k, const kn_qlayout *L, ir_val si, ir_val at[KN_Q_SCALE_WORDS]);
 void kn_q_scale_decode(kx k, const kn_qlayout *L, ir_val si, const ir_val raw[KN_Q_SCALE_WORDS], ir_val *s, ir_val *m);
 
 /* x[c0 .. c0 + KN_Q_CHUNK) as f32 (matvec_q.c): from workgroup array hx where it is not

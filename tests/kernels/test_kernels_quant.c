@@ -100,6 +100,8 @@ static const char *parts_name(const kn_qpart *parts, uint32_t n, char *buf, size
 
 /* ---- the decode step's product ---- */
 
+static uint32_t last_groups; /* the last matvec_q_case's grid */
+
 static void matvec_q_case(rt_device *d, const kn_qpart *parts, uint32_t n_parts, uint32_t cols, ir_scalar t,
                           unsigned epi, bool norm, const char *var, bool want_mma) {
     kiln_err err = {0};
@@ -141,6 +143,7 @@ static void matvec_q_case(rt_device *d, const kn_qpart *parts, uint32_t n_parts,
     if (swi) args[na++] = (rt_arg){bw[1], 0};
     if (norm) args[na++] = (rt_arg){bn, 0};
     run(d, k, gx, 1, args, na);
+    last_groups = gx;
     uint16_t *y = fetch16(d, by, t, rows, what);
     for (uint32_t r = 0; r < rows; r++) {
         uint32_t lr;
@@ -230,6 +233,37 @@ Test(kernels_quant, matvec_q_fragments_every_type, .timeout = 600) {
     d->ops->destroy(d);
 }
 
+/* The streamed form (KILN_MATVEC_Q_STREAM): workgroups that walk several tiles (more
+ * tiles than the grid, unevenly shared), the ring at depths 2 and 4, every type whose
+ * codes the 16-bit type holds, fused norm, residual and SwiGLU. */
+Test(kernels_quant, matvec_q_streamed_every_type, .timeout = 600) {
+    rt_device *d = tu_vk_open_or_skip(NULL);
+    if (d->caps.backend != RT_CUDA || !d->caps.async_copy || !d->caps.compute_units) {
+        d->ops->destroy(d);
+        cr_skip("the streamed form is CUDA's (fragments whose registers the target exposes, cp.async)");
+    }
+    tu_seed(41);
+    uint32_t grid = d->caps.compute_units, tiles = grid * 2 + 7; /* 7 workgroups take three tiles */
+    for (int q = 0; q < KN_Q_COUNT; q++) {
+        if (q == KN_Q3_K) continue;
+        ir_scalar t = q == KN_Q8_0 || q % 2 ? IR_F16 : IR_BF16;
+        const kn_qformat *f = kn_qformat_of((kn_qtype)q);
+        setenv("KILN_MATVEC_Q_STREAM", q % 2 ? "2" : "4", 1);
+        kn_qpart one = {(kn_qtype)q, tiles * 16};
+        matvec_q_case(d, &one, 1, 8 * 8 * f->sub, t, KN_EPI_NONE, false, "streamed", true);
+        cr_assert_eq(last_groups, grid, "%s: not streamed", f->name);
+        kn_qpart few = {(kn_qtype)q, 48}; /* fewer tiles than compute units: one a workgroup */
+        matvec_q_case(d, &few, 1, 16 * 8 * f->sub, t, KN_EPI_RESIDUAL, true, "streamed", true);
+        cr_assert_eq(last_groups, 3);
+    }
+    setenv("KILN_MATVEC_Q_STREAM", "3,2", 1);
+    kn_qpart ff[2] = {{KN_Q4_K, tiles * 16}, {KN_Q4_K, tiles * 16}};
+    matvec_q_case(d, ff, 2, 4096, IR_BF16, KN_EPI_SWIGLU, true, "streamed", true);
+    cr_assert_eq(last_groups, tiles < 2 * grid ? tiles : 2 * grid);
+    unsetenv("KILN_MATVEC_Q_STREAM");
+    d->ops->destroy(d);
+}
+
 /* The H200's Vulkan caps (16x16x16 KHR fragments of both types, 48 KiB): every type, both
  * dtypes and stacked parts take the cooperative variant and validate (with $KILN_SPIRV_VAL's
  * spirv-val where set: Debian's cannot read cooperative matrices); CUDA's caps never do. */
@@ -314,6 +348,27 @@ Test(kernels_quant, matvec_q_fragments_build_and_refuse, .timeout = 300) {
         unsetenv("KILN_MATVEC_Q_MMA");
         cr_assert_str_eq(ir_kernel_name(k), "kn_matvec_q", "switched off");
         ir_kernel_destroy(k);
+        /* the streamed form: a grid of the compute units, where the passes share evenly */
+        c.compute_units = 132;
+        setenv("KILN_MATVEC_Q_STREAM", "2", 1); /* sm_80's 163 KiB hold two of SwiGLU's 48 KiB passes */
+        k = kn_matvec_q_norm(&c, ff, 2, 4096, IR_BF16, IR_BF16, KN_EPI_SWIGLU, 1e-6f, &gx, &err);
+        cr_assert_eq(gx, 132);
+        tu_ptx_assembles(k, &c, "streamed swiglu");
+        ir_kernel_destroy(k);
+        kn_qpart down = {KN_Q6_K, 4096};
+        k = kn_matvec_q(&c, &down, 1, 12288, IR_BF16, IR_BF16, KN_EPI_RESIDUAL, &gx, &err);
+        cr_assert_eq(gx, 132);
+        tu_ptx_assembles(k, &c, "streamed q6_k");
+        ir_kernel_destroy(k);
+        k = kn_matvec_q(&c, &down, 1, 17 * 256, IR_BF16, IR_BF16, KN_EPI_RESIDUAL, &gx, &err);
+        cr_assert_not_null(k, "%s", err.msg);
+        cr_assert_eq(gx, 4096 / 16, "34 passes do not share over 8 subgroups: the direct form (%u)", gx);
+        ir_kernel_destroy(k);
+        k = kn_matvec_q(&c, qkv, 3, 4096, IR_BF16, IR_BF16, KN_EPI_NONE, &gx, &err);
+        cr_assert_eq(gx, (4096 + 1024 + 1024) / 16, "stacked parts: the direct form");
+        ir_kernel_destroy(k);
+        unsetenv("KILN_MATVEC_Q_STREAM");
+        c.compute_units = 0;
     }
 }
 
