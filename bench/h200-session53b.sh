@@ -37,15 +37,4 @@ for v in base s3; do
   env $e timeout 60 $K bench $dir/qwen3-0.6b-q4km.gguf -p 0 -n 128 -r 3 --device cuda:0 >> $out/tg-06b.md 2>&1
 done
 stamp prof; tarball
-timeout 120 $T -j4 --filter 'kernels_quant/matmul_q_cooperative*' > $out/kq-coop.txt 2>&1; echo "rc=$?" >> $out/kq-coop.txt
-KILN_MATMUL_Q_COOP=1 timeout 150 $T -j4 --filter 'plan_quant/*' > $out/plan-quant-vk.txt 2>&1; echo "rc=$?" >> $out/plan-quant-vk.txt
-stamp vk-suites; tarball
-for m in qwen3-0.6b qwen3-8b; do
-  KILN_MATMUL_Q_COOP=1 timeout 100 $K bench $dir/$m-q4km.gguf -p 24,512 -n 0 -r 3 --device vulkan:0 --device cuda:0 \
-    > $out/q4km-$m.md 2>&1
-  KILN_MATMUL_Q_COOP=0 timeout 60 $K bench $dir/$m-q4km.gguf -p 512 -n 0 -r 3 --device vulkan:0 > $out/q4km-$m-tiled.md 2>&1
-  stamp "q4km $m"; tarball
-done
-KILN_MATMUL_Q_COOP=1 timeout 60 $K run $f --device vulkan:0 -p "$prompt" -n 2 --no-echo --profile-tokens 512 \
-  > /dev/null 2> $out/prof512-8b-q4km-vk.txt
-stamp prof-vk; tarball
+bash bench/h200-session53-vk.sh $out
