@@ -11,7 +11,7 @@ out=$1
 source bench/h200-common.sh
 llama_build
 f=$dir/qwen3-8b-q4km.gguf
-[ -f $f ] || (timeout 250 $K synth --preset qwen3-8b --quant Q4_K_M -o $f > $out/synth8b.txt 2>&1) & synth_pid=$!
+[ -f $f ] || (timeout 420 $K synth --preset qwen3-8b --quant Q4_K_M -o $f > $out/synth8b.txt 2>&1) & synth_pid=$!
 KILN_TEST_DEVICE=cuda:0 timeout 150 $T -j4 --filter 'kernels_quant/*' > $out/kq-cuda.txt 2>&1; echo "rc=$?" >> $out/kq-cuda.txt
 stamp kq-cuda; tarball
 KILN_MATVEC_Q_STREAM=3 KILN_TEST_DEVICE=cuda:0 timeout 150 $T -j4 --filter 'plan_quant/*' > $out/plan-quant-cuda.txt 2>&1
