@@ -18,8 +18,9 @@ KILN_MATVEC_Q_STREAM=3 KILN_TEST_DEVICE=cuda:0 timeout 150 $T -j4 --filter 'plan
 echo "rc=$?" >> $out/plan-quant-cuda.txt
 stamp plan-quant-cuda; tarball
 wait $synth_pid; stamp synth8b
-for v in base fold0 s3 s2 s4 base s3; do
-  case $v in base) e="";; fold0) e="KILN_MATVEC_Q_FOLD=0";; s*) e="KILN_MATVEC_Q_STREAM=${v#s}";; esac
+for v in base fold0 s3 s2 s4 w16s2 base s3; do
+  case $v in base) e="";; fold0) e="KILN_MATVEC_Q_FOLD=0";; s*) e="KILN_MATVEC_Q_STREAM=${v#s}";;
+    w16s2) e="KILN_MATVEC_Q_MMA=16,1 KILN_MATVEC_Q_STREAM=2";; esac
   echo "## $v" >> $out/tg-8b.md
   env $e timeout 60 $K bench $f -p 0 -n 128 -r 3 --device cuda:0 >> $out/tg-8b.md 2>&1
 done
