@@ -8,7 +8,8 @@
  * the multiply-adds. In f16 the magic float's pair is subtracted before (frag.pair_sub:
  * exact, a small integer); in bf16 its share of each sub-block's sum, (2^7 + offset) times
  * the sub-block's sum of x, is subtracted after, in f32: one instruction a code pair fewer
- * (the decode step's products are bound by these instructions, not by the bytes).
+ * (the decode step's products are bound by their instructions' latency and phases, not by
+ * their bytes: see the streamed form below).
  *
  * The product per sub-block stays the contract's s * sum((code - offset) x) + m * sum(x),
  * summed in f32 by the units: the eight columns of the 16x8 accumulator are eight sub-
